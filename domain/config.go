@@ -1,0 +1,153 @@
+// Package domain holds the value types of a distributed lock: its configuration, the entity
+// stored in Redis, and their small enumerations. It depends on nothing.
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	dlerrors "github.com/dlockgo/dlock/errors"
+)
+
+const (
+	// KeyPrefix starts every lock key, as in Java DLock.
+	KeyPrefix = "DLOCK"
+	// KeySeparator joins prefix, type and target, as in Java DLock.
+	KeySeparator = "_"
+
+	// MinLease is the shortest lease accepted. The poller first runs after lease/10 and then
+	// every lease/6, and renewal runs at 75 % of the lease; below 30 ms those timings fall under
+	// a few milliseconds and a single slow round trip would cost the lease.
+	MinLease = 30 * time.Millisecond
+	// MaxLease is the longest lease accepted (one week): longer ones are almost always a
+	// unit mistake.
+	MaxLease = 7 * 24 * time.Hour
+)
+
+// DLockType names a group of locks that share a lease, such as USER_LOCK or ORDER_LOCK.
+type DLockType string
+
+// DLockConfig is the validated configuration of one lock: its type, its target, the Redis key
+// built from them and the lease. The zero value is not valid; build one with NewDLockConfig.
+// A DLockConfig is immutable and safe to share.
+type DLockConfig struct {
+	lockType   DLockType
+	lockTarget string
+	uniqueKey  string
+	lease      time.Duration
+}
+
+// NewDLockConfig validates its arguments and builds the key DLOCK_<type>_<target> exactly as
+// Java DLock does, with the target trimmed of leading and trailing white space and control
+// characters. It returns an error wrapping errors.ErrInvalidConfig when the type is blank or
+// holds white space or control characters, when the trimmed target is empty or holds control
+// characters, when braces in the key would put the keys kept beside it (fencing counter,
+// release channel) in another Redis Cluster slot (such as a target "a}b"), or when the lease is outside [MinLease, MaxLease] or not a whole number of
+// milliseconds (Redis keeps leases in milliseconds).
+func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) (DLockConfig, error) {
+	if err := ValidateType(lockType); err != nil {
+		return DLockConfig{}, err
+	}
+	target := TrimTarget(lockTarget)
+	if target == "" {
+		return DLockConfig{}, fmt.Errorf("%w: blank lock target", dlerrors.ErrInvalidConfig)
+	}
+	if strings.IndexFunc(target, unicode.IsControl) >= 0 {
+		return DLockConfig{}, fmt.Errorf("%w: lock target %q holds a control character", dlerrors.ErrInvalidConfig, target)
+	}
+	if err := ValidateLease(lease); err != nil {
+		return DLockConfig{}, err
+	}
+	key := UniqueKey(lockType, target)
+	if HashTag(SideKey(key, "x")) != HashTag(key) {
+		return DLockConfig{}, fmt.Errorf("%w: braces in key %q keep the keys beside it out of its Redis Cluster slot", dlerrors.ErrInvalidConfig, key)
+	}
+	return DLockConfig{
+		lockType:   lockType,
+		lockTarget: target,
+		uniqueKey:  key,
+		lease:      lease,
+	}, nil
+}
+
+// ValidateType reports whether t can name a lock type: not blank, no white space, no control
+// characters. The error wraps errors.ErrInvalidConfig.
+func ValidateType(t DLockType) error {
+	if t == "" {
+		return fmt.Errorf("%w: blank lock type", dlerrors.ErrInvalidConfig)
+	}
+	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("%w: lock type %q holds white space or a control character", dlerrors.ErrInvalidConfig, string(t))
+	}
+	return nil
+}
+
+// ValidateLease reports whether d is a usable lease: within [MinLease, MaxLease] and a whole
+// number of milliseconds. The error wraps errors.ErrInvalidConfig.
+func ValidateLease(d time.Duration) error {
+	switch {
+	case d < MinLease:
+		return fmt.Errorf("%w: lease %v is shorter than the minimum %v", dlerrors.ErrInvalidConfig, d, MinLease)
+	case d > MaxLease:
+		return fmt.Errorf("%w: lease %v is longer than the maximum %v", dlerrors.ErrInvalidConfig, d, MaxLease)
+	case d%time.Millisecond != 0:
+		return fmt.Errorf("%w: lease %v is not a whole number of milliseconds", dlerrors.ErrInvalidConfig, d)
+	}
+	return nil
+}
+
+// TrimTarget trims a lock target as Java's StringUtils.trimToEmpty does: every leading and
+// trailing character at or below U+0020 is removed.
+func TrimTarget(target string) string {
+	return strings.TrimFunc(target, func(r rune) bool { return r <= ' ' })
+}
+
+// UniqueKey builds the Redis key of a lock, DLOCK_<type>_<target>, without validating.
+// Note that, as in Java DLock, type "A_B" with target "C" and type "A" with target "B_C" give
+// the same key.
+func UniqueKey(lockType DLockType, trimmedTarget string) string {
+	return KeyPrefix + KeySeparator + string(lockType) + KeySeparator + trimmedTarget
+}
+
+// LockType returns the lock type.
+func (c DLockConfig) LockType() DLockType { return c.lockType }
+
+// LockTarget returns the trimmed lock target.
+func (c DLockConfig) LockTarget() string { return c.lockTarget }
+
+// UniqueKey returns the Redis key of the lock, DLOCK_<type>_<target>.
+func (c DLockConfig) UniqueKey() string { return c.uniqueKey }
+
+// Lease returns how long the key lives in Redis unless renewed.
+func (c DLockConfig) Lease() time.Duration { return c.lease }
+
+// IsZero reports whether c is the zero value, which no valid configuration is.
+func (c DLockConfig) IsZero() bool { return c.uniqueKey == "" }
+
+// SideKey returns a key kept beside the lock (such as its fencing counter) that Redis Cluster
+// places in the lock key's hash slot: the lock key is used as the hash tag, unless the lock key
+// already holds a hash tag of its own, in which case that tag is kept.
+func (c DLockConfig) SideKey(suffix string) string {
+	return SideKey(c.uniqueKey, suffix)
+}
+
+// SideKey is DLockConfig.SideKey for a bare key.
+func SideKey(key, suffix string) string {
+	if HashTag(key) != key {
+		return key + ":" + suffix
+	}
+	return "{" + key + "}:" + suffix
+}
+
+// HashTag returns the part of key that Redis Cluster hashes: the text between the first '{'
+// and the first '}' after it when that is not empty, else the whole key.
+func HashTag(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			return key[open+1 : open+1+end]
+		}
+	}
+	return key
+}

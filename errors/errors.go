@@ -1,0 +1,42 @@
+// Package errors is the error vocabulary of dlock. Every value here works with the standard
+// errors.Is and errors.As. Users of the dlock package find the same sentinels re-exported there.
+package errors
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrOptimisticLocking reports that Redis answered but not as hoped: the key is held by
+	// another locker (on acquire), or is gone or holds another locker (on renew or release).
+	ErrOptimisticLocking = errors.New("dlock: optimistic locking failure")
+	// ErrNotHeld reports an unlock, or a question about ownership, with a context that does not
+	// own the lock.
+	ErrNotHeld = errors.New("dlock: lock not held by this context")
+	// ErrLockLost reports that a lock was lost while held: a renewal found the key gone or
+	// taken, or renewals failed until the lease ran out.
+	ErrLockLost = errors.New("dlock: lock lost")
+	// ErrInvalidConfig reports a configuration rejected where it was made.
+	ErrInvalidConfig = errors.New("dlock: invalid configuration")
+	// ErrNotObtained reports that an acquire gave up without the lock; it is joined with the
+	// reason (the context's error, or the last Redis error).
+	ErrNotObtained = errors.New("dlock: lock not obtained")
+	// ErrClosed reports a call on a generator that has been closed.
+	ErrClosed = errors.New("dlock: generator closed")
+)
+
+// RedisProcessError reports a failed Redis round trip: the operation, the key and the cause.
+type RedisProcessError struct {
+	Op  string // "lock", "expand", "unlock", "load", "is-free", "subscribe"
+	Key string
+	Err error
+}
+
+// Error describes the failure.
+func (e *RedisProcessError) Error() string {
+	return fmt.Sprintf("dlock: redis %s %q: %v", e.Op, e.Key, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *RedisProcessError) Unwrap() error { return e.Err }

@@ -1,0 +1,25 @@
+// Package processor is the storage contract of a distributed lock and its Redis implementation.
+package processor
+
+import (
+	"context"
+
+	"github.com/dlockgo/dlock/domain"
+)
+
+// DLockProcessor reads and writes lock records. Every method is safe for concurrent use and
+// honours its context. Failures of the store are returned as *errors.RedisProcessError; answers
+// that are not the hoped-for ones (held by another, gone, taken) as errors.ErrOptimisticLocking.
+type DLockProcessor interface {
+	// Load returns the record under the lock's key, or nil when the key is free.
+	Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error)
+	// Lock writes e.Locker under the key with the lease if the key is free, and sets e.Token
+	// to the acquisition's fencing token. A held key gives ErrOptimisticLocking.
+	Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
+	// ExpandLease renews the lease if the key still holds e.Locker, else ErrOptimisticLocking.
+	ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
+	// Unlock deletes the key if it still holds e.Locker, else ErrOptimisticLocking.
+	Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
+	// IsFree reports whether the key is absent.
+	IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error)
+}

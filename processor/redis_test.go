@@ -1,0 +1,211 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/domain"
+	dlerrors "github.com/dlockgo/dlock/errors"
+	"github.com/dlockgo/dlock/internal/redistest"
+	"github.com/dlockgo/dlock/processor"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(redistest.Main(m, func(s *redistest.Server) { srv = s }))
+}
+
+// backends runs f on the shared server and on a fresh miniredis, so the scripts are known to
+// behave the same on both.
+func backends(t *testing.T, f func(t *testing.T, c *redis.Client)) {
+	t.Run("server", func(t *testing.T) {
+		c := srv.Client()
+		defer c.Close()
+		f(t, c)
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		defer c.Close()
+		f(t, c)
+	})
+}
+
+func cfg(t *testing.T, target string) domain.DLockConfig {
+	c, err := domain.NewDLockConfig("PROC", target+"-"+t.Name(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestNilClient(t *testing.T) {
+	if _, err := processor.NewRedisLockProcessor(nil, true); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p, _ := processor.NewRedisLockProcessor(c, true)
+		lc := cfg(t, "life")
+		a := &domain.DLockEntity{Locker: "a"}
+		b := &domain.DLockEntity{Locker: "b"}
+
+		if free, err := p.IsFree(ctx, lc); err != nil || !free {
+			t.Fatalf("IsFree = %v, %v; want true", free, err)
+		}
+		if err := p.Lock(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		if a.Token == 0 {
+			t.Fatal("no fencing token")
+		}
+		if err := p.Lock(ctx, b, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("second Lock err = %v, want ErrOptimisticLocking", err)
+		}
+		if e, err := p.Load(ctx, lc); err != nil || e == nil || e.Locker != "a" || e.Status != domain.StatusProcessing {
+			t.Fatalf("Load = %+v, %v", e, err)
+		}
+		if free, _ := p.IsFree(ctx, lc); free {
+			t.Fatal("IsFree on a held key")
+		}
+		if err := p.ExpandLease(ctx, b, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("expand by non-owner err = %v", err)
+		}
+		if err := p.Unlock(ctx, b, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("unlock by non-owner err = %v", err)
+		}
+		if err := p.ExpandLease(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= 0 || ttl > time.Second {
+			t.Fatalf("PTTL after expand = %v", ttl)
+		}
+		if err := p.Unlock(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		if e, err := p.Load(ctx, lc); err != nil || e != nil {
+			t.Fatalf("Load after unlock = %+v, %v", e, err)
+		}
+		if err := p.Unlock(ctx, a, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("second unlock err = %v", err)
+		}
+		if err := p.ExpandLease(ctx, a, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("expand after unlock err = %v", err)
+		}
+		if err := p.Lock(ctx, b, lc); err != nil || b.Token <= a.Token {
+			t.Fatalf("relock: err %v, token %d after %d", err, b.Token, a.Token)
+		}
+	})
+}
+
+func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p, _ := processor.NewRedisLockProcessor(c, false)
+		lc := cfg(t, "fence")
+		var last uint64
+		for i := 0; i < 50; i++ {
+			e := &domain.DLockEntity{Locker: "x"}
+			if err := p.Lock(ctx, e, lc); err != nil {
+				t.Fatal(err)
+			}
+			if e.Token <= last {
+				t.Fatalf("token %d after %d", e.Token, last)
+			}
+			last = e.Token
+			if err := p.Unlock(ctx, e, lc); err != nil {
+				t.Fatal(err)
+			}
+			if i%10 == 9 { // as if Redis had restarted empty
+				c.Del(ctx, processor.FenceKey(lc))
+			}
+		}
+	})
+}
+
+func TestUnlockPublishes(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "pub")
+		ps := c.Subscribe(ctx, processor.ReleaseChannel(lc))
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
+			t.Fatal(err)
+		}
+		p, _ := processor.NewRedisLockProcessor(c, true)
+		e := &domain.DLockEntity{Locker: "pub-locker"}
+		if err := p.Lock(ctx, e, lc); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Unlock(ctx, e, lc); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil || msg.Payload != "pub-locker" {
+			t.Fatalf("message %+v, %v", msg, err)
+		}
+	})
+}
+
+func TestRedisDown(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	p, _ := processor.NewRedisLockProcessor(c, true)
+	lc := cfg(t, "down")
+	err := p.Lock(context.Background(), &domain.DLockEntity{Locker: "x"}, lc)
+	var pe *dlerrors.RedisProcessError
+	if !errors.As(err, &pe) || pe.Op != "lock" || pe.Key != lc.UniqueKey() || pe.Err == nil {
+		t.Fatalf("err = %#v, want RedisProcessError naming op and key", err)
+	}
+}
+
+func TestSideKeysShareTheSlot(t *testing.T) {
+	for _, key := range []string{"DLOCK_T_order 42", "DLOCK_T_{user}7", "DLOCK_T_{x"} {
+		lc := key
+		fence := domain.SideKey(lc, "fence")
+		if redisSlot(fence) != redisSlot(lc) {
+			t.Errorf("%q and %q hash to different slots", lc, fence)
+		}
+	}
+}
+
+// redisSlot is the Redis Cluster hash slot (CRC16 of the hash tag, mod 16384).
+func redisSlot(key string) uint16 {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						key = key[i+1 : j]
+					}
+					break
+				}
+			}
+			break
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
