@@ -1,0 +1,24 @@
+package dlock
+
+// InUse reports how many lock states the generator keeps (tests check they are dropped).
+func (g *Generator) InUse() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.states)
+}
+
+// Subscribed reports how many release channels the generator is subscribed to.
+func (g *Generator) Subscribed() int {
+	if g.notes == nil {
+		return 0
+	}
+	g.notes.mu.Lock()
+	defer g.notes.mu.Unlock()
+	return len(g.notes.byChannel)
+}
+
+// Waiters reports whether goroutines of this generator wait on key.
+func (g *Generator) Waiters(key string) bool {
+	st := g.lookup(key)
+	return st != nil && st.q.HasWaiters()
+}

@@ -1,0 +1,189 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// Generator makes locks, as Java DLock's DLockGenerator does: it knows the lease of each lock
+// type and, within this process, gives every lock with the same unique key the same shared
+// state (one local queue, one poller, one subscription), so that only one of its goroutines at
+// a time asks Redis for the key. That state exists while some goroutine holds or waits on the
+// lock and is dropped afterwards, so a million distinct targets do not grow memory for ever.
+//
+// One Generator stands for one process in the lock's eyes: two Generators, even in one process
+// and on one client, compete for a key exactly as two processes would. A Generator is safe for
+// concurrent use. Close it to stop its background goroutines.
+type Generator struct {
+	client redis.UniversalClient
+	proc   processor.DLockProcessor
+	opts   options
+	log    *zap.Logger
+	prefix string        // locker prefix, unique to this generator
+	seq    atomic.Uint64 // acquisitions, for unique lockers
+	start  time.Time     // origin of the monotonic clock readings kept in atomics
+
+	ctx    context.Context // ended by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every background goroutine
+	notes  *notifier      // nil when notifications are off
+
+	mu     sync.Mutex
+	states map[string]*lockState // by unique key, while in use; guarded by mu
+	closed bool                  // guarded by mu
+}
+
+// NewGenerator returns a Generator over client. A nil client or an invalid option is an error
+// wrapping ErrInvalidConfig. Defaults: no logging, barging allowed (with a starvation guard),
+// release notifications on, no lease configured for any type.
+func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, error) {
+	o := options{logger: zap.NewNop(), notify: true, leases: map[domain.DLockType]time.Duration{}}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidConfig)
+		}
+		if err := opt.apply(&o); err != nil {
+			return nil, err
+		}
+	}
+	proc, err := processor.NewRedisLockProcessor(client, o.notify)
+	if err != nil {
+		return nil, err
+	}
+	g := &Generator{
+		client: client,
+		proc:   proc,
+		opts:   o,
+		log:    o.logger,
+		prefix: lockerPrefix(),
+		start:  time.Now(),
+		states: make(map[string]*lockState),
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	if o.notify {
+		g.notes = newNotifier(g)
+	}
+	return g, nil
+}
+
+// Gen returns the lock of lockType and lockTarget with the lease configured for lockType
+// (WithLeases, WithDefaultLease). It returns ErrInvalidConfig for a bad type or target or an
+// unconfigured type, and ErrClosed after Close. The returned value is a cheap handle: calling
+// Gen again with the same key gives a handle to the same shared lock.
+func (g *Generator) Gen(lockType, lockTarget string) (*DistributedReentrantLock, error) {
+	lease, ok := g.opts.leases[domain.DLockType(lockType)]
+	if !ok {
+		lease = g.opts.defaultLease
+	}
+	if lease == 0 {
+		if err := domain.ValidateType(domain.DLockType(lockType)); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: no lease configured for lock type %s", ErrInvalidConfig, lockType)
+	}
+	return g.GenWithLease(lockType, lockTarget, lease)
+}
+
+// GenWithLease is Gen with an explicit lease.
+func (g *Generator) GenWithLease(lockType, lockTarget string, lease time.Duration) (*DistributedReentrantLock, error) {
+	cfg, err := domain.NewDLockConfig(domain.DLockType(lockType), lockTarget, lease)
+	if err != nil {
+		return nil, err
+	}
+	if g.isClosed() {
+		return nil, ErrClosed
+	}
+	return &DistributedReentrantLock{g: g, cfg: cfg}, nil
+}
+
+func (g *Generator) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// newLocker returns a locker value unique to this generator and acquisition.
+func (g *Generator) newLocker() string {
+	return g.prefix + strconv.FormatUint(g.seq.Add(1), 10)
+}
+
+// now reads the monotonic clock as nanoseconds since the generator started.
+func (g *Generator) now() int64 { return int64(time.Since(g.start)) }
+
+// ref returns the shared state of cfg's key, creating it, and counts one more user.
+func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, ErrClosed
+	}
+	st := g.states[cfg.UniqueKey()]
+	if st == nil {
+		st = newLockState(g, cfg)
+		g.states[cfg.UniqueKey()] = st
+	}
+	st.refs++
+	return st, nil
+}
+
+// unref counts one user less and drops the state when nobody holds or waits on it.
+func (g *Generator) unref(st *lockState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st.refs--; st.refs == 0 && g.states[st.cfg.UniqueKey()] == st {
+		delete(g.states, st.cfg.UniqueKey())
+	}
+}
+
+// lookup returns the state of key if it is in use.
+func (g *Generator) lookup(key string) *lockState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.states[key]
+}
+
+// Close releases every lock still held through this generator (their owner contexts end with
+// ErrClosed as the cause), ends every waiting Lock call with ErrClosed, stops every background
+// goroutine and waits for them. It does not close the Redis client. Close is idempotent; ctx
+// bounds the releases.
+func (g *Generator) Close(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	g.mu.Unlock()
+	g.cancel() // waiters return ErrClosed; loops end
+
+	g.mu.Lock()
+	states := make([]*lockState, 0, len(g.states))
+	for _, st := range g.states {
+		states = append(states, st)
+	}
+	g.mu.Unlock()
+	var errs []error
+	for _, st := range states {
+		if h := st.owner.Load(); h != nil {
+			if err := st.release(ctx, h, ErrClosed); err != nil && !errors.Is(err, ErrNotHeld) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if g.notes != nil {
+		g.notes.close()
+	}
+	g.wg.Wait()
+	return errors.Join(errs...)
+}

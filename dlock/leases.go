@@ -1,0 +1,61 @@
+package dlock
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+)
+
+// ParseLeases reads lock-type leases in the format of Java DLock's config-dlock.properties:
+// one TYPE=millis per line (':' may stand for '='), blank lines and lines starting with '#' or
+// '!' ignored. Every type and lease is validated; an error names the line.
+func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
+	leases := make(map[string]time.Duration)
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || text[0] == '#' || text[0] == '!' {
+			continue
+		}
+		i := strings.IndexAny(text, "=:")
+		if i < 0 {
+			return nil, fmt.Errorf("%w: line %d: want TYPE=millis, got %q", ErrInvalidConfig, line, text)
+		}
+		typ, val := strings.TrimSpace(text[:i]), strings.TrimSpace(text[i+1:])
+		if err := domain.ValidateType(domain.DLockType(typ)); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		ms, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || ms <= 0 || ms > int64(domain.MaxLease/time.Millisecond) {
+			return nil, fmt.Errorf("%w: line %d: lease %q is not a positive number of milliseconds up to %d", ErrInvalidConfig, line, val, domain.MaxLease/time.Millisecond)
+		}
+		d := time.Duration(ms) * time.Millisecond
+		if err := domain.ValidateLease(d); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if _, dup := leases[typ]; dup {
+			return nil, fmt.Errorf("%w: line %d: type %s given twice", ErrInvalidConfig, line, typ)
+		}
+		leases[typ] = d
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: reading leases: %w", ErrInvalidConfig, err)
+	}
+	return leases, nil
+}
+
+// LoadLeases reads a config-dlock.properties file with ParseLeases.
+func LoadLeases(path string) (map[string]time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	defer f.Close()
+	return ParseLeases(f)
+}

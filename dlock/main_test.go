@@ -1,0 +1,53 @@
+package dlock_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	code := redistest.Main(m, func(s *redistest.Server) { srv = s })
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newGen returns a generator on a fresh client; both are closed when t ends.
+func newGen(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *redis.Client) {
+	t.Helper()
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		c.Close()
+	})
+	return g, c
+}
+
+// target returns a lock target unique to the test.
+func target(t testing.TB) string { return t.Name() }
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

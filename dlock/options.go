@@ -1,0 +1,81 @@
+package dlock
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+)
+
+// Option configures a Generator.
+type Option interface{ apply(*options) error }
+
+type optionFunc func(*options) error
+
+func (f optionFunc) apply(o *options) error { return f(o) }
+
+type options struct {
+	logger       *zap.Logger                        // default zap.NewNop()
+	fifo         bool                               // default false: newcomers may barge
+	notify       bool                               // default true
+	leases       map[domain.DLockType]time.Duration // default none
+	defaultLease time.Duration                      // default 0: unconfigured types are an error
+}
+
+// WithLogger logs through l: lost locks at Warn, failed polls and releases at Debug. The
+// default logs nothing.
+func WithLogger(l *zap.Logger) Option {
+	return optionFunc(func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+		}
+		o.logger = l
+		return nil
+	})
+}
+
+// WithFIFO makes each process's local queue strictly first-in first-out: a newcomer never
+// takes the lock ahead of a queued goroutine of the same process. By default a newcomer may
+// barge, as in Java DLock, unless the first waiter has waited more than a millisecond (the
+// starvation guard of sync.Mutex).
+func WithFIFO() Option {
+	return optionFunc(func(o *options) error { o.fifo = true; return nil })
+}
+
+// WithNotifications turns release notifications on (the default) or off. On, a release
+// publishes on the lock's channel and waiting processes are woken by the message; off, they
+// learn of releases only from the retry poller, every lease/6, as Java DLock does.
+func WithNotifications(on bool) Option {
+	return optionFunc(func(o *options) error { o.notify = on; return nil })
+}
+
+// WithLeases sets the lease of each lock type, as DLock's config-dlock.properties does (see
+// ParseLeases and LoadLeases). Each type and lease is validated.
+func WithLeases(leases map[string]time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		for t, d := range leases {
+			if err := domain.ValidateType(domain.DLockType(t)); err != nil {
+				return err
+			}
+			if err := domain.ValidateLease(d); err != nil {
+				return fmt.Errorf("type %s: %w", t, err)
+			}
+			o.leases[domain.DLockType(t)] = d
+		}
+		return nil
+	})
+}
+
+// WithDefaultLease sets the lease of lock types that WithLeases does not name. Without it,
+// Gen with such a type returns ErrInvalidConfig.
+func WithDefaultLease(d time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if err := domain.ValidateLease(d); err != nil {
+			return err
+		}
+		o.defaultLease = d
+		return nil
+	})
+}

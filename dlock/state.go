@@ -1,0 +1,278 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+	"github.com/dlockgo/dlock/queue"
+	"github.com/dlockgo/dlock/threads"
+)
+
+// starvation is how long the first waiter may wait before newcomers stop barging (as in
+// sync.Mutex).
+const starvation = time.Millisecond
+
+// lockState is what one process knows of one lock: its local queue, owner and background
+// loops. It is shared by every handle with the same key while anyone holds or waits on it.
+//
+// The claim is the local half of the lock: a goroutine asks Redis only while holding it, and
+// keeps it while it owns the lock. So at most one goroutine per process talks to Redis about
+// the key at a time, and a goroutine that finds the claim taken waits in the queue without a
+// round trip.
+//
+// Wake-ups are counted in epoch: every "the key may be free" signal (a local release, a release
+// message, a poll that found the key free, a fresh subscription) adds one and wakes the first
+// waiter. A waiter that failed in Redis tries again only after the epoch moved, and one that
+// failed while a signal arrived passes the wake-up on, so signals are neither lost nor turned
+// into extra round trips.
+type lockState struct {
+	g       *Generator
+	cfg     domain.DLockConfig // of the handle that created the state; it sets the poll timing
+	channel string             // the release channel
+	refs    int                // holders and waiters; guarded by g.mu
+
+	q     queue.Queue
+	claim atomic.Bool
+	owner atomic.Pointer[holding]
+	epoch atomic.Uint64
+	heard atomic.Int64 // g.now() when this process last learnt the key's state from Redis
+
+	poller   *threads.Poller
+	watching bool // subscribed to channel; guarded by the poller's lock
+}
+
+// holding is one acquisition: from the Redis write to the final Unlock.
+type holding struct {
+	st       *lockState
+	entity   domain.DLockEntity
+	count    atomic.Int32 // holds; written by the owner context's users
+	released atomic.Bool  // set once by whoever releases (Unlock or Close)
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	exp      *threads.Expander
+}
+
+func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
+	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg)}
+	st.poller = threads.NewPoller(g.ctx, cfg.Lease()/10, cfg.Lease()/6, st, &g.wg)
+	return st
+}
+
+// mayBarge reports whether a newcomer may try before the queued goroutines.
+func (st *lockState) mayBarge() bool {
+	if st.g.opts.fifo {
+		return !st.q.HasWaiters()
+	}
+	f := st.q.First()
+	return f == nil || time.Since(f.Since()) < starvation
+}
+
+// acquire takes the lock for cfg (the caller's handle), waiting if wait is set.
+func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, error) {
+	var (
+		tried   bool   // this goroutine has failed in Redis ...
+		triedAt uint64 // ... at this epoch
+		lastErr error
+	)
+	if (!wait || st.mayBarge()) && st.claim.CompareAndSwap(false, true) {
+		h, e, err := st.tryRemote(ctx, cfg)
+		if h != nil || !wait {
+			return h, err
+		}
+		if ctx.Err() != nil {
+			return nil, notObtained(ctx.Err(), err)
+		}
+		tried, triedAt, lastErr = true, e, err
+	} else if !wait {
+		return nil, fmt.Errorf("%w: held or being taken by this process", ErrOptimisticLocking)
+	}
+
+	// Wait in the queue; a Close ends the wait too.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(st.g.ctx, stop)()
+
+	n := queue.NewNode()
+	st.q.Enqueue(n)
+	for {
+		if st.q.IsFirst(n) && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
+			h, e, err := st.tryRemote(ctx, cfg)
+			if h != nil {
+				st.q.SetHead(n)
+				return h, nil
+			}
+			tried, triedAt, lastErr = true, e, err
+		}
+		if wctx.Err() == nil && st.owner.Load() == nil {
+			st.watch()
+		}
+		if err := n.Park(wctx); err != nil {
+			st.q.Cancel(n, false)
+			if ctx.Err() == nil && st.g.ctx.Err() != nil {
+				return nil, ErrClosed
+			}
+			return nil, notObtained(ctx.Err(), lastErr)
+		}
+	}
+}
+
+func notObtained(ctxErr, last error) error {
+	var pe *RedisProcessError
+	if errors.As(last, &pe) {
+		return fmt.Errorf("%w: %w (last attempt: %v)", ErrNotObtained, ctxErr, last)
+	}
+	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
+}
+
+// tryRemote asks Redis for the key; the caller holds the claim. On success the claim stays
+// held by the new owner. It returns the epoch read before asking, so the caller knows which
+// signals its failure already accounts for.
+func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig) (*holding, uint64, error) {
+	e := st.epoch.Load()
+	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
+	err := st.g.proc.Lock(ctx, &ent, cfg)
+	st.heard.Store(st.g.now())
+	if err == nil && ctx.Err() == nil {
+		return st.own(ctx, cfg, ent), e, nil
+	}
+	if ctx.Err() != nil && !errors.Is(err, ErrOptimisticLocking) {
+		// Granted as the caller gave up, or the answer was lost with the cancellation: give
+		// the key back (the script deletes only our own locker) and tell the waiters.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Lease())
+		if uerr := st.g.proc.Unlock(rctx, &ent, cfg); uerr == nil {
+			e = st.epoch.Add(1) - 1 // our own release is news the next waiter must act on
+		}
+		cancel()
+		err = ctx.Err()
+	}
+	st.claim.Store(false)
+	if st.epoch.Load() != e {
+		st.q.Wake() // a signal came while we were asking: pass it on
+	}
+	return nil, e, err
+}
+
+// own records a successful acquisition and starts renewing it.
+func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent domain.DLockEntity) *holding {
+	h := &holding{st: st, entity: ent}
+	h.count.Store(1)
+	var ctx context.Context
+	ctx, h.cancel = context.WithCancelCause(parent)
+	h.ctx = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h)
+	st.owner.Store(h)
+	st.poller.Stop()
+	lease := cfg.Lease()
+	h.exp = threads.StartExpander(st.g.ctx, threads.ExpanderConfig{
+		Lease:    lease,
+		Interval: lease * 3 / 4,
+		Retry:    lease / 10,
+		Acquired: ent.LockTime,
+	}, func(ctx context.Context) error {
+		return st.g.proc.ExpandLease(ctx, &h.entity, cfg)
+	}, func(cause error) {
+		st.g.log.Warn("dlock: lock lost", zap.String("key", cfg.UniqueKey()),
+			zap.String("locker", h.entity.Locker), zap.Error(cause))
+		h.cancel(cause)
+	}, &st.g.wg)
+	return h
+}
+
+// release ends h: it stops the renewals, deletes the key if it still holds h's locker, ends
+// the owner context (with cause, if not nil) and wakes the next waiter. Only one release of a
+// holding happens; a second returns ErrNotHeld.
+func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
+	if !h.released.CompareAndSwap(false, true) {
+		return ErrNotHeld
+	}
+	h.exp.Stop()
+	lost := context.Cause(h.ctx)
+	if !errors.Is(lost, ErrLockLost) {
+		lost = nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, st.cfg.Lease())
+	err := st.g.proc.Unlock(rctx, &h.entity, st.cfg)
+	cancel()
+	h.cancel(cause)
+	st.owner.Store(nil)
+	st.claim.Store(false)
+	st.signal()
+	st.idle()
+	st.g.unref(st)
+	switch {
+	case lost != nil:
+		return lost
+	case errors.Is(err, ErrOptimisticLocking):
+		st.g.log.Warn("dlock: lock lost before release", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+		return fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
+	case err != nil:
+		st.g.log.Debug("dlock: release failed; the key expires with its lease", zap.Error(err))
+	}
+	return err
+}
+
+// signal says the key may be free: the first waiter will try.
+func (st *lockState) signal() {
+	st.epoch.Add(1)
+	st.q.Wake()
+}
+
+// watch makes sure a waiting process hears of releases: the retry poller runs and, with
+// notifications on, the release channel is subscribed.
+func (st *lockState) watch() {
+	st.poller.Start(func() {
+		if st.g.notes != nil && !st.watching {
+			st.watching = true
+			st.g.notes.subscribe(st)
+		}
+	})
+}
+
+// idle drops the subscription once no goroutine of this process waits on the lock.
+func (st *lockState) idle() {
+	if st.g.notes == nil {
+		return
+	}
+	st.poller.Locked(func(bool) {
+		if st.watching && !st.q.HasWaiters() {
+			st.watching = false
+			st.g.notes.unsubscribe(st)
+		}
+	})
+}
+
+// Waiting implements threads.PollTarget; it runs under the poller's lock.
+func (st *lockState) Waiting() bool {
+	if !st.q.HasWaiters() {
+		if st.watching {
+			st.watching = false
+			st.g.notes.unsubscribe(st)
+		}
+		return false
+	}
+	return st.owner.Load() == nil
+}
+
+// Poll implements threads.PollTarget: it checks the key unless this process heard of it within
+// the last poll interval (a failed attempt or a release message, when notifications are on),
+// and signals when the key is free.
+func (st *lockState) Poll(ctx context.Context) {
+	if st.g.notes != nil && st.g.now()-st.heard.Load() < int64(st.cfg.Lease()/6) {
+		return
+	}
+	free, err := st.g.proc.IsFree(ctx, st.cfg)
+	if err != nil {
+		st.g.log.Debug("dlock: poll failed", zap.Error(err))
+		return
+	}
+	st.heard.Store(st.g.now())
+	if free {
+		st.signal()
+	}
+}

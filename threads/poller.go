@@ -1,0 +1,104 @@
+// Package threads holds the two background loops of a lock: the retry poller, which watches a
+// key held by another process while local goroutines wait, and the lease expander, which
+// renews the key while it is held. Each loop is started and stopped idempotently by its owner,
+// ends promptly, and is counted in a WaitGroup its owner waits on, so none outlives its lock.
+package threads
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// PollTarget is what a Poller serves.
+type PollTarget interface {
+	// Waiting reports whether the poller is still needed (waiters remain and no local goroutine
+	// owns the lock). It is called with the poller's lock held, so a Start and the loop's
+	// decision to exit cannot interleave: a waiter that calls Start after joining the queue
+	// never finds a loop that is about to exit without seeing it.
+	Waiting() bool
+	// Poll checks the lock once and wakes a waiter when it is free.
+	Poll(ctx context.Context)
+}
+
+// Poller is the retry poller: started, it runs Poll after First and then every Every, for as
+// long as Waiting holds. It is Java DLock's RetryLockThread (lease/10, then lease/6).
+type Poller struct {
+	first, every time.Duration
+	target       PollTarget
+	ctx          context.Context // ends every loop (the owner is closing)
+	wg           *sync.WaitGroup
+
+	mu   sync.Mutex
+	stop chan struct{} // non-nil while a loop runs; closed to stop it; guarded by mu
+}
+
+// NewPoller returns a stopped poller. Loops end when ctx ends; each is counted in wg.
+func NewPoller(ctx context.Context, first, every time.Duration, target PollTarget, wg *sync.WaitGroup) *Poller {
+	return &Poller{first: first, every: every, target: target, ctx: ctx, wg: wg}
+}
+
+// Start starts the loop unless one runs, then runs each of also under the poller's lock (for
+// state that must change together with the loop's life, such as a subscription). It reports
+// whether it started a loop.
+func (p *Poller) Start(also ...func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range also {
+		f()
+	}
+	if p.stop != nil || p.ctx.Err() != nil {
+		return false
+	}
+	stop := make(chan struct{})
+	p.stop = stop
+	p.wg.Add(1)
+	go p.run(stop)
+	return true
+}
+
+// Stop asks the running loop to end; it does not wait (the owner's WaitGroup does).
+func (p *Poller) Stop() {
+	p.mu.Lock()
+	if p.stop != nil {
+		close(p.stop)
+		p.stop = nil
+	}
+	p.mu.Unlock()
+}
+
+// Locked runs f under the poller's lock; f learns whether a loop is running.
+func (p *Poller) Locked(f func(running bool)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(p.stop != nil)
+}
+
+func (p *Poller) run(stop chan struct{}) {
+	defer p.wg.Done()
+	t := time.NewTimer(p.first)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-p.ctx.Done():
+			p.Stop()
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		if p.stop != stop { // stopped, and perhaps started again
+			p.mu.Unlock()
+			return
+		}
+		if !p.target.Waiting() {
+			p.stop = nil
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		p.target.Poll(p.ctx)
+		t.Reset(p.every)
+	}
+}
