@@ -435,7 +435,9 @@ func TestReleaseRacingSubscription(t *testing.T) {
 }
 
 // commands returns the server's total_commands_processed.
-func commands(t *testing.T, c *redis.Client) int64 {
+func commands(t *testing.T, c *redis.Client) int64 { return commandsB(t, c) }
+
+func commandsB(t testing.TB, c *redis.Client) int64 {
 	t.Helper()
 	info, err := c.Info(context.Background(), "stats").Result()
 	if err != nil {

@@ -44,8 +44,8 @@ func (l *clhLock) Unlock() {
 // golang.org/x/sync/semaphore, with direct hand-off to the first waiter.
 type listLock struct {
 	mu      sync.Mutex
-	held    bool       // guarded by mu
-	waiters list.List  // of chan struct{}; guarded by mu
+	held    bool      // guarded by mu
+	waiters list.List // of chan struct{}; guarded by mu
 }
 
 func (l *listLock) Lock(ctx context.Context) error {

@@ -1,0 +1,60 @@
+package dlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// BenchmarkLockUnlock is one process's hot loop: parallel Lock and Unlock of one key with no
+// work inside. It reports Redis commands per acquisition (server side, scripts' inner commands
+// included).
+func BenchmarkLockUnlock(b *testing.B) {
+	g, c := newGen(b)
+	l, _ := g.Gen("BENCH", b.Name())
+	ctx := context.Background()
+	before := commandsB(b, c)
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			owned, err := l.Lock(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Unlock(owned); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(commandsB(b, c)-before-1)/float64(b.N), "redis-calls/op")
+}
+
+// BenchmarkLostNotice measures how long after the key is taken over the old owner's context
+// ends. The bound is one renewal interval (75 % of the lease, here 45 ms).
+func BenchmarkLostNotice(b *testing.B) {
+	g, c := newGen(b)
+	l, _ := g.GenWithLease("LOSTNOTICE", b.Name(), 60*time.Millisecond)
+	ctx := context.Background()
+	var total, worst time.Duration
+	for i := 0; i < b.N; i++ {
+		owned, err := l.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%45) * time.Millisecond) // take over at varied points of the renewal cycle
+		taken := time.Now()
+		c.Set(ctx, l.Config().UniqueKey(), "usurper", time.Minute)
+		<-owned.Done()
+		d := time.Since(taken)
+		total += d
+		worst = max(worst, d)
+		_ = l.Unlock(owned)
+		c.Del(ctx, l.Config().UniqueKey())
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "mean-ms")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "max-ms")
+}
