@@ -64,8 +64,8 @@ func demo(args []string, out io.Writer) error {
 
 	var (
 		inside, overlaps, acquisitions, waiting, maxWaiting atomic.Int64
-		errs                                                 atomic.Int64
-		wg                                                   sync.WaitGroup
+		errs                                                atomic.Int64
+		wg                                                  sync.WaitGroup
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), *duration)
 	defer cancel()
