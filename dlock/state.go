@@ -101,26 +101,30 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 
 	n := queue.NewNode()
 	st.q.Enqueue(n)
-	for {
+	woken := false // a wake-up was taken from the permit and not yet acted on
+	for wctx.Err() == nil {
 		if st.q.IsFirst(n) && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
 			h, e, err := st.tryRemote(ctx, cfg)
 			if h != nil {
 				st.q.SetHead(n)
 				return h, nil
 			}
-			tried, triedAt, lastErr = true, e, err
+			tried, triedAt, lastErr, woken = true, e, err, false
+			continue // the attempt may have ended with the context
 		}
-		if wctx.Err() == nil && st.owner.Load() == nil {
+		if st.owner.Load() == nil {
 			st.watch()
 		}
-		if err := n.Park(wctx); err != nil {
-			st.q.Cancel(n, false)
-			if ctx.Err() == nil && st.g.ctx.Err() != nil {
-				return nil, ErrClosed
-			}
-			return nil, notObtained(ctx.Err(), lastErr)
+		if n.Park(wctx) != nil {
+			break
 		}
+		woken = true
 	}
+	st.q.Cancel(n, woken)
+	if ctx.Err() == nil {
+		return nil, ErrClosed
+	}
+	return nil, notObtained(ctx.Err(), lastErr)
 }
 
 func notObtained(ctxErr, last error) error {
