@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
+	"github.com/dlockgo/dlock/threads"
 )
 
 // Generator makes locks, as Java DLock's DLockGenerator does: it knows the lease of each lock
@@ -36,8 +37,8 @@ type Generator struct {
 
 	ctx    context.Context // ended by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every background goroutine
-	notes  *notifier      // nil when notifications are off
+	group  threads.Group // every background goroutine
+	notes  *notifier     // nil when notifications are off
 
 	mu     sync.Mutex
 	states map[string]*lockState // by unique key, while in use; guarded by mu
@@ -184,6 +185,6 @@ func (g *Generator) Close(ctx context.Context) error {
 	if g.notes != nil {
 		g.notes.close()
 	}
-	g.wg.Wait()
+	g.group.Close()
 	return errors.Join(errs...)
 }

@@ -38,7 +38,7 @@ type ownerKey struct {
 
 // holdingOf returns the acquisition ctx owns, or nil.
 func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
-	if ctx == nil {
+	if ctx == nil || l == nil || l.g == nil {
 		return nil
 	}
 	h, _ := ctx.Value(ownerKey{l.g, l.cfg.UniqueKey()}).(*holding)
@@ -79,6 +79,9 @@ func (l *DistributedReentrantLock) TryLock(ctx context.Context) (context.Context
 func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (context.Context, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	if l == nil || l.g == nil {
+		return nil, fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
 	}
 	if h := l.holdingOf(ctx); h != nil {
 		if cause := context.Cause(h.ctx); errors.Is(cause, ErrLockLost) {
@@ -126,7 +129,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	h := l.holdingOf(ctx)
 	if h == nil {
-		if l.g.isClosed() {
+		if l != nil && l.g != nil && l.g.isClosed() {
 			return ErrClosed
 		}
 		return ErrNotHeld
@@ -150,6 +153,9 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 // owner context, which ends if the lock is lost. Do returns Lock's error, or fn's error joined
 // with Unlock's.
 func (l *DistributedReentrantLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
+	}
 	owned, err := l.Lock(ctx)
 	if err != nil {
 		return err

@@ -35,8 +35,7 @@ func (n *notifier) subscribe(st *lockState) {
 	if n.ps == nil {
 		n.ps = n.g.client.Subscribe(n.g.ctx, st.channel)
 		msgs := n.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-		n.g.wg.Add(1)
-		go n.receive(msgs)
+		n.g.group.Go(func() { n.receive(msgs) })
 		return
 	}
 	if err := n.ps.Subscribe(n.g.ctx, st.channel); err != nil {
@@ -63,7 +62,6 @@ func (n *notifier) lookup(channel string) *lockState {
 }
 
 func (n *notifier) receive(msgs <-chan any) {
-	defer n.g.wg.Done()
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:

@@ -61,7 +61,7 @@ type holding struct {
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
 	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg)}
-	st.poller = threads.NewPoller(g.ctx, cfg.Lease()/10, cfg.Lease()/6, st, &g.wg)
+	st.poller = threads.NewPoller(g.ctx, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
 	return st
 }
 
@@ -148,13 +148,21 @@ func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig) (*ho
 	}
 	if ctx.Err() != nil && !errors.Is(err, ErrOptimisticLocking) {
 		// Granted as the caller gave up, or the answer was lost with the cancellation: give
-		// the key back (the script deletes only our own locker) and tell the waiters.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Lease())
-		if uerr := st.g.proc.Unlock(rctx, &ent, cfg); uerr == nil {
-			e = st.epoch.Add(1) - 1 // our own release is news the next waiter must act on
+		// the key back in the background (the script deletes only our own locker; if it
+		// cannot, the key expires with its lease) and tell the waiters.
+		st.g.group.Go(func() {
+			rctx, cancel := context.WithTimeout(st.g.ctx, cfg.Lease())
+			defer cancel()
+			if st.g.proc.Unlock(rctx, &ent, cfg) == nil {
+				st.signal()
+			}
+		})
+		switch {
+		case err == nil:
+			err = ctx.Err()
+		case !errors.Is(err, ctx.Err()):
+			err = fmt.Errorf("%w (attempt: %w)", ctx.Err(), err)
 		}
-		cancel()
-		err = ctx.Err()
 	}
 	st.claim.Store(false)
 	if st.epoch.Load() != e {
@@ -184,7 +192,7 @@ func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent dom
 		st.g.log.Warn("dlock: lock lost", zap.String("key", cfg.UniqueKey()),
 			zap.String("locker", h.entity.Locker), zap.Error(cause))
 		h.cancel(cause)
-	}, &st.g.wg)
+	}, &st.g.group)
 	return h
 }
 

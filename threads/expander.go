@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	dlerrors "github.com/dlockgo/dlock/errors"
@@ -35,16 +34,16 @@ type Expander struct {
 // or when the lock is lost, in which case onLost runs (in the loop's goroutine) with a cause
 // wrapping errors.ErrLockLost: the renewal found the key gone or taken
 // (errors.ErrOptimisticLocking), or renewals kept failing until the lease had run out. The
-// loop is counted in wg.
-func StartExpander(ctx context.Context, cfg ExpanderConfig, renew func(context.Context) error, onLost func(cause error), wg *sync.WaitGroup) *Expander {
+// loop runs in group; a closed group runs nothing.
+func StartExpander(ctx context.Context, cfg ExpanderConfig, renew func(context.Context) error, onLost func(cause error), group *Group) *Expander {
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Expander{cancel: cancel, done: make(chan struct{})}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	if !group.Go(func() {
 		defer close(e.done)
 		e.run(ctx, cfg, renew, onLost)
-	}()
+	}) {
+		close(e.done)
+	}
 	return e
 }
 

@@ -1,7 +1,7 @@
 // Package threads holds the two background loops of a lock: the retry poller, which watches a
 // key held by another process while local goroutines wait, and the lease expander, which
 // renews the key while it is held. Each loop is started and stopped idempotently by its owner,
-// ends promptly, and is counted in a WaitGroup its owner waits on, so none outlives its lock.
+// ends promptly, and runs in a Group its owner closes, so none outlives its lock.
 package threads
 
 import (
@@ -27,15 +27,15 @@ type Poller struct {
 	first, every time.Duration
 	target       PollTarget
 	ctx          context.Context // ends every loop (the owner is closing)
-	wg           *sync.WaitGroup
+	group        *Group
 
 	mu   sync.Mutex
 	stop chan struct{} // non-nil while a loop runs; closed to stop it; guarded by mu
 }
 
-// NewPoller returns a stopped poller. Loops end when ctx ends; each is counted in wg.
-func NewPoller(ctx context.Context, first, every time.Duration, target PollTarget, wg *sync.WaitGroup) *Poller {
-	return &Poller{first: first, every: every, target: target, ctx: ctx, wg: wg}
+// NewPoller returns a stopped poller. Loops end when ctx ends; each runs in group.
+func NewPoller(ctx context.Context, first, every time.Duration, target PollTarget, group *Group) *Poller {
+	return &Poller{first: first, every: every, target: target, ctx: ctx, group: group}
 }
 
 // Start starts the loop unless one runs, then runs each of also under the poller's lock (for
@@ -51,9 +51,10 @@ func (p *Poller) Start(also ...func()) bool {
 		return false
 	}
 	stop := make(chan struct{})
+	if !p.group.Go(func() { p.run(stop) }) {
+		return false
+	}
 	p.stop = stop
-	p.wg.Add(1)
-	go p.run(stop)
 	return true
 }
 
@@ -75,7 +76,6 @@ func (p *Poller) Locked(f func(running bool)) {
 }
 
 func (p *Poller) run(stop chan struct{}) {
-	defer p.wg.Done()
 	t := time.NewTimer(p.first)
 	defer t.Stop()
 	for {

@@ -37,7 +37,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestPollerRunsWhileWaitingAndExits(t *testing.T) {
-	var wg sync.WaitGroup
+	var wg threads.Group
 	tg := &target{}
 	tg.waiting.Store(true)
 	p := threads.NewPoller(context.Background(), time.Millisecond, time.Millisecond, tg, &wg)
@@ -54,7 +54,6 @@ func TestPollerRunsWhileWaitingAndExits(t *testing.T) {
 		p.Locked(func(r bool) { running = r })
 		return !running
 	})
-	wg.Wait()
 	n := tg.polls.Load()
 	tg.waiting.Store(true)
 	if !p.Start() {
@@ -63,20 +62,28 @@ func TestPollerRunsWhileWaitingAndExits(t *testing.T) {
 	eventually(t, "polls after restart", func() bool { return tg.polls.Load() > n })
 	p.Stop()
 	p.Stop()
-	wg.Wait()
+	waitFor(t, &wg)
 }
 
 func TestPollerEndsWithContext(t *testing.T) {
-	var wg sync.WaitGroup
+	var wg threads.Group
 	tg := &target{}
 	tg.waiting.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := threads.NewPoller(ctx, time.Hour, time.Hour, tg, &wg)
 	p.Start()
 	cancel()
-	wg.Wait()
+	eventually(t, "exit when the context ends", func() bool {
+		running := true
+		p.Locked(func(r bool) { running = r })
+		return !running
+	})
 	if p.Start() {
 		t.Fatal("Start after the context ended started a loop")
+	}
+	waitFor(t, &wg)
+	if p.Start() {
+		t.Fatal("Start on a closed group started a loop")
 	}
 	if tg.polls.Load() != 0 {
 		t.Fatal("polled before its first delay")
@@ -111,7 +118,7 @@ func (r *renewals) count() int {
 }
 
 func TestExpanderRenewsAndStops(t *testing.T) {
-	var wg sync.WaitGroup
+	var wg threads.Group
 	r := &renewals{}
 	lost := make(chan error, 1)
 	start := time.Now()
@@ -121,7 +128,7 @@ func TestExpanderRenewsAndStops(t *testing.T) {
 	eventually(t, "three renewals", func() bool { return r.count() >= 3 })
 	e.Stop()
 	e.Stop()
-	wg.Wait()
+	waitFor(t, &wg)
 	if first := r.times[0].Sub(start); first < 30*time.Millisecond {
 		t.Fatalf("first renewal after %v, want one interval (not right after acquiring)", first)
 	}
@@ -141,7 +148,7 @@ func TestExpanderReportsLoss(t *testing.T) {
 		{"unreachable", errors.New("connection refused")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var wg sync.WaitGroup
+			var wg threads.Group
 			r := &renewals{errs: []error{tc.err}}
 			lost := make(chan error, 1)
 			threads.StartExpander(context.Background(), threads.ExpanderConfig{
@@ -155,7 +162,7 @@ func TestExpanderReportsLoss(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("loss never reported")
 			}
-			wg.Wait()
+			waitFor(t, &wg)
 			if tc.name == "unreachable" && r.count() < 2 {
 				t.Fatalf("%d renewals: a failed renewal was not retried before the lease ran out", r.count())
 			}
@@ -164,7 +171,7 @@ func TestExpanderReportsLoss(t *testing.T) {
 }
 
 func TestExpanderRecoversFromOneError(t *testing.T) {
-	var wg sync.WaitGroup
+	var wg threads.Group
 	r := &renewals{errs: []error{errors.New("blip"), nil}}
 	lost := make(chan error, 1)
 	e := threads.StartExpander(context.Background(), threads.ExpanderConfig{
@@ -172,10 +179,23 @@ func TestExpanderRecoversFromOneError(t *testing.T) {
 	}, r.renew, func(err error) { lost <- err }, &wg)
 	eventually(t, "renewals after the error", func() bool { return r.count() >= 5 })
 	e.Stop()
-	wg.Wait()
+	waitFor(t, &wg)
 	select {
 	case err := <-lost:
 		t.Fatalf("one failed renewal lost the lock: %v", err)
 	default:
+	}
+}
+
+// waitFor waits for the group's goroutines; a group can be closed once, so it is closed here
+// and the test makes a new one when it goes on.
+func waitFor(t *testing.T, g *threads.Group) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { g.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("goroutines did not end")
 	}
 }

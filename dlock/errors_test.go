@@ -1,0 +1,81 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// Every documented error, from the calls that document it, with Redis down where that is the
+// cause. Each case must return its error and must not panic.
+func TestDocumentedErrors(t *testing.T) {
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer down.Close()
+	gDown, err := dlock.NewGenerator(down, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gDown.Close(context.Background())
+	lDown, _ := gDown.Gen("ERR", "down")
+	g, _ := newGen(t)
+	l, _ := g.Gen("ERR", target(t))
+	var zero dlock.DistributedReentrantLock
+
+	short := func() context.Context { return ctxT(t, 200*time.Millisecond) }
+	cases := []struct {
+		name string
+		call func() error
+		want []error
+		text string // the message must contain it
+	}{
+		{"TryLock with Redis down", func() error { _, _, err := lDown.TryLock(short()); return err },
+			nil, `redis lock "DLOCK_ERR_down"`},
+		{"Lock with Redis down", func() error { _, err := lDown.Lock(short()); return err },
+			[]error{dlock.ErrNotObtained, context.DeadlineExceeded}, "last attempt"},
+		{"Lock with an ended context", func() error {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err := l.Lock(ctx)
+			return err
+		}, []error{dlock.ErrNotObtained, context.Canceled}, ""},
+		{"Unlock by a non-owner", func() error { return l.Unlock(context.Background()) }, []error{dlock.ErrNotHeld}, ""},
+		{"Unlock with nil context", func() error { return l.Unlock(nil) }, []error{dlock.ErrNotHeld}, ""}, //nolint:staticcheck
+		{"Do with nil function", func() error { return l.Do(context.Background(), nil) }, []error{dlock.ErrInvalidConfig}, ""},
+		{"Lock on a zero lock", func() error { _, err := zero.Lock(context.Background()); return err }, []error{dlock.ErrInvalidConfig}, ""},
+		{"Unlock on a zero lock", func() error { return zero.Unlock(context.Background()) }, []error{dlock.ErrNotHeld}, ""},
+		{"Gen of an unconfigured type", func() error {
+			c := srv.Client()
+			defer c.Close()
+			g, _ := dlock.NewGenerator(c)
+			defer g.Close(context.Background())
+			_, err := g.Gen("NOLEASE", "x")
+			return err
+		}, []error{dlock.ErrInvalidConfig}, "no lease configured"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Errorf("%v does not match %v", err, w)
+				}
+			}
+			if !strings.Contains(err.Error(), tc.text) {
+				t.Errorf("%q does not say %q", err, tc.text)
+			}
+		})
+	}
+	var pe *dlock.RedisProcessError
+	if _, _, err := lDown.TryLock(short()); !errors.As(err, &pe) || pe.Op != "lock" || pe.Key != "DLOCK_ERR_down" {
+		t.Fatalf("TryLock with Redis down: %#v", err)
+	}
+}

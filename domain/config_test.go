@@ -1,0 +1,85 @@
+package domain_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	dlerrors "github.com/dlockgo/dlock/errors"
+)
+
+func TestNewDLockConfig(t *testing.T) {
+	cases := []struct {
+		typ, target string
+		lease       time.Duration
+		key         string // "" when invalid
+	}{
+		{"ORDER", "42", time.Second, "DLOCK_ORDER_42"},
+		{"ORDER", "  42\t\n", time.Second, "DLOCK_ORDER_42"},
+		{"USER_LOCK", "a b", domain.MinLease, "DLOCK_USER_LOCK_a b"},
+		{"T", "{tag}x", domain.MaxLease, "DLOCK_T_{tag}x"},
+		{"", "42", time.Second, ""},
+		{"OR DER", "42", time.Second, ""},
+		{"ORDER", "", time.Second, ""},
+		{"ORDER", " \t ", time.Second, ""},
+		{"ORDER", "4\x002", time.Second, ""},
+		{"ORDER", "a}b", time.Second, ""},
+		{"ORDER", "42", 0, ""},
+		{"ORDER", "42", domain.MinLease - time.Millisecond, ""},
+		{"ORDER", "42", domain.MaxLease + time.Millisecond, ""},
+		{"ORDER", "42", time.Second + time.Microsecond, ""},
+		{"ORDER", "42", -time.Second, ""},
+	}
+	for _, tc := range cases {
+		c, err := domain.NewDLockConfig(domain.DLockType(tc.typ), tc.target, tc.lease)
+		if tc.key == "" {
+			if !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Errorf("(%q, %q, %v): err = %v, want ErrInvalidConfig", tc.typ, tc.target, tc.lease, err)
+			}
+			continue
+		}
+		if err != nil || c.UniqueKey() != tc.key || c.Lease() != tc.lease || c.LockType() != domain.DLockType(tc.typ) {
+			t.Errorf("(%q, %q, %v) = %+v, %v; want key %q", tc.typ, tc.target, tc.lease, c, err, tc.key)
+		}
+	}
+	if !(domain.DLockConfig{}).IsZero() {
+		t.Error("zero config not IsZero")
+	}
+}
+
+func TestStatusString(t *testing.T) {
+	if domain.StatusProcessing.String() != "PROCESSING" || domain.StatusInitial.String() != "INITIAL" || domain.DLockStatus(9).String() != "UNKNOWN" {
+		t.Fatal("status names differ from Java DLock's")
+	}
+}
+
+// FuzzNewDLockConfig: no panic; a valid config has the Java key, a lease in range, and side
+// keys in its cluster slot; an invalid one says ErrInvalidConfig.
+func FuzzNewDLockConfig(f *testing.F) {
+	f.Add("ORDER", "42", int64(1000))
+	f.Add("T", " {x}y ", int64(30))
+	f.Add("", "", int64(-1))
+	f.Add("A_B", "C}{", int64(604800000))
+	f.Fuzz(func(t *testing.T, typ, target string, leaseMs int64) {
+		lease := time.Duration(leaseMs) * time.Millisecond
+		c, err := domain.NewDLockConfig(domain.DLockType(typ), target, lease)
+		if err != nil {
+			if !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+			}
+			return
+		}
+		trimmed := domain.TrimTarget(target)
+		if c.UniqueKey() != "DLOCK_"+typ+"_"+trimmed || trimmed == "" || strings.TrimSpace(typ) == "" {
+			t.Fatalf("key %q from (%q, %q)", c.UniqueKey(), typ, target)
+		}
+		if c.Lease() < domain.MinLease || c.Lease() > domain.MaxLease {
+			t.Fatalf("lease %v accepted", c.Lease())
+		}
+		if domain.HashTag(c.SideKey("fence")) != domain.HashTag(c.UniqueKey()) {
+			t.Fatalf("side key %q outside the slot of %q", c.SideKey("fence"), c.UniqueKey())
+		}
+	})
+}

@@ -1,0 +1,186 @@
+package reliability_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// The test binary runs itself as helper processes (real OS processes) with
+// DLOCK_RELIABILITY_HELPER set to a mode and its parameters in DLOCK_H_* variables.
+
+func env(name string) string { return os.Getenv("DLOCK_H_" + name) }
+
+func envInt(name string) int {
+	n, _ := strconv.Atoi(env(name))
+	return n
+}
+
+func envDuration(name string) time.Duration {
+	d, _ := time.ParseDuration(env(name))
+	return d
+}
+
+func runHelper(mode string) int {
+	c := redis.NewClient(&redis.Options{Addr: env("ADDR")})
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(envDuration("LEASE")))
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	defer g.Close(context.Background())
+	switch mode {
+	case "soak":
+		return soakHelper(g, c)
+	case "holder":
+		return holderHelper(g, c)
+	}
+	fmt.Println("unknown mode", mode)
+	return 2
+}
+
+// soakResult is what a soak helper reports.
+type soakResult struct {
+	Acquisitions int64 `json:"acquisitions"`
+	Overlaps     int64 `json:"overlaps"`
+	Stuck        int64 `json:"stuck"`
+	Errors       int64 `json:"errors"`
+}
+
+// soakHelper runs GOROUTINES goroutines for DURATION over KEYS keys of TARGET. Inside the lock:
+// INCR of an "inside" counter that must read 1, a non-atomic GET, pause, SET of a counter,
+// DECR. A Lock that waits WAIT (far longer than any critical section) counts as stuck.
+func soakHelper(g *dlock.Generator, c *redis.Client) int {
+	var res soakResult
+	var wg sync.WaitGroup
+	end := time.Now().Add(envDuration("DURATION"))
+	keys, wait := envInt("KEYS"), envDuration("WAIT")
+	for i := 0; i < envInt("GOROUTINES"); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				k := env("TARGET") + "-" + strconv.Itoa(rand.IntN(keys))
+				l, err := g.Gen("SOAK", k)
+				if err != nil {
+					atomic.AddInt64(&res.Errors, 1)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				err = l.Do(ctx, func(owned context.Context) error {
+					if n := c.Incr(owned, "{"+k+"}:inside").Val(); n != 1 {
+						atomic.AddInt64(&res.Overlaps, 1)
+					}
+					v, _ := c.Get(owned, "{"+k+"}:counter").Int64()
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					c.Set(owned, "{"+k+"}:counter", v+1, 0)
+					c.Decr(owned, "{"+k+"}:inside")
+					return nil
+				})
+				cancel()
+				switch {
+				case err == nil:
+					atomic.AddInt64(&res.Acquisitions, 1)
+				case errors.Is(err, context.DeadlineExceeded):
+					atomic.AddInt64(&res.Stuck, 1)
+				default:
+					atomic.AddInt64(&res.Errors, 1)
+					fmt.Fprintln(os.Stderr, "soak helper:", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	return 0
+}
+
+// holderHelper takes TARGET, prints "token N", then every 5 ms writes its token to the fenced
+// store (FENCE key) and prints what the store said, until its owner context ends; then it
+// prints "lost <cause>" and "unlock <error>".
+func holderHelper(g *dlock.Generator, c *redis.Client) int {
+	l, err := g.Gen("HOLD", env("TARGET"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	token, _ := l.FencingToken(owned)
+	fmt.Println("token", token)
+	for owned.Err() == nil {
+		ok := fencedWrite(context.Background(), c, env("FENCE"), token)
+		fmt.Println("write", token, ok)
+		time.Sleep(5 * time.Millisecond)
+	}
+	fmt.Println("lost", errors.Is(context.Cause(owned), dlock.ErrLockLost))
+	fmt.Println("unlock", errors.Is(l.Unlock(owned), dlock.ErrLockLost))
+	return 0
+}
+
+// fencedStore is a token-checking store kept in Redis: a write succeeds only if its token is
+// not lower than the highest accepted so far.
+var fencedStore = redis.NewScript(`
+local last = tonumber(redis.call('get', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < last then return 0 end
+redis.call('set', KEYS[1], ARGV[1])
+return 1`)
+
+func fencedWrite(ctx context.Context, c *redis.Client, key string, token uint64) bool {
+	n, err := fencedStore.Run(ctx, c, []string{key}, strconv.FormatUint(token, 10)).Int()
+	return err == nil && n == 1
+}
+
+// helper starts the test binary as a helper process in mode with the given parameters.
+func helper(t *testing.T, mode string, params map[string]string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DLOCK_RELIABILITY_HELPER="+mode)
+	for k, v := range params {
+		cmd.Env = append(cmd.Env, "DLOCK_H_"+k+"="+v)
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
+// expectLine reads lines until one starts with prefix and returns the rest.
+func expectLine(t *testing.T, sc *bufio.Scanner, prefix string) string {
+	t.Helper()
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	t.Fatalf("helper ended without a %q line", prefix)
+	return ""
+}
