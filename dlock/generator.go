@@ -49,7 +49,7 @@ type Generator struct {
 // wrapping ErrInvalidConfig. Defaults: no logging, barging allowed (with a starvation guard),
 // release notifications on, no lease configured for any type.
 func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, error) {
-	o := options{logger: zap.NewNop(), notify: true, leases: map[domain.DLockType]time.Duration{}}
+	o := options{logger: zap.NewNop(), notify: true, handOff: DefaultHandOff, leases: map[domain.DLockType]time.Duration{}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidConfig)
@@ -58,7 +58,8 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 			return nil, err
 		}
 	}
-	proc, err := processor.NewRedisLockProcessor(client, o.notify)
+	prefix := lockerPrefix()
+	proc, err := processor.NewRedisLockProcessor(client, processor.Options{Publish: o.notify, Process: prefix})
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +68,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		proc:   proc,
 		opts:   o,
 		log:    o.logger,
-		prefix: lockerPrefix(),
+		prefix: prefix,
 		start:  time.Now(),
 		states: make(map[string]*lockState),
 	}
@@ -176,6 +177,11 @@ func (g *Generator) Close(ctx context.Context) error {
 	g.mu.Unlock()
 	var errs []error
 	for _, st := range states {
+		if p := st.pending.Swap(nil); p != nil {
+			if err := st.g.proc.Unlock(ctx, p, st.cfg); err != nil && !errors.Is(err, ErrOptimisticLocking) {
+				errs = append(errs, err)
+			}
+		}
 		if h := st.owner.Load(); h != nil {
 			if err := st.release(ctx, h, ErrClosed); err != nil && !errors.Is(err, ErrNotHeld) {
 				errs = append(errs, err)

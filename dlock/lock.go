@@ -104,7 +104,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 	if err != nil {
 		return nil, err
 	}
-	h, err := st.acquire(ctx, l.cfg, wait)
+	h, err := st.acquire(ctx, wait)
 	if err != nil {
 		st.idle()
 		l.g.unref(st)

@@ -20,6 +20,7 @@ type options struct {
 	logger       *zap.Logger                        // default zap.NewNop()
 	fifo         bool                               // default false: newcomers may barge
 	notify       bool                               // default true
+	handOff      time.Duration                      // default DefaultHandOff
 	leases       map[domain.DLockType]time.Duration // default none
 	defaultLease time.Duration                      // default 0: unconfigured types are an error
 }
@@ -49,6 +50,26 @@ func WithFIFO() Option {
 // learn of releases only from the retry poller, every lease/6, as Java DLock does.
 func WithNotifications(on bool) Option {
 	return optionFunc(func(o *options) error { o.notify = on; return nil })
+}
+
+// DefaultHandOff is the default of WithLocalHandOff.
+const DefaultHandOff = 50 * time.Millisecond
+
+// WithLocalHandOff sets how a release passes the lock to another goroutine of the same
+// process. With max > 0 (the default is DefaultHandOff) a release that finds local waiters
+// hands the key straight to the first of them in one Redis round trip (handover.lua, which
+// also gives it a new fencing token), instead of deleting the key and letting the waiter take
+// it again; but once this process has kept the lock for max while another process waits for it
+// (a waiting process leaves a mark beside the key), the release lets the key go so the other
+// process can take it. With max = 0 every release deletes the key, as Java DLock does.
+func WithLocalHandOff(max time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if max < 0 {
+			return fmt.Errorf("%w: negative hand-off limit %v", ErrInvalidConfig, max)
+		}
+		o.handOff = max
+		return nil
+	})
 }
 
 // WithLeases sets the lease of each lock type, as DLock's config-dlock.properties does (see

@@ -34,15 +34,17 @@ const starvation = time.Millisecond
 // into extra round trips.
 type lockState struct {
 	g       *Generator
-	cfg     domain.DLockConfig // of the handle that created the state; it sets the poll timing
+	cfg     domain.DLockConfig // of the handle that brought the lock into use; every acquisition uses its lease
 	channel string             // the release channel
 	refs    int                // holders and waiters; guarded by g.mu
 
-	q     queue.Queue
-	claim atomic.Bool
-	owner atomic.Pointer[holding]
-	epoch atomic.Uint64
-	heard atomic.Int64 // g.now() when this process last learnt the key's state from Redis
+	q       queue.Queue
+	claim   atomic.Bool
+	owner   atomic.Pointer[holding]
+	pending atomic.Pointer[domain.DLockEntity] // handed over in Redis, not yet taken by a waiter; the claim stays held
+	epoch   atomic.Uint64
+	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
+	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
 
 	poller   *threads.Poller
 	watching bool // subscribed to channel; guarded by the poller's lock
@@ -74,15 +76,15 @@ func (st *lockState) mayBarge() bool {
 	return f == nil || time.Since(f.Since()) < starvation
 }
 
-// acquire takes the lock for cfg (the caller's handle), waiting if wait is set.
-func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, error) {
+// acquire takes the lock, waiting if wait is set.
+func (st *lockState) acquire(ctx context.Context, wait bool) (*holding, error) {
 	var (
 		tried   bool   // this goroutine has failed in Redis ...
 		triedAt uint64 // ... at this epoch
 		lastErr error
 	)
 	if (!wait || st.mayBarge()) && st.claim.CompareAndSwap(false, true) {
-		h, e, err := st.tryRemote(ctx, cfg)
+		h, e, err := st.tryRemote(ctx)
 		if h != nil || !wait {
 			return h, err
 		}
@@ -103,8 +105,12 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	st.q.Enqueue(n)
 	woken := false // a wake-up was taken from the permit and not yet acted on
 	for wctx.Err() == nil {
+		if p := st.pending.Load(); p != nil && st.q.IsFirst(n) && st.pending.CompareAndSwap(p, nil) {
+			st.q.SetHead(n) // handed over by the previous local owner: the claim is ours
+			return st.own(ctx, *p), nil
+		}
 		if st.q.IsFirst(n) && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
-			h, e, err := st.tryRemote(ctx, cfg)
+			h, e, err := st.tryRemote(ctx)
 			if h != nil {
 				st.q.SetHead(n)
 				return h, nil
@@ -112,7 +118,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 			tried, triedAt, lastErr, woken = true, e, err, false
 			continue // the attempt may have ended with the context
 		}
-		if st.owner.Load() == nil {
+		if st.owner.Load() == nil && st.pending.Load() == nil {
 			st.watch()
 		}
 		if n.Park(wctx) != nil {
@@ -121,6 +127,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		woken = true
 	}
 	st.q.Cancel(n, woken)
+	st.abandon()
 	if ctx.Err() == nil {
 		return nil, ErrClosed
 	}
@@ -138,13 +145,15 @@ func notObtained(ctxErr, last error) error {
 // tryRemote asks Redis for the key; the caller holds the claim. On success the claim stays
 // held by the new owner. It returns the epoch read before asking, so the caller knows which
 // signals its failure already accounts for.
-func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig) (*holding, uint64, error) {
+func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
+	cfg := st.cfg
 	e := st.epoch.Load()
 	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
 	err := st.g.proc.Lock(ctx, &ent, cfg)
 	st.heard.Store(st.g.now())
 	if err == nil && ctx.Err() == nil {
-		return st.own(ctx, cfg, ent), e, nil
+		st.tenure.Store(st.g.now())
+		return st.own(ctx, ent), e, nil
 	}
 	if ctx.Err() != nil && !errors.Is(err, ErrOptimisticLocking) {
 		// Granted as the caller gave up, or the answer was lost with the cancellation: give
@@ -172,7 +181,8 @@ func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig) (*ho
 }
 
 // own records a successful acquisition and starts renewing it.
-func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent domain.DLockEntity) *holding {
+func (st *lockState) own(parent context.Context, ent domain.DLockEntity) *holding {
+	cfg := st.cfg
 	h := &holding{st: st, entity: ent}
 	h.count.Store(1)
 	var ctx context.Context
@@ -196,7 +206,8 @@ func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent dom
 	return h
 }
 
-// release ends h: it stops the renewals, deletes the key if it still holds h's locker, ends
+// release ends h: it stops the renewals and either hands the key over to the next local
+// waiter in one round trip (handover.lua) or deletes it if it still holds h's locker; it ends
 // the owner context (with cause, if not nil) and wakes the next waiter. Only one release of a
 // holding happens; a second returns ErrNotHeld.
 func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
@@ -209,12 +220,17 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		lost = nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, st.cfg.Lease())
-	err := st.g.proc.Unlock(rctx, &h.entity, st.cfg)
-	cancel()
-	h.cancel(cause)
-	st.owner.Store(nil)
-	st.claim.Store(false)
-	st.signal()
+	defer cancel()
+	var err error
+	if cause == nil && lost == nil && st.g.opts.handOff > 0 && st.q.HasWaiters() {
+		err = st.handOver(rctx, h)
+	} else {
+		err = st.g.proc.Unlock(rctx, &h.entity, st.cfg)
+		h.cancel(cause)
+		st.owner.Store(nil)
+		st.claim.Store(false)
+		st.signal()
+	}
 	st.idle()
 	st.g.unref(st)
 	switch {
@@ -227,6 +243,59 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		st.g.log.Debug("dlock: release failed; the key expires with its lease", zap.Error(err))
 	}
 	return err
+}
+
+// handOver passes the key from h to a new acquisition that the first local waiter takes
+// (pending), unless another process has waited while this one kept the lock for longer than
+// the hand-off limit: then the script releases the key, and local waiters try only after
+// other processes have had time to.
+func (st *lockState) handOver(ctx context.Context, h *holding) error {
+	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
+	yield := st.g.now()-st.tenure.Load() >= int64(st.g.opts.handOff)
+	err := st.g.proc.HandOver(ctx, &h.entity, &next, st.cfg, yield)
+	rtt := time.Since(next.LockTime)
+	h.cancel(nil)
+	st.owner.Store(nil)
+	switch {
+	case err == nil:
+		st.pending.Store(&next) // the claim stays held for whoever takes it
+		st.q.Wake()
+		st.abandon() // in case the waiters left meanwhile
+		return nil
+	case errors.Is(err, processor.ErrYielded):
+		st.claim.Store(false)
+		delay := min(max(2*rtt, 100*time.Microsecond), st.cfg.Lease()/10)
+		time.AfterFunc(delay, st.signal)
+		return nil
+	}
+	st.claim.Store(false)
+	st.signal()
+	return err
+}
+
+// abandon releases a handed-over key that no local waiter is left to take, or wakes the one
+// that is. Waiters call it when they leave, hand-overs after they finish: of a waiter leaving
+// and a hand-over landing at the same moment, at least one sees the other.
+func (st *lockState) abandon() {
+	if st.pending.Load() == nil {
+		return
+	}
+	if st.q.HasWaiters() {
+		st.q.Wake()
+		return
+	}
+	p := st.pending.Load()
+	if p == nil || !st.pending.CompareAndSwap(p, nil) {
+		return
+	}
+	rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
+	err := st.g.proc.Unlock(rctx, p, st.cfg)
+	cancel()
+	if err != nil {
+		st.g.log.Debug("dlock: release of an unclaimed hand-over failed; the key expires with its lease", zap.Error(err))
+	}
+	st.claim.Store(false)
+	st.signal()
 }
 
 // signal says the key may be free: the first waiter will try.
@@ -268,7 +337,7 @@ func (st *lockState) Waiting() bool {
 		}
 		return false
 	}
-	return st.owner.Load() == nil
+	return st.owner.Load() == nil && st.pending.Load() == nil
 }
 
 // Poll implements threads.PollTarget: it checks the key unless this process heard of it within

@@ -20,6 +20,12 @@ type DLockProcessor interface {
 	ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
 	// Unlock deletes the key if it still holds e.Locker, else ErrOptimisticLocking.
 	Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// IsFree reports whether the key is absent.
+	// IsFree reports whether the key is absent; when it is held, the store may note that this
+	// process waits.
 	IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error)
+	// HandOver passes the lock held by from to the new acquisition to (setting to.Token),
+	// without letting it go free. With yield set and another process waiting, it releases the
+	// key instead and returns ErrYielded. If the key no longer holds from.Locker it returns
+	// ErrOptimisticLocking.
+	HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error
 }

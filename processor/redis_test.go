@@ -47,7 +47,7 @@ func cfg(t *testing.T, target string) domain.DLockConfig {
 }
 
 func TestNilClient(t *testing.T) {
-	if _, err := processor.NewRedisLockProcessor(nil, true); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+	if _, err := processor.NewRedisLockProcessor(nil, processor.Options{Publish: true}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -55,7 +55,7 @@ func TestNilClient(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		p, _ := processor.NewRedisLockProcessor(c, true)
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
 		lc := cfg(t, "life")
 		a := &domain.DLockEntity{Locker: "a"}
 		b := &domain.DLockEntity{Locker: "b"}
@@ -111,7 +111,7 @@ func TestLifecycle(t *testing.T) {
 func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		p, _ := processor.NewRedisLockProcessor(c, false)
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{})
 		lc := cfg(t, "fence")
 		var last uint64
 		for i := 0; i < 50; i++ {
@@ -142,7 +142,7 @@ func TestUnlockPublishes(t *testing.T) {
 		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
 			t.Fatal(err)
 		}
-		p, _ := processor.NewRedisLockProcessor(c, true)
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
 		e := &domain.DLockEntity{Locker: "pub-locker"}
 		if err := p.Lock(ctx, e, lc); err != nil {
 			t.Fatal(err)
@@ -162,7 +162,7 @@ func TestUnlockPublishes(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	p, _ := processor.NewRedisLockProcessor(c, true)
+	p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
 	lc := cfg(t, "down")
 	err := p.Lock(context.Background(), &domain.DLockEntity{Locker: "x"}, lc)
 	var pe *dlerrors.RedisProcessError
@@ -208,4 +208,54 @@ func redisSlot(key string) uint16 {
 		}
 	}
 	return crc % 16384
+}
+
+func TestHandOver(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p1, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
+		p2, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p2"})
+		lc := cfg(t, "handover")
+		a, b, x := &domain.DLockEntity{Locker: "p1-a"}, &domain.DLockEntity{Locker: "p1-b"}, &domain.DLockEntity{Locker: "p1-x"}
+		if err := p1.Lock(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		if err := p1.HandOver(ctx, a, b, lc, true); err != nil || b.Token <= a.Token {
+			t.Fatalf("hand-over: %v, token %d after %d", err, b.Token, a.Token)
+		}
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "p1-b" {
+			t.Fatalf("key holds %q after the hand-over", v)
+		}
+		if err := p1.HandOver(ctx, a, x, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("hand-over by a former holder: %v", err)
+		}
+		// Our own mark does not make us yield.
+		if err := p1.Lock(ctx, x, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatal(err)
+		}
+		if err := p1.HandOver(ctx, b, x, lc, true); err != nil {
+			t.Fatalf("hand-over with only our own mark: %v", err)
+		}
+		// Another process's failed attempt (or probe) does.
+		if free, err := p2.IsFree(ctx, lc); free || err != nil {
+			t.Fatalf("IsFree on a held key: %v %v", free, err)
+		}
+		if v := c.Get(ctx, processor.WantKey(lc)).Val(); v != "p2" {
+			t.Fatalf("waiting mark %q, want p2", v)
+		}
+		y := &domain.DLockEntity{Locker: "p1-y"}
+		if err := p1.HandOver(ctx, x, y, lc, false); err != nil {
+			t.Fatalf("hand-over without yield: %v", err)
+		}
+		z := &domain.DLockEntity{Locker: "p1-z"}
+		if err := p1.HandOver(ctx, y, z, lc, true); !errors.Is(err, processor.ErrYielded) {
+			t.Fatalf("hand-over with another process waiting: %v", err)
+		}
+		if c.Exists(ctx, lc.UniqueKey(), processor.WantKey(lc)).Val() != 0 {
+			t.Fatal("a yield left the key or the mark")
+		}
+		if free, _ := p2.IsFree(ctx, lc); !free {
+			t.Fatal("key not free after the yield")
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	dlerrors "github.com/dlockgo/dlock/errors"
@@ -27,7 +28,9 @@ type ExpanderConfig struct {
 // Expander is the lease thread: it renews a held key until stopped, and reports a loss.
 type Expander struct {
 	cancel context.CancelFunc
-	done   chan struct{}
+
+	mu      sync.Mutex
+	stopped bool // guarded by mu; once set, no loss is reported
 }
 
 // StartExpander starts renewing with renew. The loop ends when Stop is called, when ctx ends,
@@ -37,13 +40,8 @@ type Expander struct {
 // loop runs in group; a closed group runs nothing.
 func StartExpander(ctx context.Context, cfg ExpanderConfig, renew func(context.Context) error, onLost func(cause error), group *Group) *Expander {
 	ctx, cancel := context.WithCancel(ctx)
-	e := &Expander{cancel: cancel, done: make(chan struct{})}
-	if !group.Go(func() {
-		defer close(e.done)
-		e.run(ctx, cfg, renew, onLost)
-	}) {
-		close(e.done)
-	}
+	e := &Expander{cancel: cancel}
+	group.Go(func() { e.run(ctx, cfg, renew, onLost) })
 	return e
 }
 
@@ -70,21 +68,32 @@ func (e *Expander) run(ctx context.Context, cfg ExpanderConfig, renew func(conte
 			t.Reset(cfg.Interval)
 			continue
 		case errors.Is(err, dlerrors.ErrOptimisticLocking):
-			onLost(fmt.Errorf("%w: renewal found the key gone or taken: %w", dlerrors.ErrLockLost, err))
+			e.lost(onLost, fmt.Errorf("%w: renewal found the key gone or taken: %w", dlerrors.ErrLockLost, err))
 			return
 		}
 		left := time.Until(validUntil)
 		if left <= 0 {
-			onLost(fmt.Errorf("%w: renewals failed until the lease ran out: %w", dlerrors.ErrLockLost, err))
+			e.lost(onLost, fmt.Errorf("%w: renewals failed until the lease ran out: %w", dlerrors.ErrLockLost, err))
 			return
 		}
 		t.Reset(min(cfg.Retry, left))
 	}
 }
 
-// Stop ends the loop and waits for it; a renewal in flight is abandoned and no loss is
-// reported after Stop returns. Stop is idempotent.
+// lost reports a loss unless the expander was stopped.
+func (e *Expander) lost(onLost func(error), cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.stopped {
+		onLost(cause)
+	}
+}
+
+// Stop ends the loop without waiting for it (the group does): a renewal in flight is
+// abandoned, and no loss is reported once Stop has returned. Stop is idempotent.
 func (e *Expander) Stop() {
+	e.mu.Lock()
+	e.stopped = true
+	e.mu.Unlock()
 	e.cancel()
-	<-e.done
 }
