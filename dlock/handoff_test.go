@@ -29,7 +29,6 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-
 // Within one process a release with local waiters hands the key over in one command, with a
 // new fencing token, and the waiters take turns in order.
 func TestLocalHandOverCostsOneCommand(t *testing.T) {
