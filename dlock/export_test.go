@@ -12,9 +12,7 @@ func (g *Generator) Subscribed() int {
 	if g.notes == nil {
 		return 0
 	}
-	g.notes.mu.Lock()
-	defer g.notes.mu.Unlock()
-	return len(g.notes.byChannel)
+	return g.notes.active()
 }
 
 // Waiters reports whether goroutines of this generator wait on key.

@@ -177,8 +177,16 @@ func (g *Generator) Close(ctx context.Context) error {
 	g.mu.Unlock()
 	var errs []error
 	for _, st := range states {
-		if p := st.pending.Swap(nil); p != nil {
+		for _, p := range []*domain.DLockEntity{st.pending.Swap(nil), st.takeGrant()} {
+			if p == nil {
+				continue
+			}
 			if err := st.g.proc.Unlock(ctx, p, st.cfg); err != nil && !errors.Is(err, ErrOptimisticLocking) {
+				errs = append(errs, err)
+			}
+		}
+		if st.marked.Swap(false) {
+			if err := st.g.proc.Unmark(ctx, st.cfg); err != nil {
 				errs = append(errs, err)
 			}
 		}

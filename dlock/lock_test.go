@@ -226,6 +226,7 @@ func TestLostLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := l.Config().UniqueKey()
+			t.Cleanup(func() { c.Del(context.Background(), key) })
 			if how == "deleted" {
 				c.Del(ctx, key)
 			} else {

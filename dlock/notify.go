@@ -6,23 +6,33 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/processor"
 )
 
 // notifier keeps one subscription connection for all the locks of a Generator: a lock's release
 // channel is subscribed while this process has waiters on it. A release message wakes the
-// lock's first waiter; so does the confirmation of a subscription (including the ones go-redis
-// sends again after reconnecting), because a release that happened before the subscription
-// took effect would otherwise cost a poll interval.
+// lock's first waiter; a grant to this process hands it the key; the confirmation of a
+// subscription (including the ones go-redis sends again after reconnecting) wakes the first
+// waiter too, because a release that happened before the subscription took effect would
+// otherwise cost a poll interval.
 type notifier struct {
 	g *Generator
 
 	mu        sync.Mutex
-	ps        *redis.PubSub         // created on first use; guarded by mu
-	byChannel map[string]*lockState // guarded by mu
+	ps        *redis.PubSub            // created on first use; guarded by mu
+	byChannel map[string]*subscription // guarded by mu
+}
+
+// subscription is a channel's lock. It stays known after UNSUBSCRIBE is sent (leaving) until
+// Redis confirms it, so that a grant published just before is still delivered to the lock.
+type subscription struct {
+	st      *lockState
+	leaving bool
 }
 
 func newNotifier(g *Generator) *notifier {
-	return &notifier{g: g, byChannel: make(map[string]*lockState)}
+	return &notifier{g: g, byChannel: make(map[string]*subscription)}
 }
 
 func (n *notifier) subscribe(st *lockState) {
@@ -31,7 +41,7 @@ func (n *notifier) subscribe(st *lockState) {
 	if n.g.ctx.Err() != nil {
 		return
 	}
-	n.byChannel[st.channel] = st
+	n.byChannel[st.channel] = &subscription{st: st}
 	if n.ps == nil {
 		n.ps = n.g.client.Subscribe(n.g.ctx, st.channel)
 		msgs := n.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
@@ -46,10 +56,11 @@ func (n *notifier) subscribe(st *lockState) {
 func (n *notifier) unsubscribe(st *lockState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.byChannel[st.channel] != st || n.ps == nil {
+	sub := n.byChannel[st.channel]
+	if sub == nil || sub.st != st || sub.leaving || n.ps == nil {
 		return
 	}
-	delete(n.byChannel, st.channel)
+	sub.leaving = true
 	if err := n.ps.Unsubscribe(n.g.ctx, st.channel); err != nil {
 		n.g.log.Debug("dlock: unsubscribe failed", zap.String("channel", st.channel), zap.Error(err))
 	}
@@ -58,23 +69,61 @@ func (n *notifier) unsubscribe(st *lockState) {
 func (n *notifier) lookup(channel string) *lockState {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.byChannel[channel]
+	if sub := n.byChannel[channel]; sub != nil {
+		return sub.st
+	}
+	return nil
+}
+
+// left forgets a channel whose unsubscription Redis confirmed, unless it was subscribed again.
+func (n *notifier) left(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if sub := n.byChannel[channel]; sub != nil && sub.leaving {
+		delete(n.byChannel, channel)
+	}
+}
+
+// active counts the channels subscribed and not leaving.
+func (n *notifier) active() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, sub := range n.byChannel {
+		if !sub.leaving {
+			c++
+		}
+	}
+	return c
 }
 
 func (n *notifier) receive(msgs <-chan any) {
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch m.Kind {
+			case "subscribe":
 				if st := n.lookup(m.Channel); st != nil {
 					st.signal()
 				}
+			case "unsubscribe":
+				n.left(m.Channel)
 			}
 		case *redis.Message:
-			if strings.HasPrefix(m.Payload, n.g.prefix) {
-				continue // our own release: the local queue was woken already
+			st := n.lookup(m.Channel)
+			locker, token, granted, ok := processor.ParseMessage(m.Payload)
+			if st == nil || !ok {
+				continue
 			}
-			if st := n.lookup(m.Channel); st != nil {
+			ours := strings.HasPrefix(locker, n.g.prefix)
+			switch {
+			case granted && ours:
+				st.granted(locker, token)
+			case ours:
+				// our own release: the local queue was woken already
+			default:
+				// released, or granted to another process: the first waiter tries (and, if
+				// the key is taken, leaves our mark for the next release)
 				st.heard.Store(n.g.now())
 				st.signal()
 			}

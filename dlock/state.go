@@ -42,6 +42,9 @@ type lockState struct {
 	claim   atomic.Bool
 	owner   atomic.Pointer[holding]
 	pending atomic.Pointer[domain.DLockEntity] // handed over in Redis, not yet taken by a waiter; the claim stays held
+	grant   atomic.Pointer[domain.DLockEntity] // granted by another process's release; only the claim holder takes or releases it
+	last    atomic.Uint64                      // the largest fencing token this process has owned the key with
+	marked  atomic.Bool                        // this process may have a waiting mark beside the key
 	epoch   atomic.Uint64
 	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
 	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
@@ -148,12 +151,26 @@ func notObtained(ctxErr, last error) error {
 func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
 	cfg := st.cfg
 	e := st.epoch.Load()
+	if g := st.takeGrant(); g != nil {
+		if ctx.Err() == nil {
+			st.tenure.Store(st.g.now())
+			return st.own(ctx, *g), e, nil
+		}
+		st.grant.Store(g) // for another waiter, or for settleGrant to release
+	}
 	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
 	err := st.g.proc.Lock(ctx, &ent, cfg)
 	st.heard.Store(st.g.now())
 	if err == nil && ctx.Err() == nil {
 		st.tenure.Store(st.g.now())
 		return st.own(ctx, ent), e, nil
+	}
+	if errors.Is(err, ErrOptimisticLocking) {
+		st.marked.Store(true)
+		if g := st.takeGrant(); g != nil && ctx.Err() == nil { // granted while we asked
+			st.tenure.Store(st.g.now())
+			return st.own(ctx, *g), e, nil
+		}
 	}
 	if ctx.Err() != nil && !errors.Is(err, ErrOptimisticLocking) {
 		// Granted as the caller gave up, or the answer was lost with the cancellation: give
@@ -173,7 +190,7 @@ func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
 			err = fmt.Errorf("%w (attempt: %w)", ctx.Err(), err)
 		}
 	}
-	st.claim.Store(false)
+	st.dropClaim()
 	if st.epoch.Load() != e {
 		st.q.Wake() // a signal came while we were asking: pass it on
 	}
@@ -185,6 +202,8 @@ func (st *lockState) own(parent context.Context, ent domain.DLockEntity) *holdin
 	cfg := st.cfg
 	h := &holding{st: st, entity: ent}
 	h.count.Store(1)
+	for last := st.last.Load(); ent.Token > last && !st.last.CompareAndSwap(last, ent.Token); last = st.last.Load() {
+	}
 	var ctx context.Context
 	ctx, h.cancel = context.WithCancelCause(parent)
 	h.ctx = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h)
@@ -228,7 +247,7 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		err = st.g.proc.Unlock(rctx, &h.entity, st.cfg)
 		h.cancel(cause)
 		st.owner.Store(nil)
-		st.claim.Store(false)
+		st.dropClaim()
 		st.signal()
 	}
 	st.idle()
@@ -247,13 +266,11 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 
 // handOver passes the key from h to a new acquisition that the first local waiter takes
 // (pending), unless another process has waited while this one kept the lock for longer than
-// the hand-off limit: then the script releases the key, and local waiters try only after
-// other processes have had time to.
+// the hand-off limit: then the script grants the key to that process.
 func (st *lockState) handOver(ctx context.Context, h *holding) error {
 	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
 	yield := st.g.now()-st.tenure.Load() >= int64(st.g.opts.handOff)
 	err := st.g.proc.HandOver(ctx, &h.entity, &next, st.cfg, yield)
-	rtt := time.Since(next.LockTime)
 	h.cancel(nil)
 	st.owner.Store(nil)
 	switch {
@@ -263,39 +280,90 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		st.abandon() // in case the waiters left meanwhile
 		return nil
 	case errors.Is(err, processor.ErrYielded):
-		st.claim.Store(false)
-		delay := min(max(2*rtt, 100*time.Microsecond), st.cfg.Lease()/10)
-		time.AfterFunc(delay, st.signal)
+		// Granted to the waiting process. Our waiters try once, which fails and leaves
+		// our own mark: the lock comes back when that process lets it go.
+		st.dropClaim()
+		st.signal()
 		return nil
 	}
-	st.claim.Store(false)
+	st.dropClaim()
 	st.signal()
 	return err
 }
 
-// abandon releases a handed-over key that no local waiter is left to take, or wakes the one
-// that is. Waiters call it when they leave, hand-overs after they finish: of a waiter leaving
-// and a hand-over landing at the same moment, at least one sees the other.
+// abandon releases a key handed over to a local waiter that no waiter is left to take, or
+// wakes the waiter that is; then it settles a grant the same way. Waiters call it when they
+// leave, hand-overs after they land: of a waiter leaving and a key landing at the same moment,
+// at least one sees the other.
 func (st *lockState) abandon() {
-	if st.pending.Load() == nil {
+	if st.pending.Load() != nil {
+		if st.q.HasWaiters() {
+			st.q.Wake()
+		} else if p := st.pending.Load(); p != nil && st.pending.CompareAndSwap(p, nil) {
+			st.giveUp(p)
+			st.dropClaim()
+			st.signal()
+			return
+		}
+	}
+	st.settleGrant()
+}
+
+// granted records a grant from another process's release: the key already holds locker. A
+// grant older than a token this process has owned the key with is stale (taken already
+// through Lock) and ignored.
+func (st *lockState) granted(locker string, token uint64) {
+	if token <= st.last.Load() {
+		return
+	}
+	st.grant.Store(&domain.DLockEntity{Locker: locker, Token: token, Status: domain.StatusProcessing, LockTime: time.Now()})
+	st.heard.Store(st.g.now())
+	st.signal()
+	st.settleGrant()
+}
+
+// takeGrant returns the grant waiting to be taken, unless it is stale. The caller holds the
+// claim.
+func (st *lockState) takeGrant() *domain.DLockEntity {
+	if g := st.grant.Swap(nil); g != nil && g.Token > st.last.Load() {
+		return g
+	}
+	return nil
+}
+
+// settleGrant releases a grant that no local waiter will take. Only the claim holder may touch
+// a grant; if the claim is held, its holder settles the grant when it lets the claim go.
+func (st *lockState) settleGrant() {
+	if st.grant.Load() == nil {
 		return
 	}
 	if st.q.HasWaiters() {
 		st.q.Wake()
 		return
 	}
-	p := st.pending.Load()
-	if p == nil || !st.pending.CompareAndSwap(p, nil) {
+	if !st.claim.CompareAndSwap(false, true) {
 		return
 	}
-	rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
-	err := st.g.proc.Unlock(rctx, p, st.cfg)
-	cancel()
-	if err != nil {
-		st.g.log.Debug("dlock: release of an unclaimed hand-over failed; the key expires with its lease", zap.Error(err))
+	if g := st.takeGrant(); g != nil {
+		st.giveUp(g)
 	}
 	st.claim.Store(false)
 	st.signal()
+}
+
+// dropClaim lets the claim go without an owner, settling a grant that came meanwhile.
+func (st *lockState) dropClaim() {
+	st.claim.Store(false)
+	st.settleGrant()
+}
+
+// giveUp releases a key this process holds but nobody here will use.
+func (st *lockState) giveUp(e *domain.DLockEntity) {
+	rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
+	defer cancel()
+	if err := st.g.proc.Unlock(rctx, e, st.cfg); err != nil {
+		st.g.log.Debug("dlock: release of an untaken key failed; it expires with its lease", zap.Error(err))
+	}
 }
 
 // signal says the key may be free: the first waiter will try.
@@ -315,26 +383,36 @@ func (st *lockState) watch() {
 	})
 }
 
-// idle drops the subscription once no goroutine of this process waits on the lock.
+// idle stops watching the key once no goroutine of this process waits on the lock.
 func (st *lockState) idle() {
-	if st.g.notes == nil {
-		return
-	}
 	st.poller.Locked(func(bool) {
-		if st.watching && !st.q.HasWaiters() {
-			st.watching = false
-			st.g.notes.unsubscribe(st)
+		if !st.q.HasWaiters() {
+			st.unwatch()
 		}
 	})
+}
+
+// unwatch withdraws this process's waiting mark, then the subscription, in that order: a grant
+// made before the mark went is published before the unsubscription takes effect, so it is
+// received (and released by abandon). It runs under the poller's lock.
+func (st *lockState) unwatch() {
+	if st.marked.Swap(false) {
+		rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
+		if err := st.g.proc.Unmark(rctx, st.cfg); err != nil {
+			st.g.log.Debug("dlock: unmark failed; the mark expires", zap.Error(err))
+		}
+		cancel()
+	}
+	if st.watching {
+		st.watching = false
+		st.g.notes.unsubscribe(st)
+	}
 }
 
 // Waiting implements threads.PollTarget; it runs under the poller's lock.
 func (st *lockState) Waiting() bool {
 	if !st.q.HasWaiters() {
-		if st.watching {
-			st.watching = false
-			st.g.notes.unsubscribe(st)
-		}
+		st.unwatch()
 		return false
 	}
 	return st.owner.Load() == nil && st.pending.Load() == nil
@@ -355,5 +433,7 @@ func (st *lockState) Poll(ctx context.Context) {
 	st.heard.Store(st.g.now())
 	if free {
 		st.signal()
+	} else {
+		st.marked.Store(true)
 	}
 }

@@ -18,7 +18,8 @@ type DLockProcessor interface {
 	Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
 	// ExpandLease renews the lease if the key still holds e.Locker, else ErrOptimisticLocking.
 	ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// Unlock deletes the key if it still holds e.Locker, else ErrOptimisticLocking.
+	// Unlock lets the key go if it still holds e.Locker (deleted, or granted to a process
+	// that waits for it), else ErrOptimisticLocking.
 	Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
 	// IsFree reports whether the key is absent; when it is held, the store may note that this
 	// process waits.
@@ -28,4 +29,6 @@ type DLockProcessor interface {
 	// key instead and returns ErrYielded. If the key no longer holds from.Locker it returns
 	// ErrOptimisticLocking.
 	HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error
+	// Unmark withdraws this process's note that it waits for the key.
+	Unmark(ctx context.Context, cfg domain.DLockConfig) error
 }

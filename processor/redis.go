@@ -5,6 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,12 +27,15 @@ var (
 	handoverSrc string
 	//go:embed lua/probe.lua
 	probeSrc string
+	//go:embed lua/unmark.lua
+	unmarkSrc string
 
 	lockScript     = redis.NewScript(lockSrc)
 	expandScript   = redis.NewScript(expandSrc)
 	unlockScript   = redis.NewScript(unlockSrc)
 	handoverScript = redis.NewScript(handoverSrc)
 	probeScript    = redis.NewScript(probeSrc)
+	unmarkScript   = redis.NewScript(unmarkSrc)
 )
 
 // FenceSuffix and ReleaseSuffix name what is kept beside a lock key; see domain.SideKey.
@@ -49,6 +55,7 @@ const (
 type RedisLockProcessor struct {
 	client redis.UniversalClient
 	opts   Options
+	marks  atomic.Uint64 // numbers the lockers left as waiting marks
 }
 
 // Options configures a RedisLockProcessor.
@@ -56,10 +63,55 @@ type Options struct {
 	// Publish makes a release publish the releasing locker on the lock's release channel
 	// (ReleaseChannel). Default false.
 	Publish bool
-	// Process names this process in the waiting mark ({DLOCK_…}:want) that a failed attempt
-	// or a probe leaves beside a held key, so that the holder's process can tell that another
-	// process waits (see HandOver). Default "": no marks.
+	// Process is this process's locker prefix: every locker it writes starts with it. With a
+	// prefix, a failed attempt or a probe leaves a waiting mark ({DLOCK_…}:want) beside the
+	// held key: a locker of this process (Process + "w" + a number) that a release may grant
+	// the lock to (with Publish), and that tells the holder's process another process waits
+	// (see HandOver). Default "": no marks.
 	Process string
+}
+
+// markPrefix starts the lockers this process leaves as waiting marks, and so the lockers
+// granted to it; acquisition lockers never start with it.
+func (p *RedisLockProcessor) markPrefix() string {
+	if p.opts.Process == "" {
+		return ""
+	}
+	return p.opts.Process + "w"
+}
+
+// mark returns a new locker to leave as a waiting mark.
+func (p *RedisLockProcessor) mark() string {
+	if p.opts.Process == "" {
+		return ""
+	}
+	return p.markPrefix() + strconv.FormatUint(p.marks.Add(1), 10)
+}
+
+// A release message is "R|<locker>" (deleted) or "G|<grantee locker>|<token>" (granted).
+const (
+	releasedTag = "R|"
+	grantedTag  = "G|"
+)
+
+// ParseMessage reads a release message: the locker named in it, and for a grant the token.
+func ParseMessage(payload string) (locker string, token uint64, granted bool, ok bool) {
+	if rest, found := strings.CutPrefix(payload, releasedTag); found {
+		return rest, 0, false, true
+	}
+	rest, found := strings.CutPrefix(payload, grantedTag)
+	if !found {
+		return "", 0, false, false
+	}
+	i := strings.LastIndexByte(rest, '|')
+	if i < 0 {
+		return "", 0, false, false
+	}
+	token, err := strconv.ParseUint(rest[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, false, false
+	}
+	return rest[:i], token, true, true
 }
 
 var _ DLockProcessor = (*RedisLockProcessor)(nil)
@@ -83,6 +135,11 @@ func FenceKey(cfg domain.DLockConfig) string { return cfg.SideKey(FenceSuffix) }
 func WantKey(cfg domain.DLockConfig) string { return cfg.SideKey(WantSuffix) }
 
 func fenceTTL(cfg domain.DLockConfig) time.Duration { return max(10*cfg.Lease(), MinFenceTTL) }
+
+// markTTL is how long a waiting mark lasts. A waiting process renews it with every failed
+// attempt and every probe (at most two poll intervals, lease/3, apart), and removes it when it
+// stops waiting; a mark left by a process that died lasts this long at most.
+func markTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 2 }
 
 func (p *RedisLockProcessor) channel(cfg domain.DLockConfig) string {
 	if p.opts.Publish {
@@ -111,18 +168,24 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 	return &domain.DLockEntity{Locker: locker, Status: domain.StatusProcessing}, nil
 }
 
-// Lock implements DLockProcessor with lock.lua (one EVALSHA).
+// Lock implements DLockProcessor with lock.lua (one EVALSHA). When a release granted the key to
+// this process (see Options.Process) and the grant was not yet taken, Lock takes it: e.Locker
+// becomes the granted locker, its lease is renewed and e.Token is the grant's token.
 func (p *RedisLockProcessor) Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	token, err := lockScript.Run(ctx, p.client, []string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg)},
-		e.Locker, cfg.Lease().Milliseconds(), fenceTTL(cfg).Milliseconds(), p.opts.Process).Int64()
+	res, err := lockScript.Run(ctx, p.client, []string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg)},
+		e.Locker, cfg.Lease().Milliseconds(), fenceTTL(cfg).Milliseconds(), p.markPrefix(), p.mark(), markTTL(cfg).Milliseconds()).Slice()
 	if err != nil {
 		return processErr("lock", cfg.UniqueKey(), err)
 	}
-	if token <= 0 {
+	token, _ := res[0].(int64)
+	if token <= 0 || len(res) < 2 {
 		return optimistic("lock", cfg.UniqueKey(), e.Locker)
 	}
-	e.Token = uint64(token)
-	e.Status = domain.StatusProcessing
+	locker, ok := res[1].(string)
+	if !ok {
+		return processErr("lock", cfg.UniqueKey(), fmt.Errorf("unexpected reply %v", res))
+	}
+	e.Locker, e.Token, e.Status = locker, uint64(token), domain.StatusProcessing
 	return nil
 }
 
@@ -139,31 +202,45 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, e *domain.DLockEnt
 	return nil
 }
 
-// Unlock implements DLockProcessor with unlock.lua (one EVALSHA).
+// Unlock implements DLockProcessor with unlock.lua (one EVALSHA): with Publish, the lock is
+// granted to another process's waiting mark if there is one, else deleted.
 func (p *RedisLockProcessor) Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	n, err := unlockScript.Run(ctx, p.client, []string{cfg.UniqueKey()}, e.Locker, p.channel(cfg)).Int64()
+	n, err := unlockScript.Run(ctx, p.client, []string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg)},
+		e.Locker, p.channel(cfg), p.opts.Process, cfg.Lease().Milliseconds(), fenceTTL(cfg).Milliseconds()).Int64()
 	if err != nil {
 		return processErr("unlock", cfg.UniqueKey(), err)
 	}
-	if n != 1 {
+	if n == 0 {
 		return optimistic("unlock", cfg.UniqueKey(), e.Locker)
 	}
 	return nil
 }
 
 // IsFree implements DLockProcessor with probe.lua (one EVALSHA), which also leaves the
-// waiting mark when the key is held.
+// waiting mark when the key is held by another process. A key granted to this process counts
+// as free: Lock takes it.
 func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error) {
 	n, err := probeScript.Run(ctx, p.client, []string{cfg.UniqueKey(), WantKey(cfg)},
-		p.opts.Process, cfg.Lease().Milliseconds()).Int64()
+		p.markPrefix(), p.mark(), markTTL(cfg).Milliseconds()).Int64()
 	if err != nil {
 		return false, processErr("is-free", cfg.UniqueKey(), err)
 	}
 	return n == 1, nil
 }
 
-// ErrYielded reports a hand-over that released the key instead, because another process waits.
+// ErrYielded reports a hand-over that let the key go to a waiting process instead.
 var ErrYielded = errors.New("dlock: released to a waiting process")
+
+// Unmark removes this process's waiting mark, if the mark beside the key is one of its own.
+func (p *RedisLockProcessor) Unmark(ctx context.Context, cfg domain.DLockConfig) error {
+	if p.opts.Process == "" {
+		return nil
+	}
+	if err := unmarkScript.Run(ctx, p.client, []string{WantKey(cfg)}, p.opts.Process).Err(); err != nil {
+		return processErr("unmark", cfg.UniqueKey(), err)
+	}
+	return nil
+}
 
 // HandOver implements DLockProcessor with handover.lua (one EVALSHA).
 func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error {
@@ -189,7 +266,7 @@ func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLoc
 // Preload loads the scripts into the server so that the first acquisition does not pay for an
 // EVAL fallback. It is optional.
 func (p *RedisLockProcessor) Preload(ctx context.Context) error {
-	for _, s := range []*redis.Script{lockScript, expandScript, unlockScript, handoverScript, probeScript} {
+	for _, s := range []*redis.Script{lockScript, expandScript, unlockScript, handoverScript, probeScript, unmarkScript} {
 		if err := s.Load(ctx, p.client).Err(); err != nil {
 			return processErr("script-load", "", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,8 +154,11 @@ func TestUnlockPublishes(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		msg, err := ps.ReceiveMessage(rctx)
-		if err != nil || msg.Payload != "pub-locker" {
-			t.Fatalf("message %+v, %v", msg, err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if locker, _, granted, ok := processor.ParseMessage(msg.Payload); !ok || granted || locker != "pub-locker" {
+			t.Fatalf("message %q", msg.Payload)
 		}
 	})
 }
@@ -236,12 +240,13 @@ func TestHandOver(t *testing.T) {
 		if err := p1.HandOver(ctx, b, x, lc, true); err != nil {
 			t.Fatalf("hand-over with only our own mark: %v", err)
 		}
-		// Another process's failed attempt (or probe) does.
+		// Another process's probe (or failed attempt) does: the lock is granted to its mark.
 		if free, err := p2.IsFree(ctx, lc); free || err != nil {
 			t.Fatalf("IsFree on a held key: %v %v", free, err)
 		}
-		if v := c.Get(ctx, processor.WantKey(lc)).Val(); v != "p2" {
-			t.Fatalf("waiting mark %q, want p2", v)
+		mark := c.Get(ctx, processor.WantKey(lc)).Val()
+		if !strings.HasPrefix(mark, "p2w") {
+			t.Fatalf("waiting mark %q, want a p2 locker", mark)
 		}
 		y := &domain.DLockEntity{Locker: "p1-y"}
 		if err := p1.HandOver(ctx, x, y, lc, false); err != nil {
@@ -251,11 +256,90 @@ func TestHandOver(t *testing.T) {
 		if err := p1.HandOver(ctx, y, z, lc, true); !errors.Is(err, processor.ErrYielded) {
 			t.Fatalf("hand-over with another process waiting: %v", err)
 		}
-		if c.Exists(ctx, lc.UniqueKey(), processor.WantKey(lc)).Val() != 0 {
-			t.Fatal("a yield left the key or the mark")
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != mark || c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
+			t.Fatalf("after the yield the key holds %q, want the grant to %q and no mark", v, mark)
 		}
-		if free, _ := p2.IsFree(ctx, lc); !free {
-			t.Fatal("key not free after the yield")
+		granted := &domain.DLockEntity{Locker: mark}
+		if err := p2.Unlock(ctx, granted, lc); err != nil {
+			t.Fatalf("the grantee cannot release: %v", err)
 		}
 	})
+}
+
+func TestUnlockGrantsToTheWaitingMark(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "grant")
+		ps := c.Subscribe(ctx, processor.ReleaseChannel(lc))
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p1, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1-"})
+		p2, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p2-"})
+		a := &domain.DLockEntity{Locker: "p1-a"}
+		if err := p1.Lock(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		if err := p2.Lock(ctx, &domain.DLockEntity{Locker: "p2-b"}, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatal(err)
+		}
+		if err := p1.Unlock(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		grantee := c.Get(ctx, lc.UniqueKey()).Val()
+		if !strings.HasPrefix(grantee, "p2-w") {
+			t.Fatalf("key holds %q after the release, want a grant to p2's mark", grantee)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locker, token, granted, ok := processor.ParseMessage(msg.Payload)
+		if !ok || !granted || locker != grantee || token <= a.Token {
+			t.Fatalf("message %q", msg.Payload)
+		}
+		// A grantee that missed the message takes the grant with Lock.
+		b := &domain.DLockEntity{Locker: "p2-b2"}
+		if err := p2.Lock(ctx, b, lc); err != nil || b.Locker != grantee || b.Token != token {
+			t.Fatalf("taking the grant: %v, %+v", err, b)
+		}
+		// A mark withdrawn is not granted to.
+		if err := p1.Lock(ctx, &domain.DLockEntity{Locker: "p1-c"}, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatal(err)
+		}
+		if err := p1.Unmark(ctx, lc); err != nil {
+			t.Fatal(err)
+		}
+		if err := p2.Unlock(ctx, b, lc); err != nil {
+			t.Fatal(err)
+		}
+		if c.Exists(ctx, lc.UniqueKey()).Val() != 0 {
+			t.Fatal("granted to a withdrawn mark")
+		}
+	})
+}
+
+func TestParseMessage(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		locker  string
+		token   uint64
+		granted bool
+		ok      bool
+	}{
+		{"R|a-1", "a-1", 0, false, true},
+		{"G|b-2|17", "b-2", 17, true, true},
+		{"G|b|2|17", "b|2", 17, true, true},
+		{"G|b-2", "", 0, false, false},
+		{"G|b-2|x", "", 0, false, false},
+		{"a-1", "", 0, false, false},
+	} {
+		locker, token, granted, ok := processor.ParseMessage(tc.in)
+		if locker != tc.locker || token != tc.token || granted != tc.granted || ok != tc.ok {
+			t.Errorf("ParseMessage(%q) = %q %d %v %v", tc.in, locker, token, granted, ok)
+		}
+	}
 }
