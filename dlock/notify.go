@@ -1,8 +1,11 @@
 package dlock
 
 import (
+	"errors"
+	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -44,8 +47,8 @@ func (n *notifier) subscribe(st *lockState) {
 	n.byChannel[st.channel] = &subscription{st: st}
 	if n.ps == nil {
 		n.ps = n.g.client.Subscribe(n.g.ctx, st.channel)
-		msgs := n.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-		n.g.group.Go(func() { n.receive(msgs) })
+		ps := n.ps
+		n.g.group.Go(func() { n.receive(ps) })
 		return
 	}
 	if err := n.ps.Subscribe(n.g.ctx, st.channel); err != nil {
@@ -97,36 +100,67 @@ func (n *notifier) active() int {
 	return c
 }
 
-func (n *notifier) receive(msgs <-chan any) {
-	for m := range msgs {
-		switch m := m.(type) {
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe":
-				if st := n.lookup(m.Channel); st != nil {
-					st.signal()
-				}
-			case "unsubscribe":
-				n.left(m.Channel)
+// healthCheck is how long the subscription connection may stay silent before it is pinged.
+const healthCheck = 5 * time.Second
+
+// receive reads the subscription connection itself (rather than through go-redis's Channel,
+// which adds a goroutine hop to every message) until the notifier closes. go-redis reconnects
+// and subscribes again after a connection error; a silent connection is pinged.
+func (n *notifier) receive(ps *redis.PubSub) {
+	backoff := 10 * time.Millisecond
+	for n.g.ctx.Err() == nil {
+		m, err := ps.ReceiveTimeout(n.g.ctx, healthCheck)
+		if err != nil {
+			if n.g.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
 			}
-		case *redis.Message:
-			st := n.lookup(m.Channel)
-			locker, token, granted, ok := processor.ParseMessage(m.Payload)
-			if st == nil || !ok {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = ps.Ping(n.g.ctx)
 				continue
 			}
-			ours := strings.HasPrefix(locker, n.g.prefix)
-			switch {
-			case granted && ours:
-				st.granted(locker, token)
-			case ours:
-				// our own release: the local queue was woken already
-			default:
-				// released, or granted to another process: the first waiter tries (and, if
-				// the key is taken, leaves our mark for the next release)
-				st.heard.Store(n.g.now())
+			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
+			select {
+			case <-n.g.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		n.handle(m)
+	}
+}
+
+func (n *notifier) handle(m any) {
+	switch m := m.(type) {
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe":
+			if st := n.lookup(m.Channel); st != nil {
 				st.signal()
 			}
+		case "unsubscribe":
+			n.left(m.Channel)
+		}
+	case *redis.Message:
+		st := n.lookup(m.Channel)
+		locker, token, granted, ok := processor.ParseMessage(m.Payload)
+		if st == nil || !ok {
+			return
+		}
+		ours := strings.HasPrefix(locker, n.g.prefix)
+		switch {
+		case granted && ours:
+			st.granted(locker, token)
+		case ours:
+			// our own release: the local queue was woken already
+		default:
+			// released, or granted to another process: the first waiter tries (and, if the
+			// key is taken, leaves our mark for the next release)
+			st.heard.Store(n.g.now())
+			st.signal()
 		}
 	}
 }
