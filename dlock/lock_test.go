@@ -360,6 +360,19 @@ func TestContendedWithoutNotifications(t *testing.T) {
 	contend(t, []*dlock.Generator{g1, g2}, "POLLONLY", 8, 10, time.Millisecond)
 }
 
+// lockOnce locks and unlocks l in a goroutine and reports the outcome.
+func lockOnce(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(o)
+		}
+		got <- err
+	}()
+	return got
+}
+
 // A release notification, not the poller, wakes a waiting process: with a long lease the
 // poller would need seconds.
 func TestNotificationWakesRemoteWaiter(t *testing.T) {
@@ -372,14 +385,7 @@ func TestNotificationWakesRemoteWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		o, err := l2.Lock(ctx)
-		if err == nil {
-			err = l2.Unlock(o)
-		}
-		got <- err
-	}()
+	got := lockOnce(ctx, l2)
 	for g2.Subscribed() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -412,14 +418,7 @@ func TestReleaseRacingSubscription(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			o, err := l2.Lock(ctx)
-			if err == nil {
-				err = l2.Unlock(o)
-			}
-			got <- err
-		}()
+		got := lockOnce(ctx, l2)
 		for !g2.Waiters(l2.Config().UniqueKey()) {
 			time.Sleep(10 * time.Microsecond)
 		}
