@@ -19,54 +19,109 @@ import (
 // subscription (including the ones go-redis sends again after reconnecting) wakes the first
 // waiter too, because a release that happened before the subscription took effect would
 // otherwise cost a poll interval.
+//
+// SUBSCRIBE and UNSUBSCRIBE are sent, in order, by one goroutine of the notifier's own, so no
+// caller waits for them: a connection being dialled during a partition holds up nobody.
 type notifier struct {
-	g *Generator
+	g    *Generator
+	kick chan struct{} // one slot: ops has work for the sender
 
 	mu        sync.Mutex
-	ps        *redis.PubSub            // created on first use; guarded by mu
+	ps        *redis.PubSub            // created by the sender; guarded by mu
 	byChannel map[string]*subscription // guarded by mu
+	ops       []op                     // to send, in order; guarded by mu
+	sending   bool                     // the sender goroutine runs; guarded by mu
+}
+
+// op is a SUBSCRIBE (subscribe true) or UNSUBSCRIBE of a channel.
+type op struct {
+	channel   string
+	subscribe bool
 }
 
 // subscription is a channel's lock. It stays known after UNSUBSCRIBE is sent (leaving) until
 // Redis confirms it, so that a grant published just before is still delivered to the lock.
 type subscription struct {
 	st      *lockState
-	leaving bool
+	channel string
+	leaving bool // guarded by the notifier's mu
 }
 
 func newNotifier(g *Generator) *notifier {
-	return &notifier{g: g, byChannel: make(map[string]*subscription)}
+	return &notifier{g: g, kick: make(chan struct{}, 1), byChannel: make(map[string]*subscription)}
 }
 
-func (n *notifier) subscribe(st *lockState) {
+// queue adds an op for the sender, starting it if needed. The caller holds mu.
+func (n *notifier) queue(o op) {
+	n.ops = append(n.ops, o)
+	if !n.sending {
+		n.sending = n.g.group.Go(n.send)
+	}
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// send sends the queued ops until the generator closes; the first one creates the
+// subscription connection and starts the receiver.
+func (n *notifier) send() {
+	for {
+		select {
+		case <-n.g.ctx.Done():
+			return
+		case <-n.kick:
+		}
+		for {
+			n.mu.Lock()
+			if len(n.ops) == 0 || n.g.ctx.Err() != nil {
+				n.mu.Unlock()
+				break
+			}
+			o := n.ops[0]
+			n.ops = n.ops[1:]
+			ps := n.ps
+			if ps == nil {
+				ps = n.g.client.Subscribe(n.g.ctx) // no channel yet: nothing is sent
+				n.ps = ps
+				n.g.group.Go(func() { n.receive(ps) })
+			}
+			n.mu.Unlock()
+			var err error
+			if o.subscribe {
+				err = ps.Subscribe(n.g.ctx, o.channel)
+			} else {
+				err = ps.Unsubscribe(n.g.ctx, o.channel)
+			}
+			if err != nil {
+				n.g.log.Debug("dlock: (un)subscribe failed; the poller covers", zap.String("channel", o.channel), zap.Error(err))
+			}
+		}
+	}
+}
+
+// subscribe subscribes st's release channel and returns the subscription (nil once closed).
+func (n *notifier) subscribe(st *lockState) *subscription {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.g.ctx.Err() != nil {
-		return
+		return nil
 	}
-	n.byChannel[st.channel] = &subscription{st: st}
-	if n.ps == nil {
-		n.ps = n.g.client.Subscribe(n.g.ctx, st.channel)
-		ps := n.ps
-		n.g.group.Go(func() { n.receive(ps) })
-		return
-	}
-	if err := n.ps.Subscribe(n.g.ctx, st.channel); err != nil {
-		n.g.log.Debug("dlock: subscribe failed; the poller covers", zap.String("channel", st.channel), zap.Error(err))
-	}
+	sub := &subscription{st: st, channel: st.channel}
+	n.byChannel[st.channel] = sub
+	n.queue(op{channel: st.channel, subscribe: true})
+	return sub
 }
 
-func (n *notifier) unsubscribe(st *lockState) {
+// unsubscribe ends sub, unless its channel was subscribed again since.
+func (n *notifier) unsubscribe(sub *subscription) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	sub := n.byChannel[st.channel]
-	if sub == nil || sub.st != st || sub.leaving || n.ps == nil {
+	if n.byChannel[sub.channel] != sub || sub.leaving {
 		return
 	}
 	sub.leaving = true
-	if err := n.ps.Unsubscribe(n.g.ctx, st.channel); err != nil {
-		n.g.log.Debug("dlock: unsubscribe failed", zap.String("channel", st.channel), zap.Error(err))
-	}
+	n.queue(op{channel: sub.channel})
 }
 
 func (n *notifier) lookup(channel string) *lockState {

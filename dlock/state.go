@@ -49,8 +49,8 @@ type lockState struct {
 	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
 	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
 
-	poller   *threads.Poller
-	watching bool // subscribed to channel; guarded by the poller's lock
+	poller *threads.Poller
+	sub    *subscription // the release channel's subscription while watching; guarded by the poller's lock
 }
 
 // holding is one acquisition: from the Redis write to the final Unlock.
@@ -149,7 +149,6 @@ func notObtained(ctxErr, last error) error {
 // held by the new owner. It returns the epoch read before asking, so the caller knows which
 // signals its failure already accounts for.
 func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
-	cfg := st.cfg
 	e := st.epoch.Load()
 	if g := st.takeGrant(); g != nil {
 		if ctx.Err() == nil {
@@ -159,8 +158,11 @@ func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
 		st.grant.Store(g) // for another waiter, or for settleGrant to release
 	}
 	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
-	err := st.g.proc.Lock(ctx, &ent, cfg)
+	late, err := st.attempt(ctx, &ent)
 	st.heard.Store(st.g.now())
+	if late {
+		return nil, e, notTakenErr(ctx.Err(), nil)
+	}
 	if err == nil && ctx.Err() == nil {
 		st.tenure.Store(st.g.now())
 		return st.own(ctx, ent), e, nil
@@ -171,30 +173,61 @@ func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
 			st.tenure.Store(st.g.now())
 			return st.own(ctx, *g), e, nil
 		}
-	}
-	if ctx.Err() != nil && !errors.Is(err, ErrOptimisticLocking) {
+	} else if ctx.Err() != nil {
 		// Granted as the caller gave up, or the answer was lost with the cancellation: give
-		// the key back in the background (the script deletes only our own locker; if it
-		// cannot, the key expires with its lease) and tell the waiters.
-		st.g.group.Go(func() {
-			rctx, cancel := context.WithTimeout(st.g.ctx, cfg.Lease())
-			defer cancel()
-			if st.g.proc.Unlock(rctx, &ent, cfg) == nil {
-				st.signal()
-			}
+		// the key back (the script deletes only our own locker; if it cannot, the key expires
+		// with its lease), keeping the claim until then, and tell the waiters.
+		st.background(func() {
+			st.giveUp(&ent)
+			st.dropClaim()
+			st.signal()
 		})
-		switch {
-		case err == nil:
-			err = ctx.Err()
-		case !errors.Is(err, ctx.Err()):
-			err = fmt.Errorf("%w (attempt: %w)", ctx.Err(), err)
-		}
+		return nil, e, notTakenErr(ctx.Err(), err)
 	}
 	st.dropClaim()
 	if st.epoch.Load() != e {
 		st.q.Wake() // a signal came while we were asking: pass it on
 	}
 	return nil, e, err
+}
+
+// attempt runs lock.lua for ent, honouring ctx even when the client does not (go-redis ignores
+// context deadlines unless ContextTimeoutEnabled is set): if ctx ends first, attempt returns at
+// once with late set, and the attempt finishes in the background, which gives the key back if
+// it was taken and then lets the claim go. The caller holds the claim.
+func (st *lockState) attempt(ctx context.Context, ent *domain.DLockEntity) (late bool, err error) {
+	if ctx.Done() == nil {
+		return false, st.g.proc.Lock(ctx, ent, st.cfg)
+	}
+	done := make(chan error, 1)
+	if !st.g.group.Go(func() { done <- st.g.proc.Lock(ctx, ent, st.cfg) }) {
+		return false, st.g.proc.Lock(ctx, ent, st.cfg)
+	}
+	select {
+	case err := <-done:
+		return false, err
+	case <-ctx.Done():
+		st.background(func() {
+			if err := <-done; !errors.Is(err, ErrOptimisticLocking) {
+				st.giveUp(ent)
+			}
+			st.dropClaim()
+			st.signal()
+		})
+		return true, nil
+	}
+}
+
+// notTakenErr is an attempt's error when the caller's context ended: the context's error, with
+// the attempt's own error if it says more.
+func notTakenErr(ctxErr, err error) error {
+	if err == nil || errors.Is(err, ctxErr) {
+		if err != nil {
+			return err
+		}
+		return ctxErr
+	}
+	return fmt.Errorf("%w (attempt: %w)", ctxErr, err)
 }
 
 // own records a successful acquisition and starts renewing it.
@@ -300,9 +333,11 @@ func (st *lockState) abandon() {
 		if st.q.HasWaiters() {
 			st.q.Wake()
 		} else if p := st.pending.Load(); p != nil && st.pending.CompareAndSwap(p, nil) {
-			st.giveUp(p)
-			st.dropClaim()
-			st.signal()
+			st.background(func() { // the claim stays held until the key is given back
+				st.giveUp(p)
+				st.dropClaim()
+				st.signal()
+			})
 			return
 		}
 	}
@@ -344,11 +379,16 @@ func (st *lockState) settleGrant() {
 	if !st.claim.CompareAndSwap(false, true) {
 		return
 	}
-	if g := st.takeGrant(); g != nil {
-		st.giveUp(g)
+	g := st.takeGrant()
+	if g == nil {
+		st.claim.Store(false)
+		return
 	}
-	st.claim.Store(false)
-	st.signal()
+	st.background(func() { // the claim stays held until the key is given back
+		st.giveUp(g)
+		st.dropClaim()
+		st.signal()
+	})
 }
 
 // dropClaim lets the claim go without an owner, settling a grant that came meanwhile.
@@ -376,9 +416,8 @@ func (st *lockState) signal() {
 // notifications on, the release channel is subscribed.
 func (st *lockState) watch() {
 	st.poller.Start(func() {
-		if st.g.notes != nil && !st.watching {
-			st.watching = true
-			st.g.notes.subscribe(st)
+		if st.g.notes != nil && st.sub == nil {
+			st.sub = st.g.notes.subscribe(st)
 		}
 	})
 }
@@ -394,18 +433,32 @@ func (st *lockState) idle() {
 
 // unwatch withdraws this process's waiting mark, then the subscription, in that order: a grant
 // made before the mark went is published before the unsubscription takes effect, so it is
-// received (and released by abandon). It runs under the poller's lock.
+// received (and given back). It runs under the poller's lock; the Redis calls run in the
+// background, so a waiter that gives up during a partition is not held by them.
 func (st *lockState) unwatch() {
-	if st.marked.Swap(false) {
-		rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
-		if err := st.g.proc.Unmark(rctx, st.cfg); err != nil {
-			st.g.log.Debug("dlock: unmark failed; the mark expires", zap.Error(err))
-		}
-		cancel()
+	marked, sub := st.marked.Swap(false), st.sub
+	st.sub = nil
+	if !marked && sub == nil {
+		return
 	}
-	if st.watching {
-		st.watching = false
-		st.g.notes.unsubscribe(st)
+	st.background(func() {
+		if marked {
+			rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
+			if err := st.g.proc.Unmark(rctx, st.cfg); err != nil {
+				st.g.log.Debug("dlock: unmark failed; the mark expires", zap.Error(err))
+			}
+			cancel()
+		}
+		if sub != nil {
+			st.g.notes.unsubscribe(sub)
+		}
+	})
+}
+
+// background runs f in the generator's group, or here once the generator is closing.
+func (st *lockState) background(f func()) {
+	if !st.g.group.Go(f) {
+		f()
 	}
 }
 

@@ -116,8 +116,6 @@ func TestCancellationStorm(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, g := range gens {
-		if g.InUse() != 0 || g.Subscribed() != 0 {
-			t.Fatalf("left behind: %d states, %d subscriptions", g.InUse(), g.Subscribed())
-		}
+		settled(t, g)
 	}
 }

@@ -29,8 +29,9 @@ type ExpanderConfig struct {
 type Expander struct {
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	stopped bool // guarded by mu; once set, no loss is reported
+	mu       sync.Mutex
+	stopped  bool // guarded by mu; once set, no loss is reported
+	reported bool // guarded by mu; a loss is reported once
 }
 
 // StartExpander starts renewing with renew. The loop ends when Stop is called, when ctx ends,
@@ -47,6 +48,22 @@ func StartExpander(ctx context.Context, cfg ExpanderConfig, renew func(context.C
 
 func (e *Expander) run(ctx context.Context, cfg ExpanderConfig, renew func(context.Context) error, onLost func(error)) {
 	validUntil := cfg.Acquired.Add(cfg.Lease)
+	// The watchdog ends the lock when the lease runs out without a successful renewal, even
+	// while a renewal is still waiting for Redis: a client may not honour the renewal's
+	// deadline (go-redis ignores context deadlines unless ContextTimeoutEnabled is set).
+	var lastErr error // guarded by e.mu
+	watchdog := time.AfterFunc(time.Until(validUntil), func() {
+		e.mu.Lock()
+		err := lastErr
+		e.mu.Unlock()
+		cause := fmt.Errorf("%w: the lease ran out without a successful renewal", dlerrors.ErrLockLost)
+		if err != nil {
+			cause = fmt.Errorf("%w: %w", cause, err)
+		}
+		e.lost(onLost, cause)
+		e.cancel()
+	})
+	defer watchdog.Stop()
 	t := time.NewTimer(time.Until(cfg.Acquired.Add(cfg.Interval)))
 	defer t.Stop()
 	for {
@@ -60,31 +77,31 @@ func (e *Expander) run(ctx context.Context, cfg ExpanderConfig, renew func(conte
 		err := renew(rctx)
 		rcancel()
 		if ctx.Err() != nil {
-			return // stopped: what the renewal found no longer matters
+			return // stopped, or the watchdog fired: what the renewal found no longer matters
 		}
 		switch {
 		case err == nil:
 			validUntil = sent.Add(cfg.Lease)
+			watchdog.Reset(time.Until(validUntil))
 			t.Reset(cfg.Interval)
 			continue
 		case errors.Is(err, dlerrors.ErrOptimisticLocking):
 			e.lost(onLost, fmt.Errorf("%w: renewal found the key gone or taken: %w", dlerrors.ErrLockLost, err))
 			return
 		}
-		left := time.Until(validUntil)
-		if left <= 0 {
-			e.lost(onLost, fmt.Errorf("%w: renewals failed until the lease ran out: %w", dlerrors.ErrLockLost, err))
-			return
-		}
-		t.Reset(min(cfg.Retry, left))
+		e.mu.Lock()
+		lastErr = err
+		e.mu.Unlock()
+		t.Reset(cfg.Retry) // until a renewal succeeds or the watchdog ends the lock
 	}
 }
 
-// lost reports a loss unless the expander was stopped.
+// lost reports a loss once, unless the expander was stopped.
 func (e *Expander) lost(onLost func(error), cause error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.stopped {
+	if !e.stopped && !e.reported {
+		e.reported = true
 		onLost(cause)
 	}
 }

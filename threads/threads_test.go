@@ -199,3 +199,27 @@ func waitFor(t *testing.T, g *threads.Group) {
 		t.Fatal("goroutines did not end")
 	}
 }
+
+// A renewal that hangs past the lease (a client that ignores the context's deadline, a
+// partition) does not delay the loss: it is reported when the lease runs out.
+func TestExpanderLossWhileRenewalHangs(t *testing.T) {
+	var wg threads.Group
+	unblock := make(chan struct{})
+	lost := make(chan error, 1)
+	threads.StartExpander(context.Background(), threads.ExpanderConfig{
+		Lease: 60 * time.Millisecond, Interval: 30 * time.Millisecond, Retry: 5 * time.Millisecond, Acquired: time.Now(),
+	}, func(context.Context) error {
+		<-unblock // ignores its context, as go-redis does without ContextTimeoutEnabled
+		return nil
+	}, func(err error) { lost <- err }, &wg)
+	select {
+	case err := <-lost:
+		if !errors.Is(err, dlerrors.ErrLockLost) {
+			t.Fatalf("cause %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("loss not reported while the renewal hung")
+	}
+	close(unblock)
+	waitFor(t, &wg)
+}
