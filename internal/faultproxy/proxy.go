@@ -1,0 +1,243 @@
+// Package faultproxy is a TCP proxy for tests that puts network faults between a client and a
+// server: added latency, a black hole, and abrupt connection resets.
+//
+// A Proxy listens on a loopback port and forwards every connection it accepts to a target
+// address. Its controls are safe for concurrent use and act on current and future connections.
+package faultproxy
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+)
+
+// Stats counts what a Proxy has done.
+type Stats struct {
+	Accepted int // connections accepted
+	Active   int // connections open now
+	Resets   int // connections closed abruptly by ResetAll
+}
+
+// Proxy forwards TCP connections to a target, injecting faults.
+type Proxy struct {
+	target string
+	ln     net.Listener
+	ctx    context.Context // ended by Close; bounds dials to the target
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+
+	mu        sync.Mutex
+	latency   time.Duration
+	blackhole bool
+	changed   chan struct{} // closed and replaced whenever the black hole is switched
+	links     map[*link]struct{}
+	closed    bool
+	stats     Stats
+}
+
+// link is one proxied connection: the accepted client side and the dialled server side.
+type link struct {
+	client net.Conn
+	server net.Conn // nil until dialled; guarded by Proxy.mu
+	done   chan struct{}
+	closed bool // guarded by Proxy.mu
+}
+
+// New starts a proxy on 127.0.0.1 with a free port that forwards to target.
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, ln: ln, changed: make(chan struct{}), links: make(map[*link]struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr returns the address clients connect to (host:port).
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLatency delays every chunk of data by d in each direction (0 removes the delay).
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = d
+	p.mu.Unlock()
+}
+
+// Blackhole turns the black hole on or off. While on, connections are still accepted and kept,
+// but no data is forwarded in either direction, so clients time out. Data sent meanwhile is
+// held and delivered once the black hole is off, as TCP delivers it after a partition heals,
+// unless the connection is closed or reset first.
+func (p *Proxy) Blackhole(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole = on
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// ResetAll closes every current connection abruptly on both sides (SO_LINGER 0, so the peers
+// see a reset) and drops whatever data it held. New connections are accepted as before.
+func (p *Proxy) ResetAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		if !l.closed {
+			p.stats.Resets++
+		}
+		p.closeLink(l, true)
+	}
+}
+
+// Stats returns the proxy's counters.
+func (p *Proxy) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Active = len(p.links)
+	return s
+}
+
+// Close stops accepting, closes every connection and waits for all the proxy's goroutines.
+// It is idempotent.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		p.cancel()
+		_ = p.ln.Close()
+		for l := range p.links {
+			p.closeLink(l, false)
+		}
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		l := &link{client: c, done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		p.links[l] = struct{}{}
+		p.stats.Accepted++
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.serve(l)
+	}
+}
+
+// serve dials the target for l and pumps both directions until either ends.
+func (p *Proxy) serve(l *link) {
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		p.closeLink(l, false)
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	s, err := d.DialContext(ctx, "tcp", p.target)
+	cancel()
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if l.closed { // reset or closed while dialling
+		p.mu.Unlock()
+		_ = s.Close()
+		return
+	}
+	l.server = s
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); p.pump(l, s, l.client) }()
+	p.pump(l, l.client, s)
+	wg.Wait()
+}
+
+// pump copies src to dst, chunk by chunk, as the faults allow; when either side ends it closes
+// the link.
+func (p *Proxy) pump(l *link, dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.pass(l) {
+				break
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.closeLink(l, false)
+	p.mu.Unlock()
+}
+
+// pass waits until a chunk may be forwarded on l: the black hole is off and the latency has
+// passed. It returns false when l was closed meanwhile.
+func (p *Proxy) pass(l *link) bool {
+	delayed := false
+	for {
+		p.mu.Lock()
+		hole, changed, lat := p.blackhole, p.changed, p.latency
+		p.mu.Unlock()
+		if hole {
+			select {
+			case <-changed:
+				continue
+			case <-l.done:
+				return false
+			}
+		}
+		if delayed || lat <= 0 {
+			return true
+		}
+		t := time.NewTimer(lat)
+		select {
+		case <-t.C:
+			delayed = true // the black hole may have come on meanwhile: look again
+		case <-l.done:
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// closeLink closes both sides of l, abruptly (a reset) if abort is set; p.mu is held.
+func (p *Proxy) closeLink(l *link, abort bool) {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	close(l.done)
+	for _, c := range []net.Conn{l.client, l.server} {
+		if c == nil {
+			continue
+		}
+		if tc, ok := c.(*net.TCPConn); ok && abort {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,316 @@
+package reliability_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// Least privilege: dlock works as a Redis ACL user allowed only the commands it sends, on its
+// own keys and release channels.
+//
+// What is sent, read from the code (processor/redis.go, processor/lua/, dlock/notify.go) and
+// checked with MONITOR and INFO commandstats:
+//   - the scripts lock.lua, expand.lua, unlock.lua, handover.lua, probe.lua (the retry
+//     poller's check) and unmark.lua by EVALSHA, with EVAL when the server lacks the script
+//     (go-redis Script.Run); inside them SET, GET, DEL, PEXPIRE, PUBLISH and TIME, which ACLs
+//     check too;
+//   - SUBSCRIBE and UNSUBSCRIBE of the release channels, and PING from go-redis's health check
+//     of a pub/sub connection (after 3 s without a message);
+//   - on connect, go-redis sends HELLO 3 AUTH (allowed to every user), then CLIENT SETINFO
+//     (twice) and CLIENT MAINT_NOTIFICATIONS, whose refusal it ignores (Redis 7.0 does not know
+//     these subcommands; on 7.2 and later add +client|setinfo to keep the ACL log quiet).
+//
+// Keys: DLOCK_<type>_<target> and, beside it, {DLOCK_<type>_<target>}:fence and :want, or
+// DLOCK_<type>_<target>:fence and :want when the key holds a hash tag of its own; the release
+// channel is {DLOCK_<type>_<target>}:released, or DLOCK_<type>_<target>:released likewise.
+//
+// The two tests below fail when the code drifts from this set: TestACLLeastPrivilege when dlock
+// is refused a command or does not use one it is allowed, TestACLEveryCommandNeeded when a
+// command could be dropped.
+
+const aclUser, aclPassword = "dlock", "dlock-acl-test-password"
+
+// aclCommands is what dlock needs.
+var aclCommands = []string{
+	"evalsha", "eval", "set", "get", "del", "pexpire", "publish", "time",
+	"subscribe", "unsubscribe", "ping",
+}
+
+// aclRules returns the ACL SETUSER rules for the dlock user, with the given commands.
+func aclRules(commands []string) []string {
+	rules := []string{"reset", "on", ">" + aclPassword, "-@all"}
+	for _, c := range commands {
+		rules = append(rules, "+"+c)
+	}
+	return append(rules, "~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released", "&DLOCK_*:released")
+}
+
+// aclSetup starts a server with the dlock user allowed commands; it returns an admin client
+// (default user) and the options of a dlock-user client.
+func aclSetup(t *testing.T, commands []string) (*redis.Client, *redis.Options) {
+	t.Helper()
+	s := realServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := context.Background()
+	if err := admin.ACLSetUser(ctx, aclUser, aclRules(commands)...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	if err := admin.ACLLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return admin, &redis.Options{Addr: s.Addr, Username: aclUser, Password: aclPassword}
+}
+
+// aclDenials returns the ACL log entries of the dlock user, as "reason:context:object".
+func aclDenials(t *testing.T, admin *redis.Client) []string {
+	t.Helper()
+	entries, err := admin.ACLLog(context.Background(), 100).Result()
+	if err != nil {
+		t.Fatalf("ACL LOG: %v", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Username != aclUser {
+			continue
+		}
+		if e.Reason == "command" && strings.HasPrefix(e.Object, "client|") {
+			continue // CLIENT SETINFO and the like on connect: go-redis ignores a refusal
+		}
+		out = append(out, e.Reason+":"+e.Context+":"+e.Object)
+	}
+	return out
+}
+
+func commandStats(t *testing.T, admin *redis.Client) map[string]string {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := map[string]string{}
+	for _, line := range strings.Split(info, "\r\n") {
+		if name, rest, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(name, "cmdstat_") {
+			calls, _, _ := strings.Cut(rest, ",")
+			stats[strings.TrimPrefix(name, "cmdstat_")] = strings.TrimPrefix(calls, "calls=")
+		}
+	}
+	return stats
+}
+
+// refused reports whether err is an ACL refusal, at the top level or inside a script.
+func refused(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "NOPERM") ||
+		strings.Contains(err.Error(), "The user executing the script can't"))
+}
+
+// The dlock user runs a real scenario (contention between two generators with notifications,
+// on a plain key and on one with a hash tag; a renewal; a TryLock; a lost lease) without a
+// single refusal, and is refused everything else.
+func TestACLLeastPrivilege(t *testing.T) {
+	admin, opt := aclSetup(t, aclCommands)
+	dur := soak(t, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute) // turns a hang into a failure
+	defer cancel()
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const lease = 300 * time.Millisecond
+	g1, c1 := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+	g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+
+	// Contention: 4+4 goroutines on a plain key and on a hash-tagged one.
+	var counts [2]netCounts
+	var wg sync.WaitGroup
+	for i, target := range []string{"k", "{acct}:7"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			contention{
+				gens: [2]*dlock.Generator{g1, g2}, typ: "ACL", target: target, goroutines: 4,
+				until: time.Now().Add(dur), lockTimeout: 10 * time.Second,
+				longEvery: 25, longHold: lease * 9 / 10,
+			}.run(t, &counts[i])
+		}()
+	}
+	wg.Wait()
+	for i, target := range []string{"k", "{acct}:7"} {
+		n := &counts[i]
+		t.Logf("as ACL user %q, target %q, %v: %v", aclUser, target, dur, n)
+		if n.overlaps.Load() != 0 || n.lost.Load() != 0 || n.timeouts.Load() != 0 || n.lockErrs.Load() != 0 ||
+			n.unlockErrs.Load() != 0 || n.unlockLost.Load() != 0 {
+			t.Errorf("target %q: %v", target, n)
+		}
+		if n.byGen[0].Load() == 0 || n.byGen[1].Load() == 0 {
+			t.Errorf("target %q: a generator never acquired: %v", target, n)
+		}
+	}
+
+	// A hold longer than the lease is kept by renewals.
+	l, _ := g1.Gen("ACL", "renew")
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease * 2)
+	if owned.Err() != nil {
+		t.Fatalf("lost while renewing: %v", context.Cause(owned))
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+
+	// TryLock: refused while held elsewhere, granted once free.
+	held, _ := g1.Gen("ACL", "try")
+	try, _ := g2.Gen("ACL", "try")
+	hctx, err := held.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := try.TryLock(ctx); ok || err != nil || o != nil {
+		t.Fatalf("TryLock while held elsewhere = %v, %v, %v; want nil, false, nil", o, ok, err)
+	}
+	if err := held.Unlock(hctx); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := try.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock on a free lock = %v, %v", ok, err)
+	}
+	if err := try.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lost lease: the key is taken behind the holder's back.
+	lost, _ := g1.Gen("ACL", "lost")
+	lctx, err := lost.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := lost.Config().UniqueKey()
+	if err := admin.Set(ctx, key, "intruder", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder was not told that its key was taken")
+	}
+	if cause := context.Cause(lctx); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if err := lost.Unlock(lctx); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock of a lost lock = %v, want ErrLockLost", err)
+	}
+	if v := admin.Get(ctx, key).Val(); v != "intruder" {
+		t.Fatalf("the lost holder's Unlock touched the key: %q", v)
+	}
+
+	// Not one refusal for what dlock did, and every allowed command but PING was used (PING
+	// comes from go-redis's pub/sub health check after 3 s of silence).
+	if d := aclDenials(t, admin); len(d) != 0 {
+		t.Errorf("ACL refusals for %s: %v", aclUser, d)
+	}
+	stats := commandStats(t, admin)
+	for _, c := range aclCommands {
+		if stats[c] == "" && c != "ping" {
+			t.Errorf("%s was allowed but not used", c)
+		}
+	}
+	t.Logf("commandstats (calls): %v", stats)
+	t.Logf("ACL SETUSER %s %s", aclUser, strings.Join(aclRules(aclCommands), " "))
+
+	// The restriction is real.
+	for _, cmd := range [][]any{
+		{"flushall"},
+		{"acl", "whoami"},
+		{"keys", "*"},
+		{"get", "other:key"},
+		{"set", "other:key", "x"},
+		{"del", "{DLOCK_ACL_k}:fence"}, // DEL is allowed, on its own keys
+		{"publish", "other-channel", "x"},
+		{"subscribe", "other-channel"},
+		{"config", "get", "maxmemory"},
+		{"script", "flush"},
+		{"eval", "return redis.call('get', KEYS[1])", "1", "other:key"},
+		{"eval", "return redis.call('incr', KEYS[1])", "1", "DLOCK_x"},
+	} {
+		err := c1.Do(ctx, cmd...).Err()
+		allowed := cmd[0] == "del"
+		switch {
+		case allowed && err != nil:
+			t.Errorf("%v as %s: %v, want it allowed", cmd, aclUser, err)
+		case !allowed && !refused(err):
+			t.Errorf("%v as %s: %v, want it refused", cmd, aclUser, err)
+		}
+	}
+}
+
+// Each command of the set is needed: without it, a small scenario (a holder that renews, a
+// waiter in another generator that polls and subscribes, a release that publishes, scripts not
+// yet loaded) is refused it. (The ACL log entry is what is checked: dlock itself may carry on,
+// the poller covering a refused SUBSCRIBE, for instance.)
+func TestACLEveryCommandNeeded(t *testing.T) {
+	for _, missing := range aclCommands {
+		if missing == "ping" {
+			continue // sent only after 3 s of pub/sub silence; see TestACLLeastPrivilege
+		}
+		t.Run(missing, func(t *testing.T) {
+			var commands []string
+			for _, c := range aclCommands {
+				if c != missing {
+					commands = append(commands, c)
+				}
+			}
+			admin, opt := aclSetup(t, commands)
+			const lease = 100 * time.Millisecond
+			g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+			g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			l1, _ := g1.Gen("ACLNEED", "k")
+			l2, _ := g2.Gen("ACLNEED", "k")
+			lctx, lcancel := context.WithCancel(ctx) // bounds the wait, not the hold
+			defer lcancel()
+			timer := time.AfterFunc(3*lease, lcancel)
+			owned, err := l1.Lock(lctx)
+			timer.Stop()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				wctx, wcancel := context.WithTimeout(ctx, 4*lease)
+				defer wcancel()
+				if o, err := l2.Lock(wctx); err == nil {
+					_ = l2.Unlock(o)
+				}
+			}()
+			time.Sleep(lease * 3 / 2) // a renewal, polls
+			if err == nil {
+				_ = l1.Unlock(owned)
+			}
+			<-done
+			// Some commands (UNSUBSCRIBE, for one) are sent in the background: wait for them.
+			denied := false
+			var d []string
+			for deadline := time.Now().Add(time.Second); !denied && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				d = aclDenials(t, admin)
+				for _, e := range d {
+					if strings.HasSuffix(e, ":"+missing) {
+						denied = true
+					}
+				}
+			}
+			if !denied {
+				t.Errorf("without %s nothing was refused it; refusals: %v", missing, d)
+			}
+		})
+	}
+}
