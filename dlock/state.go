@@ -177,6 +177,9 @@ func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
 		// Granted as the caller gave up, or the answer was lost with the cancellation: give
 		// the key back (the script deletes only our own locker; if it cannot, the key expires
 		// with its lease), keeping the claim until then, and tell the waiters.
+		if err == nil {
+			st.noteToken(ent.Token)
+		}
 		st.background(func() {
 			st.giveUp(&ent)
 			st.dropClaim()
@@ -208,7 +211,11 @@ func (st *lockState) attempt(ctx context.Context, ent *domain.DLockEntity) (late
 		return false, err
 	case <-ctx.Done():
 		st.background(func() {
-			if err := <-done; !errors.Is(err, ErrOptimisticLocking) {
+			err := <-done
+			if err == nil {
+				st.noteToken(ent.Token) // it may have taken a grant whose message is on its way
+			}
+			if !errors.Is(err, ErrOptimisticLocking) {
 				st.giveUp(ent)
 			}
 			st.dropClaim()
@@ -235,8 +242,7 @@ func (st *lockState) own(parent context.Context, ent domain.DLockEntity) *holdin
 	cfg := st.cfg
 	h := &holding{st: st, entity: ent}
 	h.count.Store(1)
-	for last := st.last.Load(); ent.Token > last && !st.last.CompareAndSwap(last, ent.Token); last = st.last.Load() {
-	}
+	st.noteToken(ent.Token)
 	var ctx context.Context
 	ctx, h.cancel = context.WithCancelCause(parent)
 	h.ctx = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h)
@@ -355,6 +361,13 @@ func (st *lockState) granted(locker string, token uint64) {
 	st.heard.Store(st.g.now())
 	st.signal()
 	st.settleGrant()
+}
+
+// noteToken records that this process has taken the key with token, so that a copy of the same
+// grant still waiting in the grant slot is known to be stale.
+func (st *lockState) noteToken(token uint64) {
+	for last := st.last.Load(); token > last && !st.last.CompareAndSwap(last, token); last = st.last.Load() {
+	}
 }
 
 // takeGrant returns the grant waiting to be taken, unless it is stale. The caller holds the

@@ -22,8 +22,8 @@ import (
 //     poller's check) and unmark.lua by EVALSHA, with EVAL when the server lacks the script
 //     (go-redis Script.Run); inside them SET, GET, DEL, PEXPIRE, PUBLISH and TIME, which ACLs
 //     check too;
-//   - SUBSCRIBE and UNSUBSCRIBE of the release channels, and PING from go-redis's health check
-//     of a pub/sub connection (after 3 s without a message);
+//   - SUBSCRIBE and UNSUBSCRIBE of the release channels, and PING, dlock's health check of its
+//     subscription connection after 5 s of silence;
 //   - on connect, go-redis sends HELLO 3 AUTH (allowed to every user), then CLIENT SETINFO
 //     (twice) and CLIENT MAINT_NOTIFICATIONS, whose refusal it ignores (Redis 7.0 does not know
 //     these subcommands; on 7.2 and later add +client|setinfo to keep the ACL log quiet).
@@ -214,8 +214,8 @@ func TestACLLeastPrivilege(t *testing.T) {
 		t.Fatalf("the lost holder's Unlock touched the key: %q", v)
 	}
 
-	// Not one refusal for what dlock did, and every allowed command but PING was used (PING
-	// comes from go-redis's pub/sub health check after 3 s of silence).
+	// Not one refusal for what dlock did, and every allowed command but PING was used (PING is
+	// sent only after 5 s of silence on the subscription connection).
 	if d := aclDenials(t, admin); len(d) != 0 {
 		t.Errorf("ACL refusals for %s: %v", aclUser, d)
 	}
@@ -261,7 +261,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 func TestACLEveryCommandNeeded(t *testing.T) {
 	for _, missing := range aclCommands {
 		if missing == "ping" {
-			continue // sent only after 3 s of pub/sub silence; see TestACLLeastPrivilege
+			continue // sent only after 5 s of silence on the subscription; see TestACLLeastPrivilege
 		}
 		t.Run(missing, func(t *testing.T) {
 			var commands []string
