@@ -32,6 +32,10 @@ const starvation = time.Millisecond
 // waiter. A waiter that failed in Redis tries again only after the epoch moved, and one that
 // failed while a signal arrived passes the wake-up on, so signals are neither lost nor turned
 // into extra round trips.
+//
+// The key can also reach this process without an attempt: handed over by a local release
+// (pending, with the claim kept for the first waiter) or granted by another process's release
+// (grant, taken or given back only by the claim holder). docs/design.md tells the whole story.
 type lockState struct {
 	g       *Generator
 	cfg     domain.DLockConfig // of the handle that brought the lock into use; every acquisition uses its lease
