@@ -117,9 +117,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 	return h.ctx, nil
 }
 
-// Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it
-// deletes the key in Redis (only if it still holds this acquisition's locker), cancels the
-// owner context and wakes the next waiter. Unlock works with an owner context that has been
+// Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it lets
+// the key go in Redis, only if it still holds this acquisition's locker: handed over to the
+// next goroutine of this process that waits, granted to another process that waits, or
+// deleted; then it cancels the owner context and wakes the next waiter. Unlock works with an owner context that has been
 // cancelled; the Redis call is bounded by the lease.
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock; an error
