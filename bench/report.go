@@ -129,11 +129,16 @@ func printTables(w io.Writer, rows []Row) {
 	}
 	if len(handoff) > 0 {
 		fmt.Fprintln(w, "\n#### handoff: Unlock in one process to Lock returning in the other")
-		fmt.Fprintln(w, "\n| impl | hand-offs | p50 µs | p99 µs | mean µs | max µs | cmds/acq | redis calls/acq | errors | retries |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "\n| impl | hand-offs | p50 µs | p99 µs | mean µs | max µs | idle RTT p50 µs | p50 / idle RTT | cmds/acq | redis calls/acq | errors | retries |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, r := range handoff {
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %d | %d |\n", r.Impl, r.Handoffs,
-				r.HandoffP50Us, r.HandoffP99Us, r.HandoffMeanUs, r.HandoffMaxUs, r.CmdsPerAcq, r.RedisCallsPerAcq, r.Errors, r.Retries)
+			var x float64
+			if r.RTTIdleP50Us > 0 {
+				x = r.HandoffP50Us / r.RTTIdleP50Us
+			}
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %.2f | %.2f | %d | %d |\n", r.Impl, r.Handoffs,
+				r.HandoffP50Us, r.HandoffP99Us, r.HandoffMeanUs, r.HandoffMaxUs, opt(r.RTTIdleP50Us, "%.0f"), opt(x, "%.2f"),
+				r.CmdsPerAcq, r.RedisCallsPerAcq, r.Errors, r.Retries)
 		}
 	}
 	for _, r := range rows {

@@ -31,6 +31,8 @@ type Row struct {
 	RedisCallsPerAcq float64 `json:"redis_calls_per_acq"`
 	HandoffP50Us     float64 `json:"handoff_p50_us"`
 	HandoffP99Us     float64 `json:"handoff_p99_us"`
+	RTTIdleP50Us     float64 `json:"rtt_idle_p50_us,omitempty"` // handoff: PING round trip after rttIdle of idleness, just before the row
+	RTTIdleP99Us     float64 `json:"rtt_idle_p99_us,omitempty"`
 	HandoffMeanUs    float64 `json:"handoff_mean_us,omitempty"`
 	HandoffMaxUs     float64 `json:"handoff_max_us,omitempty"`
 	Handoffs         int     `json:"handoffs,omitempty"`
@@ -97,8 +99,13 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 		return Row{}, err
 	}
 	mode := "loop"
+	var rtt50, rtt99 float64
 	if s.Scenario == "handoff" {
 		mode = "handoff"
+		var err error
+		if rtt50, rtt99, err = idleRTT(ctx, r.addr, rttSamples, rttIdle); err != nil {
+			return Row{}, err
+		}
 	}
 	total := s.Warmup + s.Window
 	wctx, cancel := context.WithTimeout(ctx, total+time.Minute)
@@ -204,7 +211,37 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 			return Row{}, err
 		}
 	}
-	return summarize(s, results, after-before, time.Duration(sig.End-sig.Measure)), nil
+	row := summarize(s, results, after-before, time.Duration(sig.End-sig.Measure))
+	row.RTTIdleP50Us, row.RTTIdleP99Us = rtt50, rtt99
+	return row, nil
+}
+
+// rttSamples PINGs, each sent after rttIdle without traffic, measure the idle round trip
+// that a handoff row's latency is compared with; rttIdle matches handoffHold.
+const (
+	rttSamples = 200
+	rttIdle    = 3 * time.Millisecond
+)
+
+// idleRTT times n PINGs on a fresh client to the Redis at addr, each sent idle after the
+// previous one answered, and returns the p50 and p99 round trip in microseconds.
+func idleRTT(ctx context.Context, addr string, n int, idle time.Duration) (p50, p99 float64, err error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil { // dial before the first sample
+		return 0, 0, err
+	}
+	d := make([]float64, n)
+	for i := range d {
+		time.Sleep(idle)
+		t := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			return 0, 0, err
+		}
+		d[i] = float64(time.Since(t)) / 1e3
+	}
+	slices.Sort(d)
+	return percentile(d, 0.50), percentile(d, 0.99), nil
 }
 
 // summarize turns the workers' results into a row. calls is the change of Redis's total

@@ -35,14 +35,17 @@ type Generator struct {
 	seq    atomic.Uint64 // acquisitions, for unique lockers
 	start  time.Time     // origin of the monotonic clock readings kept in atomics
 
-	ctx    context.Context // ended by Close
-	cancel context.CancelFunc
-	group  threads.Group // every background goroutine
-	notes  *notifier     // nil when notifications are off
+	done        context.Context // ended by Close: waits, pollers and the subscription end
+	stop        context.CancelFunc
+	clean       context.Context // ended only when Close gives up: renewals and background clean-up
+	cancelClean context.CancelFunc
+	group       threads.Group // every background goroutine
+	notes       *notifier     // nil when notifications are off
 
-	mu     sync.Mutex
-	states map[string]*lockState // by unique key, while in use; guarded by mu
-	closed bool                  // guarded by mu
+	mu      sync.Mutex
+	states  map[string]*lockState // by unique key, while in use; guarded by mu
+	closed  bool                  // guarded by mu
+	drained chan struct{}         // closed when Close waits and the last state is dropped; guarded by mu
 }
 
 // NewGenerator returns a Generator over client. A nil client or an invalid option is an error
@@ -59,7 +62,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		}
 	}
 	prefix := lockerPrefix()
-	proc, err := processor.NewRedisLockProcessor(client, processor.Options{Publish: o.notify, Process: prefix})
+	proc, err := processor.NewRedisLockProcessor(client, processor.Options{Publish: o.notify, Mark: prefix})
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +75,8 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		start:  time.Now(),
 		states: make(map[string]*lockState),
 	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.done, g.stop = context.WithCancel(context.Background())
+	g.clean, g.cancelClean = context.WithCancel(context.Background())
 	if o.notify {
 		g.notes = newNotifier(g)
 	}
@@ -84,6 +88,9 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 // unconfigured type, and ErrClosed after Close. The returned value is a cheap handle: calling
 // Gen again with the same key gives a handle to the same shared lock.
 func (g *Generator) Gen(lockType, lockTarget string) (*DistributedReentrantLock, error) {
+	if g == nil || g.proc == nil {
+		return nil, errZeroGenerator
+	}
 	lease, ok := g.opts.leases[domain.DLockType(lockType)]
 	if !ok {
 		lease = g.opts.defaultLease
@@ -99,6 +106,9 @@ func (g *Generator) Gen(lockType, lockTarget string) (*DistributedReentrantLock,
 
 // GenWithLease is Gen with an explicit lease.
 func (g *Generator) GenWithLease(lockType, lockTarget string, lease time.Duration) (*DistributedReentrantLock, error) {
+	if g == nil || g.proc == nil {
+		return nil, errZeroGenerator
+	}
 	cfg, err := domain.NewDLockConfig(domain.DLockType(lockType), lockTarget, lease)
 	if err != nil {
 		return nil, err
@@ -108,6 +118,8 @@ func (g *Generator) GenWithLease(lockType, lockTarget string, lease time.Duratio
 	}
 	return &DistributedReentrantLock{g: g, cfg: cfg}, nil
 }
+
+var errZeroGenerator = fmt.Errorf("%w: Generator not made by NewGenerator", ErrInvalidConfig)
 
 func (g *Generator) isClosed() bool {
 	g.mu.Lock()
@@ -123,7 +135,7 @@ func (g *Generator) newLocker() string {
 // now reads the monotonic clock as nanoseconds since the generator started.
 func (g *Generator) now() int64 { return int64(time.Since(g.start)) }
 
-// ref returns the shared state of cfg's key, creating it, and counts one more user.
+// ref returns the state of cfg's key, creating it, and counts one more user.
 func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -139,12 +151,24 @@ func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
 	return st, nil
 }
 
-// unref counts one user less and drops the state when nobody holds or waits on it.
+// hold counts one more user of st, which a current user keeps alive (even after Close).
+func (g *Generator) hold(st *lockState) {
+	g.mu.Lock()
+	st.refs++
+	g.mu.Unlock()
+}
+
+// unref counts one user less and drops the state when nobody holds or waits on it and no
+// background work for it runs.
 func (g *Generator) unref(st *lockState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if st.refs--; st.refs == 0 && g.states[st.cfg.UniqueKey()] == st {
 		delete(g.states, st.cfg.UniqueKey())
+		if len(g.states) == 0 && g.drained != nil {
+			close(g.drained)
+			g.drained = nil
+		}
 	}
 }
 
@@ -156,46 +180,57 @@ func (g *Generator) lookup(key string) *lockState {
 }
 
 // Close releases every lock still held through this generator (their owner contexts end with
-// ErrClosed as the cause), ends every waiting Lock call with ErrClosed, stops every background
-// goroutine and waits for them. It does not close the Redis client. Close is idempotent; ctx
-// bounds the releases.
+// ErrClosed as the cause), ends every waiting Lock call with ErrClosed, waits for the
+// background clean-up (attempts given back, waiting marks withdrawn) and stops every
+// goroutine. It does not close the Redis client. Close is idempotent and safe for concurrent
+// use. ctx bounds the releases and the wait: if it ends first, what is left expires in Redis
+// with its lease, and Close returns ctx's error.
 func (g *Generator) Close(ctx context.Context) error {
+	if g == nil || g.proc == nil {
+		return errZeroGenerator
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		return nil
 	}
 	g.closed = true
-	g.mu.Unlock()
-	g.cancel() // waiters return ErrClosed; loops end
-
-	g.mu.Lock()
-	states := make([]*lockState, 0, len(g.states))
+	owners := make([]*holding, 0, len(g.states))
 	for _, st := range g.states {
-		states = append(states, st)
+		if h := st.owner.Load(); h != nil {
+			owners = append(owners, h)
+		}
 	}
 	g.mu.Unlock()
+	g.stop() // waiters return ErrClosed; pollers and the subscription end
+
 	var errs []error
-	for _, st := range states {
-		for _, p := range []*domain.DLockEntity{st.pending.Swap(nil), st.takeGrant()} {
-			if p == nil {
-				continue
-			}
-			if err := st.g.proc.Unlock(ctx, p, st.cfg); err != nil && !errors.Is(err, ErrOptimisticLocking) {
-				errs = append(errs, err)
-			}
+	for _, h := range owners {
+		if !h.end(holdClosed, nil) {
+			continue
 		}
-		if st.marked.Swap(false) {
-			if err := st.g.proc.Unmark(ctx, st.cfg); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if h := st.owner.Load(); h != nil {
-			if err := st.release(ctx, h, ErrClosed); err != nil && !errors.Is(err, ErrNotHeld) {
-				errs = append(errs, err)
-			}
+		if err := h.st.release(ctx, h, ErrClosed); err != nil {
+			errs = append(errs, err)
 		}
 	}
+	g.mu.Lock()
+	var drained chan struct{}
+	if len(g.states) > 0 {
+		g.drained = make(chan struct{})
+		drained = g.drained
+	}
+	g.mu.Unlock()
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("dlock: close: %w", ctx.Err()))
+		}
+	}
+	g.cancelClean()
 	if g.notes != nil {
 		g.notes.close()
 	}

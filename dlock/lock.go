@@ -10,25 +10,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/threads"
 )
 
 // DistributedReentrantLock is a handle on one lock (type and target) of a Generator. Handles
-// with the same unique key share one lock within their Generator. A handle is safe for
-// concurrent use and cheap; keep it or ask the Generator again.
+// with the same unique key share one local queue within their Generator, but each acquisition
+// runs on the lease of the handle it was made with. A handle is safe for concurrent use and
+// cheap; keep it or ask the Generator again.
 //
-// Ownership is carried by contexts: Lock and TryLock return a context that owns the lock.
-// Locking again with that context (or one derived from it) re-enters and raises the hold
-// count; Unlock with it lowers the count, and the key is deleted from Redis when the count
-// reaches zero. The owner context is cancelled when the lock is released, and cancelled with
-// ErrLockLost as its cause (context.Cause) when the lock is lost while held.
+// Ownership is carried by contexts: Lock and TryLock return an owner context. Locking again
+// with that context (or one derived from it) re-enters and raises the hold count; Unlock with
+// it lowers the count, and the key is let go in Redis when the count reaches zero.
+//
+// The owner context keeps the values of the context given to Lock but not its deadline or
+// cancellation (that context bounds only the wait). It ends when the lock is released
+// (context.Cause is context.Canceled), lost (the cause matches ErrLockLost) or closed (the cause
+// is ErrClosed).
+//
+// A lost lock stays lost: from the moment the loss is known, every call with its owner context
+// reports it — Lock, TryLock and Unlock return an error matching ErrLockLost, HoldCount returns
+// 0 and FencingToken returns ok false — and no other lock inherits it.
 type DistributedReentrantLock struct {
 	g   *Generator
 	cfg domain.DLockConfig
 }
 
-// Config returns the lock's configuration: type, target, key and lease.
+// Config returns the lock's configuration: type, target, key and the lease every acquisition
+// made with this handle runs on.
 func (l *DistributedReentrantLock) Config() domain.DLockConfig { return l.cfg }
 
 type ownerKey struct {
@@ -36,35 +47,78 @@ type ownerKey struct {
 	key string
 }
 
-// holdingOf returns the acquisition ctx owns, or nil.
+// holdState is where a holding is in its life: held, then released, lost or closed, once.
+type holdState int
+
+const (
+	holdHeld holdState = iota
+	holdReleased
+	holdLost
+	holdClosed
+)
+
+// holding is one acquisition: from the Redis write to the final Unlock, the loss or Close.
+type holding struct {
+	st     *lockState
+	cfg    domain.DLockConfig // of the handle it was made with
+	entity domain.DLockEntity
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	exp    *threads.Expander
+
+	mu    sync.Mutex
+	state holdState // guarded by mu
+	count int       // holds while held; guarded by mu
+	cause error     // why it was lost; guarded by mu
+}
+
+// end moves h from held to s (holdLost with its cause); it reports whether h was held.
+func (h *holding) end(s holdState, cause error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != holdHeld {
+		return false
+	}
+	h.state, h.cause = s, cause
+	return true
+}
+
+// status returns h's state, hold count and loss cause.
+func (h *holding) status() (holdState, int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state, h.count, h.cause
+}
+
+// holdingOf returns the acquisition of l's key that ctx carries, or nil.
 func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 	if ctx == nil || l == nil || l.g == nil {
 		return nil
 	}
 	h, _ := ctx.Value(ownerKey{l.g, l.cfg.UniqueKey()}).(*holding)
-	if h == nil || h.st.owner.Load() != h {
-		return nil
-	}
 	return h
 }
 
-// Lock blocks until it holds the lock or ctx ends, and returns a context that owns it.
-// A deadline on ctx gives a timed acquisition. If ctx already owns the lock, Lock re-enters:
-// it raises the hold count and returns ctx itself (or ErrLockLost if the lock was lost).
+// Lock blocks until it holds the lock or ctx ends, and returns the owner context. A deadline
+// on ctx gives a timed acquisition; it bounds the wait only, not the holding. If ctx already
+// owns the lock, Lock re-enters: it raises the hold count and returns ctx itself (an error
+// matching ErrLockLost if that holding was lost).
 //
 // A Lock that gives up returns an error that matches both ErrNotObtained and the context's
 // error (context.DeadlineExceeded or context.Canceled), and leaves nothing behind: it has left
-// the queue, and a lock granted at the moment of cancellation has been given back. While Redis
+// the queue, and an attempt still under way is given back in the background. While Redis
 // is unreachable Lock keeps waiting (until ctx ends); the error then names the last Redis
-// failure too. After Close it returns ErrClosed.
+// failure too. After Close it returns ErrClosed. Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (context.Context, error) {
 	return l.acquire(ctx, true)
 }
 
-// TryLock makes one attempt: it returns an owning context and true if it got the lock (or
+// TryLock makes one attempt: it returns an owner context and true if it got the lock (or
 // re-entered it), and false with a nil error if the lock is held, by another process or by
-// another goroutine of this one (then without asking Redis). A Redis failure is returned as a
-// *RedisProcessError.
+// another goroutine of this one (then without asking Redis). It leaves no trace for other
+// processes to see. A Redis failure is returned as a *RedisProcessError (an attempt whose
+// reply was lost is given back in the background); re-entry on a lost holding returns an
+// error matching ErrLockLost.
 func (l *DistributedReentrantLock) TryLock(ctx context.Context) (context.Context, bool, error) {
 	owned, err := l.acquire(ctx, false)
 	switch {
@@ -80,22 +134,23 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
-	if l == nil || l.g == nil {
+	if l == nil || l.g == nil || l.g.proc == nil {
 		return nil, fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
 	}
 	if h := l.holdingOf(ctx); h != nil {
-		if cause := context.Cause(h.ctx); errors.Is(cause, ErrLockLost) {
+		h.mu.Lock()
+		state, cause := h.state, h.cause
+		if state == holdHeld {
+			h.count++
+		}
+		h.mu.Unlock()
+		switch state {
+		case holdHeld:
+			return ctx, nil
+		case holdLost:
 			return nil, cause
 		}
-		for {
-			c := h.count.Load()
-			if c <= 0 {
-				break // released meanwhile: acquire anew
-			}
-			if h.count.CompareAndSwap(c, c+1) {
-				return ctx, nil
-			}
-		}
+		// released or closed: acquire anew
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)
@@ -104,14 +159,16 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 	if err != nil {
 		return nil, err
 	}
-	h, err := st.acquire(ctx, wait)
+	h, err := st.acquire(ctx, l.cfg, wait)
 	if err != nil {
 		st.idle()
 		l.g.unref(st)
 		return nil, err
 	}
-	if l.g.ctx.Err() != nil { // taken as Close ran: give it back
-		_ = st.release(context.WithoutCancel(ctx), h, ErrClosed)
+	if l.g.isClosed() { // taken as Close ran: give it back
+		if h.end(holdClosed, nil) {
+			_ = st.release(context.WithoutCancel(ctx), h, ErrClosed)
+		}
 		return nil, ErrClosed
 	}
 	return h.ctx, nil
@@ -119,14 +176,15 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 
 // Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it lets
 // the key go in Redis, only if it still holds this acquisition's locker: handed over to the
-// next goroutine of this process that waits, granted to another process that waits, or
-// deleted; then it cancels the owner context and wakes the next waiter. Unlock works with an owner context that has been
-// cancelled; the Redis call is bounded by the lease.
+// next goroutine of this process that waits, or deleted (with a message that wakes the
+// waiting processes); then it ends the owner context and wakes the next waiter. Unlock works
+// with an owner context that has been cancelled; the Redis call is bounded by the lease.
 //
-// It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock; an error
-// matching ErrLockLost when the lock was lost while held (the local hold is released all the
-// same); a *RedisProcessError when Redis could not be reached (the key then expires with its
-// lease, and the local hold is released).
+// It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no
+// more holds); ErrClosed when the Generator closed and released it; an error matching
+// ErrLockLost when the holding was lost (every Unlock of a lost holding says so); a
+// *RedisProcessError when Redis could not be reached (the local hold is released all the same,
+// and the release is retried in the background until the lease runs out).
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	h := l.holdingOf(ctx)
 	if h == nil {
@@ -135,18 +193,25 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		}
 		return ErrNotHeld
 	}
-	for {
-		c := h.count.Load()
-		if c <= 0 {
-			return ErrNotHeld
-		}
-		if h.count.CompareAndSwap(c, c-1) {
-			if c > 1 {
-				return nil
-			}
-			break
-		}
+	h.mu.Lock()
+	switch h.state {
+	case holdLost:
+		cause := h.cause
+		h.mu.Unlock()
+		return cause
+	case holdClosed:
+		h.mu.Unlock()
+		return ErrClosed
+	case holdReleased:
+		h.mu.Unlock()
+		return ErrNotHeld
 	}
+	if h.count--; h.count > 0 {
+		h.mu.Unlock()
+		return nil
+	}
+	h.state = holdReleased
+	h.mu.Unlock()
 	return h.st.release(context.WithoutCancel(ctx), h, nil)
 }
 
@@ -167,20 +232,26 @@ func (l *DistributedReentrantLock) Do(ctx context.Context, fn func(ctx context.C
 	return fn(owned)
 }
 
-// HoldCount returns how many times ctx holds the lock (0 if it does not own it).
+// HoldCount returns how many times ctx holds the lock: 0 if it does not own it, or if its
+// holding was released, lost or closed.
 func (l *DistributedReentrantLock) HoldCount(ctx context.Context) int {
 	if h := l.holdingOf(ctx); h != nil {
-		return int(h.count.Load())
+		if state, count, _ := h.status(); state == holdHeld {
+			return count
+		}
 	}
 	return 0
 }
 
 // FencingToken returns the fencing token of the acquisition ctx owns: a number larger than
 // every token handed out before for this key, to be checked by a downstream store (see
-// docs/fencing.md). ok is false when ctx does not own the lock.
+// docs/fencing.md). ok is false when ctx does not own the lock, or its holding was released,
+// lost or closed.
 func (l *DistributedReentrantLock) FencingToken(ctx context.Context) (token uint64, ok bool) {
 	if h := l.holdingOf(ctx); h != nil {
-		return h.entity.Token, true
+		if state, _, _ := h.status(); state == holdHeld {
+			return h.entity.Token, true
+		}
 	}
 	return 0, false
 }

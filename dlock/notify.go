@@ -15,7 +15,7 @@ import (
 
 // notifier keeps one subscription connection for all the locks of a Generator: a lock's release
 // channel is subscribed while this process has waiters on it. A release message wakes the
-// lock's first waiter; a grant to this process hands it the key; the confirmation of a
+// lock's first waiter; the confirmation of a
 // subscription (including the ones go-redis sends again after reconnecting) wakes the first
 // waiter too, because a release that happened before the subscription took effect would
 // otherwise cost a poll interval.
@@ -40,7 +40,7 @@ type op struct {
 }
 
 // subscription is a channel's lock. It stays known after UNSUBSCRIBE is sent (leaving) until
-// Redis confirms it, so that a grant published just before is still delivered to the lock.
+// Redis confirms it, so that a release published just before still wakes the lock's waiters.
 type subscription struct {
 	st      *lockState
 	channel string
@@ -68,13 +68,13 @@ func (n *notifier) queue(o op) {
 func (n *notifier) send() {
 	for {
 		select {
-		case <-n.g.ctx.Done():
+		case <-n.g.done.Done():
 			return
 		case <-n.kick:
 		}
 		for {
 			n.mu.Lock()
-			if len(n.ops) == 0 || n.g.ctx.Err() != nil {
+			if len(n.ops) == 0 || n.g.done.Err() != nil {
 				n.mu.Unlock()
 				break
 			}
@@ -82,16 +82,16 @@ func (n *notifier) send() {
 			n.ops = n.ops[1:]
 			ps := n.ps
 			if ps == nil {
-				ps = n.g.client.Subscribe(n.g.ctx) // no channel yet: nothing is sent
+				ps = n.g.client.Subscribe(n.g.done) // no channel yet: nothing is sent
 				n.ps = ps
 				n.g.group.Go(func() { n.receive(ps) })
 			}
 			n.mu.Unlock()
 			var err error
 			if o.subscribe {
-				err = ps.Subscribe(n.g.ctx, o.channel)
+				err = ps.Subscribe(n.g.done, o.channel)
 			} else {
-				err = ps.Unsubscribe(n.g.ctx, o.channel)
+				err = ps.Unsubscribe(n.g.done, o.channel)
 			}
 			if err != nil {
 				n.g.log.Debug("dlock: (un)subscribe failed; the poller covers", zap.String("channel", o.channel), zap.Error(err))
@@ -104,7 +104,7 @@ func (n *notifier) send() {
 func (n *notifier) subscribe(st *lockState) *subscription {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.g.ctx.Err() != nil {
+	if n.g.done.Err() != nil {
 		return nil
 	}
 	sub := &subscription{st: st, channel: st.channel}
@@ -163,20 +163,20 @@ const healthCheck = 5 * time.Second
 // and subscribes again after a connection error; a silent connection is pinged.
 func (n *notifier) receive(ps *redis.PubSub) {
 	backoff := 10 * time.Millisecond
-	for n.g.ctx.Err() == nil {
-		m, err := ps.ReceiveTimeout(n.g.ctx, healthCheck)
+	for n.g.done.Err() == nil {
+		m, err := ps.ReceiveTimeout(n.g.done, healthCheck)
 		if err != nil {
-			if n.g.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			if n.g.done.Err() != nil || errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				_ = ps.Ping(n.g.ctx)
+				_ = ps.Ping(n.g.done)
 				continue
 			}
 			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
 			select {
-			case <-n.g.ctx.Done():
+			case <-n.g.done.Done():
 				return
 			case <-time.After(backoff):
 			}
@@ -201,22 +201,14 @@ func (n *notifier) handle(m any) {
 		}
 	case *redis.Message:
 		st := n.lookup(m.Channel)
-		locker, token, granted, ok := processor.ParseMessage(m.Payload)
-		if st == nil || !ok {
-			return
+		locker, ok := processor.ParseMessage(m.Payload)
+		if st == nil || !ok || strings.HasPrefix(locker, n.g.prefix) {
+			return // our own release woke the local queue already
 		}
-		ours := strings.HasPrefix(locker, n.g.prefix)
-		switch {
-		case granted && ours:
-			st.granted(locker, token)
-		case ours:
-			// our own release: the local queue was woken already
-		default:
-			// released, or granted to another process: the first waiter tries (and, if the
-			// key is taken, leaves our mark for the next release)
-			st.heard.Store(n.g.now())
-			st.signal()
-		}
+		// released by another process: the first waiter tries (and, if the key is taken
+		// again, leaves our mark for the next release)
+		st.heard.Store(n.g.now())
+		st.signal()
 	}
 }
 

@@ -19,13 +19,16 @@ import (
 // sync.Mutex).
 const starvation = time.Millisecond
 
-// lockState is what one process knows of one lock: its local queue, owner and background
-// loops. It is shared by every handle with the same key while anyone holds or waits on it.
+// lockState is what one process knows of one key: its local queue, owner and background
+// loops. There is at most one per key per Generator (Generator.states), and it lives while
+// anyone holds or waits on the key or background work for it runs (refs), so a message, a
+// late attempt or a give-back always meets the state that is live.
 //
-// The claim is the local half of the lock: a goroutine asks Redis only while holding it, and
-// keeps it while it owns the lock. So at most one goroutine per process talks to Redis about
-// the key at a time, and a goroutine that finds the claim taken waits in the queue without a
-// round trip.
+// The claim is the local half of the lock: a goroutine talks to Redis about the key only while
+// holding it, and keeps it while it owns the lock. So at most one goroutine per process asks
+// Redis at a time, and one that finds the claim taken waits in the queue without a round trip.
+// The claim is about local order only: exclusion rests on Redis, where every acquisition
+// writes its own locker.
 //
 // Wake-ups are counted in epoch: every "the key may be free" signal (a local release, a release
 // message, a poll that found the key free, a fresh subscription) adds one and wakes the first
@@ -33,49 +36,46 @@ const starvation = time.Millisecond
 // failed while a signal arrived passes the wake-up on, so signals are neither lost nor turned
 // into extra round trips.
 //
-// The key can also reach this process without an attempt: handed over by a local release
-// (pending, with the claim kept for the first waiter) or granted by another process's release
-// (grant, taken or given back only by the claim holder). docs/design.md tells the whole story.
+// The key reaches a waiter in one of two ways: its own attempt (lock.lua), or a local release
+// that handed the key over in Redis to a new locker made for the next waiter (pending; the
+// claim passes with it). Nothing else ever puts a locker of this process under the key.
 type lockState struct {
 	g       *Generator
-	cfg     domain.DLockConfig // of the handle that brought the lock into use; every acquisition uses its lease
+	cfg     domain.DLockConfig // of the handle that brought the state into use: poll timing and marks
 	channel string             // the release channel
-	refs    int                // holders and waiters; guarded by g.mu
+	refs    int                // holdings, waiters and background jobs; guarded by g.mu
 
 	q       queue.Queue
 	claim   atomic.Bool
 	owner   atomic.Pointer[holding]
-	pending atomic.Pointer[domain.DLockEntity] // handed over in Redis, not yet taken by a waiter; the claim stays held
-	grant   atomic.Pointer[domain.DLockEntity] // granted by another process's release; only the claim holder takes or releases it
-	last    atomic.Uint64                      // the largest fencing token this process has owned the key with
-	marked  atomic.Bool                        // this process may have a waiting mark beside the key
+	pending atomic.Pointer[handedOver] // handed over in Redis, not yet taken by a waiter; the claim stays held
+	marked  atomic.Bool                // this process may have a waiting mark beside the key
 	epoch   atomic.Uint64
 	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
 	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
+	polite  atomic.Int64 // g.now() until which this process leaves the key to the one it yielded to
 
 	poller *threads.Poller
 	sub    *subscription // the release channel's subscription while watching; guarded by the poller's lock
 }
 
-// holding is one acquisition: from the Redis write to the final Unlock.
-type holding struct {
-	st       *lockState
-	entity   domain.DLockEntity
-	count    atomic.Int32 // holds; written by the owner context's users
-	released atomic.Bool  // set once by whoever releases (Unlock or Close)
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	exp      *threads.Expander
+// handedOver is a key handed over in Redis to a locker made for the next local waiter.
+type handedOver struct {
+	entity domain.DLockEntity
+	cfg    domain.DLockConfig // with the lease the hand-over set
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
 	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg)}
-	st.poller = threads.NewPoller(g.ctx, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
+	st.poller = threads.NewPoller(g.done, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
 	return st
 }
 
 // mayBarge reports whether a newcomer may try before the queued goroutines.
 func (st *lockState) mayBarge() bool {
+	if st.politeFor() > 0 {
+		return false
+	}
 	if st.g.opts.fifo {
 		return !st.q.HasWaiters()
 	}
@@ -83,15 +83,33 @@ func (st *lockState) mayBarge() bool {
 	return f == nil || time.Since(f.Since()) < starvation
 }
 
-// acquire takes the lock, waiting if wait is set.
-func (st *lockState) acquire(ctx context.Context, wait bool) (*holding, error) {
+// politeFor returns how long this process still leaves the key to a process it yielded to.
+func (st *lockState) politeFor() time.Duration {
+	return time.Duration(st.polite.Load() - st.g.now())
+}
+
+// courtesy is how long a process that yielded the key to a waiting process keeps its own
+// waiters back, so that the other process (woken by the release message) can take it: far
+// more than a message and a round trip, far less than a poll interval. A stale waiting mark
+// costs this much.
+func courtesy(cfg domain.DLockConfig) time.Duration { return min(cfg.Lease()/10, 5*time.Millisecond) }
+
+// errLateReply reports an acquisition whose reply came after its lease had run out.
+var errLateReply = errors.New("the reply came after the lease had run out")
+
+// errBusy is TryLock's answer when a goroutine of this process holds or is taking the lock.
+var errBusy = fmt.Errorf("%w: held or being taken by this process", ErrOptimisticLocking)
+
+// acquire takes the lock for an acquisition made with cfg (its handle's lease), waiting if
+// wait is set.
+func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, error) {
 	var (
 		tried   bool   // this goroutine has failed in Redis ...
 		triedAt uint64 // ... at this epoch
 		lastErr error
 	)
 	if (!wait || st.mayBarge()) && st.claim.CompareAndSwap(false, true) {
-		h, e, err := st.tryRemote(ctx)
+		h, e, err := st.tryRemote(ctx, cfg, wait)
 		if h != nil || !wait {
 			return h, err
 		}
@@ -100,24 +118,27 @@ func (st *lockState) acquire(ctx context.Context, wait bool) (*holding, error) {
 		}
 		tried, triedAt, lastErr = true, e, err
 	} else if !wait {
-		return nil, fmt.Errorf("%w: held or being taken by this process", ErrOptimisticLocking)
+		return nil, errBusy
 	}
 
 	// Wait in the queue; a Close ends the wait too.
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	defer context.AfterFunc(st.g.ctx, stop)()
+	defer context.AfterFunc(st.g.done, stop)()
 
 	n := queue.NewNode()
+	n.Lease = cfg.Lease()
 	st.q.Enqueue(n)
 	woken := false // a wake-up was taken from the permit and not yet acted on
 	for wctx.Err() == nil {
-		if p := st.pending.Load(); p != nil && st.q.IsFirst(n) && st.pending.CompareAndSwap(p, nil) {
+		first := st.q.IsFirst(n)
+		if p := st.pending.Load(); p != nil && first && st.pending.CompareAndSwap(p, nil) {
 			st.q.SetHead(n) // handed over by the previous local owner: the claim is ours
-			return st.own(ctx, *p), nil
+			return st.own(ctx, cfg, p.entity), nil
 		}
-		if st.q.IsFirst(n) && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
-			h, e, err := st.tryRemote(ctx)
+		polite := st.politeFor()
+		if first && polite <= 0 && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
+			h, e, err := st.tryRemote(ctx, cfg, true)
 			if h != nil {
 				st.q.SetHead(n)
 				return h, nil
@@ -127,6 +148,12 @@ func (st *lockState) acquire(ctx context.Context, wait bool) (*holding, error) {
 		}
 		if st.owner.Load() == nil && st.pending.Load() == nil {
 			st.watch()
+		}
+		if first && polite > 0 {
+			if parkFor(wctx, n, polite) {
+				woken = true
+			}
+			continue
 		}
 		if n.Park(wctx) != nil {
 			break
@@ -141,6 +168,13 @@ func (st *lockState) acquire(ctx context.Context, wait bool) (*holding, error) {
 	return nil, notObtained(ctx.Err(), lastErr)
 }
 
+// parkFor parks n for at most d; it reports whether n was woken.
+func parkFor(ctx context.Context, n *queue.Node, d time.Duration) bool {
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return n.Park(pctx) == nil
+}
+
 func notObtained(ctxErr, last error) error {
 	var pe *RedisProcessError
 	if errors.As(last, &pe) {
@@ -149,82 +183,76 @@ func notObtained(ctxErr, last error) error {
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
 }
 
-// tryRemote asks Redis for the key; the caller holds the claim. On success the claim stays
-// held by the new owner. It returns the epoch read before asking, so the caller knows which
-// signals its failure already accounts for.
-func (st *lockState) tryRemote(ctx context.Context) (*holding, uint64, error) {
+// tryRemote asks Redis for the key with a new locker; the caller holds the claim. On success
+// the claim stays held by the new owner. It returns the epoch read before asking, so the
+// caller knows which signals its failure already accounts for.
+//
+// An attempt whose outcome is unknown (its reply was lost, or the caller gave up before it
+// came back) may have taken the key: it is given back in the background (GiveBack, which also
+// voids the attempt should it reach Redis later), and the waiters are signalled after that.
+func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, uint64, error) {
 	e := st.epoch.Load()
-	if g := st.takeGrant(); g != nil {
-		if ctx.Err() == nil {
-			st.tenure.Store(st.g.now())
-			return st.own(ctx, *g), e, nil
-		}
-		st.grant.Store(g) // for another waiter, or for settleGrant to release
-	}
 	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
-	late, err := st.attempt(ctx, &ent)
+	late, err := st.attempt(ctx, &ent, cfg, wait)
 	st.heard.Store(st.g.now())
 	if late {
 		return nil, e, notTakenErr(ctx.Err(), nil)
 	}
-	if err == nil && ctx.Err() == nil {
+	if err == nil && time.Since(ent.LockTime) >= cfg.Lease() {
+		// The reply came after the lease, counted from the request, had run out: the key may
+		// be someone else's by now. Not an acquisition.
+		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
+	}
+	switch {
+	case err == nil && ctx.Err() == nil:
 		st.tenure.Store(st.g.now())
-		return st.own(ctx, ent), e, nil
+		return st.own(ctx, cfg, ent), e, nil
+	case errors.Is(err, ErrOptimisticLocking):
+		if wait {
+			st.marked.Store(true)
+		}
+		st.claim.Store(false)
+		if st.epoch.Load() != e {
+			st.q.Wake() // a signal came while we were asking: pass it on
+		}
+		return nil, e, err
 	}
-	if errors.Is(err, ErrOptimisticLocking) {
-		st.marked.Store(true)
-		if g := st.takeGrant(); g != nil && ctx.Err() == nil { // granted while we asked
-			st.tenure.Store(st.g.now())
-			return st.own(ctx, *g), e, nil
-		}
-	} else if ctx.Err() != nil {
-		// Granted as the caller gave up, or the answer was lost with the cancellation: give
-		// the key back (the script deletes only our own locker; if it cannot, the key expires
-		// with its lease), keeping the claim until then, and tell the waiters.
-		if err == nil {
-			st.noteToken(ent.Token)
-		}
-		st.background(func() {
-			st.giveUp(&ent)
-			st.dropClaim()
-			st.signal()
-		})
+	st.g.log.Debug("dlock: attempt given back", zap.String("key", cfg.UniqueKey()),
+		zap.String("locker", ent.Locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
+	st.background(func() {
+		st.giveBack(&ent, cfg)
+		st.signal()
+	})
+	st.claim.Store(false)
+	if ctx.Err() != nil {
 		return nil, e, notTakenErr(ctx.Err(), err)
-	}
-	st.dropClaim()
-	if st.epoch.Load() != e {
-		st.q.Wake() // a signal came while we were asking: pass it on
 	}
 	return nil, e, err
 }
 
 // attempt runs lock.lua for ent, honouring ctx even when the client does not (go-redis ignores
 // context deadlines unless ContextTimeoutEnabled is set): if ctx ends first, attempt returns at
-// once with late set, and the attempt finishes in the background, which gives the key back if
-// it was taken and then lets the claim go. The caller holds the claim.
-func (st *lockState) attempt(ctx context.Context, ent *domain.DLockEntity) (late bool, err error) {
+// once with late set (the claim let go), and the attempt finishes in the background, which
+// gives the key back unless Redis said it was held, then signals. The caller holds the claim.
+func (st *lockState) attempt(ctx context.Context, ent *domain.DLockEntity, cfg domain.DLockConfig, wait bool) (late bool, err error) {
 	if ctx.Done() == nil {
-		return false, st.g.proc.Lock(ctx, ent, st.cfg)
+		return false, st.g.proc.Lock(ctx, ent, cfg, wait)
 	}
 	done := make(chan error, 1)
-	if !st.g.group.Go(func() { done <- st.g.proc.Lock(ctx, ent, st.cfg) }) {
-		return false, st.g.proc.Lock(ctx, ent, st.cfg)
+	if !st.g.group.Go(func() { done <- st.g.proc.Lock(ctx, ent, cfg, wait) }) {
+		return false, st.g.proc.Lock(ctx, ent, cfg, wait)
 	}
 	select {
 	case err := <-done:
 		return false, err
 	case <-ctx.Done():
 		st.background(func() {
-			err := <-done
-			if err == nil {
-				st.noteToken(ent.Token) // it may have taken a grant whose message is on its way
+			if err := <-done; !errors.Is(err, ErrOptimisticLocking) {
+				st.giveBack(ent, cfg)
 			}
-			if !errors.Is(err, ErrOptimisticLocking) {
-				st.giveUp(ent)
-			}
-			st.dropClaim()
 			st.signal()
 		})
+		st.claim.Store(false)
 		return true, nil
 	}
 }
@@ -241,185 +269,172 @@ func notTakenErr(ctxErr, err error) error {
 	return fmt.Errorf("%w (attempt: %w)", ctxErr, err)
 }
 
-// own records a successful acquisition and starts renewing it.
-func (st *lockState) own(parent context.Context, ent domain.DLockEntity) *holding {
-	cfg := st.cfg
-	h := &holding{st: st, entity: ent}
-	h.count.Store(1)
-	st.noteToken(ent.Token)
-	var ctx context.Context
-	ctx, h.cancel = context.WithCancelCause(parent)
-	h.ctx = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h)
+// own records a successful acquisition made with cfg and starts renewing it with cfg's lease.
+// The owner context keeps parent's values but not its deadline or cancellation.
+func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent domain.DLockEntity) *holding {
+	h := &holding{st: st, cfg: cfg, entity: ent, count: 1}
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	h.ctx, h.cancel = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
 	st.owner.Store(h)
 	st.poller.Stop()
 	lease := cfg.Lease()
-	h.exp = threads.StartExpander(st.g.ctx, threads.ExpanderConfig{
-		Lease:    lease,
-		Interval: lease * 3 / 4,
-		Retry:    lease / 10,
-		Acquired: ent.LockTime,
+	h.exp = threads.StartExpander(st.g.clean, threads.ExpanderConfig{
+		Lease:      lease,
+		Interval:   lease * 3 / 4,
+		Retry:      lease / 10,
+		Acquired:   ent.LockTime,
+		FirstLease: ent.Lease,
 	}, func(ctx context.Context) error {
 		return st.g.proc.ExpandLease(ctx, &h.entity, cfg)
-	}, func(cause error) {
-		st.g.log.Warn("dlock: lock lost", zap.String("key", cfg.UniqueKey()),
-			zap.String("locker", h.entity.Locker), zap.Error(cause))
-		h.cancel(cause)
-	}, &st.g.group)
+	}, func(cause error) { st.lose(h, cause) }, &st.g.group)
 	return h
 }
 
-// release ends h: it stops the renewals and either hands the key over to the next local
-// waiter in one round trip (handover.lua) or deletes it if it still holds h's locker; it ends
-// the owner context (with cause, if not nil) and wakes the next waiter. Only one release of a
-// holding happens; a second returns ErrNotHeld.
+// lose ends h as lost, unless it ended otherwise first: the owner context is cancelled with
+// cause, the local queue moves on, and the key is given back in case a renewal whose answer
+// was lost kept it.
+func (st *lockState) lose(h *holding, cause error) {
+	if !h.end(holdLost, cause) {
+		return
+	}
+	st.g.log.Warn("dlock: lock lost", zap.String("key", h.cfg.UniqueKey()),
+		zap.String("locker", h.entity.Locker), zap.Error(cause))
+	h.cancel(cause)
+	ent := h.entity
+	st.background(func() { st.giveBack(&ent, h.cfg) })
+	st.owner.CompareAndSwap(h, nil)
+	st.claim.Store(false)
+	st.signal()
+	st.idle()
+	st.g.unref(st)
+}
+
+// release lets h go after its final Unlock (cause nil) or a Close (cause ErrClosed); the caller
+// has ended h. It stops the renewals and either hands the key over to the next local waiter
+// in one round trip (handover.lua) or deletes it if it still holds h's locker; it ends the
+// owner context and wakes the next waiter.
 func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
-	if !h.released.CompareAndSwap(false, true) {
-		return ErrNotHeld
-	}
 	h.exp.Stop()
-	lost := context.Cause(h.ctx)
-	if !errors.Is(lost, ErrLockLost) {
-		lost = nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, st.cfg.Lease())
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.Lease())
 	defer cancel()
 	var err error
-	if cause == nil && lost == nil && st.g.opts.handOff > 0 && st.q.HasWaiters() {
+	if cause == nil && st.g.opts.handOff > 0 && st.q.HasWaiters() {
 		err = st.handOver(rctx, h)
 	} else {
-		err = st.g.proc.Unlock(rctx, &h.entity, st.cfg)
+		err = st.g.proc.Unlock(rctx, &h.entity, h.cfg)
 		h.cancel(cause)
-		st.owner.Store(nil)
-		st.dropClaim()
+		st.owner.CompareAndSwap(h, nil)
+		var pe *RedisProcessError
+		if errors.As(err, &pe) { // perhaps not run: try again in the background
+			ent := h.entity
+			st.background(func() {
+				st.giveBack(&ent, h.cfg)
+				st.signal()
+			})
+		}
+		st.claim.Store(false)
 		st.signal()
 	}
 	st.idle()
 	st.g.unref(st)
 	switch {
-	case lost != nil:
-		return lost
 	case errors.Is(err, ErrOptimisticLocking):
-		st.g.log.Warn("dlock: lock lost before release", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
 		return fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
 	case err != nil:
-		st.g.log.Debug("dlock: release failed; the key expires with its lease", zap.Error(err))
+		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))
 	}
 	return err
 }
 
-// handOver passes the key from h to a new acquisition that the first local waiter takes
-// (pending), unless another process has waited while this one kept the lock for longer than
-// the hand-off limit: then the script grants the key to that process.
+// handOver passes the key from h to a new locker made for the first local waiter (pending),
+// with that waiter's lease, unless another process has waited while this one kept the lock
+// for longer than the hand-off limit: then the key is deleted, and this process's waiters keep
+// back for a courtesy delay so that the other process can take it.
 func (st *lockState) handOver(ctx context.Context, h *holding) error {
 	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
+	ncfg := h.cfg
+	if f := st.q.First(); f != nil && f.Lease != ncfg.Lease() {
+		if c, err := ncfg.WithLease(f.Lease); err == nil {
+			ncfg = c
+		}
+	}
 	yield := st.g.now()-st.tenure.Load() >= int64(st.g.opts.handOff)
-	err := st.g.proc.HandOver(ctx, &h.entity, &next, st.cfg, yield)
+	err := st.g.proc.HandOver(ctx, &h.entity, &next, ncfg, yield)
 	h.cancel(nil)
-	st.owner.Store(nil)
+	st.owner.CompareAndSwap(h, nil)
+	var pe *RedisProcessError
 	switch {
 	case err == nil:
-		st.pending.Store(&next) // the claim stays held for whoever takes it
+		st.pending.Store(&handedOver{entity: next, cfg: ncfg}) // the claim stays held for whoever takes it
 		st.q.Wake()
 		st.abandon() // in case the waiters left meanwhile
 		return nil
 	case errors.Is(err, processor.ErrYielded):
-		// Granted to the waiting process. Our waiters try once, which fails and leaves
-		// our own mark: the lock comes back when that process lets it go.
-		st.dropClaim()
+		st.polite.Store(st.g.now() + int64(courtesy(ncfg)))
+		st.claim.Store(false)
 		st.signal()
 		return nil
+	case errors.As(err, &pe):
+		// Unknown outcome: the key holds h's locker, or next's, or neither. Give both back
+		// (voiding next's hand-over should it still run).
+		from := h.entity
+		st.background(func() {
+			st.giveBack(&next, ncfg)
+			st.giveBack(&from, h.cfg)
+			st.signal()
+		})
+		st.claim.Store(false)
+		return err
 	}
-	st.dropClaim()
+	st.claim.Store(false)
 	st.signal()
 	return err
 }
 
-// abandon releases a key handed over to a local waiter that no waiter is left to take, or
-// wakes the waiter that is; then it settles a grant the same way. Waiters call it when they
-// leave, hand-overs after they land: of a waiter leaving and a key landing at the same moment,
-// at least one sees the other.
+// abandon gives back a key handed over to a local waiter that no waiter is left to take, or
+// wakes the waiter that is. Waiters call it when they leave, hand-overs after they land: of a
+// waiter leaving and a key landing at the same moment, at least one sees the other.
 func (st *lockState) abandon() {
-	if st.pending.Load() != nil {
-		if st.q.HasWaiters() {
-			st.q.Wake()
-		} else if p := st.pending.Load(); p != nil && st.pending.CompareAndSwap(p, nil) {
-			st.background(func() { // the claim stays held until the key is given back
-				st.giveUp(p)
-				st.dropClaim()
-				st.signal()
-			})
-			return
-		}
-	}
-	st.settleGrant()
-}
-
-// granted records a grant from another process's release: the key already holds locker. A
-// grant older than a token this process has owned the key with is stale (taken already
-// through Lock) and ignored.
-func (st *lockState) granted(locker string, token uint64) {
-	if token <= st.last.Load() {
-		return
-	}
-	st.grant.Store(&domain.DLockEntity{Locker: locker, Token: token, Status: domain.StatusProcessing, LockTime: time.Now()})
-	st.heard.Store(st.g.now())
-	st.signal()
-	st.settleGrant()
-}
-
-// noteToken records that this process has taken the key with token, so that a copy of the same
-// grant still waiting in the grant slot is known to be stale.
-func (st *lockState) noteToken(token uint64) {
-	for last := st.last.Load(); token > last && !st.last.CompareAndSwap(last, token); last = st.last.Load() {
-	}
-}
-
-// takeGrant returns the grant waiting to be taken, unless it is stale. The caller holds the
-// claim.
-func (st *lockState) takeGrant() *domain.DLockEntity {
-	if g := st.grant.Swap(nil); g != nil && g.Token > st.last.Load() {
-		return g
-	}
-	return nil
-}
-
-// settleGrant releases a grant that no local waiter will take. Only the claim holder may touch
-// a grant; if the claim is held, its holder settles the grant when it lets the claim go.
-func (st *lockState) settleGrant() {
-	if st.grant.Load() == nil {
+	if st.pending.Load() == nil {
 		return
 	}
 	if st.q.HasWaiters() {
 		st.q.Wake()
 		return
 	}
-	if !st.claim.CompareAndSwap(false, true) {
-		return
-	}
-	g := st.takeGrant()
-	if g == nil {
+	if p := st.pending.Load(); p != nil && st.pending.CompareAndSwap(p, nil) {
+		st.background(func() {
+			st.giveBack(&p.entity, p.cfg)
+			st.signal()
+		})
 		st.claim.Store(false)
-		return
 	}
-	st.background(func() { // the claim stays held until the key is given back
-		st.giveUp(g)
-		st.dropClaim()
-		st.signal()
-	})
 }
 
-// dropClaim lets the claim go without an owner, settling a grant that came meanwhile.
-func (st *lockState) dropClaim() {
-	st.claim.Store(false)
-	st.settleGrant()
-}
-
-// giveUp releases a key this process holds but nobody here will use.
-func (st *lockState) giveUp(e *domain.DLockEntity) {
-	rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
-	defer cancel()
-	if err := st.g.proc.Unlock(rctx, e, st.cfg); err != nil {
-		st.g.log.Debug("dlock: release of an untaken key failed; it expires with its lease", zap.Error(err))
+// giveBack deletes the key if it holds e's locker, and voids e's acquisition should it still
+// reach Redis. A Redis failure is retried until e's lease has run out (the key is gone by
+// then, unless a request of ours is still on its way); once Close has begun, it is not
+// retried.
+func (st *lockState) giveBack(e *domain.DLockEntity, cfg domain.DLockConfig) {
+	lease := cfg.Lease()
+	for {
+		rctx, cancel := context.WithTimeout(st.g.clean, lease)
+		err := st.g.proc.GiveBack(rctx, e, cfg)
+		cancel()
+		var pe *RedisProcessError
+		if !errors.As(err, &pe) {
+			return
+		}
+		if time.Since(e.LockTime) > 2*lease {
+			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
+			return
+		}
+		select {
+		case <-st.g.done.Done():
+			return
+		case <-time.After(lease / 10):
+		}
 	}
 }
 
@@ -439,7 +454,8 @@ func (st *lockState) watch() {
 	})
 }
 
-// idle stops watching the key once no goroutine of this process waits on the lock.
+// idle stops watching the key once no goroutine of this process waits on the lock. Every
+// waiter and holding calls it before it lets its reference to the state go.
 func (st *lockState) idle() {
 	st.poller.Locked(func(bool) {
 		if !st.q.HasWaiters() {
@@ -448,10 +464,9 @@ func (st *lockState) idle() {
 	})
 }
 
-// unwatch withdraws this process's waiting mark, then the subscription, in that order: a grant
-// made before the mark went is published before the unsubscription takes effect, so it is
-// received (and given back). It runs under the poller's lock; the Redis calls run in the
-// background, so a waiter that gives up during a partition is not held by them.
+// unwatch withdraws this process's waiting mark and the subscription. It runs under the
+// poller's lock; the Redis calls run in the background (keeping the state alive), so a waiter
+// that gives up during a partition is not held by them.
 func (st *lockState) unwatch() {
 	marked, sub := st.marked.Swap(false), st.sub
 	st.sub = nil
@@ -460,7 +475,7 @@ func (st *lockState) unwatch() {
 	}
 	st.background(func() {
 		if marked {
-			rctx, cancel := context.WithTimeout(st.g.ctx, st.cfg.Lease())
+			rctx, cancel := context.WithTimeout(st.g.clean, st.cfg.Lease())
 			if err := st.g.proc.Unmark(rctx, st.cfg); err != nil {
 				st.g.log.Debug("dlock: unmark failed; the mark expires", zap.Error(err))
 			}
@@ -472,10 +487,16 @@ func (st *lockState) unwatch() {
 	})
 }
 
-// background runs f in the generator's group, or here once the generator is closing.
+// background runs f in the generator's group (inline once the group is closed), keeping the
+// state alive until f returns.
 func (st *lockState) background(f func()) {
-	if !st.g.group.Go(f) {
+	st.g.hold(st)
+	if !st.g.group.Go(func() {
+		defer st.g.unref(st)
 		f()
+	}) {
+		f()
+		st.g.unref(st)
 	}
 }
 

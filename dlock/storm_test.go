@@ -106,8 +106,8 @@ func TestCancellationStorm(t *testing.T) {
 	if acquired.Load()+gaveUp.Load() != int64(n) {
 		t.Fatal("calls unaccounted for")
 	}
-	// Grants that reached a process whose waiters had all left are given back in the
-	// background, within a round trip or two.
+	// Attempts and hand-overs that landed after their waiters had all left are given back in
+	// the background, within a round trip or two.
 	l, _ := g1.Gen("STORM", target(t))
 	for i := 0; c.Exists(context.Background(), l.Config().UniqueKey()).Val() != 0; i++ {
 		if i == 500 {

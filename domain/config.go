@@ -123,6 +123,15 @@ func (c DLockConfig) UniqueKey() string { return c.uniqueKey }
 // Lease returns how long the key lives in Redis unless renewed.
 func (c DLockConfig) Lease() time.Duration { return c.lease }
 
+// WithLease returns c with another lease, validated as NewDLockConfig does.
+func (c DLockConfig) WithLease(lease time.Duration) (DLockConfig, error) {
+	if err := ValidateLease(lease); err != nil {
+		return DLockConfig{}, err
+	}
+	c.lease = lease
+	return c, nil
+}
+
 // IsZero reports whether c is the zero value, which no valid configuration is.
 func (c DLockConfig) IsZero() bool { return c.uniqueKey == "" }
 

@@ -34,4 +34,6 @@ type DLockEntity struct {
 	LockTime time.Time
 	// Token is the fencing token of the acquisition (zero when unknown).
 	Token uint64
+	// Lease is the lease the acquiring request set, counted from LockTime (zero when unknown).
+	Lease time.Duration
 }

@@ -10,24 +10,33 @@ import (
 // DLockProcessor reads and writes lock records. Every method is safe for concurrent use and
 // honours its context. Failures of the store are returned as *errors.RedisProcessError; answers
 // that are not the hoped-for ones (held by another, gone, taken) as errors.ErrOptimisticLocking.
+//
+// Every method that writes is safe to run twice (a client may send a command again after its
+// reply was lost) and safe to run late (after its caller gave up): the key only ever holds the
+// locker of the acquisition that asked for it.
 type DLockProcessor interface {
 	// Load returns the record under the lock's key, or nil when the key is free.
 	Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error)
-	// Lock writes e.Locker under the key with the lease if the key is free, and sets e.Token
-	// to the acquisition's fencing token. A held key gives ErrOptimisticLocking.
-	Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
+	// Lock writes e.Locker under the key with cfg's lease if the key is free, and sets e.Token
+	// (the acquisition's fencing token) and e.Lease. A held key, or an attempt already given
+	// back, gives ErrOptimisticLocking; with wait set, a held key also gets this process's
+	// waiting mark.
+	Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error
 	// ExpandLease renews the lease if the key still holds e.Locker, else ErrOptimisticLocking.
 	ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// Unlock lets the key go if it still holds e.Locker (deleted, or granted to a process
-	// that waits for it), else ErrOptimisticLocking.
+	// Unlock deletes the key if it still holds e.Locker, else ErrOptimisticLocking.
 	Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
+	// GiveBack is Unlock for an acquisition whose outcome is unknown (its reply was lost, or
+	// its caller gave up): if the key does not hold e.Locker, the attempt is voided so that it
+	// cannot take the key should it still reach the store.
+	GiveBack(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
 	// IsFree reports whether the key is absent; when it is held, the store may note that this
 	// process waits.
 	IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error)
-	// HandOver passes the lock held by from to the new acquisition to (setting to.Token),
-	// without letting it go free. With yield set and another process waiting, it releases the
-	// key instead and returns ErrYielded. If the key no longer holds from.Locker it returns
-	// ErrOptimisticLocking.
+	// HandOver passes the lock held by from to the new acquisition to (setting to.Token and
+	// to.Lease; cfg carries to's lease), without letting it go free. With yield set and
+	// another process waiting, it deletes the key instead and returns ErrYielded. If the key no
+	// longer holds from.Locker it returns ErrOptimisticLocking.
 	HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error
 	// Unmark withdraws this process's note that it waits for the key.
 	Unmark(ctx context.Context, cfg domain.DLockConfig) error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +55,7 @@ func TestNilClient(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
 		lc := cfg(t, "life")
 		a := &domain.DLockEntity{Locker: "a"}
 		b := &domain.DLockEntity{Locker: "b"}
@@ -64,13 +63,13 @@ func TestLifecycle(t *testing.T) {
 		if free, err := p.IsFree(ctx, lc); err != nil || !free {
 			t.Fatalf("IsFree = %v, %v; want true", free, err)
 		}
-		if err := p.Lock(ctx, a, lc); err != nil {
+		if err := p.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
 		if a.Token == 0 {
 			t.Fatal("no fencing token")
 		}
-		if err := p.Lock(ctx, b, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+		if err := p.Lock(ctx, b, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatalf("second Lock err = %v, want ErrOptimisticLocking", err)
 		}
 		if e, err := p.Load(ctx, lc); err != nil || e == nil || e.Locker != "a" || e.Status != domain.StatusProcessing {
@@ -103,7 +102,7 @@ func TestLifecycle(t *testing.T) {
 		if err := p.ExpandLease(ctx, a, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatalf("expand after unlock err = %v", err)
 		}
-		if err := p.Lock(ctx, b, lc); err != nil || b.Token <= a.Token {
+		if err := p.Lock(ctx, b, lc, true); err != nil || b.Token <= a.Token {
 			t.Fatalf("relock: err %v, token %d after %d", err, b.Token, a.Token)
 		}
 	})
@@ -117,7 +116,7 @@ func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
 		var last uint64
 		for i := 0; i < 50; i++ {
 			e := &domain.DLockEntity{Locker: "x"}
-			if err := p.Lock(ctx, e, lc); err != nil {
+			if err := p.Lock(ctx, e, lc, false); err != nil {
 				t.Fatal(err)
 			}
 			if e.Token <= last {
@@ -143,9 +142,9 @@ func TestUnlockPublishes(t *testing.T) {
 		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
 			t.Fatal(err)
 		}
-		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
 		e := &domain.DLockEntity{Locker: "pub-locker"}
-		if err := p.Lock(ctx, e, lc); err != nil {
+		if err := p.Lock(ctx, e, lc, false); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.Unlock(ctx, e, lc); err != nil {
@@ -157,7 +156,7 @@ func TestUnlockPublishes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if locker, _, granted, ok := processor.ParseMessage(msg.Payload); !ok || granted || locker != "pub-locker" {
+		if locker, ok := processor.ParseMessage(msg.Payload); !ok || locker != "pub-locker" {
 			t.Fatalf("message %q", msg.Payload)
 		}
 	})
@@ -166,9 +165,9 @@ func TestUnlockPublishes(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
+	p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
 	lc := cfg(t, "down")
-	err := p.Lock(context.Background(), &domain.DLockEntity{Locker: "x"}, lc)
+	err := p.Lock(context.Background(), &domain.DLockEntity{Locker: "x"}, lc, false)
 	var pe *dlerrors.RedisProcessError
 	if !errors.As(err, &pe) || pe.Op != "lock" || pe.Key != lc.UniqueKey() || pe.Err == nil {
 		t.Fatalf("err = %#v, want RedisProcessError naming op and key", err)
@@ -217,36 +216,39 @@ func redisSlot(key string) uint16 {
 func TestHandOver(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		p1, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1"})
-		p2, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p2"})
+		p1, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
+		p2, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p2"})
 		lc := cfg(t, "handover")
 		a, b, x := &domain.DLockEntity{Locker: "p1-a"}, &domain.DLockEntity{Locker: "p1-b"}, &domain.DLockEntity{Locker: "p1-x"}
-		if err := p1.Lock(ctx, a, lc); err != nil {
+		if err := p1.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
-		if err := p1.HandOver(ctx, a, b, lc, true); err != nil || b.Token <= a.Token {
-			t.Fatalf("hand-over: %v, token %d after %d", err, b.Token, a.Token)
+		long, _ := lc.WithLease(30 * time.Second)
+		if err := p1.HandOver(ctx, a, b, long, true); err != nil || b.Token <= a.Token || b.Lease != long.Lease() {
+			t.Fatalf("hand-over: %v, token %d after %d, lease %v", err, b.Token, a.Token, b.Lease)
 		}
 		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "p1-b" {
 			t.Fatalf("key holds %q after the hand-over", v)
+		}
+		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= lc.Lease() {
+			t.Fatalf("PTTL %v after a hand-over with a 30 s lease", ttl)
 		}
 		if err := p1.HandOver(ctx, a, x, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatalf("hand-over by a former holder: %v", err)
 		}
 		// Our own mark does not make us yield.
-		if err := p1.Lock(ctx, x, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+		if err := p1.Lock(ctx, x, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatal(err)
 		}
 		if err := p1.HandOver(ctx, b, x, lc, true); err != nil {
 			t.Fatalf("hand-over with only our own mark: %v", err)
 		}
-		// Another process's probe (or failed attempt) does: the lock is granted to its mark.
+		// Another process's probe (or failed attempt) does: the key is deleted for it to take.
 		if free, err := p2.IsFree(ctx, lc); free || err != nil {
 			t.Fatalf("IsFree on a held key: %v %v", free, err)
 		}
-		mark := c.Get(ctx, processor.WantKey(lc)).Val()
-		if !strings.HasPrefix(mark, "p2w") {
-			t.Fatalf("waiting mark %q, want a p2 locker", mark)
+		if mark := c.Get(ctx, processor.WantKey(lc)).Val(); mark != "p2" {
+			t.Fatalf("waiting mark %q, want p2's", mark)
 		}
 		y := &domain.DLockEntity{Locker: "p1-y"}
 		if err := p1.HandOver(ctx, x, y, lc, false); err != nil {
@@ -256,90 +258,144 @@ func TestHandOver(t *testing.T) {
 		if err := p1.HandOver(ctx, y, z, lc, true); !errors.Is(err, processor.ErrYielded) {
 			t.Fatalf("hand-over with another process waiting: %v", err)
 		}
-		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != mark || c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
-			t.Fatalf("after the yield the key holds %q, want the grant to %q and no mark", v, mark)
+		if n := c.Exists(ctx, lc.UniqueKey()).Val(); n != 0 {
+			t.Fatal("the key is still held after the yield")
 		}
-		granted := &domain.DLockEntity{Locker: mark}
-		if err := p2.Unlock(ctx, granted, lc); err != nil {
-			t.Fatalf("the grantee cannot release: %v", err)
+		// The waiting process takes it with its own attempt, which serves its mark.
+		w := &domain.DLockEntity{Locker: "p2-w"}
+		if err := p2.Lock(ctx, w, lc, true); err != nil || w.Token <= b.Token {
+			t.Fatalf("the waiting process's attempt: %v, token %d", err, w.Token)
+		}
+		if c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
+			t.Fatal("the served mark stays")
 		}
 	})
 }
 
-func TestUnlockGrantsToTheWaitingMark(t *testing.T) {
+// Every script that writes may run twice (a client sends it again after a lost reply) or late
+// (after its caller gave up and gave it back): neither may leave the key to nobody.
+func TestScriptsRunTwiceOrLate(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, "grant")
-		ps := c.Subscribe(ctx, processor.ReleaseChannel(lc))
-		defer ps.Close()
-		if _, err := ps.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		p1, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p1-"})
-		p2, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Process: "p2-"})
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
+		lc := cfg(t, "twice")
+		key := lc.UniqueKey()
+
+		// A lock sent again after its reply was lost: ours, with a new token.
 		a := &domain.DLockEntity{Locker: "p1-a"}
-		if err := p1.Lock(ctx, a, lc); err != nil {
+		if err := p.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
-		if err := p2.Lock(ctx, &domain.DLockEntity{Locker: "p2-b"}, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+		again := &domain.DLockEntity{Locker: "p1-a"}
+		if err := p.Lock(ctx, again, lc, true); err != nil || again.Token <= a.Token {
+			t.Fatalf("a lock sent twice: %v, token %d after %d", err, again.Token, a.Token)
+		}
+		// A hand-over sent twice: the second finds the new locker and answers as the first.
+		b := &domain.DLockEntity{Locker: "p1-b"}
+		if err := p.HandOver(ctx, a, b, lc, false); err != nil {
 			t.Fatal(err)
 		}
-		if err := p1.Unlock(ctx, a, lc); err != nil {
+		b2 := &domain.DLockEntity{Locker: "p1-b"}
+		if err := p.HandOver(ctx, a, b2, lc, false); err != nil || b2.Token <= b.Token {
+			t.Fatalf("a hand-over sent twice: %v, token %d after %d", err, b2.Token, b.Token)
+		}
+		// A give-back deletes a key it holds, and leaves no tombstone then.
+		if err := p.GiveBack(ctx, b, lc); err != nil {
 			t.Fatal(err)
 		}
-		grantee := c.Get(ctx, lc.UniqueKey()).Val()
-		if !strings.HasPrefix(grantee, "p2-w") {
-			t.Fatalf("key holds %q after the release, want a grant to p2's mark", grantee)
+		if n := c.Exists(ctx, key, processor.VoidKey(lc, b.Locker)).Val(); n != 0 {
+			t.Fatalf("%d keys left after a give-back of a held key", n)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		msg, err := ps.ReceiveMessage(rctx)
-		if err != nil {
+		// A lock that reaches Redis after its give-back fails, even if sent twice.
+		late := &domain.DLockEntity{Locker: "p1-late"}
+		if err := p.GiveBack(ctx, late, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("give-back of an attempt not yet run: %v", err)
+		}
+		if ttl := c.PTTL(ctx, processor.VoidKey(lc, late.Locker)).Val(); ttl <= 0 || ttl > processor.VoidTTL(lc) {
+			t.Fatalf("tombstone PTTL %v", ttl)
+		}
+		for i := 0; i < 2; i++ {
+			if err := p.Lock(ctx, late, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+				t.Fatalf("late lock %d: %v", i, err)
+			}
+		}
+		if c.Exists(ctx, key).Val() != 0 {
+			t.Fatal("a late lock took the key after its give-back")
+		}
+		// Likewise a hand-over whose new locker was given back.
+		d := &domain.DLockEntity{Locker: "p1-d"}
+		if err := p.Lock(ctx, d, lc, false); err != nil {
 			t.Fatal(err)
 		}
-		locker, token, granted, ok := processor.ParseMessage(msg.Payload)
-		if !ok || !granted || locker != grantee || token <= a.Token {
-			t.Fatalf("message %q", msg.Payload)
+		e := &domain.DLockEntity{Locker: "p1-e"}
+		_ = p.GiveBack(ctx, e, lc)
+		if err := p.HandOver(ctx, d, e, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("late hand-over: %v", err)
 		}
-		// A grantee that missed the message takes the grant with Lock.
-		b := &domain.DLockEntity{Locker: "p2-b2"}
-		if err := p2.Lock(ctx, b, lc); err != nil || b.Locker != grantee || b.Token != token {
-			t.Fatalf("taking the grant: %v, %+v", err, b)
+		if v := c.Get(ctx, key).Val(); v != "p1-d" {
+			t.Fatalf("key holds %q after a late hand-over, want the holder's", v)
 		}
-		// A mark withdrawn is not granted to.
-		if err := p1.Lock(ctx, &domain.DLockEntity{Locker: "p1-c"}, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+		// A TryLock-style attempt (no wait) leaves no mark.
+		if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p2-x"}, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatal(err)
 		}
-		if err := p1.Unmark(ctx, lc); err != nil {
+		if c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
+			t.Fatal("an attempt without wait left a mark")
+		}
+		if err := p.Unlock(ctx, d, lc); err != nil {
 			t.Fatal(err)
 		}
-		if err := p2.Unlock(ctx, b, lc); err != nil {
+	})
+}
+
+// Nothing stays beyond a few leases: the fencing counter lives two leases after the last
+// acquisition or renewal, a mark half a lease, a tombstone two leases.
+func TestSideKeysExpire(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
+		q, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p2"})
+		lc := cfg(t, "expire")
+		a := &domain.DLockEntity{Locker: "p1-a"}
+		if err := p.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
-		if c.Exists(ctx, lc.UniqueKey()).Val() != 0 {
-			t.Fatal("granted to a withdrawn mark")
+		if err := q.Lock(ctx, &domain.DLockEntity{Locker: "p2-b"}, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatal(err)
+		}
+		_ = q.GiveBack(ctx, &domain.DLockEntity{Locker: "p2-c"}, lc)
+		if err := p.Unlock(ctx, a, lc); err != nil {
+			t.Fatal(err)
+		}
+		for k, limit := range map[string]time.Duration{
+			processor.FenceKey(lc):        processor.FenceTTL(lc),
+			processor.WantKey(lc):         processor.MarkTTL(lc),
+			processor.VoidKey(lc, "p2-c"): processor.VoidTTL(lc),
+		} {
+			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > limit {
+				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
+			}
+		}
+		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.VoidTTL(lc) > 2*lc.Lease() || processor.MarkTTL(lc) > lc.Lease() {
+			t.Error("a side key outlives two leases")
 		}
 	})
 }
 
 func TestParseMessage(t *testing.T) {
 	for _, tc := range []struct {
-		in      string
-		locker  string
-		token   uint64
-		granted bool
-		ok      bool
+		in     string
+		locker string
+		ok     bool
 	}{
-		{"R|a-1", "a-1", 0, false, true},
-		{"G|b-2|17", "b-2", 17, true, true},
-		{"G|b|2|17", "b|2", 17, true, true},
-		{"G|b-2", "", 0, false, false},
-		{"G|b-2|x", "", 0, false, false},
-		{"a-1", "", 0, false, false},
+		{"R|a-1", "a-1", true},
+		{"R|", "", true},
+		{"G|b-2|17", "", false},
+		{"a-1", "", false},
 	} {
-		locker, token, granted, ok := processor.ParseMessage(tc.in)
-		if locker != tc.locker || token != tc.token || granted != tc.granted || ok != tc.ok {
-			t.Errorf("ParseMessage(%q) = %q %d %v %v", tc.in, locker, token, granted, ok)
+		locker, ok := processor.ParseMessage(tc.in)
+		if locker != tc.locker || ok != tc.ok {
+			t.Errorf("ParseMessage(%q) = %q %v", tc.in, locker, ok)
 		}
 	}
 }

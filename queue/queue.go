@@ -22,6 +22,10 @@ type Node struct {
 	cancelled atomic.Bool
 	permit    chan struct{} // one slot: an unpark given before the park is kept
 	since     time.Time     // when the node was enqueued (monotonic)
+
+	// Lease is what the waiter asks for, for whoever hands it the lock; the queue does not
+	// read it. Set it before Enqueue.
+	Lease time.Duration
 }
 
 // NewNode returns a node for one wait.

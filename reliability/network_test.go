@@ -619,19 +619,17 @@ func runDeadlineWaiters(t *testing.T, opt func(addr string, ctxTimeouts bool) *r
 	return rounds, waiters, worst
 }
 
-// Library bug: an attempt abandoned at its caller's deadline gives back a grant that another
-// goroutine of the same process takes, so that goroutine owns a deleted key. Since grants, a
-// release hands the key to the locker left as the waiting process's mark, and lock.lua gives
-// that same locker to any attempt of the process that finds it ("granted to us while we were
-// not listening: take it"). Here, through the fault proxy: waiter W0 of the proxied generator
-// A waits behind B's hold and leaves A's mark; a black hole starts; W1 of A calls TryLock with a
-// 200 ms deadline, so its lock.lua is held in the black hole and the attempt is abandoned at the
-// deadline (it finishes in the background); B unlocks, which grants the key to A's mark; the
-// black hole lifts. W1's lock.lua now takes the grant, and its background clean-up gives it
-// back (giveUp: unlock.lua with the mark's locker deletes the key), while the grant message
-// wakes W0, which takes the same grant. W0's Lock succeeds and its owner context lives, but
-// the key is gone: B's TryLock succeeds too, and both own the lock until W0's renewal notices.
-func TestBlackholeLateAttemptGivesBackGrant(t *testing.T) {
+// An attempt abandoned at its caller's deadline lands late: it must be given back, and must
+// not hand anyone a key somebody else owns. Found with grants (since removed): a release
+// handed the key to the waiting process's mark, a late attempt of that process took the grant
+// and its clean-up deleted it while another waiter of the process owned it — two owners.
+// Here, through the fault proxy: waiter W0 of the proxied generator A waits behind B's hold; a
+// black hole starts; W1 of A calls TryLock with a 200 ms deadline, so its lock.lua is held in
+// the black hole and the attempt is abandoned at the deadline (it finishes in the
+// background); B unlocks, which deletes the key; the black hole lifts. W1's late lock.lua may
+// take the key before W0 hears of the release; it is then given back, and W0 takes the key
+// with its own attempt. At the end W0 owns the lock and B's TryLock fails.
+func TestBlackholeLateAttemptIsGivenBack(t *testing.T) {
 	s := realServer(t)
 	p := netProxy(t, s.Addr)
 	const lease = time.Second
@@ -643,6 +641,7 @@ func TestBlackholeLateAttemptGivesBackGrant(t *testing.T) {
 	la, _ := ga.Gen("NETGRANT", "k")
 	lb, _ := gb.Gen("NETGRANT", "k")
 	key, want := la.Config().UniqueKey(), "{"+la.Config().UniqueKey()+"}:want"
+	_ = want
 
 	ob, err := lb.Lock(ctx)
 	if err != nil {
@@ -676,8 +675,8 @@ func TestBlackholeLateAttemptGivesBackGrant(t *testing.T) {
 	if err := lb.Unlock(ob); err != nil {
 		t.Fatal(err)
 	}
-	if v := admin.Get(ctx, key).Val(); v != mark {
-		t.Fatalf("B's release left %q, want the grant to A's mark %q", v, mark)
+	if v := admin.Get(ctx, key).Val(); v != "" {
+		t.Fatalf("B's release left %q, want the key deleted", v)
 	}
 	p.Blackhole(false)
 
@@ -685,7 +684,7 @@ func TestBlackholeLateAttemptGivesBackGrant(t *testing.T) {
 	select {
 	case r = <-w0:
 	case <-time.After(5 * time.Second):
-		t.Fatal("W0 did not acquire within 5s of the grant")
+		t.Fatal("W0 did not acquire within 5s of the release")
 	}
 	if r.err != nil {
 		t.Fatalf("W0: %v", r.err)
@@ -693,8 +692,8 @@ func TestBlackholeLateAttemptGivesBackGrant(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // W1's attempt finishes in the background
 	held := admin.Get(ctx, key).Val()
 	ob2, ok, err := lb.TryLock(ctx)
-	t.Logf("W0 owns the lock (context alive: %v); the key holds %q (the grant was %q); B's TryLock: %v, %v",
-		r.owned.Err() == nil, held, mark, ok, err)
+	t.Logf("W0 owns the lock (context alive: %v); the key holds %q; B's TryLock: %v, %v",
+		r.owned.Err() == nil, held, ok, err)
 	if ok && r.owned.Err() == nil {
 		t.Errorf("two owners: W0 of A holds the lock (its context is alive) and B's TryLock succeeded; the key W0 owns was deleted (GET %q)", held)
 	}

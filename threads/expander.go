@@ -23,6 +23,10 @@ type ExpanderConfig struct {
 	// Acquired is when the acquiring request was sent (monotonic clock): the lease is counted
 	// from there, never from when the answer came.
 	Acquired time.Time
+	// FirstLease is the lease the acquiring request set, when it differs from Lease (a local
+	// hand-over made for another waiter); the first renewal comes at 75 % of it. Zero means
+	// Lease.
+	FirstLease time.Duration
 }
 
 // Expander is the lease thread: it renews a held key until stopped, and reports a loss.
@@ -47,7 +51,11 @@ func StartExpander(ctx context.Context, cfg ExpanderConfig, renew func(context.C
 }
 
 func (e *Expander) run(ctx context.Context, cfg ExpanderConfig, renew func(context.Context) error, onLost func(error)) {
-	validUntil := cfg.Acquired.Add(cfg.Lease)
+	first := cfg.FirstLease
+	if first <= 0 {
+		first = cfg.Lease
+	}
+	validUntil := cfg.Acquired.Add(first)
 	// The watchdog ends the lock when the lease runs out without a successful renewal, even
 	// while a renewal is still waiting for Redis: a client may not honour the renewal's
 	// deadline (go-redis ignores context deadlines unless ContextTimeoutEnabled is set).
@@ -64,7 +72,7 @@ func (e *Expander) run(ctx context.Context, cfg ExpanderConfig, renew func(conte
 		e.cancel()
 	})
 	defer watchdog.Stop()
-	t := time.NewTimer(time.Until(cfg.Acquired.Add(cfg.Interval)))
+	t := time.NewTimer(time.Until(cfg.Acquired.Add(min(cfg.Interval, first*3/4))))
 	defer t.Stop()
 	for {
 		select {
