@@ -46,6 +46,7 @@ type Generator struct {
 	states  map[string]*lockState // by unique key, while in use; guarded by mu
 	closed  bool                  // guarded by mu
 	drained chan struct{}         // closed when Close waits and the last state is dropped; guarded by mu
+	shut    chan struct{}         // closed when Close has finished
 }
 
 // NewGenerator returns a Generator over client. A nil client or an invalid option is an error
@@ -75,6 +76,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		start:  time.Now(),
 		states: make(map[string]*lockState),
 	}
+	g.shut = make(chan struct{})
 	g.done, g.stop = context.WithCancel(context.Background())
 	g.clean, g.cancelClean = context.WithCancel(context.Background())
 	if o.notify {
@@ -183,8 +185,10 @@ func (g *Generator) lookup(key string) *lockState {
 // ErrClosed as the cause), ends every waiting Lock call with ErrClosed, waits for the
 // background clean-up (attempts given back, waiting marks withdrawn) and stops every
 // goroutine. It does not close the Redis client. Close is idempotent and safe for concurrent
-// use. ctx bounds the releases and the wait: if it ends first, what is left expires in Redis
-// with its lease, and Close returns ctx's error.
+// use: a second call waits for the first (or for its own ctx). ctx bounds the releases and
+// the waits: if it ends first, Close returns ctx's error at once; what is left expires in
+// Redis with its lease, and goroutines still waiting for a Redis reply end when the client
+// returns it.
 func (g *Generator) Close(ctx context.Context) error {
 	if g == nil || g.proc == nil {
 		return errZeroGenerator
@@ -195,9 +199,15 @@ func (g *Generator) Close(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return nil
+		select {
+		case <-g.shut:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("dlock: close: %w", ctx.Err())
+		}
 	}
 	g.closed = true
+	defer close(g.shut)
 	owners := make([]*holding, 0, len(g.states))
 	for _, st := range g.states {
 		if h := st.owner.Load(); h != nil {
@@ -234,6 +244,8 @@ func (g *Generator) Close(ctx context.Context) error {
 	if g.notes != nil {
 		g.notes.close()
 	}
-	g.group.Close()
+	if err := g.group.CloseContext(ctx); err != nil && ctx.Err() != nil && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("dlock: close: %w", err))
+	}
 	return errors.Join(errs...)
 }

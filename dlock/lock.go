@@ -64,12 +64,12 @@ type holding struct {
 	entity domain.DLockEntity
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	exp    *threads.Expander
 
 	mu    sync.Mutex
-	state holdState // guarded by mu
-	count int       // holds while held; guarded by mu
-	cause error     // why it was lost; guarded by mu
+	exp   *threads.Expander // set by own once started; guarded by mu
+	state holdState         // guarded by mu
+	count int               // holds while held; guarded by mu
+	cause error             // why it was lost; guarded by mu
 }
 
 // end moves h from held to s (holdLost with its cause); it reports whether h was held.
@@ -81,6 +81,23 @@ func (h *holding) end(s holdState, cause error) bool {
 	}
 	h.state, h.cause = s, cause
 	return true
+}
+
+// foundLost records that the final release found the key gone or taken: the holding is lost.
+func (h *holding) foundLost(cause error) {
+	h.mu.Lock()
+	h.state, h.cause = holdLost, cause
+	h.mu.Unlock()
+}
+
+// stopRenewal stops h's expander; no loss is reported after it returns.
+func (h *holding) stopRenewal() {
+	h.mu.Lock()
+	exp := h.exp
+	h.mu.Unlock()
+	if exp != nil { // else own stops it when it sees h ended
+		exp.Stop()
+	}
 }
 
 // status returns h's state, hold count and loss cause.
@@ -124,7 +141,7 @@ func (l *DistributedReentrantLock) TryLock(ctx context.Context) (context.Context
 	switch {
 	case err == nil:
 		return owned, true, nil
-	case errors.Is(err, ErrOptimisticLocking):
+	case errors.Is(err, ErrOptimisticLocking) && !errors.Is(err, ErrLockLost):
 		return nil, false, nil
 	}
 	return nil, false, err

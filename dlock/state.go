@@ -133,8 +133,12 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	for wctx.Err() == nil {
 		first := st.q.IsFirst(n)
 		if p := st.pending.Load(); p != nil && first && st.pending.CompareAndSwap(p, nil) {
-			st.q.SetHead(n) // handed over by the previous local owner: the claim is ours
-			return st.own(ctx, cfg, p.entity), nil
+			// handed over by the previous local owner: the claim is ours
+			if !expired(&p.entity) {
+				st.q.SetHead(n)
+				return st.own(ctx, cfg, p.entity), nil
+			}
+			st.settle(&p.entity, p.cfg) // it waited past its lease: not an acquisition
 		}
 		polite := st.politeFor()
 		if first && polite <= 0 && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
@@ -188,23 +192,30 @@ func notObtained(ctxErr, last error) error {
 // caller knows which signals its failure already accounts for.
 //
 // An attempt whose outcome is unknown (its reply was lost, or the caller gave up before it
-// came back) may have taken the key: it is given back in the background (GiveBack, which also
-// voids the attempt should it reach Redis later), and the waiters are signalled after that.
+// came back, or came after its own lease had run out) may have taken the key: it is settled
+// (given back in the background; no copy of it that reaches Redis later can take the key),
+// and the waiters are signalled after that.
 func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, uint64, error) {
 	e := st.epoch.Load()
-	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
-	late, err := st.attempt(ctx, &ent, cfg, wait)
+	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: cfg.Lease()}
+	att := ent // written by the request, which may outlive this call
+	err, late := st.call(ctx, func(ctx context.Context) error { return st.g.proc.Lock(ctx, &att, cfg, wait) })
 	st.heard.Store(st.g.now())
 	if late {
+		st.settle(&ent, cfg)
 		return nil, e, notTakenErr(ctx.Err(), nil)
 	}
-	if err == nil && time.Since(ent.LockTime) >= cfg.Lease() {
+	ent = att
+	if err == nil && expired(&ent) {
 		// The reply came after the lease, counted from the request, had run out: the key may
 		// be someone else's by now. Not an acquisition.
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
 	}
 	switch {
 	case err == nil && ctx.Err() == nil:
+		if wait {
+			st.marked.Store(false) // lock.lua served our mark
+		}
 		st.tenure.Store(st.g.now())
 		return st.own(ctx, cfg, ent), e, nil
 	case errors.Is(err, ErrOptimisticLocking):
@@ -219,43 +230,35 @@ func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig, wait
 	}
 	st.g.log.Debug("dlock: attempt given back", zap.String("key", cfg.UniqueKey()),
 		zap.String("locker", ent.Locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
-	st.background(func() {
-		st.giveBack(&ent, cfg)
-		st.signal()
-	})
-	st.claim.Store(false)
+	st.settle(&ent, cfg)
 	if ctx.Err() != nil {
 		return nil, e, notTakenErr(ctx.Err(), err)
 	}
 	return nil, e, err
 }
 
-// attempt runs lock.lua for ent, honouring ctx even when the client does not (go-redis ignores
-// context deadlines unless ContextTimeoutEnabled is set): if ctx ends first, attempt returns at
-// once with late set (the claim let go), and the attempt finishes in the background, which
-// gives the key back unless Redis said it was held, then signals. The caller holds the claim.
-func (st *lockState) attempt(ctx context.Context, ent *domain.DLockEntity, cfg domain.DLockConfig, wait bool) (late bool, err error) {
+// call runs f, a Redis request, bounded by ctx even when the client does not honour it
+// (go-redis ignores context deadlines unless ContextTimeoutEnabled is set): if ctx ends first,
+// call returns at once with late set, and f finishes in the background. Every request is safe
+// to reach Redis late: the caller settles what it may have done (settle).
+func (st *lockState) call(ctx context.Context, f func(context.Context) error) (err error, late bool) {
 	if ctx.Done() == nil {
-		return false, st.g.proc.Lock(ctx, ent, cfg, wait)
+		return f(ctx), false
 	}
 	done := make(chan error, 1)
-	if !st.g.group.Go(func() { done <- st.g.proc.Lock(ctx, ent, cfg, wait) }) {
-		return false, st.g.proc.Lock(ctx, ent, cfg, wait)
+	if !st.g.group.Go(func() { done <- f(ctx) }) {
+		return f(ctx), false
 	}
 	select {
 	case err := <-done:
-		return false, err
+		return err, false
 	case <-ctx.Done():
-		st.background(func() {
-			if err := <-done; !errors.Is(err, ErrOptimisticLocking) {
-				st.giveBack(ent, cfg)
-			}
-			st.signal()
-		})
-		st.claim.Store(false)
-		return true, nil
+		return ctx.Err(), true
 	}
 }
+
+// expired reports whether e's lease, counted from its request, has run out.
+func expired(e *domain.DLockEntity) bool { return time.Since(e.LockTime) >= e.Lease }
 
 // notTakenErr is an attempt's error when the caller's context ended: the context's error, with
 // the attempt's own error if it says more.
@@ -275,10 +278,10 @@ func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent dom
 	h := &holding{st: st, cfg: cfg, entity: ent, count: 1}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	h.ctx, h.cancel = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
-	st.owner.Store(h)
+	st.owner.Store(h) // before the expander starts, so that a loss finds h as the owner
 	st.poller.Stop()
 	lease := cfg.Lease()
-	h.exp = threads.StartExpander(st.g.clean, threads.ExpanderConfig{
+	exp := threads.StartExpander(st.g.clean, threads.ExpanderConfig{
 		Lease:      lease,
 		Interval:   lease * 3 / 4,
 		Retry:      lease / 10,
@@ -287,6 +290,13 @@ func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent dom
 	}, func(ctx context.Context) error {
 		return st.g.proc.ExpandLease(ctx, &h.entity, cfg)
 	}, func(cause error) { st.lose(h, cause) }, &st.g.group)
+	h.mu.Lock()
+	h.exp = exp
+	ended := h.state != holdHeld
+	h.mu.Unlock()
+	if ended { // released or closed already (Close ran meanwhile)
+		exp.Stop()
+	}
 	return h
 }
 
@@ -300,10 +310,8 @@ func (st *lockState) lose(h *holding, cause error) {
 	st.g.log.Warn("dlock: lock lost", zap.String("key", h.cfg.UniqueKey()),
 		zap.String("locker", h.entity.Locker), zap.Error(cause))
 	h.cancel(cause)
-	ent := h.entity
-	st.background(func() { st.giveBack(&ent, h.cfg) })
 	st.owner.CompareAndSwap(h, nil)
-	st.claim.Store(false)
+	st.settle(&h.entity, h.cfg) // frees the claim; signals once the key is given back
 	st.signal()
 	st.idle()
 	st.g.unref(st)
@@ -312,36 +320,41 @@ func (st *lockState) lose(h *holding, cause error) {
 // release lets h go after its final Unlock (cause nil) or a Close (cause ErrClosed); the caller
 // has ended h. It stops the renewals and either hands the key over to the next local waiter
 // in one round trip (handover.lua) or deletes it if it still holds h's locker; it ends the
-// owner context and wakes the next waiter.
+// owner context and wakes the next waiter. The Redis call is bounded by ctx and the lease.
 func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
-	h.exp.Stop()
+	h.stopRenewal()
 	rctx, cancel := context.WithTimeout(ctx, h.cfg.Lease())
 	defer cancel()
 	var err error
 	if cause == nil && st.g.opts.handOff > 0 && st.q.HasWaiters() {
 		err = st.handOver(rctx, h)
 	} else {
-		err = st.g.proc.Unlock(rctx, &h.entity, h.cfg)
-		h.cancel(cause)
-		st.owner.CompareAndSwap(h, nil)
+		var late bool
+		ent := h.entity
+		err, late = st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, h.cfg) })
 		var pe *RedisProcessError
-		if errors.As(err, &pe) { // perhaps not run: try again in the background
-			ent := h.entity
-			st.background(func() {
-				st.giveBack(&ent, h.cfg)
-				st.signal()
-			})
+		if late || errors.As(err, &pe) {
+			st.owner.CompareAndSwap(h, nil)
+			st.settle(&h.entity, h.cfg) // perhaps not run: try again in the background
+		} else {
+			st.owner.CompareAndSwap(h, nil)
+			st.claim.Store(false)
+			st.signal()
 		}
-		st.claim.Store(false)
-		st.signal()
+		if late {
+			err = &RedisProcessError{Op: "unlock", Key: h.cfg.UniqueKey(), Err: err}
+		}
 	}
+	if errors.Is(err, ErrOptimisticLocking) {
+		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
+		err = fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
+		h.foundLost(err)
+		cause = err
+	}
+	h.cancel(cause)
 	st.idle()
 	st.g.unref(st)
-	switch {
-	case errors.Is(err, ErrOptimisticLocking):
-		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
-		return fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
-	case err != nil:
+	if err != nil && !errors.Is(err, ErrLockLost) {
 		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))
 	}
 	return err
@@ -352,19 +365,41 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 // for longer than the hand-off limit: then the key is deleted, and this process's waiters keep
 // back for a courtesy delay so that the other process can take it.
 func (st *lockState) handOver(ctx context.Context, h *holding) error {
-	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now()}
+	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: h.cfg.Lease()}
 	ncfg := h.cfg
 	if f := st.q.First(); f != nil && f.Lease != ncfg.Lease() {
 		if c, err := ncfg.WithLease(f.Lease); err == nil {
-			ncfg = c
+			ncfg, next.Lease = c, f.Lease
 		}
 	}
 	yield := st.g.now()-st.tenure.Load() >= int64(st.g.opts.handOff)
-	err := st.g.proc.HandOver(ctx, &h.entity, &next, ncfg, yield)
-	h.cancel(nil)
+	to := next // written by the request, which may outlive this call
+	err, late := st.call(ctx, func(ctx context.Context) error {
+		return st.g.proc.HandOver(ctx, &h.entity, &to, ncfg, yield)
+	})
+	if !late {
+		next = to
+	}
+	if err == nil && expired(&next) {
+		late = true // the new lease ran out before the reply came: as good as unknown
+	}
 	st.owner.CompareAndSwap(h, nil)
 	var pe *RedisProcessError
 	switch {
+	case late || errors.As(err, &pe):
+		// Unknown outcome: the key holds h's locker, or next's, or neither. Settle both
+		// (a late hand-over is then refused, and a key it wrote is deleted).
+		from := h.entity
+		st.claim.Store(false)
+		st.background(func() {
+			st.giveBack(&next, ncfg)
+			st.giveBack(&from, h.cfg)
+			st.signal()
+		})
+		if err == nil || late {
+			err = &RedisProcessError{Op: "hand-over", Key: h.cfg.UniqueKey(), Err: errors.Join(err, errLateReply)}
+		}
+		return err
 	case err == nil:
 		st.pending.Store(&handedOver{entity: next, cfg: ncfg}) // the claim stays held for whoever takes it
 		st.q.Wake()
@@ -372,23 +407,12 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		return nil
 	case errors.Is(err, processor.ErrYielded):
 		st.polite.Store(st.g.now() + int64(courtesy(ncfg)))
-		st.claim.Store(false)
-		st.signal()
-		return nil
-	case errors.As(err, &pe):
-		// Unknown outcome: the key holds h's locker, or next's, or neither. Give both back
-		// (voiding next's hand-over should it still run).
-		from := h.entity
-		st.background(func() {
-			st.giveBack(&next, ncfg)
-			st.giveBack(&from, h.cfg)
-			st.signal()
-		})
-		st.claim.Store(false)
-		return err
 	}
 	st.claim.Store(false)
 	st.signal()
+	if errors.Is(err, processor.ErrYielded) {
+		return nil
+	}
 	return err
 }
 
@@ -404,26 +428,34 @@ func (st *lockState) abandon() {
 		return
 	}
 	if p := st.pending.Load(); p != nil && st.pending.CompareAndSwap(p, nil) {
-		st.background(func() {
-			st.giveBack(&p.entity, p.cfg)
-			st.signal()
-		})
-		st.claim.Store(false)
+		st.settle(&p.entity, p.cfg)
 	}
 }
 
-// giveBack deletes the key if it holds e's locker, and voids e's acquisition should it still
-// reach Redis. A Redis failure is retried until e's lease has run out (the key is gone by
-// then, unless a request of ours is still on its way); once Close has begun, it is not
-// retried.
+// settle gives e back in the background — an acquisition this process will not use, or whose
+// outcome is unknown — and lets the claim go at once (the caller holds it); the waiters are
+// signalled once e is settled. Exclusion does not wait for it: the key only ever holds e's
+// own locker, and no request of e can take the key once e is settled.
+func (st *lockState) settle(e *domain.DLockEntity, cfg domain.DLockConfig) {
+	ent := *e
+	st.claim.Store(false)
+	st.background(func() {
+		st.giveBack(&ent, cfg)
+		st.signal()
+	})
+}
+
+// giveBack deletes the key if it holds e's locker, and settles e (release.lua): a request of
+// e that reaches Redis later cannot take the key. A Redis failure is retried every lease/10
+// until twice e's lease has passed; once Close has begun it is not retried.
 func (st *lockState) giveBack(e *domain.DLockEntity, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
-		err := st.g.proc.GiveBack(rctx, e, cfg)
+		ent := *e
+		err, _ := st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, cfg) })
 		cancel()
-		var pe *RedisProcessError
-		if !errors.As(err, &pe) {
+		if err == nil || errors.Is(err, ErrOptimisticLocking) {
 			return
 		}
 		if time.Since(e.LockTime) > 2*lease {
@@ -503,7 +535,9 @@ func (st *lockState) background(f func()) {
 // Waiting implements threads.PollTarget; it runs under the poller's lock.
 func (st *lockState) Waiting() bool {
 	if !st.q.HasWaiters() {
-		st.unwatch()
+		if st.g.lookup(st.cfg.UniqueKey()) == st { // a dropped state's mark is the live one's
+			st.unwatch()
+		}
 		return false
 	}
 	return st.owner.Load() == nil && st.pending.Load() == nil

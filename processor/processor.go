@@ -24,12 +24,10 @@ type DLockProcessor interface {
 	Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error
 	// ExpandLease renews the lease if the key still holds e.Locker, else ErrOptimisticLocking.
 	ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// Unlock deletes the key if it still holds e.Locker, else ErrOptimisticLocking.
+	// Unlock deletes the key if it still holds e.Locker (else ErrOptimisticLocking), and
+	// settles the acquisition either way: a request of it that reaches the store later cannot
+	// take the key. It also gives back an acquisition whose outcome is unknown.
 	Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// GiveBack is Unlock for an acquisition whose outcome is unknown (its reply was lost, or
-	// its caller gave up): if the key does not hold e.Locker, the attempt is voided so that it
-	// cannot take the key should it still reach the store.
-	GiveBack(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
 	// IsFree reports whether the key is absent; when it is held, the store may note that this
 	// process waits.
 	IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error)

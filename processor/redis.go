@@ -36,13 +36,13 @@ var (
 	unmarkScript   = redis.NewScript(unmarkSrc)
 )
 
-// FenceSuffix, ReleaseSuffix, WantSuffix and VoidSuffix name what is kept beside a lock key;
+// FenceSuffix, ReleaseSuffix, WantSuffix and DoneSuffix name what is kept beside a lock key;
 // see domain.SideKey.
 const (
 	FenceSuffix   = "fence"
 	ReleaseSuffix = "released"
 	WantSuffix    = "want"
-	VoidSuffix    = "void"
+	DoneSuffix    = "done"
 )
 
 // RedisLockProcessor keeps locks in Redis through go-redis: SET NX PX inside a script that also
@@ -53,6 +53,12 @@ const (
 // The key only ever holds the locker of the acquisition whose own request wrote it (lock.lua,
 // or handover.lua for the next acquisition of the same process): no script hands the key to a
 // locker that did not ask, and none adopts a key by anything but the exact locker.
+//
+// A locker is <owner><sequence number>, the owner ending in '-' (see SplitLocker), numbered in
+// the order its owner makes them. Releasing an acquisition settles it: the owner's settled
+// mark beside the key ({K}:done:<owner>) rises to its number, and the scripts refuse any
+// request of an acquisition at or below the mark. So a request that reaches Redis twice, or
+// after its acquisition was released or given back, cannot take the key.
 type RedisLockProcessor struct {
 	client redis.UniversalClient
 	opts   Options
@@ -101,9 +107,25 @@ func FenceKey(cfg domain.DLockConfig) string { return cfg.SideKey(FenceSuffix) }
 // WantKey is the key of cfg's waiting mark.
 func WantKey(cfg domain.DLockConfig) string { return cfg.SideKey(WantSuffix) }
 
-// VoidKey is the key of the tombstone a give-back leaves for locker.
-func VoidKey(cfg domain.DLockConfig, locker string) string {
-	return cfg.SideKey(VoidSuffix + ":" + locker)
+// DoneKey is the key of owner's settled mark.
+func DoneKey(cfg domain.DLockConfig, owner string) string {
+	return cfg.SideKey(DoneSuffix + ":" + owner)
+}
+
+// SplitLocker splits a locker into its owner (up to and including the last '-') and its
+// sequence number (the decimal digits after it). A locker of another form has no number:
+// its requests are not guarded by a settled mark.
+func SplitLocker(locker string) (owner, seq string) {
+	i := strings.LastIndexByte(locker, '-')
+	if i < 0 || i == len(locker)-1 || len(locker)-i > 16 {
+		return locker, ""
+	}
+	for _, c := range locker[i+1:] {
+		if c < '0' || c > '9' {
+			return locker, ""
+		}
+	}
+	return locker[:i+1], locker[i+1:]
 }
 
 // FenceTTL is how long the fencing counter is kept after the key's last acquisition or
@@ -112,9 +134,10 @@ func VoidKey(cfg domain.DLockConfig, locker string) string {
 // clock stepping back); beyond it tokens rest on the server clock alone.
 func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
-// VoidTTL is how long a give-back's tombstone lasts: two leases. An attempt delayed on its way
-// to Redis for longer than that could still take the key, which then expires with its lease.
-func VoidTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
+// DoneTTL is how long a settled mark lasts after the owner's last release of the key: two
+// leases. A request delayed on its way to Redis for longer than that could still take the
+// key, which then expires with its lease.
+func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
 // MarkTTL is how long a waiting mark lasts: half a lease. A waiting process renews it with
 // every failed attempt and every probe (at most two poll intervals, lease/3, apart), and
@@ -156,9 +179,10 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, e *domain.DLockEntity, cf
 	if wait {
 		mark = p.opts.Mark
 	}
+	owner, seq := SplitLocker(e.Locker)
 	token, err := lockScript.Run(ctx, p.client,
-		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), VoidKey(cfg, e.Locker)},
-		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), mark, ms(MarkTTL(cfg))).Int64()
+		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
+		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), mark, ms(MarkTTL(cfg)), seq).Int64()
 	if err != nil {
 		return processErr("lock", cfg.UniqueKey(), err)
 	}
@@ -184,22 +208,14 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, e *domain.DLockEnt
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	return p.release(ctx, "unlock", e, cfg, 0)
-}
-
-// GiveBack implements DLockProcessor with release.lua (one EVALSHA).
-func (p *RedisLockProcessor) GiveBack(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	return p.release(ctx, "give-back", e, cfg, VoidTTL(cfg))
-}
-
-func (p *RedisLockProcessor) release(ctx context.Context, op string, e *domain.DLockEntity, cfg domain.DLockConfig, void time.Duration) error {
-	n, err := releaseScript.Run(ctx, p.client, []string{cfg.UniqueKey(), VoidKey(cfg, e.Locker)},
-		e.Locker, p.channel(cfg), ms(void)).Int64()
+	owner, seq := SplitLocker(e.Locker)
+	n, err := releaseScript.Run(ctx, p.client, []string{cfg.UniqueKey(), DoneKey(cfg, owner)},
+		e.Locker, p.channel(cfg), seq, ms(DoneTTL(cfg))).Int64()
 	if err != nil {
-		return processErr(op, cfg.UniqueKey(), err)
+		return processErr("unlock", cfg.UniqueKey(), err)
 	}
-	if n == 0 {
-		return optimistic(op, cfg.UniqueKey(), e.Locker)
+	if n == 0 { // 2: released already, by this same request sent before
+		return optimistic("unlock", cfg.UniqueKey(), e.Locker)
 	}
 	return nil
 }
@@ -235,9 +251,15 @@ func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLoc
 	if yield {
 		y = "1"
 	}
+	owner, fromSeq := SplitLocker(from.Locker)
+	toOwner, toSeq := SplitLocker(to.Locker)
+	if toOwner != owner {
+		return fmt.Errorf("%w: hand-over between owners %q and %q", dlerrors.ErrInvalidConfig, owner, toOwner)
+	}
 	token, err := handoverScript.Run(ctx, p.client,
-		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), VoidKey(cfg, to.Locker)},
-		from.Locker, to.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.channel(cfg), p.opts.Mark, y).Int64()
+		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
+		from.Locker, to.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.channel(cfg), p.opts.Mark, y,
+		fromSeq, toSeq, ms(DoneTTL(cfg))).Int64()
 	switch {
 	case err != nil:
 		return processErr("hand-over", cfg.UniqueKey(), err)

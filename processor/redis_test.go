@@ -219,7 +219,7 @@ func TestHandOver(t *testing.T) {
 		p1, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
 		p2, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p2"})
 		lc := cfg(t, "handover")
-		a, b, x := &domain.DLockEntity{Locker: "p1-a"}, &domain.DLockEntity{Locker: "p1-b"}, &domain.DLockEntity{Locker: "p1-x"}
+		a, b, x := &domain.DLockEntity{Locker: "p1-1"}, &domain.DLockEntity{Locker: "p1-2"}, &domain.DLockEntity{Locker: "p1-3"}
 		if err := p1.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +227,7 @@ func TestHandOver(t *testing.T) {
 		if err := p1.HandOver(ctx, a, b, long, true); err != nil || b.Token <= a.Token || b.Lease != long.Lease() {
 			t.Fatalf("hand-over: %v, token %d after %d, lease %v", err, b.Token, a.Token, b.Lease)
 		}
-		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "p1-b" {
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "p1-2" {
 			t.Fatalf("key holds %q after the hand-over", v)
 		}
 		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= lc.Lease() {
@@ -250,11 +250,11 @@ func TestHandOver(t *testing.T) {
 		if mark := c.Get(ctx, processor.WantKey(lc)).Val(); mark != "p2" {
 			t.Fatalf("waiting mark %q, want p2's", mark)
 		}
-		y := &domain.DLockEntity{Locker: "p1-y"}
+		y := &domain.DLockEntity{Locker: "p1-4"}
 		if err := p1.HandOver(ctx, x, y, lc, false); err != nil {
 			t.Fatalf("hand-over without yield: %v", err)
 		}
-		z := &domain.DLockEntity{Locker: "p1-z"}
+		z := &domain.DLockEntity{Locker: "p1-5"}
 		if err := p1.HandOver(ctx, y, z, lc, true); !errors.Is(err, processor.ErrYielded) {
 			t.Fatalf("hand-over with another process waiting: %v", err)
 		}
@@ -262,7 +262,7 @@ func TestHandOver(t *testing.T) {
 			t.Fatal("the key is still held after the yield")
 		}
 		// The waiting process takes it with its own attempt, which serves its mark.
-		w := &domain.DLockEntity{Locker: "p2-w"}
+		w := &domain.DLockEntity{Locker: "p2-1"}
 		if err := p2.Lock(ctx, w, lc, true); err != nil || w.Token <= b.Token {
 			t.Fatalf("the waiting process's attempt: %v, token %d", err, w.Token)
 		}
@@ -273,110 +273,139 @@ func TestHandOver(t *testing.T) {
 }
 
 // Every script that writes may run twice (a client sends it again after a lost reply) or late
-// (after its caller gave up and gave it back): neither may leave the key to nobody.
+// (after its acquisition was released or given back): neither may leave the key to nobody.
 func TestScriptsRunTwiceOrLate(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1-"})
 		lc := cfg(t, "twice")
-		key := lc.UniqueKey()
+		key, done := lc.UniqueKey(), processor.DoneKey(lc, "p1-")
 
 		// A lock sent again after its reply was lost: ours, with a new token.
-		a := &domain.DLockEntity{Locker: "p1-a"}
+		a := &domain.DLockEntity{Locker: "p1-1"}
 		if err := p.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
-		again := &domain.DLockEntity{Locker: "p1-a"}
+		again := &domain.DLockEntity{Locker: "p1-1"}
 		if err := p.Lock(ctx, again, lc, true); err != nil || again.Token <= a.Token {
 			t.Fatalf("a lock sent twice: %v, token %d after %d", err, again.Token, a.Token)
 		}
 		// A hand-over sent twice: the second finds the new locker and answers as the first.
-		b := &domain.DLockEntity{Locker: "p1-b"}
+		b := &domain.DLockEntity{Locker: "p1-2"}
 		if err := p.HandOver(ctx, a, b, lc, false); err != nil {
 			t.Fatal(err)
 		}
-		b2 := &domain.DLockEntity{Locker: "p1-b"}
+		b2 := &domain.DLockEntity{Locker: "p1-2"}
 		if err := p.HandOver(ctx, a, b2, lc, false); err != nil || b2.Token <= b.Token {
 			t.Fatalf("a hand-over sent twice: %v, token %d after %d", err, b2.Token, b.Token)
 		}
-		// A give-back deletes a key it holds, and leaves no tombstone then.
-		if err := p.GiveBack(ctx, b, lc); err != nil {
+		// The hand-over settled a: a late copy of its lock fails.
+		if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p1-1"}, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("a late lock of a handed-over acquisition: %v", err)
+		}
+		// Releasing b settles it: a copy of its lock arriving later fails, twice over.
+		if err := p.Unlock(ctx, b, lc); err != nil {
 			t.Fatal(err)
 		}
-		if n := c.Exists(ctx, key, processor.VoidKey(lc, b.Locker)).Val(); n != 0 {
-			t.Fatalf("%d keys left after a give-back of a held key", n)
+		if v := c.Get(ctx, done).Val(); v != "2" {
+			t.Fatalf("settled mark %q after releasing p1-2", v)
 		}
-		// A lock that reaches Redis after its give-back fails, even if sent twice.
-		late := &domain.DLockEntity{Locker: "p1-late"}
-		if err := p.GiveBack(ctx, late, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
-			t.Fatalf("give-back of an attempt not yet run: %v", err)
-		}
-		if ttl := c.PTTL(ctx, processor.VoidKey(lc, late.Locker)).Val(); ttl <= 0 || ttl > processor.VoidTTL(lc) {
-			t.Fatalf("tombstone PTTL %v", ttl)
+		// A release sent again after its reply was lost says so, not that the lock was lost.
+		if err := p.Unlock(ctx, b, lc); err != nil {
+			t.Fatalf("a release sent twice: %v", err)
 		}
 		for i := 0; i < 2; i++ {
-			if err := p.Lock(ctx, late, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
-				t.Fatalf("late lock %d: %v", i, err)
+			if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p1-2"}, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+				t.Fatalf("late lock %d of a released acquisition: %v", i, err)
 			}
 		}
-		if c.Exists(ctx, key).Val() != 0 {
-			t.Fatal("a late lock took the key after its give-back")
+		// A give-back of an attempt not yet run (Unlock finds no key) settles it too.
+		if err := p.Unlock(ctx, &domain.DLockEntity{Locker: "p1-5"}, lc); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("give-back of an attempt not yet run: %v", err)
 		}
-		// Likewise a hand-over whose new locker was given back.
-		d := &domain.DLockEntity{Locker: "p1-d"}
-		if err := p.Lock(ctx, d, lc, false); err != nil {
+		if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p1-5"}, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("late lock after its give-back: %v", err)
+		}
+		if c.Exists(ctx, key).Val() != 0 {
+			t.Fatal("a late lock took the key")
+		}
+		// Another owner is not held back by p1's mark; a newer p1 acquisition is not either.
+		if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p2-1"}, lc, false); err != nil {
+			t.Fatalf("another owner: %v", err)
+		}
+		if err := p.Unlock(ctx, &domain.DLockEntity{Locker: "p2-1"}, lc); err != nil {
 			t.Fatal(err)
 		}
-		e := &domain.DLockEntity{Locker: "p1-e"}
-		_ = p.GiveBack(ctx, e, lc)
+		d := &domain.DLockEntity{Locker: "p1-6"}
+		if err := p.Lock(ctx, d, lc, false); err != nil {
+			t.Fatalf("a newer acquisition: %v", err)
+		}
+		// A hand-over whose new locker was given back (its reply was lost) fails if it comes
+		// late, and leaves the holder in place.
+		e := &domain.DLockEntity{Locker: "p1-7"}
+		_ = p.Unlock(ctx, e, lc)
 		if err := p.HandOver(ctx, d, e, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatalf("late hand-over: %v", err)
 		}
-		if v := c.Get(ctx, key).Val(); v != "p1-d" {
+		if v := c.Get(ctx, key).Val(); v != "p1-6" {
 			t.Fatalf("key holds %q after a late hand-over, want the holder's", v)
 		}
 		// A TryLock-style attempt (no wait) leaves no mark.
-		if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p2-x"}, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+		if err := p.Lock(ctx, &domain.DLockEntity{Locker: "p2-2"}, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatal(err)
 		}
 		if c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
 			t.Fatal("an attempt without wait left a mark")
 		}
 		if err := p.Unlock(ctx, d, lc); err != nil {
-			t.Fatal(err)
+			t.Fatalf("the holder's release: %v", err)
 		}
 	})
 }
 
+func TestSplitLocker(t *testing.T) {
+	for _, tc := range []struct{ in, owner, seq string }{
+		{"10.0.0.1-42-abcdef-17", "10.0.0.1-42-abcdef-", "17"},
+		{"p1-0", "p1-", "0"},
+		{"p1-x", "p1-x", ""},
+		{"p1-", "p1-", ""},
+		{"plain", "plain", ""},
+		{"p1-1234567890123456", "p1-1234567890123456", ""}, // too long for an exact number in Lua
+	} {
+		if owner, seq := processor.SplitLocker(tc.in); owner != tc.owner || seq != tc.seq {
+			t.Errorf("SplitLocker(%q) = %q, %q; want %q, %q", tc.in, owner, seq, tc.owner, tc.seq)
+		}
+	}
+}
+
 // Nothing stays beyond a few leases: the fencing counter lives two leases after the last
-// acquisition or renewal, a mark half a lease, a tombstone two leases.
+// acquisition or renewal, a mark half a lease, a settled mark two leases.
 func TestSideKeysExpire(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1"})
-		q, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p2"})
+		p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1-"})
+		q, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p2-"})
 		lc := cfg(t, "expire")
-		a := &domain.DLockEntity{Locker: "p1-a"}
+		a := &domain.DLockEntity{Locker: "p1-1"}
 		if err := p.Lock(ctx, a, lc, true); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Lock(ctx, &domain.DLockEntity{Locker: "p2-b"}, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+		if err := q.Lock(ctx, &domain.DLockEntity{Locker: "p2-1"}, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
 			t.Fatal(err)
 		}
-		_ = q.GiveBack(ctx, &domain.DLockEntity{Locker: "p2-c"}, lc)
 		if err := p.Unlock(ctx, a, lc); err != nil {
 			t.Fatal(err)
 		}
 		for k, limit := range map[string]time.Duration{
-			processor.FenceKey(lc):        processor.FenceTTL(lc),
-			processor.WantKey(lc):         processor.MarkTTL(lc),
-			processor.VoidKey(lc, "p2-c"): processor.VoidTTL(lc),
+			processor.FenceKey(lc):       processor.FenceTTL(lc),
+			processor.WantKey(lc):        processor.MarkTTL(lc),
+			processor.DoneKey(lc, "p1-"): processor.DoneTTL(lc),
 		} {
 			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > limit {
 				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
 			}
 		}
-		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.VoidTTL(lc) > 2*lc.Lease() || processor.MarkTTL(lc) > lc.Lease() {
+		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.DoneTTL(lc) > 2*lc.Lease() || processor.MarkTTL(lc) > lc.Lease() {
 			t.Error("a side key outlives two leases")
 		}
 	})

@@ -23,9 +23,9 @@ type ExpanderConfig struct {
 	// Acquired is when the acquiring request was sent (monotonic clock): the lease is counted
 	// from there, never from when the answer came.
 	Acquired time.Time
-	// FirstLease is the lease the acquiring request set, when it differs from Lease (a local
-	// hand-over made for another waiter); the first renewal comes at 75 % of it. Zero means
-	// Lease.
+	// FirstLease is the lease the acquiring request set. When it differs from Lease (a local
+	// hand-over made for another waiter) the first renewal comes at once, so the key runs on
+	// Lease from then on. Zero means Lease.
 	FirstLease time.Duration
 }
 
@@ -72,7 +72,11 @@ func (e *Expander) run(ctx context.Context, cfg ExpanderConfig, renew func(conte
 		e.cancel()
 	})
 	defer watchdog.Stop()
-	t := time.NewTimer(time.Until(cfg.Acquired.Add(min(cfg.Interval, first*3/4))))
+	firstAt := cfg.Acquired.Add(cfg.Interval)
+	if first != cfg.Lease {
+		firstAt = time.Now()
+	}
+	t := time.NewTimer(time.Until(firstAt))
 	defer t.Stop()
 	for {
 		select {

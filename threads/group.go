@@ -1,6 +1,9 @@
 package threads
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // Group runs goroutines and waits for them; once closed it refuses new ones, so no goroutine
 // can start after Close has begun waiting. The zero value is ready to use.
@@ -27,9 +30,27 @@ func (g *Group) Go(f func()) bool {
 }
 
 // Close refuses new goroutines and waits for the running ones to return.
-func (g *Group) Close() {
+func (g *Group) Close() { _ = g.CloseContext(context.Background()) }
+
+// CloseContext is Close that stops waiting when ctx ends, returning ctx's error; the running
+// goroutines then end on their own.
+func (g *Group) CloseContext(ctx context.Context) error {
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
-	g.wg.Wait()
+	if ctx.Done() == nil {
+		g.wg.Wait()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

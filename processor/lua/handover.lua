@@ -1,9 +1,10 @@
 -- handover.lua: pass a held lock from one acquisition of this process to the next, in one
 -- round trip instead of a release and an acquire, unless it should go to another process.
+-- The old acquisition is settled as by release.lua.
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter
 -- KEYS[3]  the waiting mark
--- KEYS[4]  the new locker's tombstone
+-- KEYS[4]  this process's settled mark, {DLOCK_<type>_<target>}:done:<owner>
 -- ARGV[1]  the old locker
 -- ARGV[2]  the new locker
 -- ARGV[3]  the new acquisition's lease in milliseconds
@@ -11,19 +12,30 @@
 -- ARGV[5]  the release channel, or '' to publish nothing
 -- ARGV[6]  this process's mark
 -- ARGV[7]  '1' if the lock should go free when another process left its waiting mark
+-- ARGV[8]  the old locker's sequence number ('' when it has none)
+-- ARGV[9]  the new locker's sequence number ('' when it has none)
+-- ARGV[10] how long the settled mark lasts, in milliseconds
 -- Returns the new token (> 0) when handed over; 0 when the key no longer holds the old locker
--- (or the hand-over had been given up); -1 when the key was deleted instead, for the waiting
--- process to take ("R|<old locker>" published).
+-- or the new acquisition was settled already (this request came late); -1 when the key was
+-- deleted instead, for the waiting process to take ("R|<old locker>" published).
+local function settle(seq)
+    if seq ~= '' and tonumber(seq) > tonumber(redis.call('get', KEYS[4]) or '-1') then
+        redis.call('set', KEYS[4], seq, 'PX', ARGV[10])
+    end
+end
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[2] then
     -- this very hand-over ran before and its reply was lost (the client sent it again)
     redis.call('pexpire', KEYS[1], ARGV[3])
-elseif holder ~= ARGV[1] or redis.call('get', KEYS[4]) then
+elseif holder ~= ARGV[1] then
+    return 0
+elseif ARGV[9] ~= '' and tonumber(ARGV[9]) <= tonumber(redis.call('get', KEYS[4]) or '-1') then
     return 0
 elseif ARGV[7] == '1' then
     local want = redis.call('get', KEYS[3])
     if want and want ~= ARGV[6] then
         redis.call('del', KEYS[1])
+        settle(ARGV[8])
         if ARGV[5] ~= '' then
             redis.call('publish', ARGV[5], 'R|' .. ARGV[1])
         end
@@ -39,5 +51,6 @@ end
 redis.call('set', KEYS[2], string.format('%.0f', token), 'PX', ARGV[4])
 if holder == ARGV[1] then
     redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    settle(ARGV[8])
 end
 return token

@@ -3,18 +3,19 @@
 -- KEYS[1]  the lock key, DLOCK_<type>_<target>
 -- KEYS[2]  the fencing counter beside it, {DLOCK_<type>_<target>}:fence
 -- KEYS[3]  the waiting mark beside it, {DLOCK_<type>_<target>}:want
--- KEYS[4]  this attempt's tombstone, {DLOCK_<type>_<target>}:void:<locker>
--- ARGV[1]  the locker (this acquisition's unique value)
+-- KEYS[4]  the locker's owner's settled mark, {DLOCK_<type>_<target>}:done:<owner>
+-- ARGV[1]  the locker (this acquisition's unique value, <owner><sequence number>)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  how long the fencing counter is kept, in milliseconds
 -- ARGV[4]  this process's mark, to leave when the key is held ('' to leave none)
 -- ARGV[5]  how long a waiting mark lasts, in milliseconds
+-- ARGV[6]  the locker's sequence number ('' when it has none)
 -- Returns the token (> 0) when the lock was taken; 0 when another locker holds it; -1 when
--- the attempt had already been given up (its give-back ran first and left the tombstone).
+-- the acquisition was settled already (released or given back: this request came late).
 -- The token is max(counter + 1, server clock in microseconds): it keeps increasing when the
 -- counter expires or Redis restarts empty, as long as the server clock does not go back.
-if redis.call('get', KEYS[4]) then
-    return -1 -- the tombstone stays until it expires: the client may send this again
+if ARGV[6] ~= '' and tonumber(ARGV[6]) <= tonumber(redis.call('get', KEYS[4]) or '-1') then
+    return -1
 end
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if redis.call('get', KEYS[1]) == ARGV[1] then

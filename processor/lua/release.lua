@@ -1,21 +1,33 @@
--- release.lua: let the lock go if the key still holds this locker, and tell the waiters.
--- Also gives back an attempt whose answer was lost: if the key does not hold the locker, a
--- tombstone makes that attempt fail should it still reach Redis (lock.lua, handover.lua).
+-- release.lua: let the lock go if the key still holds this locker, tell the waiters, and
+-- settle the acquisition: raise its owner's settled mark to its sequence number, so that any
+-- request of it (or of an older acquisition of the same owner) that reaches Redis later is
+-- refused (lock.lua, handover.lua). The same script gives back an acquisition whose outcome
+-- is unknown (its reply was lost, or its caller gave up).
 -- KEYS[1]  the lock key
--- KEYS[2]  the locker's tombstone, {DLOCK_<type>_<target>}:void:<locker>
+-- KEYS[2]  the locker's owner's settled mark, {DLOCK_<type>_<target>}:done:<owner>
 -- ARGV[1]  the locker
 -- ARGV[2]  the release channel, or '' to publish nothing
--- ARGV[3]  how long the tombstone lasts in milliseconds, or '0' to leave none
--- Returns 1 when deleted, 0 when the key is gone or holds another locker.
+-- ARGV[3]  the locker's sequence number ('' when it has none)
+-- ARGV[4]  how long the settled mark lasts, in milliseconds
+-- Returns 1 when deleted; 2 when the acquisition was settled already (this release ran
+-- before and its reply was lost); 0 when the key is gone or holds another locker.
 -- Message: "R|<locker>".
+local done = tonumber(redis.call('get', KEYS[2]) or '-1')
 if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
     if ARGV[2] ~= '' then
         redis.call('publish', ARGV[2], 'R|' .. ARGV[1])
     end
+    if ARGV[3] ~= '' and tonumber(ARGV[3]) > done then
+        redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
+    end
     return 1
 end
-if ARGV[3] ~= '0' then
-    redis.call('set', KEYS[2], '1', 'PX', ARGV[3])
+if ARGV[3] == '' then
+    return 0
 end
+if tonumber(ARGV[3]) <= done then
+    return 2
+end
+redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
 return 0
