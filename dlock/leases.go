@@ -16,6 +16,9 @@ import (
 // one TYPE=millis per line (':' may stand for '='), blank lines and lines starting with '#' or
 // '!' ignored. Every type and lease is validated; an error names the line.
 func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil reader", ErrInvalidConfig)
+	}
 	leases := make(map[string]time.Duration)
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {

@@ -40,7 +40,12 @@ type DistributedReentrantLock struct {
 
 // Config returns the lock's configuration: type, target, key and the lease every acquisition
 // made with this handle runs on.
-func (l *DistributedReentrantLock) Config() domain.DLockConfig { return l.cfg }
+func (l *DistributedReentrantLock) Config() domain.DLockConfig {
+	if l == nil {
+		return domain.DLockConfig{}
+	}
+	return l.cfg
+}
 
 type ownerKey struct {
 	g   *Generator
@@ -166,8 +171,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 			return ctx, nil
 		case holdLost:
 			return nil, cause
+		case holdClosed:
+			return nil, ErrClosed
 		}
-		// released or closed: acquire anew
+		// released: acquire anew (with a context that is still live)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)

@@ -53,7 +53,6 @@ type lockState struct {
 	epoch   atomic.Uint64
 	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
 	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
-	polite  atomic.Int64 // g.now() until which this process leaves the key to the one it yielded to
 
 	poller *threads.Poller
 	sub    *subscription // the release channel's subscription while watching; guarded by the poller's lock
@@ -73,26 +72,12 @@ func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
 
 // mayBarge reports whether a newcomer may try before the queued goroutines.
 func (st *lockState) mayBarge() bool {
-	if st.politeFor() > 0 {
-		return false
-	}
 	if st.g.opts.fifo {
 		return !st.q.HasWaiters()
 	}
 	f := st.q.First()
 	return f == nil || time.Since(f.Since()) < starvation
 }
-
-// politeFor returns how long this process still leaves the key to a process it yielded to.
-func (st *lockState) politeFor() time.Duration {
-	return time.Duration(st.polite.Load() - st.g.now())
-}
-
-// courtesy is how long a process that yielded the key to a waiting process keeps its own
-// waiters back, so that the other process (woken by the release message) can take it: far
-// more than a message and a round trip, far less than a poll interval. A stale waiting mark
-// costs this much.
-func courtesy(cfg domain.DLockConfig) time.Duration { return min(cfg.Lease()/10, 5*time.Millisecond) }
 
 // errLateReply reports an acquisition whose reply came after its lease had run out.
 var errLateReply = errors.New("the reply came after the lease had run out")
@@ -140,9 +125,8 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 			}
 			st.settle(&p.entity, p.cfg) // it waited past its lease: not an acquisition
 		}
-		polite := st.politeFor()
-		if first && polite <= 0 && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
-			h, e, err := st.tryRemote(ctx, cfg, true)
+		if first && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
+			h, e, err := st.tryRemote(wctx, cfg, true) // a Close ends the attempt too
 			if h != nil {
 				st.q.SetHead(n)
 				return h, nil
@@ -152,12 +136,6 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		}
 		if st.owner.Load() == nil && st.pending.Load() == nil {
 			st.watch()
-		}
-		if first && polite > 0 {
-			if parkFor(wctx, n, polite) {
-				woken = true
-			}
-			continue
 		}
 		if n.Park(wctx) != nil {
 			break
@@ -170,13 +148,6 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		return nil, ErrClosed
 	}
 	return nil, notObtained(ctx.Err(), lastErr)
-}
-
-// parkFor parks n for at most d; it reports whether n was woken.
-func parkFor(ctx context.Context, n *queue.Node, d time.Duration) bool {
-	pctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return n.Park(pctx) == nil
 }
 
 func notObtained(ctxErr, last error) error {
@@ -362,8 +333,8 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 
 // handOver passes the key from h to a new locker made for the first local waiter (pending),
 // with that waiter's lease, unless another process has waited while this one kept the lock
-// for longer than the hand-off limit: then the key is deleted, and this process's waiters keep
-// back for a courtesy delay so that the other process can take it.
+// for longer than the hand-off limit: then the key is reserved for that process, which takes
+// it with its own attempt; this process's waiters try once (and leave its mark).
 func (st *lockState) handOver(ctx context.Context, h *holding) error {
 	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: h.cfg.Lease()}
 	ncfg := h.cfg
@@ -405,8 +376,6 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		st.q.Wake()
 		st.abandon() // in case the waiters left meanwhile
 		return nil
-	case errors.Is(err, processor.ErrYielded):
-		st.polite.Store(st.g.now() + int64(courtesy(ncfg)))
 	}
 	st.claim.Store(false)
 	st.signal()
@@ -447,9 +416,11 @@ func (st *lockState) settle(e *domain.DLockEntity, cfg domain.DLockConfig) {
 
 // giveBack deletes the key if it holds e's locker, and settles e (release.lua): a request of
 // e that reaches Redis later cannot take the key. A Redis failure is retried every lease/10
-// until twice e's lease has passed; once Close has begun it is not retried.
+// for a lease (by then the key has expired, since every request of e was sent before); once
+// Close has begun it is not retried.
 func (st *lockState) giveBack(e *domain.DLockEntity, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
+	until := time.Now().Add(lease)
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
 		ent := *e
@@ -458,7 +429,7 @@ func (st *lockState) giveBack(e *domain.DLockEntity, cfg domain.DLockConfig) {
 		if err == nil || errors.Is(err, ErrOptimisticLocking) {
 			return
 		}
-		if time.Since(e.LockTime) > 2*lease {
+		if time.Now().After(until) {
 			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
 			return
 		}
@@ -508,7 +479,7 @@ func (st *lockState) unwatch() {
 	st.background(func() {
 		if marked {
 			rctx, cancel := context.WithTimeout(st.g.clean, st.cfg.Lease())
-			if err := st.g.proc.Unmark(rctx, st.cfg); err != nil {
+			if err, _ := st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unmark(ctx, st.cfg) }); err != nil {
 				st.g.log.Debug("dlock: unmark failed; the mark expires", zap.Error(err))
 			}
 			cancel()

@@ -33,7 +33,8 @@ type DLockProcessor interface {
 	IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error)
 	// HandOver passes the lock held by from to the new acquisition to (setting to.Token and
 	// to.Lease; cfg carries to's lease), without letting it go free. With yield set and
-	// another process waiting, it deletes the key instead and returns ErrYielded. If the key no
+	// another process waiting, it reserves the key for that process instead (only that process's
+	// own Lock can take it, for ReserveTTL) and returns ErrYielded. If the key no
 	// longer holds from.Locker it returns ErrOptimisticLocking.
 	HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error
 	// Unmark withdraws this process's note that it waits for the key.

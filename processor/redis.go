@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -71,8 +72,9 @@ type Options struct {
 	Publish bool
 	// Mark is this process's waiting mark: with Lock(wait) and IsFree, a process that finds
 	// the key held leaves it beside the key ({DLOCK_…}:want, for half a lease) as a hint that
-	// another process waits, which makes HandOver with yield let the key go. A mark confers
-	// nothing: a stale one costs at most an early yield. Default "": no marks.
+	// another process waits, which makes HandOver with yield reserve the key for that process
+	// (ReserveTTL), which takes it with its own Lock. A mark confers nothing: a stale one costs
+	// at most an early yield and a reservation nobody takes. Default "": no marks.
 	Mark string
 }
 
@@ -94,6 +96,9 @@ var _ DLockProcessor = (*RedisLockProcessor)(nil)
 func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLockProcessor, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil redis client", dlerrors.ErrInvalidConfig)
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
 	}
 	return &RedisLockProcessor{client: client, opts: opts}, nil
 }
@@ -139,6 +144,11 @@ func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 // key, which then expires with its lease.
 func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
+// ReserveTTL is how long a key yielded to a waiting process stays reserved for it: a quarter
+// of a lease, far longer than a release message and a round trip, and so the longest a key
+// can stay idle when the waiting process died or stopped waiting.
+func ReserveTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 4 }
+
 // MarkTTL is how long a waiting mark lasts: half a lease. A waiting process renews it with
 // every failed attempt and every probe (at most two poll intervals, lease/3, apart), and
 // removes it when it stops waiting.
@@ -175,14 +185,14 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 
 // Lock implements DLockProcessor with lock.lua (one EVALSHA). It sets e.Token and e.Lease.
 func (p *RedisLockProcessor) Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error {
-	mark := ""
+	leave := "0"
 	if wait {
-		mark = p.opts.Mark
+		leave = "1"
 	}
 	owner, seq := SplitLocker(e.Locker)
 	token, err := lockScript.Run(ctx, p.client,
 		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
-		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), mark, ms(MarkTTL(cfg)), seq).Int64()
+		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, ms(MarkTTL(cfg)), seq, leave).Int64()
 	if err != nil {
 		return processErr("lock", cfg.UniqueKey(), err)
 	}
@@ -231,7 +241,7 @@ func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig)
 	return n == 1, nil
 }
 
-// ErrYielded reports a hand-over that let the key go to a waiting process instead.
+// ErrYielded reports a hand-over that reserved the key for a waiting process instead.
 var ErrYielded = errors.New("dlock: released to a waiting process")
 
 // Unmark implements DLockProcessor with unmark.lua (one EVALSHA).
@@ -259,7 +269,7 @@ func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLoc
 	token, err := handoverScript.Run(ctx, p.client,
 		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
 		from.Locker, to.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.channel(cfg), p.opts.Mark, y,
-		fromSeq, toSeq, ms(DoneTTL(cfg))).Int64()
+		fromSeq, toSeq, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg))).Int64()
 	switch {
 	case err != nil:
 		return processErr("hand-over", cfg.UniqueKey(), err)

@@ -233,8 +233,16 @@ func TestHandOver(t *testing.T) {
 		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= lc.Lease() {
 			t.Fatalf("PTTL %v after a hand-over with a 30 s lease", ttl)
 		}
-		if err := p1.HandOver(ctx, a, x, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
-			t.Fatalf("hand-over by a former holder: %v", err)
+		if err := p1.HandOver(ctx, &domain.DLockEntity{Locker: "p1-9"}, x, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+			t.Fatalf("hand-over by a locker that does not hold the key: %v", err)
+		}
+		// A's hand-over sent again: A is settled (handed over), and the key holds b, so it
+		// answers as a repeat, never as a second hand-over.
+		if err := p1.HandOver(ctx, a, x, lc, false); err == nil {
+			t.Fatal("a settled holder handed the key over again")
+		}
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "p1-2" {
+			t.Fatalf("key holds %q after a repeated hand-over", v)
 		}
 		// Our own mark does not make us yield.
 		if err := p1.Lock(ctx, x, lc, true); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
@@ -258,13 +266,38 @@ func TestHandOver(t *testing.T) {
 		if err := p1.HandOver(ctx, y, z, lc, true); !errors.Is(err, processor.ErrYielded) {
 			t.Fatalf("hand-over with another process waiting: %v", err)
 		}
-		if n := c.Exists(ctx, lc.UniqueKey()).Val(); n != 0 {
-			t.Fatal("the key is still held after the yield")
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "reserved|p2" {
+			t.Fatalf("the key holds %q after the yield, want a reservation for p2", v)
 		}
-		// The waiting process takes it with its own attempt, which serves its mark.
+		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= 0 || ttl > processor.ReserveTTL(lc) {
+			t.Fatalf("reservation PTTL %v", ttl)
+		}
+		// Nobody else can take it, the yielding process included; a release of the old
+		// locker does not touch it.
+		p3, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p3"})
+		for _, q := range []*processor.RedisLockProcessor{p1, p3} {
+			if err := q.Lock(ctx, &domain.DLockEntity{Locker: "px-9"}, lc, false); !errors.Is(err, dlerrors.ErrOptimisticLocking) {
+				t.Fatalf("another process took a reservation: %v", err)
+			}
+		}
+		_ = p1.Unlock(ctx, y, lc) // settled by the yield already: answers as a repeat
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "reserved|p2" {
+			t.Fatalf("a release of the yielding locker left %q", v)
+		}
+		if free, err := p2.IsFree(ctx, lc); !free || err != nil {
+			t.Fatalf("the reserved process's probe: %v %v", free, err)
+		}
+		// The waiting process takes it with its own attempt (a TryLock too), which serves its
+		// mark; the lease is its own.
 		w := &domain.DLockEntity{Locker: "p2-1"}
-		if err := p2.Lock(ctx, w, lc, true); err != nil || w.Token <= b.Token {
+		if err := p2.Lock(ctx, w, lc, false); err != nil || w.Token <= b.Token {
 			t.Fatalf("the waiting process's attempt: %v, token %d", err, w.Token)
+		}
+		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "p2-1" {
+			t.Fatalf("key holds %q", v)
+		}
+		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= processor.ReserveTTL(lc) {
+			t.Fatalf("PTTL %v after taking a reservation, want the taker's lease", ttl)
 		}
 		if c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
 			t.Fatal("the served mark stays")

@@ -40,7 +40,7 @@ const aclUser, aclPassword = "dlock", "dlock-acl-test-password"
 
 // aclCommands is what dlock needs.
 var aclCommands = []string{
-	"evalsha", "eval", "set", "get", "del", "pexpire", "publish", "time",
+	"evalsha", "eval", "set", "get", "del", "pexpire", "pttl", "publish", "time",
 	"subscribe", "unsubscribe", "ping",
 }
 

@@ -50,6 +50,8 @@ func runHelper(mode string) int {
 		return soakHelper(g, c)
 	case "holder":
 		return holderHelper(g, c)
+	case "history":
+		return historyHelper(g, c)
 	}
 	fmt.Println("unknown mode", mode)
 	return 2

@@ -1,5 +1,7 @@
 -- handover.lua: pass a held lock from one acquisition of this process to the next, in one
--- round trip instead of a release and an acquire, unless it should go to another process.
+-- round trip instead of a release and an acquire, unless it should go to another process:
+-- then the key is reserved for that process ("reserved|<its mark>", which no locker can
+-- equal) for a short time, during which only that process's own lock.lua can take it.
 -- The old acquisition is settled as by release.lua.
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter
@@ -15,12 +17,14 @@
 -- ARGV[8]  the old locker's sequence number ('' when it has none)
 -- ARGV[9]  the new locker's sequence number ('' when it has none)
 -- ARGV[10] how long the settled mark lasts, in milliseconds
+-- ARGV[11] how long a reservation lasts, in milliseconds
 -- Returns the new token (> 0) when handed over; 0 when the key no longer holds the old locker
 -- or the new acquisition was settled already (this request came late); -1 when the key was
--- deleted instead, for the waiting process to take ("R|<old locker>" published).
-local function settle(seq)
-    if seq ~= '' and tonumber(seq) > tonumber(redis.call('get', KEYS[4]) or '-1') then
-        redis.call('set', KEYS[4], seq, 'PX', ARGV[10])
+-- reserved for the waiting process instead ("R|<old locker>" published).
+local done = tonumber(redis.call('get', KEYS[4]) or '-1')
+local function settle(seq) -- as in release.lua
+    if seq ~= '' and tonumber(seq) > done then
+        redis.call('set', KEYS[4], seq, 'PX', math.max(tonumber(ARGV[10]), redis.call('pttl', KEYS[4])))
     end
 end
 local holder = redis.call('get', KEYS[1])
@@ -28,13 +32,16 @@ if holder == ARGV[2] then
     -- this very hand-over ran before and its reply was lost (the client sent it again)
     redis.call('pexpire', KEYS[1], ARGV[3])
 elseif holder ~= ARGV[1] then
+    if ARGV[8] ~= '' and tonumber(ARGV[8]) <= done then
+        return -1 -- this very hand-over ran before and yielded (the client sent it again)
+    end
     return 0
-elseif ARGV[9] ~= '' and tonumber(ARGV[9]) <= tonumber(redis.call('get', KEYS[4]) or '-1') then
+elseif ARGV[9] ~= '' and tonumber(ARGV[9]) <= done then
     return 0
 elseif ARGV[7] == '1' then
     local want = redis.call('get', KEYS[3])
     if want and want ~= ARGV[6] then
-        redis.call('del', KEYS[1])
+        redis.call('set', KEYS[1], 'reserved|' .. want, 'PX', ARGV[11])
         settle(ARGV[8])
         if ARGV[5] ~= '' then
             redis.call('publish', ARGV[5], 'R|' .. ARGV[1])

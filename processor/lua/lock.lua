@@ -1,5 +1,6 @@
--- lock.lua: take the lock if it is free and hand out a fencing token; when it is held, leave
--- this process's waiting mark (a hint that another process waits, never a claim to the key).
+-- lock.lua: take the lock if it is free, or reserved for this process by a holder that yielded
+-- to it, and hand out a fencing token; when it is held, leave this process's waiting mark (a
+-- hint that another process waits, never a claim to the key).
 -- KEYS[1]  the lock key, DLOCK_<type>_<target>
 -- KEYS[2]  the fencing counter beside it, {DLOCK_<type>_<target>}:fence
 -- KEYS[3]  the waiting mark beside it, {DLOCK_<type>_<target>}:want
@@ -7,9 +8,10 @@
 -- ARGV[1]  the locker (this acquisition's unique value, <owner><sequence number>)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  how long the fencing counter is kept, in milliseconds
--- ARGV[4]  this process's mark, to leave when the key is held ('' to leave none)
+-- ARGV[4]  this process's mark ('' for none)
 -- ARGV[5]  how long a waiting mark lasts, in milliseconds
 -- ARGV[6]  the locker's sequence number ('' when it has none)
+-- ARGV[7]  '1' to leave the mark when the key is held
 -- Returns the token (> 0) when the lock was taken; 0 when another locker holds it; -1 when
 -- the acquisition was settled already (released or given back: this request came late).
 -- The token is max(counter + 1, server clock in microseconds): it keeps increasing when the
@@ -18,12 +20,16 @@ if ARGV[6] ~= '' and tonumber(ARGV[6]) <= tonumber(redis.call('get', KEYS[4]) or
     return -1
 end
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    if redis.call('get', KEYS[1]) == ARGV[1] then
+    local holder = redis.call('get', KEYS[1])
+    if holder == ARGV[1] then
         -- this very attempt ran before and its reply was lost (the client sent it again):
         -- it is ours, with its lease counted from this request and a new token
         redis.call('pexpire', KEYS[1], ARGV[2])
+    elseif ARGV[4] ~= '' and holder == 'reserved|' .. ARGV[4] then
+        -- a holder yielded the key to this process (handover.lua): take it with our locker
+        redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
     else
-        if ARGV[4] ~= '' then
+        if ARGV[7] == '1' and ARGV[4] ~= '' then
             redis.call('set', KEYS[3], ARGV[4], 'PX', ARGV[5])
         end
         return 0

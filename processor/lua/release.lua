@@ -12,22 +12,24 @@
 -- Returns 1 when deleted; 2 when the acquisition was settled already (this release ran
 -- before and its reply was lost); 0 when the key is gone or holds another locker.
 -- Message: "R|<locker>".
+-- The mark only ever rises, and its life only ever grows (a release with a shorter lease does
+-- not cut short the protection of an earlier one with a longer lease).
 local done = tonumber(redis.call('get', KEYS[2]) or '-1')
+local function settle()
+    if ARGV[3] ~= '' and tonumber(ARGV[3]) > done then
+        redis.call('set', KEYS[2], ARGV[3], 'PX', math.max(tonumber(ARGV[4]), redis.call('pttl', KEYS[2])))
+    end
+end
 if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
     if ARGV[2] ~= '' then
         redis.call('publish', ARGV[2], 'R|' .. ARGV[1])
     end
-    if ARGV[3] ~= '' and tonumber(ARGV[3]) > done then
-        redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
-    end
+    settle()
     return 1
 end
-if ARGV[3] == '' then
-    return 0
-end
-if tonumber(ARGV[3]) <= done then
+if ARGV[3] ~= '' and tonumber(ARGV[3]) <= done then
     return 2
 end
-redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
+settle()
 return 0

@@ -1,0 +1,1161 @@
+package reliability_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/faultproxy"
+	"github.com/dlockgo/dlock/internal/redistest"
+)
+
+// TestHistory is a randomized, multi-process history checker. P helper OS processes (the test
+// binary in mode "history", history_helper_test.go) × G goroutines lock K keys at random
+// (Lock with a short deadline, Lock with a long one, TryLock; sometimes a re-entry), hold for
+// a random time (mostly 0–5 ms, 5 % of holds 0.5–2.5 leases), write their fencing token to a
+// fence store (a second redis-server, never faulted) during the hold, and unlock. Every call
+// and every holding is logged with CLOCK_MONOTONIC times, which all processes share. Meanwhile
+// the test injects faults, one at a time, at random intervals:
+//
+//	restart:   the lock's redis-server killed and started again, empty, on the same port;
+//	stop:      a helper SIGSTOPped for 1.5–2.5 leases, then SIGCONT;
+//	kill:      a helper killed with kill -9, and a new one started in its place;
+//	latency:   20 ms – lease/2 added each way on one helper's link for 0.5–1.5 s;
+//	blackhole: one helper's link black-holed for 1.5–3 leases;
+//	reset:     one helper's connections reset 1–5 times, 20–60 ms apart.
+//
+// Each helper talks to the lock's Redis through a fault proxy of its own, so a network fault
+// hits one process; the helpers use go-redis's default client options (ReadTimeout 3 s,
+// ContextTimeoutEnabled off, 3 retries), as most users do. Three in four stop, latency,
+// black-hole and reset faults are aimed at a process in the middle of a long hold (helpers
+// announce their long holds on the fence store's server), because a lost lease is what they
+// test; the others hit whatever the process is doing. No fault is injected in the last few
+// leases, so that the end is clean. Then the merged log is checked against the rules
+// below; the test fails on any violation and prints the first examples of each kind.
+//
+// Definitions. A holding H is one successful Lock/TryLock up to its Unlock. CallStart is when
+// the acquiring call began, TAcq when it returned (read right after), TRel when Unlock was
+// called (read right before). Its span is [CallStart, TRel]. It was told of a loss if its
+// owner context's cause matched ErrLockLost (ToldCtx, at TLost: when context.AfterFunc saw it
+// end) or its Unlock returned an error matching ErrLockLost (ToldUnlock). Its belief interval
+// is [TAcq, E]: E = min(TLost, TRel) − noticeSlack if the owner context had ended with
+// ErrLockLost by TRel, else E = TRel. That is, a holding believes it holds the lock until it
+// is told, through its context, that it lost it, or until it unlocks; being told only by
+// Unlock does not shorten it, since the holder acted as owner until then. noticeSlack (100 ms)
+// is there because the lease watchdog has no margin (it ends the owner context when
+// sent + lease has passed, and the key expires in Redis at arrival + lease, so another
+// process may acquire at that same instant) and TLost is read in a goroutine that may run
+// late on a loaded machine under -race; the measured lateness is reported. TAcq is read after
+// the call returned and TRel before Unlock is called, so every error in those readings hides
+// an overlap rather than inventing one.
+//
+// Excuses: a holding of a process killed (kill -9) before it logged its release (its "begin"
+// line has no "op" line); a holding whose process was SIGSTOPped during its span, the stop
+// having begun no later than the overlap or write in question; a holding that straddles a
+// restart of the lock's Redis (the restart began during its span and no later than the
+// overlap), provided it was told of the loss (ToldCtx or ToldUnlock): the restart wiped its
+// key, and it learns of it at its next renewal or at Unlock.
+//
+// Rules:
+//
+//	(1) overlap: two holdings of one key whose belief intervals intersect, neither excused.
+//	    restart-untold: a holding that acquired before a restart (TAcq < the kill), was never
+//	    told of a loss, and overlaps a holding that acquired after the kill; its process was
+//	    not killed. (A holding whose acquiring call spans the kill and that returned after it
+//	    may hold a key of either server: it is excused, and counted as ambiguous.)
+//	(2) token-order: for holdings A, B of one key with A.TAcq < B.CallStart (A's token was
+//	    handed out before B's call began), A's token < B's; token-repeated: two holdings of
+//	    one key with the same token. Strict, across restarts too: tokens are
+//	    max(counter + 1, server clock in µs). (Ordering by TAcq alone would be wrong: a holder
+//	    SIGSTOPped inside Lock returns after a later holder.) no-token: FencingToken said the
+//	    owner context of a successful Lock did not own the lock.
+//	(3) fence-accepted-stale: the fence store accepted a token not above one it had accepted
+//	    in a write that ended before this one began (the script rules it out: this checks
+//	    the store and the log); stale-write-while-owner: a holding's write was refused (a
+//	    newer token was already stored) while the holding believed it held the lock (the
+//	    write began before E), not excused: a witness of two owners that needs no clock
+//	    beyond E. An overlap where both holdings' writes
+//	    were accepted (the fence did not catch it) is marked in the example.
+//	(4) slow-call: a Lock or TryLock with deadline d that returned after d + callSlack; a
+//	    re-entry after callSlack; an Unlock after lease + callSlack (its Redis call is bounded
+//	    by the lease); calls of a process SIGSTOPped during the call are excused.
+//	    lock-error, trylock-error, reenter-error, unlock-error: an outcome the API does not
+//	    allow (Lock: only success, or ErrNotObtained + DeadlineExceeded; TryLock: success,
+//	    busy, the deadline or a *RedisProcessError; re-entry: success or ErrLockLost; Unlock:
+//	    nil, ErrLockLost or a *RedisProcessError). owner-ended-early: the owner context ended
+//	    before Unlock with a cause other than ErrLockLost (it must not inherit the Lock
+//	    context's deadline). unlock-not-lost: the owner context ended with ErrLockLost but
+//	    Unlock did not say so. redis-error-without-fault: a call failed with a
+//	    *RedisProcessError in its chain (a Lock's last attempt included) although no restart
+//	    and no fault aimed at its process was under way from two leases before the call to
+//	    its end. no-progress: a helper that ran 5 s or more without acquiring once. hang: a
+//	    helper still running endSlack (25 s) after the end (it gets SIGQUIT, so its goroutines
+//	    are dumped, then SIGKILL); helper-failed: a helper that exited with an error or without
+//	    its exit line; close-error: its Generator's Close failed.
+//	(5) left-behind: 3 leases after every helper closed its generator and exited, a key other
+//	    than a fencing counter ({DLOCK_…}:fence, which by design may outlive the lease, with a
+//	    TTL) is in the lock's Redis, or a fencing counter has no TTL;
+//	    goroutine-leak: a helper's goleak.Find (after Close, retried for 5 s) found one.
+//	    What was left right after the exit (lock keys and waiting marks expire with the lease)
+//	    is reported, not failed.
+//
+// Reported, not failed: long Lock calls that timed out while no holding of their key was
+// logged during the whole call and no fault was under way (a key blocked with nobody holding
+// it); loss notices that came after another holding had acquired, and by how much.
+//
+// callSlack (2 s) is far above the overrun measured (a Lock abandons its attempt at its
+// deadline even with the default client), so only a hang, not a slow machine, trips it; the
+// measured worst overruns are reported.
+//
+// Short by default (30 s of workload; about 35 s in all with -race); DLOCK_SOAK=<duration> runs the
+// workload that long; DLOCK_HISTORY_LOGS=<dir> keeps the helpers' logs (JSON lines) there.
+func TestHistory(t *testing.T) {
+	dur := soak(t, 30*time.Second)
+	r := &histRun{
+		t: t, lease: histLease, procs: histProcs, goroutines: histGoroutines, keys: histKeys,
+		dir: t.TempDir(), lockSrv: realServer(t), fenceSrv: realServer(t),
+	}
+	if d := os.Getenv("DLOCK_HISTORY_LOGS"); d != "" { // keep the logs there
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r.dir = d
+	}
+	r.lockSrv.NeedReal(t)
+	if !r.lockSrv.CanRestart() {
+		t.Skip("needs a redis-server started by the test (REDIS_ADDR is set)")
+	}
+	for range r.procs {
+		r.proxies = append(r.proxies, netProxy(t, r.lockSrv.Addr))
+	}
+	r.fence = r.fenceSrv.Client()
+	t.Cleanup(func() { _ = r.fence.Close() })
+	t.Cleanup(r.killAll)
+	r.t0 = monoNow()
+	r.end = r.t0 + int64(dur)
+	r.current = make([]*histProc, r.procs)
+	r.incarnations = make([]int, r.procs)
+	for slot := range r.procs {
+		r.start(slot)
+	}
+	r.injectFaults()
+	r.waitHelpers()
+	r.checkLeftovers()
+	r.analyse()
+	r.report()
+}
+
+const (
+	histProcs, histGoroutines, histKeys = 4, 3, 4
+	histLease                           = 400 * time.Millisecond
+	histCallSlack                       = 2 * time.Second
+	histNoticeSlack                     = 100 * time.Millisecond
+	histEndSlack                        = 25 * time.Second
+	histExamples                        = 3
+)
+
+// histProc is one helper process (one incarnation of a slot).
+type histProc struct {
+	id      string // slot.incarnation
+	slot    int
+	cmd     *exec.Cmd
+	log     string
+	out     string // its stdout and stderr
+	done    chan struct{}
+	err     error // Wait's, once done is closed
+	started int64 // when it was started
+	killed  int64 // when a kill fault began, or 0
+	hung    bool
+}
+
+// histFault is one injected fault: Start just before it began, End just after it ended.
+type histFault struct {
+	Kind       string
+	Proc       string // the helper it hit ("" for a restart)
+	Start, End int64
+	Detail     string
+}
+
+type histRun struct {
+	t                       *testing.T
+	lease                   time.Duration
+	procs, goroutines, keys int
+	dir                     string
+	lockSrv, fenceSrv       *redistest.Server
+	fence                   *redis.Client // to the fence store's server, for the hold announcements
+	proxies                 []*faultproxy.Proxy
+	t0, end                 int64
+
+	all          []*histProc
+	current      []*histProc // by slot
+	incarnations []int
+	faults       []histFault
+
+	// Leftovers in the lock's Redis: right after the helpers exited, and 3 leases later.
+	leftNow, leftLater []string
+	leftChecked        bool
+
+	// Analysis.
+	stats histStats
+	viol  map[string][]string // kind -> descriptions
+}
+
+type histStats struct {
+	iters, acquisitions, unfinished, long int
+	toldCtx, toldUnlock                   int
+	calls                                 map[string]map[string]int // kind -> outcome -> n
+	overlapsTold                          int                       // full intervals overlapped, belief intervals did not
+	excused                               map[string]int
+	bothWritesAccepted                    int
+	writes, writesRefused, writesStale    int
+	maxLateNotice                         time.Duration
+	lateNotices                           int // notices that came after another holding acquired
+	maxOverrun                            map[string]time.Duration
+	leaks                                 int
+	blocked                               int
+	maxBlocked                            time.Duration
+	blockedEx                             []string
+	badLines                              int
+	perKey                                map[string]int
+}
+
+// start starts a helper in slot.
+func (r *histRun) start(slot int) {
+	t := r.t
+	r.incarnations[slot]++
+	id := fmt.Sprintf("%d.%d", slot, r.incarnations[slot])
+	p := &histProc{id: id, slot: slot, done: make(chan struct{}), started: monoNow(),
+		log: filepath.Join(r.dir, "p"+id+".jsonl"), out: filepath.Join(r.dir, "p"+id+".out")}
+	out, err := os.Create(p.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DLOCK_RELIABILITY_HELPER=history")
+	for k, v := range map[string]string{
+		"ADDR": r.proxies[slot].Addr(), "FENCE_ADDR": r.fenceSrv.Addr, "LEASE": r.lease.String(),
+		"PROC": id, "LOG": p.log, "END": strconv.FormatInt(r.end, 10),
+		"GOROUTINES": strconv.Itoa(r.goroutines), "KEYS": strconv.Itoa(r.keys),
+	} {
+		cmd.Env = append(cmd.Env, "DLOCK_H_"+k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = out.Close()
+		t.Fatal(err)
+	}
+	p.cmd = cmd
+	go func() {
+		p.err = cmd.Wait()
+		_ = out.Close()
+		close(p.done)
+	}()
+	r.all = append(r.all, p)
+	r.current[slot] = p
+}
+
+// killAll ends every helper still running (when the test ends early) and waits for it.
+func (r *histRun) killAll() {
+	for _, p := range r.all {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+func sleepUntil(ns int64) {
+	if d := time.Duration(ns - monoNow()); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// injectFaults injects faults one at a time, each kind in turn in a random order, with random
+// gaps, until a few leases before the end.
+func (r *histRun) injectFaults() {
+	quiet := int64(max(4*r.lease, 2*time.Second))
+	longest := int64(2 * time.Second) // no fault lasts longer
+	kinds := []string{"restart", "stop", "kill", "latency", "blackhole", "reset"}
+	var order []string
+	for {
+		gap := int64(randDuration(500*time.Millisecond, 1500*time.Millisecond))
+		if monoNow()+gap+longest > r.end-quiet {
+			return
+		}
+		sleepUntil(monoNow() + gap)
+		if len(order) == 0 {
+			order = slices.Clone(kinds)
+			rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		kind := order[0]
+		order = order[1:]
+		if !r.fault(kind) {
+			return
+		}
+	}
+}
+
+// fault injects one fault of kind and records it; false stops the injection.
+func (r *histRun) fault(kind string) bool {
+	slot := rand.IntN(r.procs)
+	if kind != "restart" && kind != "kill" && rand.IntN(4) != 0 {
+		slot = r.holder(slot)
+	}
+	p, px := r.current[slot], r.proxies[slot]
+	f := histFault{Kind: kind, Proc: p.id}
+	switch kind {
+	case "restart":
+		f.Proc = ""
+		down := randDuration(0, r.lease*3/4)
+		f.Start = monoNow()
+		r.lockSrv.Kill()
+		time.Sleep(down)
+		err := r.lockSrv.Restart()
+		f.End = monoNow()
+		f.Detail = "down " + down.Round(time.Millisecond).String()
+		if err != nil {
+			r.faults = append(r.faults, f)
+			r.t.Errorf("restart of the lock's redis-server: %v", err)
+			return false
+		}
+	case "stop":
+		d := randDuration(r.lease*3/2, r.lease*5/2)
+		f.Start = monoNow()
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(d)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		f.End = monoNow()
+		f.Detail = d.Round(time.Millisecond).String()
+	case "kill":
+		f.Start = monoNow()
+		p.killed = f.Start
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		f.End = monoNow()
+		r.start(slot)
+		f.Detail = "replaced by " + r.current[slot].id
+	case "latency":
+		lat, d := randDuration(20*time.Millisecond, r.lease/2), randDuration(500*time.Millisecond, 1500*time.Millisecond)
+		f.Start = monoNow()
+		px.SetLatency(lat)
+		time.Sleep(d)
+		px.SetLatency(0)
+		f.End = monoNow()
+		f.Detail = fmt.Sprintf("%v each way for %v", lat.Round(time.Millisecond), d.Round(time.Millisecond))
+	case "blackhole":
+		d := randDuration(r.lease*3/2, r.lease*3)
+		f.Start = monoNow()
+		px.Blackhole(true)
+		time.Sleep(d)
+		px.Blackhole(false)
+		f.End = monoNow()
+		f.Detail = d.Round(time.Millisecond).String()
+	case "reset":
+		n := 1 + rand.IntN(5)
+		f.Start = monoNow()
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				time.Sleep(randDuration(20*time.Millisecond, 60*time.Millisecond))
+			}
+			px.ResetAll()
+		}
+		f.End = monoNow()
+		f.Detail = fmt.Sprintf("%d resets", n)
+	}
+	r.faults = append(r.faults, f)
+	return true
+}
+
+// holder waits up to a second for a helper that has announced a long hold with at least 3/4
+// of a lease still to go, and returns its slot; else it returns fallback. Faults aimed at long
+// holders test what a lost lease does; the others (a quarter of them, and kills) hit whatever
+// the process is doing, waiting most likely.
+func (r *histRun) holder(fallback int) int {
+	ctx := context.Background()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		keys, _ := r.fence.Keys(ctx, "hold:*").Result()
+		rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		for _, k := range keys {
+			until, err := r.fence.Get(ctx, k).Int64()
+			if err != nil || until-monoNow() < int64(r.lease*3/4) {
+				continue
+			}
+			for slot, p := range r.current {
+				if strings.HasPrefix(k, "hold:"+p.id+":") {
+					return slot
+				}
+			}
+		}
+	}
+	return fallback
+}
+
+// waitHelpers waits for every running helper to exit on its own, up to endSlack after the end;
+// a helper still running then is reported as hung: SIGQUIT (Go dumps its goroutines to its
+// output), then SIGKILL.
+func (r *histRun) waitHelpers() {
+	deadline := time.Now().Add(time.Duration(r.end-monoNow()) + histEndSlack)
+	for _, p := range r.current {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(deadline)):
+			p.hung = true
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}
+}
+
+// checkLeftovers lists the keys in the lock's Redis right after the helpers exited and 3
+// leases later, if every helper exited on its own.
+func (r *histRun) checkLeftovers() {
+	for _, p := range r.current {
+		if p.hung {
+			return
+		}
+	}
+	c := r.lockSrv.Client()
+	defer c.Close()
+	scan := func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var out []string
+		iter := c.Scan(ctx, 0, "*", 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			out = append(out, k+" (TTL "+c.PTTL(ctx, k).Val().String()+")")
+		}
+		if err := iter.Err(); err != nil {
+			r.t.Errorf("SCAN of the lock's Redis: %v", err)
+		}
+		sort.Strings(out)
+		return out
+	}
+	r.leftNow = scan()
+	time.Sleep(3 * r.lease)
+	r.leftLater = scan()
+	r.leftChecked = true
+}
+
+// histHolding is a holding from the logs.
+type histHolding struct {
+	*histRecord
+	proc       *histProc
+	unfinished bool  // begin line only: its process was killed (or hung)
+	belief     int64 // E
+}
+
+func (r *histRun) rel(ns int64) string {
+	if ns == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3fs", float64(ns-r.t0)/1e9)
+}
+
+func (r *histRun) hold(h *histHolding) string {
+	s := fmt.Sprintf("[proc %s g%d #%d %s token %d: call %s, acquired %s, ", h.Proc, h.G, h.Seq, h.Key, h.Token,
+		r.rel(h.CallStart), r.rel(h.TAcq))
+	if h.Long {
+		s += "long hold, "
+	}
+	if h.unfinished {
+		return s + fmt.Sprintf("not released when its process was killed at %s]", r.rel(h.proc.killed))
+	}
+	s += fmt.Sprintf("released %s, belief until %s; ", r.rel(h.TRel), r.rel(h.belief))
+	if h.TEnd != 0 {
+		s += fmt.Sprintf("owner context ended %s (%s)", r.rel(h.TEnd), h.EndCause)
+	} else {
+		s += "owner context never ended"
+	}
+	s += fmt.Sprintf(", told ctx=%v unlock=%v", h.ToldCtx, h.ToldUnlock)
+	if h.UnlockErr != "" {
+		s += fmt.Sprintf(", Unlock: %q", h.UnlockErr)
+	}
+	if w := h.Write; w != nil {
+		s += fmt.Sprintf("; fenced write %s–%s accepted=%v (stored before: %d)", r.rel(w.Start), r.rel(w.End), w.Accepted, w.Stored)
+	}
+	if len(h.Calls) > 1 {
+		var ks []string
+		for _, c := range h.Calls {
+			ks = append(ks, c.Kind+"="+c.Outcome)
+		}
+		s += "; calls " + strings.Join(ks, " ")
+	}
+	return s + "]"
+}
+
+func (r *histRun) violate(kind, format string, args ...any) {
+	r.viol[kind] = append(r.viol[kind], fmt.Sprintf(format, args...))
+}
+
+// analyse reads every helper's log and applies the rules.
+func (r *histRun) analyse() {
+	r.viol = map[string][]string{}
+	st := &r.stats
+	st.calls = map[string]map[string]int{}
+	st.excused = map[string]int{}
+	st.maxOverrun = map[string]time.Duration{}
+	st.perKey = map[string]int{}
+
+	pauses := map[string][]histFault{}
+	var restarts []histFault
+	for _, f := range r.faults {
+		switch f.Kind {
+		case "stop":
+			pauses[f.Proc] = append(pauses[f.Proc], f)
+		case "restart":
+			restarts = append(restarts, f)
+		}
+	}
+	pausedDuring := func(proc string, from, to, notAfter int64) bool {
+		for _, w := range pauses[proc] {
+			if w.Start < to && w.End > from && w.Start <= notAfter {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Read the logs.
+	type gid struct {
+		proc string
+		g    int
+		seq  int64
+	}
+	var holdings []*histHolding
+	var waits []*histRecord // long Lock calls that timed out
+	for _, p := range r.all {
+		begins := map[gid]*histRecord{}
+		finished := map[gid]bool{}
+		var exit *histRecord
+		lines, bad := readHistLog(p.log)
+		if bad > 0 && (p.killed == 0 && !p.hung || bad > 1) {
+			r.violate("checker: bad log line", "%s: %d unreadable lines", p.id, bad)
+		}
+		st.badLines += bad
+		for _, rec := range lines {
+			switch rec.T {
+			case "begin":
+				begins[gid{rec.Proc, rec.G, rec.Seq}] = rec
+			case "exit":
+				exit = rec
+			case "op":
+				st.iters++
+				r.checkCalls(p, rec, pausedDuring)
+				if c := rec.Calls[0]; c.Kind == "lock_long" && c.Outcome == "timeout" {
+					waits = append(waits, rec)
+				}
+				if rec.Acquired {
+					finished[gid{rec.Proc, rec.G, rec.Seq}] = true
+					holdings = append(holdings, &histHolding{histRecord: rec, proc: p})
+				}
+			}
+		}
+		for id, b := range begins {
+			if finished[id] {
+				continue
+			}
+			h := &histHolding{histRecord: b, proc: p, unfinished: true}
+			h.TRel = p.killed
+			if p.killed == 0 {
+				h.TRel = r.end + int64(histEndSlack)
+				if !p.hung {
+					r.violate("helper-failed", "proc %s exited on its own with a holding never released: %s", p.id, r.hold(h))
+				}
+			}
+			holdings = append(holdings, h)
+		}
+		acquired := 0
+		for _, rec := range lines {
+			if rec.T == "begin" {
+				acquired++
+			}
+		}
+		until := r.end
+		if p.killed != 0 {
+			until = p.killed
+		}
+		if life := until - p.started; acquired == 0 && life >= int64(5*time.Second) {
+			r.violate("no-progress", "proc %s ran %v without acquiring once", p.id, time.Duration(life).Round(time.Millisecond))
+		}
+		switch {
+		case p.killed != 0:
+		case p.hung:
+			r.violate("hang", "proc %s still running %v after the end; its goroutines (SIGQUIT):\n%s", p.id, histEndSlack, tail(p.out, 60))
+		case p.err != nil || exit == nil:
+			r.violate("helper-failed", "proc %s: exit %v, exit line %v; output:\n%s", p.id, p.err, exit != nil, tail(p.out, 40))
+		default:
+			if exit.Leak != "" {
+				st.leaks++
+				r.violate("goroutine-leak", "proc %s: %s", p.id, exit.Leak)
+			}
+			if exit.CloseErr != "" {
+				r.violate("close-error", "proc %s: Close: %s", p.id, exit.CloseErr)
+			}
+		}
+	}
+
+	// Belief intervals and per-holding checks.
+	byKey := map[string][]*histHolding{}
+	for _, h := range holdings {
+		st.acquisitions++
+		st.perKey[h.Key]++
+		byKey[h.Key] = append(byKey[h.Key], h)
+		if h.unfinished {
+			st.unfinished++
+			h.belief = h.TRel
+			continue
+		}
+		if h.Long {
+			st.long++
+		}
+		h.belief = h.TRel
+		if h.ToldCtx && (h.EndedBefore || h.TEnd < h.TRel) {
+			h.belief = max(h.TAcq, min(h.TEnd, h.TRel)-int64(histNoticeSlack))
+		}
+		if h.ToldCtx {
+			st.toldCtx++
+		}
+		if h.ToldUnlock {
+			st.toldUnlock++
+		}
+		if h.NoToken {
+			r.violate("no-token", "FencingToken of a fresh owner context said not owned: %s", r.hold(h))
+		}
+		if h.EndedBefore && !h.ToldCtx {
+			r.violate("owner-ended-early", "the owner context ended before Unlock with %q (not ErrLockLost): %s", h.EndCause, r.hold(h))
+		}
+		if h.ToldCtx && h.EndedBefore && !h.ToldUnlock {
+			r.violate("unlock-not-lost", "the owner context ended with ErrLockLost before Unlock, but Unlock returned %q: %s", h.UnlockErr, r.hold(h))
+		}
+	}
+
+	for key, hs := range byKey {
+		r.checkOverlaps(key, hs, pausedDuring, restarts)
+		r.checkTokens(key, hs)
+		r.checkFence(key, hs, pausedDuring, restarts)
+	}
+	r.checkBlocked(byKey, waits)
+}
+
+// checkBlocked looks for keys blocked with nobody holding them (reported, not failed): a long
+// Lock call that timed out although no holding of its key was logged during the whole call
+// (spans [CallStart, TRel]) and no fault of any kind was under way from two leases before the
+// call to its end (a killed holder's key, a black-holed attempt's key, a restart all block a
+// key for a while by design).
+func (r *histRun) checkBlocked(byKey map[string][]*histHolding, waits []*histRecord) {
+	st := &r.stats
+	spans := map[string][]*histHolding{}
+	reach := map[string][]int64{} // prefix maximum of TRel, in CallStart order
+	for k, hs := range byKey {
+		s := slices.Clone(hs)
+		sort.Slice(s, func(i, j int) bool { return s[i].CallStart < s[j].CallStart })
+		m := make([]int64, len(s))
+		for i, h := range s {
+			m[i] = h.TRel
+			if i > 0 {
+				m[i] = max(m[i], m[i-1])
+			}
+		}
+		spans[k], reach[k] = s, m
+	}
+	for _, w := range waits {
+		c := w.Calls[0]
+		faulty := false
+		for _, f := range r.faults {
+			if f.Start < c.End && f.End+int64(2*r.lease) > c.Start {
+				faulty = true
+			}
+		}
+		if faulty {
+			continue
+		}
+		s := spans[w.Key]
+		n := sort.Search(len(s), func(i int) bool { return s[i].CallStart >= c.End })
+		if n > 0 && reach[w.Key][n-1] > c.Start {
+			continue // some holding's span met the call
+		}
+		st.blocked++
+		st.maxBlocked = max(st.maxBlocked, time.Duration(c.End-c.Start))
+		if len(st.blockedEx) < histExamples {
+			st.blockedEx = append(st.blockedEx, fmt.Sprintf("proc %s g%d #%d %s: Lock with deadline %v, %s–%s, timed out; no holding of %s in that time, no fault",
+				w.Proc, w.G, w.Seq, w.Key, time.Duration(c.D).Round(time.Millisecond), r.rel(c.Start), r.rel(c.End), w.Key))
+		}
+	}
+}
+
+// readHistLog reads a helper's log; a line that does not parse (the last one of a process
+// killed while writing) is counted.
+func readHistLog(path string) (recs []*histRecord, bad int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0 // killed before it wrote anything
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var rec histRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			bad++
+			continue
+		}
+		recs = append(recs, &rec)
+	}
+	return recs, bad
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// checkCalls applies rule (4) to an iteration's calls.
+func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(string, int64, int64, int64) bool) {
+	st := &r.stats
+	for _, c := range rec.Calls {
+		if st.calls[c.Kind] == nil {
+			st.calls[c.Kind] = map[string]int{}
+		}
+		st.calls[c.Kind][c.Outcome]++
+		allowed := map[string][]string{
+			"lock_short":   {"ok", "timeout"},
+			"lock_long":    {"ok", "timeout"},
+			"trylock":      {"ok", "busy", "timeout", "redis"},
+			"reenter":      {"ok", "lost"},
+			"unlock_inner": {"ok"},
+			"unlock":       {"ok", "lost", "redis"},
+		}[c.Kind]
+		if !slices.Contains(allowed, c.Outcome) {
+			kind := strings.TrimSuffix(strings.TrimSuffix(c.Kind, "_short"), "_long")
+			kind = strings.TrimSuffix(kind, "_inner")
+			r.violate(kind+"-error", "proc %s g%d #%d %s: %s returned %s: %s (call %s–%s)",
+				rec.Proc, rec.G, rec.Seq, rec.Key, c.Kind, c.Outcome, c.Err, r.rel(c.Start), r.rel(c.End))
+		}
+		var bound time.Duration
+		switch c.Kind {
+		case "lock_short", "lock_long", "trylock":
+			bound = time.Duration(c.D) + histCallSlack
+		case "unlock":
+			bound = r.lease + histCallSlack
+		default:
+			bound = histCallSlack
+		}
+		if c.Redis && !r.faultNear(p.id, c.Start, c.End) {
+			r.violate("redis-error-without-fault", "proc %s g%d #%d %s: %s returned a Redis error with no fault on its process or restart in the two leases before: %s (call %s–%s)",
+				rec.Proc, rec.G, rec.Seq, rec.Key, c.Kind, c.Err, r.rel(c.Start), r.rel(c.End))
+		}
+		took := time.Duration(c.End - c.Start)
+		if pausedDuring(p.id, c.Start, c.End, c.End) {
+			continue
+		}
+		over := took - (bound - histCallSlack)
+		if over > st.maxOverrun[c.Kind] {
+			st.maxOverrun[c.Kind] = over
+		}
+		if took > bound {
+			r.violate("slow-call", "proc %s g%d #%d %s: %s (deadline %v) took %v, bound %v (call %s–%s, %s)",
+				rec.Proc, rec.G, rec.Seq, rec.Key, c.Kind, time.Duration(c.D), took.Round(time.Millisecond), bound,
+				r.rel(c.Start), r.rel(c.End), c.Outcome)
+		}
+	}
+}
+
+// faultNear reports whether a fault that can make proc's Redis calls fail (a restart, or a
+// fault aimed at proc) was under way between two leases before from and to.
+func (r *histRun) faultNear(proc string, from, to int64) bool {
+	for _, f := range r.faults {
+		if (f.Kind == "restart" || f.Proc == proc) && f.Start < to && f.End+int64(2*r.lease) > from {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOverlaps applies rule (1) to the holdings of one key.
+func (r *histRun) checkOverlaps(key string, hs []*histHolding, pausedDuring func(string, int64, int64, int64) bool, restarts []histFault) {
+	sort.Slice(hs, func(i, j int) bool { return hs[i].TAcq < hs[j].TAcq })
+	var active []*histHolding
+	for _, b := range hs {
+		// Keep the holdings whose span reaches past b's acquisition.
+		kept := active[:0]
+		for _, a := range active {
+			if a.TRel > b.TAcq {
+				kept = append(kept, a)
+			}
+		}
+		active = kept
+		for _, a := range active {
+			r.checkPair(a, b, pausedDuring, restarts)
+		}
+		active = append(active, b)
+	}
+}
+
+// checkPair judges holdings a and b of one key, a.TAcq <= b.TAcq < a.TRel.
+func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, int64, int64) bool, restarts []histFault) {
+	st := &r.stats
+	start := b.TAcq // the overlap begins
+	if a.unfinished || b.unfinished {
+		st.excused["killed"]++
+		return
+	}
+	for _, x := range []*histHolding{a, b} {
+		if pausedDuring(x.Proc, x.CallStart, x.TRel, start) {
+			st.excused["paused"]++
+			return
+		}
+	}
+	told := func(x *histHolding) bool { return x.ToldCtx || x.ToldUnlock }
+	for _, w := range restarts {
+		if w.Start > start {
+			continue // the overlap began before this restart
+		}
+		for _, x := range []*histHolding{a, b} {
+			if !(w.Start < x.TRel && x.CallStart < w.End) {
+				continue // x's span misses the restart
+			}
+			switch {
+			case told(x) && (x.TAcq < w.Start || x.CallStart < w.Start+int64(10*time.Millisecond)):
+				st.excused["restart, told"]++
+				return
+			case x == a && x.TAcq < w.Start:
+				r.violate("restart-untold", "a holding from before the restart at %s (its key wiped) was never told of the loss, and overlapped a later one:\n    %s\n    %s",
+					r.rel(w.Start), r.hold(a), r.hold(b))
+				return
+			case x.CallStart < w.Start+int64(10*time.Millisecond) && x.TAcq >= w.Start:
+				st.excused["restart, ambiguous"]++
+				return
+			}
+		}
+	}
+	if min(a.belief, b.belief) <= start {
+		st.overlapsTold++
+		if a.ToldCtx && a.TEnd > start && a.TAcq < start {
+			st.lateNotices++
+			st.maxLateNotice = max(st.maxLateNotice, time.Duration(a.TEnd-start))
+		}
+		return
+	}
+	both := a.Write != nil && b.Write != nil && a.Write.Accepted && b.Write.Accepted
+	note := ""
+	if both {
+		st.bothWritesAccepted++
+		note = " (both fenced writes were accepted: the fence did not catch it)"
+	}
+	r.violate("overlap", "two owners of %s for %v%s:\n    %s\n    %s", a.Key,
+		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.hold(a), r.hold(b))
+}
+
+// checkTokens applies rule (2) to the holdings of one key.
+func (r *histRun) checkTokens(key string, hs []*histHolding) {
+	seen := map[uint64]*histHolding{}
+	for _, h := range hs {
+		if h.NoToken {
+			continue
+		}
+		if o := seen[h.Token]; o != nil {
+			r.violate("token-repeated", "two holdings of %s with token %d:\n    %s\n    %s", key, h.Token, r.hold(o), r.hold(h))
+			continue
+		}
+		seen[h.Token] = h
+	}
+	byAcq := slices.Clone(hs)
+	sort.Slice(byAcq, func(i, j int) bool { return byAcq[i].TAcq < byAcq[j].TAcq })
+	byCall := slices.Clone(hs)
+	sort.Slice(byCall, func(i, j int) bool { return byCall[i].CallStart < byCall[j].CallStart })
+	var top *histHolding
+	i := 0
+	for _, b := range byCall {
+		for ; i < len(byAcq) && byAcq[i].TAcq < b.CallStart; i++ {
+			if a := byAcq[i]; !a.NoToken && (top == nil || a.Token > top.Token) {
+				top = a
+			}
+		}
+		if top != nil && !b.NoToken && b.Token < top.Token {
+			r.violate("token-order", "%s: a holding whose call began after another had acquired has a lower token:\n    earlier %s\n    later   %s",
+				key, r.hold(top), r.hold(b))
+		}
+	}
+}
+
+// checkFence applies rule (3) to the holdings of one key.
+func (r *histRun) checkFence(key string, hs []*histHolding, pausedDuring func(string, int64, int64, int64) bool, restarts []histFault) {
+	st := &r.stats
+	var ws []*histHolding
+	for _, h := range hs {
+		if h.Write == nil {
+			continue
+		}
+		st.writes++
+		if h.Write.Err != "" {
+			r.violate("checker: fence store error", "%s: %s", r.hold(h), h.Write.Err)
+			continue
+		}
+		ws = append(ws, h)
+		if h.Write.Accepted {
+			continue
+		}
+		st.writesRefused++
+		if h.Write.Stored < h.Token {
+			r.violate("fence-accepted-stale", "the fence store refused token %d while holding %d: %s", h.Token, h.Write.Stored, r.hold(h))
+		}
+		// Refused: a newer token was stored. Did the holding still believe it held the lock?
+		ws0 := h.Write.Start
+		if ws0 >= h.belief {
+			st.writesStale++ // told first (or the slack): a stale write, rightly refused
+			continue
+		}
+		if pausedDuring(h.Proc, h.CallStart, h.TRel, ws0) {
+			st.writesStale++
+			st.excused["paused (write)"]++
+			continue
+		}
+		excused := false
+		for _, w := range restarts {
+			if w.Start <= ws0 && h.CallStart < w.End+int64(10*time.Millisecond) && w.Start < h.TRel {
+				excused = true
+			}
+		}
+		if excused {
+			st.writesStale++
+			st.excused["restart (write)"]++
+			continue
+		}
+		r.violate("stale-write-while-owner", "%s: token %d refused by the fence (it held %d) while the holding believed it held the lock: %s",
+			key, h.Token, h.Write.Stored, r.hold(h))
+	}
+	// fence-accepted-stale: an accepted write not above every write accepted before it began.
+	byStart := slices.Clone(ws)
+	sort.Slice(byStart, func(i, j int) bool { return byStart[i].Write.Start < byStart[j].Write.Start })
+	byEnd := slices.Clone(ws)
+	sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].Write.End < byEnd[j].Write.End })
+	var top *histHolding
+	i := 0
+	for _, h := range byStart {
+		for ; i < len(byEnd) && byEnd[i].Write.End < h.Write.Start; i++ {
+			if a := byEnd[i]; a.Write.Accepted && (top == nil || a.Token > top.Token) {
+				top = a
+			}
+		}
+		if h.Write.Accepted && top != nil && h.Token <= top.Token {
+			r.violate("fence-accepted-stale", "%s: token %d accepted after %d had been:\n    %s\n    %s", key, h.Token, top.Token, r.hold(top), r.hold(h))
+		}
+	}
+}
+
+// report logs the totals and fails the test on any violation.
+func (r *histRun) report() {
+	t, st := r.t, &r.stats
+	var b strings.Builder
+	fmt.Fprintf(&b, "history: %d processes × %d goroutines, %d keys, lease %v, workload %v\n",
+		r.procs, r.goroutines, r.keys, r.lease, time.Duration(r.end-r.t0))
+	fmt.Fprintf(&b, "  helper processes run: %d (incl. replacements); iterations %d; acquisitions %d (%d long holds, %d of killed processes never released); per key %v\n",
+		len(r.all), st.iters, st.acquisitions, st.long, st.unfinished, st.perKey)
+	kinds := slices.Sorted(maps.Keys(st.calls))
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "  calls %-12s %v\n", k, st.calls[k])
+	}
+	faults := map[string]int{}
+	for _, f := range r.faults {
+		faults[f.Kind]++
+	}
+	fmt.Fprintf(&b, "  faults: %d %v\n", len(r.faults), faults)
+	fmt.Fprintf(&b, "  told of a loss: by the owner context %d, by Unlock %d; overlaps after a loss notice %d; excused overlaps %v\n",
+		st.toldCtx, st.toldUnlock, st.overlapsTold, st.excused)
+	fmt.Fprintf(&b, "  loss notices later than another's acquisition: %d, the latest by %v (slack %v)\n",
+		st.lateNotices, st.maxLateNotice.Round(time.Microsecond), histNoticeSlack)
+	fmt.Fprintf(&b, "  fenced writes %d, refused %d (stale, after a loss or excused: %d)\n", st.writes, st.writesRefused, st.writesStale)
+	var ov []string
+	for _, k := range slices.Sorted(maps.Keys(st.maxOverrun)) {
+		ov = append(ov, fmt.Sprintf("%s %v", k, st.maxOverrun[k].Round(time.Millisecond)))
+	}
+	fmt.Fprintf(&b, "  worst time beyond the deadline (Lock, TryLock), the lease (Unlock) or 0: %s (slack %v)\n", strings.Join(ov, ", "), histCallSlack)
+	fmt.Fprintf(&b, "  long Lock calls that timed out on a key nobody held, away from faults: %d (longest %v)\n",
+		st.blocked, st.maxBlocked.Round(time.Millisecond))
+	for _, e := range st.blockedEx {
+		fmt.Fprintf(&b, "    %s\n", e)
+	}
+	if r.leftChecked {
+		fmt.Fprintf(&b, "  left in the lock's Redis right after the exit: %d keys %s; 3 leases later: %d\n",
+			len(r.leftNow), firstN(r.leftNow, 8), len(r.leftLater))
+		for _, k := range r.leftLater {
+			if !(strings.HasSuffix(strings.Fields(k)[0], "}:fence") && !strings.Contains(k, "TTL -")) {
+				r.violate("left-behind", "%s", k)
+			}
+		}
+	}
+	total := 0
+	for _, k := range slices.Sorted(maps.Keys(r.viol)) {
+		total += len(r.viol[k])
+	}
+	fmt.Fprintf(&b, "  violations: %d (overlaps where both fenced writes were accepted: %d)", total, st.bothWritesAccepted)
+	for _, k := range slices.Sorted(maps.Keys(r.viol)) {
+		fmt.Fprintf(&b, "\n    %s: %d", k, len(r.viol[k]))
+	}
+	t.Log(b.String())
+	var fs []string
+	for _, f := range r.faults {
+		fs = append(fs, fmt.Sprintf("%-9s %-4s %s–%s %s", f.Kind, f.Proc, r.rel(f.Start), r.rel(f.End), f.Detail))
+	}
+	t.Logf("faults (times from the start):\n  %s", strings.Join(fs, "\n  "))
+	if total == 0 {
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.viol)) {
+		ex := r.viol[k]
+		t.Errorf("%s: %d; first %d:\n  %s", k, len(ex), min(len(ex), histExamples), strings.Join(ex[:min(len(ex), histExamples)], "\n  "))
+	}
+	if os.Getenv("DLOCK_HISTORY_LOGS") == "" {
+		t.Log("set DLOCK_HISTORY_LOGS=<dir> to keep the helpers' logs")
+	}
+}
+
+func firstN(s []string, n int) string {
+	if len(s) > n {
+		return fmt.Sprint(s[:n]) + "…"
+	}
+	return fmt.Sprint(s)
+}
+
+// TestHistoryRules checks the checker: made-up histories, each with the violations the rules
+// must find in it (and no others).
+func TestHistoryRules(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	type opt func(*histRecord)
+	// hold makes a finished holding: Lock called at cs, returned at ta, Unlock called at tr (ms).
+	hold := func(proc string, key string, tok uint64, cs, ta, tr int64, opts ...opt) *histRecord {
+		rec := &histRecord{T: "op", Proc: proc, G: 1, Key: key, Acquired: true, Token: tok,
+			CallStart: cs * ms, TAcq: ta * ms, TRel: tr * ms, TEnd: (tr + 1) * ms, EndCause: "released",
+			Calls: []histCall{
+				{Kind: "lock_long", D: int64(time.Second), Start: cs * ms, End: ta * ms, Outcome: "ok"},
+				{Kind: "unlock", Start: tr * ms, End: (tr + 1) * ms, Outcome: "ok"},
+			}}
+		for _, o := range opts {
+			o(rec)
+		}
+		return rec
+	}
+	lostAt := func(at int64) opt { // the owner context ended with ErrLockLost at at, before Unlock
+		return func(r *histRecord) {
+			r.TEnd, r.EndCause, r.EndedBefore, r.ToldCtx, r.ToldUnlock = at*ms, "lost", true, true, true
+			r.Calls[1].Outcome = "lost"
+		}
+	}
+	toldByUnlock := func(r *histRecord) { r.ToldUnlock, r.Calls[1].Outcome = true, "lost" }
+	write := func(at int64, accepted bool, stored uint64) opt {
+		return func(r *histRecord) {
+			r.Write = &histWrite{Start: at * ms, End: (at + 1) * ms, Accepted: accepted, Stored: stored}
+		}
+	}
+	restart := histFault{Kind: "restart", Start: 100 * ms, End: 150 * ms}
+	pause := func(proc string, from, to int64) histFault {
+		return histFault{Kind: "stop", Proc: proc, Start: from * ms, End: to * ms}
+	}
+	for _, tc := range []struct {
+		name   string
+		recs   []*histRecord
+		faults []histFault
+		killed map[string]int64 // proc -> kill time (ms)
+		want   []string
+	}{
+		{"clean", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "k", 2, 2, 12, 20)}, nil, nil, nil},
+		{"other keys", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "j", 1, 2, 5, 20)}, nil, nil, nil},
+		{"overlap", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "k", 2, 2, 5, 15)}, nil, nil, []string{"overlap"}},
+		{"same process", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("a", "k", 2, 2, 5, 15)}, nil, nil, []string{"overlap"}},
+		{"told in time", []*histRecord{hold("a", "k", 1, 0, 1, 400, lostAt(300)), hold("b", "k", 2, 2, 301, 500)}, nil, nil, nil},
+		{"told late", []*histRecord{hold("a", "k", 1, 0, 1, 401, lostAt(400)), hold("b", "k", 2, 2, 150, 500)}, nil, nil, []string{"overlap"}},
+		{"told by Unlock only", []*histRecord{hold("a", "k", 1, 0, 1, 10, toldByUnlock), hold("b", "k", 2, 2, 5, 15)}, nil, nil, []string{"overlap"}},
+		{"paused", []*histRecord{hold("a", "k", 1, 0, 1, 1000, lostAt(950)), hold("b", "k", 2, 2, 500, 600)},
+			[]histFault{pause("a", 100, 900)}, nil, nil},
+		{"paused after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 1000, lostAt(950)), hold("b", "k", 2, 2, 500, 600)},
+			[]histFault{pause("a", 600, 900)}, nil, []string{"overlap"}},
+		{"paused in Lock", []*histRecord{hold("a", "k", 1, 0, 950, 1000, lostAt(951)), hold("b", "k", 2, 2, 500, 960)},
+			[]histFault{pause("a", 10, 900)}, nil, nil},
+		{"restart, told", []*histRecord{hold("a", "k", 1, 0, 1, 300, lostAt(290)), hold("b", "k", 2, 160, 200, 310)},
+			[]histFault{restart}, nil, nil},
+		{"restart, told by Unlock", []*histRecord{hold("a", "k", 1, 0, 1, 300, toldByUnlock), hold("b", "k", 2, 160, 200, 310)},
+			[]histFault{restart}, nil, nil},
+		{"restart, untold", []*histRecord{hold("a", "k", 1, 0, 1, 300), hold("b", "k", 2, 160, 200, 310)},
+			[]histFault{restart}, nil, []string{"restart-untold"}},
+		{"restart after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 300, lostAt(290)), hold("b", "k", 2, 2, 50, 310)},
+			[]histFault{restart}, nil, []string{"overlap"}},
+		{"killed", []*histRecord{{T: "begin", Proc: "a", G: 1, Key: "k", Token: 1, CallStart: 0, TAcq: ms}, hold("b", "k", 2, 2, 5, 15)},
+			nil, map[string]int64{"a": 100}, nil},
+		{"token order", []*histRecord{hold("a", "k", 5, 0, 1, 10), hold("b", "k", 3, 20, 21, 30)}, nil, nil, []string{"token-order"}},
+		{"token order across a pause", []*histRecord{hold("a", "k", 1, 0, 950, 1000, lostAt(951)), hold("b", "k", 2, 2, 500, 960)},
+			[]histFault{pause("a", 10, 900)}, nil, nil},
+		{"token repeated", []*histRecord{hold("a", "k", 5, 0, 1, 10), hold("b", "k", 5, 20, 21, 30)}, nil, nil, []string{"token-repeated"}},
+		{"stale write while owner", []*histRecord{hold("a", "k", 5, 0, 1, 10, write(5, false, 9))}, nil, nil, []string{"stale-write-while-owner"}},
+		{"stale write after the notice", []*histRecord{hold("a", "k", 5, 0, 1, 400, lostAt(200), write(390, false, 9))}, nil, nil, nil},
+		{"fence accepted stale", []*histRecord{hold("a", "k", 5, 0, 1, 10, write(5, true, 0)), hold("b", "k", 3, 0, 20, 30, write(25, true, 5))},
+			nil, nil, []string{"fence-accepted-stale"}},
+		{"owner ended early", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.EndedBefore, r.EndCause, r.TEnd = true, "deadline", 5*ms })},
+			nil, nil, []string{"owner-ended-early"}},
+		{"slow Lock", []*histRecord{hold("a", "k", 1, 0, 3100, 3110)}, nil, nil, []string{"slow-call"}},
+		{"slow Lock, paused", []*histRecord{hold("a", "k", 1, 0, 3100, 3110)}, []histFault{pause("a", 10, 2900)}, nil, nil},
+		{"Lock error", []*histRecord{{T: "op", Proc: "a", G: 1, Key: "k", Calls: []histCall{{Kind: "lock_short", D: 10 * ms, Start: 0, End: 10 * ms, Outcome: "error", Err: "boom"}}}},
+			nil, nil, []string{"lock-error"}},
+		{"Redis error without a fault", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.Calls[1].Outcome, r.Calls[1].Redis = "redis", true })},
+			nil, nil, []string{"redis-error-without-fault"}},
+		{"Redis error in a black hole", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.Calls[1].Outcome, r.Calls[1].Redis = "redis", true })},
+			[]histFault{{Kind: "blackhole", Proc: "a", Start: 0, End: 5 * ms}}, nil, nil},
+		{"Unlock not held", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.Calls[1].Outcome = "error" })}, nil, nil, []string{"unlock-error"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &histRun{t: t, lease: histLease, dir: t.TempDir(), faults: tc.faults, end: int64(4 * time.Second)}
+			byProc := map[string][]*histRecord{}
+			for _, rec := range tc.recs {
+				rec.Seq = int64(len(byProc[rec.Proc]) + 1)
+				byProc[rec.Proc] = append(byProc[rec.Proc], rec)
+			}
+			for _, id := range slices.Sorted(maps.Keys(byProc)) {
+				p := &histProc{id: id, log: filepath.Join(r.dir, id+".jsonl"), done: make(chan struct{}), killed: tc.killed[id] * ms}
+				close(p.done)
+				var b []byte
+				for _, rec := range append(byProc[id], &histRecord{T: "exit", Proc: id}) {
+					line, _ := json.Marshal(rec)
+					b = append(append(b, line...), '\n')
+				}
+				if err := os.WriteFile(p.log, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				r.all = append(r.all, p)
+			}
+			r.analyse()
+			got := slices.Sorted(maps.Keys(r.viol))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("violations %v, want %v: %v", got, tc.want, r.viol)
+			}
+		})
+	}
+}
