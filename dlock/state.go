@@ -334,7 +334,8 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 // handOver passes the key from h to a new locker made for the first local waiter (pending),
 // with that waiter's lease, unless another process has waited while this one kept the lock
 // for longer than the hand-off limit: then the key is reserved for that process, which takes
-// it with its own attempt; this process's waiters try once (and leave its mark).
+// it with its own attempt, and this process's mark is left in its place; its waiters wait for
+// the next release (or the poller, should the reservation go untaken).
 func (st *lockState) handOver(ctx context.Context, h *holding) error {
 	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: h.cfg.Lease()}
 	ncfg := h.cfg
@@ -376,12 +377,17 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		st.q.Wake()
 		st.abandon() // in case the waiters left meanwhile
 		return nil
+	case errors.Is(err, processor.ErrYielded):
+		st.marked.Store(true)
+		st.claim.Store(false)
+		st.watch()
+		if !st.q.HasWaiters() { // the waiters left meanwhile: the last one may have missed the watch
+			st.idle()
+		}
+		return nil
 	}
 	st.claim.Store(false)
 	st.signal()
-	if errors.Is(err, processor.ErrYielded) {
-		return nil
-	}
 	return err
 }
 

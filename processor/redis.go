@@ -269,7 +269,7 @@ func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLoc
 	token, err := handoverScript.Run(ctx, p.client,
 		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
 		from.Locker, to.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.channel(cfg), p.opts.Mark, y,
-		fromSeq, toSeq, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg))).Int64()
+		fromSeq, toSeq, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), ms(MarkTTL(cfg))).Int64()
 	switch {
 	case err != nil:
 		return processErr("hand-over", cfg.UniqueKey(), err)

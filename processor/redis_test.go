@@ -269,6 +269,9 @@ func TestHandOver(t *testing.T) {
 		if v := c.Get(ctx, lc.UniqueKey()).Val(); v != "reserved|p2" {
 			t.Fatalf("the key holds %q after the yield, want a reservation for p2", v)
 		}
+		if v := c.Get(ctx, processor.WantKey(lc)).Val(); v != "p1" {
+			t.Fatalf("the mark holds %q after the yield, want the yielding process's", v)
+		}
 		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= 0 || ttl > processor.ReserveTTL(lc) {
 			t.Fatalf("reservation PTTL %v", ttl)
 		}
@@ -299,8 +302,8 @@ func TestHandOver(t *testing.T) {
 		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl <= processor.ReserveTTL(lc) {
 			t.Fatalf("PTTL %v after taking a reservation, want the taker's lease", ttl)
 		}
-		if c.Exists(ctx, processor.WantKey(lc)).Val() != 0 {
-			t.Fatal("the served mark stays")
+		if v := c.Get(ctx, processor.WantKey(lc)).Val(); v != "p1" {
+			t.Fatalf("mark %q after p2 took the key, want p1's (it waits to get the key back)", v)
 		}
 	})
 }

@@ -18,9 +18,11 @@
 -- ARGV[9]  the new locker's sequence number ('' when it has none)
 -- ARGV[10] how long the settled mark lasts, in milliseconds
 -- ARGV[11] how long a reservation lasts, in milliseconds
+-- ARGV[12] how long a waiting mark lasts, in milliseconds
 -- Returns the new token (> 0) when handed over; 0 when the key no longer holds the old locker
 -- or the new acquisition was settled already (this request came late); -1 when the key was
--- reserved for the waiting process instead ("R|<old locker>" published).
+-- reserved for the waiting process instead ("R|<old locker>" published, and this process's
+-- mark left in its place, since it has waiters).
 local done = tonumber(redis.call('get', KEYS[4]) or '-1')
 local function settle(seq) -- as in release.lua
     if seq ~= '' and tonumber(seq) > done then
@@ -42,6 +44,7 @@ elseif ARGV[7] == '1' then
     local want = redis.call('get', KEYS[3])
     if want and want ~= ARGV[6] then
         redis.call('set', KEYS[1], 'reserved|' .. want, 'PX', ARGV[11])
+        redis.call('set', KEYS[3], ARGV[6], 'PX', ARGV[12]) -- our waiters want it back
         settle(ARGV[8])
         if ARGV[5] ~= '' then
             redis.call('publish', ARGV[5], 'R|' .. ARGV[1])
