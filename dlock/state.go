@@ -378,6 +378,7 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		st.abandon() // in case the waiters left meanwhile
 		return nil
 	case errors.Is(err, processor.ErrYielded):
+		st.heard.Store(st.g.now()) // we know who the key is for: no poll needed just now
 		st.marked.Store(true)
 		st.claim.Store(false)
 		st.watch()
