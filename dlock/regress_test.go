@@ -876,7 +876,7 @@ func TestRegressFencingTokensIncrease(t *testing.T) {
 		unlockLeave(p.l, o, s, p.who)
 	}
 
-	// Local hand-overs and a grant to another generator.
+	// Local hand-overs and a hand-off to another generator.
 	{
 		o, s := lockEnter(lA, "A")
 		var wg sync.WaitGroup
