@@ -303,12 +303,10 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		var late bool
 		ent := h.entity
 		err, late = st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, h.cfg) })
-		var pe *RedisProcessError
-		if late || errors.As(err, &pe) {
-			st.owner.CompareAndSwap(h, nil)
+		st.owner.CompareAndSwap(h, nil)
+		if pe := (*RedisProcessError)(nil); late || errors.As(err, &pe) {
 			st.settle(&h.entity, h.cfg) // perhaps not run: try again in the background
 		} else {
-			st.owner.CompareAndSwap(h, nil)
 			st.claim.Store(false)
 			st.signal()
 		}
