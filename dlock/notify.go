@@ -15,10 +15,9 @@ import (
 
 // notifier keeps one subscription connection for all the locks of a Generator: a lock's release
 // channel is subscribed while this process has waiters on it. A release message wakes the
-// lock's first waiter; the confirmation of a
-// subscription (including the ones go-redis sends again after reconnecting) wakes the first
-// waiter too, because a release that happened before the subscription took effect would
-// otherwise cost a poll interval.
+// lock's first waiter; so does the confirmation of a subscription (including the ones go-redis
+// sends again after reconnecting), because a release that happened before the subscription
+// took effect would otherwise cost a poll interval.
 //
 // SUBSCRIBE and UNSUBSCRIBE are sent, in order, by one goroutine of the notifier's own, so no
 // caller waits for them: a connection being dialled during a partition holds up nobody.

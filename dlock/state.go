@@ -151,8 +151,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 }
 
 func notObtained(ctxErr, last error) error {
-	var pe *RedisProcessError
-	if errors.As(last, &pe) {
+	if redisFailed(last) {
 		return fmt.Errorf("%w: %w (last attempt: %v)", ErrNotObtained, ctxErr, last)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
@@ -226,6 +225,13 @@ func (st *lockState) call(ctx context.Context, f func(context.Context) error) (e
 	case <-ctx.Done():
 		return ctx.Err(), true
 	}
+}
+
+// redisFailed reports whether err is a failed Redis round trip: the request's outcome is
+// unknown, unlike an answer such as ErrOptimisticLocking.
+func redisFailed(err error) bool {
+	var pe *RedisProcessError
+	return errors.As(err, &pe)
 }
 
 // expired reports whether e's lease, counted from its request, has run out.
@@ -304,7 +310,7 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		ent := h.entity
 		err, late = st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, h.cfg) })
 		st.owner.CompareAndSwap(h, nil)
-		if pe := (*RedisProcessError)(nil); late || errors.As(err, &pe) {
+		if late || redisFailed(err) {
 			st.settle(&h.entity, h.cfg) // perhaps not run: try again in the background
 		} else {
 			st.claim.Store(false)
@@ -354,9 +360,8 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		late = true // the new lease ran out before the reply came: as good as unknown
 	}
 	st.owner.CompareAndSwap(h, nil)
-	var pe *RedisProcessError
 	switch {
-	case late || errors.As(err, &pe):
+	case late || redisFailed(err):
 		// Unknown outcome: the key holds h's locker, or next's, or neither. Settle both
 		// (a late hand-over is then refused, and a key it wrote is deleted).
 		from := h.entity
