@@ -19,6 +19,9 @@ var (
 	ErrNotObtained = dlerrors.ErrNotObtained
 	// ErrClosed: the Generator was closed.
 	ErrClosed = dlerrors.ErrClosed
+	// ErrNotReplicated: fewer replicas than WithReplicaAck asks for acknowledged an
+	// acquisition or renewal in time; it comes wrapped in a RedisProcessError.
+	ErrNotReplicated = dlerrors.ErrNotReplicated
 )
 
 // RedisProcessError reports a failed Redis round trip, naming the operation and the key.

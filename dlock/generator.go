@@ -27,13 +27,15 @@ import (
 // and on one client, compete for a key exactly as two processes would. A Generator is safe for
 // concurrent use. Close it to stop its background goroutines.
 type Generator struct {
-	client redis.UniversalClient
-	proc   processor.DLockProcessor
-	opts   options
-	log    *zap.Logger
-	prefix string        // locker prefix, unique to this generator
-	seq    atomic.Uint64 // acquisitions, for unique lockers
-	start  time.Time     // origin of the monotonic clock readings kept in atomics
+	client   redis.UniversalClient
+	proc     processor.DLockProcessor
+	redis    *processor.RedisLockProcessor // proc, or what it observes
+	observer Observer
+	opts     options
+	log      *zap.Logger
+	prefix   string        // locker prefix, unique to this generator
+	seq      atomic.Uint64 // acquisitions, for unique lockers
+	start    time.Time     // origin of the monotonic clock readings kept in atomics
 
 	done        context.Context // ended by Close: waits, pollers and the subscription end
 	stop        context.CancelFunc
@@ -53,7 +55,7 @@ type Generator struct {
 // wrapping ErrInvalidConfig. Defaults: no logging, barging allowed (with a starvation guard),
 // release notifications on, no lease configured for any type.
 func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, error) {
-	o := options{logger: zap.NewNop(), notify: true, handOff: DefaultHandOff, leases: map[domain.DLockType]time.Duration{}}
+	o := options{logger: zap.NewNop(), notify: true, handOff: DefaultHandOff, leases: map[domain.DLockType]time.Duration{}, observer: NopObserver{}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidConfig)
@@ -63,18 +65,26 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		}
 	}
 	prefix := lockerPrefix()
-	proc, err := processor.NewRedisLockProcessor(client, processor.Options{Publish: o.notify, Mark: prefix})
+	rp, err := processor.NewRedisLockProcessor(client, processor.Options{
+		Publish: o.notify, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
+	})
 	if err != nil {
 		return nil, err
 	}
+	var proc processor.DLockProcessor = rp
+	if _, nop := o.observer.(NopObserver); !nop {
+		proc = observed{rp, o.observer}
+	}
 	g := &Generator{
-		client: client,
-		proc:   proc,
-		opts:   o,
-		log:    o.logger,
-		prefix: prefix,
-		start:  time.Now(),
-		states: make(map[string]*lockState),
+		client:   client,
+		proc:     proc,
+		redis:    rp,
+		observer: o.observer,
+		opts:     o,
+		log:      o.logger,
+		prefix:   prefix,
+		start:    time.Now(),
+		states:   make(map[string]*lockState),
 	}
 	g.shut = make(chan struct{})
 	g.done, g.stop = context.WithCancel(context.Background())

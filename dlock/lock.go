@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/threads"
@@ -70,11 +73,38 @@ type holding struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu    sync.Mutex
-	exp   *threads.Expander // set by own once started; guarded by mu
-	state holdState         // guarded by mu
-	count int               // holds while held; guarded by mu
-	cause error             // why it was lost; guarded by mu
+	how       How        // how it was acquired; set before the acquiring call returns
+	extending sync.Mutex // Extend calls, one at a time
+
+	mu       sync.Mutex
+	exp      *threads.Expander // set by own once started; guarded by mu
+	leaseNow time.Duration     // the lease renewals use (Extend changes it); guarded by mu
+	state    holdState         // guarded by mu
+	count    int               // holds while held; guarded by mu
+	cause    error             // why it was lost; guarded by mu
+}
+
+// lease returns the lease h's renewals use now.
+func (h *holding) lease() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leaseNow
+}
+
+// heldErr returns nil while h is held, else what a call on it reports: the loss's cause,
+// ErrClosed, or ErrNotHeld once released.
+func (h *holding) heldErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state {
+	case holdHeld:
+		return nil
+	case holdLost:
+		return h.cause
+	case holdClosed:
+		return ErrClosed
+	}
+	return ErrNotHeld
 }
 
 // end moves h from held to s (holdLost with its cause); it reports whether h was held.
@@ -157,7 +187,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
 	if l == nil || l.g == nil || l.g.proc == nil {
-		return nil, fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
+		return nil, errZeroLock
 	}
 	if h := l.holdingOf(ctx); h != nil {
 		h.mu.Lock()
@@ -183,12 +213,18 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	h, err := st.acquire(ctx, l.cfg, wait)
 	if err != nil {
 		st.idle()
 		l.g.unref(st)
+		if wait && errors.Is(err, ErrNotObtained) {
+			l.g.log.Debug("dlock: lock not obtained", zap.String("key", l.cfg.UniqueKey()),
+				zap.Duration("waited", time.Since(start)), zap.Error(err))
+		}
 		return nil, err
 	}
+	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.entity.Token})
 	if l.g.isClosed() { // taken as Close ran: give it back
 		if h.end(holdClosed, nil) {
 			_ = st.release(context.WithoutCancel(ctx), h, ErrClosed)

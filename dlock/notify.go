@@ -207,7 +207,7 @@ func (n *notifier) handle(m any) {
 		// released by another process: the first waiter tries (and, if the key is taken
 		// again, leaves our mark for the next release)
 		st.heard.Store(n.g.now())
-		st.signal()
+		st.signalBy(HowNotified)
 	}
 }
 

@@ -23,6 +23,42 @@ type options struct {
 	handOff      time.Duration                      // default DefaultHandOff
 	leases       map[domain.DLockType]time.Duration // default none
 	defaultLease time.Duration                      // default 0: unconfigured types are an error
+	observer     Observer                           // default NopObserver
+	replicas     int                                // default 0: no WAIT
+	replicaWait  time.Duration
+}
+
+// WithObserver reports what the locks do to o (see Observer). The default reports nothing.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(opts *options) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidConfig)
+		}
+		opts.observer = o
+		return nil
+	})
+}
+
+// WithReplicaAck makes every acquisition and every renewal wait until n replicas of the
+// key's master have acknowledged it (Redis WAIT, sent with the write on the same connection),
+// for at most timeout. An acquisition not acknowledged in time is given back and counts as a
+// failed attempt: Lock goes on waiting, TryLock returns a *RedisProcessError matching
+// ErrNotReplicated. A renewal not acknowledged in time is retried as a failed renewal, and
+// the holding is lost if none is acknowledged before its lease runs out.
+//
+// It narrows, but does not close, the window in which a failover to a replica that had not
+// received the acquisition lets a second owner in (see docs/deployments.md): Redis
+// replication stays asynchronous, and WAIT does not make a write durable. n must be ≥ 1 and
+// at most the number of replicas the master has (else nothing is ever acknowledged); timeout
+// must be > 0 and below the client's ReadTimeout.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if n < 1 || timeout <= 0 {
+			return fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", ErrInvalidConfig, n, timeout)
+		}
+		o.replicas, o.replicaWait = n, timeout
+		return nil
+	})
 }
 
 // WithLogger logs through l: lost locks at Warn, failed polls and releases at Debug. The

@@ -90,6 +90,9 @@ func TestReview2YieldingHandOverRunTwiceIsReportedLost(t *testing.T) {
 	if <-a2 != nil || <-b != nil {
 		t.Fatal("waiters failed")
 	}
+	if twice.Load() == 0 {
+		t.Fatal("no hand-over was run twice")
+	}
 	if errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("a yielding hand-over run twice is reported as a loss: %v", err)
 	}

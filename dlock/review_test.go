@@ -16,6 +16,7 @@ import (
 type delayHook struct {
 	match func(args []any) bool
 	delay time.Duration
+	seen  *atomic.Int32 // counts the delayed replies
 }
 
 func (h delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -23,6 +24,7 @@ func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if cmd.Err() == nil && h.match(cmd.Args()) {
+			h.seen.Add(1)
 			time.Sleep(h.delay) // the reply is late; the script already ran
 		}
 		return err
@@ -34,9 +36,9 @@ func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // scriptArgs counts the words of an EVALSHA of each script: EVALSHA, sha, numkeys, keys, args.
 const (
-	handOverArgs = 3 + 4 + 11
+	handOverArgs = 3 + 4 + 13
 	expandArgs   = 3 + 2 + 3
-	releaseArgs  = 3 + 2 + 4
+	releaseArgs  = 3 + 2 + 5
 	probeArgs    = 3 + 2 + 2
 )
 
@@ -85,7 +87,13 @@ func TestReviewLateHandOverReplyGivesTwoOwners(t *testing.T) {
 	if p, err := processor.NewRedisLockProcessor(ca, processor.Options{}); err != nil || p.Preload(ctx) != nil {
 		t.Fatal("preload")
 	}
-	ca.AddHook(delayHook{match: isHandOver, delay: 3 * lease})
+	var delayed atomic.Int32
+	ca.AddHook(delayHook{match: isHandOver, delay: 3 * lease, seen: &delayed})
+	defer func() {
+		if delayed.Load() == 0 {
+			t.Error("no hand-over reply was delayed")
+		}
+	}()
 	// The hand-over's reply comes after its lease: Unlock says the outcome was unknown (the
 	// key was given back), and the next waiter must not take it.
 	var pe *dlock.RedisProcessError

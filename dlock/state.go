@@ -51,6 +51,7 @@ type lockState struct {
 	pending atomic.Pointer[handedOver] // handed over in Redis, not yet taken by a waiter; the claim stays held
 	marked  atomic.Bool                // this process may have a waiting mark beside the key
 	epoch   atomic.Uint64
+	wokenBy atomic.Int32 // the How of the latest signal
 	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
 	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
 
@@ -94,7 +95,14 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		lastErr error
 	)
 	if (!wait || st.mayBarge()) && st.claim.CompareAndSwap(false, true) {
+		how := HowAttempt
+		if st.q.HasWaiters() {
+			how = HowBarge
+		}
 		h, e, err := st.tryRemote(ctx, cfg, wait)
+		if h != nil {
+			h.how = how
+		}
 		if h != nil || !wait {
 			return h, err
 		}
@@ -121,13 +129,17 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 			// handed over by the previous local owner: the claim is ours
 			if !expired(&p.entity) {
 				st.q.SetHead(n)
-				return st.own(ctx, cfg, p.entity), nil
+				h := st.own(ctx, cfg, p.entity)
+				h.how = HowHandOver
+				return h, nil
 			}
 			st.settle(&p.entity, p.cfg) // it waited past its lease: not an acquisition
 		}
 		if first && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
+			how := How(st.wokenBy.Load())
 			h, e, err := st.tryRemote(wctx, cfg, true) // a Close ends the attempt too
 			if h != nil {
+				h.how = how
 				st.q.SetHead(n)
 				return h, nil
 			}
@@ -207,24 +219,10 @@ func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig, wait
 	return nil, e, err
 }
 
-// call runs f, a Redis request, bounded by ctx even when the client does not honour it
-// (go-redis ignores context deadlines unless ContextTimeoutEnabled is set): if ctx ends first,
-// call returns at once with late set, and f finishes in the background. Every request is safe
-// to reach Redis late: the caller settles what it may have done (settle).
+// call is Generator.call. Every request is safe to reach Redis late: the caller settles what
+// it may have done (settle).
 func (st *lockState) call(ctx context.Context, f func(context.Context) error) (err error, late bool) {
-	if ctx.Done() == nil {
-		return f(ctx), false
-	}
-	done := make(chan error, 1)
-	if !st.g.group.Go(func() { done <- f(ctx) }) {
-		return f(ctx), false
-	}
-	select {
-	case err := <-done:
-		return err, false
-	case <-ctx.Done():
-		return ctx.Err(), true
-	}
+	return st.g.call(ctx, f)
 }
 
 // redisFailed reports whether err is a failed Redis round trip: the request's outcome is
@@ -252,21 +250,12 @@ func notTakenErr(ctxErr, err error) error {
 // own records a successful acquisition made with cfg and starts renewing it with cfg's lease.
 // The owner context keeps parent's values but not its deadline or cancellation.
 func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent domain.DLockEntity) *holding {
-	h := &holding{st: st, cfg: cfg, entity: ent, count: 1}
+	h := &holding{st: st, cfg: cfg, entity: ent, count: 1, leaseNow: cfg.Lease()}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	h.ctx, h.cancel = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
 	st.owner.Store(h) // before the expander starts, so that a loss finds h as the owner
 	st.poller.Stop()
-	lease := cfg.Lease()
-	exp := threads.StartExpander(st.g.clean, threads.ExpanderConfig{
-		Lease:      lease,
-		Interval:   lease * 3 / 4,
-		Retry:      lease / 10,
-		Acquired:   ent.LockTime,
-		FirstLease: ent.Lease,
-	}, func(ctx context.Context) error {
-		return st.g.proc.ExpandLease(ctx, &h.entity, cfg)
-	}, func(cause error) { st.lose(h, cause) }, &st.g.group)
+	exp := st.startRenewal(h, cfg, ent.LockTime, ent.Lease)
 	h.mu.Lock()
 	h.exp = exp
 	ended := h.state != holdHeld
@@ -286,6 +275,7 @@ func (st *lockState) lose(h *holding, cause error) {
 	}
 	st.g.log.Warn("dlock: lock lost", zap.String("key", h.cfg.UniqueKey()),
 		zap.String("locker", h.entity.Locker), zap.Error(cause))
+	st.g.observer.Lost(LossEvent{Config: h.cfg, Held: time.Since(h.entity.LockTime), Cause: cause})
 	h.cancel(cause)
 	st.owner.CompareAndSwap(h, nil)
 	st.settle(&h.entity, h.cfg) // frees the claim; signals once the key is given back
@@ -325,7 +315,9 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		err = fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
 		h.foundLost(err)
 		cause = err
+		st.g.observer.Lost(LossEvent{Config: h.cfg, Held: time.Since(h.entity.LockTime), Cause: err})
 	}
+	st.g.observer.Released(ReleaseEvent{Config: h.cfg, Held: time.Since(h.entity.LockTime), Err: err})
 	h.cancel(cause)
 	st.idle()
 	st.g.unref(st)
@@ -381,6 +373,7 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 		st.abandon() // in case the waiters left meanwhile
 		return nil
 	case errors.Is(err, processor.ErrYielded):
+		st.g.log.Debug("dlock: released to a waiting process", zap.String("key", h.cfg.UniqueKey()))
 		st.heard.Store(st.g.now()) // we know who the key is for: no poll needed just now
 		st.marked.Store(true)
 		st.claim.Store(false)
@@ -452,7 +445,11 @@ func (st *lockState) giveBack(e *domain.DLockEntity, cfg domain.DLockConfig) {
 }
 
 // signal says the key may be free: the first waiter will try.
-func (st *lockState) signal() {
+func (st *lockState) signal() { st.signalBy(HowRetry) }
+
+// signalBy is signal, saying what sent it.
+func (st *lockState) signalBy(how How) {
+	st.wokenBy.Store(int32(how))
 	st.epoch.Add(1)
 	st.q.Wake()
 }
@@ -538,7 +535,7 @@ func (st *lockState) Poll(ctx context.Context) {
 	}
 	st.heard.Store(st.g.now())
 	if free {
-		st.signal()
+		st.signalBy(HowPolled)
 	} else {
 		st.marked.Store(true)
 	}

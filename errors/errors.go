@@ -24,6 +24,11 @@ var (
 	ErrNotObtained = errors.New("dlock: lock not obtained")
 	// ErrClosed reports a call on a generator that has been closed.
 	ErrClosed = errors.New("dlock: generator closed")
+
+	// ErrNotReplicated reports that Redis ran an acquisition or renewal but fewer replicas
+	// than asked for acknowledged it in time (WithReplicaAck); it comes wrapped in a
+	// RedisProcessError, since the write may not survive a failover.
+	ErrNotReplicated = errors.New("dlock: not acknowledged by enough replicas in time")
 )
 
 // RedisProcessError reports a failed Redis round trip: the operation, the key and the cause.

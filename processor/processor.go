@@ -39,4 +39,9 @@ type DLockProcessor interface {
 	HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error
 	// Unmark withdraws this process's note that it waits for the key.
 	Unmark(ctx context.Context, cfg domain.DLockConfig) error
+	// Inspect reads what the store holds for the lock, changing nothing.
+	Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error)
+	// ForceRelease deletes the key whoever holds it, wakes the waiters as a release does, and
+	// returns the holder it deleted ("" when the key was free).
+	ForceRelease(ctx context.Context, cfg domain.DLockConfig) (string, error)
 }

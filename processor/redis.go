@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +30,10 @@ var (
 	probeSrc string
 	//go:embed lua/unmark.lua
 	unmarkSrc string
+	//go:embed lua/inspect.lua
+	inspectSrc string
+	//go:embed lua/force.lua
+	forceSrc string
 
 	lockScript     = redis.NewScript(lockSrc)
 	expandScript   = redis.NewScript(expandSrc)
@@ -35,6 +41,10 @@ var (
 	handoverScript = redis.NewScript(handoverSrc)
 	probeScript    = redis.NewScript(probeSrc)
 	unmarkScript   = redis.NewScript(unmarkSrc)
+	inspectScript  = redis.NewScript(inspectSrc)
+	forceScript    = redis.NewScript(forceSrc)
+
+	scripts = []*redis.Script{lockScript, expandScript, releaseScript, handoverScript, probeScript, unmarkScript, inspectScript, forceScript}
 )
 
 // FenceSuffix, ReleaseSuffix, WantSuffix and DoneSuffix name what is kept beside a lock key;
@@ -63,7 +73,14 @@ const (
 type RedisLockProcessor struct {
 	client redis.UniversalClient
 	opts   Options
+	shard  atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
 }
+
+const (
+	shardUnknown int32 = iota
+	shardPlain
+	shardSharded
+)
 
 // Options configures a RedisLockProcessor.
 type Options struct {
@@ -76,6 +93,15 @@ type Options struct {
 	// (ReserveTTL), which takes it with its own Lock. A mark confers nothing: a stale one costs
 	// at most an early yield and a reservation nobody takes. Default "": no marks.
 	Mark string
+	// Replicas, when > 0, makes every acquisition (Lock, HandOver) and renewal wait until that
+	// many replicas have acknowledged it (WAIT, sent with the script on the same connection,
+	// since WAIT counts the writes of its own connection), for at most ReplicaTimeout. An
+	// acquisition or renewal that Redis ran but fewer replicas acknowledged in time returns a
+	// RedisProcessError wrapping errors.ErrNotReplicated: its write stays in Redis, and the
+	// caller treats it as an outcome it cannot rely on (gives it back, or retries the renewal).
+	Replicas int
+	// ReplicaTimeout bounds the wait for Replicas; it must be > 0 when Replicas is.
+	ReplicaTimeout time.Duration
 }
 
 // A release message is "R|<locker>".
@@ -100,7 +126,122 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
 	}
+	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout <= 0) {
+		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)
+	}
 	return &RedisLockProcessor{client: client, opts: opts}, nil
+}
+
+// Sharded reports whether release messages go by sharded pub/sub (SPUBLISH, to be received
+// with SSUBSCRIBE): on a Cluster client whose servers have it (Redis 7), so that a message
+// goes only to the shard that owns the key instead of every node. Plain pub/sub otherwise.
+// The answer is asked of the server once (COMMAND INFO) and then kept; an error is not kept.
+func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
+	switch p.shard.Load() {
+	case shardPlain:
+		return false, nil
+	case shardSharded:
+		return true, nil
+	}
+	cc, ok := p.client.(*redis.ClusterClient)
+	if !ok {
+		p.shard.Store(shardPlain)
+		return false, nil
+	}
+	info, err := cc.Do(ctx, "command", "info", "spublish").Slice()
+	if err != nil {
+		p.fail(err)
+		return false, processErr("command-info", "", err)
+	}
+	if len(info) == 1 && info[0] != nil {
+		p.shard.Store(shardSharded)
+		return true, nil
+	}
+	p.shard.Store(shardPlain)
+	return false, nil
+}
+
+// publishCommand is the command the scripts publish release messages with.
+func (p *RedisLockProcessor) publishCommand(ctx context.Context) (string, error) {
+	if !p.opts.Publish {
+		return "publish", nil
+	}
+	sharded, err := p.Sharded(ctx)
+	if err != nil {
+		return "", err
+	}
+	if sharded {
+		return "spublish", nil
+	}
+	return "publish", nil
+}
+
+// fail is told of every failed request. On a Cluster client it asks for the cluster's
+// topology to be reloaded (go-redis does that at once only on MOVED replies, and otherwise
+// every ClusterStateReloadInterval, a minute by default): after a master died, requests and
+// subscriptions then reach the promoted replica as soon as the cluster knows of it. go-redis
+// runs at most one reload at a time, 200 ms apart.
+func (p *RedisLockProcessor) fail(err error) {
+	if cc, ok := p.client.(*redis.ClusterClient); ok && err != nil && !errors.Is(err, redis.Nil) {
+		cc.ReloadState(context.Background())
+	}
+}
+
+// Reload asks a Cluster client to reload the cluster's topology (see fail); other clients
+// ignore it.
+func (p *RedisLockProcessor) Reload() {
+	if cc, ok := p.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
+
+// run runs script s with keys (the lock key first). With replica acknowledgement on and ack
+// set, it sends WAIT after the script on the same connection to the key's master, and
+// returns how many replicas acknowledged (acked is -1 when not asked).
+func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
+	defer func() { p.fail(err) }()
+	if !ack || p.opts.Replicas == 0 {
+		res = s.Run(ctx, p.client, keys, args...)
+		return res, -1, res.Err()
+	}
+	var c redis.Cmdable = p.client
+	if cc, ok := p.client.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		c = node
+	}
+	send := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
+		var res *redis.Cmd
+		var wait *redis.Cmd
+		_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			res = eval(pipe)
+			wait = pipe.Do(ctx, "wait", p.opts.Replicas, ms(p.opts.ReplicaTimeout))
+			return nil
+		})
+		return res, wait
+	}
+	res, wait := send(func(pipe redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, pipe, keys, args...) })
+	if err := res.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		res, wait = send(func(pipe redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, pipe, keys, args...) })
+	}
+	if err := res.Err(); err != nil {
+		return res, 0, err
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return res, 0, fmt.Errorf("%w: %w", dlerrors.ErrNotReplicated, err)
+	}
+	return res, n, nil
+}
+
+// acked checks a successful write's acknowledgement (acked as run returns it).
+func (p *RedisLockProcessor) acked(op, key string, acked int64) error {
+	if acked >= 0 && acked < int64(p.opts.Replicas) {
+		return processErr(op, key, fmt.Errorf("%w: %d of %d replicas within %v", dlerrors.ErrNotReplicated, acked, p.opts.Replicas, p.opts.ReplicaTimeout))
+	}
+	return nil
 }
 
 // ReleaseChannel is the channel a release of cfg's lock is published on.
@@ -190,14 +331,21 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, e *domain.DLockEntity, cf
 		leave = "1"
 	}
 	owner, seq := SplitLocker(e.Locker)
-	token, err := lockScript.Run(ctx, p.client,
+	res, acked, err := p.run(ctx, lockScript, true,
 		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
-		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, ms(MarkTTL(cfg)), seq, leave).Int64()
+		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, ms(MarkTTL(cfg)), seq, leave)
+	var token int64
+	if err == nil {
+		token, err = res.Int64()
+	}
 	if err != nil {
 		return processErr("lock", cfg.UniqueKey(), err)
 	}
 	if token <= 0 {
 		return optimistic("lock", cfg.UniqueKey(), e.Locker)
+	}
+	if err := p.acked("lock", cfg.UniqueKey(), acked); err != nil {
+		return err
 	}
 	e.Token, e.Lease, e.Status = uint64(token), cfg.Lease(), domain.StatusProcessing
 	return nil
@@ -205,22 +353,34 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, e *domain.DLockEntity, cf
 
 // ExpandLease implements DLockProcessor with expand.lua (one EVALSHA).
 func (p *RedisLockProcessor) ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	n, err := expandScript.Run(ctx, p.client, []string{cfg.UniqueKey(), FenceKey(cfg)},
-		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg))).Int64()
+	res, acked, err := p.run(ctx, expandScript, true, []string{cfg.UniqueKey(), FenceKey(cfg)},
+		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)))
+	var n int64
+	if err == nil {
+		n, err = res.Int64()
+	}
 	if err != nil {
 		return processErr("expand", cfg.UniqueKey(), err)
 	}
 	if n != 1 {
 		return optimistic("expand", cfg.UniqueKey(), e.Locker)
 	}
-	return nil
+	return p.acked("expand", cfg.UniqueKey(), acked)
 }
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
 	owner, seq := SplitLocker(e.Locker)
-	n, err := releaseScript.Run(ctx, p.client, []string{cfg.UniqueKey(), DoneKey(cfg, owner)},
-		e.Locker, p.channel(cfg), seq, ms(DoneTTL(cfg))).Int64()
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return processErr("unlock", cfg.UniqueKey(), err)
+	}
+	res, _, err := p.run(ctx, releaseScript, false, []string{cfg.UniqueKey(), DoneKey(cfg, owner)},
+		e.Locker, p.channel(cfg), seq, ms(DoneTTL(cfg)), pub)
+	var n int64
+	if err == nil {
+		n, err = res.Int64()
+	}
 	if err != nil {
 		return processErr("unlock", cfg.UniqueKey(), err)
 	}
@@ -233,8 +393,12 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, e *domain.DLockEntity, 
 // IsFree implements DLockProcessor with probe.lua (one EVALSHA), which also leaves the
 // waiting mark when the key is held.
 func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error) {
-	n, err := probeScript.Run(ctx, p.client, []string{cfg.UniqueKey(), WantKey(cfg)},
-		p.opts.Mark, ms(MarkTTL(cfg))).Int64()
+	res, _, err := p.run(ctx, probeScript, false, []string{cfg.UniqueKey(), WantKey(cfg)},
+		p.opts.Mark, ms(MarkTTL(cfg)))
+	var n int64
+	if err == nil {
+		n, err = res.Int64()
+	}
 	if err != nil {
 		return false, processErr("is-free", cfg.UniqueKey(), err)
 	}
@@ -249,7 +413,7 @@ func (p *RedisLockProcessor) Unmark(ctx context.Context, cfg domain.DLockConfig)
 	if p.opts.Mark == "" {
 		return nil
 	}
-	if err := unmarkScript.Run(ctx, p.client, []string{WantKey(cfg)}, p.opts.Mark).Err(); err != nil {
+	if _, _, err := p.run(ctx, unmarkScript, false, []string{WantKey(cfg)}, p.opts.Mark); err != nil {
 		return processErr("unmark", cfg.UniqueKey(), err)
 	}
 	return nil
@@ -266,12 +430,27 @@ func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLoc
 	if toOwner != owner {
 		return fmt.Errorf("%w: hand-over between owners %q and %q", dlerrors.ErrInvalidConfig, owner, toOwner)
 	}
-	token, err := handoverScript.Run(ctx, p.client,
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return processErr("hand-over", cfg.UniqueKey(), err)
+	}
+	res, acked, err := p.run(ctx, handoverScript, true,
 		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
 		from.Locker, to.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.channel(cfg), p.opts.Mark, y,
-		fromSeq, toSeq, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), ms(MarkTTL(cfg))).Int64()
+		fromSeq, toSeq, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), ms(MarkTTL(cfg)), pub)
+	var token int64
+	if err == nil {
+		token, err = res.Int64()
+	}
+	if err == nil && token > 0 {
+		err = p.acked("hand-over", cfg.UniqueKey(), acked)
+	}
 	switch {
 	case err != nil:
+		var pe *dlerrors.RedisProcessError
+		if errors.As(err, &pe) {
+			return err
+		}
 		return processErr("hand-over", cfg.UniqueKey(), err)
 	case token == 0:
 		return optimistic("hand-over", cfg.UniqueKey(), from.Locker)
@@ -285,10 +464,74 @@ func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLoc
 // Preload loads the scripts into the server so that the first acquisition does not pay for an
 // EVAL fallback. It is optional.
 func (p *RedisLockProcessor) Preload(ctx context.Context) error {
-	for _, s := range []*redis.Script{lockScript, expandScript, releaseScript, handoverScript, probeScript, unmarkScript} {
+	for _, s := range scripts {
 		if err := s.Load(ctx, p.client).Err(); err != nil {
 			return processErr("script-load", "", err)
 		}
 	}
 	return nil
+}
+
+// Inspection is what Redis holds for a lock, read in one round trip by Inspect.
+type Inspection struct {
+	// Holder is the value under the lock key: a locker, ReservedPrefix and the mark of the
+	// process a holder yielded to, or "" when the key is free.
+	Holder string
+	// TTL is the holder's remaining life (0 when free).
+	TTL time.Duration
+	// Fence is the fencing counter: the last token handed out, while it is kept (FenceTTL);
+	// 0 once it expired.
+	Fence uint64
+	// Want is the waiting mark: the mark of a process that waits (or waited within MarkTTL),
+	// "" for none.
+	Want string
+}
+
+// ReservedPrefix starts the value of a key yielded to a waiting process: ReservedPrefix and
+// that process's mark (no locker can equal it).
+const ReservedPrefix = "reserved|"
+
+// Inspect reads the lock's key, its remaining life, the fencing counter and the waiting mark
+// (inspect.lua, one EVALSHA; it writes nothing).
+func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error) {
+	res, _, err := p.run(ctx, inspectScript, false, []string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg)})
+	var vals []any
+	if err == nil {
+		vals, err = res.Slice()
+	}
+	if err == nil && len(vals) != 4 {
+		err = fmt.Errorf("inspect.lua returned %d values", len(vals))
+	}
+	if err != nil {
+		return Inspection{}, processErr("inspect", cfg.UniqueKey(), err)
+	}
+	var in Inspection
+	in.Holder, _ = vals[0].(string)
+	if pttl, _ := vals[1].(int64); pttl > 0 && in.Holder != "" {
+		in.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	if f, _ := vals[2].(string); f != "" {
+		in.Fence, _ = strconv.ParseUint(f, 10, 64)
+	}
+	in.Want, _ = vals[3].(string)
+	return in, nil
+}
+
+// ForceRelease deletes the lock key whoever holds it and publishes a release message, as a
+// release does (force.lua, one EVALSHA). It returns the holder it deleted, "" when the key
+// was free. The holder is not told; it learns of the loss at its next renewal or release.
+func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig) (string, error) {
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return "", processErr("force-release", cfg.UniqueKey(), err)
+	}
+	res, _, err := p.run(ctx, forceScript, false, []string{cfg.UniqueKey()}, p.channel(cfg), pub)
+	var holder string
+	if err == nil {
+		holder, err = res.Text()
+	}
+	if err != nil {
+		return "", processErr("force-release", cfg.UniqueKey(), err)
+	}
+	return holder, nil
 }

@@ -19,6 +19,7 @@
 -- ARGV[10] how long the settled mark lasts, in milliseconds
 -- ARGV[11] how long a reservation lasts, in milliseconds
 -- ARGV[12] how long a waiting mark lasts, in milliseconds
+-- ARGV[13] the command that publishes ('publish', or 'spublish' for sharded channels)
 -- Returns the new token (> 0) when handed over; 0 when the key no longer holds the old locker
 -- or the new acquisition was settled already (this request came late); -1 when the key was
 -- reserved for the waiting process instead ("R|<old locker>" published, and this process's
@@ -47,7 +48,7 @@ elseif ARGV[7] == '1' then
         redis.call('set', KEYS[3], ARGV[6], 'PX', ARGV[12]) -- our waiters want it back
         settle(ARGV[8])
         if ARGV[5] ~= '' then
-            redis.call('publish', ARGV[5], 'R|' .. ARGV[1])
+            redis.call(ARGV[13], ARGV[5], 'R|' .. ARGV[1])
         end
         return -1
     end

@@ -9,6 +9,7 @@
 -- ARGV[2]  the release channel, or '' to publish nothing
 -- ARGV[3]  the locker's sequence number ('' when it has none)
 -- ARGV[4]  how long the settled mark lasts, in milliseconds
+-- ARGV[5]  the command that publishes ('publish', or 'spublish' for sharded channels)
 -- Returns 1 when deleted; 2 when the acquisition was settled already (this release ran
 -- before and its reply was lost); 0 when the key is gone or holds another locker.
 -- Message: "R|<locker>".
@@ -23,7 +24,7 @@ end
 if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
     if ARGV[2] ~= '' then
-        redis.call('publish', ARGV[2], 'R|' .. ARGV[1])
+        redis.call(ARGV[5], ARGV[2], 'R|' .. ARGV[1])
     end
     settle()
     return 1

@@ -1,0 +1,220 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+	"github.com/dlockgo/dlock/threads"
+)
+
+// State is a lock as Redis and this Generator see it at one moment (State).
+type State struct {
+	// Config is the lock's configuration (the handle's).
+	Config domain.DLockConfig
+	// Holder is the locker of the acquisition that holds the key, "" when nobody does. A
+	// locker is <ip>-<pid>-<nonce>-<n>: the process and Generator that made it, and a number.
+	Holder string
+	// Mine reports whether Holder is an acquisition of this Generator.
+	Mine bool
+	// ReservedFor is set when a holder released the key to a waiting process that has not
+	// taken it yet (see WithLocalHandOff): that process's locker prefix. Nobody else can take
+	// the key until the reservation expires.
+	ReservedFor string
+	// LeaseLeft is how long the holding (or the reservation) lasts unless renewed; 0 when free.
+	LeaseLeft time.Duration
+	// Fence is the key's fencing counter: the last token handed out, while Redis keeps it
+	// (two leases after the last acquisition or renewal); 0 once it expired. The next token
+	// is larger than both it and the server clock in microseconds.
+	Fence uint64
+	// Waiting is the locker prefix of a process that recorded that it waits for the key (a
+	// waiting mark, kept half a lease; a process that only uses TryLock leaves none), "" when
+	// none is recorded. Only one is kept: with several waiting processes it names one.
+	Waiting string
+	// LocalWaiters reports whether goroutines of this Generator wait for the lock.
+	LocalWaiters bool
+}
+
+// Held reports whether some acquisition holds the key.
+func (s State) Held() bool { return s.Holder != "" }
+
+// State reads the lock's state from Redis in one round trip (a read-only script) and adds
+// what this Generator knows. It is safe for concurrent use and changes nothing. It returns a
+// *RedisProcessError when Redis fails, and ctx's error (the call abandoned) when ctx ends
+// first.
+func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
+	if err := l.check(ctx); err != nil {
+		return State{}, err
+	}
+	var in processor.Inspection
+	err, _ := l.g.call(ctx, func(ctx context.Context) error {
+		var err error
+		in, err = l.g.proc.Inspect(ctx, l.cfg)
+		return err
+	})
+	if err != nil {
+		return State{}, err
+	}
+	s := State{Config: l.cfg, LeaseLeft: in.TTL, Fence: in.Fence, Waiting: in.Want}
+	if mark, ok := strings.CutPrefix(in.Holder, processor.ReservedPrefix); ok {
+		s.ReservedFor = mark
+	} else {
+		s.Holder = in.Holder
+		s.Mine = in.Holder != "" && strings.HasPrefix(in.Holder, l.g.prefix)
+	}
+	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
+		s.LocalWaiters = st.q.HasWaiters()
+	}
+	return s, nil
+}
+
+// Extend renews the lease of the acquisition owned by owned at once, with a new length, and
+// keeps renewing it with that length until it is released. It bounds the Redis call by the
+// current lease. It returns ErrInvalidConfig for a bad lease, ErrNotHeld when owned does not
+// own the lock, an error matching ErrLockLost when the holding was lost (including when this
+// renewal finds the key gone or taken: the holding is then lost, as on any renewal), ErrClosed
+// after Close, and a *RedisProcessError when Redis failed (the holding keeps its old lease
+// and renewals). Safe for concurrent use; concurrent Extends of one holding are applied one
+// at a time.
+func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
+	if err := domain.ValidateLease(lease); err != nil {
+		return err
+	}
+	h := l.holdingOf(owned)
+	if h == nil {
+		if l == nil || l.g == nil || l.g.proc == nil {
+			return errZeroLock
+		}
+		return ErrNotHeld
+	}
+	h.extending.Lock()
+	defer h.extending.Unlock()
+	if err := h.heldErr(); err != nil {
+		return err
+	}
+	cfg, err := h.cfg.WithLease(lease)
+	if err != nil {
+		return err
+	}
+	st := h.st
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(owned), h.lease())
+	defer cancel()
+	err, _ = st.g.call(ctx, func(ctx context.Context) error { return st.g.proc.ExpandLease(ctx, &h.entity, cfg) })
+	switch {
+	case errors.Is(err, ErrOptimisticLocking):
+		cause := fmt.Errorf("%w: renewal found the key gone or taken: %w", ErrLockLost, err)
+		st.lose(h, cause)
+		return h.heldErr()
+	case err != nil:
+		if !redisFailed(err) {
+			err = &RedisProcessError{Op: "expand", Key: cfg.UniqueKey(), Err: err}
+		}
+		return err
+	}
+	h.mu.Lock()
+	old := h.exp
+	h.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+	exp := st.startRenewal(h, cfg, sent, lease)
+	h.mu.Lock()
+	ended := h.state != holdHeld
+	if !ended {
+		h.exp, h.leaseNow = exp, lease
+	}
+	h.mu.Unlock()
+	if ended {
+		exp.Stop()
+		return h.heldErr()
+	}
+	return nil
+}
+
+// ForceRelease deletes the lock's key whoever holds it and wakes the processes that wait, as
+// a release does. It is an operator's last resort for a lock stuck in an incident: the holder
+// is not asked. A holder in this Generator learns of its loss at once; one elsewhere learns of
+// it at its next renewal (within three quarters of its lease) or release, as of any loss, so
+// until then two processes may act as owners — use fencing tokens downstream. It returns
+// the locker it deleted ("" when the key was free), a *RedisProcessError when Redis failed,
+// ctx's error when ctx ended first. Safe for concurrent use.
+func (l *DistributedReentrantLock) ForceRelease(ctx context.Context) (string, error) {
+	if err := l.check(ctx); err != nil {
+		return "", err
+	}
+	var holder string
+	err, _ := l.g.call(ctx, func(ctx context.Context) error {
+		var err error
+		holder, err = l.g.proc.ForceRelease(ctx, l.cfg)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
+		if h := st.owner.Load(); h != nil && h.entity.Locker == holder {
+			st.lose(h, fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost))
+		}
+		st.signal()
+	}
+	return holder, nil
+}
+
+var errZeroLock = fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
+
+// check validates a call's receiver and context.
+func (l *DistributedReentrantLock) check(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	if l == nil || l.g == nil || l.g.proc == nil {
+		return errZeroLock
+	}
+	if l.g.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// call runs f, a Redis request, bounded by ctx even when the client does not honour it
+// (go-redis ignores context deadlines unless ContextTimeoutEnabled is set): if ctx ends first,
+// call returns at once with ctx's error and late set, and f finishes in the background.
+func (g *Generator) call(ctx context.Context, f func(context.Context) error) (err error, late bool) {
+	if ctx.Done() == nil {
+		return f(ctx), false
+	}
+	done := make(chan error, 1)
+	if !g.group.Go(func() { done <- f(ctx) }) {
+		return f(ctx), false
+	}
+	select {
+	case err := <-done:
+		return err, false
+	case <-ctx.Done():
+		return ctx.Err(), true
+	}
+}
+
+// startRenewal starts renewing h with cfg's lease, the last write having been sent at sent
+// with lease first.
+func (st *lockState) startRenewal(h *holding, cfg domain.DLockConfig, sent time.Time, first time.Duration) *threads.Expander {
+	lease := cfg.Lease()
+	return threads.StartExpander(st.g.clean, threads.ExpanderConfig{
+		Lease:      lease,
+		Interval:   lease * 3 / 4,
+		Retry:      lease / 10,
+		Acquired:   sent,
+		FirstLease: first,
+	}, func(ctx context.Context) error {
+		err := st.g.proc.ExpandLease(ctx, &h.entity, cfg)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrOptimisticLocking) {
+			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+		}
+		return err
+	}, func(cause error) { st.lose(h, cause) }, &st.g.group)
+}

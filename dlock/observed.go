@@ -1,0 +1,63 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// observed is a processor that tells an Observer of every failed Redis round trip.
+type observed struct {
+	processor.DLockProcessor
+	o Observer
+}
+
+func (p observed) report(err error) error {
+	var pe *RedisProcessError
+	if errors.As(err, &pe) {
+		p.o.RedisError(RedisErrorEvent{Op: pe.Op, Key: pe.Key, Err: pe.Err})
+	}
+	return err
+}
+
+func (p observed) Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error) {
+	e, err := p.DLockProcessor.Load(ctx, cfg)
+	return e, p.report(err)
+}
+
+func (p observed) Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error {
+	return p.report(p.DLockProcessor.Lock(ctx, e, cfg, wait))
+}
+
+func (p observed) ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
+	return p.report(p.DLockProcessor.ExpandLease(ctx, e, cfg))
+}
+
+func (p observed) Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
+	return p.report(p.DLockProcessor.Unlock(ctx, e, cfg))
+}
+
+func (p observed) IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error) {
+	free, err := p.DLockProcessor.IsFree(ctx, cfg)
+	return free, p.report(err)
+}
+
+func (p observed) HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error {
+	return p.report(p.DLockProcessor.HandOver(ctx, from, to, cfg, yield))
+}
+
+func (p observed) Unmark(ctx context.Context, cfg domain.DLockConfig) error {
+	return p.report(p.DLockProcessor.Unmark(ctx, cfg))
+}
+
+func (p observed) Inspect(ctx context.Context, cfg domain.DLockConfig) (processor.Inspection, error) {
+	in, err := p.DLockProcessor.Inspect(ctx, cfg)
+	return in, p.report(err)
+}
+
+func (p observed) ForceRelease(ctx context.Context, cfg domain.DLockConfig) (string, error) {
+	holder, err := p.DLockProcessor.ForceRelease(ctx, cfg)
+	return holder, p.report(err)
+}

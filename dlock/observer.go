@@ -1,0 +1,113 @@
+package dlock
+
+import (
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+)
+
+// Observer is told what the locks of a Generator do, for metrics and tracing (WithObserver;
+// adapters for OpenTelemetry and Prometheus live in modules of their own). Its methods are
+// called synchronously, on the goroutine that did the thing and often while a lock's local
+// state is busy, concurrently from many goroutines: they must be safe for concurrent use,
+// fast, and must not block or call back into the lock. Embed NopObserver to implement only
+// some of them.
+type Observer interface {
+	// Acquired: a Lock or TryLock got the lock (not a re-entry).
+	Acquired(AcquireEvent)
+	// Released: a holding's final Unlock, or Close, let it go.
+	Released(ReleaseEvent)
+	// Lost: a holding learnt it had lost the lock.
+	Lost(LossEvent)
+	// RenewalFailed: a renewal could not be made (Redis failed or did not answer in time); it
+	// is retried until the lease runs out.
+	RenewalFailed(RenewalEvent)
+	// RedisError: a Redis round trip failed, whatever the operation (renewals included).
+	RedisError(RedisErrorEvent)
+}
+
+// NopObserver does nothing; embed it in an Observer to implement only some methods.
+type NopObserver struct{}
+
+// Acquired implements Observer.
+func (NopObserver) Acquired(AcquireEvent) {}
+
+// Released implements Observer.
+func (NopObserver) Released(ReleaseEvent) {}
+
+// Lost implements Observer.
+func (NopObserver) Lost(LossEvent) {}
+
+// RenewalFailed implements Observer.
+func (NopObserver) RenewalFailed(RenewalEvent) {}
+
+// RedisError implements Observer.
+func (NopObserver) RedisError(RedisErrorEvent) {}
+
+// How says how an acquisition got the lock.
+type How int
+
+const (
+	// HowAttempt: the caller's first request to Redis, with no other goroutine of this
+	// process waiting (or a TryLock).
+	HowAttempt How = iota
+	// HowBarge: the caller's first request, made ahead of goroutines of this process that
+	// were already waiting (see WithFIFO).
+	HowBarge
+	// HowHandOver: a goroutine of this process that released the lock handed the key over to
+	// this waiter in Redis (local hand-over, see WithLocalHandOff).
+	HowHandOver
+	// HowNotified: a waiter woken by another process's release message (cross-process
+	// hand-off).
+	HowNotified
+	// HowPolled: a waiter woken by the retry poller, which found the key free.
+	HowPolled
+	// HowRetry: a waiter woken otherwise: a release of this process that let the key go, a
+	// give-back, a fresh subscription.
+	HowRetry
+)
+
+var howNames = [...]string{"attempt", "barge", "hand-over", "notified", "polled", "retry"}
+
+// String returns the kind's name: attempt, barge, hand-over, notified, polled or retry.
+func (h How) String() string {
+	if h >= 0 && int(h) < len(howNames) {
+		return howNames[h]
+	}
+	return "unknown"
+}
+
+// AcquireEvent describes an acquisition.
+type AcquireEvent struct {
+	Config domain.DLockConfig // the lock, with the lease of the handle used
+	Wait   time.Duration      // from the call to the acquisition
+	How    How
+	Token  uint64 // the fencing token
+}
+
+// ReleaseEvent describes a holding let go by its final Unlock or by Close.
+type ReleaseEvent struct {
+	Config domain.DLockConfig
+	Held   time.Duration // from the acquisition to the release
+	Err    error         // the release's error, if any (ErrLockLost when it found the key gone)
+}
+
+// LossEvent describes a holding that learnt it had lost the lock.
+type LossEvent struct {
+	Config domain.DLockConfig
+	Held   time.Duration // from the acquisition to the notice
+	Cause  error         // matches ErrLockLost
+}
+
+// RenewalEvent describes a renewal that failed and will be retried.
+type RenewalEvent struct {
+	Config domain.DLockConfig
+	Err    error
+}
+
+// RedisErrorEvent describes a failed Redis round trip.
+type RedisErrorEvent struct {
+	Op  string // lock, expand, unlock, hand-over, is-free, unmark, inspect, force-release, subscribe
+	Key string
+	Err error
+}
