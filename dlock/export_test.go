@@ -20,3 +20,13 @@ func (g *Generator) Waiters(key string) bool {
 	st := g.lookup(key)
 	return st != nil && st.q.HasWaiters()
 }
+
+// Confirmed reports how many subscriptions Redis has confirmed to the generator.
+func (g *Generator) Confirmed() int {
+	if g.notes == nil {
+		return 0
+	}
+	g.notes.mu.Lock()
+	defer g.notes.mu.Unlock()
+	return g.notes.confirmed
+}

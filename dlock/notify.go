@@ -1,8 +1,10 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -10,26 +12,54 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
 )
 
-// notifier keeps one subscription connection for all the locks of a Generator: a lock's release
-// channel is subscribed while this process has waiters on it. A release message wakes the
-// lock's first waiter; so does the confirmation of a subscription (including the ones go-redis
-// sends again after reconnecting), because a release that happened before the subscription
-// took effect would otherwise cost a poll interval.
+// notifier keeps the subscriptions of a Generator: a lock's release channel is subscribed
+// while this process has waiters on it. A release message wakes the lock's first waiter; so
+// does the confirmation of a subscription (including the ones go-redis sends again after
+// reconnecting), because a release that happened before the subscription took effect would
+// otherwise cost a poll interval.
 //
-// SUBSCRIBE and UNSUBSCRIBE are sent, in order, by one goroutine of the notifier's own, so no
-// caller waits for them: a connection being dialled during a partition holds up nobody.
+// With a single server or Sentinel all channels share one connection. With a Cluster client
+// there is one connection per hash slot in use: release messages then go by sharded pub/sub
+// when the servers have it (processor.Sharded), to the shard that owns the key only, and a
+// connection's channels must share a slot for go-redis to subscribe them again together after
+// a reconnection (it then dials the slot's master as the client's topology knows it).
+//
+// A subscription must hear what releases publish, whatever happens to the deployment: a
+// connection that has heard nothing for probeEvery publishes a probe on one of its channels,
+// and one that does not hear its probe within the next probeEvery is replaced (reset): a new
+// connection, dialled to wherever the client now sends commands (the master after a Sentinel
+// failover, the slot's new owner in a Cluster), subscribes every channel again, and each
+// confirmation wakes its lock. The same happens when Redis drops a sharded subscription
+// itself (its slot moved).
+//
+// SUBSCRIBE and UNSUBSCRIBE are sent, in order, by one goroutine per connection, so no caller
+// waits for them: a connection being dialled during a partition holds up nobody.
 type notifier struct {
-	g    *Generator
-	kick chan struct{} // one slot: ops has work for the sender
+	g       *Generator
+	cluster bool // one connection per hash slot
 
 	mu        sync.Mutex
-	ps        *redis.PubSub            // created by the sender; guarded by mu
+	conns     map[int]*psConn          // by slot (0 unless cluster); guarded by mu
 	byChannel map[string]*subscription // guarded by mu
-	ops       []op                     // to send, in order; guarded by mu
-	sending   bool                     // the sender goroutine runs; guarded by mu
+	probes    uint64                   // probes sent, for unique payloads; guarded by mu
+	confirmed int                      // subscriptions confirmed by Redis (for tests); guarded by mu
+}
+
+// psConn is one subscription connection and the ops waiting to be sent on it. All its fields
+// are guarded by the notifier's mu.
+type psConn struct {
+	slot    int
+	ps      *redis.PubSub  // nil until the sender dials; replaced by a reset
+	sharded bool           // ps uses sharded pub/sub
+	ops     []op           // to send, in order
+	sending bool           // the sender goroutine runs
+	subs    int            // entries of byChannel on this connection, leaving ones included
+	unsubs  map[string]int // UNSUBSCRIBEs queued or sent and not yet confirmed, by channel
+	probe   string         // the probe payload awaited, "" for none
 }
 
 // op is a SUBSCRIBE (subscribe true) or UNSUBSCRIBE of a channel.
@@ -43,60 +73,21 @@ type op struct {
 type subscription struct {
 	st      *lockState
 	channel string
+	conn    *psConn
 	leaving bool // guarded by the notifier's mu
 }
 
+// probeEvery is how long a subscription connection may stay silent before it checks, with a
+// probe message of its own, that it hears what is published; a probe not heard within as long
+// again replaces the connection.
+const probeEvery = time.Second
+
+// probeTag starts a probe message; other processes ignore it (processor.ParseMessage).
+const probeTag = "P|"
+
 func newNotifier(g *Generator) *notifier {
-	return &notifier{g: g, kick: make(chan struct{}, 1), byChannel: make(map[string]*subscription)}
-}
-
-// queue adds an op for the sender, starting it if needed. The caller holds mu.
-func (n *notifier) queue(o op) {
-	n.ops = append(n.ops, o)
-	if !n.sending {
-		n.sending = n.g.group.Go(n.send)
-	}
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
-}
-
-// send sends the queued ops until the generator closes; the first one creates the
-// subscription connection and starts the receiver.
-func (n *notifier) send() {
-	for {
-		select {
-		case <-n.g.done.Done():
-			return
-		case <-n.kick:
-		}
-		for {
-			n.mu.Lock()
-			if len(n.ops) == 0 || n.g.done.Err() != nil {
-				n.mu.Unlock()
-				break
-			}
-			o := n.ops[0]
-			n.ops = n.ops[1:]
-			ps := n.ps
-			if ps == nil {
-				ps = n.g.client.Subscribe(n.g.done) // no channel yet: nothing is sent
-				n.ps = ps
-				n.g.group.Go(func() { n.receive(ps) })
-			}
-			n.mu.Unlock()
-			var err error
-			if o.subscribe {
-				err = ps.Subscribe(n.g.done, o.channel)
-			} else {
-				err = ps.Unsubscribe(n.g.done, o.channel)
-			}
-			if err != nil {
-				n.g.log.Debug("dlock: (un)subscribe failed; the poller covers", zap.String("channel", o.channel), zap.Error(err))
-			}
-		}
-	}
+	_, cluster := g.client.(*redis.ClusterClient)
+	return &notifier{g: g, cluster: cluster, conns: make(map[int]*psConn), byChannel: make(map[string]*subscription)}
 }
 
 // subscribe subscribes st's release channel and returns the subscription (nil once closed).
@@ -106,9 +97,22 @@ func (n *notifier) subscribe(st *lockState) *subscription {
 	if n.g.done.Err() != nil {
 		return nil
 	}
-	sub := &subscription{st: st, channel: st.channel}
+	slot := 0
+	if n.cluster {
+		slot = domain.Slot(st.channel)
+	}
+	c := n.conns[slot]
+	if c == nil {
+		c = &psConn{slot: slot, unsubs: make(map[string]int)}
+		n.conns[slot] = c
+	}
+	if old := n.byChannel[st.channel]; old != nil {
+		old.conn.subs-- // replaced while leaving; its confirmation finds the new one
+	}
+	sub := &subscription{st: st, channel: st.channel, conn: c}
 	n.byChannel[st.channel] = sub
-	n.queue(op{channel: st.channel, subscribe: true})
+	c.subs++
+	n.queue(c, op{channel: st.channel, subscribe: true})
 	return sub
 }
 
@@ -120,7 +124,235 @@ func (n *notifier) unsubscribe(sub *subscription) {
 		return
 	}
 	sub.leaving = true
-	n.queue(op{channel: sub.channel})
+	sub.conn.unsubs[sub.channel]++
+	n.queue(sub.conn, op{channel: sub.channel})
+}
+
+// queue adds an op for c's sender, starting it if needed. The caller holds mu.
+func (n *notifier) queue(c *psConn, o op) {
+	c.ops = append(c.ops, o)
+	if !c.sending {
+		c.sending = n.g.group.Go(func() { n.send(c) })
+	}
+}
+
+// send sends c's queued ops until none is left (or the generator closes); the first one
+// dials the connection and starts its receiver.
+func (n *notifier) send(c *psConn) {
+	backoff := 10 * time.Millisecond
+	for {
+		n.mu.Lock()
+		if len(c.ops) == 0 || n.g.done.Err() != nil || n.conns[c.slot] != c {
+			c.sending = false
+			n.mu.Unlock()
+			return
+		}
+		ps, sharded := c.ps, c.sharded
+		n.mu.Unlock()
+		if ps == nil {
+			var err error
+			if sharded, err = n.g.redis.Sharded(n.g.done); err != nil {
+				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
+				n.report("subscribe", "", err)
+				select {
+				case <-n.g.done.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+		}
+		n.mu.Lock()
+		if n.conns[c.slot] != c || len(c.ops) == 0 {
+			n.mu.Unlock()
+			continue
+		}
+		if c.ps == nil {
+			if sharded {
+				c.ps = n.g.client.SSubscribe(n.g.done) // no channel yet: nothing is sent
+			} else {
+				c.ps = n.g.client.Subscribe(n.g.done)
+			}
+			c.sharded = sharded
+			ps := c.ps
+			n.g.group.Go(func() { n.receive(c, ps) })
+		}
+		o := c.ops[0]
+		c.ops = c.ops[1:]
+		ps, sharded = c.ps, c.sharded
+		n.mu.Unlock()
+		var err error
+		switch {
+		case o.subscribe && sharded:
+			err = ps.SSubscribe(n.g.done, o.channel)
+		case o.subscribe:
+			err = ps.Subscribe(n.g.done, o.channel)
+		case sharded:
+			err = ps.SUnsubscribe(n.g.done, o.channel)
+		default:
+			err = ps.Unsubscribe(n.g.done, o.channel)
+		}
+		if err != nil && n.g.done.Err() == nil {
+			n.g.log.Debug("dlock: (un)subscribe failed; the poller covers", zap.String("channel", o.channel), zap.Error(err))
+			n.report("subscribe", o.channel, err)
+		}
+	}
+}
+
+// report tells the observer of a failed subscription request.
+func (n *notifier) report(op, channel string, err error) {
+	if errors.Is(err, redis.ErrClosed) || n.g.done.Err() != nil {
+		return
+	}
+	n.g.observer.RedisError(RedisErrorEvent{Op: op, Key: channel, Err: err})
+}
+
+// receive reads c's connection ps itself (rather than through go-redis's Channel, which adds
+// a goroutine hop to every message) until ps is closed. go-redis reconnects and subscribes
+// again after a connection error; a silent connection is probed.
+func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
+	backoff := 10 * time.Millisecond
+	for n.g.done.Err() == nil {
+		m, err := ps.ReceiveTimeout(n.g.done, probeEvery)
+		if err != nil {
+			if n.g.done.Err() != nil || errors.Is(err, redis.ErrClosed) || !n.current(c, ps) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				n.probe(c, ps)
+				continue
+			}
+			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
+			n.g.redis.Reload() // a Cluster client then dials the slot's new master
+			select {
+			case <-n.g.done.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		n.handle(c, ps, m)
+	}
+}
+
+// current reports whether ps is still c's connection.
+func (n *notifier) current(c *psConn, ps *redis.PubSub) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return c.ps == ps && n.conns[c.slot] == c
+}
+
+// probe runs when ps has been silent for probeEvery: if its probe went unheard, the connection
+// is replaced; else it publishes a probe on one of its channels, through the client that
+// publishes releases.
+func (n *notifier) probe(c *psConn, ps *redis.PubSub) {
+	n.mu.Lock()
+	if c.ps != ps {
+		n.mu.Unlock()
+		return
+	}
+	if c.probe != "" {
+		n.mu.Unlock()
+		n.g.log.Debug("dlock: subscription deaf to its probe; subscribing again", zap.Int("slot", c.slot))
+		n.reset(c, ps)
+		return
+	}
+	channel := ""
+	for ch, sub := range n.byChannel {
+		if sub.conn == c && !sub.leaving {
+			channel = ch
+			break
+		}
+	}
+	if channel == "" {
+		n.mu.Unlock()
+		_ = ps.Ping(n.g.done) // nothing to probe: keep the connection alive
+		return
+	}
+	n.probes++
+	payload := probeTag + n.g.prefix + strconv.FormatUint(n.probes, 10)
+	c.probe = payload
+	sharded := c.sharded
+	n.mu.Unlock()
+	n.g.group.Go(func() {
+		ctx, cancel := context.WithTimeout(n.g.done, probeEvery)
+		defer cancel()
+		var err error
+		if sharded {
+			err = n.g.client.SPublish(ctx, channel, payload).Err()
+		} else {
+			err = n.g.client.Publish(ctx, channel, payload).Err()
+		}
+		if err != nil {
+			n.report("probe", channel, err)
+		}
+	})
+}
+
+// reset replaces c's connection ps: the channels still wanted are subscribed again on a new
+// one (each confirmation wakes its lock), and those leaving are forgotten.
+func (n *notifier) reset(c *psConn, ps *redis.PubSub) {
+	n.mu.Lock()
+	if c.ps != ps {
+		n.mu.Unlock()
+		return
+	}
+	c.ps, c.probe, c.ops = nil, "", nil
+	clear(c.unsubs)
+	for ch, sub := range n.byChannel {
+		if sub.conn != c {
+			continue
+		}
+		if sub.leaving {
+			delete(n.byChannel, ch)
+			c.subs--
+			continue
+		}
+		n.queue(c, op{channel: ch, subscribe: true})
+	}
+	n.dropIfIdle(c)
+	n.mu.Unlock()
+	_ = ps.Close()
+	n.g.redis.Reload()
+}
+
+func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
+	switch m := m.(type) {
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			n.mu.Lock()
+			n.confirmed++
+			n.mu.Unlock()
+			if st := n.lookup(m.Channel); st != nil {
+				st.signal()
+			}
+		case "unsubscribe", "sunsubscribe":
+			if !n.left(c, m.Channel) && m.Kind == "sunsubscribe" {
+				// Redis dropped a channel we still want: its slot moved to another shard
+				n.g.log.Debug("dlock: sharded subscription dropped by the server; subscribing again", zap.String("channel", m.Channel))
+				n.reset(c, ps)
+			}
+		}
+	case *redis.Message:
+		n.mu.Lock()
+		if c.ps == ps {
+			c.probe = "" // the connection hears what is published
+		}
+		n.mu.Unlock()
+		st := n.lookup(m.Channel)
+		locker, ok := processor.ParseMessage(m.Payload)
+		if st == nil || !ok || strings.HasPrefix(locker, n.g.prefix) {
+			return // a probe, or our own release, which woke the local queue already
+		}
+		// released by another process: the first waiter tries (and, if the key is taken
+		// again, leaves our mark for the next release)
+		st.heard.Store(n.g.now())
+		st.signalBy(HowNotified)
+	}
 }
 
 func (n *notifier) lookup(channel string) *lockState {
@@ -132,12 +364,37 @@ func (n *notifier) lookup(channel string) *lockState {
 	return nil
 }
 
-// left forgets a channel whose unsubscription Redis confirmed, unless it was subscribed again.
-func (n *notifier) left(channel string) {
+// left takes note of an unsubscription of channel confirmed on c: it forgets the channel
+// unless it was subscribed again since. It reports false when no UNSUBSCRIBE of ours explains
+// it (the server dropped a channel we still want).
+func (n *notifier) left(c *psConn, channel string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if sub := n.byChannel[channel]; sub != nil && sub.leaving {
+	if c.unsubs[channel] == 0 {
+		sub := n.byChannel[channel]
+		return sub == nil || sub.conn != c
+	}
+	if c.unsubs[channel]--; c.unsubs[channel] == 0 {
+		delete(c.unsubs, channel)
+	}
+	if sub := n.byChannel[channel]; sub != nil && sub.leaving && sub.conn == c {
 		delete(n.byChannel, channel)
+		c.subs--
+		n.dropIfIdle(c)
+	}
+	return true
+}
+
+// dropIfIdle closes a Cluster slot's connection once nothing is subscribed or about to be on
+// it. (A single server's one connection is kept.) The caller holds mu.
+func (n *notifier) dropIfIdle(c *psConn) {
+	if !n.cluster || c.subs > 0 || len(c.ops) > 0 || n.conns[c.slot] != c {
+		return
+	}
+	delete(n.conns, c.slot)
+	if c.ps != nil {
+		_ = c.ps.Close()
+		c.ps = nil
 	}
 }
 
@@ -154,69 +411,16 @@ func (n *notifier) active() int {
 	return c
 }
 
-// healthCheck is how long the subscription connection may stay silent before it is pinged.
-const healthCheck = 5 * time.Second
-
-// receive reads the subscription connection itself (rather than through go-redis's Channel,
-// which adds a goroutine hop to every message) until the notifier closes. go-redis reconnects
-// and subscribes again after a connection error; a silent connection is pinged.
-func (n *notifier) receive(ps *redis.PubSub) {
-	backoff := 10 * time.Millisecond
-	for n.g.done.Err() == nil {
-		m, err := ps.ReceiveTimeout(n.g.done, healthCheck)
-		if err != nil {
-			if n.g.done.Err() != nil || errors.Is(err, redis.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				_ = ps.Ping(n.g.done)
-				continue
-			}
-			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
-			select {
-			case <-n.g.done.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 10 * time.Millisecond
-		n.handle(m)
-	}
-}
-
-func (n *notifier) handle(m any) {
-	switch m := m.(type) {
-	case *redis.Subscription:
-		switch m.Kind {
-		case "subscribe":
-			if st := n.lookup(m.Channel); st != nil {
-				st.signal()
-			}
-		case "unsubscribe":
-			n.left(m.Channel)
-		}
-	case *redis.Message:
-		st := n.lookup(m.Channel)
-		locker, ok := processor.ParseMessage(m.Payload)
-		if st == nil || !ok || strings.HasPrefix(locker, n.g.prefix) {
-			return // our own release woke the local queue already
-		}
-		// released by another process: the first waiter tries (and, if the key is taken
-		// again, leaves our mark for the next release)
-		st.heard.Store(n.g.now())
-		st.signalBy(HowNotified)
-	}
-}
-
-// close ends the subscription; receive then returns.
+// close ends the subscriptions; the receivers then return.
 func (n *notifier) close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ps != nil {
-		_ = n.ps.Close()
+	for _, c := range n.conns {
+		if c.ps != nil {
+			_ = c.ps.Close()
+			c.ps = nil
+		}
 	}
+	clear(n.conns)
 	clear(n.byChannel)
 }

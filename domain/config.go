@@ -160,3 +160,20 @@ func HashTag(key string) string {
 	}
 	return key
 }
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, modulo
+// 16384.
+func Slot(key string) int {
+	var crc uint16
+	for _, b := range []byte(HashTag(key)) {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

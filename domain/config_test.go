@@ -83,3 +83,12 @@ func FuzzNewDLockConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestSlotMatchesRedisCluster(t *testing.T) {
+	// values from CLUSTER KEYSLOT
+	for key, want := range map[string]int{"foo": 12182, "somekey": 11058, "{foo}bar": 12182, "{}foo": 9500, "": 0} {
+		if got := domain.Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
