@@ -143,7 +143,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				st.q.SetHead(n)
 				return h, nil
 			}
-			tried, triedAt, lastErr, woken = true, e, err, false
+			tried, triedAt, woken = true, e, false
+			if redisFailed(err) || !redisFailed(lastErr) {
+				lastErr = err // an attempt cut short by the context does not hide a Redis failure
+			}
 			continue // the attempt may have ended with the context
 		}
 		if st.owner.Load() == nil && st.pending.Load() == nil {
