@@ -339,3 +339,59 @@ func TestNewAPIOnZeroValues(t *testing.T) {
 		}
 	}
 }
+
+// Every exported method on zero values and nil receivers returns ErrInvalidConfig (or the
+// zero answer for questions) and never panics.
+func TestZeroValuesNeverPanic(t *testing.T) {
+	ctx := context.Background()
+	call := func(name string, f func() error) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panics: %v", name, r)
+			}
+		}()
+		if err := f(); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	var zg dlock.Generator
+	var ng *dlock.Generator
+	for name, g := range map[string]*dlock.Generator{"zero": &zg, "nil": ng} {
+		call(name+" Generator.Gen", func() error { _, err := g.Gen("T", "x"); return err })
+		call(name+" Generator.GenWithLease", func() error { _, err := g.GenWithLease("T", "x", time.Second); return err })
+		call(name+" Generator.Close", func() error { return g.Close(ctx) })
+	}
+	var zl dlock.DistributedReentrantLock
+	var nl *dlock.DistributedReentrantLock
+	for name, l := range map[string]*dlock.DistributedReentrantLock{"zero": &zl, "nil": nl} {
+		call(name+" Lock", func() error { _, err := l.Lock(ctx); return err })
+		call(name+" TryLock", func() error { _, _, err := l.TryLock(ctx); return err })
+		call(name+" Unlock", func() error { return l.Unlock(ctx) })
+		call(name+" Do", func() error { return l.Do(ctx, func(context.Context) error { return nil }) })
+		call(name+" State", func() error { _, err := l.State(ctx); return err })
+		call(name+" Extend", func() error { return l.Extend(ctx, time.Second) })
+		call(name+" ForceRelease", func() error { _, err := l.ForceRelease(ctx); return err })
+		call(name+" questions", func() error {
+			if l.HoldCount(ctx) != 0 {
+				return errors.New("HoldCount")
+			}
+			if _, ok := l.FencingToken(ctx); ok {
+				return errors.New("FencingToken")
+			}
+			if l.Config().UniqueKey() != "" {
+				return errors.New("Config")
+			}
+			return dlock.ErrInvalidConfig
+		})
+	}
+	// nil contexts
+	g, _ := newGen(t)
+	l, _ := g.Gen("ZERO", target(t))
+	//lint:ignore SA1012 a nil context is the point
+	call("Lock(nil)", func() error { _, err := l.Lock(nil); return err })                 //nolint:staticcheck
+	call("TryLock(nil)", func() error { _, _, err := l.TryLock(nil); return err })        //nolint:staticcheck
+	call("State(nil)", func() error { _, err := l.State(nil); return err })               //nolint:staticcheck
+	call("ForceRelease(nil)", func() error { _, err := l.ForceRelease(nil); return err }) //nolint:staticcheck
+	call("Do(nil fn)", func() error { return l.Do(ctx, nil) })
+}

@@ -244,11 +244,15 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 // more holds); ErrClosed when the Generator closed and released it; an error matching
 // ErrLockLost when the holding was lost (every Unlock of a lost holding says so); a
 // *RedisProcessError when Redis could not be reached (the local hold is released all the same,
-// and the release is retried in the background until the lease runs out).
+// and the release is retried in the background until the lease runs out); ErrInvalidConfig on
+// a lock not made by a Generator. Safe for concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
+	if l == nil || l.g == nil || l.g.proc == nil {
+		return errZeroLock
+	}
 	h := l.holdingOf(ctx)
 	if h == nil {
-		if l != nil && l.g != nil && l.g.isClosed() {
+		if l.g.isClosed() {
 			return ErrClosed
 		}
 		return ErrNotHeld
