@@ -88,13 +88,17 @@ type AcquireEvent struct {
 // ReleaseEvent describes a holding let go by its final Unlock or by Close.
 type ReleaseEvent struct {
 	Config domain.DLockConfig
+	Token  uint64        // the acquisition's fencing token, as in its AcquireEvent
 	Held   time.Duration // from the acquisition to the release
 	Err    error         // the release's error, if any (ErrLockLost when it found the key gone)
 }
 
-// LossEvent describes a holding that learnt it had lost the lock.
+// LossEvent describes a holding that learnt it had lost the lock. A loss found by the final
+// Unlock is followed by a ReleaseEvent; one found otherwise (a renewal, the lease running out,
+// ForceRelease in this Generator) is not.
 type LossEvent struct {
 	Config domain.DLockConfig
+	Token  uint64        // the acquisition's fencing token, as in its AcquireEvent
 	Held   time.Duration // from the acquisition to the notice
 	Cause  error         // matches ErrLockLost
 }

@@ -278,7 +278,7 @@ func (st *lockState) lose(h *holding, cause error) {
 	}
 	st.g.log.Warn("dlock: lock lost", zap.String("key", h.cfg.UniqueKey()),
 		zap.String("locker", h.entity.Locker), zap.Error(cause))
-	st.g.observer.Lost(LossEvent{Config: h.cfg, Held: time.Since(h.entity.LockTime), Cause: cause})
+	st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: cause})
 	h.cancel(cause)
 	st.owner.CompareAndSwap(h, nil)
 	st.settle(&h.entity, h.cfg) // frees the claim; signals once the key is given back
@@ -318,9 +318,9 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		err = fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
 		h.foundLost(err)
 		cause = err
-		st.g.observer.Lost(LossEvent{Config: h.cfg, Held: time.Since(h.entity.LockTime), Cause: err})
+		st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: err})
 	}
-	st.g.observer.Released(ReleaseEvent{Config: h.cfg, Held: time.Since(h.entity.LockTime), Err: err})
+	st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Err: err})
 	h.cancel(cause)
 	st.idle()
 	st.g.unref(st)
