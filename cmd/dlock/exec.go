@@ -210,7 +210,11 @@ func acquire(out cli, c *conn, l *dlock.DistributedReentrantLock, wait time.Dura
 		if err := c.ping(); err != nil {
 			return nil, err
 		}
-		return nil, withStatus(exitNotObtained, fmt.Errorf("lock %s not obtained within --wait %v%s", lockName(l), (&waitFlag{wait}).String(), heldBy(c, l)))
+		within := "within --wait " + wait.String()
+		if wait == 0 {
+			within = "in one attempt (--wait 0)"
+		}
+		return nil, withStatus(exitNotObtained, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, heldBy(c, l)))
 	}
 	return nil, classify(c.addr, c.timeout, r.err)
 }

@@ -125,7 +125,7 @@ func TestExecNotObtained(t *testing.T) {
 	ran := filepath.Join(dir, "b-ran")
 	for _, wait := range []string{"200ms", "0"} {
 		r := runBin(t, nil, "exec", "--redis", srv.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
-		if r.code != exitNotObtained || !strings.Contains(r.stderr, "not obtained within --wait") || !strings.Contains(r.stderr, "held by") {
+		if r.code != exitNotObtained || !strings.Contains(r.stderr, "not obtained") || !strings.Contains(r.stderr, "held by") {
 			t.Fatalf("--wait %s: %v", wait, r)
 		}
 		if exists(ran) {
@@ -263,4 +263,31 @@ wait`, dir)
 		t.Fatal(r)
 	}
 	checkGone(t, pids)
+}
+
+// TestExecRedisDies: when Redis goes away, renewals fail until the lease runs out; the lock is
+// lost, the command stopped and dlock exits 76 without hanging on the dead Redis.
+func TestExecRedisDies(t *testing.T) {
+	needReal(t)
+	if !srv.CanRestart() {
+		t.Skip("needs a redis-server started by the test")
+	}
+	dir, tg := t.TempDir(), target(t)
+	killLater(t, filepath.Join(dir, "pids"))
+	script := fmt.Sprintf(`echo $$ > %[1]s/pids
+touch %[1]s/ready
+while :; do sleep 0.02; done`, dir)
+	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "1s", "--timeout", "1s", "CLI", tg, "--", "sh", "-c", script)
+	waitFile(t, filepath.Join(dir, "ready"))
+	srv.Kill()
+	defer func() {
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	r := p.wait(t)
+	if r.code != exitLost || !strings.Contains(r.stderr, "lost while the command ran") {
+		t.Fatal(r)
+	}
+	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
 }
