@@ -12,6 +12,7 @@ func runDemo(args []string, out io.Writer) error {
 	return demoCommand().define(fs)(cli{stdout: out, stderr: io.Discard}, args)
 }
 
+// TestDemo: the demo on its embedded miniredis finds exclusion held.
 func TestDemo(t *testing.T) {
 	var out strings.Builder
 	if err := runDemo([]string{"--procs", "2", "--goroutines", "4", "--duration", "500ms"}, &out); err != nil {
@@ -22,6 +23,7 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoRejectsBadFlags: nonsense flags are refused.
 func TestDemoRejectsBadFlags(t *testing.T) {
 	var out strings.Builder
 	if err := runDemo([]string{"--procs", "0"}, &out); err == nil {

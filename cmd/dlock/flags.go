@@ -63,6 +63,7 @@ func (f *flagSet) Var(v flag.Value, name, arg, usage string) {
 	f.fs.Var(v, name, usage)
 }
 
+// hasFlags reports whether any flag is defined.
 func (f *flagSet) hasFlags() bool { return len(f.order) > 0 }
 
 // printFlags writes one line per flag: --name ARG, its usage and its default when it has one.
@@ -131,6 +132,7 @@ type waitFlag struct{ d time.Duration }
 // forever is the waitFlag value that waits without a bound.
 const forever = time.Duration(-1)
 
+// String returns the wait as --wait accepts it.
 func (w *waitFlag) String() string {
 	if w == nil || w.d < 0 {
 		return "forever"
@@ -138,6 +140,7 @@ func (w *waitFlag) String() string {
 	return w.d.String()
 }
 
+// Set parses a --wait argument: "forever" or a duration of 0 or more.
 func (w *waitFlag) Set(s string) error {
 	if strings.EqualFold(s, "forever") {
 		w.d = forever

@@ -49,6 +49,7 @@ func commands() []*command {
 	return []*command{execCommand(), statusCommand(), releaseCommand(), demoCommand()}
 }
 
+// main runs dlock and exits with the status run returns.
 func main() {
 	// go-redis logs failed dials on stderr by itself; dlock reports errors in its own words.
 	redis.SetLogger(&logging.VoidLogger{})
@@ -166,6 +167,7 @@ type exitStatus struct {
 	err  error
 }
 
+// Error returns the message, or "exit status N" for a silent status.
 func (e *exitStatus) Error() string {
 	if e.err == nil {
 		return fmt.Sprintf("exit status %d", e.code)
@@ -173,6 +175,7 @@ func (e *exitStatus) Error() string {
 	return e.err.Error()
 }
 
+// Unwrap returns the error the status was given for.
 func (e *exitStatus) Unwrap() error { return e.err }
 
 // withStatus returns err with the exit status code.
