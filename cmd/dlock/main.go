@@ -1,129 +1,199 @@
-// Command dlock shows the lock at work.
-//
-//	dlock demo [--redis host:port] [--procs 4] [--goroutines 16] [--duration 3s] [--hold 200us]
-//
-// demo runs several simulated processes (each its own Redis client and Generator) whose
-// goroutines all want one key, with a short critical section, and prints acquisitions,
-// throughput, the most waiters seen at once and whether exclusion held. Without --redis it
-// starts an embedded miniredis, so it needs nothing installed.
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sync"
-	"sync/atomic"
-	"time"
+	"strings"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/dlockgo/dlock/dlock"
+	"github.com/redis/go-redis/v9/logging"
 )
 
+// The exit statuses of dlock (see the package documentation). exec passes its command's own
+// status through as well, so a command that exits with one of these numbers is ambiguous; a
+// script that cares reads dlock's one-line message on stderr.
+const (
+	exitOK          = 0
+	exitError       = 1   // anything not listed below
+	exitUsage       = 2   // bad command line, including an invalid lock type, target or lease
+	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or not answering within --timeout
+	exitNotObtained = 75  // EX_TEMPFAIL: exec did not obtain the lock within --wait
+	exitLost        = 76  // exec: the lock was lost while the command ran
+	exitCannotExec  = 126 // exec: the command was found but could not be started
+	exitNotFound    = 127 // exec: the command was not found
+)
+
+// command is one subcommand of dlock.
+type command struct {
+	name    string
+	summary string // one line for the top-level usage
+	// usage is the synopsis and description printed by "dlock NAME --help", before the flags.
+	usage string
+	// define defines the command's flags on fs and returns the function that runs it.
+	define func(fs *flagSet) runner
+}
+
+// runner runs a command with its arguments (those after its name); it returns nil or an
+// error that carries the exit status (see exitCode).
+type runner func(out cli, args []string) error
+
+// cli is where a command writes: its standard output and standard error.
+type cli struct {
+	stdout, stderr io.Writer
+}
+
+// commands lists the subcommands in the order the usage shows them.
+func commands() []*command {
+	return []*command{execCommand(), statusCommand(), releaseCommand(), demoCommand()}
+}
+
+// main runs dlock and exits with the status run returns.
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: dlock demo [--redis host:port] [--procs N] [--goroutines N] [--duration D] [--hold D] [--lease D]")
-		os.Exit(2)
+	// go-redis logs failed dials on stderr by itself; dlock reports errors in its own words.
+	redis.SetLogger(&logging.VoidLogger{})
+	os.Exit(run(os.Args[1:], cli{stdout: os.Stdout, stderr: os.Stderr}))
+}
+
+// run runs dlock with args (without the program name) and returns its exit status.
+func run(args []string, out cli) int {
+	if len(args) == 0 {
+		fmt.Fprintln(out.stderr, "dlock: no command given")
+		topUsage(out.stderr)
+		return exitUsage
 	}
-	if err := demo(os.Args[2:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "dlock demo:", err)
-		os.Exit(1)
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if name == "help" && len(args) > 1 {
+			if c := lookup(args[1]); c != nil {
+				fs := newFlagSet(c.name)
+				c.define(fs)
+				commandUsage(out.stdout, c, fs)
+				return exitOK
+			}
+			fmt.Fprintf(out.stderr, "dlock help: unknown command %q\n", args[1])
+			topUsage(out.stderr)
+			return exitUsage
+		}
+		topUsage(out.stdout)
+		return exitOK
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(out.stderr, "dlock: unknown command %q\n", name)
+		topUsage(out.stderr)
+		return exitUsage
+	}
+	fs := newFlagSet(c.name)
+	err := c.define(fs)(out, args[1:])
+	if errors.Is(err, errHelp) {
+		commandUsage(out.stdout, c, fs)
+		return exitOK
+	}
+	code := exitCode(err)
+	var es *exitStatus
+	switch {
+	case err == nil:
+	case errors.As(err, &es) && es.err == nil: // exec's command status: nothing to add
+	case code == exitUsage:
+		fmt.Fprintf(out.stderr, "dlock %s: %v\n", name, err)
+		commandUsage(out.stderr, c, fs)
+	default:
+		fmt.Fprintf(out.stderr, "dlock %s: %v\n", name, err)
+	}
+	return code
+}
+
+// lookup returns the command called name, or nil.
+func lookup(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// topUsage prints the usage of dlock itself.
+func topUsage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString(`usage: dlock COMMAND [flags] ARGS...
+
+dlock takes distributed locks kept in Redis (github.com/dlockgo/dlock) from the shell:
+it runs a command while holding a lock, shows a lock's state, and releases a stuck lock.
+
+commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`  help      show a command's usage: dlock help COMMAND (or dlock COMMAND --help)
+
+A lock is named by TYPE and TARGET, as in the library: its Redis key is DLOCK_<TYPE>_<TARGET>,
+so "dlock exec DEPLOY prod -- ..." and a Go program calling gen.Gen("DEPLOY", "prod") share it.
+
+environment:
+  DLOCK_REDIS   Redis host:port used when --redis is not given (else localhost:6379)
+
+exit status:
+  0        success (exec: the command's own status, see below)
+  1        any other error
+  2        usage error: bad command or flags, invalid TYPE, TARGET or lease
+  69       Redis unreachable, or no answer within --timeout
+  75       exec: the lock was not obtained within --wait
+  76       exec: the lock was lost while the command ran (the command was stopped)
+  126      exec: the command could not be started
+  127      exec: the command was not found
+  N        exec: the command exited with N (128+S when it was killed by signal S)
+`)
+	io.WriteString(w, b.String())
+}
+
+// commandUsage prints the usage of c, with the flags of fs.
+func commandUsage(w io.Writer, c *command, fs *flagSet) {
+	io.WriteString(w, strings.TrimLeft(c.usage, "\n"))
+	if fs.hasFlags() {
+		io.WriteString(w, "\nflags:\n")
+		fs.printFlags(w)
 	}
 }
 
-// demo runs the demonstration; it returns an error when exclusion did not hold.
-func demo(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	addr := fs.String("redis", "", "Redis host:port (default: an embedded miniredis)")
-	procs := fs.Int("procs", 4, "simulated processes (separate clients and generators)")
-	goroutines := fs.Int("goroutines", 16, "goroutines per process")
-	duration := fs.Duration("duration", 3*time.Second, "how long to run")
-	hold := fs.Duration("hold", 200*time.Microsecond, "time spent inside the critical section")
-	lease := fs.Duration("lease", 2*time.Second, "lock lease")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *procs < 1 || *goroutines < 1 || *duration <= 0 || *hold < 0 {
-		return errors.New("--procs and --goroutines must be at least 1, --duration positive, --hold not negative")
-	}
-	where := *addr
-	if where == "" {
-		m, err := miniredis.Run()
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		where = m.Addr()
-		fmt.Fprintf(out, "embedded miniredis on %s\n", where)
-	}
+// exitStatus is an error that carries the exit status it calls for. err, when not nil, is
+// printed on stderr; a nil err exits silently (exec passing on its command's status).
+type exitStatus struct {
+	code int
+	err  error
+}
 
-	var (
-		inside, overlaps, acquisitions, waiting, maxWaiting atomic.Int64
-		errs                                                atomic.Int64
-		wg                                                  sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), *duration)
-	defer cancel()
-	start := time.Now()
-	for p := 0; p < *procs; p++ {
-		c := redis.NewClient(&redis.Options{Addr: where})
-		defer c.Close()
-		g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"DEMO": *lease}))
-		if err != nil {
-			return err
-		}
-		defer g.Close(context.Background())
-		l, err := g.Gen("DEMO", "order-42")
-		if err != nil {
-			return err
-		}
-		for i := 0; i < *goroutines; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					w := waiting.Add(1)
-					for m := maxWaiting.Load(); w > m && !maxWaiting.CompareAndSwap(m, w); m = maxWaiting.Load() {
-					}
-					owned, err := l.Lock(ctx)
-					waiting.Add(-1)
-					if err != nil {
-						if ctx.Err() == nil {
-							errs.Add(1)
-						}
-						return
-					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					time.Sleep(*hold)
-					inside.Add(-1)
-					acquisitions.Add(1)
-					if err := l.Unlock(owned); err != nil {
-						errs.Add(1)
-					}
-				}
-			}()
-		}
+// Error returns the message, or "exit status N" for a silent status.
+func (e *exitStatus) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	n := acquisitions.Load()
-	fmt.Fprintf(out, "%d processes x %d goroutines on one key for %v (hold %v, lease %v)\n",
-		*procs, *goroutines, duration.Round(time.Millisecond), *hold, *lease)
-	fmt.Fprintf(out, "acquisitions:     %d\n", n)
-	fmt.Fprintf(out, "throughput:       %.0f acquisitions/s\n", float64(n)/elapsed.Seconds())
-	fmt.Fprintf(out, "most waiters:     %d\n", maxWaiting.Load())
-	fmt.Fprintf(out, "errors:           %d\n", errs.Load())
-	if overlaps.Load() > 0 || n == 0 {
-		fmt.Fprintf(out, "exclusion:        VIOLATED (%d overlaps, %d acquisitions)\n", overlaps.Load(), n)
-		return errors.New("exclusion did not hold")
+	return e.err.Error()
+}
+
+// Unwrap returns the error the status was given for.
+func (e *exitStatus) Unwrap() error { return e.err }
+
+// withStatus returns err with the exit status code.
+func withStatus(code int, err error) error { return &exitStatus{code: code, err: err} }
+
+// usageErrorf returns a usage error (exit status 2).
+func usageErrorf(format string, args ...any) error {
+	return withStatus(exitUsage, fmt.Errorf(format, args...))
+}
+
+// exitCode returns the exit status err calls for: 0 for nil, the status it carries, else 1.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
 	}
-	fmt.Fprintf(out, "exclusion:        held (never two owners at once)\n")
-	return nil
+	var es *exitStatus
+	if errors.As(err, &es) {
+		return es.code
+	}
+	return exitError
 }

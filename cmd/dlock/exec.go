@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+const execUsage = `
+usage: dlock exec [flags] TYPE TARGET [--] COMMAND [ARG...]
+
+Runs COMMAND while holding the lock TYPE/TARGET (Redis key DLOCK_<TYPE>_<TARGET>), as
+flock(1) does with a file: it waits for the lock (at most --wait), starts COMMAND, keeps the
+lease renewed while COMMAND runs, and releases the lock when COMMAND exits. Flags may come
+before or after TYPE TARGET; "--" ends them (needed when COMMAND starts with "-").
+
+COMMAND runs in a process group of its own, and signals go to the whole group:
+  - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND. While dlock
+    is still waiting for the lock they end the wait instead: nothing runs, exit status
+    128+signal.
+  - If the lock is lost while COMMAND runs (its key deleted or taken, say by "dlock release
+    --force", or renewals failing until the lease ran out), dlock sends SIGTERM, then SIGKILL
+    after --grace, kills what is left of the group once COMMAND has exited, and exits 76
+    whatever COMMAND's own status.
+When dlock runs in the foreground of a terminal (its standard input), COMMAND's group is made
+the terminal's foreground group, so it can read the terminal and Ctrl-C reaches it directly.
+If dlock itself is killed with SIGKILL, COMMAND goes on unguarded and the lock expires when
+its lease runs out.
+
+COMMAND's environment adds:
+  DLOCK_KEY             the lock's Redis key
+  DLOCK_FENCING_TOKEN   this acquisition's fencing token: larger than every token handed out
+                        before for the key; give it to stores that reject stale writers
+  DLOCK_TYPE            the lock type
+  DLOCK_TARGET          the lock target (trimmed)
+
+exit status:
+  N        COMMAND exited with N; 128+S when it was killed by signal S
+  75       the lock was not obtained within --wait (COMMAND did not run)
+  76       the lock was lost while COMMAND ran (COMMAND was stopped)
+  69       Redis unreachable, or no answer within --timeout
+  126/127  COMMAND could not be started / was not found
+  2        usage error; 1 any other error
+`
+
+// Defaults of exec's flags.
+const (
+	defaultLease = 30 * time.Second
+	defaultGrace = 10 * time.Second
+)
+
+// forwarded are the signals exec passes on to its command (and that end its wait for the
+// lock).
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// execOpts are the flags of exec.
+type execOpts struct {
+	redis redisFlags
+	lease *time.Duration
+	wait  waitFlag
+	grace *time.Duration
+}
+
+// execCommand is "dlock exec".
+func execCommand() *command {
+	return &command{
+		name:    "exec",
+		summary: "run a command while holding a lock",
+		usage:   execUsage,
+		define: func(fs *flagSet) runner {
+			o := execOpts{redis: addRedisFlags(fs), wait: waitFlag{forever}}
+			o.lease = fs.Duration("lease", defaultLease, "lease of the lock, renewed at 3/4 of it while held")
+			fs.Var(&o.wait, "wait", "D", `how long to wait for the lock: a duration, 0 to try once, or "forever"`)
+			o.grace = fs.Duration("grace", defaultGrace, "after a lost lock, time between SIGTERM and SIGKILL")
+			return func(out cli, args []string) error {
+				pos, argv, err := fs.parse(args, 2, true)
+				if err != nil {
+					return err
+				}
+				return execute(out, o, pos[0], pos[1], argv)
+			}
+		},
+	}
+}
+
+// lockName names a lock in messages: TYPE/TARGET.
+func lockName(l *dlock.DistributedReentrantLock) string {
+	cfg := l.Config()
+	return fmt.Sprintf("%s/%s", cfg.LockType(), cfg.LockTarget())
+}
+
+// execute runs argv under typ/target's lock and returns the exit status as an error (nil for
+// a command that exited 0).
+func execute(out cli, o execOpts, typ, target string, argv []string) error {
+	if err := o.redis.check(); err != nil {
+		return err
+	}
+	if *o.grace < 0 {
+		return usageErrorf("--grace must not be negative")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return withStatus(exitNotFound, err)
+		}
+		return withStatus(exitCannotExec, err)
+	}
+	c, err := connect(o.redis, *o.lease)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	l, err := c.lock(typ, target, *o.lease)
+	if err != nil {
+		return err
+	}
+	if err := c.ping(); err != nil {
+		return err
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	owned, err := acquire(out, c, l, o.wait.d, sigs)
+	if err != nil {
+		return err
+	}
+	token, ok := l.FencingToken(owned)
+	if !ok { // lost already
+		return withStatus(exitLost, fmt.Errorf("lock %s lost before the command started: %v", lockName(l), context.Cause(owned)))
+	}
+	cfg := l.Config()
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = append(os.Environ(),
+		"DLOCK_KEY="+cfg.UniqueKey(),
+		"DLOCK_FENCING_TOKEN="+strconv.FormatUint(token, 10),
+		"DLOCK_TYPE="+string(cfg.LockType()),
+		"DLOCK_TARGET="+cfg.LockTarget(),
+	)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out.stdout, out.stderr
+	term := foregroundTerminal()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: term, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		unlock(out, c, l, owned)
+		return withStatus(exitCannotExec, err)
+	}
+	if term {
+		defer takeTerminal()
+	}
+	return supervise(out, c, l, owned, cmd, sigs, *o.grace)
+}
+
+// acquire takes l: TryLock when wait is 0, else Lock bounded by wait (not at all when wait is
+// forever). A signal from sigs ends the wait (status 128+signal).
+func acquire(out cli, c *conn, l *dlock.DistributedReentrantLock, wait time.Duration, sigs <-chan os.Signal) (context.Context, error) {
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
+	switch {
+	case wait == 0:
+		ctx, cancel = c.ctx()
+	case wait < 0:
+		ctx, cancel = context.WithCancel(context.Background())
+	default:
+		ctx, cancel = context.WithTimeout(context.Background(), wait)
+	}
+	defer cancel()
+	type result struct {
+		owned context.Context
+		held  bool // by someone else: TryLock's false
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if wait == 0 {
+			owned, ok, err := l.TryLock(ctx)
+			done <- result{owned, !ok && err == nil, err}
+			return
+		}
+		owned, err := l.Lock(ctx)
+		done <- result{owned, false, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case s := <-sigs:
+		cancel()
+		if r = <-done; r.err == nil && !r.held {
+			unlock(out, c, l, r.owned)
+		}
+		return nil, withStatus(128+signum(s), fmt.Errorf("%v while waiting for lock %s; nothing run", s, lockName(l)))
+	}
+	switch {
+	case r.err == nil && !r.held:
+		return r.owned, nil
+	case r.held || errors.Is(r.err, dlock.ErrNotObtained) && errors.Is(r.err, context.DeadlineExceeded):
+		// Lock keeps waiting through Redis failures: tell an outage from a busy lock.
+		if err := c.ping(); err != nil {
+			return nil, err
+		}
+		within := "within --wait " + wait.String()
+		if wait == 0 {
+			within = "in one attempt (--wait 0)"
+		}
+		return nil, withStatus(exitNotObtained, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, heldBy(c, l)))
+	}
+	return nil, classify(c.addr, c.timeout, r.err)
+}
+
+// heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.
+func heldBy(c *conn, l *dlock.DistributedReentrantLock) string {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	st, err := l.State(ctx)
+	switch {
+	case err != nil:
+		return ""
+	case st.Held():
+		return ": held by " + st.Holder
+	case st.ReservedFor != "":
+		return ": reserved for " + st.ReservedFor
+	}
+	return ""
+}
+
+// supervise waits for cmd to exit while passing on sigs and watching the lock; it stops cmd
+// if the lock is lost, then releases the lock and returns the exit status.
+func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned context.Context, cmd *exec.Cmd, sigs <-chan os.Signal, grace time.Duration) error {
+	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is named after the command
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the status is in cmd.ProcessState
+		close(exited)
+	}()
+	var (
+		loss    = owned.Done()
+		kill    <-chan time.Time
+		lost    bool
+		stopped string // what dlock did to the command after the loss
+	)
+	for running := true; running; {
+		select {
+		case s := <-sigs:
+			signalGroup(pgid, s.(syscall.Signal))
+		case <-loss:
+			loss, lost = nil, true
+			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %v; sending SIGTERM, SIGKILL after %v\n",
+				lockName(l), context.Cause(owned), grace)
+			signalGroup(pgid, syscall.SIGTERM)
+			stopped = "SIGTERM sent"
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(out.stderr, "dlock exec: the command did not exit within --grace %v; sending SIGKILL\n", grace)
+			signalGroup(pgid, syscall.SIGKILL)
+			stopped = "SIGKILL sent after --grace"
+		case <-exited:
+			running = false
+		}
+	}
+	code := commandStatus(cmd.ProcessState)
+	if lost {
+		signalGroup(pgid, syscall.SIGKILL) // whatever the command left behind in its group
+		unlock(cli{stderr: io.Discard}, c, l, owned)
+		return withStatus(exitLost, fmt.Errorf("lock %s was lost; the command was stopped (%s) and exited with status %d", lockName(l), stopped, code))
+	}
+	if owned.Err() != nil { // lost as the command exited: it may have run unguarded
+		return withStatus(exitLost, fmt.Errorf("lock %s was lost while the command ran: %v (the command exited with status %d)",
+			lockName(l), context.Cause(owned), code))
+	}
+	if err := unlock(out, c, l, owned); errors.Is(err, dlock.ErrLockLost) {
+		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release, so the command may have run without it: %v (the command exited with status %d)",
+			lockName(l), err, code))
+	}
+	if code == 0 {
+		return nil
+	}
+	return withStatus(code, nil)
+}
+
+// unlock releases owned, waiting at most --timeout; a failure other than a loss is reported
+// on out.stderr (the key then expires with its lease). It returns Unlock's error.
+func unlock(out cli, c *conn, l *dlock.DistributedReentrantLock, owned context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- l.Unlock(owned) }()
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C:
+		err = fmt.Errorf("Redis at %s did not answer within %v (--timeout)", c.addr, c.timeout)
+	}
+	if err != nil && !errors.Is(err, dlock.ErrLockLost) {
+		fmt.Fprintf(out.stderr, "dlock exec: could not release lock %s: %v; it expires when its lease (%v) runs out\n",
+			lockName(l), err, l.Config().Lease())
+	}
+	return err
+}
+
+// signalGroup sends sig to the process group pgid; a group already gone is no error.
+func signalGroup(pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+}
+
+// signum returns the number of s, a syscall.Signal.
+func signum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 0
+}
+
+// commandStatus is the status a shell would report for ps: the exit code, or 128+signal.
+func commandStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

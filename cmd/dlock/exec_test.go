@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// holder starts "dlock exec" on CLI/tg with a command that writes its environment, says it
+// is ready, waits for dir/go and exits 7; dir/a-done is its last act.
+func holder(t *testing.T, dir, tg string, flags ...string) *proc {
+	t.Helper()
+	script := fmt.Sprintf(`echo "$DLOCK_KEY $DLOCK_FENCING_TOKEN $DLOCK_TYPE $DLOCK_TARGET" > %[1]s/env
+touch %[1]s/ready
+while [ ! -e %[1]s/go ]; do sleep 0.02; done
+touch %[1]s/a-done
+exit 7`, dir)
+	args := append([]string{"exec", "--redis", srv.Addr}, flags...)
+	p := start(t, nil, append(args, "CLI", tg, "--", "sh", "-c", script)...)
+	waitFile(t, filepath.Join(dir, "ready"))
+	return p
+}
+
+// TestExecHoldsLock: the command runs with the lock held and its environment set; a second
+// exec waits until the first command has exited; the command's exit status is passed on and
+// the lock released.
+func TestExecHoldsLock(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	a := holder(t, dir, tg, "--lease", "5s")
+
+	env, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(env))
+	if len(f) != 4 || f[0] != "DLOCK_CLI_"+tg || f[2] != "CLI" || f[3] != tg {
+		t.Fatalf("command environment: %q", env)
+	}
+	token, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil || token == 0 {
+		t.Fatalf("DLOCK_FENCING_TOKEN %q: %v", f[1], err)
+	}
+	st := lockStatusOf(t, tg)
+	if !st.Held || st.Fence != token {
+		t.Fatalf("while the command runs: %+v, want held with fence %d", st, token)
+	}
+
+	// b waits (its mark shows it), and runs only once a's command has finished.
+	b := start(t, nil, "exec", "--redis", srv.Addr, "--wait", "1m", "CLI", tg, "--",
+		"sh", "-c", fmt.Sprintf(`test -e %[1]s/a-done && touch %[1]s/b-ran`, dir))
+	waitFor(t, "the second exec to wait", func() bool { return lockStatusOf(t, tg).Waiting != "" })
+	if exists(filepath.Join(dir, "b-ran")) {
+		t.Fatal("the second command ran while the first held the lock")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.wait(t); r.code != 7 || r.stderr != "" {
+		t.Fatalf("first exec: %v", r)
+	}
+	if r := b.wait(t); r.code != 0 || !exists(filepath.Join(dir, "b-ran")) {
+		t.Fatalf("second exec: %v", r)
+	}
+	if st := lockStatusOf(t, tg); st.Held {
+		t.Fatalf("held after both commands exited: %+v", st)
+	}
+}
+
+// TestExecStatus: dlock exits with the command's status, 128+signal for a killed command, 127
+// for a missing one; the lock is released after each.
+func TestExecStatus(t *testing.T) {
+	needReal(t)
+	for _, tc := range []struct {
+		name string
+		argv []string
+		code int
+	}{
+		{"success", []string{"true"}, 0},
+		{"exit 3", []string{"sh", "-c", "exit 3"}, 3},
+		{"SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM)},
+		{"SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, 128 + int(syscall.SIGKILL)},
+		{"leading dash", []string{"--", "-no-such-command"}, exitNotFound},
+		{"not found", []string{"/no/such/command"}, exitNotFound},
+		{"not executable", []string{"/dev/null"}, exitCannotExec},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := target(t)
+			args := []string{"exec", "--redis", srv.Addr, "--wait", "0", "CLI", tg}
+			if tc.argv[0] != "--" {
+				args = append(args, "--")
+			}
+			r := runBin(t, nil, append(args, tc.argv...)...)
+			if r.code != tc.code {
+				t.Fatalf("want exit status %d; %v", tc.code, r)
+			}
+			if st := lockStatusOf(t, tg); st.Held {
+				t.Fatalf("held after exec ended: %+v", st)
+			}
+		})
+	}
+}
+
+// TestExecFlock: as with flock, the command may follow TYPE TARGET without "--".
+func TestExecFlock(t *testing.T) {
+	needReal(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runBin(t, nil, "exec", "CLI", target(t), "--redis", srv.Addr, "sh", "-c", `echo "$DLOCK_KEY" > `+out)
+	if r.code != 0 || !exists(out) {
+		t.Fatal(r)
+	}
+}
+
+// TestExecNotObtained: while the lock is held, exec with a short --wait (or --wait 0) exits 75
+// and does not run its command.
+func TestExecNotObtained(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	a := holder(t, dir, tg)
+	ran := filepath.Join(dir, "b-ran")
+	for _, wait := range []string{"200ms", "0"} {
+		r := runBin(t, nil, "exec", "--redis", srv.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
+		if r.code != exitNotObtained || !strings.Contains(r.stderr, "not obtained") || !strings.Contains(r.stderr, "held by") {
+			t.Fatalf("--wait %s: %v", wait, r)
+		}
+		if exists(ran) {
+			t.Fatalf("--wait %s: the command ran without the lock", wait)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.wait(t); r.code != 7 {
+		t.Fatal(r)
+	}
+}
+
+// TestExecSignalWhileWaiting: a signal ends the wait; nothing runs; status 128+signal.
+func TestExecSignalWhileWaiting(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	a := holder(t, dir, tg)
+	ran := filepath.Join(dir, "b-ran")
+	b := start(t, nil, "exec", "--redis", srv.Addr, "CLI", tg, "--", "touch", ran)
+	waitFor(t, "the second exec to wait", func() bool { return lockStatusOf(t, tg).Waiting != "" })
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.wait(t); r.code != 128+int(syscall.SIGTERM) || !strings.Contains(r.stderr, "while waiting") || exists(ran) {
+		t.Fatal(r)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.wait(t); r.code != 7 {
+		t.Fatal(r)
+	}
+}
+
+// TestExecForwardsSignals: SIGINT and SIGTERM sent to dlock reach the command; dlock exits with
+// the command's status and releases the lock.
+func TestExecForwardsSignals(t *testing.T) {
+	needReal(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string // as trap knows it
+		trap string // the command's trap for sig, "" for none
+		code int
+	}{
+		{syscall.SIGINT, "INT", `echo INT > %[1]s/got; exit 5`, 5},
+		{syscall.SIGTERM, "TERM", ``, 128 + int(syscall.SIGTERM)},
+	} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			dir, tg := t.TempDir(), target(t)
+			script := fmt.Sprintf(`echo $$ > %[1]s/pids
+touch %[1]s/ready
+while :; do sleep 0.02; done`, dir)
+			if tc.trap != "" {
+				script = fmt.Sprintf(`trap '`+tc.trap+`' `+tc.name+"\n", dir) + script
+			}
+			killLater(t, filepath.Join(dir, "pids"))
+			p := start(t, nil, "exec", "--redis", srv.Addr, "CLI", tg, "--", "sh", "-c", script)
+			waitFile(t, filepath.Join(dir, "ready"))
+			if err := p.cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			r := p.wait(t)
+			if r.code != tc.code {
+				t.Fatalf("want exit status %d; %v", tc.code, r)
+			}
+			if tc.trap != "" && !exists(filepath.Join(dir, "got")) {
+				t.Fatal("the command's trap did not run")
+			}
+			checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
+			if st := lockStatusOf(t, tg); st.Held {
+				t.Fatalf("held after exec ended: %+v", st)
+			}
+		})
+	}
+}
+
+// TestExecLostTerm: "dlock release --force" takes the lock away; the holder's command gets
+// SIGTERM and dlock exits 76.
+func TestExecLostTerm(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	killLater(t, filepath.Join(dir, "pids"))
+	script := fmt.Sprintf(`trap 'echo TERM > %[1]s/got; exit 9' TERM
+echo $$ > %[1]s/pids
+touch %[1]s/ready
+while :; do sleep 0.02; done`, dir)
+	// A long grace: dlock ending proves the command heeded SIGTERM.
+	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "1s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
+	waitFile(t, filepath.Join(dir, "ready"))
+	holder := lockStatusOf(t, tg).Holder
+
+	r := runIn("release", "--force", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || holder == "" || !strings.Contains(r.stdout, "removed holder "+holder) {
+		t.Fatalf("release --force (holder %q): %v", holder, r)
+	}
+	r = p.wait(t)
+	if r.code != exitLost || !strings.Contains(r.stderr, "lost while the command ran") || strings.Contains(r.stderr, "SIGKILL after --grace") {
+		t.Fatal(r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "got")); string(b) != "TERM\n" {
+		t.Fatalf("the command did not get SIGTERM (%q); %v", b, r)
+	}
+	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
+}
+
+// TestExecLostKill: the key is deleted from outside; a command (and its child) that ignore
+// SIGTERM are killed after --grace, and dlock exits 76 leaving no process behind.
+func TestExecLostKill(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	killLater(t, filepath.Join(dir, "pids"))
+	script := fmt.Sprintf(`trap '' TERM
+echo $$ > %[1]s/pids
+sleep 60 &
+echo $! >> %[1]s/pids
+touch %[1]s/ready
+wait`, dir)
+	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "1s", "--grace", "300ms", "CLI", tg, "--", "sh", "-c", script)
+	waitFile(t, filepath.Join(dir, "ready"))
+	pids := readPIDs(t, filepath.Join(dir, "pids"))
+	if len(pids) != 2 {
+		t.Fatalf("pids %v", pids)
+	}
+
+	c := srv.Client()
+	defer c.Close()
+	if n, err := c.Del(context.Background(), "DLOCK_CLI_"+tg).Result(); err != nil || n != 1 {
+		t.Fatalf("DEL: %d, %v", n, err)
+	}
+	r := p.wait(t)
+	if r.code != exitLost || !strings.Contains(r.stderr, "lost while the command ran") ||
+		!strings.Contains(r.stderr, "sending SIGKILL") || !strings.Contains(r.stderr, "SIGKILL sent after --grace") {
+		t.Fatal(r)
+	}
+	checkGone(t, pids)
+}
+
+// TestExecRedisDies: when Redis goes away, renewals fail until the lease runs out; the lock is
+// lost, the command stopped and dlock exits 76 without hanging on the dead Redis.
+func TestExecRedisDies(t *testing.T) {
+	needReal(t)
+	if !srv.CanRestart() {
+		t.Skip("needs a redis-server started by the test")
+	}
+	dir, tg := t.TempDir(), target(t)
+	killLater(t, filepath.Join(dir, "pids"))
+	script := fmt.Sprintf(`echo $$ > %[1]s/pids
+touch %[1]s/ready
+while :; do sleep 0.02; done`, dir)
+	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "1s", "--timeout", "1s", "CLI", tg, "--", "sh", "-c", script)
+	waitFile(t, filepath.Join(dir, "ready"))
+	srv.Kill()
+	defer func() {
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	r := p.wait(t)
+	if r.code != exitLost || !strings.Contains(r.stderr, "lost while the command ran") {
+		t.Fatal(r)
+	}
+	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
+}

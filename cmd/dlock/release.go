@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dlockgo/dlock/processor"
+)
+
+const releaseUsage = `
+usage: dlock release --force [flags] TYPE TARGET
+
+Deletes the lock TYPE/TARGET whoever holds it, and wakes the processes that wait for it, as a
+release does. It is an operator's last resort for a lock stuck in an incident: the holder is
+not asked. The holder learns of the loss at its next renewal (within three quarters of its
+lease) or release; until then two processes may act as owners, so only fencing tokens checked
+downstream keep their writes apart. A "dlock exec" holder stops its command and exits 76.
+
+--force is required: without it release refuses (exit status 2). It prints the locker it
+removed, or that the lock was free.
+`
+
+// releaseCommand is "dlock release".
+func releaseCommand() *command {
+	return &command{
+		name:    "release",
+		summary: "delete a lock whoever holds it (--force: an operator's last resort)",
+		usage:   releaseUsage,
+		define: func(fs *flagSet) runner {
+			r := addRedisFlags(fs)
+			force := fs.Bool("force", "really delete the lock (required)")
+			return func(out cli, args []string) error {
+				pos, _, err := fs.parse(args, 2, false)
+				if err != nil {
+					return err
+				}
+				if !*force {
+					return withStatus(exitUsage, errors.New("refusing without --force: deleting a lock that someone holds is an operator's last resort "+
+						"(the holder goes on until its next renewal, so two may act as owners); check it with \"dlock status\" first"))
+				}
+				return release(out, r, pos[0], pos[1])
+			}
+		},
+	}
+}
+
+// release deletes typ/target's key and prints what it removed.
+func release(out cli, r redisFlags, typ, target string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	c, err := connect(r, inspectLease)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	l, err := c.lock(typ, target, inspectLease)
+	if err != nil {
+		return err
+	}
+	if err := c.ping(); err != nil {
+		return err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	holder, err := l.ForceRelease(ctx)
+	if err != nil {
+		return classify(c.addr, c.timeout, err)
+	}
+	cfg := l.Config()
+	name := fmt.Sprintf("%s/%s (key %s)", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
+	switch {
+	case holder == "":
+		fmt.Fprintf(out.stdout, "%s was free: nothing removed\n", name)
+	case strings.HasPrefix(holder, processor.ReservedPrefix):
+		fmt.Fprintf(out.stdout, "released %s: removed the reservation for %s\n", name, strings.TrimPrefix(holder, processor.ReservedPrefix))
+	default:
+		fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, holder)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+const statusUsage = `
+usage: dlock status [flags] TYPE TARGET
+
+Shows the lock TYPE/TARGET as Redis sees it, read in one round trip that changes nothing:
+whether it is held and by whom (a locker is <ip>-<pid>-<nonce>-<n>: the process that holds
+it), how long its lease lasts unless renewed, its fencing counter, a reservation for a waiting
+process, and a process recorded as waiting.
+
+With --json it prints one JSON object with these fields (durations in milliseconds):
+  type, target, key     the lock's name and Redis key
+  held                  true while an acquisition holds the key
+  holder                the holder's locker, "" when free
+  mine                  always false here (this tool holds nothing)
+  reserved_for          the locker prefix of a waiting process the key is reserved for, or ""
+  lease_left_ms         how long the holding (or reservation) lasts unless renewed; 0 when free
+  fence                 the last fencing token handed out for the key (0 once expired)
+  waiting               the locker prefix of a process recorded as waiting, or ""
+  local_waiters         always false here (this tool waits for nothing)
+`
+
+// statusCommand is "dlock status".
+func statusCommand() *command {
+	return &command{
+		name:    "status",
+		summary: "show whether a lock is held, by whom and for how long",
+		usage:   statusUsage,
+		define: func(fs *flagSet) runner {
+			r := addRedisFlags(fs)
+			asJSON := fs.Bool("json", "print one JSON object")
+			return func(out cli, args []string) error {
+				pos, _, err := fs.parse(args, 2, false)
+				if err != nil {
+					return err
+				}
+				return status(out, r, *asJSON, pos[0], pos[1])
+			}
+		},
+	}
+}
+
+// lockStatus is the JSON form of a dlock.State; its field names are part of the interface.
+type lockStatus struct {
+	Type         string `json:"type"`
+	Target       string `json:"target"`
+	Key          string `json:"key"`
+	Held         bool   `json:"held"`
+	Holder       string `json:"holder"`
+	Mine         bool   `json:"mine"`
+	ReservedFor  string `json:"reserved_for"`
+	LeaseLeftMS  int64  `json:"lease_left_ms"`
+	Fence        uint64 `json:"fence"`
+	Waiting      string `json:"waiting"`
+	LocalWaiters bool   `json:"local_waiters"`
+}
+
+// status prints the state of typ/target.
+func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	c, err := connect(r, inspectLease)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	l, err := c.lock(typ, target, inspectLease)
+	if err != nil {
+		return err
+	}
+	if err := c.ping(); err != nil {
+		return err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	st, err := l.State(ctx)
+	if err != nil {
+		return classify(c.addr, c.timeout, err)
+	}
+	if asJSON {
+		return printStatusJSON(out.stdout, st)
+	}
+	printStatus(out.stdout, st)
+	return nil
+}
+
+// printStatusJSON writes st as one lockStatus object on one line.
+func printStatusJSON(w io.Writer, st dlock.State) error {
+	cfg := st.Config
+	return json.NewEncoder(w).Encode(lockStatus{
+		Type:         string(cfg.LockType()),
+		Target:       cfg.LockTarget(),
+		Key:          cfg.UniqueKey(),
+		Held:         st.Held(),
+		Holder:       st.Holder,
+		Mine:         st.Mine,
+		ReservedFor:  st.ReservedFor,
+		LeaseLeftMS:  st.LeaseLeft.Milliseconds(),
+		Fence:        st.Fence,
+		Waiting:      st.Waiting,
+		LocalWaiters: st.LocalWaiters,
+	})
+}
+
+// printStatus writes st for a person to read.
+func printStatus(w io.Writer, st dlock.State) {
+	cfg := st.Config
+	fmt.Fprintf(w, "lock:        %s/%s (key %s)\n", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
+	switch {
+	case st.Held():
+		fmt.Fprintf(w, "state:       held\nholder:      %s\n", st.Holder)
+	case st.ReservedFor != "":
+		fmt.Fprintf(w, "state:       reserved for %s (released to that waiting process, not yet taken)\n", st.ReservedFor)
+	default:
+		fmt.Fprintf(w, "state:       free\n")
+	}
+	if st.LeaseLeft > 0 {
+		fmt.Fprintf(w, "lease left:  %v\n", st.LeaseLeft.Round(time.Millisecond))
+	}
+	if st.Fence > 0 {
+		fmt.Fprintf(w, "fence:       %d (the last fencing token handed out)\n", st.Fence)
+	} else {
+		fmt.Fprintf(w, "fence:       none kept\n")
+	}
+	if st.Waiting != "" {
+		fmt.Fprintf(w, "waiting:     %s (a process recorded that it waits)\n", st.Waiting)
+	} else {
+		fmt.Fprintf(w, "waiting:     none recorded\n")
+	}
+}
