@@ -104,7 +104,7 @@ func TestReplicaAck(t *testing.T) {
 	// Lock keeps trying until its deadline, and says why
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := l.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "replicas") {
+	if _, err := l.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotReplicated) {
 		t.Fatalf("Lock without the replica: %v", err)
 	}
 }

@@ -167,7 +167,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 
 func notObtained(ctxErr, last error) error {
 	if redisFailed(last) {
-		return fmt.Errorf("%w: %w (last attempt: %v)", ErrNotObtained, ctxErr, last)
+		return fmt.Errorf("%w: %w (last attempt: %w)", ErrNotObtained, ctxErr, last)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
 }
