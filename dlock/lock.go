@@ -159,8 +159,9 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // A Lock that gives up returns an error that matches both ErrNotObtained and the context's
 // error (context.DeadlineExceeded or context.Canceled), and leaves nothing behind: it has left
 // the queue, and an attempt still under way is given back in the background. While Redis
-// is unreachable Lock keeps waiting (until ctx ends); the error then names the last Redis
-// failure too. After Close it returns ErrClosed. Lock is safe for concurrent use.
+// is unreachable Lock keeps waiting (until ctx ends); the error then also wraps the last
+// Redis failure (errors.As finds the *RedisProcessError). After Close it returns ErrClosed.
+// Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (context.Context, error) {
 	return l.acquire(ctx, true)
 }
