@@ -91,49 +91,35 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 		}
 		return ErrNotHeld
 	}
-	h.extending.Lock()
-	defer h.extending.Unlock()
 	if err := h.heldErr(); err != nil {
 		return err
 	}
-	cfg, err := h.cfg.WithLease(lease)
-	if err != nil {
-		return err
+	h.mu.Lock()
+	exp := h.exp
+	h.mu.Unlock()
+	if exp == nil {
+		return h.heldErr()
 	}
-	st := h.st
-	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(owned), h.lease())
 	defer cancel()
-	err, _ = st.g.call(ctx, func(ctx context.Context) error { return st.g.proc.ExpandLease(ctx, &h.entity, cfg) })
+	// The holding's expander makes the renewal itself, between its own renewals, so that no
+	// renewal with the old lease lands after it.
+	err := exp.Extend(ctx, lease)
 	switch {
-	case errors.Is(err, ErrOptimisticLocking):
-		cause := fmt.Errorf("%w: renewal found the key gone or taken: %w", ErrLockLost, err)
-		st.lose(h, cause)
+	case err == nil:
+		h.mu.Lock()
+		h.leaseNow = lease
+		h.mu.Unlock()
 		return h.heldErr()
-	case err != nil:
-		if !redisFailed(err) {
-			err = &RedisProcessError{Op: "expand", Key: cfg.UniqueKey(), Err: err}
+	case errors.Is(err, threads.ErrExpanderEnded), errors.Is(err, ErrOptimisticLocking):
+		if err := h.heldErr(); err != nil {
+			return err
 		}
-		return err
+		return ErrNotHeld
+	case !redisFailed(err):
+		err = &RedisProcessError{Op: "expand", Key: h.cfg.UniqueKey(), Err: err}
 	}
-	h.mu.Lock()
-	old := h.exp
-	h.mu.Unlock()
-	if old != nil {
-		old.Stop()
-	}
-	exp := st.startRenewal(h, cfg, sent, lease)
-	h.mu.Lock()
-	ended := h.state != holdHeld
-	if !ended {
-		h.exp, h.leaseNow = exp, lease
-	}
-	h.mu.Unlock()
-	if ended {
-		exp.Stop()
-		return h.heldErr()
-	}
-	return nil
+	return err
 }
 
 // ForceRelease deletes the lock's key whoever holds it and wakes the processes that wait, as
@@ -156,13 +142,29 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context) (string, er
 	if err != nil {
 		return "", err
 	}
-	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
+	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && holder != "" {
+		// A holding of this Generator is told at once: the owner, a key handed over to a
+		// waiter and not yet taken, or an acquisition becoming the owner just now (it checks
+		// forced once it is the owner; of the two checks at least one sees the other).
+		st.forced.Store(&holder)
 		if h := st.owner.Load(); h != nil && h.entity.Locker == holder {
-			st.lose(h, fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost))
+			st.lose(h, errForced)
+		}
+		if p := st.pending.Load(); p != nil && p.entity.Locker == holder && st.pending.CompareAndSwap(p, nil) {
+			st.settle(&p.entity, p.cfg)
 		}
 		st.signal()
 	}
 	return holder, nil
+}
+
+var errForced = fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost)
+
+// checkForced makes h lost if ForceRelease deleted its key as it became the owner.
+func (st *lockState) checkForced(h *holding) {
+	if f := st.forced.Load(); f != nil && *f == h.entity.Locker {
+		st.lose(h, errForced)
+	}
 }
 
 var errZeroLock = fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
@@ -204,16 +206,25 @@ func (g *Generator) call(ctx context.Context, f func(context.Context) error) (er
 // with lease first.
 func (st *lockState) startRenewal(h *holding, cfg domain.DLockConfig, sent time.Time, first time.Duration) *threads.Expander {
 	lease := cfg.Lease()
+	leases := map[time.Duration]domain.DLockConfig{lease: cfg} // by lease: Extend changes it
 	return threads.StartExpander(st.g.clean, threads.ExpanderConfig{
 		Lease:      lease,
 		Interval:   lease * 3 / 4,
 		Retry:      lease / 10,
 		Acquired:   sent,
 		FirstLease: first,
-	}, func(ctx context.Context) error {
-		err := st.g.proc.ExpandLease(ctx, &h.entity, cfg)
+	}, func(ctx context.Context, lease time.Duration) error {
+		c, ok := leases[lease] // only the expander's goroutine calls this
+		if !ok {
+			var err error
+			if c, err = cfg.WithLease(lease); err != nil {
+				return err
+			}
+			leases[lease] = c
+		}
+		err := st.g.proc.ExpandLease(ctx, &h.entity, c)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrOptimisticLocking) {
-			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+			st.g.observer.RenewalFailed(RenewalEvent{Config: c, Err: err})
 		}
 		return err
 	}, func(cause error) { st.lose(h, cause) }, &st.g.group)

@@ -73,8 +73,7 @@ type holding struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	how       How        // how it was acquired; set before the acquiring call returns
-	extending sync.Mutex // Extend calls, one at a time
+	how How // how it was acquired; set before the acquiring call returns
 
 	mu       sync.Mutex
 	exp      *threads.Expander // set by own once started; guarded by mu
@@ -82,6 +81,14 @@ type holding struct {
 	state    holdState         // guarded by mu
 	count    int               // holds while held; guarded by mu
 	cause    error             // why it was lost; guarded by mu
+}
+
+// current returns h's configuration with the lease its renewals use now.
+func (h *holding) current() domain.DLockConfig {
+	if c, err := h.cfg.WithLease(h.lease()); err == nil {
+		return c
+	}
+	return h.cfg
 }
 
 // lease returns the lease h's renewals use now.
@@ -226,6 +233,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 		return nil, err
 	}
 	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.entity.Token})
+	st.checkForced(h)
 	if l.g.isClosed() { // taken as Close ran: give it back
 		if h.end(holdClosed, nil) {
 			_ = st.release(context.WithoutCancel(ctx), h, ErrClosed)

@@ -167,15 +167,14 @@ func (n *notifier) send(c *psConn) {
 			n.mu.Unlock()
 			continue
 		}
-		if c.ps == nil {
+		fresh := c.ps == nil
+		if fresh {
 			if sharded {
 				c.ps = n.g.client.SSubscribe(n.g.done) // no channel yet: nothing is sent
 			} else {
 				c.ps = n.g.client.Subscribe(n.g.done)
 			}
 			c.sharded = sharded
-			ps := c.ps
-			n.g.group.Go(func() { n.receive(c, ps) })
 		}
 		o := c.ops[0]
 		c.ops = c.ops[1:]
@@ -191,6 +190,11 @@ func (n *notifier) send(c *psConn) {
 			err = ps.SUnsubscribe(n.g.done, o.channel)
 		default:
 			err = ps.Unsubscribe(n.g.done, o.channel)
+		}
+		if fresh {
+			// Only now: the first SUBSCRIBE dialled the connection, to the node of its
+			// channel's slot. A receive before it would dial with no channel: a random node.
+			n.g.group.Go(func() { n.receive(c, ps) })
 		}
 		if err != nil && n.g.done.Err() == nil {
 			n.g.log.Debug("dlock: (un)subscribe failed; the poller covers", zap.String("channel", o.channel), zap.Error(err))
@@ -224,6 +228,7 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 				continue
 			}
 			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
+			n.forgetLeaving(c, ps)
 			n.g.redis.Reload() // a Cluster client then dials the slot's new master
 			select {
 			case <-n.g.done.Done():
@@ -235,6 +240,37 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 		}
 		backoff = 10 * time.Millisecond
 		n.handle(c, ps, m)
+	}
+}
+
+// forgetLeaving forgets the channels leaving c after its connection ps failed: go-redis
+// subscribes again only the channels it still has, and the confirmations of UNSUBSCRIBEs sent
+// on the old connection will never come.
+func (n *notifier) forgetLeaving(c *psConn, ps *redis.PubSub) {
+	n.mu.Lock()
+	if c.ps != ps {
+		n.mu.Unlock()
+		return
+	}
+	for ch, sub := range n.byChannel {
+		if sub.conn == c && sub.leaving {
+			delete(n.byChannel, ch)
+			c.subs--
+		}
+	}
+	clear(c.unsubs)
+	closing := n.dropIfIdle(c)
+	n.mu.Unlock()
+	closeAll(closing)
+}
+
+// closeAll closes subscription connections (outside the notifier's lock: a Close waits for a
+// dial under way).
+func closeAll(conns ...*redis.PubSub) {
+	for _, ps := range conns {
+		if ps != nil {
+			_ = ps.Close()
+		}
 	}
 }
 
@@ -313,9 +349,9 @@ func (n *notifier) reset(c *psConn, ps *redis.PubSub) {
 		}
 		n.queue(c, op{channel: ch, subscribe: true})
 	}
-	n.dropIfIdle(c)
+	closing := n.dropIfIdle(c)
 	n.mu.Unlock()
-	_ = ps.Close()
+	closeAll(ps, closing)
 	n.g.redis.Reload()
 }
 
@@ -369,33 +405,36 @@ func (n *notifier) lookup(channel string) *lockState {
 // it (the server dropped a channel we still want).
 func (n *notifier) left(c *psConn, channel string) bool {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if c.unsubs[channel] == 0 {
 		sub := n.byChannel[channel]
+		n.mu.Unlock()
 		return sub == nil || sub.conn != c
 	}
 	if c.unsubs[channel]--; c.unsubs[channel] == 0 {
 		delete(c.unsubs, channel)
 	}
+	var closing *redis.PubSub
 	if sub := n.byChannel[channel]; sub != nil && sub.leaving && sub.conn == c {
 		delete(n.byChannel, channel)
 		c.subs--
-		n.dropIfIdle(c)
+		closing = n.dropIfIdle(c)
 	}
+	n.mu.Unlock()
+	closeAll(closing)
 	return true
 }
 
-// dropIfIdle closes a Cluster slot's connection once nothing is subscribed or about to be on
-// it. (A single server's one connection is kept.) The caller holds mu.
-func (n *notifier) dropIfIdle(c *psConn) {
+// dropIfIdle forgets a Cluster slot's connection once nothing is subscribed or about to be on
+// it, and returns it for the caller to close after unlocking. (A single server's one
+// connection is kept.) The caller holds mu.
+func (n *notifier) dropIfIdle(c *psConn) *redis.PubSub {
 	if !n.cluster || c.subs > 0 || len(c.ops) > 0 || n.conns[c.slot] != c {
-		return
+		return nil
 	}
 	delete(n.conns, c.slot)
-	if c.ps != nil {
-		_ = c.ps.Close()
-		c.ps = nil
-	}
+	ps := c.ps
+	c.ps = nil
+	return ps
 }
 
 // active counts the channels subscribed and not leaving.
@@ -414,13 +453,13 @@ func (n *notifier) active() int {
 // close ends the subscriptions; the receivers then return.
 func (n *notifier) close() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	var closing []*redis.PubSub
 	for _, c := range n.conns {
-		if c.ps != nil {
-			_ = c.ps.Close()
-			c.ps = nil
-		}
+		closing = append(closing, c.ps)
+		c.ps = nil
 	}
 	clear(n.conns)
 	clear(n.byChannel)
+	n.mu.Unlock()
+	closeAll(closing...)
 }

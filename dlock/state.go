@@ -51,9 +51,10 @@ type lockState struct {
 	pending atomic.Pointer[handedOver] // handed over in Redis, not yet taken by a waiter; the claim stays held
 	marked  atomic.Bool                // this process may have a waiting mark beside the key
 	epoch   atomic.Uint64
-	wokenBy atomic.Int32 // the How of the latest signal
-	heard   atomic.Int64 // g.now() when this process last learnt the key's state from Redis
-	tenure  atomic.Int64 // g.now() when this process took the key from Redis (hand-overs keep it)
+	wokenBy atomic.Int32           // the How of the latest signal
+	forced  atomic.Pointer[string] // the locker ForceRelease in this Generator last deleted
+	heard   atomic.Int64           // g.now() when this process last learnt the key's state from Redis
+	tenure  atomic.Int64           // g.now() when this process took the key from Redis (hand-overs keep it)
 
 	poller *threads.Poller
 	sub    *subscription // the release channel's subscription while watching; guarded by the poller's lock
@@ -278,10 +279,11 @@ func (st *lockState) lose(h *holding, cause error) {
 	}
 	st.g.log.Warn("dlock: lock lost", zap.String("key", h.cfg.UniqueKey()),
 		zap.String("locker", h.entity.Locker), zap.Error(cause))
-	st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: cause})
+	cur := h.current()
+	st.g.observer.Lost(LossEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: cause})
 	h.cancel(cause)
 	st.owner.CompareAndSwap(h, nil)
-	st.settle(&h.entity, h.cfg) // frees the claim; signals once the key is given back
+	st.settle(&h.entity, cur) // frees the claim; signals once the key is given back
 	st.signal()
 	st.idle()
 	st.g.unref(st)
@@ -293,7 +295,8 @@ func (st *lockState) lose(h *holding, cause error) {
 // owner context and wakes the next waiter. The Redis call is bounded by ctx and the lease.
 func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
 	h.stopRenewal()
-	rctx, cancel := context.WithTimeout(ctx, h.cfg.Lease())
+	cur := h.current() // with the lease Extend set
+	rctx, cancel := context.WithTimeout(ctx, cur.Lease())
 	defer cancel()
 	var err error
 	if cause == nil && st.g.opts.handOff > 0 && st.q.HasWaiters() {
@@ -301,10 +304,10 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 	} else {
 		var late bool
 		ent := h.entity
-		err, late = st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, h.cfg) })
+		err, late = st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, cur) })
 		st.owner.CompareAndSwap(h, nil)
 		if late || redisFailed(err) {
-			st.settle(&h.entity, h.cfg) // perhaps not run: try again in the background
+			st.settle(&h.entity, cur) // perhaps not run: try again in the background
 		} else {
 			st.claim.Store(false)
 			st.signal()
@@ -318,9 +321,9 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		err = fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
 		h.foundLost(err)
 		cause = err
-		st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: err})
+		st.g.observer.Lost(LossEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: err})
 	}
-	st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Err: err})
+	st.g.observer.Released(ReleaseEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Err: err})
 	h.cancel(cause)
 	st.idle()
 	st.g.unref(st)
@@ -359,11 +362,11 @@ func (st *lockState) handOver(ctx context.Context, h *holding) error {
 	case late || redisFailed(err):
 		// Unknown outcome: the key holds h's locker, or next's, or neither. Settle both
 		// (a late hand-over is then refused, and a key it wrote is deleted).
-		from := h.entity
+		from, fromCfg := h.entity, h.current()
 		st.claim.Store(false)
 		st.background(func() {
 			st.giveBack(&next, ncfg)
-			st.giveBack(&from, h.cfg)
+			st.giveBack(&from, fromCfg)
 			st.signal()
 		})
 		if err == nil || late {

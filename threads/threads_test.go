@@ -97,7 +97,7 @@ type renewals struct {
 	errs  []error
 }
 
-func (r *renewals) renew(context.Context) error {
+func (r *renewals) renew(context.Context, time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.times = append(r.times, time.Now())
@@ -208,7 +208,7 @@ func TestExpanderLossWhileRenewalHangs(t *testing.T) {
 	lost := make(chan error, 1)
 	threads.StartExpander(context.Background(), threads.ExpanderConfig{
 		Lease: 60 * time.Millisecond, Interval: 30 * time.Millisecond, Retry: 5 * time.Millisecond, Acquired: time.Now(),
-	}, func(context.Context) error {
+	}, func(context.Context, time.Duration) error {
 		<-unblock // ignores its context, as go-redis does without ContextTimeoutEnabled
 		return nil
 	}, func(err error) { lost <- err }, &wg)
@@ -221,5 +221,59 @@ func TestExpanderLossWhileRenewalHangs(t *testing.T) {
 		t.Fatal("loss not reported while the renewal hung")
 	}
 	close(unblock)
+	waitFor(t, &wg)
+}
+
+// Extend renews at once with the new lease, and the renewals go on with it; an Extend whose
+// outcome is unknown (an error) to a shorter lease counts the lease as the shorter one.
+func TestExpanderExtend(t *testing.T) {
+	var wg threads.Group
+	var mu sync.Mutex
+	var leases []time.Duration
+	fail := false
+	lost := make(chan error, 1)
+	e := threads.StartExpander(context.Background(), threads.ExpanderConfig{
+		Lease: 10 * time.Second, Interval: 7500 * time.Millisecond, Retry: time.Second, Acquired: time.Now(),
+	}, func(_ context.Context, lease time.Duration) error {
+		mu.Lock()
+		defer mu.Unlock()
+		leases = append(leases, lease)
+		if fail {
+			return errors.New("reply lost")
+		}
+		return nil
+	}, func(err error) { lost <- err }, &wg)
+	ctx := context.Background()
+	if err := e.Extend(ctx, 80*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// renewals now come every 60 ms, with the new lease
+	eventually(t, "renewals with the new lease", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(leases) >= 3 && leases[len(leases)-1] == 80*time.Millisecond
+	})
+	if err := e.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	// an Extend to 50 ms whose reply is lost: the lease is counted as 50 ms, so the loss comes
+	// long before the 10 s lease would end
+	if err := e.Extend(ctx, 50*time.Millisecond); err == nil {
+		t.Fatal("Extend succeeded")
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, dlerrors.ErrLockLost) {
+			t.Fatalf("cause %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no loss after an unknown Extend to a shorter lease")
+	}
+	if err := e.Extend(ctx, time.Second); !errors.Is(err, threads.ErrExpanderEnded) {
+		t.Fatalf("Extend after the loss: %v", err)
+	}
 	waitFor(t, &wg)
 }
