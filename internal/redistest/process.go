@@ -48,7 +48,7 @@ type proc struct {
 	args []string // the command line after the binary
 	log  string   // the log file
 
-	id   string // cluster node id, set once at start
+	id string // cluster node id, set once at start
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while not running; guarded by mu
