@@ -24,6 +24,7 @@ func TestSlot(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := NeedCluster(t, 3, 1)
 	t.Logf("FIGURE cluster_start=%v", time.Since(start).Round(time.Millisecond))
