@@ -143,6 +143,7 @@ func TestHandOver(t *testing.T) {
 func TestRenewal(t *testing.T) {
 	for _, d := range deployments(t) {
 		t.Run(d.name, func(t *testing.T) {
+			t.Parallel() // mostly sleeping
 			const lease = 300 * time.Millisecond
 			target := unique("renew")
 			holder, err := generator(t, d, lease).Gen("RENEW", target)

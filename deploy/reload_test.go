@@ -48,7 +48,7 @@ func TestClusterStateReloadInterval(t *testing.T) {
 	token, _ := holder.FencingToken(owned)
 	hHolder := led.enter(key, len(waiters), "holder", owned, token, true)
 
-	watch := 10 * time.Second
+	watch := 6 * time.Second
 	if soaking() {
 		watch = 90 * time.Second
 	}

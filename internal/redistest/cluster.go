@@ -3,6 +3,7 @@ package redistest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,42 +136,60 @@ func busPort(p *proc) string {
 	return p.args[i+1]
 }
 
-// waitHealthy waits until every running node says cluster_state:ok with all slots served, sees
-// every running node healthy, and every replica is connected to its master and synced.
+// waitHealthy waits until every running node says cluster_state:ok with all slots served,
+// every replica is connected to its master and synced, and every running node sees every
+// running node healthy and in its actual role (a replica as the replica of its master).
 func (c *Cluster) waitHealthy(timeout time.Duration) error {
 	return waitFor("cluster healthy", timeout, func() error {
 		live := c.live()
-		slaves := 0
+		masterOf := map[*proc]string{} // replica -> its master's id; "" for a master
 		for _, p := range live {
 			if err := clusterOK(p, len(c.all())); err != nil {
 				return err
 			}
+			repl, err := p.info("INFO", "replication")
+			if err != nil {
+				return err
+			}
+			masterOf[p] = ""
+			if repl["role"] == "slave" {
+				if repl["master_link_status"] != "up" || repl["master_sync_in_progress"] != "0" {
+					return fmt.Errorf("replica %s: link %s, sync in progress %s", p.addr, repl["master_link_status"], repl["master_sync_in_progress"])
+				}
+				m := c.byAddr(net.JoinHostPort(repl["master_host"], repl["master_port"]))
+				if m == nil {
+					return fmt.Errorf("replica %s replicates from %s:%s, not a node of this cluster", p.addr, repl["master_host"], repl["master_port"])
+				}
+				masterOf[p] = m.id
+			}
+		}
+		slaves := 0
+		for _, q := range live {
+			if masterOf[q] != "" {
+				slaves++
+			}
+		}
+		if want := len(live) - c.masters; slaves != want {
+			return fmt.Errorf("%d replicas, want %d", slaves, want)
+		}
+		for _, p := range live {
 			view, err := p.view()
 			if err != nil {
 				return err
 			}
 			for _, q := range live {
 				n := view.byAddr(q.addr)
-				if n == nil {
+				switch {
+				case n == nil:
 					return fmt.Errorf("%s does not know %s", p.addr, q.addr)
-				}
-				if n.has("fail") || n.has("fail?") || n.has("handshake") {
+				case n.has("fail") || n.has("fail?") || n.has("handshake"):
 					return fmt.Errorf("%s sees %s as %s", p.addr, q.addr, strings.Join(n.flags, ","))
+				case masterOf[q] == "" && !n.has("master"):
+					return fmt.Errorf("%s does not see master %s as a master yet", p.addr, q.addr)
+				case masterOf[q] != "" && (!n.has("slave") || n.master != masterOf[q]):
+					return fmt.Errorf("%s does not see replica %s as the replica of its master yet", p.addr, q.addr)
 				}
 			}
-			repl, err := p.info("INFO", "replication")
-			if err != nil {
-				return err
-			}
-			if repl["role"] == "slave" {
-				slaves++
-				if repl["master_link_status"] != "up" || repl["master_sync_in_progress"] != "0" {
-					return fmt.Errorf("replica %s: link %s, sync in progress %s", p.addr, repl["master_link_status"], repl["master_sync_in_progress"])
-				}
-			}
-		}
-		if want := len(live) - c.masters; slaves != want {
-			return fmt.Errorf("%d replicas, want %d", slaves, want)
 		}
 		return nil
 	})
@@ -331,25 +350,27 @@ func (c *Cluster) FailoverReplica(key string) (string, error) {
 	if old == nil || !old.running() {
 		return "", fmt.Errorf("redistest: no running master for slot %d", slot)
 	}
-	view, err := old.view()
-	if err != nil {
+	var replica *proc
+	if err := waitFor(fmt.Sprintf("a replica of %s", old.addr), settleTimeout, func() error {
+		view, err := old.view()
+		if err != nil {
+			return err
+		}
+		for _, n := range view {
+			if n.master != old.id || n.has("fail") || n.has("fail?") {
+				continue
+			}
+			if p := c.byAddr(n.addr); p != nil && p.running() {
+				replica = p
+				return nil
+			}
+		}
+		return fmt.Errorf("master %s of slot %d has no running replica", old.addr, slot)
+	}); err != nil {
 		return "", err
 	}
-	var replica *proc
-	for _, n := range view {
-		if n.master != old.id || n.has("fail") || n.has("fail?") {
-			continue
-		}
-		if p := c.byAddr(n.addr); p != nil && p.running() {
-			replica = p
-			break
-		}
-	}
-	if replica == nil {
-		return "", fmt.Errorf("redistest: master %s of slot %d has no running replica", old.addr, slot)
-	}
 	sent := time.Time{}
-	err = waitFor(fmt.Sprintf("CLUSTER FAILOVER of slot %d to %s", slot, replica.addr), settleTimeout, func() error {
+	err := waitFor(fmt.Sprintf("CLUSTER FAILOVER of slot %d to %s", slot, replica.addr), settleTimeout, func() error {
 		owner, agree := c.owner(slot)
 		if owner != replica.addr {
 			// A manual failover that did not happen within its own timeout is asked again.
