@@ -33,12 +33,14 @@ type fault struct {
 
 // Kill -9 of the master serving the held keys' slot; its replica is promoted.
 func TestClusterKillMaster(t *testing.T) {
+	t.Parallel() // each on a deployment of its own; mostly waiting
 	c := redistest.NeedCluster(t, 3, 1)
 	runFailover(t, clusterFault(c, "cluster-kill", false, c.KillMaster, c.RestartKilled))
 }
 
 // CLUSTER FAILOVER on the replica: no write is lost, the holder keeps its lock.
 func TestClusterManualFailover(t *testing.T) {
+	t.Parallel() // each on a deployment of its own; mostly waiting
 	c := redistest.NeedCluster(t, 3, 1)
 	failover := func(key string) (string, error) {
 		old := c.MasterFor(key)
@@ -69,6 +71,7 @@ func clusterFault(c *redistest.Cluster, name string, lossless bool, trigger func
 
 // Kill -9 of the Sentinel-watched master; the sentinels promote the replica.
 func TestSentinelKillMaster(t *testing.T) {
+	t.Parallel() // each on a deployment of its own; mostly waiting
 	s := redistest.NeedSentinel(t, 3)
 	f := sentinelFault(s, "sentinel-kill", func(string) (string, error) { return s.KillMaster() }, s.RestartKilled)
 	f.shortLease = time.Second
@@ -81,6 +84,7 @@ func TestSentinelKillMaster(t *testing.T) {
 // TestSentinelFailoverShortLease). With a 5 s lease no renewal of this scenario falls in that
 // window, so there is no short-lease holder here.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // each on a deployment of its own; mostly waiting
 	s := redistest.NeedSentinel(t, 3)
 	f := sentinelFault(s, "sentinel-failover", func(string) (string, error) { return s.Failover() },
 		func() error { return s.WaitReplicas(2 * bound) })

@@ -22,6 +22,7 @@ import (
 // are only watched for a short while (DLOCK_SOAK: until they acquire, up to 90 s). The figures
 // say when each acquired.
 func TestClusterStateReloadInterval(t *testing.T) {
+	t.Parallel() // on a cluster of its own; mostly waiting
 	c := redistest.NeedCluster(t, 3, 1)
 	const lease = 2 * time.Second
 	target := unique("reload")
