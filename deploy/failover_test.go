@@ -133,7 +133,7 @@ func runFailover(t *testing.T, f fault) {
 		short = generatorOn(t, f.client(), f.shortLease)
 	}
 	waiters := []*dlock.Generator{generatorOn(t, f.client(), f.lease), generatorOn(t, f.client(), f.lease)}
-	end := time.Now().Add(soak(t, 0))
+	end := time.Now().Add(soak(t, 0)) // rounds of failovers until then
 	for round := 0; round == 0 || time.Now().Before(end); round++ {
 		if round > 0 {
 			if err := f.restore(); err != nil {
@@ -173,7 +173,7 @@ func runFailover(t *testing.T, f fault) {
 
 		// Before: the waiters hand the keys to each other; then the holders take them.
 		before := time.Now()
-		time.Sleep(soak(t, time.Second) / 4)
+		time.Sleep(phase(250 * time.Millisecond))
 		type held struct {
 			lock  *dlock.DistributedReentrantLock
 			owned context.Context
@@ -297,7 +297,7 @@ func runFailover(t *testing.T, f fault) {
 		}); err != nil {
 			t.Errorf("not every waiter acquired within %v after the failover", bound)
 		}
-		time.Sleep(soak(t, time.Second) / 2)
+		time.Sleep(phase(500 * time.Millisecond))
 		stopWaiters()
 		afterEnd := time.Now()
 
@@ -360,6 +360,15 @@ func runFailover(t *testing.T, f fault) {
 			return
 		}
 	}
+}
+
+// phase is how long the waiters run before and after a failover: short, or 8 times that when
+// soaking (the soak repeats failovers until DLOCK_SOAK has passed).
+func phase(short time.Duration) time.Duration {
+	if soaking() {
+		return 8 * short
+	}
+	return short
 }
 
 // checkTokensAcross checks that every fencing token of key handed out after at is above every
