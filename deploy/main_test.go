@@ -9,26 +9,25 @@
 // workloads that long and repeats the failovers. Measured figures are logged as
 // "FIGURE name=value" lines (go test -v ./deploy | grep FIGURE).
 //
-// go-redis client options these tests need (everything else is go-redis's default):
+// No go-redis client option is needed; the tests use go-redis's defaults (one test adds
+// ClusterOptions.ClusterStateReloadInterval of 1 s beside them, for comparison):
 //
-//   - ClusterOptions.ClusterStateReloadInterval: 1s (default 60s). After a master is killed
-//     nothing tells a ClusterClient that the slot moved: the dead node sends no MOVED, and
-//     connection errors do not reload the slot map. Until the periodic reload the client
-//     sends every command for the slot to the dead address, so waiters stay stuck and a
-//     holder's renewals fail, for up to the reload interval after the failover (measured:
-//     57 s with the default, under 2 s with 1s). TestClusterStateReloadInterval shows it.
-//     redis.UniversalOptions has no such field: a UniversalClient over cluster addresses
-//     always has the 60 s default.
-//   - Nothing else was needed: DialTimeout, ReadTimeout, MaxRetries and the FailoverClient's
-//     options keep their defaults (a killed loopback server refuses connections at once;
-//     the FailoverClient follows the sentinels' +switch-master for commands).
+//   - After a Cluster master is killed nothing tells a ClusterClient that the slot moved: the
+//     dead node sends no MOVED, and connection errors do not reload the slot map, so left to
+//     itself the client sends every command for the slot to the dead address until its
+//     periodic reload (60 s by default; measured before the library's fix: waiters stuck
+//     57 s). The library asks go-redis to reload the topology after every failed request or
+//     subscription error; TestClusterStateReloadInterval checks that default clients, and a
+//     UniversalClient (whose options have no reload interval), resume within seconds.
+//   - A FailoverClient moves its command connections on +switch-master but not its PubSub
+//     connections, so after SENTINEL FAILOVER (old master still up) a subscription would stay
+//     on the old master and hear no release. The library's subscription probe (a message of
+//     its own, published after a second of silence, must be heard within the next second)
+//     replaces such a connection.
 //
-// What no option changes: a FailoverClient moves its command connections on +switch-master
-// but not its PubSub connections, so after SENTINEL FAILOVER (old master still up) a
-// Generator's subscription stays on the old master, which hears no release until the
-// sentinels demote it some 10 s later; hand-offs between Generators fall back to the poller
-// (lease/6) meanwhile. And SENTINEL FAILOVER can give two owners
-// (TestSentinelFailoverShortLease, KNOWN).
+// What no option changes: SENTINEL FAILOVER can give two owners, because a renewal that lands
+// on the old master after the promotion is lost; WithReplicaAck closes that case
+// (TestSentinelFailoverShortLease measures both).
 package deploy_test
 
 import (
@@ -157,7 +156,7 @@ type deployment struct {
 func deployments(t testing.TB) []deployment {
 	c, s := sharedCluster(t), sharedSentinel(t)
 	return []deployment{
-		{"cluster", func() redis.UniversalClient { return c.Client(clusterOptions) }},
+		{"cluster", func() redis.UniversalClient { return c.Client() }},
 		{"sentinel", func() redis.UniversalClient { return s.Client() }},
 		{"universal-cluster", func() redis.UniversalClient {
 			return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: c.Addrs()})
@@ -176,9 +175,9 @@ func generator(t testing.TB, d deployment, lease time.Duration) *dlock.Generator
 }
 
 // generatorOn returns a Generator over client; both are closed when t ends.
-func generatorOn(t testing.TB, client redis.UniversalClient, lease time.Duration) *dlock.Generator {
+func generatorOn(t testing.TB, client redis.UniversalClient, lease time.Duration, opts ...dlock.Option) *dlock.Generator {
 	t.Helper()
-	g, err := dlock.NewGenerator(client, dlock.WithDefaultLease(lease))
+	g, err := dlock.NewGenerator(client, append([]dlock.Option{dlock.WithDefaultLease(lease)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
