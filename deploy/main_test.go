@@ -44,6 +44,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/internal/redistest"
 )
 
@@ -209,11 +210,11 @@ func targetsOn(t testing.TB, c *redistest.Cluster, typ, prefix string, n int) []
 		target := fmt.Sprintf("%s-%d", prefix, i)
 		key := lockKey(typ, target)
 		m := c.MasterFor(key)
-		if m == "" || perMaster[m] >= n/3 || slots[redistest.Slot(key)] {
+		if m == "" || perMaster[m] >= n/3 || slots[domain.Slot(key)] {
 			continue
 		}
 		perMaster[m]++
-		slots[redistest.Slot(key)] = true
+		slots[domain.Slot(key)] = true
 		targets = append(targets, target)
 	}
 	if len(targets) != n || len(perMaster) != 3 {
@@ -231,8 +232,8 @@ func targetsWith(t testing.TB, c *redistest.Cluster, master, typ, prefix string,
 	for i := 0; len(targets) < n && i < 10000; i++ {
 		target := fmt.Sprintf("%s-%d", prefix, i)
 		key := lockKey(typ, target)
-		if c.MasterFor(key) == master && !slots[redistest.Slot(key)] {
-			slots[redistest.Slot(key)] = true
+		if c.MasterFor(key) == master && !slots[domain.Slot(key)] {
+			slots[domain.Slot(key)] = true
 			targets = append(targets, target)
 		}
 	}

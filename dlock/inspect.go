@@ -206,7 +206,6 @@ func (g *Generator) call(ctx context.Context, f func(context.Context) error) (er
 // with lease first.
 func (st *lockState) startRenewal(h *holding, cfg domain.DLockConfig, sent time.Time, first time.Duration) *threads.Expander {
 	lease := cfg.Lease()
-	leases := map[time.Duration]domain.DLockConfig{lease: cfg} // by lease: Extend changes it
 	return threads.StartExpander(st.g.clean, threads.ExpanderConfig{
 		Lease:      lease,
 		Interval:   lease * 3 / 4,
@@ -214,15 +213,11 @@ func (st *lockState) startRenewal(h *holding, cfg domain.DLockConfig, sent time.
 		Acquired:   sent,
 		FirstLease: first,
 	}, func(ctx context.Context, lease time.Duration) error {
-		c, ok := leases[lease] // only the expander's goroutine calls this
-		if !ok {
-			var err error
-			if c, err = cfg.WithLease(lease); err != nil {
-				return err
-			}
-			leases[lease] = c
+		c, err := cfg.WithLease(lease) // Extend changes the lease
+		if err != nil {
+			return err
 		}
-		err := st.g.proc.ExpandLease(ctx, &h.entity, c)
+		err = st.g.proc.ExpandLease(ctx, &h.entity, c)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrOptimisticLocking) {
 			st.g.observer.RenewalFailed(RenewalEvent{Config: c, Err: err})
 		}

@@ -110,6 +110,28 @@ func (c *conn) lock(typ, target string, lease time.Duration) (*dlock.Distributed
 	return l, nil
 }
 
+// inspect checks r, connects, makes the handle on typ/target (with inspectLease) and checks
+// that Redis answers: what status and release need before their one call. The caller closes
+// the conn.
+func inspect(r redisFlags, typ, target string) (*conn, *dlock.DistributedReentrantLock, error) {
+	if err := r.check(); err != nil {
+		return nil, nil, err
+	}
+	c, err := connect(r, inspectLease)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := c.lock(typ, target, inspectLease)
+	if err == nil {
+		err = c.ping()
+	}
+	if err != nil {
+		c.close()
+		return nil, nil, err
+	}
+	return c, l, nil
+}
+
 // close closes the Generator (releasing what is still held, bounded by --timeout) and the
 // client.
 func (c *conn) close() {

@@ -47,21 +47,11 @@ func releaseCommand() *command {
 
 // release deletes typ/target's key and prints what it removed.
 func release(out cli, r redisFlags, typ, target string) error {
-	if err := r.check(); err != nil {
-		return err
-	}
-	c, err := connect(r, inspectLease)
+	c, l, err := inspect(r, typ, target)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	l, err := c.lock(typ, target, inspectLease)
-	if err != nil {
-		return err
-	}
-	if err := c.ping(); err != nil {
-		return err
-	}
 	ctx, cancel := c.ctx()
 	defer cancel()
 	holder, err := l.ForceRelease(ctx)

@@ -66,21 +66,11 @@ type lockStatus struct {
 
 // status prints the state of typ/target.
 func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
-	if err := r.check(); err != nil {
-		return err
-	}
-	c, err := connect(r, inspectLease)
+	c, l, err := inspect(r, typ, target)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	l, err := c.lock(typ, target, inspectLease)
-	if err != nil {
-		return err
-	}
-	if err := c.ping(); err != nil {
-		return err
-	}
 	ctx, cancel := c.ctx()
 	defer cancel()
 	st, err := l.State(ctx)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/domain"
 )
 
 // ClusterNodeTimeout is the cluster-node-timeout of a started Cluster: a master that does not
@@ -264,7 +266,7 @@ func (c *Cluster) Client(tune ...func(*redis.ClusterOptions)) *redis.ClusterClie
 // it (the view with the highest config epoch wins while they disagree); "" if none answers.
 // Right after a master is killed it is still that master.
 func (c *Cluster) MasterFor(key string) string {
-	owner, _ := c.owner(Slot(key))
+	owner, _ := c.owner(domain.Slot(key))
 	return owner
 }
 
@@ -301,7 +303,7 @@ func (c *Cluster) KillMaster(key string) (string, error) {
 	addr := c.MasterFor(key)
 	p := c.byAddr(addr)
 	if p == nil || !p.running() {
-		return "", fmt.Errorf("redistest: no running master for %q (slot %d; view says %q)", key, Slot(key), addr)
+		return "", fmt.Errorf("redistest: no running master for %q (slot %d; view says %q)", key, domain.Slot(key), addr)
 	}
 	p.kill()
 	return addr, nil
@@ -311,7 +313,7 @@ func (c *Cluster) KillMaster(key string) (string, error) {
 // agrees on and none sees as failing, with cluster_state:ok on every running node, and returns
 // that master's address. Use it after KillMaster: it returns when a replica has been promoted.
 func (c *Cluster) WaitFailover(key string, timeout time.Duration) (string, error) {
-	slot := Slot(key)
+	slot := domain.Slot(key)
 	var addr string
 	err := waitFor(fmt.Sprintf("failover of slot %d", slot), timeout, func() error {
 		owner, agree := c.owner(slot)
@@ -345,7 +347,7 @@ func (c *Cluster) WaitFailover(key string, timeout time.Duration) (string, error
 // the replica serves the slot in every running node's view and the old master replicates
 // from it. It returns the new master's address.
 func (c *Cluster) FailoverReplica(key string) (string, error) {
-	slot := Slot(key)
+	slot := domain.Slot(key)
 	old := c.byAddr(c.MasterFor(key))
 	if old == nil || !old.running() {
 		return "", fmt.Errorf("redistest: no running master for slot %d", slot)
@@ -535,32 +537,6 @@ func (v clusterView) master(slot int) *nodeLine {
 		}
 	}
 	return nil
-}
-
-// Slot returns the cluster hash slot of key, as Redis computes it: CRC16 (XMODEM) of the key,
-// or of its hash tag (the part between the first "{" and the next "}", if not empty), mod 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // SyncReplicas makes sure every write made so far to the master serving key's slot has reached

@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/domain"
 )
 
 // Slot agrees with Redis's CLUSTER KEYSLOT, hash tags included.
 func TestSlot(t *testing.T) {
-	for key, want := range map[string]int{"": 0, "123456789": 0x31C3 % 16384, "{user1000}.following": Slot("user1000"),
-		"foo{}{bar}": Slot("foo{}{bar}"), "foo{{bar}}zap": Slot("{bar")} {
-		if got := Slot(key); got != want {
-			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+	for key, want := range map[string]int{"": 0, "123456789": 0x31C3 % 16384, "{user1000}.following": domain.Slot("user1000"),
+		"foo{}{bar}": domain.Slot("foo{}{bar}"), "foo{{bar}}zap": domain.Slot("{bar")} {
+		if got := domain.Slot(key); got != want {
+			t.Errorf("domain.Slot(%q) = %d, want %d", key, got, want)
 		}
 	}
 }
@@ -42,8 +44,8 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != Slot(key) {
-			t.Fatalf("Slot(%q) = %d, CLUSTER KEYSLOT %d", key, Slot(key), n)
+		if n != domain.Slot(key) {
+			t.Fatalf("domain.Slot(%q) = %d, CLUSTER KEYSLOT %d", key, domain.Slot(key), n)
 		}
 		masters[c.MasterFor(key)] = true
 	}
