@@ -94,7 +94,9 @@ func TestReplicaAck(t *testing.T) {
 		t.Fatalf("Unlock after loss: %v", err)
 	}
 
-	// replica gone: TryLock fails with ErrNotReplicated and leaves the key free
+	// replica gone: TryLock fails with ErrNotReplicated and leaves the key free (once the
+	// lost holding's key has been given back, in the background)
+	waitFor(t, func() bool { s, err := l.State(ctx); return err == nil && !s.Held() })
 	_, ok, err := l.TryLock(ctx)
 	var pe *dlock.RedisProcessError
 	if ok || !errors.Is(err, dlock.ErrNotReplicated) || !errors.As(err, &pe) {
