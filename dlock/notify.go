@@ -360,12 +360,12 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 	case *redis.Subscription:
 		switch m.Kind {
 		case "subscribe", "ssubscribe":
-			n.mu.Lock()
-			n.confirmed++
-			n.mu.Unlock()
 			if st := n.lookup(m.Channel); st != nil {
 				st.signal()
 			}
+			n.mu.Lock()
+			n.confirmed++ // after the signal: a test that sees the count sees the wake-up
+			n.mu.Unlock()
 		case "unsubscribe", "sunsubscribe":
 			if !n.left(c, m.Channel) && m.Kind == "sunsubscribe" {
 				// Redis dropped a channel we still want: its slot moved to another shard

@@ -64,7 +64,7 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gWait.Close(context.Background())
-	gHold, _ := newGen(t, dlock.WithDefaultLease(30*time.Second))
+	gHold, ch := newGen(t, dlock.WithDefaultLease(30*time.Second))
 	lh, _ := gHold.Gen("DEAF", target(t))
 	lw, _ := gWait.Gen("DEAF", target(t))
 
@@ -83,6 +83,11 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 	}()
 	// the deaf subscription is noticed and replaced: a dial after the deaf one
 	waitFor(t, func() bool { return deafDials.Load() == 1 && dials.Load() >= 3 && gWait.Confirmed() >= 2 })
+	// The new subscription's confirmation woke the waiter, whose attempt fails (held) and
+	// leaves its waiting mark: wait for that attempt, so that only the release message can
+	// wake it next.
+	ch.Del(ctx, "{"+lw.Config().UniqueKey()+"}:want")
+	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && s.Waiting != "" })
 	if err := lh.Unlock(owned); err != nil {
 		t.Fatal(err)
 	}
