@@ -31,10 +31,10 @@ type State struct {
 	// (two leases after the last acquisition or renewal); 0 once it expired. The next token
 	// is larger than both it and the server clock in microseconds.
 	Fence uint64
-	// Waiting is the locker prefix of a process that recorded that it waits for the key (a
-	// waiting mark, kept half a lease; a process that only uses TryLock leaves none), "" when
-	// none is recorded. Only one is kept: with several waiting processes it names one.
-	Waiting string
+	// Waiting lists the processes (their locker prefixes) that recorded in Redis that they
+	// wait for the key, first in line first; empty when none did. A process that only uses
+	// TryLock never waits.
+	Waiting []string
 	// LocalWaiters reports whether goroutines of this Generator wait for the lock.
 	LocalWaiters bool
 }
@@ -59,7 +59,10 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	s := State{Config: l.cfg, LeaseLeft: in.TTL, Fence: in.Fence, Waiting: in.Want}
+	s := State{Config: l.cfg, LeaseLeft: in.TTL, Fence: in.Fence}
+	if in.Want != "" {
+		s.Waiting = []string{in.Want}
+	}
 	if mark, ok := strings.CutPrefix(in.Holder, processor.ReservedPrefix); ok {
 		s.ReservedFor = mark
 	} else {
@@ -117,32 +120,41 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 		}
 		return ErrNotHeld
 	case !redisFailed(err):
-		err = &RedisProcessError{Op: "expand", Key: h.cfg.UniqueKey(), Err: err}
+		err = &RedisProcessError{Op: "renew", Key: h.cfg.UniqueKey(), Err: err}
 	}
 	return err
 }
 
-// ForceRelease deletes the lock's key whoever holds it and wakes the processes that wait, as
-// a release does. It is an operator's last resort for a lock stuck in an incident: the holder
-// is not asked. A holder in this Generator learns of its loss at once; one elsewhere learns of
-// it at its next renewal (within three quarters of its lease) or release, as of any loss, so
-// until then two processes may act as owners — use fencing tokens downstream. It returns
-// the locker it deleted ("" when the key was free), a *RedisProcessError when Redis failed,
-// ctx's error when ctx ended first. Safe for concurrent use.
-func (l *DistributedReentrantLock) ForceRelease(ctx context.Context) (string, error) {
+// ForceRelease deletes the lock's key if it is still held by holder — the locker State
+// reports in Holder — and wakes the processes that wait, as a release does. It is an
+// operator's last resort for a lock stuck in an incident: the holder is not asked. It reports
+// whether the key held holder (false when the key is free or held by another acquisition:
+// nothing is changed then). Naming the holder makes it safe to repeat: a second copy of the
+// request, sent again by the client after a lost reply, finds the holder gone and cannot
+// remove the key of whoever acquired after it.
+//
+// A holder in this Generator learns of its loss at once; one elsewhere learns of it at its
+// next renewal (within three quarters of its lease) or release, as of any loss, so until then
+// two processes may act as owners — use fencing tokens downstream. It returns ErrInvalidConfig
+// for an empty holder, a *RedisProcessError when Redis failed, ctx's error when ctx ended
+// first. Safe for concurrent use.
+func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
 	if err := l.check(ctx); err != nil {
-		return "", err
+		return false, err
 	}
-	var holder string
+	if holder == "" {
+		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
+	}
+	var removed bool
 	err, _ := l.g.call(ctx, func(ctx context.Context) error {
 		var err error
-		holder, err = l.g.proc.ForceRelease(ctx, l.cfg)
+		removed, err = l.g.proc.ForceRelease(ctx, l.cfg, holder)
 		return err
 	})
 	if err != nil {
-		return "", err
+		return false, err
 	}
-	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && holder != "" {
+	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && removed {
 		// A holding of this Generator is told at once: the owner, a key handed over to a
 		// waiter and not yet taken, or an acquisition becoming the owner just now (it checks
 		// forced once it is the owner; of the two checks at least one sees the other).
@@ -155,7 +167,7 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context) (string, er
 		}
 		st.signal()
 	}
-	return holder, nil
+	return removed, nil
 }
 
 var errForced = fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost)

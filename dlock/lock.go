@@ -169,7 +169,7 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // is unreachable Lock keeps waiting (until ctx ends); the error then also wraps the last
 // Redis failure (errors.As finds the *RedisProcessError). After Close it returns ErrClosed.
 // Lock is safe for concurrent use.
-func (l *DistributedReentrantLock) Lock(ctx context.Context) (context.Context, error) {
+func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 	return l.acquire(ctx, true)
 }
 
@@ -179,7 +179,7 @@ func (l *DistributedReentrantLock) Lock(ctx context.Context) (context.Context, e
 // processes to see. A Redis failure is returned as a *RedisProcessError (an attempt whose
 // reply was lost is given back in the background); re-entry on a lost holding returns an
 // error matching ErrLockLost.
-func (l *DistributedReentrantLock) TryLock(ctx context.Context) (context.Context, bool, error) {
+func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	owned, err := l.acquire(ctx, false)
 	switch {
 	case err == nil:
@@ -190,7 +190,7 @@ func (l *DistributedReentrantLock) TryLock(ctx context.Context) (context.Context
 	return nil, false, err
 }
 
-func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (context.Context, error) {
+func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Owner, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
@@ -206,7 +206,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 		h.mu.Unlock()
 		switch state {
 		case holdHeld:
-			return ctx, nil
+			if o, ok := ctx.(*Owner); ok {
+				return o, nil
+			}
+			return &Owner{ctx: ctx, l: l}, nil
 		case holdLost:
 			return nil, cause
 		case holdClosed:
@@ -230,6 +233,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 			l.g.log.Debug("dlock: lock not obtained", zap.String("key", l.cfg.UniqueKey()),
 				zap.Duration("waited", time.Since(start)), zap.Error(err))
 		}
+		if wait || !errors.Is(err, ErrOptimisticLocking) {
+			l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
+		}
 		return nil, err
 	}
 	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.entity.Token})
@@ -240,7 +246,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (cont
 		}
 		return nil, ErrClosed
 	}
-	return h.ctx, nil
+	return newOwner(l, h), nil
 }
 
 // Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it lets

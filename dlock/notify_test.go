@@ -87,7 +87,7 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 	// leaves its waiting mark: wait for that attempt, so that only the release message can
 	// wake it next.
 	ch.Del(ctx, "{"+lw.Config().UniqueKey()+"}:want")
-	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && s.Waiting != "" })
+	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) > 0 })
 	if err := lh.Unlock(owned); err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func (p observed) Inspect(ctx context.Context, cfg domain.DLockConfig) (processo
 	return in, p.report(err)
 }
 
-func (p observed) ForceRelease(ctx context.Context, cfg domain.DLockConfig) (string, error) {
-	holder, err := p.DLockProcessor.ForceRelease(ctx, cfg)
-	return holder, p.report(err)
+func (p observed) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error) {
+	ok, err := p.DLockProcessor.ForceRelease(ctx, cfg, holder)
+	return ok, p.report(err)
 }

@@ -1,6 +1,8 @@
 package dlock
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"github.com/dlockgo/dlock/domain"
@@ -15,6 +17,10 @@ import (
 type Observer interface {
 	// Acquired: a Lock or TryLock got the lock (not a re-entry).
 	Acquired(AcquireEvent)
+	// NotObtained: a Lock gave up (deadline, cancellation, Close), or a Lock or TryLock
+	// failed because of Redis. A TryLock that found the lock held is not reported: that is
+	// its answer, not a failure.
+	NotObtained(NotObtainedEvent)
 	// Released: a holding's final Unlock, or Close, let it go.
 	Released(ReleaseEvent)
 	// Lost: a holding learnt it had lost the lock.
@@ -31,6 +37,9 @@ type NopObserver struct{}
 
 // Acquired implements Observer.
 func (NopObserver) Acquired(AcquireEvent) {}
+
+// NotObtained implements Observer.
+func (NopObserver) NotObtained(NotObtainedEvent) {}
 
 // Released implements Observer.
 func (NopObserver) Released(ReleaseEvent) {}
@@ -85,6 +94,43 @@ type AcquireEvent struct {
 	Token  uint64 // the fencing token
 }
 
+// NotObtainedEvent describes an acquisition that did not happen.
+type NotObtainedEvent struct {
+	Config domain.DLockConfig // the lock, with the lease of the handle used
+	Wait   time.Duration      // from the call to the failure
+	Reason Reason
+	Err    error // what the call returned
+}
+
+// Reason says why an acquisition did not happen; there are only these few, so that metrics
+// can use it as a label.
+type Reason string
+
+const (
+	// ReasonTimeout: the context's deadline ran out first.
+	ReasonTimeout Reason = "timeout"
+	// ReasonCanceled: the context was cancelled.
+	ReasonCanceled Reason = "canceled"
+	// ReasonClosed: the Generator was closed.
+	ReasonClosed Reason = "closed"
+	// ReasonRedis: Redis failed (a TryLock's attempt, or a Lock that gave up while its last
+	// attempt had failed in Redis).
+	ReasonRedis Reason = "redis"
+)
+
+// reasonOf classifies what a failed acquisition returned.
+func reasonOf(err error) Reason {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return ReasonClosed
+	case redisFailed(err):
+		return ReasonRedis
+	case errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	}
+	return ReasonCanceled
+}
+
 // ReleaseEvent describes a holding let go by its final Unlock or by Close.
 type ReleaseEvent struct {
 	Config domain.DLockConfig
@@ -111,7 +157,7 @@ type RenewalEvent struct {
 
 // RedisErrorEvent describes a failed Redis round trip.
 type RedisErrorEvent struct {
-	Op  string // lock, expand, unlock, hand-over, is-free, unmark, inspect, force-release, subscribe
+	Op  string // lock, renew, unlock, hand-over, is-free, unmark, inspect, force-release, subscribe, probe
 	Key string
 	Err error
 }

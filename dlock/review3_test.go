@@ -226,9 +226,13 @@ func TestReview3ForceReleaseDuringHandOverLeavesLocalOwnerUntold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no hand-over")
 	}
-	holder, err := la.ForceRelease(ctx) // the operator, in the same generator
-	if err != nil || holder == "" {
-		t.Fatalf("ForceRelease: %q, %v", holder, err)
+	before, err := la.State(ctx) // the operator, in the same generator
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := before.Holder
+	if removed, err := la.ForceRelease(ctx, holder); err != nil || !removed {
+		t.Fatalf("ForceRelease(%q): %v, %v", holder, removed, err)
 	}
 	ob, err := lb.Lock(ctx) // another process takes the freed key
 	if err != nil {

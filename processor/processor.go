@@ -41,7 +41,7 @@ type DLockProcessor interface {
 	Unmark(ctx context.Context, cfg domain.DLockConfig) error
 	// Inspect reads what the store holds for the lock, changing nothing.
 	Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error)
-	// ForceRelease deletes the key whoever holds it, wakes the waiters as a release does, and
-	// returns the holder it deleted ("" when the key was free).
-	ForceRelease(ctx context.Context, cfg domain.DLockConfig) (string, error)
+	// ForceRelease deletes the key if it still holds holder (and settles that acquisition),
+	// wakes the waiters as a release does, and reports whether the key held holder.
+	ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error)
 }

@@ -360,12 +360,12 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, e *domain.DLockEnt
 		n, err = res.Int64()
 	}
 	if err != nil {
-		return processErr("expand", cfg.UniqueKey(), err)
+		return processErr("renew", cfg.UniqueKey(), err)
 	}
 	if n != 1 {
-		return optimistic("expand", cfg.UniqueKey(), e.Locker)
+		return optimistic("renew", cfg.UniqueKey(), e.Locker)
 	}
-	return p.acked("expand", cfg.UniqueKey(), acked)
+	return p.acked("renew", cfg.UniqueKey(), acked)
 }
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
@@ -517,21 +517,24 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 	return in, nil
 }
 
-// ForceRelease deletes the lock key whoever holds it and publishes a release message, as a
-// release does (force.lua, one EVALSHA). It returns the holder it deleted, "" when the key
-// was free. The holder is not told; it learns of the loss at its next renewal or release.
-func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig) (string, error) {
+// ForceRelease deletes the lock key if it still holds holder, settles that acquisition and
+// publishes a release message, as a release does (force.lua, one EVALSHA). It reports whether
+// the key held holder. Safe to run twice or late: a second copy finds holder gone. The holder
+// is not told; it learns of the loss at its next renewal or release.
+func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error) {
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
-		return "", processErr("force-release", cfg.UniqueKey(), err)
+		return false, processErr("force-release", cfg.UniqueKey(), err)
 	}
-	res, _, err := p.run(ctx, forceScript, false, []string{cfg.UniqueKey()}, p.channel(cfg), pub)
-	var holder string
+	owner, seq := SplitLocker(holder)
+	res, _, err := p.run(ctx, forceScript, false, []string{cfg.UniqueKey(), DoneKey(cfg, owner)},
+		holder, p.channel(cfg), pub, seq, ms(DoneTTL(cfg)))
+	var n int64
 	if err == nil {
-		holder, err = res.Text()
+		n, err = res.Int64()
 	}
 	if err != nil {
-		return "", processErr("force-release", cfg.UniqueKey(), err)
+		return false, processErr("force-release", cfg.UniqueKey(), err)
 	}
-	return holder, nil
+	return n == 1, nil
 }

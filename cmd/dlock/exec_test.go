@@ -54,7 +54,7 @@ func TestExecHoldsLock(t *testing.T) {
 	// b waits (its mark shows it), and runs only once a's command has finished.
 	b := start(t, nil, "exec", "--redis", srv.Addr, "--wait", "1m", "CLI", tg, "--",
 		"sh", "-c", fmt.Sprintf(`test -e %[1]s/a-done && touch %[1]s/b-ran`, dir))
-	waitFor(t, "the second exec to wait", func() bool { return lockStatusOf(t, tg).Waiting != "" })
+	waitFor(t, "the second exec to wait", func() bool { return len(lockStatusOf(t, tg).Waiting) > 0 })
 	if exists(filepath.Join(dir, "b-ran")) {
 		t.Fatal("the second command ran while the first held the lock")
 	}
@@ -147,7 +147,7 @@ func TestExecSignalWhileWaiting(t *testing.T) {
 	a := holder(t, dir, tg)
 	ran := filepath.Join(dir, "b-ran")
 	b := start(t, nil, "exec", "--redis", srv.Addr, "CLI", tg, "--", "touch", ran)
-	waitFor(t, "the second exec to wait", func() bool { return lockStatusOf(t, tg).Waiting != "" })
+	waitFor(t, "the second exec to wait", func() bool { return len(lockStatusOf(t, tg).Waiting) > 0 })
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
-
-	"github.com/dlockgo/dlock/processor"
 )
 
 const releaseUsage = `
@@ -54,19 +51,24 @@ func release(out cli, r redisFlags, typ, target string) error {
 	defer c.close()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	holder, err := l.ForceRelease(ctx)
+	st, err := l.State(ctx)
 	if err != nil {
 		return classify(c.addr, c.timeout, err)
 	}
 	cfg := l.Config()
 	name := fmt.Sprintf("%s/%s (key %s)", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
-	switch {
-	case holder == "":
+	if st.Holder == "" {
 		fmt.Fprintf(out.stdout, "%s was free: nothing removed\n", name)
-	case strings.HasPrefix(holder, processor.ReservedPrefix):
-		fmt.Fprintf(out.stdout, "released %s: removed the reservation for %s\n", name, strings.TrimPrefix(holder, processor.ReservedPrefix))
-	default:
-		fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, holder)
+		return nil
 	}
+	removed, err := l.ForceRelease(ctx, st.Holder)
+	if err != nil {
+		return classify(c.addr, c.timeout, err)
+	}
+	if !removed {
+		fmt.Fprintf(out.stdout, "%s changed hands meanwhile (holder %s is gone): nothing removed\n", name, st.Holder)
+		return nil
+	}
+	fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, st.Holder)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
@@ -51,17 +52,17 @@ func statusCommand() *command {
 
 // lockStatus is the JSON form of a dlock.State; its field names are part of the interface.
 type lockStatus struct {
-	Type         string `json:"type"`
-	Target       string `json:"target"`
-	Key          string `json:"key"`
-	Held         bool   `json:"held"`
-	Holder       string `json:"holder"`
-	Mine         bool   `json:"mine"`
-	ReservedFor  string `json:"reserved_for"`
-	LeaseLeftMS  int64  `json:"lease_left_ms"`
-	Fence        uint64 `json:"fence"`
-	Waiting      string `json:"waiting"`
-	LocalWaiters bool   `json:"local_waiters"`
+	Type         string   `json:"type"`
+	Target       string   `json:"target"`
+	Key          string   `json:"key"`
+	Held         bool     `json:"held"`
+	Holder       string   `json:"holder"`
+	Mine         bool     `json:"mine"`
+	ReservedFor  string   `json:"reserved_for"`
+	LeaseLeftMS  int64    `json:"lease_left_ms"`
+	Fence        uint64   `json:"fence"`
+	Waiting      []string `json:"waiting"`
+	LocalWaiters bool     `json:"local_waiters"`
 }
 
 // status prints the state of typ/target.
@@ -122,8 +123,8 @@ func printStatus(w io.Writer, st dlock.State) {
 	} else {
 		fmt.Fprintf(w, "fence:       none kept\n")
 	}
-	if st.Waiting != "" {
-		fmt.Fprintf(w, "waiting:     %s (a process recorded that it waits)\n", st.Waiting)
+	if len(st.Waiting) > 0 {
+		fmt.Fprintf(w, "waiting:     %s (processes that recorded that they wait, first in line first)\n", strings.Join(st.Waiting, ", "))
 	} else {
 		fmt.Fprintf(w, "waiting:     none recorded\n")
 	}

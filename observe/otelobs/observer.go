@@ -168,6 +168,9 @@ func (o *Observer) Acquired(e dlock.AcquireEvent) {
 // Released implements dlock.Observer: it records how long the holding was held. A holding lost
 // while held (a renewal found the key gone) is never released, and is not in
 // dlock.hold.duration; one found lost by its release is.
+// NotObtained implements dlock.Observer. (Not counted yet.)
+func (o *Observer) NotObtained(dlock.NotObtainedEvent) {}
+
 func (o *Observer) Released(e dlock.ReleaseEvent) {
 	o.hold.Record(context.Background(), e.Held.Seconds(), o.typeAttrs(e.Config.LockType()))
 }

@@ -1,0 +1,99 @@
+package dlock
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Owner is what Lock and TryLock return: the owner context of one acquisition, which can
+// release itself. It is a context.Context that carries the ownership (pass it, or a context
+// derived from it, to Lock for re-entry, to Unlock, HoldCount, FencingToken and Extend); it
+// keeps the values of the context given to Lock but not its deadline or cancellation, and it
+// ends when the lock is released (context.Cause is context.Canceled), lost (the cause matches
+// ErrLockLost) or closed (the cause is ErrClosed).
+//
+// An Owner that the program drops without its final Unlock is found by the garbage collector
+// and released, with an error logged that names the key: a forgotten Unlock costs the lock
+// until the next collection, not for the life of the process. (A context derived from an
+// Owner and never cancelled keeps it reachable, so cancel what you derive.)
+//
+// A nil *Owner is a context that is never done and owns nothing.
+type Owner struct {
+	ctx context.Context // the holding's context, or a context derived from it
+	l   *DistributedReentrantLock
+}
+
+// newOwner returns the Owner of a fresh acquisition h, made through l, and arranges for h
+// to be released if the program drops it without Unlock. Nothing the library keeps refers
+// to the Owner, so it becomes unreachable exactly when the program lets go of it.
+func newOwner(l *DistributedReentrantLock, h *holding) *Owner {
+	o := &Owner{ctx: h.ctx, l: l}
+	runtime.AddCleanup(o, func(h *holding) { h.st.dropped(h) }, h)
+	return o
+}
+
+// Deadline implements context.Context: an owner context has no deadline.
+func (o *Owner) Deadline() (time.Time, bool) {
+	if o == nil {
+		return time.Time{}, false
+	}
+	return o.ctx.Deadline()
+}
+
+// Done implements context.Context: it is closed when the holding is released, lost or closed.
+func (o *Owner) Done() <-chan struct{} {
+	if o == nil {
+		return nil
+	}
+	return o.ctx.Done()
+}
+
+// Err implements context.Context.
+func (o *Owner) Err() error {
+	if o == nil {
+		return nil
+	}
+	return o.ctx.Err()
+}
+
+// Value implements context.Context.
+func (o *Owner) Value(key any) any {
+	if o == nil {
+		return nil
+	}
+	return o.ctx.Value(key)
+}
+
+// Unlock releases one hold of the lock: it is the lock's Unlock(o), with the same errors.
+func (o *Owner) Unlock() error {
+	if o == nil {
+		return ErrNotHeld
+	}
+	return o.l.Unlock(o)
+}
+
+// String names the context, for logs.
+func (o *Owner) String() string {
+	if o == nil {
+		return "dlock.Owner(nil)"
+	}
+	return "dlock.Owner(" + o.l.cfg.UniqueKey() + ")"
+}
+
+// dropped runs when the Owner of h was collected. If h is still held, the program lost it
+// without its final Unlock: it is released as Unlock would, and the leak is logged.
+func (st *lockState) dropped(h *holding) {
+	h.mu.Lock()
+	if h.state != holdHeld {
+		h.mu.Unlock()
+		return
+	}
+	h.state, h.count = holdReleased, 0
+	h.mu.Unlock()
+	st.g.log.Error("dlock: lock released by the garbage collector: its owner was dropped without Unlock",
+		zap.String("key", h.cfg.UniqueKey()), zap.Uint64("token", h.entity.Token))
+	st.g.group.Go(func() { _ = st.release(context.Background(), h, nil) })
+}
