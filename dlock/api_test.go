@@ -390,9 +390,9 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 	g, _ := newGen(t)
 	l, _ := g.Gen("ZERO", target(t))
 	//lint:ignore SA1012 a nil context is the point
-	call("Lock(nil)", func() error { _, err := l.Lock(nil); return err })                 //nolint:staticcheck
-	call("TryLock(nil)", func() error { _, _, err := l.TryLock(nil); return err })        //nolint:staticcheck
-	call("State(nil)", func() error { _, err := l.State(nil); return err })               //nolint:staticcheck
+	call("Lock(nil)", func() error { _, err := l.Lock(nil); return err })                      //nolint:staticcheck
+	call("TryLock(nil)", func() error { _, _, err := l.TryLock(nil); return err })             //nolint:staticcheck
+	call("State(nil)", func() error { _, err := l.State(nil); return err })                    //nolint:staticcheck
 	call("ForceRelease(nil)", func() error { _, err := l.ForceRelease(nil, "x"); return err }) //nolint:staticcheck
 	call("Do(nil fn)", func() error { return l.Do(ctx, nil) })
 }

@@ -123,7 +123,7 @@ func reasonOf(err error) Reason {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return ReasonClosed
-	case redisFailed(err):
+	case redisFault(err):
 		return ReasonRedis
 	case errors.Is(err, context.DeadlineExceeded):
 		return ReasonTimeout

@@ -145,7 +145,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				return h, nil
 			}
 			tried, triedAt, woken = true, e, false
-			if redisFailed(err) || !redisFailed(lastErr) {
+			if redisFault(err) || !redisFault(lastErr) {
 				lastErr = err // an attempt cut short by the context does not hide a Redis failure
 			}
 			continue // the attempt may have ended with the context
@@ -167,7 +167,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 }
 
 func notObtained(ctxErr, last error) error {
-	if redisFailed(last) {
+	if redisFault(last) {
 		return fmt.Errorf("%w: %w (last attempt: %w)", ErrNotObtained, ctxErr, last)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
@@ -236,6 +236,13 @@ func redisFailed(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// redisFault reports whether err says that Redis failed — not merely that the caller's
+// context ended before the answer came, which is the caller's deadline, not a fault.
+func redisFault(err error) bool {
+	var pe *RedisProcessError
+	return errors.As(err, &pe) && !errors.Is(pe.Err, context.DeadlineExceeded) && !errors.Is(pe.Err, context.Canceled)
+}
+
 // expired reports whether e's lease, counted from its request, has run out.
 func expired(e *domain.DLockEntity) bool { return time.Since(e.LockTime) >= e.Lease }
 
@@ -295,6 +302,7 @@ func (st *lockState) lose(h *holding, cause error) {
 // owner context and wakes the next waiter. The Redis call is bounded by ctx and the lease.
 func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
 	h.stopRenewal()
+	h.cancel(cause)    // the holding is told before the key can go to anyone else
 	cur := h.current() // with the lease Extend set
 	rctx, cancel := context.WithTimeout(ctx, cur.Lease())
 	defer cancel()
@@ -320,11 +328,9 @@ func (st *lockState) release(ctx context.Context, h *holding, cause error) error
 		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
 		err = fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
 		h.foundLost(err)
-		cause = err
 		st.g.observer.Lost(LossEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: err})
 	}
 	st.g.observer.Released(ReleaseEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Err: err})
-	h.cancel(cause)
 	st.idle()
 	st.g.unref(st)
 	if err != nil && !errors.Is(err, ErrLockLost) {

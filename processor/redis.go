@@ -35,6 +35,11 @@ var (
 	//go:embed lua/force.lua
 	forceSrc string
 
+	scriptSources = map[string]string{
+		"lock": lockSrc, "expand": expandSrc, "release": releaseSrc, "handover": handoverSrc,
+		"probe": probeSrc, "unmark": unmarkSrc, "inspect": inspectSrc, "force": forceSrc,
+	}
+
 	lockScript     = redis.NewScript(lockSrc)
 	expandScript   = redis.NewScript(expandSrc)
 	releaseScript  = redis.NewScript(releaseSrc)
@@ -44,8 +49,35 @@ var (
 	inspectScript  = redis.NewScript(inspectSrc)
 	forceScript    = redis.NewScript(forceSrc)
 
-	scripts = []*redis.Script{lockScript, expandScript, releaseScript, handoverScript, probeScript, unmarkScript, inspectScript, forceScript}
+	scripts = map[string]*redis.Script{
+		"lock": lockScript, "expand": expandScript, "release": releaseScript, "handover": handoverScript,
+		"probe": probeScript, "unmark": unmarkScript, "inspect": inspectScript, "force": forceScript,
+	}
 )
+
+// ScriptName names the script that an EVALSHA or EVAL command runs, given the command's
+// arguments as go-redis holds them (Cmder.Args): the script's file name without ".lua", or ""
+// for any other command. Tests use it to recognise a request.
+func ScriptName(args []any) string {
+	if len(args) < 2 {
+		return ""
+	}
+	verb, _ := args[0].(string)
+	body, _ := args[1].(string)
+	for name, s := range scripts {
+		switch strings.ToLower(verb) {
+		case "evalsha", "evalsha_ro":
+			if body == s.Hash() {
+				return name
+			}
+		case "eval", "eval_ro":
+			if body == scriptSources[name] {
+				return name
+			}
+		}
+	}
+	return ""
+}
 
 // FenceSuffix, ReleaseSuffix, WantSuffix and DoneSuffix name what is kept beside a lock key;
 // see domain.SideKey.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // The history helper: one OS process of TestHistory (history_test.go). It runs GOROUTINES
@@ -61,6 +63,7 @@ type histWrite struct {
 //	         of a process killed before it released is known;
 //	"op":    one iteration of a goroutine, written at its end: its calls and, if it acquired,
 //	         the holding;
+//	"force": an operator's ForceRelease of Key (State, then ForceRelease of the holder shown);
 //	"exit":  the helper's last line, after its generator was closed: Close's error and the
 //	         goroutine-leak check.
 type histRecord struct {
@@ -90,10 +93,15 @@ type histRecord struct {
 	UnlockErr   string     `json:"ue,omitempty"`
 	Write       *histWrite `json:"w,omitempty"`
 
+	// force: an operator's ForceRelease of Key (Calls[0] spans State and ForceRelease); Forced
+	// says whether it removed the holder State had shown.
+	Forced bool `json:"forced,omitempty"`
+
 	// exit
 	CloseErr string `json:"close,omitempty"`
 	Leak     string `json:"leak,omitempty"`
 	Iters    int64  `json:"iters,omitempty"`
+	Copies   int64  `json:"copies,omitempty"` // writes delivered a second time (dupHook)
 }
 
 // histLog appends records to a file, one write per line.
@@ -130,6 +138,8 @@ return {0, stored}`)
 // fault proxy) and the fence store FENCE_ADDR. Parameters: PROC (its name in the logs), LOG,
 // END (monotonic ns), GOROUTINES, KEYS, LEASE.
 func historyHelper(g *dlock.Generator, c *redis.Client) int {
+	dup := &dupHook{lease: envDuration("LEASE")}
+	c.AddHook(dup)
 	f, err := os.OpenFile(env("LOG"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Println("error", err)
@@ -164,6 +174,7 @@ func historyHelper(g *dlock.Generator, c *redis.Client) int {
 		exit.CloseErr = err.Error()
 	}
 	cancel()
+	exit.Copies = dup.wait()
 	_ = fence.Close()
 	_ = c.Close() // runHelper closes it again; a second Close only returns an error
 	// Goroutine leaks, with a retry window: what Close stopped may take a moment to return.
@@ -205,6 +216,49 @@ const (
 	histTryDeadline            = 500 * time.Millisecond
 )
 
+// dupHook delivers some of the library's writes a second time, a while later, as a client
+// that sends a script again after a read timeout, or a network that delivers a packet late,
+// would: every script but the read-only inspection, dupPercent of the time, after 0 to half
+// a lease. The copy's reply is read by nobody.
+type dupHook struct {
+	lease  time.Duration
+	wg     sync.WaitGroup
+	copies atomic.Int64
+}
+
+const dupPercent = 3
+
+func (d *dupHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (d *dupHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (d *dupHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := processor.ScriptName(cmd.Args()); name != "" && name != "inspect" && rand.IntN(100) < dupPercent {
+			args := append([]any(nil), cmd.Args()...)
+			delay := randDuration(0, d.lease/2)
+			d.copies.Add(1)
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				time.Sleep(delay)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = next(ctx, redis.NewCmd(ctx, args...))
+			}()
+		}
+		return err
+	}
+}
+
+// wait waits for the copies still on their way and returns how many were sent.
+func (d *dupHook) wait() int64 {
+	d.wg.Wait()
+	return d.copies.Load()
+}
+
 // iteration: pick a key and a call; if it acquired: maybe re-enter, write the token to the
 // fence store (right after acquiring or right before releasing), hold, unlock.
 func (w *histWorkload) iteration(gi int, seq int64) {
@@ -215,6 +269,10 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 	if err != nil {
 		rec.Calls = append(rec.Calls, histCall{Kind: "gen", Outcome: "error", Err: err.Error()})
 		time.Sleep(time.Millisecond)
+		return
+	}
+	if rand.IntN(200) == 0 {
+		w.force(l, rec)
 		return
 	}
 
@@ -295,6 +353,13 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		w.fence.Set(ctx, fmt.Sprintf("hold:%s:%d", w.proc, gi), monoNow()+int64(hold), hold)
 		cancel()
 	}
+	if rand.IntN(6) == 0 { // Extend, to a lease between half and three times the configured one
+		ec := histCall{Kind: "extend", Start: monoNow()}
+		err := l.Extend(owned, randDuration(w.lease/2, 3*w.lease).Round(time.Millisecond))
+		ec.End = monoNow()
+		ec.Outcome, ec.Err, ec.Redis = outcome("extend", err == nil, err)
+		rec.Calls = append(rec.Calls, ec)
+	}
 	if hold > 0 {
 		t := time.NewTimer(hold)
 		select {
@@ -344,6 +409,21 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 	}
 }
 
+// force plays an operator: it reads who holds l's key and force-releases that holder.
+func (w *histWorkload) force(l *dlock.DistributedReentrantLock, rec *histRecord) {
+	rec.T = "force"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c := histCall{Kind: "force", D: int64(2 * time.Second), Start: monoNow()}
+	st, err := l.State(ctx)
+	if err == nil && st.Holder != "" {
+		rec.Forced, err = l.ForceRelease(ctx, st.Holder)
+	}
+	c.End = monoNow()
+	c.Outcome, c.Err, c.Redis = outcome("force", err == nil, err)
+	rec.Calls = append(rec.Calls, c)
+}
+
 // fencedWrite writes token to the fence store's key for key.
 func (w *histWorkload) fencedWrite(key string, token uint64) *histWrite {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -363,7 +443,9 @@ func (w *histWorkload) fencedWrite(key string, token uint64) *histWrite {
 // deadline: for Lock, an error matching ErrNotObtained and DeadlineExceeded); lost (matches
 // ErrLockLost); redis (a *RedisProcessError, or a deadline with one in the chain); closed;
 // error (anything else, which the checker counts as unexpected for that kind of call). It also
-// returns the error's text and whether a *RedisProcessError is in its chain.
+// returns the error's text and whether Redis failed: a *RedisProcessError is in its chain
+// whose cause is not the caller's own deadline or cancellation (a request cut short by the
+// caller's deadline on a loaded machine is not a fault of Redis).
 func outcome(kind string, ok bool, err error) (string, string, bool) {
 	if ok && err == nil {
 		return "ok", "", false
@@ -372,18 +454,19 @@ func outcome(kind string, ok bool, err error) (string, string, bool) {
 		return "busy", "", false
 	}
 	var pe *dlock.RedisProcessError
+	redisFault := errors.As(err, &pe) && !errors.Is(pe, context.DeadlineExceeded) && !errors.Is(pe, context.Canceled)
 	o := "error"
 	switch {
 	case errors.Is(err, dlock.ErrLockLost):
 		o = "lost"
 	case errors.Is(err, dlock.ErrClosed):
 		o = "closed"
-	case kind == "trylock" && errors.Is(err, context.DeadlineExceeded):
+	case (kind == "trylock" || kind == "force" || kind == "extend") && errors.Is(err, context.DeadlineExceeded):
 		o = "timeout"
 	case kind != "trylock" && errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded):
 		o = "timeout"
 	case errors.As(err, &pe):
 		o = "redis"
 	}
-	return o, err.Error(), errors.As(err, &pe)
+	return o, err.Error(), redisFault
 }

@@ -27,8 +27,12 @@ import (
 // TestHistory is a randomized, multi-process history checker. P helper OS processes (the test
 // binary in mode "history", history_helper_test.go) × G goroutines lock K keys at random
 // (Lock with a short deadline, Lock with a long one, TryLock; sometimes a re-entry), hold for
-// a random time (mostly 0–5 ms, 5 % of holds 0.5–2.5 leases), write their fencing token to a
-// fence store (a second redis-server, never faulted) during the hold, and unlock. Every call
+// a random time (mostly 0–5 ms, 5 % of holds 0.5–2.5 leases; one hold in six calls Extend with
+// a lease between half and three times the configured one), write their fencing token to a
+// fence store (a second redis-server, never faulted) during the hold, and unlock. One
+// iteration in 200 plays an operator instead: State, then ForceRelease of the holder it
+// showed. Every helper's client delivers 3 % of the library's writes a second time, 0 to half
+// a lease later (as go-redis does after a read timeout, or a network that delivers late). Every call
 // and every holding is logged with CLOCK_MONOTONIC times, which all processes share. Meanwhile
 // the test injects faults, one at a time, at random intervals:
 //
@@ -64,7 +68,10 @@ import (
 // the call returned and TRel before Unlock is called, so every error in those readings hides
 // an overlap rather than inventing one.
 //
-// Excuses: a holding of a process killed (kill -9) before it logged its release (its "begin"
+// Excuses: an overlap with a holding whose key an operator's ForceRelease removed (a force of
+// the key that ended after the holding's call began and began before the overlap: the holder
+// acts as owner until its next renewal, as the contract says); a holding of a process killed
+// (kill -9) before it logged its release (its "begin"
 // line has no "op" line); a holding whose process was SIGSTOPped during its span, the stop
 // having begun no later than the overlap or write in question; a holding that straddles a
 // restart of the lock's Redis (the restart began during its span and no later than the
@@ -87,21 +94,27 @@ import (
 //	(3) fence-accepted-stale: the fence store accepted a token not above one it had accepted
 //	    in a write that ended before this one began (the script rules it out: this checks
 //	    the store and the log); stale-write-while-owner: a holding's write was refused (a
-//	    newer token was already stored) while the holding believed it held the lock (the
-//	    write began before E), not excused: a witness of two owners that needs no clock
-//	    beyond E. An overlap where both holdings' writes
-//	    were accepted (the fence did not catch it) is marked in the example.
+//	    newer token was already stored) surely while the holding held the lock: the write
+//	    returned (so was refused) before E and before CallStart + lease/2 (Lock never returns
+//	    a lock with less than half its lease left, counted from a request sent after
+//	    CallStart), not excused: a witness of two owners. A write refused later may have
+//	    waited on a loaded machine until the lease ran out: fencing doing its job. An overlap
+//	    where both holdings' writes were accepted (the fence did not catch it) is marked in
+//	    the example.
 //	(4) slow-call: a Lock or TryLock with deadline d that returned after d + callSlack; a
 //	    re-entry after callSlack; an Unlock after lease + callSlack (its Redis call is bounded
 //	    by the lease); calls of a process SIGSTOPped during the call are excused.
 //	    lock-error, trylock-error, reenter-error, unlock-error: an outcome the API does not
 //	    allow (Lock: only success, or ErrNotObtained + DeadlineExceeded; TryLock: success,
 //	    busy, the deadline or a *RedisProcessError; re-entry: success or ErrLockLost; Unlock:
-//	    nil, ErrLockLost or a *RedisProcessError). owner-ended-early: the owner context ended
+//	    nil, ErrLockLost or a *RedisProcessError; Extend: success, ErrLockLost or a
+//	    *RedisProcessError; an operator's ForceRelease: success, a *RedisProcessError or its
+//	    deadline). owner-ended-early: the owner context ended
 //	    before Unlock with a cause other than ErrLockLost (it must not inherit the Lock
 //	    context's deadline). unlock-not-lost: the owner context ended with ErrLockLost but
-//	    Unlock did not say so. redis-error-without-fault: a call failed with a
-//	    *RedisProcessError in its chain (a Lock's last attempt included) although no restart
+//	    Unlock did not say so. redis-error-without-fault: a call failed because Redis did (a
+//	    *RedisProcessError in its chain, a Lock's last attempt included, whose cause is not the
+//	    call's own deadline running out first on a loaded machine) although no restart
 //	    and no fault aimed at its process was under way from two leases before the call to
 //	    its end. no-progress: a helper that ran 5 s or more without acquiring once. hang: a
 //	    helper still running endSlack (25 s) after the end (it gets SIGQUIT, so its goroutines
@@ -211,8 +224,9 @@ type histRun struct {
 	leftChecked        bool
 
 	// Analysis.
-	stats histStats
-	viol  map[string][]string // kind -> descriptions
+	stats  histStats
+	viol   map[string][]string   // kind -> descriptions
+	forces map[string][]histCall // by key: ForceRelease calls that removed a holder
 }
 
 type histStats struct {
@@ -232,6 +246,7 @@ type histStats struct {
 	blockedEx                             []string
 	badLines                              int
 	perKey                                map[string]int
+	forces, forced, copies                int // operators' ForceRelease calls, those that removed a holder; writes sent twice
 }
 
 // start starts a helper in slot.
@@ -548,6 +563,7 @@ func (r *histRun) analyse() {
 	}
 	var holdings []*histHolding
 	var waits []*histRecord // long Lock calls that timed out
+	r.forces = map[string][]histCall{}
 	for _, p := range r.all {
 		begins := map[gid]*histRecord{}
 		finished := map[gid]bool{}
@@ -563,6 +579,13 @@ func (r *histRun) analyse() {
 				begins[gid{rec.Proc, rec.G, rec.Seq}] = rec
 			case "exit":
 				exit = rec
+			case "force":
+				st.forces++
+				r.checkCalls(p, rec, pausedDuring)
+				if rec.Forced {
+					st.forced++
+					r.forces[rec.Key] = append(r.forces[rec.Key], rec.Calls[0])
+				}
 			case "op":
 				st.iters++
 				r.checkCalls(p, rec, pausedDuring)
@@ -613,6 +636,7 @@ func (r *histRun) analyse() {
 				st.leaks++
 				r.violate("goroutine-leak", "proc %s: %s", p.id, exit.Leak)
 			}
+			st.copies += int(exit.Copies)
 			if exit.CloseErr != "" {
 				r.violate("close-error", "proc %s: Close: %s", p.id, exit.CloseErr)
 			}
@@ -754,6 +778,8 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 			"reenter":      {"ok", "lost"},
 			"unlock_inner": {"ok"},
 			"unlock":       {"ok", "lost", "redis"},
+			"extend":       {"ok", "lost", "redis"},
+			"force":        {"ok", "redis", "timeout"},
 		}[c.Kind]
 		if !slices.Contains(allowed, c.Outcome) {
 			kind := strings.TrimSuffix(strings.TrimSuffix(c.Kind, "_short"), "_long")
@@ -763,10 +789,12 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 		}
 		var bound time.Duration
 		switch c.Kind {
-		case "lock_short", "lock_long", "trylock":
+		case "lock_short", "lock_long", "trylock", "force":
 			bound = time.Duration(c.D) + histCallSlack
 		case "unlock":
 			bound = r.lease + histCallSlack
+		case "extend": // bounded by the holding's lease, which an earlier Extend may have tripled
+			bound = 3*r.lease + histCallSlack
 		default:
 			bound = histCallSlack
 		}
@@ -835,6 +863,10 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 			return
 		}
 	}
+	if r.forcedBetween(a, start) {
+		st.excused["forced"]++
+		return
+	}
 	told := func(x *histHolding) bool { return x.ToldCtx || x.ToldUnlock }
 	for _, w := range restarts {
 		if w.Start > start {
@@ -874,6 +906,23 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 	}
 	r.violate("overlap", "two owners of %s for %v%s:\n    %s\n    %s", a.Key,
 		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.hold(a), r.hold(b))
+}
+
+// forcedBetween reports whether a may be a holding that an operator's ForceRelease removed
+// before until: a force of a's key that began before until and before a's release, and ended
+// after a acquired, while a was told of a loss (by its owner context or its Unlock), as a
+// holding whose key was removed always is. The contract lets a holder in another process act
+// as owner until its next renewal tells it.
+func (r *histRun) forcedBetween(a *histHolding, until int64) bool {
+	if !a.ToldCtx && !a.ToldUnlock {
+		return false
+	}
+	for _, f := range r.forces[a.Key] {
+		if f.End > a.TAcq && f.Start < min(until, a.TRel) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkTokens applies rule (2) to the holdings of one key.
@@ -929,10 +978,21 @@ func (r *histRun) checkFence(key string, hs []*histHolding, pausedDuring func(st
 		if h.Write.Stored < h.Token {
 			r.violate("fence-accepted-stale", "the fence store refused token %d while holding %d: %s", h.Token, h.Write.Stored, r.hold(h))
 		}
-		// Refused: a newer token was stored. Did the holding still believe it held the lock?
+		// Refused: a newer token was stored. Was it refused while the holding still held the
+		// lock? The refusal happened at the latest when the write returned (Write.End); the
+		// holding believed it held the lock until its belief ended, and its lease lasted at
+		// least until CallStart + lease/2 (Lock never returns with less than half a lease
+		// left, counted from a request sent after CallStart). Only a refusal surely before both
+		// is a violation: a write that waited on a loaded machine until the lease had run out is
+		// fencing doing its job.
 		ws0 := h.Write.Start
-		if ws0 >= h.belief {
-			st.writesStale++ // told first (or the slack): a stale write, rightly refused
+		if h.Write.End >= min(h.belief, h.CallStart+int64(r.lease/2)) {
+			st.writesStale++ // told first, or refused when the lease may have run out: rightly refused
+			continue
+		}
+		if r.forcedBetween(h, h.Write.End) {
+			st.writesStale++
+			st.excused["forced (write)"]++
 			continue
 		}
 		if pausedDuring(h.Proc, h.CallStart, h.TRel, ws0) {
@@ -989,7 +1049,8 @@ func (r *histRun) report() {
 	for _, f := range r.faults {
 		faults[f.Kind]++
 	}
-	fmt.Fprintf(&b, "  faults: %d %v\n", len(r.faults), faults)
+	fmt.Fprintf(&b, "  faults: %d %v; operators' ForceRelease calls %d (%d removed a holder); writes delivered twice %d\n",
+		len(r.faults), faults, st.forces, st.forced, st.copies)
 	fmt.Fprintf(&b, "  told of a loss: by the owner context %d, by Unlock %d; overlaps after a loss notice %d; excused overlaps %v\n",
 		st.toldCtx, st.toldUnlock, st.overlapsTold, st.excused)
 	fmt.Fprintf(&b, "  loss notices later than another's acquisition: %d, the latest by %v (slack %v)\n",
@@ -1077,6 +1138,10 @@ func TestHistoryRules(t *testing.T) {
 			r.Write = &histWrite{Start: at * ms, End: (at + 1) * ms, Accepted: accepted, Stored: stored}
 		}
 	}
+	forceAt := func(proc, key string, at int64) *histRecord { // an operator's ForceRelease that removed a holder
+		return &histRecord{T: "force", Proc: proc, G: 1, Key: key, Forced: true,
+			Calls: []histCall{{Kind: "force", D: int64(2 * time.Second), Start: at * ms, End: (at + 1) * ms, Outcome: "ok"}}}
+	}
 	restart := histFault{Kind: "restart", Start: 100 * ms, End: 150 * ms}
 	pause := func(proc string, from, to int64) histFault {
 		return histFault{Kind: "stop", Proc: proc, Start: from * ms, End: to * ms}
@@ -1117,6 +1182,15 @@ func TestHistoryRules(t *testing.T) {
 		{"token repeated", []*histRecord{hold("a", "k", 5, 0, 1, 10), hold("b", "k", 5, 20, 21, 30)}, nil, nil, []string{"token-repeated"}},
 		{"stale write while owner", []*histRecord{hold("a", "k", 5, 0, 1, 10, write(5, false, 9))}, nil, nil, []string{"stale-write-while-owner"}},
 		{"stale write after the notice", []*histRecord{hold("a", "k", 5, 0, 1, 400, lostAt(200), write(390, false, 9))}, nil, nil, nil},
+		{"stale write refused once the lease may have run out", []*histRecord{hold("a", "k", 5, 0, 1, 400, write(300, false, 9))}, nil, nil, nil},
+		{"forced", []*histRecord{hold("a", "k", 1, 0, 1, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, nil},
+		{"forced after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 400, toldByUnlock), hold("b", "k", 2, 2, 150, 500), forceAt("op", "k", 200)}, nil, nil, []string{"overlap"}},
+		{"forced, never told", []*histRecord{hold("a", "k", 1, 0, 1, 400), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"forced before the holding", []*histRecord{hold("a", "k", 1, 0, 110, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"extend outcomes", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) {
+			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 3 * ms, Outcome: "ok"},
+				histCall{Kind: "extend", Start: 4 * ms, End: 5 * ms, Outcome: "error", Err: "not held"})
+		})}, nil, nil, []string{"extend-error"}},
 		{"fence accepted stale", []*histRecord{hold("a", "k", 5, 0, 1, 10, write(5, true, 0)), hold("b", "k", 3, 0, 20, 30, write(25, true, 5))},
 			nil, nil, []string{"fence-accepted-stale"}},
 		{"owner ended early", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.EndedBefore, r.EndCause, r.TEnd = true, "deadline", 5*ms })},

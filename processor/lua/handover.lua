@@ -32,8 +32,11 @@ local function settle(seq) -- as in release.lua
 end
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[2] then
-    -- this very hand-over ran before and its reply was lost (the client sent it again)
-    redis.call('pexpire', KEYS[1], ARGV[3])
+    -- this very hand-over ran before and its reply was lost (the client sent it again);
+    -- never shorten the key: its holder may have renewed or extended it since
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[3]) then
+        redis.call('pexpire', KEYS[1], ARGV[3])
+    end
 elseif holder ~= ARGV[1] then
     if ARGV[8] ~= '' and tonumber(ARGV[8]) <= done then
         return -1 -- this very hand-over ran before and yielded (the client sent it again)

@@ -23,8 +23,11 @@ if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local holder = redis.call('get', KEYS[1])
     if holder == ARGV[1] then
         -- this very attempt ran before and its reply was lost (the client sent it again):
-        -- it is ours, with its lease counted from this request and a new token
-        redis.call('pexpire', KEYS[1], ARGV[2])
+        -- it is ours, with a new token and at least its lease from now (never less than the
+        -- key has: a renewal or an Extend may have lengthened it since the first copy ran)
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+            redis.call('pexpire', KEYS[1], ARGV[2])
+        end
     elseif ARGV[4] ~= '' and holder == 'reserved|' .. ARGV[4] then
         -- a holder yielded the key to this process (handover.lua): take it with our locker
         redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])

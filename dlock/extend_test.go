@@ -1,0 +1,113 @@
+package dlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// Every write is safe to arrive late or twice: after Extend has lengthened a holding's lease,
+// no copy of an earlier request of that holding — a renewal held up on the way, the acquiring
+// request sent again by the client after a lost reply, a shorter Extend that failed — can cut
+// the key's life short behind the holder's back. Each case keeps such a request on the wire or
+// sends a copy of it after the Extend, waits past the old lease, and checks that another
+// process cannot take the key while the holder still believes it holds it.
+func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
+	const lease, long = 600 * time.Millisecond, 6 * time.Second
+	setup := func(t *testing.T) (*dlock.DistributedReentrantLock, *dlock.DistributedReentrantLock, *wire) {
+		ga, ca := newGen(t)
+		preload(t, ca)
+		w := newWire(t, ca)
+		gb, _ := newGen(t)
+		la, _ := ga.GenWithLease("EXT", target(t), lease)
+		lb, _ := gb.GenWithLease("EXT", target(t), lease)
+		return la, lb, w
+	}
+	lockA := func(t *testing.T, la *dlock.DistributedReentrantLock) *dlock.Owner {
+		owned, err := la.Lock(ctxT(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = owned.Unlock() })
+		return owned
+	}
+	extend := func(t *testing.T, la *dlock.DistributedReentrantLock, owned *dlock.Owner) {
+		if err := la.Extend(owned, long); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+	}
+	// after the late writes landed, wait past the old lease, counted from the last of them
+	settle := func() { time.Sleep(2 * lease) }
+
+	t.Run("a renewal held on the wire lands after Extend", func(t *testing.T) {
+		la, lb, w := setup(t)
+		w.hold("expand", 1)
+		owned := lockA(t, la)
+		waitFor(t, func() bool { return w.heldCount() == 1 }) // the first renewal, at 3/4 of the lease
+		extend(t, la, owned)
+		w.deliverHeld()
+		settle()
+		checkNoSecondOwner(t, la, owned, lb)
+	})
+
+	t.Run("a shorter Extend that failed lands after a longer renewal", func(t *testing.T) {
+		la, lb, w := setup(t)
+		owned := lockA(t, la)
+		extend(t, la, owned)
+		w.hold("expand", 1)
+		var pe *dlock.RedisProcessError
+		if err := la.Extend(owned, 200*time.Millisecond); !errors.As(err, &pe) {
+			t.Fatalf("Extend with its request held on the wire: %v, want a *RedisProcessError", err)
+		}
+		extend(t, la, owned) // a later, longer renewal succeeds
+		w.deliverHeld()
+		settle()
+		checkNoSecondOwner(t, la, owned, lb)
+	})
+
+	t.Run("the acquiring request arrives again after Extend", func(t *testing.T) {
+		la, lb, w := setup(t)
+		owned := lockA(t, la)
+		extend(t, la, owned)
+		replayLatestFirst(w)
+		settle()
+		checkNoSecondOwner(t, la, owned, lb)
+	})
+
+	t.Run("a local hand-over's requests arrive again after Extend", func(t *testing.T) {
+		la, lb, w := setup(t)
+		first := lockA(t, la)
+		got := make(chan *dlock.Owner, 1)
+		go func() {
+			o, err := la.Lock(ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- o
+		}()
+		waitFor(t, func() bool { s, _ := la.State(ctxT(t, time.Second)); return s.LocalWaiters })
+		if err := first.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		owned := <-got
+		if owned == nil {
+			return
+		}
+		t.Cleanup(func() { _ = owned.Unlock() })
+		extend(t, la, owned)
+		replayLatestFirst(w)
+		settle()
+		checkNoSecondOwner(t, la, owned, lb)
+	})
+}
+
+// replayLatestFirst sends again every script request w has seen, the latest first: the
+// earliest (the acquiring request) arrives last, as a copy held up longest would.
+func replayLatestFirst(w *wire) {
+	cs := w.copies()
+	for i := len(cs) - 1; i >= 0; i-- {
+		w.send(cs[i])
+	}
+}
