@@ -43,7 +43,7 @@ func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
 
 	t.Run("a renewal held on the wire lands after Extend", func(t *testing.T) {
 		la, lb, w := setup(t)
-		w.hold("expand", 1)
+		w.hold("renew", 1)
 		owned := lockA(t, la)
 		waitFor(t, func() bool { return w.heldCount() == 1 }) // the first renewal, at 3/4 of the lease
 		extend(t, la, owned)
@@ -56,7 +56,7 @@ func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
 		la, lb, w := setup(t)
 		owned := lockA(t, la)
 		extend(t, la, owned)
-		w.hold("expand", 1)
+		w.hold("renew", 1)
 		var pe *dlock.RedisProcessError
 		if err := la.Extend(owned, 200*time.Millisecond); !errors.As(err, &pe) {
 			t.Fatalf("Extend with its request held on the wire: %v, want a *RedisProcessError", err)

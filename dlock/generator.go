@@ -35,7 +35,6 @@ type Generator struct {
 	log      *zap.Logger
 	prefix   string        // locker prefix, unique to this generator
 	seq      atomic.Uint64 // acquisitions, for unique lockers
-	start    time.Time     // origin of the monotonic clock readings kept in atomics
 
 	done        context.Context // ended by Close: waits, pollers and the subscription end
 	stop        context.CancelFunc
@@ -83,7 +82,6 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		opts:     o,
 		log:      o.logger,
 		prefix:   prefix,
-		start:    time.Now(),
 		states:   make(map[string]*lockState),
 	}
 	g.shut = make(chan struct{})
@@ -143,9 +141,6 @@ func (g *Generator) isClosed() bool {
 func (g *Generator) newLocker() string {
 	return g.prefix + strconv.FormatUint(g.seq.Add(1), 10)
 }
-
-// now reads the monotonic clock as nanoseconds since the generator started.
-func (g *Generator) now() int64 { return int64(time.Since(g.start)) }
 
 // ref returns the state of cfg's key, creating it, and counts one more user.
 func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
@@ -218,21 +213,16 @@ func (g *Generator) Close(ctx context.Context) error {
 	}
 	g.closed = true
 	defer close(g.shut)
-	owners := make([]*holding, 0, len(g.states))
+	states := make([]*lockState, 0, len(g.states))
 	for _, st := range g.states {
-		if h := st.owner.Load(); h != nil {
-			owners = append(owners, h)
-		}
+		states = append(states, st)
 	}
 	g.mu.Unlock()
-	g.stop() // waiters return ErrClosed; pollers and the subscription end
+	g.stop() // waiters return ErrClosed; pollers end
 
 	var errs []error
-	for _, h := range owners {
-		if !h.end(holdClosed, nil) {
-			continue
-		}
-		if err := h.st.release(ctx, h, ErrClosed); err != nil {
+	for _, st := range states {
+		if err := st.close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
-	"github.com/dlockgo/dlock/threads"
 )
 
 // State is a lock as Redis and this Generator see it at one moment (State).
@@ -59,10 +58,7 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	s := State{Config: l.cfg, LeaseLeft: in.TTL, Fence: in.Fence}
-	if in.Want != "" {
-		s.Waiting = []string{in.Want}
-	}
+	s := State{Config: l.cfg, LeaseLeft: in.TTL, Fence: in.Fence, Waiting: in.Waiting}
 	if mark, ok := strings.CutPrefix(in.Holder, processor.ReservedPrefix); ok {
 		s.ReservedFor = mark
 	} else {
@@ -76,13 +72,13 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 }
 
 // Extend renews the lease of the acquisition owned by owned at once, with a new length, and
-// keeps renewing it with that length until it is released. It bounds the Redis call by the
-// current lease. It returns ErrInvalidConfig for a bad lease, ErrNotHeld when owned does not
-// own the lock, an error matching ErrLockLost when the holding was lost (including when this
-// renewal finds the key gone or taken: the holding is then lost, as on any renewal), ErrClosed
-// after Close, and a *RedisProcessError when Redis failed (the holding keeps its old lease
-// and renewals). Safe for concurrent use; concurrent Extends of one holding are applied one
-// at a time.
+// keeps renewing it with that length until it is released. A renewal never shortens what
+// Redis holds: an Extend to a shorter lease takes effect as the longer one it replaces runs
+// down. It bounds the Redis call by the current lease. It returns ErrInvalidConfig for a bad
+// lease, ErrNotHeld when owned does not own the lock, an error matching ErrLockLost when the
+// holding was lost (including when this renewal finds the key gone or taken: the holding is
+// then lost, as on any renewal), ErrClosed after Close, and a *RedisProcessError when Redis
+// failed (the holding keeps its lease and renewals). Safe for concurrent use.
 func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
 	if err := domain.ValidateLease(lease); err != nil {
 		return err
@@ -97,32 +93,53 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	if err := h.heldErr(); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	exp := h.exp
-	h.mu.Unlock()
-	if exp == nil {
-		return h.heldErr()
+	cfg, err := h.cfg.WithLease(lease)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(owned), h.lease())
-	defer cancel()
-	// The holding's expander makes the renewal itself, between its own renewals, so that no
-	// renewal with the old lease lands after it.
-	err := exp.Extend(ctx, lease)
-	switch {
-	case err == nil:
-		h.mu.Lock()
-		h.leaseNow = lease
-		h.mu.Unlock()
-		return h.heldErr()
-	case errors.Is(err, threads.ErrExpanderEnded), errors.Is(err, ErrOptimisticLocking):
+	st := h.st
+	st.mu.Lock()
+	t := h.ten
+	if st.ten != t || st.owner != h {
+		st.mu.Unlock()
 		if err := h.heldErr(); err != nil {
 			return err
 		}
 		return ErrNotHeld
-	case !redisFailed(err):
-		err = &RedisProcessError{Op: "renew", Key: h.cfg.UniqueKey(), Err: err}
 	}
-	return err
+	req, until := processor.RenewRequest{Locker: t.entity.Locker}, t.until
+	st.mu.Unlock()
+
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(owned), until)
+	defer cancel()
+	sent := time.Now()
+	var res processor.Result
+	err, late := l.g.call(ctx, func(ctx context.Context) error {
+		r, err := l.g.proc.ExpandLease(ctx, cfg, req)
+		if err == nil {
+			res = r
+		}
+		return err
+	})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.ten != t:
+		// lost (or ended) meanwhile
+	case late || err != nil:
+		if late {
+			err = &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: errors.Join(err, errLateReply)}
+		}
+		return err
+	case res.Outcome == processor.Renewed:
+		t.renewed(sent, cfg, 0, 0)
+	default:
+		st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken (Extend)", ErrLockLost))
+	}
+	if err := h.heldErr(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // ForceRelease deletes the lock's key if it is still held by holder — the locker State
@@ -155,29 +172,20 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 		return false, err
 	}
 	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && removed {
-		// A holding of this Generator is told at once: the owner, a key handed over to a
-		// waiter and not yet taken, or an acquisition becoming the owner just now (it checks
-		// forced once it is the owner; of the two checks at least one sees the other).
-		st.forced.Store(&holder)
-		if h := st.owner.Load(); h != nil && h.entity.Locker == holder {
-			st.lose(h, errForced)
+		// A tenure of this Generator is told at once, or, if it is being taken just now, as
+		// soon as its reply comes (ask checks forced).
+		st.mu.Lock()
+		st.forced = holder
+		if t := st.ten; t != nil && t.entity.Locker == holder {
+			st.loseLocked(t, errForced)
 		}
-		if p := st.pending.Load(); p != nil && p.entity.Locker == holder && st.pending.CompareAndSwap(p, nil) {
-			st.settle(&p.entity, p.cfg)
-		}
-		st.signal()
+		st.signalLocked(HowRetry)
+		st.mu.Unlock()
 	}
 	return removed, nil
 }
 
 var errForced = fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost)
-
-// checkForced makes h lost if ForceRelease deleted its key as it became the owner.
-func (st *lockState) checkForced(h *holding) {
-	if f := st.forced.Load(); f != nil && *f == h.entity.Locker {
-		st.lose(h, errForced)
-	}
-}
 
 var errZeroLock = fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
 
@@ -214,25 +222,3 @@ func (g *Generator) call(ctx context.Context, f func(context.Context) error) (er
 	}
 }
 
-// startRenewal starts renewing h with cfg's lease, the last write having been sent at sent
-// with lease first.
-func (st *lockState) startRenewal(h *holding, cfg domain.DLockConfig, sent time.Time, first time.Duration) *threads.Expander {
-	lease := cfg.Lease()
-	return threads.StartExpander(st.g.clean, threads.ExpanderConfig{
-		Lease:      lease,
-		Interval:   lease * 3 / 4,
-		Retry:      lease / 10,
-		Acquired:   sent,
-		FirstLease: first,
-	}, func(ctx context.Context, lease time.Duration) error {
-		c, err := cfg.WithLease(lease) // Extend changes the lease
-		if err != nil {
-			return err
-		}
-		err = st.g.proc.ExpandLease(ctx, &h.entity, c)
-		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrOptimisticLocking) {
-			st.g.observer.RenewalFailed(RenewalEvent{Config: c, Err: err})
-		}
-		return err
-	}, func(cause error) { st.lose(h, cause) }, &st.g.group)
-}

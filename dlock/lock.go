@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
-	"github.com/dlockgo/dlock/threads"
 )
 
 // DistributedReentrantLock is a handle on one lock (type and target) of a Generator. Handles
@@ -65,37 +64,34 @@ const (
 	holdClosed
 )
 
-// holding is one acquisition: from the Redis write to the final Unlock, the loss or Close.
+// holding is one acquisition: from the moment it got the lock (from Redis, or passed within
+// this process under the same tenure) to its final Unlock, its loss or Close. Whoever moves
+// it out of held (the final Unlock, a loss, Close, the garbage collector finding its Owner
+// dropped) tells its owner context first and drops its reference to the state.
 type holding struct {
 	st     *lockState
+	ten    *tenure            // the tenure it was acquired under
 	cfg    domain.DLockConfig // of the handle it was made with
-	entity domain.DLockEntity
+	token  uint64
+	at     time.Time // when it got the lock
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	how How // how it was acquired; set before the acquiring call returns
 
-	mu       sync.Mutex
-	exp      *threads.Expander // set by own once started; guarded by mu
-	leaseNow time.Duration     // the lease renewals use (Extend changes it); guarded by mu
-	state    holdState         // guarded by mu
-	count    int               // holds while held; guarded by mu
-	cause    error             // why it was lost; guarded by mu
+	mu    sync.Mutex
+	state holdState // guarded by mu
+	count int       // holds while held; guarded by mu
+	cause error     // why it was lost; guarded by mu
 }
 
-// current returns h's configuration with the lease its renewals use now.
-func (h *holding) current() domain.DLockConfig {
-	if c, err := h.cfg.WithLease(h.lease()); err == nil {
-		return c
-	}
-	return h.cfg
-}
-
-// lease returns the lease h's renewals use now.
-func (h *holding) lease() time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.leaseNow
+// newHolding makes the holding of an acquisition made with cfg under t, with token. The
+// owner context keeps parent's values but not its deadline or cancellation.
+func newHolding(st *lockState, t *tenure, cfg domain.DLockConfig, parent context.Context, token uint64) *holding {
+	h := &holding{st: st, ten: t, cfg: cfg, token: token, at: time.Now(), count: 1}
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	h.ctx, h.cancel = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
+	return h
 }
 
 // heldErr returns nil while h is held, else what a call on it reports: the loss's cause,
@@ -121,8 +117,19 @@ func (h *holding) end(s holdState, cause error) bool {
 	if h.state != holdHeld {
 		return false
 	}
-	h.state, h.cause = s, cause
+	h.state, h.cause, h.count = s, cause, 0
 	return true
+}
+
+// lose ends h as lost, unless it ended otherwise first: its owner context is cancelled with
+// cause. The caller holds the state's mu (no pass can follow).
+func (h *holding) lose(cause error) {
+	if !h.end(holdLost, cause) {
+		return
+	}
+	h.cancel(cause)
+	h.st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+	h.st.g.unref(h.st)
 }
 
 // foundLost records that the final release found the key gone or taken: the holding is lost.
@@ -132,21 +139,31 @@ func (h *holding) foundLost(cause error) {
 	h.mu.Unlock()
 }
 
-// stopRenewal stops h's expander; no loss is reported after it returns.
-func (h *holding) stopRenewal() {
-	h.mu.Lock()
-	exp := h.exp
-	h.mu.Unlock()
-	if exp != nil { // else own stops it when it sees h ended
-		exp.Stop()
-	}
-}
-
 // status returns h's state, hold count and loss cause.
 func (h *holding) status() (holdState, int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.state, h.count, h.cause
+}
+
+// release lets h go after its final hold was given up (released) or Close (closed): the
+// owner context is told first, then the lock passes on or the key is let go, and the
+// holding's reference is dropped.
+func (h *holding) release(ctx context.Context, cause error) error {
+	st := h.st
+	h.cancel(cause)
+	err := st.unlock(ctx, h)
+	if errors.Is(err, ErrLockLost) {
+		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
+		h.foundLost(err)
+		st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: err})
+	}
+	st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: err})
+	st.g.unref(st)
+	if err != nil && !errors.Is(err, ErrLockLost) {
+		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))
+	}
+	return err
 }
 
 // holdingOf returns the acquisition of l's key that ctx carries, or nil.
@@ -217,17 +234,20 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		}
 		// released: acquire anew (with a context that is still live)
 	}
+	start := time.Now()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)
+		err = fmt.Errorf("%w: %w", ErrNotObtained, err)
+		l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Reason: reasonOf(err), Err: err})
+		return nil, err
 	}
 	st, err := l.g.ref(l.cfg)
 	if err != nil {
+		l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Reason: reasonOf(err), Err: err})
 		return nil, err
 	}
-	start := time.Now()
 	h, err := st.acquire(ctx, l.cfg, wait)
 	if err != nil {
-		st.idle()
+		st.left()
 		l.g.unref(st)
 		if wait && errors.Is(err, ErrNotObtained) {
 			l.g.log.Debug("dlock: lock not obtained", zap.String("key", l.cfg.UniqueKey()),
@@ -238,11 +258,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		}
 		return nil, err
 	}
-	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.entity.Token})
-	st.checkForced(h)
+	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.token})
 	if l.g.isClosed() { // taken as Close ran: give it back
 		if h.end(holdClosed, nil) {
-			_ = st.release(context.WithoutCancel(ctx), h, ErrClosed)
+			_ = h.release(context.WithoutCancel(ctx), ErrClosed)
 		}
 		return nil, ErrClosed
 	}
@@ -262,6 +281,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // and the release is retried in the background until the lease runs out); ErrInvalidConfig on
 // a lock not made by a Generator. Safe for concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
 	if l == nil || l.g == nil || l.g.proc == nil {
 		return errZeroLock
 	}
@@ -291,7 +313,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	}
 	h.state = holdReleased
 	h.mu.Unlock()
-	return h.st.release(context.WithoutCancel(ctx), h, nil)
+	return h.release(context.WithoutCancel(ctx), context.Canceled)
 }
 
 // Do runs fn while holding the lock and always releases it, even if fn panics. fn receives the
@@ -329,7 +351,7 @@ func (l *DistributedReentrantLock) HoldCount(ctx context.Context) int {
 func (l *DistributedReentrantLock) FencingToken(ctx context.Context) (token uint64, ok bool) {
 	if h := l.holdingOf(ctx); h != nil {
 		if state, _, _ := h.status(); state == holdHeld {
-			return h.entity.Token, true
+			return h.token, true
 		}
 	}
 	return 0, false

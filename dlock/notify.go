@@ -17,10 +17,14 @@ import (
 )
 
 // notifier keeps the subscriptions of a Generator: a lock's release channel is subscribed
-// while this process has waiters on it. A release message wakes the lock's first waiter; so
-// does the confirmation of a subscription (including the ones go-redis sends again after
-// reconnecting), because a release that happened before the subscription took effect would
-// otherwise cost a poll interval.
+// while this process waits in Redis for the key, and for a second after (a process that takes
+// and wants the key again and again keeps its subscription instead of paying for SUBSCRIBE
+// and UNSUBSCRIBE each time). A release message names the process the key was reserved for:
+// only that one acts on it (the others only note that the key is alive); a message that the
+// key was left free wakes every waiting process. The confirmation of a subscription (including
+// the ones go-redis sends again after reconnecting) wakes the lock's first waiter too, because
+// a release that happened before the subscription took effect would otherwise cost a poll
+// interval. Messages go to the live state of their key (Generator.lookup), whichever it is.
 //
 // With a single server or Sentinel all channels share one connection. With a Cluster client
 // there is one connection per hash slot in use: release messages then go by sharded pub/sub
@@ -68,14 +72,20 @@ type op struct {
 	subscribe bool
 }
 
-// subscription is a channel's lock. It stays known after UNSUBSCRIBE is sent (leaving) until
-// Redis confirms it, so that a release published just before still wakes the lock's waiters.
+// subscription is a channel's subscription. It stays known after UNSUBSCRIBE is sent
+// (leaving) until Redis confirms it, so that a release published just before still wakes the
+// lock's waiters.
 type subscription struct {
-	st      *lockState
 	channel string
+	key     string // the lock key whose state its messages go to
 	conn    *psConn
-	leaving bool // guarded by the notifier's mu
+	users   int         // states that watch it; guarded by the notifier's mu
+	idle    *time.Timer // while nobody watches: unsubscribes after linger; guarded by mu
+	leaving bool        // guarded by the notifier's mu
 }
+
+// linger is how long a channel stays subscribed after the last state watching it stopped.
+const linger = time.Second
 
 // probeEvery is how long a subscription connection may stay silent before it checks, with a
 // probe message of its own, that it hears what is published; a probe not heard within as long
@@ -90,39 +100,60 @@ func newNotifier(g *Generator) *notifier {
 	return &notifier{g: g, cluster: cluster, conns: make(map[int]*psConn), byChannel: make(map[string]*subscription)}
 }
 
-// subscribe subscribes st's release channel and returns the subscription (nil once closed).
-func (n *notifier) subscribe(st *lockState) *subscription {
+// watch makes sure channel, key's release channel, is subscribed while a state watches it.
+func (n *notifier) watch(channel, key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.g.done.Err() != nil {
-		return nil
+		return
+	}
+	if sub := n.byChannel[channel]; sub != nil && !sub.leaving {
+		sub.users++
+		if sub.idle != nil {
+			sub.idle.Stop()
+			sub.idle = nil
+		}
+		return
 	}
 	slot := 0
 	if n.cluster {
-		slot = domain.Slot(st.channel)
+		slot = domain.Slot(channel)
 	}
 	c := n.conns[slot]
 	if c == nil {
 		c = &psConn{slot: slot, unsubs: make(map[string]int)}
 		n.conns[slot] = c
 	}
-	if old := n.byChannel[st.channel]; old != nil {
+	if old := n.byChannel[channel]; old != nil {
 		old.conn.subs-- // replaced while leaving; its confirmation finds the new one
 	}
-	sub := &subscription{st: st, channel: st.channel, conn: c}
-	n.byChannel[st.channel] = sub
+	n.byChannel[channel] = &subscription{channel: channel, key: key, conn: c, users: 1}
 	c.subs++
-	n.queue(c, op{channel: st.channel, subscribe: true})
-	return sub
+	n.queue(c, op{channel: channel, subscribe: true})
 }
 
-// unsubscribe ends sub, unless its channel was subscribed again since.
-func (n *notifier) unsubscribe(sub *subscription) {
+// unwatch says a state stopped watching channel; once nobody has for linger, it is
+// unsubscribed.
+func (n *notifier) unwatch(channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.byChannel[sub.channel] != sub || sub.leaving {
+	sub := n.byChannel[channel]
+	if sub == nil || sub.leaving || sub.users == 0 {
 		return
 	}
+	if sub.users--; sub.users == 0 && n.g.done.Err() == nil {
+		sub.idle = time.AfterFunc(linger, func() { n.expire(sub) })
+	}
+}
+
+// expire unsubscribes sub if nobody watched it again since.
+func (n *notifier) expire(sub *subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.byChannel[sub.channel] != sub || sub.leaving || sub.users > 0 || n.g.done.Err() != nil {
+		return
+	}
+	sub.idle = nil
 	sub.leaving = true
 	sub.conn.unsubs[sub.channel]++
 	n.queue(sub.conn, op{channel: sub.channel})
@@ -361,7 +392,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		switch m.Kind {
 		case "subscribe", "ssubscribe":
 			if st := n.lookup(m.Channel); st != nil {
-				st.signal()
+				st.signal(HowRetry)
 			}
 			n.mu.Lock()
 			n.confirmed++ // after the signal: a test that sees the count sees the wake-up
@@ -379,25 +410,30 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			c.probe = "" // the connection hears what is published
 		}
 		n.mu.Unlock()
-		st := n.lookup(m.Channel)
-		locker, ok := processor.ParseMessage(m.Payload)
-		if st == nil || !ok || strings.HasPrefix(locker, n.g.prefix) {
-			return // a probe, or our own release, which woke the local queue already
+		from, next, ok := processor.ParseMessage(m.Payload)
+		if !ok {
+			return // a probe
 		}
-		// released by another process: the first waiter tries (and, if the key is taken
-		// again, leaves our mark for the next release)
-		st.heard.Store(n.g.now())
-		st.signalBy(HowNotified)
+		st := n.lookup(m.Channel)
+		switch {
+		case st == nil:
+		case strings.HasPrefix(from, n.g.prefix):
+			st.heardOwn(from) // our own release, which woke the local queue already, or a ForceRelease
+		default:
+			st.heardRelease(next)
+		}
 	}
 }
 
+// lookup returns the live state of the key whose release channel is channel, if any.
 func (n *notifier) lookup(channel string) *lockState {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if sub := n.byChannel[channel]; sub != nil {
-		return sub.st
+	sub := n.byChannel[channel]
+	n.mu.Unlock()
+	if sub == nil {
+		return nil
 	}
-	return nil
+	return n.g.lookup(sub.key)
 }
 
 // left takes note of an unsubscription of channel confirmed on c: it forgets the channel
@@ -457,6 +493,11 @@ func (n *notifier) close() {
 	for _, c := range n.conns {
 		closing = append(closing, c.ps)
 		c.ps = nil
+	}
+	for _, sub := range n.byChannel {
+		if sub.idle != nil {
+			sub.idle.Stop()
+		}
 	}
 	clear(n.conns)
 	clear(n.byChannel)

@@ -27,29 +27,28 @@ func (p observed) Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLo
 	return e, p.report(err)
 }
 
-func (p observed) Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error {
-	return p.report(p.DLockProcessor.Lock(ctx, e, cfg, wait))
+func (p observed) Lock(ctx context.Context, cfg domain.DLockConfig, req processor.LockRequest) (processor.Result, error) {
+	r, err := p.DLockProcessor.Lock(ctx, cfg, req)
+	return r, p.report(err)
 }
 
-func (p observed) ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	return p.report(p.DLockProcessor.ExpandLease(ctx, e, cfg))
+func (p observed) ExpandLease(ctx context.Context, cfg domain.DLockConfig, req processor.RenewRequest) (processor.Result, error) {
+	r, err := p.DLockProcessor.ExpandLease(ctx, cfg, req)
+	return r, p.report(err)
 }
 
-func (p observed) Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	return p.report(p.DLockProcessor.Unlock(ctx, e, cfg))
+func (p observed) Unlock(ctx context.Context, cfg domain.DLockConfig, req processor.ReleaseRequest) (processor.Result, error) {
+	r, err := p.DLockProcessor.Unlock(ctx, cfg, req)
+	return r, p.report(err)
 }
 
-func (p observed) IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error) {
-	free, err := p.DLockProcessor.IsFree(ctx, cfg)
-	return free, p.report(err)
+func (p observed) IsFree(ctx context.Context, cfg domain.DLockConfig) (processor.PollResult, error) {
+	r, err := p.DLockProcessor.IsFree(ctx, cfg)
+	return r, p.report(err)
 }
 
-func (p observed) HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error {
-	return p.report(p.DLockProcessor.HandOver(ctx, from, to, cfg, yield))
-}
-
-func (p observed) Unmark(ctx context.Context, cfg domain.DLockConfig) error {
-	return p.report(p.DLockProcessor.Unmark(ctx, cfg))
+func (p observed) Leave(ctx context.Context, cfg domain.DLockConfig) error {
+	return p.report(p.DLockProcessor.Leave(ctx, cfg))
 }
 
 func (p observed) Inspect(ctx context.Context, cfg domain.DLockConfig) (processor.Inspection, error) {

@@ -86,14 +86,10 @@ func (o *Owner) String() string {
 // dropped runs when the Owner of h was collected. If h is still held, the program lost it
 // without its final Unlock: it is released as Unlock would, and the leak is logged.
 func (st *lockState) dropped(h *holding) {
-	h.mu.Lock()
-	if h.state != holdHeld {
-		h.mu.Unlock()
+	if !h.end(holdReleased, nil) {
 		return
 	}
-	h.state, h.count = holdReleased, 0
-	h.mu.Unlock()
 	st.g.log.Error("dlock: lock released by the garbage collector: its owner was dropped without Unlock",
-		zap.String("key", h.cfg.UniqueKey()), zap.Uint64("token", h.entity.Token))
-	st.g.group.Go(func() { _ = st.release(context.Background(), h, nil) })
+		zap.String("key", h.cfg.UniqueKey()), zap.Uint64("token", h.token))
+	st.background(func() { _ = h.release(st.g.clean, context.Canceled) })
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -15,55 +15,96 @@ import (
 	"github.com/dlockgo/dlock/threads"
 )
 
+// phase is where one key stands in one process. Each transition is one method of lockState
+// that checks the phase it starts from, under lockState.mu; Redis calls and parking happen
+// outside the lock.
+//
+//	idle ──ask──▶ asking ──taken──▶ held ◀──take── free ◀──unlock (local waiters)── held
+//	  ▲             │                 │                  │
+//	  └──held/fail──┘                 │ unlock (no local waiter, or no passes) ──▶ releasing ──▶ idle
+//	                  renewing ◀── take (renew first: lease, tokens, half the lease, hand-off limit)
+//	                     ├─renewed──▶ held
+//	                     └─yielded──▶ idle (in line again)
+//
+// A loss (renewal found the key gone or taken, the lease ran out, ForceRelease here) moves
+// held, free and renewing to idle at once; Close releases what is held.
+type phase uint8
+
+const (
+	// idle: this process does not hold the key and nobody asks Redis for it. Goroutines may
+	// wait: then the process is in the key's line in Redis and watches for its turn.
+	idle phase = iota
+	// asking: one goroutine's lock.lua is in flight (at most one per process and key).
+	asking
+	// held: this process holds the key (a tenure) and a goroutine owns the lock.
+	held
+	// free: this process holds the key but no goroutine owns the lock: the next goroutine to
+	// take it does so without a word to Redis (a local pass).
+	free
+	// renewing: this process holds the key and one goroutine renews it before taking it.
+	renewing
+	// releasing: the tenure is being let go (release.lua in flight).
+	releasing
+)
+
+var phaseNames = [...]string{"idle", "asking", "held", "free", "renewing", "releasing"}
+
+func (p phase) String() string { return phaseNames[p] }
+
 // starvation is how long the first waiter may wait before newcomers stop barging (as in
 // sync.Mutex).
 const starvation = time.Millisecond
 
-// lockState is what one process knows of one key: its local queue, owner and background
-// loops. There is at most one per key per Generator (Generator.states), and it lives while
-// anyone holds or waits on the key or background work for it runs (refs), so a message, a
-// late attempt or a give-back always meets the state that is live.
+// blockSize is how many fencing tokens a tenure reserves when goroutines of this process wait
+// (one per local pass); a new block is reserved with a renewal when it runs out.
+const blockSize = 1024
+
+// lockState is what one process knows of one key. There is at most one per key per Generator
+// (Generator.states), and it lives while anyone holds or waits on the key or background work
+// for it runs (refs), so a message, a late attempt or a give-back always meets the state that
+// is live.
 //
-// The claim is the local half of the lock: a goroutine talks to Redis about the key only while
-// holding it, and keeps it while it owns the lock. So at most one goroutine per process asks
-// Redis at a time, and one that finds the claim taken waits in the queue without a round trip.
-// The claim is about local order only: exclusion rests on Redis, where every acquisition
-// writes its own locker.
+// The process holds the key in Redis for a tenure (one locker, renewed by one expander), and
+// within it passes the lock from goroutine to goroutine without a word to Redis, as lock
+// cohorting does: each pass is a new acquisition with its own owner context and fencing token
+// (from a block the tenure reserved), on its own handle's lease. The tenure ends when no local
+// goroutine wants the lock, or when another process waits and the tenure has lasted the
+// hand-off limit: the key then goes to the first process in the Redis line.
 //
-// Wake-ups are counted in epoch: every "the key may be free" signal (a local release, a release
-// message, a poll that found the key free, a fresh subscription) adds one and wakes the first
-// waiter. A waiter that failed in Redis tries again only after the epoch moved, and one that
-// failed while a signal arrived passes the wake-up on, so signals are neither lost nor turned
-// into extra round trips.
-//
-// The key reaches a waiter in one of two ways: its own attempt (lock.lua), or a local release
-// that handed the key over in Redis to a new locker made for the next waiter (pending; the
-// claim passes with it). Nothing else ever puts a locker of this process under the key.
+// Rules kept here (the phase machine above is their mechanism):
+//   - At most one goroutine talks to Redis about the key at a time (phases asking, renewing,
+//     releasing), so a goroutine that finds another doing so waits in the queue without a
+//     round trip. Exclusion does not rest on this: it rests on Redis, where each tenure writes
+//     its own locker.
+//   - A pass never starts with less than half the taker's lease left, nor on another lease
+//     than the taker's, nor after the hand-off limit while another process waits, nor
+//     without a token: it renews first (phase renewing).
+//   - No pass after a loss: a lost tenure leaves the phase at once (loseTenure), before the
+//     holder is told.
+//   - Wake-ups are counted in epoch: every "the key may be free, or is reserved for us"
+//     signal adds one and wakes the first waiter; a waiter that failed in Redis asks again
+//     only after the epoch moved, and one that failed while a signal arrived passes the
+//     wake-up on, so signals are neither lost nor turned into extra round trips.
 type lockState struct {
 	g       *Generator
-	cfg     domain.DLockConfig // of the handle that brought the state into use: poll timing and marks
+	cfg     domain.DLockConfig // of the handle that brought the state into use: poll timing, line entries
 	channel string             // the release channel
-	refs    int                // holdings, waiters and background jobs; guarded by g.mu
+	refs    int                // holdings, tenure, waiters and background jobs; guarded by g.mu
 
-	q       queue.Queue
-	claim   atomic.Bool
-	owner   atomic.Pointer[holding]
-	pending atomic.Pointer[handedOver] // handed over in Redis, not yet taken by a waiter; the claim stays held
-	marked  atomic.Bool                // this process may have a waiting mark beside the key
-	epoch   atomic.Uint64
-	wokenBy atomic.Int32           // the How of the latest signal
-	forced  atomic.Pointer[string] // the locker ForceRelease in this Generator last deleted
-	heard   atomic.Int64           // g.now() when this process last learnt the key's state from Redis
-	tenure  atomic.Int64           // g.now() when this process took the key from Redis (hand-overs keep it)
-
+	q      queue.Queue // the goroutines that wait, lock-free
 	poller *threads.Poller
-	sub    *subscription // the release channel's subscription while watching; guarded by the poller's lock
-}
 
-// handedOver is a key handed over in Redis to a locker made for the next local waiter.
-type handedOver struct {
-	entity domain.DLockEntity
-	cfg    domain.DLockConfig // with the lease the hand-over set
+	mu       sync.Mutex // guards every field below
+	phase    phase
+	ten      *tenure  // held, free, renewing, releasing
+	owner    *holding // held
+	epoch    uint64
+	wokenBy  How       // what sent the latest signal
+	queued   bool      // this process may have an entry in the Redis line
+	entryAt  time.Time // when this process last renewed its entry (a failed attempt, a poll)
+	heard    time.Time // when this process last learnt the key's state from Redis
+	watching bool      // the release channel is watched for this state
+	forced   string    // the locker ForceRelease in this Generator last removed
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
@@ -72,7 +113,7 @@ func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
 	return st
 }
 
-// mayBarge reports whether a newcomer may try before the queued goroutines.
+// mayBarge reports whether a newcomer may go before the queued goroutines.
 func (st *lockState) mayBarge() bool {
 	if st.g.opts.fifo {
 		return !st.q.HasWaiters()
@@ -81,38 +122,83 @@ func (st *lockState) mayBarge() bool {
 	return f == nil || time.Since(f.Since()) < starvation
 }
 
-// errLateReply reports an acquisition whose reply came after its lease had run out.
-var errLateReply = errors.New("the reply came after the lease had run out")
-
 // errBusy is TryLock's answer when a goroutine of this process holds or is taking the lock.
 var errBusy = fmt.Errorf("%w: held or being taken by this process", ErrOptimisticLocking)
 
+// errLateReply reports an acquisition whose reply came after its lease had run out.
+var errLateReply = errors.New("the reply came after the lease had run out")
+
+// step is what a goroutine that may take the lock does next, decided under mu.
+type step uint8
+
+const (
+	stepWait  step = iota // park until woken
+	stepTaken             // h is the new owner
+	stepAsk               // ask Redis (phase asking is ours)
+	stepRenew             // renew the tenure before taking it (phase renewing is ours)
+)
+
+// next decides, under mu, what a goroutine wanting the lock with cfg does: take a free
+// tenure (or renew it first), ask Redis if the key may be free, or wait. tried and triedAt
+// say whether, and at which epoch, this goroutine last failed in Redis.
+func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried bool, triedAt uint64) (step, *holding, uint64) {
+	switch st.phase {
+	case free:
+		if !st.ten.mustRenew(cfg) {
+			return stepTaken, st.take(ctx, cfg), st.epoch
+		}
+		if !tried || st.epoch != triedAt {
+			st.phase = renewing
+			return stepRenew, nil, st.epoch
+		}
+	case idle:
+		if !tried || st.epoch != triedAt {
+			st.phase = asking
+			return stepAsk, nil, st.epoch
+		}
+	}
+	return stepWait, nil, st.epoch
+}
+
 // acquire takes the lock for an acquisition made with cfg (its handle's lease), waiting if
-// wait is set.
+// wait is set. The caller holds a reference to st.
 func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, error) {
 	var (
-		tried   bool   // this goroutine has failed in Redis ...
+		tried   bool   // this goroutine failed in Redis ...
 		triedAt uint64 // ... at this epoch
-		lastErr error
+		lastErr error  // the last Redis failure
+		how     = HowAttempt
 	)
-	if (!wait || st.mayBarge()) && st.claim.CompareAndSwap(false, true) {
-		how := HowAttempt
-		if st.q.HasWaiters() {
-			how = HowBarge
+	st.mu.Lock()
+	if st.q.HasWaiters() {
+		how = HowBarge
+	}
+	if !wait || st.mayBarge() {
+		s, h, e := st.next(ctx, cfg, false, 0)
+		st.mu.Unlock()
+		if s == stepTaken {
+			h.how = HowHandOver
+			return h, nil
 		}
-		h, e, err := st.tryRemote(ctx, cfg, wait)
+		h, err := st.act(ctx, s, cfg, wait, e, &lastErr)
 		if h != nil {
-			h.how = how
+			if s == stepAsk {
+				h.how = how
+			}
+			return h, nil
 		}
-		if h != nil || !wait {
-			return h, err
+		if !wait {
+			if err == nil {
+				err = errBusy // held here, or the tenure moved on as we renewed it
+			}
+			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, notObtained(ctx.Err(), err)
+			return nil, notObtained(ctx.Err(), lastErr)
 		}
-		tried, triedAt, lastErr = true, e, err
-	} else if !wait {
-		return nil, errBusy
+		tried, triedAt = s != stepWait, e
+	} else {
+		st.mu.Unlock()
 	}
 
 	// Wait in the queue; a Close ends the wait too.
@@ -125,45 +211,62 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	st.q.Enqueue(n)
 	woken := false // a wake-up was taken from the permit and not yet acted on
 	for wctx.Err() == nil {
-		first := st.q.IsFirst(n)
-		if p := st.pending.Load(); p != nil && first && st.pending.CompareAndSwap(p, nil) {
-			// handed over by the previous local owner: the claim is ours
-			if !expired(&p.entity) {
+		if st.q.IsFirst(n) {
+			st.mu.Lock()
+			s, h, e := st.next(wctx, cfg, tried, triedAt)
+			how := st.wokenBy
+			st.mu.Unlock()
+			if s == stepTaken {
 				st.q.SetHead(n)
-				h := st.own(ctx, cfg, p.entity)
 				h.how = HowHandOver
 				return h, nil
 			}
-			st.settle(&p.entity, p.cfg) // it waited past its lease: not an acquisition
-		}
-		if first && (!tried || st.epoch.Load() != triedAt) && st.claim.CompareAndSwap(false, true) {
-			how := How(st.wokenBy.Load())
-			h, e, err := st.tryRemote(wctx, cfg, true) // a Close ends the attempt too
-			if h != nil {
-				h.how = how
-				st.q.SetHead(n)
-				return h, nil
+			if s != stepWait {
+				h, _ := st.act(wctx, s, cfg, true, e, &lastErr)
+				if h != nil {
+					st.q.SetHead(n)
+					if s == stepAsk {
+						h.how = how
+					}
+					return h, nil
+				}
+				tried, triedAt = true, e // wait for news before asking or renewing again
+				woken = false
+				continue // the context may have ended meanwhile, or the phase moved on
 			}
-			tried, triedAt, woken = true, e, false
-			if redisFault(err) || !redisFault(lastErr) {
-				lastErr = err // an attempt cut short by the context does not hide a Redis failure
-			}
-			continue // the attempt may have ended with the context
 		}
-		if st.owner.Load() == nil && st.pending.Load() == nil {
-			st.watch()
-		}
+		st.watch()
 		if n.Park(wctx) != nil {
 			break
 		}
 		woken = true
 	}
 	st.q.Cancel(n, woken)
-	st.abandon()
+	st.left()
 	if ctx.Err() == nil {
 		return nil, ErrClosed
 	}
 	return nil, notObtained(ctx.Err(), lastErr)
+}
+
+// act carries out a step that talks to Redis (stepAsk or stepRenew, whose phase the caller
+// took) and returns the new owner, if it got the lock. A Redis failure is kept in lastErr
+// unless it was only the caller's context ending first.
+func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wait bool, epoch uint64, lastErr *error) (*holding, error) {
+	var h *holding
+	var err error
+	switch s {
+	case stepAsk:
+		h, err = st.ask(ctx, cfg, wait, epoch)
+	case stepRenew:
+		h, err = st.renewToTake(ctx, cfg)
+	default:
+		return nil, nil
+	}
+	if redisFault(err) || (err != nil && !redisFault(*lastErr)) {
+		*lastErr = err
+	}
+	return h, err
 }
 
 func notObtained(ctxErr, last error) error {
@@ -173,67 +276,304 @@ func notObtained(ctxErr, last error) error {
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
 }
 
-// tryRemote asks Redis for the key with a new locker; the caller holds the claim. On success
-// the claim stays held by the new owner. It returns the epoch read before asking, so the
-// caller knows which signals its failure already accounts for.
-//
-// An attempt whose outcome is unknown (its reply was lost, or the caller gave up before it
-// came back, or came after its own lease had run out) may have taken the key: it is settled
-// (given back in the background; no copy of it that reaches Redis later can take the key),
-// and the waiters are signalled after that.
-func (st *lockState) tryRemote(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, uint64, error) {
-	e := st.epoch.Load()
-	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: cfg.Lease()}
-	att := ent // written by the request, which may outlive this call
-	err, late := st.call(ctx, func(ctx context.Context) error { return st.g.proc.Lock(ctx, &att, cfg, wait) })
-	st.heard.Store(st.g.now())
-	if late {
-		st.settle(&ent, cfg)
-		return nil, e, notTakenErr(ctx.Err(), nil)
+// ask sends lock.lua with a new locker; the caller took phase asking at epoch. It returns the
+// new owner, or nil with why not: ErrOptimisticLocking when the key is held (and, with wait,
+// this process joined the line), a *RedisProcessError or the context's error when the outcome
+// is unknown (the attempt is then given back in the background: no copy of it can take the
+// key afterwards).
+func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool, epoch uint64) (*holding, error) {
+	tokens := 1
+	if wait {
+		tokens = blockSize // for passes, should goroutines queue; the unused are given back at release
 	}
-	ent = att
-	if err == nil && expired(&ent) {
+	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: cfg.Lease()}
+	var res processor.Result
+	err, late := st.g.call(ctx, func(ctx context.Context) error {
+		r, err := st.g.proc.Lock(ctx, cfg, processor.LockRequest{Locker: ent.Locker, Wait: wait, Tokens: tokens})
+		if err == nil {
+			res = r // read only when the call returned in time (late is false)
+		}
+		return err
+	})
+	if err == nil && res.Outcome == processor.Taken && expired(&ent) {
 		// The reply came after the lease, counted from the request, had run out: the key may
 		// be someone else's by now. Not an acquisition.
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.heard = time.Now()
+	st.phase = idle
 	switch {
-	case err == nil && ctx.Err() == nil:
+	case late || err != nil || ctx.Err() != nil:
+		// Unknown outcome, or the caller is gone: the attempt may hold the key. Give it back.
 		if wait {
-			st.marked.Store(false) // lock.lua served our mark
+			st.queued = true // it may have joined the line
 		}
-		st.tenure.Store(st.g.now())
-		return st.own(ctx, cfg, ent), e, nil
-	case errors.Is(err, ErrOptimisticLocking):
+		st.g.log.Debug("dlock: attempt given back", zap.String("key", cfg.UniqueKey()),
+			zap.String("locker", ent.Locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
+		st.giveBackLocked(ent.Locker, cfg)
+		if ctx.Err() != nil {
+			return nil, notTakenErr(ctx.Err(), err)
+		}
+		return nil, err
+	case res.Outcome != processor.Taken: // held, or settled already (cannot be: a fresh locker)
 		if wait {
-			st.marked.Store(true)
+			st.queued, st.entryAt = true, time.Now()
 		}
-		st.claim.Store(false)
-		if st.epoch.Load() != e {
+		if st.epoch != epoch {
 			st.q.Wake() // a signal came while we were asking: pass it on
 		}
-		return nil, e, err
+		return nil, fmt.Errorf("%w: lock %q held by another", ErrOptimisticLocking, cfg.UniqueKey())
 	}
-	st.g.log.Debug("dlock: attempt given back", zap.String("key", cfg.UniqueKey()),
-		zap.String("locker", ent.Locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
-	st.settle(&ent, cfg)
-	if ctx.Err() != nil {
-		return nil, e, notTakenErr(ctx.Err(), err)
+	ent.Token = res.Token
+	st.queued = false // lock.lua took this process out of the line
+	t := st.startTenure(ent, cfg, tokens)
+	if st.forced == ent.Locker { // ForceRelease removed it as the reply came
+		st.loseLocked(t, errForced)
+		return nil, fmt.Errorf("%w: lock %q released by force as it was taken", ErrOptimisticLocking, cfg.UniqueKey())
 	}
-	return nil, e, err
+	if t.mustRenew(cfg) { // the reply came late: not with less than half the lease left
+		st.phase = renewing
+		st.mu.Unlock()
+		h, err := st.renewToTake(ctx, cfg)
+		st.mu.Lock()
+		return h, err
+	}
+	return st.take(ctx, cfg), nil
 }
 
-// call is Generator.call. Every request is safe to reach Redis late: the caller settles what
-// it may have done (settle).
-func (st *lockState) call(ctx context.Context, f func(context.Context) error) (err error, late bool) {
-	return st.g.call(ctx, f)
+// take makes a new owner of the free tenure, with the next token of its block. The caller
+// holds mu and checked that the tenure need not be renewed first.
+func (st *lockState) take(ctx context.Context, cfg domain.DLockConfig) *holding {
+	t := st.ten
+	h := newHolding(st, t, cfg, ctx, t.nextToken())
+	st.phase, st.owner = held, h
+	return h
 }
 
-// redisFailed reports whether err is a failed Redis round trip: the request's outcome is
-// unknown, unlike an answer such as ErrOptimisticLocking.
-func redisFailed(err error) bool {
-	var pe *RedisProcessError
-	return errors.As(err, &pe)
+// renewToTake renews the tenure before taking it (phase renewing is the caller's): with the
+// taker's lease, a new block of tokens if the block ran out, and, once the tenure has lasted
+// the hand-off limit, yielding to the first process in line if there is one. It returns the
+// new owner, or nil when the tenure ended meanwhile (yielded, lost) or the renewal failed:
+// the caller goes back to waiting, and asks Redis when told.
+func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig) (*holding, error) {
+	st.mu.Lock()
+	t := st.ten
+	req := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}
+	if t.next+blockSize/4 >= t.end {
+		req.Tokens = blockSize
+	}
+	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
+		req.Yield, req.Check = true, st.g.newLocker()
+	}
+	st.mu.Unlock()
+
+	sent := time.Now()
+	var res processor.Result
+	err, late := st.g.call(ctx, func(ctx context.Context) error {
+		r, err := st.g.proc.ExpandLease(ctx, cfg, req)
+		if err == nil {
+			res = r
+		}
+		return err
+	})
+	if err != nil || late {
+		if !redisFault(err) {
+			err = notTakenErr(ctx.Err(), err)
+		}
+		st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+	}
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ten != t || st.phase != renewing {
+		return nil, err // lost meanwhile: the loss moved the phase on
+	}
+	switch {
+	case (late || err != nil) && req.Yield:
+		// Perhaps yielded: the key may be reserved for another process now. End the tenure
+		// and give the key back if it is still ours.
+		st.queued = true
+		st.endTenureLocked(t)
+		st.giveBackLocked(t.entity.Locker, t.cfg)
+		return nil, err
+	case late || err != nil:
+		st.phase = free // the expander goes on renewing; a loss will tell the waiters
+		return nil, err
+	}
+	switch res.Outcome {
+	case processor.Renewed:
+		t.renewed(sent, cfg, res.Token, req.Tokens)
+		if req.Yield {
+			t.since = time.Now() // nobody else waits: the hand-off limit starts again
+		}
+		if t.mustRenew(cfg) { // the reply came late: renew again, or let the expander
+			st.phase = free
+			return nil, nil
+		}
+		return st.take(ctx, cfg), nil
+	case processor.Yielded:
+		st.g.log.Debug("dlock: yielded to the next process in line", zap.String("key", cfg.UniqueKey()))
+		st.queued, st.entryAt, st.heard = true, time.Now(), time.Now()
+		st.endTenureLocked(t)
+		return nil, nil
+	}
+	st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken", ErrLockLost))
+	return nil, nil
+}
+
+// left runs after a waiter left the queue without the lock, and after a final Unlock: once
+// no goroutine waits, a free tenure is let go, and a process that waited in Redis stops
+// watching and leaves the line.
+func (st *lockState) left() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.settleLocked()
+}
+
+// settleLocked lets go what nobody waits for any more: a free tenure, the process's entry in
+// the line, the watch. The caller holds mu.
+func (st *lockState) settleLocked() {
+	if st.q.HasWaiters() {
+		return
+	}
+	switch st.phase {
+	case free:
+		st.releaseInBackground()
+	case idle:
+		if st.queued {
+			st.queued = false
+			st.background(func() { st.leave() })
+		}
+		if st.watching {
+			st.watching = false
+			if st.g.notes != nil {
+				st.g.notes.unwatch(st.channel)
+			}
+		}
+	}
+}
+
+// leave takes this process out of the Redis line (leave.lua), passing on a key reserved for
+// it. A Redis failure is not retried: the entry expires within a lease.
+func (st *lockState) leave() {
+	rctx, cancel := context.WithTimeout(st.g.clean, st.cfg.Lease())
+	defer cancel()
+	if err, _ := st.g.call(rctx, func(ctx context.Context) error { return st.g.proc.Leave(ctx, st.cfg) }); err != nil {
+		st.g.log.Debug("dlock: leaving the line failed; the entry expires", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+	}
+}
+
+// signal says the key may be free (or is reserved for this process): the first waiter will
+// ask. how says what sent it.
+func (st *lockState) signal(how How) {
+	st.mu.Lock()
+	st.signalLocked(how)
+	st.mu.Unlock()
+}
+
+func (st *lockState) signalLocked(how How) {
+	st.wokenBy = how
+	st.epoch++
+	st.q.Wake()
+}
+
+// watch makes sure a process that waits in Redis hears of its turn: the retry poller runs
+// and, with notifications on, the release channel is watched. A process that holds the key
+// needs neither: its goroutines wait for passes.
+func (st *lockState) watch() {
+	st.mu.Lock()
+	if st.ten != nil {
+		st.mu.Unlock()
+		return
+	}
+	if !st.watching && st.g.notes != nil {
+		st.watching = true
+		st.g.notes.watch(st.channel, st.cfg.UniqueKey())
+	}
+	st.mu.Unlock()
+	st.poller.Start()
+}
+
+// background runs f in the generator's group (inline once the group is closed), keeping the
+// state alive until f returns. It may be called with mu held.
+func (st *lockState) background(f func()) {
+	st.g.hold(st)
+	if !st.g.group.Go(func() {
+		defer st.g.unref(st)
+		f()
+	}) {
+		go func() { // the group is closed: Close is done waiting; run f anyway, unbounded by it
+			defer st.g.unref(st)
+			f()
+		}()
+	}
+}
+
+// Waiting implements threads.PollTarget: the poller runs while goroutines wait and this
+// process does not hold the key.
+func (st *lockState) Waiting() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ten == nil && st.q.HasWaiters()
+}
+
+// Poll implements threads.PollTarget: it checks the key, unless this process heard of it
+// within the last poll interval and renewed its entry in the line within a third of a lease
+// (a release message, a failed attempt); it signals when the key is free or reserved for this
+// process, and when this process is no longer in line (so that its next attempt puts it back).
+func (st *lockState) Poll(ctx context.Context) {
+	every := st.cfg.Lease() / 6
+	st.mu.Lock()
+	skip := st.g.notes != nil && st.queued && time.Since(st.heard) < every && time.Since(st.entryAt) < 2*every
+	st.mu.Unlock()
+	if skip {
+		return
+	}
+	res, err := st.g.proc.IsFree(ctx, st.cfg)
+	if err != nil {
+		st.g.log.Debug("dlock: poll failed", zap.Error(err))
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.heard = time.Now()
+	switch res {
+	case processor.PollQueued:
+		st.queued, st.entryAt = true, time.Now()
+	case processor.PollNotQueued:
+		st.queued = false
+		st.signalLocked(HowPolled) // the next attempt joins the line again
+	default:
+		st.signalLocked(HowPolled)
+	}
+}
+
+// heardRelease handles a release message of another process (notifier): the key went to
+// next ("" when it was left free).
+func (st *lockState) heardRelease(next string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.heard = time.Now()
+	if next == st.g.prefix || next == "" {
+		if next == st.g.prefix {
+			st.queued = false // the release took this process out of the line
+		}
+		st.signalLocked(HowNotified)
+	}
+}
+
+// heardOwn handles a release message naming a locker of this process (notifier). Its own
+// releases it ignores (the phase has moved on by then); but a message about the tenure this
+// process still holds and passes on means somebody else let the key go: an operator's
+// ForceRelease. The tenure ends at once, as on any loss.
+func (st *lockState) heardOwn(from string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free) {
+		st.loseLocked(t, errForced)
+	}
 }
 
 // redisFault reports whether err says that Redis failed — not merely that the caller's
@@ -249,6 +589,9 @@ func expired(e *domain.DLockEntity) bool { return time.Since(e.LockTime) >= e.Le
 // notTakenErr is an attempt's error when the caller's context ended: the context's error, with
 // the attempt's own error if it says more.
 func notTakenErr(ctxErr, err error) error {
+	if ctxErr == nil {
+		return err
+	}
 	if err == nil || errors.Is(err, ctxErr) {
 		if err != nil {
 			return err
@@ -256,299 +599,4 @@ func notTakenErr(ctxErr, err error) error {
 		return ctxErr
 	}
 	return fmt.Errorf("%w (attempt: %w)", ctxErr, err)
-}
-
-// own records a successful acquisition made with cfg and starts renewing it with cfg's lease.
-// The owner context keeps parent's values but not its deadline or cancellation.
-func (st *lockState) own(parent context.Context, cfg domain.DLockConfig, ent domain.DLockEntity) *holding {
-	h := &holding{st: st, cfg: cfg, entity: ent, count: 1, leaseNow: cfg.Lease()}
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	h.ctx, h.cancel = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
-	st.owner.Store(h) // before the expander starts, so that a loss finds h as the owner
-	st.poller.Stop()
-	exp := st.startRenewal(h, cfg, ent.LockTime, ent.Lease)
-	h.mu.Lock()
-	h.exp = exp
-	ended := h.state != holdHeld
-	h.mu.Unlock()
-	if ended { // released or closed already (Close ran meanwhile)
-		exp.Stop()
-	}
-	return h
-}
-
-// lose ends h as lost, unless it ended otherwise first: the owner context is cancelled with
-// cause, the local queue moves on, and the key is given back in case a renewal whose answer
-// was lost kept it.
-func (st *lockState) lose(h *holding, cause error) {
-	if !h.end(holdLost, cause) {
-		return
-	}
-	st.g.log.Warn("dlock: lock lost", zap.String("key", h.cfg.UniqueKey()),
-		zap.String("locker", h.entity.Locker), zap.Error(cause))
-	cur := h.current()
-	st.g.observer.Lost(LossEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: cause})
-	h.cancel(cause)
-	st.owner.CompareAndSwap(h, nil)
-	st.settle(&h.entity, cur) // frees the claim; signals once the key is given back
-	st.signal()
-	st.idle()
-	st.g.unref(st)
-}
-
-// release lets h go after its final Unlock (cause nil) or a Close (cause ErrClosed); the caller
-// has ended h. It stops the renewals and either hands the key over to the next local waiter
-// in one round trip (handover.lua) or deletes it if it still holds h's locker; it ends the
-// owner context and wakes the next waiter. The Redis call is bounded by ctx and the lease.
-func (st *lockState) release(ctx context.Context, h *holding, cause error) error {
-	h.stopRenewal()
-	h.cancel(cause)    // the holding is told before the key can go to anyone else
-	cur := h.current() // with the lease Extend set
-	rctx, cancel := context.WithTimeout(ctx, cur.Lease())
-	defer cancel()
-	var err error
-	if cause == nil && st.g.opts.handOff > 0 && st.q.HasWaiters() {
-		err = st.handOver(rctx, h)
-	} else {
-		var late bool
-		ent := h.entity
-		err, late = st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, cur) })
-		st.owner.CompareAndSwap(h, nil)
-		if late || redisFailed(err) {
-			st.settle(&h.entity, cur) // perhaps not run: try again in the background
-		} else {
-			st.claim.Store(false)
-			st.signal()
-		}
-		if late {
-			err = &RedisProcessError{Op: "unlock", Key: h.cfg.UniqueKey(), Err: err}
-		}
-	}
-	if errors.Is(err, ErrOptimisticLocking) {
-		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
-		err = fmt.Errorf("%w: found at release: %w", ErrLockLost, err)
-		h.foundLost(err)
-		st.g.observer.Lost(LossEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Cause: err})
-	}
-	st.g.observer.Released(ReleaseEvent{Config: cur, Token: h.entity.Token, Held: time.Since(h.entity.LockTime), Err: err})
-	st.idle()
-	st.g.unref(st)
-	if err != nil && !errors.Is(err, ErrLockLost) {
-		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))
-	}
-	return err
-}
-
-// handOver passes the key from h to a new locker made for the first local waiter (pending),
-// with that waiter's lease, unless another process has waited while this one kept the lock
-// for longer than the hand-off limit: then the key is reserved for that process, which takes
-// it with its own attempt, and this process's mark is left in its place; its waiters wait for
-// the next release (or the poller, should the reservation go untaken).
-func (st *lockState) handOver(ctx context.Context, h *holding) error {
-	next := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: h.cfg.Lease()}
-	ncfg := h.cfg
-	if f := st.q.First(); f != nil && f.Lease != ncfg.Lease() {
-		if c, err := ncfg.WithLease(f.Lease); err == nil {
-			ncfg, next.Lease = c, f.Lease
-		}
-	}
-	yield := st.g.now()-st.tenure.Load() >= int64(st.g.opts.handOff)
-	to := next // written by the request, which may outlive this call
-	err, late := st.call(ctx, func(ctx context.Context) error {
-		return st.g.proc.HandOver(ctx, &h.entity, &to, ncfg, yield)
-	})
-	if !late {
-		next = to
-	}
-	if err == nil && expired(&next) {
-		late = true // the new lease ran out before the reply came: as good as unknown
-	}
-	st.owner.CompareAndSwap(h, nil)
-	switch {
-	case late || redisFailed(err):
-		// Unknown outcome: the key holds h's locker, or next's, or neither. Settle both
-		// (a late hand-over is then refused, and a key it wrote is deleted).
-		from, fromCfg := h.entity, h.current()
-		st.claim.Store(false)
-		st.background(func() {
-			st.giveBack(&next, ncfg)
-			st.giveBack(&from, fromCfg)
-			st.signal()
-		})
-		if err == nil || late {
-			err = &RedisProcessError{Op: "hand-over", Key: h.cfg.UniqueKey(), Err: errors.Join(err, errLateReply)}
-		}
-		return err
-	case err == nil:
-		st.pending.Store(&handedOver{entity: next, cfg: ncfg}) // the claim stays held for whoever takes it
-		st.q.Wake()
-		st.abandon() // in case the waiters left meanwhile
-		return nil
-	case errors.Is(err, processor.ErrYielded):
-		st.g.log.Debug("dlock: released to a waiting process", zap.String("key", h.cfg.UniqueKey()))
-		st.heard.Store(st.g.now()) // we know who the key is for: no poll needed just now
-		st.marked.Store(true)
-		st.claim.Store(false)
-		st.watch()
-		if !st.q.HasWaiters() { // the waiters left meanwhile: the last one may have missed the watch
-			st.idle()
-		}
-		return nil
-	}
-	st.claim.Store(false)
-	st.signal()
-	return err
-}
-
-// abandon gives back a key handed over to a local waiter that no waiter is left to take, or
-// wakes the waiter that is. Waiters call it when they leave, hand-overs after they land: of a
-// waiter leaving and a key landing at the same moment, at least one sees the other.
-func (st *lockState) abandon() {
-	if st.pending.Load() == nil {
-		return
-	}
-	if st.q.HasWaiters() {
-		st.q.Wake()
-		return
-	}
-	if p := st.pending.Load(); p != nil && st.pending.CompareAndSwap(p, nil) {
-		st.settle(&p.entity, p.cfg)
-	}
-}
-
-// settle gives e back in the background — an acquisition this process will not use, or whose
-// outcome is unknown — and lets the claim go at once (the caller holds it); the waiters are
-// signalled once e is settled. Exclusion does not wait for it: the key only ever holds e's
-// own locker, and no request of e can take the key once e is settled.
-func (st *lockState) settle(e *domain.DLockEntity, cfg domain.DLockConfig) {
-	ent := *e
-	st.claim.Store(false)
-	st.background(func() {
-		st.giveBack(&ent, cfg)
-		st.signal()
-	})
-}
-
-// giveBack deletes the key if it holds e's locker, and settles e (release.lua): a request of
-// e that reaches Redis later cannot take the key. A Redis failure is retried every lease/10
-// for a lease (by then the key has expired, since every request of e was sent before); once
-// Close has begun it is not retried.
-func (st *lockState) giveBack(e *domain.DLockEntity, cfg domain.DLockConfig) {
-	lease := cfg.Lease()
-	until := time.Now().Add(lease)
-	for {
-		rctx, cancel := context.WithTimeout(st.g.clean, lease)
-		ent := *e
-		err, _ := st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unlock(ctx, &ent, cfg) })
-		cancel()
-		if err == nil || errors.Is(err, ErrOptimisticLocking) {
-			return
-		}
-		if time.Now().After(until) {
-			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
-			return
-		}
-		select {
-		case <-st.g.done.Done():
-			return
-		case <-time.After(lease / 10):
-		}
-	}
-}
-
-// signal says the key may be free: the first waiter will try.
-func (st *lockState) signal() { st.signalBy(HowRetry) }
-
-// signalBy is signal, saying what sent it.
-func (st *lockState) signalBy(how How) {
-	st.wokenBy.Store(int32(how))
-	st.epoch.Add(1)
-	st.q.Wake()
-}
-
-// watch makes sure a waiting process hears of releases: the retry poller runs and, with
-// notifications on, the release channel is subscribed.
-func (st *lockState) watch() {
-	st.poller.Start(func() {
-		if st.g.notes != nil && st.sub == nil {
-			st.sub = st.g.notes.subscribe(st)
-		}
-	})
-}
-
-// idle stops watching the key once no goroutine of this process waits on the lock. Every
-// waiter and holding calls it before it lets its reference to the state go.
-func (st *lockState) idle() {
-	st.poller.Locked(func(bool) {
-		if !st.q.HasWaiters() {
-			st.unwatch()
-		}
-	})
-}
-
-// unwatch withdraws this process's waiting mark and the subscription. It runs under the
-// poller's lock; the Redis calls run in the background (keeping the state alive), so a waiter
-// that gives up during a partition is not held by them.
-func (st *lockState) unwatch() {
-	marked, sub := st.marked.Swap(false), st.sub
-	st.sub = nil
-	if !marked && sub == nil {
-		return
-	}
-	st.background(func() {
-		if marked {
-			rctx, cancel := context.WithTimeout(st.g.clean, st.cfg.Lease())
-			if err, _ := st.call(rctx, func(ctx context.Context) error { return st.g.proc.Unmark(ctx, st.cfg) }); err != nil {
-				st.g.log.Debug("dlock: unmark failed; the mark expires", zap.Error(err))
-			}
-			cancel()
-		}
-		if sub != nil {
-			st.g.notes.unsubscribe(sub)
-		}
-	})
-}
-
-// background runs f in the generator's group (inline once the group is closed), keeping the
-// state alive until f returns.
-func (st *lockState) background(f func()) {
-	st.g.hold(st)
-	if !st.g.group.Go(func() {
-		defer st.g.unref(st)
-		f()
-	}) {
-		f()
-		st.g.unref(st)
-	}
-}
-
-// Waiting implements threads.PollTarget; it runs under the poller's lock.
-func (st *lockState) Waiting() bool {
-	if !st.q.HasWaiters() {
-		if st.g.lookup(st.cfg.UniqueKey()) == st { // a dropped state's mark is the live one's
-			st.unwatch()
-		}
-		return false
-	}
-	return st.owner.Load() == nil && st.pending.Load() == nil
-}
-
-// Poll implements threads.PollTarget: it checks the key unless this process heard of it within
-// the last poll interval (a failed attempt or a release message, when notifications are on),
-// and signals when the key is free.
-func (st *lockState) Poll(ctx context.Context) {
-	if st.g.notes != nil && st.g.now()-st.heard.Load() < int64(st.cfg.Lease()/6) {
-		return
-	}
-	free, err := st.g.proc.IsFree(ctx, st.cfg)
-	if err != nil {
-		st.g.log.Debug("dlock: poll failed", zap.Error(err))
-		return
-	}
-	st.heard.Store(st.g.now())
-	if free {
-		st.signalBy(HowPolled)
-	} else {
-		st.marked.Store(true)
-	}
 }

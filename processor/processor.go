@@ -3,45 +3,138 @@ package processor
 
 import (
 	"context"
+	"time"
 
 	"github.com/dlockgo/dlock/domain"
 )
 
 // DLockProcessor reads and writes lock records. Every method is safe for concurrent use and
-// honours its context. Failures of the store are returned as *errors.RedisProcessError; answers
-// that are not the hoped-for ones (held by another, gone, taken) as errors.ErrOptimisticLocking.
+// honours its context. Answers are values (Result, PollResult); an error means the round trip
+// failed, and is then a *errors.RedisProcessError: the request's outcome is unknown.
 //
 // Every method that writes is safe to run twice (a client may send a command again after its
 // reply was lost) and safe to run late (after its caller gave up): the key only ever holds the
-// locker of the acquisition that asked for it.
+// locker of the acquisition that asked for it, a renewal never shortens a key's life, and an
+// acquisition that was released, given back or failed is settled, so no copy of its request
+// can take the key afterwards.
 type DLockProcessor interface {
 	// Load returns the record under the lock's key, or nil when the key is free.
 	Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error)
-	// Lock writes e.Locker under the key with cfg's lease if the key is free, and sets e.Token
-	// (the acquisition's fencing token) and e.Lease. A held key, or an attempt already given
-	// back, gives ErrOptimisticLocking; with wait set, a held key also gets this process's
-	// waiting mark.
-	Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error
-	// ExpandLease renews the lease if the key still holds e.Locker, else ErrOptimisticLocking.
-	ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// Unlock deletes the key if it still holds e.Locker (else ErrOptimisticLocking), and
-	// settles the acquisition either way: a request of it that reaches the store later cannot
-	// take the key. It also gives back an acquisition whose outcome is unknown.
-	Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error
-	// IsFree reports whether the key is absent; when it is held, the store may note that this
-	// process waits.
-	IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error)
-	// HandOver passes the lock held by from to the new acquisition to (setting to.Token and
-	// to.Lease; cfg carries to's lease), without letting it go free. With yield set and
-	// another process waiting, it reserves the key for that process instead (only that process's
-	// own Lock can take it, for ReserveTTL) and returns ErrYielded. If the key no
-	// longer holds from.Locker it returns ErrOptimisticLocking.
-	HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error
-	// Unmark withdraws this process's note that it waits for the key.
-	Unmark(ctx context.Context, cfg domain.DLockConfig) error
+	// Lock takes the key for req.Locker with cfg's lease if it is free or reserved for this
+	// process (Taken, with the first of req.Tokens fencing tokens reserved for it); otherwise
+	// the attempt is settled (Held) and, with req.Wait, this process joins the line of
+	// waiting processes. Settled: the attempt was settled already (a late copy).
+	Lock(ctx context.Context, cfg domain.DLockConfig, req LockRequest) (Result, error)
+	// ExpandLease renews the key held by req.Locker with cfg's lease, never shortening it
+	// (Renewed, with the first of req.Tokens new tokens when asked); with req.Yield and
+	// another process in line it gives the key to that process instead and puts this one back
+	// in line (Yielded). Gone: the key no longer holds the locker; Settled: it does not
+	// because the locker was let go already (this request came late or twice).
+	ExpandLease(ctx context.Context, cfg domain.DLockConfig, req RenewRequest) (Result, error)
+	// Unlock lets the key go if it still holds req.Locker — reserved for the first process in
+	// line (Result.Next), or free — and settles the acquisition either way (Released, Gone,
+	// or Settled when this release ran before). It also gives back an acquisition whose
+	// outcome is unknown.
+	Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error)
+	// IsFree is the retry poller's check: the key is free, reserved for this process, or held
+	// (this process's entry in the line renewed, if it has one).
+	IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error)
+	// Leave takes this process out of the line, passing on a key reserved for it.
+	Leave(ctx context.Context, cfg domain.DLockConfig) error
 	// Inspect reads what the store holds for the lock, changing nothing.
 	Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error)
-	// ForceRelease deletes the key if it still holds holder (and settles that acquisition),
-	// wakes the waiters as a release does, and reports whether the key held holder.
+	// ForceRelease lets the key go, as a release does, if it still holds holder, and reports
+	// whether it did.
 	ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error)
+}
+
+// Outcome is what Redis answered to a write.
+type Outcome uint8
+
+const (
+	// Taken: the key now holds the request's locker.
+	Taken Outcome = iota + 1
+	// Held: another locker holds the key (or it is reserved for another process).
+	Held
+	// Settled: the request's acquisition was released, given back or failed already; the
+	// request came late or twice and changed nothing.
+	Settled
+	// Renewed: the lease was renewed.
+	Renewed
+	// Yielded: the key was given to the first process in line; this one is back in line.
+	Yielded
+	// Released: the key was let go (reserved for Result.Next, or free).
+	Released
+	// Gone: the key no longer holds the request's locker.
+	Gone
+)
+
+var outcomeNames = [...]string{"", "taken", "held", "settled", "renewed", "yielded", "released", "gone"}
+
+// String names the outcome.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && o > 0 {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Result is the answer to a write.
+type Result struct {
+	Outcome Outcome
+	// Token is the first of the fencing tokens reserved (Taken, or Renewed with tokens
+	// asked); 0 otherwise.
+	Token uint64
+	// Next is the process the key was reserved for (Released), "" when it was left free.
+	Next string
+}
+
+// LockRequest is an attempt to take the key.
+type LockRequest struct {
+	Locker string // <owner><sequence number>: unique to this acquisition
+	Wait   bool   // join the line of waiting processes when the key is held
+	Tokens int    // fencing tokens to reserve (≥ 1): more than one for passes within this process
+}
+
+// RenewRequest renews a held key.
+type RenewRequest struct {
+	Locker string
+	Tokens int    // fencing tokens to reserve; 0 for none
+	Yield  bool   // give the key to the first process in line, if any
+	Check  string // with Yield: a fresh locker of the same owner, whose number this check settles
+	Last   uint64 // the last token handed out (for Yield; 0 if unknown)
+}
+
+// ReleaseRequest lets a held key go.
+type ReleaseRequest struct {
+	Locker string
+	Last   uint64 // the last token handed out (0 if unknown)
+}
+
+// PollResult is the retry poller's finding.
+type PollResult uint8
+
+const (
+	// PollFree: nobody holds the key.
+	PollFree PollResult = iota + 1
+	// PollReserved: the key is reserved for this process.
+	PollReserved
+	// PollQueued: the key is held and this process is in line (its entry renewed).
+	PollQueued
+	// PollNotQueued: the key is held and this process is not in line.
+	PollNotQueued
+)
+
+// Inspection is what Redis holds for a lock, read in one round trip by Inspect.
+type Inspection struct {
+	// Holder is the value under the lock key: a locker, ReservedPrefix and the mark of the
+	// process the key waits for, or "" when the key is free.
+	Holder string
+	// TTL is the holder's remaining life (0 when free).
+	TTL time.Duration
+	// Fence is the fencing counter: the last token handed out or reserved, while it is kept
+	// (FenceTTL); 0 once it expired.
+	Fence uint64
+	// Waiting lists the processes in line (their marks), first in line first.
+	Waiting []string
 }

@@ -18,42 +18,46 @@ import (
 )
 
 var (
+	//go:embed lua/prelude.lua
+	preludeSrc string
 	//go:embed lua/lock.lua
 	lockSrc string
-	//go:embed lua/expand.lua
-	expandSrc string
+	//go:embed lua/renew.lua
+	renewSrc string
 	//go:embed lua/release.lua
 	releaseSrc string
-	//go:embed lua/handover.lua
-	handoverSrc string
-	//go:embed lua/probe.lua
-	probeSrc string
-	//go:embed lua/unmark.lua
-	unmarkSrc string
+	//go:embed lua/poll.lua
+	pollSrc string
+	//go:embed lua/leave.lua
+	leaveSrc string
 	//go:embed lua/inspect.lua
 	inspectSrc string
 	//go:embed lua/force.lua
 	forceSrc string
 
-	scriptSources = map[string]string{
-		"lock": lockSrc, "expand": expandSrc, "release": releaseSrc, "handover": handoverSrc,
-		"probe": probeSrc, "unmark": unmarkSrc, "inspect": inspectSrc, "force": forceSrc,
-	}
-
-	lockScript     = redis.NewScript(lockSrc)
-	expandScript   = redis.NewScript(expandSrc)
-	releaseScript  = redis.NewScript(releaseSrc)
-	handoverScript = redis.NewScript(handoverSrc)
-	probeScript    = redis.NewScript(probeSrc)
-	unmarkScript   = redis.NewScript(unmarkSrc)
-	inspectScript  = redis.NewScript(inspectSrc)
-	forceScript    = redis.NewScript(forceSrc)
-
-	scripts = map[string]*redis.Script{
-		"lock": lockScript, "expand": expandScript, "release": releaseScript, "handover": handoverScript,
-		"probe": probeScript, "unmark": unmarkScript, "inspect": inspectScript, "force": forceScript,
-	}
+	lockScript    = newScript("lock", lockSrc)
+	renewScript   = newScript("renew", renewSrc)
+	releaseScript = newScript("release", releaseSrc)
+	pollScript    = newScript("poll", pollSrc)
+	leaveScript   = newScript("leave", leaveSrc)
+	inspectScript = newScript("inspect", inspectSrc)
+	forceScript   = newScript("force", forceSrc)
 )
+
+// scripts are the scripts by name (the file name without ".lua"), and sources their full
+// text: the prelude, then the script.
+var (
+	scripts = map[string]*redis.Script{}
+	sources = map[string]string{}
+)
+
+// newScript makes a script of the prelude and body, known by name.
+func newScript(name, body string) *redis.Script {
+	src := preludeSrc + "\n-- " + name + ".lua\n" + body
+	s := redis.NewScript(src)
+	scripts[name], sources[name] = s, src
+	return s
+}
 
 // ScriptName names the script that an EVALSHA or EVAL command runs, given the command's
 // arguments as go-redis holds them (Cmder.Args): the script's file name without ".lua", or ""
@@ -71,7 +75,7 @@ func ScriptName(args []any) string {
 				return name
 			}
 		case "eval", "eval_ro":
-			if body == scriptSources[name] {
+			if body == sources[name] {
 				return name
 			}
 		}
@@ -79,29 +83,31 @@ func ScriptName(args []any) string {
 	return ""
 }
 
-// FenceSuffix, ReleaseSuffix, WantSuffix and DoneSuffix name what is kept beside a lock key;
-// see domain.SideKey.
+// FenceSuffix, ReleaseSuffix, LineSuffix, DueSuffix and DoneSuffix name what is kept beside a
+// lock key; see domain.SideKey.
 const (
 	FenceSuffix   = "fence"
 	ReleaseSuffix = "released"
-	WantSuffix    = "want"
+	LineSuffix    = "line"
+	DueSuffix     = "due"
 	DoneSuffix    = "done"
 )
 
-// RedisLockProcessor keeps locks in Redis through go-redis: SET NX PX inside a script that also
-// advances the fencing counter, compare-and-renew, compare-and-delete and hand-over scripts,
-// all run by EVALSHA (EVAL when the server does not have the script yet). It works the same
-// with a single server, Sentinel and Cluster clients, and with miniredis.
+// RedisLockProcessor keeps locks in Redis through go-redis: Lua scripts (processor/lua) that
+// take, renew and let go of the key, keep the line of waiting processes and hand out fencing
+// tokens, all run by EVALSHA (EVAL when the server does not have the script yet). It works the
+// same with a single server, Sentinel and Cluster clients, and with miniredis.
 //
-// The key only ever holds the locker of the acquisition whose own request wrote it (lock.lua,
-// or handover.lua for the next acquisition of the same process): no script hands the key to a
-// locker that did not ask, and none adopts a key by anything but the exact locker.
+// The key only ever holds the locker of the acquisition whose own request wrote it: no script
+// hands the key to a locker that did not ask, and none adopts a key by anything but the exact
+// locker. A holder that lets the key go while other processes wait reserves it for the first
+// of them ("reserved|<mark>"), which takes it with its own request; nobody else can.
 //
 // A locker is <owner><sequence number>, the owner ending in '-' (see SplitLocker), numbered in
-// the order its owner makes them. Releasing an acquisition settles it: the owner's settled
-// mark beside the key ({K}:done:<owner>) rises to its number, and the scripts refuse any
-// request of an acquisition at or below the mark. So a request that reaches Redis twice, or
-// after its acquisition was released or given back, cannot take the key.
+// the order its owner makes them. Releasing an acquisition, giving it back, or failing to take
+// the key settles it: the owner's settled mark beside the key ({K}:done:<owner>) rises to its
+// number, and the scripts refuse any request of an acquisition at or below the mark. So a
+// request that reaches Redis twice, or after its acquisition was settled, cannot take the key.
 type RedisLockProcessor struct {
 	client redis.UniversalClient
 	opts   Options
@@ -116,19 +122,18 @@ const (
 
 // Options configures a RedisLockProcessor.
 type Options struct {
-	// Publish makes a release publish the releasing locker on the lock's release channel
-	// (ReleaseChannel). Default false.
+	// Publish makes a release publish on the lock's release channel (ReleaseChannel) whom
+	// the key went to. Default false.
 	Publish bool
-	// Mark is this process's waiting mark: with Lock(wait) and IsFree, a process that finds
-	// the key held leaves it beside the key ({DLOCK_…}:want, for half a lease) as a hint that
-	// another process waits, which makes HandOver with yield reserve the key for that process
-	// (ReserveTTL), which takes it with its own Lock. A mark confers nothing: a stale one costs
-	// at most an early yield and a reservation nobody takes. Default "": no marks.
+	// Mark is this process's name in the line of waiting processes: with Lock(Wait) a
+	// process that finds the key held joins the line, and a release reserves the key for the
+	// first process in line, which takes it with its own Lock. Default "": this process never
+	// joins the line (and is never reserved for).
 	Mark string
-	// Replicas, when > 0, makes every acquisition (Lock, HandOver) and renewal wait until that
-	// many replicas have acknowledged it (WAIT, sent with the script on the same connection,
-	// since WAIT counts the writes of its own connection), for at most ReplicaTimeout. An
-	// acquisition or renewal that Redis ran but fewer replicas acknowledged in time returns a
+	// Replicas, when > 0, makes every acquisition and renewal wait until that many replicas
+	// have acknowledged it (WAIT, sent with the script on the same connection, since WAIT
+	// counts the writes of its own connection), for at most ReplicaTimeout. An acquisition or
+	// renewal that Redis ran but fewer replicas acknowledged in time returns a
 	// RedisProcessError wrapping errors.ErrNotReplicated: its write stays in Redis, and the
 	// caller treats it as an outcome it cannot rely on (gives it back, or retries the renewal).
 	Replicas int
@@ -136,15 +141,21 @@ type Options struct {
 	ReplicaTimeout time.Duration
 }
 
-// A release message is "R|<locker>".
+// A release message is "R|<locker that let the key go>|<mark it is reserved for, or empty>".
 const releasedTag = "R|"
 
-// ParseMessage reads a release message: the locker that let the key go.
-func ParseMessage(payload string) (locker string, ok bool) {
-	if locker, ok = strings.CutPrefix(payload, releasedTag); !ok {
-		return "", false
+// ParseMessage reads a release message: the locker that let the key go, and the process the
+// key is now reserved for ("" when it is free).
+func ParseMessage(payload string) (from, next string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, releasedTag)
+	if !ok {
+		return "", "", false
 	}
-	return locker, true
+	i := strings.LastIndexByte(rest, '|')
+	if i < 0 {
+		return rest, "", true
+	}
+	return rest[:i], rest[i+1:], true
 }
 
 var _ DLockProcessor = (*RedisLockProcessor)(nil)
@@ -282,12 +293,20 @@ func ReleaseChannel(cfg domain.DLockConfig) string { return cfg.SideKey(ReleaseS
 // FenceKey is the key of cfg's fencing counter.
 func FenceKey(cfg domain.DLockConfig) string { return cfg.SideKey(FenceSuffix) }
 
-// WantKey is the key of cfg's waiting mark.
-func WantKey(cfg domain.DLockConfig) string { return cfg.SideKey(WantSuffix) }
+// LineKey is the key of cfg's line of waiting processes, by arrival.
+func LineKey(cfg domain.DLockConfig) string { return cfg.SideKey(LineSuffix) }
+
+// DueKey is the key of the deadlines of the entries of cfg's line.
+func DueKey(cfg domain.DLockConfig) string { return cfg.SideKey(DueSuffix) }
 
 // DoneKey is the key of owner's settled mark.
 func DoneKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(DoneSuffix + ":" + owner)
+}
+
+// keys returns the five keys every script takes, with owner's settled mark.
+func keys(cfg domain.DLockConfig, owner string) []string {
+	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DueKey(cfg), DoneKey(cfg, owner)}
 }
 
 // SplitLocker splits a locker into its owner (up to and including the last '-') and its
@@ -312,20 +331,21 @@ func SplitLocker(locker string) (owner, seq string) {
 // clock stepping back); beyond it tokens rest on the server clock alone.
 func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
-// DoneTTL is how long a settled mark lasts after the owner's last release of the key: two
-// leases. A request delayed on its way to Redis for longer than that could still take the
-// key, which then expires with its lease.
+// DoneTTL is how long a settled mark lasts after the owner's last release, give-back or
+// failed attempt on the key: two leases. A request delayed on its way to Redis for longer
+// than that could still take the key, which then expires with its lease.
 func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
-// ReserveTTL is how long a key yielded to a waiting process stays reserved for it: a quarter
-// of a lease, far longer than a release message and a round trip, and so the longest a key
-// can stay idle when the waiting process died or stopped waiting.
+// ReserveTTL is how long a key let go to the first process in line stays reserved for it: a
+// quarter of a lease, far longer than a release message and a round trip, and so the longest
+// a key can stay idle when that process died without leaving the line.
 func ReserveTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 4 }
 
-// MarkTTL is how long a waiting mark lasts: half a lease. A waiting process renews it with
-// every failed attempt and every probe (at most two poll intervals, lease/3, apart), and
-// removes it when it stops waiting.
-func MarkTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 2 }
+// EntryTTL is how long an entry in the line of waiting processes lives unless its process
+// renews it: one lease. A waiting process renews it with every failed attempt and, when it
+// has not for a third of a lease, with its poll; it removes it when it stops waiting. So an
+// entry outlives its process by at most a lease.
+func EntryTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() }
 
 func (p *RedisLockProcessor) channel(cfg domain.DLockConfig) string {
 	if p.opts.Publish {
@@ -338,11 +358,23 @@ func processErr(op, key string, err error) error {
 	return &dlerrors.RedisProcessError{Op: op, Key: key, Err: err}
 }
 
-func optimistic(op, key, locker string) error {
-	return fmt.Errorf("%w: %s %q: locker %q", dlerrors.ErrOptimisticLocking, op, key, locker)
-}
-
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// pair reads a script's {code, value} reply.
+func pair(res *redis.Cmd) (int64, any, error) {
+	vals, err := res.Slice()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(vals) != 2 {
+		return 0, nil, fmt.Errorf("script returned %d values", len(vals))
+	}
+	code, ok := vals[0].(int64)
+	if !ok {
+		return 0, nil, fmt.Errorf("script returned %T", vals[0])
+	}
+	return code, vals[1], nil
+}
 
 // Load implements DLockProcessor with GET.
 func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error) {
@@ -351,145 +383,152 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 		return nil, nil
 	}
 	if err != nil {
+		p.fail(err)
 		return nil, processErr("load", cfg.UniqueKey(), err)
 	}
 	return &domain.DLockEntity{Locker: locker, Status: domain.StatusProcessing}, nil
 }
 
-// Lock implements DLockProcessor with lock.lua (one EVALSHA). It sets e.Token and e.Lease.
-func (p *RedisLockProcessor) Lock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig, wait bool) error {
-	leave := "0"
-	if wait {
-		leave = "1"
+// Lock implements DLockProcessor with lock.lua (one EVALSHA).
+func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, req LockRequest) (Result, error) {
+	owner, seq := SplitLocker(req.Locker)
+	wait := "0"
+	if req.Wait {
+		wait = "1"
 	}
-	owner, seq := SplitLocker(e.Locker)
-	res, acked, err := p.run(ctx, lockScript, true,
-		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
-		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, ms(MarkTTL(cfg)), seq, leave)
-	var token int64
+	res, acked, err := p.run(ctx, lockScript, true, keys(cfg, owner),
+		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, wait, ms(EntryTTL(cfg)),
+		max(req.Tokens, 1), ms(DoneTTL(cfg)))
+	var code int64
+	var v any
 	if err == nil {
-		token, err = res.Int64()
+		code, v, err = pair(res)
 	}
 	if err != nil {
-		return processErr("lock", cfg.UniqueKey(), err)
+		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
-	if token <= 0 {
-		return optimistic("lock", cfg.UniqueKey(), e.Locker)
+	switch code {
+	case 1:
+		if err := p.acked("lock", cfg.UniqueKey(), acked); err != nil {
+			return Result{}, err
+		}
+		tok, _ := v.(int64)
+		return Result{Outcome: Taken, Token: uint64(tok)}, nil
+	case -1:
+		return Result{Outcome: Settled}, nil
 	}
-	if err := p.acked("lock", cfg.UniqueKey(), acked); err != nil {
-		return err
-	}
-	e.Token, e.Lease, e.Status = uint64(token), cfg.Lease(), domain.StatusProcessing
-	return nil
+	return Result{Outcome: Held}, nil
 }
 
-// ExpandLease implements DLockProcessor with expand.lua (one EVALSHA).
-func (p *RedisLockProcessor) ExpandLease(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	res, acked, err := p.run(ctx, expandScript, true, []string{cfg.UniqueKey(), FenceKey(cfg)},
-		e.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)))
-	var n int64
+// ExpandLease implements DLockProcessor with renew.lua (one EVALSHA).
+func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockConfig, req RenewRequest) (Result, error) {
+	owner, seq := SplitLocker(req.Locker)
+	yield := "0"
+	if req.Yield {
+		yield = "1"
+	}
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return Result{}, processErr("renew", cfg.UniqueKey(), err)
+	}
+	check := ""
+	if req.Yield {
+		checkOwner, n := SplitLocker(req.Check)
+		if checkOwner != owner || n == "" {
+			return Result{}, fmt.Errorf("%w: yield check %q is not a fresh locker of %q", dlerrors.ErrInvalidConfig, req.Check, owner)
+		}
+		check = n
+	}
+	res, acked, err := p.run(ctx, renewScript, true, keys(cfg, owner),
+		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), req.Tokens, yield, p.opts.Mark,
+		ms(ReserveTTL(cfg)), p.channel(cfg), pub, ms(EntryTTL(cfg)), ms(DoneTTL(cfg)), last(req.Last), check)
+	var code int64
+	var v any
 	if err == nil {
-		n, err = res.Int64()
+		code, v, err = pair(res)
 	}
 	if err != nil {
-		return processErr("renew", cfg.UniqueKey(), err)
+		return Result{}, processErr("renew", cfg.UniqueKey(), err)
 	}
-	if n != 1 {
-		return optimistic("renew", cfg.UniqueKey(), e.Locker)
+	switch code {
+	case 1:
+		if err := p.acked("renew", cfg.UniqueKey(), acked); err != nil {
+			return Result{}, err
+		}
+		tok, _ := v.(int64)
+		return Result{Outcome: Renewed, Token: uint64(tok)}, nil
+	case 2:
+		return Result{Outcome: Yielded}, nil
+	case -1:
+		return Result{Outcome: Settled}, nil
 	}
-	return p.acked("renew", cfg.UniqueKey(), acked)
+	return Result{Outcome: Gone}, nil
+}
+
+// last formats the last token handed out for a script (empty when unknown).
+func last(t uint64) string {
+	if t == 0 {
+		return ""
+	}
+	return strconv.FormatUint(t, 10)
 }
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
-func (p *RedisLockProcessor) Unlock(ctx context.Context, e *domain.DLockEntity, cfg domain.DLockConfig) error {
-	owner, seq := SplitLocker(e.Locker)
+func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error) {
+	owner, seq := SplitLocker(req.Locker)
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
-		return processErr("unlock", cfg.UniqueKey(), err)
+		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
-	res, _, err := p.run(ctx, releaseScript, false, []string{cfg.UniqueKey(), DoneKey(cfg, owner)},
-		e.Locker, p.channel(cfg), seq, ms(DoneTTL(cfg)), pub)
+	res, _, err := p.run(ctx, releaseScript, false, keys(cfg, owner),
+		req.Locker, seq, p.channel(cfg), pub, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), last(req.Last))
+	var code int64
+	var v any
+	if err == nil {
+		code, v, err = pair(res)
+	}
+	if err != nil {
+		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
+	}
+	switch code {
+	case 1:
+		next, _ := v.(string)
+		return Result{Outcome: Released, Next: next}, nil
+	case -1:
+		return Result{Outcome: Settled}, nil
+	}
+	return Result{Outcome: Gone}, nil
+}
+
+// IsFree implements DLockProcessor with poll.lua (one EVALSHA).
+func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error) {
+	res, _, err := p.run(ctx, pollScript, false, keys(cfg, p.opts.Mark), p.opts.Mark, ms(EntryTTL(cfg)))
 	var n int64
 	if err == nil {
 		n, err = res.Int64()
 	}
 	if err != nil {
-		return processErr("unlock", cfg.UniqueKey(), err)
+		return 0, processErr("is-free", cfg.UniqueKey(), err)
 	}
-	if n == 0 { // 2: released already, by this same request sent before
-		return optimistic("unlock", cfg.UniqueKey(), e.Locker)
+	if n < int64(PollFree) || n > int64(PollNotQueued) {
+		return 0, processErr("is-free", cfg.UniqueKey(), fmt.Errorf("poll.lua returned %d", n))
 	}
-	return nil
+	return PollResult(n), nil
 }
 
-// IsFree implements DLockProcessor with probe.lua (one EVALSHA), which also leaves the
-// waiting mark when the key is held.
-func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (bool, error) {
-	res, _, err := p.run(ctx, probeScript, false, []string{cfg.UniqueKey(), WantKey(cfg)},
-		p.opts.Mark, ms(MarkTTL(cfg)))
-	var n int64
-	if err == nil {
-		n, err = res.Int64()
-	}
-	if err != nil {
-		return false, processErr("is-free", cfg.UniqueKey(), err)
-	}
-	return n == 1, nil
-}
-
-// ErrYielded reports a hand-over that reserved the key for a waiting process instead.
-var ErrYielded = errors.New("dlock: released to a waiting process")
-
-// Unmark implements DLockProcessor with unmark.lua (one EVALSHA).
-func (p *RedisLockProcessor) Unmark(ctx context.Context, cfg domain.DLockConfig) error {
+// Leave implements DLockProcessor with leave.lua (one EVALSHA).
+func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig) error {
 	if p.opts.Mark == "" {
 		return nil
 	}
-	if _, _, err := p.run(ctx, unmarkScript, false, []string{WantKey(cfg)}, p.opts.Mark); err != nil {
-		return processErr("unmark", cfg.UniqueKey(), err)
-	}
-	return nil
-}
-
-// HandOver implements DLockProcessor with handover.lua (one EVALSHA).
-func (p *RedisLockProcessor) HandOver(ctx context.Context, from, to *domain.DLockEntity, cfg domain.DLockConfig, yield bool) error {
-	y := "0"
-	if yield {
-		y = "1"
-	}
-	owner, fromSeq := SplitLocker(from.Locker)
-	toOwner, toSeq := SplitLocker(to.Locker)
-	if toOwner != owner {
-		return fmt.Errorf("%w: hand-over between owners %q and %q", dlerrors.ErrInvalidConfig, owner, toOwner)
-	}
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
-		return processErr("hand-over", cfg.UniqueKey(), err)
+		return processErr("leave", cfg.UniqueKey(), err)
 	}
-	res, acked, err := p.run(ctx, handoverScript, true,
-		[]string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg), DoneKey(cfg, owner)},
-		from.Locker, to.Locker, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.channel(cfg), p.opts.Mark, y,
-		fromSeq, toSeq, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), ms(MarkTTL(cfg)), pub)
-	var token int64
-	if err == nil {
-		token, err = res.Int64()
+	if _, _, err := p.run(ctx, leaveScript, false, keys(cfg, p.opts.Mark),
+		p.opts.Mark, p.channel(cfg), pub, ms(ReserveTTL(cfg))); err != nil {
+		return processErr("leave", cfg.UniqueKey(), err)
 	}
-	if err == nil && token > 0 {
-		err = p.acked("hand-over", cfg.UniqueKey(), acked)
-	}
-	switch {
-	case err != nil:
-		var pe *dlerrors.RedisProcessError
-		if errors.As(err, &pe) {
-			return err
-		}
-		return processErr("hand-over", cfg.UniqueKey(), err)
-	case token == 0:
-		return optimistic("hand-over", cfg.UniqueKey(), from.Locker)
-	case token < 0:
-		return ErrYielded
-	}
-	to.Token, to.Lease, to.Status = uint64(token), cfg.Lease(), domain.StatusProcessing
 	return nil
 }
 
@@ -504,29 +543,17 @@ func (p *RedisLockProcessor) Preload(ctx context.Context) error {
 	return nil
 }
 
-// Inspection is what Redis holds for a lock, read in one round trip by Inspect.
-type Inspection struct {
-	// Holder is the value under the lock key: a locker, ReservedPrefix and the mark of the
-	// process a holder yielded to, or "" when the key is free.
-	Holder string
-	// TTL is the holder's remaining life (0 when free).
-	TTL time.Duration
-	// Fence is the fencing counter: the last token handed out, while it is kept (FenceTTL);
-	// 0 once it expired.
-	Fence uint64
-	// Want is the waiting mark: the mark of a process that waits (or waited within MarkTTL),
-	// "" for none.
-	Want string
-}
-
-// ReservedPrefix starts the value of a key yielded to a waiting process: ReservedPrefix and
+// ReservedPrefix starts the value of a key let go to a waiting process: ReservedPrefix and
 // that process's mark (no locker can equal it).
 const ReservedPrefix = "reserved|"
 
-// Inspect reads the lock's key, its remaining life, the fencing counter and the waiting mark
-// (inspect.lua, one EVALSHA; it writes nothing).
+// maxListed is how many waiting processes Inspect lists at most.
+const maxListed = 100
+
+// Inspect reads the lock's key, its remaining life, the fencing counter and the line of
+// waiting processes (inspect.lua, one EVALSHA; it writes nothing).
 func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error) {
-	res, _, err := p.run(ctx, inspectScript, false, []string{cfg.UniqueKey(), FenceKey(cfg), WantKey(cfg)})
+	res, _, err := p.run(ctx, inspectScript, false, keys(cfg, p.opts.Mark), maxListed)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -545,22 +572,24 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 	if f, _ := vals[2].(string); f != "" {
 		in.Fence, _ = strconv.ParseUint(f, 10, 64)
 	}
-	in.Want, _ = vals[3].(string)
+	waiting, _ := vals[3].([]any)
+	for _, w := range waiting {
+		if m, ok := w.(string); ok {
+			in.Waiting = append(in.Waiting, m)
+		}
+	}
 	return in, nil
 }
 
-// ForceRelease deletes the lock key if it still holds holder, settles that acquisition and
-// publishes a release message, as a release does (force.lua, one EVALSHA). It reports whether
-// the key held holder. Safe to run twice or late: a second copy finds holder gone. The holder
-// is not told; it learns of the loss at its next renewal or release.
+// ForceRelease implements DLockProcessor with force.lua (one EVALSHA): it lets the key go, as
+// a release does, if it still holds holder. Safe to run twice or late: a second copy finds
+// holder gone. The holder is not told; it learns of the loss at its next renewal or release.
 func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error) {
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
 		return false, processErr("force-release", cfg.UniqueKey(), err)
 	}
-	owner, seq := SplitLocker(holder)
-	res, _, err := p.run(ctx, forceScript, false, []string{cfg.UniqueKey(), DoneKey(cfg, owner)},
-		holder, p.channel(cfg), pub, seq, ms(DoneTTL(cfg)))
+	res, _, err := p.run(ctx, forceScript, false, keys(cfg, p.opts.Mark), holder, p.channel(cfg), pub, ms(ReserveTTL(cfg)))
 	var n int64
 	if err == nil {
 		n, err = res.Int64()

@@ -63,6 +63,7 @@ type histWrite struct {
 //	         of a process killed before it released is known;
 //	"op":    one iteration of a goroutine, written at its end: its calls and, if it acquired,
 //	         the holding;
+//	"start": the helper's first line, with its process id;
 //	"force": an operator's ForceRelease of Key (State, then ForceRelease of the holder shown);
 //	"exit":  the helper's last line, after its generator was closed: Close's error and the
 //	         goroutine-leak check.
@@ -94,8 +95,12 @@ type histRecord struct {
 	Write       *histWrite `json:"w,omitempty"`
 
 	// force: an operator's ForceRelease of Key (Calls[0] spans State and ForceRelease); Forced
-	// says whether it removed the holder State had shown.
-	Forced bool `json:"forced,omitempty"`
+	// says whether it removed Holder, the locker State had shown.
+	Forced bool   `json:"forced,omitempty"`
+	Holder string `json:"holder,omitempty"`
+
+	// start: the helper's first line: its process id (a locker names its process by it).
+	Pid int `json:"pid,omitempty"`
 
 	// exit
 	CloseErr string `json:"close,omitempty"`
@@ -152,6 +157,7 @@ func historyHelper(g *dlock.Generator, c *redis.Client) int {
 		g: g, fence: fence, log: &histLog{f: f}, proc: env("PROC"),
 		keys: envInt("KEYS"), lease: envDuration("LEASE"),
 	}
+	w.log.put(&histRecord{T: "start", Proc: w.proc, Pid: os.Getpid()})
 	var wg sync.WaitGroup
 	iters := make([]int64, envInt("GOROUTINES"))
 	for i := range iters {
@@ -417,6 +423,7 @@ func (w *histWorkload) force(l *dlock.DistributedReentrantLock, rec *histRecord)
 	c := histCall{Kind: "force", D: int64(2 * time.Second), Start: monoNow()}
 	st, err := l.State(ctx)
 	if err == nil && st.Holder != "" {
+		rec.Holder = st.Holder
 		rec.Forced, err = l.ForceRelease(ctx, st.Holder)
 	}
 	c.End = monoNow()

@@ -68,9 +68,11 @@ import (
 // the call returned and TRel before Unlock is called, so every error in those readings hides
 // an overlap rather than inventing one.
 //
-// Excuses: an overlap with a holding whose key an operator's ForceRelease removed (a force of
-// the key that ended after the holding's call began and began before the overlap: the holder
-// acts as owner until its next renewal, as the contract says); a holding of a process killed
+// Excuses: an overlap with a holding whose tenure an operator's ForceRelease may have removed
+// (a force that removed a locker of the holding's process, ended after the holding's call
+// began and began before the overlap: the holder — and the goroutines its process passes the
+// lock to, which may never be told — acts as owner until the tenure's next renewal or
+// release, as the contract says); a holding of a process killed
 // (kill -9) before it logged its release (its "begin"
 // line has no "op" line); a holding whose process was SIGSTOPped during its span, the stop
 // having begun no later than the overlap or write in question; a holding that straddles a
@@ -225,8 +227,15 @@ type histRun struct {
 
 	// Analysis.
 	stats  histStats
-	viol   map[string][]string   // kind -> descriptions
-	forces map[string][]histCall // by key: ForceRelease calls that removed a holder
+	viol   map[string][]string    // kind -> descriptions
+	forces map[string][]histForce // by key: ForceRelease calls that removed a holder
+}
+
+// histForce is an operator's ForceRelease that removed a holder: the call, and the helper
+// whose locker it removed.
+type histForce struct {
+	histCall
+	victim string
 }
 
 type histStats struct {
@@ -563,7 +572,9 @@ func (r *histRun) analyse() {
 	}
 	var holdings []*histHolding
 	var waits []*histRecord // long Lock calls that timed out
-	r.forces = map[string][]histCall{}
+	r.forces = map[string][]histForce{}
+	procOfPid := map[int]string{}
+	var forceRecs []*histRecord
 	for _, p := range r.all {
 		begins := map[gid]*histRecord{}
 		finished := map[gid]bool{}
@@ -579,12 +590,14 @@ func (r *histRun) analyse() {
 				begins[gid{rec.Proc, rec.G, rec.Seq}] = rec
 			case "exit":
 				exit = rec
+			case "start":
+				procOfPid[rec.Pid] = rec.Proc
 			case "force":
 				st.forces++
 				r.checkCalls(p, rec, pausedDuring)
 				if rec.Forced {
 					st.forced++
-					r.forces[rec.Key] = append(r.forces[rec.Key], rec.Calls[0])
+					forceRecs = append(forceRecs, rec)
 				}
 			case "op":
 				st.iters++
@@ -641,6 +654,15 @@ func (r *histRun) analyse() {
 				r.violate("close-error", "proc %s: Close: %s", p.id, exit.CloseErr)
 			}
 		}
+	}
+
+	for _, rec := range forceRecs { // the process whose tenure each force removed
+		parts := strings.Split(rec.Holder, "-")
+		pid := -1
+		if len(parts) >= 2 {
+			pid, _ = strconv.Atoi(parts[len(parts)-3])
+		}
+		r.forces[rec.Key] = append(r.forces[rec.Key], histForce{histCall: rec.Calls[0], victim: procOfPid[pid]})
 	}
 
 	// Belief intervals and per-holding checks.
@@ -908,17 +930,15 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.hold(a), r.hold(b))
 }
 
-// forcedBetween reports whether a may be a holding that an operator's ForceRelease removed
-// before until: a force of a's key that began before until and before a's release, and ended
-// after a acquired, while a was told of a loss (by its owner context or its Unlock), as a
-// holding whose key was removed always is. The contract lets a holder in another process act
-// as owner until its next renewal tells it.
+// forcedBetween reports whether a may be a holding under a tenure that an operator's
+// ForceRelease removed before until: a force of a's key that removed a locker of a's process,
+// began before until and before a's release, and ended after a's call began. The contract
+// lets a holder in another process act as owner until its tenure next renews or lets go — and
+// with it the goroutines its process passes the lock to meanwhile, which may never be told
+// (their releases are passes within the process, with no word to Redis).
 func (r *histRun) forcedBetween(a *histHolding, until int64) bool {
-	if !a.ToldCtx && !a.ToldUnlock {
-		return false
-	}
 	for _, f := range r.forces[a.Key] {
-		if f.End > a.TAcq && f.Start < min(until, a.TRel) {
+		if f.victim == a.Proc && f.End > a.CallStart && f.Start < min(until, a.TRel) {
 			return true
 		}
 	}
@@ -1138,8 +1158,8 @@ func TestHistoryRules(t *testing.T) {
 			r.Write = &histWrite{Start: at * ms, End: (at + 1) * ms, Accepted: accepted, Stored: stored}
 		}
 	}
-	forceAt := func(proc, key string, at int64) *histRecord { // an operator's ForceRelease that removed a holder
-		return &histRecord{T: "force", Proc: proc, G: 1, Key: key, Forced: true,
+	forceAt := func(proc, key string, at int64) *histRecord { // an operator's ForceRelease that removed a holder of process "a" (pid 1)
+		return &histRecord{T: "force", Proc: proc, G: 1, Key: key, Forced: true, Holder: "192.0.2.1-1-abcdef-7",
 			Calls: []histCall{{Kind: "force", D: int64(2 * time.Second), Start: at * ms, End: (at + 1) * ms, Outcome: "ok"}}}
 	}
 	restart := histFault{Kind: "restart", Start: 100 * ms, End: 150 * ms}
@@ -1185,8 +1205,9 @@ func TestHistoryRules(t *testing.T) {
 		{"stale write refused once the lease may have run out", []*histRecord{hold("a", "k", 5, 0, 1, 400, write(300, false, 9))}, nil, nil, nil},
 		{"forced", []*histRecord{hold("a", "k", 1, 0, 1, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, nil},
 		{"forced after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 400, toldByUnlock), hold("b", "k", 2, 2, 150, 500), forceAt("op", "k", 200)}, nil, nil, []string{"overlap"}},
-		{"forced, never told", []*histRecord{hold("a", "k", 1, 0, 1, 400), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
-		{"forced before the holding", []*histRecord{hold("a", "k", 1, 0, 110, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"forced, never told", []*histRecord{hold("a", "k", 1, 0, 1, 400), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, nil},
+		{"another process forced", []*histRecord{hold("b", "k", 1, 0, 1, 400), hold("a", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"forced before the holding's call", []*histRecord{hold("a", "k", 1, 105, 110, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
 		{"extend outcomes", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) {
 			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 3 * ms, Outcome: "ok"},
 				histCall{Kind: "extend", Start: 4 * ms, End: 5 * ms, Outcome: "error", Err: "not held"})
@@ -1216,7 +1237,11 @@ func TestHistoryRules(t *testing.T) {
 				p := &histProc{id: id, log: filepath.Join(r.dir, id+".jsonl"), done: make(chan struct{}), killed: tc.killed[id] * ms}
 				close(p.done)
 				var b []byte
-				for _, rec := range append(byProc[id], &histRecord{T: "exit", Proc: id}) {
+				start := &histRecord{T: "start", Proc: id, Pid: int(id[0])}
+				if id == "a" {
+					start.Pid = 1
+				}
+				for _, rec := range append(append([]*histRecord{start}, byProc[id]...), &histRecord{T: "exit", Proc: id}) {
 					line, _ := json.Marshal(rec)
 					b = append(append(b, line...), '\n')
 				}

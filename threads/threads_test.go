@@ -90,55 +90,105 @@ func TestPollerEndsWithContext(t *testing.T) {
 	}
 }
 
-// renewals records renewal times and answers with the errors it is given.
-type renewals struct {
+// fakeLease is a lease whose renewals succeed, fail or hang as the test says.
+type fakeLease struct {
 	mu    sync.Mutex
-	times []time.Time
-	errs  []error
+	lease time.Duration
+	until time.Time
+	errs  []error     // what the next renewals return, in order; nil afterwards
+	times []time.Time // when each renewal was sent
+	hang  bool        // renewals wait for their context to end
+	lost  chan error
 }
 
-func (r *renewals) renew(context.Context, time.Duration) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.times = append(r.times, time.Now())
-	if len(r.errs) > 0 {
-		err := r.errs[0]
-		if len(r.errs) > 1 {
-			r.errs = r.errs[1:]
-		}
-		return err
+func newLease(lease time.Duration, errs ...error) *fakeLease {
+	return &fakeLease{lease: lease, until: time.Now().Add(lease), errs: errs, lost: make(chan error, 1)}
+}
+
+func (l *fakeLease) Schedule() threads.Schedule {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return threads.Schedule{Until: l.until, RenewAt: l.until.Add(-l.lease / 4), Retry: l.lease / 10}
+}
+
+func (l *fakeLease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	sent := time.Now()
+	l.times = append(l.times, sent)
+	hang := l.hang
+	var err error
+	if len(l.errs) > 0 {
+		err, l.errs = l.errs[0], l.errs[1:]
 	}
-	return nil
-}
-
-func (r *renewals) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.times)
-}
-
-func TestExpanderRenewsAndStops(t *testing.T) {
-	var wg threads.Group
-	r := &renewals{}
-	lost := make(chan error, 1)
-	start := time.Now()
-	e := threads.StartExpander(context.Background(), threads.ExpanderConfig{
-		Lease: 40 * time.Millisecond, Interval: 30 * time.Millisecond, Retry: 4 * time.Millisecond, Acquired: start,
-	}, r.renew, func(err error) { lost <- err }, &wg)
-	eventually(t, "three renewals", func() bool { return r.count() >= 3 })
-	e.Stop()
-	e.Stop()
-	waitFor(t, &wg)
-	if first := r.times[0].Sub(start); first < 30*time.Millisecond {
-		t.Fatalf("first renewal after %v, want one interval (not right after acquiring)", first)
+	l.mu.Unlock()
+	if hang {
+		<-ctx.Done() // Redis does not answer
+		return ctx.Err()
 	}
+	if err == nil {
+		l.extend(sent, l.lease)
+	}
+	return err
+}
+
+func (l *fakeLease) extend(sent time.Time, lease time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u := sent.Add(lease); u.After(l.until) {
+		l.until = u
+	}
+}
+
+func (l *fakeLease) Lost(cause error) { l.lost <- cause }
+
+func (l *fakeLease) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.times)
+}
+
+// noLoss fails t if a loss was reported.
+func noLoss(t *testing.T, l *fakeLease) {
+	t.Helper()
 	select {
-	case err := <-lost:
+	case err := <-l.lost:
 		t.Fatalf("loss reported: %v", err)
 	default:
 	}
 }
 
+// awaitLoss waits for a loss and checks its cause.
+func awaitLoss(t *testing.T, l *fakeLease, wrapped error) {
+	t.Helper()
+	select {
+	case err := <-l.lost:
+		if !errors.Is(err, dlerrors.ErrLockLost) || (wrapped != nil && !errors.Is(err, wrapped)) {
+			t.Fatalf("cause %v, want ErrLockLost wrapping %v", err, wrapped)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("loss never reported")
+	}
+}
+
+// The lease is renewed at three quarters of it (not right after acquiring), again and again,
+// until stopped; nothing is reported after Stop.
+func TestExpanderRenewsAndStops(t *testing.T) {
+	var wg threads.Group
+	l := newLease(400 * time.Millisecond)
+	start := time.Now()
+	e := threads.StartExpander(context.Background(), l, &wg)
+	eventually(t, "three renewals", func() bool { return l.count() >= 3 })
+	e.Stop()
+	e.Stop()
+	waitFor(t, &wg)
+	if first := l.times[0].Sub(start); first < 300*time.Millisecond {
+		t.Fatalf("first renewal after %v, want three quarters of the lease", first)
+	}
+	noLoss(t, l)
+}
+
+// A renewal that finds the key taken ends the lease at once; one that cannot reach Redis is
+// retried until the lease runs out.
 func TestExpanderReportsLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -149,22 +199,16 @@ func TestExpanderReportsLoss(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var wg threads.Group
-			r := &renewals{errs: []error{tc.err}}
-			lost := make(chan error, 1)
-			threads.StartExpander(context.Background(), threads.ExpanderConfig{
-				Lease: 40 * time.Millisecond, Interval: 30 * time.Millisecond, Retry: 4 * time.Millisecond, Acquired: time.Now(),
-			}, r.renew, func(err error) { lost <- err }, &wg)
-			select {
-			case err := <-lost:
-				if !errors.Is(err, dlerrors.ErrLockLost) || !errors.Is(err, tc.err) {
-					t.Fatalf("cause %v, want ErrLockLost wrapping %v", err, tc.err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("loss never reported")
+			errs := []error{tc.err}
+			if tc.name == "unreachable" {
+				errs = []error{tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err}
 			}
+			l := newLease(200*time.Millisecond, errs...)
+			threads.StartExpander(context.Background(), l, &wg)
+			awaitLoss(t, l, tc.err)
 			waitFor(t, &wg)
-			if tc.name == "unreachable" && r.count() < 2 {
-				t.Fatalf("%d renewals: a failed renewal was not retried before the lease ran out", r.count())
+			if tc.name == "unreachable" && l.count() < 2 {
+				t.Fatalf("%d renewals: a failed renewal was not retried before the lease ran out", l.count())
 			}
 		})
 	}
@@ -172,19 +216,12 @@ func TestExpanderReportsLoss(t *testing.T) {
 
 func TestExpanderRecoversFromOneError(t *testing.T) {
 	var wg threads.Group
-	r := &renewals{errs: []error{errors.New("blip"), nil}}
-	lost := make(chan error, 1)
-	e := threads.StartExpander(context.Background(), threads.ExpanderConfig{
-		Lease: 60 * time.Millisecond, Interval: 20 * time.Millisecond, Retry: 5 * time.Millisecond, Acquired: time.Now(),
-	}, r.renew, func(err error) { lost <- err }, &wg)
-	eventually(t, "renewals after the error", func() bool { return r.count() >= 5 })
+	l := newLease(400*time.Millisecond, errors.New("blip"))
+	e := threads.StartExpander(context.Background(), l, &wg)
+	eventually(t, "renewals after the error", func() bool { return l.count() >= 3 })
 	e.Stop()
 	waitFor(t, &wg)
-	select {
-	case err := <-lost:
-		t.Fatalf("one failed renewal lost the lock: %v", err)
-	default:
-	}
+	noLoss(t, l)
 }
 
 // waitFor waits for the group's goroutines; a group can be closed once, so it is closed here
@@ -200,80 +237,30 @@ func waitFor(t *testing.T, g *threads.Group) {
 	}
 }
 
-// A renewal that hangs past the lease (a client that ignores the context's deadline, a
-// partition) does not delay the loss: it is reported when the lease runs out.
+// A renewal that Redis never answers does not delay the loss: its context ends when the
+// lease runs out, and the loss is reported then.
 func TestExpanderLossWhileRenewalHangs(t *testing.T) {
 	var wg threads.Group
-	unblock := make(chan struct{})
-	lost := make(chan error, 1)
-	threads.StartExpander(context.Background(), threads.ExpanderConfig{
-		Lease: 60 * time.Millisecond, Interval: 30 * time.Millisecond, Retry: 5 * time.Millisecond, Acquired: time.Now(),
-	}, func(context.Context, time.Duration) error {
-		<-unblock // ignores its context, as go-redis does without ContextTimeoutEnabled
-		return nil
-	}, func(err error) { lost <- err }, &wg)
-	select {
-	case err := <-lost:
-		if !errors.Is(err, dlerrors.ErrLockLost) {
-			t.Fatalf("cause %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("loss not reported while the renewal hung")
-	}
-	close(unblock)
+	l := newLease(200 * time.Millisecond)
+	l.hang = true
+	threads.StartExpander(context.Background(), l, &wg)
+	awaitLoss(t, l, nil)
 	waitFor(t, &wg)
 }
 
-// Extend renews at once with the new lease, and the renewals go on with it; an Extend whose
-// outcome is unknown (an error) to a shorter lease counts the lease as the shorter one.
-func TestExpanderExtend(t *testing.T) {
+// Renewals made by others (a renewal before a hand-over, an Extend) move the schedule: after
+// a Poke the expander waits for the new one instead of renewing on the old.
+func TestExpanderFollowsOthersRenewals(t *testing.T) {
 	var wg threads.Group
-	var mu sync.Mutex
-	var leases []time.Duration
-	fail := false
-	lost := make(chan error, 1)
-	e := threads.StartExpander(context.Background(), threads.ExpanderConfig{
-		Lease: 10 * time.Second, Interval: 7500 * time.Millisecond, Retry: time.Second, Acquired: time.Now(),
-	}, func(_ context.Context, lease time.Duration) error {
-		mu.Lock()
-		defer mu.Unlock()
-		leases = append(leases, lease)
-		if fail {
-			return errors.New("reply lost")
-		}
-		return nil
-	}, func(err error) { lost <- err }, &wg)
-	ctx := context.Background()
-	if err := e.Extend(ctx, 80*time.Millisecond); err != nil {
-		t.Fatal(err)
+	l := newLease(400 * time.Millisecond)
+	e := threads.StartExpander(context.Background(), l, &wg)
+	l.extend(time.Now(), 10*time.Second) // someone renewed with a long lease
+	e.Poke()
+	time.Sleep(600 * time.Millisecond) // past the old 75 % and the old lease
+	if n := l.count(); n != 0 {
+		t.Fatalf("%d renewals on the old schedule", n)
 	}
-	// renewals now come every 60 ms, with the new lease
-	eventually(t, "renewals with the new lease", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(leases) >= 3 && leases[len(leases)-1] == 80*time.Millisecond
-	})
-	if err := e.Extend(ctx, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	fail = true
-	mu.Unlock()
-	// an Extend to 50 ms whose reply is lost: the lease is counted as 50 ms, so the loss comes
-	// long before the 10 s lease would end
-	if err := e.Extend(ctx, 50*time.Millisecond); err == nil {
-		t.Fatal("Extend succeeded")
-	}
-	select {
-	case err := <-lost:
-		if !errors.Is(err, dlerrors.ErrLockLost) {
-			t.Fatalf("cause %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no loss after an unknown Extend to a shorter lease")
-	}
-	if err := e.Extend(ctx, time.Second); !errors.Is(err, threads.ErrExpanderEnded) {
-		t.Fatalf("Extend after the loss: %v", err)
-	}
+	e.Stop()
 	waitFor(t, &wg)
+	noLoss(t, l)
 }

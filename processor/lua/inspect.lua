@@ -1,12 +1,17 @@
 -- inspect.lua: read what Redis holds for a lock, without changing anything.
--- KEYS[1]  the lock key
--- KEYS[2]  the fencing counter
--- KEYS[3]  the waiting mark
+-- ARGV[1]  how many entries of the line to list at most
 -- Returns {holder or '', its remaining life in milliseconds (-2 when absent), the fencing
--- counter or '', the waiting mark or ''}.
+-- counter or '', the live entries of the line, first in line first}.
+local waiting = {}
+for _, m in ipairs(redis.call('zrange', LINE, 0, tonumber(ARGV[1]) - 1)) do
+    local due = redis.call('zscore', DUE, m)
+    if due and tonumber(due) > NOW_MS then
+        waiting[#waiting + 1] = m
+    end
+end
 return {
-    redis.call('get', KEYS[1]) or '',
-    redis.call('pttl', KEYS[1]),
-    redis.call('get', KEYS[2]) or '',
-    redis.call('get', KEYS[3]) or '',
+    redis.call('get', K) or '',
+    redis.call('pttl', K),
+    redis.call('get', FENCE) or '',
+    waiting,
 }

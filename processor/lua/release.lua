@@ -1,36 +1,26 @@
--- release.lua: let the lock go if the key still holds this locker, tell the waiters, and
--- settle the acquisition: raise its owner's settled mark to its sequence number, so that any
--- request of it (or of an older acquisition of the same owner) that reaches Redis later is
--- refused (lock.lua, handover.lua). The same script gives back an acquisition whose outcome
--- is unknown (its reply was lost, or its caller gave up).
--- KEYS[1]  the lock key
--- KEYS[2]  the locker's owner's settled mark, {DLOCK_<type>_<target>}:done:<owner>
+-- release.lua: let the key go if it still holds this locker — to the first process in line
+-- (reserved for it; only it is woken) or free — and settle the acquisition, so that no request
+-- of it (or of an older acquisition of its owner) that reaches Redis later can take the key.
+-- The same script gives back an acquisition whose outcome is unknown (its reply was lost, or
+-- its caller gave up): settled either way, and let go if it holds the key.
 -- ARGV[1]  the locker
--- ARGV[2]  the release channel, or '' to publish nothing
--- ARGV[3]  the locker's sequence number ('' when it has none)
--- ARGV[4]  how long the settled mark lasts, in milliseconds
--- ARGV[5]  the command that publishes ('publish', or 'spublish' for sharded channels)
--- Returns 1 when deleted; 2 when the acquisition was settled already (this release ran
--- before and its reply was lost); 0 when the key is gone or holds another locker.
--- Message: "R|<locker>".
--- The mark only ever rises, and its life only ever grows (a release with a shorter lease does
--- not cut short the protection of an earlier one with a longer lease).
-local done = tonumber(redis.call('get', KEYS[2]) or '-1')
-local function settle()
-    if ARGV[3] ~= '' and tonumber(ARGV[3]) > done then
-        redis.call('set', KEYS[2], ARGV[3], 'PX', math.max(tonumber(ARGV[4]), redis.call('pttl', KEYS[2])))
+-- ARGV[2]  its sequence number ('' for a locker of another form)
+-- ARGV[3]  the release channel, or '' to publish nothing
+-- ARGV[4]  the command that publishes ('publish', or 'spublish' for sharded channels)
+-- ARGV[5]  how long the settled mark lasts, in milliseconds
+-- ARGV[6]  how long a reservation lasts, in milliseconds
+-- ARGV[7]  the last fencing token this holder handed out ('' if unknown)
+-- Returns {1, the mark the key is reserved for or ''} when let go, {-1, ''} when settled
+-- already (this release ran before and its reply was lost), {0, ''} when the key is gone or
+-- holds another locker.
+local locker, seq = ARGV[1], ARGV[2]
+if redis.call('get', K) ~= locker then
+    if settled(seq) then
+        return {-1, ''}
     end
+    settle(seq, ARGV[5])
+    return {0, ''}
 end
-if redis.call('get', KEYS[1]) == ARGV[1] then
-    redis.call('del', KEYS[1])
-    if ARGV[2] ~= '' then
-        redis.call(ARGV[5], ARGV[2], 'R|' .. ARGV[1])
-    end
-    settle()
-    return 1
-end
-if ARGV[3] ~= '' and tonumber(ARGV[3]) <= done then
-    return 2
-end
-settle()
-return 0
+unreserve(ARGV[7])
+settle(seq, ARGV[5])
+return {1, pass(locker, ARGV[6], ARGV[3], ARGV[4])}

@@ -1,0 +1,311 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+	"github.com/dlockgo/dlock/threads"
+)
+
+// tenure is this process's hold of the key in Redis: one locker, written by the lock.lua of
+// the acquisition that started it, renewed by one expander, under which the lock passes from
+// goroutine to goroutine (lockState). Its fields are guarded by the state's mu.
+type tenure struct {
+	st     *lockState
+	entity domain.DLockEntity // the locker, and when the acquiring request was sent
+
+	until time.Time          // the key lives at least until then: a successful write's send time plus its lease (the latest)
+	cfg   domain.DLockConfig // with the lease renewals set: the current owner's, or what Extend set
+	next  uint64             // the next fencing token to hand out ...
+	end   uint64             // ... of the block [next, end) reserved in Redis
+	last  uint64             // the last token handed out
+	since time.Time          // when the tenure began, or last found that no other process waits
+	exp   *threads.Expander
+	over  bool // released, yielded or lost: renewals' results are ignored
+}
+
+// startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
+// ent.Token) and starts renewing it. The caller holds mu, in phase asking.
+func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig, tokens int) *tenure {
+	t := &tenure{st: st, entity: ent, cfg: cfg, until: ent.LockTime.Add(ent.Lease),
+		next: ent.Token, end: ent.Token + uint64(tokens), since: time.Now()}
+	st.ten, st.phase = t, free
+	st.g.hold(st) // the tenure keeps the state alive until it ends
+	t.exp = threads.StartExpander(st.g.clean, t, &st.g.group)
+	return t
+}
+
+// nextToken hands out the next token of the block. The caller holds mu.
+func (t *tenure) nextToken() uint64 {
+	t.last = t.next
+	t.next++
+	return t.last
+}
+
+// mustRenew reports whether the tenure must be renewed before it is passed to an acquisition
+// made with cfg: another lease, less than half of it left, no token left, or the hand-off
+// limit reached (a renewal that yields if another process waits). The caller holds mu.
+func (t *tenure) mustRenew(cfg domain.DLockConfig) bool {
+	ho := t.st.g.opts.handOff
+	return cfg.Lease() != t.cfg.Lease() ||
+		time.Until(t.until) < cfg.Lease()/2 ||
+		t.next >= t.end ||
+		(ho > 0 && time.Since(t.since) >= ho)
+}
+
+// renewed records a successful renewal sent at sent with cfg's lease, which reserved n tokens
+// from first (n = 0: none). The caller holds mu.
+func (t *tenure) renewed(sent time.Time, cfg domain.DLockConfig, first uint64, n int) {
+	if u := sent.Add(cfg.Lease()); u.After(t.until) {
+		t.until = u
+	}
+	t.cfg = cfg
+	if n > 0 && first >= t.end {
+		t.next, t.end = first, first+uint64(n)
+	}
+	if t.exp != nil {
+		t.exp.Poke()
+	}
+}
+
+// Schedule implements threads.Lease: renew at 75 % of the lease after the last write's send.
+func (t *tenure) Schedule() threads.Schedule {
+	t.st.mu.Lock()
+	defer t.st.mu.Unlock()
+	lease := t.cfg.Lease()
+	return threads.Schedule{Until: t.until, RenewAt: t.until.Add(-lease / 4), Retry: lease / 10}
+}
+
+// Renew implements threads.Lease: the expander's renewal, with the tenure's lease, and a new
+// block of tokens when goroutines wait and the block runs low.
+func (t *tenure) Renew(ctx context.Context) error {
+	st := t.st
+	st.mu.Lock()
+	if t.over {
+		st.mu.Unlock()
+		return nil
+	}
+	cfg := t.cfg
+	req := processor.RenewRequest{Locker: t.entity.Locker}
+	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
+		req.Tokens = blockSize
+	}
+	st.mu.Unlock()
+	sent := time.Now()
+	var res processor.Result
+	err, _ := st.g.call(ctx, func(ctx context.Context) error {
+		r, err := st.g.proc.ExpandLease(ctx, cfg, req)
+		if err == nil {
+			res = r
+		}
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+		}
+		return err
+	}
+	if res.Outcome != processor.Renewed {
+		return fmt.Errorf("%w: renew %q: %s", ErrOptimisticLocking, cfg.UniqueKey(), res.Outcome)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !t.over {
+		t.renewed(sent, cfg, res.Token, req.Tokens)
+		if st.phase == free && st.q.HasWaiters() {
+			st.signalLocked(HowRetry) // a taker that failed to renew may take it now
+		}
+	}
+	return nil
+}
+
+// Lost implements threads.Lease.
+func (t *tenure) Lost(cause error) {
+	t.st.mu.Lock()
+	defer t.st.mu.Unlock()
+	t.st.loseLocked(t, cause)
+}
+
+// endTenureLocked ends t without a word to Redis (the key went elsewhere, or the caller gives
+// it back): no more passes, no renewals, and the tenure's reference to the state is dropped.
+// The caller holds mu; t is the current tenure.
+func (st *lockState) endTenureLocked(t *tenure) {
+	t.over = true
+	t.exp.Stop()
+	st.dropTenureLocked(t)
+}
+
+// dropTenureLocked forgets the ended tenure t: the phase goes back to idle. The caller holds
+// mu.
+func (st *lockState) dropTenureLocked(t *tenure) {
+	if st.ten != t {
+		return
+	}
+	st.ten, st.owner, st.phase = nil, nil, idle
+	st.g.unref(st)
+}
+
+// loseLocked ends t as lost, unless it ended otherwise first: no pass happens after this;
+// the owner (if any) is told, with cause; the key is given back in case a renewal whose reply
+// was lost kept it; the waiters ask Redis again. The caller holds mu.
+func (st *lockState) loseLocked(t *tenure, cause error) {
+	if t.over || st.ten != t {
+		return
+	}
+	if st.phase == releasing {
+		return // being let go already: the release finds out
+	}
+	h := st.owner
+	st.endTenureLocked(t)
+	if h != nil {
+		h.lose(cause)
+	}
+	st.g.log.Warn("dlock: lock lost", zap.String("key", t.cfg.UniqueKey()),
+		zap.String("locker", t.entity.Locker), zap.Error(cause))
+	st.giveBackLocked(t.entity.Locker, t.cfg)
+	st.signalLocked(HowRetry)
+}
+
+// unlock lets the lock go after h's final Unlock (h has ended and its owner context has been
+// told): to the next goroutine of this process that waits, with no word to Redis, if the
+// tenure may go on; else the key is let go in Redis (release.lua: to the first process in
+// line, or free), bounded by ctx and the lease. It returns an error matching ErrLockLost when
+// the tenure was lost before h let go, a *RedisProcessError when the release's outcome is
+// unknown (it is retried in the background until the lease runs out).
+func (st *lockState) unlock(ctx context.Context, h *holding) error {
+	st.mu.Lock()
+	if st.owner != h || st.ten != h.ten {
+		st.mu.Unlock()
+		return fmt.Errorf("%w: found at release", ErrLockLost)
+	}
+	st.owner = nil
+	if st.g.opts.handOff > 0 && st.q.HasWaiters() {
+		st.phase = free
+		st.q.Wake()
+		st.mu.Unlock()
+		return nil
+	}
+	release := st.releaseLocked()
+	st.mu.Unlock()
+	return release(ctx)
+}
+
+// releaseLocked begins letting the tenure go (phase releasing: no renewal, no pass) and
+// returns the Redis part, to run once mu is unlocked. The caller holds mu, in phase held (its
+// owner gone) or free.
+func (st *lockState) releaseLocked() func(ctx context.Context) error {
+	t := st.ten
+	st.phase, st.owner = releasing, nil
+	t.over = true
+	t.exp.Stop()
+	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
+	cfg, until := t.cfg, t.until
+	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until) }
+}
+
+// releaseInBackground lets the tenure go without waiting. The caller holds mu.
+func (st *lockState) releaseInBackground() {
+	release := st.releaseLocked()
+	st.background(func() { _ = release(st.g.clean) })
+}
+
+// release sends release.lua for t, bounded by ctx and the lease, then leaves phase releasing.
+// A release whose outcome is unknown is retried in the background until the lease runs out.
+func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time) error {
+	rctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	var res processor.Result
+	err, late := st.g.call(rctx, func(ctx context.Context) error {
+		r, err := st.g.proc.Unlock(ctx, cfg, req)
+		if err == nil {
+			res = r
+		}
+		return err
+	})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.dropTenureLocked(t)
+	switch {
+	case late || err != nil:
+		st.giveBackLocked(req.Locker, cfg) // retried; signals once done
+		if late {
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: errors.Join(err, errLateReply)}
+		}
+		return err
+	case res.Outcome == processor.Gone:
+		st.signalLocked(HowRetry)
+		return fmt.Errorf("%w: found at release: the key was gone or held by another", ErrLockLost)
+	}
+	st.signalLocked(HowRetry)
+	st.settleLocked()
+	return nil
+}
+
+// giveBackLocked lets go, in the background, an acquisition this process will not use or
+// whose outcome is unknown (release.lua with its locker: released if it holds the key,
+// settled either way, so no copy of its request can take the key afterwards); the waiters are
+// signalled once it is done. Exclusion does not wait for it: the key only ever holds that
+// acquisition's own locker. The caller holds mu.
+func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
+	st.background(func() {
+		st.giveBack(locker, cfg)
+		st.signal(HowRetry)
+	})
+}
+
+// giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
+// then the key has expired, since every request of the locker was sent before); once Close
+// has begun it is not retried.
+func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
+	lease := cfg.Lease()
+	until := time.Now().Add(lease)
+	for {
+		rctx, cancel := context.WithTimeout(st.g.clean, lease)
+		err, _ := st.g.call(rctx, func(ctx context.Context) error {
+			_, err := st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
+			return err
+		})
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(until) {
+			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
+			return
+		}
+		select {
+		case <-st.g.done.Done():
+			return
+		case <-time.After(lease / 10):
+		}
+	}
+}
+
+// close ends what this process holds of the key as the Generator closes: the owner is told
+// (ErrClosed) before the key is let go, bounded by ctx.
+func (st *lockState) close(ctx context.Context) error {
+	st.mu.Lock()
+	h := st.owner
+	if h != nil && h.end(holdClosed, nil) {
+		h.cancel(ErrClosed)
+		st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
+		defer st.g.unref(st) // the holding's reference, once the release is done
+	}
+	if st.ten == nil || (st.phase != held && st.phase != free) {
+		st.mu.Unlock()
+		return nil // nothing held, or a goroutine of this process is at work on it and will see Close
+	}
+	release := st.releaseLocked()
+	st.mu.Unlock()
+	if err := release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return nil
+}
