@@ -221,4 +221,3 @@ func (g *Generator) call(ctx context.Context, f func(context.Context) error) (er
 		return ctx.Err(), true
 	}
 }
-
