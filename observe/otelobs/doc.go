@@ -43,8 +43,8 @@
 // The Prometheus names above hold for the exporter go.opentelemetry.io/otel/exporters/prometheus
 // with its default translation strategy (UnderscoreEscapingWithSuffixes: dots become
 // underscores, the unit "s" appends _seconds, a unit in braces appends nothing, a counter gets
-// _total) and no WithNamespace; the exporter adds the labels otel_scope_name and
-// otel_scope_version (unless WithoutScopeInfo), which queries that aggregate by type, how,
+// _total) and no WithNamespace; the exporter adds the labels otel_scope_name, otel_scope_version
+// and otel_scope_schema_url (unless WithoutScopeInfo), which queries that aggregate by type, how,
 // reason or op do not see. The repository's docs/observability.md has the alerts and a Grafana
 // dashboard.
 //

@@ -3,10 +3,17 @@ package otelobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/observe/otelobs"
 )
 
 // counters are the Observer's counters.
@@ -150,5 +157,62 @@ func TestNotObtained(t *testing.T) {
 			eq(t, "failed waits", histCounts(t, e.metrics(t), "dlock.not_obtained_wait"),
 				map[string]uint64{"reason=" + tc.reason + ",type=ORDER": 1})
 		})
+	}
+}
+
+// TestFirstUseRace: goroutines report events of new lock types at once, made by hand, so that
+// the first event of a type races with others of it; no event is lost to the zeros added, and
+// every type has all of its counters.
+func TestFirstUseRace(t *testing.T) {
+	e := &env{reader: sdkmetric.NewManualReader()}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
+	defer mp.Shutdown(context.Background())
+	o, err := otelobs.New(otelobs.Options{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := []string{"A", "B", "C"}
+	const workers, rounds = 8, 51 // rounds: a multiple of len(types)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				cfg, err := domain.NewDLockConfig(domain.DLockType(types[i%len(types)]), fmt.Sprint(w), time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				o.NotObtained(dlock.NotObtainedEvent{Config: cfg, Reason: dlock.ReasonTimeout})
+				o.Acquired(dlock.AcquireEvent{Config: cfg, How: dlock.HowNotified})
+				o.Lost(dlock.LossEvent{Config: cfg})
+			}
+		})
+	}
+	wg.Wait()
+	want := map[string]map[string]int64{}
+	const n = workers * rounds / 3
+	for _, typ := range types {
+		for c, series := range atStart(typ) {
+			if want[c] == nil {
+				want[c] = map[string]int64{}
+			}
+			maps.Copy(want[c], series)
+		}
+		want["dlock.not_obtained"]["reason=timeout,type="+typ] = n
+		want["dlock.acquisitions"]["how=notified,type="+typ] = n
+		want["dlock.losses"]["type="+typ] = n
+	}
+	checkCounters(t, e, want)
+	ms := e.metrics(t)
+	for _, h := range []string{"dlock.not_obtained_wait", "dlock.wait"} {
+		got := histCounts(t, ms, h)
+		if len(got) != len(types) {
+			t.Errorf("%s: %v, want a series per type", h, got)
+		}
+		for k, v := range got {
+			if v != n {
+				t.Errorf("%s %s: %d recorded, want %d", h, k, v, n)
+			}
+		}
 	}
 }

@@ -63,11 +63,14 @@ func TestPrometheusNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
+	scope := map[string]string{} // the exporter's labels, as docs/observability.md names them
 	for _, mf := range mfs {
 		labels := map[string]bool{}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
-				if !strings.HasPrefix(lp.GetName(), "otel_scope_") {
+				if strings.HasPrefix(lp.GetName(), "otel_scope_") {
+					scope[lp.GetName()] = lp.GetValue()
+				} else {
 					labels[lp.GetName()] = true
 				}
 			}
@@ -87,6 +90,10 @@ func TestPrometheusNames(t *testing.T) {
 		}
 		got = append(got, mf.GetName()+" "+strings.ToLower(mf.GetType().String())+" "+
 			strings.Join(slices.Sorted(maps.Keys(labels)), ","))
+	}
+	if want := map[string]string{"otel_scope_name": otelobs.ScopeName, "otel_scope_version": "",
+		"otel_scope_schema_url": ""}; !maps.Equal(scope, want) {
+		t.Errorf("scope labels %v, want %v", scope, want)
 	}
 	slices.Sort(got)
 	if want := strings.TrimSpace(promNames); strings.Join(got, "\n") != want {

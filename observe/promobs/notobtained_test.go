@@ -3,11 +3,17 @@ package promobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/observe/promobs"
 )
 
 // atStart returns the counter series that the first event of a lock type typ makes at 0
@@ -134,4 +140,46 @@ func TestNotObtained(t *testing.T) {
 			eq(t, e.allSamples(t), want)
 		})
 	}
+}
+
+// TestFirstUseRace: goroutines report events of new lock types at once, made by hand, so that
+// the first event of a type races with others of it; no event is lost to the counters made at
+// 0, and every type has all of its counters.
+func TestFirstUseRace(t *testing.T) {
+	o, err := promobs.New(promobs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(o)
+	e := &env{obs: o, reg: reg}
+	types := []string{"A", "B", "C"}
+	const workers, rounds = 8, 51 // rounds: a multiple of len(types)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				cfg, err := domain.NewDLockConfig(domain.DLockType(types[i%len(types)]), fmt.Sprint(w), time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				o.NotObtained(dlock.NotObtainedEvent{Config: cfg, Reason: dlock.ReasonTimeout})
+				o.Acquired(dlock.AcquireEvent{Config: cfg, How: dlock.HowNotified})
+				o.Lost(dlock.LossEvent{Config: cfg})
+			}
+		})
+	}
+	wg.Wait()
+	want := map[string]float64{}
+	for _, typ := range types {
+		maps.Copy(want, atStart(typ))
+		n := float64(workers * rounds / len(types))
+		want["dlock_not_obtained_total{reason=timeout,type="+typ+"}"] = n
+		want["dlock_not_obtained_wait_seconds{reason=timeout,type="+typ+"}"] = n
+		want["dlock_acquisitions_total{how=notified,type="+typ+"}"] = n
+		want["dlock_wait_seconds{how=notified,type="+typ+"}"] = n
+		want["dlock_losses_total{type="+typ+"}"] = n
+	}
+	eq(t, e.allSamples(t), want)
 }
