@@ -79,9 +79,9 @@ type Observer struct {
 	acquisitions, notObtained, losses, renewalFailures, redisErrors metric.Int64Counter
 	tracer                                                          trace.Tracer
 
-	types   sync.Map // domain.DLockType → *typeAttrs, made by the type's first event
-	byRedis sync.Map // op string → metric.MeasurementOption
-	opsOnce sync.Once
+	types   sync.Map  // domain.DLockType → *typeAttrs, made by the type's first event
+	byRedis sync.Map  // op string → metric.MeasurementOption
+	opsOnce sync.Once // adds 0 to dlock.redis.errors for every op, at the first event of all
 
 	traced atomic.Int64 // traced Lock calls under way: Acquired skips mu when 0
 	mu     sync.Mutex   // protects waits
@@ -164,7 +164,8 @@ var (
 )
 
 // typeAttrs holds the attribute sets of one lock type, made once: a set is sorted and hashed
-// when made, which the hot path should not pay for every event. It is read-only once made.
+// when made, which the hot path should not pay for every event. Apart from unknown, it is
+// read-only once made.
 type typeAttrs struct {
 	typ     metric.MeasurementOption
 	how     map[dlock.How]metric.MeasurementOption

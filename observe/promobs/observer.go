@@ -48,8 +48,8 @@ type Observer struct {
 	wait, notObtainedWait, hold                                     *prometheus.HistogramVec
 	acquisitions, notObtained, losses, renewalFailures, redisErrors *prometheus.CounterVec
 
-	types   sync.Map // domain.DLockType → *typeMetrics, made by the type's first event
-	opsOnce sync.Once
+	types   sync.Map  // domain.DLockType → *typeMetrics, made by the type's first event
+	opsOnce sync.Once // makes dlock_redis_errors_total for every op, at the first event of all
 }
 
 var (
