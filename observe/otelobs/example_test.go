@@ -63,7 +63,10 @@ func Example() {
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
 			for _, dp := range sum.DataPoints {
-				how, _ := dp.Attributes.Value(otelobs.AttrHow)
+				if dp.Value == 0 { // ORDER's other counters, made at 0 by its first event
+					continue
+				}
+				how, _ := dp.Attributes.Value(otelobs.LabelHow)
 				fmt.Printf("%s{how=%s} %d\n", m.Name, how.Emit(), dp.Value)
 			}
 		}

@@ -20,15 +20,25 @@ import (
 // ScopeName is the instrumentation scope of the Observer's meter and tracer.
 const ScopeName = "github.com/dlockgo/dlock/observe/otelobs"
 
-// The attribute keys of the metrics and of the "dlock.Lock" span.
+// The attribute keys of the metrics. They are short, without a dlock. prefix (the metric name
+// says dlock already), so that the OpenTelemetry Prometheus exporter turns them into the labels
+// promobs exports: one set of queries, alerts and dashboards serves both adapters.
 const (
-	AttrType    = attribute.Key("dlock.type")     // lock type: metrics and spans
-	AttrHow     = attribute.Key("dlock.how")      // dlock.How's name: metrics and spans
-	AttrRedisOp = attribute.Key("dlock.redis.op") // the failed operation: dlock.redis.errors
-	AttrKey     = attribute.Key("dlock.key")      // Redis key DLOCK_<type>_<target>: spans only
-	AttrToken   = attribute.Key("dlock.token")    // fencing token: spans only
-	AttrWait    = attribute.Key("dlock.wait")     // seconds from the call to the acquisition: spans only
-	AttrReentry = attribute.Key("dlock.reentry")  // true when the Lock re-entered: spans only
+	LabelType   = attribute.Key("type")   // lock type: every metric but dlock.redis.errors
+	LabelHow    = attribute.Key("how")    // dlock.How's name: dlock.wait, dlock.acquisitions
+	LabelReason = attribute.Key("reason") // dlock.Reason: dlock.not_obtained, dlock.not_obtained_wait
+	LabelOp     = attribute.Key("op")     // the failed operation: dlock.redis.errors
+)
+
+// The attribute keys of the "dlock.Lock" span, prefixed as span attributes of a library should
+// be: a span carries the attributes of many libraries side by side.
+const (
+	AttrType    = attribute.Key("dlock.type")    // lock type
+	AttrHow     = attribute.Key("dlock.how")     // dlock.How's name
+	AttrKey     = attribute.Key("dlock.key")     // Redis key DLOCK_<type>_<target>
+	AttrToken   = attribute.Key("dlock.token")   // fencing token
+	AttrWait    = attribute.Key("dlock.wait")    // seconds from the call to the acquisition
+	AttrReentry = attribute.Key("dlock.reentry") // true when the Lock re-entered
 )
 
 // Options configures an Observer. The zero value uses the global providers.
@@ -38,38 +48,40 @@ type Options struct {
 	// TracerProvider makes the tracer of Observer.Lock's spans. Default:
 	// otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// WaitBuckets are the bucket boundaries, in seconds, of dlock.wait.duration, strictly
-	// increasing. Default: DefaultWaitBuckets().
+	// WaitBuckets are the bucket boundaries, in seconds, of dlock.wait and
+	// dlock.not_obtained_wait, strictly increasing. Default: DefaultWaitBuckets().
 	WaitBuckets []float64
-	// HoldBuckets are the bucket boundaries, in seconds, of dlock.hold.duration, strictly
-	// increasing. Default: DefaultHoldBuckets().
+	// HoldBuckets are the bucket boundaries, in seconds, of dlock.hold, strictly increasing.
+	// Default: DefaultHoldBuckets().
 	HoldBuckets []float64
 }
 
-// DefaultWaitBuckets returns the default bucket boundaries of dlock.wait.duration, in
-// seconds: from 100 µs (an uncontended acquisition, a local hand-over) to 30 s.
+// DefaultWaitBuckets returns the default bucket boundaries of dlock.wait and
+// dlock.not_obtained_wait, in seconds: from 100 µs (an uncontended acquisition, a local
+// hand-over) to 30 s. They are promobs.DefaultWaitBuckets.
 func DefaultWaitBuckets() []float64 {
 	return []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 }
 
-// DefaultHoldBuckets returns the default bucket boundaries of dlock.hold.duration, in seconds:
-// from 1 ms to 30 min.
+// DefaultHoldBuckets returns the default bucket boundaries of dlock.hold, in seconds: from
+// 1 ms to 30 min. They are promobs.DefaultHoldBuckets.
 func DefaultHoldBuckets() []float64 {
 	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800}
 }
 
 // Observer is a dlock.Observer that records OpenTelemetry metrics (see the package doc), and
 // traces the Lock calls made through its Lock method. Its methods are safe for concurrent use;
-// the dlock.Observer ones do not block: each adds to one or two instruments, and Acquired also
-// takes a short mutex while a traced Lock waits. Make it with New.
+// the dlock.Observer ones do not block: each adds to one or two instruments (the first event
+// of a lock type also sets that type's counters to 0), and Acquired also takes a short mutex
+// while a traced Lock waits. Make it with New; one Observer can serve several Generators.
 type Observer struct {
-	wait, hold                           metric.Float64Histogram
-	acquired, lost, renewFailed, redisEr metric.Int64Counter
-	tracer                               trace.Tracer
+	wait, notObtainedWait, hold                                     metric.Float64Histogram
+	acquisitions, notObtained, losses, renewalFailures, redisErrors metric.Int64Counter
+	tracer                                                          trace.Tracer
 
-	byType  sync.Map // domain.DLockType → metric.MeasurementOption
-	byHow   sync.Map // typeHow → metric.MeasurementOption
-	byRedis sync.Map // op string → metric.MeasurementOption
+	types   sync.Map  // domain.DLockType → *typeAttrs, made by the type's first event
+	byRedis sync.Map  // op string → metric.MeasurementOption
+	opsOnce sync.Once // adds 0 to dlock.redis.errors for every op, at the first event of all
 
 	traced atomic.Int64 // traced Lock calls under way: Acquired skips mu when 0
 	mu     sync.Mutex   // protects waits
@@ -77,11 +89,6 @@ type Observer struct {
 }
 
 var _ dlock.Observer = (*Observer)(nil)
-
-type typeHow struct {
-	t   domain.DLockType
-	how dlock.How
-}
 
 // New returns an Observer recording on opts.MeterProvider's meter ScopeName. It returns an
 // error if bucket boundaries are not strictly increasing, or if the meter cannot make an
@@ -109,21 +116,27 @@ func New(opts Options) (*Observer, error) {
 	}
 	m := mp.Meter(ScopeName)
 	o := &Observer{tracer: tp.Tracer(ScopeName), waits: make(map[string]*waiting)}
-	var errs [6]error
-	o.wait, errs[0] = m.Float64Histogram("dlock.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from a Lock or TryLock call to the acquisition of the lock."),
-		metric.WithExplicitBucketBoundaries(slices.Clone(waitB)...))
-	o.hold, errs[1] = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from an acquisition to its release by the final Unlock or Close."),
-		metric.WithExplicitBucketBoundaries(slices.Clone(holdB)...))
-	o.acquired, errs[2] = m.Int64Counter("dlock.acquisitions", metric.WithUnit("{acquisition}"),
-		metric.WithDescription("Acquisitions of locks, re-entries excluded."))
-	o.lost, errs[3] = m.Int64Counter("dlock.losses", metric.WithUnit("{loss}"),
-		metric.WithDescription("Holdings that learnt they had lost the lock."))
-	o.renewFailed, errs[4] = m.Int64Counter("dlock.renewal.failures", metric.WithUnit("{failure}"),
-		metric.WithDescription("Lease renewals that failed and are retried until the lease runs out."))
-	o.redisEr, errs[5] = m.Int64Counter("dlock.redis.errors", metric.WithUnit("{error}"),
-		metric.WithDescription("Failed Redis round trips, by operation."))
+	hist := func(name, desc string, b []float64) (metric.Float64Histogram, error) {
+		return m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(slices.Clone(b)...))
+	}
+	counter := func(name, unit, desc string) (metric.Int64Counter, error) {
+		return m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	}
+	// The names and units are chosen for the Prometheus exporter: dots become underscores,
+	// "s" appends _seconds, a unit in braces appends nothing and a counter gets _total.
+	var errs [8]error
+	o.wait, errs[0] = hist("dlock.wait", "Time from a Lock or TryLock call to the acquisition of the lock.", waitB)
+	o.notObtainedWait, errs[1] = hist("dlock.not_obtained_wait",
+		"Time from a Lock or TryLock call to its failure to acquire the lock.", waitB)
+	o.hold, errs[2] = hist("dlock.hold", "Time from an acquisition to its release by the final Unlock or Close.", holdB)
+	o.acquisitions, errs[3] = counter("dlock.acquisitions", "{acquisition}", "Acquisitions of locks, re-entries excluded.")
+	o.notObtained, errs[4] = counter("dlock.not_obtained", "{call}",
+		"Lock calls that gave up (deadline, cancellation, Close) and Lock or TryLock calls that failed in Redis.")
+	o.losses, errs[5] = counter("dlock.losses", "{loss}", "Holdings that learnt they had lost the lock.")
+	o.renewalFailures, errs[6] = counter("dlock.renewal.failures", "{failure}",
+		"Lease renewals that failed and are retried until the lease runs out.")
+	o.redisErrors, errs[7] = counter("dlock.redis.errors", "{error}", "Failed Redis round trips, by operation.")
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otelobs: %w", err)
 	}
@@ -139,53 +152,143 @@ func increasing(b []float64) error {
 	return nil
 }
 
-// cached returns the measurement option of attrs under k, made once: attribute sets are
-// sorted and hashed when made, which the hot path should not pay for every event.
-func cached(m *sync.Map, k any, attrs ...attribute.KeyValue) metric.MeasurementOption {
-	if v, ok := m.Load(k); ok {
+// The values of how, reason and op known when this adapter was written: the first event of a
+// lock type sets the counters of all of them to 0. A value the core adds later is recorded
+// all the same, from its first event on.
+var (
+	hows = []dlock.How{dlock.HowAttempt, dlock.HowBarge, dlock.HowHandOver, dlock.HowNotified,
+		dlock.HowPolled, dlock.HowRetry}
+	reasons  = []dlock.Reason{dlock.ReasonTimeout, dlock.ReasonCanceled, dlock.ReasonClosed, dlock.ReasonRedis}
+	redisOps = []string{"lock", "renew", "unlock", "hand-over", "is-free", "unmark", "inspect",
+		"force-release", "subscribe", "probe"}
+)
+
+// typeAttrs holds the attribute sets of one lock type, made once: a set is sorted and hashed
+// when made, which the hot path should not pay for every event. Apart from unknown, it is
+// read-only once made.
+type typeAttrs struct {
+	typ     metric.MeasurementOption
+	how     map[dlock.How]metric.MeasurementOption
+	reason  map[dlock.Reason]metric.MeasurementOption
+	t       attribute.KeyValue
+	unknown sync.Map // how or reason the core added after this adapter → metric.MeasurementOption
+}
+
+func set(kvs ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+}
+
+// ofType returns t's attribute sets. The first event of a type makes them and adds 0 to each
+// of the type's counters, so that they are exported before anything happens to them and
+// rate() or increase() over them has data: an alert on losses sees the first loss.
+func (o *Observer) ofType(t domain.DLockType) *typeAttrs {
+	if v, ok := o.types.Load(t); ok {
+		return v.(*typeAttrs)
+	}
+	ta := &typeAttrs{
+		t:      LabelType.String(string(t)),
+		how:    make(map[dlock.How]metric.MeasurementOption, len(hows)),
+		reason: make(map[dlock.Reason]metric.MeasurementOption, len(reasons)),
+	}
+	ta.typ = set(ta.t)
+	for _, h := range hows {
+		ta.how[h] = set(ta.t, LabelHow.String(h.String()))
+	}
+	for _, r := range reasons {
+		ta.reason[r] = set(ta.t, LabelReason.String(string(r)))
+	}
+	v, loaded := o.types.LoadOrStore(t, ta)
+	if loaded {
+		return v.(*typeAttrs)
+	}
+	// Another goroutine may count an event of t before these additions: adding 0 after it
+	// changes nothing.
+	ctx := context.Background()
+	for _, a := range ta.how {
+		o.acquisitions.Add(ctx, 0, a)
+	}
+	for _, a := range ta.reason {
+		o.notObtained.Add(ctx, 0, a)
+	}
+	o.losses.Add(ctx, 0, ta.typ)
+	o.renewalFailures.Add(ctx, 0, ta.typ)
+	o.opsOnce.Do(func() {
+		for _, op := range redisOps {
+			o.redisErrors.Add(ctx, 0, o.opAttrs(op))
+		}
+	})
+	return ta
+}
+
+func (ta *typeAttrs) ofHow(h dlock.How) metric.MeasurementOption {
+	if a, ok := ta.how[h]; ok {
+		return a
+	}
+	return ta.other(h, LabelHow.String(h.String()))
+}
+
+func (ta *typeAttrs) ofReason(r dlock.Reason) metric.MeasurementOption {
+	if a, ok := ta.reason[r]; ok {
+		return a
+	}
+	return ta.other(r, LabelReason.String(string(r)))
+}
+
+func (ta *typeAttrs) other(k any, kv attribute.KeyValue) metric.MeasurementOption {
+	if v, ok := ta.unknown.Load(k); ok {
 		return v.(metric.MeasurementOption)
 	}
-	v, _ := m.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	v, _ := ta.unknown.LoadOrStore(k, set(ta.t, kv))
 	return v.(metric.MeasurementOption)
 }
 
-func (o *Observer) typeAttrs(t domain.DLockType) metric.MeasurementOption {
-	return cached(&o.byType, t, AttrType.String(string(t)))
+func (o *Observer) opAttrs(op string) metric.MeasurementOption {
+	if v, ok := o.byRedis.Load(op); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := o.byRedis.LoadOrStore(op, set(LabelOp.String(op)))
+	return v.(metric.MeasurementOption)
 }
 
-// Acquired implements dlock.Observer: it records the wait and counts the acquisition.
+// Acquired implements dlock.Observer: it records the wait in dlock.wait and counts the
+// acquisition.
 func (o *Observer) Acquired(e dlock.AcquireEvent) {
-	t := e.Config.LockType()
-	attrs := cached(&o.byHow, typeHow{t, e.How}, AttrType.String(string(t)), AttrHow.String(e.How.String()))
+	attrs := o.ofType(e.Config.LockType()).ofHow(e.How)
 	ctx := context.Background()
 	o.wait.Record(ctx, e.Wait.Seconds(), attrs)
-	o.acquired.Add(ctx, 1, attrs)
+	o.acquisitions.Add(ctx, 1, attrs)
 	if o.traced.Load() > 0 {
 		o.note(e)
 	}
 }
 
-// Released implements dlock.Observer: it records how long the holding was held. A holding lost
-// while held (a renewal found the key gone) is never released, and is not in
-// dlock.hold.duration; one found lost by its release is.
-// NotObtained implements dlock.Observer. (Not counted yet.)
-func (o *Observer) NotObtained(dlock.NotObtainedEvent) {}
+// NotObtained implements dlock.Observer: it records the wait until the failure in
+// dlock.not_obtained_wait and counts the failure by reason.
+func (o *Observer) NotObtained(e dlock.NotObtainedEvent) {
+	attrs := o.ofType(e.Config.LockType()).ofReason(e.Reason)
+	ctx := context.Background()
+	o.notObtainedWait.Record(ctx, e.Wait.Seconds(), attrs)
+	o.notObtained.Add(ctx, 1, attrs)
+}
 
+// Released implements dlock.Observer: it records how long the holding was held. A holding lost
+// while held (a renewal found the key gone) is never released, and is not in dlock.hold; one
+// found lost by its release is.
 func (o *Observer) Released(e dlock.ReleaseEvent) {
-	o.hold.Record(context.Background(), e.Held.Seconds(), o.typeAttrs(e.Config.LockType()))
+	o.hold.Record(context.Background(), e.Held.Seconds(), o.ofType(e.Config.LockType()).typ)
 }
 
 // Lost implements dlock.Observer: it counts the loss.
 func (o *Observer) Lost(e dlock.LossEvent) {
-	o.lost.Add(context.Background(), 1, o.typeAttrs(e.Config.LockType()))
+	o.losses.Add(context.Background(), 1, o.ofType(e.Config.LockType()).typ)
 }
 
 // RenewalFailed implements dlock.Observer: it counts the failure.
 func (o *Observer) RenewalFailed(e dlock.RenewalEvent) {
-	o.renewFailed.Add(context.Background(), 1, o.typeAttrs(e.Config.LockType()))
+	o.renewalFailures.Add(context.Background(), 1, o.ofType(e.Config.LockType()).typ)
 }
 
 // RedisError implements dlock.Observer: it counts the error by operation.
 func (o *Observer) RedisError(e dlock.RedisErrorEvent) {
-	o.redisEr.Add(context.Background(), 1, cached(&o.byRedis, e.Op, AttrRedisOp.String(e.Op)))
+	o.redisErrors.Add(context.Background(), 1, o.opAttrs(e.Op))
 }

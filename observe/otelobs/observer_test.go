@@ -119,8 +119,8 @@ func attrs(s attribute.Set) string {
 	return out
 }
 
-// counts returns a counter's values by attribute set, 0 entries left out.
-func counts(t *testing.T, ms map[string]metricdata.Metrics, name string) map[string]int64 {
+// allCounts returns a counter's values by attribute set, 0 entries included.
+func allCounts(t *testing.T, ms map[string]metricdata.Metrics, name string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	if ms[name].Data == nil {
@@ -131,8 +131,18 @@ func counts(t *testing.T, ms map[string]metricdata.Metrics, name string) map[str
 		t.Fatalf("%s: %T is not a monotonic int64 sum", name, ms[name].Data)
 	}
 	for _, dp := range sum.DataPoints {
-		if dp.Value != 0 {
-			out[attrs(dp.Attributes)] = dp.Value
+		out[attrs(dp.Attributes)] = dp.Value
+	}
+	return out
+}
+
+// counts returns a counter's values by attribute set, 0 entries left out.
+func counts(t *testing.T, ms map[string]metricdata.Metrics, name string) map[string]int64 {
+	t.Helper()
+	out := allCounts(t, ms, name)
+	for k, v := range out {
+		if v == 0 {
+			delete(out, k)
 		}
 	}
 	return out
@@ -183,15 +193,15 @@ func TestAttemptAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := e.metrics(t)
-	eq(t, "acquisitions", counts(t, ms, "dlock.acquisitions"), map[string]int64{"dlock.how=attempt,dlock.type=ORDER": 1})
-	eq(t, "waits", histCounts(t, ms, "dlock.wait.duration"), map[string]uint64{"dlock.how=attempt,dlock.type=ORDER": 1})
-	eq(t, "holds", histCounts(t, ms, "dlock.hold.duration"), map[string]uint64{}) // not released yet
+	eq(t, "acquisitions", counts(t, ms, "dlock.acquisitions"), map[string]int64{"how=attempt,type=ORDER": 1})
+	eq(t, "waits", histCounts(t, ms, "dlock.wait"), map[string]uint64{"how=attempt,type=ORDER": 1})
+	eq(t, "holds", histCounts(t, ms, "dlock.hold"), map[string]uint64{}) // not released yet
 
 	if err := l.Unlock(owned); err != nil {
 		t.Fatal(err)
 	}
 	ms = e.metrics(t)
-	eq(t, "holds", histCounts(t, ms, "dlock.hold.duration"), map[string]uint64{"dlock.type=ORDER": 1})
+	eq(t, "holds", histCounts(t, ms, "dlock.hold"), map[string]uint64{"type=ORDER": 1})
 	eq(t, "losses", counts(t, ms, "dlock.losses"), map[string]int64{})
 	eq(t, "redis errors", counts(t, ms, "dlock.redis.errors"), map[string]int64{})
 }
@@ -245,11 +255,11 @@ func TestHandOver(t *testing.T) {
 	e := newEnv(t, 10*time.Second)
 	lockHandOver(t, e.lock(t, "ORDER", "7"), plainLock)
 	ms := e.metrics(t)
-	want := map[string]int64{"dlock.how=attempt,dlock.type=ORDER": 1, "dlock.how=hand-over,dlock.type=ORDER": 1}
+	want := map[string]int64{"how=attempt,type=ORDER": 1, "how=hand-over,type=ORDER": 1}
 	eq(t, "acquisitions", counts(t, ms, "dlock.acquisitions"), want)
-	eq(t, "waits", histCounts(t, ms, "dlock.wait.duration"), map[string]uint64{
-		"dlock.how=attempt,dlock.type=ORDER": 1, "dlock.how=hand-over,dlock.type=ORDER": 1})
-	eq(t, "holds", histCounts(t, ms, "dlock.hold.duration"), map[string]uint64{"dlock.type=ORDER": 2})
+	eq(t, "waits", histCounts(t, ms, "dlock.wait"), map[string]uint64{
+		"how=attempt,type=ORDER": 1, "how=hand-over,type=ORDER": 1})
+	eq(t, "holds", histCounts(t, ms, "dlock.hold"), map[string]uint64{"type=ORDER": 2})
 }
 
 func TestLossFoundAtRelease(t *testing.T) {
@@ -266,8 +276,8 @@ func TestLossFoundAtRelease(t *testing.T) {
 		t.Fatalf("Unlock = %v, want ErrLockLost", err)
 	}
 	ms := e.metrics(t)
-	eq(t, "losses", counts(t, ms, "dlock.losses"), map[string]int64{"dlock.type=USER": 1})
-	eq(t, "holds", histCounts(t, ms, "dlock.hold.duration"), map[string]uint64{"dlock.type=USER": 1})
+	eq(t, "losses", counts(t, ms, "dlock.losses"), map[string]int64{"type=USER": 1})
+	eq(t, "holds", histCounts(t, ms, "dlock.hold"), map[string]uint64{"type=USER": 1})
 	eq(t, "redis errors", counts(t, ms, "dlock.redis.errors"), map[string]int64{})
 }
 
@@ -285,14 +295,15 @@ func TestRedisError(t *testing.T) {
 		t.Fatalf("TryLock on a closed client = %v, %v; want a *RedisProcessError", ok, err)
 	}
 	got := counts(t, e.metrics(t), "dlock.redis.errors")
-	if got["dlock.redis.op=lock"] < 1 {
+	if got["op=lock"] < 1 {
 		t.Errorf("redis errors = %v, want op=lock", got)
 	}
 	for k := range got {
-		if k != "dlock.redis.op=lock" && k != "dlock.redis.op=unlock" { // the give-back may fail too
+		if k != "op=lock" && k != "op=unlock" { // the give-back may fail too
 			t.Errorf("unexpected redis error %s", k)
 		}
 	}
+	eq(t, "not obtained", counts(t, e.metrics(t), "dlock.not_obtained"), map[string]int64{"reason=redis,type=ORDER": 1})
 }
 
 func TestRenewalFailedThenLost(t *testing.T) {
@@ -313,14 +324,14 @@ func TestRenewalFailedThenLost(t *testing.T) {
 		t.Fatalf("cause %v", context.Cause(owned))
 	}
 	ms := e.metrics(t)
-	if got := counts(t, ms, "dlock.renewal.failures"); got["dlock.type=JOB"] < 1 || len(got) != 1 {
+	if got := counts(t, ms, "dlock.renewal.failures"); got["type=JOB"] < 1 || len(got) != 1 {
 		t.Errorf("renewal failures = %v", got)
 	}
-	if got := counts(t, ms, "dlock.redis.errors"); got["dlock.redis.op=expand"] < 1 {
-		t.Errorf("redis errors = %v, want op=expand", got)
+	if got := counts(t, ms, "dlock.redis.errors"); got["op=renew"] < 1 {
+		t.Errorf("redis errors = %v, want op=renew", got)
 	}
-	eq(t, "losses", counts(t, ms, "dlock.losses"), map[string]int64{"dlock.type=JOB": 1})
-	eq(t, "holds", histCounts(t, ms, "dlock.hold.duration"), map[string]uint64{}) // never released
+	eq(t, "losses", counts(t, ms, "dlock.losses"), map[string]int64{"type=JOB": 1})
+	eq(t, "holds", histCounts(t, ms, "dlock.hold"), map[string]uint64{}) // never released
 }
 
 func spanAttrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {

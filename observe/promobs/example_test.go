@@ -49,10 +49,27 @@ func Example() {
 # HELP dlock_acquisitions_total Acquisitions of locks, re-entries excluded.
 # TYPE dlock_acquisitions_total counter
 dlock_acquisitions_total{how="attempt",type="ORDER"} 1
+dlock_acquisitions_total{how="barge",type="ORDER"} 0
+dlock_acquisitions_total{how="hand-over",type="ORDER"} 0
+dlock_acquisitions_total{how="notified",type="ORDER"} 0
+dlock_acquisitions_total{how="polled",type="ORDER"} 0
+dlock_acquisitions_total{how="retry",type="ORDER"} 0
 `), "dlock_acquisitions_total")
 	fmt.Println("acquisitions as expected:", err == nil)
-	fmt.Println("series:", testutil.CollectAndCount(obs))
+	// ORDER's first acquisition made its counters of losses, renewal failures and failures to
+	// acquire (one per reason), at 0, so that alerts on their rate see the first one.
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP dlock_not_obtained_total Lock calls that gave up (deadline, cancellation, Close) and Lock or TryLock calls that failed in Redis.
+# TYPE dlock_not_obtained_total counter
+dlock_not_obtained_total{reason="canceled",type="ORDER"} 0
+dlock_not_obtained_total{reason="closed",type="ORDER"} 0
+dlock_not_obtained_total{reason="redis",type="ORDER"} 0
+dlock_not_obtained_total{reason="timeout",type="ORDER"} 0
+`), "dlock_not_obtained_total")
+	fmt.Println("failures to acquire as expected:", err == nil)
+	fmt.Println("series of losses:", testutil.CollectAndCount(obs, "dlock_losses_total"))
 	// Output:
 	// acquisitions as expected: true
-	// series: 3
+	// failures to acquire as expected: true
+	// series of losses: 1
 }

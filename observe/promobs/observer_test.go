@@ -80,8 +80,8 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// samples gathers the registry: name{l=v,...} → a counter's value or a histogram's count.
-func (e *env) samples(t *testing.T) map[string]float64 {
+// allSamples gathers the registry: name{l=v,...} → a counter's value or a histogram's count.
+func (e *env) allSamples(t *testing.T) map[string]float64 {
 	t.Helper()
 	mfs, err := e.reg.Gather()
 	if err != nil {
@@ -102,6 +102,18 @@ func (e *env) samples(t *testing.T) map[string]float64 {
 			case m.GetHistogram() != nil:
 				out[name] = float64(m.GetHistogram().GetSampleCount())
 			}
+		}
+	}
+	return out
+}
+
+// samples is allSamples without the series at 0.
+func (e *env) samples(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := e.allSamples(t)
+	for k, v := range out {
+		if v == 0 {
+			delete(out, k)
 		}
 	}
 	return out
@@ -132,6 +144,11 @@ func TestAttemptAndRelease(t *testing.T) {
 # HELP dlock_acquisitions_total Acquisitions of locks, re-entries excluded.
 # TYPE dlock_acquisitions_total counter
 dlock_acquisitions_total{how="attempt",type="ORDER"} 1
+dlock_acquisitions_total{how="barge",type="ORDER"} 0
+dlock_acquisitions_total{how="hand-over",type="ORDER"} 0
+dlock_acquisitions_total{how="notified",type="ORDER"} 0
+dlock_acquisitions_total{how="polled",type="ORDER"} 0
+dlock_acquisitions_total{how="retry",type="ORDER"} 0
 `), "dlock_acquisitions_total", "dlock_hold_seconds"); err != nil {
 		t.Error(err)
 	}
@@ -215,8 +232,13 @@ func TestLossFoundAtRelease(t *testing.T) {
 # HELP dlock_losses_total Holdings that learnt they had lost the lock.
 # TYPE dlock_losses_total counter
 dlock_losses_total{type="USER"} 1
-`), "dlock_losses_total", "dlock_redis_errors_total"); err != nil {
+`), "dlock_losses_total"); err != nil {
 		t.Error(err)
+	}
+	for k, v := range e.allSamples(t) {
+		if strings.HasPrefix(k, "dlock_redis_errors_total{") && v != 0 {
+			t.Errorf("%s = %v, want 0", k, v)
+		}
 	}
 	if got := e.samples(t)["dlock_hold_seconds{type=USER}"]; got != 1 {
 		t.Errorf("%v holds released, want 1", got)
@@ -241,9 +263,18 @@ func TestRedisError(t *testing.T) {
 		t.Errorf("samples %v, want a redis error of op lock", got)
 	}
 	for k := range got {
-		if k != "dlock_redis_errors_total{op=lock}" && k != "dlock_redis_errors_total{op=unlock}" { // the give-back may fail too
+		switch k {
+		case "dlock_redis_errors_total{op=lock}", "dlock_redis_errors_total{op=unlock}": // the give-back may fail too
+		case "dlock_not_obtained_total{reason=redis,type=ORDER}", "dlock_not_obtained_wait_seconds{reason=redis,type=ORDER}":
+			if got[k] != 1 {
+				t.Errorf("%s = %v, want 1", k, got[k])
+			}
+		default:
 			t.Errorf("unexpected sample %s", k)
 		}
+	}
+	if got["dlock_not_obtained_total{reason=redis,type=ORDER}"] != 1 {
+		t.Errorf("samples %v, want one failure to acquire for redis", got)
 	}
 }
 
@@ -265,9 +296,9 @@ func TestRenewalFailedThenLost(t *testing.T) {
 		t.Fatalf("cause %v", context.Cause(owned))
 	}
 	got := e.samples(t)
-	if got["dlock_renewal_failures_total{type=JOB}"] < 1 || got["dlock_redis_errors_total{op=expand}"] < 1 ||
+	if got["dlock_renewal_failures_total{type=JOB}"] < 1 || got["dlock_redis_errors_total{op=renew}"] < 1 ||
 		got["dlock_losses_total{type=JOB}"] != 1 {
-		t.Errorf("samples %v, want renewal failures, expand errors and one loss", got)
+		t.Errorf("samples %v, want renewal failures, renew errors and one loss", got)
 	}
 	if _, ok := got["dlock_hold_seconds{type=JOB}"]; ok {
 		t.Errorf("a holding lost while held was released: %v", got)
