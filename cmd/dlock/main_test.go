@@ -35,6 +35,7 @@ const unreachableAddr = "127.0.0.1:1"
 
 func TestMain(m *testing.M) {
 	os.Unsetenv("DLOCK_REDIS")
+	os.Unsetenv("REDIS_URL")
 	dir, err := os.MkdirTemp("", "dlock-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
