@@ -146,9 +146,13 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return withStatus(exitNotFound, err)
+			return withStatus(exitNotFound, fmt.Errorf("command %q not found", argv[0]))
 		}
-		return withStatus(exitCannotExec, err)
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err
+		}
+		return withStatus(exitCannotExec, fmt.Errorf("cannot run %q: %v", argv[0], err))
 	}
 	c, err := connect(o.redis, *o.lease)
 	if err != nil {

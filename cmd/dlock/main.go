@@ -141,14 +141,11 @@ commands:
 A lock is named by TYPE and TARGET, as in the library: its Redis key is DLOCK_<TYPE>_<TARGET>,
 so "dlock exec DEPLOY prod -- ..." and a Go program calling gen.Gen("DEPLOY", "prod") share it.
 
-Redis is named by --redis, else $DLOCK_REDIS, else $REDIS_URL, else localhost:6379:
-  host:port                          one server
-  redis://[USER:PASSWORD@]HOST:PORT[/DB]   the same with a user, password and database;
-                                     rediss:// for TLS; unix:///path/redis.sock
-  host:port,host:port,...            Redis Cluster nodes (or one node and --cluster)
-  --sentinel-master NAME ADDRS       the master NAME that the Sentinels at ADDRS watch
-(see "dlock exec --help"; a password on the command line is visible to other users of the
-machine, so prefer the environment for it).
+Redis is --redis ADDR, else $DLOCK_REDIS, else $REDIS_URL, else localhost:6379. ADDR is
+HOST:PORT, a redis://[USER]:PASSWORD@HOST:PORT/DB URL (rediss:// for TLS), Cluster nodes
+HOST:PORT,HOST:PORT (or one with --cluster), or Sentinels with --sentinel-master NAME; see
+"dlock exec --help". Prefer the environment for a password: a command line is visible to
+other users of the machine.
 
 exit status:
   0        success (exec: the command's own status, see below)
@@ -161,6 +158,7 @@ exit status:
   77       Redis refused the user or password, or a command (ACL)
   126      exec: the command could not be started
   127      exec: the command was not found
+  128+S    exec, lock: signal S came while waiting for the lock (nothing run or held)
   N        exec: the command exited with N (128+S when it was killed by signal S)
 `)
 	io.WriteString(w, b.String())
