@@ -112,6 +112,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
 		{[]string{"status", "--redis", "", "CLI", "x"}, "--redis is empty"},
 		{[]string{"status", "--redis", "redis://localhost:6379:bad", "CLI", "x"}, `invalid --redis "redis://localhost:6379:bad": not a valid URL: invalid port ":bad" after host`},
+		{[]string{"status", "--redis", "redis://127.0.0.1:6379:0", "CLI", "x"}, `invalid --redis "redis://127.0.0.1:6379:0": the host "127.0.0.1:6379" holds a colon: one :PORT only (an IPv6 address goes in brackets)`},
+		{[]string{"status", "--redis", "rediss://:pw@h:0/0", "CLI", "x"}, `invalid --redis "rediss://:xxxxx@h:0/0": port "0" is not a number from 1 to 65535`},
 		{[]string{"status", "--redis", "http://localhost:6379", "CLI", "x"}, `invalid --redis "http://localhost:6379": the scheme must be redis://, rediss:// (TLS) or unix://, not http://`},
 		{[]string{"status", "--redis", "redis://localhost:6379/x", "CLI", "x"}, `invalid --redis "redis://localhost:6379/x": the path must be a database number, e.g. redis://localhost:6379/0`},
 		{[]string{"status", "--redis", "redis://localhost:6379?bogus=1", "CLI", "x"}, `invalid --redis "redis://localhost:6379?bogus=1": unknown URL parameter bogus (go-redis's ParseURL lists the known ones)`},

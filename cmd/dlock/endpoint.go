@@ -187,6 +187,11 @@ func (s redisSpec) parseURL() (redisOptions, error) {
 	case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix":
 		return redisOptions{}, fmt.Errorf("the scheme must be redis://, rediss:// (TLS) or unix://, not %s://", u.Scheme)
 	}
+	if u.Scheme != "unix" {
+		if err := checkHostPort(u); err != nil {
+			return redisOptions{}, err
+		}
+	}
 	q := u.Query()
 	master := q.Get("master_name")
 	switch {
@@ -220,6 +225,20 @@ func (s redisSpec) parseURL() (redisOptions, error) {
 		return redisOptions{}, goRedisReason(err)
 	}
 	return redisOptions{single: o}, nil
+}
+
+// checkHostPort checks what go-redis does not: that a URL's host holds no stray colon and its
+// port, if any, is a port number.
+func checkHostPort(u *url.URL) error {
+	if strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "[") {
+		return fmt.Errorf("the host %q holds a colon: one :PORT only (an IPv6 address goes in brackets)", u.Hostname())
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q is not a number from 1 to 65535", p)
+		}
+	}
+	return nil
 }
 
 // goRedisReason rewords an error of go-redis's URL parsers for a usage message.

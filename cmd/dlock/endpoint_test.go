@@ -70,6 +70,7 @@ func TestRedisForms(t *testing.T) {
 	}{
 		{"localhost:6379", false, "", want{kind: "single", addrs: "localhost:6379"}},
 		{"redis://localhost", false, "", want{kind: "single", addrs: "localhost:6379"}},
+		{"redis://[::1]:7/1", false, "", want{kind: "single", addrs: "[::1]:7", db: 1}},
 		{"redis://u:p@h:7/3", false, "", want{kind: "single", addrs: "h:7", user: "u", pass: "p", db: 3}},
 		{"redis://:p%40ss@h:7", false, "", want{kind: "single", addrs: "h:7", pass: "p@ss"}},
 		{"rediss://:p@h:7?skip_verify=true", false, "", want{kind: "single", addrs: "h:7", pass: "p", tls: true}},
