@@ -9,7 +9,7 @@ import (
 func TestHelp(t *testing.T) {
 	cases := [][]string{
 		{"--help"}, {"-h"}, {"-help"}, {"help"},
-		{"help", "exec"}, {"help", "status"}, {"help", "release"}, {"help", "demo"},
+		{"help", "exec"}, {"help", "lock"}, {"help", "status"}, {"help", "release"}, {"help", "demo"},
 	}
 	for _, c := range commands() {
 		cases = append(cases, []string{c.name, "--help"}, []string{c.name, "-h"})
@@ -18,6 +18,7 @@ func TestHelp(t *testing.T) {
 		[]string{"exec", "CLI", "x", "--help"},   // after the positional arguments
 		[]string{"status", "CLI", "x", "--help"}, // likewise
 		[]string{"release", "--help"},            // before --force is checked
+		[]string{"lock", "-h", "CLI", "x"},
 	)
 	for _, args := range cases {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -32,52 +33,112 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestHelpIsTheManual: the usage lists every command, exit status and flag it documents.
+// TestHelpIsTheManual: the usage lists every command, exit status and flag it documents, and
+// shows no value taken from the environment (it may hold a password).
 func TestHelpIsTheManual(t *testing.T) {
+	t.Setenv("REDIS_URL", "redis://:env-secret@127.0.0.1:1")
 	top := runIn("--help").stdout
-	for _, want := range []string{"exec", "status", "release", "demo", "DLOCK_REDIS", " 69 ", " 75 ", " 76 ", " 126 ", " 127 "} {
+	for _, want := range []string{"exec", "lock", "status", "release", "demo", "DLOCK_REDIS", "REDIS_URL", "--sentinel-master",
+		" 69 ", " 75 ", " 76 ", " 77 ", " 126 ", " 127 "} {
 		if !strings.Contains(top, want) {
 			t.Errorf("dlock --help lacks %q:\n%s", want, top)
 		}
 	}
 	ex := runIn("exec", "--help").stdout
-	for _, want := range []string{"--redis ADDR", "--timeout D", "--lease D", "--wait D", "--grace D",
-		"DLOCK_KEY", "DLOCK_FENCING_TOKEN", "(default forever)", "(default 30s)", "(default 10s)", "(default localhost:6379)"} {
+	for _, want := range []string{"--redis ADDR", "--timeout D", "--lease D", "-w, --wait SECONDS", "-n, --nonblock",
+		"-E, --conflict-exit-code N", "--grace D", "--cluster", "--sentinel-master NAME", "redis://[USER]:PASSWORD@HOST:PORT/DB",
+		"rediss://", "master_name=", "DLOCK_KEY", "DLOCK_FENCING_TOKEN", "(default forever)", "(default 30s)", "(default 10s)", "(default 75)"} {
 		if !strings.Contains(ex, want) {
 			t.Errorf("dlock exec --help lacks %q:\n%s", want, ex)
 		}
 	}
+	lk := runIn("lock", "--help").stdout
+	for _, want := range []string{"DLOCK_HOLDER=", "SIGTERM", "-n, --nonblock", " 76 "} {
+		if !strings.Contains(lk, want) {
+			t.Errorf("dlock lock --help lacks %q:\n%s", want, lk)
+		}
+	}
+	rel := runIn("release", "--help").stdout
+	for _, want := range []string{"--holder LOCKER", "--any", "two processes may act as owners", "Fencing tokens"} {
+		if !strings.Contains(rel, want) {
+			t.Errorf("dlock release --help lacks %q:\n%s", want, rel)
+		}
+	}
+	for _, c := range commands() {
+		if h := runIn(c.name, "--help").stdout; strings.Contains(h, "env-secret") {
+			t.Errorf("dlock %s --help shows $REDIS_URL's password", c.name)
+		}
+	}
 }
 
-// TestUsageErrors: a bad command line prints what is wrong and the usage on stderr, exit 2.
+// TestUsageErrors: a bad command line prints what is wrong in one line, naming flags as the
+// usage does, then where the usage is; exit 2, nothing on stdout, one prefix.
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		want string
+		want string // the whole first line, after the prefix
 	}{
-		{nil, "no command"},
+		{nil, "no command given"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"status", "--bogus", "CLI", "x"}, "-bogus"},
-		{[]string{"status", "CLI"}, "2 arguments expected"},
+		{[]string{"status", "--bogus", "CLI", "x"}, "unknown flag --bogus"},
+		{[]string{"status", "-bogus=1", "CLI", "x"}, "unknown flag -bogus"},
+		{[]string{"status", "CLI"}, "2 arguments expected (TYPE TARGET), got 1"},
 		{[]string{"status", "CLI", "x", "y"}, `unexpected argument "y"`},
-		{[]string{"status", "a b", "x"}, "white space"},
+		{[]string{"status", "a b", "x"}, `lock type "a b" holds white space or a control character`},
 		{[]string{"status", "CLI", " "}, "blank lock target"},
-		{[]string{"release", "CLI", "x"}, "last resort"},
+		{[]string{"status", "CLI", "x", "--timeout"}, "--timeout needs a value (D)"},
+		{[]string{"status", "--json=maybe", "CLI", "x"}, `invalid --json="maybe": --json takes no value`},
+		{[]string{"release", "CLI", "x"}, `refusing without --force: deleting a lock that someone holds is an operator's last resort (the holder goes on until its next renewal, so two may act as owners); look with "dlock status" first`},
+		{[]string{"release", "--force", "CLI", "x"}, `say what to remove: --holder LOCKER (as "dlock status" shows it; removes only that holding) or --any (whoever holds it now, perhaps a healthy holder that just acquired)`},
+		{[]string{"release", "--force", "--any", "--holder", "h", "CLI", "x"}, "give --holder LOCKER or --any, not both"},
 		{[]string{"exec", "CLI", "x"}, "no command given"},
 		{[]string{"exec", "CLI", "x", "--"}, "no command given"},
-		{[]string{"exec", "--lease", "1ms", "CLI", "x", "true"}, "lease"},
-		{[]string{"exec", "--wait", "-1s", "CLI", "x", "true"}, "negative"},
-		{[]string{"exec", "--wait", "soon", "CLI", "x", "true"}, "forever"},
-		{[]string{"exec", "--grace", "-1s", "CLI", "x", "true"}, "--grace"},
-		{[]string{"exec", "--timeout", "0", "CLI", "x", "true"}, "--timeout"},
-		{[]string{"demo", "--procs", "0"}, "--procs"},
+		{[]string{"exec", "--lease", "1", "CLI", "x", "true"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
+		{[]string{"exec", "-lease", "1", "CLI", "x", "true"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
+		{[]string{"exec", "--lease=1ms", "CLI", "x", "true"}, `invalid --lease "1ms": a lease must be from 30ms to 168h (7 days), in whole milliseconds`},
+		{[]string{"exec", "--lease", "8d", "CLI", "x", "true"}, `invalid --lease "8d": not a duration: a number and a unit, e.g. 500ms, 30s or 2m`},
+		{[]string{"exec", "--wait", "-1s", "CLI", "x", "true"}, `invalid --wait "-1s": must not be negative`},
+		{[]string{"exec", "-w", "-3", "CLI", "x", "true"}, `invalid -w "-3": seconds must be 0 or more`},
+		{[]string{"exec", "-w", "soon", "CLI", "x", "true"}, `invalid -w "soon": want seconds (e.g. 10 or 0.5; 0 tries once), a duration (e.g. 1m) or "forever"`},
+		{[]string{"exec", "-n", "-w", "5", "CLI", "x", "true"}, "-n (--nonblock) and --wait 5s contradict each other: -n makes one attempt"},
+		{[]string{"exec", "-E", "256", "CLI", "x", "true"}, `invalid -E "256": an exit status is a whole number from 0 to 255`},
+		{[]string{"exec", "--conflict-exit-code", "x", "CLI", "x", "true"}, `invalid --conflict-exit-code "x": an exit status is a whole number from 0 to 255`},
+		{[]string{"exec", "--grace", "-1s", "CLI", "x", "true"}, `invalid --grace "-1s": must not be negative`},
+		{[]string{"exec", "--timeout", "0", "CLI", "x", "true"}, "invalid --timeout 0s: must be more than 0"},
+		{[]string{"lock", "--lease", "1", "CLI", "x"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
+		{[]string{"lock", "CLI", "x", "sleep"}, `unexpected argument "sleep"`},
+		{[]string{"demo", "--procs", "0"}, "--procs and --goroutines must be at least 1, --duration more than 0"},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
+		{[]string{"status", "--redis", "", "CLI", "x"}, "--redis is empty"},
+		{[]string{"status", "--redis", "redis://localhost:6379:bad", "CLI", "x"}, `invalid --redis "redis://localhost:6379:bad": not a valid URL: invalid port ":bad" after host`},
+		{[]string{"status", "--redis", "redis://127.0.0.1:6379:0", "CLI", "x"}, `invalid --redis "redis://127.0.0.1:6379:0": the host "127.0.0.1:6379" holds a colon: one :PORT only (an IPv6 address goes in brackets)`},
+		{[]string{"status", "--redis", "rediss://:pw@h:0/0", "CLI", "x"}, `invalid --redis "rediss://:xxxxx@h:0/0": port "0" is not a number from 1 to 65535`},
+		{[]string{"status", "--redis", "http://localhost:6379", "CLI", "x"}, `invalid --redis "http://localhost:6379": the scheme must be redis://, rediss:// (TLS) or unix://, not http://`},
+		{[]string{"status", "--redis", "redis://localhost:6379/x", "CLI", "x"}, `invalid --redis "redis://localhost:6379/x": the path must be a database number, e.g. redis://localhost:6379/0`},
+		{[]string{"status", "--redis", "redis://localhost:6379?bogus=1", "CLI", "x"}, `invalid --redis "redis://localhost:6379?bogus=1": unknown URL parameter bogus (go-redis's ParseURL lists the known ones)`},
+		{[]string{"status", "--redis", "localhost", "CLI", "x"}, `invalid --redis "localhost": not host:port (e.g. localhost:6379), nor a redis:// URL`},
+		{[]string{"status", "--redis", "h:1,h:x", "CLI", "x"}, `invalid --redis "h:1,h:x": "h:x": port "x" is not a number from 1 to 65535`},
+		{[]string{"status", "--cluster", "--redis", "redis://h:1/2", "CLI", "x"}, `invalid --redis "redis://h:1/2": a Redis Cluster has only database 0, not "2"`},
+		{[]string{"status", "--cluster", "--sentinel-master", "m", "CLI", "x"}, "--cluster and --sentinel-master exclude each other: a Sentinel watches one master, a Cluster has many"},
+		{[]string{"status", "--redis", "redis-sentinel://h:26379", "CLI", "x"}, `invalid --redis "redis-sentinel://h:26379": go-redis has no redis-sentinel:// URLs: for Sentinel give redis://SENTINEL:PORT?master_name=NAME, or --sentinel-master NAME with the Sentinels' addresses`},
+		{[]string{"status", "--sentinel-master", "a", "--redis", "redis://h:1?master_name=b", "CLI", "x"}, `invalid --redis "redis://h:1?master_name=b": its master_name "b" differs from --sentinel-master "a"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runIn(tc.args...)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "usage: dlock") || r.stdout != "" {
-				t.Fatalf("want exit 2 and %q in stderr; %v", tc.want, r)
+			cmd := "dlock"
+			if len(tc.args) > 0 && lookup(tc.args[0]) != nil {
+				cmd = "dlock " + tc.args[0]
+			} else if len(tc.args) > 0 && tc.args[0] == "help" {
+				cmd = "dlock help"
+			}
+			hint := "run 'dlock --help' for usage"
+			if len(tc.args) > 0 && lookup(tc.args[0]) != nil {
+				hint = "run '" + cmd + " --help' for usage"
+			}
+			want := cmd + ": " + tc.want + "\n" + hint + "\n"
+			if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+				t.Fatalf("want exit 2 and stderr\n%s%v", want, r)
 			}
 		})
 	}
@@ -94,7 +155,10 @@ func TestUnreachable(t *testing.T) {
 	}{
 		{nil, []string{"status", "--redis", unreachableAddr, "CLI", "x"}},
 		{nil, []string{"status", "--json", "CLI", "x"}},
-		{nil, []string{"release", "--force", "--redis", unreachableAddr, "CLI", "x"}},
+		{nil, []string{"release", "--force", "--any", "--redis", unreachableAddr, "CLI", "x"}},
+		{nil, []string{"release", "--force", "--holder", "h", "CLI", "x"}},
+		{nil, []string{"lock", "-n", "CLI", "x"}},
+		{[]string{"REDIS_URL=redis://:secret@" + unreachableAddr}, []string{"lock", "CLI", "x"}}, // DLOCK_REDIS comes first
 		{nil, []string{"exec", "--redis", unreachableAddr, "CLI", "x", "--", "touch", ran}},
 		{nil, []string{"exec", "--redis", unreachableAddr, "--wait", "0", "CLI", "x", "--", "touch", ran}},
 		{nil, []string{"demo", "--redis", unreachableAddr}},

@@ -4,21 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
 )
-
-// defaultAddr is --redis when it is not given: $DLOCK_REDIS, else localhost:6379.
-func defaultAddr() string {
-	if a := os.Getenv("DLOCK_REDIS"); a != "" {
-		return a
-	}
-	return "localhost:6379"
-}
 
 // defaultTimeout is the default of --timeout.
 const defaultTimeout = 5 * time.Second
@@ -30,58 +22,56 @@ const inspectLease = 30 * time.Second
 // redisFlags are the flags of every command that talks to Redis.
 type redisFlags struct {
 	addr    *string
+	addrDef *flagDef // tells whether --redis was given
+	cluster *bool
+	master  *string
 	timeout *time.Duration
 }
 
-// addRedisFlags defines --redis and --timeout on fs.
-func addRedisFlags(fs *flagSet) redisFlags {
-	return redisFlags{
-		addr:    fs.String("redis", "ADDR", defaultAddr(), "Redis host:port; $DLOCK_REDIS if set"),
-		timeout: fs.Duration("timeout", defaultTimeout, "bound on each Redis call of the tool"),
-	}
+// addRedisFlags defines --redis, --cluster, --sentinel-master and --timeout on fs; where
+// says what --redis defaults to.
+func addRedisFlags(fs *flagSet, where string) redisFlags {
+	var r redisFlags
+	r.addr = new(string)
+	r.addrDef = fs.Var((*stringValue)(r.addr), "redis", "", "ADDR",
+		"Redis: HOST:PORT, a redis:// or rediss:// URL, or Cluster nodes (see above); "+where)
+	r.cluster = fs.Bool("cluster", "", "ADDR is a Redis Cluster, even with one node named")
+	r.master = fs.String("sentinel-master", "NAME", "ADDR names Sentinels; NAME is the master they watch")
+	r.timeout = fs.Duration("timeout", defaultTimeout, "bound on each Redis call of the tool")
+	return r
 }
 
-// check validates the flags.
-func (r redisFlags) check() error {
-	if *r.addr == "" {
-		return usageErrorf("--redis is empty")
-	}
+// endpoint checks the flags and returns the Redis they name (fallback when none is named;
+// nil when fallback is "").
+func (r redisFlags) endpoint(fallback string) (*endpoint, error) {
 	if *r.timeout <= 0 {
-		return usageErrorf("--timeout must be positive")
+		return nil, usageErrorf("invalid --timeout %v: must be more than 0", *r.timeout)
 	}
-	return nil
+	return resolveRedis(*r.addr, r.addrDef.seen, *r.cluster, *r.master, fallback)
 }
 
 // conn is a Redis client and a Generator over it, for one command.
 type conn struct {
-	addr    string
+	ep      *endpoint
 	timeout time.Duration
-	client  *redis.Client
+	client  redis.UniversalClient
 	gen     *dlock.Generator
 }
 
-// connect makes a client for r's address and a Generator whose default lease is lease; it
-// does not talk to Redis yet (see ping).
+// connect checks r, makes a client for the Redis it names and a Generator whose default
+// lease is lease; it does not talk to Redis yet (see ping).
 func connect(r redisFlags, lease time.Duration) (*conn, error) {
-	client := newClient(*r.addr, *r.timeout)
+	ep, err := r.endpoint(defaultRedis)
+	if err != nil {
+		return nil, err
+	}
+	client := ep.client(*r.timeout)
 	gen, err := dlock.NewGenerator(client, dlock.WithDefaultLease(lease))
 	if err != nil {
 		client.Close()
-		return nil, classify(*r.addr, *r.timeout, err)
+		return nil, withStatus(exitUsage, errors.New(plain(err)))
 	}
-	return &conn{addr: *r.addr, timeout: *r.timeout, client: client, gen: gen}, nil
-}
-
-// newClient returns a client for addr whose requests honour their contexts' deadlines, so
-// that --timeout bounds every call, dialling included. It dials twice, not go-redis's five
-// times, per attempt: a command-line tool should say soon that Redis is down.
-func newClient(addr string, timeout time.Duration) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		DialTimeout:           timeout,
-		DialerRetries:         2,
-		ContextTimeoutEnabled: true,
-	})
+	return &conn{ep: ep, timeout: *r.timeout, client: client, gen: gen}, nil
 }
 
 // ctx returns a context bounded by --timeout.
@@ -89,13 +79,13 @@ func (c *conn) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.timeout)
 }
 
-// ping checks that Redis answers, so that an unreachable Redis is reported as such (status
-// 69) before anything else is tried.
+// ping checks that Redis answers, so that an unreachable Redis (69) or refused credentials
+// (77) are reported as such before anything else is tried.
 func (c *conn) ping() error {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	if err := c.client.Ping(ctx).Err(); err != nil {
-		return unreachable(c.addr, c.timeout, err)
+		return redisFailure(c.ep, c.timeout, err)
 	}
 	return nil
 }
@@ -105,18 +95,14 @@ func (c *conn) ping() error {
 func (c *conn) lock(typ, target string, lease time.Duration) (*dlock.DistributedReentrantLock, error) {
 	l, err := c.gen.GenWithLease(typ, target, lease)
 	if err != nil {
-		return nil, classify(c.addr, c.timeout, err)
+		return nil, c.classify(err)
 	}
 	return l, nil
 }
 
-// inspect checks r, connects, makes the handle on typ/target (with inspectLease) and checks
-// that Redis answers: what status and release need before their one call. The caller closes
-// the conn.
+// inspect connects, makes the handle on typ/target (with inspectLease) and checks that Redis
+// answers: what status and release need before their one call. The caller closes the conn.
 func inspect(r redisFlags, typ, target string) (*conn, *dlock.DistributedReentrantLock, error) {
-	if err := r.check(); err != nil {
-		return nil, nil, err
-	}
 	c, err := connect(r, inspectLease)
 	if err != nil {
 		return nil, nil, err
@@ -141,26 +127,91 @@ func (c *conn) close() {
 	_ = c.client.Close()
 }
 
-// classify gives err the exit status it calls for: 2 for an invalid configuration, 69 for a
-// Redis failure or an unanswered call, else 1.
-func classify(addr string, timeout time.Duration, err error) error {
+// classify gives a library error the exit status it calls for: 2 for an invalid
+// configuration, 69 or 77 for a Redis failure or an unanswered call (redisFailure), else 1.
+func (c *conn) classify(err error) error {
 	var pe *dlock.RedisProcessError
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, dlock.ErrInvalidConfig):
-		return withStatus(exitUsage, err)
-	case errors.As(err, &pe), errors.Is(err, context.DeadlineExceeded):
-		return unreachable(addr, timeout, err)
+		return withStatus(exitUsage, errors.New(plain(err)))
+	case errors.As(err, &pe), errors.Is(err, context.DeadlineExceeded), isRedisReply(err):
+		return redisFailure(c.ep, c.timeout, err)
 	}
-	return err
+	return errors.New(plain(err))
 }
 
-// unreachable is the error for a Redis that failed or did not answer (status 69), naming the
-// address.
-func unreachable(addr string, timeout time.Duration, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return withStatus(exitUnavailable, fmt.Errorf("Redis at %s did not answer within %v (--timeout)", addr, timeout))
+// isRedisReply reports whether err is an error reply from Redis.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// redisFailure is the error for a Redis that failed, refused or did not answer, naming it:
+// 77 when it refused the credentials or a command (ACL), else 69.
+func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
+	var pe *dlock.RedisProcessError
+	cause := err
+	if errors.As(err, &pe) {
+		cause = pe.Err
 	}
-	return withStatus(exitUnavailable, fmt.Errorf("cannot reach Redis at %s: %w", addr, err))
+	reply := strings.TrimSpace(plain(cause))
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return withStatus(exitUnavailable, fmt.Errorf("%v did not answer within %v (--timeout)", ep, timeout))
+	case redis.IsAuthError(err) && strings.HasPrefix(reply, "NOAUTH"):
+		return withStatus(exitNoPerm, fmt.Errorf("%v needs a password (%s): give it in a URL, redis://[USER]:PASSWORD@HOST:PORT", ep, reply))
+	case redis.IsAuthError(err):
+		return withStatus(exitNoPerm, fmt.Errorf("%v refused the user or password (%s)", ep, reply))
+	case redis.IsPermissionError(err):
+		return withStatus(exitNoPerm, fmt.Errorf("%v refused a command to this user (%s): see \"Least privilege\" in the README for the ACL dlock needs", ep, reply))
+	}
+	if _, moved := redis.IsMovedError(err); moved {
+		return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (%s): add --cluster, or name several nodes", ep, reply))
+	}
+	return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: %s", ep, reply))
+}
+
+// plain returns err's message without the library's "dlock: " prefixes and its "invalid
+// configuration: " label, so that a message has one prefix, the command's.
+func plain(err error) string {
+	msg := err.Error()
+	for {
+		trimmed := strings.TrimPrefix(strings.TrimPrefix(msg, "dlock: "), "invalid configuration: ")
+		if trimmed == msg {
+			break
+		}
+		msg = trimmed
+	}
+	msg = strings.ReplaceAll(msg, ": dlock: ", ": ")
+	return msg
+}
+
+// redisDefaultDoc is the usage's note on --redis's default, for every command but demo.
+const redisDefaultDoc = "default $DLOCK_REDIS, else $REDIS_URL, else " + defaultRedis
+
+// redisHelp is the usage's section on naming Redis, for every command that talks to it but
+// demo.
+var redisHelp = redisSection(defaultRedis)
+
+// redisSection is the usage's section on naming Redis; def is what is used when nothing names
+// it.
+func redisSection(def string) string {
+	return `
+Redis is --redis ADDR, else $DLOCK_REDIS, else $REDIS_URL, else ` + def + `; ADDR is:
+  HOST:PORT                             one server
+  redis://[USER]:PASSWORD@HOST:PORT/DB  one server with a password (and an ACL user), and a
+                                        database; rediss:// for TLS (a private CA:
+                                        SSL_CERT_FILE=ca.pem); unix:///path/redis.sock?db=N
+  HOST:PORT,HOST:PORT,...               Redis Cluster nodes; one node with --cluster; as a
+                                        URL: redis://:PASSWORD@HOST:PORT?addr=HOST2:PORT2
+  --sentinel-master NAME HOST:PORT,...  the master NAME that these Sentinels watch; as a URL:
+                                        redis://SENTINEL:PORT/DB?master_name=NAME&addr=...
+                                        &password=PASSWORD (a USER:PASSWORD@ before the host
+                                        is the Sentinels' own, as go-redis reads it)
+URL parameters are go-redis's (dial_timeout=3s, client_name=..., skip_verify=true, ...). A
+password on the command line can be read by other users of the machine (ps): prefer
+$DLOCK_REDIS or $REDIS_URL for it. Messages show a password as xxxxx.
+`
 }

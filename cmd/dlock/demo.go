@@ -5,29 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
 )
 
-const demoUsage = `
+var demoUsage = `
 usage: dlock demo [flags]
 
 Shows the lock at work: several simulated processes (each its own Redis client and
 Generator) whose goroutines all want one key (DLOCK_DEMO_order-42), with a short critical
 section. It prints acquisitions, throughput, the most waiters seen at once and whether
-exclusion held. Without --redis and $DLOCK_REDIS it starts an embedded miniredis, so it needs
-nothing installed.
+exclusion held. Without --redis, $DLOCK_REDIS and $REDIS_URL it starts an embedded miniredis,
+so it needs nothing installed.
 
 Exit status: 0 when exclusion held over at least one acquisition; 1 when two owners overlapped
-or nothing was acquired (the run proved nothing); 69 when Redis is unreachable.
-`
+or nothing was acquired (the run proved nothing); 69 when Redis is unreachable; 77 when it
+refuses the user or password.
+` + redisSection("an embedded miniredis")
 
 // demoCommand is "dlock demo".
 func demoCommand() *command {
@@ -37,13 +36,12 @@ func demoCommand() *command {
 		usage:   demoUsage,
 		define: func(fs *flagSet) runner {
 			var o demoOpts
-			o.addr = fs.String("redis", "ADDR", os.Getenv("DLOCK_REDIS"), "Redis host:port; $DLOCK_REDIS if set, else an embedded miniredis")
-			o.timeout = fs.Duration("timeout", defaultTimeout, "bound on the first call to Redis (PING)")
 			o.procs = fs.Int("procs", 4, "simulated processes (separate clients and generators)")
 			o.goroutines = fs.Int("goroutines", 16, "goroutines per process")
 			o.duration = fs.Duration("duration", 3*time.Second, "how long to run")
 			o.hold = fs.Duration("hold", 200*time.Microsecond, "time spent inside the critical section")
-			o.lease = fs.Duration("lease", 2*time.Second, "lock lease")
+			o.lease = fs.Lease("lease", 2*time.Second, "lock lease")
+			o.redis = addRedisFlags(fs, "default $DLOCK_REDIS, else $REDIS_URL, else an embedded miniredis")
 			return func(out cli, args []string) error {
 				if _, _, err := fs.parse(args, 0, false); err != nil {
 					return err
@@ -56,8 +54,7 @@ func demoCommand() *command {
 
 // demoOpts are the flags of demo.
 type demoOpts struct {
-	addr              *string
-	timeout           *time.Duration
+	redis             redisFlags
 	procs, goroutines *int
 	duration, hold    *time.Duration
 	lease             *time.Duration
@@ -66,27 +63,33 @@ type demoOpts struct {
 // demo runs the demonstration; it returns an error when Redis cannot be reached, when
 // exclusion did not hold, or when nothing was acquired.
 func demo(out io.Writer, o demoOpts) error {
-	if *o.procs < 1 || *o.goroutines < 1 || *o.duration <= 0 || *o.hold < 0 || *o.timeout <= 0 {
-		return usageErrorf("--procs and --goroutines must be at least 1, --duration and --timeout positive, --hold not negative")
+	if *o.procs < 1 || *o.goroutines < 1 || *o.duration <= 0 {
+		return usageErrorf("--procs and --goroutines must be at least 1, --duration more than 0")
 	}
-	where := *o.addr
-	if where == "" {
+	ep, err := o.redis.endpoint("")
+	if err != nil {
+		return err
+	}
+	timeout := *o.redis.timeout
+	if ep == nil {
 		m, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer m.Close()
-		where = m.Addr()
-		fmt.Fprintf(out, "embedded miniredis on %s\n", where)
+		if ep, err = resolveRedis(m.Addr(), true, false, "", ""); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "embedded miniredis on %s\n", m.Addr())
 	} else {
 		// Without this check an unreachable Redis would look like a run with no acquisitions.
-		c := newClient(where, *o.timeout)
-		ctx, cancel := context.WithTimeout(context.Background(), *o.timeout)
+		c := ep.client(timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := c.Ping(ctx).Err()
 		cancel()
 		c.Close()
 		if err != nil {
-			return unreachable(where, *o.timeout, err)
+			return redisFailure(ep, timeout, err)
 		}
 	}
 
@@ -99,7 +102,7 @@ func demo(out io.Writer, o demoOpts) error {
 	defer cancel()
 	start := time.Now()
 	for p := 0; p < *o.procs; p++ {
-		c := redis.NewClient(&redis.Options{Addr: where})
+		c := ep.client(timeout)
 		defer c.Close()
 		g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"DEMO": *o.lease}))
 		if err != nil {

@@ -1,34 +1,86 @@
 // Command dlock takes distributed locks kept in Redis (package github.com/dlockgo/dlock/dlock)
 // from the shell: it runs a command while holding a lock, in the manner of flock(1),
-// "etcdctl lock" and "consul lock"; shows a lock's state; releases a stuck lock; and shows the
-// lock at work.
+// "etcdctl lock" and "consul lock"; holds a lock until signalled; shows a lock's state;
+// releases a stuck lock; and shows the lock at work.
 //
-//	dlock exec    [--redis ADDR] [--timeout D] [--lease D] [--wait D] [--grace D] TYPE TARGET [--] COMMAND [ARG...]
-//	dlock status  [--redis ADDR] [--timeout D] [--json] TYPE TARGET
-//	dlock release --force [--redis ADDR] [--timeout D] TYPE TARGET
-//	dlock demo    [--redis ADDR] [--timeout D] [--procs N] [--goroutines N] [--duration D] [--hold D] [--lease D]
+//	dlock exec    [-n | -w SECONDS] [-E N] [--lease D] [--grace D] [REDIS] TYPE TARGET [--] COMMAND [ARG...]
+//	dlock lock    [-n | -w SECONDS] [-E N] [--lease D] [REDIS] TYPE TARGET
+//	dlock status  [--json] [REDIS] TYPE TARGET
+//	dlock release --force (--holder LOCKER | --any) [REDIS] TYPE TARGET
+//	dlock demo    [--procs N] [--goroutines N] [--duration D] [--hold D] [--lease D] [REDIS]
 //	dlock help [COMMAND]
+//
+//	REDIS is [--redis ADDR] [--cluster] [--sentinel-master NAME] [--timeout D]
 //
 // A lock is named by TYPE and TARGET, as in the library: its Redis key is
 // DLOCK_<TYPE>_<TARGET> (the target trimmed of surrounding white space), so a shell script
 // using "dlock exec DEPLOY prod" and a Go program using gen.Gen("DEPLOY", "prod") exclude each
-// other. Flags may stand before or after TYPE TARGET; "--" ends them. -h or --help on dlock or
-// on any command prints its usage on standard output and exits 0.
+// other. Flags may stand before or after TYPE TARGET; "--" ends them. Flags are written
+// --name VALUE or --name=VALUE (-name works too); the one-letter ones -n, -w and -E also
+// -w VALUE and -wVALUE. -h or --help on dlock or on any command prints its usage on standard
+// output and exits 0.
 //
-// # Common flags
+// A usage error — an unknown command or flag, a bad value, a bad Redis address, an invalid
+// TYPE, TARGET or lease — prints two lines on standard error, what is wrong and where the
+// usage is, and exits 2:
 //
-// --redis ADDR is the Redis host:port; it defaults to $DLOCK_REDIS, else localhost:6379 (for
-// demo: else an embedded miniredis). --timeout D (default 5s) bounds each Redis call the tool
-// makes — the first PING, State, ForceRelease, a single TryLock, the final release and the
-// Generator's Close — so dlock never hangs on a Redis that does not answer. An unreachable
-// Redis is reported in one line naming the address, with exit status 69.
+//	dlock exec: invalid --lease "1": a duration needs a unit, e.g. 30s
+//	run 'dlock exec --help' for usage
+//
+// Every other message is one line starting "dlock COMMAND: ".
+//
+// # Redis
+//
+// The Redis a command talks to is --redis ADDR, else $DLOCK_REDIS, else $REDIS_URL, else
+// localhost:6379 (for demo: else an embedded miniredis). ADDR takes go-redis's forms:
+//
+//	localhost:6379                          one server
+//	redis://[USER]:PASSWORD@HOST:PORT/DB    one server with a password, an ACL user, a database
+//	rediss://...                            the same over TLS
+//	unix:///run/redis.sock?db=N             one server on a Unix socket
+//	HOST:PORT,HOST:PORT,...                 Redis Cluster nodes (seeds; the rest are found)
+//	--cluster HOST:PORT                     one Cluster node
+//	redis://:PASSWORD@HOST:PORT?addr=HOST2:PORT2   Cluster nodes as a URL (database 0 only)
+//	--sentinel-master NAME HOST:PORT,...    the master NAME that these Sentinels watch
+//	redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&password=PASSWORD
+//
+// URLs are parsed by go-redis (redis.ParseURL, ParseClusterURL, ParseFailoverURL), so their
+// parameters are go-redis's: dial_timeout=3s, read_timeout, client_name, protocol, pool_size,
+// skip_verify=true (TLS without checking the certificate), and so on; an unknown parameter is
+// a usage error. In a Sentinel URL, as go-redis reads it, a USER:PASSWORD@ before the host is
+// the Sentinels' own, and the master's password is the password= parameter (username= its
+// user). A password with any of : / ? # @ in it must be percent-encoded (%40 for @). TLS
+// checks the server's certificate against the system's CAs; for a private CA set
+// SSL_CERT_FILE=ca.pem. A URL with addr= parameters, more than one HOST:PORT, or --cluster is
+// a Cluster; master_name= or --sentinel-master is a Sentinel deployment; the two exclude each
+// other.
+//
+// A password on the command line can be read by every user of the machine (ps, /proc), so
+// prefer $DLOCK_REDIS or $REDIS_URL for it. No message, help text or error shows a password:
+// it appears as xxxxx.
+//
+// --timeout D (default 5s) bounds each Redis call the tool makes — the first PING, State,
+// ForceRelease, a single TryLock, the final release and the Generator's Close — so dlock never
+// hangs on a Redis that does not answer. An unreachable Redis is reported in one line naming it,
+// with exit status 69; a refused password or user (WRONGPASS, NOAUTH) or a command the ACL user
+// may not run (NOPERM) with 77. A single-server address that is in fact a Cluster node is told
+// to add --cluster.
 //
 // # exec
 //
-// exec waits for the lock, at most --wait (default forever; 0 makes one attempt, as flock -n
-// does), then runs COMMAND with the lock held, its lease (--lease, default 30s) renewed by the
-// library at three quarters of it, and releases the lock when COMMAND exits. The command may
-// follow TYPE TARGET without "--" when it does not start with "-" (dlock exec T X ls -l).
+// exec waits for the lock, then runs COMMAND with the lock held, its lease (--lease, default
+// 30s) renewed by the library at three quarters of it, and releases the lock when COMMAND
+// exits. The command may follow TYPE TARGET without "--" when it does not start with "-"
+// (dlock exec T X ls -l). As with flock:
+//
+//	-n, --nonblock             one attempt: fail at once if the lock is held
+//	-w, --wait SECONDS         wait at most this long: seconds (10, 0.5; 0 is one attempt),
+//	                           a Go duration (1m30s), or "forever" (the default)
+//	-E, --conflict-exit-code N the exit status when the lock is not obtained (default 75)
+//
+// When the lock is not obtained COMMAND does not run, and dlock says who holds it. Its status
+// is then 75 unless -E says otherwise (-E 0 makes "already running elsewhere" a success, for
+// cron jobs). -n with a --wait other than 0 is a usage error.
 //
 // COMMAND runs in a process group of its own, and every signal dlock sends goes to that
 // whole group, so a shell script's children are reached too:
@@ -57,49 +109,89 @@
 //	DLOCK_TYPE            the lock type
 //	DLOCK_TARGET          the lock target, trimmed
 //
+// # lock
+//
+// lock takes the lock as exec does (the same -n, -w, -E and --lease) and holds it, renewed,
+// until dlock gets SIGINT, SIGTERM or SIGHUP; then it releases the lock and exits 0, as
+// "etcdctl lock" does without a command. Once the lock is held it prints one line on standard
+// output, and nothing else:
+//
+//	DLOCK_KEY=DLOCK_DEPLOY_prod DLOCK_HOLDER=10.0.0.7-4121-9f1c2a3b4c5d-1 DLOCK_FENCING_TOKEN=1795521616281480
+//
+// DLOCK_HOLDER is the locker that status shows and that release --force --holder takes. A
+// script can hold the lock across several steps, and learns of a loss by waiting on dlock:
+//
+//	coproc dlock lock --wait 30 DEPLOY prod
+//	read -r line <&"${COPROC[0]}" || exit 75     # dlock exited: not obtained (see its message)
+//	eval "$line"                                 # DLOCK_KEY, DLOCK_HOLDER, DLOCK_FENCING_TOKEN
+//	./step1 && ./step2
+//	kill "$COPROC_PID"; wait "$COPROC_PID"       # releases; 76 if the lock had been lost
+//
+// If the lock is lost while held, lock says so in one line on standard error and exits 76 at
+// once. A signal while it still waits ends the wait with 128+signal, nothing held.
+//
 // # status
 //
 // status reads the lock's state in one round trip that changes nothing (lock.State) and prints
 // it for a person, or with --json as one JSON object on one line whose field names are stable:
 // type, target, key, held, holder, mine, reserved_for, lease_left_ms, fence, waiting,
-// local_waiters. Durations are whole milliseconds. mine and local_waiters are always false:
-// the tool holds and waits for nothing itself.
+// local_waiters. Durations are whole milliseconds. waiting lists every process recorded as
+// waiting (their locker prefixes), first in line first: always a list, [] when none. mine and
+// local_waiters are always false: the tool holds and waits for nothing itself.
 //
 // # release
 //
-// release --force deletes the lock's key whoever holds it (lock.ForceRelease) and prints the
-// locker it removed, or that the lock was free. It is an operator's last resort: the holder
-// is not asked and learns of the loss only at its next renewal, so for up to three quarters of
-// its lease two processes may act as owners. Without --force release refuses with a usage
-// error.
+// release --force deletes the lock's key and wakes the processes that wait, as a release
+// does. It is an operator's last resort: the holder is not asked and learns of the loss only
+// at its next renewal, so for up to three quarters of its lease two processes may act as
+// owners. It must be told what to remove:
+//
+//   - --holder LOCKER removes the holding of LOCKER, as status shows it (or lock printed it):
+//     the key is deleted only if it still holds LOCKER, checked and deleted in one step in
+//     Redis (lock.ForceRelease). If that holder released meanwhile and another acquired,
+//     nothing is removed. Safe to repeat.
+//   - --any reads the current holder (lock.State) and removes that holding. The risk: the
+//     holder it reads may be a healthy one that acquired a moment ago, after the stuck one
+//     went; it is removed all the same and goes on as owner until its next renewal, so two
+//     processes may act as owners until then. Fencing tokens are the defence.
+//
+// release prints the holder it removed, or that the holder was already gone (the lock free,
+// reserved for a waiting process, or held by another locker, which is left alone); both exit
+// 0. Without --force, or without one of --holder and --any, it refuses with a usage error.
 //
 // # demo
 //
 // demo runs several simulated processes (each its own Redis client and Generator) whose
 // goroutines all want one key, with a short critical section, and prints acquisitions,
-// throughput, the most waiters seen at once and whether exclusion held. Without --redis and
-// $DLOCK_REDIS it starts an embedded miniredis, so it needs nothing installed. With a Redis
-// address it checks that Redis answers first: an unreachable Redis is an error (69), never a
-// verdict. A run with no acquisitions says so and exits 1, as does an overlap of two owners.
+// throughput, the most waiters seen at once and whether exclusion held. Without --redis,
+// $DLOCK_REDIS and $REDIS_URL it starts an embedded miniredis, so it needs nothing installed.
+// With a Redis named it checks that Redis answers first: an unreachable Redis is an error (69),
+// never a verdict. A run with no acquisitions says so and exits 1, as does an overlap of two
+// owners.
 //
 // # Exit status
 //
-//	0        success; for exec, COMMAND exited 0
+//	0        success; for exec, COMMAND exited 0; for lock, released after a signal
 //	1        any other error (demo: exclusion violated, or no acquisitions)
-//	2        usage error: unknown command, bad flags or arguments, invalid TYPE, TARGET or
-//	         lease, release without --force
+//	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
+//	         TARGET or lease, release without --force or without --holder/--any
 //	69       Redis unreachable, or no answer within --timeout (EX_UNAVAILABLE)
-//	75       exec: the lock was not obtained within --wait; COMMAND did not run (EX_TEMPFAIL)
-//	76       exec: the lock was lost while COMMAND ran; COMMAND was stopped
+//	75       exec, lock: the lock was not obtained within --wait, or at once with -n; COMMAND
+//	         did not run (EX_TEMPFAIL); -E (--conflict-exit-code) chooses another status
+//	76       exec, lock: the lock was lost while held (exec: COMMAND was stopped)
+//	77       Redis refused the user or password, or a command to the ACL user (EX_NOPERM)
 //	126      exec: COMMAND was found but could not be run
 //	127      exec: COMMAND was not found
+//	128+S    exec, lock: signal S came while waiting for the lock
 //	N        exec: COMMAND exited with N, or was killed by signal S and N is 128+S
 //
-// exec passes COMMAND's status through, so a command that itself exits 69, 75 or 76 cannot be
-// told from dlock's own outcome by the status alone; dlock's own outcomes come with a line on
-// standard error starting "dlock exec:".
+// exec passes COMMAND's status through, so a command that itself exits 69, 75, 76 or 77 cannot
+// be told from dlock's own outcome by the status alone; dlock's own outcomes come with a line
+// on standard error starting "dlock exec:".
 //
 // # Environment
 //
-//	DLOCK_REDIS   the default of --redis
+//	DLOCK_REDIS   the Redis address when --redis is not given
+//	REDIS_URL     the Redis address when neither --redis nor DLOCK_REDIS is given
+//	SSL_CERT_FILE a CA bundle for rediss:// (Go's standard variable)
 package main

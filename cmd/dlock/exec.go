@@ -4,24 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
 )
 
-const execUsage = `
+var execUsage = `
 usage: dlock exec [flags] TYPE TARGET [--] COMMAND [ARG...]
 
 Runs COMMAND while holding the lock TYPE/TARGET (Redis key DLOCK_<TYPE>_<TARGET>), as
-flock(1) does with a file: it waits for the lock (at most --wait), starts COMMAND, keeps the
-lease renewed while COMMAND runs, and releases the lock when COMMAND exits. Flags may come
-before or after TYPE TARGET; "--" ends them (needed when COMMAND starts with "-").
+flock(1) does with a file: it waits for the lock (at most --wait; -n: not at all), starts
+COMMAND, keeps the lease renewed while COMMAND runs, and releases the lock when COMMAND exits.
+Flags may come before or after TYPE TARGET; "--" ends them (needed when COMMAND starts with
+"-"). When the lock is not obtained COMMAND does not run and dlock exits 75, or the status
+--conflict-exit-code gives (as flock -E).
 
 COMMAND runs in a process group of its own, and signals go to the whole group:
   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND. While dlock
@@ -42,12 +44,14 @@ COMMAND's environment adds:
                         before for the key; give it to stores that reject stale writers
   DLOCK_TYPE            the lock type
   DLOCK_TARGET          the lock target (trimmed)
-
+` + redisHelp + `
 exit status:
   N        COMMAND exited with N; 128+S when it was killed by signal S
-  75       the lock was not obtained within --wait (COMMAND did not run)
+  75       the lock was not obtained within --wait, or at once with -n (COMMAND did not
+           run); --conflict-exit-code changes it
   76       the lock was lost while COMMAND ran (COMMAND was stopped)
   69       Redis unreachable, or no answer within --timeout
+  77       Redis refused the user or password, or a command (ACL)
   126/127  COMMAND could not be started / was not found
   2        usage error; 1 any other error
 `
@@ -62,12 +66,42 @@ const (
 // lock).
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
+// waitFlags are the flags that say how long exec and lock wait, and how they exit when they
+// give up: flock's -n, -w and -E.
+type waitFlags struct {
+	nonblock *bool
+	wait     waitValue
+	waitDef  *flagDef // tells whether --wait was given
+	conflict exitCodeValue
+}
+
+// addWaitFlags defines -n, -w and -E on fs.
+func addWaitFlags(fs *flagSet) *waitFlags {
+	w := &waitFlags{wait: waitValue{forever}, conflict: exitCodeValue{exitNotObtained}}
+	w.nonblock = fs.Bool("nonblock", "n", "fail at once if the lock is held (one attempt, as flock -n)")
+	w.waitDef = fs.Var(&w.wait, "wait", "w", "SECONDS",
+		`how long to wait for the lock: seconds (as flock -w; 0 tries once), a duration such as 1m, or "forever"`)
+	fs.Var(&w.conflict, "conflict-exit-code", "E", "N", "exit status when the lock is not obtained (as flock -E)")
+	return w
+}
+
+// duration returns how long to wait: 0 for one attempt, forever (negative) for no bound.
+func (w *waitFlags) duration() (time.Duration, error) {
+	if *w.nonblock {
+		if w.waitDef.seen && w.wait.d != 0 {
+			return 0, usageErrorf("-n (--nonblock) and --wait %v contradict each other: -n makes one attempt", w.wait.String())
+		}
+		return 0, nil
+	}
+	return w.wait.d, nil
+}
+
 // execOpts are the flags of exec.
 type execOpts struct {
-	redis redisFlags
+	wait  *waitFlags
 	lease *time.Duration
-	wait  waitFlag
 	grace *time.Duration
+	redis redisFlags
 }
 
 // execCommand is "dlock exec".
@@ -77,10 +111,11 @@ func execCommand() *command {
 		summary: "run a command while holding a lock",
 		usage:   execUsage,
 		define: func(fs *flagSet) runner {
-			o := execOpts{redis: addRedisFlags(fs), wait: waitFlag{forever}}
-			o.lease = fs.Duration("lease", defaultLease, "lease of the lock, renewed at 3/4 of it while held")
-			fs.Var(&o.wait, "wait", "D", `how long to wait for the lock: a duration, 0 to try once, or "forever"`)
+			var o execOpts
+			o.wait = addWaitFlags(fs)
+			o.lease = fs.Lease("lease", defaultLease, "lease of the lock, renewed at 3/4 of it while held")
 			o.grace = fs.Duration("grace", defaultGrace, "after a lost lock, time between SIGTERM and SIGKILL")
+			o.redis = addRedisFlags(fs, redisDefaultDoc)
 			return func(out cli, args []string) error {
 				pos, argv, err := fs.parse(args, 2, true)
 				if err != nil {
@@ -101,18 +136,23 @@ func lockName(l *dlock.DistributedReentrantLock) string {
 // execute runs argv under typ/target's lock and returns the exit status as an error (nil for
 // a command that exited 0).
 func execute(out cli, o execOpts, typ, target string, argv []string) error {
-	if err := o.redis.check(); err != nil {
+	wait, err := o.wait.duration()
+	if err != nil {
 		return err
 	}
-	if *o.grace < 0 {
-		return usageErrorf("--grace must not be negative")
+	if _, err := o.redis.endpoint(defaultRedis); err != nil {
+		return err
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return withStatus(exitNotFound, err)
+			return withStatus(exitNotFound, fmt.Errorf("command %q not found", argv[0]))
 		}
-		return withStatus(exitCannotExec, err)
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err
+		}
+		return withStatus(exitCannotExec, fmt.Errorf("cannot run %q: %v", argv[0], err))
 	}
 	c, err := connect(o.redis, *o.lease)
 	if err != nil {
@@ -131,13 +171,13 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	owned, err := acquire(out, c, l, o.wait.d, sigs)
+	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs)
 	if err != nil {
 		return err
 	}
 	token, ok := l.FencingToken(owned)
 	if !ok { // lost already
-		return withStatus(exitLost, fmt.Errorf("lock %s lost before the command started: %v", lockName(l), context.Cause(owned)))
+		return withStatus(exitLost, fmt.Errorf("lock %s lost before the command started: %s", lockName(l), lossCause(owned)))
 	}
 	cfg := l.Config()
 	cmd := exec.Command(path, argv[1:]...)
@@ -152,7 +192,9 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 	term := foregroundTerminal()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: term, Ctty: 0}
 	if err := cmd.Start(); err != nil {
-		unlock(out, c, l, owned)
+		if err := unlock(c, l, owned); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+			fmt.Fprintf(out.stderr, "dlock exec: %v\n", err)
+		}
 		return withStatus(exitCannotExec, err)
 	}
 	if term {
@@ -162,8 +204,9 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 }
 
 // acquire takes l: TryLock when wait is 0, else Lock bounded by wait (not at all when wait is
-// forever). A signal from sigs ends the wait (status 128+signal).
-func acquire(out cli, c *conn, l *dlock.DistributedReentrantLock, wait time.Duration, sigs <-chan os.Signal) (context.Context, error) {
+// forever). A signal from sigs ends the wait (status 128+signal); a lock held elsewhere until
+// the wait ends is status conflict.
+func acquire(c *conn, l *dlock.DistributedReentrantLock, wait time.Duration, conflict int, sigs <-chan os.Signal) (*dlock.Owner, error) {
 	var (
 		ctx    context.Context
 		cancel context.CancelFunc
@@ -178,7 +221,7 @@ func acquire(out cli, c *conn, l *dlock.DistributedReentrantLock, wait time.Dura
 	}
 	defer cancel()
 	type result struct {
-		owned context.Context
+		owned *dlock.Owner
 		held  bool // by someone else: TryLock's false
 		err   error
 	}
@@ -198,9 +241,9 @@ func acquire(out cli, c *conn, l *dlock.DistributedReentrantLock, wait time.Dura
 	case s := <-sigs:
 		cancel()
 		if r = <-done; r.err == nil && !r.held {
-			unlock(out, c, l, r.owned)
+			_ = unlock(c, l, r.owned)
 		}
-		return nil, withStatus(128+signum(s), fmt.Errorf("%v while waiting for lock %s; nothing run", s, lockName(l)))
+		return nil, withStatus(128+signum(s), fmt.Errorf("%v while waiting for lock %s: gave up, nothing held", s, lockName(l)))
 	}
 	switch {
 	case r.err == nil && !r.held:
@@ -212,11 +255,11 @@ func acquire(out cli, c *conn, l *dlock.DistributedReentrantLock, wait time.Dura
 		}
 		within := "within --wait " + wait.String()
 		if wait == 0 {
-			within = "in one attempt (--wait 0)"
+			within = "in one attempt (-n)"
 		}
-		return nil, withStatus(exitNotObtained, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, heldBy(c, l)))
+		return nil, withStatus(conflict, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, heldBy(c, l)))
 	}
-	return nil, classify(c.addr, c.timeout, r.err)
+	return nil, c.classify(r.err)
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.
@@ -237,7 +280,7 @@ func heldBy(c *conn, l *dlock.DistributedReentrantLock) string {
 
 // supervise waits for cmd to exit while passing on sigs and watching the lock; it stops cmd
 // if the lock is lost, then releases the lock and returns the exit status.
-func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned context.Context, cmd *exec.Cmd, sigs <-chan os.Signal, grace time.Duration) error {
+func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned *dlock.Owner, cmd *exec.Cmd, sigs <-chan os.Signal, grace time.Duration) error {
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is named after the command
 	exited := make(chan struct{})
 	go func() {
@@ -256,8 +299,8 @@ func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned contex
 			signalGroup(pgid, s.(syscall.Signal))
 		case <-loss:
 			loss, lost = nil, true
-			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %v; sending SIGTERM, SIGKILL after %v\n",
-				lockName(l), context.Cause(owned), grace)
+			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %s; sending SIGTERM, SIGKILL after %v\n",
+				lockName(l), lossCause(owned), grace)
 			signalGroup(pgid, syscall.SIGTERM)
 			stopped = "SIGTERM sent"
 			t := time.NewTimer(grace)
@@ -275,16 +318,19 @@ func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned contex
 	code := commandStatus(cmd.ProcessState)
 	if lost {
 		signalGroup(pgid, syscall.SIGKILL) // whatever the command left behind in its group
-		unlock(cli{stderr: io.Discard}, c, l, owned)
+		_ = unlock(c, l, owned)
 		return withStatus(exitLost, fmt.Errorf("lock %s was lost; the command was stopped (%s) and exited with status %d", lockName(l), stopped, code))
 	}
 	if owned.Err() != nil { // lost as the command exited: it may have run unguarded
-		return withStatus(exitLost, fmt.Errorf("lock %s was lost while the command ran: %v (the command exited with status %d)",
-			lockName(l), context.Cause(owned), code))
+		return withStatus(exitLost, fmt.Errorf("lock %s was lost while the command ran: %s (the command exited with status %d)",
+			lockName(l), lossCause(owned), code))
 	}
-	if err := unlock(out, c, l, owned); errors.Is(err, dlock.ErrLockLost) {
-		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release, so the command may have run without it: %v (the command exited with status %d)",
-			lockName(l), err, code))
+	switch err := unlock(c, l, owned); {
+	case errors.Is(err, dlock.ErrLockLost):
+		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release, so the command may have run without it: %s (the command exited with status %d)",
+			lockName(l), lostReason(err), code))
+	case err != nil:
+		fmt.Fprintf(out.stderr, "dlock exec: %v\n", err)
 	}
 	if code == 0 {
 		return nil
@@ -292,24 +338,45 @@ func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned contex
 	return withStatus(code, nil)
 }
 
-// unlock releases owned, waiting at most --timeout; a failure other than a loss is reported
-// on out.stderr (the key then expires with its lease). It returns Unlock's error.
-func unlock(out cli, c *conn, l *dlock.DistributedReentrantLock, owned context.Context) error {
+// unlock releases owned, waiting at most --timeout. It returns nil, an error matching
+// dlock.ErrLockLost when the release found the lock lost, or an error saying the release
+// failed (the key then expires with its lease), with status 69 or 77.
+func unlock(c *conn, l *dlock.DistributedReentrantLock, owned *dlock.Owner) error {
 	done := make(chan error, 1)
-	go func() { done <- l.Unlock(owned) }()
+	go func() { done <- owned.Unlock() }()
 	t := time.NewTimer(c.timeout)
 	defer t.Stop()
 	var err error
 	select {
 	case err = <-done:
 	case <-t.C:
-		err = fmt.Errorf("Redis at %s did not answer within %v (--timeout)", c.addr, c.timeout)
+		err = context.DeadlineExceeded
 	}
-	if err != nil && !errors.Is(err, dlock.ErrLockLost) {
-		fmt.Fprintf(out.stderr, "dlock exec: could not release lock %s: %v; it expires when its lease (%v) runs out\n",
-			lockName(l), err, l.Config().Lease())
+	if err == nil || errors.Is(err, dlock.ErrLockLost) {
+		return err
 	}
-	return err
+	f := redisFailure(c.ep, c.timeout, err)
+	return withStatus(exitCode(f), fmt.Errorf("could not release lock %s: %s; it expires when its lease (%v) runs out",
+		lockName(l), plain(f), l.Config().Lease()))
+}
+
+// lossCause says why owned ended: the cause of its cancellation, without the library's
+// prefixes ("released by force (ForceRelease)", "the lease ran out without a successful
+// renewal").
+func lossCause(owned *dlock.Owner) string {
+	return lostReason(context.Cause(owned))
+}
+
+// lostReason says why a lock was lost, err being the loss (matching dlock.ErrLockLost), or nil
+// when the key was found held by another process before the library knew of the loss.
+func lostReason(err error) string {
+	if err == nil {
+		return "the key is held by another process"
+	}
+	msg := strings.TrimPrefix(plain(err), "lock lost: ")
+	// The library's optimistic-locking detail names the script and the locker: noise here.
+	msg, _, _ = strings.Cut(msg, ": "+plain(dlock.ErrOptimisticLocking))
+	return msg
 }
 
 // signalGroup sends sig to the process group pgid; a group already gone is no error.

@@ -219,7 +219,7 @@ while :; do sleep 0.02; done`, dir)
 	waitFile(t, filepath.Join(dir, "ready"))
 	holder := lockStatusOf(t, tg).Holder
 
-	r := runIn("release", "--force", "--redis", srv.Addr, "CLI", tg)
+	r := runIn("release", "--force", "--holder", holder, "--redis", srv.Addr, "CLI", tg)
 	if r.code != 0 || holder == "" || !strings.Contains(r.stdout, "removed holder "+holder) {
 		t.Fatalf("release --force (holder %q): %v", holder, r)
 	}

@@ -2,84 +2,196 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlockgo/dlock/domain"
 )
 
 // errHelp reports that --help (or -h) was asked for: the usage goes to stdout, status 0.
 var errHelp = errors.New("help requested")
 
-// flagSet is a flag.FlagSet that remembers the order and placeholders of its flags, prints
-// them as --name VALUE, and parses flags mixed with positional arguments (parse).
+// value is a flag's value: Set parses one argument and says, in a few words, what is wrong
+// with a bad one; String is the default the usage shows ("" for none).
+type value interface {
+	Set(s string) error
+	String() string
+}
+
+// flagDef is one flag: its names, how the usage shows it, and its value.
+type flagDef struct {
+	long  string // name after "--"
+	short string // one letter after "-", or ""
+	arg   string // placeholder for the value, "" for a boolean flag
+	usage string
+	val   value
+	seen  bool // given on the command line
+}
+
+// flagSet is a command's flags. It parses them GNU-style, mixed with positional arguments:
+// --name VALUE, --name=VALUE, -x VALUE, -xVALUE, and (as Go's flag package did) -name VALUE;
+// its errors name flags as the usage shows them (--lease, -w).
 type flagSet struct {
-	fs    *flag.FlagSet
-	order []flagDoc // in the order they were defined
+	defs []*flagDef // in the order the usage shows them
 }
 
-// flagDoc is how the usage shows one flag.
-type flagDoc struct {
-	name string
-	arg  string // placeholder for the value, "" for a boolean flag
+// newFlagSet returns an empty flagSet for the command name.
+func newFlagSet(string) *flagSet { return &flagSet{} }
+
+// define adds a flag and returns it.
+func (f *flagSet) define(long, short, arg, usage string, v value) *flagDef {
+	d := &flagDef{long: long, short: short, arg: arg, usage: usage, val: v}
+	f.defs = append(f.defs, d)
+	return d
 }
 
-// newFlagSet returns an empty flagSet for the command name; it prints nothing by itself.
-func newFlagSet(name string) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return &flagSet{fs: fs}
+// String defines a string flag with no default.
+func (f *flagSet) String(name, arg, usage string) *string {
+	v := new(stringValue)
+	f.define(name, "", arg, usage, v)
+	return (*string)(v)
 }
 
-// String defines a string flag.
-func (f *flagSet) String(name, arg, value, usage string) *string {
-	f.order = append(f.order, flagDoc{name, arg})
-	return f.fs.String(name, value, usage)
+// Duration defines a time.Duration flag of 0 or more.
+func (f *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
+	v := &durationValue{d: def}
+	f.define(name, "", "D", usage, v)
+	return &v.d
 }
 
-// Duration defines a time.Duration flag.
-func (f *flagSet) Duration(name string, value time.Duration, usage string) *time.Duration {
-	f.order = append(f.order, flagDoc{name, "D"})
-	return f.fs.Duration(name, value, usage)
+// Lease defines a lease flag: a duration within the library's bounds.
+func (f *flagSet) Lease(name string, def time.Duration, usage string) *time.Duration {
+	v := &leaseValue{durationValue{d: def}}
+	f.define(name, "", "D", usage, v)
+	return &v.d
 }
 
 // Int defines an int flag.
-func (f *flagSet) Int(name string, value int, usage string) *int {
-	f.order = append(f.order, flagDoc{name, "N"})
-	return f.fs.Int(name, value, usage)
+func (f *flagSet) Int(name string, def int, usage string) *int {
+	v := &intValue{n: def}
+	f.define(name, "", "N", usage, v)
+	return &v.n
 }
 
-// Bool defines a boolean flag.
-func (f *flagSet) Bool(name string, usage string) *bool {
-	f.order = append(f.order, flagDoc{name, ""})
-	return f.fs.Bool(name, false, usage)
+// Bool defines a boolean flag; short may be "".
+func (f *flagSet) Bool(name, short, usage string) *bool {
+	v := new(boolValue)
+	f.define(name, short, "", usage, v)
+	return (*bool)(v)
 }
 
-// Var defines a flag with a custom value.
-func (f *flagSet) Var(v flag.Value, name, arg, usage string) {
-	f.order = append(f.order, flagDoc{name, arg})
-	f.fs.Var(v, name, usage)
+// Var defines a flag with a custom value; short may be "".
+func (f *flagSet) Var(v value, name, short, arg, usage string) *flagDef {
+	return f.define(name, short, arg, usage, v)
 }
 
 // hasFlags reports whether any flag is defined.
-func (f *flagSet) hasFlags() bool { return len(f.order) > 0 }
+func (f *flagSet) hasFlags() bool { return len(f.defs) > 0 }
 
-// printFlags writes one line per flag: --name ARG, its usage and its default when it has one.
+// printFlags writes each flag: -x, --name ARG, then its usage and its default if any,
+// wrapped to fit 96 columns.
 func (f *flagSet) printFlags(w io.Writer) {
-	for _, d := range f.order {
-		fl := f.fs.Lookup(d.name)
-		left := "--" + d.name
+	const indent, width = 30, 96
+	for _, d := range f.defs {
+		left := "    --" + d.long
+		if d.short != "" {
+			left = "-" + d.short + ", --" + d.long
+		}
 		if d.arg != "" {
 			left += " " + d.arg
 		}
-		line := fmt.Sprintf("  %-18s %s", left, fl.Usage)
-		if d.arg != "" && fl.DefValue != "" && fl.DefValue != "0" {
-			line += " (default " + fl.DefValue + ")"
+		words := strings.Fields(d.usage)
+		if def := d.val.String(); d.arg != "" && def != "" && def != "0" {
+			words = append(words, "(default "+def+")") // kept on one line
+		}
+		line := "  " + left
+		if len(line) >= indent-1 {
+			fmt.Fprintln(w, line)
+			line = ""
+		}
+		for _, word := range words {
+			switch {
+			case len(line) < indent:
+				line += strings.Repeat(" ", indent-len(line)) + word
+			case len(line)+1+len(word) > width:
+				fmt.Fprintln(w, line)
+				line = strings.Repeat(" ", indent) + word
+			default:
+				line += " " + word
+			}
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// name is how messages name d: as the usage shows it.
+func (d *flagDef) name() string { return "--" + d.long }
+
+// lookup finds the flag an argument names: "--name", "-name" or "-x". For "-xVALUE" it
+// returns the flag x and the attached value.
+func (f *flagSet) lookup(arg string) (d *flagDef, shown, attached string, hasAttached bool) {
+	body := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+	if name, v, ok := strings.Cut(body, "="); ok {
+		body, attached, hasAttached = name, v, true
+	}
+	for _, d := range f.defs {
+		if d.long == body || (d.short != "" && d.short == body && !strings.HasPrefix(arg, "--")) {
+			shown = "--" + d.long
+			if d.short == body && d.long != body {
+				shown = "-" + d.short
+			}
+			return d, shown, attached, hasAttached
+		}
+	}
+	// -w5, -E3: a short flag with its value attached.
+	if !strings.HasPrefix(arg, "--") && len(arg) > 2 {
+		for _, d := range f.defs {
+			if d.short != "" && d.arg != "" && arg[1:2] == d.short {
+				return d, "-" + d.short, arg[2:], true
+			}
+		}
+	}
+	return nil, "", "", false
+}
+
+// isFlag reports whether arg stands for a flag (or "--"), not an argument.
+func isFlag(arg string) bool { return len(arg) > 1 && arg[0] == '-' }
+
+// parseFlag parses the flag at args[0] and returns how many arguments it used.
+func (f *flagSet) parseFlag(args []string) (int, error) {
+	arg := args[0]
+	switch arg {
+	case "-h", "-help", "--help":
+		return 0, errHelp
+	}
+	d, shown, v, hasV := f.lookup(arg)
+	if d == nil {
+		return 0, usageErrorf("unknown flag %s", strings.SplitN(arg, "=", 2)[0])
+	}
+	used := 1
+	if d.arg == "" { // boolean
+		if hasV {
+			if _, err := strconv.ParseBool(v); err != nil {
+				return 0, usageErrorf("invalid %s=%q: %s takes no value", shown, v, shown)
+			}
+		} else {
+			v = "true"
+		}
+	} else if !hasV {
+		if len(args) < 2 {
+			return 0, usageErrorf("%s needs a value (%s)", shown, d.arg)
+		}
+		v, used = args[1], 2
+	}
+	if err := d.val.Set(v); err != nil {
+		return 0, usageErrorf("invalid %s %q: %v", shown, v, err)
+	}
+	d.seen = true
+	return used, nil
 }
 
 // parse parses args: flags anywhere before "--" or before the command, npos positional
@@ -91,27 +203,27 @@ func (f *flagSet) printFlags(w io.Writer) {
 func (f *flagSet) parse(args []string, npos int, withCommand bool) (pos, cmd []string, err error) {
 	rest := args
 	flags := true // still reading flags: no "--" seen yet
-	for {
-		if flags {
-			if err := f.fs.Parse(rest); err != nil {
-				if errors.Is(err, flag.ErrHelp) {
-					return nil, nil, errHelp
-				}
-				return nil, nil, withStatus(exitUsage, err)
+	for len(rest) > 0 {
+		arg := rest[0]
+		switch {
+		case flags && arg == "--":
+			flags, rest = false, rest[1:]
+			continue
+		case flags && isFlag(arg):
+			n, err := f.parseFlag(rest)
+			if err != nil {
+				return nil, nil, err
 			}
-			used := len(rest) - f.fs.NArg()
-			if used > 0 && rest[used-1] == "--" {
-				flags = false
-			}
-			rest = f.fs.Args()
+			rest = rest[n:]
+			continue
 		}
-		if len(pos) == npos || len(rest) == 0 {
+		if len(pos) == npos {
 			break
 		}
-		pos, rest = append(pos, rest[0]), rest[1:]
+		pos, rest = append(pos, arg), rest[1:]
 	}
 	if len(pos) < npos {
-		return nil, nil, usageErrorf("%d arguments expected, got %d", npos, len(pos))
+		return nil, nil, usageErrorf("%d arguments expected (TYPE TARGET), got %d", npos, len(pos))
 	}
 	if withCommand {
 		if len(rest) == 0 {
@@ -125,34 +237,134 @@ func (f *flagSet) parse(args []string, npos int, withCommand bool) (pos, cmd []s
 	return pos, nil, nil
 }
 
-// waitFlag is the value of exec's --wait: a duration, or "forever" (stored as a negative
-// duration).
-type waitFlag struct{ d time.Duration }
+// stringValue is a string flag.
+type stringValue string
 
-// forever is the waitFlag value that waits without a bound.
+func (s *stringValue) Set(v string) error { *s = stringValue(v); return nil }
+func (s *stringValue) String() string     { return string(*s) }
+
+// boolValue is a boolean flag.
+type boolValue bool
+
+func (b *boolValue) Set(v string) error {
+	x, err := strconv.ParseBool(v)
+	*b = boolValue(x)
+	return err
+}
+func (b *boolValue) String() string { return "" }
+
+// intValue is an int flag.
+type intValue struct{ n int }
+
+func (i *intValue) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	i.n = n
+	return nil
+}
+func (i *intValue) String() string { return strconv.Itoa(i.n) }
+
+// durationValue is a duration flag of 0 or more, written with a unit.
+type durationValue struct{ d time.Duration }
+
+func (d *durationValue) Set(v string) error {
+	x, err := parseDuration(v)
+	if err != nil {
+		return err
+	}
+	d.d = x
+	return nil
+}
+func (d *durationValue) String() string { return d.d.String() }
+
+// parseDuration parses a Go duration of 0 or more and explains a bad one.
+func parseDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil && strings.Contains(err.Error(), "missing unit"):
+		return 0, errors.New("a duration needs a unit, e.g. 30s")
+	case err != nil:
+		return 0, errors.New("not a duration: a number and a unit, e.g. 500ms, 30s or 2m")
+	case d < 0:
+		return 0, errors.New("must not be negative")
+	}
+	return d, nil
+}
+
+// leaseValue is a lease: a duration the library accepts.
+type leaseValue struct{ durationValue }
+
+func (l *leaseValue) Set(v string) error {
+	if err := l.durationValue.Set(v); err != nil {
+		return err
+	}
+	if domain.ValidateLease(l.d) != nil {
+		return fmt.Errorf("a lease must be from %v to %v (7 days), in whole milliseconds", domain.MinLease, shortDuration(domain.MaxLease))
+	}
+	return nil
+}
+
+// shortDuration writes d without trailing zero units: 168h, not 168h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// waitValue is --wait: seconds (a plain number, as flock -w), a Go duration, or "forever"
+// (stored as a negative duration).
+type waitValue struct{ d time.Duration }
+
+// forever is the waitValue that waits without a bound.
 const forever = time.Duration(-1)
 
-// String returns the wait as --wait accepts it.
-func (w *waitFlag) String() string {
-	if w == nil || w.d < 0 {
+func (w *waitValue) String() string {
+	if w.d < 0 {
 		return "forever"
 	}
 	return w.d.String()
 }
 
-// Set parses a --wait argument: "forever" or a duration of 0 or more.
-func (w *waitFlag) Set(s string) error {
+func (w *waitValue) Set(s string) error {
 	if strings.EqualFold(s, "forever") {
 		w.d = forever
 		return nil
 	}
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		if secs < 0 || math.IsNaN(secs) || secs > float64(math.MaxInt64/int64(time.Second)) {
+			return errors.New("seconds must be 0 or more")
+		}
+		w.d = time.Duration(secs * float64(time.Second))
+		return nil
+	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return errors.New(`a duration (such as 10s, 0 to try once) or "forever"`)
+		return errors.New(`want seconds (e.g. 10 or 0.5; 0 tries once), a duration (e.g. 1m) or "forever"`)
 	}
 	if d < 0 {
-		return errors.New("negative duration")
+		return errors.New("must not be negative")
 	}
 	w.d = d
+	return nil
+}
+
+// exitCodeValue is an exit status, 0 to 255.
+type exitCodeValue struct{ n int }
+
+func (e *exitCodeValue) String() string { return strconv.Itoa(e.n) }
+
+func (e *exitCodeValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 255 {
+		return errors.New("an exit status is a whole number from 0 to 255")
+	}
+	e.n = n
 	return nil
 }

@@ -19,8 +19,9 @@ const (
 	exitError       = 1   // anything not listed below
 	exitUsage       = 2   // bad command line, including an invalid lock type, target or lease
 	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or not answering within --timeout
-	exitNotObtained = 75  // EX_TEMPFAIL: exec did not obtain the lock within --wait
-	exitLost        = 76  // exec: the lock was lost while the command ran
+	exitNotObtained = 75  // EX_TEMPFAIL: exec or lock did not obtain the lock within --wait (the default of --conflict-exit-code)
+	exitLost        = 76  // exec or lock: the lock was lost while held
+	exitNoPerm      = 77  // EX_NOPERM: Redis refused the user or password, or a command (ACL)
 	exitCannotExec  = 126 // exec: the command was found but could not be started
 	exitNotFound    = 127 // exec: the command was not found
 )
@@ -46,7 +47,7 @@ type cli struct {
 
 // commands lists the subcommands in the order the usage shows them.
 func commands() []*command {
-	return []*command{execCommand(), statusCommand(), releaseCommand(), demoCommand()}
+	return []*command{execCommand(), lockCommand(), statusCommand(), releaseCommand(), demoCommand()}
 }
 
 // main runs dlock and exits with the status run returns.
@@ -59,9 +60,7 @@ func main() {
 // run runs dlock with args (without the program name) and returns its exit status.
 func run(args []string, out cli) int {
 	if len(args) == 0 {
-		fmt.Fprintln(out.stderr, "dlock: no command given")
-		topUsage(out.stderr)
-		return exitUsage
+		return usageError(out, "dlock", "", errors.New("no command given"))
 	}
 	name := args[0]
 	switch name {
@@ -73,18 +72,14 @@ func run(args []string, out cli) int {
 				commandUsage(out.stdout, c, fs)
 				return exitOK
 			}
-			fmt.Fprintf(out.stderr, "dlock help: unknown command %q\n", args[1])
-			topUsage(out.stderr)
-			return exitUsage
+			return usageError(out, "dlock help", "", fmt.Errorf("unknown command %q", args[1]))
 		}
 		topUsage(out.stdout)
 		return exitOK
 	}
 	c := lookup(name)
 	if c == nil {
-		fmt.Fprintf(out.stderr, "dlock: unknown command %q\n", name)
-		topUsage(out.stderr)
-		return exitUsage
+		return usageError(out, "dlock", "", fmt.Errorf("unknown command %q", name))
 	}
 	fs := newFlagSet(c.name)
 	err := c.define(fs)(out, args[1:])
@@ -98,12 +93,23 @@ func run(args []string, out cli) int {
 	case err == nil:
 	case errors.As(err, &es) && es.err == nil: // exec's command status: nothing to add
 	case code == exitUsage:
-		fmt.Fprintf(out.stderr, "dlock %s: %v\n", name, err)
-		commandUsage(out.stderr, c, fs)
+		return usageError(out, "dlock "+name, name, err)
 	default:
-		fmt.Fprintf(out.stderr, "dlock %s: %v\n", name, err)
+		fmt.Fprintf(out.stderr, "dlock %s: %s\n", name, plain(err))
 	}
 	return code
+}
+
+// usageError prints a usage error in two lines, what is wrong and where the usage is, and
+// returns the usage status. prefix starts the first line; command is "" for dlock itself.
+func usageError(out cli, prefix, command string, err error) int {
+	fmt.Fprintf(out.stderr, "%s: %s\n", prefix, plain(err))
+	if command == "" {
+		fmt.Fprintln(out.stderr, "run 'dlock --help' for usage")
+	} else {
+		fmt.Fprintf(out.stderr, "run 'dlock %s --help' for usage\n", command)
+	}
+	return exitUsage
 }
 
 // lookup returns the command called name, or nil.
@@ -122,7 +128,8 @@ func topUsage(w io.Writer) {
 	b.WriteString(`usage: dlock COMMAND [flags] ARGS...
 
 dlock takes distributed locks kept in Redis (github.com/dlockgo/dlock) from the shell:
-it runs a command while holding a lock, shows a lock's state, and releases a stuck lock.
+it runs a command while holding a lock, holds a lock until signalled, shows a lock's state,
+and releases a stuck lock.
 
 commands:
 `)
@@ -134,18 +141,24 @@ commands:
 A lock is named by TYPE and TARGET, as in the library: its Redis key is DLOCK_<TYPE>_<TARGET>,
 so "dlock exec DEPLOY prod -- ..." and a Go program calling gen.Gen("DEPLOY", "prod") share it.
 
-environment:
-  DLOCK_REDIS   Redis host:port used when --redis is not given (else localhost:6379)
+Redis is --redis ADDR, else $DLOCK_REDIS, else $REDIS_URL, else localhost:6379. ADDR is
+HOST:PORT, a redis://[USER]:PASSWORD@HOST:PORT/DB URL (rediss:// for TLS), Cluster nodes
+HOST:PORT,HOST:PORT (or one with --cluster), or Sentinels with --sentinel-master NAME; see
+"dlock exec --help". Prefer the environment for a password: a command line is visible to
+other users of the machine.
 
 exit status:
   0        success (exec: the command's own status, see below)
   1        any other error
-  2        usage error: bad command or flags, invalid TYPE, TARGET or lease
+  2        usage error: bad command, flags or Redis address, invalid TYPE, TARGET or lease
   69       Redis unreachable, or no answer within --timeout
-  75       exec: the lock was not obtained within --wait
-  76       exec: the lock was lost while the command ran (the command was stopped)
+  75       exec, lock: the lock was not obtained within --wait (or -n); --conflict-exit-code
+           changes it
+  76       exec, lock: the lock was lost while held (exec: the command was stopped)
+  77       Redis refused the user or password, or a command (ACL)
   126      exec: the command could not be started
   127      exec: the command was not found
+  128+S    exec, lock: signal S came while waiting for the lock (nothing run or held)
   N        exec: the command exited with N (128+S when it was killed by signal S)
 `)
 	io.WriteString(w, b.String())

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ const unreachableAddr = "127.0.0.1:1"
 
 func TestMain(m *testing.M) {
 	os.Unsetenv("DLOCK_REDIS")
+	os.Unsetenv("REDIS_URL")
 	dir, err := os.MkdirTemp("", "dlock-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -81,9 +83,30 @@ func runIn(args ...string) result {
 // proc is a dlock binary running as a subprocess.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	done           chan struct{}
 	res            result
+}
+
+// out returns what p has written on stdout so far.
+func (p *proc) out() string { return p.stdout.String() }
+
+// syncBuffer is a bytes.Buffer that a test may read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // guarded by mu
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // start runs the dlock binary with args; env is added to the environment.

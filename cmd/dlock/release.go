@@ -1,49 +1,81 @@
 package main
 
 import (
-	"errors"
 	"fmt"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
 )
 
-const releaseUsage = `
-usage: dlock release --force [flags] TYPE TARGET
+var releaseUsage = `
+usage: dlock release --force --holder LOCKER [flags] TYPE TARGET
+       dlock release --force --any [flags] TYPE TARGET
 
-Deletes the lock TYPE/TARGET whoever holds it, and wakes the processes that wait for it, as a
-release does. It is an operator's last resort for a lock stuck in an incident: the holder is
-not asked. The holder learns of the loss at its next renewal (within three quarters of its
-lease) or release; until then two processes may act as owners, so only fencing tokens checked
-downstream keep their writes apart. A "dlock exec" holder stops its command and exits 76.
+Deletes the lock TYPE/TARGET, held by someone else, and wakes the processes that wait for it,
+as a release does. It is an operator's last resort for a lock stuck in an incident: the
+holder is not asked. The holder learns of the loss at its next renewal (within three
+quarters of its lease) or release; until then two processes may act as owners, so only
+fencing tokens checked downstream keep their writes apart. A "dlock exec" holder stops its
+command and exits 76, as does a "dlock lock".
 
---force is required: without it release refuses (exit status 2). It prints the locker it
-removed, or that the lock was free.
+Say what to remove:
+  --holder LOCKER   the holding of LOCKER, as "dlock status" shows it (or "dlock lock" printed
+                    it as DLOCK_HOLDER). The key is deleted only if it still holds LOCKER, in
+                    one step in Redis: if the holder released meanwhile and another process
+                    acquired, nothing is removed. Safe to repeat.
+  --any             whoever holds the lock now: dlock reads the holder (as status does) and
+                    removes that holding, if it still holds the key. The risk: the holder it
+                    reads may be a healthy one that acquired a moment ago, after the stuck one
+                    went; it is removed all the same, and goes on as owner until its next
+                    renewal, so two processes may act as owners until then. Fencing tokens
+                    are the defence. Prefer --holder after looking with "dlock status".
+
+It prints the holder it removed, or that the holder was already gone (the lock free, or held
+by another locker, which is left alone); both exit 0. Without --force, or without one of
+--holder and --any, release refuses with a usage error (status 2).
+` + redisHelp + `
+exit status:
+  0        removed, or nothing to remove (the message says which)
+  69       Redis unreachable, or no answer within --timeout
+  77       Redis refused the user or password, or a command (ACL)
+  2        usage error; 1 any other error
 `
 
 // releaseCommand is "dlock release".
 func releaseCommand() *command {
 	return &command{
 		name:    "release",
-		summary: "delete a lock whoever holds it (--force: an operator's last resort)",
+		summary: "delete a lock held by someone else (--force: an operator's last resort)",
 		usage:   releaseUsage,
 		define: func(fs *flagSet) runner {
-			r := addRedisFlags(fs)
-			force := fs.Bool("force", "really delete the lock (required)")
+			force := fs.Bool("force", "", "really delete the lock (required)")
+			holder := fs.String("holder", "LOCKER", `remove the holding of LOCKER only (as "dlock status" shows it); safe to repeat`)
+			anyHolder := fs.Bool("any", "", "remove whoever holds the lock now (see the risk above)")
+			r := addRedisFlags(fs, redisDefaultDoc)
 			return func(out cli, args []string) error {
 				pos, _, err := fs.parse(args, 2, false)
 				if err != nil {
 					return err
 				}
-				if !*force {
-					return withStatus(exitUsage, errors.New("refusing without --force: deleting a lock that someone holds is an operator's last resort "+
-						"(the holder goes on until its next renewal, so two may act as owners); check it with \"dlock status\" first"))
+				switch {
+				case !*force:
+					return usageErrorf("refusing without --force: deleting a lock that someone holds is an operator's last resort " +
+						"(the holder goes on until its next renewal, so two may act as owners); look with \"dlock status\" first")
+				case *holder != "" && *anyHolder:
+					return usageErrorf("give --holder LOCKER or --any, not both")
+				case *holder == "" && !*anyHolder:
+					return usageErrorf("say what to remove: --holder LOCKER (as \"dlock status\" shows it; removes only that holding) " +
+						"or --any (whoever holds it now, perhaps a healthy holder that just acquired)")
 				}
-				return release(out, r, pos[0], pos[1])
+				return release(out, r, *holder, pos[0], pos[1])
 			}
 		},
 	}
 }
 
-// release deletes typ/target's key and prints what it removed.
-func release(out cli, r redisFlags, typ, target string) error {
+// release removes holder's holding of typ/target ("" for whoever holds it) and prints what
+// it removed.
+func release(out cli, r redisFlags, holder, typ, target string) error {
 	c, l, err := inspect(r, typ, target)
 	if err != nil {
 		return err
@@ -51,24 +83,46 @@ func release(out cli, r redisFlags, typ, target string) error {
 	defer c.close()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	st, err := l.State(ctx)
-	if err != nil {
-		return classify(c.addr, c.timeout, err)
-	}
 	cfg := l.Config()
 	name := fmt.Sprintf("%s/%s (key %s)", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
-	if st.Holder == "" {
-		fmt.Fprintf(out.stdout, "%s was free: nothing removed\n", name)
-		return nil
+	victim := holder
+	if holder == "" { // --any
+		st, err := l.State(ctx)
+		if err != nil {
+			return c.classify(err)
+		}
+		if st.Holder == "" {
+			fmt.Fprintf(out.stdout, "%s is not held%s: nothing removed\n", name, reservation(st))
+			return nil
+		}
+		victim = st.Holder
 	}
-	removed, err := l.ForceRelease(ctx, st.Holder)
+	removed, err := l.ForceRelease(ctx, victim)
 	if err != nil {
-		return classify(c.addr, c.timeout, err)
+		return c.classify(err)
 	}
-	if !removed {
-		fmt.Fprintf(out.stdout, "%s changed hands meanwhile (holder %s is gone): nothing removed\n", name, st.Holder)
+	if removed {
+		fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, victim)
 		return nil
 	}
-	fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, st.Holder)
+	// Say what is there instead; a failure to look is no failure of the release.
+	st, err := l.State(ctx)
+	switch {
+	case err != nil:
+		fmt.Fprintf(out.stdout, "%s: holder %s was already gone: nothing removed\n", name, victim)
+	case st.Holder == "":
+		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock is not held%s: nothing removed\n", name, victim, reservation(st))
+	default:
+		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed\n",
+			name, victim, st.Holder)
+	}
 	return nil
+}
+
+// reservation says, after "not held", that st's key is reserved for a waiting process.
+func reservation(st dlock.State) string {
+	if st.ReservedFor == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (reserved for waiting process %s for %v more)", st.ReservedFor, st.LeaseLeft.Round(time.Millisecond))
 }

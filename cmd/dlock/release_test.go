@@ -10,17 +10,17 @@ import (
 	"github.com/dlockgo/dlock/dlock"
 )
 
-// TestReleaseForce: release --force deletes a held lock and prints its holder, the holder
-// learns of the loss, and a second release finds the lock free.
-func TestReleaseForce(t *testing.T) {
+// TestReleaseForceHolder: release --force --holder deletes the holding it names and prints it,
+// the holder learns of the loss, and a repeat finds the holder gone and changes nothing.
+func TestReleaseForceHolder(t *testing.T) {
 	tg := target(t)
 	l, owned, _ := holdLock(t, tg, time.Second) // a short lease: the loss is noticed soon
 	want, err := l.State(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := runIn("release", "--force", "--redis", srv.Addr, "CLI", tg)
-	if r.code != 0 || !strings.Contains(r.stdout, "removed holder "+want.Holder) {
+	r := runIn("release", "--force", "--holder", want.Holder, "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || r.stdout != "released CLI/"+tg+" (key DLOCK_CLI_"+tg+"): removed holder "+want.Holder+"\n" {
 		t.Fatal(r)
 	}
 	if st := lockStatusOf(t, tg); st.Held {
@@ -36,21 +36,66 @@ func TestReleaseForce(t *testing.T) {
 		t.Fatalf("owner context ended with %v", err)
 	}
 
-	r = runIn("release", "--force", "--redis", srv.Addr, "CLI", tg)
-	if r.code != 0 || !strings.Contains(r.stdout, "was free: nothing removed") {
+	r = runIn("release", "--force", "--holder", want.Holder, "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder "+want.Holder+" was already gone, the lock is not held: nothing removed") {
 		t.Fatal(r)
 	}
 }
 
-// TestReleaseRefusesWithoutForce: without --force nothing is deleted.
-func TestReleaseRefusesWithoutForce(t *testing.T) {
+// TestReleaseForceHolderChangedHands: a --holder that no longer holds the key leaves the
+// current holder alone, and says who holds it now.
+func TestReleaseForceHolderChangedHands(t *testing.T) {
 	tg := target(t)
-	holdLock(t, tg, 5*time.Second)
-	r := runIn("release", "--redis", srv.Addr, "CLI", tg)
-	if r.code != exitUsage || !strings.Contains(r.stderr, "last resort") {
+	l, _, _ := holdLock(t, tg, 5*time.Second)
+	st, err := l.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := st.Holder + "0" // a locker that is not the holder's
+	r := runIn("release", "--force", "--holder", old, "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder "+old+" was already gone, the lock changed hands (held by "+st.Holder+" now, left alone): nothing removed") {
 		t.Fatal(r)
 	}
-	if st := lockStatusOf(t, tg); !st.Held {
-		t.Fatal("release without --force deleted the lock")
+	if now := lockStatusOf(t, tg); now.Holder != st.Holder {
+		t.Fatalf("the current holder was removed: %+v", now)
+	}
+}
+
+// TestReleaseForceAny: --any removes whoever holds the lock; on a free lock it removes nothing.
+func TestReleaseForceAny(t *testing.T) {
+	tg := target(t)
+	l, _, _ := holdLock(t, tg, 5*time.Second)
+	st, err := l.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runIn("release", "--force", "--any", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "removed holder "+st.Holder) {
+		t.Fatal(r)
+	}
+	if st := lockStatusOf(t, tg); st.Held {
+		t.Fatalf("held after release --force --any: %+v", st)
+	}
+	r = runIn("release", "--force", "--any", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || r.stdout != "CLI/"+tg+" (key DLOCK_CLI_"+tg+") is not held: nothing removed\n" {
+		t.Fatal(r)
+	}
+}
+
+// TestReleaseRefuses: without --force, or without saying which holder, nothing is deleted.
+func TestReleaseRefuses(t *testing.T) {
+	tg := target(t)
+	holdLock(t, tg, 5*time.Second)
+	for _, args := range [][]string{
+		{"release", "--redis", srv.Addr, "CLI", tg},
+		{"release", "--any", "--redis", srv.Addr, "CLI", tg},
+		{"release", "--force", "--redis", srv.Addr, "CLI", tg},
+	} {
+		if r := runIn(args...); r.code != exitUsage {
+			t.Fatalf("%v: %v", args, r)
+		}
+		if st := lockStatusOf(t, tg); !st.Held {
+			t.Fatalf("%v deleted the lock", args)
+		}
 	}
 }

@@ -4,19 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
 )
 
-const statusUsage = `
+var statusUsage = `
 usage: dlock status [flags] TYPE TARGET
 
 Shows the lock TYPE/TARGET as Redis sees it, read in one round trip that changes nothing:
 whether it is held and by whom (a locker is <ip>-<pid>-<nonce>-<n>: the process that holds
 it), how long its lease lasts unless renewed, its fencing counter, a reservation for a waiting
-process, and a process recorded as waiting.
+process, and every process recorded as waiting, first in line first.
 
 With --json it prints one JSON object with these fields (durations in milliseconds):
   type, target, key     the lock's name and Redis key
@@ -26,8 +25,15 @@ With --json it prints one JSON object with these fields (durations in millisecon
   reserved_for          the locker prefix of a waiting process the key is reserved for, or ""
   lease_left_ms         how long the holding (or reservation) lasts unless renewed; 0 when free
   fence                 the last fencing token handed out for the key (0 once expired)
-  waiting               the locker prefix of a process recorded as waiting, or ""
+  waiting               the locker prefixes of the processes recorded as waiting, first in
+                        line first: a list, [] when none
   local_waiters         always false here (this tool waits for nothing)
+` + redisHelp + `
+exit status:
+  0        the state was read (whether held or not)
+  69       Redis unreachable, or no answer within --timeout
+  77       Redis refused the user or password, or a command (ACL)
+  2        usage error; 1 any other error
 `
 
 // statusCommand is "dlock status".
@@ -37,8 +43,8 @@ func statusCommand() *command {
 		summary: "show whether a lock is held, by whom and for how long",
 		usage:   statusUsage,
 		define: func(fs *flagSet) runner {
-			r := addRedisFlags(fs)
-			asJSON := fs.Bool("json", "print one JSON object")
+			asJSON := fs.Bool("json", "", "print one JSON object")
+			r := addRedisFlags(fs, redisDefaultDoc)
 			return func(out cli, args []string) error {
 				pos, _, err := fs.parse(args, 2, false)
 				if err != nil {
@@ -76,7 +82,7 @@ func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
 	defer cancel()
 	st, err := l.State(ctx)
 	if err != nil {
-		return classify(c.addr, c.timeout, err)
+		return c.classify(err)
 	}
 	if asJSON {
 		return printStatusJSON(out.stdout, st)
@@ -98,7 +104,7 @@ func printStatusJSON(w io.Writer, st dlock.State) error {
 		ReservedFor:  st.ReservedFor,
 		LeaseLeftMS:  st.LeaseLeft.Milliseconds(),
 		Fence:        st.Fence,
-		Waiting:      st.Waiting,
+		Waiting:      append([]string{}, st.Waiting...), // [] rather than null when none
 		LocalWaiters: st.LocalWaiters,
 	})
 }
@@ -123,9 +129,15 @@ func printStatus(w io.Writer, st dlock.State) {
 	} else {
 		fmt.Fprintf(w, "fence:       none kept\n")
 	}
-	if len(st.Waiting) > 0 {
-		fmt.Fprintf(w, "waiting:     %s (processes that recorded that they wait, first in line first)\n", strings.Join(st.Waiting, ", "))
-	} else {
+	switch len(st.Waiting) {
+	case 0:
 		fmt.Fprintf(w, "waiting:     none recorded\n")
+	case 1:
+		fmt.Fprintf(w, "waiting:     1 process: %s\n", st.Waiting[0])
+	default:
+		fmt.Fprintf(w, "waiting:     %d processes, first in line first:\n", len(st.Waiting))
+		for i, p := range st.Waiting {
+			fmt.Fprintf(w, "             %d. %s\n", i+1, p)
+		}
 	}
 }

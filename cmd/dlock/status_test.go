@@ -4,15 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 )
 
 // holdLock takes CLI/target with lease, with a Generator of its own (another "process"),
 // until t ends.
-func holdLock(t *testing.T, target string, lease time.Duration) (*dlock.DistributedReentrantLock, context.Context, uint64) {
+func holdLock(t *testing.T, target string, lease time.Duration) (*dlock.DistributedReentrantLock, *dlock.Owner, uint64) {
 	t.Helper()
 	c := srv.Client()
 	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
@@ -31,6 +33,9 @@ func holdLock(t *testing.T, target string, lease time.Duration) (*dlock.Distribu
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The cleanup keeps the Owner reachable: a dropped Owner is released by the garbage
+	// collector, and callers that ignore it still mean to hold the lock until t ends.
+	t.Cleanup(func() { _ = owned.Unlock() })
 	token, _ := l.FencingToken(owned)
 	return l, owned, token
 }
@@ -94,4 +99,50 @@ func TestStatusByEnv(t *testing.T) {
 	if r := runIn("status", "CLI", target(t)); r.code != 0 {
 		t.Fatal(r)
 	}
+}
+
+// TestStatusWaitingList: status prints every waiting process, first in line first, and
+// --json gives them as a list ([] when none).
+func TestStatusWaitingList(t *testing.T) {
+	cfg, err := domain.NewDLockConfig("CLI", "x", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		waiting []string
+		text    string
+		json    string
+	}{
+		{nil, "waiting:     none recorded\n", `"waiting":[]`},
+		{[]string{"10.0.0.1-1-a-"}, "waiting:     1 process: 10.0.0.1-1-a-\n", `"waiting":["10.0.0.1-1-a-"]`},
+		{[]string{"10.0.0.1-1-a-", "10.0.0.2-2-b-", "10.0.0.3-3-c-"},
+			"waiting:     3 processes, first in line first:\n             1. 10.0.0.1-1-a-\n             2. 10.0.0.2-2-b-\n             3. 10.0.0.3-3-c-\n",
+			`"waiting":["10.0.0.1-1-a-","10.0.0.2-2-b-","10.0.0.3-3-c-"]`},
+	} {
+		st := dlock.State{Config: cfg, Holder: "10.0.0.9-9-z-1", Waiting: tc.waiting}
+		var text, js strings.Builder
+		printStatus(&text, st)
+		if err := printStatusJSON(&js, st); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(text.String(), tc.text) || !strings.Contains(js.String(), tc.json) {
+			t.Errorf("waiting %q:\n%s%s", tc.waiting, text.String(), js.String())
+		}
+	}
+}
+
+// TestStatusShowsWaiter: a process waiting for the lock shows in status, text and JSON.
+func TestStatusShowsWaiter(t *testing.T) {
+	needReal(t)
+	tg := target(t)
+	holdLock(t, tg, 5*time.Second)
+	w := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
+	waitFor(t, "the waiting process to show", func() bool { return len(lockStatusOf(t, tg).Waiting) == 1 })
+	if r := runIn("status", "--redis", srv.Addr, "CLI", tg); !strings.Contains(r.stdout, "waiting:     1 process: ") {
+		t.Fatal(r)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t)
 }

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/redistest"
+)
+
+// The credentials of authRedis: the default user's password, and an ACL user allowed only
+// what dlock needs (README, "Least privilege").
+const (
+	authPassword    = "s3cret-cli-test"
+	aclUser, aclPwd = "dlockcli", "acl-pw-cli-test"
+)
+
+// aclRules are the README's least-privilege rules for the ACL user.
+var aclRules = []string{"on", ">" + aclPwd, "-@all", "+evalsha", "+eval", "+set", "+get", "+del", "+pexpire", "+pttl",
+	"+publish", "+time", "+subscribe", "+unsubscribe", "+ping", "~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released", "&DLOCK_*:released"}
+
+// authServer is a password-protected redis-server started by a test.
+type authServer struct {
+	addr string
+}
+
+// url returns a redis:// URL for the server with userinfo (e.g. ":PASSWORD", "USER:PASSWORD").
+func (s authServer) url(userinfo string) string {
+	return "redis://" + userinfo + "@" + s.addr + "/0"
+}
+
+// startAuthRedis starts a redis-server on a free loopback port whose default user needs
+// authPassword and which knows the ACL user aclUser; it is killed when t ends.
+func startAuthRedis(t *testing.T) authServer {
+	t.Helper()
+	port := freePort(t)
+	launchRedis(t, "--port", strconv.Itoa(port), "--requirepass", authPassword)
+	s := authServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	admin := redis.NewClient(&redis.Options{Addr: s.addr, Password: authPassword, MaxRetries: -1})
+	defer admin.Close()
+	waitFor(t, "the password-protected redis-server to answer", func() bool {
+		return admin.Ping(context.Background()).Err() == nil
+	})
+	if err := admin.ACLSetUser(context.Background(), aclUser, aclRules...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	return s
+}
+
+// launchRedis starts redis-server on loopback with no persistence and args, and kills it when
+// t ends; the caller waits for it to answer. Without redis-server it skips t (fails it with
+// DLOCK_REQUIRE_REDIS=1).
+func launchRedis(t *testing.T, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if redistest.Required() {
+			t.Fatal("DLOCK_REQUIRE_REDIS=1 but no redis-server on PATH")
+		}
+		t.Skip("needs redis-server on PATH")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(bin, append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	log, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+	})
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestAuthEndToEnd: with a password (default user) or an ACL user with the least privilege,
+// given by --redis or by $REDIS_URL, status, exec, lock and release work end to end.
+func TestAuthEndToEnd(t *testing.T) {
+	s := startAuthRedis(t)
+	for _, tc := range []struct {
+		name string
+		url  string
+	}{
+		{"password", s.url(":" + authPassword)},
+		{"ACL user", s.url(aclUser + ":" + aclPwd)},
+	} {
+		for _, via := range []string{"--redis", "REDIS_URL"} {
+			t.Run(tc.name+" via "+via, func(t *testing.T) {
+				var env, flags []string
+				if via == "REDIS_URL" {
+					env = []string{"REDIS_URL=" + tc.url}
+				} else {
+					flags = []string{"--redis", tc.url}
+				}
+				dlock := func(args ...string) result {
+					t.Helper()
+					return runBin(t, env, append(append([]string{args[0]}, flags...), args[1:]...)...)
+				}
+				tg := target(t)
+				dir := t.TempDir()
+
+				// lock holds it and names its holder; status shows that holder.
+				p := start(t, env, append(append([]string{"lock"}, flags...), "--lease", "2s", "CLI", tg)...)
+				line := waitLine(t, p)
+				f := holdingLine(t, line)
+				if f["DLOCK_KEY"] != "DLOCK_CLI_"+tg || f["DLOCK_HOLDER"] == "" {
+					t.Fatalf("dlock lock printed %q", line)
+				}
+				if r := dlock("status", "CLI", tg); r.code != 0 || !strings.Contains(r.stdout, "holder:      "+f["DLOCK_HOLDER"]) {
+					t.Fatal(r)
+				}
+				// exec cannot have it meanwhile; release --force --holder takes it away, so
+				// lock exits 76; then exec gets it.
+				ran := filepath.Join(dir, "ran")
+				if r := dlock("exec", "-n", "CLI", tg, "touch", ran); r.code != exitNotObtained || exists(ran) {
+					t.Fatal(r)
+				}
+				if r := dlock("release", "--force", "--holder", f["DLOCK_HOLDER"], "CLI", tg); r.code != 0 || !strings.Contains(r.stdout, "removed holder") {
+					t.Fatal(r)
+				}
+				if r := p.wait(t); r.code != exitLost {
+					t.Fatalf("dlock lock after release --force: %v", r)
+				}
+				if r := dlock("exec", "-n", "CLI", tg, "sh", "-c", `test "$DLOCK_KEY" = DLOCK_CLI_`+tg+` && touch `+ran); r.code != 0 || !exists(ran) {
+					t.Fatal(r)
+				}
+				if r := dlock("release", "--force", "--any", "CLI", tg); r.code != 0 || !strings.Contains(r.stdout, "is not held: nothing removed") {
+					t.Fatal(r)
+				}
+			})
+		}
+	}
+}
+
+// TestAuthRefused: a wrong password, an unknown user or no password is refused in one line
+// that names the server, never shows the password, and exits 77; exec runs nothing.
+func TestAuthRefused(t *testing.T) {
+	s := startAuthRedis(t)
+	const wrong = "wrong-pw-must-not-show"
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"status", "--redis", s.url(":" + wrong), "CLI", "x"}, "refused the user or password (WRONGPASS"},
+		{nil, []string{"status", "--redis", s.url(aclUser + ":" + wrong), "CLI", "x"}, "refused the user or password (WRONGPASS"},
+		{nil, []string{"status", "--redis", s.url("nobody:" + wrong), "CLI", "x"}, "refused the user or password (WRONGPASS"},
+		{nil, []string{"status", "--redis", s.addr, "CLI", "x"}, "needs a password (NOAUTH"},
+		{[]string{"REDIS_URL=" + s.url(":"+wrong)}, []string{"status", "CLI", "x"}, "refused the user or password"},
+		{[]string{"DLOCK_REDIS=" + s.url(":"+wrong)}, []string{"exec", "CLI", "x", "touch", ran}, "refused the user or password"},
+		{[]string{"REDIS_URL=" + s.url(":"+wrong)}, []string{"lock", "CLI", "x"}, "refused the user or password"},
+		{[]string{"REDIS_URL=" + s.url(":"+wrong)}, []string{"release", "--force", "--any", "CLI", "x"}, "refused the user or password"},
+	} {
+		t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
+			r := runBin(t, tc.env, tc.args...)
+			if r.code != exitNoPerm || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, s.addr) ||
+				strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+				t.Fatal(r)
+			}
+			if strings.Contains(r.stderr, wrong) || strings.Contains(r.stderr, authPassword) {
+				t.Fatalf("a password shows in the message: %v", r)
+			}
+			if exists(ran) {
+				t.Fatal("exec ran its command without the lock")
+			}
+		})
+	}
+}
+
+// waitLine waits for p's first line on stdout.
+func waitLine(t *testing.T, p *proc) string {
+	t.Helper()
+	var line string
+	waitFor(t, "dlock lock's line", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("dlock lock ended: %v", p.res)
+		default:
+		}
+		out := p.out()
+		i := strings.IndexByte(out, '\n')
+		if i < 0 {
+			return false
+		}
+		line = out[:i]
+		return true
+	})
+	return line
+}
+
+// holdingLine parses dlock lock's line: KEY=VALUE fields.
+func holdingLine(t *testing.T, line string) map[string]string {
+	t.Helper()
+	f := map[string]string{}
+	for _, kv := range strings.Fields(line) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			t.Fatalf("dlock lock's line %q: field %q", line, kv)
+		}
+		f[k] = v
+	}
+	if len(f) != 3 || f["DLOCK_FENCING_TOKEN"] == "" {
+		t.Fatalf("dlock lock's line %q", line)
+	}
+	return f
+}

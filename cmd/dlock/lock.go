@@ -1,0 +1,155 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+var lockUsage = `
+usage: dlock lock [flags] TYPE TARGET
+
+Takes the lock TYPE/TARGET and holds it, its lease renewed, until dlock gets SIGINT, SIGTERM
+or SIGHUP; then it releases the lock and exits 0 (as "etcdctl lock" without a command). It
+waits for the lock as exec does (--wait, -n, --conflict-exit-code). Once the lock is held it
+prints one line on standard output, for a script to read:
+
+  DLOCK_KEY=DLOCK_<TYPE>_<TARGET> DLOCK_HOLDER=<locker> DLOCK_FENCING_TOKEN=<n>
+
+DLOCK_HOLDER is the locker "dlock status" shows and "dlock release --force --holder" takes;
+DLOCK_FENCING_TOKEN is larger than every token handed out before for the key. A script can
+hold a lock across several steps:
+
+  coproc dlock lock --wait 30 DEPLOY prod
+  read -r line <&"${COPROC[0]}" || exit 75   # dlock exited: not obtained (see its message)
+  eval "$line"                               # sets DLOCK_KEY, DLOCK_HOLDER, DLOCK_FENCING_TOKEN
+  ./step1 && ./step2
+  kill "$COPROC_PID"; wait "$COPROC_PID"     # releases the lock; 76 if it had been lost
+
+If the lock is lost while held (its key deleted or taken, or renewals failing until the lease
+ran out), dlock says so on standard error and exits 76 at once: whoever acts under the lock
+must watch for that (a script: wait on dlock's process). If dlock is killed with SIGKILL, the
+lock expires when its lease runs out.
+` + redisHelp + `
+exit status:
+  0        the lock was held, and released after SIGINT, SIGTERM or SIGHUP
+  75       the lock was not obtained within --wait, or at once with -n; --conflict-exit-code
+           changes it
+  76       the lock was lost while held (or found lost at the release)
+  128+S    signal S came while still waiting: nothing is held
+  69       Redis unreachable, or no answer within --timeout
+  77       Redis refused the user or password, or a command (ACL)
+  2        usage error; 1 any other error
+`
+
+// released are the signals that end a "dlock lock" (and its wait).
+var released = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// lockOpts are the flags of lock.
+type lockOpts struct {
+	wait  *waitFlags
+	lease *time.Duration
+	redis redisFlags
+}
+
+// lockCommand is "dlock lock".
+func lockCommand() *command {
+	return &command{
+		name:    "lock",
+		summary: "take a lock and hold it until signalled (SIGINT, SIGTERM)",
+		usage:   lockUsage,
+		define: func(fs *flagSet) runner {
+			var o lockOpts
+			o.wait = addWaitFlags(fs)
+			o.lease = fs.Lease("lease", defaultLease, "lease of the lock, renewed at 3/4 of it while held")
+			o.redis = addRedisFlags(fs, redisDefaultDoc)
+			return func(out cli, args []string) error {
+				pos, _, err := fs.parse(args, 2, false)
+				if err != nil {
+					return err
+				}
+				return hold(out, o, pos[0], pos[1])
+			}
+		},
+	}
+}
+
+// hold takes typ/target's lock, prints the line that names the holding, and holds the lock
+// until a signal (exit 0 after the release) or its loss (76).
+func hold(out cli, o lockOpts, typ, target string) error {
+	wait, err := o.wait.duration()
+	if err != nil {
+		return err
+	}
+	c, err := connect(o.redis, *o.lease)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	l, err := c.lock(typ, target, *o.lease)
+	if err != nil {
+		return err
+	}
+	if err := c.ping(); err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, released...)
+	defer signal.Stop(sigs)
+	// A reader that went away makes the write below fail instead of killing dlock, which
+	// then releases the lock rather than leave it to its lease.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+
+	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs)
+	if err != nil {
+		return err
+	}
+	token, ok := l.FencingToken(owned)
+	holder, herr := holderOf(c, l)
+	switch {
+	case !ok || herr == nil && holder == "":
+		return withStatus(exitLost, fmt.Errorf("lock %s lost as soon as it was taken: %s", lockName(l), lossCause(owned)))
+	case herr != nil:
+		_ = unlock(c, l, owned)
+		return herr
+	}
+	cfg := l.Config()
+	if _, err := fmt.Fprintf(out.stdout, "DLOCK_KEY=%s DLOCK_HOLDER=%s DLOCK_FENCING_TOKEN=%d\n", cfg.UniqueKey(), holder, token); err != nil {
+		_ = unlock(c, l, owned)
+		return fmt.Errorf("cannot write to standard output (%v): lock %s released", err, lockName(l))
+	}
+	select {
+	case <-sigs:
+	case <-owned.Done():
+		return withStatus(exitLost, fmt.Errorf("lock %s lost while held: %s", lockName(l), lossCause(owned)))
+	}
+	if err := unlock(c, l, owned); errors.Is(err, dlock.ErrLockLost) {
+		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release: %s", lockName(l), lostReason(err)))
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// holderOf returns the locker of the holding of l by this process: Redis's holder when it is
+// this Generator's, "" when someone else holds the key (ours was lost). The library's Owner
+// does not tell its locker, so it is read back with State.
+func holderOf(c *conn, l *dlock.DistributedReentrantLock) (string, error) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	st, err := l.State(ctx)
+	if err != nil {
+		return "", c.classify(err)
+	}
+	if !st.Mine {
+		return "", nil
+	}
+	return st.Holder, nil
+}

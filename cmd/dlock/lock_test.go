@@ -1,0 +1,98 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLockHoldsUntilSignal: dlock lock prints its holding, holds the lock (renewed past its
+// lease) until SIGTERM or SIGINT, then releases it and exits 0.
+func TestLockHoldsUntilSignal(t *testing.T) {
+	needReal(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			tg := target(t)
+			p := start(t, nil, "lock", "--redis", srv.Addr, "--lease", "1s", "CLI", tg)
+			f := holdingLine(t, waitLine(t, p))
+			st := lockStatusOf(t, tg)
+			token, err := strconv.ParseUint(f["DLOCK_FENCING_TOKEN"], 10, 64)
+			if err != nil || !st.Held || st.Holder != f["DLOCK_HOLDER"] || st.Fence != token || f["DLOCK_KEY"] != "DLOCK_CLI_"+tg {
+				t.Fatalf("line %v; status %+v", f, st)
+			}
+			// Renewed: still held by it after several leases.
+			time.Sleep(2 * time.Second)
+			if st := lockStatusOf(t, tg); st.Holder != f["DLOCK_HOLDER"] {
+				t.Fatalf("not renewed: %+v", st)
+			}
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if r := p.wait(t); r.code != 0 || r.stderr != "" {
+				t.Fatal(r)
+			}
+			if st := lockStatusOf(t, tg); st.Held {
+				t.Fatalf("held after dlock lock ended: %+v", st)
+			}
+		})
+	}
+}
+
+// TestLockLost: when another operator releases the lock by force, naming its holder, dlock
+// lock says so and exits 76.
+func TestLockLost(t *testing.T) {
+	needReal(t)
+	tg := target(t)
+	p := start(t, nil, "lock", "--redis", srv.Addr, "--lease", "1s", "CLI", tg)
+	f := holdingLine(t, waitLine(t, p))
+	r := runBin(t, nil, "release", "--force", "--holder", f["DLOCK_HOLDER"], "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "removed holder "+f["DLOCK_HOLDER"]) {
+		t.Fatal(r)
+	}
+	r = p.wait(t)
+	if r.code != exitLost || !strings.HasPrefix(r.stderr, "dlock lock: lock CLI/"+tg+" lost while held: ") ||
+		strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, "dlock: ") {
+		t.Fatal(r)
+	}
+}
+
+// TestLockNotObtained: on a held lock, dlock lock -n (or a short -w) exits 75, or the status
+// -E gives, and holds nothing; a signal while it waits ends the wait with 128+signal.
+func TestLockNotObtained(t *testing.T) {
+	needReal(t)
+	tg := target(t)
+	holder := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
+	f := holdingLine(t, waitLine(t, holder))
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-n"}, exitNotObtained},
+		{[]string{"--nonblock", "-E", "3"}, 3},
+		{[]string{"-w", "0.2", "--conflict-exit-code=0"}, 0},
+	} {
+		r := runBin(t, nil, append(append([]string{"lock", "--redis", srv.Addr}, tc.args...), "CLI", tg)...)
+		if r.code != tc.code || r.stdout != "" || !strings.Contains(r.stderr, "not obtained") || !strings.Contains(r.stderr, "held by "+f["DLOCK_HOLDER"]) {
+			t.Fatalf("%v: want status %d; %v", tc.args, tc.code, r)
+		}
+	}
+	w := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
+	waitFor(t, "the second dlock lock to wait", func() bool { return len(lockStatusOf(t, tg).Waiting) > 0 })
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.wait(t); r.code != 128+int(syscall.SIGTERM) || r.stdout != "" || !strings.Contains(r.stderr, "while waiting") {
+		t.Fatal(r)
+	}
+	if st := lockStatusOf(t, tg); st.Holder != f["DLOCK_HOLDER"] {
+		t.Fatalf("%+v", st)
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := holder.wait(t); r.code != 0 {
+		t.Fatal(r)
+	}
+}

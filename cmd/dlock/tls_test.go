@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestTLS: rediss:// reaches a TLS redis-server whose certificate a private CA signed, given
+// by SSL_CERT_FILE; without it the certificate is refused (69), unless skip_verify=true.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeCerts(t, dir)
+	port := freePort(t)
+	launchRedis(t, "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no", "--requirepass", authPassword)
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(caFile)
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("CA: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("localhost", strconv.Itoa(port)), Password: authPassword, MaxRetries: -1,
+		TLSConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}})
+	defer c.Close()
+	waitFor(t, "the TLS redis-server to answer", func() bool { return c.Ping(context.Background()).Err() == nil })
+
+	url := "rediss://:" + authPassword + "@localhost:" + strconv.Itoa(port) + "/0"
+	tg := target(t)
+	if r := runBin(t, []string{"SSL_CERT_FILE=" + caFile}, "exec", "-n", "--redis", url, "CLI", tg, "true"); r.code != 0 {
+		t.Fatal(r)
+	}
+	r := runBin(t, []string{"SSL_CERT_FILE=" + caFile, "REDIS_URL=" + url}, "status", "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "state:       free") {
+		t.Fatal(r)
+	}
+	r = runBin(t, []string{"SSL_CERT_FILE=" + filepath.Join(dir, "none.pem")}, "status", "--redis", url, "CLI", tg)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "certificate") || strings.Contains(r.stderr, authPassword) {
+		t.Fatal(r)
+	}
+	r = runBin(t, []string{"SSL_CERT_FILE=" + filepath.Join(dir, "none.pem")}, "status", "--redis", url+"?skip_verify=true", "CLI", tg)
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+}
+
+// writeCerts writes a CA and a server certificate it signed for localhost and 127.0.0.1, as
+// PEM files in dir.
+func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dlock test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
+}
