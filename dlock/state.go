@@ -283,8 +283,8 @@ func notObtained(ctxErr, last error) error {
 // key afterwards).
 func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool, epoch uint64) (*holding, error) {
 	tokens := 1
-	if wait {
-		tokens = blockSize // for passes, should goroutines queue; the unused are given back at release
+	if wait && st.q.HasWaiters() {
+		tokens = blockSize // for passes to the goroutines that queue; the unused are given back at release
 	}
 	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: cfg.Lease()}
 	var res processor.Result

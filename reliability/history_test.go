@@ -77,14 +77,19 @@ import (
 // line has no "op" line); a holding whose process was SIGSTOPped during its span, the stop
 // having begun no later than the overlap or write in question; a holding that straddles a
 // restart of the lock's Redis (the restart began during its span and no later than the
-// overlap), provided it was told of the loss (ToldCtx or ToldUnlock): the restart wiped its
-// key, and it learns of it at its next renewal or at Unlock.
+// overlap), provided it was told of the loss (ToldCtx or ToldUnlock) or released within a
+// lease of the restart: the restart wiped its key, and its process learns of it at its
+// tenure's next renewal (or release; a holding that passed the lock on within its process
+// before then is not told); a holding passed the lock within its process under a tenure that
+// a restart wiped (the process held the key when the restart began), acquired and overlapping
+// within a lease of the restart.
 //
 // Rules:
 //
 //	(1) overlap: two holdings of one key whose belief intervals intersect, neither excused.
 //	    restart-untold: a holding that acquired before a restart (TAcq < the kill), was never
-//	    told of a loss, and overlaps a holding that acquired after the kill; its process was
+//	    told of a loss, released more than a lease after the restart, and overlaps a holding
+//	    that acquired after the kill; its process was
 //	    not killed. (A holding whose acquiring call spans the kill and that returned after it
 //	    may hold a key of either server: it is excused, and counted as ambiguous.)
 //	(2) token-order: for holdings A, B of one key with A.TAcq < B.CallStart (A's token was
@@ -126,7 +131,7 @@ import (
 //	    than a fencing counter ({DLOCK_…}:fence, which by design may outlive the lease, with a
 //	    TTL) is in the lock's Redis, or a fencing counter has no TTL;
 //	    goroutine-leak: a helper's goleak.Find (after Close, retried for 5 s) found one.
-//	    What was left right after the exit (lock keys and waiting marks expire with the lease)
+//	    What was left right after the exit (lock keys and line entries expire with the lease)
 //	    is reported, not failed.
 //
 // Reported, not failed: long Lock calls that timed out while no holding of their key was
@@ -228,7 +233,8 @@ type histRun struct {
 	// Analysis.
 	stats  histStats
 	viol   map[string][]string    // kind -> descriptions
-	forces map[string][]histForce // by key: ForceRelease calls that removed a holder
+	forces    map[string][]histForce   // by key: ForceRelease calls that removed a holder
+	byProcKey map[string][]*histHolding // by "proc key"
 }
 
 // histForce is an operator's ForceRelease that removed a holder: the call, and the helper
@@ -700,6 +706,10 @@ func (r *histRun) analyse() {
 		}
 	}
 
+	r.byProcKey = map[string][]*histHolding{}
+	for _, h := range holdings {
+		r.byProcKey[h.Proc+" "+h.Key] = append(r.byProcKey[h.Proc+" "+h.Key], h)
+	}
 	for key, hs := range byKey {
 		r.checkOverlaps(key, hs, pausedDuring, restarts)
 		r.checkTokens(key, hs)
@@ -890,17 +900,29 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 		return
 	}
 	told := func(x *histHolding) bool { return x.ToldCtx || x.ToldUnlock }
+	renewal := int64(r.lease) // a tenure renews at the latest 3/4 of a lease after its last renewal
 	for _, w := range restarts {
 		if w.Start > start {
 			continue // the overlap began before this restart
 		}
 		for _, x := range []*histHolding{a, b} {
+			if x.TAcq >= w.Start && r.tenureAcross(x, w) && x.TAcq <= w.End+renewal && start <= w.End+renewal {
+				// x was passed the lock within its process under a tenure that the restart
+				// wiped, before the tenure's next renewal could tell the process
+				st.excused["restart, same tenure"]++
+				return
+			}
 			if !(w.Start < x.TRel && x.CallStart < w.End) {
 				continue // x's span misses the restart
 			}
 			switch {
 			case told(x) && (x.TAcq < w.Start || x.CallStart < w.Start+int64(10*time.Millisecond)):
 				st.excused["restart, told"]++
+				return
+			case x == a && x.TAcq < w.Start && x.TRel <= w.End+renewal+int64(histNoticeSlack):
+				// released (passed on within its process) before its tenure's next renewal
+				// could tell it
+				st.excused["restart, released before the next renewal"]++
 				return
 			case x == a && x.TAcq < w.Start:
 				r.violate("restart-untold", "a holding from before the restart at %s (its key wiped) was never told of the loss, and overlapped a later one:\n    %s\n    %s",
@@ -928,6 +950,18 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 	}
 	r.violate("overlap", "two owners of %s for %v%s:\n    %s\n    %s", a.Key,
 		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.hold(a), r.hold(b))
+}
+
+// tenureAcross reports whether x's process held x's key when restart w began: one of its
+// holdings of the key spans w's start. Then the process's later holdings of the key may be
+// passes under the tenure the restart wiped.
+func (r *histRun) tenureAcross(x *histHolding, w histFault) bool {
+	for _, h := range r.byProcKey[x.Proc+" "+x.Key] {
+		if h.TAcq < w.Start && w.Start < h.TRel {
+			return true
+		}
+	}
+	return false
 }
 
 // forcedBetween reports whether a may be a holding under a tenure that an operator's
@@ -1190,8 +1224,14 @@ func TestHistoryRules(t *testing.T) {
 			[]histFault{restart}, nil, nil},
 		{"restart, told by Unlock", []*histRecord{hold("a", "k", 1, 0, 1, 300, toldByUnlock), hold("b", "k", 2, 160, 200, 310)},
 			[]histFault{restart}, nil, nil},
-		{"restart, untold", []*histRecord{hold("a", "k", 1, 0, 1, 300), hold("b", "k", 2, 160, 200, 310)},
+		{"restart, untold", []*histRecord{hold("a", "k", 1, 0, 1, 700), hold("b", "k", 2, 160, 200, 710)},
 			[]histFault{restart}, nil, []string{"restart-untold"}},
+		{"restart, released before the next renewal", []*histRecord{hold("a", "k", 1, 0, 1, 300), hold("b", "k", 2, 160, 200, 310)},
+			[]histFault{restart}, nil, nil},
+		{"restart, same tenure", []*histRecord{hold("a", "k", 1, 0, 1, 120), hold("a", "k", 2, 110, 121, 300), hold("b", "k", 3, 160, 200, 310)},
+			[]histFault{restart}, nil, nil},
+		{"restart, another tenure", []*histRecord{hold("a", "k", 2, 160, 170, 300), hold("b", "k", 3, 160, 200, 310)},
+			[]histFault{restart}, nil, []string{"overlap"}},
 		{"restart after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 300, lostAt(290)), hold("b", "k", 2, 2, 50, 310)},
 			[]histFault{restart}, nil, []string{"overlap"}},
 		{"killed", []*histRecord{{T: "begin", Proc: "a", G: 1, Key: "k", Token: 1, CallStart: 0, TAcq: ms}, hold("b", "k", 2, 2, 5, 15)},
