@@ -231,9 +231,9 @@ type histRun struct {
 	leftChecked        bool
 
 	// Analysis.
-	stats  histStats
-	viol   map[string][]string    // kind -> descriptions
-	forces    map[string][]histForce   // by key: ForceRelease calls that removed a holder
+	stats     histStats
+	viol      map[string][]string       // kind -> descriptions
+	forces    map[string][]histForce    // by key: ForceRelease calls that removed a holder
 	byProcKey map[string][]*histHolding // by "proc key"
 }
 
