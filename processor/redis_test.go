@@ -1,0 +1,570 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/domain"
+	dlerrors "github.com/dlockgo/dlock/errors"
+	"github.com/dlockgo/dlock/internal/redistest"
+	"github.com/dlockgo/dlock/processor"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(redistest.Main(m, func(s *redistest.Server) { srv = s }))
+}
+
+// backends runs f on the shared server and on a fresh miniredis, so the scripts are known to
+// behave the same on both.
+func backends(t *testing.T, f func(t *testing.T, c *redis.Client)) {
+	t.Run("server", func(t *testing.T) {
+		c := srv.Client()
+		defer c.Close()
+		f(t, c)
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		defer c.Close()
+		f(t, c)
+	})
+}
+
+func cfg(t *testing.T, target string) domain.DLockConfig {
+	c, err := domain.NewDLockConfig("PROC", target+"-"+t.Name(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// proc is one process's processor, named by its mark: its lockers are mark + a number.
+type proc struct {
+	*processor.RedisLockProcessor
+	mark string
+	n    int
+}
+
+func newProc(t *testing.T, c *redis.Client, mark string) *proc {
+	p, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: mark})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proc{RedisLockProcessor: p, mark: mark}
+}
+
+// locker returns a fresh locker of p.
+func (p *proc) locker() string {
+	p.n++
+	return p.mark + strconv.Itoa(p.n)
+}
+
+// lock asks for the key with a fresh locker, waiting (joining the line) when wait is set.
+func (p *proc) lock(t *testing.T, lc domain.DLockConfig, wait bool, tokens int) (string, processor.Result) {
+	t.Helper()
+	l := p.locker()
+	r, err := p.Lock(context.Background(), lc, processor.LockRequest{Locker: l, Wait: wait, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, r
+}
+
+func (p *proc) release(t *testing.T, lc domain.DLockConfig, locker string, last uint64) processor.Result {
+	t.Helper()
+	r, err := p.Unlock(context.Background(), lc, processor.ReleaseRequest{Locker: locker, Last: last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func inspect(t *testing.T, p *proc, lc domain.DLockConfig) processor.Inspection {
+	t.Helper()
+	in, err := p.Inspect(context.Background(), lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func TestNilClient(t *testing.T) {
+	if _, err := processor.NewRedisLockProcessor(nil, processor.Options{Publish: true}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Take, hold elsewhere, renew, release, take again.
+func TestLifecycle(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "life")
+		if r, err := a.IsFree(ctx, lc); err != nil || r != processor.PollFree {
+			t.Fatalf("IsFree = %v, %v; want free", r, err)
+		}
+		la, r := a.lock(t, lc, true, 1)
+		if r.Outcome != processor.Taken || r.Token == 0 {
+			t.Fatalf("Lock = %+v", r)
+		}
+		if _, r := b.lock(t, lc, false, 1); r.Outcome != processor.Held {
+			t.Fatalf("second Lock = %+v, want held", r)
+		}
+		if e, err := a.Load(ctx, lc); err != nil || e == nil || e.Locker != la || e.Status != domain.StatusProcessing {
+			t.Fatalf("Load = %+v, %v", e, err)
+		}
+		if r, err := b.IsFree(ctx, lc); err != nil || r != processor.PollNotQueued {
+			t.Fatalf("IsFree on a held key (not in line) = %v, %v", r, err)
+		}
+		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("renew = %+v, %v", r, err)
+		}
+		if r, err := b.ExpandLease(ctx, lc, processor.RenewRequest{Locker: b.locker()}); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("renew by a non-holder = %+v, %v; want gone", r, err)
+		}
+		if r := b.release(t, lc, b.locker(), 0); r.Outcome != processor.Gone {
+			t.Fatalf("release by a non-holder = %+v; want gone", r)
+		}
+		if r := a.release(t, lc, la, r.Token); r.Outcome != processor.Released || r.Next != "" {
+			t.Fatalf("release = %+v; want released, nobody in line", r)
+		}
+		if r := a.release(t, lc, la, 0); r.Outcome != processor.Settled {
+			t.Fatalf("the release sent again = %+v; want settled", r)
+		}
+		if e, _ := a.Load(ctx, lc); e != nil {
+			t.Fatalf("key still held by %q", e.Locker)
+		}
+		if _, r2 := b.lock(t, lc, false, 1); r2.Outcome != processor.Taken || r2.Token <= r.Token {
+			t.Fatalf("relock = %+v after token %d", r2, r.Token)
+		}
+	})
+}
+
+// Waiting processes form a line in arrival order; a release reserves the key for the first,
+// which only it can take; a process leaving the line passes a reservation on.
+func TestLineServesInOrder(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		lc := cfg(t, "line")
+		la, _ := a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1)
+		d.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1) // again: keeps its place
+		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-", "pd-"}) {
+			t.Fatalf("line %v, want [pb- pd-]", in.Waiting)
+		}
+		if r := a.release(t, lc, la, 0); r.Outcome != processor.Released || r.Next != "pb-" {
+			t.Fatalf("release = %+v, want reserved for pb-", r)
+		}
+		in := inspect(t, a, lc)
+		if in.Holder != processor.ReservedPrefix+"pb-" || !slices.Equal(in.Waiting, []string{"pd-"}) {
+			t.Fatalf("after the release: %+v", in)
+		}
+		if _, r := d.lock(t, lc, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("pd- took a key reserved for pb-: %+v", r)
+		}
+		if _, r := a.lock(t, lc, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("pa- took a key reserved for pb-: %+v", r)
+		}
+		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pd-", "pa-"}) {
+			t.Fatalf("line %v, want [pd- pa-]", in.Waiting)
+		}
+		// pb- stops waiting: the reservation goes to the next in line
+		if err := b.Leave(context.Background(), lc); err != nil {
+			t.Fatal(err)
+		}
+		in = inspect(t, a, lc)
+		if in.Holder != processor.ReservedPrefix+"pd-" || !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("after pb- left: %+v", in)
+		}
+		ld, r := d.lock(t, lc, true, 1)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("pd- could not take its reservation: %+v", r)
+		}
+		if r := d.release(t, lc, ld, 0); r.Next != "pa-" {
+			t.Fatalf("release = %+v, want reserved for pa-", r)
+		}
+		la2, r := a.lock(t, lc, true, 1)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("pa- = %+v", r)
+		}
+		if r := a.release(t, lc, la2, 0); r.Next != "" {
+			t.Fatalf("release with nobody in line = %+v", r)
+		}
+		if in := inspect(t, a, lc); in.Holder != "" || len(in.Waiting) != 0 {
+			t.Fatalf("left behind: %+v", in)
+		}
+	})
+}
+
+// A release publishes whom the key went to: only that process acts on it.
+func TestReleaseNamesTheNextProcess(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "pub")
+		ps := c.Subscribe(ctx, processor.ReleaseChannel(lc))
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
+			t.Fatal(err)
+		}
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		la, _ := a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1)
+		a.release(t, lc, la, 0)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from, next, ok := processor.ParseMessage(msg.Payload); !ok || from != la || next != "pb-" {
+			t.Fatalf("message %q", msg.Payload)
+		}
+	})
+}
+
+// A failed attempt settles itself: a copy of it that arrives after the key came free cannot
+// take it (it would hold the key for a locker nobody owns).
+func TestFailedAttemptIsSettled(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "failed")
+		la, _ := a.lock(t, lc, false, 1)
+		lb := b.locker()
+		req := processor.LockRequest{Locker: lb, Wait: true, Tokens: 1}
+		if r, _ := b.Lock(ctx, lc, req); r.Outcome != processor.Held {
+			t.Fatalf("attempt = %+v", r)
+		}
+		a.release(t, lc, la, 0)                                           // reserved for pb-, which is in line
+		if r, _ := b.Lock(ctx, lc, req); r.Outcome != processor.Settled { // the copy
+			t.Fatalf("a copy of the failed attempt = %+v, want settled", r)
+		}
+		if _, r := b.lock(t, lc, true, 1); r.Outcome != processor.Taken { // a new attempt takes it
+			t.Fatalf("a new attempt = %+v", r)
+		}
+	})
+}
+
+// A renewal, and a copy of the acquiring request, only ever lengthen the key's life: a late
+// or repeated copy cannot cut short what a later renewal set.
+func TestRenewalsNeverShorten(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "short") // 1 s
+		long, _ := lc.WithLease(time.Minute)
+		req := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Taken {
+			t.Fatal(r)
+		}
+		if r, _ := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: req.Locker}); r.Outcome != processor.Renewed {
+			t.Fatal(r)
+		}
+		if r, _ := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: req.Locker}); r.Outcome != processor.Renewed {
+			t.Fatal(r)
+		}
+		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Taken { // the acquiring request again
+			t.Fatal(r)
+		}
+		if ttl := c.PTTL(ctx, lc.UniqueKey()).Val(); ttl < 30*time.Second {
+			t.Fatalf("PTTL %v after a renewal to a minute and copies with a second", ttl)
+		}
+	})
+}
+
+// A hand-off limit's check (renew, and yield if another process waits) settles its own number:
+// a copy of a check that found nobody in line cannot give the key away later.
+func TestYieldCheck(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "yield")
+		la, r := a.lock(t, lc, true, 8)
+		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Last: r.Token + 2}
+		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("check with nobody in line = %+v, %v", r, err)
+		}
+		b.lock(t, lc, true, 1)
+		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Settled {
+			t.Fatalf("a copy of the check = %+v, want settled", r)
+		}
+		if in := inspect(t, a, lc); in.Holder != la {
+			t.Fatalf("the copy gave the key away: %+v", in)
+		}
+		check.Check = a.locker()
+		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Yielded {
+			t.Fatalf("check with pb- in line = %+v, want yielded", r)
+		}
+		in := inspect(t, a, lc)
+		if in.Holder != processor.ReservedPrefix+"pb-" || !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("after the yield: %+v", in)
+		}
+		if in.Fence != r.Token+2 {
+			t.Fatalf("fence %d after the yield, want the last token handed out, %d", in.Fence, r.Token+2)
+		}
+		if r, _ := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); r.Outcome != processor.Settled {
+			t.Fatalf("a renewal after the yield = %+v, want settled", r)
+		}
+		if _, r2 := b.lock(t, lc, true, 1); r2.Outcome != processor.Taken || r2.Token <= r.Token+2 {
+			t.Fatalf("pb- = %+v", r2)
+		}
+	})
+}
+
+// A block of tokens: the counter holds the end of the block while it is held, and the last
+// token handed out once it is let go, so the next holder's tokens follow on.
+func TestTokenBlocks(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "block")
+		la, r := a.lock(t, lc, true, 1024)
+		if in := inspect(t, a, lc); in.Fence != r.Token+1023 {
+			t.Fatalf("fence %d, want %d", in.Fence, r.Token+1023)
+		}
+		rr, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Tokens: 16})
+		if err != nil || rr.Token <= r.Token+1023 {
+			t.Fatalf("new block from %d (%v) after %d", rr.Token, err, r.Token+1023)
+		}
+		a.release(t, lc, la, rr.Token+3)
+		if in := inspect(t, a, lc); in.Fence != rr.Token+3 {
+			t.Fatalf("fence %d after the release, want %d", in.Fence, rr.Token+3)
+		}
+		if _, r2 := a.lock(t, lc, false, 1); r2.Token <= rr.Token+3 {
+			t.Fatalf("next token %d after %d", r2.Token, rr.Token+3)
+		}
+	})
+}
+
+// Tokens keep increasing when the counter is lost (as after an empty restart): they never
+// fall below the server's clock in microseconds.
+func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "fence")
+		var last uint64
+		for i := 0; i < 50; i++ {
+			l, r := a.lock(t, lc, false, 1)
+			if r.Token <= last {
+				t.Fatalf("token %d after %d", r.Token, last)
+			}
+			last = r.Token
+			a.release(t, lc, l, r.Token)
+			if i%10 == 9 { // as if Redis had restarted empty
+				c.Del(ctx, processor.FenceKey(lc))
+			}
+		}
+	})
+}
+
+// A poll renews this process's entry in the line, but never makes one: a poll that arrives
+// after its process left the line cannot put it back.
+func TestPollNeverJoinsTheLine(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "poll")
+		a.lock(t, lc, true, 1)
+		if r, _ := b.IsFree(ctx, lc); r != processor.PollNotQueued {
+			t.Fatalf("poll = %v", r)
+		}
+		if in := inspect(t, a, lc); len(in.Waiting) != 0 {
+			t.Fatalf("a poll joined the line: %v", in.Waiting)
+		}
+		b.lock(t, lc, true, 1)
+		if r, _ := b.IsFree(ctx, lc); r != processor.PollQueued {
+			t.Fatalf("poll in line = %v", r)
+		}
+		if err := b.Leave(ctx, lc); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := b.IsFree(ctx, lc); r != processor.PollNotQueued {
+			t.Fatalf("poll after leaving = %v", r)
+		}
+	})
+}
+
+// An entry that its process stops renewing expires: it never blocks the head of the line.
+func TestLineEntriesExpire(t *testing.T) {
+	c := srv.Client() // real time: miniredis's TIME does not follow FastForward
+	defer c.Close()
+	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+	lc, _ := domain.NewDLockConfig("PROC", "expire-"+t.Name(), 100*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	la, _ := a.lock(t, slow, true, 1)
+	b.lock(t, lc, true, 1) // its entry lives 100 ms
+	time.Sleep(300 * time.Millisecond)
+	d.lock(t, slow, true, 1)
+	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pd-"}) {
+		t.Fatalf("line %v, want only pd- (pb-'s entry expired)", in.Waiting)
+	}
+	if r := a.release(t, slow, la, 0); r.Next != "pd-" {
+		t.Fatalf("release = %+v, want reserved for pd-", r)
+	}
+}
+
+// ForceRelease names the holder it removes: a second copy finds it gone.
+func TestForceReleaseNamesTheHolder(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b, op := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "op-")
+		lc := cfg(t, "force")
+		la, _ := a.lock(t, lc, true, 1)
+		if ok, err := op.ForceRelease(ctx, lc, "nobody-1"); err != nil || ok {
+			t.Fatalf("ForceRelease of another holder = %v, %v", ok, err)
+		}
+		if ok, err := op.ForceRelease(ctx, lc, la); err != nil || !ok {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		lb, _ := b.lock(t, lc, true, 1)
+		if ok, err := op.ForceRelease(ctx, lc, la); err != nil || ok {
+			t.Fatalf("ForceRelease again = %v, %v", ok, err)
+		}
+		if in := inspect(t, a, lc); in.Holder != lb {
+			t.Fatalf("holder %q, want %q", in.Holder, lb)
+		}
+		if r := a.release(t, lc, la, 0); r.Outcome != processor.Gone {
+			t.Fatalf("the removed holder's release = %+v, want gone (it learns of the loss)", r)
+		}
+	})
+}
+
+func TestRedisDown(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	p, _ := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "p1-"})
+	lc := cfg(t, "down")
+	_, err := p.Lock(context.Background(), lc, processor.LockRequest{Locker: "p1-1", Tokens: 1})
+	var pe *dlerrors.RedisProcessError
+	if !errors.As(err, &pe) || pe.Op != "lock" || pe.Key != lc.UniqueKey() || pe.Err == nil {
+		t.Fatalf("err = %#v, want RedisProcessError naming op and key", err)
+	}
+}
+
+func TestSideKeysShareTheSlot(t *testing.T) {
+	for _, key := range []string{"DLOCK_T_order 42", "DLOCK_T_{user}7", "DLOCK_T_{x"} {
+		for _, side := range []string{"fence", "line", "due", "done:p-", "released"} {
+			if s := domain.SideKey(key, side); domain.Slot(s) != domain.Slot(key) {
+				t.Errorf("%q and %q hash to different slots", key, s)
+			}
+		}
+	}
+}
+
+func TestSplitLocker(t *testing.T) {
+	for _, tc := range []struct{ in, owner, seq string }{
+		{"10.0.0.1-42-abcdef-17", "10.0.0.1-42-abcdef-", "17"},
+		{"p1-0", "p1-", "0"},
+		{"p1-x", "p1-x", ""},
+		{"p1-", "p1-", ""},
+		{"plain", "plain", ""},
+		{"p1-1234567890123456", "p1-1234567890123456", ""}, // too long for an exact number in Lua
+	} {
+		if owner, seq := processor.SplitLocker(tc.in); owner != tc.owner || seq != tc.seq {
+			t.Errorf("SplitLocker(%q) = %q, %q; want %q, %q", tc.in, owner, seq, tc.owner, tc.seq)
+		}
+	}
+}
+
+// Nothing stays beyond a few leases: the fencing counter and the settled marks live two leases
+// after the last write, the line's keys an entry's life.
+func TestSideKeysExpire(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "expire")
+		la, _ := a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1)
+		for k, limit := range map[string]time.Duration{
+			processor.LineKey(lc):        processor.EntryTTL(lc),
+			processor.DueKey(lc):         processor.EntryTTL(lc),
+			processor.DoneKey(lc, "pb-"): processor.DoneTTL(lc),
+		} {
+			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > limit {
+				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
+			}
+		}
+		a.release(t, lc, la, 0)
+		for k, limit := range map[string]time.Duration{
+			processor.FenceKey(lc):       processor.FenceTTL(lc),
+			processor.DoneKey(lc, "pa-"): processor.DoneTTL(lc),
+			lc.UniqueKey():               processor.ReserveTTL(lc),
+		} {
+			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > limit {
+				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
+			}
+		}
+		if n := c.Exists(ctx, processor.LineKey(lc), processor.DueKey(lc)).Val(); n != 0 {
+			t.Errorf("the line's keys outlive its last entry (%d left)", n)
+		}
+		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.DoneTTL(lc) > 2*lc.Lease() || processor.EntryTTL(lc) > lc.Lease() {
+			t.Error("a side key outlives two leases")
+		}
+	})
+}
+
+func TestParseMessage(t *testing.T) {
+	for _, tc := range []struct {
+		in, from, next string
+		ok             bool
+	}{
+		{"R|a-1|b-", "a-1", "b-", true},
+		{"R|a-1|", "a-1", "", true},
+		{"R|reserved|b-|c-", "reserved|b-", "c-", true},
+		{"R|a-1", "a-1", "", true},
+		{"P|a-7", "", "", false},
+		{"a-1", "", "", false},
+	} {
+		from, next, ok := processor.ParseMessage(tc.in)
+		if from != tc.from || next != tc.next || ok != tc.ok {
+			t.Errorf("ParseMessage(%q) = %q %q %v", tc.in, from, next, ok)
+		}
+	}
+}
+
+func TestScriptName(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	p := newProc(t, c, "pa-")
+	var names []string
+	c.AddHook(nameHook{&names})
+	lc := cfg(t, "names")
+	l, _ := p.lock(t, lc, false, 1)
+	p.release(t, lc, l, 0)
+	_, _ = p.IsFree(context.Background(), lc)
+	c.Ping(context.Background())
+	if got := strings.Join(names, " "); got != "lock release poll -" {
+		t.Fatalf("names %q", got)
+	}
+}
+
+type nameHook struct{ names *[]string }
+
+func (h nameHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h nameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h nameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := processor.ScriptName(cmd.Args()); n != "" {
+			*h.names = append(*h.names, n)
+		} else if cmd.Name() == "ping" {
+			*h.names = append(*h.names, "-")
+		}
+		return err
+	}
+}
