@@ -47,7 +47,7 @@ func TestDocumentedErrors(t *testing.T) {
 			return err
 		}, []error{dlock.ErrNotObtained, context.Canceled}, ""},
 		{"Unlock by a non-owner", func() error { return l.Unlock(context.Background()) }, []error{dlock.ErrNotHeld}, ""},
-		{"Unlock with nil context", func() error { return l.Unlock(nil) }, []error{dlock.ErrNotHeld}, ""}, //nolint:staticcheck
+		{"Unlock with nil context", func() error { return l.Unlock(nil) }, []error{dlock.ErrInvalidConfig}, "nil context"}, //nolint:staticcheck
 		{"Do with nil function", func() error { return l.Do(context.Background(), nil) }, []error{dlock.ErrInvalidConfig}, ""},
 		{"Lock on a zero lock", func() error { _, err := zero.Lock(context.Background()); return err }, []error{dlock.ErrInvalidConfig}, ""},
 		{"Unlock on a zero lock", func() error { return zero.Unlock(context.Background()) }, []error{dlock.ErrInvalidConfig}, ""},

@@ -182,8 +182,9 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		}
 		h, err := st.act(ctx, s, cfg, wait, e, &lastErr)
 		if h != nil {
-			if s == stepAsk {
-				h.how = how
+			h.how = how
+			if s == stepRenew {
+				h.how = HowHandOver
 			}
 			return h, nil
 		}
@@ -225,8 +226,9 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				h, _ := st.act(wctx, s, cfg, true, e, &lastErr)
 				if h != nil {
 					st.q.SetHead(n)
-					if s == stepAsk {
-						h.how = how
+					h.how = how
+					if s == stepRenew {
+						h.how = HowHandOver
 					}
 					return h, nil
 				}

@@ -1,0 +1,376 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/faultproxy"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// counter is a go-redis hook that counts the commands a client sends, and the scripts by name.
+type counter struct {
+	n       atomic.Int64
+	mu      sync.Mutex
+	scripts map[string]int
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if name := processor.ScriptName(cmd.Args()); name != "" {
+			c.mu.Lock()
+			if c.scripts == nil {
+				c.scripts = map[string]int{}
+			}
+			c.scripts[name]++
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func (c *counter) script(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scripts[name]
+}
+
+// Within one process the lock passes from goroutine to goroutine with no word to Redis while
+// the process holds the key (a tenure): each pass is an acquisition with its own fencing
+// token, larger than the last.
+func TestLocalPassesCostNoCommand(t *testing.T) {
+	g, c := newGen(t)
+	cnt := &counter{}
+	c.AddHook(cnt)
+	l, _ := g.Gen("PASS", target(t))
+	ctx := ctxT(t, 30*time.Second)
+	const goroutines, acquisitions = 4, 200
+	owned, err := l.Lock(ctx) // hold while the others queue up
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var tokens []uint64
+	var wg sync.WaitGroup
+	var left atomic.Int64 // the goroutines stop together, so the queue does not run dry
+	left.Store(acquisitions)
+	for i := 0; i < goroutines; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tok, _ := l.FencingToken(o)
+				mu.Lock()
+				tokens = append(tokens, tok)
+				mu.Unlock()
+				if err := o.Unlock(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	waitFor(t, func() bool { return g.Waiters(key(l)) })
+	before := cnt.n.Load()
+	if err := owned.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	sent := cnt.n.Load() - before
+	t.Logf("%d acquisitions, %d commands sent: %v", acquisitions, sent, cnt.scripts)
+	// A renewal for a block of tokens, the final release; a release and an attempt each time
+	// the queue ran dry for a moment.
+	if sent > acquisitions/4 {
+		t.Fatalf("%d commands for %d local acquisitions: passes are not free", sent, acquisitions)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d after %d", tokens[i], tokens[i-1])
+		}
+	}
+	waitFor(t, func() bool { return c.Exists(ctx, key(l)).Val() == 0 && g.InUse() == 0 })
+}
+
+// A pass to a goroutine whose handle has another lease renews the key with that lease first:
+// one command, and the new owner's lease is its handle's.
+func TestPassWithAnotherLeaseRenewsFirst(t *testing.T) {
+	g, c := newGen(t)
+	cnt := &counter{}
+	c.AddHook(cnt)
+	tg := target(t)
+	short, _ := g.GenWithLease("PASS", tg, time.Second)
+	long, _ := g.GenWithLease("PASS", tg, 20*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	owned, err := short.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := long.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { return g.Waiters(key(short)) })
+	before := cnt.script("renew")
+	if err := owned.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "the long-lease waiter")
+	if o == nil {
+		return
+	}
+	defer o.Unlock() //nolint:errcheck
+	if n := cnt.script("renew") - before; n != 1 {
+		t.Fatalf("%d renewals for the pass, want 1", n)
+	}
+	if ttl := c.PTTL(ctx, key(short)).Val(); ttl < 10*time.Second {
+		t.Fatalf("PTTL %v after the pass to a 20 s lease", ttl)
+	}
+}
+
+// A pass never starts with less than half the new owner's lease left: a holder that kept the
+// lock past half its lease passes it on only after a renewal.
+func TestPassNeverStartsWithLessThanHalfTheLease(t *testing.T) {
+	g, c := newGen(t)
+	const lease = 2 * time.Second
+	l, _ := g.GenWithLease("HALF", target(t), lease)
+	ctx := ctxT(t, 30*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { return g.Waiters(key(l)) })
+	time.Sleep(lease * 6 / 10) // past half the lease (the expander renews at 75 %)
+	if err := owned.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "the waiter")
+	if o == nil {
+		return
+	}
+	defer o.Unlock() //nolint:errcheck
+	took := time.Now()
+	ttl := c.PTTL(ctx, key(l)).Val()
+	// The key's life when the waiter got the lock is at least what is left now plus the time
+	// since; it must be at least half the lease.
+	if left := ttl + time.Since(took); left < lease/2 {
+		t.Fatalf("the pass started with %v of a %v lease left", left, lease)
+	}
+}
+
+// Processes that always have waiters take turns: once a process has kept the key for the
+// hand-off limit while another waits, the key goes to the other. Fencing tokens increase
+// strictly across passes and processes, in the order of the holdings.
+func TestHandOffLimitServesOtherProcesses(t *testing.T) {
+	for _, handOff := range []time.Duration{dlock.DefaultHandOff, 0} {
+		t.Run(handOff.String(), func(t *testing.T) {
+			gens := []*dlock.Generator{}
+			for i := 0; i < 2; i++ {
+				g, _ := newGen(t, dlock.WithLocalHandOff(handOff))
+				gens = append(gens, g)
+			}
+			var per [2]atomic.Int64
+			var mu sync.Mutex // the holdings' order: exclusion makes it a total one
+			inside, last := 0, uint64(0)
+			var wg sync.WaitGroup
+			ctx := ctxT(t, time.Minute)
+			end := time.Now().Add(time.Second)
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func(p int) {
+					defer wg.Done()
+					l, _ := gens[p].Gen("YIELD", target(t))
+					for time.Now().Before(end) {
+						o, err := l.Lock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						tok, _ := l.FencingToken(o)
+						mu.Lock()
+						inside++
+						if inside != 1 {
+							t.Error("two owners at once")
+						}
+						if tok <= last {
+							t.Errorf("token %d after %d", tok, last)
+						}
+						last = tok
+						mu.Unlock()
+						time.Sleep(time.Millisecond)
+						mu.Lock()
+						inside--
+						mu.Unlock()
+						per[p].Add(1)
+						if err := o.Unlock(); err != nil {
+							t.Error(err)
+						}
+					}
+				}(i % 2)
+			}
+			wg.Wait()
+			a, b := per[0].Load(), per[1].Load()
+			t.Logf("process 0: %d, process 1: %d acquisitions", a, b)
+			if a < (a+b)/10 || b < (a+b)/10 {
+				t.Fatalf("a process starved: %d against %d", a, b)
+			}
+		})
+	}
+}
+
+// A release wakes only the process it gives the key to (the first in line): the others do
+// not ask Redis, so the commands per acquisition do not grow with the number of processes.
+func TestOneWakeUpPerRelease(t *testing.T) {
+	perAcq := map[int]float64{}
+	for _, procs := range []int{2, 8} {
+		cnt := &counter{}
+		var gens []*dlock.Generator
+		for i := 0; i < procs; i++ {
+			g, c := newGen(t)
+			c.AddHook(cnt)
+			gens = append(gens, g)
+		}
+		tg := fmt.Sprintf("%s-%d", target(t), procs)
+		ctx := ctxT(t, time.Minute)
+		var acquisitions atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(time.Second)
+		for _, g := range gens {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, _ := g.Gen("WAKE", tg)
+				for time.Now().Before(end) {
+					o, err := l.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					acquisitions.Add(1)
+					if err := o.Unlock(); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		n := acquisitions.Load()
+		perAcq[procs] = float64(cnt.n.Load()) / float64(n)
+		t.Logf("%d processes: %d acquisitions, %.2f commands each (%v)", procs, n, perAcq[procs], cnt.scripts)
+	}
+	// Each acquisition: a failed attempt that joins the line, the attempt after the wake-up,
+	// the release; plus subscriptions and the odd poll.
+	if perAcq[8] > perAcq[2]+1 || perAcq[8] > 4.5 {
+		t.Fatalf("commands per acquisition grow with the processes: %.2f with 2, %.2f with 8", perAcq[2], perAcq[8])
+	}
+}
+
+// Every process is served, wherever it sits on the network: processes behind a latency proxy
+// (2 ms each way) get shares of the lock within twice the mean, as the near ones do.
+func TestEveryProcessServed(t *testing.T) {
+	const procs, goroutines = 4, 3
+	tg := target(t)
+	var gens []*dlock.Generator
+	for i := 0; i < procs; i++ {
+		addr := srv.Addr
+		if i > 0 { // three of them far from Redis
+			p, err := faultproxy.New(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			p.SetLatency(2 * time.Millisecond)
+			addr = p.Addr()
+		}
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+		gens = append(gens, g)
+	}
+	ctx := ctxT(t, time.Minute)
+	per := make([]atomic.Int64, procs)
+	var maxWait atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(3 * time.Second)
+	for i, g := range gens {
+		for j := 0; j < goroutines; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, _ := g.Gen("FAIR", tg)
+				for time.Now().Before(end) {
+					start := time.Now()
+					o, err := l.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if w := int64(time.Since(start)); w > maxWait.Load() {
+						maxWait.Store(w)
+					}
+					per[i].Add(1)
+					time.Sleep(200 * time.Microsecond)
+					if err := o.Unlock(); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var total int64
+	shares := make([]int64, procs)
+	for i := range per {
+		shares[i] = per[i].Load()
+		total += shares[i]
+	}
+	mean := total / procs
+	t.Logf("shares %v (the first near Redis, the others 2 ms away each way), longest wait %v",
+		shares, time.Duration(maxWait.Load()).Round(time.Millisecond))
+	for i, s := range shares {
+		if s < mean/2 || s > 2*mean {
+			t.Errorf("process %d got %d acquisitions, the mean is %d", i, s, mean)
+		}
+	}
+}
+
+func TestWithLocalHandOffRejectsNegative(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	if _, err := dlock.NewGenerator(c, dlock.WithLocalHandOff(-time.Second)); err == nil {
+		t.Fatal("negative hand-off accepted")
+	}
+}

@@ -1,0 +1,112 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
+)
+
+// WithReplicaAck: with the replica up every acquisition, hand-over and renewal is acknowledged;
+// with it gone, TryLock reports ErrNotReplicated and leaves the key free, Lock keeps waiting,
+// and a holder whose renewals go unacknowledged loses the lock when its lease runs out.
+func TestReplicaAck(t *testing.T) {
+	srv.NeedReal(t)
+	master, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	replica, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	ctx := ctxT(t, 60*time.Second)
+	rc := replica.Client()
+	defer rc.Close()
+	c := master.Client()
+	defer c.Close()
+	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := rc.Do(ctx, "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		info, _ := c.Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	l, _ := g.Gen("ACK", target(t))
+
+	// replica up: acquisitions, a local hand-over and renewals are acknowledged
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			time.Sleep(time.Second) // renewed, acknowledged
+			if cause := context.Cause(o); cause != nil {
+				err = cause
+			} else {
+				err = l.Unlock(o)
+			}
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return g.Waiters(l.Config().UniqueKey()) })
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("with the replica up: %v", err)
+	}
+
+	// a holder whose renewals stop being acknowledged loses the lock with its lease
+	owned, err = l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill()
+	select {
+	case <-owned.Done():
+		if !errors.Is(context.Cause(owned), dlock.ErrLockLost) {
+			t.Fatalf("cause %v", context.Cause(owned))
+		}
+	case <-ctx.Done():
+		t.Fatal("no loss with unacknowledged renewals")
+	}
+	if err := l.Unlock(owned); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock after loss: %v", err)
+	}
+
+	// replica gone: TryLock fails with ErrNotReplicated and leaves the key free (once the
+	// lost holding's key has been given back, in the background)
+	waitFor(t, func() bool { s, err := l.State(ctx); return err == nil && !s.Held() })
+	_, ok, err := l.TryLock(ctx)
+	var pe *dlock.RedisProcessError
+	if ok || !errors.Is(err, dlock.ErrNotReplicated) || !errors.As(err, &pe) {
+		t.Fatalf("TryLock without the replica: ok %v err %v", ok, err)
+	}
+	waitFor(t, func() bool { s, err := l.State(ctx); return err == nil && !s.Held() })
+	// Lock keeps trying until its deadline, and says why
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := l.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("Lock without the replica: %v", err)
+	}
+}
