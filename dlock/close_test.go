@@ -3,12 +3,183 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/redis/go-redis/v9"
 )
+
+func TestCloseReleasesAndEndsWaiters(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	g, _ := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	l, _ := g.Gen("CLOSE", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error)
+	go func() { _, err := l.Lock(ctx); errs <- err }()
+	for !g.Waiters(l.Config().UniqueKey()) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("waiter after Close: %v", err)
+	}
+	if !errors.Is(context.Cause(owned), dlock.ErrClosed) {
+		t.Fatalf("owner cause %v", context.Cause(owned))
+	}
+	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 {
+		t.Fatal("Close left the key held")
+	}
+	if err := l.Unlock(owned); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Unlock after Close: %v", err)
+	}
+	if _, err := l.Lock(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Lock after Close: %v", err)
+	}
+	if _, err := g.Gen("CLOSE", "x"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Gen after Close: %v", err)
+	}
+}
+
+// Close(ctx) is bounded by ctx even when the client does not honour context deadlines
+// (go-redis's default): the server is paused for 6 s, and Close with a 200 ms context returns
+// well before that, with ctx's error.
+func TestCloseBoundedByCtx(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	for i := 0; i < 2; i++ {
+		l, _ := g.Gen("RVCLOSE", target(t)+string(rune('a'+i)))
+		if _, err := l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := srv.Client()
+	defer admin.Close()
+	if err := admin.Do(ctx, "client", "pause", 6000, "all").Err(); err != nil {
+		t.Skip(err)
+	}
+	defer admin.Do(context.Background(), "client", "unpause")
+	cctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = g.Close(cctx)
+	took := time.Since(start)
+	t.Logf("Close(200ms) took %v: %v", took, err)
+	if took > 3*time.Second {
+		t.Fatalf("Close(ctx 200ms) took %v while the server was paused for 6 s", took)
+	}
+	if err == nil {
+		t.Fatal("Close gave up at its deadline but reported no error")
+	}
+}
+
+// Close at any moment of an acquisition (the tenure being started, the owner being made) is
+// safe: no panic, no race, no goroutine left.
+func TestCloseDuringAcquisition(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	for i := 0; i < 600; i++ {
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := g.Gen("RVOWN", target(t))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if o, err := l.Lock(context.Background()); err == nil {
+				_ = l.Unlock(o)
+			}
+		}()
+		d := time.Duration(i%200) * time.Microsecond
+		time.Sleep(d)
+		_ = g.Close(context.Background())
+		<-done
+	}
+}
+
+// After Close, Lock and TryLock with the owner context of a closed holding say ErrClosed.
+func TestLockAfterCloseWithOwnerCtx(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	g, _ := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	l, _ := g.Gen("R2LC", target(t))
+	o, err := l.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g.Close(context.Background())
+	_, err = l.Lock(o)
+	_, ok, terr := l.TryLock(o)
+	t.Logf("Lock: %v; TryLock: %v %v", err, ok, terr)
+	if !errors.Is(err, dlock.ErrClosed) || !errors.Is(terr, dlock.ErrClosed) {
+		if strings.Contains(err.Error(), "canceled") {
+			t.Errorf("Lock/TryLock with a closed holding's owner ctx after Close: %v / %v, want ErrClosed", err, terr)
+		}
+	}
+}
+
+// Leaving the line of waiting processes is bounded like every Redis call: with a client that
+// does not return, the background job lets the state go at its deadline, and Close is bounded
+// by its own ctx.
+func TestHungLeaveDoesNotHoldClose(t *testing.T) {
+	ga, ca := newGen(t)
+	gb, _ := newGen(t)
+	lease := 300 * time.Millisecond
+	la, _ := ga.GenWithLease("R2UM", target(t), lease)
+	lb, _ := gb.GenWithLease("R2UM", target(t), lease)
+	ctx := ctxT(t, 10*time.Second)
+	ob, err := lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Unlock(ob)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("leave")(cmd.Args()) {
+			<-release // a hung server, a client that ignores the deadline
+		}
+		return next(ctx, cmd)
+	}})
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := la.Lock(wctx); err == nil {
+		t.Fatal("A got a held lock")
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	defer ccancel()
+	start := time.Now()
+	err = ga.Close(cctx)
+	took, inUse := time.Since(start), ga.InUse()
+	t.Logf("Close took %v: %v (states in use %d)", took, err, inUse)
+	free()
+	// The unmark goes through lockState.call, so the job lets the state go at its deadline;
+	// only the goroutine stuck inside the client remains, which Close reports at its ctx.
+	if inUse != 0 {
+		t.Fatalf("a hung unmark kept %d states alive", inUse)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("Close(1 s) took %v", took)
+	}
+}
 
 // Every exit path tells the holding before it lets the key go: by the time the request that
 // frees the key is sent, the owner context has ended, with the cause of that exit. (Once the
@@ -49,12 +220,4 @@ func TestExitsTellTheHolderBeforeTheKeyGoes(t *testing.T) {
 			}
 		})
 	}
-}
-
-// fmtCause describes a context's state: "live", or its cause.
-func fmtCause(ctx context.Context) string {
-	if ctx.Err() == nil {
-		return "live"
-	}
-	return context.Cause(ctx).Error()
 }

@@ -1,12 +1,76 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
 )
+
+func TestExtendRenewsWithTheNewLease(t *testing.T) {
+	g, _ := newGen(t)
+	l, _ := g.GenWithLease("API", target(t), 300*time.Millisecond)
+	ctx := ctxT(t, 10*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(owned, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LeaseLeft <= 300*time.Millisecond {
+		t.Fatalf("lease left %v after Extend to 5s", s.LeaseLeft)
+	}
+	// the renewals keep the new length: well past the old lease, still far above it
+	time.Sleep(time.Second)
+	if err := context.Cause(owned); err != nil {
+		t.Fatalf("lost after Extend: %v", err)
+	}
+	if s, err = l.State(ctx); err != nil || s.LeaseLeft <= 300*time.Millisecond || !s.Mine {
+		t.Fatalf("after 1s: %+v, %v", s, err)
+	}
+	if err := l.Extend(owned, time.Millisecond); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("bad lease: %v", err)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("not the owner: %v", err)
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(owned, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("after Unlock: %v", err)
+	}
+	if s, err = l.State(ctx); err != nil || s.Held() {
+		t.Fatalf("after Unlock: %+v, %v", s, err)
+	}
+}
+
+func TestExtendOfALostLockSaysLost(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.Gen("API", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Set(ctx, l.Config().UniqueKey(), "someone-else-1", time.Second) // taken from outside
+	if err := l.Extend(owned, 2*time.Second); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Extend of a taken key: %v", err)
+	}
+	if !errors.Is(context.Cause(owned), dlock.ErrLockLost) {
+		t.Fatalf("owner context: %v", context.Cause(owned))
+	}
+	if err := l.Unlock(owned); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
 
 // Every write is safe to arrive late or twice: after Extend has lengthened a holding's lease,
 // no copy of an earlier request of that holding — a renewal held up on the way, the acquiring
@@ -101,13 +165,4 @@ func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
 		settle()
 		checkNoSecondOwner(t, la, owned, lb)
 	})
-}
-
-// replayLatestFirst sends again every script request w has seen, the latest first: the
-// earliest (the acquiring request) arrives last, as a copy held up longest would.
-func replayLatestFirst(w *wire) {
-	cs := w.copies()
-	for i := len(cs) - 1; i >= 0; i-- {
-		w.send(cs[i])
-	}
 }

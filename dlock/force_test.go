@@ -1,9 +1,81 @@
 package dlock_test
 
 import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/redis/go-redis/v9"
 )
+
+func TestForceReleaseWakesWaitersAndTellsTheHolder(t *testing.T) {
+	for _, same := range []bool{true, false} {
+		name := "holder elsewhere"
+		if same {
+			name = "holder in this generator"
+		}
+		t.Run(name, func(t *testing.T) {
+			g1, _ := newGen(t)
+			g2, _ := newGen(t)
+			l1, _ := g1.GenWithLease("API", target(t), 3*time.Second)
+			l2, _ := g2.GenWithLease("API", target(t), 3*time.Second)
+			op := l2
+			if same {
+				op = l1
+			}
+			ctx := ctxT(t, 20*time.Second)
+			owned, err := l1.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			got := make(chan context.Context, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, err := l2.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got <- o
+			}()
+			waitFor(t, func() bool { s, _ := l1.State(ctx); return len(s.Waiting) > 0 })
+			before, err := op.State(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			removed, err := op.ForceRelease(ctx, before.Holder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !removed || before.Holder == "" || before.Mine != same {
+				t.Fatalf("ForceRelease returned %v; the state before was %+v", removed, before)
+			}
+			o2 := <-got // well before the 3 s lease: the release message woke it
+			wg.Wait()
+			if same && !errors.Is(context.Cause(owned), dlock.ErrLockLost) {
+				t.Fatalf("holder in the same generator not told: %v", context.Cause(owned))
+			}
+			// the old holder learns of the loss at its next renewal, at the latest
+			waitFor(t, func() bool { return errors.Is(context.Cause(owned), dlock.ErrLockLost) })
+			if err := l1.Unlock(owned); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("old holder's Unlock: %v", err)
+			}
+			if err := l2.Unlock(o2); err != nil {
+				t.Fatal(err)
+			}
+			// a second copy of the same request finds that holder gone
+			if removed, err := op.ForceRelease(ctx, before.Holder); err != nil || removed {
+				t.Fatalf("ForceRelease of a holder already removed: %v, %v", removed, err)
+			}
+		})
+	}
+}
 
 // ForceRelease names the holder it removes, so a second copy of its request (the client
 // sending it again after a lost reply, or a packet delivered late) finds that holder gone and
@@ -51,5 +123,81 @@ func TestForceReleaseRepeatedLeavesTheNextHolder(t *testing.T) {
 	}
 	if ob.Err() != nil || lb.HoldCount(ob) != 1 {
 		t.Fatalf("the next holder lost its lock: %v", ob.Err())
+	}
+}
+
+// A holder in this Generator learns of a ForceRelease at once, even while its tenure is between
+// owners: a renewal before a pass is in flight (its reply held back) when the operator removes
+// the tenure's locker and another process takes the key; the local waiter must not then
+// return from Lock as owner of a key another process holds.
+func TestForceReleaseDuringAPassRenewal(t *testing.T) {
+	ga, ca := newGen(t)
+	gb, _ := newGen(t)
+	preload(t, ca)
+	inHandOver, proceed := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && scriptIs("renew")(cmd.Args()) && armed.CompareAndSwap(true, false) {
+			close(inHandOver) // the key holds the waiter's new locker; the reply is on its way
+			select {
+			case <-proceed:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return err
+	}})
+	lease := 3 * time.Second
+	la, _ := ga.GenWithLease("RV3", target(t), lease)
+	lb, _ := gb.GenWithLease("RV3", target(t), lease)
+	ctx := ctxT(t, 20*time.Second)
+	o1, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		owned context.Context
+		err   error
+	}
+	waiter := make(chan res, 1)
+	go func() {
+		o, err := la.Lock(ctx)
+		waiter <- res{o, err}
+	}()
+	waitFor(t, func() bool { return ga.Waiters(la.Config().UniqueKey()) })
+	armed.Store(true)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- la.Unlock(o1) }()
+	select {
+	case <-inHandOver:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no hand-over")
+	}
+	before, err := la.State(ctx) // the operator, in the same generator
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := before.Holder
+	if removed, err := la.ForceRelease(ctx, holder); err != nil || !removed {
+		t.Fatalf("ForceRelease(%q): %v, %v", holder, removed, err)
+	}
+	ob, err := lb.Lock(ctx) // another process takes the freed key
+	if err != nil {
+		close(proceed)
+		t.Fatal(err)
+	}
+	defer lb.Unlock(ob) //nolint:errcheck
+	close(proceed)
+	if err := <-unlocked; err != nil {
+		t.Logf("Unlock: %v", err)
+	}
+	r := <-waiter
+	if r.err != nil {
+		return // the local waiter did not get the deleted key: fine
+	}
+	defer la.Unlock(r.owned)          //nolint:errcheck
+	time.Sleep(50 * time.Millisecond) // "at once"
+	if r.owned.Err() == nil && la.HoldCount(r.owned) > 0 && ob.Err() == nil {
+		t.Fatalf("two owners: the local waiter holds the key ForceRelease deleted (locker %q), and another process holds it", holder)
 	}
 }

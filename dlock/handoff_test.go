@@ -2,53 +2,18 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/processor"
+	"github.com/redis/go-redis/v9"
 )
-
-// counter is a go-redis hook that counts the commands a client sends, and the scripts by name.
-type counter struct {
-	n       atomic.Int64
-	mu      sync.Mutex
-	scripts map[string]int
-}
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		if name := processor.ScriptName(cmd.Args()); name != "" {
-			c.mu.Lock()
-			if c.scripts == nil {
-				c.scripts = map[string]int{}
-			}
-			c.scripts[name]++
-			c.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
-func (c *counter) script(name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.scripts[name]
-}
 
 // Within one process the lock passes from goroutine to goroutine with no word to Redis while
 // the process holds the key (a tenure): each pass is an acquisition with its own fencing
@@ -372,5 +337,139 @@ func TestWithLocalHandOffRejectsNegative(t *testing.T) {
 	defer c.Close()
 	if _, err := dlock.NewGenerator(c, dlock.WithLocalHandOff(-time.Second)); err == nil {
 		t.Fatal("negative hand-off accepted")
+	}
+}
+
+// A pass whose renewal's reply comes after the lease ran out is not taken: the tenure was lost
+// when its lease ran out (the holder and waiters were told), and whoever gets the key next —
+// the local waiter or the other process — holds it alone.
+func TestPassRenewalReplyAfterTheLease(t *testing.T) {
+	ga, ca := newGen(t)
+	gb, _ := newGen(t)
+	lease := 100 * time.Millisecond
+	la, _ := ga.GenWithLease("RVHO", target(t), lease)
+	lb, _ := gb.GenWithLease("RVHO", target(t), lease)
+	ctx := ctxT(t, 10*time.Second)
+	o1, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		owned context.Context
+		err   error
+		at    time.Time
+	}
+	a2 := make(chan res, 1)
+	go func() {
+		o, err := la.Lock(ctx)
+		if err == nil {
+			tok, ok := la.FencingToken(o)
+			t.Logf("A's waiter at return: owner ctx err %v, FencingToken %d ok %v", o.Err(), tok, ok)
+		}
+		a2 <- res{o, err, time.Now()}
+	}()
+	b := make(chan res, 1)
+	go func() { o, err := lb.Lock(ctx); b <- res{o, err, time.Now()} }()
+	for !ga.Waiters(la.Config().UniqueKey()) || !gb.Waiters(lb.Config().UniqueKey()) {
+		time.Sleep(time.Millisecond)
+	}
+	if p, err := processor.NewRedisLockProcessor(ca, processor.Options{}); err != nil || p.Preload(ctx) != nil {
+		t.Fatal("preload")
+	}
+	var delayed atomic.Int32
+	ca.AddHook(delayHook{match: scriptIs("renew"), delay: 3 * lease, seen: &delayed})
+	defer func() {
+		if delayed.Load() == 0 {
+			t.Error("no hand-over reply was delayed")
+		}
+	}()
+	// The hand-over's reply comes after its lease: Unlock says the outcome was unknown (the
+	// key was given back), and the next waiter must not take it.
+	var pe *dlock.RedisProcessError
+	if err := la.Unlock(o1); err != nil && !errors.As(err, &pe) {
+		t.Fatal(err)
+	}
+	// Whoever gets the key first, the other must not get it while the first holds it.
+	var first, second res
+	var firstL, secondL *dlock.DistributedReentrantLock
+	var secondC chan res
+	select {
+	case first = <-a2:
+		firstL, secondL, secondC = la, lb, b
+	case first = <-b:
+		firstL, secondL, secondC = lb, la, a2
+	}
+	if first.err != nil {
+		t.Fatalf("first to return: %v", first.err)
+	}
+	select {
+	case second = <-secondC:
+		if second.err == nil && first.owned.Err() == nil {
+			t.Fatal("both own the lock: the second acquired while the first's owner context lives")
+		}
+		t.Skipf("the first holder lost its lease on a loaded machine (%v); nothing to check", context.Cause(first.owned))
+	case <-time.After(5 * lease):
+	}
+	if err := firstL.Unlock(first.owned); err != nil {
+		t.Fatalf("first holder's Unlock: %v", err)
+	}
+	second = <-secondC
+	if second.err != nil {
+		t.Fatalf("second: %v", second.err)
+	}
+	_ = secondL.Unlock(second.owned)
+}
+
+// A hand-off limit's check (renew, or yield to the first process in line) that Redis runs
+// twice — the client sent it again after its reply was lost — is not mistaken for a loss: the
+// copy finds the check settled, the tenure ends as after a yield, and every goroutine of both
+// processes gets the lock in turn, none told of a loss.
+func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
+	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Millisecond))
+	gb, _ := newGen(t)
+	lease := time.Second
+	la, _ := ga.GenWithLease("YTWICE", target(t), lease)
+	lb, _ := gb.GenWithLease("YTWICE", target(t), lease)
+	ctx := ctxT(t, 10*time.Second)
+	o1, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockUnlock := func(l *dlock.DistributedReentrantLock, errs chan<- error) {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			time.Sleep(10 * time.Millisecond)
+			if err = o.Unlock(); err == nil && errors.Is(context.Cause(o), dlock.ErrLockLost) {
+				err = context.Cause(o)
+			}
+		}
+		errs <- err
+	}
+	a2, b := make(chan error, 1), make(chan error, 1)
+	go lockUnlock(la, a2)
+	go lockUnlock(lb, b)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) && gb.Waiters(key(lb)) })
+	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) > 0 }) // B is in line
+	time.Sleep(20 * time.Millisecond)                                            // past the hand-off limit
+	var twice atomic.Int32
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && scriptIs("renew")(cmd.Args()) {
+			twice.Add(1)
+			err = next(ctx, cmd) // the client sends it again (its first reply was lost)
+		}
+		return err
+	}})
+	if err := o1.Unlock(); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := recv(t, a2, "A's waiter"); err != nil {
+		t.Fatalf("A's waiter: %v", err)
+	}
+	if err := recv(t, b, "B"); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if twice.Load() == 0 {
+		t.Fatal("no check was run twice")
 	}
 }

@@ -1,22 +1,31 @@
 package dlock_test
 
+// The hooks and helpers the tests of this package share: waiting for a condition, counting
+// and recognising commands (by script name), playing the network between a client and Redis
+// (a request kept on the wire, a reply lost or late, a copy delivered again), a guard that
+// records who holds what, and servers and clusters of a test's own.
+
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
+	"github.com/redis/go-redis/v9"
 )
-
-// Helpers shared by the tests of this package: waiting for a condition, the server's command
-// count, loading the scripts, and the check that nobody else holds what a holder believes it
-// holds.
 
 // waitFor polls cond until it holds, failing t after 15 s (a hang, not a slow machine).
 func waitFor(t testing.TB, cond func() bool) {
@@ -97,3 +106,985 @@ func checkNoSecondOwner(t testing.TB, l *dlock.DistributedReentrantLock, owned c
 
 // key returns l's Redis key.
 func key(l *dlock.DistributedReentrantLock) string { return l.Config().UniqueKey() }
+
+// fmtCause describes a context's state: "live", or its cause.
+func fmtCause(ctx context.Context) string {
+	if ctx.Err() == nil {
+		return "live"
+	}
+	return context.Cause(ctx).Error()
+}
+
+// wire is a go-redis hook that plays the network between a client and Redis for the scripts
+// the library sends (found by name, processor.ScriptName): it keeps a copy of every script
+// request, so a test can deliver one again later (a client's retry, a duplicated packet), and
+// it can keep requests "on the wire": the caller gets a timeout at once, as after a lost
+// reply, and the request reaches Redis only when the test lets it.
+type wire struct {
+	t *testing.T
+
+	mu      sync.Mutex
+	sent    []sentCmd
+	next    redis.ProcessHook           // the rest of the client's chain, once a command went through
+	holdFor map[string]int              // script name -> how many of its next requests to keep on the wire
+	held    []sentCmd                   // kept on the wire, not yet delivered
+	fire    map[string]func(args []any) // told of a script's request before it is sent
+}
+
+// sentCmd is one script request: its script's name and arguments.
+type sentCmd struct {
+	name string
+	args []any
+}
+
+// newWire puts a wire in front of c.
+func newWire(t *testing.T, c *redis.Client) *wire {
+	w := &wire{t: t, holdFor: map[string]int{}, fire: map[string]func([]any){}}
+	c.AddHook(w)
+	return w
+}
+
+func (w *wire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (w *wire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (w *wire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := processor.ScriptName(cmd.Args())
+		if name == "" {
+			return next(ctx, cmd)
+		}
+		args := append([]any(nil), cmd.Args()...)
+		w.mu.Lock()
+		w.next = next
+		w.sent = append(w.sent, sentCmd{name, args})
+		f := w.fire[name]
+		hold := w.holdFor[name] > 0
+		if hold {
+			w.holdFor[name]--
+			w.held = append(w.held, sentCmd{name, args})
+		}
+		w.mu.Unlock()
+		if f != nil {
+			f(args)
+		}
+		if hold {
+			cmd.SetErr(errors.New("i/o timeout (injected: the request is still on its way)"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// hold keeps the next n requests of script name on the wire.
+func (w *wire) hold(name string, n int) {
+	w.mu.Lock()
+	w.holdFor[name] += n
+	w.mu.Unlock()
+}
+
+// onSend runs f with the arguments of every request of script name, before it is sent.
+func (w *wire) onSend(name string, f func(args []any)) {
+	w.mu.Lock()
+	w.fire[name] = f
+	w.mu.Unlock()
+}
+
+// heldCount returns how many requests are on the wire.
+func (w *wire) heldCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.held)
+}
+
+// deliverHeld lets every request on the wire reach Redis now, in the order they were sent,
+// and waits for their replies (which nobody reads).
+func (w *wire) deliverHeld() {
+	w.mu.Lock()
+	held := w.held
+	w.held = nil
+	w.mu.Unlock()
+	for _, c := range held {
+		w.send(c)
+	}
+}
+
+// copies returns the requests of the given scripts sent so far (all scripts when none is
+// named), in order.
+func (w *wire) copies(names ...string) []sentCmd {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []sentCmd
+	for _, c := range w.sent {
+		if len(names) == 0 || slices.Contains(names, c.name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// send delivers a copy of c to Redis, past the wire (it is neither kept nor recorded), and
+// waits for its reply.
+func (w *wire) send(c sentCmd) {
+	w.mu.Lock()
+	next := w.next
+	w.mu.Unlock()
+	cmd := redis.NewCmd(context.Background(), c.args...)
+	if err := next(context.Background(), cmd); err != nil && !errors.Is(err, redis.Nil) {
+		w.t.Logf("copy of %s: %v", c.name, err)
+	}
+}
+
+// replayLatestFirst sends again every script request w has seen, the latest first: the
+// earliest (the acquiring request) arrives last, as a copy held up longest would.
+func replayLatestFirst(w *wire) {
+	cs := w.copies()
+	for i := len(cs) - 1; i >= 0; i-- {
+		w.send(cs[i])
+	}
+}
+
+// counter is a go-redis hook that counts the commands a client sends, and the scripts by name.
+type counter struct {
+	n       atomic.Int64
+	mu      sync.Mutex
+	scripts map[string]int
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if name := processor.ScriptName(cmd.Args()); name != "" {
+			c.mu.Lock()
+			if c.scripts == nil {
+				c.scripts = map[string]int{}
+			}
+			c.scripts[name]++
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func (c *counter) script(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scripts[name]
+}
+
+// fnHook wraps every command with f.
+type fnHook struct {
+	f func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
+}
+
+func (h fnHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h fnHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return h.f(ctx, cmd, next) }
+}
+
+func (h fnHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type delayHook struct {
+	match func(args []any) bool
+	delay time.Duration
+	seen  *atomic.Int32 // counts the delayed replies
+}
+
+func (h delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Err() == nil && h.match(cmd.Args()) {
+			h.seen.Add(1)
+			time.Sleep(h.delay) // the reply is late; the script already ran
+		}
+		return err
+	}
+}
+
+func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type lostReplyHook struct{ match func(args []any) bool }
+
+func (h lostReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lostReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && h.match(cmd.Args()) {
+			err = errors.New("i/o timeout (reply lost)") // the script ran; the reply is lost
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (h lostReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type slowHook struct {
+	match func(args []any) bool
+	delay time.Duration
+	seen  atomic.Int64 // matching commands
+	probe atomic.Int64 // probe.lua calls
+}
+
+func (h *slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if scriptIs("poll")(cmd.Args()) {
+			h.probe.Add(1)
+		}
+		if h.match(cmd.Args()) {
+			h.seen.Add(1)
+			time.Sleep(h.delay) // slow on its way to Redis
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// rgGen returns a generator ("a process") on a fresh client of server s (srv if nil), with hook
+// h (if not nil) on that client. Generator, hook and client are closed, in that order, when t
+// ends.
+func rgGen(t testing.TB, s *redistest.Server, h *faultHook, opts ...dlock.Option) *dlock.Generator {
+	t.Helper()
+	if s == nil {
+		s = srv
+	}
+	c := s.Client()
+	if h != nil {
+		c.AddHook(h)
+	}
+	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(time.Second)}, opts...)...)
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(context.Background()); err != nil {
+			t.Logf("Close: %v", err)
+		}
+		if h != nil {
+			h.wait()
+		}
+		c.Close()
+	})
+	return g
+}
+
+// rawClient returns a plain client on srv, closed when t ends.
+func rawClient(t testing.TB) *redis.Client {
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// lockKey is the Redis key of a lock: DLOCK_<type>_<target>.
+func rgLockKey(typ, target string) string { return "DLOCK_" + typ + "_" + target }
+
+// rgTarget is a lock target unique to the test (and round).
+func rgTarget(t testing.TB, round int) string {
+	return strings.ReplaceAll(t.Name(), "/", ".") + "." + fmt.Sprint(round)
+}
+
+func mustGen(t testing.TB, g *dlock.Generator, typ, target string, lease time.Duration) *dlock.DistributedReentrantLock {
+	t.Helper()
+	l, err := g.GenWithLease(typ, target, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func rgBG() context.Context { return context.Background() }
+
+// rgCtx returns a context with timeout d, cancelled when t ends.
+func rgCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(rgBG(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// rgWaitUntil polls cond until it holds or d passes; it reports whether it held.
+func rgWaitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// becomesFree reports whether l (another generator's handle) gets the lock with TryLock within
+// d; it lets it go again at once.
+func becomesFree(t testing.TB, l *dlock.DistributedReentrantLock, d time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		owned, ok, err := l.TryLock(rgBG())
+		if ok {
+			if err := l.Unlock(owned); err != nil {
+				t.Errorf("Unlock after the freedom probe: %v", err)
+			}
+			return true
+		}
+		if err != nil {
+			t.Logf("freedom probe: TryLock: %v", err)
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holderOf describes what Redis holds under key, for failure messages.
+func holderOf(c *redis.Client, key string) string {
+	v, err := c.Get(rgBG(), key).Result()
+	if err != nil {
+		return fmt.Sprintf("(GET: %v)", err)
+	}
+	return fmt.Sprintf("%q with PTTL %v", v, c.PTTL(rgBG(), key).Val())
+}
+
+// recv waits for a value on ch for at most d.
+func rgRecv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+	}
+	var zero T
+	return zero
+}
+
+type rgLockResult struct {
+	owned context.Context
+	err   error
+	at    time.Time
+}
+
+// rgLockAsync runs l.Lock(ctx) in a goroutine.
+func rgLockAsync(l *dlock.DistributedReentrantLock, ctx context.Context) <-chan rgLockResult {
+	ch := make(chan rgLockResult, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		ch <- rgLockResult{o, err, time.Now()}
+	}()
+	return ch
+}
+
+type faultMode int32
+
+const (
+	passThrough faultMode = iota
+	// loseReply lets the command run on Redis, then returns a network timeout to the caller.
+	loseReply
+	// holdOnWire holds the command until the caller's context ends (at most holdCap), returns
+	// the context's error (or a timeout) to the caller, and runs the command on Redis `late`
+	// after that, as a request stuck in the network that arrives after the caller gave up.
+	holdOnWire
+	// slowReply holds the command until the caller's context ends (at most holdCap), waits
+	// `late` more, then runs it on Redis and returns Redis's real reply to the caller: a
+	// reply that comes after the caller's deadline.
+	slowReply
+)
+
+// holdCap bounds how long holdOnWire waits for the caller's context to end.
+const holdCap = 2 * time.Second
+
+// injectedTimeout is a net.Error timeout.
+type injectedTimeout struct{}
+
+func (injectedTimeout) Error() string { return "i/o timeout (injected by faultHook)" }
+
+func (injectedTimeout) Timeout() bool { return true }
+
+func (injectedTimeout) Temporary() bool { return true }
+
+// faultHook affects, once armed, the first EVALSHA/EVAL sent after arming whose first key
+// (Args()[3]) is the armed key, then disarms. It also counts the script calls on the watched
+// key, and can delay every command of its client.
+type faultHook struct {
+	late atomic.Int64 // nanoseconds; see holdOnWire and slowReply
+
+	mode  atomic.Int32
+	key   atomic.Pointer[string]
+	delay atomic.Int64 // nanoseconds every command waits before it is sent
+
+	seen    atomic.Int64  // EVALSHA/EVAL calls on key that got an answer
+	fired   chan struct{} // one value per faulted command (after its fault)
+	lateRun chan error    // the outcome of a held command's late run on Redis
+
+	wg sync.WaitGroup
+}
+
+func newFaultHook() *faultHook {
+	h := &faultHook{fired: make(chan struct{}, 16), lateRun: make(chan error, 16)}
+	h.setLate(200 * time.Millisecond)
+	return h
+}
+
+func (h *faultHook) setLate(d time.Duration) { h.late.Store(int64(d)) }
+
+// watch sets the key whose script calls are counted (and faulted when armed).
+func (h *faultHook) watch(key string) { h.key.Store(&key) }
+
+// arm faults the next script call on key.
+func (h *faultHook) arm(mode faultMode, key string) {
+	h.watch(key)
+	h.mode.Store(int32(mode))
+}
+
+func (h *faultHook) disarm() { h.mode.Store(int32(passThrough)) }
+
+func (h *faultHook) setDelay(d time.Duration) { h.delay.Store(int64(d)) }
+
+func (h *faultHook) wait() { h.wg.Wait() }
+
+func (h *faultHook) scriptOnKey(cmd redis.Cmder) bool {
+	k := h.key.Load()
+	if k == nil {
+		return false
+	}
+	args := cmd.Args()
+	if len(args) < 4 {
+		return false
+	}
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	return (name == "evalsha" || name == "eval") && fmt.Sprint(args[3]) == *k
+}
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if d := h.delay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if d := h.delay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
+		if !h.scriptOnKey(cmd) {
+			return next(ctx, cmd)
+		}
+		m := faultMode(h.mode.Load())
+		if m == passThrough || !h.mode.CompareAndSwap(int32(m), int32(passThrough)) {
+			err := next(ctx, cmd)
+			h.seen.Add(1)
+			return err
+		}
+		switch m {
+		case loseReply:
+			err := next(ctx, cmd)
+			h.seen.Add(1)
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				h.mode.Store(int32(loseReply)) // nothing ran; go-redis retries with EVAL: fault that
+				return err
+			}
+			h.fired <- struct{}{}
+			return injectedTimeout{}
+		case holdOnWire:
+			h.fired <- struct{}{}
+			select {
+			case <-ctx.Done():
+			case <-time.After(holdCap):
+			}
+			clone := redis.NewCmd(context.WithoutCancel(ctx), cmd.Args()...)
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				time.Sleep(time.Duration(h.late.Load()))
+				err := next(context.WithoutCancel(ctx), clone)
+				if err == nil {
+					err = clone.Err()
+				}
+				h.lateRun <- err
+			}()
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return injectedTimeout{}
+		case slowReply:
+			h.fired <- struct{}{}
+			select {
+			case <-ctx.Done():
+			case <-time.After(holdCap):
+			}
+			time.Sleep(time.Duration(h.late.Load()))
+			err := next(context.WithoutCancel(ctx), cmd)
+			h.lateRun <- err
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// awaitLateRun waits for the held command to have run on Redis and fails t if it did not
+// really run (which would make the test vacuous).
+func (h *faultHook) awaitLateRun(t testing.TB) {
+	t.Helper()
+	err := rgRecv(t, h.lateRun, 10*time.Second, "the held command's late run")
+	if err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || errors.Is(err, redis.ErrClosed) || errors.Is(err, context.DeadlineExceeded)) {
+		t.Fatalf("setup: the held command did not run on Redis: %v", err)
+	}
+}
+
+// awaitTry waits (at most 2 s) until the hook has seen an answered lock-script call on its key
+// beyond since. It only orders events (a waiter has asked Redis once), so a miss is logged.
+func awaitTry(t testing.TB, h *faultHook, since int64) {
+	t.Helper()
+	if !rgWaitUntil(2*time.Second, func() bool { return h.seen.Load() > since }) {
+		t.Logf("no script call on the key seen from the waiting generator; going on")
+	}
+}
+
+func (h *faultHook) mustHaveFired(t testing.TB) {
+	t.Helper()
+	select {
+	case <-h.fired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: the fault hook was never hit (no lock script call on the key)")
+	}
+}
+
+type rgStay struct {
+	key, who string
+	owned    context.Context
+	tok      uint64
+	hasTok   bool
+}
+
+type rgGuard struct {
+	t      testing.TB
+	mu     sync.Mutex
+	in     map[string][]*rgStay
+	max    map[string]uint64
+	n      map[string]int
+	errors int
+}
+
+func newRgGuard(t testing.TB) *rgGuard {
+	return &rgGuard{t: t, in: map[string][]*rgStay{}, max: map[string]uint64{}, n: map[string]int{}}
+}
+
+func (g *rgGuard) fail(format string, args ...any) {
+	g.errors++
+	if g.errors <= 10 {
+		g.t.Errorf(format, args...)
+	}
+}
+
+// enter records that who acquired key with owned. It fails the test when another holder of
+// key is inside with its owner context alive (neither released, lost nor closed), when the
+// token equals a present holder's, and when the token is not larger than every earlier one.
+func (g *rgGuard) enter(key, who string, l *dlock.DistributedReentrantLock, owned context.Context) *rgStay {
+	s := &rgStay{key: key, who: who, owned: owned}
+	s.tok, s.hasTok = l.FencingToken(owned)
+	alive := owned.Err() == nil
+	if alive && !s.hasTok {
+		g.t.Errorf("%s: %s holds %s but FencingToken says it does not", key, who, key)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n[key]++
+	for _, o := range g.in[key] {
+		if o.owned.Err() == nil {
+			g.fail("%s: %s acquired (token %d) while %s holds it (token %d) with a live owner context", key, who, s.tok, o.who, o.tok)
+		}
+		if s.hasTok && o.hasTok && o.tok == s.tok {
+			g.fail("%s: %s and %s hold with the same fencing token %d", key, who, o.who, s.tok)
+		}
+	}
+	if s.hasTok && alive && len(g.in[key]) == 0 && s.tok <= g.max[key] {
+		g.fail("%s: %s got fencing token %d, not larger than an earlier %d", key, who, s.tok, g.max[key])
+	}
+	if s.tok > g.max[key] {
+		g.max[key] = s.tok
+	}
+	g.in[key] = append(g.in[key], s)
+	return s
+}
+
+func (g *rgGuard) leave(s *rgStay) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	in := g.in[s.key]
+	for i, o := range in {
+		if o == s {
+			g.in[s.key] = append(in[:i:i], in[i+1:]...)
+			return
+		}
+	}
+}
+
+func (g *rgGuard) count(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n[key]
+}
+
+// soakFor is how long the exclusion soaks run: 3 s, or DLOCK_SOAK (a Go duration).
+func soakFor(t testing.TB) time.Duration {
+	v := os.Getenv("DLOCK_SOAK")
+	if v == "" {
+		return 3 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Logf("DLOCK_SOAK=%q is not a Go duration; soaking 30s", v)
+		return 30 * time.Second
+	}
+	return d
+}
+
+// checkPTTL checks that key's remaining time to live right after an acquisition with lease is
+// at least half of it (Lock never returns with less), and, for an acquisition that took the
+// key from Redis (fresh), at most the lease. (A pass within a process after a longer lease
+// renews with the new one, which never shortens what Redis holds: the key may live longer.)
+func checkPTTL(t testing.TB, c *redis.Client, key string, lease time.Duration, fresh bool, what string) {
+	t.Helper()
+	pttl, err := c.PTTL(rgBG(), key).Result()
+	if err != nil {
+		t.Errorf("%s: PTTL: %v", what, err)
+		return
+	}
+	if pttl <= lease/2 || (fresh && pttl > lease) {
+		t.Errorf("%s: key %s has PTTL %v right after the acquisition, want at least half the handle's lease %v (fresh: %v)",
+			what, key, pttl, lease, fresh)
+	}
+}
+
+// holdUnovertaken holds owned for 1.5 s while other (another generator's handle) tries Lock
+// with a 2 s deadline: other must not get the lock before owned is unlocked.
+func holdUnovertaken(t *testing.T, l *dlock.DistributedReentrantLock, owned context.Context, other *dlock.DistributedReentrantLock) {
+	t.Helper()
+	var releasing atomic.Bool
+	octx, cancel := context.WithTimeout(rgBG(), 2*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		o, err := other.Lock(octx)
+		if err == nil {
+			if !releasing.Load() && owned.Err() == nil {
+				err = fmt.Errorf("another generator took the lock while its holder (owner context alive) held it")
+			}
+			_ = other.Unlock(o)
+		} else if errors.Is(err, dlock.ErrNotObtained) {
+			err = nil
+		}
+		got <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	if owned.Err() != nil {
+		t.Errorf("the holder's owner context ended while it held: %v", context.Cause(owned))
+	}
+	releasing.Store(true)
+	if err := l.Unlock(owned); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+	if err := rgRecv(t, got, 10*time.Second, "the other generator's Lock"); err != nil {
+		t.Error(err)
+	}
+}
+
+// loseIt overwrites key so that the next renewal finds it taken.
+func loseIt(t testing.TB, c *redis.Client, key string) {
+	t.Helper()
+	if err := c.Set(rgBG(), key, "someone-else", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(rgBG(), key) })
+}
+
+// checkLost checks every answer about a lost holding.
+func checkLost(t testing.TB, l *dlock.DistributedReentrantLock, owned context.Context) {
+	t.Helper()
+	if owned.Err() == nil {
+		t.Errorf("owner context not done after the loss")
+	}
+	if cause := context.Cause(owned); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Errorf("context.Cause(owned) = %v, want ErrLockLost", cause)
+	}
+	if n := l.HoldCount(owned); n != 0 {
+		t.Errorf("HoldCount(owned) = %d after the loss, want 0", n)
+	}
+	if tok, ok := l.FencingToken(owned); ok {
+		t.Errorf("FencingToken(owned) = %d, true after the loss, want ok == false", tok)
+	}
+	if o, err := l.Lock(owned); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Lock(owned) = %v after the loss, want ErrLockLost", err)
+		if err == nil && o != nil {
+			_ = l.Unlock(o)
+		}
+	}
+	if o, ok, err := l.TryLock(owned); o != nil || ok || !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("TryLock(owned) = (%v, %v, %v) after the loss, want (nil, false, ErrLockLost)", o, ok, err)
+		if ok {
+			_ = l.Unlock(o)
+		}
+	}
+	if n := l.HoldCount(owned); n != 0 {
+		t.Errorf("HoldCount(owned) = %d after the loss and the calls above, want 0", n)
+	}
+	if err := l.Unlock(owned); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock(owned) = %v after the loss, want ErrLockLost", err)
+	}
+}
+
+type rgCtxKey struct{}
+
+func ownRedis(t *testing.T) *redistest.Server {
+	t.Helper()
+	s, err := redistest.StartReal()
+	if err != nil {
+		if redistest.Required() {
+			t.Fatal(err)
+		}
+		t.Skipf("needs a redis-server of its own: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// keysOf lists the keys s holds (SCAN skips expired ones).
+func keysOf(t testing.TB, c *redis.Client) []string {
+	t.Helper()
+	var all []string
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(rgBG(), cursor, "*", 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, keys...)
+		if cursor = next; cursor == 0 {
+			return all
+		}
+	}
+}
+
+func expectEmpty(t *testing.T, c *redis.Client, within time.Duration) {
+	t.Helper()
+	var left []string
+	if rgWaitUntil(within, func() bool { left = keysOf(t, c); return len(left) == 0 }) {
+		return
+	}
+	show := left
+	if len(show) > 5 {
+		show = show[:5]
+	}
+	var desc []string
+	for _, k := range show {
+		desc = append(desc, fmt.Sprintf("%s (PTTL %v)", k, c.PTTL(rgBG(), k).Val()))
+	}
+	t.Fatalf("%d keys left %v after everything was closed, e.g. %s", len(left), within, strings.Join(desc, ", "))
+}
+
+// ownServer starts a redis-server of the test's own, which it may kill and restart.
+func ownServer(t *testing.T) *redistest.Server {
+	s, err := redistest.StartReal()
+	if err != nil {
+		if redistest.Required() {
+			t.Fatal(err)
+		}
+		t.Skipf("needs a redis-server it can restart: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// startCluster starts a three-master Redis Cluster (no replicas) and returns a seed address.
+func startCluster(t *testing.T) []string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server")
+	}
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		dir := t.TempDir()
+		cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--dir", dir, "--save", "", "--appendonly", "no", "--cluster-node-timeout", "2000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		waitFor(t, func() bool { return c.Ping(context.Background()).Err() == nil })
+		c.Close()
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	if out, err := exec.Command("redis-cli", append(args, "--cluster-yes")...).CombinedOutput(); err != nil {
+		t.Fatalf("cluster create: %v\n%s", err, out)
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		waitFor(t, func() bool {
+			s, _ := c.ClusterInfo(context.Background()).Result()
+			return strings.Contains(s, "cluster_state:ok")
+		})
+		c.Close()
+	}
+	return addrs
+}
+
+type recorder struct {
+	dlock.NopObserver
+	mu        sync.Mutex
+	acquired  []dlock.AcquireEvent
+	released  []dlock.ReleaseEvent
+	lost      []dlock.LossEvent
+	redisErrs []dlock.RedisErrorEvent
+}
+
+func (r *recorder) Acquired(e dlock.AcquireEvent) {
+	r.mu.Lock()
+	r.acquired = append(r.acquired, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) Released(e dlock.ReleaseEvent) {
+	r.mu.Lock()
+	r.released = append(r.released, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) Lost(e dlock.LossEvent) { r.mu.Lock(); r.lost = append(r.lost, e); r.mu.Unlock() }
+
+func (r *recorder) RedisError(e dlock.RedisErrorEvent) {
+	r.mu.Lock()
+	r.redisErrs = append(r.redisErrs, e)
+	r.mu.Unlock()
+}
+
+type howRecorder struct {
+	dlock.NopObserver
+	mu  sync.Mutex
+	how []dlock.How
+}
+
+func (r *howRecorder) Acquired(e dlock.AcquireEvent) {
+	r.mu.Lock()
+	r.how = append(r.how, e.How)
+	r.mu.Unlock()
+}
+
+// contend runs goroutines × rounds lock trips on handles from gens and fails on overlap.
+func contend(t *testing.T, gens []*dlock.Generator, typ string, goroutines, rounds int, hold time.Duration) {
+	t.Helper()
+	var inside, done atomic.Int64
+	var wg sync.WaitGroup
+	ctx := ctxT(t, 2*time.Minute)
+	for i := 0; i < goroutines; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			l, _ := gens[i%len(gens)].Gen(typ, target(t))
+			for r := 0; r < rounds; r++ {
+				owned, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					t.Error("two owners at once")
+				}
+				time.Sleep(hold)
+				inside.Add(-1)
+				done.Add(1)
+				if err := l.Unlock(owned); err != nil {
+					t.Error(err)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	if done.Load() != int64(goroutines*rounds) {
+		t.Fatalf("%d trips, want %d", done.Load(), goroutines*rounds)
+	}
+	for _, g := range gens {
+		settled(t, g)
+	}
+}
+
+// settled waits until g keeps no lock state and no subscription: unsubscribing runs in the
+// background, after the last waiter left. The bound (5 s) only turns a leak into a failure.
+func settled(t *testing.T, g *dlock.Generator) {
+	t.Helper()
+	for i := 0; g.InUse() != 0 || g.Subscribed() != 0; i++ {
+		if i == 500 {
+			t.Fatalf("left behind: %d states, %d subscriptions", g.InUse(), g.Subscribed())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lockOnce locks and unlocks l in a goroutine and reports the outcome.
+func lockOnce(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(o)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// stormSize is the number of waiters in the cancellation storm: 2000 by default, 10000 (as the
+// fault-injection issue asks) with DLOCK_SOAK set.
+func stormSize() int {
+	if os.Getenv("DLOCK_SOAK") != "" {
+		return 10000
+	}
+	return 2000
+}
+
+// scriptIs matches the commands that run the script name (processor.ScriptName).
+func scriptIs(name string) func(args []any) bool {
+	return func(args []any) bool { return processor.ScriptName(args) == name }
+}

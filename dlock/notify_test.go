@@ -2,29 +2,19 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"net"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
-
-type howRecorder struct {
-	dlock.NopObserver
-	mu  sync.Mutex
-	how []dlock.How
-}
-
-func (r *howRecorder) Acquired(e dlock.AcquireEvent) {
-	r.mu.Lock()
-	r.how = append(r.how, e.How)
-	r.mu.Unlock()
-}
 
 // A subscription connection that hears nothing of what releases publish (here: dialled to
 // another server, as after a Sentinel failover leaves it on the old master) must be replaced,
@@ -98,5 +88,64 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.how) != 1 || rec.how[0] != dlock.HowNotified {
 		t.Fatalf("the waiter acquired by %v, want by a release message", rec.how)
+	}
+}
+
+// With a Cluster client a subscription connection is dialled by its first SSUBSCRIBE, to the
+// node that owns the channel's slot (a receiver started before it would dial a random node,
+// and the SSUBSCRIBE would get MOVED). Healthy cluster, nothing moves: no subscription ends on
+// the wrong node.
+func TestClusterSubscriptionDialsTheSlotsNode(t *testing.T) {
+	addrs := startCluster(t)
+	core, logs := observer.New(zap.DebugLevel)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer cc.Close()
+	ctx := ctxT(t, 60*time.Second)
+	holder, err := dlock.NewGenerator(cc, dlock.WithDefaultLease(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background()) //nolint:errcheck
+	const n = 30
+	for i := 0; i < n; i++ {
+		g, err := dlock.NewGenerator(cc, dlock.WithDefaultLease(20*time.Second), dlock.WithLogger(zap.New(core)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lh, _ := holder.Gen("RV3C", fmt.Sprintf("%s-%d", target(t), i))
+		lw, _ := g.Gen("RV3C", fmt.Sprintf("%s-%d", target(t), i))
+		oh, err := lh.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if o, err := lw.Lock(wctx); err == nil {
+				_ = lw.Unlock(o)
+			}
+		}()
+		waitFor(t, func() bool { return g.Subscribed() == 1 })
+		time.Sleep(300 * time.Millisecond) // the subscription is sent (or fails) well within this
+		cancel()
+		<-done
+		_ = lh.Unlock(oh)
+		if err := g.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := 0
+	for _, e := range logs.All() {
+		for _, f := range e.Context {
+			if f.Key == "error" {
+				if err, ok := f.Interface.(error); ok && strings.Contains(err.Error(), "MOVED") {
+					moved++
+				}
+			}
+		}
+	}
+	if moved > 0 {
+		t.Fatalf("%d MOVED replies to SSUBSCRIBE on %d fresh subscription connections: dialled a node that does not own the slot", moved, n)
 	}
 }

@@ -393,7 +393,8 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig) (*
 		return nil, err // lost meanwhile: the loss moved the phase on
 	}
 	switch {
-	case (late || err != nil) && req.Yield:
+	case (late || err != nil || res.Outcome == processor.Settled) && req.Yield:
+		// (Settled: this very check ran before and its reply was lost: it renewed or yielded.)
 		// Perhaps yielded: the key may be reserved for another process now. End the tenure
 		// and give the key back if it is still ours.
 		st.queued = true
@@ -401,7 +402,9 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig) (*
 		st.giveBackLocked(t.entity.Locker, t.cfg)
 		return nil, err
 	case late || err != nil:
-		st.phase = free // the expander goes on renewing; a loss will tell the waiters
+		// Try again shortly (the waiters are told then), or when the expander renews.
+		st.phase = free
+		time.AfterFunc(min(t.cfg.Lease()/10, 50*time.Millisecond), func() { st.signal(HowRetry) })
 		return nil, err
 	}
 	switch res.Outcome {

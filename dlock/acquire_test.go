@@ -1,0 +1,922 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestReentry(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.Gen("RE", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	o1, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, err := l.Lock(o1)
+	if err != nil || o2 != o1 {
+		t.Fatalf("re-entry: %v", err)
+	}
+	if ok := func() bool { _, ok, _ := l.TryLock(o1); return ok }(); !ok {
+		t.Fatal("TryLock by the owner failed")
+	}
+	if n := l.HoldCount(o1); n != 3 {
+		t.Fatalf("hold count %d, want 3", n)
+	}
+	for i := 0; i < 2; i++ {
+		if err := l.Unlock(o1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 1 {
+		t.Fatal("key released before the last unlock")
+	}
+	if err := l.Unlock(o1); err != nil {
+		t.Fatal(err)
+	}
+	if o1.Err() == nil {
+		t.Fatal("owner context not ended by the release")
+	}
+	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 || l.HoldCount(o1) != 0 {
+		t.Fatal("key or hold left after the last unlock")
+	}
+	if err := l.Unlock(o1); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("extra unlock: %v", err)
+	}
+	if g.InUse() != 0 {
+		t.Fatalf("%d lock states kept after use", g.InUse())
+	}
+}
+
+func TestTryLockHeldElsewhere(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	l1, _ := g1.Gen("TRY", target(t))
+	l2, _ := g2.Gen("TRY", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	owned, ok, err := l1.TryLock(ctx)
+	if err != nil || !ok {
+		t.Fatalf("TryLock on a free key: %v %v", ok, err)
+	}
+	if _, ok, err := l2.TryLock(ctx); ok || err != nil {
+		t.Fatalf("TryLock held by another process: %v %v", ok, err)
+	}
+	if _, ok, err := l1.TryLock(ctx); ok || err != nil {
+		t.Fatalf("TryLock held by another goroutine: %v %v", ok, err)
+	}
+	if tok, ok := l1.FencingToken(owned); !ok || tok == 0 {
+		t.Fatal("no fencing token")
+	}
+	l1.Unlock(owned)
+	if g2.InUse() != 0 || g1.InUse() != 0 {
+		t.Fatal("states kept after failed TryLock")
+	}
+}
+
+func TestWaiterDeadline(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	l1, _ := g1.Gen("DEADLINE", target(t))
+	l2, _ := g2.Gen("DEADLINE", target(t))
+	owned, err := l1.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l1.Unlock(owned)
+	for _, gen := range []*dlock.Generator{g1, g2} { // a local and a remote waiter
+		l, _ := gen.Gen("DEADLINE", target(t))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := l.Lock(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("err = %v, want DeadlineExceeded and ErrNotObtained", err)
+		}
+		if gen.Waiters(l.Config().UniqueKey()) {
+			t.Fatal("the waiter is still queued")
+		}
+	}
+	_ = l2
+	settled(t, g2)
+}
+
+func TestDo(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.Gen("DO", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	boom := errors.New("boom")
+	err := l.Do(ctx, func(owned context.Context) error {
+		if l.HoldCount(owned) != 1 {
+			t.Error("fn does not own the lock")
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v", err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = l.Do(ctx, func(context.Context) error { panic("fn panics") })
+	}()
+	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 {
+		t.Fatal("Do left the key behind")
+	}
+}
+
+func TestContendedFIFO(t *testing.T) {
+	g1, _ := newGen(t, dlock.WithFIFO())
+	g2, _ := newGen(t, dlock.WithFIFO())
+	contend(t, []*dlock.Generator{g1, g2}, "FIFO", 16, 20, 100*time.Microsecond)
+}
+
+func TestContendedWithoutNotifications(t *testing.T) {
+	g1, _ := newGen(t, dlock.WithNotifications(false))
+	g2, _ := newGen(t, dlock.WithNotifications(false))
+	contend(t, []*dlock.Generator{g1, g2}, "POLLONLY", 8, 10, time.Millisecond)
+}
+
+// A release notification, not the poller, wakes a waiting process: with a long lease the
+// poller would need seconds.
+func TestNotificationWakesRemoteWaiter(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	l1, _ := g1.GenWithLease("NOTIFY", target(t), time.Minute)
+	l2, _ := g2.GenWithLease("NOTIFY", target(t), time.Minute)
+	ctx := ctxT(t, 30*time.Second)
+	owned, err := l1.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockOnce(ctx, l2)
+	for g2.Subscribed() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let the subscription take effect
+	start := time.Now()
+	l1.Unlock(owned)
+	// The poller's first check comes at lease/10 = 6 s; a wake-up before 5 s can only be the
+	// notification.
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("hand-off took %v", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the remote waiter was not woken by the release notification")
+	}
+}
+
+// A release that happens while the waiter's subscription is being set up is caught by the
+// check made once the subscription is confirmed, not by the poller.
+func TestReleaseRacingSubscription(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		g1, _ := newGen(t)
+		g2, _ := newGen(t)
+		l1, _ := g1.GenWithLease("RACE", target(t), time.Minute)
+		l2, _ := g2.GenWithLease("RACE", target(t), time.Minute)
+		ctx := ctxT(t, 30*time.Second)
+		owned, err := l1.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockOnce(ctx, l2)
+		for !g2.Waiters(l2.Config().UniqueKey()) {
+			time.Sleep(10 * time.Microsecond)
+		}
+		l1.Unlock(owned) // at about the moment l2 subscribes
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: waiter missed a release that raced its subscription", i)
+		}
+	}
+}
+
+// Waiters with random deadlines and random cancels, on two generators, while owners come and
+// go: every call returns (acquired, or the context's error), the lock is never held twice,
+// and afterwards no state, subscription or key is left.
+func TestCancellationStorm(t *testing.T) {
+	// A long lease: a key left behind by a waiter that gave up would stay for all of it.
+	g1, c := newGen(t, dlock.WithDefaultLease(30*time.Second))
+	g2, _ := newGen(t, dlock.WithDefaultLease(30*time.Second))
+	gens := []*dlock.Generator{g1, g2}
+	var inside, acquired, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	owners := sync.WaitGroup{}
+	for i := 0; i < 4; i++ { // owners that keep coming back
+		owners.Add(1)
+		go func(i int) {
+			defer owners.Done()
+			l, _ := gens[i%2].Gen("STORM", target(t))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				owned, err := l.Lock(ctx)
+				if err == nil {
+					if inside.Add(1) != 1 {
+						t.Error("two owners at once")
+					}
+					time.Sleep(200 * time.Microsecond)
+					inside.Add(-1)
+					if err := l.Unlock(owned); err != nil {
+						t.Error(err)
+					}
+				}
+				cancel()
+			}
+		}(i)
+	}
+	n := stormSize()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			l, _ := gens[i%2].Gen("STORM", target(t))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(50))*time.Millisecond)
+			defer cancel()
+			if rand.IntN(3) == 0 {
+				go func() {
+					time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+					cancel()
+				}()
+			}
+			owned, err := l.Lock(ctx)
+			if err != nil {
+				if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+					t.Errorf("Lock: %v", err)
+				}
+				gaveUp.Add(1)
+				return
+			}
+			if inside.Add(1) != 1 {
+				t.Error("two owners at once")
+			}
+			inside.Add(-1)
+			acquired.Add(1)
+			if err := l.Unlock(owned); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("a waiter never returned")
+	}
+	close(stop)
+	owners.Wait()
+	t.Logf("%d waiters: %d acquired, %d gave up", n, acquired.Load(), gaveUp.Load())
+	if acquired.Load()+gaveUp.Load() != int64(n) {
+		t.Fatal("calls unaccounted for")
+	}
+	// Attempts and hand-overs that landed after their waiters had all left are given back in
+	// the background, within a round trip or two.
+	l, _ := g1.Gen("STORM", target(t))
+	for i := 0; c.Exists(context.Background(), l.Config().UniqueKey()).Val() != 0; i++ {
+		if i == 500 {
+			t.Fatalf("the key is still held by %q: someone acquired after giving up", c.Get(context.Background(), l.Config().UniqueKey()).Val())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, g := range gens {
+		settled(t, g)
+	}
+}
+
+func TestExclusionSoak(t *testing.T) {
+	cases := []struct {
+		name               string
+		gens, perGen, keys int
+	}{
+		{"4gens-2goroutines-1key", 4, 2, 1},
+		{"3gens-12goroutines-8keys", 3, 12, 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			const typ = "RGSOAK"
+			gens := make([]*dlock.Generator, tc.gens)
+			for i := range gens {
+				gens[i] = rgGen(t, nil, nil)
+			}
+			keys := make([]string, tc.keys)
+			for k := range keys {
+				keys[k] = rgTarget(t, k)
+			}
+			gd := newRgGuard(t)
+			end := time.Now().Add(soakFor(t))
+			var wg sync.WaitGroup
+			var locks, tries, gaveUp atomic.Int64
+			for gi, g := range gens {
+				for w := 0; w < tc.perGen; w++ {
+					handles := make([]*dlock.DistributedReentrantLock, len(keys))
+					for k, target := range keys {
+						handles[k] = mustGen(t, g, typ, target, time.Second)
+					}
+					wg.Add(1)
+					go func(who string) {
+						defer wg.Done()
+						for time.Now().Before(end) {
+							k := rand.IntN(len(keys))
+							l := handles[k]
+							var owned context.Context
+							cancel := func() {}
+							if rand.IntN(4) == 0 {
+								o, ok, err := l.TryLock(rgBG())
+								if err != nil {
+									t.Errorf("TryLock: %v", err)
+									return
+								}
+								if !ok {
+									continue
+								}
+								owned = o
+								tries.Add(1)
+							} else {
+								var ctx context.Context
+								ctx, cancel = context.WithTimeout(rgBG(), time.Duration(10+rand.IntN(21))*time.Millisecond)
+								o, err := l.Lock(ctx)
+								if err != nil {
+									cancel()
+									if !errors.Is(err, dlock.ErrNotObtained) {
+										t.Errorf("Lock: %v", err)
+										return
+									}
+									gaveUp.Add(1)
+									continue
+								}
+								owned = o
+								locks.Add(1)
+							}
+							s := gd.enter(keys[k], who, l, owned)
+							if d := rand.IntN(2500); d > 500 {
+								time.Sleep(time.Duration(d) * time.Microsecond)
+							}
+							gd.leave(s)
+							if err := l.Unlock(owned); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+								t.Errorf("Unlock: %v", err)
+							}
+							cancel()
+						}
+					}(fmt.Sprintf("gen%d/g%d", gi, w))
+				}
+			}
+			wg.Wait()
+			t.Logf("%d Lock and %d TryLock acquisitions, %d timed-out Locks", locks.Load(), tries.Load(), gaveUp.Load())
+			for _, k := range keys {
+				if gd.count(k) == 0 {
+					t.Errorf("key %s was never acquired", k)
+				}
+			}
+		})
+	}
+}
+
+func TestTryLockExclusive(t *testing.T) {
+	t.Run("contended", testTryLockContended)
+	t.Run("late-reply-and-new-attempt-of-one-generator", testLateReplyAndNewAttempt)
+}
+
+// A generator whose lock-script reply comes after its Lock gave up, and which meanwhile
+// acquires the same key with a new Lock, must not hold twice (and so must not let the key go
+// under its live holder). The first held attempt leaves whatever an attempt on a held key
+// leaves; X's release may pass the key to it.
+func testLateReplyAndNewAttempt(t *testing.T) {
+	const typ = "RGTRY"
+	const lease = 10 * time.Second
+	target := rgTarget(t, 0)
+	key := rgLockKey(typ, target)
+	raw := rawClient(t)
+	hA := newFaultHook()
+	hA.setLate(50 * time.Millisecond)
+	x, a, c := rgGen(t, nil, nil), rgGen(t, nil, hA), rgGen(t, nil, nil)
+	lX, lA, lC := mustGen(t, x, typ, target, lease), mustGen(t, a, typ, target, lease), mustGen(t, c, typ, target, lease)
+
+	oX, err := lX.Lock(rgCtx(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's attempt on the held key reaches Redis after A gave up.
+	hA.arm(holdOnWire, key)
+	ctx, cancel := context.WithTimeout(rgBG(), 20*time.Millisecond)
+	if o, err := lA.Lock(ctx); err == nil {
+		_ = lA.Unlock(o)
+		t.Fatal("A got a key X holds")
+	}
+	cancel()
+	hA.mustHaveFired(t)
+	hA.awaitLateRun(t)
+	if err := lX.Unlock(oX); err != nil {
+		t.Fatal(err)
+	}
+
+	// A tries again; the reply comes after this Lock gave up too.
+	hA.setLate(200 * time.Millisecond)
+	hA.arm(slowReply, key)
+	ctx, cancel = context.WithTimeout(rgBG(), 20*time.Millisecond)
+	o, err := lA.Lock(ctx)
+	cancel()
+	hA.mustHaveFired(t)
+	if err == nil {
+		t.Logf("the slow Lock succeeded")
+		_ = lA.Unlock(o)
+	}
+	// Meanwhile A locks again, and gets the key.
+	owned, err := lA.Lock(rgCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokA, _ := lA.FencingToken(owned)
+	if err := rgRecv(t, hA.lateRun, 10*time.Second, "the slow lock script"); err != nil {
+		t.Logf("the slow lock script: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // A acts on the slow reply
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		oC, ok, err := lC.TryLock(rgBG())
+		if err != nil {
+			t.Fatalf("C: TryLock: %v", err)
+		}
+		if ok {
+			tokC, _ := lC.FencingToken(oC)
+			if owned.Err() == nil {
+				t.Errorf("C got the lock (token %d) while A holds it (token %d) with a live owner context; key holds %s",
+					tokC, tokA, holderOf(raw, key))
+			}
+			_ = lC.Unlock(oC)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if owned.Err() == nil {
+		if err := lA.Unlock(owned); err != nil {
+			t.Errorf("A: Unlock: %v", err)
+		}
+	}
+}
+
+func testTryLockContended(t *testing.T) {
+	const typ = "RGTRY"
+	target := rgTarget(t, 0)
+	key := rgLockKey(typ, target)
+	a := rgGen(t, nil, nil)
+	others := []*dlock.Generator{rgGen(t, nil, nil), rgGen(t, nil, nil)}
+	lA := mustGen(t, a, typ, target, time.Second)
+	gd := newRgGuard(t)
+
+	contenders := func(stop <-chan struct{}, wg *sync.WaitGroup) {
+		for i, g := range others {
+			for w := 0; w < 3; w++ {
+				wg.Add(1)
+				go func(who string, l *dlock.DistributedReentrantLock) {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						var owned context.Context
+						cancel := func() {}
+						if rand.IntN(2) == 0 {
+							o, ok, err := l.TryLock(rgBG())
+							if err != nil {
+								t.Errorf("TryLock: %v", err)
+								return
+							}
+							if !ok {
+								continue
+							}
+							owned = o
+						} else {
+							var ctx context.Context
+							ctx, cancel = context.WithTimeout(rgBG(), time.Duration(1+rand.IntN(5))*time.Millisecond)
+							o, err := l.Lock(ctx)
+							if err != nil {
+								cancel()
+								continue
+							}
+							owned = o
+						}
+						s := gd.enter(key, who, l, owned)
+						time.Sleep(200 * time.Microsecond)
+						gd.leave(s)
+						_ = l.Unlock(owned)
+						cancel()
+					}
+				}(fmt.Sprintf("gen%d/g%d", i+1, w), mustGen(t, g, typ, target, time.Second))
+			}
+		}
+	}
+
+	// Phase 1: A holds all along; nobody else may get in.
+	owned, err := lA.Lock(rgCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := gd.enter(key, "A(holding)", lA, owned)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	contenders(stop, &wg)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	if owned.Err() != nil {
+		t.Fatalf("A's owner context ended while A held: %v", context.Cause(owned))
+	}
+	gd.leave(s)
+	if err := lA.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+
+	// Phase 2: A comes and goes, the others try all the time.
+	stop = make(chan struct{})
+	contenders(stop, &wg)
+	end := time.Now().Add(time.Second)
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(rgBG(), 50*time.Millisecond)
+		o, err := lA.Lock(ctx)
+		if err == nil {
+			s := gd.enter(key, "A", lA, o)
+			time.Sleep(2 * time.Millisecond)
+			gd.leave(s)
+			_ = lA.Unlock(o)
+		}
+		cancel()
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func TestLeasePerAcquisition(t *testing.T) {
+	const typ = "RGLEASE"
+	short, long := 300*time.Millisecond, 3*time.Second
+	raw := rawClient(t)
+	for _, tc := range []struct {
+		name         string
+		remote       bool
+		first, other time.Duration
+	}{
+		{"local-handover-short-then-long", false, short, long},
+		{"local-handover-long-then-short", false, long, short},
+		{"across-generators-short-then-long", true, short, long},
+		{"across-generators-long-then-short", true, long, short},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := rgTarget(t, 0)
+			key := rgLockKey(typ, target)
+			hB := newFaultHook()
+			hB.watch(key)
+			a := rgGen(t, nil, nil)
+			b := rgGen(t, nil, hB)
+			c := rgGen(t, nil, nil)
+			lFirst := mustGen(t, a, typ, target, tc.first)
+			waiterGen := a
+			if tc.remote {
+				waiterGen = b
+			}
+			lNext := mustGen(t, waiterGen, typ, target, tc.other)
+			if lFirst.Config().Lease() != tc.first || lNext.Config().Lease() != tc.other {
+				t.Fatalf("Config().Lease() = %v, %v; want %v, %v", lFirst.Config().Lease(), lNext.Config().Lease(), tc.first, tc.other)
+			}
+			if lFirst.Config().UniqueKey() != key {
+				t.Fatalf("key %q, want %q", lFirst.Config().UniqueKey(), key)
+			}
+
+			o1, err := lFirst.Lock(rgCtx(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPTTL(t, raw, key, tc.first, true, "first holder")
+			got := rgLockAsync(lNext, rgCtx(t, 20*time.Second))
+			if tc.remote {
+				awaitTry(t, hB, 0)
+			}
+			time.Sleep(150 * time.Millisecond) // let the waiter queue up (and subscribe)
+			if err := lFirst.Unlock(o1); err != nil {
+				t.Fatal(err)
+			}
+			r := rgRecv(t, got, 20*time.Second, "the waiter's Lock")
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			checkPTTL(t, raw, key, tc.other, tc.remote || tc.other > tc.first, "the waiter that took over")
+			holdUnovertaken(t, lNext, r.owned, mustGen(t, c, typ, target, long))
+		})
+	}
+}
+
+func TestOwnerContextOutlivesWaitContext(t *testing.T) {
+	const typ = "RGOWNER"
+	g := rgGen(t, nil, nil, dlock.WithDefaultLease(10*time.Second))
+	l := mustGen(t, g, typ, rgTarget(t, 0), 10*time.Second)
+	parent := context.WithValue(rgBG(), rgCtxKey{}, "v")
+
+	for _, how := range []string{"Lock", "TryLock"} {
+		ctx, cancel := context.WithTimeout(parent, 200*time.Millisecond)
+		var owned context.Context
+		var err error
+		if how == "Lock" {
+			owned, err = l.Lock(ctx)
+		} else {
+			var ok bool
+			owned, ok, err = l.TryLock(ctx)
+			if err == nil && !ok {
+				err = errors.New("not obtained")
+			}
+		}
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: %v", how, err)
+		}
+		cancel()
+		if owned.Err() != nil {
+			t.Errorf("%s: owner context ended with the wait context: %v", how, context.Cause(owned))
+		}
+		if n := l.HoldCount(owned); n != 1 {
+			t.Errorf("%s: HoldCount = %d after the wait context ended, want 1", how, n)
+		}
+		if v := owned.Value(rgCtxKey{}); v != "v" {
+			t.Errorf("%s: owner context lost the wait context's values: %v", how, v)
+		}
+		if err := l.Unlock(owned); err != nil {
+			t.Errorf("%s: Unlock = %v, want nil", how, err)
+		}
+		select {
+		case <-owned.Done():
+		default:
+			t.Errorf("%s: owner context not done after Unlock", how)
+		}
+	}
+
+	owned, err := l.Lock(rgCtx(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(rgBG()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-owned.Done():
+		if !errors.Is(context.Cause(owned), dlock.ErrClosed) {
+			t.Errorf("cause after Close = %v, want ErrClosed", context.Cause(owned))
+		}
+	default:
+		t.Errorf("owner context not done after Close")
+	}
+}
+
+func TestMixedLeasesOneGenerator(t *testing.T) {
+	const typ = "RGMIXED"
+	target := rgTarget(t, 0)
+	key := rgLockKey(typ, target)
+	raw := rawClient(t)
+	g := rgGen(t, nil, nil)
+	leases := []time.Duration{300 * time.Millisecond, 3 * time.Second}
+	var bad atomic.Int64
+	gd := newRgGuard(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		lease := leases[i%2]
+		l := mustGen(t, g, typ, target, lease)
+		if l.Config().Lease() != lease {
+			t.Fatalf("Config().Lease() = %v, want %v", l.Config().Lease(), lease)
+		}
+		wg.Add(1)
+		go func(who string) {
+			defer wg.Done()
+			for r := 0; r < 10; r++ {
+				o, err := l.Lock(rgCtx(t, 20*time.Second))
+				if err != nil {
+					t.Errorf("%s: Lock: %v", who, err)
+					return
+				}
+				s := gd.enter(key, who, l, o)
+				pttl := raw.PTTL(rgBG(), key).Val()
+				if pttl <= lease/2 { // a pass after a longer lease may leave the key a longer life
+					if bad.Add(1) <= 5 {
+						t.Errorf("%s (Config().Lease() = %v): key PTTL %v right after the acquisition", who, l.Config().Lease(), pttl)
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+				gd.leave(s)
+				if err := l.Unlock(o); err != nil {
+					t.Errorf("%s: Unlock: %v", who, err)
+				}
+			}
+		}(fmt.Sprintf("g%d(%v)", i, lease))
+	}
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		t.Errorf("%d of 40 acquisitions started with less than half their handle's lease", n)
+	}
+}
+
+func TestAmbiguousReplyLeavesNothingHeld(t *testing.T) {
+	const typ = "RGAMBIG"
+	const lease = 20 * time.Second
+	raw := rawClient(t)
+	for _, tc := range []struct {
+		name   string
+		mode   faultMode
+		try    bool
+		aHolds bool // A holds the key while B's command is held, and lets it go after the late run
+	}{
+		{"lost-reply/TryLock", loseReply, true, false},
+		{"lost-reply/Lock", loseReply, false, false},
+		{"held-on-wire/Lock", holdOnWire, false, false},
+		{"held-on-wire/TryLock", holdOnWire, true, false},
+		{"held-on-wire/Lock-while-A-holds", holdOnWire, false, true},
+		{"held-on-wire/TryLock-while-A-holds", holdOnWire, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := rgTarget(t, 0)
+			key := rgLockKey(typ, target)
+			hB := newFaultHook()
+			a := rgGen(t, nil, nil)
+			b := rgGen(t, nil, hB)
+			c := rgGen(t, nil, nil)
+			lA, lB, lC := mustGen(t, a, typ, target, lease), mustGen(t, b, typ, target, lease), mustGen(t, c, typ, target, lease)
+			// Warm up: the scripts are loaded on the server, connections are made.
+			warm := mustGen(t, b, typ, target+".warm", lease)
+			if o, err := warm.Lock(rgCtx(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			} else if err := warm.Unlock(o); err != nil {
+				t.Fatal(err)
+			}
+			var owned context.Context
+			if tc.aHolds {
+				var err error
+				if owned, err = lA.Lock(rgCtx(t, 10*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			hB.arm(tc.mode, key)
+			var ctx context.Context = rgBG()
+			if tc.mode == holdOnWire {
+				ctx = rgCtx(t, 20*time.Millisecond)
+			} else if !tc.try {
+				ctx = rgCtx(t, 1500*time.Millisecond)
+			}
+			if tc.try {
+				o, ok, err := lB.TryLock(ctx)
+				hB.disarm()
+				hB.mustHaveFired(t)
+				switch {
+				case ok:
+					t.Errorf("TryLock succeeded though the reply was lost")
+					_ = lB.Unlock(o)
+				case err == nil && tc.mode == loseReply:
+					t.Errorf("TryLock returned (false, nil) though the reply was lost; want an error")
+				}
+			} else {
+				o, err := lB.Lock(ctx)
+				hB.disarm()
+				hB.mustHaveFired(t)
+				if err == nil {
+					t.Logf("Lock succeeded despite the lost reply")
+					if err := lB.Unlock(o); err != nil {
+						t.Errorf("Unlock: %v", err)
+					}
+				} else {
+					t.Logf("Lock: %v", err)
+				}
+			}
+			if tc.mode == holdOnWire {
+				hB.awaitLateRun(t)
+			}
+			if tc.aHolds {
+				if err := lA.Unlock(owned); err != nil {
+					t.Fatalf("A: Unlock: %v", err)
+				}
+			}
+			if !becomesFree(t, lC, 3*time.Second) {
+				t.Fatalf("the lock stayed held after the ambiguous reply: key holds %s", holderOf(raw, key))
+			}
+		})
+	}
+}
+
+func TestNoLeaseLongLockout(t *testing.T) {
+	const typ = "RGLOCKOUT"
+	const lease = 20 * time.Second
+	const rounds = 40
+	raw := rawClient(t)
+	for _, notes := range []struct {
+		name  string
+		aC, b bool // notifications of A and C, and of B
+	}{
+		{"notify", true, true},
+		{"no-notify", false, false},
+		{"B-no-notify", true, false},
+	} {
+		for _, scenario := range []string{"failed-TryLock", "gave-up-Lock", "closed-while-waiting"} {
+			t.Run(notes.name+"/"+scenario, func(t *testing.T) {
+				a := rgGen(t, nil, nil, dlock.WithNotifications(notes.aC))
+				c := rgGen(t, nil, nil, dlock.WithNotifications(notes.aC))
+				for r := 0; r < rounds; r++ {
+					target := rgTarget(t, r)
+					key := rgLockKey(typ, target)
+					hB := newFaultHook()
+					hB.watch(key)
+					b := rgGen(t, nil, hB, dlock.WithNotifications(notes.b))
+					lA, lB, lC := mustGen(t, a, typ, target, lease), mustGen(t, b, typ, target, lease), mustGen(t, c, typ, target, lease)
+					owned, err := lA.Lock(rgCtx(t, 10*time.Second))
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch scenario {
+					case "failed-TryLock":
+						_, ok, err := lB.TryLock(rgBG())
+						if ok || err != nil {
+							t.Fatalf("round %d: TryLock on a key another generator holds: %v, %v", r, ok, err)
+						}
+						if r%2 == 1 {
+							hB.setDelay(50 * time.Millisecond) // whatever B does next is slow to arrive
+						}
+					case "gave-up-Lock":
+						ctx, cancel := context.WithTimeout(rgBG(), time.Duration(1+r%5)*time.Millisecond)
+						_, err := lB.Lock(ctx)
+						cancel()
+						if err == nil {
+							t.Fatalf("round %d: Lock got a key another generator holds", r)
+						}
+					case "closed-while-waiting":
+						got := rgLockAsync(lB, rgCtx(t, 20*time.Second))
+						awaitTry(t, hB, 0)
+						time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+						if err := b.Close(rgBG()); err != nil {
+							t.Logf("round %d: B.Close: %v", r, err)
+						}
+						if res := rgRecv(t, got, 10*time.Second, "B's waiting Lock after Close"); res.err == nil {
+							t.Fatalf("round %d: B's Lock got a key another generator holds", r)
+						}
+					}
+					if err := lA.Unlock(owned); err != nil {
+						t.Fatalf("round %d: A: Unlock: %v", r, err)
+					}
+					if !becomesFree(t, lC, 3*time.Second) {
+						t.Fatalf("round %d (%s): the lock stayed held after A's Unlock: key holds %s", r, scenario, holderOf(raw, key))
+					}
+					hB.setDelay(0)
+					if err := b.Close(rgBG()); err != nil {
+						t.Logf("round %d: B.Close: %v", r, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Lock never returns a lock with less than half its lease left: when the acquiring reply
+// comes late (a slow network, a loaded machine), it renews first. The attempt's reply is held
+// back for 60 % of the lease.
+func TestLockNeverReturnsNearlyExpired(t *testing.T) {
+	g, c := newGen(t)
+	preload(t, c)
+	const lease = 2 * time.Second
+	l, _ := g.GenWithLease("HALFLOCK", target(t), lease)
+	cnt := &counter{}
+	c.AddHook(cnt)
+	var once atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if scriptIs("lock")(cmd.Args()) && once.CompareAndSwap(false, true) {
+			time.Sleep(lease * 6 / 10) // the reply is late; the script ran
+		}
+		return err
+	}})
+	ctx := ctxT(t, 20*time.Second)
+	o, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Unlock() //nolint:errcheck
+	took := time.Now()
+	ttl := c.PTTL(ctx, key(l)).Val()
+	if left := ttl + time.Since(took); left < lease/2 {
+		t.Fatalf("Lock returned with %v of a %v lease left", left, lease)
+	}
+	if cnt.script("renew") == 0 {
+		t.Fatal("no renewal before returning a late acquisition")
+	}
+}

@@ -1,0 +1,218 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+func TestFencingTokensIncrease(t *testing.T) {
+	const typ = "RGFENCE"
+	const lease = time.Second
+	target := rgTarget(t, 0)
+	key := rgLockKey(typ, target)
+	hA, hB := newFaultHook(), newFaultHook()
+	hA.setLate(300 * time.Millisecond)
+	hB.watch(key)
+	a := rgGen(t, nil, hA)
+	b := rgGen(t, nil, hB)
+	c := rgGen(t, nil, nil)
+	lA, lB, lC := mustGen(t, a, typ, target, lease), mustGen(t, b, typ, target, lease), mustGen(t, c, typ, target, lease)
+	gd := newRgGuard(t)
+	ctx := rgCtx(t, 60*time.Second)
+
+	lockEnter := func(l *dlock.DistributedReentrantLock, who string) (context.Context, *rgStay) {
+		t.Helper()
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Fatalf("%s: Lock: %v", who, err)
+		}
+		return o, gd.enter(key, who, l, o)
+	}
+	unlockLeave := func(l *dlock.DistributedReentrantLock, o context.Context, s *rgStay, who string) {
+		t.Helper()
+		gd.leave(s)
+		if err := l.Unlock(o); err != nil {
+			t.Errorf("%s: Unlock: %v", who, err)
+		}
+	}
+	// A waiter in a goroutine that enters the guard, holds briefly and lets go.
+	waiter := func(l *dlock.DistributedReentrantLock, who string, wg *sync.WaitGroup) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := l.Lock(rgCtx(t, 20*time.Second))
+			if err != nil {
+				t.Errorf("%s: Lock: %v", who, err)
+				return
+			}
+			s := gd.enter(key, who, l, o)
+			time.Sleep(10 * time.Millisecond)
+			gd.leave(s)
+			if err := l.Unlock(o); err != nil {
+				t.Errorf("%s: Unlock: %v", who, err)
+			}
+		}()
+	}
+
+	// Plain acquisitions by three generators.
+	for _, p := range []struct {
+		l   *dlock.DistributedReentrantLock
+		who string
+	}{{lA, "A"}, {lB, "B"}, {lC, "C"}, {lA, "A"}} {
+		o, s := lockEnter(p.l, p.who)
+		unlockLeave(p.l, o, s, p.who)
+	}
+
+	// Local hand-overs and a hand-off to another generator.
+	{
+		o, s := lockEnter(lA, "A")
+		var wg sync.WaitGroup
+		waiter(lA, "A-waiter1", &wg)
+		waiter(lA, "A-waiter2", &wg)
+		waiter(lB, "B-waiter", &wg)
+		time.Sleep(150 * time.Millisecond)
+		unlockLeave(lA, o, s, "A")
+		wg.Wait()
+	}
+
+	// A's Unlock runs on Redis but its reply is lost; B waits in another generator.
+	{
+		o, s := lockEnter(lA, "A")
+		var wg sync.WaitGroup
+		seen := hB.seen.Load()
+		waiter(lB, "B-after-lost-unlock-reply", &wg)
+		awaitTry(t, hB, seen)
+		time.Sleep(100 * time.Millisecond)
+		gd.leave(s)
+		hA.arm(loseReply, key)
+		err := lA.Unlock(o)
+		hA.disarm()
+		hA.mustHaveFired(t)
+		t.Logf("Unlock with a lost reply: %v", err)
+		wg.Wait()
+		o, s = lockEnter(lA, "A-after")
+		unlockLeave(lA, o, s, "A-after")
+	}
+
+	// A pass to a local waiter whose renewal (for a block of tokens) has its reply lost.
+	{
+		o, s := lockEnter(lA, "A")
+		var wg sync.WaitGroup
+		waiter(lA, "A-waiter-after-lost-renewal-reply", &wg)
+		time.Sleep(150 * time.Millisecond)
+		gd.leave(s)
+		hA.arm(loseReply, key)
+		err := lA.Unlock(o)
+		wg.Wait()
+		hA.disarm()
+		hA.mustHaveFired(t)
+		t.Logf("Unlock (local waiter) with a lost renewal reply: %v", err)
+		o, s = lockEnter(lB, "B-after")
+		unlockLeave(lB, o, s, "B-after")
+	}
+
+	// A's Unlock is held on the wire until it times out, and reaches Redis later; B waits.
+	{
+		o, s := lockEnter(lA, "A")
+		seen := hB.seen.Load()
+		got := rgLockAsync(lB, rgCtx(t, 20*time.Second))
+		awaitTry(t, hB, seen)
+		gd.leave(s)
+		hA.arm(holdOnWire, key)
+		err := lA.Unlock(o)
+		hA.disarm()
+		hA.mustHaveFired(t)
+		t.Logf("Unlock held on the wire: %v", err)
+		r := rgRecv(t, got, 20*time.Second, "B's Lock")
+		if r.err != nil {
+			t.Fatalf("B: Lock: %v", r.err)
+		}
+		sB := gd.enter(key, "B-after-held-unlock", lB, r.owned)
+		hA.awaitLateRun(t) // the old unlock reaches Redis while B holds
+		time.Sleep(2 * lease)
+		if r.owned.Err() != nil {
+			t.Errorf("B's holding ended after A's late unlock reached Redis: %v", context.Cause(r.owned))
+		}
+		o2, ok, err := lC.TryLock(ctx)
+		if ok {
+			s2 := gd.enter(key, "C-while-B-holds", lC, o2)
+			gd.leave(s2)
+			_ = lC.Unlock(o2)
+		} else if err != nil {
+			t.Errorf("C: TryLock: %v", err)
+		}
+		unlockLeave(lB, r.owned, sB, "B-after-held-unlock")
+	}
+
+	// And everybody again, concurrently.
+	var wg sync.WaitGroup
+	for i, l := range []*dlock.DistributedReentrantLock{lA, lA, lB, lB, lC, lC} {
+		wg.Add(1)
+		go func(who string, l *dlock.DistributedReentrantLock) {
+			defer wg.Done()
+			for r := 0; r < 15; r++ {
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Errorf("%s: Lock: %v", who, err)
+					return
+				}
+				s := gd.enter(key, who, l, o)
+				time.Sleep(time.Millisecond)
+				gd.leave(s)
+				if err := l.Unlock(o); err != nil {
+					t.Errorf("%s: Unlock: %v", who, err)
+				}
+			}
+		}(fmt.Sprintf("final%d", i), l)
+	}
+	wg.Wait()
+}
+
+// Fencing tokens keep increasing when Redis restarts empty (the counter is lost; the server
+// clock is not).
+func TestTokensIncreaseAcrossRestart(t *testing.T) {
+	s := ownServer(t)
+	c := s.Client()
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	l, _ := g.Gen("RESTART", "fence")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	token := func() uint64 {
+		owned, err := l.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := l.FencingToken(owned)
+		if err := l.Unlock(owned); err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	var last uint64
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 5; j++ {
+			tok := token()
+			if tok <= last {
+				t.Fatalf("restart %d: token %d after %d", i, tok, last)
+			}
+			last = tok
+		}
+		s.Kill()
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.DBSize(ctx).Val(); n != 0 {
+			t.Fatalf("restarted server holds %d keys, want an empty one", n)
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+func TestObserverSeesAcquisitionsReleasesAndLosses(t *testing.T) {
+	rec := &recorder{}
+	g, c := newGen(t, dlock.WithObserver(rec))
+	l, _ := g.Gen("API", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a second goroutine waits and gets the key by local hand-over
+	got := make(chan context.Context, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { s, _ := l.State(ctx); return s.LocalWaiters })
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	o2 := <-got
+	c.Del(ctx, l.Config().UniqueKey()) // lost from outside
+	if err := l.Unlock(o2); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock after the key was deleted: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquired) != 2 || rec.acquired[0].How != dlock.HowAttempt || rec.acquired[1].How != dlock.HowHandOver {
+		t.Fatalf("acquired: %+v", rec.acquired)
+	}
+	if rec.acquired[1].Token <= rec.acquired[0].Token || rec.acquired[0].Config.UniqueKey() != l.Config().UniqueKey() {
+		t.Fatalf("acquired: %+v", rec.acquired)
+	}
+	if len(rec.released) != 2 || rec.released[0].Err != nil || !errors.Is(rec.released[1].Err, dlock.ErrLockLost) {
+		t.Fatalf("released: %+v", rec.released)
+	}
+	if len(rec.lost) != 1 || !errors.Is(rec.lost[0].Cause, dlock.ErrLockLost) {
+		t.Fatalf("lost: %+v", rec.lost)
+	}
+	if dlock.HowNotified.String() != "notified" || dlock.How(99).String() != "unknown" {
+		t.Fatal("How names")
+	}
+}
+
+func TestObserverSeesRedisErrors(t *testing.T) {
+	rec := &recorder{}
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second), dlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	l, _ := g.Gen("API", target(t))
+	c.Close() // every request fails
+	if _, ok, err := l.TryLock(context.Background()); ok || err == nil {
+		t.Fatalf("TryLock on a closed client: %v %v", ok, err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.redisErrs) == 0 || rec.redisErrs[0].Op != "lock" || rec.redisErrs[0].Key != l.Config().UniqueKey() {
+		t.Fatalf("redis errors: %+v", rec.redisErrs)
+	}
+}
+
+// notObtainedRecorder records NotObtained events.
+type notObtainedRecorder struct {
+	dlock.NopObserver
+	mu     sync.Mutex
+	events []dlock.NotObtainedEvent
+}
+
+func (r *notObtainedRecorder) NotObtained(e dlock.NotObtainedEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *notObtainedRecorder) reasons() []dlock.Reason {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []dlock.Reason
+	for _, e := range r.events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// An acquisition that did not happen is reported with a bounded reason: a Lock that timed out
+// or was cancelled, one ended by Close, a TryLock that Redis failed. A TryLock that found the
+// lock held is its answer, not a failure.
+func TestObserverSeesWhatWasNotObtained(t *testing.T) {
+	rec := &notObtainedRecorder{}
+	g, _ := newGen(t, dlock.WithObserver(rec))
+	other, _ := newGen(t)
+	tg := target(t)
+	l, _ := g.Gen("NOTOBT", tg)
+	lo, _ := other.Gen("NOTOBT", tg)
+	ctx := ctxT(t, 20*time.Second)
+	held, err := lo.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock() //nolint:errcheck
+	if _, ok, err := l.TryLock(ctx); ok || err != nil {
+		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.Lock(tctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with a deadline: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err := l.Lock(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cancelled: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := l.Lock(ctx); done <- err }()
+	waitFor(t, func() bool { return g.Waiters(key(l)) })
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, done, "the Lock ended by Close"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Lock ended by Close: %v", err)
+	}
+	want := []dlock.Reason{dlock.ReasonTimeout, dlock.ReasonCanceled, dlock.ReasonClosed}
+	if got := rec.reasons(); !slices.Equal(got, want) {
+		t.Fatalf("reasons %v, want %v", got, want)
+	}
+
+	// Redis down: a TryLock fails with a Redis error.
+	c := srv.Client()
+	g2, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second), dlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close(context.Background()) //nolint:errcheck
+	l2, _ := g2.Gen("NOTOBT", tg)
+	c.Close()
+	if _, _, err := l2.TryLock(ctx); err == nil {
+		t.Fatal("TryLock on a closed client")
+	}
+	if got := rec.reasons(); len(got) != 4 || got[3] != dlock.ReasonRedis {
+		t.Fatalf("reasons %v, want a fourth, redis", got)
+	}
+}

@@ -1,0 +1,204 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestUnlockByNonOwnerSendsNothing(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.Gen("NONOWNER", target(t))
+	ctx := ctxT(t, 10*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := g.Gen("NONOWNER", target(t)+"-other")
+	before := commands(t, c)
+	for _, bad := range []context.Context{ctx, context.Background()} {
+		if err := l.Unlock(bad); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("unlock by non-owner: %v", err)
+		}
+	}
+	if err := other.Unlock(owned); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("unlock of another lock: %v", err)
+	}
+	if n := commands(t, c) - before; n != 1 { // the INFO call itself
+		t.Fatalf("non-owner unlocks sent %d commands to Redis", n-1)
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release that fails is retried in the background until the lease runs out, however long
+// the lock was held (renewed) before: the key does not stay, unrenewed, locking the other
+// processes out for a lease.
+func TestFailedReleaseOfALongHoldIsRetried(t *testing.T) {
+	ga, ca := newGen(t)
+	lease := 300 * time.Millisecond
+	la, _ := ga.GenWithLease("R2RL", target(t), lease)
+	ctx := ctxT(t, 10*time.Second)
+	o, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2*lease + 100*time.Millisecond) // held (and renewed) for more than two leases
+	var fails atomic.Int32
+	fails.Store(2) // the release and the first give-back fail; Redis is fine afterwards
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("release")(cmd.Args()) && fails.Add(-1) >= 0 {
+			err := errors.New("dial tcp: connection refused (injected)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	err = la.Unlock(o)
+	t.Logf("Unlock: %v", err)
+	time.Sleep(lease / 3) // several retry intervals (lease/10)
+	admin := srv.Client()
+	defer admin.Close()
+	n, _ := admin.Exists(ctx, la.Config().UniqueKey()).Result()
+	pttl, _ := admin.PTTL(ctx, la.Config().UniqueKey()).Result()
+	if n != 0 {
+		t.Fatalf("the key is still held %v after a release that failed once; it expires in %v (no retry)", lease/3, pttl)
+	}
+}
+
+// After Extend to a longer lease, a release whose reply is lost is retried in the background
+// until the extended lease runs out, not only for the handle's original lease: once Redis
+// answers again the key is let go.
+func TestReleaseRetriesLastTheExtendedLease(t *testing.T) {
+	ga, ca := newGen(t)
+	gb, _ := newGen(t)
+	preload(t, ca)
+	var down atomic.Bool
+	var failed atomic.Int32
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if down.Load() && scriptIs("release")(cmd.Args()) {
+			failed.Add(1)
+			return errors.New("dial tcp: connection refused (injected)")
+		}
+		return next(ctx, cmd)
+	}})
+	la, _ := ga.GenWithLease("RV3", target(t), 500*time.Millisecond)
+	lb, _ := gb.GenWithLease("RV3", target(t), 500*time.Millisecond)
+	ctx := ctxT(t, 30*time.Second)
+	owned, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Extend(owned, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	if err := la.Unlock(owned); err == nil {
+		t.Fatal("Unlock succeeded with Redis down")
+	}
+	time.Sleep(1500 * time.Millisecond) // Redis unreachable for 1.5 s, well inside the 10 s lease
+	down.Store(false)
+	if failed.Load() == 0 {
+		t.Fatal("hook did not fire")
+	}
+	lctx, cancel := context.WithTimeout(ctx, 4*time.Second) // retries come every lease/10 at most
+	defer cancel()
+	ob, err := lb.Lock(lctx)
+	if err != nil {
+		s, _ := lb.State(ctx)
+		t.Fatalf("released key still held %v after Redis came back (release retries gave up after %d tries): %v; state %+v", 4*time.Second, failed.Load(), err, s)
+	}
+	_ = lb.Unlock(ob)
+}
+
+func TestNoResidue(t *testing.T) {
+	const typ = "RGRESIDUE"
+	t.Run("2000-targets", func(t *testing.T) {
+		const lease = 200 * time.Millisecond
+		s := ownRedis(t)
+		raw := s.Client()
+		defer raw.Close()
+		gens := []*dlock.Generator{rgGen(t, s, nil), rgGen(t, s, nil)}
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		ctx := rgCtx(t, time.Minute)
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func(g *dlock.Generator) {
+				defer wg.Done()
+				for {
+					i := next.Add(1)
+					if i > 2000 {
+						return
+					}
+					l, err := g.GenWithLease(typ, fmt.Sprintf("t%d", i), lease)
+					if err != nil {
+						t.Errorf("GenWithLease: %v", err)
+						return
+					}
+					o, err := l.Lock(ctx)
+					if err != nil {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+					if err := l.Unlock(o); err != nil {
+						t.Errorf("Unlock: %v", err)
+					}
+				}
+			}(gens[w%2])
+		}
+		wg.Wait()
+		for _, g := range gens {
+			if err := g.Close(rgBG()); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+		expectEmpty(t, raw, 5*lease+2*time.Second)
+	})
+
+	t.Run("after-waiters-gave-up", func(t *testing.T) {
+		const lease = 500 * time.Millisecond
+		s := ownRedis(t)
+		raw := s.Client()
+		defer raw.Close()
+		a, b, c := rgGen(t, s, nil), rgGen(t, s, nil), rgGen(t, s, nil, dlock.WithNotifications(false))
+		target := rgTarget(t, 0)
+		lA, lB, lC := mustGen(t, a, typ, target, lease), mustGen(t, b, typ, target, lease), mustGen(t, c, typ, target, lease)
+		owned, err := lA.Lock(rgCtx(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := lB.TryLock(rgBG()); ok {
+			t.Fatal("TryLock got a held key")
+		}
+		for _, l := range []*dlock.DistributedReentrantLock{lB, lC} {
+			ctx, cancel := context.WithTimeout(rgBG(), 300*time.Millisecond)
+			if _, err := l.Lock(ctx); err == nil {
+				t.Fatal("Lock got a held key")
+			}
+			cancel()
+		}
+		gotC := rgLockAsync(lC, rgCtx(t, 10*time.Second)) // still waiting when everything closes
+		time.Sleep(100 * time.Millisecond)
+		if err := lA.Unlock(owned); err != nil {
+			t.Fatal(err)
+		}
+		if r := rgRecv(t, gotC, 10*time.Second, "C's Lock"); r.err == nil {
+			_ = lC.Unlock(r.owned)
+		}
+		for _, g := range []*dlock.Generator{a, b, c} {
+			if err := g.Close(rgBG()); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+		expectEmpty(t, raw, 5*lease+2*time.Second)
+	})
+}

@@ -1,0 +1,184 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestNewGeneratorRejectsBadInput(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	cases := []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"nil option", []dlock.Option{nil}},
+		{"nil logger", []dlock.Option{dlock.WithLogger(nil)}},
+		{"short default lease", []dlock.Option{dlock.WithDefaultLease(time.Millisecond)}},
+		{"blank type", []dlock.Option{dlock.WithLeases(map[string]time.Duration{"": time.Second})}},
+		{"bad lease", []dlock.Option{dlock.WithLeases(map[string]time.Duration{"T": -time.Second})}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := dlock.NewGenerator(c, tc.opts...); !errors.Is(err, dlock.ErrInvalidConfig) {
+				t.Fatalf("err = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+	if _, err := dlock.NewGenerator(nil); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("nil client: err = %v", err)
+	}
+}
+
+func TestGenRejectsBadInput(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"ORDER": time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	for _, tc := range []struct{ typ, target string }{
+		{"", "x"}, {"OR DER", "x"}, {"ORDER", "   "}, {"ORDER", "a\x00b"}, {"USER", "7"}, {"ORDER", "a}b"},
+	} {
+		if _, err := g.Gen(tc.typ, tc.target); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("Gen(%q, %q) err = %v, want ErrInvalidConfig", tc.typ, tc.target, err)
+		}
+	}
+	if _, err := g.GenWithLease("ORDER", "x", 5*time.Millisecond); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("short lease: err = %v", err)
+	}
+	l, err := g.Gen("ORDER", "  42 ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := l.Config().UniqueKey(); k != "DLOCK_ORDER_42" {
+		t.Fatalf("key %q, want DLOCK_ORDER_42", k)
+	}
+	if _, err := l.Lock(nil); !errors.Is(err, dlock.ErrInvalidConfig) { //nolint:staticcheck // nil context on purpose
+		t.Fatalf("nil ctx: %v", err)
+	}
+}
+
+func TestNewAPIOnZeroValues(t *testing.T) {
+	var l *dlock.DistributedReentrantLock
+	ctx := context.Background()
+	if _, err := l.State(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("State: %v", err)
+	}
+	if _, err := l.ForceRelease(ctx, "x"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("Extend: %v", err)
+	}
+	var zero dlock.DistributedReentrantLock
+	if _, err := zero.State(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("zero State: %v", err)
+	}
+	c := srv.Client()
+	defer c.Close()
+	if _, err := dlock.NewGenerator(c, dlock.WithObserver(nil)); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("nil observer: %v", err)
+	}
+	for _, bad := range [][2]any{{0, time.Second}, {1, time.Duration(0)}, {-1, time.Second}} {
+		if _, err := dlock.NewGenerator(c, dlock.WithReplicaAck(bad[0].(int), bad[1].(time.Duration))); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Fatalf("WithReplicaAck%v: %v", bad, err)
+		}
+	}
+}
+
+// Every exported method on zero values and nil receivers returns ErrInvalidConfig (or the
+// zero answer for questions) and never panics.
+func TestZeroValuesNeverPanic(t *testing.T) {
+	ctx := context.Background()
+	call := func(name string, f func() error) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panics: %v", name, r)
+			}
+		}()
+		if err := f(); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	var zg dlock.Generator
+	var ng *dlock.Generator
+	for name, g := range map[string]*dlock.Generator{"zero": &zg, "nil": ng} {
+		call(name+" Generator.Gen", func() error { _, err := g.Gen("T", "x"); return err })
+		call(name+" Generator.GenWithLease", func() error { _, err := g.GenWithLease("T", "x", time.Second); return err })
+		call(name+" Generator.Close", func() error { return g.Close(ctx) })
+	}
+	var zl dlock.DistributedReentrantLock
+	var nl *dlock.DistributedReentrantLock
+	for name, l := range map[string]*dlock.DistributedReentrantLock{"zero": &zl, "nil": nl} {
+		call(name+" Lock", func() error { _, err := l.Lock(ctx); return err })
+		call(name+" TryLock", func() error { _, _, err := l.TryLock(ctx); return err })
+		call(name+" Unlock", func() error { return l.Unlock(ctx) })
+		call(name+" Do", func() error { return l.Do(ctx, func(context.Context) error { return nil }) })
+		call(name+" State", func() error { _, err := l.State(ctx); return err })
+		call(name+" Extend", func() error { return l.Extend(ctx, time.Second) })
+		call(name+" ForceRelease", func() error { _, err := l.ForceRelease(ctx, "x"); return err })
+		call(name+" questions", func() error {
+			if l.HoldCount(ctx) != 0 {
+				return errors.New("HoldCount")
+			}
+			if _, ok := l.FencingToken(ctx); ok {
+				return errors.New("FencingToken")
+			}
+			if l.Config().UniqueKey() != "" {
+				return errors.New("Config")
+			}
+			return dlock.ErrInvalidConfig
+		})
+	}
+	// nil contexts
+	g, _ := newGen(t)
+	l, _ := g.Gen("ZERO", target(t))
+	//lint:ignore SA1012 a nil context is the point
+	call("Lock(nil)", func() error { _, err := l.Lock(nil); return err })                      //nolint:staticcheck
+	call("TryLock(nil)", func() error { _, _, err := l.TryLock(nil); return err })             //nolint:staticcheck
+	call("State(nil)", func() error { _, err := l.State(nil); return err })                    //nolint:staticcheck
+	call("ForceRelease(nil)", func() error { _, err := l.ForceRelease(nil, "x"); return err }) //nolint:staticcheck
+	call("Do(nil fn)", func() error { return l.Do(ctx, nil) })
+}
+
+// Bad input never panics.
+func TestNilInputsDoNotPanic(t *testing.T) {
+	check := func(name string, f func()) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panics: %v", name, r)
+			}
+		}()
+		f()
+	}
+	check("ParseLeases(nil)", func() { _, _ = dlock.ParseLeases(nil) })
+	check("(*DistributedReentrantLock)(nil).Config()", func() {
+		var l *dlock.DistributedReentrantLock
+		_ = l.Config()
+	})
+}
+
+// A typed nil client is refused, or at least never panics.
+func TestTypedNilClient(t *testing.T) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("typed nil client panics: %v", r)
+		}
+	}()
+	var c *redis.Client
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		return
+	}
+	l, _ := g.Gen("R2NIL", target(t))
+	_, _, _ = l.TryLock(context.Background())
+	_ = g.Close(context.Background())
+}
