@@ -2,7 +2,7 @@
 // and go-redsync on one Redis server, across real OS processes.
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR]
-//	         [--scenarios trip,hot,handoff] [--impls dlock,dlock-poll,tradition,redislock,redsync]
+//	         [--scenarios trip,hot,cross,handoff] [--impls dlock,dlock-poll,tradition,redislock,redsync]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
 //
 // Without --redis it starts its own redis-server on a free port and stops it at the end.
@@ -35,6 +35,9 @@ import (
 // lease is the lease of every lock in every scenario.
 const lease = 60 * time.Millisecond
 
+// crossHold is the work inside the lock in the cross scenario: a short hold.
+const crossHold = 100 * time.Microsecond
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "--worker" {
 		if err := runWorker(os.Args[1:]); err != nil {
@@ -55,7 +58,7 @@ func run() error {
 		jsonOut   = flag.Bool("json", false, "print one JSON object per row on stdout instead of tables")
 		addr      = flag.String("redis", "", "use this Redis (host:port) instead of starting one; it is FLUSHALLed between rows")
 		outDir    = flag.String("out", "", "write results.jsonl and the plots in this directory")
-		scenarios = flag.String("scenarios", "trip,hot,handoff", "scenarios to run")
+		scenarios = flag.String("scenarios", "trip,hot,cross,handoff", "scenarios to run")
 		impls     = flag.String("impls", strings.Join(allImpls, ","), "implementations to run")
 		plotFrom  = flag.String("plot", "", "only redraw plots (into --out) and print tables from this results.jsonl")
 	)
@@ -183,10 +186,18 @@ func plan(quick bool, scenarios, impls []string) ([]spec, error) {
 				}
 			}
 		case "hot":
-			for _, pg := range [][2]int{{1, 64}, {4, 16}} {
+			for _, pg := range [][2]int{{1, 64}, {4, 16}, {16, 4}} {
 				for _, impl := range impls {
 					specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: pg[0], Goroutines: pg[0] * pg[1],
 						Lease: lease, Warmup: warmup, Window: window})
+				}
+			}
+		case "cross":
+			// One goroutine per process: every acquisition goes from process to process.
+			for _, procs := range []int{2, 4, 8, 16} {
+				for _, impl := range impls {
+					specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: procs, Goroutines: procs,
+						Work: crossHold, Lease: lease, Warmup: warmup, Window: window})
 				}
 			}
 		case "handoff":
@@ -195,7 +206,7 @@ func plan(quick bool, scenarios, impls []string) ([]spec, error) {
 					Lease: lease, Window: handoffCap, Handoffs: handoffs})
 			}
 		default:
-			return nil, fmt.Errorf("unknown scenario %q (want trip, hot, handoff)", sc)
+			return nil, fmt.Errorf("unknown scenario %q (want trip, hot, cross, handoff)", sc)
 		}
 	}
 	return specs, nil

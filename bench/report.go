@@ -108,11 +108,13 @@ func printTables(w io.Writer, rows []Row) {
 			}
 		}
 	}
-	var hot, handoff []Row
+	var hot, cross, handoff []Row
 	for _, r := range rows {
 		switch r.Scenario {
 		case "hot":
 			hot = append(hot, r)
+		case "cross":
+			cross = append(cross, r)
 		case "handoff":
 			handoff = append(handoff, r)
 		}
@@ -125,6 +127,15 @@ func printTables(w io.Writer, rows []Row) {
 			fmt.Fprintf(w, "| %d × %d | %s | %.0f | %.2f | %.2f | %d–%d | %d–%d | %d | %d | %d |\n", r.Procs, r.Goroutines/r.Procs,
 				r.Impl, r.TPS, r.CmdsPerAcq, r.RedisCallsPerAcq, r.MinPerGoroutine, r.MaxPerGoroutine,
 				r.MinPerProc, r.MaxPerProc, r.Errors, r.Retries, r.Overlaps)
+		}
+	}
+	if len(cross) > 0 {
+		fmt.Fprintln(w, "\n#### cross: one goroutine per process, a short hold (every acquisition goes from process to process)")
+		fmt.Fprintln(w, "\n| processes | impl | acquisitions/s | cmds/acq | redis calls/acq | min–max/process | errors | retries | overlaps |")
+		fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+		for _, r := range cross {
+			fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %d–%d | %d | %d | %d |\n", r.Procs, r.Impl, r.TPS,
+				r.CmdsPerAcq, r.RedisCallsPerAcq, r.MinPerProc, r.MaxPerProc, r.Errors, r.Retries, r.Overlaps)
 		}
 	}
 	if len(handoff) > 0 {
