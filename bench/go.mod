@@ -1,6 +1,6 @@
 module github.com/dlockgo/dlock/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.9.4

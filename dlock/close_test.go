@@ -171,10 +171,10 @@ func TestHungLeaveDoesNotHoldClose(t *testing.T) {
 	took, inUse := time.Since(start), ga.InUse()
 	t.Logf("Close took %v: %v (states in use %d)", took, err, inUse)
 	free()
-	// The unmark goes through lockState.call, so the job lets the state go at its deadline;
+	// Leaving goes through Generator.call, so the job lets the state go at its deadline;
 	// only the goroutine stuck inside the client remains, which Close reports at its ctx.
 	if inUse != 0 {
-		t.Fatalf("a hung unmark kept %d states alive", inUse)
+		t.Fatalf("a hung leave kept %d states alive", inUse)
 	}
 	if took > 5*time.Second {
 		t.Fatalf("Close(1 s) took %v", took)

@@ -188,7 +188,7 @@ func (g *Generator) lookup(key string) *lockState {
 
 // Close releases every lock still held through this generator (their owner contexts end with
 // ErrClosed as the cause), ends every waiting Lock call with ErrClosed, waits for the
-// background clean-up (attempts given back, waiting marks withdrawn) and stops every
+// background clean-up (attempts given back, the line left) and stops every
 // goroutine. It does not close the Redis client. Close is idempotent and safe for concurrent
 // use: a second call waits for the first (or for its own ctx). ctx bounds the releases and
 // the waits: if it ends first, Close returns ctx's error at once; what is left expires in

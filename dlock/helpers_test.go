@@ -344,7 +344,7 @@ type slowHook struct {
 	match func(args []any) bool
 	delay time.Duration
 	seen  atomic.Int64 // matching commands
-	probe atomic.Int64 // probe.lua calls
+	probe atomic.Int64 // poll.lua calls
 }
 
 func (h *slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }

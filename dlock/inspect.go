@@ -80,6 +80,9 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 // then lost, as on any renewal), ErrClosed after Close, and a *RedisProcessError when Redis
 // failed (the holding keeps its lease and renewals). Safe for concurrent use.
 func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
+	if owned == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
 	if err := domain.ValidateLease(lease); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/redistest"
+	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -74,9 +75,14 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 	// the deaf subscription is noticed and replaced: a dial after the deaf one
 	waitFor(t, func() bool { return deafDials.Load() == 1 && dials.Load() >= 3 && gWait.Confirmed() >= 2 })
 	// The new subscription's confirmation woke the waiter, whose attempt fails (held) and
-	// leaves its waiting mark: wait for that attempt, so that only the release message can
-	// wake it next.
-	ch.Del(ctx, "{"+lw.Config().UniqueKey()+"}:want")
+	// renews its entry in the line: take the entry out and wait until an attempt puts it back,
+	// so that only the release message can wake the waiter next.
+	st, err := lw.State(ctx)
+	if err != nil || len(st.Waiting) != 1 {
+		t.Fatalf("State: %+v, %v", st, err)
+	}
+	ch.ZRem(ctx, processor.LineKey(lw.Config()), st.Waiting[0])
+	ch.ZRem(ctx, processor.DueKey(lw.Config()), st.Waiting[0])
 	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) > 0 })
 	if err := lh.Unlock(owned); err != nil {
 		t.Fatal(err)

@@ -157,7 +157,20 @@ type RenewalEvent struct {
 
 // RedisErrorEvent describes a failed Redis round trip.
 type RedisErrorEvent struct {
-	Op  string // lock, renew, unlock, hand-over, is-free, unmark, inspect, force-release, subscribe, probe
+	Op  string // one of RedisOps()
 	Key string
 	Err error
+}
+
+// Hows lists every How, for metrics that start each series at zero.
+func Hows() []How { return []How{HowAttempt, HowBarge, HowHandOver, HowNotified, HowPolled, HowRetry} }
+
+// Reasons lists every Reason, for metrics that start each series at zero.
+func Reasons() []Reason { return []Reason{ReasonTimeout, ReasonCanceled, ReasonClosed, ReasonRedis} }
+
+// RedisOps lists the operations a RedisErrorEvent names, for metrics that start each series at
+// zero: lock, renew, unlock, is-free (the poll), leave (the line), load, inspect (State),
+// force-release, subscribe and probe (the release channel's).
+func RedisOps() []string {
+	return []string{"lock", "renew", "unlock", "is-free", "leave", "load", "inspect", "force-release", "subscribe", "probe"}
 }

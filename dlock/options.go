@@ -91,13 +91,14 @@ func WithNotifications(on bool) Option {
 // DefaultHandOff is the default of WithLocalHandOff.
 const DefaultHandOff = 50 * time.Millisecond
 
-// WithLocalHandOff sets how a release passes the lock to another goroutine of the same
-// process. With max > 0 (the default is DefaultHandOff) a release that finds local waiters
-// hands the key straight to the first of them in one Redis round trip (handover.lua, which
-// also gives it a new fencing token), instead of deleting the key and letting the waiter take
-// it again; but once this process has kept the lock for max while another process waits for it
-// (a waiting process leaves a mark beside the key), the release lets the key go so the other
-// process can take it. With max = 0 every release deletes the key, as Java DLock does.
+// WithLocalHandOff sets how long this process may keep the key in Redis while another process
+// waits for it. While the process holds the key (a tenure) and its goroutines queue for the
+// lock, an Unlock passes the lock to the next of them with no Redis command, each pass a new
+// acquisition with its own fencing token. Once the tenure has lasted max (the default is
+// DefaultHandOff) since it began or last found nobody waiting, the next pass first checks
+// Redis (one command): if another process is in line, the key goes to the first of them and
+// this process joins the line again; else the tenure goes on for another max. With max = 0
+// there are no passes: every final Unlock lets the key go in Redis, as Java DLock does.
 func WithLocalHandOff(max time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if max < 0 {

@@ -271,9 +271,19 @@ func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wa
 	return h, err
 }
 
+// errNoAnswer says that an attempt was still waiting for Redis when the caller gave up: not a
+// Redis failure (the deadline may simply have been short), but worth saying.
+var errNoAnswer = errors.New("the attempt got no answer from Redis in time")
+
+// notObtained is a Lock's error when its context ended: ErrNotObtained and the context's
+// error, with the last Redis failure when there was one (or that the last attempt got no
+// answer).
 func notObtained(ctxErr, last error) error {
-	if redisFault(last) {
+	switch {
+	case redisFault(last):
 		return fmt.Errorf("%w: %w (last attempt: %w)", ErrNotObtained, ctxErr, last)
+	case errors.Is(last, errNoAnswer):
+		return fmt.Errorf("%w: %w (%v)", ErrNotObtained, ctxErr, errNoAnswer)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
 }
@@ -315,6 +325,9 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		st.g.log.Debug("dlock: attempt given back", zap.String("key", cfg.UniqueKey()),
 			zap.String("locker", ent.Locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
 		st.giveBackLocked(ent.Locker, cfg)
+		if late {
+			return nil, fmt.Errorf("%w: %w", ctx.Err(), errNoAnswer)
+		}
 		if ctx.Err() != nil {
 			return nil, notTakenErr(ctx.Err(), err)
 		}

@@ -24,6 +24,13 @@ const (
 	// MaxLease is the longest lease accepted (one week): longer ones are almost always a
 	// unit mistake.
 	MaxLease = 7 * 24 * time.Hour
+
+	// MaxTargetLen is the longest lock target accepted, in bytes after trimming: the key is
+	// sent with every request and kept in several keys beside the lock, so a target is a
+	// name, not a payload (hash a longer one first).
+	MaxTargetLen = 1024
+	// MaxTypeLen is the longest lock type accepted, in bytes.
+	MaxTypeLen = 256
 )
 
 // DLockType names a group of locks that share a lease, such as USER_LOCK or ORDER_LOCK.
@@ -43,9 +50,11 @@ type DLockConfig struct {
 // Java DLock does, with the target trimmed of leading and trailing white space and control
 // characters. It returns an error wrapping errors.ErrInvalidConfig when the type is blank or
 // holds white space or control characters, when the trimmed target is empty or holds control
-// characters, when braces in the key would put the keys kept beside it (fencing counter,
-// release channel) in another Redis Cluster slot (such as a target "a}b"), or when the lease is outside [MinLease, MaxLease] or not a whole number of
-// milliseconds (Redis keeps leases in milliseconds).
+// characters, when the type or target is longer than MaxTypeLen or MaxTargetLen bytes, when
+// braces in the key would put the keys kept beside it (fencing counter, release channel) in
+// another Redis Cluster slot (such as a target "a}b"), or when the lease is outside
+// [MinLease, MaxLease] or not a whole number of milliseconds (Redis keeps leases in
+// milliseconds).
 func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) (DLockConfig, error) {
 	if err := ValidateType(lockType); err != nil {
 		return DLockConfig{}, err
@@ -53,6 +62,9 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 	target := TrimTarget(lockTarget)
 	if target == "" {
 		return DLockConfig{}, fmt.Errorf("%w: blank lock target", dlerrors.ErrInvalidConfig)
+	}
+	if len(target) > MaxTargetLen {
+		return DLockConfig{}, fmt.Errorf("%w: lock target of %d bytes is longer than the maximum %d (hash a longer one)", dlerrors.ErrInvalidConfig, len(target), MaxTargetLen)
 	}
 	if strings.IndexFunc(target, unicode.IsControl) >= 0 {
 		return DLockConfig{}, fmt.Errorf("%w: lock target %q holds a control character", dlerrors.ErrInvalidConfig, target)
@@ -77,6 +89,9 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 func ValidateType(t DLockType) error {
 	if t == "" {
 		return fmt.Errorf("%w: blank lock type", dlerrors.ErrInvalidConfig)
+	}
+	if len(t) > MaxTypeLen {
+		return fmt.Errorf("%w: lock type of %d bytes is longer than the maximum %d", dlerrors.ErrInvalidConfig, len(t), MaxTypeLen)
 	}
 	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
 		return fmt.Errorf("%w: lock type %q holds white space or a control character", dlerrors.ErrInvalidConfig, string(t))

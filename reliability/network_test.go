@@ -190,8 +190,8 @@ func (c contention) once(n *netCounts, gi int, l *dlock.DistributedReentrantLock
 
 // Added latency (3 ms each way) on one generator's link: it contends with a direct generator;
 // every acquisition succeeds, no two owners overlap, no fenced write is refused, and renewals
-// through the slow link keep the long holds. Run with the default local hand-over (releases by
-// handover.lua) and without it (WithLocalHandOff(0): releases by unlock.lua).
+// through the slow link keep the long holds. Run with the default local hand-off (passes within
+// a process) and without it (WithLocalHandOff(0): every Unlock releases in Redis).
 func TestLatencyContention(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -152,15 +152,12 @@ func increasing(b []float64) error {
 	return nil
 }
 
-// The values of how, reason and op known when this adapter was written: the first event of a
-// lock type sets the counters of all of them to 0. A value the core adds later is recorded
-// all the same, from its first event on.
+// The values of how, reason and op the core names: the first event of a lock type sets the
+// counters of all of them to 0.
 var (
-	hows = []dlock.How{dlock.HowAttempt, dlock.HowBarge, dlock.HowHandOver, dlock.HowNotified,
-		dlock.HowPolled, dlock.HowRetry}
-	reasons  = []dlock.Reason{dlock.ReasonTimeout, dlock.ReasonCanceled, dlock.ReasonClosed, dlock.ReasonRedis}
-	redisOps = []string{"lock", "renew", "unlock", "hand-over", "is-free", "unmark", "inspect",
-		"force-release", "subscribe", "probe"}
+	hows     = dlock.Hows()
+	reasons  = dlock.Reasons()
+	redisOps = dlock.RedisOps()
 )
 
 // typeAttrs holds the attribute sets of one lock type, made once: a set is sorted and hashed
