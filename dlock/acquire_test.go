@@ -920,3 +920,52 @@ func TestLockNeverReturnsNearlyExpired(t *testing.T) {
 		t.Fatal("no renewal before returning a late acquisition")
 	}
 }
+
+// A waiter that gives up after a release reserved the key for its process, and before it
+// asked, passes the reservation on (leave.lua): the key does not stay reserved for a process
+// that no longer waits.
+func TestReservationPassedOnWhenTheWaiterGivesUp(t *testing.T) {
+	gaveUp := 0
+	defer func() { t.Logf("the waiter gave up in %d of 20 rounds", gaveUp) }()
+	for round := 0; round < 20; round++ {
+		gp, _ := newGen(t)
+		gq, cq := newGen(t)
+		tg := rgTarget(t, round)
+		lp, _ := gp.GenWithLease("RESV", tg, 20*time.Second) // a reservation lasts 5 s
+		lq, _ := gq.GenWithLease("RESV", tg, 20*time.Second)
+		ctx := ctxT(t, 30*time.Second)
+		q, err := lq.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		done := lockOnce(wctx, lp)
+		waitFor(t, func() bool { st, _ := lq.State(ctx); return len(st.Waiting) == 1 })
+		waitFor(t, func() bool { return gp.Subscribed() == 1 && gp.Confirmed() >= 1 })
+		cq.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			err := next(ctx, cmd)
+			if scriptIs("release")(cmd.Args()) {
+				time.Sleep(time.Duration(round%5) * 100 * time.Microsecond)
+				cancel() // the waiter gives up about when the reservation is made
+			}
+			return err
+		}})
+		if err := q.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		err = recv(t, done, "Lock")
+		if err == nil {
+			continue // it took the key before it gave up
+		}
+		gaveUp++
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			st, _ := lq.State(ctx)
+			if st.ReservedFor == "" {
+				break
+			}
+			if time.Now().After(deadline) { // left alone, it would last 5 s
+				t.Fatalf("round %d: the key is still reserved for a process that stopped waiting", round)
+			}
+		}
+	}
+}

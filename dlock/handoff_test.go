@@ -473,3 +473,156 @@ func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
 		t.Fatal("no check was run twice")
 	}
 }
+
+// A free tenure does not sit idle: a pass that renews first (another lease) and whose reply
+// comes after the hand-off limit passed is taken at once (renewing again), not after the
+// expander's renewal at 75 % of the lease.
+func TestRenewedPassPastTheLimitIsTaken(t *testing.T) {
+	g, c := newGen(t)
+	var seen atomic.Int32
+	c.AddHook(delayHook{match: scriptIs("renew"), delay: 2 * dlock.DefaultHandOff, seen: &seen})
+	la, _ := g.GenWithLease("IDLE", target(t), 20*time.Second)
+	lb, _ := g.GenWithLease("IDLE", target(t), 30*time.Second) // another lease: renews first
+	ctx := ctxT(t, 60*time.Second)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- <-lockOnce(ctx, lb) }()
+	waitFor(t, func() bool { return g.Waiters(key(la)) })
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select { // an idle tenure would wait for the renewal at 15 s
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the waiter still waits 5 s after the pass (renewals delayed: %d)", seen.Load())
+	}
+}
+
+// A goroutine that failed in Redis before takes a free tenure of its own process at once: here
+// a TryLock took the key reserved for the process (no signal to the waiter) and let it go past
+// the hand-off limit, so the pass needs a yield check.
+func TestWaiterThatFailedInRedisTakesAFreeTenure(t *testing.T) {
+	gp, _ := newGen(t, dlock.WithNotifications(false))
+	gq, _ := newGen(t, dlock.WithNotifications(false))
+	lp, _ := gp.GenWithLease("IDLE", target(t), 20*time.Second)
+	lq, _ := gq.GenWithLease("IDLE", target(t), 20*time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	q, err := lq.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- <-lockOnce(ctx, lp) }() // fails in Redis, joins the line, parks
+	waitFor(t, func() bool { st, _ := lq.State(ctx); return len(st.Waiting) == 1 })
+	if err := q.Unlock(); err != nil { // reserved for P, which learns of it only at its next poll
+		t.Fatal(err)
+	}
+	n, ok, err := lp.TryLock(ctx) // takes the reservation
+	if !ok || err != nil {
+		t.Fatalf("TryLock: %v %v", ok, err)
+	}
+	time.Sleep(2 * dlock.DefaultHandOff)
+	if err := n.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select { // an idle tenure would wait for the renewal at 15 s
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter still waits 5 s after its process let the lock go")
+	}
+}
+
+// A TryLock that yields the tenure to another process (the hand-off limit passed, another
+// process in line) leaves no goroutine of its process stranded: those that queued while the
+// tenure was held get the lock in their turn.
+func TestTryLockYieldLeavesNoWaiterStranded(t *testing.T) {
+	gp, _ := newGen(t)
+	gq, _ := newGen(t)
+	la, _ := gp.GenWithLease("STRAND", target(t), 2*time.Second)
+	lq, _ := gq.GenWithLease("STRAND", target(t), 2*time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	for round := 0; round < 5; round++ {
+		a, err := la.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockOnce(ctx, la)
+		waitFor(t, func() bool { return gp.Waiters(key(la)) })
+		qgot := lockOnce(ctx, lq)
+		waitFor(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 1 })
+		time.Sleep(2 * dlock.DefaultHandOff)
+		if err := a.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if o, ok, err := la.TryLock(ctx); ok { // the yield check finds Q in line
+			_ = o.Unlock()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, qgot, "Q's Lock"); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, got, "the waiter's Lock"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Losses of the tenure while passes are under way — the operator force-releases the key over
+// and over while goroutines with two leases (so passes renew first) take turns — never crash
+// the process and never leave a goroutine hanging.
+func TestLossesDuringPasses(t *testing.T) {
+	g, _ := newGen(t)
+	l2, _ := g.GenWithLease("LOSSES", target(t), 2*time.Second)
+	l3, _ := g.GenWithLease("LOSSES", target(t), 3*time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var passes, forced atomic.Int64
+	for i := 0; i < 6; i++ {
+		l := l2
+		if i%2 == 1 {
+			l = l3
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				passes.Add(1)
+				_ = o.Unlock()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if st, err := l2.State(ctx); err == nil && st.Mine {
+				if ok, _ := l2.ForceRelease(ctx, st.Holder); ok {
+					forced.Add(1)
+				}
+			}
+		}
+	}()
+	time.Sleep(soakFor(t))
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("acquisitions %d, tenures removed by force %d", passes.Load(), forced.Load())
+	if forced.Load() == 0 {
+		t.Fatal("no tenure was removed: the test tested nothing")
+	}
+}

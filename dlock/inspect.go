@@ -135,7 +135,12 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 		}
 		return err
 	case res.Outcome == processor.Renewed:
-		t.renewed(sent, cfg, 0, 0)
+		if st.owner == h {
+			t.renewed(sent, cfg, 0, 0) // and the renewals go on with the new lease
+		} else if u := sent.Add(lease); u.After(t.until) {
+			t.until = u // passed on meanwhile: the next owner's lease stays
+			t.exp.Poke()
+		}
 	default:
 		st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken (Extend)", ErrLockLost))
 	}

@@ -226,3 +226,40 @@ func TestNoPassAfterALoss(t *testing.T) {
 		t.Fatalf("the waiter holds under %q (%v), the lost tenure was %q", after.Holder, err, before.Holder)
 	}
 }
+
+// A tenure that ends by a loss (here found at release) lets the subscription go, as a clean
+// release does: nothing of the key's stays in the process.
+func TestLossLetsTheSubscriptionGo(t *testing.T) {
+	g, c := newGen(t)
+	g2, _ := newGen(t)
+	l, _ := g.GenWithLease("SUBLOSS", target(t), 2*time.Second)
+	l2, _ := g2.GenWithLease("SUBLOSS", target(t), 2*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	o2, err := l2.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { return g.Subscribed() == 1 }) // it waits, and watches
+	if err := o2.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "Lock")
+	if o == nil {
+		t.FailNow()
+	}
+	if err := c.Del(ctx, key(l)).Err(); err != nil { // lost
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock: %v", err)
+	}
+	waitFor(t, func() bool { return g.InUse() == 0 && g.Subscribed() == 0 }) // after the linger
+}

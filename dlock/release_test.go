@@ -202,3 +202,43 @@ func TestNoResidue(t *testing.T) {
 		expectEmpty(t, raw, 5*lease+2*time.Second)
 	})
 }
+
+// A release that finds the key gone reports the loss, also after a hand-off limit's check
+// renewed the tenure (the check's number is marked apart from the tenure's locker, so the
+// release still tells "let go before" from "gone").
+func TestReleaseReportsALossAfterAYieldCheck(t *testing.T) {
+	for _, pause := range []time.Duration{0, 2 * dlock.DefaultHandOff} {
+		t.Run(pause.String(), func(t *testing.T) {
+			g, c := newGen(t, dlock.WithNotifications(false))
+			l, _ := g.GenWithLease("YLOSS", target(t), 5*time.Second)
+			ctx := ctxT(t, 30*time.Second)
+			a, err := l.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Owner, 1)
+			go func() {
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- o
+			}()
+			waitFor(t, func() bool { return g.Waiters(key(l)) })
+			time.Sleep(pause) // past the hand-off limit: the pass is a yield check (nobody else waits)
+			if err := a.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			b := recv(t, got, "B's Lock")
+			if b == nil {
+				t.FailNow()
+			}
+			if err := c.Del(ctx, key(l)).Err(); err != nil { // lost from outside
+				t.Fatal(err)
+			}
+			if err := b.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Unlock = %v after the key was deleted, want ErrLockLost", err)
+			}
+		})
+	}
+}

@@ -175,12 +175,13 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	}
 	if !wait || st.mayBarge() {
 		s, h, e := st.next(ctx, cfg, false, 0)
+		t := st.ten
 		st.mu.Unlock()
 		if s == stepTaken {
 			h.how = HowHandOver
 			return h, nil
 		}
-		h, err := st.act(ctx, s, cfg, wait, e, &lastErr)
+		h, err := st.act(ctx, s, cfg, wait, e, t, &lastErr)
 		if h != nil {
 			h.how = how
 			if s == stepRenew {
@@ -215,7 +216,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		if st.q.IsFirst(n) {
 			st.mu.Lock()
 			s, h, e := st.next(wctx, cfg, tried, triedAt)
-			how := st.wokenBy
+			how, t := st.wokenBy, st.ten
 			st.mu.Unlock()
 			if s == stepTaken {
 				st.q.SetHead(n)
@@ -223,7 +224,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				return h, nil
 			}
 			if s != stepWait {
-				h, _ := st.act(wctx, s, cfg, true, e, &lastErr)
+				h, _ := st.act(wctx, s, cfg, true, e, t, &lastErr)
 				if h != nil {
 					st.q.SetHead(n)
 					h.how = how
@@ -251,17 +252,17 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	return nil, notObtained(ctx.Err(), lastErr)
 }
 
-// act carries out a step that talks to Redis (stepAsk or stepRenew, whose phase the caller
-// took) and returns the new owner, if it got the lock. A Redis failure is kept in lastErr
-// unless it was only the caller's context ending first.
-func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wait bool, epoch uint64, lastErr *error) (*holding, error) {
+// act carries out a step that talks to Redis (stepAsk, or stepRenew of tenure t, whose phase
+// the caller took) and returns the new owner, if it got the lock. A Redis failure is kept in
+// lastErr unless it was only the caller's context ending first.
+func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wait bool, epoch uint64, t *tenure, lastErr *error) (*holding, error) {
 	var h *holding
 	var err error
 	switch s {
 	case stepAsk:
 		h, err = st.ask(ctx, cfg, wait, epoch)
 	case stepRenew:
-		h, err = st.renewToTake(ctx, cfg)
+		h, err = st.renewToTake(ctx, cfg, t)
 	default:
 		return nil, nil
 	}
@@ -336,8 +337,10 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if wait {
 			st.queued, st.entryAt = true, time.Now()
 		}
-		if st.epoch != epoch {
-			st.q.Wake() // a signal came while we were asking: pass it on
+		if st.epoch != epoch || !wait {
+			// a signal came while we were asking, or a TryLock asked while goroutines queued
+			// behind it that have not asked themselves: pass it on
+			st.q.Wake()
 		}
 		return nil, fmt.Errorf("%w: lock %q held by another", ErrOptimisticLocking, cfg.UniqueKey())
 	}
@@ -351,7 +354,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	if t.mustRenew(cfg) { // the reply came late: not with less than half the lease left
 		st.phase = renewing
 		st.mu.Unlock()
-		h, err := st.renewToTake(ctx, cfg)
+		h, err := st.renewToTake(ctx, cfg, t)
 		st.mu.Lock()
 		return h, err
 	}
@@ -372,9 +375,12 @@ func (st *lockState) take(ctx context.Context, cfg domain.DLockConfig) *holding 
 // the hand-off limit, yielding to the first process in line if there is one. It returns the
 // new owner, or nil when the tenure ended meanwhile (yielded, lost) or the renewal failed:
 // the caller goes back to waiting, and asks Redis when told.
-func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig) (*holding, error) {
+func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t *tenure) (*holding, error) {
 	st.mu.Lock()
-	t := st.ten
+	if st.ten != t || st.phase != renewing {
+		st.mu.Unlock()
+		return nil, nil // lost as this goroutine took the phase: the loss moved it on
+	}
 	req := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
@@ -426,8 +432,9 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig) (*
 		if req.Yield {
 			t.since = time.Now() // nobody else waits: the hand-off limit starts again
 		}
-		if t.mustRenew(cfg) { // the reply came late: renew again, or let the expander
+		if t.mustRenew(cfg) { // the reply came late: renew again
 			st.phase = free
+			st.signalLocked(HowRetry)
 			return nil, nil
 		}
 		return st.take(ctx, cfg), nil
@@ -435,6 +442,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig) (*
 		st.g.log.Debug("dlock: yielded to the next process in line", zap.String("key", cfg.UniqueKey()))
 		st.queued, st.entryAt, st.heard = true, time.Now(), time.Now()
 		st.endTenureLocked(t)
+		st.q.Wake() // the waiters watch for this process's turn (a TryLock does not)
 		return nil, nil
 	}
 	st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken", ErrLockLost))
@@ -575,9 +583,8 @@ func (st *lockState) heardRelease(next string) {
 	defer st.mu.Unlock()
 	st.heard = time.Now()
 	if next == st.g.prefix || next == "" {
-		if next == st.g.prefix {
-			st.queued = false // the release took this process out of the line
-		}
+		// (queued stays set: should the waiters leave before one takes the key, leave.lua
+		// passes the reservation on)
 		st.signalLocked(HowNotified)
 	}
 }

@@ -142,13 +142,14 @@ func (st *lockState) endTenureLocked(t *tenure) {
 	st.dropTenureLocked(t)
 }
 
-// dropTenureLocked forgets the ended tenure t: the phase goes back to idle. The caller holds
-// mu.
+// dropTenureLocked forgets the ended tenure t: the phase goes back to idle, and if nobody
+// waits the process leaves the line and stops watching. The caller holds mu.
 func (st *lockState) dropTenureLocked(t *tenure) {
 	if st.ten != t {
 		return
 	}
 	st.ten, st.owner, st.phase = nil, nil, idle
+	st.settleLocked()
 	st.g.unref(st)
 }
 
@@ -183,12 +184,15 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	st.mu.Lock()
 	if st.owner != h || st.ten != h.ten {
 		st.mu.Unlock()
+		if st.g.isClosed() {
+			return ErrClosed
+		}
 		return fmt.Errorf("%w: found at release", ErrLockLost)
 	}
 	st.owner = nil
 	if st.g.opts.handOff > 0 && st.q.HasWaiters() {
 		st.phase = free
-		st.q.Wake()
+		st.signalLocked(HowHandOver) // a waiter that failed in Redis before may take it now
 		st.mu.Unlock()
 		return nil
 	}
@@ -292,8 +296,11 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 // (ErrClosed) before the key is let go, bounded by ctx.
 func (st *lockState) close(ctx context.Context) error {
 	st.mu.Lock()
-	h := st.owner
-	if h != nil && h.end(holdClosed, nil) {
+	if h := st.owner; h != nil {
+		if !h.end(holdClosed, nil) { // its final Unlock runs just now: that lets the tenure go
+			st.mu.Unlock()
+			return nil
+		}
 		h.cancel(ErrClosed)
 		st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
 		defer st.g.unref(st) // the holding's reference, once the release is done

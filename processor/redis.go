@@ -83,14 +83,15 @@ func ScriptName(args []any) string {
 	return ""
 }
 
-// FenceSuffix, ReleaseSuffix, LineSuffix, DueSuffix and DoneSuffix name what is kept beside a
-// lock key; see domain.SideKey.
+// FenceSuffix, ReleaseSuffix, LineSuffix, DueSuffix, DoneSuffix and CheckSuffix name what is
+// kept beside a lock key; see domain.SideKey.
 const (
 	FenceSuffix   = "fence"
 	ReleaseSuffix = "released"
 	LineSuffix    = "line"
 	DueSuffix     = "due"
 	DoneSuffix    = "done"
+	CheckSuffix   = "check"
 )
 
 // RedisLockProcessor keeps locks in Redis through go-redis: Lua scripts (processor/lua) that
@@ -304,6 +305,11 @@ func DoneKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(DoneSuffix + ":" + owner)
 }
 
+// CheckKey is the key of owner's checked mark: the largest yield check number that ran.
+func CheckKey(cfg domain.DLockConfig, owner string) string {
+	return cfg.SideKey(CheckSuffix + ":" + owner)
+}
+
 // keys returns the five keys every script takes, with owner's settled mark.
 func keys(cfg domain.DLockConfig, owner string) []string {
 	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DueKey(cfg), DoneKey(cfg, owner)}
@@ -439,7 +445,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		}
 		check = n
 	}
-	res, acked, err := p.run(ctx, renewScript, true, keys(cfg, owner),
+	res, acked, err := p.run(ctx, renewScript, true, append(keys(cfg, owner), CheckKey(cfg, owner)),
 		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), req.Tokens, yield, p.opts.Mark,
 		ms(ReserveTTL(cfg)), p.channel(cfg), pub, ms(EntryTTL(cfg)), ms(DoneTTL(cfg)), last(req.Last), check)
 	var code int64

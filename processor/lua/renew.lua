@@ -17,19 +17,23 @@
 -- ARGV[11] how long a line entry lives unless renewed, in milliseconds
 -- ARGV[12] how long a settled mark lasts, in milliseconds
 -- ARGV[13] the last fencing token this process handed out ('' if unknown)
--- ARGV[14] with yield: a fresh sequence number of the owner for this check, settled by it
+-- ARGV[14] with yield: a fresh sequence number of the owner for this check
+-- KEYS[6]  with yield: the owner's checked mark, {DLOCK_<type>_<target>}:check:<owner>: the
+--          largest yield check number that ran (a mark of its own, so that it does not
+--          settle the tenure's locker: a release must still tell "let go before" from "gone")
 -- Returns {1, first token of the new block or 0} when renewed, {2, 0} when yielded, {0, 0}
 -- when the key no longer holds the locker, {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before. (A yield check
--- settles its own number whatever it decides, so that a copy of one that found nobody in
--- line cannot give the key away later, while the tenure goes on.)
+-- marks its own number whatever it decides, so that a copy of one that found nobody in line
+-- cannot give the key away later, while the tenure goes on.)
 local locker, seq, mark = ARGV[1], ARGV[2], ARGV[7]
 local yield = ARGV[6] == '1' and ARGV[14] ~= ''
 if yield then
-    if settled(ARGV[14]) then
+    local checked = tonumber(redis.call('get', KEYS[6]) or '-1')
+    if tonumber(ARGV[14]) <= checked then
         return {-1, 0}
     end
-    settle(ARGV[14], ARGV[12])
+    redis.call('set', KEYS[6], ARGV[14], 'PX', math.max(tonumber(ARGV[12]), redis.call('pttl', KEYS[6])))
 end
 if redis.call('get', K) ~= locker then
     if settled(seq) then
@@ -42,6 +46,7 @@ if yield then
     purge()
     if redis.call('zrange', LINE, 0, 0)[1] then
         unreserve(ARGV[13])
+        settle(seq, ARGV[12])
         pass(locker, ARGV[8], ARGV[9], ARGV[10])
         enqueue(mark, ARGV[11])
         return {2, 0}
