@@ -410,17 +410,21 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			c.probe = "" // the connection hears what is published
 		}
 		n.mu.Unlock()
-		from, next, ok := processor.ParseMessage(m.Payload)
+		msg, ok := processor.ParseMessage(m.Payload)
 		if !ok {
 			return // a probe
 		}
 		st := n.lookup(m.Channel)
 		switch {
 		case st == nil:
-		case strings.HasPrefix(from, n.g.prefix):
-			st.heardOwn(from) // our own release, which woke the local queue already, or a ForceRelease
+		case strings.HasPrefix(msg.From, n.g.prefix):
+			if msg.Released {
+				st.heardOwn(msg.From) // our own release, which woke the local queue already, or a ForceRelease
+			}
+		case msg.Taken:
+			st.heardTaken(msg.Life)
 		default:
-			st.heardRelease(next)
+			st.heardRelease(msg.Next)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,12 +104,14 @@ type lockState struct {
 	queued   bool      // this process may have an entry in the Redis line
 	entryAt  time.Time // when this process last renewed its entry (a failed attempt, a poll)
 	heard    time.Time // when this process last learnt the key's state from Redis
+	place    int       // this process's place in the line as last learnt (0 first), -1 unknown
+	quiet    time.Time // until then the key cannot come free but by a release, which publishes
 	watching bool      // the release channel is watched for this state
 	forced   string    // the locker ForceRelease in this Generator last removed
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
-	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg)}
+	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg), place: -1}
 	st.poller = threads.NewPoller(g.done, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
 	return st
 }
@@ -337,6 +340,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if wait {
 			st.queued, st.entryAt = true, time.Now()
 		}
+		st.sighted(res.Seen, ent.LockTime)
 		if st.epoch != epoch || !wait {
 			// a signal came while we were asking, or a TryLock asked while goroutines queued
 			// behind it that have not asked themselves: pass it on
@@ -345,7 +349,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		return nil, fmt.Errorf("%w: lock %q held by another", ErrOptimisticLocking, cfg.UniqueKey())
 	}
 	ent.Token = res.Token
-	st.queued = false // lock.lua took this process out of the line
+	st.queued, st.place = false, -1 // lock.lua took this process out of the line
 	t := st.startTenure(ent, cfg, tokens)
 	if st.forced == ent.Locker { // ForceRelease removed it as the reply came
 		st.loseLocked(t, errForced)
@@ -545,18 +549,27 @@ func (st *lockState) Waiting() bool {
 	return st.ten == nil && st.q.HasWaiters()
 }
 
-// Poll implements threads.PollTarget: it checks the key, unless this process heard of it
-// within the last poll interval and renewed its entry in the line within a third of a lease
-// (a release message, a failed attempt); it signals when the key is free or reserved for this
-// process, and when this process is no longer in line (so that its next attempt puts it back).
+// Poll implements threads.PollTarget. It checks the key (poll.lua), which also renews this
+// process's entry in the line, unless the check can wait: with notifications on and the
+// process in line, and its entry renewed within a third of its life, a check is skipped when
+// this process is not first in line (it is told when its turn comes), when it heard of the key
+// within the last poll interval, or when the key cannot have come free but by a release (which
+// publishes) since it last saw it: held by a tenure of this library, or reserved, within the
+// life it had then. Holders that never publish (Java DLock) are checked every poll interval.
+// It signals when the key is free or reserved for this process, and when this process is no
+// longer in line (so that its next attempt puts it back).
 func (st *lockState) Poll(ctx context.Context) {
 	every := st.cfg.Lease() / 6
 	st.mu.Lock()
-	skip := st.g.notes != nil && st.queued && time.Since(st.heard) < every && time.Since(st.entryAt) < 2*every
+	now := time.Now()
+	fresh := now.Sub(st.entryAt) < processor.EntryTTL(st.cfg)/3
+	skip := st.g.notes != nil && st.queued && fresh &&
+		(st.place > 0 || now.Sub(st.heard) < every || now.Before(st.quiet))
 	st.mu.Unlock()
 	if skip {
 		return
 	}
+	sent := time.Now()
 	res, err := st.g.proc.IsFree(ctx, st.cfg)
 	if err != nil {
 		st.g.log.Debug("dlock: poll failed", zap.Error(err))
@@ -565,15 +578,40 @@ func (st *lockState) Poll(ctx context.Context) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.heard = time.Now()
-	switch res {
+	switch res.State {
 	case processor.PollQueued:
 		st.queued, st.entryAt = true, time.Now()
+		st.sighted(res.Seen, sent)
 	case processor.PollNotQueued:
-		st.queued = false
+		st.queued, st.place = false, -1
 		st.signalLocked(HowPolled) // the next attempt joins the line again
 	default:
 		st.signalLocked(HowPolled)
 	}
+}
+
+// sighted records what a request sent at sent found under the held key: this process's place
+// in line, and how long the key cannot come free but by a release that publishes (none for a
+// holder that does not look like one of this library's: it may let go silently). The caller
+// holds mu.
+func (st *lockState) sighted(seen processor.Sighting, sent time.Time) {
+	st.place = seen.Place
+	st.quiet = time.Time{}
+	if strings.HasPrefix(seen.Holder, processor.ReservedPrefix) || isLocker(seen.Holder) {
+		st.quiet = sent.Add(seen.Life)
+	}
+}
+
+// isLocker reports whether v has the shape of a locker of this library,
+// <host>-<pid>-<12 hex digits>-<number>, whose holder publishes when it lets the key go.
+func isLocker(v string) bool {
+	parts := strings.Split(v, "-")
+	n := len(parts)
+	if n < 4 || len(parts[n-2]) != 12 {
+		return false
+	}
+	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+	return digits(parts[n-1]) && digits(parts[n-3]) && strings.Trim(parts[n-2], "0123456789abcdef") == ""
 }
 
 // heardRelease handles a release message of another process (notifier): the key went to
@@ -586,7 +624,23 @@ func (st *lockState) heardRelease(next string) {
 		// (queued stays set: should the waiters leave before one takes the key, leave.lua
 		// passes the reservation on)
 		st.signalLocked(HowNotified)
+		return
 	}
+	// The key went to the first in line, another process: this one moves up, and the key
+	// cannot come free before that process takes it or its reservation ends.
+	if st.place > 0 {
+		st.place--
+	}
+	st.quiet = st.heard.Add(processor.ReserveTTL(st.cfg))
+}
+
+// heardTaken handles a message that another process took the key reserved for it, for life
+// at least: the key cannot come free before then but by a release, which publishes.
+func (st *lockState) heardTaken(life time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.heard = time.Now()
+	st.quiet = st.heard.Add(life)
 }
 
 // heardOwn handles a release message naming a locker of this process (notifier). Its own

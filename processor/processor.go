@@ -37,7 +37,7 @@ type DLockProcessor interface {
 	// outcome is unknown.
 	Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error)
 	// IsFree is the retry poller's check: the key is free, reserved for this process, or held
-	// (this process's entry in the line renewed, if it has one).
+	// (this process's entry in the line renewed, if it has one; what it found under the key).
 	IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error)
 	// Leave takes this process out of the line, passing on a key reserved for it.
 	Leave(ctx context.Context, cfg domain.DLockConfig) error
@@ -87,6 +87,20 @@ type Result struct {
 	Token uint64
 	// Next is the process the key was reserved for (Released), "" when it was left free.
 	Next string
+	// Seen is what the request found under the key when it was held (Held): see Sighting.
+	Seen Sighting
+}
+
+// Sighting is what a request found under a held key.
+type Sighting struct {
+	// Place is this process's place in the line of waiting processes (0: first), -1 when it
+	// is not in line.
+	Place int
+	// Life is the key's remaining life: it cannot come free before then but by a release,
+	// which publishes.
+	Life time.Duration
+	// Holder is the value under the key: a locker, or ReservedPrefix and a process.
+	Holder string
 }
 
 // LockRequest is an attempt to take the key.
@@ -112,11 +126,17 @@ type ReleaseRequest struct {
 }
 
 // PollResult is the retry poller's finding.
-type PollResult uint8
+type PollResult struct {
+	State PollState
+	Seen  Sighting // when the key is held
+}
+
+// PollState says whether the key is free, reserved for this process, or held.
+type PollState uint8
 
 const (
 	// PollFree: nobody holds the key.
-	PollFree PollResult = iota + 1
+	PollFree PollState = iota + 1
 	// PollReserved: the key is reserved for this process.
 	PollReserved
 	// PollQueued: the key is held and this process is in line (its entry renewed).

@@ -142,21 +142,42 @@ type Options struct {
 	ReplicaTimeout time.Duration
 }
 
-// A release message is "R|<locker that let the key go>|<mark it is reserved for, or empty>".
-const releasedTag = "R|"
+// Message is what a lock's channel carries.
+type Message struct {
+	// Released: a holder (From) let the key go, to the process Next (reserved for it), or
+	// free when Next is "". Published as "R|<From>|<Next>".
+	Released bool
+	// Taken: a process took the key reserved for it, with the locker From, for Life at least
+	// (it cannot come free before then but by a release). Published as "T|<From>|<ms>".
+	Taken bool
+	From  string
+	Next  string
+	Life  time.Duration
+}
 
-// ParseMessage reads a release message: the locker that let the key go, and the process the
-// key is now reserved for ("" when it is free).
-func ParseMessage(payload string) (from, next string, ok bool) {
-	rest, ok := strings.CutPrefix(payload, releasedTag)
+// ParseMessage reads a message of a lock's channel; ok is false for anything else (such as a
+// subscription's probe).
+func ParseMessage(payload string) (m Message, ok bool) {
+	kind, rest, ok := strings.Cut(payload, "|")
 	if !ok {
-		return "", "", false
+		return Message{}, false
 	}
 	i := strings.LastIndexByte(rest, '|')
-	if i < 0 {
-		return rest, "", true
+	from, last := rest, ""
+	if i >= 0 {
+		from, last = rest[:i], rest[i+1:]
 	}
-	return rest[:i], rest[i+1:], true
+	switch kind {
+	case "R":
+		return Message{Released: true, From: from, Next: last}, true
+	case "T":
+		n, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || i < 0 {
+			return Message{}, false
+		}
+		return Message{Taken: true, From: from, Life: time.Duration(n) * time.Millisecond}, true
+	}
+	return Message{}, false
 }
 
 var _ DLockProcessor = (*RedisLockProcessor)(nil)
@@ -348,10 +369,11 @@ func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 func ReserveTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 4 }
 
 // EntryTTL is how long an entry in the line of waiting processes lives unless its process
-// renews it: one lease. A waiting process renews it with every failed attempt and, when it
-// has not for a third of a lease, with its poll; it removes it when it stops waiting. So an
-// entry outlives its process by at most a lease.
-func EntryTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() }
+// renews it: a lease, and at least two seconds. A waiting process renews it with every failed
+// attempt and, when it has not for a third of that, with its poll; it removes it when it stops
+// waiting. So an entry outlives its process by at most that (and a dead process at the head of
+// the line costs one reservation, a quarter of a lease, once).
+func EntryTTL(cfg domain.DLockConfig) time.Duration { return max(cfg.Lease(), 2*time.Second) }
 
 func (p *RedisLockProcessor) channel(cfg domain.DLockConfig) string {
 	if p.opts.Publish {
@@ -366,13 +388,13 @@ func processErr(op, key string, err error) error {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-// pair reads a script's {code, value} reply.
+// pair reads a script's {code, value, ...} reply.
 func pair(res *redis.Cmd) (int64, any, error) {
 	vals, err := res.Slice()
 	if err != nil {
 		return 0, nil, err
 	}
-	if len(vals) != 2 {
+	if len(vals) < 2 {
 		return 0, nil, fmt.Errorf("script returned %d values", len(vals))
 	}
 	code, ok := vals[0].(int64)
@@ -402,9 +424,13 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	if req.Wait {
 		wait = "1"
 	}
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return Result{}, processErr("lock", cfg.UniqueKey(), err)
+	}
 	res, acked, err := p.run(ctx, lockScript, true, keys(cfg, owner),
 		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, wait, ms(EntryTTL(cfg)),
-		max(req.Tokens, 1), ms(DoneTTL(cfg)))
+		max(req.Tokens, 1), ms(DoneTTL(cfg)), p.channel(cfg), pub)
 	var code int64
 	var v any
 	if err == nil {
@@ -423,7 +449,23 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	case -1:
 		return Result{Outcome: Settled}, nil
 	}
-	return Result{Outcome: Held}, nil
+	vals, _ := res.Slice()
+	return Result{Outcome: Held, Seen: sighting(vals)}, nil
+}
+
+// sighting reads {code, place, life, holder} (what a script found under a held key).
+func sighting(vals []any) Sighting {
+	s := Sighting{Place: -1}
+	if len(vals) == 4 {
+		if n, ok := vals[1].(int64); ok {
+			s.Place = int(n)
+		}
+		if n, ok := vals[2].(int64); ok && n > 0 {
+			s.Life = time.Duration(n) * time.Millisecond
+		}
+		s.Holder, _ = vals[3].(string)
+	}
+	return s
 }
 
 // ExpandLease implements DLockProcessor with renew.lua (one EVALSHA).
@@ -509,17 +551,21 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 // IsFree implements DLockProcessor with poll.lua (one EVALSHA).
 func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error) {
 	res, _, err := p.run(ctx, pollScript, false, keys(cfg, p.opts.Mark), p.opts.Mark, ms(EntryTTL(cfg)))
-	var n int64
+	var vals []any
 	if err == nil {
-		n, err = res.Int64()
+		vals, err = res.Slice()
+	}
+	var state int64
+	if err == nil && len(vals) == 4 {
+		state, _ = vals[0].(int64)
+	}
+	if err == nil && (state < int64(PollFree) || state > int64(PollNotQueued)) {
+		err = fmt.Errorf("poll.lua returned %v", vals)
 	}
 	if err != nil {
-		return 0, processErr("is-free", cfg.UniqueKey(), err)
+		return PollResult{}, processErr("is-free", cfg.UniqueKey(), err)
 	}
-	if n < int64(PollFree) || n > int64(PollNotQueued) {
-		return 0, processErr("is-free", cfg.UniqueKey(), fmt.Errorf("poll.lua returned %d", n))
-	}
-	return PollResult(n), nil
+	return PollResult{State: PollState(state), Seen: sighting(vals)}, nil
 }
 
 // Leave implements DLockProcessor with leave.lua (one EVALSHA).

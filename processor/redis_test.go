@@ -111,7 +111,7 @@ func TestLifecycle(t *testing.T) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "life")
-		if r, err := a.IsFree(ctx, lc); err != nil || r != processor.PollFree {
+		if r, err := a.IsFree(ctx, lc); err != nil || r.State != processor.PollFree {
 			t.Fatalf("IsFree = %v, %v; want free", r, err)
 		}
 		la, r := a.lock(t, lc, true, 1)
@@ -124,7 +124,7 @@ func TestLifecycle(t *testing.T) {
 		if e, err := a.Load(ctx, lc); err != nil || e == nil || e.Locker != la || e.Status != domain.StatusProcessing {
 			t.Fatalf("Load = %+v, %v", e, err)
 		}
-		if r, err := b.IsFree(ctx, lc); err != nil || r != processor.PollNotQueued {
+		if r, err := b.IsFree(ctx, lc); err != nil || r.State != processor.PollNotQueued {
 			t.Fatalf("IsFree on a held key (not in line) = %v, %v", r, err)
 		}
 		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
@@ -228,7 +228,15 @@ func TestReleaseNamesTheNextProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if from, next, ok := processor.ParseMessage(msg.Payload); !ok || from != la || next != "pb-" {
+		if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Released || m.From != la || m.Next != "pb-" {
+			t.Fatalf("message %q", msg.Payload)
+		}
+		lb, _ := b.lock(t, lc, true, 1) // takes the reservation, and says so
+		msg, err = ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Taken || m.From != lb || m.Life != lc.Lease() {
 			t.Fatalf("message %q", msg.Payload)
 		}
 	})
@@ -378,20 +386,20 @@ func TestPollNeverJoinsTheLine(t *testing.T) {
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "poll")
 		a.lock(t, lc, true, 1)
-		if r, _ := b.IsFree(ctx, lc); r != processor.PollNotQueued {
+		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollNotQueued {
 			t.Fatalf("poll = %v", r)
 		}
 		if in := inspect(t, a, lc); len(in.Waiting) != 0 {
 			t.Fatalf("a poll joined the line: %v", in.Waiting)
 		}
 		b.lock(t, lc, true, 1)
-		if r, _ := b.IsFree(ctx, lc); r != processor.PollQueued {
+		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollQueued {
 			t.Fatalf("poll in line = %v", r)
 		}
 		if err := b.Leave(ctx, lc); err != nil {
 			t.Fatal(err)
 		}
-		if r, _ := b.IsFree(ctx, lc); r != processor.PollNotQueued {
+		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollNotQueued {
 			t.Fatalf("poll after leaving = %v", r)
 		}
 	})
@@ -405,8 +413,8 @@ func TestLineEntriesExpire(t *testing.T) {
 	lc, _ := domain.NewDLockConfig("PROC", "expire-"+t.Name(), 100*time.Millisecond)
 	slow, _ := lc.WithLease(10 * time.Second)
 	la, _ := a.lock(t, slow, true, 1)
-	b.lock(t, lc, true, 1) // its entry lives 100 ms
-	time.Sleep(300 * time.Millisecond)
+	b.lock(t, lc, true, 1) // its entry lives processor.EntryTTL(lc): 2 s
+	time.Sleep(processor.EntryTTL(lc) + 200*time.Millisecond)
 	d.lock(t, slow, true, 1)
 	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pd-"}) {
 		t.Fatalf("line %v, want only pd- (pb-'s entry expired)", in.Waiting)
@@ -510,27 +518,30 @@ func TestSideKeysExpire(t *testing.T) {
 		if n := c.Exists(ctx, processor.LineKey(lc), processor.DueKey(lc)).Val(); n != 0 {
 			t.Errorf("the line's keys outlive its last entry (%d left)", n)
 		}
-		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.DoneTTL(lc) > 2*lc.Lease() || processor.EntryTTL(lc) > lc.Lease() {
-			t.Error("a side key outlives two leases")
+		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.DoneTTL(lc) > 2*lc.Lease() || processor.EntryTTL(lc) > max(lc.Lease(), 2*time.Second) {
+			t.Error("a side key outlives its bound")
 		}
 	})
 }
 
 func TestParseMessage(t *testing.T) {
 	for _, tc := range []struct {
-		in, from, next string
-		ok             bool
+		in   string
+		want processor.Message
+		ok   bool
 	}{
-		{"R|a-1|b-", "a-1", "b-", true},
-		{"R|a-1|", "a-1", "", true},
-		{"R|reserved|b-|c-", "reserved|b-", "c-", true},
-		{"R|a-1", "a-1", "", true},
-		{"P|a-7", "", "", false},
-		{"a-1", "", "", false},
+		{"R|a-1|b-", processor.Message{Released: true, From: "a-1", Next: "b-"}, true},
+		{"R|a-1|", processor.Message{Released: true, From: "a-1"}, true},
+		{"R|reserved|b-|c-", processor.Message{Released: true, From: "reserved|b-", Next: "c-"}, true},
+		{"R|a-1", processor.Message{Released: true, From: "a-1"}, true},
+		{"T|b-7|3000", processor.Message{Taken: true, From: "b-7", Life: 3 * time.Second}, true},
+		{"T|b-7|x", processor.Message{}, false},
+		{"P|a-7", processor.Message{}, false},
+		{"a-1", processor.Message{}, false},
 	} {
-		from, next, ok := processor.ParseMessage(tc.in)
-		if from != tc.from || next != tc.next || ok != tc.ok {
-			t.Errorf("ParseMessage(%q) = %q %q %v", tc.in, from, next, ok)
+		got, ok := processor.ParseMessage(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ParseMessage(%q) = %+v %v", tc.in, got, ok)
 		}
 	}
 }

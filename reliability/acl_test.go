@@ -21,7 +21,7 @@ import (
 //   - the scripts lock.lua, renew.lua, release.lua, poll.lua (the retry poller's check) and
 //     leave.lua by EVALSHA, with EVAL when the server lacks the script (go-redis Script.Run);
 //     inside them SET, GET, DEL, PEXPIRE, PTTL, PUBLISH and TIME, and ZADD, ZREM, ZRANGE,
-//     ZRANGEBYSCORE and ZSCORE for the line of waiting processes, which ACLs check too;
+//     ZRANGEBYSCORE and ZRANK for the line of waiting processes, which ACLs check too;
 //   - SUBSCRIBE and UNSUBSCRIBE of the release channels, and PING, dlock's health check of its
 //     subscription connection after 5 s of silence;
 //   - on connect, go-redis sends HELLO 3 AUTH (allowed to every user), then CLIENT SETINFO
@@ -42,7 +42,7 @@ const aclUser, aclPassword = "dlock", "dlock-acl-test-password"
 // aclCommands is what dlock needs.
 var aclCommands = []string{
 	"evalsha", "eval", "set", "get", "del", "pexpire", "pttl", "publish", "time",
-	"zadd", "zrem", "zrange", "zrangebyscore", "zscore",
+	"zadd", "zrem", "zrange", "zrangebyscore", "zrank",
 	"subscribe", "unsubscribe", "ping",
 }
 

@@ -17,7 +17,7 @@ func holder(t *testing.T, dir, tg string, flags ...string) *proc {
 	t.Helper()
 	script := fmt.Sprintf(`echo "$DLOCK_KEY $DLOCK_FENCING_TOKEN $DLOCK_TYPE $DLOCK_TARGET" > %[1]s/env
 touch %[1]s/ready
-while [ ! -e %[1]s/go ]; do sleep 0.02; done
+while [ ! -e %[1]s/go ] && [ -d %[1]s ]; do sleep 0.02; done
 touch %[1]s/a-done
 exit 7`, dir)
 	args := append([]string{"exec", "--redis", srv.Addr}, flags...)

@@ -130,7 +130,15 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	t.Cleanup(func() {
 		select {
 		case <-p.done:
+			return
 		default:
+		}
+		// SIGTERM first: dlock passes it on to its command's process group, which SIGKILL
+		// would leave running.
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}

@@ -2,10 +2,13 @@
 -- ARGV[1]  how many entries of the line to list at most
 -- Returns {holder or '', its remaining life in milliseconds (-2 when absent), the fencing
 -- counter or '', the live entries of the line, first in line first}.
+local live = {}
+for _, m in ipairs(redis.call('zrangebyscore', DUE, '(' .. NOW_MS, '+inf')) do
+    live[m] = true
+end
 local waiting = {}
 for _, m in ipairs(redis.call('zrange', LINE, 0, tonumber(ARGV[1]) - 1)) do
-    local due = redis.call('zscore', DUE, m)
-    if due and tonumber(due) > NOW_MS then
+    if live[m] then
         waiting[#waiting + 1] = m
     end
 end

@@ -1,5 +1,7 @@
--- lock.lua: take the key if it is free, or reserved for this process; when it is held, settle
--- this attempt (no copy of it that arrives later can take the key) and, to wait, join the line.
+-- lock.lua: take the key if it is free, or reserved for this process (then say so: "T|<locker>|
+-- <lease>", so that the others know it will not come free before that but by a release); when
+-- it is held, settle this attempt (no copy of it that arrives later can take the key) and, to
+-- wait, join the line.
 -- ARGV[1]  the locker (this acquisition's unique value, <owner><sequence number>)
 -- ARGV[2]  its sequence number ('' for a locker of another form)
 -- ARGV[3]  the lease in milliseconds
@@ -9,8 +11,12 @@
 -- ARGV[7]  how long a line entry lives unless renewed, in milliseconds
 -- ARGV[8]  how many fencing tokens to reserve (1, or a block for passes within this process)
 -- ARGV[9]  how long a settled mark lasts, in milliseconds
--- Returns {1, first token} when taken, {0, 0} when held by another, {-1, 0} when this
--- acquisition was settled already (this request came late).
+-- ARGV[10] the release channel, or '' to publish nothing
+-- ARGV[11] the command that publishes ('publish', or 'spublish' for sharded channels)
+-- Returns {1, first token} when taken; {0, place, life, holder} when held by another: this
+-- process's place in line (0 first, -1 not in line), the key's remaining life in milliseconds
+-- and the value under it; {-1, 0} when this acquisition was settled already (this request came
+-- late).
 local locker, seq, lease, mark = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 if settled(seq) then
     return {-1, 0}
@@ -27,10 +33,17 @@ if not holder or (mark ~= '' and holder == RESERVED .. mark) then
     if mark ~= '' then
         dequeue(mark)
     end
+    if holder and ARGV[10] ~= '' then
+        -- the processes in line heard the key reserved for this one: it is taken, for a lease
+        redis.call(ARGV[11], ARGV[10], 'T|' .. locker .. '|' .. lease)
+    end
     return {1, tokens(ARGV[8], ARGV[4])}
 end
 settle(seq, ARGV[9])
+local place = -1
 if ARGV[6] == '1' and mark ~= '' then
     enqueue(mark, ARGV[7])
+    purge()
+    place = redis.call('zrank', LINE, mark) or -1
 end
-return {0, 0}
+return {0, place, redis.call('pttl', K), holder}

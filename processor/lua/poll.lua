@@ -3,24 +3,28 @@
 -- arrives after its process left the line cannot put it back).
 -- ARGV[1]  this process's mark ('' for none)
 -- ARGV[2]  how long a line entry lives unless renewed, in milliseconds
--- Returns 1 free, 2 reserved for this process, 3 held and this process in line (its entry
--- renewed), 4 held and this process not in line.
+-- Returns {state, place, life, holder}: state 1 free, 2 reserved for this process, 3 held and
+-- this process in line (its entry renewed), 4 held and this process not in line; place, this
+-- process's place in line (0 first, -1 not in line); life, the key's remaining life in
+-- milliseconds; holder, the value under the key.
 local mark = ARGV[1]
 local holder = redis.call('get', K)
 if not holder then
-    return 1
+    return {1, -1, 0, ''}
 end
+local life = redis.call('pttl', K)
 if mark ~= '' and holder == RESERVED .. mark then
-    return 2
+    return {2, -1, life, holder}
 end
 if mark == '' then
-    return 4
+    return {4, -1, life, holder}
 end
 purge()
-if redis.call('zscore', LINE, mark) then
+local place = redis.call('zrank', LINE, mark)
+if place then
     redis.call('zadd', DUE, 'XX', NOW_MS + tonumber(ARGV[2]), mark)
     lengthen(LINE, ARGV[2])
     lengthen(DUE, ARGV[2])
-    return 3
+    return {3, place, life, holder}
 end
-return 4
+return {4, -1, life, holder}
