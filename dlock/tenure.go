@@ -28,7 +28,6 @@ type tenure struct {
 	since time.Time          // when the tenure began, or last found that no other process waits
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
-	early bool // the expander was told to renew early, for passes (until the next renewal)
 }
 
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
@@ -70,33 +69,17 @@ func (t *tenure) renewed(sent time.Time, cfg domain.DLockConfig, first uint64, n
 	if n > 0 && first >= t.end {
 		t.next, t.end = first, first+uint64(n)
 	}
-	t.early = false
 	if t.exp != nil {
 		t.exp.Poke()
 	}
 }
 
-// passing is told of a pass: once more than 45 % of the lease has gone, the expander renews
-// at once, in the background, so that no pass has to wait for a renewal (a pass never starts
-// with less than half the lease left). The caller holds mu.
-func (t *tenure) passing() {
-	if !t.early && time.Until(t.until) < t.cfg.Lease()*55/100 {
-		t.early = true
-		t.exp.Poke()
-	}
-}
-
-// Schedule implements threads.Lease: renew at 75 % of the lease after the last write's send,
-// or at once when passes need it sooner (passing).
+// Schedule implements threads.Lease: renew at 75 % of the lease after the last write's send.
 func (t *tenure) Schedule() threads.Schedule {
 	t.st.mu.Lock()
 	defer t.st.mu.Unlock()
 	lease := t.cfg.Lease()
-	at := t.until.Add(-lease / 4)
-	if t.early {
-		at = time.Now()
-	}
-	return threads.Schedule{Until: t.until, RenewAt: at, Retry: lease / 10}
+	return threads.Schedule{Until: t.until, RenewAt: t.until.Add(-lease / 4), Retry: lease / 10}
 }
 
 // Renew implements threads.Lease: the expander's renewal, with the tenure's lease, and a new
@@ -209,7 +192,6 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	st.owner = nil
 	if st.g.opts.handOff > 0 && st.q.HasWaiters() {
 		st.phase = free
-		st.ten.passing()
 		st.signalLocked(HowHandOver) // a waiter that failed in Redis before may take it now
 		st.mu.Unlock()
 		return nil
