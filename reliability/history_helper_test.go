@@ -40,7 +40,7 @@ func monoNow() int64 {
 // of the re-entry) or unlock; Start and End are monotonic nanoseconds around the call.
 type histCall struct {
 	Kind    string `json:"k"`
-	D       int64  `json:"d,omitempty"`
+	D       int64  `json:"d,omitempty"` // the deadline of a Lock, TryLock or force; the lease of an Extend
 	Start   int64  `json:"s"`
 	End     int64  `json:"e"`
 	Outcome string `json:"o"`             // see outcome
@@ -360,8 +360,9 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		cancel()
 	}
 	if rand.IntN(6) == 0 { // Extend, to a lease between half and three times the configured one
-		ec := histCall{Kind: "extend", Start: monoNow()}
-		err := l.Extend(owned, randDuration(w.lease/2, 3*w.lease).Round(time.Millisecond))
+		to := randDuration(w.lease/2, 3*w.lease).Round(time.Millisecond)
+		ec := histCall{Kind: "extend", D: int64(to), Start: monoNow()}
+		err := l.Extend(owned, to)
 		ec.End = monoNow()
 		ec.Outcome, ec.Err, ec.Redis = outcome("extend", err == nil, err)
 		rec.Calls = append(rec.Calls, ec)

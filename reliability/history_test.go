@@ -78,17 +78,18 @@ import (
 // having begun no later than the overlap or write in question; a holding that straddles a
 // restart of the lock's Redis (the restart began during its span and no later than the
 // overlap), provided it was told of the loss (ToldCtx or ToldUnlock) or released within a
-// lease of the restart: the restart wiped its key, and its process learns of it at its
-// tenure's next renewal (or release; a holding that passed the lock on within its process
-// before then is not told); a holding passed the lock within its process under a tenure that
-// a restart wiped (the process held the key when the restart began), acquired and overlapping
-// within a lease of the restart.
+// lease of the restart (or what remains of a lease an Extend set just before it, see
+// untoldFor): the restart wiped its key, and its process learns of it at its tenure's next
+// renewal (or release; a holding that passed the lock on within its process before then is
+// not told); a holding passed the lock within its process under a tenure that a restart wiped
+// (the process held the key when the restart began), acquired and overlapping within that
+// bound.
 //
 // Rules:
 //
 //	(1) overlap: two holdings of one key whose belief intervals intersect, neither excused.
 //	    restart-untold: a holding that acquired before a restart (TAcq < the kill), was never
-//	    told of a loss, released more than a lease after the restart, and overlaps a holding
+//	    told of a loss, released later than that bound after the restart, and overlaps a holding
 //	    that acquired after the kill; its process was
 //	    not killed. (A holding whose acquiring call spans the kill and that returned after it
 //	    may hold a key of either server: it is excused, and counted as ambiguous.)
@@ -127,9 +128,9 @@ import (
 //	    helper still running endSlack (25 s) after the end (it gets SIGQUIT, so its goroutines
 //	    are dumped, then SIGKILL); helper-failed: a helper that exited with an error or without
 //	    its exit line; close-error: its Generator's Close failed.
-//	(5) left-behind: 3 leases after every helper closed its generator and exited, a key other
-//	    than a fencing counter ({DLOCK_…}:fence, which by design may outlive the lease, with a
-//	    TTL) is in the lock's Redis, or a fencing counter has no TTL;
+//	(5) left-behind: 3 leases after every helper closed its generator and exited, a key is in
+//	    the lock's Redis that allowedLater does not allow (fencing counters with a TTL, which
+//	    by design may outlive the lease, and settled and yield-check marks about to expire);
 //	    goroutine-leak: a helper's goleak.Find (after Close, retried for 5 s) found one.
 //	    What was left right after the exit (lock keys and line entries expire with the lease)
 //	    is reported, not failed.
@@ -228,6 +229,7 @@ type histRun struct {
 
 	// Leftovers in the lock's Redis: right after the helpers exited, and 3 leases later.
 	leftNow, leftLater []string
+	leftBad            []string // of leftLater, the keys rule (5) does not allow
 	leftChecked        bool
 
 	// Analysis.
@@ -470,14 +472,18 @@ func (r *histRun) checkLeftovers() {
 	}
 	c := r.lockSrv.Client()
 	defer c.Close()
-	scan := func() []string {
+	scan := func(later bool) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var out []string
 		iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
-			out = append(out, k+" (TTL "+c.PTTL(ctx, k).Val().String()+")")
+			ttl := c.PTTL(ctx, k).Val()
+			out = append(out, k+" (TTL "+ttl.String()+")")
+			if later && !allowedLater(k, ttl, r.lease) {
+				r.leftBad = append(r.leftBad, out[len(out)-1])
+			}
 		}
 		if err := iter.Err(); err != nil {
 			r.t.Errorf("SCAN of the lock's Redis: %v", err)
@@ -485,10 +491,28 @@ func (r *histRun) checkLeftovers() {
 		sort.Strings(out)
 		return out
 	}
-	r.leftNow = scan()
+	r.leftNow = scan(false)
 	time.Sleep(3 * r.lease)
-	r.leftLater = scan()
+	r.leftLater = scan(true)
+	sort.Strings(r.leftBad)
 	r.leftChecked = true
+}
+
+// allowedLater reports whether key k, found with time to live ttl 3 leases after the helpers
+// exited, may be there: a fencing counter with a TTL (kept for two leases after its key's last
+// acquisition or renewal, of the longest lease an Extend set), or a settled mark ({…}:done:…)
+// or yield-check mark ({…}:check:…) that expires within 3 more leases (they last 2 × the
+// holding's lease, up to 3 leases after an Extend).
+func allowedLater(k string, ttl, lease time.Duration) bool {
+	switch {
+	case ttl <= 0:
+		return false // no TTL (or gone between SCAN and PTTL: judged by the next run)
+	case strings.HasSuffix(k, "}:fence"):
+		return true
+	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"):
+		return ttl <= 3*lease
+	}
+	return false
 }
 
 // histHolding is a holding from the logs.
@@ -899,13 +923,17 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 		st.excused["forced"]++
 		return
 	}
+	if r.passedUnderForced(b, a) {
+		st.excused["forced, passed on within the process"]++
+		return
+	}
 	told := func(x *histHolding) bool { return x.ToldCtx || x.ToldUnlock }
-	renewal := int64(r.lease) // a tenure renews at the latest 3/4 of a lease after its last renewal
 	for _, w := range restarts {
 		if w.Start > start {
 			continue // the overlap began before this restart
 		}
 		for _, x := range []*histHolding{a, b} {
+			renewal := r.untoldFor(x, w)
 			if x.TAcq >= w.Start && r.tenureAcross(x, w) && x.TAcq <= w.End+renewal && start <= w.End+renewal {
 				// x was passed the lock within its process under a tenure that the restart
 				// wiped, before the tenure's next renewal could tell the process
@@ -948,13 +976,33 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 		st.bothWritesAccepted++
 		note = " (both fenced writes were accepted: the fence did not catch it)"
 	}
-	r.violate("overlap", "two owners of %s for %v%s:\n    %s\n    %s", a.Key,
-		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.hold(a), r.hold(b))
+	r.violate("overlap", "two owners of %s for %v%s (forces of the key in the second before: %s):\n    %s\n    %s", a.Key,
+		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.forcesNear(a.Key, start), r.hold(a), r.hold(b))
 }
 
 // tenureAcross reports whether x's process held x's key when restart w began: one of its
 // holdings of the key spans w's start. Then the process's later holdings of the key may be
 // passes under the tenure the restart wiped.
+// untoldFor returns how long after restart w x's process may go on under a tenure the restart
+// wiped before its next renewal tells it: a tenure renews at the latest 3/4 of its lease after
+// its last renewal, and an Extend to d just before the restart (by a holding of that process
+// and key that ended less than a lease before it, so possibly of the same tenure) is a renewal
+// whose next one comes 3/4 of d later. The bound is a lease, or what remains of d.
+func (r *histRun) untoldFor(x *histHolding, w histFault) int64 {
+	bound := int64(r.lease)
+	for _, h := range r.byProcKey[x.Proc+" "+x.Key] {
+		if h.TRel <= w.Start-int64(r.lease) || h.TAcq >= w.Start {
+			continue
+		}
+		for _, c := range h.Calls {
+			if c.Kind == "extend" && c.Outcome == "ok" && c.Start < w.Start {
+				bound = max(bound, c.End+c.D-w.End)
+			}
+		}
+	}
+	return bound
+}
+
 func (r *histRun) tenureAcross(x *histHolding, w histFault) bool {
 	for _, h := range r.byProcKey[x.Proc+" "+x.Key] {
 		if h.TAcq < w.Start && w.Start < h.TRel {
@@ -977,6 +1025,39 @@ func (r *histRun) forcedBetween(a *histHolding, until int64) bool {
 		}
 	}
 	return false
+}
+
+// passedUnderForced reports whether b, which acquired after a, was passed the lock within its
+// process under a tenure that an operator's ForceRelease removed before a acquired: b's token
+// is below a's (so it was handed out before a's tenure began, from the block of an older
+// tenure of b's process, which must have ended for a to take the key), a force removed a
+// locker of b's process before b acquired, and b acquired before that tenure's next renewal
+// could tell the process (untoldFor).
+func (r *histRun) passedUnderForced(b, a *histHolding) bool {
+	if b.NoToken || a.NoToken || b.Token >= a.Token {
+		return false
+	}
+	for _, f := range r.forces[b.Key] {
+		if f.victim == b.Proc && f.Start < b.TAcq && b.TAcq <= f.End+r.untoldFor(b, histFault{Start: f.Start, End: f.End}) {
+			return true
+		}
+	}
+	return false
+}
+
+// forcesNear lists the operators' ForceRelease calls on key that removed a holder in the
+// second before at, for the examples of a violation.
+func (r *histRun) forcesNear(key string, at int64) string {
+	var out []string
+	for _, f := range r.forces[key] {
+		if f.End > at-int64(time.Second) && f.Start < at {
+			out = append(out, fmt.Sprintf("%s–%s of proc %s", r.rel(f.Start), r.rel(f.End), f.victim))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // checkTokens applies rule (2) to the holdings of one key.
@@ -1123,10 +1204,8 @@ func (r *histRun) report() {
 	if r.leftChecked {
 		fmt.Fprintf(&b, "  left in the lock's Redis right after the exit: %d keys %s; 3 leases later: %d\n",
 			len(r.leftNow), firstN(r.leftNow, 8), len(r.leftLater))
-		for _, k := range r.leftLater {
-			if !(strings.HasSuffix(strings.Fields(k)[0], "}:fence") && !strings.Contains(k, "TTL -")) {
-				r.violate("left-behind", "%s", k)
-			}
+		for _, k := range r.leftBad {
+			r.violate("left-behind", "%s", k)
 		}
 	}
 	total := 0
@@ -1187,6 +1266,11 @@ func TestHistoryRules(t *testing.T) {
 		}
 	}
 	toldByUnlock := func(r *histRecord) { r.ToldUnlock, r.Calls[1].Outcome = true, "lost" }
+	extended := func(at, to int64) opt { // a successful Extend to a lease of to ms at at
+		return func(r *histRecord) {
+			r.Calls = append(r.Calls, histCall{Kind: "extend", D: to * ms, Start: at * ms, End: (at + 1) * ms, Outcome: "ok"})
+		}
+	}
 	write := func(at int64, accepted bool, stored uint64) opt {
 		return func(r *histRecord) {
 			r.Write = &histWrite{Start: at * ms, End: (at + 1) * ms, Accepted: accepted, Stored: stored}
@@ -1228,6 +1312,10 @@ func TestHistoryRules(t *testing.T) {
 			[]histFault{restart}, nil, []string{"restart-untold"}},
 		{"restart, released before the next renewal", []*histRecord{hold("a", "k", 1, 0, 1, 300), hold("b", "k", 2, 160, 200, 310)},
 			[]histFault{restart}, nil, nil},
+		{"restart, extended, released before the next renewal", []*histRecord{hold("a", "k", 1, 0, 1, 700, extended(2, 1200)), hold("b", "k", 2, 160, 200, 710)},
+			[]histFault{restart}, nil, nil},
+		{"restart, extended, untold past the renewal", []*histRecord{hold("a", "k", 1, 0, 1, 1400, extended(2, 1200)), hold("b", "k", 2, 160, 200, 1410)},
+			[]histFault{restart}, nil, []string{"restart-untold"}},
 		{"restart, same tenure", []*histRecord{hold("a", "k", 1, 0, 1, 120), hold("a", "k", 2, 110, 121, 300), hold("b", "k", 3, 160, 200, 310)},
 			[]histFault{restart}, nil, nil},
 		{"restart, another tenure", []*histRecord{hold("a", "k", 2, 160, 170, 300), hold("b", "k", 3, 160, 200, 310)},
@@ -1247,6 +1335,10 @@ func TestHistoryRules(t *testing.T) {
 		{"forced after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 400, toldByUnlock), hold("b", "k", 2, 2, 150, 500), forceAt("op", "k", 200)}, nil, nil, []string{"overlap"}},
 		{"forced, never told", []*histRecord{hold("a", "k", 1, 0, 1, 400), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, nil},
 		{"another process forced", []*histRecord{hold("b", "k", 1, 0, 1, 400), hold("a", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"forced, passed on within the process", []*histRecord{hold("a", "k", 5, 0, 1, 110), forceAt("op", "k", 100), hold("b", "k", 10, 102, 130, 300), hold("a", "k", 6, 50, 140, 200)},
+			nil, nil, nil},
+		{"forced, a new tenure after it", []*histRecord{hold("a", "k", 5, 0, 1, 110), forceAt("op", "k", 100), hold("b", "k", 10, 102, 130, 300), hold("a", "k", 11, 50, 140, 200)},
+			nil, nil, []string{"overlap"}},
 		{"forced before the holding's call", []*histRecord{hold("a", "k", 1, 105, 110, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
 		{"extend outcomes", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) {
 			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 3 * ms, Outcome: "ok"},
