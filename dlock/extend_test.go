@@ -143,14 +143,7 @@ func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
 	t.Run("a local hand-over's requests arrive again after Extend", func(t *testing.T) {
 		la, lb, w := setup(t)
 		first := lockA(t, la)
-		got := make(chan *dlock.Owner, 1)
-		go func() {
-			o, err := la.Lock(ctxT(t, 10*time.Second))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- o
-		}()
+		got := lockAsync(t, la, ctxT(t, 10*time.Second))
 		waitFor(t, func() bool { s, _ := la.State(ctxT(t, time.Second)); return s.LocalWaiters })
 		if err := first.Unlock(); err != nil {
 			t.Fatal(err)

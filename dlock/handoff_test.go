@@ -89,14 +89,7 @@ func TestPassWithAnotherLeaseRenewsFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := long.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
+	got := lockAsync(t, long, ctx)
 	waitFor(t, func() bool { return g.Waiters(key(short)) })
 	before := cnt.script("renew")
 	if err := owned.Unlock(); err != nil {
@@ -126,14 +119,7 @@ func TestPassNeverStartsWithLessThanHalfTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := l.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
+	got := lockAsync(t, l, ctx)
 	waitFor(t, func() bool { return g.Waiters(key(l)) })
 	time.Sleep(lease * 6 / 10) // past half the lease (the expander renews at 75 %)
 	if err := owned.Unlock(); err != nil {

@@ -485,6 +485,20 @@ func rgRecv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	return zero
 }
 
+// lockAsync runs l.Lock(ctx) in a goroutine and sends its Owner (nil after an error, which
+// fails the test).
+func lockAsync(t testing.TB, l *dlock.DistributedReentrantLock, ctx context.Context) <-chan *dlock.Owner {
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	return got
+}
+
 type rgLockResult struct {
 	owned context.Context
 	err   error

@@ -199,14 +199,7 @@ func TestNoPassAfterALoss(t *testing.T) {
 	if err != nil || !before.Mine {
 		t.Fatalf("State: %+v, %v", before, err)
 	}
-	got := make(chan *dlock.Owner, 1)
-	go func() {
-		w, err := l.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- w
-	}()
+	got := lockAsync(t, l, ctx)
 	waitFor(t, func() bool { return g.Waiters(key(l)) })
 	c.Del(ctx, key(l)) // lost from outside
 	<-o.Done()         // the next renewal finds it gone
@@ -239,14 +232,7 @@ func TestLossLetsTheSubscriptionGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := l.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
+	got := lockAsync(t, l, ctx)
 	waitFor(t, func() bool { return g.Subscribed() == 1 }) // it waits, and watches
 	if err := o2.Unlock(); err != nil {
 		t.Fatal(err)

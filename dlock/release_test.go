@@ -216,14 +216,7 @@ func TestReleaseReportsALossAfterAYieldCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan *dlock.Owner, 1)
-			go func() {
-				o, err := l.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- o
-			}()
+			got := lockAsync(t, l, ctx)
 			waitFor(t, func() bool { return g.Waiters(key(l)) })
 			time.Sleep(pause) // past the hand-off limit: the pass is a yield check (nobody else waits)
 			if err := a.Unlock(); err != nil {

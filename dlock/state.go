@@ -318,7 +318,6 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.heard = time.Now()
 	st.phase = idle
 	switch {
 	case late || err != nil || ctx.Err() != nil:
@@ -340,6 +339,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if wait {
 			st.queued, st.entryAt = true, time.Now()
 		}
+		st.heard = time.Now()
 		st.sighted(res.Seen, ent.LockTime)
 		if st.epoch != epoch || !wait {
 			// a signal came while we were asking, or a TryLock asked while goroutines queued
@@ -486,7 +486,7 @@ func (st *lockState) settleLocked() {
 }
 
 // leave takes this process out of the Redis line (leave.lua), passing on a key reserved for
-// it. A Redis failure is not retried: the entry expires within a lease.
+// it. A Redis failure is not retried: the entry expires with its time to live (EntryTTL).
 func (st *lockState) leave() {
 	rctx, cancel := context.WithTimeout(st.g.clean, st.cfg.Lease())
 	defer cancel()

@@ -100,14 +100,20 @@ func (c *conn) lock(typ, target string, lease time.Duration) (*dlock.Distributed
 	return l, nil
 }
 
-// inspect connects, makes the handle on typ/target (with inspectLease) and checks that Redis
-// answers: what status and release need before their one call. The caller closes the conn.
+// inspect opens typ/target with inspectLease: what status and release need before their one
+// call. The caller closes the conn.
 func inspect(r redisFlags, typ, target string) (*conn, *dlock.DistributedReentrantLock, error) {
-	c, err := connect(r, inspectLease)
+	return open(r, typ, target, inspectLease)
+}
+
+// open connects, makes the handle on typ/target with lease and checks that Redis answers.
+// The caller closes the conn.
+func open(r redisFlags, typ, target string, lease time.Duration) (*conn, *dlock.DistributedReentrantLock, error) {
+	c, err := connect(r, lease)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := c.lock(typ, target, inspectLease)
+	l, err := c.lock(typ, target, lease)
 	if err == nil {
 		err = c.ping()
 	}

@@ -154,18 +154,11 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 		}
 		return withStatus(exitCannotExec, fmt.Errorf("cannot run %q: %v", argv[0], err))
 	}
-	c, err := connect(o.redis, *o.lease)
+	c, l, err := open(o.redis, typ, target, *o.lease)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	l, err := c.lock(typ, target, *o.lease)
-	if err != nil {
-		return err
-	}
-	if err := c.ping(); err != nil {
-		return err
-	}
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)

@@ -86,18 +86,11 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	if err != nil {
 		return err
 	}
-	c, err := connect(o.redis, *o.lease)
+	c, l, err := open(o.redis, typ, target, *o.lease)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	l, err := c.lock(typ, target, *o.lease)
-	if err != nil {
-		return err
-	}
-	if err := c.ping(); err != nil {
-		return err
-	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, released...)
 	defer signal.Stop(sigs)
