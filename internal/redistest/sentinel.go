@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,9 +23,18 @@ const (
 	SentinelFailoverTimeout = 3000 * time.Millisecond
 )
 
+// sentinelSeq numbers the deployments of this process, for their master names.
+var sentinelSeq atomic.Int64
+
 // Sentinel is a master, one replica and a set of sentinels watching them, all redis-server
 // processes on loopback ports, for tests. Its methods are safe for concurrent use, though
 // killing and failing over are meant to be driven by one test goroutine.
+//
+// The sentinels act on their own too: right after a failover that followed a kill, each of
+// them marks the new master down for a moment and, counting the other sentinels' still-valid
+// "the old master is down" answers, may fail it over again (see quietMaster). The helpers that
+// change the deployment therefore wait until it is quiet before they act, and RestartKilled
+// waits until it has settled again.
 type Sentinel struct {
 	bin  string
 	name string
@@ -46,7 +56,11 @@ func StartSentinel(sentinels int) (*Sentinel, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sentinel{bin: bin, name: "dlockmaster"}
+	// A name of its own: sentinels take hello messages for the master of that name from any
+	// instance they are connected to, so two deployments of one name (another test process
+	// that reuses a port one of ours had) would adopt each other's masters and sentinels.
+	name := fmt.Sprintf("dlockmaster-%d-%d", os.Getpid(), sentinelSeq.Add(1))
+	s := &Sentinel{bin: bin, name: name}
 	if err := s.start(sentinels); err != nil {
 		s.Close()
 		return nil, err
@@ -107,7 +121,8 @@ func (s *Sentinel) start(sentinels int) error {
 		s.sentinels = append(s.sentinels, p)
 		s.mu.Unlock()
 	}
-	return s.waitSeen(settleTimeout)
+	_, err = s.waitSettled(settleTimeout)
+	return err
 }
 
 // replicaOf checks that p replicates from the master on port, connected and synced.
@@ -124,49 +139,126 @@ func replicaOf(p *proc, port int) error {
 	return nil
 }
 
-// waitSeen waits until every running sentinel agrees on the master, sees it up, sees every
-// running data node other than the master as a connected replica, and knows every other
-// running sentinel.
-func (s *Sentinel) waitSeen(timeout time.Duration) error {
-	return waitFor("sentinels see master and replicas", timeout, func() error {
-		master, err := s.agreedMaster()
+// quietMaster returns the master if every running sentinel names it, none is failing over,
+// sees it down or lacks a connection to it, and it runs with role:master.
+//
+// "Connected" matters: after a switch a sentinel reconnects to the new master only a second
+// after its last attempt on the old address (it retries a dead master once a second), while it
+// counts the new master's silence from the switch. So about a second after a failover that
+// followed a kill, a sentinel may mark the new master down (+sdown) on the very tick it
+// reconnects, before the PING it sends then is answered; the other sentinels' answers that
+// the killed master was down are still valid for 5 s and count towards the quorum, so that
+// is +odown at once and a new failover, which promotes the restarted old master if it is a
+// good replica by then. The sentinel clears its disconnected flag on that same tick, and it
+// answers us only between ticks, so once it shows its master as plain "master" the moment has
+// passed; a failover it started then shows as failover_in_progress.
+func (s *Sentinel) quietMaster() (*proc, error) {
+	master, err := s.agreedMaster()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range s.liveSentinels() {
+		m, err := kv(p.do("SENTINEL", "MASTER", s.name).Result())
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("SENTINEL MASTER on %s: %w", p.addr, err)
 		}
-		sentinels := s.liveSentinels()
-		for _, p := range sentinels {
-			m, err := kv(p.do("SENTINEL", "MASTER", s.name).Result())
-			if err != nil {
-				return fmt.Errorf("SENTINEL MASTER on %s: %w", p.addr, err)
-			}
-			if m["flags"] != "master" {
-				return fmt.Errorf("sentinel %s sees master %s as %s", p.addr, master, m["flags"])
-			}
-			if want := strconv.Itoa(len(sentinels) - 1); m["num-other-sentinels"] != want {
-				return fmt.Errorf("sentinel %s knows %s other sentinels, want %s", p.addr, m["num-other-sentinels"], want)
-			}
-			replicas, err := p.do("SENTINEL", "REPLICAS", s.name).Slice()
-			if err != nil {
-				return fmt.Errorf("SENTINEL REPLICAS on %s: %w", p.addr, err)
-			}
-			seen := map[string]bool{}
-			for _, r := range replicas {
-				m, err := kv(r, nil)
-				if err != nil {
-					return err
-				}
-				if m["flags"] == "slave" && m["master-link-status"] == "ok" {
-					seen[net.JoinHostPort(m["ip"], m["port"])] = true
-				}
-			}
-			for _, d := range s.liveData() {
-				if d.addr != master && !seen[d.addr] {
-					return fmt.Errorf("sentinel %s does not see replica %s connected", p.addr, d.addr)
-				}
+		if addr := net.JoinHostPort(m["ip"], m["port"]); addr != master || m["flags"] != "master" {
+			return nil, fmt.Errorf("sentinel %s sees master %s as %s (failover state %q)", p.addr, addr,
+				m["flags"], m["failover-state"])
+		}
+	}
+	p := s.dataByAddr(master)
+	if p == nil || !p.running() {
+		return nil, fmt.Errorf("the sentinels name %s, which is not running", master)
+	}
+	repl, err := p.info("INFO", "replication")
+	if err != nil {
+		return nil, err
+	}
+	if repl["role"] != "master" {
+		return nil, fmt.Errorf("master %s says role:%s", master, repl["role"])
+	}
+	return p, nil
+}
+
+// settledMaster returns the master if it is quiet (quietMaster), every other running data
+// node replicates from it, connected and synced, every running sentinel sees those as its
+// connected replicas and knows every other running sentinel, and no sentinel still counts
+// another's answer that its master is down (master_down, kept up to 5 s after the last
+// answer; see quietMaster for what such a stale answer can start).
+func (s *Sentinel) settledMaster() (*proc, error) {
+	master, err := s.quietMaster()
+	if err != nil {
+		return nil, err
+	}
+	data := s.liveData()
+	for _, d := range data {
+		if d != master {
+			if err := replicaOf(d, master.port); err != nil {
+				return nil, err
 			}
 		}
-		return nil
+	}
+	sentinels := s.liveSentinels()
+	for _, p := range sentinels {
+		others, err := p.do("SENTINEL", "SENTINELS", s.name).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("SENTINEL SENTINELS on %s: %w", p.addr, err)
+		}
+		if len(others) != len(sentinels)-1 {
+			return nil, fmt.Errorf("sentinel %s knows %d other sentinels, want %d", p.addr, len(others), len(sentinels)-1)
+		}
+		for _, o := range others {
+			m, err := kv(o, nil)
+			if err != nil {
+				return nil, err
+			}
+			if m["flags"] != "sentinel" {
+				return nil, fmt.Errorf("sentinel %s sees sentinel %s as %s", p.addr,
+					net.JoinHostPort(m["ip"], m["port"]), m["flags"])
+			}
+		}
+		replicas, err := p.do("SENTINEL", "REPLICAS", s.name).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("SENTINEL REPLICAS on %s: %w", p.addr, err)
+		}
+		seen := map[string]bool{}
+		for _, r := range replicas {
+			m, err := kv(r, nil)
+			if err != nil {
+				return nil, err
+			}
+			if m["flags"] == "slave" && m["master-link-status"] == "ok" && m["master-port"] == strconv.Itoa(master.port) {
+				seen[net.JoinHostPort(m["ip"], m["port"])] = true
+			}
+		}
+		for _, d := range data {
+			if d != master && !seen[d.addr] {
+				return nil, fmt.Errorf("sentinel %s does not see replica %s connected to %s", p.addr, d.addr, master.addr)
+			}
+		}
+	}
+	return master, nil
+}
+
+// waitQuiet waits until the deployment is quiet (quietMaster) and returns the master.
+func (s *Sentinel) waitQuiet(timeout time.Duration) (*proc, error) {
+	var master *proc
+	err := waitFor("a master every sentinel agrees on, with no failover under way", timeout, func() (err error) {
+		master, err = s.quietMaster()
+		return err
 	})
+	return master, err
+}
+
+// waitSettled waits until the deployment has settled (settledMaster) and returns the master.
+func (s *Sentinel) waitSettled(timeout time.Duration) (*proc, error) {
+	var master *proc
+	err := waitFor("sentinels settled on the master and its replicas", timeout, func() (err error) {
+		master, err = s.settledMaster()
+		return err
+	})
+	return master, err
 }
 
 // kv turns a flat array of field names and values into a map.
@@ -263,6 +355,17 @@ func (s *Sentinel) Client(tune ...func(*redis.FailoverOptions)) *redis.Client {
 	return redis.NewFailoverClient(opt)
 }
 
+// Master waits until every running sentinel names the same master, none is failing over or
+// sees it down, and it runs with role:master, and returns its address. Unlike MasterAddr it
+// does not answer in the middle of a failover.
+func (s *Sentinel) Master(timeout time.Duration) (string, error) {
+	p, err := s.waitQuiet(timeout)
+	if err != nil {
+		return "", err
+	}
+	return p.addr, nil
+}
+
 // MasterAddr returns the master's address as the first sentinel that answers says.
 func (s *Sentinel) MasterAddr() (string, error) {
 	var last error = fmt.Errorf("redistest: no sentinel running")
@@ -276,36 +379,46 @@ func (s *Sentinel) MasterAddr() (string, error) {
 	return "", last
 }
 
-// KillMaster kills (SIGKILL) the current master and returns its address. RestartKilled brings
-// it back as a replica.
+// KillMaster waits until the deployment is quiet (as Master does), kills (SIGKILL) the master
+// and returns its address. RestartKilled brings it back as a replica.
 func (s *Sentinel) KillMaster() (string, error) {
-	addr, err := s.MasterAddr()
+	p, err := s.waitQuiet(settleTimeout)
 	if err != nil {
 		return "", err
-	}
-	p := s.dataByAddr(addr)
-	if p == nil || !p.running() {
-		return "", fmt.Errorf("redistest: master %s is not a running node of this deployment", addr)
 	}
 	p.kill()
-	return addr, nil
+	return p.addr, nil
 }
 
-// Failover asks a sentinel for a failover (SENTINEL FAILOVER), retrying while the sentinel has
-// no replica it considers good or a failover is in progress, and returns the master's address
-// before it; WaitNewMaster waits for the result. The old master stays up: it becomes a replica.
+// Failover waits until the deployment is quiet (as Master does), asks a sentinel for a
+// failover (SENTINEL FAILOVER) and returns the address of the master it fails over, read in
+// that quiet state; WaitNewMaster waits for the result. While the sentinel has no replica it
+// considers good, or a failover is under way after all, it waits for quiet again and retries;
+// any other error ends it (a request that timed out may have started a failover, and a second
+// one would move the master back). The old master stays up: it becomes a replica.
 func (s *Sentinel) Failover() (string, error) {
-	old, err := s.agreedMaster()
-	if err != nil {
-		return "", err
-	}
-	return old, waitFor("SENTINEL FAILOVER "+s.name, settleTimeout, func() error {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		master, err := s.waitQuiet(time.Until(deadline))
+		if err != nil {
+			return "", err
+		}
 		sentinels := s.liveSentinels()
 		if len(sentinels) == 0 {
-			return fmt.Errorf("no sentinel running")
+			return "", fmt.Errorf("redistest: no sentinel running")
 		}
-		return sentinels[0].do("SENTINEL", "FAILOVER", s.name).Err()
-	})
+		err = sentinels[0].do("SENTINEL", "FAILOVER", s.name).Err()
+		if err == nil {
+			return master.addr, nil
+		}
+		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") && !strings.HasPrefix(err.Error(), "INPROG") {
+			return "", fmt.Errorf("redistest: SENTINEL FAILOVER %s on %s: %w", s.name, sentinels[0].addr, err)
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("redistest: SENTINEL FAILOVER %s: not done after %v: %w", s.name, settleTimeout, err)
+		}
+		time.Sleep(pollEvery)
+	}
 }
 
 // WaitNewMaster waits until every running sentinel names the same master other than old, and
@@ -364,16 +477,20 @@ func (s *Sentinel) WaitReplicas(timeout time.Duration) error {
 	})
 }
 
-// RestartKilled starts every killed data node again, empty, as a replica of the current
-// master, and waits until the sentinels see it as a connected replica.
+// RestartKilled waits until the deployment is quiet (as Master does), starts every killed
+// data node again, empty, as a replica of that master, and waits until the deployment has
+// settled: the sentinels all name that master, running with role:master, every other data
+// node (the restarted ones included) replicates from it, connected and synced, and every
+// sentinel sees them as its connected replicas. It returns an error if the sentinels moved
+// the master meanwhile.
+//
+// Waiting for quiet first matters right after a failover that followed a kill: until every
+// sentinel is connected to the new master it may still fail it over (see quietMaster), and a
+// killed node restarted by then would be the replica it promotes.
 func (s *Sentinel) RestartKilled() error {
-	master, err := s.agreedMaster()
+	p, err := s.waitQuiet(settleTimeout)
 	if err != nil {
 		return err
-	}
-	p := s.dataByAddr(master)
-	if p == nil || !p.running() {
-		return fmt.Errorf("redistest: the sentinels name %s, which is not running", master)
 	}
 	s.mu.Lock()
 	data := slices.Clone(s.data)
@@ -385,32 +502,28 @@ func (s *Sentinel) RestartKilled() error {
 		if err := d.start("--replicaof", "127.0.0.1", strconv.Itoa(p.port)); err != nil {
 			return fmt.Errorf("redistest: restart %s: %w", d.addr, err)
 		}
-		if err := waitFor("restarted "+d.addr+" synced", settleTimeout, func() error {
-			return replicaOf(d, p.port)
-		}); err != nil {
-			return err
-		}
 	}
-	return s.waitSeen(settleTimeout)
+	master, err := s.waitSettled(settleTimeout)
+	if err != nil {
+		return err
+	}
+	if master != p {
+		return fmt.Errorf("redistest: the sentinels moved the master from %s to %s while the killed nodes restarted",
+			p.addr, master.addr)
+	}
+	return nil
 }
 
-// SyncReplicas makes sure every write made so far to the master has reached its connected
-// replicas: it writes a marker key and runs WAIT on that connection.
+// SyncReplicas makes sure every write made so far to the master has reached every other
+// running data node: it waits until the deployment is quiet (as Master does, within timeout),
+// writes a marker key to the master and runs WAIT for all of them on that connection, and
+// fails if fewer acknowledge within timeout.
 func (s *Sentinel) SyncReplicas(timeout time.Duration) error {
-	master, err := s.MasterAddr()
+	p, err := s.waitQuiet(timeout)
 	if err != nil {
 		return err
 	}
-	p := s.dataByAddr(master)
-	if p == nil || !p.running() {
-		return fmt.Errorf("redistest: master %s is not running", master)
-	}
-	repl, err := p.info("INFO", "replication")
-	if err != nil {
-		return err
-	}
-	n, _ := strconv.Atoi(repl["connected_slaves"])
-	return waitReplicas(p, "redistest:sync", n, timeout)
+	return waitReplicas(p, "redistest:sync", len(s.liveData())-1, timeout)
 }
 
 // Close kills every process and removes their directories. It may be called more than once.

@@ -49,20 +49,28 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("after failover GET = %q, %v", v, err)
 	}
 
-	// The killed node comes back as a replica; SENTINEL FAILOVER moves the master back.
+	// The killed node comes back as a replica of the new master (RestartKilled waits until the
+	// sentinels have settled on that); SENTINEL FAILOVER moves the master back to it.
 	if err := s.RestartKilled(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SyncReplicas(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	cur, err := s.Master(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur != now {
+		t.Fatalf("master %s after restarting %s, want %s still", cur, old, now)
+	}
 	manual := time.Now()
 	prev, err := s.Failover()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prev != now {
-		t.Fatalf("Failover says the master was %s, want %s", prev, now)
+	if prev != cur {
+		t.Fatalf("Failover says the master was %s, want %s", prev, cur)
 	}
 	back, err := s.WaitNewMaster(prev, 30*time.Second)
 	if err != nil {
