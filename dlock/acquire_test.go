@@ -969,3 +969,43 @@ func TestReservationPassedOnWhenTheWaiterGivesUp(t *testing.T) {
 		}
 	}
 }
+
+// TryLock goes before no goroutine of its process that queues for the lock: with WithFIFO
+// never, and by default not once the first has waited past the starvation guard (1 ms), as
+// Lock does. Each round one goroutine holds, one queues and waits past the guard; the holder
+// unlocks and a TryLock follows at once, as the waiter is being woken.
+func TestTryLockDoesNotJumpTheQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+	}{{"fifo", []dlock.Option{dlock.WithFIFO()}}, {"default", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _ := newGen(t, tc.opts...)
+			l, _ := g.GenWithLease("TRYQ", target(t), 5*time.Second)
+			ctx := ctxT(t, 60*time.Second)
+			for round := 0; round < 20; round++ {
+				a, err := l.Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := lockAsync(t, l, ctx)
+				waitFor(t, func() bool { return g.Waiters(key(l)) })
+				time.Sleep(3 * time.Millisecond) // past the starvation guard
+				if err := a.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+				if o, ok, err := l.TryLock(ctx); ok || err != nil {
+					t.Fatalf("round %d: TryLock went before a queued goroutine (ok %v, err %v)", round, ok, err)
+					_ = o.Unlock()
+				}
+				o := recv(t, got, "the queued goroutine's Lock")
+				if o == nil {
+					t.FailNow()
+				}
+				if err := o.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

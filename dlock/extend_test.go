@@ -159,3 +159,42 @@ func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
 		checkNoSecondOwner(t, la, owned, lb)
 	})
 }
+
+// A reply never overwrites a newer setting: a regular renewal whose reply comes after Extend
+// succeeded does not bring the old lease back. The renewals after it keep the key alive with
+// the lease Extend set.
+func TestExtendOutlastsARenewalInFlight(t *testing.T) {
+	const lease, long = 300 * time.Millisecond, 3 * time.Second
+	g, c := newGen(t)
+	preload(t, c)
+	w := newWire(t, c)
+	l, _ := g.GenWithLease("EXTFLY", target(t), lease)
+	ctx := ctxT(t, 20*time.Second)
+	w.stall("renew", 1)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owned.Unlock()
+	waitFor(t, func() bool { return w.stalledCount() == 1 }) // the expander's renewal, at 3/4 of the lease
+	if err := l.Extend(owned, long); err != nil {
+		t.Fatal(err)
+	}
+	w.unstall() // its reply comes now, after Extend's
+	// The next renewal comes at 3/4 of the new lease; after it, the key lives the new lease.
+	renewed := make(chan struct{}, 1)
+	w.onSend("renew", func([]any) {
+		select {
+		case renewed <- struct{}{}:
+		default:
+		}
+	})
+	recv(t, renewed, "the next renewal")
+	time.Sleep(100 * time.Millisecond) // its reply
+	if err := context.Cause(owned); err != nil {
+		t.Fatalf("lost: %v", err)
+	}
+	if ttl := c.PTTL(ctx, key(l)).Val(); ttl <= lease {
+		t.Fatalf("after the renewal that followed Extend the key lives %v, the old lease: the late reply undid Extend", ttl)
+	}
+}

@@ -142,6 +142,12 @@ func (g *Generator) newLocker() string {
 	return g.prefix + strconv.FormatUint(g.seq.Add(1), 10)
 }
 
+// lastLocker returns the newest locker this generator made (acquisitions and yield checks
+// share one sequence).
+func (g *Generator) lastLocker() string {
+	return g.prefix + strconv.FormatUint(g.seq.Load(), 10)
+}
+
 // ref returns the state of cfg's key, creating it, and counts one more user.
 func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
 	g.mu.Lock()

@@ -490,43 +490,6 @@ func TestRenewedPassPastTheLimitIsTaken(t *testing.T) {
 	}
 }
 
-// A goroutine that failed in Redis before takes a free tenure of its own process at once: here
-// a TryLock took the key reserved for the process (no signal to the waiter) and let it go past
-// the hand-off limit, so the pass needs a yield check.
-func TestWaiterThatFailedInRedisTakesAFreeTenure(t *testing.T) {
-	gp, _ := newGen(t, dlock.WithNotifications(false))
-	gq, _ := newGen(t, dlock.WithNotifications(false))
-	lp, _ := gp.GenWithLease("IDLE", target(t), 20*time.Second)
-	lq, _ := gq.GenWithLease("IDLE", target(t), 20*time.Second)
-	ctx := ctxT(t, 60*time.Second)
-	q, err := lq.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- <-lockOnce(ctx, lp) }() // fails in Redis, joins the line, parks
-	waitFor(t, func() bool { st, _ := lq.State(ctx); return len(st.Waiting) == 1 })
-	if err := q.Unlock(); err != nil { // reserved for P, which learns of it only at its next poll
-		t.Fatal(err)
-	}
-	n, ok, err := lp.TryLock(ctx) // takes the reservation
-	if !ok || err != nil {
-		t.Fatalf("TryLock: %v %v", ok, err)
-	}
-	time.Sleep(2 * dlock.DefaultHandOff)
-	if err := n.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	select { // an idle tenure would wait for the renewal at 15 s
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter still waits 5 s after its process let the lock go")
-	}
-}
-
 // A TryLock that yields the tenure to another process (the hand-off limit passed, another
 // process in line) leaves no goroutine of its process stranded: those that queued while the
 // tenure was held get the lock in their turn.

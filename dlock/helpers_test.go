@@ -129,6 +129,9 @@ type wire struct {
 	holdFor map[string]int              // script name -> how many of its next requests to keep on the wire
 	held    []sentCmd                   // kept on the wire, not yet delivered
 	fire    map[string]func(args []any) // told of a script's request before it is sent
+	stallN  map[string]int              // script name -> how many of its next requests to stall
+	stalled int                         // requests stalled now
+	go_     chan struct{}               // closed to let the stalled requests go on
 }
 
 // sentCmd is one script request: its script's name and arguments.
@@ -139,7 +142,7 @@ type sentCmd struct {
 
 // newWire puts a wire in front of c.
 func newWire(t *testing.T, c *redis.Client) *wire {
-	w := &wire{t: t, holdFor: map[string]int{}, fire: map[string]func([]any){}}
+	w := &wire{t: t, holdFor: map[string]int{}, fire: map[string]func([]any){}, stallN: map[string]int{}, go_: make(chan struct{})}
 	c.AddHook(w)
 	return w
 }
@@ -166,7 +169,17 @@ func (w *wire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			w.holdFor[name]--
 			w.held = append(w.held, sentCmd{name, args})
 		}
+		stall := !hold && w.stallN[name] > 0
+		var goOn chan struct{}
+		if stall {
+			w.stallN[name]--
+			w.stalled++
+			goOn = w.go_
+		}
 		w.mu.Unlock()
+		if stall {
+			<-goOn // the caller waits: its reply comes when the test lets the request go on
+		}
 		if f != nil {
 			f(args)
 		}
@@ -176,6 +189,29 @@ func (w *wire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// stall keeps the next n requests of script name (and their callers) waiting until unstall:
+// their replies then come after whatever happened meanwhile.
+func (w *wire) stall(name string, n int) {
+	w.mu.Lock()
+	w.stallN[name] += n
+	w.mu.Unlock()
+}
+
+// stalledCount returns how many requests stall now.
+func (w *wire) stalledCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stalled
+}
+
+// unstall lets the stalled requests go on to Redis.
+func (w *wire) unstall() {
+	w.mu.Lock()
+	close(w.go_)
+	w.go_, w.stalled = make(chan struct{}), 0
+	w.mu.Unlock()
 }
 
 // hold keeps the next n requests of script name on the wire.

@@ -110,7 +110,7 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 		}
 		return ErrNotHeld
 	}
-	req, until := processor.RenewRequest{Locker: t.entity.Locker}, t.until
+	req, until, order := processor.RenewRequest{Locker: t.entity.Locker}, t.until, t.order()
 	st.mu.Unlock()
 
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(owned), until)
@@ -135,12 +135,9 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 		}
 		return err
 	case res.Outcome == processor.Renewed:
-		if st.owner == h {
-			t.renewed(sent, cfg, 0, 0) // and the renewals go on with the new lease
-		} else if u := sent.Add(lease); u.After(t.until) {
-			t.until = u // passed on meanwhile: the next owner's lease stays
-			t.exp.Poke()
-		}
+		// The renewals go on with the new lease, unless the lock passed on meanwhile (the
+		// next owner's lease stays) or a newer setting was made since this one was sent.
+		t.renewed(sent, cfg, order, st.owner == h, 0, 0)
 	default:
 		st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken (Extend)", ErrLockLost))
 	}

@@ -47,8 +47,8 @@ func (p observed) IsFree(ctx context.Context, cfg domain.DLockConfig) (processor
 	return r, p.report(err)
 }
 
-func (p observed) Leave(ctx context.Context, cfg domain.DLockConfig) error {
-	return p.report(p.DLockProcessor.Leave(ctx, cfg))
+func (p observed) Leave(ctx context.Context, cfg domain.DLockConfig, req processor.LeaveRequest) error {
+	return p.report(p.DLockProcessor.Leave(ctx, cfg, req))
 }
 
 func (p observed) Inspect(ctx context.Context, cfg domain.DLockConfig) (processor.Inspection, error) {

@@ -176,6 +176,12 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	if st.q.HasWaiters() {
 		how = HowBarge
 	}
+	if !wait && !st.mayBarge() {
+		// A TryLock goes before no queued goroutine that may not be passed (WithFIFO, or the
+		// first has waited over the starvation guard): the lock is busy here.
+		st.mu.Unlock()
+		return nil, errBusy
+	}
 	if !wait || st.mayBarge() {
 		s, h, e := st.next(ctx, cfg, false, 0)
 		t := st.ten
@@ -385,12 +391,13 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		st.mu.Unlock()
 		return nil, nil // lost as this goroutine took the phase: the loss moved it on
 	}
-	req := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}
+	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}, t.order()
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}
 	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
 		req.Yield, req.Check = true, st.g.newLocker()
+		st.queued = true // a yield may put this process back in line, whatever becomes of its reply
 	}
 	st.mu.Unlock()
 
@@ -432,9 +439,10 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	}
 	switch res.Outcome {
 	case processor.Renewed:
-		t.renewed(sent, cfg, res.Token, req.Tokens)
+		t.renewed(sent, cfg, order, true, res.Token, req.Tokens)
 		if req.Yield {
 			t.since = time.Now() // nobody else waits: the hand-off limit starts again
+			st.queued = false    // and this process left the line
 		}
 		if t.mustRenew(cfg) { // the reply came late: renew again
 			st.phase = free
@@ -474,7 +482,10 @@ func (st *lockState) settleLocked() {
 	case idle:
 		if st.queued {
 			st.queued = false
-			st.background(func() { st.leave() })
+			// Every attempt of this process on the key was numbered by now (none is under
+			// way in phase idle); later ones are not the leave's to settle.
+			last := st.g.lastLocker()
+			st.background(func() { st.leave(last) })
 		}
 		if st.watching {
 			st.watching = false
@@ -486,12 +497,36 @@ func (st *lockState) settleLocked() {
 }
 
 // leave takes this process out of the Redis line (leave.lua), passing on a key reserved for
-// it. A Redis failure is not retried: the entry expires with its time to live (EntryTTL).
-func (st *lockState) leave() {
-	rctx, cancel := context.WithTimeout(st.g.clean, st.cfg.Lease())
-	defer cancel()
-	if err, _ := st.g.call(rctx, func(ctx context.Context) error { return st.g.proc.Leave(ctx, st.cfg) }); err != nil {
-		st.g.log.Debug("dlock: leaving the line failed; the entry expires", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+// it, and settles its attempts up to last. A Redis failure is retried every lease/10 while nobody waits, for as long as the entry
+// would live (EntryTTL), and not once Close has begun (the entry expires by then); should
+// goroutines wait again meanwhile, the process counts itself in line and leaves when they are
+// gone.
+func (st *lockState) leave(last string) {
+	lease := st.cfg.Lease()
+	until := time.Now().Add(processor.EntryTTL(st.cfg))
+	req := processor.LeaveRequest{Last: last}
+	for {
+		rctx, cancel := context.WithTimeout(st.g.clean, lease)
+		err, _ := st.g.call(rctx, func(ctx context.Context) error { return st.g.proc.Leave(ctx, st.cfg, req) })
+		cancel()
+		if err == nil {
+			return
+		}
+		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+		select {
+		case <-st.g.done.Done():
+			return
+		case <-time.After(lease / 10):
+		}
+		st.mu.Lock()
+		waiters := st.q.HasWaiters()
+		if waiters {
+			st.queued = true // they wait in line; the process leaves once they are gone
+		}
+		st.mu.Unlock()
+		if waiters || !time.Now().Before(until) {
+			return // (by then the entry has expired)
+		}
 	}
 }
 
@@ -583,8 +618,10 @@ func (st *lockState) Poll(ctx context.Context) {
 		st.queued, st.entryAt = true, time.Now()
 		st.sighted(res.Seen, sent)
 	case processor.PollNotQueued:
-		st.queued, st.place = false, -1
-		st.signalLocked(HowPolled) // the next attempt joins the line again
+		// The next attempt joins the line again. (queued stays: an attempt sent after this
+		// poll may have joined it, and this process must leave then.)
+		st.place = -1
+		st.signalLocked(HowPolled)
 	default:
 		st.signalLocked(HowPolled)
 	}
@@ -662,8 +699,11 @@ func redisFault(err error) bool {
 	return errors.As(err, &pe) && !errors.Is(pe.Err, context.DeadlineExceeded) && !errors.Is(pe.Err, context.Canceled)
 }
 
-// expired reports whether e's lease, counted from its request, has run out.
-func expired(e *domain.DLockEntity) bool { return time.Since(e.LockTime) >= e.Lease }
+// expired reports whether e's lease, counted from its request less the drift allowance, has
+// run out.
+func expired(e *domain.DLockEntity) bool {
+	return !time.Now().Before(domain.HeldUntil(e.LockTime, e.Lease))
+}
 
 // notTakenErr is an attempt's error when the caller's context ended: the context's error, with
 // the attempt's own error if it says more.

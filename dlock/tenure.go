@@ -20,8 +20,10 @@ type tenure struct {
 	st     *lockState
 	entity domain.DLockEntity // the locker, and when the acquiring request was sent
 
-	until time.Time          // the key lives at least until then: a successful write's send time plus its lease (the latest)
-	cfg   domain.DLockConfig // with the lease renewals set: the current owner's, or what Extend set
+	until time.Time          // it counts the key held until then: the latest domain.HeldUntil of a successful write
+	cfg   domain.DLockConfig // with the lease renewals use: the newest setting (a taker's, or what Extend set)
+	setAt uint64             // the order of the request that made that setting
+	sent  uint64             // renewals sent, in order: a reply never overwrites a newer setting
 	next  uint64             // the next fencing token to hand out ...
 	end   uint64             // ... of the block [next, end) reserved in Redis
 	last  uint64             // the last token handed out
@@ -33,7 +35,7 @@ type tenure struct {
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
 // ent.Token) and starts renewing it. The caller holds mu, in phase asking.
 func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig, tokens int) *tenure {
-	t := &tenure{st: st, entity: ent, cfg: cfg, until: ent.LockTime.Add(ent.Lease),
+	t := &tenure{st: st, entity: ent, cfg: cfg, until: domain.HeldUntil(ent.LockTime, ent.Lease),
 		next: ent.Token, end: ent.Token + uint64(tokens), since: time.Now()}
 	st.ten, st.phase = t, free
 	st.g.hold(st) // the tenure keeps the state alive until it ends
@@ -59,13 +61,23 @@ func (t *tenure) mustRenew(cfg domain.DLockConfig) bool {
 		(ho > 0 && time.Since(t.since) >= ho)
 }
 
-// renewed records a successful renewal sent at sent with cfg's lease, which reserved n tokens
-// from first (n = 0: none). The caller holds mu.
-func (t *tenure) renewed(sent time.Time, cfg domain.DLockConfig, first uint64, n int) {
-	if u := sent.Add(cfg.Lease()); u.After(t.until) {
+// order numbers a renewal about to be sent. The caller holds mu.
+func (t *tenure) order() uint64 {
+	t.sent++
+	return t.sent
+}
+
+// renewed records a successful renewal sent at sent with cfg's lease, as the order'th renewal
+// of the tenure, which reserved n tokens from first (n = 0: none). A renewal that sets the
+// lease the tenure renews with (a taker's, Extend) does so unless a renewal sent after it set
+// it first: the reply of an older request never overwrites a newer setting. The caller holds mu.
+func (t *tenure) renewed(sent time.Time, cfg domain.DLockConfig, order uint64, setting bool, first uint64, n int) {
+	if u := domain.HeldUntil(sent, cfg.Lease()); u.After(t.until) {
 		t.until = u
 	}
-	t.cfg = cfg
+	if setting && order > t.setAt {
+		t.cfg, t.setAt = cfg, order
+	}
 	if n > 0 && first >= t.end {
 		t.next, t.end = first, first+uint64(n)
 	}
@@ -91,7 +103,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 		st.mu.Unlock()
 		return nil
 	}
-	cfg := t.cfg
+	cfg, order := t.cfg, t.order()
 	req := processor.RenewRequest{Locker: t.entity.Locker}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
@@ -118,7 +130,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !t.over {
-		t.renewed(sent, cfg, res.Token, req.Tokens)
+		t.renewed(sent, cfg, order, false, res.Token, req.Tokens) // (keeps the lease as set since)
 		if st.phase == free && st.q.HasWaiters() {
 			st.signalLocked(HowRetry) // a taker that failed to renew may take it now
 		}
@@ -235,6 +247,11 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if err == nil && !late && res.Outcome != processor.Released {
+		// The key left this tenure before its release (or Redis restarted empty): a copy of
+		// the request that took it may have found it held since and put this process in line.
+		st.queued = true
+	}
 	st.dropTenureLocked(t)
 	switch {
 	case late || err != nil:
@@ -256,17 +273,22 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 // whose outcome is unknown (release.lua with its locker: released if it holds the key,
 // settled either way, so no copy of its request can take the key afterwards); the waiters are
 // signalled once it is done. Exclusion does not wait for it: the key only ever holds that
-// acquisition's own locker. The caller holds mu.
+// acquisition's own locker. The caller holds mu, in phase idle.
 func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
+	// A copy of the acquisition's lock.lua may still reach Redis and find the key held: this
+	// process may stand in line without knowing it. Count it in line, so that it leaves once
+	// nobody waits (leave.lua settles the acquisition first, so that no copy comes after).
+	st.queued = true
 	st.background(func() {
 		st.giveBack(locker, cfg)
 		st.signal(HowRetry)
 	})
+	st.settleLocked()
 }
 
 // giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
-// then the key has expired, since every request of the locker was sent before); once Close
-// has begun it is not retried.
+// then the key has expired, since every request of the locker was sent before). Close waits
+// for it, unless Close's own context ends first.
 func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
@@ -285,7 +307,7 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 			return
 		}
 		select {
-		case <-st.g.done.Done():
+		case <-st.g.clean.Done():
 			return
 		case <-time.After(lease / 10):
 		}

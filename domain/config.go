@@ -192,3 +192,19 @@ func Slot(key string) int {
 	}
 	return int(crc) % 16384
 }
+
+// DriftAllowance is how much sooner than Redis a holder stops counting itself the holder of a
+// lease: 1 % of the lease plus 2 ms, as Redlock allows. A holder counts a lease from the send
+// time of a request of its own on its own clock, and Redis expires the key by its clock; the
+// allowance covers the two clocks running at rates up to 1 % apart over one lease (NTP slews
+// up to 0.05 %) and the 2 ms of resolution and scheduling between reading the clock and
+// sending. Clocks further apart than that are outside what the lock promises.
+func DriftAllowance(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
+}
+
+// HeldUntil is until when a holder counts itself the holder of a lease granted by a request it
+// sent at sent: sent + lease − DriftAllowance(lease).
+func HeldUntil(sent time.Time, lease time.Duration) time.Time {
+	return sent.Add(lease - DriftAllowance(lease))
+}

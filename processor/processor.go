@@ -39,8 +39,10 @@ type DLockProcessor interface {
 	// IsFree is the retry poller's check: the key is free, reserved for this process, or held
 	// (this process's entry in the line renewed, if it has one; what it found under the key).
 	IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error)
-	// Leave takes this process out of the line, passing on a key reserved for it.
-	Leave(ctx context.Context, cfg domain.DLockConfig) error
+	// Leave takes this process out of the line, passing on a key reserved for it, and settles
+	// every acquisition of the process up to req.Last, so that none of their requests still
+	// on the way can put it back in line.
+	Leave(ctx context.Context, cfg domain.DLockConfig, req LeaveRequest) error
 	// Inspect reads what the store holds for the lock, changing nothing.
 	Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error)
 	// ForceRelease lets the key go, as a release does, if it still holds holder, and reports
@@ -123,6 +125,11 @@ type RenewRequest struct {
 type ReleaseRequest struct {
 	Locker string
 	Last   uint64 // the last token handed out (0 if unknown)
+}
+
+// LeaveRequest takes a process out of the line.
+type LeaveRequest struct {
+	Last string // the newest locker this process made (its acquisitions up to it are settled); "" for none
 }
 
 // PollResult is the retry poller's finding.

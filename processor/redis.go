@@ -35,47 +35,64 @@ var (
 	//go:embed lua/force.lua
 	forceSrc string
 
-	lockScript    = newScript("lock", lockSrc)
-	renewScript   = newScript("renew", renewSrc)
-	releaseScript = newScript("release", releaseSrc)
-	pollScript    = newScript("poll", pollSrc)
-	leaveScript   = newScript("leave", leaveSrc)
-	inspectScript = newScript("inspect", inspectSrc)
-	forceScript   = newScript("force", forceSrc)
+	// bodies are the scripts' own text by name (the file name without ".lua"), without the
+	// prelude.
+	bodies = map[string]string{
+		"lock": lockSrc, "renew": renewSrc, "release": releaseSrc, "poll": pollSrc,
+		"leave": leaveSrc, "inspect": inspectSrc, "force": forceSrc,
+	}
+	// defaults are the scripts every processor runs unless Options.Scripts replaces some.
+	defaults = newScripts(nil)
 )
 
-// scripts are the scripts by name (the file name without ".lua"), and sources their full
-// text: the prelude, then the script.
-var (
-	scripts = map[string]*redis.Script{}
-	sources = map[string]string{}
-)
+// scriptSet is the set of scripts a processor runs, by name, and their full text (the
+// prelude, then the script).
+type scriptSet struct {
+	run     map[string]*redis.Script
+	sources map[string]string
+}
 
-// newScript makes a script of the prelude and body, known by name.
-func newScript(name, body string) *redis.Script {
-	src := preludeSrc + "\n-- " + name + ".lua\n" + body
-	s := redis.NewScript(src)
-	scripts[name], sources[name] = s, src
-	return s
+// newScripts builds the scripts, the bodies of replace taking the place of the module's own.
+func newScripts(replace map[string]string) *scriptSet {
+	set := &scriptSet{run: map[string]*redis.Script{}, sources: map[string]string{}}
+	for name, body := range bodies {
+		if b, ok := replace[name]; ok {
+			body = b
+		}
+		src := preludeSrc + "\n-- " + name + ".lua\n" + body
+		set.run[name], set.sources[name] = redis.NewScript(src), src
+	}
+	return set
+}
+
+// Sources returns the scripts' own text by name ("lock", "renew", "release", "poll",
+// "leave", "inspect", "force", and "prelude", which runs in front of each of the others).
+// The map is a copy.
+func Sources() map[string]string {
+	out := map[string]string{"prelude": preludeSrc}
+	for name, body := range bodies {
+		out[name] = body
+	}
+	return out
 }
 
 // ScriptName names the script that an EVALSHA or EVAL command runs, given the command's
 // arguments as go-redis holds them (Cmder.Args): the script's file name without ".lua", or ""
-// for any other command. Tests use it to recognise a request.
+// for any other command. Tests use it to recognise a request of the module's own scripts.
 func ScriptName(args []any) string {
 	if len(args) < 2 {
 		return ""
 	}
 	verb, _ := args[0].(string)
 	body, _ := args[1].(string)
-	for name, s := range scripts {
+	for name, s := range defaults.run {
 		switch strings.ToLower(verb) {
 		case "evalsha", "evalsha_ro":
 			if body == s.Hash() {
 				return name
 			}
 		case "eval", "eval_ro":
-			if body == sources[name] {
+			if body == defaults.sources[name] {
 				return name
 			}
 		}
@@ -83,8 +100,8 @@ func ScriptName(args []any) string {
 	return ""
 }
 
-// FenceSuffix, ReleaseSuffix, LineSuffix, DueSuffix, DoneSuffix and CheckSuffix name what is
-// kept beside a lock key; see domain.SideKey.
+// FenceSuffix, ReleaseSuffix, LineSuffix, DueSuffix, DoneSuffix, CheckSuffix and
+// ForcedSuffix name what is kept beside a lock key; see domain.SideKey.
 const (
 	FenceSuffix   = "fence"
 	ReleaseSuffix = "released"
@@ -92,6 +109,7 @@ const (
 	DueSuffix     = "due"
 	DoneSuffix    = "done"
 	CheckSuffix   = "check"
+	ForcedSuffix  = "forced"
 )
 
 // RedisLockProcessor keeps locks in Redis through go-redis: Lua scripts (processor/lua) that
@@ -110,9 +128,10 @@ const (
 // number, and the scripts refuse any request of an acquisition at or below the mark. So a
 // request that reaches Redis twice, or after its acquisition was settled, cannot take the key.
 type RedisLockProcessor struct {
-	client redis.UniversalClient
-	opts   Options
-	shard  atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
+	client  redis.UniversalClient
+	opts    Options
+	scripts *scriptSet
+	shard   atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
 }
 
 const (
@@ -140,6 +159,11 @@ type Options struct {
 	Replicas int
 	// ReplicaTimeout bounds the wait for Replicas; it must be > 0 when Replicas is.
 	ReplicaTimeout time.Duration
+	// Scripts replaces the text of scripts by name (as Sources names them; the prelude is
+	// still put in front of each). It exists so that this module's tests can check that they
+	// catch mutants of the scripts; production code leaves it nil. Default nil: the
+	// module's own scripts.
+	Scripts map[string]string
 }
 
 // Message is what a lock's channel carries.
@@ -194,7 +218,16 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout <= 0) {
 		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)
 	}
-	return &RedisLockProcessor{client: client, opts: opts}, nil
+	set := defaults
+	if opts.Scripts != nil {
+		for name := range opts.Scripts {
+			if _, ok := bodies[name]; !ok {
+				return nil, fmt.Errorf("%w: no script %q to replace", dlerrors.ErrInvalidConfig, name)
+			}
+		}
+		set = newScripts(opts.Scripts)
+	}
+	return &RedisLockProcessor{client: client, opts: opts, scripts: set}, nil
 }
 
 // Sharded reports whether release messages go by sharded pub/sub (SPUBLISH, to be received
@@ -331,9 +364,16 @@ func CheckKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(CheckSuffix + ":" + owner)
 }
 
-// keys returns the five keys every script takes, with owner's settled mark.
+// ForcedKey is the key that names owner's locker an operator removed last (ForceRelease).
+func ForcedKey(cfg domain.DLockConfig, owner string) string {
+	return cfg.SideKey(ForcedSuffix + ":" + owner)
+}
+
+// keys returns the seven keys every script takes, with owner's settled, checked and forced
+// marks.
 func keys(cfg domain.DLockConfig, owner string) []string {
-	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DueKey(cfg), DoneKey(cfg, owner)}
+	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DueKey(cfg), DoneKey(cfg, owner),
+		CheckKey(cfg, owner), ForcedKey(cfg, owner)}
 }
 
 // SplitLocker splits a locker into its owner (up to and including the last '-') and its
@@ -358,9 +398,10 @@ func SplitLocker(locker string) (owner, seq string) {
 // clock stepping back); beyond it tokens rest on the server clock alone.
 func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
-// DoneTTL is how long a settled mark lasts after the owner's last release, give-back or
-// failed attempt on the key: two leases. A request delayed on its way to Redis for longer
-// than that could still take the key, which then expires with its lease.
+// DoneTTL is how long a settled mark lasts after the owner's last settle on the key (a
+// release, give-back, failed attempt or leave): two leases. A request delayed on its way to
+// Redis for longer than that could still take the key (which then expires with its lease,
+// unrenewed) or put its process in line (until the entry expires).
 func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
 // ReserveTTL is how long a key let go to the first process in line stays reserved for it: a
@@ -428,7 +469,7 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	if err != nil {
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
-	res, acked, err := p.run(ctx, lockScript, true, keys(cfg, owner),
+	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, keys(cfg, owner),
 		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, wait, ms(EntryTTL(cfg)),
 		max(req.Tokens, 1), ms(DoneTTL(cfg)), p.channel(cfg), pub)
 	var code int64
@@ -487,7 +528,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		}
 		check = n
 	}
-	res, acked, err := p.run(ctx, renewScript, true, append(keys(cfg, owner), CheckKey(cfg, owner)),
+	res, acked, err := p.run(ctx, p.scripts.run["renew"], true, keys(cfg, owner),
 		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), req.Tokens, yield, p.opts.Mark,
 		ms(ReserveTTL(cfg)), p.channel(cfg), pub, ms(EntryTTL(cfg)), ms(DoneTTL(cfg)), last(req.Last), check)
 	var code int64
@@ -528,7 +569,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 	if err != nil {
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
-	res, _, err := p.run(ctx, releaseScript, false, keys(cfg, owner),
+	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner),
 		req.Locker, seq, p.channel(cfg), pub, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), last(req.Last))
 	var code int64
 	var v any
@@ -550,7 +591,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 
 // IsFree implements DLockProcessor with poll.lua (one EVALSHA).
 func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error) {
-	res, _, err := p.run(ctx, pollScript, false, keys(cfg, p.opts.Mark), p.opts.Mark, ms(EntryTTL(cfg)))
+	res, _, err := p.run(ctx, p.scripts.run["poll"], false, keys(cfg, p.opts.Mark), p.opts.Mark, ms(EntryTTL(cfg)))
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -569,7 +610,7 @@ func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig)
 }
 
 // Leave implements DLockProcessor with leave.lua (one EVALSHA).
-func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig) error {
+func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, req LeaveRequest) error {
 	if p.opts.Mark == "" {
 		return nil
 	}
@@ -577,8 +618,9 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig) 
 	if err != nil {
 		return processErr("leave", cfg.UniqueKey(), err)
 	}
-	if _, _, err := p.run(ctx, leaveScript, false, keys(cfg, p.opts.Mark),
-		p.opts.Mark, p.channel(cfg), pub, ms(ReserveTTL(cfg))); err != nil {
+	_, seq := SplitLocker(req.Last)
+	if _, _, err := p.run(ctx, p.scripts.run["leave"], false, keys(cfg, p.opts.Mark),
+		p.opts.Mark, p.channel(cfg), pub, ms(ReserveTTL(cfg)), seq, ms(DoneTTL(cfg))); err != nil {
 		return processErr("leave", cfg.UniqueKey(), err)
 	}
 	return nil
@@ -587,7 +629,7 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig) 
 // Preload loads the scripts into the server so that the first acquisition does not pay for an
 // EVAL fallback. It is optional.
 func (p *RedisLockProcessor) Preload(ctx context.Context) error {
-	for _, s := range scripts {
+	for _, s := range p.scripts.run {
 		if err := s.Load(ctx, p.client).Err(); err != nil {
 			return processErr("script-load", "", err)
 		}
@@ -605,7 +647,7 @@ const maxListed = 100
 // Inspect reads the lock's key, its remaining life, the fencing counter and the line of
 // waiting processes (inspect.lua, one EVALSHA; it writes nothing).
 func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error) {
-	res, _, err := p.run(ctx, inspectScript, false, keys(cfg, p.opts.Mark), maxListed)
+	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, keys(cfg, p.opts.Mark), maxListed)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -641,7 +683,9 @@ func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockC
 	if err != nil {
 		return false, processErr("force-release", cfg.UniqueKey(), err)
 	}
-	res, _, err := p.run(ctx, forceScript, false, keys(cfg, p.opts.Mark), holder, p.channel(cfg), pub, ms(ReserveTTL(cfg)))
+	owner, seq := SplitLocker(holder)
+	res, _, err := p.run(ctx, p.scripts.run["force"], false, keys(cfg, owner), holder, p.channel(cfg), pub,
+		ms(ReserveTTL(cfg)), seq, ms(DoneTTL(cfg)))
 	var n int64
 	if err == nil {
 		n, err = res.Int64()

@@ -181,7 +181,7 @@ func TestLineServesInOrder(t *testing.T) {
 			t.Fatalf("line %v, want [pd- pa-]", in.Waiting)
 		}
 		// pb- stops waiting: the reservation goes to the next in line
-		if err := b.Leave(context.Background(), lc); err != nil {
+		if err := b.Leave(context.Background(), lc, processor.LeaveRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		in = inspect(t, a, lc)
@@ -396,7 +396,7 @@ func TestPollNeverJoinsTheLine(t *testing.T) {
 		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollQueued {
 			t.Fatalf("poll in line = %v", r)
 		}
-		if err := b.Leave(ctx, lc); err != nil {
+		if err := b.Leave(ctx, lc, processor.LeaveRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollNotQueued {
@@ -446,6 +446,115 @@ func TestForceReleaseNamesTheHolder(t *testing.T) {
 		}
 		if r := a.release(t, lc, la, 0); r.Outcome != processor.Gone {
 			t.Fatalf("the removed holder's release = %+v, want gone (it learns of the loss)", r)
+		}
+	})
+}
+
+// An acquisition an operator removed is settled: a late copy of the request that took the key
+// cannot take it back once it is free again, and the holder's renewals and release say the key
+// is gone, so that it learns of the loss.
+func TestForceReleaseSettlesTheRemoved(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b, op := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "op-")
+		lc := cfg(t, "forcesettle")
+		req := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Taken {
+			t.Fatalf("Lock = %+v", r)
+		}
+		if ok, err := op.ForceRelease(ctx, lc, req.Locker); err != nil || !ok {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		lb, _ := b.lock(t, lc, false, 1)
+		b.release(t, lc, lb, 0) // free again
+		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Settled {
+			t.Fatalf("a late copy of the removed acquisition's request = %+v, want settled", r)
+		}
+		if in := inspect(t, a, lc); in.Holder != "" {
+			t.Fatalf("the key holds %q after the late copy", in.Holder)
+		}
+		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: req.Locker}); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("the removed holder's renewal = %+v, %v; want gone", r, err)
+		}
+		if r := a.release(t, lc, req.Locker, 0); r.Outcome != processor.Gone {
+			t.Fatalf("the removed holder's release = %+v, want gone", r)
+		}
+	})
+}
+
+// A process that stops waiting settles every attempt it numbered so far: one still on its way
+// cannot put it back in line, nor take the key; one that took the key already is let go.
+func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		lc := cfg(t, "leave")
+		la, _ := a.lock(t, lc, true, 1)
+		late := processor.LockRequest{Locker: b.locker(), Wait: true, Tokens: 1} // on its way
+		if err := b.Leave(ctx, lc, processor.LeaveRequest{Last: late.Locker}); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := b.Lock(ctx, lc, late); r.Outcome != processor.Settled {
+			t.Fatalf("the attempt arriving after its process left = %+v, want settled", r)
+		}
+		if in := inspect(t, a, lc); len(in.Waiting) != 0 {
+			t.Fatalf("line %v after the late attempt, want empty", in.Waiting)
+		}
+		// An attempt that took the key before its process's leave arrived is let go, to the
+		// next in line.
+		a.release(t, lc, la, 0)
+		lb, r := b.lock(t, lc, false, 1)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("b's attempt on a free key = %+v", r)
+		}
+		d.lock(t, lc, true, 1) // d waits
+		if err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb}); err != nil {
+			t.Fatal(err)
+		}
+		if in := inspect(t, a, lc); in.Holder != processor.ReservedPrefix+"pd-" {
+			t.Fatalf("after b left, the key holds %q, want it reserved for pd-", in.Holder)
+		}
+	})
+}
+
+// A request older than the acquisition of its owner that holds the key is a stale copy: it is
+// refused (settled), and does not put its process in line behind itself.
+func TestStaleAttemptIsRefused(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "stale")
+		old := processor.LockRequest{Locker: a.locker(), Wait: true, Tokens: 1} // never arrived
+		la, _ := a.lock(t, lc, true, 1)
+		if r, _ := a.Lock(ctx, lc, old); r.Outcome != processor.Settled {
+			t.Fatalf("the older attempt = %+v, want settled", r)
+		}
+		if in := inspect(t, a, lc); in.Holder != la || len(in.Waiting) != 0 {
+			t.Fatalf("after the stale copy: %+v", in)
+		}
+	})
+}
+
+// A yield check that arrives after its process left the line (its number settled) changes
+// nothing: it cannot give the key away again and put the process back in line.
+func TestYieldCheckAfterLeaveIsRefused(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "yieldleave")
+		la, _ := a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1) // b in line
+		check := a.locker()
+		if err := a.Leave(ctx, lc, processor.LeaveRequest{Last: check}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Yield: true, Check: check})
+		if err != nil || r.Outcome != processor.Settled {
+			t.Fatalf("the yield check after leave = %+v, %v; want settled", r, err)
+		}
+		// (its leave let go of the key its process no longer wants: to pb-, first in line)
+		if in := inspect(t, a, lc); in.Holder != processor.ReservedPrefix+"pb-" || len(in.Waiting) != 0 {
+			t.Fatalf("after the late yield check: %+v", in)
 		}
 	})
 }

@@ -625,12 +625,12 @@ func runDeadlineWaiters(t *testing.T, opt func(addr string, ctxTimeouts bool) *r
 // not hand anyone a key somebody else owns. Found with grants (since removed): a release
 // handed the key to the waiting process's mark, a late attempt of that process took the grant
 // and its clean-up deleted it while another waiter of the process owned it — two owners.
-// Here, through the fault proxy: waiter W0 of the proxied generator A waits behind B's hold; a
-// black hole starts; W1 of A calls TryLock with a 200 ms deadline, so its lock.lua is held in
-// the black hole and the attempt is abandoned at the deadline (it finishes in the
-// background); B unlocks, which deletes the key; the black hole lifts. W1's late lock.lua may
-// take the key before W0 hears of the release; it is then given back, and W0 takes the key
-// with its own attempt. At the end W0 owns the lock and B's TryLock fails.
+// Here, through the fault proxy: B holds; a black hole starts; W1 of the proxied generator A
+// calls TryLock with a 200 ms deadline, so its lock.lua is held in the black hole and the
+// attempt is abandoned at the deadline (it finishes in the background); W0 of A then waits,
+// its attempt in the black hole too; B unlocks, which deletes the key; the black hole lifts.
+// W1's late lock.lua may take the key before W0's attempt; it is then given back, and W0 takes
+// the key. At the end W0 owns the lock and B's TryLock fails.
 func TestBlackholeLateAttemptIsGivenBack(t *testing.T) {
 	s := realServer(t)
 	p := netProxy(t, s.Addr)
@@ -652,21 +652,9 @@ func TestBlackholeLateAttemptIsGivenBack(t *testing.T) {
 		owned context.Context
 		err   error
 	}
-	w0 := make(chan result, 1)
-	go func() {
-		o, err := la.Lock(ctx)
-		w0 <- result{o, err}
-	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("A's waiter did not join the line of waiting processes")
-		}
-		if st, err := lb.State(ctx); err == nil && len(st.Waiting) > 0 {
-			break
-		}
-	}
-	time.Sleep(100 * time.Millisecond) // W0 subscribed
 
+	// W1 tries first (a TryLock goes to Redis only while no goroutine of its process queues),
+	// then W0 waits; both attempts go into the black hole.
 	p.Blackhole(true)
 	tctx, tcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	o1, ok, err := la.TryLock(tctx)
@@ -674,6 +662,12 @@ func TestBlackholeLateAttemptIsGivenBack(t *testing.T) {
 	if ok || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("W1's TryLock in the black hole = %v, %v, %v; want the deadline", o1, ok, err)
 	}
+	w0 := make(chan result, 1)
+	go func() {
+		o, err := la.Lock(ctx)
+		w0 <- result{o, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
 	if err := lb.Unlock(ob); err != nil {
 		t.Fatal(err)
 	}

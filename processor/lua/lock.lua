@@ -1,7 +1,9 @@
 -- lock.lua: take the key if it is free, or reserved for this process (then say so: "T|<locker>|
 -- <lease>", so that the others know it will not come free before that but by a release); when
 -- it is held, settle this attempt (no copy of it that arrives later can take the key) and, to
--- wait, join the line.
+-- wait, join the line. A process has one attempt or tenure of a key at a time, so a key held by
+-- a later acquisition of the same owner makes this request a stale copy, refused (it must not
+-- put its process in line behind itself).
 -- ARGV[1]  the locker (this acquisition's unique value, <owner><sequence number>)
 -- ARGV[2]  its sequence number ('' for a locker of another form)
 -- ARGV[3]  the lease in milliseconds
@@ -27,6 +29,12 @@ if holder == locker then
     -- ours, with new tokens and at least its lease from now
     lengthen(K, lease)
     return {1, tokens(ARGV[8], ARGV[4])}
+end
+-- A key held by a later acquisition of the owner makes this request a stale copy.
+local own = seq ~= '' and numberOf(holder, string.sub(locker, 1, #locker - #seq))
+if own and own > tonumber(seq) then
+    settle(seq, ARGV[9])
+    return {-1, 0}
 end
 if not holder or (mark ~= '' and holder == RESERVED .. mark) then
     redis.call('set', K, locker, 'PX', lease)

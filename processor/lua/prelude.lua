@@ -1,6 +1,6 @@
 -- prelude.lua: what every script of this directory shares; it is put in front of each one.
 --
--- Every script takes the same five keys, which share the lock key's Redis Cluster slot:
+-- Every script takes the same seven keys, which share the lock key's Redis Cluster slot:
 --   KEYS[1]  K, the lock key DLOCK_<type>_<target>: the locker of the acquisition that holds
 --            it (<owner><sequence number>), or 'reserved|<mark>' while it waits for the process
 --            <mark> that is first in line to take it; absent when free
@@ -9,10 +9,15 @@
 --   KEYS[4]  {K}:due, the same processes by the time (server ms) their entry expires unless
 --            renewed: an entry outlives its process by at most its time to live
 --   KEYS[5]  {K}:done:<owner>, the owner's settled mark: no request of an acquisition of that
---            owner numbered at or below it can take the key (released, given back, or failed)
+--            owner numbered at or below it can take the key (released, given back, failed,
+--            removed by an operator, left, or older than one of the owner's that took the key)
+--   KEYS[6]  {K}:check:<owner>, the owner's checked mark: the largest yield check number that
+--            ran (a mark of its own, so that it does not settle the tenure's locker)
+--   KEYS[7]  {K}:forced:<owner>, the owner's locker an operator removed last (ForceRelease):
+--            its release and renewals answer "gone", so that its holder learns of the loss
 -- Return codes mean the same in every script: 1 taken/renewed/released, 0 held by another or
 -- gone, -1 settled already (a late or repeated copy), 2 yielded to the next in line.
-local K, FENCE, LINE, DUE, DONE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K, FENCE, LINE, DUE, DONE, CHECK, FORCED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local RESERVED = 'reserved|'
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -31,10 +36,34 @@ local function settled(seq)
     return seq ~= '' and tonumber(seq) <= tonumber(redis.call('get', DONE) or '-1')
 end
 
--- settle raises the owner's settled mark to seq; the mark only rises and its life only grows.
+-- numberOf returns the sequence number of locker if it is one of owner's (owner followed by
+-- decimal digits), else nil.
+local function numberOf(locker, owner)
+    if owner == '' or not locker or string.sub(locker, 1, #owner) ~= owner then
+        return nil
+    end
+    local rest = string.sub(locker, #owner + 1)
+    if not string.find(rest, '^%d+$') then
+        return nil
+    end
+    return tonumber(rest)
+end
+
+-- forced reports whether locker is the owner's one an operator removed last.
+local function forced(locker)
+    return redis.call('get', FORCED) == locker
+end
+
+-- settle raises the owner's settled mark to seq; the mark only rises, and each settle makes it
+-- live at least ttl more.
 local function settle(seq, ttl)
-    if seq ~= '' and tonumber(seq) > tonumber(redis.call('get', DONE) or '-1') then
+    if seq == '' then
+        return
+    end
+    if tonumber(seq) > tonumber(redis.call('get', DONE) or '-1') then
         redis.call('set', DONE, seq, 'PX', math.max(tonumber(ttl), redis.call('pttl', DONE)))
+    else
+        lengthen(DONE, ttl)
     end
 end
 

@@ -12,10 +12,10 @@
 -- ARGV[7]  the last fencing token this holder handed out ('' if unknown)
 -- Returns {1, the mark the key is reserved for or ''} when let go, {-1, ''} when settled
 -- already (this release ran before and its reply was lost), {0, ''} when the key is gone or
--- holds another locker.
+-- holds another locker (an operator's removal of it included).
 local locker, seq = ARGV[1], ARGV[2]
 if redis.call('get', K) ~= locker then
-    if settled(seq) then
+    if settled(seq) and not forced(locker) then
         return {-1, ''}
     end
     settle(seq, ARGV[5])

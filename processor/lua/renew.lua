@@ -18,9 +18,6 @@
 -- ARGV[12] how long a settled mark lasts, in milliseconds
 -- ARGV[13] the last fencing token this process handed out ('' if unknown)
 -- ARGV[14] with yield: a fresh sequence number of the owner for this check
--- KEYS[6]  with yield: the owner's checked mark, {DLOCK_<type>_<target>}:check:<owner>: the
---          largest yield check number that ran (a mark of its own, so that it does not
---          settle the tenure's locker: a release must still tell "let go before" from "gone")
 -- Returns {1, first token of the new block or 0} when renewed, {2, 0} when yielded, {0, 0}
 -- when the key no longer holds the locker, {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before. (A yield check
@@ -29,14 +26,16 @@
 local locker, seq, mark = ARGV[1], ARGV[2], ARGV[7]
 local yield = ARGV[6] == '1' and ARGV[14] ~= ''
 if yield then
-    local checked = tonumber(redis.call('get', KEYS[6]) or '-1')
-    if tonumber(ARGV[14]) <= checked then
+    -- a check that ran before, or one its process settled since (it left the line: a check
+    -- arriving after that must not put it back)
+    local checked = tonumber(redis.call('get', CHECK) or '-1')
+    if tonumber(ARGV[14]) <= checked or settled(ARGV[14]) then
         return {-1, 0}
     end
-    redis.call('set', KEYS[6], ARGV[14], 'PX', math.max(tonumber(ARGV[12]), redis.call('pttl', KEYS[6])))
+    redis.call('set', CHECK, ARGV[14], 'PX', math.max(tonumber(ARGV[12]), redis.call('pttl', CHECK)))
 end
 if redis.call('get', K) ~= locker then
-    if settled(seq) then
+    if settled(seq) and not forced(locker) then
         return {-1, 0}
     end
     return {0, 0}

@@ -1,0 +1,189 @@
+package explore
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// The invariants of docs/design.md, as the explorer checks them after every step. Each rule
+// has a name that a Violation carries.
+const (
+	ruleExclusion = "exclusion"         // a process believes it holds a key that holds another, outside a documented window
+	ruleMargin    = "drift allowance"   // a holder believes past what Redis keeps minus the drift allowance
+	ruleFencing   = "fencing"           // a token not above every earlier one
+	ruleRevived   = "revived"           // a settled or removed acquisition holds the key again
+	ruleLine      = "line"              // a process without a waiter stands in line after it left
+	ruleSetting   = "lease setting"     // the tenure renews with another lease than its newest setting
+	ruleTold      = "told first"        // the key let go while its holder still believes it holds it
+	ruleTTL       = "every key expires" // a key of the lock without a time to live
+	ruleResidue   = "nothing left"      // a key left after everyone left, beyond the documented windows
+	ruleLossTold  = "loss told"         // a holder whose key an operator removed is not told at its release
+)
+
+// fail records the first violation of a schedule.
+func (w *world) fail(rule, format string, args ...any) {
+	if w.violation != nil {
+		return
+	}
+	w.violation = &Violation{Rule: rule, Detail: fmt.Sprintf(format, args...)}
+	w.note("VIOLATION (%s): %s", rule, w.violation.Detail)
+}
+
+// acquired checks a new acquisition's fencing token: above every token handed out before,
+// unless its tenure was removed behind its back (the documented window: fencing is what
+// protects the store then).
+func (w *world) acquired(p *proc, t *tenure, h *holding) {
+	if t.removed == "" && h.token <= w.maxToken {
+		w.fail(ruleFencing, "%s's acquisition got token %d, not above %d (%s)", p.name, h.token, w.maxToken, w.tokens[w.maxToken])
+	}
+	if h.token > w.maxToken {
+		w.maxToken = h.token
+	}
+	w.tokens[h.token] = fmt.Sprintf("%s at step %d", p.name, w.step)
+}
+
+// checkSetting checks that the lease a tenure renews with is its newest setting.
+func (w *world) checkSetting(p *proc, t *tenure) {
+	if t.lease != t.truth.lease {
+		w.fail(ruleSetting, "%s's tenure renews with %v, but its newest setting (request #%d) is %v", p.name, t.lease, t.truth.order, t.truth.lease)
+	}
+}
+
+// checkToldFirst runs as Redis runs a tenure's release: its owner must have been told.
+func (w *world) checkToldFirst(r *request) {
+	if p := r.p; p.owner != nil && p.ten == r.ten && !p.dead {
+		w.fail(ruleTold, "%s's release of %s ran while its owner (token %d) still held the lock", p.name, r.locker, p.owner.token)
+	}
+}
+
+// check runs the invariants on the state after a step.
+func (w *world) check(s snapshot) {
+	key := w.cfg.UniqueKey()
+	now := s.now
+	holder, held := s.get(key)
+
+	for k, v := range s.keys {
+		if v.ttl < 0 {
+			w.fail(ruleTTL, "key %s has no time to live", k)
+		}
+	}
+
+	// Exclusion and the margin: every tenure that counts the key held, whether a goroutine owns
+	// it now or it is free to pass on. Only the tenure's own yield check, awaited, may give
+	// the key away under it.
+	for _, p := range w.procs {
+		t := p.ten
+		if t == nil || t.over || p.dead || !now.Before(t.until) {
+			continue
+		}
+		if r := p.taking; r != nil && r.yield && r.awaited && p.owner == nil {
+			continue
+		}
+		switch {
+		case held && holder == t.locker:
+			margin := domain.DriftAllowance(t.untilLease) - w.be.slack()
+			if exp := s.expiry(key); exp.Before(t.until.Add(margin)) {
+				w.fail(ruleMargin, "%s counts %s held %v more, Redis keeps it %v more: less than the drift allowance %v apart",
+					p.name, t.locker, t.until.Sub(now), exp.Sub(now), margin)
+			}
+		case t.removed != "":
+			// removed behind its back: it learns at its next renewal or release
+		default:
+			w.fail(ruleExclusion, "%s counts the key held by %s for %v more, but Redis holds %q", p.name, t.locker, t.until.Sub(now), holder)
+		}
+	}
+
+	// No acquisition that ended (released, given back, failed, left, removed by an operator,
+	// yielded) takes the key again once it lost it, unless that was longer ago than a
+	// settled mark lives, or Redis restarted empty since: the documented window.
+	if held && w.gone[holder] {
+		if _, decided := w.revivals[holder]; !decided {
+			e := w.ended[holder]
+			excused := w.outlived(e.step, e.at)
+			w.revivals[holder] = excused
+			if !excused {
+				w.fail(ruleRevived, "%s, which ended at step %d (%s), holds the key again", holder, e.step, e.why)
+			}
+		}
+	}
+	for l := range w.ended {
+		if !held || holder != l {
+			w.gone[l] = true
+		}
+	}
+
+	// The line: a process whose waiters all left, and whose leave ran, neither stands in
+	// line nor has the key reserved for it.
+	due := s.keys[processor.DueKey(w.cfg)]
+	for _, p := range w.procs {
+		if p.dead || len(p.waiters) > 0 || p.tryer || !p.leaveLanded || w.outlived(p.leaveStep, p.leaveAt) || p.restartLeak {
+			continue // (a request later than its process's settled mark lives: the documented window)
+		}
+		if at, ok := due.zset[p.mark]; ok && int64(at) > now.UnixMilli() {
+			w.fail(ruleLine, "%s stands in line with no goroutine waiting, after its leave.lua ran", p.name)
+		}
+		if held && holder == processor.ReservedPrefix+p.mark {
+			w.fail(ruleLine, "the key is reserved for %s, which has no goroutine waiting and left", p.name)
+		}
+	}
+}
+
+// residue checks, after everyone left and every request ran, that nothing of the lock stays
+// but what expires on its own within the documented windows; on a server whose clock the
+// explorer owns, it lets that time pass and checks that nothing is left at all.
+func (w *world) residue() {
+	s, err := w.be.snapshot()
+	if err != nil {
+		w.fail(ruleResidue, "snapshot: %v", err)
+		return
+	}
+	key := w.cfg.UniqueKey()
+	if holder, ok := s.get(key); ok {
+		owner, _ := processor.SplitLocker(holder)
+		mark := strings.TrimPrefix(holder, processor.ReservedPrefix)
+		excused := false
+		for _, p := range w.procs {
+			if p.dead && (owner == p.mark || mark == p.mark) {
+				excused = true // a crashed holder, or a reservation for a crashed process
+			}
+		}
+		if w.revivals[holder] {
+			excused = true // a copy later than its settled mark lives: expires with its lease
+		}
+		for _, p := range w.procs {
+			if !p.dead && mark == p.mark && ((p.leaveSent && !p.leaveLanded) || (p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt)) || p.restartLeak) {
+				excused = true // its leave was lost, or a request outlived its mark: the reservation ends by itself
+			}
+		}
+		if !excused {
+			w.fail(ruleResidue, "after everyone left, the key holds %q (%v to live)", holder, s.keys[key].ttl)
+		}
+	}
+	for _, m := range s.zmembers(processor.LineKey(w.cfg)) {
+		for _, p := range w.procs {
+			if p.mark == m && !p.dead && !(p.leaveSent && !p.leaveLanded) && !(p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt)) && !p.restartLeak {
+				w.fail(ruleResidue, "after everyone left, %s stands in line", p.name)
+			}
+		}
+	}
+	if !w.be.owned() {
+		return
+	}
+	longest := 2 * w.opt.Lease // the longest lease a handle or Extend uses
+	w.be.advance(processor.DoneTTL(w.procs[0].cfg(longest)) + processor.EntryTTL(w.procs[0].cfg(longest)) + time.Second)
+	s, _ = w.be.snapshot()
+	for k := range s.keys {
+		w.fail(ruleResidue, "key %s is still there long after everyone left", k)
+	}
+}
+
+// outlived reports whether a request that ran at step (at time at) is beyond the documented
+// window of late requests: Redis restarted empty since, or a settled mark set then would have
+// expired by now.
+func (w *world) outlived(step int, at time.Time) bool {
+	return step <= w.restarted || w.now().Sub(at) >= processor.DoneTTL(w.cfg)
+}

@@ -1,0 +1,243 @@
+package explore_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlockgo/dlock/internal/explore"
+	"github.com/dlockgo/dlock/internal/redistest"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	code := redistest.Main(m, func(s *redistest.Server) { srv = s })
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// longRun is the budget DLOCK_EXPLORE gives (say DLOCK_EXPLORE=30m), or 0: CI's short run.
+func longRun(t *testing.T) time.Duration {
+	v := os.Getenv("DLOCK_EXPLORE")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("DLOCK_EXPLORE=%q: %v", v, err)
+	}
+	return d
+}
+
+// corpusFile keeps the minimal schedules that showed each hole (a fuzzer's crashers).
+const corpusFile = "testdata/schedules.txt"
+
+func readCorpus(t *testing.T) []explore.Schedule {
+	t.Helper()
+	f, err := os.Open(corpusFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := explore.ReadSchedules(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func explorer(t *testing.T, opt explore.Options) *explore.Explorer {
+	t.Helper()
+	e, err := explore.New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// The scripts as they are: no schedule breaks an invariant. CI explores for 20 s from the
+// kept schedules; DLOCK_EXPLORE=30m explores for that long.
+func TestScriptsKeepTheInvariants(t *testing.T) {
+	budget := 20 * time.Second
+	if d := longRun(t); d > 0 {
+		budget = d
+	}
+	e := explorer(t, explore.Options{Corpus: readCorpus(t)})
+	rep, err := e.Run(context.Background(), budget, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE explored schedules=%d steps=%d distinct_states=%d in %v", rep.Schedules, rep.Steps, rep.States, budget)
+	if rep.Violation != nil {
+		t.Fatalf("%v", rep.Violation)
+	}
+	if rep.Schedules < 50 {
+		t.Fatalf("only %d schedules explored", rep.Schedules)
+	}
+}
+
+// The same scripts on a real redis-server, whose clock the explorer does not own: schedules
+// without ticks, so that whatever differs between miniredis's Lua and Redis's shows.
+func TestScriptsKeepTheInvariantsOnRedisServer(t *testing.T) {
+	srv.NeedReal(t)
+	budget := 5 * time.Second
+	if d := longRun(t); d > 0 {
+		budget = d / 10
+	}
+	e := explorer(t, explore.Options{Addr: srv.Addr, Seed: 7})
+	rep, err := e.Run(context.Background(), budget, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE explored on redis-server schedules=%d steps=%d distinct_states=%d", rep.Schedules, rep.Steps, rep.States)
+	if rep.Violation != nil {
+		t.Fatalf("%v", rep.Violation)
+	}
+}
+
+// seeded is one hole the explorer must find: a mutant of the scripts, or a flaw of the Go
+// side put back.
+type seeded struct {
+	name string
+	opt  explore.Options
+}
+
+func seededHoles(t *testing.T) []seeded {
+	var out []seeded
+	for _, m := range explore.Mutants {
+		scripts, err := m.Scripts()
+		if err != nil {
+			t.Fatal(err) // the scripts changed under the mutant: mend it
+		}
+		out = append(out, seeded{m.Name, explore.Options{Scripts: scripts}})
+	}
+	return append(out,
+		seeded{"a renewal's reply undoes Extend (a reply overwrites a newer lease setting)", explore.Options{Flaws: explore.Flaws{ReplyOverwritesSetting: true}}},
+		seeded{"Close lets the key go before it tells the owner", explore.Options{Flaws: explore.Flaws{CloseFreesFirst: true}}},
+		seeded{"no drift allowance (a lease counted out at send time plus the lease)", explore.Options{Flaws: explore.Flaws{NoDriftAllowance: true}}},
+	)
+}
+
+// Every hole of the late-copy class put back is found. In CI the kept schedule of each is
+// replayed (and a hole without one is searched for); DLOCK_EXPLORE=30m searches for each
+// afresh, without the kept schedules, and DLOCK_EXPLORE_UPDATE=1 then rewrites the file
+// with the schedules found.
+func TestExplorerFindsEachHole(t *testing.T) {
+	long := longRun(t)
+	kept := map[string]explore.Schedule{}
+	for _, s := range readCorpus(t) {
+		kept[s.Name] = s
+	}
+	var mu sync.Mutex
+	var found []explore.Schedule
+	for _, h := range seededHoles(t) {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			e := explorer(t, h.opt)
+			if s, ok := kept[h.name]; ok && long == 0 {
+				v, trace, err := e.Replay(s.Seed, s.Steps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v == nil {
+					t.Fatalf("the kept schedule no longer shows the hole; search again (DLOCK_EXPLORE=10m DLOCK_EXPLORE_UPDATE=1):\n%s", strings.Join(trace, "\n"))
+				}
+				t.Logf("kept schedule (%d steps) breaks %q", len(s.Steps), v.Rule)
+				return
+			}
+			budget := 60 * time.Second
+			if long > 0 {
+				budget = long / time.Duration(len(explore.Mutants)+3)
+			}
+			start := time.Now()
+			rep, err := e.Run(context.Background(), budget, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Violation == nil {
+				t.Fatalf("not found in %d schedules (%v)", rep.Schedules, budget)
+			}
+			t.Logf("FIGURE found after schedules=%d (%v), rule %q, shrunk to %d steps:\n%v", rep.Schedules,
+				time.Since(start).Round(time.Millisecond), rep.Violation.Rule, len(rep.Violation.Steps), rep.Violation)
+			mu.Lock()
+			found = append(found, rep.Violation.Schedule(h.name))
+			mu.Unlock()
+		})
+	}
+	t.Cleanup(func() {
+		if os.Getenv("DLOCK_EXPLORE_UPDATE") != "1" || t.Failed() {
+			return
+		}
+		for _, s := range readCorpus(t) {
+			if !contains(found, s.Name) {
+				found = append(found, s)
+			}
+		}
+		var buf bytes.Buffer
+		if err := explore.WriteSchedules(&buf, found); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(corpusFile, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func contains(s []explore.Schedule, name string) bool {
+	for _, x := range s {
+		if x.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// A violation's schedule is shrunk and reads as a sequence of steps; its kept form replays to
+// the same rule.
+func TestViolationsAreShrunkAndReplay(t *testing.T) {
+	scripts, err := explore.Mutants[0].Scripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := explorer(t, explore.Options{Scripts: scripts})
+	rep, err := e.Run(context.Background(), time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := rep.Violation
+	if v == nil {
+		t.Fatal("no violation")
+	}
+	if len(v.Steps) > 12 || !strings.Contains(v.String(), "VIOLATION") {
+		t.Fatalf("not shrunk or not readable (%d steps):\n%v", len(v.Steps), v)
+	}
+	var buf bytes.Buffer
+	if err := explore.WriteSchedules(&buf, []explore.Schedule{v.Schedule("x")}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := explore.ReadSchedules(&buf)
+	if err != nil || len(back) != 1 {
+		t.Fatalf("read back %v, %v", back, err)
+	}
+	again, _, err := e.Replay(back[0].Seed, back[0].Steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again == nil || again.Rule != v.Rule {
+		t.Fatalf("replayed: %v, want rule %q", again, v.Rule)
+	}
+}

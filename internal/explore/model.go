@@ -1,0 +1,644 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// proc is a simulated process: the Go side of package dlock for one key, reduced to what
+// decides which requests it sends and what it believes — its waiting goroutines and their
+// leases, the phase, the tenure (locker, lease setting, the time it counts the key held until,
+// its block of fencing tokens), its owner, whether it is in the Redis line. Each method
+// mirrors the lockState method it names; the rules are those of docs/design.md.
+type proc struct {
+	w    *world
+	name string // "A"
+	mark string // its locker prefix, the name it stands in the line under
+	pr   *processor.RedisLockProcessor
+	seq  int // lockers and yield checks issued
+	reqs int // requests sent
+
+	waiters []time.Duration // the leases of the goroutines waiting in Lock, first first
+	phase   phase
+	ten     *tenure
+	owner   *holding
+	tryer   bool // a TryLock is under way (its request in flight)
+	queued  bool // it may stand in the Redis line
+
+	asking    *request // lock.lua awaited
+	taking    *request // renew.lua before a pass, awaited
+	polling   *request
+	extending *request
+
+	stopped     bool      // its last waiter left ...
+	stopOrder   int       // ... when this many requests had been sent
+	leaveSent   bool      // a leave.lua was sent since it stopped wanting ...
+	leaveLanded bool      // ... and ran in Redis,
+	leaveStep   int       // at this step
+	leaveAt     time.Time // and time
+	giveBacks   []giveBack
+	restartLeak bool // a request it sent before an empty restart ran after it (the documented window)
+	dead        bool // crashed (kill -9)
+	closed      bool // Generator.Close ran
+}
+
+type phase uint8
+
+const (
+	idle phase = iota
+	asking
+	held
+	free
+	renewing
+	releasing
+)
+
+var phaseNames = [...]string{"idle", "asking", "held", "free", "renewing", "releasing"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// tenure is the process's hold of the key (dlock's tenure).
+type tenure struct {
+	locker     string
+	until      time.Time     // it counts the key held until then ...
+	untilLease time.Duration // ... by a request with this lease
+	lease      time.Duration // what renewals use: the setting
+	setAt      int           // the order number of the request that made the setting
+	truth      struct {      // the oracle's own record of the newest setting that succeeded
+		lease time.Duration
+		order int
+	}
+	next, end, last uint64
+	since           time.Time
+	over            bool
+	expanding       *request
+	removed         string // why Redis no longer holds it behind its back ("": it does)
+}
+
+// holding is one acquisition: a goroutine that owns the lock.
+type holding struct {
+	token uint64
+	lease time.Duration
+}
+
+// giveBack is an acquisition to let go until Redis answers, or its lease is over.
+type giveBack struct {
+	locker string
+	lease  time.Duration
+	until  time.Time
+}
+
+// block is how many fencing tokens a tenure reserves for passes (dlock's is 1024: a small one
+// here, so that schedules run out of it and renew for a new one).
+const block = 3
+
+func (p *proc) cfg(lease time.Duration) domain.DLockConfig {
+	c, err := p.w.cfg.WithLease(lease)
+	if err != nil {
+		panic(err) // the explorer's own leases are valid
+	}
+	return c
+}
+
+func (p *proc) newLocker() (string, int) {
+	p.seq++
+	return p.mark + strconv.Itoa(p.seq), p.seq
+}
+
+func (p *proc) request(pur purpose, what string) *request {
+	p.reqs++
+	return &request{id: p.name + strconv.Itoa(p.reqs), p: p, purpose: pur, what: what}
+}
+
+func (p *proc) live() bool { return !p.dead && !p.closed }
+
+// until is when a lease granted by a request sent at sent is counted out.
+func (p *proc) until(sent time.Time, lease time.Duration) time.Time {
+	if p.w.opt.Flaws.NoDriftAllowance {
+		return sent.Add(lease)
+	}
+	return domain.HeldUntil(sent, lease)
+}
+
+// ---- the requests -------------------------------------------------------------------------
+
+func (p *proc) sendLock(pur purpose, lease time.Duration, wait bool, tokens int) {
+	locker, _ := p.newLocker()
+	cfg := p.cfg(lease)
+	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v)", locker, lease, wait))
+	r.locker, r.lease, r.tokens = locker, lease, tokens
+	r.run = func(ctx context.Context) outcome {
+		res, err := p.pr.Lock(ctx, cfg, processor.LockRequest{Locker: locker, Wait: wait, Tokens: tokens})
+		return outcome{res: res, err: err}
+	}
+	p.asking = r
+	p.w.send(r)
+}
+
+func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int, yield bool) *request {
+	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last}
+	what := fmt.Sprintf("renew.lua(%s, lease %v", t.locker, lease)
+	if tokens > 0 {
+		what += ", tokens"
+	}
+	if yield {
+		req.Yield = true
+		req.Check, _ = p.newLocker()
+		what += ", yield check " + req.Check
+	}
+	cfg := p.cfg(lease)
+	r := p.request(pur, what+")")
+	r.ten, r.locker, r.lease, r.tokens, r.yield = t, t.locker, lease, tokens, yield
+	r.run = func(ctx context.Context) outcome {
+		res, err := p.pr.ExpandLease(ctx, cfg, req)
+		return outcome{res: res, err: err}
+	}
+	p.w.send(r)
+	return r
+}
+
+func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure) {
+	cfg := p.cfg(lease)
+	r := p.request(pur, fmt.Sprintf("release.lua(%s)", locker))
+	r.ten, r.locker, r.lease = t, locker, lease
+	r.run = func(ctx context.Context) outcome {
+		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker, Last: last})
+		return outcome{res: res, err: err}
+	}
+	p.w.send(r)
+}
+
+func (p *proc) sendPoll() {
+	cfg := p.cfg(p.w.opt.Lease)
+	r := p.request(pPoll, "poll.lua")
+	r.run = func(ctx context.Context) outcome {
+		res, err := p.pr.IsFree(ctx, cfg)
+		return outcome{poll: res, err: err}
+	}
+	p.polling = r
+	p.w.send(r)
+}
+
+func (p *proc) sendLeave() {
+	cfg := p.cfg(p.w.opt.Lease)
+	last := p.mark + strconv.Itoa(p.seq)
+	p.leaveSent = true
+	r := p.request(pLeave, "leave.lua(up to "+last+")")
+	r.seq = p.seq
+	r.run = func(ctx context.Context) outcome {
+		return outcome{err: p.pr.Leave(ctx, cfg, processor.LeaveRequest{Last: last})}
+	}
+	p.w.send(r)
+}
+
+// ---- what the process does on its own (the actions a schedule may choose) ----------------
+
+// want: a goroutine calls Lock with a handle of the given lease.
+func (p *proc) want(lease time.Duration) {
+	p.stopped, p.leaveSent, p.leaveLanded = false, false, false
+	p.waiters = append(p.waiters, lease)
+	p.w.note("%s: a goroutine calls Lock (lease %v)", p.name, lease)
+}
+
+// giveUp: the first waiting goroutine's context ends. If it was the one asking Redis or
+// renewing to take, its request is abandoned (dlock's call returns late).
+func (p *proc) giveUp() {
+	p.waiters = p.waiters[1:]
+	p.w.note("%s: the first waiting goroutine gives up", p.name)
+	p.abandon()
+	p.left()
+}
+
+// abandon: the first waiter, asking Redis or renewing to take, stops waiting for its reply
+// (dlock's call returns late); the request may still run.
+func (p *proc) abandon() {
+	for _, r := range []*request{p.asking, p.taking} {
+		if r != nil && r.awaited && r.purpose != pTry {
+			r.awaited = false
+			p.onReply(r, outcome{err: errTimeout})
+		}
+	}
+}
+
+// left is lockState.left: once nobody waits, a free tenure is let go and the line left.
+func (p *proc) left() {
+	if len(p.waiters) > 0 || p.tryer {
+		return
+	}
+	if !p.stopped {
+		p.stopped, p.stopOrder = true, p.w.order
+	}
+	switch p.phase {
+	case free:
+		p.releaseTenure()
+	case idle:
+		if p.queued {
+			p.queued = false
+			p.sendLeave()
+		}
+	}
+}
+
+// ask: the first waiter asks Redis (lockState.next → ask).
+func (p *proc) ask() {
+	p.phase = asking
+	tokens := 1
+	if len(p.waiters) > 1 {
+		tokens = block
+	}
+	p.sendLock(pAsk, p.waiters[0], true, tokens)
+}
+
+// try: a goroutine calls TryLock.
+func (p *proc) try() {
+	p.phase, p.tryer = asking, true
+	p.sendLock(pTry, p.w.opt.Lease, false, 1)
+}
+
+func (p *proc) poll() { p.sendPoll() }
+
+// unlock: the owner's final Unlock. It is told first (its holding ends), then the lock is
+// passed on within the process or the key let go.
+func (p *proc) unlock() {
+	p.w.note("%s: the owner (token %d) unlocks", p.name, p.owner.token)
+	p.owner = nil
+	if p.w.sw.handOff > 0 && len(p.waiters) > 0 {
+		p.phase = free
+		return
+	}
+	p.releaseTenure()
+}
+
+// take: the first waiter takes the free tenure, or renews it first.
+func (p *proc) take() {
+	t, lease := p.ten, p.waiters[0]
+	if !p.mustRenew(t, lease) {
+		p.takeNow(lease)
+		return
+	}
+	p.phase = renewing
+	tokens := 0
+	if t.next+1 >= t.end {
+		tokens = block
+	}
+	yield := p.w.sw.handOff > 0 && p.w.now().Sub(t.since) >= p.w.sw.handOff
+	if yield {
+		p.queued = true // a yield may put the process back in line, whatever becomes of its reply
+	}
+	p.taking = p.sendRenew(pTake, t, lease, tokens, yield)
+}
+
+// takeNow makes the first waiter the owner, with the next token of the block.
+func (p *proc) takeNow(lease time.Duration) {
+	t := p.ten
+	h := &holding{token: t.next, lease: lease}
+	t.last = t.next
+	t.next++
+	p.waiters = p.waiters[1:]
+	p.owner, p.phase = h, held
+	p.w.note("%s: a goroutine holds the lock, token %d", p.name, h.token)
+	p.w.acquired(p, t, h)
+}
+
+func (p *proc) mustRenew(t *tenure, lease time.Duration) bool {
+	now := p.w.now()
+	return lease != t.lease || t.until.Sub(now) < lease/2 || t.next >= t.end ||
+		(p.w.sw.handOff > 0 && now.Sub(t.since) >= p.w.sw.handOff)
+}
+
+// expand: the expander renews at 75 % of the lease.
+func (p *proc) expand() {
+	t := p.ten
+	tokens := 0
+	if len(p.waiters) > 0 && t.next+1 >= t.end {
+		tokens = block
+	}
+	t.expanding = p.sendRenew(pExpand, t, t.lease, tokens, false)
+}
+
+// extend: the owner calls Extend with a new lease.
+func (p *proc) extend(lease time.Duration) {
+	r := p.sendRenew(pExtend, p.ten, lease, 0, false)
+	r.owner = p.owner
+	p.extending = r
+}
+
+// watchdog ends a tenure whose lease ran out (the expander's Lost).
+func (p *proc) watchdog() {
+	if t := p.ten; t != nil && !t.over && p.live() && !p.w.now().Before(t.until) {
+		p.lose(t, "the lease ran out")
+	}
+}
+
+// crash: the process dies (kill -9). Its requests on the wire may still arrive.
+func (p *proc) crash() {
+	p.w.note("%s crashes", p.name)
+	p.dead = true
+	p.owner, p.ten, p.waiters = nil, nil, nil
+}
+
+// close: Generator.Close. The owner is told, the waiters end, the tenure is released.
+func (p *proc) close() {
+	p.w.note("%s closes its Generator", p.name)
+	if p.w.opt.Flaws.CloseFreesFirst && p.owner != nil && p.ten != nil && (p.phase == held || p.phase == free) {
+		// The flaw of the second review: the key let go before the owner is told.
+		t := p.ten
+		p.phase, t.over = releasing, true
+		p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
+		p.closed = true
+		return
+	}
+	p.owner = nil
+	p.closed = true
+	if p.ten != nil && (p.phase == held || p.phase == free) {
+		p.releaseTenure()
+	}
+	p.waiters = nil
+	p.abandon()
+	p.left()
+}
+
+// tellOwner is the second half of a Close with the flaw CloseFreesFirst.
+func (p *proc) tellOwner() {
+	p.w.note("%s: Close tells the owner", p.name)
+	p.owner = nil
+	p.waiters = nil
+	p.left()
+}
+
+// retryGiveBack sends a give-back again after it got no answer.
+func (p *proc) retryGiveBack(i int) {
+	g := p.giveBacks[i]
+	p.giveBacks = append(p.giveBacks[:i:i], p.giveBacks[i+1:]...)
+	p.sendGiveBack(g)
+}
+
+func (p *proc) sendGiveBack(g giveBack) {
+	r := p.request(pGiveBack, fmt.Sprintf("release.lua(%s) to give it back", g.locker))
+	cfg := p.cfg(g.lease)
+	r.locker, r.lease = g.locker, g.lease
+	r.run = func(ctx context.Context) outcome {
+		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: g.locker})
+		return outcome{res: res, err: err}
+	}
+	r.ten = &tenure{locker: g.locker, until: g.until} // carries the retry deadline
+	p.w.send(r)
+}
+
+// ---- tenures ------------------------------------------------------------------------------
+
+func (p *proc) startTenure(r *request, token uint64) *tenure {
+	now := p.w.now()
+	t := &tenure{locker: r.locker, until: p.until(r.sent, r.lease), untilLease: r.lease, lease: r.lease, setAt: r.order,
+		next: token, end: token + uint64(max(r.tokens, 1)), since: now}
+	// removed before its holder heard it was taken: the oracle's record of the window
+	if _, ok := p.w.forced[r.locker]; ok {
+		t.removed = "an operator's ForceRelease"
+	} else if p.w.restarted >= r.ranAt {
+		t.removed = "an empty restart"
+	}
+	t.truth.lease, t.truth.order = r.lease, r.order
+	p.ten, p.phase = t, free
+	return t
+}
+
+// renewed is tenure.renewed: the key lives at least until the request's send time plus its
+// lease; a request that sets the lease renewals use (a taker's, Extend) does so only when no
+// newer setting was made (the reply of an older request never overwrites a newer setting).
+func (p *proc) renewed(t *tenure, r *request, first uint64, setting bool) {
+	if u := p.until(r.sent, r.lease); u.After(t.until) {
+		t.until, t.untilLease = u, r.lease
+	}
+	if setting || p.w.opt.Flaws.ReplyOverwritesSetting {
+		if r.order > t.setAt || p.w.opt.Flaws.ReplyOverwritesSetting {
+			t.lease, t.setAt = r.lease, r.order
+		}
+	}
+	if setting && r.order > t.truth.order {
+		t.truth.lease, t.truth.order = r.lease, r.order
+	}
+	if r.tokens > 0 && first >= t.end {
+		t.next, t.end = first, first+uint64(r.tokens)
+	}
+	p.w.checkSetting(p, t)
+}
+
+// releaseTenure is lockState.releaseLocked: no more passes or renewals; release.lua.
+func (p *proc) releaseTenure() {
+	t := p.ten
+	p.phase, p.owner = releasing, nil
+	t.over = true
+	p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
+}
+
+// endTenure ends t without a word to Redis: the phase goes back to idle.
+func (p *proc) endTenure(t *tenure) {
+	t.over = true
+	if p.ten == t {
+		p.ten, p.owner, p.phase = nil, nil, idle
+		p.left()
+	}
+}
+
+// lose is lockState.loseLocked: no pass after it; the owner is told; the key is given back.
+func (p *proc) lose(t *tenure, why string) {
+	if t.over || p.ten != t || p.phase == releasing {
+		return
+	}
+	p.w.note("%s: the tenure of %s is lost (%s)", p.name, t.locker, why)
+	p.endTenure(t)
+	p.giveBack(t.locker, t.lease)
+}
+
+// giveBack is lockState.giveBackLocked. The process may stand in line now without knowing it
+// (a copy of the acquisition's lock.lua may still arrive and find the key held), so it counts
+// itself in line: once nobody waits, it leaves.
+func (p *proc) giveBack(locker string, lease time.Duration) {
+	p.queued = true
+	p.sendGiveBack(giveBack{locker: locker, lease: lease, until: p.w.now().Add(lease)})
+	p.left()
+}
+
+// ---- replies ------------------------------------------------------------------------------
+
+func (p *proc) onReply(r *request, out outcome) {
+	if p.dead {
+		return
+	}
+	switch r.purpose {
+	case pAsk, pTry:
+		p.onAsk(r, out)
+	case pTake:
+		p.onTake(r, out)
+	case pExpand:
+		if r.ten.expanding == r {
+			r.ten.expanding = nil
+		}
+		t := r.ten
+		if t.over || p.ten != t || out.err != nil {
+			return
+		}
+		if out.res.Outcome == processor.Renewed {
+			p.renewed(t, r, out.res.Token, false)
+			return
+		}
+		p.lose(t, "a renewal found the key "+out.res.Outcome.String())
+	case pExtend:
+		p.extending = nil
+		t := r.ten
+		if p.ten != t || out.err != nil {
+			return
+		}
+		if out.res.Outcome != processor.Renewed {
+			p.lose(t, "Extend found the key "+out.res.Outcome.String())
+			return
+		}
+		if p.owner == r.owner {
+			p.renewed(t, r, 0, true)
+		} else if u := p.until(r.sent, r.lease); u.After(t.until) {
+			t.until, t.untilLease = u, r.lease
+		}
+	case pRelease:
+		t := r.ten
+		if out.err == nil && out.res.Outcome != processor.Released {
+			p.queued = true // a copy of the lock.lua that took it may have put it in line since
+		}
+		// (its tombstone lives as long as a settled mark: a release later than that is the
+		// documented window of requests later than their marks)
+		// (nor is a release after an empty restart since: its marks are gone)
+		if out.err == nil && out.res.Outcome == processor.Settled && t.removed == "an operator's ForceRelease" &&
+			r.ranTime.Sub(p.w.forcedAt[t.locker]) < processor.DoneTTL(p.w.cfg) && p.w.forced[t.locker] > p.w.restarted {
+			p.w.fail(ruleLossTold, "%s's release of %s, which an operator removed, answered settled: its Unlock does not report the loss", p.name, t.locker)
+		}
+		if p.ten == t {
+			p.ten, p.owner, p.phase = nil, nil, idle
+		}
+		if out.err != nil {
+			p.giveBack(t.locker, t.lease)
+		}
+		p.left()
+	case pLeave:
+		if out.err != nil {
+			p.queued = true // perhaps still in line: leave again (now, if nobody waits)
+			p.left()
+		}
+	case pGiveBack:
+		if out.err != nil && p.w.now().Before(r.ten.until) {
+			p.giveBacks = append(p.giveBacks, giveBack{locker: r.locker, lease: r.lease, until: r.ten.until})
+		}
+	case pPoll:
+		p.polling = nil
+		if out.poll.State == processor.PollQueued {
+			p.queued = true
+		}
+		// (PollNotQueued says nothing of requests sent after the poll: it does not clear
+		// queued; the waiter asks again, which joins the line.)
+	}
+}
+
+func (p *proc) onAsk(r *request, out outcome) {
+	if p.asking == r {
+		p.asking = nil
+	}
+	try := r.purpose == pTry
+	if try {
+		p.tryer = false
+	}
+	p.phase = idle
+	taken := out.err == nil && out.res.Outcome == processor.Taken
+	if taken && !p.w.now().Before(p.until(r.sent, r.lease)) {
+		taken, out.err = false, fmt.Errorf("the reply came after the lease had run out")
+	}
+	switch {
+	case out.err != nil:
+		if !try {
+			p.queued = true // it may have joined the line
+		}
+		p.giveBack(r.locker, r.lease)
+		p.left()
+		return
+	case !taken:
+		if !try {
+			p.queued = true
+		} else {
+			p.left()
+		}
+		return
+	}
+	p.queued = false
+	t := p.startTenure(r, out.res.Token)
+	if p.closed {
+		p.releaseTenure() // taken as Close ran: given back
+		return
+	}
+	if try {
+		if p.mustRenew(t, r.lease) {
+			// (dlock renews first; the model lets the TryLock go: it got the key but not the lock)
+			p.releaseTenure()
+			return
+		}
+		h := &holding{token: t.next, lease: r.lease}
+		t.last = t.next
+		t.next++
+		p.owner, p.phase = h, held
+		p.w.note("%s: the TryLock holds the lock, token %d", p.name, h.token)
+		p.w.acquired(p, t, h)
+		return
+	}
+	if len(p.waiters) == 0 {
+		p.left()
+		return
+	}
+	p.take()
+}
+
+func (p *proc) onTake(r *request, out outcome) {
+	if p.taking == r {
+		p.taking = nil
+	}
+	t := r.ten
+	if p.ten != t || p.phase != renewing {
+		return
+	}
+	uncertain := out.err != nil || (out.res.Outcome == processor.Settled && r.yield)
+	switch {
+	case uncertain && r.yield:
+		p.queued = true
+		p.endTenure(t)
+		p.giveBack(t.locker, t.lease)
+	case uncertain:
+		p.phase = free
+		p.left()
+	case out.res.Outcome == processor.Renewed:
+		p.renewed(t, r, out.res.Token, true)
+		if r.yield {
+			t.since, p.queued = p.w.now(), false
+		}
+		p.phase = free
+		if len(p.waiters) == 0 {
+			p.left()
+		} else if !p.mustRenew(t, p.waiters[0]) {
+			p.takeNow(p.waiters[0])
+		}
+	case out.res.Outcome == processor.Yielded:
+		p.queued = true
+		p.endTenure(t)
+	default:
+		p.lose(t, "a renewal before a pass found the key "+out.res.Outcome.String())
+	}
+}
+
+// canonical writes the process's state with times relative to now, for counting states.
+func (p *proc) canonical() string {
+	now := p.w.now()
+	s := fmt.Sprintf("%s/%v/%v/%d/%v/%v/%v/%v;", p.name, p.phase, p.queued, len(p.waiters), p.owner != nil, p.dead, p.closed, p.tryer)
+	if t := p.ten; t != nil {
+		s += fmt.Sprintf("t%v/%v/%d/%v;", t.until.Sub(now).Milliseconds(), t.lease, t.end-t.next, t.over)
+	}
+	return s
+}

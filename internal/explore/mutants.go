@@ -1,0 +1,79 @@
+package explore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dlockgo/dlock/processor"
+)
+
+// Mutant is a copy of the scripts with one guard broken: a hole of the late-copy class put
+// back, which the explorer must find.
+type Mutant struct {
+	Name   string // what the mutant breaks
+	Script string // the script changed ("prelude" for the shared part)
+	Old    string // the text replaced (it must occur exactly once)
+	New    string
+}
+
+// Mutants are the holes the explorer is known to find: the defects of the second and third
+// reviews put back, and the guards the scripts rest on broken one at a time.
+var Mutants = []Mutant{
+	{"a settled attempt still takes the key (lock.lua ignores the settled mark)", "lock",
+		"if settled(seq) then\n    return {-1, 0}\nend", "if false then\n    return {-1, 0}\nend"},
+	{"a late renewal cuts short what Extend set (renew.lua sets the lease instead of lengthening it)", "renew",
+		"lengthen(K, ARGV[3])", "redis.call('pexpire', K, ARGV[3])"},
+	{"a copy of lock.lua cuts short what Extend set (its repeated branch sets the lease)", "lock",
+		"    lengthen(K, lease)", "    redis.call('pexpire', K, lease)"},
+	{"a repeated ForceRelease removes the next holder (force.lua does not check its holder)", "force",
+		"if redis.call('get', K) ~= ARGV[1] then", "if not redis.call('get', K) then"},
+	{"a late copy of an acquisition revives a holder an operator removed (force.lua does not settle)", "force",
+		"settle(ARGV[5], ARGV[6])\nredis.call('set', FORCED", "redis.call('set', FORCED"},
+	{"a waiter that gave up stays in the line (leave.lua does not settle)", "leave",
+		"settle(ARGV[5], ARGV[6])\ndequeue(mark)", "dequeue(mark)"},
+	{"a yield check runs twice (renew.lua ignores the checked mark)", "renew",
+		"if tonumber(ARGV[14]) <= checked or settled(ARGV[14]) then", "if false then"},
+	{"a give-back does not settle (release.lua of a locker that does not hold the key)", "release",
+		"    settle(seq, ARGV[5])\n    return {0, ''}", "    return {0, ''}"},
+	{"a mark outlives its waiter (a poll puts its process back in line)", "poll",
+		"purge()\nlocal place = redis.call('zrank', LINE, mark)", "purge()\nenqueue(mark, ARGV[2])\nlocal place = redis.call('zrank', LINE, mark)"},
+	{"a holder an operator removed is not told at its release (release.lua ignores {K}:forced)", "release",
+		"if settled(seq) and not forced(locker) then", "if settled(seq) then"},
+	{"the fencing counter is not kept (tokens repeat)", "prelude",
+		"    redis.call('set', FENCE, string.format('%.0f', first + tonumber(n) - 1), 'PX', keep)\n", ""},
+	{"a stale attempt puts its own holder in line (lock.lua does not refuse a request older than its owner's holder)", "lock",
+		"if own and own > tonumber(seq) then", "if false then"},
+	{"an attempt given up blocks the key (leave.lua does not let go of a key a late copy of it took)", "leave",
+		"if n and ARGV[5] ~= '' and n <= tonumber(ARGV[5]) then", "if false then"},
+	{"a failed attempt is not settled (a copy of it takes the key later)", "lock",
+		"settle(seq, ARGV[9])\nlocal place", "local place"},
+	{"a renewal of a locker that lost the key renews another's (renew.lua does not compare the holder)", "renew",
+		"if redis.call('get', K) ~= locker then\n    if settled(seq) and not forced(locker) then", "if not redis.call('get', K) then\n    if settled(seq) and not forced(locker) then"},
+}
+
+// Scripts returns the scripts with the mutant applied, for Options.Scripts. The prelude is
+// put in front of each script by the processor, so a mutant of the prelude is applied to
+// every script's copy of it by replacing each script with its own text preceded by the mutated
+// prelude and a marker that ends the original one.
+func (m Mutant) Scripts() (map[string]string, error) {
+	src := processor.Sources()
+	body, ok := src[m.Script]
+	if !ok {
+		return nil, fmt.Errorf("no script %q", m.Script)
+	}
+	if n := strings.Count(body, m.Old); n != 1 {
+		return nil, fmt.Errorf("mutant %q: the text to replace occurs %d times in %s.lua", m.Name, n, m.Script)
+	}
+	mutated := strings.Replace(body, m.Old, m.New, 1)
+	if m.Script != "prelude" {
+		return map[string]string{m.Script: mutated}, nil
+	}
+	// The prelude's functions are local: a script redefines them after the prelude runs.
+	out := map[string]string{}
+	for name, b := range src {
+		if name != "prelude" {
+			out[name] = mutated + "\n" + b
+		}
+	}
+	return out, nil
+}

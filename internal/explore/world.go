@@ -1,0 +1,338 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// world is one schedule's universe: the server, the simulated processes and operator, the
+// requests on their way to Redis and the replies on their way back, and what the oracle has
+// seen. Everything happens in steps the schedule chooses; nothing runs on its own.
+type world struct {
+	opt   Options
+	sw    swarm
+	be    backend
+	cfg   domain.DLockConfig // the key (the lease is each handle's)
+	procs []*proc
+	op    *processor.RedisLockProcessor // the operator's (State, ForceRelease)
+
+	flight  []*request // sent, not yet run by Redis (a copy of a request run once may be among them)
+	replies []*reply   // run, the reply not yet back
+	order   int        // requests sent, for their order number
+
+	trace []string // what happened, step by step, readably
+	step  int
+
+	// The oracle.
+	maxToken     uint64          // the largest fencing token any acquisition was given
+	forced       map[string]int  // lockers an operator removed, by step
+	ended        map[string]end  // acquisitions over by a request Redis ran
+	gone         map[string]bool // ended ones seen not holding the key since
+	forcedAt     map[string]time.Time
+	revivals     map[string]bool     // lockers that took the key again after they ended: excused or not
+	restarted    int                 // the last step Redis restarted empty (0: never)
+	restartOrder int                 // how many requests had been sent then
+	tokens       map[uint64]string   // who got each token
+	states       map[uint64]struct{} // distinct states seen (shared across schedules)
+	chosen       []string            // the keys of the actions taken
+	rng          *rand.Rand          // the walk's, once the schedule walks at random: it plans the network
+	violation    *Violation
+}
+
+// request is one request of a process (or the operator) to Redis: sent at a time, run by
+// Redis once, several times (copies), or never.
+type request struct {
+	id      string // "A3": process A's third request
+	p       *proc  // nil for the operator
+	purpose purpose
+	what    string
+	order   int
+	sent    time.Time
+	run     func(ctx context.Context) outcome
+	awaited bool      // its caller waits for the reply
+	copy    bool      // a copy sent again by the client: nobody reads its reply
+	ranAt   int       // the step Redis last ran it
+	ranTime time.Time // and when
+
+	ten    *tenure
+	locker string
+	lease  time.Duration
+	yield  bool
+	tokens int
+	owner  *holding // Extend: the holding that asked
+	seq    int      // leave: the newest number it settles
+
+	// its plan, in a random walk
+	fate      fate
+	due       int // the step from which it may be delivered
+	copyDelay int // fateCopy: how many steps later the copy is due
+}
+
+// outcome is what Redis answered.
+type outcome struct {
+	res    processor.Result
+	poll   processor.PollResult
+	forced bool
+	err    error
+}
+
+func (o outcome) String() string {
+	switch {
+	case o.err != nil:
+		return "error: " + o.err.Error()
+	case o.poll.State != 0:
+		return fmt.Sprintf("poll state %d, place %d", o.poll.State, o.poll.Seen.Place)
+	case o.res.Outcome != 0:
+		s := o.res.Outcome.String()
+		if o.res.Token != 0 {
+			s += fmt.Sprintf(", token %d", o.res.Token)
+		}
+		if o.res.Next != "" {
+			s += ", to " + o.res.Next
+		}
+		return s
+	}
+	return fmt.Sprintf("removed %v", o.forced)
+}
+
+type reply struct {
+	r    *request
+	out  outcome
+	due  int  // the step from which it may arrive, in a random walk
+	lost bool // its plan, in a random walk
+}
+
+// fate is what a random walk plans for a request.
+type fate uint8
+
+const (
+	fatePrompt fate = iota // run once
+	fateCopy               // run, and again later
+	fateDrop               // never run
+)
+
+// purpose is why a request was sent: what its reply is for.
+type purpose uint8
+
+const (
+	pAsk      purpose = iota // lock.lua of a waiting goroutine (joins the line)
+	pTry                     // lock.lua of a TryLock
+	pTake                    // renew.lua before a pass (with yield at the hand-off limit)
+	pExpand                  // the expander's renewal
+	pExtend                  // Extend
+	pRelease                 // release.lua of a tenure
+	pGiveBack                // release.lua of an acquisition not used or of unknown outcome
+	pPoll                    // poll.lua
+	pLeave                   // leave.lua
+	pForce                   // the operator's force.lua
+)
+
+// send puts a request on the wire.
+func (w *world) send(r *request) {
+	w.order++
+	r.order, r.sent, r.awaited = w.order, w.now(), true
+	w.flight = append(w.flight, r)
+	w.plan(r)
+	w.note("%s sends %s [%s]", r.who(), r.what, r.id)
+}
+
+func (r *request) who() string {
+	if r.p == nil {
+		return "operator"
+	}
+	return r.p.name
+}
+
+func (w *world) now() time.Time { return w.be.now() }
+
+func (w *world) note(format string, args ...any) {
+	w.trace = append(w.trace, fmt.Sprintf("%3d. ", w.step)+fmt.Sprintf(format, args...))
+}
+
+// deliver has Redis run r; with keep a copy of it stays on the wire (the client sends it again
+// after a read timeout, or it simply arrives twice). The reply goes back to the caller if it
+// still waits.
+func (w *world) deliver(i int, keep bool) {
+	r := w.flight[i]
+	w.flight = append(w.flight[:i:i], w.flight[i+1:]...)
+	out := r.run(context.Background())
+	if r.p != nil && r.order <= w.restartOrder {
+		r.p.restartLeak = true // a request from before an empty restart ran after it: its marks are gone
+	}
+	r.ranAt, r.ranTime = w.step, w.now()
+	copyNote := ""
+	if r.copy {
+		copyNote = " (a copy)"
+	}
+	w.note("Redis runs %s %s%s: %v", r.id, r.what, copyNote, out)
+	if r.purpose == pForce && out.forced {
+		w.forcedRemoved(r.locker)
+	}
+	if r.p != nil && r.purpose == pLeave && r.p.stopped && r.order > r.p.stopOrder {
+		r.p.leaveLanded, r.p.leaveStep, r.p.leaveAt = true, w.step, w.now()
+	}
+	w.endedBy(r, out)
+	if r.p != nil && r.purpose == pRelease && !r.copy {
+		w.checkToldFirst(r)
+	}
+	if keep {
+		c := *r
+		c.copy, c.awaited = true, false
+		c.fate, c.due = fatePrompt, w.step+r.copyDelay
+		w.flight = append(w.flight, &c)
+		w.note("  a copy of %s stays on the wire", r.id)
+	}
+	if !r.copy && r.awaited {
+		rp := &reply{r: r, out: out}
+		w.planReply(rp)
+		w.replies = append(w.replies, rp)
+	}
+}
+
+// drop loses a request on its way: Redis never runs it. Its caller sees no reply in time.
+func (w *world) drop(i int) {
+	r := w.flight[i]
+	w.flight = append(w.flight[:i:i], w.flight[i+1:]...)
+	w.note("%s is lost on the way", r.id)
+	if !r.copy && r.awaited {
+		w.replies = append(w.replies, &reply{r: r, out: outcome{err: errLost}})
+	}
+}
+
+var (
+	errLost    = fmt.Errorf("no reply (request lost)")
+	errNoReply = fmt.Errorf("no reply (reply lost)")
+	errTimeout = fmt.Errorf("the caller gave up waiting")
+)
+
+// receive hands reply i to its process.
+func (w *world) receive(i int, lost bool) {
+	rp := w.replies[i]
+	w.replies = append(w.replies[:i:i], w.replies[i+1:]...)
+	out := rp.out
+	if lost {
+		out = outcome{err: errNoReply}
+		w.note("the reply to %s is lost", rp.r.id)
+	} else {
+		w.note("%s hears the reply to %s: %v", rp.r.who(), rp.r.id, out)
+	}
+	if rp.r.p != nil && rp.r.awaited {
+		rp.r.awaited = false
+		rp.r.p.onReply(rp.r, out)
+	}
+}
+
+// tick lets time pass on every clock; leases that ran out end (each process's watchdog).
+func (w *world) tick(d time.Duration) {
+	w.be.advance(d)
+	w.note("%v pass", d)
+	for _, p := range w.procs {
+		p.watchdog()
+	}
+}
+
+// restart empties Redis: a restart with nothing persisted, or a failover to an empty replica.
+func (w *world) restart() {
+	w.be.flush()
+	w.be.advance(time.Millisecond) // a restart takes time: the server clock moves on
+	w.restarted, w.restartOrder = w.step, w.order
+	w.note("Redis restarts empty")
+	for _, p := range w.procs {
+		if p.ten != nil && p.ten.removed == "" {
+			p.ten.removed = "an empty restart"
+		}
+	}
+}
+
+// force is the operator's ForceRelease of the holder it reads now (State, then ForceRelease).
+func (w *world) force() {
+	s, _ := w.be.snapshot()
+	holder, ok := s.get(w.cfg.UniqueKey())
+	if !ok || strings.HasPrefix(holder, processor.ReservedPrefix) {
+		return
+	}
+	id := fmt.Sprintf("op%d", w.order+1)
+	r := &request{id: id, purpose: pForce, locker: holder, what: "force.lua(" + holder + ")"}
+	r.run = func(ctx context.Context) outcome {
+		ok, err := w.op.ForceRelease(ctx, w.cfg, holder)
+		return outcome{forced: ok, err: err}
+	}
+	w.send(r)
+}
+
+// forcedRemoved records that an operator removed locker: its holder, if one believes it
+// holds, is inside the documented window until its next renewal or release.
+func (w *world) forcedRemoved(locker string) {
+	if _, ok := w.forced[locker]; !ok {
+		w.forced[locker], w.forcedAt[locker] = w.step, w.now()
+	}
+	for _, p := range w.procs {
+		if p.ten != nil && p.ten.locker == locker && p.ten.removed == "" {
+			p.ten.removed = "an operator's ForceRelease"
+		}
+	}
+}
+
+// state hashes what the world is now, for counting distinct states.
+func (w *world) stateHash(s snapshot) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s.canonical()))
+	for _, p := range w.procs {
+		h.Write([]byte(p.canonical()))
+	}
+	for _, r := range w.flight {
+		fmt.Fprintf(h, "f%d/%s/%v;", r.purpose, r.who(), r.copy)
+	}
+	for _, rp := range w.replies {
+		fmt.Fprintf(h, "r%d/%s;", rp.r.purpose, rp.r.who())
+	}
+	return h.Sum64()
+}
+
+// end is when and why an acquisition ended in Redis.
+type end struct {
+	step int
+	at   time.Time
+	why  string
+}
+
+// endedBy records the acquisitions that r, run by Redis with outcome out, ended: what the
+// process no longer holds or asks for, whatever the scripts keep of it.
+func (w *world) endedBy(r *request, out outcome) {
+	mark := func(l, why string) {
+		if _, ok := w.ended[l]; !ok {
+			w.ended[l] = end{step: w.step, at: w.now(), why: why}
+		}
+	}
+	if out.err != nil {
+		return
+	}
+	switch r.purpose {
+	case pRelease, pGiveBack:
+		mark(r.locker, "released or given back")
+	case pAsk, pTry:
+		if out.res.Outcome != processor.Taken {
+			mark(r.locker, "failed")
+		}
+	case pTake:
+		if out.res.Outcome == processor.Yielded {
+			mark(r.locker, "yielded")
+		}
+	case pLeave:
+		for n := 1; n <= r.seq; n++ {
+			mark(r.p.mark+strconv.Itoa(n), "its process left")
+		}
+	case pForce:
+		if out.forced {
+			mark(r.locker, "removed by an operator")
+		}
+	}
+}
