@@ -140,9 +140,9 @@ func run() error {
 		if *jsonOut {
 			fmt.Printf("%s\n", line)
 		}
-		fmt.Fprintf(os.Stderr, "[%3d/%d %5.0fs] %-7s %-10s procs=%d g=%-3d tps=%8.1f eff=%.3f cmds/acq=%.2f redis/acq=%.2f p50=%.0fus p99=%.0fus min/max=%d/%d err=%d retries=%d overlaps=%d load=%.2f\n",
+		fmt.Fprintf(os.Stderr, "[%3d/%d %5.0fs] %-7s %-10s procs=%d g=%-3d tps=%8.1f eff=%.3f cmds/acq=%.2f redis/acq=%.2f p50=%.0fus p99=%.0fus wait99=%.0fus min/max=%d/%d err=%d retries=%d overlaps=%d load=%.2f\n",
 			i+1, len(specs), time.Since(began).Seconds(), row.Scenario, row.Impl, row.Procs, row.Goroutines,
-			row.TPS, row.Efficiency, row.CmdsPerAcq, row.RedisCallsPerAcq, row.HandoffP50Us, row.HandoffP99Us,
+			row.TPS, row.Efficiency, row.CmdsPerAcq, row.RedisCallsPerAcq, row.HandoffP50Us, row.HandoffP99Us, row.WaitP99Us,
 			row.MinPerGoroutine, row.MaxPerGoroutine, row.Errors, row.Retries, row.Overlaps, row.Load1)
 	}
 	if *outDir != "" {

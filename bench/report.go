@@ -124,17 +124,17 @@ func printTables(w io.Writer, rows []Row) {
 		fmt.Fprintln(w, "\n| processes × goroutines | impl | acquisitions/s | cmds/acq | redis calls/acq | min–max/goroutine | min–max/process | errors | retries | overlaps |")
 		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, r := range hot {
-			fmt.Fprintf(w, "| %d × %d | %s | %.0f | %.2f | %.2f | %d–%d | %d–%d | %d | %d | %d |\n", r.Procs, r.Goroutines/r.Procs,
+			fmt.Fprintf(w, "| %d × %d | %s | %.0f | %.2f | %.2f | %d–%d | %d–%d | %d | %d | %d |\n", r.Procs, r.Goroutines/max(r.Procs, 1),
 				r.Impl, r.TPS, r.CmdsPerAcq, r.RedisCallsPerAcq, r.MinPerGoroutine, r.MaxPerGoroutine,
 				r.MinPerProc, r.MaxPerProc, r.Errors, r.Retries, r.Overlaps)
 		}
 	}
 	if len(cross) > 0 {
 		fmt.Fprintln(w, "\n#### cross: one goroutine per process, a short hold (every acquisition goes from process to process)")
-		fmt.Fprintln(w, "\n| processes | impl | acquisitions/s | cmds/acq | redis calls/acq | min–max/process | errors | retries | overlaps |")
-		fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "\n| processes | impl | acquisitions/s | wait p99 µs | cmds/acq | redis calls/acq | min–max/process | errors | retries | overlaps |")
+		fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, r := range cross {
-			fmt.Fprintf(w, "| %d | %s | %.0f | %.2f | %.2f | %d–%d | %d | %d | %d |\n", r.Procs, r.Impl, r.TPS,
+			fmt.Fprintf(w, "| %d | %s | %.0f | %s | %.2f | %.2f | %d–%d | %d | %d | %d |\n", r.Procs, r.Impl, r.TPS, opt(r.WaitP99Us, "%.0f"),
 				r.CmdsPerAcq, r.RedisCallsPerAcq, r.MinPerProc, r.MaxPerProc, r.Errors, r.Retries, r.Overlaps)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 
 // Row is one measured point; it is printed as one JSON line with --json.
 type Row struct {
-	Scenario         string  `json:"scenario"` // trip, hot or handoff
+	Scenario         string  `json:"scenario"` // trip, hot, cross or handoff
 	Impl             string  `json:"impl"`
 	Procs            int     `json:"procs"`
 	Goroutines       int     `json:"goroutines"` // total over the processes
@@ -31,6 +31,7 @@ type Row struct {
 	RedisCallsPerAcq float64 `json:"redis_calls_per_acq"`
 	HandoffP50Us     float64 `json:"handoff_p50_us"`
 	HandoffP99Us     float64 `json:"handoff_p99_us"`
+	WaitP99Us        float64 `json:"wait_p99_us"`               // loop rows: p99 over all processes of the wait of the window's acquisitions, from calling Lock (the first call, if failed calls were retried) to its return
 	RTTIdleP50Us     float64 `json:"rtt_idle_p50_us,omitempty"` // handoff: PING round trip after rttIdle of idleness, just before the row
 	RTTIdleP99Us     float64 `json:"rtt_idle_p99_us,omitempty"`
 	HandoffMeanUs    float64 `json:"handoff_mean_us,omitempty"`
@@ -250,7 +251,9 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 	row := Row{Scenario: s.Scenario, Impl: s.Impl, Procs: s.Procs, Goroutines: s.Goroutines,
 		WorkMs: ms(s.Work), LeaseMs: s.Lease.Milliseconds(), MinPerGoroutine: -1, MinPerProc: -1}
 	var acq, cmds, workNs int64
+	waits := newHist()
 	for _, r := range results {
+		waits.addSparse(r.Waits)
 		var proc int64
 		for _, n := range r.PerGoroutine {
 			acq += n
@@ -274,6 +277,7 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 	}
 	row.MinPerGoroutine, row.MinPerProc = max(row.MinPerGoroutine, 0), max(row.MinPerProc, 0)
 	row.Overlaps = overlaps(results)
+	row.WaitP99Us = waits.quantile(0.99)
 	if s.Scenario == "handoff" { // every acquisition of the run, including the first
 		acq, cmds = 0, 0
 		for _, r := range results {

@@ -59,17 +59,18 @@ type startSignal struct {
 
 // workerResult is what a worker prints as one JSON line on its stdout when it is done.
 type workerResult struct {
-	PerGoroutine []int64 `json:"per_goroutine"` // acquisitions in the measured window
-	Total        int64   `json:"total"`         // acquisitions over the whole run
-	Cmds         int64   `json:"cmds"`          // commands sent in the measured window
-	CmdsTotal    int64   `json:"cmds_total"`    // commands sent over the whole run
-	WorkNs       int64   `json:"work_ns"`       // time spent in work, in the window
-	Errors       int64   `json:"errors"`
-	Retries      int64   `json:"retries"`
-	FirstErr     string  `json:"first_err,omitempty"`
-	Holds        []int64 `json:"holds,omitempty"` // loop: start and end of every hold, Unix ns, flattened
-	T0           []int64 `json:"t0,omitempty"`    // handoff: wall time before Unlock, by hand-off
-	T1           []int64 `json:"t1,omitempty"`    // handoff: wall time after Lock, by hand-off
+	PerGoroutine []int64    `json:"per_goroutine"` // acquisitions in the measured window
+	Total        int64      `json:"total"`         // acquisitions over the whole run
+	Cmds         int64      `json:"cmds"`          // commands sent in the measured window
+	CmdsTotal    int64      `json:"cmds_total"`    // commands sent over the whole run
+	WorkNs       int64      `json:"work_ns"`       // time spent in work, in the window
+	Errors       int64      `json:"errors"`
+	Retries      int64      `json:"retries"`
+	FirstErr     string     `json:"first_err,omitempty"`
+	Holds        []int64    `json:"holds,omitempty"` // loop: start and end of every hold, Unix ns, flattened
+	Waits        [][2]int64 `json:"waits,omitempty"` // loop: hist of the waits of the window's acquisitions, as (bucket, count) pairs
+	T0           []int64    `json:"t0,omitempty"`    // handoff: wall time before Unlock, by hand-off
+	T1           []int64    `json:"t1,omitempty"`    // handoff: wall time after Lock, by hand-off
 }
 
 // runWorker is the hidden --worker mode: it sets up one implementation on its own client,
@@ -169,6 +170,7 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 		wg                   sync.WaitGroup
 		cmdsStart, cmdsFirst int64
 		holdsMu              sync.Mutex
+		waits                = newHist()
 	)
 	cmdsFirst = cnt.n.Load()
 	wg.Add(1)
@@ -185,15 +187,21 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 			defer wg.Done()
 			l := impl.NewLocker()
 			var holds []int64
+			myWaits := newHist()
 			defer func() {
 				holdsMu.Lock()
 				if len(res.Holds)+len(holds) <= 2*maxHolds {
 					res.Holds = append(res.Holds, holds...)
 				}
+				waits.merge(myWaits)
 				holdsMu.Unlock()
 			}()
 			waitUntil(sig.Start)
+			var asked time.Time // when this goroutine began to want the lock: its first Lock call since the last acquisition
 			for time.Now().Before(end) {
+				if asked.IsZero() {
+					asked = time.Now()
+				}
 				unlock, err := l.Lock(ctx)
 				if err != nil {
 					if ctx.Err() != nil {
@@ -204,6 +212,8 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 					continue
 				}
 				t := time.Now()
+				wait := t.Sub(asked)
+				asked = time.Time{}
 				if a.Work > 0 {
 					preciseWait(a.Work)
 				}
@@ -218,12 +228,14 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 				if done := time.Now(); !done.Before(measure) && done.Before(end) {
 					res.PerGoroutine[i]++
 					workNs.Add(int64(w))
+					myWaits.add(int64(wait))
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	res.Total, res.WorkNs = total.Load(), workNs.Load()
+	res.Waits = waits.sparse()
 	res.CmdsTotal = cnt.n.Load() - cmdsFirst
 	res.Errors, res.Retries, res.FirstErr = e.n.Load(), e.retries.Load(), e.first
 	return res

@@ -921,18 +921,18 @@ func TestLockNeverReturnsNearlyExpired(t *testing.T) {
 	}
 }
 
-// A waiter that gives up after a release reserved the key for its process, and before it
-// asked, passes the reservation on (leave.lua): the key does not stay reserved for a process
-// that no longer waits.
-func TestReservationPassedOnWhenTheWaiterGivesUp(t *testing.T) {
+// A grant to a process whose waiter gave up about when the key was granted to it is passed on
+// at once (the process lets it go: its leave, or the grant's own check): the key does not stay
+// with a process that no longer waits, for the 20 s lease.
+func TestGrantPassedOnWhenTheWaiterGivesUp(t *testing.T) {
 	gaveUp := 0
 	defer func() { t.Logf("the waiter gave up in %d of 20 rounds", gaveUp) }()
 	for round := 0; round < 20; round++ {
 		gp, _ := newGen(t)
 		gq, cq := newGen(t)
 		tg := rgTarget(t, round)
-		lp, _ := gp.GenWithLease("RESV", tg, 20*time.Second) // a reservation lasts 5 s
-		lq, _ := gq.GenWithLease("RESV", tg, 20*time.Second)
+		lp, _ := gp.GenWithLease("GRANTUP", tg, 20*time.Second)
+		lq, _ := gq.GenWithLease("GRANTUP", tg, 20*time.Second)
 		ctx := ctxT(t, 30*time.Second)
 		q, err := lq.Lock(ctx)
 		if err != nil {
@@ -946,7 +946,7 @@ func TestReservationPassedOnWhenTheWaiterGivesUp(t *testing.T) {
 			err := next(ctx, cmd)
 			if scriptIs("release")(cmd.Args()) {
 				time.Sleep(time.Duration(round%5) * 100 * time.Microsecond)
-				cancel() // the waiter gives up about when the reservation is made
+				cancel() // the waiter gives up about when the key is granted
 			}
 			return err
 		}})
@@ -959,12 +959,12 @@ func TestReservationPassedOnWhenTheWaiterGivesUp(t *testing.T) {
 		}
 		gaveUp++
 		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			st, _ := lq.State(ctx)
-			if st.ReservedFor == "" {
+			st, _ := lp.State(ctx)
+			if !st.Mine {
 				break
 			}
-			if time.Now().After(deadline) { // left alone, it would last 5 s
-				t.Fatalf("round %d: the key is still reserved for a process that stopped waiting", round)
+			if time.Now().After(deadline) { // left alone, it would last 20 s
+				t.Fatalf("round %d: the key is still granted to a process that stopped waiting", round)
 			}
 		}
 	}

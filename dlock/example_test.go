@@ -81,14 +81,14 @@ func ExampleDistributedReentrantLock_FencingToken() {
 			f()
 		}
 	}()
-	server := func() *dlock.DistributedReentrantLock { // one process
+	server := func(lease time.Duration) *dlock.DistributedReentrantLock { // one process
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		g, _ := dlock.NewGenerator(c)
-		l, _ := g.GenWithLease("ORDER", "42", 100*time.Millisecond)
+		l, _ := g.GenWithLease("ORDER", "42", lease)
 		closers = append(closers, func() { g.Close(context.Background()); c.Close() })
 		return l
 	}
-	a, b := server(), server()
+	a, b := server(100*time.Millisecond), server(5*time.Second)
 	ctx := context.Background()
 
 	ownedA, _ := a.Lock(ctx)

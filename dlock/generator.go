@@ -66,6 +66,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 	prefix := lockerPrefix()
 	rp, err := processor.NewRedisLockProcessor(client, processor.Options{
 		Publish: o.notify, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
+		GapEvery: o.gapEvery, GapWindow: o.gapWindow,
 	})
 	if err != nil {
 		return nil, err

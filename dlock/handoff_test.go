@@ -575,3 +575,91 @@ func TestLossesDuringPasses(t *testing.T) {
 		t.Fatal("no tenure was removed: the test tested nothing")
 	}
 }
+
+// Java DLock processes never stand in the line: under continuous contention from this library,
+// where every release grants the key to the next process in line, they wait for ever.
+// WithForeignWindow leaves the key free for a window, once a period: a poller of Java DLock's
+// kind (SET NX, then a poll every sixth of its lease) gets it, and exclusion holds throughout.
+// (The row without the window is measured for comparison, not judged.)
+func TestForeignWindowServesJavaDLock(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		window bool
+	}{{"with-window", true}, {"without", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []dlock.Option{dlock.WithLocalHandOff(0)}
+			if tc.window {
+				opts = append(opts, dlock.WithForeignWindow(lease, lease/6))
+			}
+			goAcq, javaAcq, overlaps := javaBeside(t, lease, opts)
+			t.Logf("FIGURE foreign window %v (every %v, window %v): Java-like poller %d acquisitions, this library %d, in 3 s",
+				tc.window, lease, lease/6, javaAcq, goAcq)
+			if overlaps > 0 {
+				t.Fatalf("%d overlaps", overlaps)
+			}
+			if goAcq == 0 || (tc.window && javaAcq == 0) {
+				t.Fatalf("acquisitions: this library %d, the Java-like poller %d", goAcq, javaAcq)
+			}
+		})
+	}
+}
+
+// javaBeside runs two Generators of two goroutines each in a Lock, hold, Unlock loop beside
+// a poller of Java DLock's kind on the same key for 3 s, and counts their acquisitions and the
+// moments two holders overlapped.
+func javaBeside(t *testing.T, lease time.Duration, opts []dlock.Option) (goAcq, javaAcq, overlaps int64) {
+	ctx := ctxT(t, 30*time.Second)
+	var inside, ov, ga, ja atomic.Int64
+	enter := func() {
+		if inside.Add(1) > 1 {
+			ov.Add(1)
+		}
+		time.Sleep(200 * time.Microsecond)
+		inside.Add(-1)
+	}
+	end := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	var key string
+	for range 2 {
+		g, _ := newGen(t, opts...)
+		l, _ := g.GenWithLease("JAVA", target(t), lease)
+		key = l.Config().UniqueKey()
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					o, err := l.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					enter()
+					ga.Add(1)
+					if err := o.Unlock(); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	_, c := newGen(t)
+	release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+	wg.Add(1)
+	go func() { // Java DLock's algorithm: SET NX PX, a poll every lease/6, compare-and-delete
+		defer wg.Done()
+		for n := 0; time.Now().Before(end); n++ {
+			locker := fmt.Sprintf("10.0.0.9-%d", n)
+			if ok, err := c.SetNX(ctx, key, locker, lease).Result(); err == nil && ok {
+				enter()
+				ja.Add(1)
+				release.Run(ctx, c, []string{key}, locker)
+			}
+			time.Sleep(lease / 6)
+		}
+	}()
+	wg.Wait()
+	return ga.Load(), ja.Load(), ov.Load()
+}

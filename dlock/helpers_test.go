@@ -90,8 +90,8 @@ func checkNoSecondOwner(t testing.TB, l *dlock.DistributedReentrantLock, owned c
 	t.Helper()
 	ctx := ctxT(t, 5*time.Second)
 	st, serr := lb.State(ctx)
-	t.Logf("state before: holder %q reserved for %q, lease left %v, waiting %v (%v); owner context %v",
-		st.Holder, st.ReservedFor, st.LeaseLeft, st.Waiting, serr, context.Cause(owned))
+	t.Logf("state before: holder %q, lease left %v, waiting %v (%v); owner context %v",
+		st.Holder, st.LeaseLeft, st.Waiting, serr, context.Cause(owned))
 	ob, ok, err := lb.TryLock(ctx)
 	if err != nil && !errors.Is(err, dlock.ErrOptimisticLocking) {
 		t.Fatalf("TryLock: %v", err)

@@ -20,11 +20,7 @@ type State struct {
 	Holder string
 	// Mine reports whether Holder is an acquisition of this Generator.
 	Mine bool
-	// ReservedFor is set when a holder released the key to a waiting process that has not
-	// taken it yet (see WithLocalHandOff): that process's locker prefix. Nobody else can take
-	// the key until the reservation expires.
-	ReservedFor string
-	// LeaseLeft is how long the holding (or the reservation) lasts unless renewed; 0 when free.
+	// LeaseLeft is how long the holding lasts unless renewed; 0 when free.
 	LeaseLeft time.Duration
 	// Fence is the key's fencing counter: the last token handed out, while Redis keeps it
 	// (two leases after the last acquisition or renewal); 0 once it expired. The next token
@@ -49,22 +45,14 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 	if err := l.check(ctx); err != nil {
 		return State{}, err
 	}
-	var in processor.Inspection
-	err, _ := l.g.call(ctx, func(ctx context.Context) error {
-		var err error
-		in, err = l.g.proc.Inspect(ctx, l.cfg)
-		return err
+	in, err := call(l.g, ctx, func(ctx context.Context) (processor.Inspection, error) {
+		return l.g.proc.Inspect(ctx, l.cfg)
 	})
 	if err != nil {
-		return State{}, err
+		return State{}, unlate(err)
 	}
-	s := State{Config: l.cfg, LeaseLeft: in.TTL, Fence: in.Fence, Waiting: in.Waiting}
-	if mark, ok := strings.CutPrefix(in.Holder, processor.ReservedPrefix); ok {
-		s.ReservedFor = mark
-	} else {
-		s.Holder = in.Holder
-		s.Mine = in.Holder != "" && strings.HasPrefix(in.Holder, l.g.prefix)
-	}
+	s := State{Config: l.cfg, Holder: in.Holder, LeaseLeft: in.TTL, Fence: in.Fence, Waiting: in.Waiting}
+	s.Mine = in.Holder != "" && strings.HasPrefix(in.Holder, l.g.prefix)
 	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
 		s.LocalWaiters = st.q.HasWaiters()
 	}
@@ -116,23 +104,17 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(owned), until)
 	defer cancel()
 	sent := time.Now()
-	var res processor.Result
-	err, late := l.g.call(ctx, func(ctx context.Context) error {
-		r, err := l.g.proc.ExpandLease(ctx, cfg, req)
-		if err == nil {
-			res = r
-		}
-		return err
+	res, err := call(l.g, ctx, func(ctx context.Context) (processor.Result, error) {
+		return l.g.proc.ExpandLease(ctx, cfg, req)
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
 	case st.ten != t:
 		// lost (or ended) meanwhile
-	case late || err != nil:
-		if late {
-			err = &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: errors.Join(err, errLateReply)}
-		}
+	case errors.Is(err, errLate):
+		return &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: errors.Join(unlate(err), errLateReply)}
+	case err != nil:
 		return err
 	case res.Outcome == processor.Renewed:
 		// The renewals go on with the new lease, unless the lock passed on meanwhile (the
@@ -167,15 +149,13 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 	if holder == "" {
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
-	var removed bool
-	err, _ := l.g.call(ctx, func(ctx context.Context) error {
-		var err error
-		removed, err = l.g.proc.ForceRelease(ctx, l.cfg, holder)
-		return err
+	res, err := call(l.g, ctx, func(ctx context.Context) (processor.Result, error) {
+		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
 	if err != nil {
-		return false, err
+		return false, unlate(err)
 	}
+	removed := res.Outcome == processor.Released
 	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && removed {
 		// A tenure of this Generator is told at once, or, if it is being taken just now, as
 		// soon as its reply comes (ask checks forced).
@@ -208,21 +188,46 @@ func (l *DistributedReentrantLock) check(ctx context.Context) error {
 	return nil
 }
 
+// errLate says that the caller's context ended before Redis answered: the request may still
+// run, or have run, in Redis.
+var errLate = errors.New("dlock: no answer before the caller's context ended")
+
 // call runs f, a Redis request, bounded by ctx even when the client does not honour it
 // (go-redis ignores context deadlines unless ContextTimeoutEnabled is set): if ctx ends first,
-// call returns at once with ctx's error and late set, and f finishes in the background.
-func (g *Generator) call(ctx context.Context, f func(context.Context) error) (err error, late bool) {
+// call returns at once with an error matching errLate and ctx's error, and f finishes in the
+// background.
+func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	if ctx.Done() == nil {
-		return f(ctx), false
+		return f(ctx)
 	}
-	done := make(chan error, 1)
-	if !g.group.Go(func() { done <- f(ctx) }) {
-		return f(ctx), false
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	if !g.group.Go(func() {
+		v, err := f(ctx)
+		done <- answer{v, err}
+	}) {
+		return f(ctx)
 	}
 	select {
-	case err := <-done:
-		return err, false
+	case a := <-done:
+		return a.v, a.err
 	case <-ctx.Done():
-		return ctx.Err(), true
+		var zero T
+		return zero, fmt.Errorf("%w: %w", errLate, ctx.Err())
 	}
+}
+
+// unlate returns what a caller of the API sees of an error of call: the context's error alone
+// when the answer came late.
+func unlate(err error) error {
+	if errors.Is(err, errLate) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return context.DeadlineExceeded
+		}
+		return context.Canceled
+	}
+	return err
 }

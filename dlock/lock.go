@@ -187,32 +187,37 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // Redis failure (errors.As finds the *RedisProcessError). After Close it returns ErrClosed.
 // Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
-	return l.acquire(ctx, true)
+	owned, _, err := l.acquire(ctx, true)
+	return owned, err
 }
 
 // TryLock makes one attempt: it returns an owner context and true if it got the lock (or
 // re-entered it), and false with a nil error if the lock is held, by another process or by
-// another goroutine of this one (then without asking Redis). It leaves no trace for other
+// another goroutine of this one, or if goroutines of this process queue for it and may not be
+// passed (WithFIFO, or the first has waited over 1 ms, as for Lock) — then without asking
+// Redis. It leaves no trace for other
 // processes to see. A Redis failure is returned as a *RedisProcessError (an attempt whose
 // reply was lost is given back in the background); re-entry on a lost holding returns an
 // error matching ErrLockLost.
 func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, error) {
-	owned, err := l.acquire(ctx, false)
+	owned, held, err := l.acquire(ctx, false)
 	switch {
-	case err == nil:
+	case err == nil && !held:
 		return owned, true, nil
 	case errors.Is(err, ErrOptimisticLocking) && !errors.Is(err, ErrLockLost):
-		return nil, false, nil
+		return nil, false, nil // (taken, and removed by ForceRelease as it was)
 	}
 	return nil, false, err
 }
 
-func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Owner, error) {
+// acquire is Lock (wait) and TryLock: it returns the new Owner, or held for a TryLock that
+// found the lock held, or why not.
+func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Owner, bool, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+		return nil, false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
 	if l == nil || l.g == nil || l.g.proc == nil {
-		return nil, errZeroLock
+		return nil, false, errZeroLock
 	}
 	if h := l.holdingOf(ctx); h != nil {
 		h.mu.Lock()
@@ -224,13 +229,13 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		switch state {
 		case holdHeld:
 			if o, ok := ctx.(*Owner); ok {
-				return o, nil
+				return o, false, nil
 			}
-			return &Owner{ctx: ctx, l: l}, nil
+			return &Owner{ctx: ctx, l: l}, false, nil
 		case holdLost:
-			return nil, cause
+			return nil, false, cause
 		case holdClosed:
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
 		// released: acquire anew (with a context that is still live)
 	}
@@ -238,14 +243,19 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 	if err := ctx.Err(); err != nil {
 		err = fmt.Errorf("%w: %w", ErrNotObtained, err)
 		l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Reason: reasonOf(err), Err: err})
-		return nil, err
+		return nil, false, err
 	}
 	st, err := l.g.ref(l.cfg)
 	if err != nil {
 		l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Reason: reasonOf(err), Err: err})
-		return nil, err
+		return nil, false, err
 	}
-	h, err := st.acquire(ctx, l.cfg, wait)
+	h, held, err := st.acquire(ctx, l.cfg, wait)
+	if held {
+		st.left()
+		l.g.unref(st)
+		return nil, true, nil
+	}
 	if err != nil {
 		st.left()
 		l.g.unref(st)
@@ -256,16 +266,16 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		if wait || !errors.Is(err, ErrOptimisticLocking) {
 			l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
 		}
-		return nil, err
+		return nil, false, err
 	}
 	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.token})
 	if l.g.isClosed() { // taken as Close ran: give it back
 		if h.end(holdClosed, nil) {
 			_ = h.release(context.WithoutCancel(ctx), ErrClosed)
 		}
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
-	return newOwner(l, h), nil
+	return newOwner(l, h), false, nil
 }
 
 // Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it lets

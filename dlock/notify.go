@@ -415,16 +415,17 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			return // a probe
 		}
 		st := n.lookup(m.Channel)
+		if st == nil {
+			return
+		}
+		if strings.HasPrefix(msg.From, n.g.prefix) {
+			st.heardOwn(msg.From) // our own release, or a ForceRelease of our tenure
+		}
 		switch {
-		case st == nil:
-		case strings.HasPrefix(msg.From, n.g.prefix):
-			if msg.Released {
-				st.heardOwn(msg.From) // our own release, which woke the local queue already, or a ForceRelease
-			}
-		case msg.Taken:
-			st.heardTaken(msg.Life)
-		default:
-			st.heardRelease(msg.Next)
+		case msg.Granted && strings.HasPrefix(msg.Locker, n.g.prefix):
+			st.heardGrant(msg.Locker, msg.Token)
+		case msg.Released && !strings.HasPrefix(msg.From, n.g.prefix):
+			st.heardRelease(msg.Gap)
 		}
 	}
 }

@@ -82,7 +82,7 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 		t.Fatalf("State: %+v, %v", st, err)
 	}
 	ch.ZRem(ctx, processor.LineKey(lw.Config()), st.Waiting[0])
-	ch.ZRem(ctx, processor.DueKey(lw.Config()), st.Waiting[0])
+	ch.HDel(ctx, processor.WantKey(lw.Config()), st.Waiting[0])
 	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) > 0 })
 	if err := lh.Unlock(owned); err != nil {
 		t.Fatal(err)

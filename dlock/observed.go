@@ -42,13 +42,9 @@ func (p observed) Unlock(ctx context.Context, cfg domain.DLockConfig, req proces
 	return r, p.report(err)
 }
 
-func (p observed) IsFree(ctx context.Context, cfg domain.DLockConfig) (processor.PollResult, error) {
-	r, err := p.DLockProcessor.IsFree(ctx, cfg)
+func (p observed) Leave(ctx context.Context, cfg domain.DLockConfig, req processor.LeaveRequest) (processor.Result, error) {
+	r, err := p.DLockProcessor.Leave(ctx, cfg, req)
 	return r, p.report(err)
-}
-
-func (p observed) Leave(ctx context.Context, cfg domain.DLockConfig, req processor.LeaveRequest) error {
-	return p.report(p.DLockProcessor.Leave(ctx, cfg, req))
 }
 
 func (p observed) Inspect(ctx context.Context, cfg domain.DLockConfig) (processor.Inspection, error) {
@@ -56,7 +52,7 @@ func (p observed) Inspect(ctx context.Context, cfg domain.DLockConfig) (processo
 	return in, p.report(err)
 }
 
-func (p observed) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error) {
-	ok, err := p.DLockProcessor.ForceRelease(ctx, cfg, holder)
-	return ok, p.report(err)
+func (p observed) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (processor.Result, error) {
+	r, err := p.DLockProcessor.ForceRelease(ctx, cfg, holder)
+	return r, p.report(err)
 }

@@ -26,6 +26,8 @@ type options struct {
 	observer     Observer                           // default NopObserver
 	replicas     int                                // default 0: no WAIT
 	replicaWait  time.Duration
+	gapEvery     time.Duration // default 0: a release always grants the key to the first live process in line
+	gapWindow    time.Duration
 }
 
 // WithObserver reports what the locks do to o (see Observer). The default reports nothing.
@@ -73,10 +75,10 @@ func WithLogger(l *zap.Logger) Option {
 	})
 }
 
-// WithFIFO makes each process's local queue strictly first-in first-out: a newcomer never
-// takes the lock ahead of a queued goroutine of the same process. By default a newcomer may
-// barge, as in Java DLock, unless the first waiter has waited more than a millisecond (the
-// starvation guard of sync.Mutex).
+// WithFIFO makes each process's local queue strictly first-in first-out: a newcomer (Lock or
+// TryLock) never takes the lock ahead of a queued goroutine of the same process. By default a
+// newcomer may barge, as in Java DLock, unless the first waiter has waited more than a
+// millisecond (the starvation guard of sync.Mutex).
 func WithFIFO() Option {
 	return optionFunc(func(o *options) error { o.fifo = true; return nil })
 }
@@ -105,6 +107,27 @@ func WithLocalHandOff(max time.Duration) Option {
 			return fmt.Errorf("%w: negative hand-off limit %v", ErrInvalidConfig, max)
 		}
 		o.handOff = max
+		return nil
+	})
+}
+
+// WithForeignWindow is for a fleet where Java DLock processes share keys with this library.
+// They never stand in the line of waiting processes: they take a key only when it is free,
+// polling for it every sixth of their lease, and a release here grants the key to the next
+// process in line without leaving it free — so under continuous contention from this library
+// they would wait for ever. With this option, at most once every every, a release leaves the
+// key free for window instead of granting it: processes in line do not take it meanwhile, and
+// a process that polls within the window takes it with its SET NX. A window as long as the
+// foreign processes' poll interval gives one of them the key at every window (a Java process
+// then waits at most every, times the number of them that compete); each window costs the
+// processes in line up to window of idle key. Both must be whole milliseconds, 0 < window <
+// every. The default is no window.
+func WithForeignWindow(every, window time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if window <= 0 || window >= every || every%time.Millisecond != 0 || window%time.Millisecond != 0 {
+			return fmt.Errorf("%w: a window of %v every %v for processes not in line", ErrInvalidConfig, window, every)
+		}
+		o.gapEvery, o.gapWindow = every, window
 		return nil
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,12 +19,13 @@ import (
 // that checks the phase it starts from, under lockState.mu; Redis calls and parking happen
 // outside the lock.
 //
-//	idle ──ask──▶ asking ──taken──▶ held ◀──take── free ◀──unlock (local waiters)── held
-//	  ▲             │                 │                  │
-//	  └──held/fail──┘                 │ unlock (no local waiter, or no passes) ──▶ releasing ──▶ idle
-//	                  renewing ◀── take (renew first: lease, tokens, half the lease, hand-off limit)
-//	                     ├─renewed──▶ held
-//	                     └─yielded──▶ idle (in line again)
+//	idle ──ask──▶ asking ──taken──▶ free ──take──▶ held ──unlock (local waiters)──▶ free
+//	  ▲  ◀─held/unknown─┘                            │
+//	  │ ◀── grant heard (the key is this process's) ─┼─▶ free
+//	  └──────────────── releasing ◀── unlock (no local waiter, or no passes) ┘
+//	                    renewing ◀── take (renew first: lease, tokens, half the lease, hand-off limit)
+//	                       ├─renewed──▶ held
+//	                       └─yielded──▶ idle (in line again)
 //
 // A loss (renewal found the key gone or taken, the lease ran out, ForceRelease here) moves
 // held, free and renewing to idle at once; Close releases what is held.
@@ -33,7 +33,8 @@ type phase uint8
 
 const (
 	// idle: this process does not hold the key and nobody asks Redis for it. Goroutines may
-	// wait: then the process is in the key's line in Redis and watches for its turn.
+	// wait: then the process has an open attempt, stands in the key's line in Redis and
+	// watches for its grant.
 	idle phase = iota
 	// asking: one goroutine's lock.lua is in flight (at most one per process and key).
 	asking
@@ -70,22 +71,22 @@ const blockSize = 1024
 // cohorting does: each pass is a new acquisition with its own owner context and fencing token
 // (from a block the tenure reserved), on its own handle's lease. The tenure ends when no local
 // goroutine wants the lock, or when another process waits and the tenure has lasted the
-// hand-off limit: the key then goes to the first process in the Redis line.
+// hand-off limit: the key is then granted to the first process in the Redis line.
 //
 // Rules kept here (the phase machine above is their mechanism):
 //   - At most one goroutine talks to Redis about the key at a time (phases asking, renewing,
 //     releasing), so a goroutine that finds another doing so waits in the queue without a
-//     round trip. Exclusion does not rest on this: it rests on Redis, where each tenure writes
+//     round trip. Exclusion does not rest on this: it rests on Redis, where each tenure holds
 //     its own locker.
 //   - A pass never starts with less than half the taker's lease left, nor on another lease
 //     than the taker's, nor after the hand-off limit while another process waits, nor
 //     without a token: it renews first (phase renewing).
-//   - No pass after a loss: a lost tenure leaves the phase at once (loseTenure), before the
+//   - No pass after a loss: a lost tenure leaves the phase at once (loseLocked), before the
 //     holder is told.
-//   - Wake-ups are counted in epoch: every "the key may be free, or is reserved for us"
-//     signal adds one and wakes the first waiter; a waiter that failed in Redis asks again
-//     only after the epoch moved, and one that failed while a signal arrived passes the
-//     wake-up on, so signals are neither lost nor turned into extra round trips.
+//   - Wake-ups are counted in epoch: every "the key may be this process's" signal adds one and
+//     wakes the first waiter; a waiter that failed in Redis asks again only after the epoch
+//     moved, and one that failed while a signal arrived passes the wake-up on, so signals are
+//     neither lost nor turned into extra round trips.
 type lockState struct {
 	g       *Generator
 	cfg     domain.DLockConfig // of the handle that brought the state into use: poll timing, line entries
@@ -95,23 +96,18 @@ type lockState struct {
 	q      queue.Queue // the goroutines that wait, lock-free
 	poller *threads.Poller
 
-	mu       sync.Mutex // guards every field below
-	phase    phase
-	ten      *tenure  // held, free, renewing, releasing
-	owner    *holding // held
-	epoch    uint64
-	wokenBy  How       // what sent the latest signal
-	queued   bool      // this process may have an entry in the Redis line
-	entryAt  time.Time // when this process last renewed its entry (a failed attempt, a poll)
-	heard    time.Time // when this process last learnt the key's state from Redis
-	place    int       // this process's place in the line as last learnt (0 first), -1 unknown
-	quiet    time.Time // until then the key cannot come free but by a release, which publishes
-	watching bool      // the release channel is watched for this state
-	forced   string    // the locker ForceRelease in this Generator last removed
+	mu      sync.Mutex // guards every field below
+	phase   phase
+	ten     *tenure  // held, free, renewing, releasing
+	owner   *holding // held
+	epoch   uint64
+	wokenBy How    // what sent the latest signal
+	line    line   // this process's place in the Redis line
+	forced  string // the locker ForceRelease in this Generator last removed
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
-	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg), place: -1}
+	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg)}
 	st.poller = threads.NewPoller(g.done, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
 	return st
 }
@@ -124,9 +120,6 @@ func (st *lockState) mayBarge() bool {
 	f := st.q.First()
 	return f == nil || time.Since(f.Since()) < starvation
 }
-
-// errBusy is TryLock's answer when a goroutine of this process holds or is taking the lock.
-var errBusy = fmt.Errorf("%w: held or being taken by this process", ErrOptimisticLocking)
 
 // errLateReply reports an acquisition whose reply came after its lease had run out.
 var errLateReply = errors.New("the reply came after the lease had run out")
@@ -142,8 +135,8 @@ const (
 )
 
 // next decides, under mu, what a goroutine wanting the lock with cfg does: take a free
-// tenure (or renew it first), ask Redis if the key may be free, or wait. tried and triedAt
-// say whether, and at which epoch, this goroutine last failed in Redis.
+// tenure (or renew it first), ask Redis if the key may be this process's, or wait. tried and
+// triedAt say whether, and at which epoch, this goroutine last failed in Redis.
 func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried bool, triedAt uint64) (step, *holding, uint64) {
 	switch st.phase {
 	case free:
@@ -155,7 +148,7 @@ func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried boo
 			return stepRenew, nil, st.epoch
 		}
 	case idle:
-		if !tried || st.epoch != triedAt {
+		if (!tried || st.epoch != triedAt) && !time.Now().Before(st.line.gapUntil) {
 			st.phase = asking
 			return stepAsk, nil, st.epoch
 		}
@@ -164,88 +157,78 @@ func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried boo
 }
 
 // acquire takes the lock for an acquisition made with cfg (its handle's lease), waiting if
-// wait is set. The caller holds a reference to st.
-func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (*holding, error) {
+// wait is set. It is one loop: the first pass is the barge (no place in the queue yet, when
+// the queue may be passed), the others wait their turn in the queue. held reports a TryLock
+// that found the lock held, here or elsewhere. The caller holds a reference to st.
+func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (h *holding, held bool, err error) {
 	var (
-		tried   bool   // this goroutine failed in Redis ...
-		triedAt uint64 // ... at this epoch
-		lastErr error  // the last Redis failure
-		how     = HowAttempt
+		n       *queue.Node // this goroutine's place in the queue; nil while it barges
+		tried   bool        // this goroutine failed in Redis ...
+		triedAt uint64      // ... at this epoch
+		lastErr error       // the last Redis failure
+		woken   bool        // a wake-up was taken from the permit and not yet acted on
+		wctx    = ctx       // the wait, which a Close ends too
 	)
 	st.mu.Lock()
+	barge := st.mayBarge()
+	how := HowAttempt
 	if st.q.HasWaiters() {
 		how = HowBarge
 	}
-	if !wait && !st.mayBarge() {
-		// A TryLock goes before no queued goroutine that may not be passed (WithFIFO, or the
-		// first has waited over the starvation guard): the lock is busy here.
-		st.mu.Unlock()
-		return nil, errBusy
+	st.mu.Unlock()
+	if !barge && !wait {
+		// A TryLock goes before no queued goroutine that may not be passed (WithFIFO, or
+		// the first has waited over the starvation guard): the lock is held here.
+		return nil, true, nil
 	}
-	if !wait || st.mayBarge() {
-		s, h, e := st.next(ctx, cfg, false, 0)
-		t := st.ten
-		st.mu.Unlock()
-		if s == stepTaken {
-			h.how = HowHandOver
-			return h, nil
+	for {
+		if n == nil && !barge {
+			// Wait in the queue from now on; a Close ends the wait too.
+			var stop context.CancelFunc
+			wctx, stop = context.WithCancel(ctx)
+			defer stop()
+			defer context.AfterFunc(st.g.done, stop)()
+			n = queue.NewNode()
+			n.Lease = cfg.Lease()
+			st.q.Enqueue(n)
 		}
-		h, err := st.act(ctx, s, cfg, wait, e, t, &lastErr)
-		if h != nil {
-			h.how = how
-			if s == stepRenew {
-				h.how = HowHandOver
-			}
-			return h, nil
+		if wctx.Err() != nil {
+			break
 		}
-		if !wait {
-			if err == nil {
-				err = errBusy // held here, or the tenure moved on as we renewed it
-			}
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			return nil, notObtained(ctx.Err(), lastErr)
-		}
-		tried, triedAt = s != stepWait, e
-	} else {
-		st.mu.Unlock()
-	}
-
-	// Wait in the queue; a Close ends the wait too.
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	defer context.AfterFunc(st.g.done, stop)()
-
-	n := queue.NewNode()
-	n.Lease = cfg.Lease()
-	st.q.Enqueue(n)
-	woken := false // a wake-up was taken from the permit and not yet acted on
-	for wctx.Err() == nil {
-		if st.q.IsFirst(n) {
+		if n == nil || st.q.IsFirst(n) {
 			st.mu.Lock()
 			s, h, e := st.next(wctx, cfg, tried, triedAt)
-			how, t := st.wokenBy, st.ten
+			if n != nil {
+				how = st.wokenBy
+			}
+			t := st.ten
 			st.mu.Unlock()
 			if s == stepTaken {
-				st.q.SetHead(n)
-				h.how = HowHandOver
-				return h, nil
+				return st.won(n, h), false, nil
 			}
 			if s != stepWait {
-				h, _ := st.act(wctx, s, cfg, true, e, t, &lastErr)
+				h, err := st.act(wctx, s, cfg, wait, e, t, &lastErr)
 				if h != nil {
-					st.q.SetHead(n)
 					h.how = how
 					if s == stepRenew {
 						h.how = HowHandOver
 					}
-					return h, nil
+					return st.won(n, h), false, nil
 				}
-				tried, triedAt = true, e // wait for news before asking or renewing again
-				woken = false
+				if !wait {
+					return nil, err == nil, err // held elsewhere (or the tenure moved on as we renewed it)
+				}
+				tried, triedAt, woken = true, e, false // wait for news before asking or renewing again
+				barge = false
 				continue // the context may have ended meanwhile, or the phase moved on
 			}
+		}
+		if n == nil { // the phase is busy: the barge is over
+			if !wait {
+				return nil, true, nil
+			}
+			barge = false
+			continue
 		}
 		st.watch()
 		if n.Park(wctx) != nil {
@@ -253,12 +236,22 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		}
 		woken = true
 	}
-	st.q.Cancel(n, woken)
+	if n != nil {
+		st.q.Cancel(n, woken)
+	}
 	st.left()
 	if ctx.Err() == nil {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
-	return nil, notObtained(ctx.Err(), lastErr)
+	return nil, false, notObtained(ctx.Err(), lastErr)
+}
+
+// won makes the goroutine at n (nil for a barge) the queue's head as it returns h.
+func (st *lockState) won(n *queue.Node, h *holding) *holding {
+	if n != nil {
+		st.q.SetHead(n)
+	}
+	return h
 }
 
 // act carries out a step that talks to Redis (stepAsk, or stepRenew of tenure t, whose phase
@@ -298,26 +291,33 @@ func notObtained(ctxErr, last error) error {
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
 }
 
-// ask sends lock.lua with a new locker; the caller took phase asking at epoch. It returns the
-// new owner, or nil with why not: ErrOptimisticLocking when the key is held (and, with wait,
-// this process joined the line), a *RedisProcessError or the context's error when the outcome
-// is unknown (the attempt is then given back in the background: no copy of it can take the
-// key afterwards).
+// ask sends lock.lua; the caller took phase asking at epoch. A waiting goroutine (wait) asks
+// with the process's open attempt, opening one if none is; a TryLock of a process where
+// nobody waits asks with an attempt of its own, settled if the key is held. It returns the new
+// owner, or nil: with a nil error when the key is held by another (the process then stands in
+// line, if waiting), with the context's error or a *RedisProcessError when the outcome is
+// unknown (a waiting attempt stays open and is asked again; a TryLock's is given back in the
+// background: no copy of it can take the key afterwards).
 func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool, epoch uint64) (*holding, error) {
-	tokens := 1
-	if wait && st.q.HasWaiters() {
-		tokens = blockSize // for passes to the goroutines that queue; the unused are given back at release
-	}
-	ent := domain.DLockEntity{Locker: st.g.newLocker(), Status: domain.StatusProcessing, LockTime: time.Now(), Lease: cfg.Lease()}
-	var res processor.Result
-	err, late := st.g.call(ctx, func(ctx context.Context) error {
-		r, err := st.g.proc.Lock(ctx, cfg, processor.LockRequest{Locker: ent.Locker, Wait: wait, Tokens: tokens})
-		if err == nil {
-			res = r // read only when the call returned in time (late is false)
+	st.mu.Lock()
+	var a *attempt
+	if wait || st.line.attempt != nil {
+		wait = true // (a TryLock of a process that waits asks with its open attempt)
+		tokens := 1
+		if st.q.HasWaiters() {
+			tokens = blockSize // for passes to the goroutines that queue; the unused are given back at release
 		}
-		return err
+		a = st.open(cfg, tokens)
+	} else {
+		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
+	}
+	st.mu.Unlock()
+
+	sent := time.Now()
+	res, err := call(st.g, ctx, func(ctx context.Context) (processor.Result, error) {
+		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Tokens: a.tokens})
 	})
-	if err == nil && res.Outcome == processor.Taken && expired(&ent) {
+	if err == nil && res.Outcome == processor.Taken && !time.Now().Before(domain.HeldUntil(sent, a.cfg.Lease())) {
 		// The reply came after the lease, counted from the request, had run out: the key may
 		// be someone else's by now. Not an acquisition.
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
@@ -325,50 +325,68 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.phase = idle
-	switch {
-	case late || err != nil || ctx.Err() != nil:
-		// Unknown outcome, or the caller is gone: the attempt may hold the key. Give it back.
-		if wait {
-			st.queued = true // it may have joined the line
+	if err != nil || ctx.Err() != nil {
+		// Unknown outcome, or the caller is gone: the attempt may hold the key or stand in line.
+		st.line.queued = true
+		st.g.log.Debug("dlock: attempt without an answer", zap.String("key", cfg.UniqueKey()),
+			zap.String("locker", a.locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
+		if st.line.attempt != a {
+			st.giveBackLocked(a.locker, a.cfg) // a TryLock's own attempt
+		} else if g := st.line.granted; g != nil && st.line.grantUsable(a, g.token) {
+			st.startGrantLocked(a, g.token) // granted meanwhile: counted from the last answer that showed it waiting
+			return nil, errors.Join(err, ctx.Err())
 		}
-		st.g.log.Debug("dlock: attempt given back", zap.String("key", cfg.UniqueKey()),
-			zap.String("locker", ent.Locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
-		st.giveBackLocked(ent.Locker, cfg)
-		if late {
+		st.signalLocked(HowRetry) // the next waiter, if the caller leaves, asks again
+		if errors.Is(err, errLate) {
 			return nil, fmt.Errorf("%w: %w", ctx.Err(), errNoAnswer)
 		}
 		if ctx.Err() != nil {
 			return nil, notTakenErr(ctx.Err(), err)
 		}
 		return nil, err
-	case res.Outcome != processor.Taken: // held, or settled already (cannot be: a fresh locker)
-		if wait {
-			st.queued, st.entryAt = true, time.Now()
+	}
+	switch res.Outcome {
+	case processor.Taken:
+		st.closeAttempt()
+		st.line.queued = false // lock.lua took this process out of the line
+		ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: sent, Lease: a.cfg.Lease(), Token: res.Token}
+		t := st.startTenure(ent, a.cfg, a.tokens)
+		if st.forced == a.locker { // ForceRelease removed it as the reply came
+			st.loseLocked(t, errForced)
+			return nil, fmt.Errorf("%w: lock %q released by force as it was taken", ErrOptimisticLocking, cfg.UniqueKey())
 		}
-		st.heard = time.Now()
-		st.sighted(res.Seen, ent.LockTime)
-		if st.epoch != epoch || !wait {
-			// a signal came while we were asking, or a TryLock asked while goroutines queued
-			// behind it that have not asked themselves: pass it on
-			st.q.Wake()
+		if t.mustRenew(cfg) { // the reply came late, or another lease: not with less than half the lease left
+			st.phase = renewing
+			st.mu.Unlock()
+			h, err := st.renewToTake(ctx, cfg, t)
+			st.mu.Lock()
+			return h, err
 		}
-		return nil, fmt.Errorf("%w: lock %q held by another", ErrOptimisticLocking, cfg.UniqueKey())
+		return st.take(ctx, cfg), nil
+	case processor.Held:
+		if st.line.attempt == a {
+			st.line.queued = true
+			st.line.waiting(sent, res.Seen.Fence)
+			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
+				st.gapLocked(res.Seen.Life)
+			}
+			if g := st.line.granted; g != nil { // granted after this request ran
+				st.startGrantLocked(a, g.token)
+				return nil, nil
+			}
+		}
+	case processor.Settled:
+		// Stale, or settled by a leave that crossed it: the attempt is over; the next is new.
+		if st.line.attempt == a {
+			st.closeAttempt()
+		}
 	}
-	ent.Token = res.Token
-	st.queued, st.place = false, -1 // lock.lua took this process out of the line
-	t := st.startTenure(ent, cfg, tokens)
-	if st.forced == ent.Locker { // ForceRelease removed it as the reply came
-		st.loseLocked(t, errForced)
-		return nil, fmt.Errorf("%w: lock %q released by force as it was taken", ErrOptimisticLocking, cfg.UniqueKey())
+	if st.epoch != epoch || !wait {
+		// a signal came while we were asking, or a TryLock asked while goroutines queued
+		// behind it that have not asked themselves: pass it on
+		st.q.Wake()
 	}
-	if t.mustRenew(cfg) { // the reply came late: not with less than half the lease left
-		st.phase = renewing
-		st.mu.Unlock()
-		h, err := st.renewToTake(ctx, cfg, t)
-		st.mu.Lock()
-		return h, err
-	}
-	return st.take(ctx, cfg), nil
+	return nil, nil
 }
 
 // take makes a new owner of the free tenure, with the next token of its block. The caller
@@ -376,15 +394,19 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 func (st *lockState) take(ctx context.Context, cfg domain.DLockConfig) *holding {
 	t := st.ten
 	h := newHolding(st, t, cfg, ctx, t.nextToken())
+	h.how = HowHandOver
+	if t.granted {
+		h.how, t.granted = HowNotified, false // the first acquisition of a tenure granted by a message
+	}
 	st.phase, st.owner = held, h
 	return h
 }
 
 // renewToTake renews the tenure before taking it (phase renewing is the caller's): with the
 // taker's lease, a new block of tokens if the block ran out, and, once the tenure has lasted
-// the hand-off limit, yielding to the first process in line if there is one. It returns the
-// new owner, or nil when the tenure ended meanwhile (yielded, lost) or the renewal failed:
-// the caller goes back to waiting, and asks Redis when told.
+// the hand-off limit, yielding to the first live process in line if there is one (and waiting
+// again in line with a new attempt). It returns the new owner, or nil when the tenure ended
+// meanwhile (yielded, lost) or the renewal failed: the caller goes back to waiting.
 func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t *tenure) (*holding, error) {
 	st.mu.Lock()
 	if st.ten != t || st.phase != renewing {
@@ -395,22 +417,21 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}
+	var next *attempt
 	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
+		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize}
 		req.Yield, req.Check = true, st.g.newLocker()
-		st.queued = true // a yield may put this process back in line, whatever becomes of its reply
+		req.Next, req.NextLease, req.NextTokens = next.locker, cfg.Lease(), next.tokens
+		// A yield may put this process back in line with next, whatever becomes of its reply.
+		st.line.attempt, st.line.queued, st.line.waited, st.line.seen, st.line.granted = next, true, time.Time{}, 0, nil
 	}
 	st.mu.Unlock()
 
 	sent := time.Now()
-	var res processor.Result
-	err, late := st.g.call(ctx, func(ctx context.Context) error {
-		r, err := st.g.proc.ExpandLease(ctx, cfg, req)
-		if err == nil {
-			res = r
-		}
-		return err
+	res, err := call(st.g, ctx, func(ctx context.Context) (processor.Result, error) {
+		return st.g.proc.ExpandLease(ctx, cfg, req)
 	})
-	if err != nil || late {
+	if err != nil {
 		if !redisFault(err) {
 			err = notTakenErr(ctx.Err(), err)
 		}
@@ -423,15 +444,15 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		return nil, err // lost meanwhile: the loss moved the phase on
 	}
 	switch {
-	case (late || err != nil || res.Outcome == processor.Settled) && req.Yield:
+	case (err != nil || res.Outcome == processor.Settled) && req.Yield:
 		// (Settled: this very check ran before and its reply was lost: it renewed or yielded.)
-		// Perhaps yielded: the key may be reserved for another process now. End the tenure
-		// and give the key back if it is still ours.
-		st.queued = true
+		// Perhaps yielded: the key may be another process's now. End the tenure and give the
+		// key back if it is still ours; the waiters go on with next.
 		st.endTenureLocked(t)
 		st.giveBackLocked(t.entity.Locker, t.cfg)
+		st.grantedLocked(next)
 		return nil, err
-	case late || err != nil:
+	case err != nil:
 		// Try again shortly (the waiters are told then), or when the expander renews.
 		st.phase = free
 		time.AfterFunc(min(t.cfg.Lease()/10, 50*time.Millisecond), func() { st.signal(HowRetry) })
@@ -442,7 +463,10 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		t.renewed(sent, cfg, order, true, res.Token, req.Tokens)
 		if req.Yield {
 			t.since = time.Now() // nobody else waits: the hand-off limit starts again
-			st.queued = false    // and this process left the line
+			if st.line.attempt == next {
+				st.closeAttempt() // and this process is not in line
+				st.line.queued = false
+			}
 		}
 		if t.mustRenew(cfg) { // the reply came late: renew again
 			st.phase = free
@@ -452,9 +476,12 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		return st.take(ctx, cfg), nil
 	case processor.Yielded:
 		st.g.log.Debug("dlock: yielded to the next process in line", zap.String("key", cfg.UniqueKey()))
-		st.queued, st.entryAt, st.heard = true, time.Now(), time.Now()
+		if st.line.attempt == next {
+			st.line.waiting(sent, res.Token) // it ran before any grant to next could (whose token is above the one it granted)
+		}
 		st.endTenureLocked(t)
-		st.q.Wake() // the waiters watch for this process's turn (a TryLock does not)
+		st.grantedLocked(next)
+		st.q.Wake() // the waiters watch for this process's grant (a TryLock does not)
 		return nil, nil
 	}
 	st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken", ErrLockLost))
@@ -470,8 +497,8 @@ func (st *lockState) left() {
 	st.settleLocked()
 }
 
-// settleLocked lets go what nobody waits for any more: a free tenure, the process's entry in
-// the line, the watch. The caller holds mu.
+// settleLocked lets go what nobody waits for any more: a free tenure, the process's place in
+// the line (its open attempt settled), the watch. The caller holds mu.
 func (st *lockState) settleLocked() {
 	if st.q.HasWaiters() {
 		return
@@ -480,15 +507,16 @@ func (st *lockState) settleLocked() {
 	case free:
 		st.releaseInBackground()
 	case idle:
-		if st.queued {
-			st.queued = false
-			// Every attempt of this process on the key was numbered by now (none is under
-			// way in phase idle); later ones are not the leave's to settle.
+		if st.line.queued || st.line.attempt != nil {
+			// Every attempt of this process on the key was numbered by now (none is under way
+			// in phase idle); later ones are not the leave's to settle.
 			last := st.g.lastLocker()
+			st.line.queued = false
+			st.closeAttempt()
 			st.background(func() { st.leave(last) })
 		}
-		if st.watching {
-			st.watching = false
+		if st.line.watching {
+			st.line.watching = false
 			if st.g.notes != nil {
 				st.g.notes.unwatch(st.channel)
 			}
@@ -496,42 +524,7 @@ func (st *lockState) settleLocked() {
 	}
 }
 
-// leave takes this process out of the Redis line (leave.lua), passing on a key reserved for
-// it, and settles its attempts up to last. A Redis failure is retried every lease/10 while nobody waits, for as long as the entry
-// would live (EntryTTL), and not once Close has begun (the entry expires by then); should
-// goroutines wait again meanwhile, the process counts itself in line and leaves when they are
-// gone.
-func (st *lockState) leave(last string) {
-	lease := st.cfg.Lease()
-	until := time.Now().Add(processor.EntryTTL(st.cfg))
-	req := processor.LeaveRequest{Last: last}
-	for {
-		rctx, cancel := context.WithTimeout(st.g.clean, lease)
-		err, _ := st.g.call(rctx, func(ctx context.Context) error { return st.g.proc.Leave(ctx, st.cfg, req) })
-		cancel()
-		if err == nil {
-			return
-		}
-		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
-		select {
-		case <-st.g.done.Done():
-			return
-		case <-time.After(lease / 10):
-		}
-		st.mu.Lock()
-		waiters := st.q.HasWaiters()
-		if waiters {
-			st.queued = true // they wait in line; the process leaves once they are gone
-		}
-		st.mu.Unlock()
-		if waiters || !time.Now().Before(until) {
-			return // (by then the entry has expired)
-		}
-	}
-}
-
-// signal says the key may be free (or is reserved for this process): the first waiter will
-// ask. how says what sent it.
+// signal says the key may be this process's: the first waiter will ask. how says what sent it.
 func (st *lockState) signal(how How) {
 	st.mu.Lock()
 	st.signalLocked(how)
@@ -542,23 +535,6 @@ func (st *lockState) signalLocked(how How) {
 	st.wokenBy = how
 	st.epoch++
 	st.q.Wake()
-}
-
-// watch makes sure a process that waits in Redis hears of its turn: the retry poller runs
-// and, with notifications on, the release channel is watched. A process that holds the key
-// needs neither: its goroutines wait for passes.
-func (st *lockState) watch() {
-	st.mu.Lock()
-	if st.ten != nil {
-		st.mu.Unlock()
-		return
-	}
-	if !st.watching && st.g.notes != nil {
-		st.watching = true
-		st.g.notes.watch(st.channel, st.cfg.UniqueKey())
-	}
-	st.mu.Unlock()
-	st.poller.Start()
 }
 
 // background runs f in the generator's group (inline once the group is closed), keeping the
@@ -574,110 +550,6 @@ func (st *lockState) background(f func()) {
 			f()
 		}()
 	}
-}
-
-// Waiting implements threads.PollTarget: the poller runs while goroutines wait and this
-// process does not hold the key.
-func (st *lockState) Waiting() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.ten == nil && st.q.HasWaiters()
-}
-
-// Poll implements threads.PollTarget. It checks the key (poll.lua), which also renews this
-// process's entry in the line, unless the check can wait: with notifications on and the
-// process in line, and its entry renewed within a third of its life, a check is skipped when
-// this process is not first in line (it is told when its turn comes), when it heard of the key
-// within the last poll interval, or when the key cannot have come free but by a release (which
-// publishes) since it last saw it: held by a tenure of this library, or reserved, within the
-// life it had then. Holders that never publish (Java DLock) are checked every poll interval.
-// It signals when the key is free or reserved for this process, and when this process is no
-// longer in line (so that its next attempt puts it back).
-func (st *lockState) Poll(ctx context.Context) {
-	every := st.cfg.Lease() / 6
-	st.mu.Lock()
-	now := time.Now()
-	fresh := now.Sub(st.entryAt) < processor.EntryTTL(st.cfg)/3
-	skip := st.g.notes != nil && st.queued && fresh &&
-		(st.place > 0 || now.Sub(st.heard) < every || now.Before(st.quiet))
-	st.mu.Unlock()
-	if skip {
-		return
-	}
-	sent := time.Now()
-	res, err := st.g.proc.IsFree(ctx, st.cfg)
-	if err != nil {
-		st.g.log.Debug("dlock: poll failed", zap.Error(err))
-		return
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.heard = time.Now()
-	switch res.State {
-	case processor.PollQueued:
-		st.queued, st.entryAt = true, time.Now()
-		st.sighted(res.Seen, sent)
-	case processor.PollNotQueued:
-		// The next attempt joins the line again. (queued stays: an attempt sent after this
-		// poll may have joined it, and this process must leave then.)
-		st.place = -1
-		st.signalLocked(HowPolled)
-	default:
-		st.signalLocked(HowPolled)
-	}
-}
-
-// sighted records what a request sent at sent found under the held key: this process's place
-// in line, and how long the key cannot come free but by a release that publishes (none for a
-// holder that does not look like one of this library's: it may let go silently). The caller
-// holds mu.
-func (st *lockState) sighted(seen processor.Sighting, sent time.Time) {
-	st.place = seen.Place
-	st.quiet = time.Time{}
-	if strings.HasPrefix(seen.Holder, processor.ReservedPrefix) || isLocker(seen.Holder) {
-		st.quiet = sent.Add(seen.Life)
-	}
-}
-
-// isLocker reports whether v has the shape of a locker of this library,
-// <host>-<pid>-<12 hex digits>-<number>, whose holder publishes when it lets the key go.
-func isLocker(v string) bool {
-	parts := strings.Split(v, "-")
-	n := len(parts)
-	if n < 4 || len(parts[n-2]) != 12 {
-		return false
-	}
-	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
-	return digits(parts[n-1]) && digits(parts[n-3]) && strings.Trim(parts[n-2], "0123456789abcdef") == ""
-}
-
-// heardRelease handles a release message of another process (notifier): the key went to
-// next ("" when it was left free).
-func (st *lockState) heardRelease(next string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.heard = time.Now()
-	if next == st.g.prefix || next == "" {
-		// (queued stays set: should the waiters leave before one takes the key, leave.lua
-		// passes the reservation on)
-		st.signalLocked(HowNotified)
-		return
-	}
-	// The key went to the first in line, another process: this one moves up, and the key
-	// cannot come free before that process takes it or its reservation ends.
-	if st.place > 0 {
-		st.place--
-	}
-	st.quiet = st.heard.Add(processor.ReserveTTL(st.cfg))
-}
-
-// heardTaken handles a message that another process took the key reserved for it, for life
-// at least: the key cannot come free before then but by a release, which publishes.
-func (st *lockState) heardTaken(life time.Duration) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.heard = time.Now()
-	st.quiet = st.heard.Add(life)
 }
 
 // heardOwn handles a release message naming a locker of this process (notifier). Its own
@@ -697,12 +569,6 @@ func (st *lockState) heardOwn(from string) {
 func redisFault(err error) bool {
 	var pe *RedisProcessError
 	return errors.As(err, &pe) && !errors.Is(pe.Err, context.DeadlineExceeded) && !errors.Is(pe.Err, context.Canceled)
-}
-
-// expired reports whether e's lease, counted from its request less the drift allowance, has
-// run out.
-func expired(e *domain.DLockEntity) bool {
-	return !time.Now().Before(domain.HeldUntil(e.LockTime, e.Lease))
 }
 
 // notTakenErr is an attempt's error when the caller's context ended: the context's error, with

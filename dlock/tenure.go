@@ -30,6 +30,8 @@ type tenure struct {
 	since time.Time          // when the tenure began, or last found that no other process waits
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
+
+	granted bool // granted by a release, and no goroutine took it yet
 }
 
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
@@ -110,13 +112,8 @@ func (t *tenure) Renew(ctx context.Context) error {
 	}
 	st.mu.Unlock()
 	sent := time.Now()
-	var res processor.Result
-	err, _ := st.g.call(ctx, func(ctx context.Context) error {
-		r, err := st.g.proc.ExpandLease(ctx, cfg, req)
-		if err == nil {
-			res = r
-		}
-		return err
+	res, err := call(st.g, ctx, func(ctx context.Context) (processor.Result, error) {
+		return st.g.proc.ExpandLease(ctx, cfg, req)
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -237,27 +234,22 @@ func (st *lockState) releaseInBackground() {
 func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time) error {
 	rctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	var res processor.Result
-	err, late := st.g.call(rctx, func(ctx context.Context) error {
-		r, err := st.g.proc.Unlock(ctx, cfg, req)
-		if err == nil {
-			res = r
-		}
-		return err
+	res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
+		return st.g.proc.Unlock(ctx, cfg, req)
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err == nil && !late && res.Outcome != processor.Released {
+	if err == nil && res.Outcome != processor.Released {
 		// The key left this tenure before its release (or Redis restarted empty): a copy of
 		// the request that took it may have found it held since and put this process in line.
-		st.queued = true
+		st.line.queued = true
 	}
 	st.dropTenureLocked(t)
 	switch {
-	case late || err != nil:
+	case err != nil:
 		st.giveBackLocked(req.Locker, cfg) // retried; signals once done
-		if late {
-			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: errors.Join(err, errLateReply)}
+		if errors.Is(err, errLate) {
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: errors.Join(unlate(err), errLateReply)}
 		}
 		return err
 	case res.Outcome == processor.Gone:
@@ -278,7 +270,7 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 	// A copy of the acquisition's lock.lua may still reach Redis and find the key held: this
 	// process may stand in line without knowing it. Count it in line, so that it leaves once
 	// nobody waits (leave.lua settles the acquisition first, so that no copy comes after).
-	st.queued = true
+	st.line.queued = true
 	st.background(func() {
 		st.giveBack(locker, cfg)
 		st.signal(HowRetry)
@@ -294,9 +286,8 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 	until := time.Now().Add(lease)
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
-		err, _ := st.g.call(rctx, func(ctx context.Context) error {
-			_, err := st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
-			return err
+		_, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
+			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
 		})
 		cancel()
 		if err == nil {

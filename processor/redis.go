@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -26,8 +27,6 @@ var (
 	renewSrc string
 	//go:embed lua/release.lua
 	releaseSrc string
-	//go:embed lua/poll.lua
-	pollSrc string
 	//go:embed lua/leave.lua
 	leaveSrc string
 	//go:embed lua/inspect.lua
@@ -38,7 +37,7 @@ var (
 	// bodies are the scripts' own text by name (the file name without ".lua"), without the
 	// prelude.
 	bodies = map[string]string{
-		"lock": lockSrc, "renew": renewSrc, "release": releaseSrc, "poll": pollSrc,
+		"lock": lockSrc, "renew": renewSrc, "release": releaseSrc,
 		"leave": leaveSrc, "inspect": inspectSrc, "force": forceSrc,
 	}
 	// defaults are the scripts every processor runs unless Options.Scripts replaces some.
@@ -65,8 +64,8 @@ func newScripts(replace map[string]string) *scriptSet {
 	return set
 }
 
-// Sources returns the scripts' own text by name ("lock", "renew", "release", "poll",
-// "leave", "inspect", "force", and "prelude", which runs in front of each of the others).
+// Sources returns the scripts' own text by name ("lock", "renew", "release", "leave",
+// "inspect", "force", and "prelude", which runs in front of each of the others).
 // The map is a copy.
 func Sources() map[string]string {
 	out := map[string]string{"prelude": preludeSrc}
@@ -100,16 +99,17 @@ func ScriptName(args []any) string {
 	return ""
 }
 
-// FenceSuffix, ReleaseSuffix, LineSuffix, DueSuffix, DoneSuffix, CheckSuffix and
-// ForcedSuffix name what is kept beside a lock key; see domain.SideKey.
+// FenceSuffix, ReleaseSuffix, LineSuffix, DoneSuffix, CheckSuffix, ForcedSuffix,
+// WantSuffix and GapSuffix name what is kept beside a lock key; see domain.SideKey.
 const (
 	FenceSuffix   = "fence"
 	ReleaseSuffix = "released"
 	LineSuffix    = "line"
-	DueSuffix     = "due"
 	DoneSuffix    = "done"
 	CheckSuffix   = "check"
 	ForcedSuffix  = "forced"
+	WantSuffix    = "want"
+	GapSuffix     = "gap"
 )
 
 // RedisLockProcessor keeps locks in Redis through go-redis: Lua scripts (processor/lua) that
@@ -159,6 +159,11 @@ type Options struct {
 	Replicas int
 	// ReplicaTimeout bounds the wait for Replicas; it must be > 0 when Replicas is.
 	ReplicaTimeout time.Duration
+	// GapEvery, when > 0, makes a release leave the key free for GapWindow at most once every
+	// GapEvery, instead of granting it to the first process in line: a window in which
+	// processes that never stand in line (Java DLock) can take it. Default 0: never.
+	GapEvery  time.Duration
+	GapWindow time.Duration
 	// Scripts replaces the text of scripts by name (as Sources names them; the prelude is
 	// still put in front of each). It exists so that this module's tests can check that they
 	// catch mutants of the scripts; production code leaves it nil. Default nil: the
@@ -168,15 +173,18 @@ type Options struct {
 
 // Message is what a lock's channel carries.
 type Message struct {
-	// Released: a holder (From) let the key go, to the process Next (reserved for it), or
-	// free when Next is "". Published as "R|<From>|<Next>".
+	// Granted: a holder (From) let the key go, granted to Locker with the block of fencing
+	// tokens from Token: the process that waits with Locker holds the key now. Published as
+	// "G|<From>|<Locker>|<Token>".
+	Granted bool
+	// Released: a holder (From) let the key go free (nobody in line could be granted it), or
+	// left it free for a window of Gap in which only processes not in line may take it.
+	// Published as "R|<From>|<Gap ms>".
 	Released bool
-	// Taken: a process took the key reserved for it, with the locker From, for Life at least
-	// (it cannot come free before then but by a release). Published as "T|<From>|<ms>".
-	Taken bool
-	From  string
-	Next  string
-	Life  time.Duration
+	From     string
+	Locker   string
+	Token    uint64
+	Gap      time.Duration
 }
 
 // ParseMessage reads a message of a lock's channel; ok is false for anything else (such as a
@@ -186,20 +194,33 @@ func ParseMessage(payload string) (m Message, ok bool) {
 	if !ok {
 		return Message{}, false
 	}
-	i := strings.LastIndexByte(rest, '|')
-	from, last := rest, ""
-	if i >= 0 {
-		from, last = rest[:i], rest[i+1:]
-	}
 	switch kind {
 	case "R":
-		return Message{Released: true, From: from, Next: last}, true
-	case "T":
-		n, err := strconv.ParseInt(last, 10, 64)
-		if err != nil || i < 0 {
+		i := strings.LastIndexByte(rest, '|')
+		if i < 0 {
 			return Message{}, false
 		}
-		return Message{Taken: true, From: from, Life: time.Duration(n) * time.Millisecond}, true
+		gap, err := strconv.ParseInt(rest[i+1:], 10, 64)
+		if err != nil {
+			return Message{}, false
+		}
+		return Message{Released: true, From: rest[:i], Gap: time.Duration(gap) * time.Millisecond}, true
+	case "G":
+		i := strings.LastIndexByte(rest, '|')
+		if i < 0 {
+			return Message{}, false
+		}
+		tok, err := strconv.ParseUint(rest[i+1:], 10, 64)
+		if err != nil {
+			return Message{}, false
+		}
+		// From and Locker are lockers: <host>-<pid>-<nonce>-<n>, or another holder's value
+		// (From only); the granted locker is the part after the last '|' but one.
+		j := strings.LastIndexByte(rest[:i], '|')
+		if j < 0 {
+			return Message{}, false
+		}
+		return Message{Granted: true, From: rest[:j], Locker: rest[j+1 : i], Token: tok}, true
 	}
 	return Message{}, false
 }
@@ -214,6 +235,9 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	}
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
+	}
+	if opts.GapEvery < 0 || opts.GapWindow < 0 || (opts.GapEvery > 0 && (opts.GapWindow <= 0 || opts.GapWindow >= opts.GapEvery)) {
+		return nil, fmt.Errorf("%w: a window of %v every %v for processes not in line", dlerrors.ErrInvalidConfig, opts.GapWindow, opts.GapEvery)
 	}
 	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout <= 0) {
 		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)
@@ -351,9 +375,6 @@ func FenceKey(cfg domain.DLockConfig) string { return cfg.SideKey(FenceSuffix) }
 // LineKey is the key of cfg's line of waiting processes, by arrival.
 func LineKey(cfg domain.DLockConfig) string { return cfg.SideKey(LineSuffix) }
 
-// DueKey is the key of the deadlines of the entries of cfg's line.
-func DueKey(cfg domain.DLockConfig) string { return cfg.SideKey(DueSuffix) }
-
 // DoneKey is the key of owner's settled mark.
 func DoneKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(DoneSuffix + ":" + owner)
@@ -369,11 +390,79 @@ func ForcedKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(ForcedSuffix + ":" + owner)
 }
 
-// keys returns the seven keys every script takes, with owner's settled, checked and forced
+// WantKey is the key of what each process in cfg's line waits with (the locker a release
+// grants the key to).
+func WantKey(cfg domain.DLockConfig) string { return cfg.SideKey(WantSuffix) }
+
+// GapKey is the key of the window in which cfg's key is left free for processes not in line.
+func GapKey(cfg domain.DLockConfig) string { return cfg.SideKey(GapSuffix) }
+
+// keys returns the eight keys every script takes, with owner's settled, checked and forced
 // marks.
 func keys(cfg domain.DLockConfig, owner string) []string {
-	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DueKey(cfg), DoneKey(cfg, owner),
-		CheckKey(cfg, owner), ForcedKey(cfg, owner)}
+	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DoneKey(cfg, owner),
+		CheckKey(cfg, owner), ForcedKey(cfg, owner), WantKey(cfg), GapKey(cfg)}
+}
+
+// args are a script's arguments by name. Every script takes all of them, in the one order the
+// prelude's NAMES declares (argNames); a request sets what it carries and leaves the rest
+// zero, sent as ”.
+type args struct {
+	locker, seq         string
+	lease               time.Duration
+	mark                string
+	wait                bool
+	tokens              int
+	last                uint64
+	yield               bool
+	check, next         string
+	nextLease           time.Duration
+	nextTokens          int
+	upto                string
+	fenceTTL, entryTTL  time.Duration
+	doneTTL             time.Duration
+	gapEvery, gapWindow time.Duration
+	channel, publish    string
+	maxListed           int
+}
+
+// argNames is the order of the prelude's NAMES, which list follows.
+var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "yield", "check",
+	"next", "next_lease", "next_tokens", "upto", "fence_ttl", "entry_ttl", "done_ttl", "gap_every",
+	"gap_window", "channel", "publish", "max_listed"}
+
+// list writes the arguments in argNames's order.
+func (a args) list() []any {
+	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens, last(a.last),
+		flag(a.yield), a.check, a.next, msOrNone(a.nextLease), a.nextTokens, a.upto, msOrNone(a.fenceTTL),
+		msOrNone(a.entryTTL), msOrNone(a.doneTTL), msOrNone(a.gapEvery), msOrNone(a.gapWindow),
+		a.channel, a.publish, a.maxListed}
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// msOrNone writes a duration in milliseconds, or ” for none.
+func msOrNone(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// base returns the arguments every write of cfg's lock carries: the lives of what it keeps
+// beside the key, the window for processes not in line, and how it publishes.
+func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig) (args, error) {
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return args{}, err
+	}
+	return args{mark: p.opts.Mark, fenceTTL: FenceTTL(cfg), entryTTL: EntryTTL(cfg), doneTTL: DoneTTL(cfg),
+		gapEvery: p.opts.GapEvery, gapWindow: p.opts.GapWindow, channel: p.channel(cfg), publish: pub}, nil
 }
 
 // SplitLocker splits a locker into its owner (up to and including the last '-') and its
@@ -404,17 +493,17 @@ func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 // unrenewed) or put its process in line (until the entry expires).
 func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
-// ReserveTTL is how long a key let go to the first process in line stays reserved for it: a
-// quarter of a lease, far longer than a release message and a round trip, and so the longest
-// a key can stay idle when that process died without leaving the line.
-func ReserveTTL(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 4 }
-
 // EntryTTL is how long an entry in the line of waiting processes lives unless its process
-// renews it: a lease, and at least two seconds. A waiting process renews it with every failed
-// attempt and, when it has not for a third of that, with its poll; it removes it when it stops
-// waiting. So an entry outlives its process by at most that (and a dead process at the head of
-// the line costs one reservation, a quarter of a lease, once).
+// renews it: a lease, and at least two seconds. A waiting process renews it with each attempt
+// (the retry poller sends one every lease/6 while it waits); it removes it when it stops
+// waiting. So an entry outlives its process by at most that. A release grants the key only to
+// a process whose entry was renewed within a third of its lease (GrantFresh): one that died
+// is skipped, unless it died within that third, and then the key waits for its lease once.
 func EntryTTL(cfg domain.DLockConfig) time.Duration { return max(cfg.Lease(), 2*time.Second) }
+
+// GrantFresh is how recently an entry must have been renewed for a release to grant the key to
+// it: a third of the lease it waits with.
+func GrantFresh(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 3 }
 
 func (p *RedisLockProcessor) channel(cfg domain.DLockConfig) string {
 	if p.opts.Publish {
@@ -460,18 +549,13 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 
 // Lock implements DLockProcessor with lock.lua (one EVALSHA).
 func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, req LockRequest) (Result, error) {
-	owner, seq := SplitLocker(req.Locker)
-	wait := "0"
-	if req.Wait {
-		wait = "1"
-	}
-	pub, err := p.publishCommand(ctx)
+	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
-	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, keys(cfg, owner),
-		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), p.opts.Mark, wait, ms(EntryTTL(cfg)),
-		max(req.Tokens, 1), ms(DoneTTL(cfg)), p.channel(cfg), pub)
+	owner, seq := SplitLocker(req.Locker)
+	a.locker, a.seq, a.lease, a.wait, a.tokens = req.Locker, seq, cfg.Lease(), req.Wait && p.opts.Mark != "", max(req.Tokens, 1)
+	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, keys(cfg, owner), a.list()...)
 	var code int64
 	var v any
 	if err == nil {
@@ -494,43 +578,52 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	return Result{Outcome: Held, Seen: sighting(vals)}, nil
 }
 
-// sighting reads {code, place, life, holder} (what a script found under a held key).
-func sighting(vals []any) Sighting {
-	s := Sighting{Place: -1}
-	if len(vals) == 4 {
-		if n, ok := vals[1].(int64); ok {
-			s.Place = int(n)
+// grantOf reads what a script that let the key go answered after its code: {locker granted or
+// ”, its first token, the window left free in ms} into r.
+func grantOf(vals []any, r *Result) {
+	if len(vals) >= 4 {
+		r.Next, _ = vals[1].(string)
+		if tok, ok := vals[2].(int64); ok {
+			r.Token = uint64(tok)
 		}
-		if n, ok := vals[2].(int64); ok && n > 0 {
+		if gap, ok := vals[3].(int64); ok {
+			r.Gap = time.Duration(gap) * time.Millisecond
+		}
+	}
+}
+
+// sighting reads {code, life, holder, seen} (what lock.lua found under a held key).
+func sighting(vals []any) Sighting {
+	var s Sighting
+	if len(vals) == 4 {
+		if n, ok := vals[1].(int64); ok && n > 0 {
 			s.Life = time.Duration(n) * time.Millisecond
 		}
-		s.Holder, _ = vals[3].(string)
+		s.Holder, _ = vals[2].(string)
+		if f, ok := vals[3].(string); ok {
+			s.Fence, _ = strconv.ParseUint(f, 10, 64)
+		}
 	}
 	return s
 }
 
 // ExpandLease implements DLockProcessor with renew.lua (one EVALSHA).
 func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockConfig, req RenewRequest) (Result, error) {
-	owner, seq := SplitLocker(req.Locker)
-	yield := "0"
-	if req.Yield {
-		yield = "1"
-	}
-	pub, err := p.publishCommand(ctx)
+	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("renew", cfg.UniqueKey(), err)
 	}
-	check := ""
+	owner, seq := SplitLocker(req.Locker)
+	a.locker, a.seq, a.lease, a.tokens, a.last = req.Locker, seq, cfg.Lease(), req.Tokens, req.Last
 	if req.Yield {
-		checkOwner, n := SplitLocker(req.Check)
-		if checkOwner != owner || n == "" {
-			return Result{}, fmt.Errorf("%w: yield check %q is not a fresh locker of %q", dlerrors.ErrInvalidConfig, req.Check, owner)
+		checkOwner, check := SplitLocker(req.Check)
+		nextOwner, _ := SplitLocker(req.Next)
+		if checkOwner != owner || check == "" || nextOwner != owner || req.NextLease <= 0 {
+			return Result{}, fmt.Errorf("%w: yield check %q and next attempt %q are not fresh lockers of %q", dlerrors.ErrInvalidConfig, req.Check, req.Next, owner)
 		}
-		check = n
+		a.yield, a.check, a.next, a.nextLease, a.nextTokens = true, check, req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
-	res, acked, err := p.run(ctx, p.scripts.run["renew"], true, keys(cfg, owner),
-		req.Locker, seq, ms(cfg.Lease()), ms(FenceTTL(cfg)), req.Tokens, yield, p.opts.Mark,
-		ms(ReserveTTL(cfg)), p.channel(cfg), pub, ms(EntryTTL(cfg)), ms(DoneTTL(cfg)), last(req.Last), check)
+	res, acked, err := p.run(ctx, p.scripts.run["renew"], true, keys(cfg, owner), a.list()...)
 	var code int64
 	var v any
 	if err == nil {
@@ -547,7 +640,10 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		tok, _ := v.(int64)
 		return Result{Outcome: Renewed, Token: uint64(tok)}, nil
 	case 2:
-		return Result{Outcome: Yielded}, nil
+		r := Result{Outcome: Yielded}
+		vals, _ := res.Slice()
+		grantOf(vals, &r)
+		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
 	}
@@ -564,66 +660,56 @@ func last(t uint64) string {
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error) {
-	owner, seq := SplitLocker(req.Locker)
-	pub, err := p.publishCommand(ctx)
+	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
-	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner),
-		req.Locker, seq, p.channel(cfg), pub, ms(DoneTTL(cfg)), ms(ReserveTTL(cfg)), last(req.Last))
+	owner, seq := SplitLocker(req.Locker)
+	a.locker, a.seq, a.last = req.Locker, seq, req.Last
+	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner), a.list()...)
 	var code int64
-	var v any
 	if err == nil {
-		code, v, err = pair(res)
+		code, _, err = pair(res)
 	}
 	if err != nil {
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
 	switch code {
 	case 1:
-		next, _ := v.(string)
-		return Result{Outcome: Released, Next: next}, nil
+		r := Result{Outcome: Released}
+		vals, _ := res.Slice()
+		grantOf(vals, &r)
+		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
 	}
 	return Result{Outcome: Gone}, nil
 }
 
-// IsFree implements DLockProcessor with poll.lua (one EVALSHA).
-func (p *RedisLockProcessor) IsFree(ctx context.Context, cfg domain.DLockConfig) (PollResult, error) {
-	res, _, err := p.run(ctx, p.scripts.run["poll"], false, keys(cfg, p.opts.Mark), p.opts.Mark, ms(EntryTTL(cfg)))
+// Leave implements DLockProcessor with leave.lua (one EVALSHA).
+func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, req LeaveRequest) (Result, error) {
+	if p.opts.Mark == "" {
+		return Result{Outcome: Gone}, nil
+	}
+	a, err := p.base(ctx, cfg)
+	if err != nil {
+		return Result{}, processErr("leave", cfg.UniqueKey(), err)
+	}
+	_, a.upto = SplitLocker(req.Last)
+	res, _, err := p.run(ctx, p.scripts.run["leave"], false, keys(cfg, p.opts.Mark), a.list()...)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
 	}
-	var state int64
-	if err == nil && len(vals) == 4 {
-		state, _ = vals[0].(int64)
+	if err != nil || len(vals) == 0 {
+		return Result{}, processErr("leave", cfg.UniqueKey(), cmp.Or(err, errors.New("leave.lua returned nothing")))
 	}
-	if err == nil && (state < int64(PollFree) || state > int64(PollNotQueued)) {
-		err = fmt.Errorf("poll.lua returned %v", vals)
+	if code, _ := vals[0].(int64); code == 2 {
+		r := Result{Outcome: Released}
+		grantOf(vals, &r)
+		return r, nil
 	}
-	if err != nil {
-		return PollResult{}, processErr("is-free", cfg.UniqueKey(), err)
-	}
-	return PollResult{State: PollState(state), Seen: sighting(vals)}, nil
-}
-
-// Leave implements DLockProcessor with leave.lua (one EVALSHA).
-func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, req LeaveRequest) error {
-	if p.opts.Mark == "" {
-		return nil
-	}
-	pub, err := p.publishCommand(ctx)
-	if err != nil {
-		return processErr("leave", cfg.UniqueKey(), err)
-	}
-	_, seq := SplitLocker(req.Last)
-	if _, _, err := p.run(ctx, p.scripts.run["leave"], false, keys(cfg, p.opts.Mark),
-		p.opts.Mark, p.channel(cfg), pub, ms(ReserveTTL(cfg)), seq, ms(DoneTTL(cfg))); err != nil {
-		return processErr("leave", cfg.UniqueKey(), err)
-	}
-	return nil
+	return Result{Outcome: Gone}, nil
 }
 
 // Preload loads the scripts into the server so that the first acquisition does not pay for an
@@ -637,17 +723,13 @@ func (p *RedisLockProcessor) Preload(ctx context.Context) error {
 	return nil
 }
 
-// ReservedPrefix starts the value of a key let go to a waiting process: ReservedPrefix and
-// that process's mark (no locker can equal it).
-const ReservedPrefix = "reserved|"
-
 // maxListed is how many waiting processes Inspect lists at most.
 const maxListed = 100
 
 // Inspect reads the lock's key, its remaining life, the fencing counter and the line of
 // waiting processes (inspect.lua, one EVALSHA; it writes nothing).
 func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error) {
-	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, keys(cfg, p.opts.Mark), maxListed)
+	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, keys(cfg, p.opts.Mark), args{maxListed: maxListed}.list()...)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -676,22 +758,28 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 }
 
 // ForceRelease implements DLockProcessor with force.lua (one EVALSHA): it lets the key go, as
-// a release does, if it still holds holder. Safe to run twice or late: a second copy finds
-// holder gone. The holder is not told; it learns of the loss at its next renewal or release.
-func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (bool, error) {
-	pub, err := p.publishCommand(ctx)
+// a release does, if it still holds holder (Released, and whom it was granted to), else Gone.
+// Safe to run twice or late: a second copy finds holder gone. The holder is not told; it learns
+// of the loss at its next renewal or release.
+func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error) {
+	a, err := p.base(ctx, cfg)
 	if err != nil {
-		return false, processErr("force-release", cfg.UniqueKey(), err)
+		return Result{}, processErr("force-release", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(holder)
-	res, _, err := p.run(ctx, p.scripts.run["force"], false, keys(cfg, owner), holder, p.channel(cfg), pub,
-		ms(ReserveTTL(cfg)), seq, ms(DoneTTL(cfg)))
-	var n int64
+	a.locker, a.seq = holder, seq
+	res, _, err := p.run(ctx, p.scripts.run["force"], false, keys(cfg, owner), a.list()...)
+	var vals []any
 	if err == nil {
-		n, err = res.Int64()
+		vals, err = res.Slice()
 	}
-	if err != nil {
-		return false, processErr("force-release", cfg.UniqueKey(), err)
+	if err != nil || len(vals) == 0 {
+		return Result{}, processErr("force-release", cfg.UniqueKey(), cmp.Or(err, errors.New("force.lua returned nothing")))
 	}
-	return n == 1, nil
+	if code, _ := vals[0].(int64); code == 1 {
+		r := Result{Outcome: Released}
+		grantOf(vals, &r)
+		return r, nil
+	}
+	return Result{Outcome: Gone}, nil
 }

@@ -70,6 +70,19 @@ func (p *proc) locker() string {
 	return p.mark + strconv.Itoa(p.n)
 }
 
+// last returns p's newest locker.
+func (p *proc) last() string { return p.mark + strconv.Itoa(p.n) }
+
+// lockWith asks for the key with locker (an attempt p waits with already).
+func (p *proc) lockWith(t *testing.T, lc domain.DLockConfig, locker string, wait bool, tokens int) processor.Result {
+	t.Helper()
+	r, err := p.Lock(context.Background(), lc, processor.LockRequest{Locker: locker, Wait: wait, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // lock asks for the key with a fresh locker, waiting (joining the line) when wait is set.
 func (p *proc) lock(t *testing.T, lc domain.DLockConfig, wait bool, tokens int) (string, processor.Result) {
 	t.Helper()
@@ -111,21 +124,15 @@ func TestLifecycle(t *testing.T) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "life")
-		if r, err := a.IsFree(ctx, lc); err != nil || r.State != processor.PollFree {
-			t.Fatalf("IsFree = %v, %v; want free", r, err)
-		}
 		la, r := a.lock(t, lc, true, 1)
 		if r.Outcome != processor.Taken || r.Token == 0 {
 			t.Fatalf("Lock = %+v", r)
 		}
-		if _, r := b.lock(t, lc, false, 1); r.Outcome != processor.Held {
-			t.Fatalf("second Lock = %+v, want held", r)
+		if _, r := b.lock(t, lc, false, 1); r.Outcome != processor.Held || r.Seen.Holder != la || r.Seen.Fence == 0 {
+			t.Fatalf("second Lock = %+v, want held by %s", r, la)
 		}
 		if e, err := a.Load(ctx, lc); err != nil || e == nil || e.Locker != la || e.Status != domain.StatusProcessing {
 			t.Fatalf("Load = %+v, %v", e, err)
-		}
-		if r, err := b.IsFree(ctx, lc); err != nil || r.State != processor.PollNotQueued {
-			t.Fatalf("IsFree on a held key (not in line) = %v, %v", r, err)
 		}
 		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("renew = %+v, %v", r, err)
@@ -151,53 +158,42 @@ func TestLifecycle(t *testing.T) {
 	})
 }
 
-// Waiting processes form a line in arrival order; a release reserves the key for the first,
-// which only it can take; a process leaving the line passes a reservation on.
+// Waiting processes form a line in arrival order, each with the attempt it waits with; a
+// release grants the key to the first: the key holds that attempt's locker, with a block of
+// fencing tokens, and nobody else can take it. A process that stops waiting leaves the line.
 func TestLineServesInOrder(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
 		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
 		lc := cfg(t, "line")
-		la, _ := a.lock(t, lc, true, 1)
-		b.lock(t, lc, true, 1)
+		la, r := a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
 		d.lock(t, lc, true, 1)
-		b.lock(t, lc, true, 1) // again: keeps its place
+		b.lockWith(t, lc, lb, true, 1) // again, with the same attempt: keeps its place
 		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-", "pd-"}) {
 			t.Fatalf("line %v, want [pb- pd-]", in.Waiting)
 		}
-		if r := a.release(t, lc, la, 0); r.Outcome != processor.Released || r.Next != "pb-" {
-			t.Fatalf("release = %+v, want reserved for pb-", r)
+		rel := a.release(t, lc, la, r.Token)
+		if rel.Outcome != processor.Released || rel.Next != lb {
+			t.Fatalf("release = %+v, want granted to %s", rel, lb)
 		}
 		in := inspect(t, a, lc)
-		if in.Holder != processor.ReservedPrefix+"pb-" || !slices.Equal(in.Waiting, []string{"pd-"}) {
+		if in.Holder != lb || !slices.Equal(in.Waiting, []string{"pd-"}) || in.Fence <= r.Token {
 			t.Fatalf("after the release: %+v", in)
 		}
 		if _, r := d.lock(t, lc, true, 1); r.Outcome != processor.Held {
-			t.Fatalf("pd- took a key reserved for pb-: %+v", r)
+			t.Fatalf("pd- took a key granted to pb-: %+v", r)
 		}
-		if _, r := a.lock(t, lc, true, 1); r.Outcome != processor.Held {
-			t.Fatalf("pa- took a key reserved for pb-: %+v", r)
-		}
+		la2, _ := a.lock(t, lc, true, 1)
 		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pd-", "pa-"}) {
 			t.Fatalf("line %v, want [pd- pa-]", in.Waiting)
 		}
-		// pb- stops waiting: the reservation goes to the next in line
-		if err := b.Leave(context.Background(), lc, processor.LeaveRequest{}); err != nil {
+		// pd- stops waiting: the next release grants pa-
+		if _, err := d.Leave(ctx, lc, processor.LeaveRequest{Last: d.last()}); err != nil {
 			t.Fatal(err)
 		}
-		in = inspect(t, a, lc)
-		if in.Holder != processor.ReservedPrefix+"pd-" || !slices.Equal(in.Waiting, []string{"pa-"}) {
-			t.Fatalf("after pb- left: %+v", in)
-		}
-		ld, r := d.lock(t, lc, true, 1)
-		if r.Outcome != processor.Taken {
-			t.Fatalf("pd- could not take its reservation: %+v", r)
-		}
-		if r := d.release(t, lc, ld, 0); r.Next != "pa-" {
-			t.Fatalf("release = %+v, want reserved for pa-", r)
-		}
-		la2, r := a.lock(t, lc, true, 1)
-		if r.Outcome != processor.Taken {
-			t.Fatalf("pa- = %+v", r)
+		if r := b.release(t, lc, lb, 0); r.Next != la2 {
+			t.Fatalf("release = %+v, want granted to %s", r, la2)
 		}
 		if r := a.release(t, lc, la2, 0); r.Next != "" {
 			t.Fatalf("release with nobody in line = %+v", r)
@@ -208,8 +204,9 @@ func TestLineServesInOrder(t *testing.T) {
 	})
 }
 
-// A release publishes whom the key went to: only that process acts on it.
-func TestReleaseNamesTheNextProcess(t *testing.T) {
+// A release publishes the grant: the locker it went to and the first of its block of tokens,
+// so that the process that waits with it holds the key without a further request.
+func TestReleasePublishesTheGrant(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		lc := cfg(t, "pub")
@@ -220,7 +217,7 @@ func TestReleaseNamesTheNextProcess(t *testing.T) {
 		}
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		la, _ := a.lock(t, lc, true, 1)
-		b.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 4)
 		a.release(t, lc, la, 0)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -228,34 +225,76 @@ func TestReleaseNamesTheNextProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Released || m.From != la || m.Next != "pb-" {
+		m, ok := processor.ParseMessage(msg.Payload)
+		if !ok || !m.Granted || m.From != la || m.Locker != lb || m.Token == 0 {
 			t.Fatalf("message %q", msg.Payload)
 		}
-		lb, _ := b.lock(t, lc, true, 1) // takes the reservation, and says so
+		if in := inspect(t, a, lc); in.Holder != lb || in.Fence != m.Token+3 {
+			t.Fatalf("after the grant: %+v (token %d)", in, m.Token)
+		}
+		b.release(t, lc, lb, m.Token)
 		msg, err = ps.ReceiveMessage(rctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Taken || m.From != lb || m.Life != lc.Lease() {
+		if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Released || m.From != lb || m.Gap != 0 {
 			t.Fatalf("message %q", msg.Payload)
 		}
 	})
 }
 
-// A failed attempt settles itself: a copy of it that arrives after the key came free cannot
-// take it (it would hold the key for a locker nobody owns).
+// A grant whose message went unheard is found by the process's next attempt with the same
+// locker (its retry poller's): the key is its own, renewed for the attempt's lease, with new
+// tokens.
+func TestUnheardGrantIsFoundByTheNextAttempt(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "unheard")
+		la, _ := a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
+		if r := a.release(t, lc, la, 0); r.Next != lb {
+			t.Fatalf("release = %+v", r)
+		}
+		if r := b.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Taken || r.Token == 0 {
+			t.Fatalf("the next attempt with the granted locker = %+v, want taken", r)
+		}
+	})
+}
+
+// A release grants the key only to a process that renewed its entry within a third of its
+// lease: one that stopped (it may have died) is skipped, and stays in line.
+func TestGrantSkipsAStaleEntry(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+	lc, _ := domain.NewDLockConfig("PROC", "stale-"+t.Name(), 300*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	la, _ := a.lock(t, slow, true, 1)
+	b.lock(t, lc, true, 1) // fresh for 100 ms
+	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond)
+	ld, _ := d.lock(t, lc, true, 1)
+	if r := a.release(t, slow, la, 0); r.Next != ld {
+		t.Fatalf("release = %+v, want granted to %s (pb- stopped renewing its entry)", r, ld)
+	}
+	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-"}) {
+		t.Fatalf("line %v, want pb- still in it", in.Waiting)
+	}
+}
+
+// An attempt that does not wait is settled when it finds the key held: a copy of it that
+// arrives after the key came free cannot take it (it would hold the key for a locker nobody
+// owns). A waiting attempt stays open: the process waits with it.
 func TestFailedAttemptIsSettled(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "failed")
 		la, _ := a.lock(t, lc, false, 1)
-		lb := b.locker()
-		req := processor.LockRequest{Locker: lb, Wait: true, Tokens: 1}
+		req := processor.LockRequest{Locker: b.locker(), Tokens: 1}
 		if r, _ := b.Lock(ctx, lc, req); r.Outcome != processor.Held {
 			t.Fatalf("attempt = %+v", r)
 		}
-		a.release(t, lc, la, 0)                                           // reserved for pb-, which is in line
+		a.release(t, lc, la, 0)                                           // free: nobody in line
 		if r, _ := b.Lock(ctx, lc, req); r.Outcome != processor.Settled { // the copy
 			t.Fatalf("a copy of the failed attempt = %+v, want settled", r)
 		}
@@ -292,41 +331,42 @@ func TestRenewalsNeverShorten(t *testing.T) {
 	})
 }
 
-// A hand-off limit's check (renew, and yield if another process waits) settles its own number:
-// a copy of a check that found nobody in line cannot give the key away later.
+// A hand-off limit's check (renew, and yield if another process waits) marks its own number:
+// a copy of a check that found nobody in line cannot give the key away later. A yield grants
+// the key to the first in line and puts the yielding process back in line with its next attempt.
 func TestYieldCheck(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "yield")
 		la, r := a.lock(t, lc, true, 8)
-		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Last: r.Token + 2}
+		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1, Last: r.Token + 2}
 		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("check with nobody in line = %+v, %v", r, err)
 		}
-		b.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
 		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Settled {
 			t.Fatalf("a copy of the check = %+v, want settled", r)
 		}
 		if in := inspect(t, a, lc); in.Holder != la {
 			t.Fatalf("the copy gave the key away: %+v", in)
 		}
-		check.Check = a.locker()
+		check.Check, check.Next = a.locker(), a.locker()
 		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Yielded {
 			t.Fatalf("check with pb- in line = %+v, want yielded", r)
 		}
 		in := inspect(t, a, lc)
-		if in.Holder != processor.ReservedPrefix+"pb-" || !slices.Equal(in.Waiting, []string{"pa-"}) {
+		if in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
 			t.Fatalf("after the yield: %+v", in)
 		}
-		if in.Fence != r.Token+2 {
-			t.Fatalf("fence %d after the yield, want the last token handed out, %d", in.Fence, r.Token+2)
+		if in.Fence <= r.Token+2 {
+			t.Fatalf("fence %d after the yield, want above the last token handed out, %d", in.Fence, r.Token+2)
 		}
 		if r, _ := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); r.Outcome != processor.Settled {
 			t.Fatalf("a renewal after the yield = %+v, want settled", r)
 		}
-		if _, r2 := b.lock(t, lc, true, 1); r2.Outcome != processor.Taken || r2.Token <= r.Token+2 {
-			t.Fatalf("pb- = %+v", r2)
+		if r := b.release(t, lc, lb, 0); r.Next != check.Next {
+			t.Fatalf("pb-'s release = %+v, want granted to pa-'s next attempt %s", r, check.Next)
 		}
 	})
 }
@@ -378,29 +418,33 @@ func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
 	})
 }
 
-// A poll renews this process's entry in the line, but never makes one: a poll that arrives
-// after its process left the line cannot put it back.
-func TestPollNeverJoinsTheLine(t *testing.T) {
+// A window for processes not in line (Java DLock): once every GapEvery a release leaves the key
+// free for GapWindow instead of granting it; a process in line cannot take it meanwhile (it
+// stays in line), one that does not wait can.
+func TestGapLeavesTheKeyFree(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
-		lc := cfg(t, "poll")
-		a.lock(t, lc, true, 1)
-		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollNotQueued {
-			t.Fatalf("poll = %v", r)
-		}
-		if in := inspect(t, a, lc); len(in.Waiting) != 0 {
-			t.Fatalf("a poll joined the line: %v", in.Waiting)
-		}
-		b.lock(t, lc, true, 1)
-		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollQueued {
-			t.Fatalf("poll in line = %v", r)
-		}
-		if err := b.Leave(ctx, lc, processor.LeaveRequest{}); err != nil {
+		gapped, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "pa-", GapEvery: time.Minute, GapWindow: 5 * time.Second})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if r, _ := b.IsFree(ctx, lc); r.State != processor.PollNotQueued {
-			t.Fatalf("poll after leaving = %v", r)
+		lc := cfg(t, "gap")
+		la, _ := a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
+		if r, err := gapped.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la}); err != nil || r.Outcome != processor.Released || r.Next != "" {
+			t.Fatalf("release = %+v, %v; want the key left free", r, err)
+		}
+		if r := b.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Held || r.Seen.Holder != "" || r.Seen.Life <= 0 {
+			t.Fatalf("pb- in the window = %+v, want held (the window) and in line", r)
+		}
+		java := redis.NewClient(&redis.Options{Addr: c.Options().Addr})
+		defer java.Close()
+		if ok, err := java.SetNX(ctx, lc.UniqueKey(), "java-7", time.Second).Result(); err != nil || !ok {
+			t.Fatalf("a SET NX in the window = %v, %v", ok, err)
+		}
+		if _, err := processor.NewRedisLockProcessor(c, processor.Options{GapEvery: time.Second, GapWindow: time.Second}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("a window as long as its period: %v", err)
 		}
 	})
 }
@@ -415,12 +459,12 @@ func TestLineEntriesExpire(t *testing.T) {
 	la, _ := a.lock(t, slow, true, 1)
 	b.lock(t, lc, true, 1) // its entry lives processor.EntryTTL(lc): 2 s
 	time.Sleep(processor.EntryTTL(lc) + 200*time.Millisecond)
-	d.lock(t, slow, true, 1)
+	ld, _ := d.lock(t, slow, true, 1)
 	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pd-"}) {
 		t.Fatalf("line %v, want only pd- (pb-'s entry expired)", in.Waiting)
 	}
-	if r := a.release(t, slow, la, 0); r.Next != "pd-" {
-		t.Fatalf("release = %+v, want reserved for pd-", r)
+	if r := a.release(t, slow, la, 0); r.Next != ld {
+		t.Fatalf("release = %+v, want granted to %s", r, ld)
 	}
 }
 
@@ -431,15 +475,15 @@ func TestForceReleaseNamesTheHolder(t *testing.T) {
 		a, b, op := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "op-")
 		lc := cfg(t, "force")
 		la, _ := a.lock(t, lc, true, 1)
-		if ok, err := op.ForceRelease(ctx, lc, "nobody-1"); err != nil || ok {
-			t.Fatalf("ForceRelease of another holder = %v, %v", ok, err)
+		if r, err := op.ForceRelease(ctx, lc, "nobody-1"); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("ForceRelease of another holder = %v, %v", r, err)
 		}
-		if ok, err := op.ForceRelease(ctx, lc, la); err != nil || !ok {
-			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("ForceRelease = %v, %v", r, err)
 		}
 		lb, _ := b.lock(t, lc, true, 1)
-		if ok, err := op.ForceRelease(ctx, lc, la); err != nil || ok {
-			t.Fatalf("ForceRelease again = %v, %v", ok, err)
+		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("ForceRelease again = %v, %v", r, err)
 		}
 		if in := inspect(t, a, lc); in.Holder != lb {
 			t.Fatalf("holder %q, want %q", in.Holder, lb)
@@ -462,8 +506,8 @@ func TestForceReleaseSettlesTheRemoved(t *testing.T) {
 		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Taken {
 			t.Fatalf("Lock = %+v", r)
 		}
-		if ok, err := op.ForceRelease(ctx, lc, req.Locker); err != nil || !ok {
-			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		if r, err := op.ForceRelease(ctx, lc, req.Locker); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("ForceRelease = %v, %v", r, err)
 		}
 		lb, _ := b.lock(t, lc, false, 1)
 		b.release(t, lc, lb, 0) // free again
@@ -491,7 +535,7 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 		lc := cfg(t, "leave")
 		la, _ := a.lock(t, lc, true, 1)
 		late := processor.LockRequest{Locker: b.locker(), Wait: true, Tokens: 1} // on its way
-		if err := b.Leave(ctx, lc, processor.LeaveRequest{Last: late.Locker}); err != nil {
+		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: late.Locker}); err != nil {
 			t.Fatal(err)
 		}
 		if r, _ := b.Lock(ctx, lc, late); r.Outcome != processor.Settled {
@@ -507,12 +551,21 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 		if r.Outcome != processor.Taken {
 			t.Fatalf("b's attempt on a free key = %+v", r)
 		}
-		d.lock(t, lc, true, 1) // d waits
-		if err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb}); err != nil {
+		ld, _ := d.lock(t, lc, true, 1) // d waits
+		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb}); err != nil {
 			t.Fatal(err)
 		}
-		if in := inspect(t, a, lc); in.Holder != processor.ReservedPrefix+"pd-" {
-			t.Fatalf("after b left, the key holds %q, want it reserved for pd-", in.Holder)
+		if in := inspect(t, a, lc); in.Holder != ld {
+			t.Fatalf("after b left, the key holds %q, want it granted to %s", in.Holder, ld)
+		}
+		// A leave that comes after its process waits again, with a later attempt, leaves the
+		// later entry in line.
+		la2, _ := a.lock(t, lc, true, 1)
+		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: la}); err != nil {
+			t.Fatal(err)
+		}
+		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("line %v: a late leave removed the entry of %s", in.Waiting, la2)
 		}
 	})
 }
@@ -543,17 +596,17 @@ func TestYieldCheckAfterLeaveIsRefused(t *testing.T) {
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "yieldleave")
 		la, _ := a.lock(t, lc, true, 1)
-		b.lock(t, lc, true, 1) // b in line
-		check := a.locker()
-		if err := a.Leave(ctx, lc, processor.LeaveRequest{Last: check}); err != nil {
+		lb, _ := b.lock(t, lc, true, 1) // b in line
+		check, next := a.locker(), a.locker()
+		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: next}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Yield: true, Check: check})
+		r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Yield: true, Check: check, Next: next, NextLease: lc.Lease(), NextTokens: 1})
 		if err != nil || r.Outcome != processor.Settled {
 			t.Fatalf("the yield check after leave = %+v, %v; want settled", r, err)
 		}
 		// (its leave let go of the key its process no longer wants: to pb-, first in line)
-		if in := inspect(t, a, lc); in.Holder != processor.ReservedPrefix+"pb-" || len(in.Waiting) != 0 {
+		if in := inspect(t, a, lc); in.Holder != lb || len(in.Waiting) != 0 {
 			t.Fatalf("after the late yield check: %+v", in)
 		}
 	})
@@ -573,7 +626,7 @@ func TestRedisDown(t *testing.T) {
 
 func TestSideKeysShareTheSlot(t *testing.T) {
 	for _, key := range []string{"DLOCK_T_order 42", "DLOCK_T_{user}7", "DLOCK_T_{x"} {
-		for _, side := range []string{"fence", "line", "due", "done:p-", "released"} {
+		for _, side := range []string{"fence", "line", "done:p-", "check:p-", "forced:p-", "want", "gap", "released"} {
 			if s := domain.SideKey(key, side); domain.Slot(s) != domain.Slot(key) {
 				t.Errorf("%q and %q hash to different slots", key, s)
 			}
@@ -606,9 +659,8 @@ func TestSideKeysExpire(t *testing.T) {
 		la, _ := a.lock(t, lc, true, 1)
 		b.lock(t, lc, true, 1)
 		for k, limit := range map[string]time.Duration{
-			processor.LineKey(lc):        processor.EntryTTL(lc),
-			processor.DueKey(lc):         processor.EntryTTL(lc),
-			processor.DoneKey(lc, "pb-"): processor.DoneTTL(lc),
+			processor.LineKey(lc): processor.EntryTTL(lc),
+			processor.WantKey(lc): processor.EntryTTL(lc),
 		} {
 			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > limit {
 				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
@@ -618,13 +670,13 @@ func TestSideKeysExpire(t *testing.T) {
 		for k, limit := range map[string]time.Duration{
 			processor.FenceKey(lc):       processor.FenceTTL(lc),
 			processor.DoneKey(lc, "pa-"): processor.DoneTTL(lc),
-			lc.UniqueKey():               processor.ReserveTTL(lc),
+			lc.UniqueKey():               lc.Lease(), // granted to pb-
 		} {
 			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > limit {
 				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
 			}
 		}
-		if n := c.Exists(ctx, processor.LineKey(lc), processor.DueKey(lc)).Val(); n != 0 {
+		if n := c.Exists(ctx, processor.LineKey(lc), processor.WantKey(lc)).Val(); n != 0 {
 			t.Errorf("the line's keys outlive its last entry (%d left)", n)
 		}
 		if processor.FenceTTL(lc) > 2*lc.Lease() || processor.DoneTTL(lc) > 2*lc.Lease() || processor.EntryTTL(lc) > max(lc.Lease(), 2*time.Second) {
@@ -639,12 +691,13 @@ func TestParseMessage(t *testing.T) {
 		want processor.Message
 		ok   bool
 	}{
-		{"R|a-1|b-", processor.Message{Released: true, From: "a-1", Next: "b-"}, true},
-		{"R|a-1|", processor.Message{Released: true, From: "a-1"}, true},
-		{"R|reserved|b-|c-", processor.Message{Released: true, From: "reserved|b-", Next: "c-"}, true},
-		{"R|a-1", processor.Message{Released: true, From: "a-1"}, true},
-		{"T|b-7|3000", processor.Message{Taken: true, From: "b-7", Life: 3 * time.Second}, true},
-		{"T|b-7|x", processor.Message{}, false},
+		{"R|a-1|0", processor.Message{Released: true, From: "a-1"}, true},
+		{"R|a-1|250", processor.Message{Released: true, From: "a-1", Gap: 250 * time.Millisecond}, true},
+		{"R|java-7|0", processor.Message{Released: true, From: "java-7"}, true},
+		{"R|a-1", processor.Message{}, false},
+		{"G|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001}, true},
+		{"G|a-1|b-7|x", processor.Message{}, false},
+		{"G|b-7|1", processor.Message{}, false},
 		{"P|a-7", processor.Message{}, false},
 		{"a-1", processor.Message{}, false},
 	} {
@@ -664,9 +717,9 @@ func TestScriptName(t *testing.T) {
 	lc := cfg(t, "names")
 	l, _ := p.lock(t, lc, false, 1)
 	p.release(t, lc, l, 0)
-	_, _ = p.IsFree(context.Background(), lc)
+	_, _ = p.Leave(context.Background(), lc, processor.LeaveRequest{})
 	c.Ping(context.Background())
-	if got := strings.Join(names, " "); got != "lock release poll -" {
+	if got := strings.Join(names, " "); got != "lock release leave -" {
 		t.Fatalf("names %q", got)
 	}
 }
@@ -686,5 +739,25 @@ func (h nameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			*h.names = append(*h.names, "-")
 		}
 		return err
+	}
+}
+
+// The arguments the Go side writes follow the one order the prelude declares (its NAMES).
+func TestArgsFollowThePreludesNames(t *testing.T) {
+	src := processor.Sources()["prelude"]
+	start := strings.Index(src, "local NAMES = {")
+	end := strings.Index(src[start:], "\n}")
+	if start < 0 || end < 0 {
+		t.Fatal("no NAMES table in the prelude")
+	}
+	var names []string
+	for _, line := range strings.Split(src[start:start+end], "\n")[1:] {
+		line = strings.TrimSpace(line)
+		if q := strings.IndexByte(line, '\''); q == 0 {
+			names = append(names, line[1:strings.IndexByte(line[1:], '\'')+1])
+		}
+	}
+	if got := processor.ArgNames(); !slices.Equal(got, names) {
+		t.Fatalf("the Go side writes %v,\nthe prelude reads %v", got, names)
 	}
 }

@@ -18,19 +18,19 @@ import (
 //
 // What is sent, read from the code (processor/redis.go, processor/lua/, dlock/notify.go) and
 // checked with MONITOR and INFO commandstats:
-//   - the scripts lock.lua, renew.lua, release.lua, poll.lua (the retry poller's check) and
-//     leave.lua by EVALSHA, with EVAL when the server lacks the script (go-redis Script.Run);
-//     inside them SET, GET, DEL, PEXPIRE, PTTL, PUBLISH and TIME, and ZADD, ZREM, ZRANGE,
-//     ZRANGEBYSCORE and ZRANK for the line of waiting processes, which ACLs check too;
+//   - the scripts lock.lua, renew.lua, release.lua and leave.lua by EVALSHA, with EVAL when the
+//     server lacks the script (go-redis Script.Run); inside them SET, GET, DEL, PEXPIRE, PTTL,
+//     PUBLISH and TIME, ZADD, ZREM and ZRANGE for the line of waiting processes, and HSET,
+//     HGET and HDEL for the attempts they wait with, which ACLs check too;
 //   - SUBSCRIBE and UNSUBSCRIBE of the release channels, and PING, dlock's health check of its
 //     subscription connection after 5 s of silence;
 //   - on connect, go-redis sends HELLO 3 AUTH (allowed to every user), then CLIENT SETINFO
 //     (twice) and CLIENT MAINT_NOTIFICATIONS, whose refusal it ignores (Redis 7.0 does not know
 //     these subcommands; on 7.2 and later add +client|setinfo to keep the ACL log quiet).
 //
-// Keys: DLOCK_<type>_<target> and, beside it, {DLOCK_<type>_<target>}:fence, :line, :due and
-// :done:<owner>, or DLOCK_<type>_<target>:fence (and so on) when the key holds a hash tag of
-// its own; the release
+// Keys: DLOCK_<type>_<target> and, beside it, {DLOCK_<type>_<target>}:fence, :line,
+// :want, :gap, :done:<owner>, :check:<owner> and :forced:<owner>, or
+// DLOCK_<type>_<target>:fence (and so on) when the key holds a hash tag of its own; the release
 // channel is {DLOCK_<type>_<target>}:released, or DLOCK_<type>_<target>:released likewise.
 //
 // The two tests below fail when the code drifts from this set: TestACLLeastPrivilege when dlock
@@ -42,7 +42,7 @@ const aclUser, aclPassword = "dlock", "dlock-acl-test-password"
 // aclCommands is what dlock needs.
 var aclCommands = []string{
 	"evalsha", "eval", "set", "get", "del", "pexpire", "pttl", "publish", "time",
-	"zadd", "zrem", "zrange", "zrangebyscore", "zrank",
+	"zadd", "zrem", "zrange", "hset", "hget", "hdel",
 	"subscribe", "unsubscribe", "ping",
 }
 

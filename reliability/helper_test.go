@@ -52,6 +52,8 @@ func runHelper(mode string) int {
 		return holderHelper(g, c)
 	case "history":
 		return historyHelper(g, c)
+	case "waiter":
+		return waiterHelper(g)
 	}
 	fmt.Println("unknown mode", mode)
 	return 2
@@ -139,6 +141,26 @@ func holderHelper(g *dlock.Generator, c *redis.Client) int {
 	}
 	fmt.Println("lost", errors.Is(context.Cause(owned), dlock.ErrLockLost))
 	fmt.Println("unlock", errors.Is(l.Unlock(owned), dlock.ErrLockLost))
+	return 0
+}
+
+// waiterHelper waits for the lock HOLD/TARGET (to be killed while it waits).
+func waiterHelper(g *dlock.Generator) int {
+	l, err := g.Gen("HOLD", env("TARGET"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fmt.Println("waiting")
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	fmt.Println("locked")
+	_ = l.Unlock(owned)
 	return 0
 }
 

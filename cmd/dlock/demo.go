@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
 )
@@ -17,29 +21,39 @@ import (
 var demoUsage = `
 usage: dlock demo [flags]
 
-Shows the lock at work: several simulated processes (each its own Redis client and
-Generator) whose goroutines all want one key (DLOCK_DEMO_order-42), with a short critical
-section. It prints acquisitions, throughput, the most waiters seen at once and whether
-exclusion held. Without --redis, $DLOCK_REDIS and $REDIS_URL it starts an embedded miniredis,
-so it needs nothing installed.
+Shows what the lock is for: the same contention on one key is run twice, once with the usual
+hand-written lock (SET NX PX, a retry every 10ms, a compare-and-delete script to release)
+and once with dlock (DLOCK_DEMO_order-42), in two shapes:
 
-Exit status: 0 when exclusion held over at least one acquisition; 1 when two owners overlapped
-or nothing was acquired (the run proved nothing); 69 when Redis is unreachable; 77 when it
-refuses the user or password.
+  hot     --procs simulated processes (each its own Redis client and Generator) with
+          --goroutines goroutines each
+  cross   --cross-procs processes with one goroutine each: every acquisition goes from
+          process to process
+
+Every holder stays --hold inside the critical section. The four runs share --duration. For
+each it prints acquisitions/s, the Redis commands sent per acquisition (counted by a hook on
+every client; Pub/Sub traffic excluded) and the acquisitions of the least and the most served
+process, then whether exclusion held. Without --redis, $DLOCK_REDIS and $REDIS_URL it starts
+an embedded miniredis, so it needs nothing installed.
+
+Exit status: 0 when dlock's exclusion held over at least one acquisition; 1 when two dlock
+owners overlapped or dlock acquired nothing (the run proved nothing); 69 when Redis is
+unreachable; 77 when it refuses the user or password.
 ` + redisSection("an embedded miniredis")
 
 // demoCommand is "dlock demo".
 func demoCommand() *command {
 	return &command{
 		name:    "demo",
-		summary: "show the lock at work: processes and goroutines competing for one key",
+		summary: "show the lock at work against a naive SET NX lock, on one contended key",
 		usage:   demoUsage,
 		define: func(fs *flagSet) runner {
 			var o demoOpts
-			o.procs = fs.Int("procs", 4, "simulated processes (separate clients and generators)")
-			o.goroutines = fs.Int("goroutines", 16, "goroutines per process")
-			o.duration = fs.Duration("duration", 3*time.Second, "how long to run")
-			o.hold = fs.Duration("hold", 200*time.Microsecond, "time spent inside the critical section")
+			o.procs = fs.Int("procs", 4, "hot: simulated processes (separate clients and generators)")
+			o.goroutines = fs.Int("goroutines", 16, "hot: goroutines per process")
+			o.crossProcs = fs.Int("cross-procs", 8, "cross: simulated processes, one goroutine each")
+			o.duration = fs.Duration("duration", 10*time.Second, "how long to run in all (four runs of a quarter each)")
+			o.hold = fs.Duration("hold", 100*time.Microsecond, "time spent inside the critical section")
 			o.lease = fs.Lease("lease", 2*time.Second, "lock lease")
 			o.redis = addRedisFlags(fs, "default $DLOCK_REDIS, else $REDIS_URL, else an embedded miniredis")
 			return func(out cli, args []string) error {
@@ -54,17 +68,39 @@ func demoCommand() *command {
 
 // demoOpts are the flags of demo.
 type demoOpts struct {
-	redis             redisFlags
-	procs, goroutines *int
-	duration, hold    *time.Duration
-	lease             *time.Duration
+	redis                         redisFlags
+	procs, goroutines, crossProcs *int
+	duration, hold                *time.Duration
+	lease                         *time.Duration
 }
 
-// demo runs the demonstration; it returns an error when Redis cannot be reached, when
-// exclusion did not hold, or when nothing was acquired.
+// demoShape is one contention pattern: procs processes of goroutines goroutines each.
+type demoShape struct {
+	name              string
+	procs, goroutines int
+}
+
+// demoResult is what one run measured.
+type demoResult struct {
+	shape        demoShape
+	impl         string // "naive" or "dlock"
+	elapsed      time.Duration
+	perProc      []int64 // acquisitions by process
+	cmds         int64   // commands sent by all clients during the run
+	errs         int64
+	overlaps     int64 // acquisitions that began while another owner was inside
+	firstErr     error
+	acquisitions int64
+}
+
+// demo runs the demonstration; it returns an error when Redis cannot be reached, when dlock's
+// exclusion did not hold, or when dlock acquired nothing.
 func demo(out io.Writer, o demoOpts) error {
 	if *o.procs < 1 || *o.goroutines < 1 || *o.duration <= 0 {
 		return usageErrorf("--procs and --goroutines must be at least 1, --duration more than 0")
+	}
+	if *o.crossProcs < 1 {
+		return usageErrorf("--cross-procs must be at least 1")
 	}
 	ep, err := o.redis.endpoint("")
 	if err != nil {
@@ -93,72 +129,320 @@ func demo(out io.Writer, o demoOpts) error {
 		}
 	}
 
-	var (
-		inside, overlaps, acquisitions, waiting, maxWaiting atomic.Int64
-		errs                                                atomic.Int64
-		wg                                                  sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), *o.duration)
-	defer cancel()
-	start := time.Now()
-	for p := 0; p < *o.procs; p++ {
+	shapes := []demoShape{{"hot", *o.procs, *o.goroutines}, {"cross", *o.crossProcs, 1}}
+	each := *o.duration / time.Duration(2*len(shapes))
+	fmt.Fprintf(out, "one key, hold %v, lease %v, %v per run; naive = SET NX PX, retry every %v, compare-and-delete release\n\n",
+		*o.hold, *o.lease, each.Round(time.Millisecond), naiveRetry)
+	const row = "%-6s %-9s %-6s %14s %13s %23s %7s\n"
+	fmt.Fprintf(out, row, "shape", "processes", "lock", "acquisitions/s", "commands/acq", "least–most per process", "errors")
+	var results []demoResult
+	for _, s := range shapes {
+		for _, impl := range []string{"naive", "dlock"} {
+			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+			least, most := minMax(r.perProc)
+			fmt.Fprintf(out, row, s.name, fmt.Sprintf("%d × %d", s.procs, s.goroutines), impl,
+				fmt.Sprintf("%.0f", r.rate()), perAcq(r.cmds, r.acquisitions), fmt.Sprintf("%d–%d", least, most), strconv.FormatInt(r.errs, 10))
+		}
+	}
+
+	fmt.Fprintln(out)
+	var n, overlaps, naiveOverlaps int64
+	for i, r := range results {
+		if r.impl == "dlock" {
+			n += r.acquisitions
+			overlaps += r.overlaps
+			continue
+		}
+		naiveOverlaps += r.overlaps
+		if i+1 < len(results) && results[i+1].impl == "dlock" && results[i+1].shape == r.shape && r.rate() > 0 {
+			d := results[i+1]
+			fmt.Fprintf(out, "%-6s dlock makes %.2f× the acquisitions/s of naive, %s\n", r.shape.name+":",
+				d.rate()/r.rate(), fewerCommands(d, r))
+		}
+	}
+	for _, r := range results {
+		if r.firstErr != nil {
+			fmt.Fprintf(out, "first error (%s, %s): %v\n", r.shape.name, r.impl, plain(r.firstErr))
+		}
+	}
+	if naiveOverlaps > 0 {
+		fmt.Fprintf(out, "naive lock:       %d overlaps (its lease ran out inside the critical section)\n", naiveOverlaps)
+	}
+	switch {
+	case overlaps > 0:
+		fmt.Fprintf(out, "exclusion:        VIOLATED (%d overlaps in %d dlock acquisitions)\n", overlaps, n)
+		return fmt.Errorf("exclusion did not hold: %d overlaps", overlaps)
+	case n == 0:
+		fmt.Fprintf(out, "exclusion:        untested (no dlock acquisitions)\n")
+		return errors.New("no acquisitions: the run proved nothing")
+	}
+	fmt.Fprintf(out, "exclusion:        held (dlock never had two owners at once, over %d acquisitions)\n", n)
+	return nil
+}
+
+// rate returns the run's acquisitions per second.
+func (r demoResult) rate() float64 { return float64(r.acquisitions) / r.elapsed.Seconds() }
+
+// perAcq formats commands per acquisition, with two significant digits below 0.1.
+func perAcq(cmds, acq int64) string {
+	if acq == 0 {
+		return "–"
+	}
+	v := float64(cmds) / float64(acq)
+	if v > 0 && v < 0.1 {
+		return fmt.Sprintf("%.2g", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// fewerCommands compares the commands per acquisition of run d with those of run r.
+func fewerCommands(d, r demoResult) string {
+	if d.acquisitions == 0 || r.acquisitions == 0 || r.cmds == 0 {
+		return "commands not comparable"
+	}
+	x := float64(d.cmds) / float64(d.acquisitions) / (float64(r.cmds) / float64(r.acquisitions))
+	word := "fewer"
+	switch {
+	case x == 0:
+		return "with no commands at all"
+	case x > 1:
+		word = "more"
+	default:
+		x = 1 / x
+	}
+	f := "%.2f"
+	if x >= 10 {
+		f = "%.0f"
+	}
+	return fmt.Sprintf("with "+f+"× %s commands per acquisition", x, word)
+}
+
+// minMax returns the least and the greatest of v.
+func minMax(v []int64) (lo, hi int64) {
+	for i, x := range v {
+		if i == 0 || x < lo {
+			lo = x
+		}
+		hi = max(hi, x)
+	}
+	return lo, hi
+}
+
+// demoLocker is one simulated process's lock: Lock blocks until it holds the lock or ctx
+// ends and returns the release.
+type demoLocker interface {
+	Lock(ctx context.Context) (unlock func() error, err error)
+	Close() error
+}
+
+// demoRun runs one shape with one implementation for d and reports what it measured.
+func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, hold, lease time.Duration) (demoResult, error) {
+	r := demoResult{shape: s, impl: impl, perProc: make([]int64, s.procs)}
+	counters := make([]*cmdCounter, s.procs)
+	lockers := make([]demoLocker, s.procs)
+	defer func() {
+		for _, l := range lockers {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}()
+	for p := range lockers {
 		c := ep.client(timeout)
-		defer c.Close()
-		g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"DEMO": *o.lease}))
-		if err != nil {
-			return withStatus(exitUsage, err)
+		counters[p] = &cmdCounter{}
+		var err error
+		if lockers[p], err = newDemoLocker(impl, c, lease, p); err != nil {
+			c.Close()
+			return r, err
 		}
-		defer g.Close(context.Background())
-		l, err := g.Gen("DEMO", "order-42")
-		if err != nil {
-			return err
-		}
-		for i := 0; i < *o.goroutines; i++ {
+		c.AddHook(counters[p]) // after the set-up, which is not counted
+	}
+
+	var (
+		inside, errs, overlaps atomic.Int64
+		firstErr               error
+		errOnce                sync.Once
+		wg                     sync.WaitGroup
+		start                  = make(chan struct{})
+		perProc                = make([]atomic.Int64, s.procs)
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fail := func(err error) {
+		errs.Add(1)
+		errOnce.Do(func() { firstErr = err })
+	}
+	for p, l := range lockers {
+		for range s.goroutines {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				<-start
 				for ctx.Err() == nil {
-					w := waiting.Add(1)
-					for m := maxWaiting.Load(); w > m && !maxWaiting.CompareAndSwap(m, w); m = maxWaiting.Load() {
-					}
-					owned, err := l.Lock(ctx)
-					waiting.Add(-1)
+					unlock, err := l.Lock(ctx)
 					if err != nil {
 						if ctx.Err() == nil {
-							errs.Add(1)
+							fail(err)
 						}
 						return
 					}
 					if inside.Add(1) != 1 {
 						overlaps.Add(1)
 					}
-					time.Sleep(*o.hold)
+					holdFor(hold)
 					inside.Add(-1)
-					acquisitions.Add(1)
-					if err := l.Unlock(owned); err != nil {
-						errs.Add(1)
+					perProc[p].Add(1)
+					if err := unlock(); err != nil {
+						fail(err)
 					}
 				}
 			}()
 		}
 	}
+	began := time.Now()
+	close(start)
+	time.AfterFunc(d, cancel)
 	wg.Wait()
-	elapsed := time.Since(start)
-	n := acquisitions.Load()
-	fmt.Fprintf(out, "%d processes x %d goroutines on one key for %v (hold %v, lease %v)\n",
-		*o.procs, *o.goroutines, o.duration.Round(time.Millisecond), *o.hold, *o.lease)
-	fmt.Fprintf(out, "acquisitions:     %d\n", n)
-	fmt.Fprintf(out, "throughput:       %.0f acquisitions/s\n", float64(n)/elapsed.Seconds())
-	fmt.Fprintf(out, "most waiters:     %d\n", maxWaiting.Load())
-	fmt.Fprintf(out, "errors:           %d\n", errs.Load())
-	switch {
-	case overlaps.Load() > 0:
-		fmt.Fprintf(out, "exclusion:        VIOLATED (%d overlaps in %d acquisitions)\n", overlaps.Load(), n)
-		return fmt.Errorf("exclusion did not hold: %d overlaps", overlaps.Load())
-	case n == 0:
-		fmt.Fprintf(out, "exclusion:        untested (no acquisitions)\n")
-		return errors.New("no acquisitions: the run proved nothing")
+	r.elapsed = time.Since(began)
+	for p := range perProc {
+		r.perProc[p] = perProc[p].Load()
+		r.acquisitions += r.perProc[p]
+		r.cmds += counters[p].n.Load()
 	}
-	fmt.Fprintf(out, "exclusion:        held (never two owners at once)\n")
-	return nil
+	r.errs, r.overlaps, r.firstErr = errs.Load(), overlaps.Load(), firstErr
+	return r, nil
+}
+
+// holdFor stays d in the critical section. A plain Sleep of less than a millisecond would
+// often last a millisecond or more.
+func holdFor(d time.Duration) {
+	start := time.Now()
+	if d > time.Millisecond {
+		time.Sleep(d - time.Millisecond)
+	}
+	for time.Since(start) < d {
+		runtime.Gosched()
+	}
+}
+
+// newDemoLocker sets up simulated process p's lock over its own client c, which it closes.
+func newDemoLocker(impl string, c redis.UniversalClient, lease time.Duration, p int) (demoLocker, error) {
+	if impl == "dlock" {
+		g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"DEMO": lease}))
+		if err != nil {
+			return nil, withStatus(exitUsage, err)
+		}
+		l, err := g.Gen("DEMO", "order-42")
+		if err != nil {
+			_ = g.Close(context.Background())
+			return nil, err
+		}
+		return &dlockDemo{c: c, g: g, l: l}, nil
+	}
+	n := &naiveLock{c: c, key: "dlock-demo:naive:order-42", lease: lease,
+		prefix: fmt.Sprintf("%d-%d-%d-", os.Getpid(), time.Now().UnixNano(), p)}
+	// Load the release script now (EVALSHA fails, EVAL loads it) rather than in the run.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := naiveRelease.Run(ctx, c, []string{n.key}, "warm-up").Err(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// dlockDemo is a simulated process's dlock: its Generator and the lock's handle, which its
+// goroutines share.
+type dlockDemo struct {
+	c redis.UniversalClient
+	g *dlock.Generator
+	l *dlock.DistributedReentrantLock
+}
+
+func (d *dlockDemo) Lock(ctx context.Context) (func() error, error) {
+	owned, err := d.l.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return d.l.Unlock(owned) }, nil
+}
+
+func (d *dlockDemo) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := d.g.Close(ctx)
+	return errors.Join(err, d.c.Close())
+}
+
+// naiveRetry is how long the naive lock sleeps between attempts.
+const naiveRetry = 10 * time.Millisecond
+
+// naiveRelease deletes the key only if it still holds the caller's value.
+var naiveRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then
+	return redis.call("del", KEYS[1])
+end
+return 0`)
+
+// naiveLock is the usual hand-written lock: SET NX PX with a unique value, a sleep of
+// naiveRetry between attempts, and a compare-and-delete script to release.
+type naiveLock struct {
+	c      redis.UniversalClient
+	key    string
+	lease  time.Duration
+	prefix string
+	seq    atomic.Uint64
+}
+
+func (n *naiveLock) Lock(ctx context.Context) (func() error, error) {
+	val := n.prefix + strconv.FormatUint(n.seq.Add(1), 10)
+	for {
+		// Not ctx: a SET that Redis ran but ctx's end cut short would leave the key held.
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ok, err := n.c.SetNX(sctx, n.key, val, n.lease).Result()
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				k, err := naiveRelease.Run(ctx, n.c, []string{n.key}, val).Int64()
+				if err == nil && k != 1 {
+					err = errors.New("naive lock: the lease ran out before the release")
+				}
+				return err
+			}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(naiveRetry):
+		}
+	}
+}
+
+func (n *naiveLock) Close() error { return n.c.Close() }
+
+// cmdCounter is a go-redis hook that counts the commands a client sends; a pipeline counts
+// its commands. Pub/Sub commands do not pass through hooks.
+type cmdCounter struct{ n atomic.Int64 }
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }

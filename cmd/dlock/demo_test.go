@@ -12,14 +12,36 @@ func runDemo(args []string, out io.Writer) error {
 	return demoCommand().define(fs)(cli{stdout: out, stderr: io.Discard}, args)
 }
 
-// TestDemo: the demo on its embedded miniredis finds exclusion held.
+// TestDemo: the demo on its embedded miniredis runs both locks in both shapes, each row with
+// acquisitions, and finds exclusion held.
 func TestDemo(t *testing.T) {
 	var out strings.Builder
-	if err := runDemo([]string{"--procs", "2", "--goroutines", "4", "--duration", "500ms"}, &out); err != nil {
+	if err := runDemo([]string{"--procs", "2", "--goroutines", "4", "--cross-procs", "3", "--duration", "800ms"}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "exclusion:        held") {
 		t.Fatalf("demo output:\n%s", out.String())
+	}
+	checkDemoRows(t, out.String(), "2 × 4", "3 × 1")
+}
+
+// checkDemoRows checks that out has a row for each shape and lock, with the shape's layout,
+// some acquisitions, commands counted and no errors.
+func checkDemoRows(t *testing.T, out, hot, cross string) {
+	t.Helper()
+	for _, shape := range []struct{ name, layout string }{{"hot", hot}, {"cross", cross}} {
+		for _, impl := range []string{"naive", "dlock"} {
+			var row []string
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Fields(l); len(f) == 9 && f[0] == shape.name && f[4] == impl {
+					row = f
+				}
+			}
+			// shape, P, ×, G, lock, acquisitions/s, commands/acq, least–most, errors
+			if row == nil || strings.Join(row[1:4], " ") != shape.layout || row[5] == "0" || row[6] == "–" || row[8] != "0" {
+				t.Errorf("no good %s %s row %q in:\n%s", shape.name, impl, row, out)
+			}
+		}
 	}
 }
 
@@ -29,16 +51,20 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 	if err := runDemo([]string{"--procs", "0"}, &out); err == nil {
 		t.Fatal("--procs 0 accepted")
 	}
+	if err := runDemo([]string{"--cross-procs", "0"}, &out); err == nil || !strings.Contains(err.Error(), "--cross-procs") {
+		t.Fatalf("--cross-procs 0: %v", err)
+	}
 }
 
 // TestDemoRealRedis runs the demo against the test's redis-server, named by $DLOCK_REDIS.
 func TestDemoRealRedis(t *testing.T) {
 	needReal(t)
 	t.Setenv("DLOCK_REDIS", srv.Addr)
-	r := runIn("demo", "--procs", "2", "--goroutines", "4", "--duration", "300ms")
+	r := runIn("demo", "--procs", "2", "--goroutines", "4", "--cross-procs", "2", "--duration", "600ms")
 	if r.code != 0 || !strings.Contains(r.stdout, "exclusion:        held") || strings.Contains(r.stdout, "embedded") {
 		t.Fatal(r)
 	}
+	checkDemoRows(t, r.stdout, "2 × 4", "2 × 1")
 }
 
 // TestDemoUnreachable: an unreachable Redis is an error naming it, never a verdict.

@@ -7,7 +7,7 @@
 //	dlock lock    [-n | -w SECONDS] [-E N] [--lease D] [REDIS] TYPE TARGET
 //	dlock status  [--json] [REDIS] TYPE TARGET
 //	dlock release --force (--holder LOCKER | --any) [REDIS] TYPE TARGET
-//	dlock demo    [--procs N] [--goroutines N] [--duration D] [--hold D] [--lease D] [REDIS]
+//	dlock demo    [--procs N] [--goroutines N] [--cross-procs N] [--duration D] [--hold D] [--lease D] [REDIS]
 //	dlock help [COMMAND]
 //
 //	REDIS is [--redis ADDR] [--cluster] [--sentinel-master NAME] [--timeout D]
@@ -161,13 +161,19 @@
 //
 // # demo
 //
-// demo runs several simulated processes (each its own Redis client and Generator) whose
-// goroutines all want one key, with a short critical section, and prints acquisitions,
-// throughput, the most waiters seen at once and whether exclusion held. Without --redis,
-// $DLOCK_REDIS and $REDIS_URL it starts an embedded miniredis, so it needs nothing installed.
-// With a Redis named it checks that Redis answers first: an unreachable Redis is an error (69),
-// never a verdict. A run with no acquisitions says so and exits 1, as does an overlap of two
-// owners.
+// demo shows what the lock is for: it runs the same contention on one key twice, once with the
+// usual hand-written lock (SET NX PX, a retry every 10ms, a compare-and-delete script to
+// release) and once with dlock, in two shapes: "hot", --procs simulated processes (each its own
+// Redis client and Generator) of --goroutines goroutines each, and "cross", --cross-procs
+// processes of one goroutine each, so that every acquisition goes from process to process.
+// Every holder stays --hold in the critical section; the four runs share --duration (10s). For
+// each run it prints acquisitions/s, the commands sent per acquisition (counted by a go-redis
+// hook on every client; Pub/Sub traffic is not counted) and the acquisitions of the least and
+// the most served process, then whether dlock's exclusion held. Without --redis, $DLOCK_REDIS
+// and $REDIS_URL it starts an embedded miniredis, so it needs nothing installed. With a Redis
+// named it checks that Redis answers first: an unreachable Redis is an error (69), never a
+// verdict. A run in which dlock acquired nothing says so and exits 1, as does an overlap of two
+// dlock owners.
 //
 // # Exit status
 //

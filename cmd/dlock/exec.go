@@ -265,8 +265,6 @@ func heldBy(c *conn, l *dlock.DistributedReentrantLock) string {
 		return ""
 	case st.Held():
 		return ": held by " + st.Holder
-	case st.ReservedFor != "":
-		return ": reserved for " + st.ReservedFor
 	}
 	return ""
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
-
-	"github.com/dlockgo/dlock/dlock"
 )
 
 var releaseUsage = `
@@ -92,7 +89,7 @@ func release(out cli, r redisFlags, holder, typ, target string) error {
 			return c.classify(err)
 		}
 		if st.Holder == "" {
-			fmt.Fprintf(out.stdout, "%s is not held%s: nothing removed\n", name, reservation(st))
+			fmt.Fprintf(out.stdout, "%s is not held: nothing removed\n", name)
 			return nil
 		}
 		victim = st.Holder
@@ -111,18 +108,10 @@ func release(out cli, r redisFlags, holder, typ, target string) error {
 	case err != nil:
 		fmt.Fprintf(out.stdout, "%s: holder %s was already gone: nothing removed\n", name, victim)
 	case st.Holder == "":
-		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock is not held%s: nothing removed\n", name, victim, reservation(st))
+		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock is not held: nothing removed\n", name, victim)
 	default:
 		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed\n",
 			name, victim, st.Holder)
 	}
 	return nil
-}
-
-// reservation says, after "not held", that st's key is reserved for a waiting process.
-func reservation(st dlock.State) string {
-	if st.ReservedFor == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (reserved for waiting process %s for %v more)", st.ReservedFor, st.LeaseLeft.Round(time.Millisecond))
 }

@@ -14,16 +14,17 @@ usage: dlock status [flags] TYPE TARGET
 
 Shows the lock TYPE/TARGET as Redis sees it, read in one round trip that changes nothing:
 whether it is held and by whom (a locker is <ip>-<pid>-<nonce>-<n>: the process that holds
-it), how long its lease lasts unless renewed, its fencing counter, a reservation for a waiting
-process, and every process recorded as waiting, first in line first.
+it), how long its lease lasts unless renewed, its fencing counter, and every process recorded
+as waiting, first in line first.
 
 With --json it prints one JSON object with these fields (durations in milliseconds):
   type, target, key     the lock's name and Redis key
   held                  true while an acquisition holds the key
   holder                the holder's locker, "" when free
   mine                  always false here (this tool holds nothing)
-  reserved_for          the locker prefix of a waiting process the key is reserved for, or ""
-  lease_left_ms         how long the holding (or reservation) lasts unless renewed; 0 when free
+  reserved_for          always "" (a release grants the key to the next process at once; the
+                        field stays for scripts that read it)
+  lease_left_ms         how long the holding lasts unless renewed; 0 when free
   fence                 the last fencing token handed out for the key (0 once expired)
   waiting               the locker prefixes of the processes recorded as waiting, first in
                         line first: a list, [] when none
@@ -64,7 +65,7 @@ type lockStatus struct {
 	Held         bool     `json:"held"`
 	Holder       string   `json:"holder"`
 	Mine         bool     `json:"mine"`
-	ReservedFor  string   `json:"reserved_for"`
+	ReservedFor  string   `json:"reserved_for"` // always "": keys are granted, no longer reserved (kept for scripts that read it)
 	LeaseLeftMS  int64    `json:"lease_left_ms"`
 	Fence        uint64   `json:"fence"`
 	Waiting      []string `json:"waiting"`
@@ -101,7 +102,6 @@ func printStatusJSON(w io.Writer, st dlock.State) error {
 		Held:         st.Held(),
 		Holder:       st.Holder,
 		Mine:         st.Mine,
-		ReservedFor:  st.ReservedFor,
 		LeaseLeftMS:  st.LeaseLeft.Milliseconds(),
 		Fence:        st.Fence,
 		Waiting:      append([]string{}, st.Waiting...), // [] rather than null when none
@@ -116,8 +116,6 @@ func printStatus(w io.Writer, st dlock.State) {
 	switch {
 	case st.Held():
 		fmt.Fprintf(w, "state:       held\nholder:      %s\n", st.Holder)
-	case st.ReservedFor != "":
-		fmt.Fprintf(w, "state:       reserved for %s (released to that waiting process, not yet taken)\n", st.ReservedFor)
 	default:
 		fmt.Fprintf(w, "state:       free\n")
 	}

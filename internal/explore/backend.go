@@ -97,6 +97,15 @@ func (b *mini) snapshot() (snapshot, error) {
 			for _, m := range members {
 				v.zset[m], _ = b.m.ZScore(k, m)
 			}
+		case "hash":
+			fields, err := b.m.HKeys(k)
+			if err != nil {
+				return snapshot{}, err
+			}
+			v.hash = map[string]string{}
+			for _, f := range fields {
+				v.hash[f] = b.m.HGet(k, f)
+			}
 		default:
 			v.str = "<" + b.m.Type(k) + ">"
 		}
@@ -153,6 +162,10 @@ func (b *server) snapshot() (snapshot, error) {
 			for _, z := range zs {
 				v.zset[z.Member.(string)] = z.Score
 			}
+		case "hash":
+			if v.hash, err = b.c.HGetAll(ctx, k).Result(); err != nil {
+				return snapshot{}, err
+			}
 		default:
 			v.str = "<" + typ + ">"
 		}
@@ -171,6 +184,7 @@ type snapshot struct {
 type value struct {
 	str  string
 	zset map[string]float64
+	hash map[string]string
 	ttl  time.Duration
 }
 
@@ -222,6 +236,14 @@ func (s snapshot) canonical() string {
 			for _, m := range s.zmembers(k) {
 				out += fmt.Sprintf("[%s]", m)
 			}
+		}
+		hk := make([]string, 0, len(v.hash))
+		for f := range v.hash {
+			hk = append(hk, f)
+		}
+		sort.Strings(hk)
+		for _, f := range hk {
+			out += fmt.Sprintf("{%s}", f) // (the field, not its times)
 		}
 		out += "/" + strconv.FormatInt(v.ttl.Milliseconds(), 10) + ";"
 	}

@@ -2,6 +2,7 @@ package explore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ const (
 	ruleTTL       = "every key expires" // a key of the lock without a time to live
 	ruleResidue   = "nothing left"      // a key left after everyone left, beyond the documented windows
 	ruleLossTold  = "loss told"         // a holder whose key an operator removed is not told at its release
+	ruleGrant     = "grant"             // the key granted to an acquisition that ended
 )
 
 // fail records the first violation of a schedule.
@@ -84,14 +86,15 @@ func (w *world) check(s snapshot) {
 			continue
 		}
 		switch {
+		case t.removed != "":
+			// removed behind its back (and perhaps taken again by a late copy of its own
+			// request after an empty restart): it learns at its next renewal or release
 		case held && holder == t.locker:
 			margin := domain.DriftAllowance(t.untilLease) - w.be.slack()
 			if exp := s.expiry(key); exp.Before(t.until.Add(margin)) {
 				w.fail(ruleMargin, "%s counts %s held %v more, Redis keeps it %v more: less than the drift allowance %v apart",
 					p.name, t.locker, t.until.Sub(now), exp.Sub(now), margin)
 			}
-		case t.removed != "":
-			// removed behind its back: it learns at its next renewal or release
 		default:
 			w.fail(ruleExclusion, "%s counts the key held by %s for %v more, but Redis holds %q", p.name, t.locker, t.until.Sub(now), holder)
 		}
@@ -118,16 +121,18 @@ func (w *world) check(s snapshot) {
 
 	// The line: a process whose waiters all left, and whose leave ran, neither stands in
 	// line nor has the key reserved for it.
-	due := s.keys[processor.DueKey(w.cfg)]
+	want := s.keys[processor.WantKey(w.cfg)]
 	for _, p := range w.procs {
 		if p.dead || len(p.waiters) > 0 || p.tryer || !p.leaveLanded || w.outlived(p.leaveStep, p.leaveAt) || p.restartLeak {
 			continue // (a request later than its process's settled mark lives: the documented window)
 		}
-		if at, ok := due.zset[p.mark]; ok && int64(at) > now.UnixMilli() {
+		if e, ok := want.hash[p.mark]; ok && entryExpires(e) > now.UnixMilli() {
 			w.fail(ruleLine, "%s stands in line with no goroutine waiting, after its leave.lua ran", p.name)
 		}
-		if held && holder == processor.ReservedPrefix+p.mark {
-			w.fail(ruleLine, "the key is reserved for %s, which has no goroutine waiting and left", p.name)
+		if owner, seq := processor.SplitLocker(holder); held && owner == p.mark {
+			if n, _ := strconv.Atoi(seq); n <= p.leaveUp {
+				w.fail(ruleLine, "the key holds %s, an acquisition of %s, which has no goroutine waiting and left", holder, p.name)
+			}
 		}
 	}
 }
@@ -144,20 +149,17 @@ func (w *world) residue() {
 	key := w.cfg.UniqueKey()
 	if holder, ok := s.get(key); ok {
 		owner, _ := processor.SplitLocker(holder)
-		mark := strings.TrimPrefix(holder, processor.ReservedPrefix)
 		excused := false
 		for _, p := range w.procs {
-			if p.dead && (owner == p.mark || mark == p.mark) {
-				excused = true // a crashed holder, or a reservation for a crashed process
+			if p.dead && owner == p.mark {
+				excused = true // a crashed holder, or a grant to a crashed process
+			}
+			if !p.dead && owner == p.mark && ((p.leaveSent && !p.leaveLanded) || (p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt)) || p.restartLeak) {
+				excused = true // its leave was lost, or a request outlived its mark: the key expires by itself
 			}
 		}
 		if w.revivals[holder] {
 			excused = true // a copy later than its settled mark lives: expires with its lease
-		}
-		for _, p := range w.procs {
-			if !p.dead && mark == p.mark && ((p.leaveSent && !p.leaveLanded) || (p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt)) || p.restartLeak) {
-				excused = true // its leave was lost, or a request outlived its mark: the reservation ends by itself
-			}
 		}
 		if !excused {
 			w.fail(ruleResidue, "after everyone left, the key holds %q (%v to live)", holder, s.keys[key].ttl)
@@ -186,4 +188,11 @@ func (w *world) residue() {
 // expired by now.
 func (w *world) outlived(step int, at time.Time) bool {
 	return step <= w.restarted || w.now().Sub(at) >= processor.DoneTTL(w.cfg)
+}
+
+// entryExpires reads when an entry of the want hash ("...|<expires ms>") expires.
+func entryExpires(v string) int64 {
+	i := strings.LastIndexByte(v, '|')
+	n, _ := strconv.ParseInt(v[i+1:], 10, 64)
+	return n
 }

@@ -343,10 +343,7 @@ func (w *world) enabled() []action {
 			add(kGiveUp, p.name+": the first waiter gives up", 1, p.giveUp)
 		}
 		if p.phase == idle && len(p.waiters) > 0 {
-			add(kProc, p.name+": the first waiter asks Redis", 1, p.ask)
-			if p.polling == nil {
-				add(kProc, p.name+": the poller checks", 0.5, p.poll)
-			}
+			add(kProc, p.name+": the first waiter asks Redis", 1, p.ask) // (or the poller has it ask)
 		}
 		if p.phase == idle && !p.tryer && p.owner == nil {
 			add(kTry, p.name+": a goroutine calls TryLock", 1, p.try)
@@ -386,6 +383,18 @@ func (w *world) enabled() []action {
 		if r.awaited && r.p != nil {
 			add(kGiveUp, r.p.name+" stops waiting for "+r.id, 0.3, func() { w.stopWaiting(r) })
 		}
+	}
+	for i, n := range w.msgs {
+		due := 0.0
+		if n.due <= w.step {
+			due = 1
+		}
+		lost, heard := 0.0, due
+		if n.lost {
+			lost, heard = due, 0
+		}
+		add(kNet, n.to.name+" hears "+n.what, heard, func() { w.hear(i, false) })
+		add(kNet, n.to.name+" does not hear "+n.what, lost, func() { w.hear(i, true) })
 	}
 	for i, rp := range w.replies {
 		due := 0.0
@@ -436,7 +445,7 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 		return nil, err
 	}
 	w := &world{opt: e.opt, be: e.be, cfg: cfg, forced: map[string]int{}, ended: map[string]end{},
-		gone: map[string]bool{}, forcedAt: map[string]time.Time{}, revivals: map[string]bool{},
+		gone: map[string]bool{}, forcedAt: map[string]time.Time{}, revivals: map[string]bool{}, entries: map[string]entry{},
 		tokens: map[uint64]string{}, states: e.states}
 	w.sw = newSwarm(rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), e.be.owned(), e.opt.Lease)
 	mk := func(mark string) (*processor.RedisLockProcessor, error) {
@@ -580,6 +589,8 @@ func (w *world) drain() {
 			w.deliver(0, false)
 		case len(w.replies) > 0:
 			w.receive(0, false)
+		case len(w.msgs) > 0:
+			w.hear(0, false)
 		default:
 			return
 		}

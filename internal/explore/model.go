@@ -30,9 +30,14 @@ type proc struct {
 	tryer   bool // a TryLock is under way (its request in flight)
 	queued  bool // it may stand in the Redis line
 
+	attempt *attempt  // the open attempt it waits with (dlock's line)
+	waited  time.Time // the send time of the attempt's last request whose answer showed it waiting ...
+	seen    uint64    // ... and what it saw of tokens
+	granted *heard    // a grant heard while a request of the attempt was on its way
+	leaveUp int       // the newest number the leave that ran settles
+
 	asking    *request // lock.lua awaited
 	taking    *request // renew.lua before a pass, awaited
-	polling   *request
 	extending *request
 
 	stopped     bool      // its last waiter left ...
@@ -78,6 +83,21 @@ type tenure struct {
 	over            bool
 	expanding       *request
 	removed         string // why Redis no longer holds it behind its back ("": it does)
+	granted         bool   // begun by a grant
+}
+
+// heard is a grant heard: the locker and the first of its tokens.
+type heard struct {
+	locker string
+	token  uint64
+	at     int // the step it was published
+}
+
+// attempt is an acquisition a process waits with: a release grants the key to it.
+type attempt struct {
+	locker string
+	lease  time.Duration
+	tokens int
 }
 
 // holding is one acquisition: a goroutine that owns the lock.
@@ -127,11 +147,10 @@ func (p *proc) until(sent time.Time, lease time.Duration) time.Time {
 
 // ---- the requests -------------------------------------------------------------------------
 
-func (p *proc) sendLock(pur purpose, lease time.Duration, wait bool, tokens int) {
-	locker, _ := p.newLocker()
+func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bool, tokens int) {
 	cfg := p.cfg(lease)
 	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v)", locker, lease, wait))
-	r.locker, r.lease, r.tokens = locker, lease, tokens
+	r.locker, r.lease, r.tokens, r.wait = locker, lease, tokens, wait
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Lock(ctx, cfg, processor.LockRequest{Locker: locker, Wait: wait, Tokens: tokens})
 		return outcome{res: res, err: err}
@@ -149,11 +168,14 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	if yield {
 		req.Yield = true
 		req.Check, _ = p.newLocker()
-		what += ", yield check " + req.Check
+		next, _ := p.newLocker()
+		req.Next, req.NextLease, req.NextTokens = next, lease, block
+		what += ", yield check " + req.Check + ", next " + next
+		p.attempt, p.waited, p.seen, p.granted = &attempt{locker: next, lease: lease, tokens: block}, time.Time{}, 0, nil
 	}
 	cfg := p.cfg(lease)
 	r := p.request(pur, what+")")
-	r.ten, r.locker, r.lease, r.tokens, r.yield = t, t.locker, lease, tokens, yield
+	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next = t, t.locker, lease, tokens, yield, req.Next
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.ExpandLease(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -173,17 +195,6 @@ func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last
 	p.w.send(r)
 }
 
-func (p *proc) sendPoll() {
-	cfg := p.cfg(p.w.opt.Lease)
-	r := p.request(pPoll, "poll.lua")
-	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.IsFree(ctx, cfg)
-		return outcome{poll: res, err: err}
-	}
-	p.polling = r
-	p.w.send(r)
-}
-
 func (p *proc) sendLeave() {
 	cfg := p.cfg(p.w.opt.Lease)
 	last := p.mark + strconv.Itoa(p.seq)
@@ -191,7 +202,8 @@ func (p *proc) sendLeave() {
 	r := p.request(pLeave, "leave.lua(up to "+last+")")
 	r.seq = p.seq
 	r.run = func(ctx context.Context) outcome {
-		return outcome{err: p.pr.Leave(ctx, cfg, processor.LeaveRequest{Last: last})}
+		res, err := p.pr.Leave(ctx, cfg, processor.LeaveRequest{Last: last})
+		return outcome{res: res, err: err}
 	}
 	p.w.send(r)
 }
@@ -237,30 +249,107 @@ func (p *proc) left() {
 	case free:
 		p.releaseTenure()
 	case idle:
-		if p.queued {
+		if p.queued || p.attempt != nil {
 			p.queued = false
+			p.closeAttempt()
 			p.sendLeave()
 		}
+	}
+}
+
+func (p *proc) closeAttempt() { p.attempt, p.waited, p.seen, p.granted = nil, time.Time{}, 0, nil }
+
+func (p *proc) waiting(sent time.Time, seen uint64) {
+	if sent.After(p.waited) {
+		p.waited, p.seen = sent, seen
+	}
+}
+
+// grantUsable reports whether a grant to the open attempt can be counted: a request of the
+// attempt showed it waiting, late enough that more than half the lease is left.
+func (p *proc) grantUsable(a *attempt, token uint64) bool {
+	return !p.waited.IsZero() && p.seen < token && p.until(p.waited, a.lease).Sub(p.w.now()) >= a.lease/2
+}
+
+// startGrant begins the tenure a grant to the open attempt gives, counted from the last request
+// that showed it waiting; one nobody waits for any more is passed on at once. An unusable
+// grant is left for the next attempt (lock.lua finds the key its own).
+func (p *proc) startGrant(a *attempt, token uint64, at int) {
+	if !p.grantUsable(a, token) {
+		p.granted = nil
+		return
+	}
+	waited := p.waited
+	p.closeAttempt()
+	p.queued = false
+	t := &tenure{locker: a.locker, until: p.until(waited, a.lease), untilLease: a.lease, lease: a.lease,
+		next: token, end: token + uint64(a.tokens), since: p.w.now(), granted: true}
+	t.truth.lease = a.lease
+	if _, ok := p.w.forced[a.locker]; ok {
+		t.removed = "an operator's ForceRelease"
+	} else if p.w.restarted >= at {
+		t.removed = "an empty restart"
+	}
+	p.ten, p.phase = t, free
+	p.w.note("%s: the key is granted to %s (counted from %v ago)", p.name, a.locker, p.w.now().Sub(waited))
+	if len(p.waiters) == 0 {
+		p.releaseTenure()
+	}
+}
+
+// hear handles a message of the key's channel (dlock's notifier).
+func (p *proc) hear(m processor.Message, at int) {
+	switch {
+	case m.Granted:
+		if p.attempt == nil || p.attempt.locker != m.Locker {
+			return
+		}
+		switch p.phase {
+		case asking, renewing:
+			p.granted = &heard{locker: m.Locker, token: m.Token, at: at}
+		case idle:
+			p.startGrant(p.attempt, m.Token, at)
+		}
+	case m.Released:
+		if t := p.ten; t != nil && t.locker == m.From && (p.phase == held || p.phase == free) {
+			p.lose(t, "a release of its own locker was heard (ForceRelease)")
+		}
+	}
+}
+
+// grantedNow acts on a grant to a heard while a request was on its way, once the phase is idle.
+func (p *proc) grantedNow(a *attempt) {
+	if g := p.granted; g != nil && a != nil && p.attempt == a && p.phase == idle {
+		p.startGrant(a, g.token, g.at)
 	}
 }
 
 // ask: the first waiter asks Redis (lockState.next → ask).
 func (p *proc) ask() {
 	p.phase = asking
-	tokens := 1
-	if len(p.waiters) > 1 {
-		tokens = block
+	if p.attempt == nil {
+		tokens := 1
+		if len(p.waiters) > 1 {
+			tokens = block
+		}
+		locker, _ := p.newLocker()
+		p.attempt = &attempt{locker: locker, lease: p.waiters[0], tokens: tokens}
 	}
-	p.sendLock(pAsk, p.waiters[0], true, tokens)
+	a := p.attempt
+	p.sendLock(pAsk, a.locker, a.lease, true, a.tokens)
 }
 
-// try: a goroutine calls TryLock.
+// try: a goroutine calls TryLock: with the open attempt if the process waits, else with one
+// of its own, settled if the key is held.
 func (p *proc) try() {
 	p.phase, p.tryer = asking, true
-	p.sendLock(pTry, p.w.opt.Lease, false, 1)
+	if a := p.attempt; a != nil {
+		p.sendLock(pTry, a.locker, a.lease, true, a.tokens)
+		return
+	}
+	locker, _ := p.newLocker()
+	p.sendLock(pTry, locker, p.w.opt.Lease, false, 1)
 }
-
-func (p *proc) poll() { p.sendPoll() }
 
 // unlock: the owner's final Unlock. It is told first (its holding ends), then the lock is
 // passed on within the process or the key let go.
@@ -531,13 +620,6 @@ func (p *proc) onReply(r *request, out outcome) {
 		if out.err != nil && p.w.now().Before(r.ten.until) {
 			p.giveBacks = append(p.giveBacks, giveBack{locker: r.locker, lease: r.lease, until: r.ten.until})
 		}
-	case pPoll:
-		p.polling = nil
-		if out.poll.State == processor.PollQueued {
-			p.queued = true
-		}
-		// (PollNotQueued says nothing of requests sent after the poll: it does not clear
-		// queued; the waiter asks again, which joins the line.)
 	}
 }
 
@@ -550,25 +632,35 @@ func (p *proc) onAsk(r *request, out outcome) {
 		p.tryer = false
 	}
 	p.phase = idle
+	a := p.attempt
+	mine := a != nil && a.locker == r.locker // a request of the open attempt
 	taken := out.err == nil && out.res.Outcome == processor.Taken
 	if taken && !p.w.now().Before(p.until(r.sent, r.lease)) {
 		taken, out.err = false, fmt.Errorf("the reply came after the lease had run out")
 	}
 	switch {
 	case out.err != nil:
-		if !try {
-			p.queued = true // it may have joined the line
+		p.queued = true // it may stand in line, or hold the key
+		if !mine {
+			p.giveBack(r.locker, r.lease) // a TryLock's own attempt
+		} else {
+			p.grantedNow(a)
 		}
-		p.giveBack(r.locker, r.lease)
 		p.left()
 		return
 	case !taken:
-		if !try {
+		if mine && out.res.Outcome == processor.Held {
 			p.queued = true
-		} else {
-			p.left()
+			p.waiting(r.sent, out.res.Seen.Fence)
+			p.grantedNow(a)
+		} else if mine && out.res.Outcome == processor.Settled {
+			p.closeAttempt()
 		}
+		p.left()
 		return
+	}
+	if mine {
+		p.closeAttempt()
 	}
 	p.queued = false
 	t := p.startTenure(r, out.res.Token)
@@ -606,11 +698,13 @@ func (p *proc) onTake(r *request, out outcome) {
 		return
 	}
 	uncertain := out.err != nil || (out.res.Outcome == processor.Settled && r.yield)
+	next := p.attempt
 	switch {
 	case uncertain && r.yield:
 		p.queued = true
 		p.endTenure(t)
 		p.giveBack(t.locker, t.lease)
+		p.grantedNow(next)
 	case uncertain:
 		p.phase = free
 		p.left()
@@ -618,6 +712,7 @@ func (p *proc) onTake(r *request, out outcome) {
 		p.renewed(t, r, out.res.Token, true)
 		if r.yield {
 			t.since, p.queued = p.w.now(), false
+			p.closeAttempt() // (nobody waited: it is not in line)
 		}
 		p.phase = free
 		if len(p.waiters) == 0 {
@@ -627,7 +722,11 @@ func (p *proc) onTake(r *request, out outcome) {
 		}
 	case out.res.Outcome == processor.Yielded:
 		p.queued = true
+		if next != nil {
+			p.waiting(r.sent, out.res.Token) // it ran before any grant to next could
+		}
 		p.endTenure(t)
+		p.grantedNow(next)
 	default:
 		p.lose(t, "a renewal before a pass found the key "+out.res.Outcome.String())
 	}
@@ -636,7 +735,7 @@ func (p *proc) onTake(r *request, out outcome) {
 // canonical writes the process's state with times relative to now, for counting states.
 func (p *proc) canonical() string {
 	now := p.w.now()
-	s := fmt.Sprintf("%s/%v/%v/%d/%v/%v/%v/%v;", p.name, p.phase, p.queued, len(p.waiters), p.owner != nil, p.dead, p.closed, p.tryer)
+	s := fmt.Sprintf("%s/%v/%v/%d/%v/%v/%v/%v/%v;", p.name, p.phase, p.queued, len(p.waiters), p.owner != nil, p.dead, p.closed, p.tryer, p.attempt != nil)
 	if t := p.ten; t != nil {
 		s += fmt.Sprintf("t%v/%v/%d/%v;", t.until.Sub(now).Milliseconds(), t.lease, t.end-t.next, t.over)
 	}

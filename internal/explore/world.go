@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/domain"
@@ -26,6 +25,7 @@ type world struct {
 
 	flight  []*request // sent, not yet run by Redis (a copy of a request run once may be among them)
 	replies []*reply   // run, the reply not yet back
+	msgs    []*note    // messages of the key's channel on their way to a process
 	order   int        // requests sent, for their order number
 
 	trace []string // what happened, step by step, readably
@@ -38,6 +38,7 @@ type world struct {
 	gone         map[string]bool // ended ones seen not holding the key since
 	forcedAt     map[string]time.Time
 	revivals     map[string]bool     // lockers that took the key again after they ended: excused or not
+	entries      map[string]entry    // when each attempt's entry in the line was last renewed
 	restarted    int                 // the last step Redis restarted empty (0: never)
 	restartOrder int                 // how many requests had been sent then
 	tokens       map[uint64]string   // who got each token
@@ -68,7 +69,9 @@ type request struct {
 	yield  bool
 	tokens int
 	owner  *holding // Extend: the holding that asked
+	wait   bool     // lock: stand in line
 	seq    int      // leave: the newest number it settles
+	next   string   // yield: the attempt the process waits with next
 
 	// its plan, in a random walk
 	fate      fate
@@ -78,29 +81,25 @@ type request struct {
 
 // outcome is what Redis answered.
 type outcome struct {
-	res    processor.Result
-	poll   processor.PollResult
-	forced bool
-	err    error
+	res processor.Result
+	err error
 }
 
 func (o outcome) String() string {
 	switch {
 	case o.err != nil:
 		return "error: " + o.err.Error()
-	case o.poll.State != 0:
-		return fmt.Sprintf("poll state %d, place %d", o.poll.State, o.poll.Seen.Place)
 	case o.res.Outcome != 0:
 		s := o.res.Outcome.String()
 		if o.res.Token != 0 {
 			s += fmt.Sprintf(", token %d", o.res.Token)
 		}
 		if o.res.Next != "" {
-			s += ", to " + o.res.Next
+			s += ", granted to " + o.res.Next
 		}
 		return s
 	}
-	return fmt.Sprintf("removed %v", o.forced)
+	return "done"
 }
 
 type reply struct {
@@ -108,6 +107,16 @@ type reply struct {
 	out  outcome
 	due  int  // the step from which it may arrive, in a random walk
 	lost bool // its plan, in a random walk
+}
+
+// note is a message of the key's channel on its way to one process (pub/sub).
+type note struct {
+	to   *proc
+	m    processor.Message
+	at   int // the step it was published
+	what string
+	due  int
+	lost bool
 }
 
 // fate is what a random walk plans for a request.
@@ -130,7 +139,6 @@ const (
 	pExtend                  // Extend
 	pRelease                 // release.lua of a tenure
 	pGiveBack                // release.lua of an acquisition not used or of unknown outcome
-	pPoll                    // poll.lua
 	pLeave                   // leave.lua
 	pForce                   // the operator's force.lua
 )
@@ -173,11 +181,13 @@ func (w *world) deliver(i int, keep bool) {
 		copyNote = " (a copy)"
 	}
 	w.note("Redis runs %s %s%s: %v", r.id, r.what, copyNote, out)
-	if r.purpose == pForce && out.forced {
+	if r.purpose == pForce && out.res.Outcome == processor.Released {
 		w.forcedRemoved(r.locker)
 	}
+	w.renewedEntry(r, out)
+	w.published(r, out)
 	if r.p != nil && r.purpose == pLeave && r.p.stopped && r.order > r.p.stopOrder {
-		r.p.leaveLanded, r.p.leaveStep, r.p.leaveAt = true, w.step, w.now()
+		r.p.leaveLanded, r.p.leaveStep, r.p.leaveAt, r.p.leaveUp = true, w.step, w.now(), r.seq
 	}
 	w.endedBy(r, out)
 	if r.p != nil && r.purpose == pRelease && !r.copy {
@@ -256,14 +266,14 @@ func (w *world) restart() {
 func (w *world) force() {
 	s, _ := w.be.snapshot()
 	holder, ok := s.get(w.cfg.UniqueKey())
-	if !ok || strings.HasPrefix(holder, processor.ReservedPrefix) {
+	if !ok {
 		return
 	}
 	id := fmt.Sprintf("op%d", w.order+1)
 	r := &request{id: id, purpose: pForce, locker: holder, what: "force.lua(" + holder + ")"}
 	r.run = func(ctx context.Context) outcome {
-		ok, err := w.op.ForceRelease(ctx, w.cfg, holder)
-		return outcome{forced: ok, err: err}
+		res, err := w.op.ForceRelease(ctx, w.cfg, holder)
+		return outcome{res: res, err: err}
 	}
 	w.send(r)
 }
@@ -294,6 +304,9 @@ func (w *world) stateHash(s snapshot) uint64 {
 	for _, rp := range w.replies {
 		fmt.Fprintf(h, "r%d/%s;", rp.r.purpose, rp.r.who())
 	}
+	for _, n := range w.msgs {
+		fmt.Fprintf(h, "m%s/%v;", n.to.name, n.m.Granted)
+	}
 	return h.Sum64()
 }
 
@@ -319,7 +332,7 @@ func (w *world) endedBy(r *request, out outcome) {
 	case pRelease, pGiveBack:
 		mark(r.locker, "released or given back")
 	case pAsk, pTry:
-		if out.res.Outcome != processor.Taken {
+		if out.res.Outcome == processor.Settled || (out.res.Outcome == processor.Held && !r.wait) {
 			mark(r.locker, "failed")
 		}
 	case pTake:
@@ -331,8 +344,90 @@ func (w *world) endedBy(r *request, out outcome) {
 			mark(r.p.mark+strconv.Itoa(n), "its process left")
 		}
 	case pForce:
-		if out.forced {
+		if out.res.Outcome == processor.Released {
 			mark(r.locker, "removed by an operator")
 		}
+	}
+}
+
+// published sends every process the message a request that let the key go published: the
+// grant (to the locker it went to, with its first token) or that the key was left free.
+// (On a redis-server the explorer hears no messages: processes learn by asking again.)
+func (w *world) published(r *request, out outcome) {
+	if out.err != nil || !w.be.owned() {
+		return
+	}
+	res := out.res
+	var m processor.Message
+	switch {
+	case res.Next != "" && (res.Outcome == processor.Released || res.Outcome == processor.Yielded):
+		m = processor.Message{Granted: true, From: r.locker, Locker: res.Next, Token: res.Token}
+		w.granted(r, res.Next)
+	case res.Outcome == processor.Released:
+		m = processor.Message{Released: true, From: r.locker, Gap: res.Gap}
+	default:
+		return
+	}
+	what := fmt.Sprintf("%+v", m)
+	if m.Granted {
+		what = fmt.Sprintf("G|%s|%s|%d", m.From, m.Locker, m.Token)
+	} else {
+		what = fmt.Sprintf("R|%s|%d", m.From, m.Gap.Milliseconds())
+	}
+	for _, p := range w.procs {
+		if p.dead {
+			continue
+		}
+		n := &note{to: p, m: m, what: what, at: w.step}
+		if w.rng != nil {
+			n.lost = w.rng.Float64() < w.sw.loseReply
+			if w.rng.Float64() < w.sw.lateReply {
+				n.due = w.step + 1 + w.rng.IntN(lateMax)
+			}
+		}
+		w.msgs = append(w.msgs, n)
+	}
+}
+
+// hear hands message i to its process, or loses it.
+func (w *world) hear(i int, lost bool) {
+	n := w.msgs[i]
+	w.msgs = append(w.msgs[:i:i], w.msgs[i+1:]...)
+	if lost {
+		w.note("%s does not hear %s", n.to.name, n.what)
+		return
+	}
+	w.note("%s hears %s", n.to.name, n.what)
+	if !n.to.dead {
+		n.to.hear(n.m, n.at)
+	}
+}
+
+// granted checks a grant as Redis made it: only to an acquisition that asked and did not end,
+// and whose process renewed its entry within a third of its lease (it may have died else).
+func (w *world) granted(r *request, locker string) {
+	if e, ok := w.ended[locker]; ok && !w.outlived(e.step, e.at) {
+		w.fail(ruleGrant, "%s granted the key to %s, which ended at step %d (%s)", r.id, locker, e.step, e.why)
+	}
+	if e, ok := w.entries[locker]; !ok || w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3 {
+		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v)", r.id, locker, w.now().Sub(e.at), e.lease)
+	}
+}
+
+// entry is when an attempt's entry in the line was last renewed, and its lease.
+type entry struct {
+	at    time.Time
+	lease time.Duration
+}
+
+// renewedEntry records that r, run by Redis with outcome out, made or renewed an entry in the
+// line: a waiting attempt that found the key held, or a yield with the attempt it waits with next.
+func (w *world) renewedEntry(r *request, out outcome) {
+	switch {
+	case out.err != nil:
+	case (r.purpose == pAsk || r.purpose == pTry) && r.wait && out.res.Outcome == processor.Held:
+		w.entries[r.locker] = entry{w.now(), r.lease}
+	case r.purpose == pTake && r.yield && out.res.Outcome == processor.Yielded:
+		w.entries[r.next] = entry{w.now(), r.lease}
 	}
 }

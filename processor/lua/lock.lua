@@ -1,57 +1,54 @@
--- lock.lua: take the key if it is free, or reserved for this process (then say so: "T|<locker>|
--- <lease>", so that the others know it will not come free before that but by a release); when
--- it is held, settle this attempt (no copy of it that arrives later can take the key) and, to
--- wait, join the line. A process has one attempt or tenure of a key at a time, so a key held by
--- a later acquisition of the same owner makes this request a stale copy, refused (it must not
--- put its process in line behind itself).
--- ARGV[1]  the locker (this acquisition's unique value, <owner><sequence number>)
--- ARGV[2]  its sequence number ('' for a locker of another form)
--- ARGV[3]  the lease in milliseconds
--- ARGV[4]  how long the fencing counter is kept, in milliseconds
--- ARGV[5]  this process's mark ('' for none: no line, no reservation)
--- ARGV[6]  '1' to join the line when the key is held
--- ARGV[7]  how long a line entry lives unless renewed, in milliseconds
--- ARGV[8]  how many fencing tokens to reserve (1, or a block for passes within this process)
--- ARGV[9]  how long a settled mark lasts, in milliseconds
--- ARGV[10] the release channel, or '' to publish nothing
--- ARGV[11] the command that publishes ('publish', or 'spublish' for sharded channels)
--- Returns {1, first token} when taken; {0, place, life, holder} when held by another: this
--- process's place in line (0 first, -1 not in line), the key's remaining life in milliseconds
--- and the value under it; {-1, 0} when this acquisition was settled already (this request came
--- late).
-local locker, seq, lease, mark = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+-- lock.lua: an attempt to take the key — and, for a process that waits, its entry in the line
+-- and its check that a grant did not go unheard. It takes the key if it is free (outside a
+-- window left for processes not in line), or finds it granted to this very locker already
+-- (a release granted it, or this attempt ran before and its reply was lost: the client sent
+-- it again): the key then lives at least its lease from now, with a new block of tokens. When
+-- the key is held by another, a waiting attempt (wait) stands in line with its locker, or
+-- renews its entry, and stays open; any other attempt is settled. A process has one attempt or
+-- tenure of a key at a time, so a request older than its owner's holder or entry is a stale
+-- copy, refused (it must not put its process in line behind itself).
+-- Arguments: locker, seq, lease, mark, wait, tokens, fence_ttl, entry_ttl, done_ttl, gap_every,
+-- gap_window, channel, publish.
+-- Returns {1, first token} when taken; {0, life, holder, seen} when held by another: the key's
+-- remaining life in milliseconds, the value under it, and the fencing counter or the server
+-- clock in µs, the larger; {-1, 0} when this acquisition was settled already, or is stale.
+local locker, seq, mark = A.locker, A.seq, A.mark
 if settled(seq) then
+    lengthen(DONE, A.done_ttl) -- a copy came: others may follow; the mark outlives the last by its life
     return {-1, 0}
 end
 local holder = redis.call('get', K)
 if holder == locker then
-    -- this very attempt ran before and its reply was lost (the client sent it again): it is
-    -- ours, with new tokens and at least its lease from now
-    lengthen(K, lease)
-    return {1, tokens(ARGV[8], ARGV[4])}
-end
--- A key held by a later acquisition of the owner makes this request a stale copy.
-local own = seq ~= '' and numberOf(holder, string.sub(locker, 1, #locker - #seq))
-if own and own > tonumber(seq) then
-    settle(seq, ARGV[9])
-    return {-1, 0}
-end
-if not holder or (mark ~= '' and holder == RESERVED .. mark) then
-    redis.call('set', K, locker, 'PX', lease)
+    lengthen(K, A.lease)
     if mark ~= '' then
         dequeue(mark)
     end
-    if holder and ARGV[10] ~= '' then
-        -- the processes in line heard the key reserved for this one: it is taken, for a lease
-        redis.call(ARGV[11], ARGV[10], 'T|' .. locker .. '|' .. lease)
+    return {1, tokens(A.tokens)}
+end
+local owner = string.sub(locker, 1, #locker - #seq)
+local entry = mark ~= '' and waiting(mark)
+local own = seq ~= '' and (numberOf(holder, owner) or (entry and numberOf(entry, owner)))
+if own and own > tonumber(seq) then
+    settle(seq)
+    return {-1, 0}
+end
+if not holder and not gapOpen() then
+    redis.call('set', K, locker, 'PX', A.lease)
+    if mark ~= '' then
+        dequeue(mark)
     end
-    return {1, tokens(ARGV[8], ARGV[4])}
+    return {1, tokens(A.tokens)}
 end
-settle(seq, ARGV[9])
-local place = -1
-if ARGV[6] == '1' and mark ~= '' then
-    enqueue(mark, ARGV[7])
-    purge()
-    place = redis.call('zrank', LINE, mark) or -1
+if A.wait == '1' and mark ~= '' then
+    enqueue(mark, locker, A.lease, A.tokens)
+else
+    settle(seq)
 end
-return {0, place, redis.call('pttl', K), holder}
+local life = redis.call('pttl', K)
+if not holder then
+    holder, life = '', tonumber(redis.call('get', GAP)) - NOW_MS -- the window left free
+end
+-- Every grant made before this request carried a token below seen; every grant after it, a
+-- token above: the process tells a grant it hears from one that came and went unheard.
+local seen = math.max(counter(), NOW_US)
+return {0, life, holder, string.format('%.0f', seen)}

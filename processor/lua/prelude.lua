@@ -1,24 +1,66 @@
 -- prelude.lua: what every script of this directory shares; it is put in front of each one.
 --
--- Every script takes the same seven keys, which share the lock key's Redis Cluster slot:
---   KEYS[1]  K, the lock key DLOCK_<type>_<target>: the locker of the acquisition that holds
---            it (<owner><sequence number>), or 'reserved|<mark>' while it waits for the process
---            <mark> that is first in line to take it; absent when free
+-- Every script takes the same eight keys, which share the lock key's Redis Cluster slot:
+--   KEYS[1]  K, the lock key DLOCK_<type>_<target>: the locker of the acquisition that holds it
+--            (<owner><sequence number>); absent when free
 --   KEYS[2]  {K}:fence, the fencing counter: the largest token handed out or reserved
 --   KEYS[3]  {K}:line, the waiting line: a sorted set of processes (their marks) by arrival
---   KEYS[4]  {K}:due, the same processes by the time (server ms) their entry expires unless
---            renewed: an entry outlives its process by at most its time to live
---   KEYS[5]  {K}:done:<owner>, the owner's settled mark: no request of an acquisition of that
---            owner numbered at or below it can take the key (released, given back, failed,
---            removed by an operator, left, or older than one of the owner's that took the key)
---   KEYS[6]  {K}:check:<owner>, the owner's checked mark: the largest yield check number that
+--   KEYS[4]  {K}:done:<owner>, the owner's settled mark: no request of an acquisition of that
+--            owner numbered at or below it can take the key, be granted it or put the owner in
+--            line (released, given back, failed, removed by an operator, or left)
+--   KEYS[5]  {K}:check:<owner>, the owner's checked mark: the largest yield check number that
 --            ran (a mark of its own, so that it does not settle the tenure's locker)
---   KEYS[7]  {K}:forced:<owner>, the owner's locker an operator removed last (ForceRelease):
+--   KEYS[6]  {K}:forced:<owner>, the owner's locker an operator removed last (ForceRelease):
 --            its release and renewals answer "gone", so that its holder learns of the loss
+--   KEYS[7]  {K}:want, what each process in line waits with: mark -> "<locker>|<lease ms>|
+--            <tokens>|<server ms it last renewed its entry>|<server ms it expires unless
+--            renewed>"; a release grants the key to it. An entry outlives its process by at
+--            most its time to live.
+--   KEYS[8]  {K}:gap, while set, a window in which the key is left free for processes that
+--            do not stand in line (Java DLock): its value is when the window ends (server ms),
+--            its life the period between windows
+--
+-- Every script takes the same arguments, in the order NAMES gives (processor.args writes them
+-- in that order, '' for what a request does not carry); A holds them by name.
+--
 -- Return codes mean the same in every script: 1 taken/renewed/released, 0 held by another or
 -- gone, -1 settled already (a late or repeated copy), 2 yielded to the next in line.
-local K, FENCE, LINE, DUE, DONE, CHECK, FORCED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local RESERVED = 'reserved|'
+local NAMES = {
+    'locker',      -- the request's locker, <owner><sequence number>
+    'seq',         -- its sequence number ('' for a locker of another form)
+    'lease',       -- its lease, ms
+    'mark',        -- this process's name in the line ('' for none: it never waits in line)
+    'wait',        -- '1': stand in line (or renew the entry) when the key is held
+    'tokens',      -- fencing tokens to reserve ('0' for none)
+    'last',        -- the last fencing token the holder handed out ('' if unknown)
+    'yield',       -- '1': give the key to the first live process in line, if there is one
+    'check',       -- with yield: a fresh number of the owner that this check marks
+    'next',        -- with yield: the locker the process waits with next, its lease and tokens
+    'next_lease',
+    'next_tokens',
+    'upto',        -- leave: the newest number the process gave a locker
+    'fence_ttl',   -- how long the fencing counter is kept, ms
+    'entry_ttl',   -- how long a line entry lives unless renewed, ms
+    'done_ttl',    -- how long a settled mark lasts, ms
+    'gap_every',   -- the period between windows left free for processes not in line ('': none), ms
+    'gap_window',  -- each window's length, ms
+    'channel',     -- the release channel ('' to publish nothing)
+    'publish',     -- the command that publishes: 'publish', or 'spublish' for sharded channels
+    'max_listed',  -- inspect: how many entries of the line to list at most
+}
+local A = {}
+for i, name in ipairs(NAMES) do
+    A[name] = ARGV[i] or ''
+end
+
+-- OWNER is the owner of the request's locker (the process it comes from), or its mark.
+local OWNER = A.mark
+if A.seq ~= '' then
+    OWNER = string.sub(A.locker, 1, #A.locker - #A.seq)
+end
+
+local K, FENCE, LINE, DONE, CHECK, FORCED, WANT, GAP =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local NOW_MS = math.floor(NOW_US / 1000)
@@ -35,6 +77,8 @@ end
 local function settled(seq)
     return seq ~= '' and tonumber(seq) <= tonumber(redis.call('get', DONE) or '-1')
 end
+
+
 
 -- numberOf returns the sequence number of locker if it is one of owner's (owner followed by
 -- decimal digits), else nil.
@@ -54,29 +98,23 @@ local function forced(locker)
     return redis.call('get', FORCED) == locker
 end
 
--- settle raises the owner's settled mark to seq; the mark only rises, and each settle makes it
--- live at least ttl more.
-local function settle(seq, ttl)
-    if seq == '' then
-        return
+-- counter returns the fencing counter (0 when absent), read once per script.
+local fence
+local function counter()
+    if not fence then
+        fence = tonumber(redis.call('get', FENCE) or '0')
     end
-    if tonumber(seq) > tonumber(redis.call('get', DONE) or '-1') then
-        redis.call('set', DONE, seq, 'PX', math.max(tonumber(ttl), redis.call('pttl', DONE)))
-    else
-        lengthen(DONE, ttl)
-    end
+    return fence
 end
 
 -- tokens reserves n fencing tokens and returns the first: max(counter + 1, server clock in
 -- microseconds). The counter then holds the last of them. Tokens keep increasing when the
 -- counter expires or Redis restarts empty, as long as the server clock does not go back.
-local function tokens(n, ttl)
-    local first = tonumber(redis.call('get', FENCE) or '0') + 1
-    if NOW_US > first then
-        first = NOW_US
-    end
-    local keep = math.max(tonumber(ttl), redis.call('pttl', FENCE))
-    redis.call('set', FENCE, string.format('%.0f', first + tonumber(n) - 1), 'PX', keep)
+local function tokens(n)
+    local first = math.max(counter() + 1, NOW_US)
+    fence = first + math.max(tonumber(n), 1) - 1
+    local keep = math.max(tonumber(A.fence_ttl), redis.call('pttl', FENCE))
+    redis.call('set', FENCE, string.format('%.0f', fence), 'PX', keep)
     return first
 end
 
@@ -84,53 +122,120 @@ end
 -- lets the key go with tokens of its block unused: the next holder's tokens follow on from
 -- the last one used, not from the end of a block nobody used. Only the key's holder calls it.
 local function unreserve(last)
-    if last ~= '' and tonumber(redis.call('get', FENCE) or '0') > tonumber(last) then
+    if last ~= '' and counter() > tonumber(last) then
         local keep = redis.call('pttl', FENCE)
         if keep > 0 then
+            fence = tonumber(last)
             redis.call('set', FENCE, last, 'PX', keep)
         end
     end
 end
 
--- purge drops the entries whose time ran out: their processes stopped renewing them.
-local function purge()
-    local dead = redis.call('zrangebyscore', DUE, '-inf', NOW_MS)
-    for _, m in ipairs(dead) do
-        redis.call('zrem', LINE, m)
-        redis.call('zrem', DUE, m)
-    end
-end
-
--- enqueue puts mark at the end of the line, or renews its entry where it stands.
-local function enqueue(mark, ttl)
-    redis.call('zadd', LINE, 'NX', NOW_US, mark)
-    redis.call('zadd', DUE, NOW_MS + tonumber(ttl), mark)
-    lengthen(LINE, ttl)
-    lengthen(DUE, ttl)
-end
-
+-- dequeue takes mark out of the line.
 local function dequeue(mark)
     redis.call('zrem', LINE, mark)
-    redis.call('zrem', DUE, mark)
+    redis.call('hdel', WANT, mark)
 end
 
--- pass lets the key go after its holder (from) gave it up: to the first live process in line,
--- for which it is reserved ('reserved|<mark>', which only that process's lock.lua can take,
--- for reserve ms) and which leaves the line; or free when nobody waits. It publishes who the
--- key is for ('R|<from>|<mark>', '' for nobody): only that process acts on it. It returns the
--- mark, or ''.
-local function pass(from, reserve, channel, publish)
-    purge()
-    local first = redis.call('zrange', LINE, 0, 0)[1]
-    if first then
-        redis.call('set', K, RESERVED .. first, 'PX', reserve)
-        dequeue(first)
+-- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
+-- locker (its lease and tokens): the acquisition a release grants the key to.
+local function enqueue(mark, locker, lease, n)
+    redis.call('zadd', LINE, 'NX', NOW_US, mark)
+    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. NOW_MS .. '|' .. (NOW_MS + tonumber(A.entry_ttl)))
+    lengthen(LINE, A.entry_ttl)
+    lengthen(WANT, A.entry_ttl)
+end
+
+-- waiting returns what mark waits with: its locker, lease, tokens, when it renewed its entry
+-- and when the entry expires unless renewed again; nil when it has no live entry.
+local function waiting(mark)
+    local w = redis.call('hget', WANT, mark)
+    if not w then
+        return nil
+    end
+    local locker, lease, n, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
+    if not expires or tonumber(expires) <= NOW_MS then
+        return nil
+    end
+    return locker, lease, n, tonumber(renewed)
+end
+
+-- live returns the first process in line that renewed its entry within a third of its lease,
+-- and what it waits with; on the way it drops the entries whose time ran out (their processes
+-- stopped renewing them). Entries that are alive but not fresh stay in their place.
+local function live()
+    for _, m in ipairs(redis.call('zrange', LINE, 0, 15)) do
+        local locker, lease, n, renewed = waiting(m)
+        if not locker then
+            dequeue(m)
+        elseif NOW_MS - renewed <= math.floor(tonumber(lease) / 3) then
+            return m, locker, lease, n
+        end
+    end
+    return nil
+end
+
+-- settle raises the settled mark of the request's owner (OWNER) to seq — the mark only
+-- rises, and each settle makes it live at least a mark's life more — and takes the owner's
+-- entry out of the line if it waits with an acquisition that is settled now: no entry in the
+-- line ever waits with a settled acquisition, so a grant never goes to one.
+local function settle(seq)
+    if seq == '' then
+        return
+    end
+    if tonumber(seq) > tonumber(redis.call('get', DONE) or '-1') then
+        redis.call('set', DONE, seq, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
     else
+        lengthen(DONE, A.done_ttl)
+    end
+    local n = numberOf(waiting(OWNER), OWNER)
+    if n and n <= tonumber(seq) then
+        dequeue(OWNER)
+    end
+end
+
+-- publish tells the processes that wait.
+local function publish(message)
+    if A.channel ~= '' then
+        redis.call(A.publish, A.channel, message)
+    end
+end
+
+-- gapOpen reports whether the key is inside a window left free for processes not in line.
+local function gapOpen()
+    local ends = redis.call('get', GAP)
+    return ends and tonumber(ends) > NOW_MS
+end
+
+-- pass lets the key go after its holder (from) gave it up: granted to the first process in line
+-- that renewed its entry within a third of its lease (one that stopped renewing may have
+-- died), which then holds it with the locker it waits with, its lease and a block of fencing
+-- tokens, without a further request: 'G|<from>|<locker>|<first token>' tells it. The entries
+-- before it stay. When nobody can be granted it, or a window for processes not in line is due
+-- (gap_every), the key is left free: 'R|<from>|<window ms>'. It returns the locker granted (or
+-- ''), the first token of its block (or 0) and the window (ms, 0 for none).
+local function pass(from)
+    if A.gap_every ~= '' and not redis.call('get', GAP) then
+        redis.call('set', GAP, NOW_MS + tonumber(A.gap_window), 'PX', A.gap_every)
         redis.call('del', K)
-        first = ''
+        publish('R|' .. from .. '|' .. A.gap_window)
+        return '', 0, tonumber(A.gap_window)
     end
-    if channel ~= '' then
-        redis.call(publish, channel, 'R|' .. from .. '|' .. first)
+    local m, locker, lease, n = live()
+    if m then
+        redis.call('set', K, locker, 'PX', lease)
+        local first = tokens(n)
+        dequeue(m)
+        publish('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first))
+        return locker, first, 0
     end
-    return first
+    redis.call('del', K)
+    publish('R|' .. from .. '|0')
+    return '', 0, 0
+end
+
+-- passed is the reply of a script that let the key go: code, then what pass returned.
+local function passed(code, from)
+    local locker, first, gap = pass(from)
+    return {code, locker, first, gap}
 end

@@ -1,0 +1,229 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// line is this process's place in the key's line of waiting processes in Redis: the attempt it
+// waits with (the acquisition a release grants the key to), what it learnt from Redis, and the
+// watch over the release channel. Its fields are guarded by the state's mu.
+//
+// While goroutines of the process wait and it holds no tenure, it has one open attempt: every
+// request of the waiting period carries that attempt's locker — the first lock.lua, which
+// takes a free key or stands in line with it, and the retry poller's, which renew the entry
+// and find a grant whose message went unheard. A release grants the key to the first process
+// in line that renewed its entry lately, writing the attempt's locker into the key: the
+// process holds the key when the grant's message comes, with no further request. The
+// waiting period ends with the key (the attempt becomes the tenure), or with a leave, which
+// settles the attempt.
+type line struct {
+	attempt *attempt // the open attempt, nil when none
+	// queued says the process may stand in line (an entry of its may be in Redis): it
+	// leaves once nobody waits.
+	queued bool
+	// waited is the send time of the last request of the open attempt whose answer showed it
+	// waiting, and seen what that answer said of fencing tokens: a grant whose token is above
+	// seen came after Redis ran that request, so its lease is counted from then. (A grant
+	// with a token at or below seen came before, and went unheard: it may have expired.)
+	// Zero when unknown.
+	waited time.Time
+	seen   uint64
+	// granted is a grant heard while a request of the attempt was on its way (phase asking):
+	// its answer decides how it is counted.
+	granted *grant
+	// gapUntil is the end of a window in which the key is left free for processes not in line.
+	gapUntil time.Time
+	watching bool // the release channel is watched for this state
+}
+
+// attempt is an acquisition a process waits with.
+type attempt struct {
+	locker string
+	cfg    domain.DLockConfig // with the lease the key will be held with
+	tokens int                // fencing tokens it asks for (a block when goroutines queue)
+}
+
+// grant is a grant of the key to an attempt: the first of its block of fencing tokens.
+type grant struct {
+	locker string
+	token  uint64
+}
+
+// open returns the open attempt, opening one with a new locker, cfg's lease and tokens when
+// none is open. The caller holds mu.
+func (st *lockState) open(cfg domain.DLockConfig, tokens int) *attempt {
+	if st.line.attempt == nil {
+		st.line.attempt = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: tokens}
+		st.line.waited, st.line.seen, st.line.granted = time.Time{}, 0, nil
+	}
+	return st.line.attempt
+}
+
+// closeAttempt forgets the open attempt (it became the tenure, or was settled). The caller
+// holds mu.
+func (st *lockState) closeAttempt() {
+	st.line.attempt, st.line.waited, st.line.seen, st.line.granted = nil, time.Time{}, 0, nil
+}
+
+// waiting records the answer to a request of the open attempt, sent at sent, that showed it
+// waiting, with what it saw of fencing tokens.
+func (l *line) waiting(sent time.Time, seen uint64) {
+	if sent.After(l.waited) {
+		l.waited, l.seen = sent, seen
+	}
+}
+
+// grantUsable reports whether a grant to the open attempt with the block from token can be
+// counted from what the process knows: a request of the attempt showed it waiting before the
+// grant, late enough that more than half the lease is left (else the first waiter asks again,
+// which finds the key its own and renews it for its lease, or finds the grant gone).
+func (l *line) grantUsable(a *attempt, token uint64) bool {
+	return !l.waited.IsZero() && l.seen < token && time.Until(domain.HeldUntil(l.waited, a.cfg.Lease())) >= a.cfg.Lease()/2
+}
+
+// startGrantLocked begins the tenure the key granted to the open attempt a (from token) gives
+// this process, if it can be counted: from the send of the last request of the attempt that
+// showed it waiting. Otherwise the first waiter asks again (lock.lua finds the key its own,
+// and renews it for its lease). A grant nobody here waits for any more is passed on at once.
+// The caller holds mu, in phase idle.
+func (st *lockState) startGrantLocked(a *attempt, token uint64) {
+	if !st.line.grantUsable(a, token) {
+		st.line.granted = nil
+		st.signalLocked(HowNotified)
+		return
+	}
+	waited := st.line.waited
+	st.closeAttempt()
+	st.line.queued = false
+	ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: waited, Lease: a.cfg.Lease(), Token: token}
+	st.startTenure(ent, a.cfg, a.tokens).granted = true
+	if !st.q.HasWaiters() {
+		st.releaseInBackground() // nobody wants it now: granted on to the next in line
+		return
+	}
+	st.signalLocked(HowNotified)
+}
+
+// grantedLocked acts on a grant to a that was heard while a request was on its way, now that
+// its answer came and the phase is idle. The caller holds mu.
+func (st *lockState) grantedLocked(a *attempt) {
+	if g := st.line.granted; g != nil && a != nil && st.line.attempt == a && st.phase == idle {
+		st.startGrantLocked(a, g.token)
+	}
+}
+
+// heardGrant handles a grant of the key (notifier): to locker, with the block of fencing
+// tokens from token. Only the process whose open attempt it is acts on it.
+func (st *lockState) heardGrant(locker string, token uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	a := st.line.attempt
+	if a == nil || a.locker != locker {
+		return // not ours, or not any more (a leave on its way lets it go)
+	}
+	switch st.phase {
+	case asking, renewing: // a request of the attempt (or the yield that opened it) is on its way: its answer decides
+		st.line.granted = &grant{locker: locker, token: token}
+	case idle:
+		st.startGrantLocked(a, token)
+	}
+}
+
+// heardRelease handles a message that the key was left free (notifier), or left free for a
+// window of gap in which only processes not in line may take it.
+func (st *lockState) heardRelease(gap time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if gap > 0 {
+		st.gapLocked(gap)
+		return
+	}
+	st.signalLocked(HowNotified)
+}
+
+// gapLocked keeps this process from asking until a window of gap left for processes not in
+// line ends, and wakes the first waiter then. The caller holds mu.
+func (st *lockState) gapLocked(gap time.Duration) {
+	st.line.gapUntil = time.Now().Add(gap)
+	time.AfterFunc(gap, func() { st.signal(HowNotified) })
+}
+
+// leave takes this process out of the Redis line (leave.lua) and settles its attempts up to
+// last: a key granted to one of them is passed on. A Redis failure is retried every lease/10
+// while nobody waits, for as long as the entry would live (EntryTTL), and not once Close has
+// begun (the entry expires by then); should goroutines wait again meanwhile, the process
+// counts itself in line and leaves when they are gone.
+func (st *lockState) leave(last string) {
+	lease := st.cfg.Lease()
+	until := time.Now().Add(processor.EntryTTL(st.cfg))
+	req := processor.LeaveRequest{Last: last}
+	for {
+		rctx, cancel := context.WithTimeout(st.g.clean, lease)
+		_, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
+			return st.g.proc.Leave(ctx, st.cfg, req)
+		})
+		cancel()
+		if err == nil {
+			return
+		}
+		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+		select {
+		case <-st.g.done.Done():
+			return
+		case <-time.After(lease / 10):
+		}
+		st.mu.Lock()
+		waiters := st.q.HasWaiters()
+		if waiters {
+			st.line.queued = true // they wait in line; the process leaves once they are gone
+		}
+		st.mu.Unlock()
+		if waiters || !time.Now().Before(until) {
+			return // (by then the entry has expired)
+		}
+	}
+}
+
+// watch makes sure a process that waits in Redis hears of its grant: the retry poller runs
+// and, with notifications on, the release channel is watched. A process that holds the key
+// needs neither: its goroutines wait for passes.
+func (st *lockState) watch() {
+	st.mu.Lock()
+	if st.ten != nil {
+		st.mu.Unlock()
+		return
+	}
+	if !st.line.watching && st.g.notes != nil {
+		st.line.watching = true
+		st.g.notes.watch(st.channel, st.cfg.UniqueKey())
+	}
+	st.mu.Unlock()
+	st.poller.Start()
+}
+
+// Waiting implements threads.PollTarget: the poller runs while goroutines wait and this
+// process does not hold the key.
+func (st *lockState) Waiting() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ten == nil && st.q.HasWaiters()
+}
+
+// Poll implements threads.PollTarget. The first waiter asks Redis again (lock.lua with the
+// open attempt) when the process's entry has not been renewed for a sixth of the lease: that
+// keeps the entry fresh enough to be granted the key (GrantFresh is a third), finds a grant
+// whose message went unheard, and takes a key that came free without a message (a crashed
+// holder, Java DLock). Without notifications it asks every time.
+func (st *lockState) Poll(context.Context) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.g.notes == nil || time.Since(st.line.waited) >= st.cfg.Lease()/6 {
+		st.signalLocked(HowPolled)
+	}
+}

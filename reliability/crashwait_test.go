@@ -1,0 +1,93 @@
+package reliability_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// A waiting process killed (kill -9) while it stands first in line costs the others at most
+// what a crashed holder costs — one lease — and usually nothing: a release grants the key only
+// to a process that renewed its entry within a third of its lease. Killed just before the
+// release, its entry is still fresh: the key is granted to it and waits out its lease. Killed a
+// while before, it is skipped: the next process in line gets the key at the release.
+func TestCrashedWaiterCostsAtMostALease(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		pause time.Duration // between the kill and the release
+	}{{"killed-just-before-the-release", 0}, {"killed-a-while-before", lease/3 + 200*time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := realServer(t)
+			ga, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+			gb, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+			la, _ := ga.Gen("HOLD", "crashwait")
+			lb, _ := gb.Gen("HOLD", "crashwait")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			owned, err := la.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd, out := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashwait"})
+			expectLine(t, out, "waiting")
+			var dead string
+			waitUntil(t, func() bool {
+				st, err := la.State(ctx)
+				if err == nil && len(st.Waiting) == 1 {
+					dead = st.Waiting[0]
+				}
+				return dead != ""
+			})
+			got := make(chan error, 1)
+			go func() {
+				o, err := lb.Lock(ctx)
+				if err == nil {
+					err = lb.Unlock(o)
+				}
+				got <- err
+			}()
+			waitUntil(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 2 })
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			time.Sleep(tc.pause)
+			st, _ := la.State(ctx)
+			if !slices.Contains(st.Waiting, dead) {
+				t.Fatalf("the killed process's entry is gone before its time: %v", st.Waiting)
+			}
+			released := time.Now()
+			if err := la.Unlock(owned); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := lb.State(ctx)
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the process behind the killed one never got the key")
+			}
+			t.Logf("FIGURE crashed_waiter %s: the next process waited %v after the release (lease %v); just after the release the key held %q",
+				tc.name, time.Since(released).Round(time.Millisecond), lease, after.Holder)
+			if tc.pause > 0 && after.Held() && !after.Mine {
+				t.Fatalf("the release granted the key to %q, not to the live process behind a waiter dead for %v", after.Holder, tc.pause)
+			}
+		})
+	}
+}
+
+// waitUntil polls cond until it holds, failing after a generous bound.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20 s")
+		}
+	}
+}
