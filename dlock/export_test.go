@@ -1,5 +1,7 @@
 package dlock
 
+import "time"
+
 // InUse reports how many lock states the generator keeps (tests check they are dropped).
 func (g *Generator) InUse() int {
 	g.mu.Lock()
@@ -29,4 +31,21 @@ func (g *Generator) Confirmed() int {
 	g.notes.mu.Lock()
 	defer g.notes.mu.Unlock()
 	return g.notes.confirmed
+}
+
+// Heard reports how many release messages of watched keys the generator has handled.
+func (g *Generator) Heard() int {
+	if g.notes == nil {
+		return 0
+	}
+	g.notes.mu.Lock()
+	defer g.notes.mu.Unlock()
+	return g.notes.heard
+}
+
+// SetLinger sets how long the generator's channels stay subscribed after their last watcher.
+func (g *Generator) SetLinger(d time.Duration) {
+	g.notes.mu.Lock()
+	g.notes.linger = d
+	g.notes.mu.Unlock()
 }

@@ -201,3 +201,77 @@ func TestForceReleaseDuringAPassRenewal(t *testing.T) {
 		t.Fatalf("two owners: the local waiter holds the key ForceRelease deleted (locker %q), and another process holds it", holder)
 	}
 }
+
+// A grant an operator removes before its process could count it is never counted: here the
+// grant's message and the force's come while the waiter's request is on its way (its reply,
+// from before the grant, would make the grant usable), and another process takes the key
+// after the force. The waiter must not come out of Lock holding the removed grant.
+func TestForceReleaseOfAnUncountedGrant(t *testing.T) {
+	const lease = 3 * time.Second // the poller asks every 500 ms
+	ga, _ := newGen(t)
+	gb, cb := newGen(t)
+	ran, gate := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	cb.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && scriptIs("lock")(cmd.Args()) && armed.CompareAndSwap(true, false) {
+			close(ran) // Redis ran the poller's request; its reply ("held") is on its way
+			select {
+			case <-gate:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return err
+	}})
+	la, _ := ga.GenWithLease("FORCEDGRANT", target(t), lease)
+	lb, _ := gb.GenWithLease("FORCEDGRANT", target(t), lease)
+	ctx := ctxT(t, 30*time.Second)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		owned context.Context
+		err   error
+	}
+	waiter := make(chan res, 1)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		o, err := lb.Lock(bctx)
+		waiter <- res{o, err}
+	}()
+	waitFor(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 1 })
+	armed.Store(true)
+	recv(t, ran, "the poller's request")
+	heard := gb.Heard()
+	if err := la.Unlock(a); err != nil { // granted to the waiting process
+		t.Fatal(err)
+	}
+	st, err := lb.State(ctx)
+	if err != nil || !st.Mine {
+		t.Fatalf("after the release: %+v, %v; want the key granted to the waiting process", st, err)
+	}
+	if removed, err := la.ForceRelease(ctx, st.Holder); err != nil || !removed {
+		t.Fatalf("ForceRelease(%q): %v, %v", st.Holder, removed, err)
+	}
+	waitFor(t, func() bool { return gb.Heard() >= heard+2 }) // the grant's message, then the force's
+	a2, err := la.Lock(ctx)                                  // another process takes the freed key
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Unlock(a2) //nolint:errcheck
+	close(gate)
+	select {
+	case r := <-waiter:
+		if r.err == nil {
+			t.Fatalf("the waiter came out of Lock holding the grant the operator removed, while another process holds the key (owner context: %s)", fmtCause(r.owned))
+		}
+		t.Fatalf("the waiter's Lock: %v; want it still waiting", r.err)
+	case <-time.After(lease / 2): // (a poll or two: it asks again, and waits behind a2)
+	}
+	st, err = lb.State(ctx)
+	if err != nil || st.Mine || len(st.Waiting) != 1 {
+		t.Fatalf("the waiter's view: %+v, %v; want another holder and the waiter in line", st, err)
+	}
+}

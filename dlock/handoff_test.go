@@ -663,3 +663,226 @@ func javaBeside(t *testing.T, lease time.Duration, opts []dlock.Option) (goAcq, 
 	wg.Wait()
 	return ga.Load(), ja.Load(), ov.Load()
 }
+
+// A grant whose message is never heard (here: a process with notifications off, which hears
+// none) costs a poll interval, not a lease: the poller has the first waiter ask again with the
+// same attempt, and lock.lua finds the key granted to it.
+func TestUnheardGrantIsFoundByThePoller(t *testing.T) {
+	const lease = 3 * time.Second // a poll interval is 500 ms; the grant's lease lasts 3 s
+	rec := &howRecorder{}
+	ga, _ := newGen(t)
+	gb, _ := newGen(t, dlock.WithNotifications(false), dlock.WithObserver(rec))
+	la, _ := ga.GenWithLease("UNHEARD", target(t), lease)
+	lb, _ := gb.GenWithLease("UNHEARD", target(t), lease)
+	ctx := ctxT(t, 30*time.Second)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockOnce(ctx, lb)
+	waitFor(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 1 })
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := lb.State(ctx); err != nil || !st.Mine {
+		t.Fatalf("after the release: %+v, %v; want the key granted to the waiting process", st, err)
+	}
+	if err := recv(t, got, "the waiter's Lock"); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.how) != 1 || rec.how[0] != dlock.HowPolled {
+		t.Fatalf("the waiter acquired by %v, want by the poller", rec.how)
+	}
+}
+
+// gateScript holds the reply of the next request of script name that ran, once armed: the
+// caller waits until the test opens the gate (ran says Redis has run it).
+func gateScript(c *redis.Client, name string) (arm func(), ran <-chan struct{}, open func()) {
+	var armed atomic.Bool
+	ranc, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if scriptIs(name)(cmd.Args()) && armed.CompareAndSwap(true, false) {
+			close(ranc)
+			select {
+			case <-gate:
+			case <-time.After(15 * time.Second):
+			}
+		}
+		return err
+	}})
+	return func() { armed.Store(true) }, ranc, func() { once.Do(func() { close(gate) }) }
+}
+
+// A grant heard while a lone goroutine's first request (a barge: it has not queued) is on its
+// way is that goroutine's: the answer to its request came after the grant, and it takes the
+// key; the process does not pass the key on as if nobody wanted it, and keeps its place
+// ahead of the process behind it.
+func TestGrantHeardWhileABargerAsksIsItsOwn(t *testing.T) {
+	const lease = 5 * time.Second
+	gq, _ := newGen(t)
+	gp, cp := newGen(t)
+	gr, _ := newGen(t)
+	lq := mustGen(t, gq, "BARGEGRANT", target(t), lease)
+	lp := mustGen(t, gp, "BARGEGRANT", target(t), lease)
+	lr := mustGen(t, gr, "BARGEGRANT", target(t), lease)
+	arm, ran, open := gateScript(cp, "lock")
+	defer open()
+	ctx := ctxT(t, 30*time.Second)
+	gp.SetLinger(time.Minute)
+	q, err := lq.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// P waits once, so that it is subscribed to the key's channel (and stays so): it hears
+	// the grant while its next barge's request is on its way.
+	warm := lockAsync(t, lp, ctx)
+	waitFor(t, func() bool { st, _ := lq.State(ctx); return len(st.Waiting) == 1 })
+	if err := lq.Unlock(q); err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.Unlock(recv(t, warm, "P's first Lock")); err != nil {
+		t.Fatal(err)
+	}
+	if q, err = lq.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	take := func(name string, l *dlock.DistributedReentrantLock) {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			order <- name + ": " + err.Error()
+			return
+		}
+		order <- name
+		l.Unlock(o) //nolint:errcheck
+	}
+	arm()
+	go take("P", lp)
+	recv(t, ran, "P's request") // P stands first in line; the answer is on its way
+	go take("R", lr)
+	waitFor(t, func() bool { st, _ := lq.State(ctx); return len(st.Waiting) == 2 })
+	heard := gp.Heard()
+	if err := lq.Unlock(q); err != nil { // granted to P's attempt
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return gp.Heard() > heard })
+	open()
+	if first := recv(t, order, "the first acquisition"); first != "P" {
+		t.Fatalf("first came %q; want P, which stood first in line and was granted the key", first)
+	}
+	if second := recv(t, order, "the second acquisition"); second != "R" {
+		t.Fatalf("second came %q; want R", second)
+	}
+}
+
+// A process that waits with a shorter lease than the one its lock state was made with keeps
+// its entry in the line fresh by its own lease: it is granted the key in its turn, not
+// skipped for ever by releases that find its entry stale.
+func TestWaiterWithAShorterLeaseIsServed(t *testing.T) {
+	gq, _ := newGen(t)
+	gr, _ := newGen(t)
+	gp, cp := newGen(t)
+	tg := target(t)
+	lq := mustGen(t, gq, "SHORTWAIT", tg, time.Second)
+	lr := mustGen(t, gr, "SHORTWAIT", tg, time.Second)
+	long := mustGen(t, gp, "SHORTWAIT", tg, 30*time.Second)
+	short := mustGen(t, gp, "SHORTWAIT", tg, time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	turns := func(l *dlock.DistributedReentrantLock) { // Q and R take turns, 300 ms each
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			o, err := l.Lock(ctx)
+			if err != nil {
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+			l.Unlock(o) //nolint:errcheck
+		}
+	}
+	wg.Add(2)
+	go turns(lq)
+	go turns(lr)
+	defer func() { close(stop); wg.Wait() }()
+	waitFor(t, func() bool { st, _ := lq.State(ctx); return st.Holder != "" })
+	// The state is made by a TryLock of the 30 s handle; a Lock of the 1 s handle joins
+	// while the TryLock's request is on its way, and then waits with its own lease.
+	arm, ran, open := gateScript(cp, "lock")
+	defer open()
+	arm()
+	tried := make(chan struct{})
+	go func() {
+		defer close(tried)
+		if o, ok, err := long.TryLock(ctx); err == nil && ok {
+			long.Unlock(o) //nolint:errcheck
+		}
+	}()
+	recv(t, ran, "the TryLock's request")
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second) // (Q and R each hold 300 ms)
+		defer cancel()
+		o, err := short.Lock(wctx)
+		if err == nil {
+			short.Unlock(o) //nolint:errcheck
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return gp.Waiters(key(short)) })
+	open()
+	<-tried
+	if err := recv(t, got, "the short-lease waiter"); err != nil {
+		t.Fatalf("the waiter with the shorter lease was never served while two others took turns: %v", err)
+	}
+}
+
+// A key granted to an attempt its process gave up — whose leave failed — is passed on when
+// the process waits again, not held by nobody for its lease.
+func TestGrantToAnAbandonedAttemptIsPassedOn(t *testing.T) {
+	const lease = 30 * time.Second // (a stranded grant would outlast the waiter's deadline)
+	gq, _ := newGen(t)
+	gp, cp := newGen(t)
+	lq := mustGen(t, gq, "ABANDONED", target(t), lease)
+	lp := mustGen(t, gp, "ABANDONED", target(t), lease)
+	var failLeave atomic.Bool
+	cp.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("leave")(cmd.Args()) && failLeave.CompareAndSwap(true, false) {
+			cmd.SetErr(errors.New("connection reset (injected: the leave never reached Redis)"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}})
+	ctx := ctxT(t, 60*time.Second)
+	q, err := lq.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failLeave.Store(true)
+	wctx, cancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() { _, err := lp.Lock(wctx); gave <- err }()
+	waitFor(t, func() bool { st, _ := lq.State(ctx); return len(st.Waiting) == 1 })
+	cancel() // P gives up; its leave fails
+	recv(t, gave, "the waiter that gives up")
+	waitFor(t, func() bool { return !failLeave.Load() })
+	if err := lq.Unlock(q); err != nil { // granted to P's abandoned attempt
+		t.Fatal(err)
+	}
+	p, err := lp.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatalf("P's new Lock, with the key granted to the attempt it gave up: %v", err)
+	}
+	if err := lp.Unlock(p); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -161,6 +161,9 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 		// soon as its reply comes (ask checks forced).
 		st.mu.Lock()
 		st.forced = holder
+		if g := st.line.granted; g != nil && g.locker == holder {
+			st.line.granted = nil // a grant not yet counted
+		}
 		if t := st.ten; t != nil && t.entity.Locker == holder {
 			st.loseLocked(t, errForced)
 		}

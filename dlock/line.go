@@ -87,23 +87,34 @@ func (l *line) grantUsable(a *attempt, token uint64) bool {
 	return !l.waited.IsZero() && l.seen < token && time.Until(domain.HeldUntil(l.waited, a.cfg.Lease())) >= a.cfg.Lease()/2
 }
 
-// startGrantLocked begins the tenure the key granted to the open attempt a (from token) gives
+// beginGrantLocked begins the tenure the key granted to the open attempt a (from token) gives
 // this process, if it can be counted: from the send of the last request of the attempt that
-// showed it waiting. Otherwise the first waiter asks again (lock.lua finds the key its own,
-// and renews it for its lease). A grant nobody here waits for any more is passed on at once.
-// The caller holds mu, in phase idle.
-func (st *lockState) startGrantLocked(a *attempt, token uint64) {
-	if !st.line.grantUsable(a, token) {
+// showed it waiting, and not removed by a ForceRelease of this Generator. Otherwise it returns
+// nil, and the first waiter asks again (lock.lua finds the key its own and renews it for its
+// lease, or finds the attempt settled). The caller holds mu, in phase idle.
+func (st *lockState) beginGrantLocked(a *attempt, token uint64) *tenure {
+	if !st.line.grantUsable(a, token) || st.forced == a.locker {
 		st.line.granted = nil
 		st.signalLocked(HowNotified)
-		return
+		return nil
 	}
 	waited := st.line.waited
 	st.closeAttempt()
 	st.line.queued = false
 	ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: waited, Lease: a.cfg.Lease(), Token: token}
-	st.startTenure(ent, a.cfg, a.tokens).granted = true
-	if !st.q.HasWaiters() {
+	t := st.startTenure(ent, a.cfg, a.tokens)
+	t.granted = true
+	return t
+}
+
+// startGrantLocked begins the tenure of a grant heard with no goroutine asking: the first
+// waiter takes it; a grant nobody here waits for any more is passed on at once. The caller
+// holds mu, in phase idle.
+func (st *lockState) startGrantLocked(a *attempt, token uint64) {
+	if st.beginGrantLocked(a, token) == nil {
+		return
+	}
+	if !st.q.HasWaiters() && st.barging == 0 {
 		st.releaseInBackground() // nobody wants it now: granted on to the next in line
 		return
 	}
@@ -155,36 +166,37 @@ func (st *lockState) gapLocked(gap time.Duration) {
 }
 
 // leave takes this process out of the Redis line (leave.lua) and settles its attempts up to
-// last: a key granted to one of them is passed on. A Redis failure is retried every lease/10
-// while nobody waits, for as long as the entry would live (EntryTTL), and not once Close has
-// begun (the entry expires by then); should goroutines wait again meanwhile, the process
-// counts itself in line and leaves when they are gone.
-func (st *lockState) leave(last string) {
-	lease := st.cfg.Lease()
-	until := time.Now().Add(processor.EntryTTL(st.cfg))
+// last: a key granted to one of them is passed on. cfg is the lease its entry was made with. A
+// Redis failure is retried every lease/10 for as long as the entry would live (EntryTTL) —
+// even when goroutines wait again meanwhile, since a grant to an attempt it settles would
+// otherwise hold the key for a lease (a late leave is harmless: it settles only what it
+// numbered) — and not once Close has begun (the entry expires by then). Should goroutines
+// wait again, the process counts itself in line and leaves again when they are gone.
+func (st *lockState) leave(last string, cfg domain.DLockConfig) {
+	lease := cfg.Lease()
+	until := time.Now().Add(processor.EntryTTL(cfg))
 	req := processor.LeaveRequest{Last: last}
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
 		_, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
-			return st.g.proc.Leave(ctx, st.cfg, req)
+			return st.g.proc.Leave(ctx, cfg, req)
 		})
 		cancel()
 		if err == nil {
 			return
 		}
-		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", st.cfg.UniqueKey()), zap.Error(err))
+		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", cfg.UniqueKey()), zap.Error(err))
 		select {
 		case <-st.g.done.Done():
 			return
 		case <-time.After(lease / 10):
 		}
 		st.mu.Lock()
-		waiters := st.q.HasWaiters()
-		if waiters {
-			st.line.queued = true // they wait in line; the process leaves once they are gone
+		if st.q.HasWaiters() {
+			st.line.queued = true // they wait in line; the process leaves again once they are gone
 		}
 		st.mu.Unlock()
-		if waiters || !time.Now().Before(until) {
+		if !time.Now().Before(until) {
 			return // (by then the entry has expired)
 		}
 	}
@@ -203,8 +215,18 @@ func (st *lockState) watch() {
 		st.line.watching = true
 		st.g.notes.watch(st.channel, st.cfg.UniqueKey())
 	}
+	first := st.waitLeaseLocked() / 10
 	st.mu.Unlock()
-	st.poller.Start()
+	st.poller.StartAfter(first)
+}
+
+// waitLeaseLocked is the lease the process waits with: its open attempt's (which its entry in
+// the line is judged by), else the state's. The caller holds mu.
+func (st *lockState) waitLeaseLocked() time.Duration {
+	if a := st.line.attempt; a != nil {
+		return a.cfg.Lease()
+	}
+	return st.cfg.Lease()
 }
 
 // Waiting implements threads.PollTarget: the poller runs while goroutines wait and this
@@ -216,14 +238,18 @@ func (st *lockState) Waiting() bool {
 }
 
 // Poll implements threads.PollTarget. The first waiter asks Redis again (lock.lua with the
-// open attempt) when the process's entry has not been renewed for a sixth of the lease: that
-// keeps the entry fresh enough to be granted the key (GrantFresh is a third), finds a grant
-// whose message went unheard, and takes a key that came free without a message (a crashed
-// holder, Java DLock). Without notifications it asks every time.
-func (st *lockState) Poll(context.Context) {
+// open attempt) when the process's entry has not been renewed for a sixth of the lease it
+// waits with: that keeps the entry fresh enough to be granted the key (GrantFresh is a
+// third), finds a grant whose message went unheard, and takes a key that came free without a
+// message (a crashed holder, Java DLock). Without notifications it asks every time. It polls
+// again when the entry next turns a sixth of the lease old.
+func (st *lockState) Poll(context.Context) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.g.notes == nil || time.Since(st.line.waited) >= st.cfg.Lease()/6 {
-		st.signalLocked(HowPolled)
+	every := st.waitLeaseLocked() / 6
+	if since := time.Since(st.line.waited); st.g.notes != nil && since < every {
+		return every - since
 	}
+	st.signalLocked(HowPolled)
+	return every
 }

@@ -51,6 +51,8 @@ type notifier struct {
 	byChannel map[string]*subscription // guarded by mu
 	probes    uint64                   // probes sent, for unique payloads; guarded by mu
 	confirmed int                      // subscriptions confirmed by Redis (for tests); guarded by mu
+	heard     int                      // release messages handled (for tests); guarded by mu
+	linger    time.Duration            // linger, or what a test sets; guarded by mu
 }
 
 // psConn is one subscription connection and the ops waiting to be sent on it. All its fields
@@ -97,7 +99,7 @@ const probeTag = "P|"
 
 func newNotifier(g *Generator) *notifier {
 	_, cluster := g.client.(*redis.ClusterClient)
-	return &notifier{g: g, cluster: cluster, conns: make(map[int]*psConn), byChannel: make(map[string]*subscription)}
+	return &notifier{g: g, cluster: cluster, conns: make(map[int]*psConn), byChannel: make(map[string]*subscription), linger: linger}
 }
 
 // watch makes sure channel, key's release channel, is subscribed while a state watches it.
@@ -142,7 +144,7 @@ func (n *notifier) unwatch(channel string) {
 		return
 	}
 	if sub.users--; sub.users == 0 && n.g.done.Err() == nil {
-		sub.idle = time.AfterFunc(linger, func() { n.expire(sub) })
+		sub.idle = time.AfterFunc(n.linger, func() { n.expire(sub) })
 	}
 }
 
@@ -427,6 +429,9 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		case msg.Released && !strings.HasPrefix(msg.From, n.g.prefix):
 			st.heardRelease(msg.Gap)
 		}
+		n.mu.Lock()
+		n.heard++ // after it was handled: a test that sees the count sees its effect
+		n.mu.Unlock()
 	}
 }
 

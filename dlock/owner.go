@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"runtime"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,6 +25,12 @@ import (
 type Owner struct {
 	ctx context.Context // the holding's context, or a context derived from it
 	l   *DistributedReentrantLock
+
+	// A MultiLock's Owner: the Owner of each part, and what ends its own context.
+	multi *MultiLock
+	parts []*Owner
+	stops []func() bool
+	end   context.CancelCauseFunc
 }
 
 // newOwner returns the Owner of a fresh acquisition h, made through l, and arranges for h
@@ -67,10 +74,14 @@ func (o *Owner) Value(key any) any {
 	return o.ctx.Value(key)
 }
 
-// Unlock releases one hold of the lock: it is the lock's Unlock(o), with the same errors.
+// Unlock releases one hold of the lock: it is the lock's Unlock(o), with the same errors (a
+// MultiLock's Owner: MultiLock.Unlock).
 func (o *Owner) Unlock() error {
 	if o == nil {
 		return ErrNotHeld
+	}
+	if o.multi != nil {
+		return o.multi.Unlock(o)
 	}
 	return o.l.Unlock(o)
 }
@@ -79,6 +90,13 @@ func (o *Owner) Unlock() error {
 func (o *Owner) String() string {
 	if o == nil {
 		return "dlock.Owner(nil)"
+	}
+	if o.multi != nil {
+		keys := make([]string, len(o.parts))
+		for i, p := range o.parts {
+			keys[i] = p.l.cfg.UniqueKey()
+		}
+		return "dlock.Owner(" + strings.Join(keys, ", ") + ")"
 	}
 	return "dlock.Owner(" + o.l.cfg.UniqueKey() + ")"
 }

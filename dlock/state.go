@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,6 +105,7 @@ type lockState struct {
 	wokenBy How    // what sent the latest signal
 	line    line   // this process's place in the Redis line
 	forced  string // the locker ForceRelease in this Generator last removed
+	barging int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
@@ -175,11 +177,18 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	if st.q.HasWaiters() {
 		how = HowBarge
 	}
+	if barge {
+		st.barging++
+	}
 	st.mu.Unlock()
 	if !barge && !wait {
 		// A TryLock goes before no queued goroutine that may not be passed (WithFIFO, or
 		// the first has waited over the starvation guard): the lock is held here.
 		return nil, true, nil
+	}
+	barging := barge // counted in st.barging until it queues or returns
+	if barging {
+		defer st.unbarge(&barging)
 	}
 	for {
 		if n == nil && !barge {
@@ -191,6 +200,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 			n = queue.NewNode()
 			n.Lease = cfg.Lease()
 			st.q.Enqueue(n)
+			st.unbarge(&barging)
 		}
 		if wctx.Err() != nil {
 			break
@@ -200,6 +210,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 			s, h, e := st.next(wctx, cfg, tried, triedAt)
 			if n != nil {
 				how = st.wokenBy
+			}
+			if s == stepTaken && barging { // (held: nothing to settle)
+				st.barging--
+				barging = false
 			}
 			t := st.ten
 			st.mu.Unlock()
@@ -244,6 +258,19 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		return nil, false, ErrClosed
 	}
 	return nil, false, notObtained(ctx.Err(), lastErr)
+}
+
+// unbarge ends a barge that *barging says is still counted: the goroutine queued, or is about
+// to return. What nobody wants once no goroutine barges or waits is let go (settleLocked).
+func (st *lockState) unbarge(barging *bool) {
+	if !*barging {
+		return
+	}
+	*barging = false
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.barging--
+	st.settleLocked()
 }
 
 // won makes the goroutine at n (nil for a barge) the queue's head as it returns h.
@@ -333,8 +360,15 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if st.line.attempt != a {
 			st.giveBackLocked(a.locker, a.cfg) // a TryLock's own attempt
 		} else if g := st.line.granted; g != nil && st.line.grantUsable(a, g.token) {
-			st.startGrantLocked(a, g.token) // granted meanwhile: counted from the last answer that showed it waiting
-			return nil, errors.Join(err, ctx.Err())
+			// Granted meanwhile: counted from the last answer that showed it waiting. The
+			// caller takes it if it still wants it; else the first waiter does, or it is passed on.
+			if ctx.Err() != nil {
+				st.startGrantLocked(a, g.token)
+				return nil, errors.Join(err, ctx.Err())
+			}
+			if t := st.beginGrantLocked(a, g.token); t != nil {
+				return st.takeNew(ctx, cfg, t)
+			}
 		}
 		st.signalLocked(HowRetry) // the next waiter, if the caller leaves, asks again
 		if errors.Is(err, errLate) {
@@ -355,23 +389,26 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			st.loseLocked(t, errForced)
 			return nil, fmt.Errorf("%w: lock %q released by force as it was taken", ErrOptimisticLocking, cfg.UniqueKey())
 		}
-		if t.mustRenew(cfg) { // the reply came late, or another lease: not with less than half the lease left
-			st.phase = renewing
-			st.mu.Unlock()
-			h, err := st.renewToTake(ctx, cfg, t)
-			st.mu.Lock()
-			return h, err
-		}
-		return st.take(ctx, cfg), nil
+		return st.takeNew(ctx, cfg, t)
 	case processor.Held:
+		if h := res.Seen.Holder; h != "" && h != a.locker && strings.HasPrefix(h, st.g.prefix) {
+			// The key holds an acquisition this process gave up (granted to an attempt whose
+			// leave failed, or taken by a late copy): it is given back, not left for a lease.
+			st.background(func() {
+				st.giveBack(h, st.cfg)
+				st.signal(HowRetry)
+			})
+		}
 		if st.line.attempt == a {
 			st.line.queued = true
 			st.line.waiting(sent, res.Seen.Fence)
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
 				st.gapLocked(res.Seen.Life)
 			}
-			if g := st.line.granted; g != nil { // granted after this request ran
-				st.startGrantLocked(a, g.token)
+			if g := st.line.granted; g != nil { // granted after this request ran: the caller takes it
+				if t := st.beginGrantLocked(a, g.token); t != nil {
+					return st.takeNew(ctx, cfg, t)
+				}
 				return nil, nil
 			}
 		}
@@ -387,6 +424,20 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		st.q.Wake()
 	}
 	return nil, nil
+}
+
+// takeNew makes the caller the first owner of t, a tenure that just began (phase free): at
+// once, or after renewing it when its lease is not the caller's or less than half of it is
+// left. The caller holds mu, which takeNew may release and take again.
+func (st *lockState) takeNew(ctx context.Context, cfg domain.DLockConfig, t *tenure) (*holding, error) {
+	if t.mustRenew(cfg) {
+		st.phase = renewing
+		st.mu.Unlock()
+		h, err := st.renewToTake(ctx, cfg, t)
+		st.mu.Lock()
+		return h, err
+	}
+	return st.take(ctx, cfg), nil
 }
 
 // take makes a new owner of the free tenure, with the next token of its block. The caller
@@ -500,8 +551,8 @@ func (st *lockState) left() {
 // settleLocked lets go what nobody waits for any more: a free tenure, the process's place in
 // the line (its open attempt settled), the watch. The caller holds mu.
 func (st *lockState) settleLocked() {
-	if st.q.HasWaiters() {
-		return
+	if st.q.HasWaiters() || st.barging > 0 {
+		return // (a barging goroutine settles when it queues or returns)
 	}
 	switch st.phase {
 	case free:
@@ -510,10 +561,13 @@ func (st *lockState) settleLocked() {
 		if st.line.queued || st.line.attempt != nil {
 			// Every attempt of this process on the key was numbered by now (none is under way
 			// in phase idle); later ones are not the leave's to settle.
-			last := st.g.lastLocker()
+			last, cfg := st.g.lastLocker(), st.cfg
+			if a := st.line.attempt; a != nil {
+				cfg = a.cfg
+			}
 			st.line.queued = false
 			st.closeAttempt()
-			st.background(func() { st.leave(last) })
+			st.background(func() { st.leave(last, cfg) })
 		}
 		if st.line.watching {
 			st.line.watching = false
@@ -555,10 +609,15 @@ func (st *lockState) background(f func()) {
 // heardOwn handles a release message naming a locker of this process (notifier). Its own
 // releases it ignores (the phase has moved on by then); but a message about the tenure this
 // process still holds and passes on means somebody else let the key go: an operator's
-// ForceRelease. The tenure ends at once, as on any loss.
+// ForceRelease. The tenure ends at once, as on any loss; and a grant heard while a request
+// was on its way, which the operator removed before the process could count it, is dropped
+// (the attempt's next request finds it settled).
 func (st *lockState) heardOwn(from string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if g := st.line.granted; g != nil && g.locker == from {
+		st.line.granted = nil
+	}
 	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free) {
 		st.loseLocked(t, errForced)
 	}

@@ -95,3 +95,22 @@ func TestSlotMatchesRedisCluster(t *testing.T) {
 		}
 	}
 }
+
+// A holder stops counting itself the holder 1 % of its lease plus 2 ms before its lease,
+// counted from its request's send, runs out: Redis, counting from when it ran the request by
+// its own clock, keeps the key at least that much longer.
+func TestHeldUntilKeepsTheDriftAllowance(t *testing.T) {
+	sent := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ lease, allowance time.Duration }{
+		{domain.MinLease, 2300 * time.Microsecond},
+		{time.Second, 12 * time.Millisecond},
+		{30 * time.Second, 302 * time.Millisecond},
+	} {
+		if got := domain.DriftAllowance(tc.lease); got != tc.allowance {
+			t.Errorf("DriftAllowance(%v) = %v, want %v", tc.lease, got, tc.allowance)
+		}
+		if got := domain.HeldUntil(sent, tc.lease); !got.Equal(sent.Add(tc.lease - tc.allowance)) {
+			t.Errorf("HeldUntil(%v) = %v after the send, want %v", tc.lease, got.Sub(sent), tc.lease-tc.allowance)
+		}
+	}
+}

@@ -588,6 +588,30 @@ func TestStaleAttemptIsRefused(t *testing.T) {
 	})
 }
 
+// A copy of an attempt older than the one its process stands in line with is refused, even
+// when the key holds an older acquisition still of that process (a grant it gave up, not yet
+// passed on): the entry keeps the newer attempt.
+func TestStaleAttemptBetweenHolderAndEntryIsRefused(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "stalemid")
+		la, _ := a.lock(t, lc, true, 1)
+		mid := processor.LockRequest{Locker: a.locker(), Wait: true, Tokens: 1} // late
+		newer := a.locker()
+		if r := a.lockWith(t, lc, newer, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("the newer attempt = %+v, want held (by %s)", r, la)
+		}
+		if r, _ := a.Lock(ctx, lc, mid); r.Outcome != processor.Settled {
+			t.Fatalf("the copy of the attempt in between = %+v, want settled", r)
+		}
+		e, err := c.HGet(ctx, processor.WantKey(lc), "pa-").Result()
+		if err != nil || !strings.HasPrefix(e, newer+"|") {
+			t.Fatalf("the entry after the stale copy: %q, %v; want it to wait with %s", e, err, newer)
+		}
+	})
+}
+
 // A yield check that arrives after its process left the line (its number settled) changes
 // nothing: it cannot give the key away again and put the process back in line.
 func TestYieldCheckAfterLeaveIsRefused(t *testing.T) {

@@ -17,12 +17,15 @@ type PollTarget interface {
 	// decision to exit cannot interleave: a waiter that calls Start after joining the queue
 	// never finds a loop that is about to exit without seeing it.
 	Waiting() bool
-	// Poll checks the lock once and wakes a waiter when it is free.
-	Poll(ctx context.Context)
+	// Poll checks the lock once and wakes a waiter when it is free. It returns how long to
+	// wait before the next poll: 0 for the poller's every (a target whose lease changes with
+	// what it waits for sets its own pace).
+	Poll(ctx context.Context) time.Duration
 }
 
-// Poller is the retry poller: started, it runs Poll after First and then every Every, for as
-// long as Waiting holds. It is Java DLock's RetryLockThread (lease/10, then lease/6).
+// Poller is the retry poller: started, it runs Poll after first and then every every (or what
+// Poll asks for), for as long as Waiting holds. It is Java DLock's RetryLockThread (lease/10,
+// then lease/6).
 type Poller struct {
 	first, every time.Duration
 	target       PollTarget
@@ -41,7 +44,10 @@ func NewPoller(ctx context.Context, first, every time.Duration, target PollTarge
 // Start starts the loop unless one runs, then runs each of also under the poller's lock (for
 // state that must change together with the loop's life, such as a subscription). It reports
 // whether it started a loop.
-func (p *Poller) Start(also ...func()) bool {
+func (p *Poller) Start(also ...func()) bool { return p.StartAfter(p.first, also...) }
+
+// StartAfter is Start with the first poll after first.
+func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range also {
@@ -51,7 +57,7 @@ func (p *Poller) Start(also ...func()) bool {
 		return false
 	}
 	stop := make(chan struct{})
-	if !p.group.Go(func() { p.run(stop) }) {
+	if !p.group.Go(func() { p.run(stop, first) }) {
 		return false
 	}
 	p.stop = stop
@@ -75,8 +81,8 @@ func (p *Poller) Locked(f func(running bool)) {
 	f(p.stop != nil)
 }
 
-func (p *Poller) run(stop chan struct{}) {
-	t := time.NewTimer(p.first)
+func (p *Poller) run(stop chan struct{}, first time.Duration) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -98,7 +104,10 @@ func (p *Poller) run(stop chan struct{}) {
 			return
 		}
 		p.mu.Unlock()
-		p.target.Poll(p.ctx)
-		t.Reset(p.every)
+		next := p.target.Poll(p.ctx)
+		if next <= 0 {
+			next = p.every
+		}
+		t.Reset(next)
 	}
 }

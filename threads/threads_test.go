@@ -22,8 +22,8 @@ type target struct {
 	polls   atomic.Int64
 }
 
-func (t *target) Waiting() bool            { return t.waiting.Load() }
-func (t *target) Poll(ctx context.Context) { t.polls.Add(1) }
+func (t *target) Waiting() bool                          { return t.waiting.Load() }
+func (t *target) Poll(ctx context.Context) time.Duration { t.polls.Add(1); return 0 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

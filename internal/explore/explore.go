@@ -54,6 +54,9 @@ type Flaws struct {
 	CloseFreesFirst bool
 	// NoDriftAllowance counts a lease out at exactly its request's send time plus the lease.
 	NoDriftAllowance bool
+	// ForcedGrantKept keeps a grant heard while a request was on its way when the operator's
+	// removal of it is heard before the request's answer: the answer then counts it.
+	ForcedGrantKept bool
 }
 
 // Report is what a run found.
@@ -460,7 +463,7 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 		if err != nil {
 			return nil, err
 		}
-		w.procs = append(w.procs, &proc{w: w, name: name, mark: "p" + strings.ToLower(name) + "-", pr: pr})
+		w.procs = append(w.procs, &proc{w: w, name: name, mark: "p" + strings.ToLower(name) + "-", pr: pr, heardFrom: map[string]bool{}})
 	}
 	w.note("%d processes; hand-off limit %v; lease %v", w.sw.procs, w.sw.handOff, e.opt.Lease)
 

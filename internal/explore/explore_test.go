@@ -130,6 +130,7 @@ func seededHoles(t *testing.T) []seeded {
 		seeded{"a renewal's reply undoes Extend (a reply overwrites a newer lease setting)", explore.Options{Flaws: explore.Flaws{ReplyOverwritesSetting: true}}},
 		seeded{"Close lets the key go before it tells the owner", explore.Options{Flaws: explore.Flaws{CloseFreesFirst: true}}},
 		seeded{"no drift allowance (a lease counted out at send time plus the lease)", explore.Options{Flaws: explore.Flaws{NoDriftAllowance: true}}},
+		seeded{"a grant the operator removed is counted (a force heard while a request is on its way keeps the grant)", explore.Options{Flaws: explore.Flaws{ForcedGrantKept: true}}},
 	)
 }
 

@@ -34,7 +34,10 @@ type proc struct {
 	waited  time.Time // the send time of the attempt's last request whose answer showed it waiting ...
 	seen    uint64    // ... and what it saw of tokens
 	granted *heard    // a grant heard while a request of the attempt was on its way
-	leaveUp int       // the newest number the leave that ran settles
+	// heardFrom holds the lockers named as the sender of a message it heard (a release, a
+	// grant on, or an operator's removal of its own).
+	heardFrom map[string]bool
+	leaveUp   int // the newest number the leave that ran settles
 
 	asking    *request // lock.lua awaited
 	taking    *request // renew.lua before a pass, awaited
@@ -285,7 +288,9 @@ func (p *proc) startGrant(a *attempt, token uint64, at int) {
 	t := &tenure{locker: a.locker, until: p.until(waited, a.lease), untilLease: a.lease, lease: a.lease,
 		next: token, end: token + uint64(a.tokens), since: p.w.now(), granted: true}
 	t.truth.lease = a.lease
-	if _, ok := p.w.forced[a.locker]; ok {
+	// (removed behind its back, unless the process had heard of the removal: then counting
+	// the grant is the process's own mistake, with no excuse)
+	if _, ok := p.w.forced[a.locker]; ok && !p.heardFrom[a.locker] {
 		t.removed = "an operator's ForceRelease"
 	} else if p.w.restarted >= at {
 		t.removed = "an empty restart"
@@ -299,6 +304,13 @@ func (p *proc) startGrant(a *attempt, token uint64, at int) {
 
 // hear handles a message of the key's channel (dlock's notifier).
 func (p *proc) hear(m processor.Message, at int) {
+	p.heardFrom[m.From] = true
+	if g := p.granted; g != nil && g.locker == m.From && !p.w.opt.Flaws.ForcedGrantKept {
+		p.granted = nil // an operator removed the grant before it was counted
+	}
+	if t := p.ten; t != nil && t.locker == m.From && (p.phase == held || p.phase == free) {
+		p.lose(t, "a release of its own locker was heard (ForceRelease)")
+	}
 	switch {
 	case m.Granted:
 		if p.attempt == nil || p.attempt.locker != m.Locker {
@@ -309,10 +321,6 @@ func (p *proc) hear(m processor.Message, at int) {
 			p.granted = &heard{locker: m.Locker, token: m.Token, at: at}
 		case idle:
 			p.startGrant(p.attempt, m.Token, at)
-		}
-	case m.Released:
-		if t := p.ten; t != nil && t.locker == m.From && (p.phase == held || p.phase == free) {
-			p.lose(t, "a release of its own locker was heard (ForceRelease)")
 		}
 	}
 }

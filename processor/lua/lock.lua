@@ -26,8 +26,8 @@ if holder == locker then
     return {1, tokens(A.tokens)}
 end
 local owner = string.sub(locker, 1, #locker - #seq)
-local entry = mark ~= '' and waiting(mark)
-local own = seq ~= '' and (numberOf(holder, owner) or (entry and numberOf(entry, owner)))
+local waits = mark ~= '' and waiting(mark)
+local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
 if own and own > tonumber(seq) then
     settle(seq)
     return {-1, 0}

@@ -146,18 +146,24 @@ local function enqueue(mark, locker, lease, n)
     lengthen(WANT, A.entry_ttl)
 end
 
--- waiting returns what mark waits with: its locker, lease, tokens, when it renewed its entry
--- and when the entry expires unless renewed again; nil when it has no live entry.
-local function waiting(mark)
+-- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
+-- entry and when the entry expires unless renewed again (server ms); nil when it has none.
+local function entry(mark)
     local w = redis.call('hget', WANT, mark)
     if not w then
         return nil
     end
     local locker, lease, n, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
-    if not expires or tonumber(expires) <= NOW_MS then
+    return locker, lease, n, tonumber(renewed), tonumber(expires)
+end
+
+-- waiting returns what mark waits with, as entry does, when its entry is alive; else nil.
+local function waiting(mark)
+    local locker, lease, n, renewed, expires = entry(mark)
+    if not expires or expires <= NOW_MS then
         return nil
     end
-    return locker, lease, n, tonumber(renewed)
+    return locker, lease, n, renewed
 end
 
 -- live returns the first process in line that renewed its entry within a third of its lease,
@@ -177,8 +183,9 @@ end
 
 -- settle raises the settled mark of the request's owner (OWNER) to seq — the mark only
 -- rises, and each settle makes it live at least a mark's life more — and takes the owner's
--- entry out of the line if it waits with an acquisition that is settled now: no entry in the
--- line ever waits with a settled acquisition, so a grant never goes to one.
+-- entry out of the line if it waits with an acquisition that is settled now (or its time ran
+-- out): no entry in the line ever waits with a settled acquisition, so a grant never goes to
+-- one.
 local function settle(seq)
     if seq == '' then
         return
@@ -188,8 +195,9 @@ local function settle(seq)
     else
         lengthen(DONE, A.done_ttl)
     end
-    local n = numberOf(waiting(OWNER), OWNER)
-    if n and n <= tonumber(seq) then
+    local locker, _, _, _, expires = entry(OWNER)
+    local n = numberOf(locker, OWNER)
+    if expires and (expires <= NOW_MS or (n and n <= tonumber(seq))) then
         dequeue(OWNER)
     end
 end

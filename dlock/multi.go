@@ -1,0 +1,201 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// MultiLock is several locks taken together, all or none, as Curator's InterProcessMultiLock
+// and Redisson's RedissonMultiLock: Lock returns once it holds every one of them, and holds none
+// of them if it gives up. The locks are taken one at a time in one global order — by unique
+// key, the same in every process — so two MultiLocks over the same keys never deadlock, and on
+// a Redis Cluster no script spans two hash slots. Each part is the lock itself, with its own
+// lease, fencing token and place in the key's line, and passes among this process's goroutines
+// as it always does. A MultiLock is a cheap handle, safe for concurrent use.
+type MultiLock struct {
+	parts []*DistributedReentrantLock // in the global order, one per key
+}
+
+// Multi returns the MultiLock over locks, which must be handles of this Generator. The same
+// key named twice is taken once (with the lease of its first handle). It returns
+// ErrInvalidConfig for no lock, a nil or zero lock, or a lock of another Generator.
+func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error) {
+	if g == nil || g.proc == nil {
+		return nil, errZeroGenerator
+	}
+	if len(locks) == 0 {
+		return nil, fmt.Errorf("%w: a MultiLock of no lock", ErrInvalidConfig)
+	}
+	parts := make([]*DistributedReentrantLock, 0, len(locks))
+	for _, l := range locks {
+		if l == nil || l.g == nil {
+			return nil, errZeroLock
+		}
+		if l.g != g {
+			return nil, fmt.Errorf("%w: lock %s belongs to another Generator", ErrInvalidConfig, l.cfg.UniqueKey())
+		}
+		if !slices.ContainsFunc(parts, func(p *DistributedReentrantLock) bool { return p.cfg.UniqueKey() == l.cfg.UniqueKey() }) {
+			parts = append(parts, l)
+		}
+	}
+	slices.SortFunc(parts, func(a, b *DistributedReentrantLock) int { return cmp.Compare(a.cfg.UniqueKey(), b.cfg.UniqueKey()) })
+	return &MultiLock{parts: parts}, nil
+}
+
+// Parts returns the locks in the order they are taken.
+func (m *MultiLock) Parts() []*DistributedReentrantLock {
+	if m == nil {
+		return nil
+	}
+	return slices.Clone(m.parts)
+}
+
+// Lock takes every part, in the global order, waiting for each while ctx allows, and returns
+// one Owner for all of them: a context that carries every part's ownership (so each part's
+// FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
+// ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
+// fails, the parts taken so far are released in reverse order and the error returned (as a
+// part's Lock returns it). With an Owner of this MultiLock, Lock re-enters every part.
+func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
+	return m.acquire(ctx, func(l *DistributedReentrantLock, ctx context.Context) (*Owner, bool, error) {
+		o, err := l.Lock(ctx)
+		return o, err == nil, err
+	})
+}
+
+// TryLock tries every part once, in the global order: it returns the Owner and true if it got
+// them all, and false with a nil error if a part was held (the parts taken before it are
+// released). A Redis failure is returned as a part's TryLock returns it.
+func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
+	o, err := m.acquire(ctx, func(l *DistributedReentrantLock, ctx context.Context) (*Owner, bool, error) {
+		return l.TryLock(ctx)
+	})
+	if errors.Is(err, errPartHeld) {
+		return nil, false, nil
+	}
+	return o, o != nil, err
+}
+
+// errPartHeld says a TryLock of a MultiLock found a part held.
+var errPartHeld = errors.New("dlock: a part of the MultiLock is held")
+
+func (m *MultiLock) acquire(ctx context.Context, take func(*DistributedReentrantLock, context.Context) (*Owner, bool, error)) (*Owner, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	if m == nil || len(m.parts) == 0 {
+		return nil, fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
+	}
+	if o, ok := ctx.(*Owner); ok && o.multi == m { // re-entry: one more hold of every part
+		for i, l := range m.parts {
+			if _, err := l.Lock(o); err != nil {
+				for j := i - 1; j >= 0; j-- {
+					_ = m.parts[j].Unlock(o)
+				}
+				return nil, err
+			}
+		}
+		return o, nil
+	}
+	owners := make([]*Owner, 0, len(m.parts))
+	values := context.Context(ctx) // carries the parts taken so far
+	for _, l := range m.parts {
+		o, ok, err := take(l, withValues{Context: ctx, values: values})
+		if err == nil && !ok {
+			err = errPartHeld
+		}
+		if err != nil {
+			for i := len(owners) - 1; i >= 0; i-- {
+				_ = owners[i].Unlock()
+			}
+			return nil, err
+		}
+		owners = append(owners, o)
+		values = o.ctx // (the holding's own context: nothing the library keeps refers to an Owner)
+	}
+	return newMultiOwner(m, owners), nil
+}
+
+// withValues is ctx (its deadline and cancellation) with the values of values: a part is
+// taken with the wait's deadline and the ownership of the parts taken before it, so that its
+// Owner carries them all.
+type withValues struct {
+	context.Context
+	values context.Context
+}
+
+func (w withValues) Value(key any) any { return w.values.Value(key) }
+
+// newMultiOwner makes the one Owner of a MultiLock's parts: it carries the last part's
+// context (and through it every part's ownership), and ends when any part's Owner ends.
+//
+// Only the holdings' own contexts are referred to by what the library keeps, never an Owner:
+// an Owner the program drops is collected, and its parts are released (see Owner).
+func newMultiOwner(m *MultiLock, parts []*Owner) *Owner {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parts[len(parts)-1].ctx))
+	o := &Owner{ctx: ctx, multi: m, parts: parts, end: cancel}
+	for _, p := range parts {
+		held := p.ctx
+		o.stops = append(o.stops, context.AfterFunc(held, func() { cancel(context.Cause(held)) }))
+	}
+	return o
+}
+
+// Unlock releases one hold of every part of owned, in reverse order, and returns their
+// errors joined (as each part's Unlock returns them). The Owner ends with context.Canceled
+// once the last hold is released.
+func (m *MultiLock) Unlock(owned *Owner) error {
+	if owned == nil || owned.multi != m || m == nil {
+		return ErrNotHeld
+	}
+	var errs []error
+	for i := len(owned.parts) - 1; i >= 0; i-- {
+		p := owned.parts[i]
+		if err := p.l.Unlock(owned); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.l.cfg.UniqueKey(), err))
+		}
+	}
+	if owned.parts[0].l.HoldCount(owned) == 0 {
+		for _, stop := range owned.stops {
+			stop()
+		}
+		owned.end(context.Canceled)
+	}
+	return errors.Join(errs...)
+}
+
+// FencingTokens returns the fencing token of every part owned holds, by unique key; ok is
+// false when owned does not hold them all.
+func (m *MultiLock) FencingTokens(owned context.Context) (tokens map[string]uint64, ok bool) {
+	if m == nil {
+		return nil, false
+	}
+	tokens = make(map[string]uint64, len(m.parts))
+	for _, l := range m.parts {
+		t, held := l.FencingToken(owned)
+		if !held {
+			return nil, false
+		}
+		tokens[l.cfg.UniqueKey()] = t
+	}
+	return tokens, true
+}
+
+// Do runs fn while holding every part and always releases them, even if fn panics. It returns
+// Lock's error, or fn's error joined with Unlock's.
+func (m *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
+	}
+	owned, err := m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, m.Unlock(owned))
+	}()
+	return fn(owned)
+}
