@@ -113,3 +113,41 @@ func ExampleDistributedReentrantLock_FencingToken() {
 	// B's unlock: <nil>
 	// store holds: from B
 }
+
+// A transfer needs both accounts or neither. The MultiLock takes them in one global order, so
+// a transfer the other way, anywhere, cannot deadlock with this one.
+func ExampleMultiLock() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	gen, err := dlock.NewGenerator(client, dlock.WithLeases(map[string]time.Duration{"ACCOUNT": 10 * time.Second}))
+	if err != nil {
+		panic(err)
+	}
+	defer gen.Close(context.Background())
+
+	from, err := gen.Gen("ACCOUNT", "7")
+	if err != nil {
+		panic(err)
+	}
+	to, err := gen.Gen("ACCOUNT", "42")
+	if err != nil {
+		panic(err)
+	}
+	both, err := gen.Multi(from, to)
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = both.Do(ctx, func(owned context.Context) error {
+		tokens, _ := both.FencingTokens(owned) // one per account, for the ledger's writes
+		fmt.Println("holding", len(tokens), "accounts")
+		return nil
+	})
+	fmt.Println("released:", err == nil)
+	// Output:
+	// holding 2 accounts
+	// released: true
+}

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -202,76 +203,113 @@ func TestForceReleaseDuringAPassRenewal(t *testing.T) {
 	}
 }
 
-// A grant an operator removes before its process could count it is never counted: here the
-// grant's message and the force's come while the waiter's request is on its way (its reply,
-// from before the grant, would make the grant usable), and another process takes the key
-// after the force. The waiter must not come out of Lock holding the removed grant.
-func TestForceReleaseOfAnUncountedGrant(t *testing.T) {
-	const lease = 3 * time.Second // the poller asks every 500 ms
+// forcedGrant sets the scene for a grant an operator removes before its process counts it:
+// B's lock.lua has run (B stands in line) and its answer is held back; A releases, which grants
+// the key to B's attempt; an operator (in A's Generator) removes that grant; B has heard both
+// messages. It returns A's lock, B's Lock (on its way) and what lets B's answer come.
+func forcedGrant(t *testing.T, lease time.Duration) (la *dlock.DistributedReentrantLock, got <-chan error, open func()) {
 	ga, _ := newGen(t)
 	gb, cb := newGen(t)
-	ran, gate := make(chan struct{}), make(chan struct{})
-	var armed atomic.Bool
-	cb.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		err := next(ctx, cmd)
-		if err == nil && scriptIs("lock")(cmd.Args()) && armed.CompareAndSwap(true, false) {
-			close(ran) // Redis ran the poller's request; its reply ("held") is on its way
-			select {
-			case <-gate:
-			case <-time.After(10 * time.Second):
-			}
-		}
-		return err
-	}})
-	la, _ := ga.GenWithLease("FORCEDGRANT", target(t), lease)
-	lb, _ := gb.GenWithLease("FORCEDGRANT", target(t), lease)
-	ctx := ctxT(t, 30*time.Second)
+	la = mustGen(t, ga, "FORCEDGRANT", target(t), lease)
+	lb := mustGen(t, gb, "FORCEDGRANT", target(t), lease)
+	ctx := ctxT(t, 60*time.Second)
+	gb.SetLinger(time.Minute)
 	a, err := la.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type res struct {
-		owned context.Context
-		err   error
-	}
-	waiter := make(chan res, 1)
-	bctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		o, err := lb.Lock(bctx)
-		waiter <- res{o, err}
-	}()
+	// B waits once, so that it is subscribed to the key's channel (and stays so).
+	warm := lockAsync(t, lb, ctx)
 	waitFor(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 1 })
-	armed.Store(true)
-	recv(t, ran, "the poller's request")
+	if err := la.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Unlock(recv(t, warm, "B's first Lock")); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = la.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	arm, ran, open := gateScript(cb, "lock")
+	t.Cleanup(open)
+	arm()
+	res := make(chan error, 1)
+	go func() {
+		o, err := lb.Lock(ctx)
+		if err == nil {
+			if o.Err() == nil && holderOfLock(t, la) != "" && !ownedBy(t, lb) {
+				err = fmt.Errorf("B came out of Lock holding a grant the operator removed, while %s holds the key", holderOfLock(t, la))
+			}
+			_ = lb.Unlock(o)
+		}
+		res <- err
+	}()
+	recv(t, ran, "B's request") // B stands in line; its answer ("held") is on its way
 	heard := gb.Heard()
-	if err := la.Unlock(a); err != nil { // granted to the waiting process
+	if err := la.Unlock(a); err != nil { // granted to B's attempt
 		t.Fatal(err)
 	}
 	st, err := lb.State(ctx)
 	if err != nil || !st.Mine {
-		t.Fatalf("after the release: %+v, %v; want the key granted to the waiting process", st, err)
+		t.Fatalf("after the release: %+v, %v; want the key granted to B's attempt", st, err)
 	}
 	if removed, err := la.ForceRelease(ctx, st.Holder); err != nil || !removed {
 		t.Fatalf("ForceRelease(%q): %v, %v", st.Holder, removed, err)
 	}
 	waitFor(t, func() bool { return gb.Heard() >= heard+2 }) // the grant's message, then the force's
-	a2, err := la.Lock(ctx)                                  // another process takes the freed key
+	return la, res, open
+}
+
+// holderOfLock returns the key's holder as State reads it.
+func holderOfLock(t *testing.T, l *dlock.DistributedReentrantLock) string {
+	st, err := l.State(context.Background())
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
-	defer la.Unlock(a2) //nolint:errcheck
-	close(gate)
-	select {
-	case r := <-waiter:
-		if r.err == nil {
-			t.Fatalf("the waiter came out of Lock holding the grant the operator removed, while another process holds the key (owner context: %s)", fmtCause(r.owned))
+	return st.Holder
+}
+
+// ownedBy reports whether the key holds an acquisition of l's Generator.
+func ownedBy(t *testing.T, l *dlock.DistributedReentrantLock) bool {
+	st, err := l.State(context.Background())
+	if err != nil {
+		t.Error(err)
+	}
+	return st.Mine
+}
+
+// A grant an operator removes before its process could count it is never counted, and the
+// waiter, told by the removal's message, asks again at once. Here the grant's message and the
+// force's come while the waiter's request is on its way (its answer, from before the grant,
+// would make the grant usable).
+func TestForceReleaseOfAnUncountedGrant(t *testing.T) {
+	t.Run("another process takes the key", func(t *testing.T) {
+		const lease = 3 * time.Second
+		la, got, open := forcedGrant(t, lease)
+		ctx := ctxT(t, 30*time.Second)
+		a2, err := la.Lock(ctx) // A takes the freed key
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatalf("the waiter's Lock: %v; want it still waiting", r.err)
-	case <-time.After(lease / 2): // (a poll or two: it asks again, and waits behind a2)
-	}
-	st, err = lb.State(ctx)
-	if err != nil || st.Mine || len(st.Waiting) != 1 {
-		t.Fatalf("the waiter's view: %+v, %v; want another holder and the waiter in line", st, err)
-	}
+		open()
+		select {
+		case err := <-got:
+			t.Fatalf("B's Lock returned (%v) while A holds the key; want it waiting", err)
+		case <-time.After(lease / 2): // (B asks again, and waits behind A)
+		}
+		if err := la.Unlock(a2); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, got, "B's Lock"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("the key is left free", func(t *testing.T) {
+		const lease = time.Minute // (a poll comes every 10 s: too late for the bound below)
+		_, got, open := forcedGrant(t, lease)
+		open()
+		if err := recv(t, got, "B's Lock, the only waiter, with the key free"); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -886,3 +886,58 @@ func TestGrantToAnAbandonedAttemptIsPassedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// countScript counts the requests of script name sent on c.
+func countScript(c *redis.Client, name string) *atomic.Int64 {
+	var n atomic.Int64
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs(name)(cmd.Args()) {
+			n.Add(1)
+		}
+		return next(ctx, cmd)
+	}})
+	return &n
+}
+
+// A waiter renews its entry in the line at the pace of the lease it waits with from its first
+// wait on, even when the process's poller started with a longer one: here the lock state is
+// made by a TryLock of a 10-minute handle (a poll every minute), and a Lock of a 1 s handle
+// parks before its own attempt exists. Its entry, fresh for 333 ms and alive for 2 s, must be
+// renewed well within the bound below.
+func TestWaiterPollsAtItsOwnLeasesPace(t *testing.T) {
+	gq, _ := newGen(t)
+	gp, cp := newGen(t)
+	tg := target(t)
+	lq := mustGen(t, gq, "POLLPACE", tg, time.Second)
+	long := mustGen(t, gp, "POLLPACE", tg, 10*time.Minute)
+	short := mustGen(t, gp, "POLLPACE", tg, time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	q, err := lq.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lq.Unlock(q) //nolint:errcheck
+	asks := countScript(cp, "lock")
+	arm, ran, open := gateScript(cp, "lock")
+	defer open()
+	arm()
+	tried := make(chan struct{})
+	go func() {
+		defer close(tried)
+		if o, ok, err := long.TryLock(ctx); err == nil && ok {
+			long.Unlock(o) //nolint:errcheck
+		}
+	}()
+	recv(t, ran, "the TryLock's request")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := lockOnce(wctx, short)
+	waitFor(t, func() bool { return gp.Waiters(key(short)) })
+	open()
+	<-tried
+	waitFor(t, func() bool { return asks.Load() >= 2 }) // the waiter stands in line with its 1 s attempt
+	asked := asks.Load()
+	waitFor(t, func() bool { return asks.Load() > asked }) // and renews its entry (15 s: about 90 polls' worth)
+	cancel()
+	<-got
+}

@@ -426,7 +426,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		switch {
 		case msg.Granted && strings.HasPrefix(msg.Locker, n.g.prefix):
 			st.heardGrant(msg.Locker, msg.Token)
-		case msg.Released && !strings.HasPrefix(msg.From, n.g.prefix):
+		case msg.Released: // (one of ours too: a leave or a force that let go a key an attempt of ours held)
 			st.heardRelease(msg.Gap)
 		}
 		n.mu.Lock()

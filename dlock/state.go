@@ -413,9 +413,13 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			}
 		}
 	case processor.Settled:
-		// Stale, or settled by a leave that crossed it: the attempt is over; the next is new.
+		// Stale, or settled by a leave or a ForceRelease that crossed it: the attempt is
+		// over; the next is new, and asks at once (it is the newest: it cannot be settled).
 		if st.line.attempt == a {
 			st.closeAttempt()
+			if wait {
+				st.signalLocked(HowRetry)
+			}
 		}
 	}
 	if st.epoch != epoch || !wait {
@@ -617,6 +621,7 @@ func (st *lockState) heardOwn(from string) {
 	defer st.mu.Unlock()
 	if g := st.line.granted; g != nil && g.locker == from {
 		st.line.granted = nil
+		st.signalLocked(HowRetry) // the key was let go: ask again (the attempt is settled)
 	}
 	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free) {
 		st.loseLocked(t, errForced)

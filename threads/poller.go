@@ -32,8 +32,9 @@ type Poller struct {
 	ctx          context.Context // ends every loop (the owner is closing)
 	group        *Group
 
-	mu   sync.Mutex
-	stop chan struct{} // non-nil while a loop runs; closed to stop it; guarded by mu
+	mu    sync.Mutex
+	stop  chan struct{}      // non-nil while a loop runs; closed to stop it; guarded by mu
+	hurry chan time.Duration // the running loop's: poll no later than this from now; guarded by mu
 }
 
 // NewPoller returns a stopped poller. Loops end when ctx ends; each runs in group.
@@ -46,21 +47,29 @@ func NewPoller(ctx context.Context, first, every time.Duration, target PollTarge
 // whether it started a loop.
 func (p *Poller) Start(also ...func()) bool { return p.StartAfter(p.first, also...) }
 
-// StartAfter is Start with the first poll after first.
+// StartAfter is Start with the next poll no later than first from now: a loop that runs
+// already polls then if it would have polled later (a target whose pace quickened).
 func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range also {
 		f()
 	}
-	if p.stop != nil || p.ctx.Err() != nil {
+	if p.stop != nil {
+		select {
+		case p.hurry <- first:
+		default: // (one is on its way already; the loop polls by the earliest it is told)
+		}
 		return false
 	}
-	stop := make(chan struct{})
-	if !p.group.Go(func() { p.run(stop, first) }) {
+	if p.ctx.Err() != nil {
 		return false
 	}
-	p.stop = stop
+	stop, hurry := make(chan struct{}), make(chan time.Duration, 1)
+	if !p.group.Go(func() { p.run(stop, hurry, first) }) {
+		return false
+	}
+	p.stop, p.hurry = stop, hurry
 	return true
 }
 
@@ -81,13 +90,20 @@ func (p *Poller) Locked(f func(running bool)) {
 	f(p.stop != nil)
 }
 
-func (p *Poller) run(stop chan struct{}, first time.Duration) {
+func (p *Poller) run(stop chan struct{}, hurry chan time.Duration, first time.Duration) {
 	t := time.NewTimer(first)
 	defer t.Stop()
+	due := time.Now().Add(first)
 	for {
 		select {
 		case <-stop:
 			return
+		case d := <-hurry:
+			if at := time.Now().Add(d); at.Before(due) {
+				due = at
+				t.Reset(d)
+			}
+			continue
 		case <-p.ctx.Done():
 			p.Stop()
 			return
@@ -108,6 +124,7 @@ func (p *Poller) run(stop chan struct{}, first time.Duration) {
 		if next <= 0 {
 			next = p.every
 		}
+		due = time.Now().Add(next)
 		t.Reset(next)
 	}
 }

@@ -65,6 +65,24 @@ func TestPollerRunsWhileWaitingAndExits(t *testing.T) {
 	waitFor(t, &wg)
 }
 
+// A StartAfter on a running loop brings its next poll forward.
+func TestPollerStartAfterHurriesARunningLoop(t *testing.T) {
+	var wg threads.Group
+	tg := &target{}
+	tg.waiting.Store(true)
+	p := threads.NewPoller(context.Background(), time.Hour, time.Hour, tg, &wg)
+	if !p.Start() {
+		t.Fatal("Start did not start")
+	}
+	if p.StartAfter(time.Millisecond) {
+		t.Fatal("StartAfter started a second loop")
+	}
+	eventually(t, "a poll brought forward from an hour to a millisecond", func() bool { return tg.polls.Load() >= 1 })
+	p.StartAfter(time.Hour) // (later than due: changes nothing)
+	p.Stop()
+	waitFor(t, &wg)
+}
+
 func TestPollerEndsWithContext(t *testing.T) {
 	var wg threads.Group
 	tg := &target{}

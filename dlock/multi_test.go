@@ -1,0 +1,246 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// multiOf makes the MultiLock of g over the targets of type typ, each with lease.
+func multiOf(t *testing.T, g *dlock.Generator, typ string, lease time.Duration, targets ...string) (*dlock.MultiLock, []*dlock.DistributedReentrantLock) {
+	t.Helper()
+	var locks []*dlock.DistributedReentrantLock
+	for _, tg := range targets {
+		locks = append(locks, mustGen(t, g, typ, tg, lease))
+	}
+	m, err := g.Multi(locks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, locks
+}
+
+// A MultiLock holds all of its parts or none: with one part held elsewhere, TryLock reports it
+// held and Lock gives up at its deadline, and neither keeps the parts it took on the way.
+func TestMultiLockAllOrNone(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := target(t)
+	m, parts := multiOf(t, ga, "MULTI", 5*time.Second, tg+"-a", tg+"-b", tg+"-c")
+	other := mustGen(t, gb, "MULTI", tg+"-b", 5*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	ob, err := other.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeOfA := func(what string) {
+		t.Helper()
+		for _, l := range []*dlock.DistributedReentrantLock{parts[0], parts[2]} {
+			st, err := l.State(ctx)
+			if err != nil || st.Held() {
+				t.Fatalf("%s: %s is %+v, %v; want it free", what, l.Config().UniqueKey(), st, err)
+			}
+		}
+	}
+	if o, ok, err := m.TryLock(ctx); err != nil || ok || o != nil {
+		t.Fatalf("TryLock with a part held elsewhere = %v, %v, %v; want nil, false, nil", o, ok, err)
+	}
+	freeOfA("after TryLock")
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if o, err := m.Lock(short); !errors.Is(err, dlock.ErrNotObtained) || o != nil {
+		t.Fatalf("Lock with a part held elsewhere = %v, %v; want ErrNotObtained", o, err)
+	}
+	freeOfA("after Lock gave up")
+	if err := other.Unlock(ob); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := m.TryLock(ctx)
+	if err != nil || !ok {
+		t.Fatalf("TryLock with every part free = %v, %v", ok, err)
+	}
+	for _, l := range parts {
+		if l.HoldCount(o) != 1 {
+			t.Fatalf("%s: hold count %d, want 1", l.Config().UniqueKey(), l.HoldCount(o))
+		}
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// MultiLocks over the same keys named in opposite orders, in two processes, never deadlock
+// (every MultiLock takes its parts in one global order), and never overlap on a key.
+func TestMultiLockOppositeOrdersNeverDeadlock(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := target(t)
+	ma, _ := multiOf(t, ga, "MULTI", 5*time.Second, tg+"-x", tg+"-y")
+	mb, _ := multiOf(t, gb, "MULTI", 5*time.Second, tg+"-y", tg+"-x")
+	ctx := ctxT(t, 60*time.Second)
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, m := range []*dlock.MultiLock{ma, ma, mb, mb} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				err := m.Do(ctx, func(context.Context) error {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a MultiLock: %v (deadlocked?)", err)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d overlaps", n)
+	}
+}
+
+// The Owner of a MultiLock ends when any part's holding ends: here an operator removes one
+// part, and the Owner's cause matches ErrLockLost. Its Unlock then reports the loss and
+// releases the other parts.
+func TestMultiLockOwnerEndsWhenAPartIsLost(t *testing.T) {
+	g, _ := newGen(t)
+	tg := target(t)
+	m, parts := multiOf(t, g, "MULTI", 5*time.Second, tg+"-a", tg+"-b")
+	ctx := ctxT(t, 30*time.Second)
+	o, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parts[1].State(ctx)
+	if err != nil || !st.Mine {
+		t.Fatalf("State of a part: %+v, %v", st, err)
+	}
+	if removed, err := parts[1].ForceRelease(ctx, st.Holder); err != nil || !removed {
+		t.Fatalf("ForceRelease: %v, %v", removed, err)
+	}
+	select {
+	case <-o.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the Owner did not end when a part was lost")
+	}
+	if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock after the loss: %v; want the loss reported", err)
+	}
+	if st, err := parts[0].State(ctx); err != nil || st.Held() {
+		t.Fatalf("the other part after Unlock: %+v, %v; want it free", st, err)
+	}
+}
+
+// Each part has its own fencing token, which FencingTokens reports by key; re-entry takes one
+// more hold of every part, and the Owner ends with the last Unlock; one more is ErrNotHeld.
+func TestMultiLockTokensAndReentry(t *testing.T) {
+	g, _ := newGen(t)
+	tg := target(t)
+	m, parts := multiOf(t, g, "MULTI", 5*time.Second, tg+"-b", tg+"-a")
+	ctx := ctxT(t, 30*time.Second)
+	o, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, ok := m.FencingTokens(o)
+	if !ok || len(tokens) != 2 {
+		t.Fatalf("FencingTokens = %v, %v", tokens, ok)
+	}
+	for _, l := range parts {
+		tok, held := l.FencingToken(o)
+		if !held || tokens[l.Config().UniqueKey()] != tok || tok == 0 {
+			t.Fatalf("%s: token %d (held %v), FencingTokens says %d", l.Config().UniqueKey(), tok, held, tokens[l.Config().UniqueKey()])
+		}
+	}
+	if got := m.Parts(); got[0].Config().UniqueKey() > got[1].Config().UniqueKey() {
+		t.Fatalf("parts not in the global order: %v, %v", got[0].Config().UniqueKey(), got[1].Config().UniqueKey())
+	}
+	again, err := m.Lock(o)
+	if err != nil || again != o {
+		t.Fatalf("re-entry: %v, %v; want the same Owner", again, err)
+	}
+	for _, l := range parts {
+		if l.HoldCount(o) != 2 {
+			t.Fatalf("%s: hold count %d after re-entry, want 2", l.Config().UniqueKey(), l.HoldCount(o))
+		}
+	}
+	if err := m.Unlock(o); err != nil || o.Err() != nil {
+		t.Fatalf("first Unlock: %v (owner %v); want it still held", err, o.Err())
+	}
+	if err := m.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Err() == nil {
+		t.Fatal("the Owner lives on after the last Unlock")
+	}
+	if err := m.Unlock(o); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("one Unlock too many: %v, want ErrNotHeld", err)
+	}
+}
+
+// Bad input gets a clear error: no lock, a nil lock, a lock of another Generator, a zero
+// MultiLock, a nil context, an Owner of something else.
+func TestMultiLockZeroValues(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	la := mustGen(t, ga, "MULTI", target(t), time.Second)
+	lb := mustGen(t, gb, "MULTI", target(t), time.Second)
+	for name, locks := range map[string][]*dlock.DistributedReentrantLock{
+		"none": nil, "nil lock": {la, nil}, "zero lock": {{}}, "another Generator's": {la, lb},
+	} {
+		if m, err := ga.Multi(locks...); !errors.Is(err, dlock.ErrInvalidConfig) || m != nil {
+			t.Errorf("Multi(%s) = %v, %v; want ErrInvalidConfig", name, m, err)
+		}
+	}
+	var zero dlock.MultiLock
+	if _, err := zero.Lock(context.Background()); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("zero MultiLock's Lock: %v", err)
+	}
+	var nilm *dlock.MultiLock
+	if _, ok, err := nilm.TryLock(context.Background()); ok || !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("nil MultiLock's TryLock: %v, %v", ok, err)
+	}
+	m, err := ga.Multi(la)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Lock(nil); !errors.Is(err, dlock.ErrInvalidConfig) { //nolint:staticcheck // a nil context on purpose
+		t.Errorf("Lock(nil): %v", err)
+	}
+	if err := m.Unlock(nil); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock(nil): %v", err)
+	}
+	o, err := la.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(o); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of a plain lock's Owner: %v", err)
+	}
+	if _, ok := m.FencingTokens(context.Background()); ok {
+		t.Error("FencingTokens of nothing held reports ok")
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
