@@ -88,6 +88,30 @@ func TestCloseBoundedByCtx(t *testing.T) {
 	}
 }
 
+// A client closed under the Generator fails every request at once: the give-back and the
+// leave that settle a failed acquisition stop at once too, so Close returns without waiting
+// for their retries to run out (a lease here), and Lock does not wait for its context.
+func TestCloseAfterTheClientClosed(t *testing.T) {
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := g.Gen("RVCLOSED", target(t))
+	c.Close()
+	if _, ok, err := l.TryLock(ctxT(t, 5*time.Second)); ok || err == nil {
+		t.Fatalf("TryLock on a closed client = %v, %v; want an error", ok, err)
+	}
+	var pe *dlock.RedisProcessError
+	if _, err := l.Lock(ctxT(t, 20*time.Second)); !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &pe) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock on a closed client = %v; want ErrNotObtained with the Redis failure, at once", err)
+	}
+	if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatalf("Close = %v; want nil: nothing can be sent, so nothing is waited for", err)
+	}
+}
+
 // Close at any moment of an acquisition (the tenure being started, the owner being made) is
 // safe: no panic, no race, no goroutine left.
 func TestCloseDuringAcquisition(t *testing.T) {

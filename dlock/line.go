@@ -170,8 +170,9 @@ func (st *lockState) gapLocked(gap time.Duration) {
 // Redis failure is retried every lease/10 for as long as the entry would live (EntryTTL) —
 // even when goroutines wait again meanwhile, since a grant to an attempt it settles would
 // otherwise hold the key for a lease (a late leave is harmless: it settles only what it
-// numbered) — and not once Close has begun (the entry expires by then). Should goroutines
-// wait again, the process counts itself in line and leaves again when they are gone.
+// numbered) — and not once Close has begun (the entry expires by then), nor on a closed
+// client. Should goroutines wait again, the process counts itself in line and leaves again
+// when they are gone.
 func (st *lockState) leave(last string, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
 	until := time.Now().Add(processor.EntryTTL(cfg))
@@ -182,7 +183,7 @@ func (st *lockState) leave(last string, cfg domain.DLockConfig) {
 			return st.g.proc.Leave(ctx, cfg, req)
 		})
 		cancel()
-		if err == nil {
+		if err == nil || processor.ClientClosed(err) {
 			return
 		}
 		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", cfg.UniqueKey()), zap.Error(err))

@@ -60,9 +60,11 @@ func TestMultiLockAllOrNone(t *testing.T) {
 	if err := other.Unlock(ob); err != nil {
 		t.Fatal(err)
 	}
-	o, ok, err := m.TryLock(ctx)
-	if err != nil || !ok {
-		t.Fatalf("TryLock with every part free = %v, %v", ok, err)
+	// (Lock, not TryLock: the release may have granted the part to the attempt A's Lock gave
+	// up, and A passes such a grant on in the background.)
+	o, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock once every part is free = %v", err)
 	}
 	for _, l := range parts {
 		if l.HoldCount(o) != 1 {

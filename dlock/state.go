@@ -232,6 +232,9 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				if !wait {
 					return nil, err == nil, err // held elsewhere (or the tenure moved on as we renewed it)
 				}
+				if processor.ClientClosed(err) {
+					break // no later attempt can be sent
+				}
 				tried, triedAt, woken = true, e, false // wait for news before asking or renewing again
 				barge = false
 				continue // the context may have ended meanwhile, or the phase moved on
@@ -254,7 +257,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		st.q.Cancel(n, woken)
 	}
 	st.left()
-	if ctx.Err() == nil {
+	switch {
+	case processor.ClientClosed(lastErr):
+		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, lastErr)
+	case ctx.Err() == nil:
 		return nil, false, ErrClosed
 	}
 	return nil, false, notObtained(ctx.Err(), lastErr)
@@ -332,7 +338,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		wait = true // (a TryLock of a process that waits asks with its open attempt)
 		tokens := 1
 		if st.q.HasWaiters() {
-			tokens = blockSize // for passes to the goroutines that queue; the unused are given back at release
+			tokens = blockSize // for passes to the goroutines that queue
 		}
 		a = st.open(cfg, tokens)
 	} else {
@@ -468,7 +474,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		st.mu.Unlock()
 		return nil, nil // lost as this goroutine took the phase: the loss moved it on
 	}
-	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}, t.order()
+	req, order := processor.RenewRequest{Locker: t.entity.Locker}, t.order()
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}

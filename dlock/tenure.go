@@ -26,7 +26,6 @@ type tenure struct {
 	sent  uint64             // renewals sent, in order: a reply never overwrites a newer setting
 	next  uint64             // the next fencing token to hand out ...
 	end   uint64             // ... of the block [next, end) reserved in Redis
-	last  uint64             // the last token handed out
 	since time.Time          // when the tenure began, or last found that no other process waits
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
@@ -47,9 +46,8 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 
 // nextToken hands out the next token of the block. The caller holds mu.
 func (t *tenure) nextToken() uint64 {
-	t.last = t.next
 	t.next++
-	return t.last
+	return t.next - 1
 }
 
 // mustRenew reports whether the tenure must be renewed before it is passed to an acquisition
@@ -218,7 +216,7 @@ func (st *lockState) releaseLocked() func(ctx context.Context) error {
 	st.phase, st.owner = releasing, nil
 	t.over = true
 	t.exp.Stop()
-	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
+	req := processor.ReleaseRequest{Locker: t.entity.Locker}
 	cfg, until := t.cfg, t.until
 	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until) }
 }
@@ -279,8 +277,8 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 }
 
 // giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
-// then the key has expired, since every request of the locker was sent before). Close waits
-// for it, unless Close's own context ends first.
+// then the key has expired, since every request of the locker was sent before), and not on a
+// closed client. Close waits for it, unless Close's own context ends first.
 func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
@@ -293,7 +291,7 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 		if err == nil {
 			return
 		}
-		if time.Now().After(until) {
+		if time.Now().After(until) || processor.ClientClosed(err) {
 			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
 			return
 		}

@@ -135,13 +135,11 @@ type RenewRequest struct {
 	Next       string
 	NextLease  time.Duration
 	NextTokens int
-	Last       uint64 // the last token handed out (for Yield; 0 if unknown)
 }
 
 // ReleaseRequest lets a held key go.
 type ReleaseRequest struct {
 	Locker string
-	Last   uint64 // the last token handed out (0 if unknown)
 }
 
 // LeaveRequest takes a process out of the line.

@@ -413,7 +413,6 @@ type args struct {
 	mark                string
 	wait                bool
 	tokens              int
-	last                uint64
 	yield               bool
 	check, next         string
 	nextLease           time.Duration
@@ -427,13 +426,13 @@ type args struct {
 }
 
 // argNames is the order of the prelude's NAMES, which list follows.
-var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "yield", "check",
+var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "yield", "check",
 	"next", "next_lease", "next_tokens", "upto", "fence_ttl", "entry_ttl", "done_ttl", "gap_every",
 	"gap_window", "channel", "publish", "max_listed"}
 
 // list writes the arguments in argNames's order.
 func (a args) list() []any {
-	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens, last(a.last),
+	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens,
 		flag(a.yield), a.check, a.next, msOrNone(a.nextLease), a.nextTokens, a.upto, msOrNone(a.fenceTTL),
 		msOrNone(a.entryTTL), msOrNone(a.doneTTL), msOrNone(a.gapEvery), msOrNone(a.gapWindow),
 		a.channel, a.publish, a.maxListed}
@@ -492,6 +491,10 @@ func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 // Redis for longer than that could still take the key (which then expires with its lease,
 // unrenewed) or put its process in line (until the entry expires).
 func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
+
+// ClientClosed reports whether err says the Redis client was closed: no later request on it
+// can succeed, so a caller that retries (a give-back, a leave) stops.
+func ClientClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 // EntryTTL is how long an entry in the line of waiting processes lives unless its process
 // renews it: a lease, and at least two seconds. A waiting process renews it with each attempt
@@ -614,7 +617,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		return Result{}, processErr("renew", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(req.Locker)
-	a.locker, a.seq, a.lease, a.tokens, a.last = req.Locker, seq, cfg.Lease(), req.Tokens, req.Last
+	a.locker, a.seq, a.lease, a.tokens = req.Locker, seq, cfg.Lease(), req.Tokens
 	if req.Yield {
 		checkOwner, check := SplitLocker(req.Check)
 		nextOwner, _ := SplitLocker(req.Next)
@@ -650,14 +653,6 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 	return Result{Outcome: Gone}, nil
 }
 
-// last formats the last token handed out for a script (empty when unknown).
-func last(t uint64) string {
-	if t == 0 {
-		return ""
-	}
-	return strconv.FormatUint(t, 10)
-}
-
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error) {
 	a, err := p.base(ctx, cfg)
@@ -665,7 +660,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(req.Locker)
-	a.locker, a.seq, a.last = req.Locker, seq, req.Last
+	a.locker, a.seq = req.Locker, seq
 	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner), a.list()...)
 	var code int64
 	if err == nil {

@@ -94,9 +94,9 @@ func (p *proc) lock(t *testing.T, lc domain.DLockConfig, wait bool, tokens int) 
 	return l, r
 }
 
-func (p *proc) release(t *testing.T, lc domain.DLockConfig, locker string, last uint64) processor.Result {
+func (p *proc) release(t *testing.T, lc domain.DLockConfig, locker string) processor.Result {
 	t.Helper()
-	r, err := p.Unlock(context.Background(), lc, processor.ReleaseRequest{Locker: locker, Last: last})
+	r, err := p.Unlock(context.Background(), lc, processor.ReleaseRequest{Locker: locker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,13 +140,13 @@ func TestLifecycle(t *testing.T) {
 		if r, err := b.ExpandLease(ctx, lc, processor.RenewRequest{Locker: b.locker()}); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("renew by a non-holder = %+v, %v; want gone", r, err)
 		}
-		if r := b.release(t, lc, b.locker(), 0); r.Outcome != processor.Gone {
+		if r := b.release(t, lc, b.locker()); r.Outcome != processor.Gone {
 			t.Fatalf("release by a non-holder = %+v; want gone", r)
 		}
-		if r := a.release(t, lc, la, r.Token); r.Outcome != processor.Released || r.Next != "" {
+		if r := a.release(t, lc, la); r.Outcome != processor.Released || r.Next != "" {
 			t.Fatalf("release = %+v; want released, nobody in line", r)
 		}
-		if r := a.release(t, lc, la, 0); r.Outcome != processor.Settled {
+		if r := a.release(t, lc, la); r.Outcome != processor.Settled {
 			t.Fatalf("the release sent again = %+v; want settled", r)
 		}
 		if e, _ := a.Load(ctx, lc); e != nil {
@@ -173,7 +173,7 @@ func TestLineServesInOrder(t *testing.T) {
 		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-", "pd-"}) {
 			t.Fatalf("line %v, want [pb- pd-]", in.Waiting)
 		}
-		rel := a.release(t, lc, la, r.Token)
+		rel := a.release(t, lc, la)
 		if rel.Outcome != processor.Released || rel.Next != lb {
 			t.Fatalf("release = %+v, want granted to %s", rel, lb)
 		}
@@ -192,10 +192,10 @@ func TestLineServesInOrder(t *testing.T) {
 		if _, err := d.Leave(ctx, lc, processor.LeaveRequest{Last: d.last()}); err != nil {
 			t.Fatal(err)
 		}
-		if r := b.release(t, lc, lb, 0); r.Next != la2 {
+		if r := b.release(t, lc, lb); r.Next != la2 {
 			t.Fatalf("release = %+v, want granted to %s", r, la2)
 		}
-		if r := a.release(t, lc, la2, 0); r.Next != "" {
+		if r := a.release(t, lc, la2); r.Next != "" {
 			t.Fatalf("release with nobody in line = %+v", r)
 		}
 		if in := inspect(t, a, lc); in.Holder != "" || len(in.Waiting) != 0 {
@@ -218,7 +218,7 @@ func TestReleasePublishesTheGrant(t *testing.T) {
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		la, _ := a.lock(t, lc, true, 1)
 		lb, _ := b.lock(t, lc, true, 4)
-		a.release(t, lc, la, 0)
+		a.release(t, lc, la)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		msg, err := ps.ReceiveMessage(rctx)
@@ -232,7 +232,7 @@ func TestReleasePublishesTheGrant(t *testing.T) {
 		if in := inspect(t, a, lc); in.Holder != lb || in.Fence != m.Token+3 {
 			t.Fatalf("after the grant: %+v (token %d)", in, m.Token)
 		}
-		b.release(t, lc, lb, m.Token)
+		b.release(t, lc, lb)
 		msg, err = ps.ReceiveMessage(rctx)
 		if err != nil {
 			t.Fatal(err)
@@ -252,7 +252,7 @@ func TestUnheardGrantIsFoundByTheNextAttempt(t *testing.T) {
 		lc := cfg(t, "unheard")
 		la, _ := a.lock(t, lc, true, 1)
 		lb, _ := b.lock(t, lc, true, 1)
-		if r := a.release(t, lc, la, 0); r.Next != lb {
+		if r := a.release(t, lc, la); r.Next != lb {
 			t.Fatalf("release = %+v", r)
 		}
 		if r := b.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Taken || r.Token == 0 {
@@ -273,7 +273,7 @@ func TestGrantSkipsAStaleEntry(t *testing.T) {
 	b.lock(t, lc, true, 1) // fresh for 100 ms
 	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond)
 	ld, _ := d.lock(t, lc, true, 1)
-	if r := a.release(t, slow, la, 0); r.Next != ld {
+	if r := a.release(t, slow, la); r.Next != ld {
 		t.Fatalf("release = %+v, want granted to %s (pb- stopped renewing its entry)", r, ld)
 	}
 	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-"}) {
@@ -294,7 +294,7 @@ func TestFailedAttemptIsSettled(t *testing.T) {
 		if r, _ := b.Lock(ctx, lc, req); r.Outcome != processor.Held {
 			t.Fatalf("attempt = %+v", r)
 		}
-		a.release(t, lc, la, 0)                                           // free: nobody in line
+		a.release(t, lc, la)                                              // free: nobody in line
 		if r, _ := b.Lock(ctx, lc, req); r.Outcome != processor.Settled { // the copy
 			t.Fatalf("a copy of the failed attempt = %+v, want settled", r)
 		}
@@ -340,7 +340,7 @@ func TestYieldCheck(t *testing.T) {
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "yield")
 		la, r := a.lock(t, lc, true, 8)
-		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1, Last: r.Token + 2}
+		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
 		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("check with nobody in line = %+v, %v", r, err)
 		}
@@ -359,20 +359,20 @@ func TestYieldCheck(t *testing.T) {
 		if in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
 			t.Fatalf("after the yield: %+v", in)
 		}
-		if in.Fence <= r.Token+2 {
-			t.Fatalf("fence %d after the yield, want above the last token handed out, %d", in.Fence, r.Token+2)
+		if in.Fence <= r.Token+7 {
+			t.Fatalf("fence %d after the yield, want above pa-'s block, which ends at %d", in.Fence, r.Token+7)
 		}
 		if r, _ := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); r.Outcome != processor.Settled {
 			t.Fatalf("a renewal after the yield = %+v, want settled", r)
 		}
-		if r := b.release(t, lc, lb, 0); r.Next != check.Next {
+		if r := b.release(t, lc, lb); r.Next != check.Next {
 			t.Fatalf("pb-'s release = %+v, want granted to pa-'s next attempt %s", r, check.Next)
 		}
 	})
 }
 
-// A block of tokens: the counter holds the end of the block while it is held, and the last
-// token handed out once it is let go, so the next holder's tokens follow on.
+// A block of tokens: the counter holds the end of the block, and the next block (of the same
+// holder or the next) starts above it, used or not.
 func TestTokenBlocks(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -386,12 +386,9 @@ func TestTokenBlocks(t *testing.T) {
 		if err != nil || rr.Token <= r.Token+1023 {
 			t.Fatalf("new block from %d (%v) after %d", rr.Token, err, r.Token+1023)
 		}
-		a.release(t, lc, la, rr.Token+3)
-		if in := inspect(t, a, lc); in.Fence != rr.Token+3 {
-			t.Fatalf("fence %d after the release, want %d", in.Fence, rr.Token+3)
-		}
-		if _, r2 := a.lock(t, lc, false, 1); r2.Token <= rr.Token+3 {
-			t.Fatalf("next token %d after %d", r2.Token, rr.Token+3)
+		a.release(t, lc, la)
+		if _, r2 := a.lock(t, lc, false, 1); r2.Token <= rr.Token+15 {
+			t.Fatalf("next token %d after a block that ends at %d", r2.Token, rr.Token+15)
 		}
 	})
 }
@@ -410,7 +407,7 @@ func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
 				t.Fatalf("token %d after %d", r.Token, last)
 			}
 			last = r.Token
-			a.release(t, lc, l, r.Token)
+			a.release(t, lc, l)
 			if i%10 == 9 { // as if Redis had restarted empty
 				c.Del(ctx, processor.FenceKey(lc))
 			}
@@ -463,8 +460,34 @@ func TestLineEntriesExpire(t *testing.T) {
 	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pd-"}) {
 		t.Fatalf("line %v, want only pd- (pb-'s entry expired)", in.Waiting)
 	}
-	if r := a.release(t, slow, la, 0); r.Next != ld {
+	if r := a.release(t, slow, la); r.Next != ld {
 		t.Fatalf("release = %+v, want granted to %s", r, ld)
+	}
+}
+
+// An entry whose time ran out goes with the next settle of its process, even one that only
+// settles an attempt before the entry's (a late leave): the line keeps nothing of a process
+// that stopped waiting.
+func TestSettleDropsAnExpiredEntry(t *testing.T) {
+	c := srv.Client() // real time: miniredis's TIME does not follow FastForward
+	defer c.Close()
+	ctx := context.Background()
+	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+	lc, _ := domain.NewDLockConfig("PROC", "expired-"+t.Name(), 100*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	a.lock(t, slow, true, 1)
+	early := b.locker()    // an attempt whose leave comes late
+	b.lock(t, lc, true, 1) // its entry lives processor.EntryTTL(lc): 2 s
+	d.lock(t, slow, true, 1)
+	time.Sleep(processor.EntryTTL(lc) + 200*time.Millisecond)
+	if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: early}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.HExists(ctx, processor.WantKey(lc), "pb-").Result(); err != nil || ok {
+		t.Fatalf("pb-'s expired entry after its settle: kept %v (%v)", ok, err)
+	}
+	if err := c.ZScore(ctx, processor.LineKey(lc), "pb-").Err(); err != redis.Nil {
+		t.Fatalf("pb- is still in line after its settle (%v)", err)
 	}
 }
 
@@ -488,7 +511,7 @@ func TestForceReleaseNamesTheHolder(t *testing.T) {
 		if in := inspect(t, a, lc); in.Holder != lb {
 			t.Fatalf("holder %q, want %q", in.Holder, lb)
 		}
-		if r := a.release(t, lc, la, 0); r.Outcome != processor.Gone {
+		if r := a.release(t, lc, la); r.Outcome != processor.Gone {
 			t.Fatalf("the removed holder's release = %+v, want gone (it learns of the loss)", r)
 		}
 	})
@@ -510,7 +533,7 @@ func TestForceReleaseSettlesTheRemoved(t *testing.T) {
 			t.Fatalf("ForceRelease = %v, %v", r, err)
 		}
 		lb, _ := b.lock(t, lc, false, 1)
-		b.release(t, lc, lb, 0) // free again
+		b.release(t, lc, lb) // free again
 		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Settled {
 			t.Fatalf("a late copy of the removed acquisition's request = %+v, want settled", r)
 		}
@@ -520,7 +543,7 @@ func TestForceReleaseSettlesTheRemoved(t *testing.T) {
 		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: req.Locker}); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("the removed holder's renewal = %+v, %v; want gone", r, err)
 		}
-		if r := a.release(t, lc, req.Locker, 0); r.Outcome != processor.Gone {
+		if r := a.release(t, lc, req.Locker); r.Outcome != processor.Gone {
 			t.Fatalf("the removed holder's release = %+v, want gone", r)
 		}
 	})
@@ -546,7 +569,7 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 		}
 		// An attempt that took the key before its process's leave arrived is let go, to the
 		// next in line.
-		a.release(t, lc, la, 0)
+		a.release(t, lc, la)
 		lb, r := b.lock(t, lc, false, 1)
 		if r.Outcome != processor.Taken {
 			t.Fatalf("b's attempt on a free key = %+v", r)
@@ -690,7 +713,7 @@ func TestSideKeysExpire(t *testing.T) {
 				t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, limit)
 			}
 		}
-		a.release(t, lc, la, 0)
+		a.release(t, lc, la)
 		for k, limit := range map[string]time.Duration{
 			processor.FenceKey(lc):       processor.FenceTTL(lc),
 			processor.DoneKey(lc, "pa-"): processor.DoneTTL(lc),
@@ -740,7 +763,7 @@ func TestScriptName(t *testing.T) {
 	c.AddHook(nameHook{&names})
 	lc := cfg(t, "names")
 	l, _ := p.lock(t, lc, false, 1)
-	p.release(t, lc, l, 0)
+	p.release(t, lc, l)
 	_, _ = p.Leave(context.Background(), lc, processor.LeaveRequest{})
 	c.Ping(context.Background())
 	if got := strings.Join(names, " "); got != "lock release leave -" {

@@ -387,7 +387,12 @@ func (w *world) enabled() []action {
 			add(kGiveUp, r.p.name+" stops waiting for "+r.id, 0.3, func() { w.stopWaiting(r) })
 		}
 	}
+	first := map[*proc]bool{} // a process hears its channel's messages in the order they were published
 	for i, n := range w.msgs {
+		if first[n.to] {
+			continue
+		}
+		first[n.to] = true
 		due := 0.0
 		if n.due <= w.step {
 			due = 1

@@ -81,12 +81,12 @@ type tenure struct {
 		lease time.Duration
 		order int
 	}
-	next, end, last uint64
-	since           time.Time
-	over            bool
-	expanding       *request
-	removed         string // why Redis no longer holds it behind its back ("": it does)
-	granted         bool   // begun by a grant
+	next, end uint64
+	since     time.Time
+	over      bool
+	expanding *request
+	removed   string // why Redis no longer holds it behind its back ("": it does)
+	granted   bool   // begun by a grant
 }
 
 // heard is a grant heard: the locker and the first of its tokens.
@@ -163,7 +163,7 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 }
 
 func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int, yield bool) *request {
-	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last}
+	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens}
 	what := fmt.Sprintf("renew.lua(%s, lease %v", t.locker, lease)
 	if tokens > 0 {
 		what += ", tokens"
@@ -187,12 +187,12 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	return r
 }
 
-func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure) {
+func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, t *tenure) {
 	cfg := p.cfg(lease)
 	r := p.request(pur, fmt.Sprintf("release.lua(%s)", locker))
 	r.ten, r.locker, r.lease = t, locker, lease
 	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker, Last: last})
+		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
 		return outcome{res: res, err: err}
 	}
 	p.w.send(r)
@@ -394,7 +394,6 @@ func (p *proc) take() {
 func (p *proc) takeNow(lease time.Duration) {
 	t := p.ten
 	h := &holding{token: t.next, lease: lease}
-	t.last = t.next
 	t.next++
 	p.waiters = p.waiters[1:]
 	p.owner, p.phase = h, held
@@ -446,7 +445,7 @@ func (p *proc) close() {
 		// The flaw of the second review: the key let go before the owner is told.
 		t := p.ten
 		p.phase, t.over = releasing, true
-		p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
+		p.sendRelease(pRelease, t.locker, t.lease, t)
 		p.closed = true
 		return
 	}
@@ -530,7 +529,7 @@ func (p *proc) releaseTenure() {
 	t := p.ten
 	p.phase, p.owner = releasing, nil
 	t.over = true
-	p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
+	p.sendRelease(pRelease, t.locker, t.lease, t)
 }
 
 // endTenure ends t without a word to Redis: the phase goes back to idle.
@@ -683,7 +682,6 @@ func (p *proc) onAsk(r *request, out outcome) {
 			return
 		}
 		h := &holding{token: t.next, lease: r.lease}
-		t.last = t.next
 		t.next++
 		p.owner, p.phase = h, held
 		p.w.note("%s: the TryLock holds the lock, token %d", p.name, h.token)

@@ -32,7 +32,6 @@ local NAMES = {
     'mark',        -- this process's name in the line ('' for none: it never waits in line)
     'wait',        -- '1': stand in line (or renew the entry) when the key is held
     'tokens',      -- fencing tokens to reserve ('0' for none)
-    'last',        -- the last fencing token the holder handed out ('' if unknown)
     'yield',       -- '1': give the key to the first live process in line, if there is one
     'check',       -- with yield: a fresh number of the owner that this check marks
     'next',        -- with yield: the locker the process waits with next, its lease and tokens
@@ -116,19 +115,6 @@ local function tokens(n)
     local keep = math.max(tonumber(A.fence_ttl), redis.call('pttl', FENCE))
     redis.call('set', FENCE, string.format('%.0f', fence), 'PX', keep)
     return first
-end
-
--- unreserve lowers the counter to last, the last token a holder handed out, when the holder
--- lets the key go with tokens of its block unused: the next holder's tokens follow on from
--- the last one used, not from the end of a block nobody used. Only the key's holder calls it.
-local function unreserve(last)
-    if last ~= '' and counter() > tonumber(last) then
-        local keep = redis.call('pttl', FENCE)
-        if keep > 0 then
-            fence = tonumber(last)
-            redis.call('set', FENCE, last, 'PX', keep)
-        end
-    end
 end
 
 -- dequeue takes mark out of the line.
