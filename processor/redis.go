@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -132,6 +133,7 @@ type RedisLockProcessor struct {
 	opts    Options
 	scripts *scriptSet
 	shard   atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
+	longest sync.Map     // lock type → the longest lease (time.Duration) of a request on a key of it
 }
 
 const (
@@ -460,7 +462,8 @@ func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig) (
 	if err != nil {
 		return args{}, err
 	}
-	return args{mark: p.opts.Mark, fenceTTL: FenceTTL(cfg), entryTTL: EntryTTL(cfg), doneTTL: DoneTTL(cfg),
+	p.raise(cfg)
+	return args{mark: p.opts.Mark, fenceTTL: FenceTTL(cfg), entryTTL: EntryTTL(cfg), doneTTL: p.MarkLife(cfg),
 		gapEvery: p.opts.GapEvery, gapWindow: p.opts.GapWindow, channel: p.channel(cfg), publish: pub}, nil
 }
 
@@ -486,11 +489,37 @@ func SplitLocker(locker string) (owner, seq string) {
 // clock stepping back); beyond it tokens rest on the server clock alone.
 func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
-// DoneTTL is how long a settled mark lasts after the owner's last settle on the key (a
-// release, give-back, failed attempt or leave): two leases. A request delayed on its way to
+// DoneTTL is how long a settled mark lasts at least after the owner's last settle on the key
+// (a release, give-back, failed attempt, yield or leave): two leases. MarkLife is how long it
+// lasts.
+func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
+
+// MarkLife is how long a settled mark that p writes for the key of cfg lasts after its last
+// settle: two of the longest lease that any request of p on a key of cfg's type carried, and
+// at least DoneTTL(cfg). A settle may carry a shorter lease than a request it settles (a
+// taker's shorter lease, a leave after a longer-leased waiter gave up), and the mark must
+// outlive that request's copies as long. (Leases are set per lock type, so the type bounds
+// them in a few entries; GenWithLease and Extend raise it.) A request delayed on its way to
 // Redis for longer than that could still take the key (which then expires with its lease,
 // unrenewed) or put its process in line (until the entry expires).
-func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
+func (p *RedisLockProcessor) MarkLife(cfg domain.DLockConfig) time.Duration {
+	l := cfg.Lease()
+	if v, ok := p.longest.Load(cfg.LockType()); ok {
+		l = max(l, v.(time.Duration))
+	}
+	return 2 * l
+}
+
+// raise makes cfg's lease count in MarkLife.
+func (p *RedisLockProcessor) raise(cfg domain.DLockConfig) {
+	l := cfg.Lease()
+	for {
+		v, loaded := p.longest.LoadOrStore(cfg.LockType(), l)
+		if !loaded || v.(time.Duration) >= l || p.longest.CompareAndSwap(cfg.LockType(), v, l) {
+			return
+		}
+	}
+}
 
 // ClientClosed reports whether err says the Redis client was closed: no later request on it
 // can succeed, so a caller that retries (a give-back, a leave) stops.

@@ -491,6 +491,34 @@ func TestSettleDropsAnExpiredEntry(t *testing.T) {
 	}
 }
 
+// A settled mark outlives the copies of every request it settles: a release sent with a
+// shorter lease than the acquisition's lock.lua (a taker's shorter lease) sets it for two of
+// the longer lease.
+func TestMarkOutlivesTheLongestLease(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		long := cfg(t, "marklife") // 1 s
+		short, _ := long.WithLease(200 * time.Millisecond)
+		la, _ := a.lock(t, long, true, 1)
+		if _, err := a.ExpandLease(ctx, short, processor.RenewRequest{Locker: la}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Unlock(ctx, short, processor.ReleaseRequest{Locker: la}); err != nil {
+			t.Fatal(err)
+		}
+		if a.MarkLife(short) != processor.DoneTTL(long) {
+			t.Fatalf("MarkLife(%v) = %v, want %v (two of the longest lease sent)", short.Lease(), a.MarkLife(short), processor.DoneTTL(long))
+		}
+		if ttl := c.PTTL(ctx, processor.DoneKey(long, "pa-")).Val(); ttl <= processor.DoneTTL(short) {
+			t.Fatalf("the settled mark lives %v, no more than two of the release's lease; the lock.lua it settles had %v", ttl, long.Lease())
+		}
+		if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Settled {
+			t.Fatalf("a copy of the acquisition after its release = %+v, want settled", r)
+		}
+	})
+}
+
 // ForceRelease names the holder it removes: a second copy finds it gone.
 func TestForceReleaseNamesTheHolder(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {

@@ -106,7 +106,7 @@ func (w *world) check(s snapshot) {
 	if held && w.gone[holder] {
 		if _, decided := w.revivals[holder]; !decided {
 			e := w.ended[holder]
-			excused := w.outlived(e.step, e.at)
+			excused := w.outlived(e.step, e.at, e.life)
 			w.revivals[holder] = excused
 			if !excused {
 				w.fail(ruleRevived, "%s, which ended at step %d (%s), holds the key again", holder, e.step, e.why)
@@ -123,7 +123,7 @@ func (w *world) check(s snapshot) {
 	// line nor has the key reserved for it.
 	want := s.keys[processor.WantKey(w.cfg)]
 	for _, p := range w.procs {
-		if p.dead || len(p.waiters) > 0 || p.tryer || !p.leaveLanded || w.outlived(p.leaveStep, p.leaveAt) || p.restartLeak {
+		if p.dead || len(p.waiters) > 0 || p.tryer || !p.leaveLanded || w.outlived(p.leaveStep, p.leaveAt, p.leaveLife) || p.restartLeak {
 			continue // (a request later than its process's settled mark lives: the documented window)
 		}
 		if e, ok := want.hash[p.mark]; ok && entryExpires(e) > now.UnixMilli() {
@@ -154,7 +154,7 @@ func (w *world) residue() {
 			if p.dead && owner == p.mark {
 				excused = true // a crashed holder, or a grant to a crashed process
 			}
-			if !p.dead && owner == p.mark && ((p.leaveSent && !p.leaveLanded) || (p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt)) || p.restartLeak) {
+			if !p.dead && owner == p.mark && ((p.leaveSent && !p.leaveLanded) || (p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt, p.leaveLife)) || p.restartLeak) {
 				excused = true // its leave was lost, or a request outlived its mark: the key expires by itself
 			}
 		}
@@ -170,11 +170,11 @@ func (w *world) residue() {
 		// (an entry made by a copy that came after its acquisition's settled mark expired:
 		// the documented window; it expires on its own)
 		locker, _, _ := strings.Cut(want.hash[m], "|")
-		if e, ok := w.ended[locker]; ok && w.outlived(e.step, e.at) {
+		if e, ok := w.ended[locker]; ok && w.outlived(e.step, e.at, e.life) {
 			continue
 		}
 		for _, p := range w.procs {
-			if p.mark == m && !p.dead && !(p.leaveSent && !p.leaveLanded) && !(p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt)) && !p.restartLeak {
+			if p.mark == m && !p.dead && !(p.leaveSent && !p.leaveLanded) && !(p.leaveLanded && w.outlived(p.leaveStep, p.leaveAt, p.leaveLife)) && !p.restartLeak {
 				w.fail(ruleResidue, "after everyone left, %s stands in line", p.name)
 			}
 		}
@@ -191,10 +191,10 @@ func (w *world) residue() {
 }
 
 // outlived reports whether a request that ran at step (at time at) is beyond the documented
-// window of late requests: Redis restarted empty since, or a settled mark set then would have
-// expired by now.
-func (w *world) outlived(step int, at time.Time) bool {
-	return step <= w.restarted || w.now().Sub(at) >= processor.DoneTTL(w.cfg)
+// window of late requests: Redis restarted empty since, or the settled mark it set, which
+// lives life, would have expired by now.
+func (w *world) outlived(step int, at time.Time, life time.Duration) bool {
+	return step <= w.restarted || w.now().Sub(at) >= life
 }
 
 // entryExpires reads when an entry of the want hash ("...|<expires ms>") expires.

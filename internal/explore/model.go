@@ -43,12 +43,13 @@ type proc struct {
 	taking    *request // renew.lua before a pass, awaited
 	extending *request
 
-	stopped     bool      // its last waiter left ...
-	stopOrder   int       // ... when this many requests had been sent
-	leaveSent   bool      // a leave.lua was sent since it stopped wanting ...
-	leaveLanded bool      // ... and ran in Redis,
-	leaveStep   int       // at this step
-	leaveAt     time.Time // and time
+	stopped     bool          // its last waiter left ...
+	stopOrder   int           // ... when this many requests had been sent
+	leaveSent   bool          // a leave.lua was sent since it stopped wanting ...
+	leaveLanded bool          // ... and ran in Redis,
+	leaveStep   int           // at this step
+	leaveAt     time.Time     // and time
+	leaveLife   time.Duration // how long the settled mark it set lives
 	giveBacks   []giveBack
 	restartLeak bool // a request it sent before an empty restart ran after it (the documented window)
 	dead        bool // crashed (kill -9)
@@ -608,7 +609,7 @@ func (p *proc) onReply(r *request, out outcome) {
 		// documented window of requests later than their marks)
 		// (nor is a release after an empty restart since: its marks are gone)
 		if out.err == nil && out.res.Outcome == processor.Settled && t.removed == "an operator's ForceRelease" &&
-			r.ranTime.Sub(p.w.forcedAt[t.locker]) < processor.DoneTTL(p.w.cfg) && p.w.forced[t.locker] > p.w.restarted {
+			r.ranTime.Sub(p.w.forcedAt[t.locker]) < p.w.lifeOf(p.w.op) && p.w.forced[t.locker] > p.w.restarted {
 			p.w.fail(ruleLossTold, "%s's release of %s, which an operator removed, answered settled: its Unlock does not report the loss", p.name, t.locker)
 		}
 		if p.ten == t {

@@ -188,6 +188,7 @@ func (w *world) deliver(i int, keep bool) {
 	w.published(r, out)
 	if r.p != nil && r.purpose == pLeave && r.p.stopped && r.order > r.p.stopOrder {
 		r.p.leaveLanded, r.p.leaveStep, r.p.leaveAt, r.p.leaveUp = true, w.step, w.now(), r.seq
+		r.p.leaveLife = w.markLife(r)
 	}
 	w.endedBy(r, out)
 	if r.p != nil && r.purpose == pRelease && !r.copy {
@@ -262,6 +263,20 @@ func (w *world) restart() {
 	}
 }
 
+// markLife is how long a settled mark that r sets lives: its processor's MarkLife (two of the
+// longest lease it sent on the key; every lease of the model is at least half the base one).
+func (w *world) markLife(r *request) time.Duration {
+	if r.p != nil {
+		return w.lifeOf(r.p.pr)
+	}
+	return w.lifeOf(w.op)
+}
+
+func (w *world) lifeOf(pr *processor.RedisLockProcessor) time.Duration {
+	short, _ := w.cfg.WithLease(w.opt.Lease / 2)
+	return pr.MarkLife(short)
+}
+
 // force is the operator's ForceRelease of the holder it reads now (State, then ForceRelease).
 func (w *world) force() {
 	s, _ := w.be.snapshot()
@@ -315,6 +330,7 @@ type end struct {
 	step int
 	at   time.Time
 	why  string
+	life time.Duration // how long the settled mark set then lives
 }
 
 // endedBy records the acquisitions that r, run by Redis with outcome out, ended: what the
@@ -322,7 +338,7 @@ type end struct {
 func (w *world) endedBy(r *request, out outcome) {
 	mark := func(l, why string) {
 		if _, ok := w.ended[l]; !ok {
-			w.ended[l] = end{step: w.step, at: w.now(), why: why}
+			w.ended[l] = end{step: w.step, at: w.now(), why: why, life: w.markLife(r)}
 		}
 	}
 	if out.err != nil {
@@ -406,7 +422,7 @@ func (w *world) hear(i int, lost bool) {
 // granted checks a grant as Redis made it: only to an acquisition that asked and did not end,
 // and whose process renewed its entry within a third of its lease (it may have died else).
 func (w *world) granted(r *request, locker string) {
-	if e, ok := w.ended[locker]; ok && !w.outlived(e.step, e.at) {
+	if e, ok := w.ended[locker]; ok && !w.outlived(e.step, e.at, e.life) {
 		w.fail(ruleGrant, "%s granted the key to %s, which ended at step %d (%s)", r.id, locker, e.step, e.why)
 	}
 	if e, ok := w.entries[locker]; !ok || w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3 {
