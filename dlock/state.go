@@ -474,7 +474,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		st.mu.Unlock()
 		return nil, nil // lost as this goroutine took the phase: the loss moved it on
 	}
-	req, order := processor.RenewRequest{Locker: t.entity.Locker}, t.order()
+	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}, t.order()
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}

@@ -26,6 +26,7 @@ type tenure struct {
 	sent  uint64             // renewals sent, in order: a reply never overwrites a newer setting
 	next  uint64             // the next fencing token to hand out ...
 	end   uint64             // ... of the block [next, end) reserved in Redis
+	last  uint64             // the last token handed out (the block's first less one: none yet)
 	since time.Time          // when the tenure began, or last found that no other process waits
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
@@ -37,7 +38,7 @@ type tenure struct {
 // ent.Token) and starts renewing it. The caller holds mu, in phase asking.
 func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig, tokens int) *tenure {
 	t := &tenure{st: st, entity: ent, cfg: cfg, until: domain.HeldUntil(ent.LockTime, ent.Lease),
-		next: ent.Token, end: ent.Token + uint64(tokens), since: time.Now()}
+		next: ent.Token, end: ent.Token + uint64(tokens), last: ent.Token - 1, since: time.Now()}
 	st.ten, st.phase = t, free
 	st.g.hold(st) // the tenure keeps the state alive until it ends
 	t.exp = threads.StartExpander(st.g.clean, t, &st.g.group)
@@ -46,8 +47,9 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 
 // nextToken hands out the next token of the block. The caller holds mu.
 func (t *tenure) nextToken() uint64 {
+	t.last = t.next
 	t.next++
-	return t.next - 1
+	return t.last
 }
 
 // mustRenew reports whether the tenure must be renewed before it is passed to an acquisition
@@ -216,7 +218,7 @@ func (st *lockState) releaseLocked() func(ctx context.Context) error {
 	st.phase, st.owner = releasing, nil
 	t.over = true
 	t.exp.Stop()
-	req := processor.ReleaseRequest{Locker: t.entity.Locker}
+	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
 	cfg, until := t.cfg, t.until
 	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until) }
 }

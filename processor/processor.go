@@ -135,11 +135,13 @@ type RenewRequest struct {
 	Next       string
 	NextLease  time.Duration
 	NextTokens int
+	Last       uint64 // the last token handed out (for Yield; 0 if unknown)
 }
 
 // ReleaseRequest lets a held key go.
 type ReleaseRequest struct {
 	Locker string
+	Last   uint64 // the last token handed out (its block's first less one if none; 0 if unknown)
 }
 
 // LeaveRequest takes a process out of the line.

@@ -101,7 +101,8 @@ func ScriptName(args []any) string {
 }
 
 // FenceSuffix, ReleaseSuffix, LineSuffix, DoneSuffix, CheckSuffix, ForcedSuffix,
-// WantSuffix and GapSuffix name what is kept beside a lock key; see domain.SideKey.
+// WantSuffix, GapSuffix and FirstSuffix name what is kept beside a lock key; see
+// domain.SideKey.
 const (
 	FenceSuffix   = "fence"
 	ReleaseSuffix = "released"
@@ -111,6 +112,7 @@ const (
 	ForcedSuffix  = "forced"
 	WantSuffix    = "want"
 	GapSuffix     = "gap"
+	FirstSuffix   = "first"
 )
 
 // RedisLockProcessor keeps locks in Redis through go-redis: Lua scripts (processor/lua) that
@@ -133,7 +135,7 @@ type RedisLockProcessor struct {
 	opts    Options
 	scripts *scriptSet
 	shard   atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
-	longest sync.Map     // lock type → the longest lease (time.Duration) of a request on a key of it
+	longest sync.Map     // lock type → the longest lease (time.Duration) of a lock.lua on a key of it
 }
 
 const (
@@ -396,6 +398,10 @@ func ForcedKey(cfg domain.DLockConfig, owner string) string {
 // grants the key to).
 func WantKey(cfg domain.DLockConfig) string { return cfg.SideKey(WantSuffix) }
 
+// FirstKey is the key of the first token of the key's current holding: how far down its
+// release may lower the fencing counter.
+func FirstKey(cfg domain.DLockConfig) string { return cfg.SideKey(FirstSuffix) }
+
 // GapKey is the key of the window in which cfg's key is left free for processes not in line.
 func GapKey(cfg domain.DLockConfig) string { return cfg.SideKey(GapSuffix) }
 
@@ -403,7 +409,7 @@ func GapKey(cfg domain.DLockConfig) string { return cfg.SideKey(GapSuffix) }
 // marks.
 func keys(cfg domain.DLockConfig, owner string) []string {
 	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DoneKey(cfg, owner),
-		CheckKey(cfg, owner), ForcedKey(cfg, owner), WantKey(cfg), GapKey(cfg)}
+		CheckKey(cfg, owner), ForcedKey(cfg, owner), WantKey(cfg), GapKey(cfg), FirstKey(cfg)}
 }
 
 // args are a script's arguments by name. Every script takes all of them, in the one order the
@@ -415,6 +421,7 @@ type args struct {
 	mark                string
 	wait                bool
 	tokens              int
+	last                uint64
 	yield               bool
 	check, next         string
 	nextLease           time.Duration
@@ -428,13 +435,13 @@ type args struct {
 }
 
 // argNames is the order of the prelude's NAMES, which list follows.
-var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "yield", "check",
+var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "yield", "check",
 	"next", "next_lease", "next_tokens", "upto", "fence_ttl", "entry_ttl", "done_ttl", "gap_every",
 	"gap_window", "channel", "publish", "max_listed"}
 
 // list writes the arguments in argNames's order.
 func (a args) list() []any {
-	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens,
+	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens, last(a.last),
 		flag(a.yield), a.check, a.next, msOrNone(a.nextLease), a.nextTokens, a.upto, msOrNone(a.fenceTTL),
 		msOrNone(a.entryTTL), msOrNone(a.doneTTL), msOrNone(a.gapEvery), msOrNone(a.gapWindow),
 		a.channel, a.publish, a.maxListed}
@@ -462,7 +469,6 @@ func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig) (
 	if err != nil {
 		return args{}, err
 	}
-	p.raise(cfg)
 	return args{mark: p.opts.Mark, fenceTTL: FenceTTL(cfg), entryTTL: EntryTTL(cfg), doneTTL: p.MarkLife(cfg),
 		gapEvery: p.opts.GapEvery, gapWindow: p.opts.GapWindow, channel: p.channel(cfg), publish: pub}, nil
 }
@@ -495,13 +501,15 @@ func FenceTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 
 // MarkLife is how long a settled mark that p writes for the key of cfg lasts after its last
-// settle: two of the longest lease that any request of p on a key of cfg's type carried, and
-// at least DoneTTL(cfg). A settle may carry a shorter lease than a request it settles (a
-// taker's shorter lease, a leave after a longer-leased waiter gave up), and the mark must
-// outlive that request's copies as long. (Leases are set per lock type, so the type bounds
-// them in a few entries; GenWithLease and Extend raise it.) A request delayed on its way to
-// Redis for longer than that could still take the key (which then expires with its lease,
-// unrenewed) or put its process in line (until the entry expires).
+// settle: two of the longest lease that an acquisition (lock.lua) of p on a key of cfg's type
+// carried, and at least DoneTTL(cfg). A settle may carry a shorter lease than an acquisition
+// it settles (a taker's shorter lease, a leave after a longer-leased waiter gave up), and the
+// mark must outlive that acquisition's copies as long. Only lock.lua counts: a copy of a
+// renewal or of Extend never takes a key back, so Extend's long leases do not make every mark
+// of the type live long. (Leases are set per lock type, so the type bounds the map to a few
+// entries.) A request delayed on its way to Redis for longer than that could still take the
+// key (which then expires with its lease, unrenewed) or put its process in line (until the
+// entry expires).
 func (p *RedisLockProcessor) MarkLife(cfg domain.DLockConfig) time.Duration {
 	l := cfg.Lease()
 	if v, ok := p.longest.Load(cfg.LockType()); ok {
@@ -581,6 +589,7 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 
 // Lock implements DLockProcessor with lock.lua (one EVALSHA).
 func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, req LockRequest) (Result, error) {
+	p.raise(cfg)
 	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
@@ -646,7 +655,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		return Result{}, processErr("renew", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(req.Locker)
-	a.locker, a.seq, a.lease, a.tokens = req.Locker, seq, cfg.Lease(), req.Tokens
+	a.locker, a.seq, a.lease, a.tokens, a.last = req.Locker, seq, cfg.Lease(), req.Tokens, req.Last
 	if req.Yield {
 		checkOwner, check := SplitLocker(req.Check)
 		nextOwner, _ := SplitLocker(req.Next)
@@ -682,6 +691,14 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 	return Result{Outcome: Gone}, nil
 }
 
+// last formats the last token handed out for a script (empty for none).
+func last(t uint64) string {
+	if t == 0 {
+		return ""
+	}
+	return strconv.FormatUint(t, 10)
+}
+
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error) {
 	a, err := p.base(ctx, cfg)
@@ -689,7 +706,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(req.Locker)
-	a.locker, a.seq = req.Locker, seq
+	a.locker, a.seq, a.last = req.Locker, seq, req.Last
 	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner), a.list()...)
 	var code int64
 	if err == nil {

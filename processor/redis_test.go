@@ -371,12 +371,13 @@ func TestYieldCheck(t *testing.T) {
 	})
 }
 
-// A block of tokens: the counter holds the end of the block, and the next block (of the same
-// holder or the next) starts above it, used or not.
+// A block of tokens: the counter holds the end of the block while it is held, and the last
+// token handed out once it is let go, so the next holder's tokens follow on (the counter runs
+// ahead of the clock only as far as holders use tokens).
 func TestTokenBlocks(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		a := newProc(t, c, "pa-")
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "block")
 		la, r := a.lock(t, lc, true, 1024)
 		if in := inspect(t, a, lc); in.Fence != r.Token+1023 {
@@ -386,9 +387,59 @@ func TestTokenBlocks(t *testing.T) {
 		if err != nil || rr.Token <= r.Token+1023 {
 			t.Fatalf("new block from %d (%v) after %d", rr.Token, err, r.Token+1023)
 		}
-		a.release(t, lc, la)
-		if _, r2 := a.lock(t, lc, false, 1); r2.Token <= rr.Token+15 {
-			t.Fatalf("next token %d after a block that ends at %d", r2.Token, rr.Token+15)
+		if _, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Last: rr.Token + 3}); err != nil {
+			t.Fatal(err)
+		}
+		if in := inspect(t, a, lc); in.Fence != rr.Token+3 {
+			t.Fatalf("fence %d after the release, want %d", in.Fence, rr.Token+3)
+		}
+		lb, r2 := b.lock(t, lc, false, 1024)
+		if r2.Token <= rr.Token+3 {
+			t.Fatalf("next token %d after %d", r2.Token, rr.Token+3)
+		}
+		// A holding that handed out no token gives back its whole block.
+		if _, err := b.Unlock(ctx, lc, processor.ReleaseRequest{Locker: lb, Last: r2.Token - 1}); err != nil {
+			t.Fatal(err)
+		}
+		if in := inspect(t, a, lc); in.Fence != r2.Token-1 {
+			t.Fatalf("fence %d after a release that used no token, want %d", in.Fence, r2.Token-1)
+		}
+	})
+}
+
+// A release lowers the counter no further than the first token of the holding it ends, even
+// when its holder's last token is stale: after an empty restart, a late copy of the holder's
+// own lock.lua put it in line and a release granted it a new block it never heard of; tokens
+// below that block went to another holder.
+func TestReleaseNeverLowersTheCounterBelowItsHolding(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "stalelast")
+		la, r := a.lock(t, lc, true, 8)
+		stale := r.Token + 3                                         // handed out before the restart
+		emptied, err := c.Keys(ctx, "*"+lc.UniqueKey()+"*").Result() // an empty restart, for this key
+		if err != nil || len(emptied) == 0 || c.Del(ctx, emptied...).Err() != nil {
+			t.Fatalf("emptying %v: %v", emptied, err)
+		}
+		const many = 1_000_000_000 // b uses tokens far ahead of the clock (1000 s of µs)
+		lb, rb := b.lock(t, lc, true, many)
+		if rb.Outcome != processor.Taken {
+			t.Fatalf("b on the emptied server = %+v", rb)
+		}
+		used := rb.Token + many - 1
+		if r := a.lockWith(t, lc, la, true, 8); r.Outcome != processor.Held {
+			t.Fatalf("the late copy of a's attempt = %+v, want held (a in line)", r)
+		}
+		g, err := b.Unlock(ctx, lc, processor.ReleaseRequest{Locker: lb, Last: used})
+		if err != nil || g.Next != la {
+			t.Fatalf("b's release = %+v, %v; want granted to %s", g, err, la)
+		}
+		if _, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Last: stale}); err != nil {
+			t.Fatal(err)
+		}
+		if _, r := b.lock(t, lc, false, 1); r.Token <= used {
+			t.Fatalf("token %d after b's %d: the release lowered the counter below a token handed out", r.Token, used)
 		}
 	})
 }
@@ -515,6 +566,27 @@ func TestMarkOutlivesTheLongestLease(t *testing.T) {
 		}
 		if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Settled {
 			t.Fatalf("a copy of the acquisition after its release = %+v, want settled", r)
+		}
+	})
+}
+
+// An operator's ForceRelease, made with a shorter lease than the removed acquisition's, sets
+// the removed owner's marks for at least two of the removed acquisition's leases: a late copy
+// of its lock.lua cannot take the key back, and its renewals answer gone, that long.
+func TestForceMarksOutliveTheRemovedLease(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
+		short := cfg(t, "forcelife") // 1 s: the operator's
+		long, _ := short.WithLease(20 * time.Second)
+		la, _ := a.lock(t, long, true, 1)
+		if r, err := op.ForceRelease(ctx, short, la); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("ForceRelease = %+v, %v", r, err)
+		}
+		for _, k := range []string{processor.DoneKey(long, "pa-"), processor.ForcedKey(long, "pa-")} {
+			if ttl := c.PTTL(ctx, k).Val(); ttl < processor.DoneTTL(long)-time.Second {
+				t.Errorf("%s lives %v after the force, want two of the removed acquisition's lease (%v)", k, ttl, long.Lease())
+			}
 		}
 	})
 }

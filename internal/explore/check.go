@@ -183,7 +183,8 @@ func (w *world) residue() {
 		return
 	}
 	longest := 2 * w.opt.Lease // the longest lease a handle or Extend uses
-	w.be.advance(processor.DoneTTL(w.procs[0].cfg(longest)) + processor.EntryTTL(w.procs[0].cfg(longest)) + time.Second)
+	// (the longest-lived keys: an operator's marks, eight of the removed key's remaining life)
+	w.be.advance(8*longest + processor.EntryTTL(w.procs[0].cfg(longest)) + time.Second)
 	s, _ = w.be.snapshot()
 	for k := range s.keys {
 		w.fail(ruleResidue, "key %s is still there long after everyone left", k)

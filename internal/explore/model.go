@@ -82,12 +82,12 @@ type tenure struct {
 		lease time.Duration
 		order int
 	}
-	next, end uint64
-	since     time.Time
-	over      bool
-	expanding *request
-	removed   string // why Redis no longer holds it behind its back ("": it does)
-	granted   bool   // begun by a grant
+	next, end, last uint64
+	since           time.Time
+	over            bool
+	expanding       *request
+	removed         string // why Redis no longer holds it behind its back ("": it does)
+	granted         bool   // begun by a grant
 }
 
 // heard is a grant heard: the locker and the first of its tokens.
@@ -164,7 +164,7 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 }
 
 func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int, yield bool) *request {
-	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens}
+	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last}
 	what := fmt.Sprintf("renew.lua(%s, lease %v", t.locker, lease)
 	if tokens > 0 {
 		what += ", tokens"
@@ -188,12 +188,12 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	return r
 }
 
-func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, t *tenure) {
+func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure) {
 	cfg := p.cfg(lease)
 	r := p.request(pur, fmt.Sprintf("release.lua(%s)", locker))
 	r.ten, r.locker, r.lease = t, locker, lease
 	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
+		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker, Last: last})
 		return outcome{res: res, err: err}
 	}
 	p.w.send(r)
@@ -287,7 +287,7 @@ func (p *proc) startGrant(a *attempt, token uint64, at int) {
 	p.closeAttempt()
 	p.queued = false
 	t := &tenure{locker: a.locker, until: p.until(waited, a.lease), untilLease: a.lease, lease: a.lease,
-		next: token, end: token + uint64(a.tokens), since: p.w.now(), granted: true}
+		next: token, end: token + uint64(a.tokens), last: token - 1, since: p.w.now(), granted: true}
 	t.truth.lease = a.lease
 	// (removed behind its back, unless the process had heard of the removal: then counting
 	// the grant is the process's own mistake, with no excuse)
@@ -395,6 +395,7 @@ func (p *proc) take() {
 func (p *proc) takeNow(lease time.Duration) {
 	t := p.ten
 	h := &holding{token: t.next, lease: lease}
+	t.last = t.next
 	t.next++
 	p.waiters = p.waiters[1:]
 	p.owner, p.phase = h, held
@@ -446,7 +447,7 @@ func (p *proc) close() {
 		// The flaw of the second review: the key let go before the owner is told.
 		t := p.ten
 		p.phase, t.over = releasing, true
-		p.sendRelease(pRelease, t.locker, t.lease, t)
+		p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
 		p.closed = true
 		return
 	}
@@ -492,7 +493,7 @@ func (p *proc) sendGiveBack(g giveBack) {
 func (p *proc) startTenure(r *request, token uint64) *tenure {
 	now := p.w.now()
 	t := &tenure{locker: r.locker, until: p.until(r.sent, r.lease), untilLease: r.lease, lease: r.lease, setAt: r.order,
-		next: token, end: token + uint64(max(r.tokens, 1)), since: now}
+		next: token, end: token + uint64(max(r.tokens, 1)), last: token - 1, since: now}
 	// removed before its holder heard it was taken: the oracle's record of the window
 	if _, ok := p.w.forced[r.locker]; ok {
 		t.removed = "an operator's ForceRelease"
@@ -530,7 +531,7 @@ func (p *proc) releaseTenure() {
 	t := p.ten
 	p.phase, p.owner = releasing, nil
 	t.over = true
-	p.sendRelease(pRelease, t.locker, t.lease, t)
+	p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
 }
 
 // endTenure ends t without a word to Redis: the phase goes back to idle.
@@ -683,6 +684,7 @@ func (p *proc) onAsk(r *request, out outcome) {
 			return
 		}
 		h := &holding{token: t.next, lease: r.lease}
+		t.last = t.next
 		t.next++
 		p.owner, p.phase = h, held
 		p.w.note("%s: the TryLock holds the lock, token %d", p.name, h.token)

@@ -57,8 +57,10 @@ var Mutants = []Mutant{
 		"elseif NOW_MS - renewed <= math.floor(tonumber(lease) / 3) then", "else"},
 	{"a waiting attempt's answer hides what it saw of the tokens (a late grant message is counted from it)", "lock",
 		"local seen = math.max(counter(), NOW_US)", "local seen = 0"},
+	{"a release lowers the counter below its holding (unreserve trusts a stale last token)", "prelude",
+		"local floor = math.max(tonumber(last), tonumber(first) - 1)", "local floor = tonumber(last)"},
 	{"a grant reserves no tokens (the grantee's tokens repeat)", "prelude",
-		"        local first = tokens(n)", "        local first = counter()"},
+		"        local first = tokens(n, locker)", "        local first = counter()"},
 }
 
 // Scripts returns the scripts with the mutant applied, for Options.Scripts. The prelude is

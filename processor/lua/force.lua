@@ -12,6 +12,10 @@
 if redis.call('get', K) ~= A.locker then
     return {0}
 end
+-- The marks must outlive the removed acquisition's copies by two of its leases, which the
+-- operator does not know: its holder renews when a quarter of the lease is left, so eight times
+-- the key's remaining life is at least that while it renews (the operator's own is the floor).
+A.done_ttl = math.max(tonumber(A.done_ttl), 8 * redis.call('pttl', K))
 settle(A.seq)
 redis.call('set', FORCED, A.locker, 'PX', A.done_ttl)
 return passed(1, A.locker)

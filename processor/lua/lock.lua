@@ -37,7 +37,7 @@ if not holder and not gapOpen() then
     if mark ~= '' then
         dequeue(mark)
     end
-    return {1, tokens(A.tokens)}
+    return {1, tokens(A.tokens, locker)}
 end
 if A.wait == '1' and mark ~= '' then
     enqueue(mark, locker, A.lease, A.tokens)

@@ -1,6 +1,6 @@
 -- prelude.lua: what every script of this directory shares; it is put in front of each one.
 --
--- Every script takes the same eight keys, which share the lock key's Redis Cluster slot:
+-- Every script takes the same nine keys, which share the lock key's Redis Cluster slot:
 --   KEYS[1]  K, the lock key DLOCK_<type>_<target>: the locker of the acquisition that holds it
 --            (<owner><sequence number>); absent when free
 --   KEYS[2]  {K}:fence, the fencing counter: the largest token handed out or reserved
@@ -19,6 +19,9 @@
 --   KEYS[8]  {K}:gap, while set, a window in which the key is left free for processes that
 --            do not stand in line (Java DLock): its value is when the window ends (server ms),
 --            its life the period between windows
+--   KEYS[9]  {K}:first, "<first token>|<locker>": the first token of the block reserved when
+--            the key's current holding began (a take or a grant), which a release of it may
+--            lower the counter to and no further
 --
 -- Every script takes the same arguments, in the order NAMES gives (processor.args writes them
 -- in that order, '' for what a request does not carry); A holds them by name.
@@ -32,6 +35,7 @@ local NAMES = {
     'mark',        -- this process's name in the line ('' for none: it never waits in line)
     'wait',        -- '1': stand in line (or renew the entry) when the key is held
     'tokens',      -- fencing tokens to reserve ('0' for none)
+    'last',        -- the last fencing token the holder handed out ('' if unknown)
     'yield',       -- '1': give the key to the first live process in line, if there is one
     'check',       -- with yield: a fresh number of the owner that this check marks
     'next',        -- with yield: the locker the process waits with next, its lease and tokens
@@ -58,8 +62,8 @@ if A.seq ~= '' then
     OWNER = string.sub(A.locker, 1, #A.locker - #A.seq)
 end
 
-local K, FENCE, LINE, DONE, CHECK, FORCED, WANT, GAP =
-    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K, FENCE, LINE, DONE, CHECK, FORCED, WANT, GAP, FIRST =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local NOW_MS = math.floor(NOW_US / 1000)
@@ -108,13 +112,40 @@ end
 
 -- tokens reserves n fencing tokens and returns the first: max(counter + 1, server clock in
 -- microseconds). The counter then holds the last of them. Tokens keep increasing when the
--- counter expires or Redis restarts empty, as long as the server clock does not go back.
-local function tokens(n)
+-- counter expires or Redis restarts empty, as long as the server clock does not go back (by
+-- more than the counter runs ahead of it: unreserve keeps that to what holders used). holder,
+-- when given, is the locker whose holding of the key begins with this block (FIRST).
+local function tokens(n, holder)
     local first = math.max(counter() + 1, NOW_US)
     fence = first + math.max(tonumber(n), 1) - 1
     local keep = math.max(tonumber(A.fence_ttl), redis.call('pttl', FENCE))
     redis.call('set', FENCE, string.format('%.0f', fence), 'PX', keep)
+    if holder then
+        redis.call('set', FIRST, string.format('%.0f', first) .. '|' .. holder, 'PX', keep)
+    end
     return first
+end
+
+-- unreserve lowers the counter to last, the last token the key's holder locker handed out,
+-- as it lets the key go with tokens unused: the next holder's tokens follow on from the last
+-- one used, so the counter runs ahead of the clock only as far as holders use tokens. It
+-- never goes below the first token of the holding (FIRST): a holder's last may be stale (a
+-- copy of its request took the key again after an empty restart, or after its settled mark
+-- expired, and reserved a new block it does not know of), and tokens below that block were
+-- handed out by others. Without last (a give-back: it is not known) or FIRST for locker it
+-- leaves the counter alone.
+local function unreserve(locker, last)
+    local f = redis.call('get', FIRST)
+    local first, who = string.match(f or '', '^(%d+)|(.*)$')
+    if last == '' or who ~= locker then
+        return
+    end
+    local floor = math.max(tonumber(last), tonumber(first) - 1)
+    local keep = redis.call('pttl', FENCE)
+    if counter() > floor and keep > 0 then
+        fence = floor
+        redis.call('set', FENCE, string.format('%.0f', floor), 'PX', keep)
+    end
 end
 
 -- dequeue takes mark out of the line.
@@ -218,7 +249,7 @@ local function pass(from)
     local m, locker, lease, n = live()
     if m then
         redis.call('set', K, locker, 'PX', lease)
-        local first = tokens(n)
+        local first = tokens(n, locker)
         dequeue(m)
         publish('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first))
         return locker, first, 0

@@ -4,7 +4,7 @@
 -- gives back an acquisition whose outcome is unknown (its reply was lost, or its caller gave
 -- up): settled either way, and let go if it holds the key. (An attempt that waits in line is
 -- never given back: its process waits with it, and settles it by leaving.)
--- Arguments: locker, seq, mark, fence_ttl, done_ttl, gap_every, gap_window, channel,
+-- Arguments: locker, seq, mark, last, fence_ttl, done_ttl, gap_every, gap_window, channel,
 -- publish.
 -- Returns {1, the locker the key was granted to or '', the first token of its block or 0, the
 -- window left free in ms or 0} when let go, {-1, ''} when settled already (this release ran
@@ -18,5 +18,6 @@ if redis.call('get', K) ~= locker then
     settle(seq)
     return {0, ''}
 end
+unreserve(locker, A.last)
 settle(seq)
 return passed(1, locker)

@@ -7,7 +7,7 @@
 -- marks its own number whatever it decides, so that a copy of one that found nobody in line
 -- cannot give the key away later, while the tenure goes on; a check its process settled since
 -- (it left the line) is refused.
--- Arguments: locker, seq, lease, mark, tokens, yield, check, next, next_lease,
+-- Arguments: locker, seq, lease, mark, tokens, last, yield, check, next, next_lease,
 -- next_tokens, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window, channel, publish.
 -- Returns {1, first token of the new block or 0} when renewed, {2, the locker granted, its
 -- first token, 0} when yielded, {0, 0}
@@ -31,6 +31,7 @@ end
 if yield then
     dequeue(mark)
     if live() then
+        unreserve(locker, A.last)
         settle(seq)
         local reply = passed(2, locker)
         enqueue(mark, A.next, A.next_lease, A.next_tokens)
@@ -39,6 +40,7 @@ if yield then
 end
 lengthen(K, A.lease)
 lengthen(FENCE, A.fence_ttl)
+lengthen(FIRST, A.fence_ttl)
 if tonumber(A.tokens) > 0 then
     return {1, tokens(A.tokens)}
 end
