@@ -500,17 +500,19 @@ func (r *histRun) checkLeftovers() {
 
 // allowedLater reports whether key k, found with time to live ttl 3 leases after the helpers
 // exited, may be there: a fencing counter with a TTL (kept for two leases after its key's last
-// acquisition or renewal, of the longest lease an Extend set), or a settled mark ({…}:done:…)
-// or yield-check mark ({…}:check:…) that expires within 3 more leases (they last 2 × the
-// holding's lease, up to 3 leases after an Extend).
+// acquisition or renewal, of the longest lease an Extend set, and the first token of the
+// holding beside it), or a settled mark ({…}:done:…), yield-check mark ({…}:check:…) or
+// forced mark ({…}:forced:…) that expires within 8 more leases (they last 2 × the longest
+// lease, up to 3 leases after an Extend; an operator's ForceRelease sets them for 8 × the
+// removed key's remaining life).
 func allowedLater(k string, ttl, lease time.Duration) bool {
 	switch {
 	case ttl <= 0:
 		return false // no TTL (or gone between SCAN and PTTL: judged by the next run)
-	case strings.HasSuffix(k, "}:fence"):
+	case strings.HasSuffix(k, "}:fence"), strings.HasSuffix(k, "}:first"):
 		return true
-	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"):
-		return ttl <= 3*lease
+	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"):
+		return ttl <= 8*lease
 	}
 	return false
 }
@@ -1014,13 +1016,15 @@ func (r *histRun) tenureAcross(x *histHolding, w histFault) bool {
 
 // forcedBetween reports whether a may be a holding under a tenure that an operator's
 // ForceRelease removed before until: a force of a's key that removed a locker of a's process,
-// began before until and before a's release, and ended after a's call began. The contract
-// lets a holder in another process act as owner until its tenure next renews or lets go — and
-// with it the goroutines its process passes the lock to meanwhile, which may never be told
-// (their releases are passes within the process, with no word to Redis).
+// began before until and before a's release, and ended after a's call began — or up to a lease
+// before: a grant to the process's attempt, made before the force and heard after it (its
+// message comes first), is counted for up to a lease from the process's last request. The
+// contract lets a holder in another process act as owner until its tenure next renews or
+// lets go — and with it the goroutines its process passes the lock to meanwhile, which may
+// never be told (their releases are passes within the process, with no word to Redis).
 func (r *histRun) forcedBetween(a *histHolding, until int64) bool {
 	for _, f := range r.forces[a.Key] {
-		if f.victim == a.Proc && f.End > a.CallStart && f.Start < min(until, a.TRel) {
+		if f.victim == a.Proc && f.End > a.CallStart-int64(r.lease) && f.Start < min(until, a.TRel) {
 			return true
 		}
 	}
@@ -1085,7 +1089,7 @@ func (r *histRun) checkTokens(key string, hs []*histHolding) {
 				top = a
 			}
 		}
-		if top != nil && !b.NoToken && b.Token < top.Token {
+		if top != nil && !b.NoToken && b.Token < top.Token && !r.forcedBetween(b, b.TRel) {
 			r.violate("token-order", "%s: a holding whose call began after another had acquired has a lower token:\n    earlier %s\n    later   %s",
 				key, r.hold(top), r.hold(b))
 		}
@@ -1339,7 +1343,8 @@ func TestHistoryRules(t *testing.T) {
 			nil, nil, nil},
 		{"forced, a new tenure after it", []*histRecord{hold("a", "k", 5, 0, 1, 110), forceAt("op", "k", 100), hold("b", "k", 10, 102, 130, 300), hold("a", "k", 11, 50, 140, 200)},
 			nil, nil, []string{"overlap"}},
-		{"forced before the holding's call", []*histRecord{hold("a", "k", 1, 105, 110, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"forced a lease before the holding's call", []*histRecord{hold("a", "k", 1, 605, 610, 900, toldByUnlock), hold("b", "k", 2, 620, 650, 1000), forceAt("op", "k", 100)}, nil, nil, []string{"overlap"}},
+		{"forced just before the holding's call (a grant heard after the force)", []*histRecord{hold("a", "k", 1, 105, 110, 400, toldByUnlock), hold("b", "k", 2, 120, 150, 500), forceAt("op", "k", 100)}, nil, nil, nil},
 		{"extend outcomes", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) {
 			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 3 * ms, Outcome: "ok"},
 				histCall{Kind: "extend", Start: 4 * ms, End: 5 * ms, Outcome: "error", Err: "not held"})
