@@ -502,9 +502,9 @@ func (r *histRun) checkLeftovers() {
 // exited, may be there: a fencing counter with a TTL (kept for two leases after its key's last
 // acquisition or renewal, of the longest lease an Extend set, and the first token of the
 // holding beside it), or a settled mark ({…}:done:…), yield-check mark ({…}:check:…) or
-// forced mark ({…}:forced:…) that expires within 8 more leases (they last 2 × the longest
-// lease, up to 3 leases after an Extend; an operator's ForceRelease sets them for 8 × the
-// removed key's remaining life).
+// forced mark ({…}:forced:…) that expires within 24 more leases (they last 2 × the longest
+// lease, and an operator's ForceRelease sets them for 8 × the removed key's remaining life,
+// which an Extend makes up to 3 leases).
 func allowedLater(k string, ttl, lease time.Duration) bool {
 	switch {
 	case ttl <= 0:
@@ -512,7 +512,7 @@ func allowedLater(k string, ttl, lease time.Duration) bool {
 	case strings.HasSuffix(k, "}:fence"), strings.HasSuffix(k, "}:first"):
 		return true
 	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"):
-		return ttl <= 8*lease
+		return ttl <= 24*lease
 	}
 	return false
 }
