@@ -820,13 +820,7 @@ func TestWaiterWithAShorterLeaseIsServed(t *testing.T) {
 	arm, ran, open := gateScript(cp, "lock")
 	defer open()
 	arm()
-	tried := make(chan struct{})
-	go func() {
-		defer close(tried)
-		if o, ok, err := long.TryLock(ctx); err == nil && ok {
-			long.Unlock(o) //nolint:errcheck
-		}
-	}()
+	tried := tryInBackground(ctx, long)
 	recv(t, ran, "the TryLock's request")
 	got := make(chan error, 1)
 	go func() {
@@ -921,13 +915,7 @@ func TestWaiterPollsAtItsOwnLeasesPace(t *testing.T) {
 	arm, ran, open := gateScript(cp, "lock")
 	defer open()
 	arm()
-	tried := make(chan struct{})
-	go func() {
-		defer close(tried)
-		if o, ok, err := long.TryLock(ctx); err == nil && ok {
-			long.Unlock(o) //nolint:errcheck
-		}
-	}()
+	tried := tryInBackground(ctx, long)
 	recv(t, ran, "the TryLock's request")
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -940,4 +928,17 @@ func TestWaiterPollsAtItsOwnLeasesPace(t *testing.T) {
 	waitFor(t, func() bool { return asks.Load() > asked }) // and renews its entry (15 s: about 90 polls' worth)
 	cancel()
 	<-got
+}
+
+// tryInBackground runs one TryLock of l (unlocking at once if it got the lock) in a goroutine,
+// and returns a channel closed when it is done.
+func tryInBackground(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if o, ok, err := l.TryLock(ctx); err == nil && ok {
+			l.Unlock(o) //nolint:errcheck
+		}
+	}()
+	return done
 }

@@ -444,6 +444,27 @@ func TestReleaseNeverLowersTheCounterBelowItsHolding(t *testing.T) {
 	})
 }
 
+// A release of a holding that {K}:first does not name (its holding began by a script that did
+// not record it, as an older version's grant) leaves the counter where it is: the first token
+// of its holding is not known, so no token it reserved is given back.
+func TestReleaseWithoutItsFirstTokenKeepsTheCounter(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "nofirst")
+		la, r := a.lock(t, lc, true, 8)
+		if err := c.Set(ctx, processor.FirstKey(lc), "1|pb-1", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Last: r.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if in := inspect(t, a, lc); in.Fence != r.Token+7 {
+			t.Fatalf("fence %d after a release its first token does not name, want the block's end %d", in.Fence, r.Token+7)
+		}
+	})
+}
+
 // Tokens keep increasing when the counter is lost (as after an empty restart): they never
 // fall below the server's clock in microseconds.
 func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {

@@ -223,7 +223,6 @@ type swarm struct {
 
 	late, copies, drop   float64 // the chances of a request's fates
 	lateReply, loseReply float64 // and of a reply's
-	giveUp               float64 // of a caller giving up on a request in flight, per step
 }
 
 const lateMax = 20
