@@ -930,6 +930,87 @@ func TestWaiterPollsAtItsOwnLeasesPace(t *testing.T) {
 	<-got
 }
 
+// Processes that wait further back in line ask Redis seldom — a third of their entry's 2 s
+// life apart, where the first in line asks every third of the lease — and are still served
+// in the order they came, each by its grant (they listen on their channels, so a release
+// grants them the key however old their entries).
+func TestProcessesBackInLineAskSeldom(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	tg := target(t)
+	gh, _ := newGen(t)
+	lh := mustGen(t, gh, "BACKLINE", tg, lease)
+	ctx := ctxT(t, 60*time.Second)
+	h, err := lh.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 3
+	var (
+		asks  [waiters]*atomic.Int64
+		recs  [waiters]*howRecorder
+		locks [waiters]*dlock.DistributedReentrantLock
+		got   [waiters]<-chan *dlock.Owner
+		order = make(chan int, waiters)
+	)
+	for i := range waiters {
+		recs[i] = &howRecorder{}
+		g, c := newGen(t, dlock.WithObserver(recs[i]))
+		asks[i] = countScript(c, "lock")
+		locks[i] = mustGen(t, g, "BACKLINE", tg, lease)
+		got[i] = lockAsync(t, locks[i], ctx)
+		waitFor(t, func() bool { st, _ := lh.State(ctx); return len(st.Waiting) == i+1 })
+		waitFor(t, func() bool { return g.Subscribed() == 1 && g.Confirmed() >= 1 })
+	}
+	time.Sleep(lease / 2) // each has asked since its subscription was confirmed: Redis hears it
+	var before [waiters]int64
+	for i := range waiters {
+		before[i] = asks[i].Load()
+	}
+	start := time.Now()
+	time.Sleep(3 * lease)
+	elapsed := time.Since(start)
+	for i := 1; i < waiters; i++ {
+		// a third of the entry's life (processor.EntryTTL: 2 s) apart, and two more for the edges
+		bound := 2 + int64(elapsed/(2*time.Second/3))
+		if n := asks[i].Load() - before[i]; n > bound {
+			t.Errorf("process %d in line asked %d times in %v, want at most %d", i+1, n, elapsed, bound)
+		}
+	}
+	t.Logf("asks in %v: first %d, then %d and %d", elapsed, asks[0].Load()-before[0], asks[1].Load()-before[1], asks[2].Load()-before[2])
+	if err := lh.Unlock(h); err != nil {
+		t.Fatal(err)
+	}
+	for range waiters {
+		select {
+		case o := <-got[0]:
+			order <- 0
+			locks[0].Unlock(o) //nolint:errcheck
+			got[0] = nil
+		case o := <-got[1]:
+			order <- 1
+			locks[1].Unlock(o) //nolint:errcheck
+			got[1] = nil
+		case o := <-got[2]:
+			order <- 2
+			locks[2].Unlock(o) //nolint:errcheck
+			got[2] = nil
+		case <-ctx.Done():
+			t.Fatal("the waiters were not all served")
+		}
+	}
+	for want := range waiters {
+		if i := <-order; i != want {
+			t.Fatalf("process %d served before process %d", i+1, want+1)
+		}
+		recs[want].mu.Lock()
+		how := recs[want].how
+		recs[want].mu.Unlock()
+		if len(how) != 1 || how[0] != dlock.HowNotified {
+			t.Errorf("process %d acquired by %v, want by its grant", want+1, how)
+		}
+	}
+}
+
 // tryInBackground runs one TryLock of l (unlocking at once if it got the lock) in a goroutine,
 // and returns a channel closed when it is done.
 func tryInBackground(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan struct{} {

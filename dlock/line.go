@@ -34,6 +34,13 @@ type line struct {
 	// Zero when unknown.
 	waited time.Time
 	seen   uint64
+	// rank is the process's place in line as that answer told it (0 for first, -1 unknown),
+	// heard whether Redis saw it listen on its channel of the key then, and holderUntil when
+	// the key it found held would expire unless renewed (zero when unknown). They set the
+	// pace of asking again (askBy).
+	rank        int
+	heard       bool
+	holderUntil time.Time
 	// granted is a grant heard while a request of the attempt was on its way (phase asking):
 	// its answer decides how it is counted.
 	granted *grant
@@ -60,7 +67,7 @@ type grant struct {
 func (st *lockState) open(cfg domain.DLockConfig, tokens int) *attempt {
 	if st.line.attempt == nil {
 		st.line.attempt = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: tokens}
-		st.line.waited, st.line.seen, st.line.granted = time.Time{}, 0, nil
+		st.line.forget()
 	}
 	return st.line.attempt
 }
@@ -68,15 +75,54 @@ func (st *lockState) open(cfg domain.DLockConfig, tokens int) *attempt {
 // closeAttempt forgets the open attempt (it became the tenure, or was settled). The caller
 // holds mu.
 func (st *lockState) closeAttempt() {
-	st.line.attempt, st.line.waited, st.line.seen, st.line.granted = nil, time.Time{}, 0, nil
+	st.line.attempt = nil
+	st.line.forget()
+}
+
+// forget forgets what the process learnt of its place in line with an attempt.
+func (l *line) forget() {
+	l.waited, l.seen, l.granted = time.Time{}, 0, nil
+	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
 }
 
 // waiting records the answer to a request of the open attempt, sent at sent, that showed it
-// waiting, with what it saw of fencing tokens.
-func (l *line) waiting(sent time.Time, seen uint64) {
-	if sent.After(l.waited) {
-		l.waited, l.seen = sent, seen
+// waiting, with what it saw of fencing tokens; s, when known, is what the answer said of the
+// key and the line.
+func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
+	if !sent.After(l.waited) {
+		return
 	}
+	l.waited, l.seen = sent, seen
+	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
+	if s != nil {
+		l.rank, l.heard = s.Rank, s.Heard
+		if s.Holder != "" && s.Life > 0 {
+			l.holderUntil = sent.Add(s.Life)
+		}
+	}
+}
+
+// askBy is when a process that waits with an attempt of lease lease, whose entry in line lives
+// entryTTL unless renewed, asks Redis again (lock.lua, by its retry poller) after the last
+// answer that showed it waiting. It asks a sixth of the lease after that answer unless the
+// answer showed Redis that it listens on its channel (it then hears its grant at once, and a
+// release grants it the key however old its entry), or processes not in line share the key
+// (foreign, Java DLock: their releases publish nothing). Else, first in line, it asks a third
+// of the lease after it, so that a grant leaves it more than half its lease (grantUsable), or
+// once the key it found held may have expired (a holder that died); further back, a third of
+// its entry's life after it, which keeps the entry alive: it is told when it becomes first.
+func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
+	switch {
+	case !l.heard || foreign || l.rank < 0:
+		return l.waited.Add(lease / 6)
+	case l.rank == 0:
+		by := l.waited.Add(lease / 3)
+		if !l.holderUntil.IsZero() && l.holderUntil.Before(by) {
+			by = l.holderUntil
+		}
+		return by
+	}
+	return l.waited.Add(entryTTL / 3)
 }
 
 // grantUsable reports whether a grant to the open attempt with the block from token can be
@@ -144,6 +190,19 @@ func (st *lockState) heardGrant(locker string, token uint64) {
 	case idle:
 		st.startGrantLocked(a, token)
 	}
+}
+
+// heardFirst handles a message that this process is first in line now (notifier): it asks
+// again at once if its last answer is older than its pace as first allows (askBy).
+func (st *lockState) heardFirst() {
+	st.mu.Lock()
+	if st.line.attempt == nil {
+		st.mu.Unlock()
+		return
+	}
+	st.line.rank = 0
+	st.mu.Unlock()
+	st.poller.StartAfter(0)
 }
 
 // heardRelease handles a message that the key was left free (notifier), or left free for a
@@ -238,18 +297,24 @@ func (st *lockState) Waiting() bool {
 	return st.ten == nil && st.q.HasWaiters()
 }
 
-// Poll implements threads.PollTarget. The first waiter asks Redis again (lock.lua with the
-// open attempt) when the process's entry has not been renewed for a sixth of the lease it
-// waits with: that keeps the entry fresh enough to be granted the key (GrantFresh is a
-// third), finds a grant whose message went unheard, and takes a key that came free without a
-// message (a crashed holder, Java DLock). Without notifications it asks every time. It polls
-// again when the entry next turns a sixth of the lease old.
+// Poll implements threads.PollTarget. It runs every sixth of the lease the process waits
+// with; the first waiter asks Redis again (lock.lua with the open attempt) when the pace
+// askBy sets is due: that keeps the entry alive, and fresh enough to be granted the key
+// (GrantFresh), finds a grant whose message went unheard, and takes a key that came free
+// without a message (a crashed holder, Java DLock). Without notifications it asks every time.
 func (st *lockState) Poll(context.Context) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	every := st.waitLeaseLocked() / 6
-	if since := time.Since(st.line.waited); st.g.notes != nil && since < every {
-		return every - since
+	lease := st.waitLeaseLocked()
+	every := lease / 6
+	if st.g.notes != nil {
+		entryTTL := processor.EntryTTL(st.cfg)
+		if a := st.line.attempt; a != nil {
+			entryTTL = processor.EntryTTL(a.cfg)
+		}
+		if by := st.line.askBy(lease, entryTTL, st.g.opts.gapEvery > 0); time.Now().Before(by) {
+			return min(time.Until(by), every)
+		}
 	}
 	st.signalLocked(HowPolled)
 	return every

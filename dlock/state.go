@@ -91,7 +91,7 @@ const blockSize = 1024
 type lockState struct {
 	g       *Generator
 	cfg     domain.DLockConfig // of the handle that brought the state into use: poll timing, line entries
-	channel string             // the release channel
+	channel string             // this process's release channel of the key
 	refs    int                // holdings, tenure, waiters and background jobs; guarded by g.mu
 
 	q      queue.Queue // the goroutines that wait, lock-free
@@ -109,7 +109,7 @@ type lockState struct {
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
-	st := &lockState{g: g, cfg: cfg, channel: processor.ReleaseChannel(cfg)}
+	st := &lockState{g: g, cfg: cfg, channel: processor.ProcessChannel(cfg, g.prefix)}
 	st.poller = threads.NewPoller(g.done, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
 	return st
 }
@@ -407,7 +407,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		}
 		if st.line.attempt == a {
 			st.line.queued = true
-			st.line.waiting(sent, res.Seen.Fence)
+			st.line.waiting(sent, res.Seen.Fence, &res.Seen)
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
 				st.gapLocked(res.Seen.Life)
 			}
@@ -484,7 +484,8 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		req.Yield, req.Check = true, st.g.newLocker()
 		req.Next, req.NextLease, req.NextTokens = next.locker, cfg.Lease(), next.tokens
 		// A yield may put this process back in line with next, whatever becomes of its reply.
-		st.line.attempt, st.line.queued, st.line.waited, st.line.seen, st.line.granted = next, true, time.Time{}, 0, nil
+		st.line.attempt, st.line.queued = next, true
+		st.line.forget()
 	}
 	st.mu.Unlock()
 
@@ -538,7 +539,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	case processor.Yielded:
 		st.g.log.Debug("dlock: yielded to the next process in line", zap.String("key", cfg.UniqueKey()))
 		if st.line.attempt == next {
-			st.line.waiting(sent, res.Token) // it ran before any grant to next could (whose token is above the one it granted)
+			st.line.waiting(sent, res.Token, &res.Seen) // it ran before any grant to next could (whose token is above the one it granted)
 		}
 		st.endTenureLocked(t)
 		st.grantedLocked(next)

@@ -115,6 +115,13 @@ type Sighting struct {
 	// after, a token above. A process that hears a grant tells by it whether its request
 	// that showed it waiting ran before that grant.
 	Fence uint64
+	// Rank is the process's place in line after a waiting attempt (0 for first), -1 when it
+	// does not stand in line.
+	Rank int
+	// Heard reports that Redis saw the process listen on its channel of the key
+	// (ProcessChannel) as it ran a waiting attempt: a release may grant the key to it however
+	// long ago it renewed its entry, since it hears the grant at once.
+	Heard bool
 }
 
 // LockRequest is an attempt to take the key.

@@ -146,13 +146,14 @@ const (
 
 // Options configures a RedisLockProcessor.
 type Options struct {
-	// Publish makes a release publish on the lock's release channel (ReleaseChannel) whom
-	// the key went to. Default false.
+	// Publish makes a release tell whom the key went to, on the channel of the process it
+	// went to (ProcessChannel), and when it was left free, on the channels of the processes
+	// in line. Default false.
 	Publish bool
 	// Mark is this process's name in the line of waiting processes: with Lock(Wait) a
-	// process that finds the key held joins the line, and a release reserves the key for the
-	// first process in line, which takes it with its own Lock. Default "": this process never
-	// joins the line (and is never reserved for).
+	// process that finds the key held joins the line, and a release grants the key to the
+	// first process in line that renewed its entry lately. Default "": this process never
+	// joins the line (and is never granted the key).
 	Mark string
 	// Replicas, when > 0, makes every acquisition and renewal wait until that many replicas
 	// have acknowledged it (WAIT, sent with the script on the same connection, since WAIT
@@ -185,10 +186,13 @@ type Message struct {
 	// left it free for a window of Gap in which only processes not in line may take it.
 	// Published as "R|<From>|<Gap ms>".
 	Released bool
-	From     string
-	Locker   string
-	Token    uint64
-	Gap      time.Duration
+	// First: a holder (From) granted the key to the process before this one, which is first
+	// in line now. Published as "F|<From>".
+	First  bool
+	From   string
+	Locker string
+	Token  uint64
+	Gap    time.Duration
 }
 
 // ParseMessage reads a message of a lock's channel; ok is false for anything else (such as a
@@ -199,6 +203,8 @@ func ParseMessage(payload string) (m Message, ok bool) {
 		return Message{}, false
 	}
 	switch kind {
+	case "F":
+		return Message{First: true, From: rest}, true
 	case "R":
 		i := strings.LastIndexByte(rest, '|')
 		if i < 0 {
@@ -370,8 +376,16 @@ func (p *RedisLockProcessor) acked(op, key string, acked int64) error {
 	return nil
 }
 
-// ReleaseChannel is the channel a release of cfg's lock is published on.
+// ReleaseChannel is the prefix of cfg's release channels: the scripts tell each process on a
+// channel of its own (ProcessChannel), so that a grant wakes only the process it goes to.
 func ReleaseChannel(cfg domain.DLockConfig) string { return cfg.SideKey(ReleaseSuffix) }
+
+// ProcessChannel is the channel on which the process whose mark is mark hears of cfg's lock:
+// a grant to it, the key left free while it stands in line, or an operator's removal of its
+// holding. It shares the lock key's Cluster slot.
+func ProcessChannel(cfg domain.DLockConfig, mark string) string {
+	return ReleaseChannel(cfg) + ":" + mark
+}
 
 // FenceKey is the key of cfg's fencing counter.
 func FenceKey(cfg domain.DLockConfig) string { return cfg.SideKey(FenceSuffix) }
@@ -633,10 +647,17 @@ func grantOf(vals []any, r *Result) {
 	}
 }
 
-// sighting reads {code, life, holder, seen} (what lock.lua found under a held key).
+// sighting reads {code, life, holder, seen, rank, heard} (what lock.lua found under a held
+// key).
 func sighting(vals []any) Sighting {
-	var s Sighting
-	if len(vals) == 4 {
+	s := Sighting{Rank: -1}
+	if len(vals) == 6 {
+		if r, ok := vals[4].(int64); ok {
+			s.Rank = int(r)
+		}
+		s.Heard = vals[5] == int64(1)
+	}
+	if len(vals) >= 4 {
 		if n, ok := vals[1].(int64); ok && n > 0 {
 			s.Life = time.Duration(n) * time.Millisecond
 		}
@@ -684,6 +705,13 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		r := Result{Outcome: Yielded}
 		vals, _ := res.Slice()
 		grantOf(vals, &r)
+		r.Seen = Sighting{Rank: -1}
+		if len(vals) == 6 {
+			if rank, ok := vals[4].(int64); ok {
+				r.Seen.Rank = int(rank)
+			}
+			r.Seen.Heard = vals[5] == int64(1)
+		}
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil

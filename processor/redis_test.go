@@ -204,41 +204,84 @@ func TestLineServesInOrder(t *testing.T) {
 	})
 }
 
-// A release publishes the grant: the locker it went to and the first of its block of tokens,
-// so that the process that waits with it holds the key without a further request.
-func TestReleasePublishesTheGrant(t *testing.T) {
+// A release tells the grant (the locker it went to and the first of its block of tokens) to
+// that process alone, on its own channel: it holds the key without a further request, and no
+// other process wakes. A key left free is told to every process in line; an operator's
+// removal is told to the removed holder's process as well.
+func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		lc := cfg(t, "pub")
-		ps := c.Subscribe(ctx, processor.ReleaseChannel(lc))
+		ps := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+":*")
 		defer ps.Close()
 		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
 			t.Fatal(err)
 		}
-		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
-		la, _ := a.lock(t, lc, true, 1)
-		lb, _ := b.lock(t, lc, true, 4)
-		a.release(t, lc, la)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		msg, err := ps.ReceiveMessage(rctx)
-		if err != nil {
-			t.Fatal(err)
+		// heard returns the next message and the mark of the process it was told to.
+		heard := func() (string, processor.Message) {
+			t.Helper()
+			msg, err := ps.ReceiveMessage(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, ok := processor.ParseMessage(msg.Payload)
+			if !ok {
+				t.Fatalf("message %q", msg.Payload)
+			}
+			return strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"), m
 		}
-		m, ok := processor.ParseMessage(msg.Payload)
-		if !ok || !m.Granted || m.From != la || m.Locker != lb || m.Token == 0 {
-			t.Fatalf("message %q", msg.Payload)
-		}
-		if in := inspect(t, a, lc); in.Holder != lb || in.Fence != m.Token+3 {
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		la, _ := a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 4)
+		ld, _ := d.lock(t, lc, true, 1)
+		a.release(t, lc, la)
+		if to, m := heard(); to != "pb-" || !m.Granted || m.From != la || m.Locker != lb || m.Token == 0 {
+			t.Fatalf("told %s %+v, want the grant to pb- alone", to, m)
+		} else if in := inspect(t, a, lc); in.Holder != lb || in.Fence != m.Token+3 {
 			t.Fatalf("after the grant: %+v (token %d)", in, m.Token)
 		}
-		b.release(t, lc, lb)
-		msg, err = ps.ReceiveMessage(rctx)
+		if r, err := a.ForceRelease(ctx, lc, lb); err != nil || r.Next != ld {
+			t.Fatalf("force = %+v, %v; want granted to %s", r, err, ld)
+		}
+		got := map[string]processor.Message{}
+		for range 2 {
+			to, m := heard()
+			got[to] = m
+		}
+		if m := got["pd-"]; !m.Granted || m.From != lb || m.Locker != ld {
+			t.Fatalf("pd- was told %+v, want the grant", got)
+		}
+		if m := got["pb-"]; m != got["pd-"] {
+			t.Fatalf("pb- was told %+v, want the grant that removed its holding", got)
+		}
+		lb2, _ := b.lock(t, lc, true, 1)
+		gapped, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "pd-", GapEvery: time.Minute, GapWindow: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Released || m.From != lb || m.Gap != 0 {
-			t.Fatalf("message %q", msg.Payload)
+		if r, err := gapped.Unlock(ctx, lc, processor.ReleaseRequest{Locker: ld}); err != nil || r.Next != "" || r.Gap != 200*time.Millisecond {
+			t.Fatalf("release = %+v, %v; want the key left free for a window", r, err)
+		}
+		if to, m := heard(); to != "pb-" || !m.Released || m.From != ld || m.Gap != 200*time.Millisecond {
+			t.Fatalf("told %s %+v, want the window told to pb-, in line", to, m)
+		}
+		time.Sleep(210 * time.Millisecond) // the window ends
+		la2, _ := a.lock(t, lc, true, 1)
+		b.lockWith(t, lc, lb2, true, 1)
+		a.release(t, lc, la2)
+		if to, m := heard(); to != "pb-" || !m.Granted || m.Locker != lb2 {
+			t.Fatalf("told %s %+v, want the grant to pb-", to, m)
+		}
+		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb2}); err != nil { // it no longer wants it
+			t.Fatal(err)
+		}
+		if to, m := heard(); to != "pb-" || !m.Released || m.From != lb2 {
+			t.Fatalf("told %s %+v, want the leave that let its grant go told to pb-", to, m)
+		}
+		if in := inspect(t, a, lc); in.Holder != "" || len(in.Waiting) != 0 {
+			t.Fatalf("left behind: %+v", in)
 		}
 	})
 }
@@ -278,6 +321,76 @@ func TestGrantSkipsAStaleEntry(t *testing.T) {
 	}
 	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-"}) {
 		t.Fatalf("line %v, want pb- still in it", in.Waiting)
+	}
+}
+
+// A process that listens on its channel of the key is granted it however long ago it renewed
+// its entry: it hears the grant at once, and a dead process's subscription is gone. Its
+// waiting attempts learn its place in line and that Redis hears it; the process first in line
+// after a grant is told so when its entry is older than a sixth of its lease.
+func TestGrantGoesToAProcessThatListens(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	ctx := context.Background()
+	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+	lc, _ := domain.NewDLockConfig("PROC", "listen-"+t.Name(), 300*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	la, _ := a.lock(t, slow, true, 1)
+	lb, rb := b.lock(t, lc, true, 1)
+	if rb.Seen.Rank != 0 || rb.Seen.Heard {
+		t.Fatalf("pb- waits with %+v, want first in line and not heard", rb.Seen)
+	}
+	ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"))
+	defer ps.Close()
+	for range 2 {
+		if _, err := ps.Receive(ctx); err != nil { // the confirmations
+			t.Fatal(err)
+		}
+	}
+	if r := b.lockWith(t, lc, lb, true, 1); r.Seen.Rank != 0 || !r.Seen.Heard {
+		t.Fatalf("pb- asks again: %+v, want first in line and heard", r.Seen)
+	}
+	_, rd := d.lock(t, lc, true, 1)
+	if rd.Seen.Rank != 1 || !rd.Seen.Heard {
+		t.Fatalf("pd- waits with %+v, want second in line and heard", rd.Seen)
+	}
+	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond) // neither renews its entry
+	if r := a.release(t, slow, la); r.Next != lb {
+		t.Fatalf("release = %+v, want granted to %s (it listens)", r, lb)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, want := range []string{"pb-", "pd-"} {
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := processor.ParseMessage(msg.Payload)
+		switch to := strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"); {
+		case to != want:
+			t.Fatalf("%q told to %s, want a message to %s", msg.Payload, to, want)
+		case want == "pb-" && !m.Granted, want == "pd-" && (!m.First || m.From != la):
+			t.Fatalf("%q told to %s", msg.Payload, to)
+		}
+	}
+	ps.Close()
+	waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+	if r := b.release(t, lc, lb); r.Next != "" {
+		t.Fatalf("release = %+v, want pd- skipped: stale, and nobody listens", r)
+	}
+}
+
+// waitForNoSubscriber waits until Redis dropped channel's subscriptions.
+func waitForNoSubscriber(t *testing.T, c *redis.Client, channel string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := c.PubSubNumSub(context.Background(), channel).Result()
+		if err == nil && n[channel] == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has subscribers: %v %v", channel, n, err)
+		}
 	}
 }
 

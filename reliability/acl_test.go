@@ -31,7 +31,8 @@ import (
 // Keys: DLOCK_<type>_<target> and, beside it, {DLOCK_<type>_<target>}:fence, :line,
 // :want, :gap, :done:<owner>, :check:<owner> and :forced:<owner>, or
 // DLOCK_<type>_<target>:fence (and so on) when the key holds a hash tag of its own; the release
-// channel is {DLOCK_<type>_<target>}:released, or DLOCK_<type>_<target>:released likewise.
+// channels are {DLOCK_<type>_<target>}:released:<mark>, one per process, or
+// DLOCK_<type>_<target>:released:<mark> likewise.
 //
 // The two tests below fail when the code drifts from this set: TestACLLeastPrivilege when dlock
 // is refused a command or does not use one it is allowed, TestACLEveryCommandNeeded when a
@@ -42,7 +43,7 @@ const aclUser, aclPassword = "dlock", "dlock-acl-test-password"
 // aclCommands is what dlock needs.
 var aclCommands = []string{
 	"evalsha", "eval", "set", "get", "del", "pexpire", "pttl", "publish", "time",
-	"zadd", "zrem", "zrange", "hset", "hget", "hdel",
+	"zadd", "zrem", "zrange", "zrank", "hset", "hget", "hdel", "pubsub|numsub",
 	"subscribe", "unsubscribe", "ping",
 }
 
@@ -52,7 +53,7 @@ func aclRules(commands []string) []string {
 	for _, c := range commands {
 		rules = append(rules, "+"+c)
 	}
-	return append(rules, "~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released", "&DLOCK_*:released")
+	return append(rules, "~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released:*", "&DLOCK_*:released:*")
 }
 
 // aclSetup starts a server with the dlock user allowed commands; it returns an admin client

@@ -390,8 +390,9 @@ func (w *world) published(r *request, out outcome) {
 	} else {
 		what = fmt.Sprintf("R|%s|%d", m.From, m.Gap.Milliseconds())
 	}
+	told := w.toldOf(r, m)
 	for _, p := range w.procs {
-		if p.dead {
+		if p.dead || !told[p.mark] {
 			continue
 		}
 		n := &note{to: p, m: m, what: what, at: w.step}
@@ -403,6 +404,31 @@ func (w *world) published(r *request, out outcome) {
 		}
 		w.msgs = append(w.msgs, n)
 	}
+}
+
+// toldOf returns the marks of the processes that hear m, as the scripts publish it (each
+// process on a channel of its own): a grant the process it goes to, a key left free the
+// processes in line after it ran; a leave's or an operator's pass the process of the locker
+// it let go too.
+func (w *world) toldOf(r *request, m processor.Message) map[string]bool {
+	told := map[string]bool{}
+	if m.Granted {
+		owner, _ := processor.SplitLocker(m.Locker)
+		told[owner] = true
+	} else {
+		marks, err := w.be.client().ZRange(context.Background(), processor.LineKey(w.cfg), 0, -1).Result()
+		if err != nil {
+			w.note("reading the line failed: %v (nobody in line is told)", err)
+		}
+		for _, mk := range marks {
+			told[mk] = true
+		}
+	}
+	if r.purpose == pLeave || r.purpose == pForce {
+		owner, _ := processor.SplitLocker(m.From)
+		told[owner] = true
+	}
+	return told
 }
 
 // hear hands message i to its process, or loses it.

@@ -18,4 +18,8 @@ end
 A.done_ttl = math.max(tonumber(A.done_ttl), 8 * redis.call('pttl', K))
 settle(A.seq)
 redis.call('set', FORCED, A.locker, 'PX', A.done_ttl)
-return passed(1, A.locker)
+local owner = ''
+if A.seq ~= '' then
+    owner = OWNER -- its holder learns of the loss at once
+end
+return passed(1, A.locker, owner)

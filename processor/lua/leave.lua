@@ -11,6 +11,6 @@ settle(upto) -- (which takes its entry out of the line, unless a later attempt m
 local holder = redis.call('get', K)
 local n = numberOf(holder, mark)
 if n and upto ~= '' and n <= tonumber(upto) then
-    return passed(2, holder)
+    return passed(2, holder, mark)
 end
 return {1}

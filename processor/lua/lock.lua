@@ -9,9 +9,11 @@
 -- copy, refused (it must not put its process in line behind itself).
 -- Arguments: locker, seq, lease, mark, wait, tokens, fence_ttl, entry_ttl, done_ttl, gap_every,
 -- gap_window, channel, publish.
--- Returns {1, first token} when taken; {0, life, holder, seen} when held by another: the key's
--- remaining life in milliseconds, the value under it, and the fencing counter or the server
--- clock in µs, the larger; {-1, 0} when this acquisition was settled already, or is stale.
+-- Returns {1, first token} when taken; {0, life, holder, seen, rank, heard} when held by
+-- another: the key's remaining life in milliseconds, the value under it, the fencing counter or
+-- the server clock in µs, the larger, and for a waiting attempt its process's place in line
+-- (0 for first; -1 when not in line) and 1 if the process listens on its channel of the key
+-- (else 0); {-1, 0} when this acquisition was settled already, or is stale.
 local locker, seq, mark = A.locker, A.seq, A.mark
 if settled(seq) then
     lengthen(DONE, A.done_ttl) -- a copy came: others may follow; the mark outlives the last by its life
@@ -39,8 +41,13 @@ if not holder and not gapOpen() then
     end
     return {1, tokens(A.tokens, locker)}
 end
+local rank, heard = -1, 0
 if A.wait == '1' and mark ~= '' then
     enqueue(mark, locker, A.lease, A.tokens)
+    rank = redis.call('zrank', LINE, mark)
+    if hears(mark) then
+        heard = 1
+    end
 else
     settle(seq)
 end
@@ -51,4 +58,4 @@ end
 -- Every grant made before this request carried a token below seen; every grant after it, a
 -- token above: the process tells a grant it hears from one that came and went unheard.
 local seen = math.max(counter(), NOW_US)
-return {0, life, holder, string.format('%.0f', seen)}
+return {0, life, holder, string.format('%.0f', seen), rank, heard}

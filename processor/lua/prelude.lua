@@ -47,7 +47,7 @@ local NAMES = {
     'done_ttl',    -- how long a settled mark lasts, ms
     'gap_every',   -- the period between windows left free for processes not in line ('': none), ms
     'gap_window',  -- each window's length, ms
-    'channel',     -- the release channel ('' to publish nothing)
+    'channel',     -- the release channels' prefix: a process hears on <channel>:<mark> ('' to publish nothing)
     'publish',     -- the command that publishes: 'publish', or 'spublish' for sharded channels
     'max_listed',  -- inspect: how many entries of the line to list at most
 }
@@ -141,8 +141,11 @@ local function unreserve(locker, last)
         return
     end
     local floor = math.max(tonumber(last), tonumber(first) - 1)
+    if counter() <= floor then
+        return -- (every token reserved was used)
+    end
     local keep = redis.call('pttl', FENCE)
-    if counter() > floor and keep > 0 then
+    if keep > 0 then
         fence = floor
         redis.call('set', FENCE, string.format('%.0f', floor), 'PX', keep)
     end
@@ -183,15 +186,31 @@ local function waiting(mark)
     return locker, lease, n, renewed
 end
 
--- live returns the first process in line that renewed its entry within a third of its lease,
--- and what it waits with; on the way it drops the entries whose time ran out (their processes
--- stopped renewing them). Entries that are alive but not fresh stay in their place.
+-- hears reports whether the process named m listens on its channel of the key: it is alive
+-- and hears a grant at once (Redis drops a subscription as its connection closes, which a
+-- process's death does).
+local function hears(m)
+    if A.channel == '' then
+        return false
+    end
+    local count = 'numsub'
+    if A.publish == 'spublish' then
+        count = 'shardnumsub'
+    end
+    local r = redis.pcall('pubsub', count, A.channel .. ':' .. m)
+    return type(r) == 'table' and tonumber(r[2]) > 0 -- (a user not allowed it: nobody is heard)
+end
+
+-- live returns the first process in line that renewed its entry within a third of its lease
+-- or listens on its channel, and what it waits with; on the way it drops the entries whose
+-- time ran out (their processes stopped renewing them). Entries that are alive but neither
+-- stay in their place.
 local function live()
     for _, m in ipairs(redis.call('zrange', LINE, 0, 15)) do
         local locker, lease, n, renewed = waiting(m)
         if not locker then
             dequeue(m)
-        elseif NOW_MS - renewed <= math.floor(tonumber(lease) / 3) then
+        elseif NOW_MS - renewed <= math.floor(tonumber(lease) / 3) or hears(m) then
             return m, locker, lease, n
         end
     end
@@ -219,11 +238,27 @@ local function settle(seq)
     end
 end
 
--- publish tells the processes that wait.
-local function publish(message)
-    if A.channel ~= '' then
-        redis.call(A.publish, A.channel, message)
+-- tell publishes message to each process named in marks once: every process hears the key's
+-- messages on a channel of its own (channel .. ':' .. its mark), so that a grant wakes only
+-- the process it goes to.
+local function tell(message, marks)
+    if A.channel == '' then
+        return
     end
+    local told = {}
+    for _, m in ipairs(marks) do
+        if m ~= '' and not told[m] then
+            told[m] = true
+            redis.call(A.publish, A.channel .. ':' .. m, message)
+        end
+    end
+end
+
+-- inLine returns the processes in line, then also.
+local function inLine(also)
+    local marks = redis.call('zrange', LINE, 0, -1)
+    marks[#marks + 1] = also
+    return marks
 end
 
 -- gapOpen reports whether the key is inside a window left free for processes not in line.
@@ -232,18 +267,34 @@ local function gapOpen()
     return ends and tonumber(ends) > NOW_MS
 end
 
+-- firstNow tells the process now first in line, 'F|<from>', if its entry was renewed more than
+-- a sixth of its lease ago: it asks again at once, so that a grant finds it fresh and usable,
+-- and from then on asks every third of its lease (a process further back asks seldom).
+local function firstNow(from)
+    local head = redis.call('zrange', LINE, 0, 0)[1]
+    if not head then
+        return
+    end
+    local _, lease, _, renewed = waiting(head)
+    if lease and NOW_MS - renewed > math.floor(tonumber(lease) / 6) then
+        tell('F|' .. from, {head})
+    end
+end
+
 -- pass lets the key go after its holder (from) gave it up: granted to the first process in line
 -- that renewed its entry within a third of its lease (one that stopped renewing may have
 -- died), which then holds it with the locker it waits with, its lease and a block of fencing
 -- tokens, without a further request: 'G|<from>|<locker>|<first token>' tells it. The entries
 -- before it stay. When nobody can be granted it, or a window for processes not in line is due
--- (gap_every), the key is left free: 'R|<from>|<window ms>'. It returns the locker granted (or
--- ''), the first token of its block (or 0) and the window (ms, 0 for none).
-local function pass(from)
+-- (gap_every), the key is left free: 'R|<from>|<window ms>' tells every process in line. The
+-- process of from (its mark, fromMark, '' for none) is told too: it did not ask for this (a
+-- leave, an operator's removal). It returns the locker granted (or ''), the first token of its
+-- block (or 0) and the window (ms, 0 for none).
+local function pass(from, fromMark)
     if A.gap_every ~= '' and not redis.call('get', GAP) then
         redis.call('set', GAP, NOW_MS + tonumber(A.gap_window), 'PX', A.gap_every)
         redis.call('del', K)
-        publish('R|' .. from .. '|' .. A.gap_window)
+        tell('R|' .. from .. '|' .. A.gap_window, inLine(fromMark))
         return '', 0, tonumber(A.gap_window)
     end
     local m, locker, lease, n = live()
@@ -251,16 +302,17 @@ local function pass(from)
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
         dequeue(m)
-        publish('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first))
+        tell('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first), {m, fromMark})
+        firstNow(from)
         return locker, first, 0
     end
     redis.call('del', K)
-    publish('R|' .. from .. '|0')
+    tell('R|' .. from .. '|0', inLine(fromMark))
     return '', 0, 0
 end
 
 -- passed is the reply of a script that let the key go: code, then what pass returned.
-local function passed(code, from)
-    local locker, first, gap = pass(from)
+local function passed(code, from, fromMark)
+    local locker, first, gap = pass(from, fromMark)
     return {code, locker, first, gap}
 end

@@ -20,4 +20,4 @@ if redis.call('get', K) ~= locker then
 end
 unreserve(locker, A.last)
 settle(seq)
-return passed(1, locker)
+return passed(1, locker, '')
