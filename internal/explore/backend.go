@@ -30,6 +30,9 @@ type backend interface {
 	// slack is how far a snapshot's times may be off: none where the explorer owns the
 	// clock; on a server, PTTL's millisecond and the time that passes while it is read.
 	slack() time.Duration
+	// listen subscribes to channel, as a process that waits does, until stop; ok is false
+	// where the explorer does not model subscriptions (a redis-server).
+	listen(channel string) (stop func(), ok bool)
 	close()
 }
 
@@ -41,6 +44,9 @@ type mini struct {
 	c   *redis.Client
 	at  time.Time
 	ctx context.Context
+	// subs holds a subscriber per channel, made once and kept across schedules (miniredis
+	// never forgets a subscriber); each drains what is published to it.
+	subs map[string]*miniredis.Subscriber
 }
 
 func newMini() (*mini, error) {
@@ -48,7 +54,8 @@ func newMini() (*mini, error) {
 	if err := m.Start(); err != nil {
 		return nil, err
 	}
-	b := &mini{m: m, c: redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, PoolSize: 1}), ctx: context.Background()}
+	b := &mini{m: m, c: redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, PoolSize: 1}), ctx: context.Background(),
+		subs: map[string]*miniredis.Subscriber{}}
 	b.reset()
 	return b, nil
 }
@@ -67,13 +74,34 @@ func (b *mini) flush() { b.m.FlushAll() }
 
 func (b *mini) slack() time.Duration { return 0 }
 
+func (b *mini) listen(channel string) (func(), bool) {
+	sub := b.subs[channel]
+	if sub == nil {
+		sub = b.m.NewSubscriber()
+		b.subs[channel] = sub
+		go func() {
+			for range sub.Messages() { // (the explorer delivers messages itself)
+			}
+		}()
+	}
+	sub.Subscribe(channel)
+	return func() { sub.Unsubscribe(channel) }, true
+}
+
 func (b *mini) reset() {
+	for ch, sub := range b.subs {
+		sub.Unsubscribe(ch)
+	}
 	b.m.FlushAll()
 	b.at = epoch
 	b.m.SetTime(b.at)
 }
 
 func (b *mini) close() {
+	for ch, sub := range b.subs {
+		sub.Unsubscribe(ch)
+		sub.Close()
+	}
 	_ = b.c.Close()
 	b.m.Close()
 }
@@ -123,14 +151,15 @@ func newServer(addr string) *server {
 	return &server{c: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 1})}
 }
 
-func (b *server) client() *redis.Client { return b.c }
-func (b *server) owned() bool           { return false }
-func (b *server) now() time.Time        { return time.Now() }
-func (b *server) advance(time.Duration) {}
-func (b *server) flush()                { b.c.FlushAll(context.Background()) }
-func (b *server) reset()                { b.flush() }
-func (b *server) close()                { _ = b.c.Close() }
-func (b *server) slack() time.Duration  { return 10 * time.Millisecond }
+func (b *server) client() *redis.Client        { return b.c }
+func (b *server) owned() bool                  { return false }
+func (b *server) now() time.Time               { return time.Now() }
+func (b *server) advance(time.Duration)        {}
+func (b *server) flush()                       { b.c.FlushAll(context.Background()) }
+func (b *server) reset()                       { b.flush() }
+func (b *server) close()                       { _ = b.c.Close() }
+func (b *server) listen(string) (func(), bool) { return func() {}, false }
+func (b *server) slack() time.Duration         { return 10 * time.Millisecond }
 
 func (b *server) snapshot() (snapshot, error) {
 	ctx := context.Background()

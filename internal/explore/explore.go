@@ -16,6 +16,7 @@
 package explore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -467,9 +468,19 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 		if err != nil {
 			return nil, err
 		}
-		w.procs = append(w.procs, &proc{w: w, name: name, mark: "p" + strings.ToLower(name) + "-", pr: pr, heardFrom: map[string]bool{}})
+		p := &proc{w: w, name: name, mark: "p" + strings.ToLower(name) + "-", pr: pr, heardFrom: map[string]bool{}}
+		if seed>>(8+i)&1 == 1 { // (bits of the seed, not draws: the swarm's draws stay as they were)
+			p.unlisten, p.listening = e.be.listen(processor.ProcessChannel(cfg, p.mark))
+		}
+		w.procs = append(w.procs, p)
 	}
-	w.note("%d processes; hand-off limit %v; lease %v", w.sw.procs, w.sw.handOff, e.opt.Lease)
+	listen := ""
+	for _, p := range w.procs {
+		if p.listening {
+			listen += " " + p.name
+		}
+	}
+	w.note("%d processes; hand-off limit %v; lease %v; listening on their channels:%s", w.sw.procs, w.sw.handOff, e.opt.Lease, cmp.Or(listen, " none"))
 
 	w.rng = walk // plans the network for every request, the replayed ones' included
 	for i := 0; w.violation == nil; i++ {

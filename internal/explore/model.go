@@ -54,6 +54,10 @@ type proc struct {
 	restartLeak bool // a request it sent before an empty restart ran after it (the documented window)
 	dead        bool // crashed (kill -9)
 	closed      bool // Generator.Close ran
+	// listening says the process is subscribed to its channel of the key (Redis counts it:
+	// a release may grant it the key however old its entry); unlisten ends that.
+	listening bool
+	unlisten  func()
 }
 
 type phase uint8
@@ -438,6 +442,15 @@ func (p *proc) crash() {
 	p.w.note("%s crashes", p.name)
 	p.dead = true
 	p.owner, p.ten, p.waiters = nil, nil, nil
+	p.deaf() // Redis drops the subscription with the connection
+}
+
+// deaf ends the process's subscription (a crash, a Close).
+func (p *proc) deaf() {
+	if p.listening {
+		p.unlisten()
+		p.listening = false
+	}
 }
 
 // close: Generator.Close. The owner is told, the waiters end, the tenure is released.
@@ -459,6 +472,7 @@ func (p *proc) close() {
 	p.waiters = nil
 	p.abandon()
 	p.left()
+	p.deaf()
 }
 
 // tellOwner is the second half of a Close with the flaw CloseFreesFirst.

@@ -446,13 +446,20 @@ func (w *world) hear(i int, lost bool) {
 }
 
 // granted checks a grant as Redis made it: only to an acquisition that asked and did not end,
-// and whose process renewed its entry within a third of its lease (it may have died else).
+// and whose process listens on its channel or renewed its entry within a third of its lease
+// (it may have died else).
 func (w *world) granted(r *request, locker string) {
 	if e, ok := w.ended[locker]; ok && !w.outlived(e.step, e.at, e.life) {
 		w.fail(ruleGrant, "%s granted the key to %s, which ended at step %d (%s)", r.id, locker, e.step, e.why)
 	}
+	owner, _ := processor.SplitLocker(locker)
+	for _, p := range w.procs {
+		if p.mark == owner && p.listening {
+			return
+		}
+	}
 	if e, ok := w.entries[locker]; !ok || w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3 {
-		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v)", r.id, locker, w.now().Sub(e.at), e.lease)
+		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v) and whose process does not listen", r.id, locker, w.now().Sub(e.at), e.lease)
 	}
 }
 
