@@ -34,3 +34,25 @@ func TestHistQuantile(t *testing.T) {
 		t.Error("extreme values not clamped into the first and last buckets")
 	}
 }
+
+// A read-write lock's holds breach it when a write overlaps any hold; reads may overlap each
+// other. A semaphore's, when more than k are on at once.
+func TestFamilyOverlaps(t *testing.T) {
+	rw := []workerResult{
+		{SharedHolds: []int64{0, 10, 5, 15}, Holds: []int64{20, 30}}, // reads together, then a write
+		{SharedHolds: []int64{25, 26}, Holds: []int64{29, 40}},        // a read in the write; a write in the write
+	}
+	if n := overlapsRW(rw); n != 2 {
+		t.Fatalf("overlapsRW = %d, want 2", n)
+	}
+	if n := overlapsRW(rw[:1]); n != 0 {
+		t.Fatalf("overlapsRW of proper holds = %d", n)
+	}
+	sem := []workerResult{{Holds: []int64{0, 10, 1, 10, 2, 10}}, {Holds: []int64{3, 5, 10, 12}}}
+	if n := overlapsK(sem, 3); n != 1 {
+		t.Fatalf("overlapsK(3) = %d, want 1 (the fourth at 3)", n)
+	}
+	if n := overlapsK(sem, 4); n != 0 {
+		t.Fatalf("overlapsK(4) = %d, want 0 (a hold that starts as another ends is not beside it)", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,23 @@ import (
 )
 
 // allImpls lists the implementations in the order they are run and drawn.
-var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync"}
+var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "redisson-rw", "redisson-sem"}
+
+// scenarioImpls lists, for each scenario, the implementations that can run it: the read-write
+// scenario needs a lock with a read side (the mutex runs it with its one side, as a baseline),
+// the semaphore one a semaphore.
+var scenarioImpls = map[string][]string{
+	"rw":  {"dlock", "redisson-rw"},
+	"sem": {"redisson-sem"},
+}
+
+// runs reports whether implementation impl can run scenario sc.
+func runs(sc, impl string) bool {
+	if own, ok := scenarioImpls[sc]; ok {
+		return slices.Contains(own, impl)
+	}
+	return impl != "redisson-rw" && impl != "redisson-sem"
+}
 
 // Locker takes the benchmark's one lock. Each goroutine has its own Locker.
 type Locker interface {
@@ -67,6 +84,10 @@ func newImpl(name string, client *redis.Client, lease time.Duration) (Impl, erro
 		return &redislockImpl{c: redislock.New(client), lease: lease}, nil
 	case "redsync":
 		return &redsyncImpl{rs: redsync.New(goredis.NewPool(client)), lease: lease}, nil
+	case "redisson-rw":
+		return newRedissonRW(client, lease)
+	case "redisson-sem":
+		return newRedissonSem(client, lease)
 	}
 	return nil, fmt.Errorf("unknown implementation %q (want one of %v)", name, allImpls)
 }

@@ -2,7 +2,8 @@
 // and go-redsync on one Redis server, across real OS processes.
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR]
-//	         [--scenarios trip,hot,cross,handoff] [--impls dlock,dlock-poll,tradition,redislock,redsync]
+//	         [--scenarios trip,hot,cross,handoff,rw,sem]
+//	         [--impls dlock,dlock-poll,tradition,redislock,redsync,redisson-rw,redisson-sem]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
 //
 // Without --redis it starts its own redis-server on a free port and stops it at the end.
@@ -38,6 +39,10 @@ const lease = 60 * time.Millisecond
 // crossHold is the work inside the lock in the cross scenario: a short hold.
 const crossHold = 100 * time.Microsecond
 
+// familyHold is the hold of the rw rows, a tenth of it the sem rows': spent waiting, as on a
+// call to another service.
+const familyHold = time.Millisecond
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "--worker" {
 		if err := runWorker(os.Args[1:]); err != nil {
@@ -58,7 +63,7 @@ func run() error {
 		jsonOut   = flag.Bool("json", false, "print one JSON object per row on stdout instead of tables")
 		addr      = flag.String("redis", "", "use this Redis (host:port) instead of starting one; it is FLUSHALLed between rows")
 		outDir    = flag.String("out", "", "write results.jsonl and the plots in this directory")
-		scenarios = flag.String("scenarios", "trip,hot,cross,handoff", "scenarios to run")
+		scenarios = flag.String("scenarios", "trip,hot,cross,handoff,rw,sem", "scenarios to run")
 		impls     = flag.String("impls", strings.Join(allImpls, ","), "implementations to run")
 		plotFrom  = flag.String("plot", "", "only redraw plots (into --out) and print tables from this results.jsonl")
 	)
@@ -177,6 +182,9 @@ func plan(quick bool, scenarios, impls []string) ([]spec, error) {
 			for _, procs := range []int{1, 2, 4} {
 				for _, c := range concs {
 					for _, impl := range impls {
+						if !runs(sc, impl) {
+							continue
+						}
 						if quick && impl == "dlock-poll" && len(impls) == len(allImpls) {
 							continue // time: by default --quick covers dlock-poll in hot and handoff only
 						}
@@ -188,25 +196,43 @@ func plan(quick bool, scenarios, impls []string) ([]spec, error) {
 		case "hot":
 			for _, pg := range [][2]int{{1, 64}, {4, 16}, {16, 4}} {
 				for _, impl := range impls {
-					specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: pg[0], Goroutines: pg[0] * pg[1],
-						Lease: lease, Warmup: warmup, Window: window})
+					if runs(sc, impl) {
+						specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: pg[0], Goroutines: pg[0] * pg[1],
+							Lease: lease, Warmup: warmup, Window: window})
+					}
 				}
 			}
 		case "cross":
 			// One goroutine per process: every acquisition goes from process to process.
 			for _, procs := range []int{2, 4, 8, 16} {
 				for _, impl := range impls {
-					specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: procs, Goroutines: procs,
-						Work: crossHold, Lease: lease, Warmup: warmup, Window: window})
+					if runs(sc, impl) {
+						specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: procs, Goroutines: procs,
+							Work: crossHold, Lease: lease, Warmup: warmup, Window: window})
+					}
 				}
 			}
 		case "handoff":
 			for _, impl := range impls {
-				specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: 2, Goroutines: 2,
-					Lease: lease, Window: handoffCap, Handoffs: handoffs})
+				if runs(sc, impl) {
+					specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: 2, Goroutines: 2,
+						Lease: lease, Window: handoffCap, Handoffs: handoffs})
+				}
+			}
+		case "rw", "sem":
+			// rw: 95 % reads; sem: semPermits permits. The hold is spent waiting (a call to
+			// another service), so it is the lock that bounds what runs at once.
+			reads, hold := map[string]int{"rw": 95, "sem": 0}[sc], map[string]time.Duration{"rw": familyHold, "sem": familyHold / 10}[sc]
+			for _, pg := range [][2]int{{4, 16}} {
+				for _, impl := range impls {
+					if runs(sc, impl) {
+						specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: pg[0], Goroutines: pg[0] * pg[1],
+							Work: hold, Idle: true, Reads: reads, Lease: lease, Warmup: warmup, Window: window})
+					}
+				}
 			}
 		default:
-			return nil, fmt.Errorf("unknown scenario %q (want trip, hot, cross, handoff)", sc)
+			return nil, fmt.Errorf("unknown scenario %q (want trip, hot, cross, handoff, rw, sem)", sc)
 		}
 	}
 	return specs, nil

@@ -108,9 +108,11 @@ func printTables(w io.Writer, rows []Row) {
 			}
 		}
 	}
-	var hot, cross, handoff []Row
+	var hot, cross, handoff, family []Row
 	for _, r := range rows {
 		switch r.Scenario {
+		case "rw", "sem":
+			family = append(family, r)
 		case "hot":
 			hot = append(hot, r)
 		case "cross":
@@ -136,6 +138,16 @@ func printTables(w io.Writer, rows []Row) {
 		for _, r := range cross {
 			fmt.Fprintf(w, "| %d | %s | %.0f | %s | %.2f | %.2f | %d–%d | %d | %d | %d |\n", r.Procs, r.Impl, r.TPS, opt(r.WaitP99Us, "%.0f"),
 				r.CmdsPerAcq, r.RedisCallsPerAcq, r.MinPerProc, r.MaxPerProc, r.Errors, r.Retries, r.Overlaps)
+		}
+	}
+	if len(family) > 0 {
+		fmt.Fprintln(w, "\n#### rw and sem: the lock family (rw: 95 % reads; sem: 4 permits; the hold spent waiting)")
+		fmt.Fprintln(w, "\n| scenario | processes × goroutines | impl | acquisitions/s | wait p99 µs | cmds/acq | redis calls/acq | min–max/goroutine | min–max/process | errors | overlaps |")
+		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, r := range family {
+			fmt.Fprintf(w, "| %s | %d × %d | %s | %.0f | %s | %.2f | %.2f | %d–%d | %d–%d | %d | %d |\n", r.Scenario, r.Procs, r.Goroutines/max(r.Procs, 1),
+				r.Impl, r.TPS, opt(r.WaitP99Us, "%.0f"), r.CmdsPerAcq, r.RedisCallsPerAcq, r.MinPerGoroutine, r.MaxPerGoroutine,
+				r.MinPerProc, r.MaxPerProc, r.Errors, r.Overlaps)
 		}
 	}
 	if len(handoff) > 0 {

@@ -19,7 +19,7 @@ import (
 
 // Row is one measured point; it is printed as one JSON line with --json.
 type Row struct {
-	Scenario         string  `json:"scenario"` // trip, hot, cross or handoff
+	Scenario         string  `json:"scenario"` // trip, hot, cross, handoff, rw or sem
 	Impl             string  `json:"impl"`
 	Procs            int     `json:"procs"`
 	Goroutines       int     `json:"goroutines"` // total over the processes
@@ -46,7 +46,7 @@ type Row struct {
 	WorkActualMs     float64 `json:"work_actual_ms,omitempty"` // mean measured work time
 	Errors           int64   `json:"errors"`
 	Retries          int64   `json:"retries"`  // redsync Lock calls that gave up and were retried
-	Overlaps         int64   `json:"overlaps"` // holds that began before another hold (any process) ended
+	Overlaps         int64   `json:"overlaps"` // holds that began before another hold (any process) ended; rw: a write beside any hold, a read beside a write; sem: a hold that began while semPermits others were held
 	FirstErr         string  `json:"first_err,omitempty"`
 	Load1            float64 `json:"load1"` // the machine's 1-minute load average after the row
 }
@@ -62,6 +62,8 @@ type spec struct {
 	Warmup     time.Duration // loop rows: run before the measured window
 	Window     time.Duration // loop rows: the measured window; handoff: the time cap
 	Handoffs   int
+	Reads      int  // rw: the percentage of acquisitions that take the read side
+	Idle       bool // the work is spent waiting, not computing
 }
 
 // runner runs rows against one Redis server.
@@ -139,7 +141,7 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 	}()
 	for i := range workers {
 		a := workerArgs{Impl: s.Impl, Mode: mode, Redis: r.addr, Goroutines: s.Goroutines / s.Procs,
-			Work: s.Work, Lease: s.Lease, ID: i, Handoffs: s.Handoffs}
+			Work: s.Work, Lease: s.Lease, ID: i, Handoffs: s.Handoffs, Reads: s.Reads, Idle: s.Idle}
 		cmd := exec.CommandContext(wctx, r.exe, a.flags()...)
 		cmd.Stderr = os.Stderr
 		if extra != nil {
@@ -276,7 +278,14 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 		}
 	}
 	row.MinPerGoroutine, row.MinPerProc = max(row.MinPerGoroutine, 0), max(row.MinPerProc, 0)
-	row.Overlaps = overlaps(results)
+	switch s.Scenario {
+	case "rw":
+		row.Overlaps = overlapsRW(results)
+	case "sem":
+		row.Overlaps = overlapsK(results, semPermits)
+	default:
+		row.Overlaps = overlaps(results)
+	}
 	row.WaitP99Us = waits.quantile(0.99)
 	if s.Scenario == "handoff" { // every acquisition of the run, including the first
 		acq, cmds = 0, 0
@@ -354,6 +363,63 @@ func overlaps(results []workerResult) int64 {
 			n++
 		}
 		end = max(end, h[1])
+	}
+	return n
+}
+
+// overlapsRW counts the breaches of a read-write lock over all processes: a write hold that
+// began while any hold was on or during which a read began, and a read that began while a
+// write was on.
+func overlapsRW(results []workerResult) int64 {
+	type hold struct {
+		start, end int64
+		write      bool
+	}
+	var holds []hold
+	for _, r := range results {
+		for i := 0; i+1 < len(r.Holds); i += 2 {
+			holds = append(holds, hold{r.Holds[i], r.Holds[i+1], true})
+		}
+		for i := 0; i+1 < len(r.SharedHolds); i += 2 {
+			holds = append(holds, hold{r.SharedHolds[i], r.SharedHolds[i+1], false})
+		}
+	}
+	slices.SortFunc(holds, func(a, b hold) int { return cmp.Compare(a.start, b.start) })
+	var n, anyEnd, writeEnd int64
+	for _, h := range holds {
+		if h.start < writeEnd || (h.write && h.start < anyEnd) {
+			n++
+		}
+		anyEnd = max(anyEnd, h.end)
+		if h.write {
+			writeEnd = max(writeEnd, h.end)
+		}
+	}
+	return n
+}
+
+// overlapsK counts the holds, over all processes, that began while k others were on: more
+// than k holders of a semaphore's k permits at once.
+func overlapsK(results []workerResult, k int) int64 {
+	type event struct {
+		at    int64
+		delta int
+	}
+	var events []event
+	for _, r := range results {
+		for i := 0; i+1 < len(r.Holds); i += 2 {
+			events = append(events, event{r.Holds[i], 1}, event{r.Holds[i+1], -1})
+		}
+	}
+	// (an end and a start at the same instant: the end first)
+	slices.SortFunc(events, func(a, b event) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+	var n int64
+	on := 0
+	for _, e := range events {
+		on += e.delta
+		if e.delta > 0 && on > k {
+			n++
+		}
 	}
 	return n
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"sync"
@@ -25,14 +26,17 @@ type workerArgs struct {
 	Goroutines int
 	Work       time.Duration
 	Lease      time.Duration
-	ID         int // index of the process within the row
-	Handoffs   int // handoff mode: hand-offs to make
+	ID         int  // index of the process within the row
+	Handoffs   int  // handoff mode: hand-offs to make
+	Reads      int  // loop mode: the percentage of acquisitions that take the read side, where there is one
+	Idle       bool // loop mode: the work is spent waiting (a sleep), not computing
 }
 
 func (a workerArgs) flags() []string {
 	return []string{"--worker", "--impl=" + a.Impl, "--mode=" + a.Mode, "--redis=" + a.Redis,
 		fmt.Sprint("--goroutines=", a.Goroutines), "--work=" + a.Work.String(),
-		"--lease=" + a.Lease.String(), fmt.Sprint("--id=", a.ID), fmt.Sprint("--handoffs=", a.Handoffs)}
+		"--lease=" + a.Lease.String(), fmt.Sprint("--id=", a.ID), fmt.Sprint("--handoffs=", a.Handoffs),
+		fmt.Sprint("--reads=", a.Reads), fmt.Sprint("--idle=", a.Idle)}
 }
 
 func parseWorkerArgs(args []string) (workerArgs, error) {
@@ -47,6 +51,8 @@ func parseWorkerArgs(args []string) (workerArgs, error) {
 	fs.DurationVar(&a.Lease, "lease", 60*time.Millisecond, "")
 	fs.IntVar(&a.ID, "id", 0, "")
 	fs.IntVar(&a.Handoffs, "handoffs", 0, "")
+	fs.IntVar(&a.Reads, "reads", 0, "")
+	fs.BoolVar(&a.Idle, "idle", false, "")
 	return a, fs.Parse(args)
 }
 
@@ -67,10 +73,11 @@ type workerResult struct {
 	Errors       int64      `json:"errors"`
 	Retries      int64      `json:"retries"`
 	FirstErr     string     `json:"first_err,omitempty"`
-	Holds        []int64    `json:"holds,omitempty"` // loop: start and end of every hold, Unix ns, flattened
-	Waits        [][2]int64 `json:"waits,omitempty"` // loop: hist of the waits of the window's acquisitions, as (bucket, count) pairs
-	T0           []int64    `json:"t0,omitempty"`    // handoff: wall time before Unlock, by hand-off
-	T1           []int64    `json:"t1,omitempty"`    // handoff: wall time after Lock, by hand-off
+	Holds        []int64    `json:"holds,omitempty"`        // loop: start and end of every hold, Unix ns, flattened
+	SharedHolds  []int64    `json:"shared_holds,omitempty"` // loop: those of the read side, likewise
+	Waits        [][2]int64 `json:"waits,omitempty"`        // loop: hist of the waits of the window's acquisitions, as (bucket, count) pairs
+	T0           []int64    `json:"t0,omitempty"`           // handoff: wall time before Unlock, by hand-off
+	T1           []int64    `json:"t1,omitempty"`           // handoff: wall time after Lock, by hand-off
 }
 
 // runWorker is the hidden --worker mode: it sets up one implementation on its own client,
@@ -186,12 +193,17 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 		go func() {
 			defer wg.Done()
 			l := impl.NewLocker()
-			var holds []int64
+			shared, _ := l.(SharedLocker)
+			rng := rand.New(rand.NewPCG(uint64(a.ID), uint64(i)))
+			var holds, sharedHolds []int64
 			myWaits := newHist()
 			defer func() {
 				holdsMu.Lock()
 				if len(res.Holds)+len(holds) <= 2*maxHolds {
 					res.Holds = append(res.Holds, holds...)
+				}
+				if len(res.SharedHolds)+len(sharedHolds) <= 2*maxHolds {
+					res.SharedHolds = append(res.SharedHolds, sharedHolds...)
 				}
 				waits.merge(myWaits)
 				holdsMu.Unlock()
@@ -202,7 +214,14 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 				if asked.IsZero() {
 					asked = time.Now()
 				}
-				unlock, err := l.Lock(ctx)
+				read := shared != nil && rng.IntN(100) < a.Reads
+				var unlock func() error
+				var err error
+				if read {
+					unlock, err = shared.RLock(ctx)
+				} else {
+					unlock, err = l.Lock(ctx)
+				}
 				if err != nil {
 					if ctx.Err() != nil {
 						return
@@ -214,11 +233,17 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 				t := time.Now()
 				wait := t.Sub(asked)
 				asked = time.Time{}
-				if a.Work > 0 {
+				switch {
+				case a.Work > 0 && a.Idle:
+					time.Sleep(a.Work)
+				case a.Work > 0:
 					preciseWait(a.Work)
 				}
 				w := time.Since(t)
-				if len(holds) < 2*maxHolds/a.Goroutines {
+				switch {
+				case read && len(sharedHolds) < 2*maxHolds/a.Goroutines:
+					sharedHolds = append(sharedHolds, t.UnixNano(), time.Now().UnixNano())
+				case !read && len(holds) < 2*maxHolds/a.Goroutines:
 					holds = append(holds, t.UnixNano(), time.Now().UnixNano())
 				}
 				if err := unlock(); err != nil {
