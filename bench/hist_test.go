@@ -40,7 +40,7 @@ func TestHistQuantile(t *testing.T) {
 func TestFamilyOverlaps(t *testing.T) {
 	rw := []workerResult{
 		{SharedHolds: []int64{0, 10, 5, 15}, Holds: []int64{20, 30}}, // reads together, then a write
-		{SharedHolds: []int64{25, 26}, Holds: []int64{29, 40}},        // a read in the write; a write in the write
+		{SharedHolds: []int64{25, 26}, Holds: []int64{29, 40}},       // a read in the write; a write in the write
 	}
 	if n := overlapsRW(rw); n != 2 {
 		t.Fatalf("overlapsRW = %d, want 2", n)
