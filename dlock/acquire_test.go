@@ -1009,3 +1009,48 @@ func TestTryLockDoesNotJumpTheQueue(t *testing.T) {
 		})
 	}
 }
+
+// A Redis that keeps failing a waiter's requests (out of memory, a user not allowed a
+// command) is asked again after a pause, not in a busy loop; the waiter gets the lock once
+// Redis answers again.
+func TestLastingRedisFailureIsNoBusyLoop(t *testing.T) {
+	gh, _ := newGen(t)
+	gw, cw := newGen(t)
+	tg := target(t)
+	lh := mustGen(t, gh, "OOM", tg, time.Second)
+	lw := mustGen(t, gw, "OOM", tg, time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := lh.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing atomic.Bool
+	var asks atomic.Int64
+	failing.Store(true)
+	cw.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("lock")(cmd.Args()) && failing.Load() {
+			asks.Add(1)
+			err := errors.New("OOM command not allowed when used memory > 'maxmemory'")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	got := lockAsync(t, lw, ctx)
+	start := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	n, elapsed := asks.Load(), time.Since(start)
+	failing.Store(false)
+	// a pause of a tenth of the lease (at most 50 ms) between asks, and the poller's
+	if bound := 2 + 2*int64(elapsed/(50*time.Millisecond)); n > bound {
+		t.Fatalf("%d requests in %v while Redis failed them, want at most %d", n, elapsed, bound)
+	}
+	t.Logf("%d requests in %v while Redis failed them", n, elapsed)
+	if err := lh.Unlock(h); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "the waiter's Lock")
+	if err := lw.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -49,3 +49,18 @@ func (g *Generator) SetLinger(d time.Duration) {
 	g.notes.linger = d
 	g.notes.mu.Unlock()
 }
+
+// Place reports this generator's place in key's line as it knows it (0 for first, -1 unknown)
+// and whether Redis heard it listen, while it waits with an attempt; ok is false otherwise.
+func (g *Generator) Place(key string) (rank int, heard, ok bool) {
+	st := g.lookup(key)
+	if st == nil {
+		return 0, false, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.line.attempt == nil {
+		return 0, false, false
+	}
+	return st.line.rank, st.line.heard, true
+}

@@ -97,15 +97,16 @@ type lockState struct {
 	q      queue.Queue // the goroutines that wait, lock-free
 	poller *threads.Poller
 
-	mu      sync.Mutex // guards every field below
-	phase   phase
-	ten     *tenure  // held, free, renewing, releasing
-	owner   *holding // held
-	epoch   uint64
-	wokenBy How    // what sent the latest signal
-	line    line   // this process's place in the Redis line
-	forced  string // the locker ForceRelease in this Generator last removed
-	barging int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
+	mu       sync.Mutex // guards every field below
+	phase    phase
+	ten      *tenure  // held, free, renewing, releasing
+	owner    *holding // held
+	epoch    uint64
+	wokenBy  How    // what sent the latest signal
+	line     line   // this process's place in the Redis line
+	forced   string // the locker ForceRelease in this Generator last removed
+	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
+	retrying bool   // a retry after a Redis failure is due (retryLater)
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
@@ -376,7 +377,13 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 				return st.takeNew(ctx, cfg, t)
 			}
 		}
-		st.signalLocked(HowRetry) // the next waiter, if the caller leaves, asks again
+		if redisFault(err) && ctx.Err() == nil {
+			// Redis failed (down, out of memory, a user not allowed a command): the first
+			// waiter asks again after a pause, so that a lasting failure is no busy loop.
+			st.retryLaterLocked(a.cfg.Lease())
+		} else {
+			st.signalLocked(HowRetry) // the next waiter, if the caller leaves, asks again
+		}
 		if errors.Is(err, errLate) {
 			return nil, fmt.Errorf("%w: %w", ctx.Err(), errNoAnswer)
 		}
@@ -517,7 +524,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	case err != nil:
 		// Try again shortly (the waiters are told then), or when the expander renews.
 		st.phase = free
-		time.AfterFunc(min(t.cfg.Lease()/10, 50*time.Millisecond), func() { st.signal(HowRetry) })
+		st.retryLaterLocked(t.cfg.Lease())
 		return nil, err
 	}
 	switch res.Outcome {
@@ -633,6 +640,21 @@ func (st *lockState) heardOwn(from string) {
 	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free) {
 		st.loseLocked(t, errForced)
 	}
+}
+
+// retryLaterLocked wakes the first waiter to try again after a Redis failure, after a pause:
+// a tenth of lease, at most 50 ms. Failures while a retry is due add none. The caller holds mu.
+func (st *lockState) retryLaterLocked(lease time.Duration) {
+	if st.retrying {
+		return
+	}
+	st.retrying = true
+	time.AfterFunc(min(lease/10, 50*time.Millisecond), func() {
+		st.mu.Lock()
+		st.retrying = false
+		st.signalLocked(HowRetry)
+		st.mu.Unlock()
+	})
 }
 
 // redisFault reports whether err says that Redis failed — not merely that the caller's

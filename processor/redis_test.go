@@ -257,6 +257,7 @@ func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 			t.Fatalf("pb- was told %+v, want the grant that removed its holding", got)
 		}
 		lb2, _ := b.lock(t, lc, true, 1)
+		a.lock(t, lc, true, 1)
 		gapped, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "pd-", GapEvery: time.Minute, GapWindow: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -264,8 +265,15 @@ func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 		if r, err := gapped.Unlock(ctx, lc, processor.ReleaseRequest{Locker: ld}); err != nil || r.Next != "" || r.Gap != 200*time.Millisecond {
 			t.Fatalf("release = %+v, %v; want the key left free for a window", r, err)
 		}
-		if to, m := heard(); to != "pb-" || !m.Released || m.From != ld || m.Gap != 200*time.Millisecond {
-			t.Fatalf("told %s %+v, want the window told to pb-, in line", to, m)
+		got = map[string]processor.Message{}
+		for range 2 {
+			to, m := heard()
+			got[to] = m
+		}
+		for _, to := range []string{"pb-", "pa-"} {
+			if m := got[to]; !m.Released || m.From != ld || m.Gap != 200*time.Millisecond {
+				t.Fatalf("told %+v, want the window told to pb- and pa-, in line", got)
+			}
 		}
 		time.Sleep(210 * time.Millisecond) // the window ends
 		la2, _ := a.lock(t, lc, true, 1)
@@ -378,6 +386,51 @@ func TestGrantGoesToAProcessThatListens(t *testing.T) {
 	if r := b.release(t, lc, lb); r.Next != "" {
 		t.Fatalf("release = %+v, want pd- skipped: stale, and nobody listens", r)
 	}
+}
+
+// The first process in line that listens is told so when the process before it leaves the
+// line or is granted the key: 'F'. A process further back is not.
+func TestFirstInLineIsTold(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "first")
+		a, b, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"))
+		defer ps.Close()
+		for range 3 {
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		la, _ := a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1)
+		ld, _ := d.lock(t, lc, true, 1)
+		e.lock(t, lc, true, 1)
+		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: b.last()}); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		next := func() (string, processor.Message) {
+			t.Helper()
+			msg, err := ps.ReceiveMessage(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := processor.ParseMessage(msg.Payload)
+			return strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"), m
+		}
+		if to, m := next(); to != "pd-" || !m.First || m.From != "pb-" {
+			t.Fatalf("after pb- left: told %s %+v, want pd- told it is first", to, m)
+		}
+		a.release(t, lc, la)
+		if to, m := next(); to != "pd-" || !m.Granted || m.Locker != ld {
+			t.Fatalf("told %s %+v, want the grant to pd-", to, m)
+		}
+		if to, m := next(); to != "pe-" || !m.First || m.From != la {
+			t.Fatalf("told %s %+v, want pe- told it is first", to, m)
+		}
+	})
 }
 
 // waitForNoSubscriber waits until Redis dropped channel's subscriptions.

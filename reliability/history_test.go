@@ -98,7 +98,8 @@ import (
 //	    one key with the same token. Strict, across restarts too: tokens are
 //	    max(counter + 1, server clock in µs). (Ordering by TAcq alone would be wrong: a holder
 //	    SIGSTOPped inside Lock returns after a later holder.) no-token: FencingToken said the
-//	    owner context of a successful Lock did not own the lock.
+//	    owner context of a successful Lock did not own the lock (unless the owner was told of
+//	    a loss as it was taken: an operator's removal that landed as the reply came).
 //	(3) fence-accepted-stale: the fence store accepted a token not above one it had accepted
 //	    in a write that ended before this one began (the script rules it out: this checks
 //	    the store and the log); stale-write-while-owner: a holding's write was refused (a
@@ -116,7 +117,7 @@ import (
 //	    allow (Lock: only success, or ErrNotObtained + DeadlineExceeded; TryLock: success,
 //	    busy, the deadline or a *RedisProcessError; re-entry: success or ErrLockLost; Unlock:
 //	    nil, ErrLockLost or a *RedisProcessError; Extend: success, ErrLockLost or a
-//	    *RedisProcessError; an operator's ForceRelease: success, a *RedisProcessError or its
+//	    *RedisProcessError, its deadline included (a reply after the lease ran out); an operator's ForceRelease: success, a *RedisProcessError or its
 //	    deadline). owner-ended-early: the owner context ended
 //	    before Unlock with a cause other than ErrLockLost (it must not inherit the Lock
 //	    context's deadline). unlock-not-lost: the owner context ended with ErrLockLost but
@@ -721,7 +722,8 @@ func (r *histRun) analyse() {
 		if h.ToldUnlock {
 			st.toldUnlock++
 		}
-		if h.NoToken {
+		// (FencingToken runs as Lock returns: an owner told of a loss by then is not owned)
+		if h.NoToken && !(h.ToldCtx && h.EndedBefore && h.TEnd <= h.TAcq+int64(histNoticeSlack)) {
 			r.violate("no-token", "FencingToken of a fresh owner context said not owned: %s", r.hold(h))
 		}
 		if h.EndedBefore && !h.ToldCtx {
@@ -836,7 +838,7 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 			"reenter":      {"ok", "lost"},
 			"unlock_inner": {"ok"},
 			"unlock":       {"ok", "lost", "redis"},
-			"extend":       {"ok", "lost", "redis"},
+			"extend":       {"ok", "lost", "redis", "timeout"}, // (timeout: a renewal whose reply came after the lease ran out)
 			"force":        {"ok", "redis", "timeout"},
 		}[c.Kind]
 		if !slices.Contains(allowed, c.Outcome) {
@@ -1349,6 +1351,11 @@ func TestHistoryRules(t *testing.T) {
 			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 3 * ms, Outcome: "ok"},
 				histCall{Kind: "extend", Start: 4 * ms, End: 5 * ms, Outcome: "error", Err: "not held"})
 		})}, nil, nil, []string{"extend-error"}},
+		{"extend past the lease", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) {
+			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 9 * ms, Outcome: "timeout", Err: "the reply came after the lease had run out"})
+		})}, nil, nil, nil},
+		{"no token", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.NoToken = true })}, nil, nil, []string{"no-token"}},
+		{"no token: lost as it was taken", []*histRecord{hold("a", "k", 1, 0, 1, 10, lostAt(1), func(r *histRecord) { r.NoToken = true })}, nil, nil, nil},
 		{"fence accepted stale", []*histRecord{hold("a", "k", 5, 0, 1, 10, write(5, true, 0)), hold("b", "k", 3, 0, 20, 30, write(25, true, 5))},
 			nil, nil, []string{"fence-accepted-stale"}},
 		{"owner ended early", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.EndedBefore, r.EndCause, r.TEnd = true, "deadline", 5*ms })},

@@ -54,7 +54,7 @@ var Mutants = []Mutant{
 	{"a renewal of a locker that lost the key renews another's (renew.lua does not compare the holder)", "renew",
 		"if redis.call('get', K) ~= locker then\n    if settled(seq) and not forced(locker) then", "if not redis.call('get', K) then\n    if settled(seq) and not forced(locker) then"},
 	{"a grant goes to a process that stopped renewing its entry (pass ignores its freshness)", "prelude",
-		"elseif NOW_MS - renewed <= math.floor(tonumber(lease) / 3) or hears(m) then", "else"},
+		"elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then", "else"},
 	{"a waiting attempt's answer hides what it saw of the tokens (a late grant message is counted from it)", "lock",
 		"local seen = math.max(counter(), NOW_US)", "local seen = 0"},
 	{"a release lowers the counter below its holding (unreserve trusts a stale last token)", "prelude",

@@ -13,4 +13,5 @@ local n = numberOf(holder, mark)
 if n and upto ~= '' and n <= tonumber(upto) then
     return passed(2, holder, mark)
 end
+firstNow(mark) -- (it may have been first)
 return {1}

@@ -43,10 +43,12 @@ if not holder and not gapOpen() then
 end
 local rank, heard = -1, 0
 if A.wait == '1' and mark ~= '' then
-    enqueue(mark, locker, A.lease, A.tokens)
-    rank = redis.call('zrank', LINE, mark)
-    if hears(mark) then
+    if enqueue(mark, locker, A.lease, A.tokens) then
         heard = 1
+    end
+    local r = redis.pcall('zrank', LINE, mark) -- (a user not allowed it: the place is unknown)
+    if type(r) == 'number' then
+        rank = r
     end
 else
     settle(seq)

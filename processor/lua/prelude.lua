@@ -157,35 +157,6 @@ local function dequeue(mark)
     redis.call('hdel', WANT, mark)
 end
 
--- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
--- locker (its lease and tokens): the acquisition a release grants the key to.
-local function enqueue(mark, locker, lease, n)
-    redis.call('zadd', LINE, 'NX', NOW_US, mark)
-    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. NOW_MS .. '|' .. (NOW_MS + tonumber(A.entry_ttl)))
-    lengthen(LINE, A.entry_ttl)
-    lengthen(WANT, A.entry_ttl)
-end
-
--- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
--- entry and when the entry expires unless renewed again (server ms); nil when it has none.
-local function entry(mark)
-    local w = redis.call('hget', WANT, mark)
-    if not w then
-        return nil
-    end
-    local locker, lease, n, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
-    return locker, lease, n, tonumber(renewed), tonumber(expires)
-end
-
--- waiting returns what mark waits with, as entry does, when its entry is alive; else nil.
-local function waiting(mark)
-    local locker, lease, n, renewed, expires = entry(mark)
-    if not expires or expires <= NOW_MS then
-        return nil
-    end
-    return locker, lease, n, renewed
-end
-
 -- hears reports whether the process named m listens on its channel of the key: it is alive
 -- and hears a grant at once (Redis drops a subscription as its connection closes, which a
 -- process's death does).
@@ -198,19 +169,55 @@ local function hears(m)
         count = 'shardnumsub'
     end
     local r = redis.pcall('pubsub', count, A.channel .. ':' .. m)
-    return type(r) == 'table' and tonumber(r[2]) > 0 -- (a user not allowed it: nobody is heard)
+    return type(r) == 'table' and tonumber(r[2] or 0) > 0 -- (a user not allowed it: nobody is heard)
 end
 
--- live returns the first process in line that renewed its entry within a third of its lease
--- or listens on its channel, and what it waits with; on the way it drops the entries whose
--- time ran out (their processes stopped renewing them). Entries that are alive but neither
--- stay in their place.
+-- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
+-- locker (its lease and tokens): the acquisition a release grants the key to. The entry notes
+-- whether the process listens on its channel now; enqueue returns that.
+local function enqueue(mark, locker, lease, n)
+    local heard = hears(mark)
+    local listens = heard and '1' or '0'
+    redis.call('zadd', LINE, 'NX', NOW_US, mark)
+    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. listens .. '|' .. NOW_MS .. '|' .. (NOW_MS + tonumber(A.entry_ttl)))
+    lengthen(LINE, A.entry_ttl)
+    lengthen(WANT, A.entry_ttl)
+    return heard
+end
+
+-- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
+-- entry, when the entry expires unless renewed again (server ms), and whether its process
+-- listened on its channel then; nil when it has none.
+local function entry(mark)
+    local w = redis.call('hget', WANT, mark)
+    if not w then
+        return nil
+    end
+    local locker, lease, n, listens, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|([01])|(%d+)|(%d+)$')
+    return locker, lease, n, tonumber(renewed), tonumber(expires), listens == '1'
+end
+
+-- waiting returns what mark waits with, as entry does, when its entry is alive; else nil.
+local function waiting(mark)
+    local locker, lease, n, renewed, expires, listened = entry(mark)
+    if not expires or expires <= NOW_MS then
+        return nil
+    end
+    return locker, lease, n, renewed, listened
+end
+
+-- live returns the first process in line that is alive, as far as Redis can tell, and what it
+-- waits with: one that listened on its channel when it last renewed its entry must listen now
+-- (Redis drops a subscription as soon as its connection closes: a process killed is skipped at
+-- once), however old its entry; one that did not (no notifications) must have renewed its
+-- entry within a third of its lease. On the way it drops the entries whose time ran out (their
+-- processes stopped renewing them). Entries that are alive but not live stay in their place.
 local function live()
     for _, m in ipairs(redis.call('zrange', LINE, 0, 15)) do
-        local locker, lease, n, renewed = waiting(m)
+        local locker, lease, n, renewed, listened = waiting(m)
         if not locker then
             dequeue(m)
-        elseif NOW_MS - renewed <= math.floor(tonumber(lease) / 3) or hears(m) then
+        elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then
             return m, locker, lease, n
         end
     end
@@ -240,7 +247,8 @@ end
 
 -- tell publishes message to each process named in marks once: every process hears the key's
 -- messages on a channel of its own (channel .. ':' .. its mark), so that a grant wakes only
--- the process it goes to.
+-- the process it goes to. (A user not allowed to publish there, as under an older version's
+-- ACL, tells nobody: the processes learn by asking.)
 local function tell(message, marks)
     if A.channel == '' then
         return
@@ -249,7 +257,7 @@ local function tell(message, marks)
     for _, m in ipairs(marks) do
         if m ~= '' and not told[m] then
             told[m] = true
-            redis.call(A.publish, A.channel .. ':' .. m, message)
+            redis.pcall(A.publish, A.channel .. ':' .. m, message)
         end
     end
 end
@@ -267,17 +275,18 @@ local function gapOpen()
     return ends and tonumber(ends) > NOW_MS
 end
 
--- firstNow tells the process now first in line, 'F|<from>', if its entry was renewed more than
--- a sixth of its lease ago: it asks again at once, so that a grant finds it fresh and usable,
--- and from then on asks every third of its lease (a process further back asks seldom).
+-- firstNow tells the first process in line that listens on its channel that it is first now
+-- (a dead one before it is passed over at the next release): 'F|<from>'. It then keeps the
+-- pace of the first (it asks again at once if its last answer is older than that allows, so
+-- that a grant finds it usable, and when the key it saw held may have expired); a process
+-- further back asks seldom.
 local function firstNow(from)
-    local head = redis.call('zrange', LINE, 0, 0)[1]
-    if not head then
-        return
-    end
-    local _, lease, _, renewed = waiting(head)
-    if lease and NOW_MS - renewed > math.floor(tonumber(lease) / 6) then
-        tell('F|' .. from, {head})
+    for _, m in ipairs(redis.call('zrange', LINE, 0, 3)) do
+        local locker, _, _, _, listened = waiting(m)
+        if locker and listened and hears(m) then
+            tell('F|' .. from, {m})
+            return
+        end
     end
 end
 

@@ -35,9 +35,10 @@ if yield then
         unreserve(locker, A.last)
         settle(seq)
         local reply = passed(2, locker, '')
-        enqueue(mark, A.next, A.next_lease, A.next_tokens)
-        reply[5] = redis.call('zrank', LINE, mark)
-        reply[6] = hears(mark) and 1 or 0
+        local heard = enqueue(mark, A.next, A.next_lease, A.next_tokens)
+        local rank = redis.pcall('zrank', LINE, mark)
+        reply[5] = type(rank) == 'number' and rank or -1
+        reply[6] = heard and 1 or 0
         return reply
     end
 end
