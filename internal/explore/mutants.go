@@ -60,7 +60,9 @@ var Mutants = []Mutant{
 	{"a release lowers the counter below its holding (unreserve trusts a stale last token)", "prelude",
 		"local floor = math.max(tonumber(last), tonumber(first) - 1)", "local floor = tonumber(last)"},
 	{"a grant goes to a process that may have died (every process counts as listening on its channel)", "prelude",
-		"return type(r) == 'table' and tonumber(r[2]) > 0", "return true"},
+		"return type(r) == 'table' and tonumber(r[2] or 0) > 0", "return true"},
+	{"a grant goes to a process that stopped listening, its entry fresh (a process killed after it asked)", "prelude",
+		"elseif (listened and hears(m)) or", "elseif listened or"},
 	{"a grant reserves no tokens (the grantee's tokens repeat)", "prelude",
 		"        local first = tokens(n, locker)", "        local first = counter()"},
 }

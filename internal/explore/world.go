@@ -446,27 +446,40 @@ func (w *world) hear(i int, lost bool) {
 }
 
 // granted checks a grant as Redis made it: only to an acquisition that asked and did not end,
-// and whose process listens on its channel or renewed its entry within a third of its lease
-// (it may have died else).
+// whose process listens on its channel if it did when it last renewed its entry, and else
+// renewed it within a third of its lease (it may have died).
 func (w *world) granted(r *request, locker string) {
 	if e, ok := w.ended[locker]; ok && !w.outlived(e.step, e.at, e.life) {
 		w.fail(ruleGrant, "%s granted the key to %s, which ended at step %d (%s)", r.id, locker, e.step, e.why)
 	}
-	owner, _ := processor.SplitLocker(locker)
-	for _, p := range w.procs {
-		if p.mark == owner && p.listening {
-			return
-		}
-	}
-	if e, ok := w.entries[locker]; !ok || w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3 {
-		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v) and whose process does not listen", r.id, locker, w.now().Sub(e.at), e.lease)
+	e, ok := w.entries[locker]
+	switch {
+	case !ok:
+		w.fail(ruleGrant, "%s granted the key to %s, which has no entry in line", r.id, locker)
+	case e.listened && !w.listens(locker):
+		w.fail(ruleGrant, "%s granted the key to %s, whose process listened when it renewed its entry and does not now (it died)", r.id, locker)
+	case !e.listened && w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3:
+		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v) and whose process did not listen", r.id, locker, w.now().Sub(e.at), e.lease)
 	}
 }
 
-// entry is when an attempt's entry in the line was last renewed, and its lease.
+// listens reports whether the process of locker listens on its channel now.
+func (w *world) listens(locker string) bool {
+	owner, _ := processor.SplitLocker(locker)
+	for _, p := range w.procs {
+		if p.mark == owner {
+			return p.listening
+		}
+	}
+	return false
+}
+
+// entry is when an attempt's entry in the line was last renewed, its lease, and whether its
+// process listened on its channel then.
 type entry struct {
-	at    time.Time
-	lease time.Duration
+	at       time.Time
+	lease    time.Duration
+	listened bool
 }
 
 // renewedEntry records that r, run by Redis with outcome out, made or renewed an entry in the
@@ -475,8 +488,8 @@ func (w *world) renewedEntry(r *request, out outcome) {
 	switch {
 	case out.err != nil:
 	case (r.purpose == pAsk || r.purpose == pTry) && r.wait && out.res.Outcome == processor.Held:
-		w.entries[r.locker] = entry{w.now(), r.lease}
+		w.entries[r.locker] = entry{w.now(), r.lease, w.listens(r.locker)}
 	case r.purpose == pTake && r.yield && out.res.Outcome == processor.Yielded:
-		w.entries[r.next] = entry{w.now(), r.lease}
+		w.entries[r.next] = entry{w.now(), r.lease, w.listens(r.next)}
 	}
 }
