@@ -41,6 +41,9 @@ type line struct {
 	rank        int
 	heard       bool
 	holderUntil time.Time
+	// firstAt is when the process was told it is first in line (F): an answer to a request
+	// sent before then may still show it further back, and does not move it back.
+	firstAt time.Time
 	// granted is a grant heard while a request of the attempt was on its way (phase asking):
 	// its answer decides how it is counted.
 	granted *grant
@@ -82,7 +85,7 @@ func (st *lockState) closeAttempt() {
 // forget forgets what the process learnt of its place in line with an attempt.
 func (l *line) forget() {
 	l.waited, l.seen, l.granted = time.Time{}, 0, nil
-	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
+	l.rank, l.heard, l.holderUntil, l.firstAt = -1, false, time.Time{}, time.Time{}
 }
 
 // waiting records the answer to a request of the open attempt, sent at sent, that showed it
@@ -96,6 +99,9 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
 	if s != nil {
 		l.rank, l.heard = s.Rank, s.Heard
+		if s.Rank > 0 && sent.Before(l.firstAt) {
+			l.rank = 0 // (it ran before the grant or leave that made this process first)
+		}
 		if s.Holder != "" && s.Life > 0 {
 			l.holderUntil = sent.Add(s.Life)
 		}
@@ -200,7 +206,7 @@ func (st *lockState) heardFirst() {
 		st.mu.Unlock()
 		return
 	}
-	st.line.rank = 0
+	st.line.rank, st.line.firstAt = 0, time.Now()
 	st.mu.Unlock()
 	st.poller.StartAfter(0)
 }

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -389,12 +390,13 @@ func TestGrantGoesToAProcessThatListens(t *testing.T) {
 }
 
 // The first process in line that listens is told so when the process before it leaves the
-// line or is granted the key: 'F'. A process further back is not.
+// line or is granted the key: 'F'. A process further back is not, nor one that does not
+// listen.
 func TestFirstInLineIsTold(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		lc := cfg(t, "first")
-		a, b, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
+		a, b, q, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pq-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
 		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"))
 		defer ps.Close()
 		for range 3 {
@@ -404,6 +406,7 @@ func TestFirstInLineIsTold(t *testing.T) {
 		}
 		la, _ := a.lock(t, lc, true, 1)
 		b.lock(t, lc, true, 1)
+		q.lock(t, lc, true, 1) // (it does not listen: never told)
 		ld, _ := d.lock(t, lc, true, 1)
 		e.lock(t, lc, true, 1)
 		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: b.last()}); err != nil {
@@ -421,14 +424,86 @@ func TestFirstInLineIsTold(t *testing.T) {
 			return strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"), m
 		}
 		if to, m := next(); to != "pd-" || !m.First || m.From != "pb-" {
-			t.Fatalf("after pb- left: told %s %+v, want pd- told it is first", to, m)
+			t.Fatalf("after pb- left: told %s %+v, want pd- told it is first (pq- before it does not listen)", to, m)
 		}
-		a.release(t, lc, la)
+		lq := q.last()
+		if r := a.release(t, lc, la); r.Next != lq { // (its entry is fresh)
+			t.Fatalf("release = %+v, want granted to %s", r, lq)
+		}
+		if to, m := next(); to != "pd-" || !m.First || m.From != la {
+			t.Fatalf("told %s %+v, want pd- told again that it is the first that listens", to, m)
+		}
+		q.release(t, lc, lq)
 		if to, m := next(); to != "pd-" || !m.Granted || m.Locker != ld {
 			t.Fatalf("told %s %+v, want the grant to pd-", to, m)
 		}
-		if to, m := next(); to != "pe-" || !m.First || m.From != la {
+		if to, m := next(); to != "pe-" || !m.First || m.From != lq {
 			t.Fatalf("told %s %+v, want pe- told it is first", to, m)
+		}
+	})
+}
+
+// Entries of the version before the listening flag ("<locker>|<lease>|<tokens>|<renewed>|
+// <expires>") are read as not listening, so judged by how recently they were renewed; that
+// version reads this one's entries as expired (it takes the flag, 0 or 1, for the expiry), so
+// it never grants a key to what it misreads as their locker, and drops them.
+func TestLineEntriesOfTheVersionBefore(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "before")
+		la, _ := a.lock(t, lc, true, 1)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := now.UnixMilli()
+		old := fmt.Sprintf("pb-7|1000|1|%d|%d", ms, ms+2000)
+		c.ZAdd(ctx, processor.LineKey(lc), redis.Z{Score: float64(now.UnixMicro()), Member: "pb-"})
+		c.HSet(ctx, processor.WantKey(lc), "pb-", old)
+		if r := a.release(t, lc, la); r.Next != "pb-7" {
+			t.Fatalf("release = %+v, want granted to pb-7, the entry of the version before", r)
+		}
+		b := newProc(t, c, "pb-")
+		b.n = 7
+		b.release(t, lc, "pb-7")
+		a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1)
+		entry, err := c.HGet(ctx, processor.WantKey(lc), "pb-").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// how the version before read an entry
+		got, err := c.Eval(ctx, `local l, lease, n, renewed, expires = string.match(ARGV[1], '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
+			return {l or '', expires or ''}`, nil, entry).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != "" && got[1] != "0" && got[1] != "1" {
+			t.Fatalf("the version before reads %q as locker %q expiring at %q: want it expired", entry, got[0], got[1])
+		}
+	})
+}
+
+// A process that listened on its channel when it renewed its entry, and does not listen any
+// more (its connection closed: it died), is passed over however fresh its entry.
+func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, d := newProc(t, c, "pa-"), newProc(t, c, "pd-")
+		lc, _ := domain.NewDLockConfig("PROC", "deaf-"+t.Name(), 10*time.Second)
+		la, _ := a.lock(t, lc, true, 1)
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pd-"))
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, r := d.lock(t, lc, true, 1); !r.Seen.Heard {
+			t.Fatalf("pd- waits with %+v, want heard", r.Seen)
+		}
+		ps.Close()
+		waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+		if r := a.release(t, lc, la); r.Next != "" {
+			t.Fatalf("release = %+v, want pd- passed over: it listened, and does not now", r)
 		}
 	})
 }

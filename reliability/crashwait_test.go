@@ -3,17 +3,23 @@ package reliability_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
-// A waiting process killed (kill -9) while it stands first in line costs the others at most
-// what a crashed holder costs — one lease — and usually nothing: a release grants the key only
-// to a process that renewed its entry within a third of its lease. Killed just before the
-// release, its entry is still fresh: the key is granted to it and waits out its lease. Killed a
-// while before, it is skipped: the next process in line gets the key at the release.
+// A waiting process killed (kill -9) while it stands first in line costs the others nothing
+// once Redis has seen its connection close: it listened on its channel when it last renewed its
+// entry, and a release grants the key only to such a process if it listens still — however
+// fresh its entry. Killed just before the release (as soon as Redis dropped its subscription)
+// or a while before, it is passed over: the next process in line gets the key at the release.
+// (A release that runs before Redis sees the connection close grants it the key, which then
+// waits out its lease: what a crashed holder costs.)
 func TestCrashedWaiterCostsAtMostALease(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	for _, tc := range []struct {
@@ -51,10 +57,18 @@ func TestCrashedWaiterCostsAtMostALease(t *testing.T) {
 				got <- err
 			}()
 			waitUntil(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 2 })
+			raw := redis.NewClient(&redis.Options{Addr: s.Addr})
+			defer raw.Close()
+			want := processor.WantKey(la.Config())
+			waitUntil(t, func() bool { // its entry says it listens (it asked again once its subscription was confirmed)
+				return strings.HasSuffix(raw.HGet(ctx, want, dead).Val(), "|1")
+			})
 			if err := cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
 			_ = cmd.Wait()
+			channel := processor.ProcessChannel(la.Config(), dead)
+			waitUntil(t, func() bool { return raw.PubSubNumSub(ctx, channel).Val()[channel] == 0 })
 			time.Sleep(tc.pause)
 			st, _ := la.State(ctx)
 			if !slices.Contains(st.Waiting, dead) {
@@ -75,8 +89,8 @@ func TestCrashedWaiterCostsAtMostALease(t *testing.T) {
 			}
 			t.Logf("FIGURE crashed_waiter %s: the next process waited %v after the release (lease %v); just after the release the key held %q",
 				tc.name, time.Since(released).Round(time.Millisecond), lease, after.Holder)
-			if tc.pause > 0 && after.Held() && !after.Mine {
-				t.Fatalf("the release granted the key to %q, not to the live process behind a waiter dead for %v", after.Holder, tc.pause)
+			if after.Held() && !after.Mine {
+				t.Fatalf("the release granted the key to %q, not to the live process behind a waiter killed %v before", after.Holder, tc.pause)
 			}
 		})
 	}

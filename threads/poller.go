@@ -56,10 +56,13 @@ func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
 		f()
 	}
 	if p.stop != nil {
+		// One hurry waits at a time: the earliest. (Under mu, so no other sender races.)
 		select {
-		case p.hurry <- first:
-		default: // (one is on its way already; the loop polls by the earliest it is told)
+		case queued := <-p.hurry:
+			first = min(first, queued)
+		default:
 		}
+		p.hurry <- first
 		return false
 	}
 	if p.ctx.Err() != nil {

@@ -171,7 +171,7 @@ func (b *server) snapshot() (snapshot, error) {
 	for _, k := range keys {
 		v := value{ttl: -1}
 		if ttl, err := b.c.PTTL(ctx, k).Result(); err == nil && ttl > 0 {
-			v.ttl = ttl
+			v.ttl, v.at = ttl, time.Now()
 		}
 		typ, err := b.c.Type(ctx, k).Result()
 		if err != nil {
@@ -215,6 +215,10 @@ type value struct {
 	zset map[string]float64
 	hash map[string]string
 	ttl  time.Duration
+	// at is when the ttl was read (zero: the snapshot's now). On a server it is taken as the
+	// answer comes, so that a read delayed on a loaded machine cannot make the key seem to
+	// expire sooner than it does.
+	at time.Time
 }
 
 func (s snapshot) get(key string) (string, bool) {
@@ -230,6 +234,9 @@ func (s snapshot) expiry(key string) time.Time {
 	v, ok := s.keys[key]
 	if !ok || v.ttl < 0 {
 		return time.Time{}
+	}
+	if !v.at.IsZero() {
+		return v.at.Add(v.ttl)
 	}
 	return s.now.Add(v.ttl)
 }

@@ -198,9 +198,12 @@ func (w *world) outlived(step int, at time.Time, life time.Duration) bool {
 	return step <= w.restarted || w.now().Sub(at) >= life
 }
 
-// entryExpires reads when an entry of the want hash ("...|<expires ms>") expires.
+// entryExpires reads when an entry of the want hash ("...|<expires ms>|<listened>") expires.
 func entryExpires(v string) int64 {
-	i := strings.LastIndexByte(v, '|')
-	n, _ := strconv.ParseInt(v[i+1:], 10, 64)
+	f := strings.Split(v, "|")
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[len(f)-2], 10, 64)
 	return n
 }

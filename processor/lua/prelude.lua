@@ -14,8 +14,8 @@
 --            its release and renewals answer "gone", so that its holder learns of the loss
 --   KEYS[7]  {K}:want, what each process in line waits with: mark -> "<locker>|<lease ms>|
 --            <tokens>|<server ms it last renewed its entry>|<server ms it expires unless
---            renewed>"; a release grants the key to it. An entry outlives its process by at
---            most its time to live.
+--            renewed>|<1 if it listened on its channel then, else 0>"; a release grants the
+--            key to it. An entry outlives its process by at most its time to live.
 --   KEYS[8]  {K}:gap, while set, a window in which the key is left free for processes that
 --            do not stand in line (Java DLock): its value is when the window ends (server ms),
 --            its life the period between windows
@@ -179,7 +179,7 @@ local function enqueue(mark, locker, lease, n)
     local heard = hears(mark)
     local listens = heard and '1' or '0'
     redis.call('zadd', LINE, 'NX', NOW_US, mark)
-    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. listens .. '|' .. NOW_MS .. '|' .. (NOW_MS + tonumber(A.entry_ttl)))
+    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. NOW_MS .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. listens)
     lengthen(LINE, A.entry_ttl)
     lengthen(WANT, A.entry_ttl)
     return heard
@@ -187,13 +187,20 @@ end
 
 -- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
 -- entry, when the entry expires unless renewed again (server ms), and whether its process
--- listened on its channel then; nil when it has none.
+-- listened on its channel then; nil when it has none. (An entry of a version before the
+-- flag, without it, did not listen. That version reads this one's entries as expired — their
+-- last field is the flag — and drops them: during a rolling upgrade each side may lose its
+-- place in line to the other's release, and stands in line again at its next ask; no grant
+-- ever goes to a misread locker.)
 local function entry(mark)
     local w = redis.call('hget', WANT, mark)
     if not w then
         return nil
     end
-    local locker, lease, n, listens, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|([01])|(%d+)|(%d+)$')
+    local locker, lease, n, renewed, expires, listens = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$')
+    if not locker then
+        locker, lease, n, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
+    end
     return locker, lease, n, tonumber(renewed), tonumber(expires), listens == '1'
 end
 
@@ -275,13 +282,14 @@ local function gapOpen()
     return ends and tonumber(ends) > NOW_MS
 end
 
--- firstNow tells the first process in line that listens on its channel that it is first now
--- (a dead one before it is passed over at the next release): 'F|<from>'. It then keeps the
+-- firstNow tells the first process in line that listens on its channel (of the first 16, as
+-- live looks at) that it is first now — a dead one before it is passed over at the next
+-- release: 'F|<from>'. It then keeps the
 -- pace of the first (it asks again at once if its last answer is older than that allows, so
 -- that a grant finds it usable, and when the key it saw held may have expired); a process
 -- further back asks seldom.
 local function firstNow(from)
-    for _, m in ipairs(redis.call('zrange', LINE, 0, 3)) do
+    for _, m in ipairs(redis.call('zrange', LINE, 0, 15)) do
         local locker, _, _, _, listened = waiting(m)
         if locker and listened and hears(m) then
             tell('F|' .. from, {m})
