@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,13 @@ func backends(t *testing.T, f func(t *testing.T, c *redis.Client)) {
 		f(t, c)
 	})
 }
+
+// runs numbers fresh targets: a test run again (-count) on the same server starts from no
+// state its earlier run left (settled marks of the same lockers, entries in line).
+var runs atomic.Int64
+
+// fresh returns target made unique to this call.
+func fresh(target string) string { return target + strconv.FormatInt(runs.Add(1), 10) }
 
 func cfg(t *testing.T, target string) domain.DLockConfig {
 	c, err := domain.NewDLockConfig("PROC", target+"-"+t.Name(), time.Second)
@@ -212,7 +220,7 @@ func TestLineServesInOrder(t *testing.T) {
 func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, "pub")
+		lc := cfg(t, fresh("pub"))
 		ps := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+":*")
 		defer ps.Close()
 		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
@@ -342,7 +350,7 @@ func TestGrantGoesToAProcessThatListens(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
-	lc, _ := domain.NewDLockConfig("PROC", "listen-"+t.Name(), 300*time.Millisecond)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("listen-"+t.Name()), 300*time.Millisecond)
 	slow, _ := lc.WithLease(10 * time.Second)
 	la, _ := a.lock(t, slow, true, 1)
 	lb, rb := b.lock(t, lc, true, 1)
@@ -395,7 +403,7 @@ func TestGrantGoesToAProcessThatListens(t *testing.T) {
 func TestFirstInLineIsTold(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, "first")
+		lc := cfg(t, fresh("first"))
 		a, b, q, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pq-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
 		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"))
 		defer ps.Close()
@@ -451,7 +459,7 @@ func TestLineEntriesOfTheVersionBefore(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a := newProc(t, c, "pa-")
-		lc := cfg(t, "before")
+		lc := cfg(t, fresh("before"))
 		la, _ := a.lock(t, lc, true, 1)
 		now, err := c.Time(ctx).Result()
 		if err != nil {
@@ -491,7 +499,7 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, d := newProc(t, c, "pa-"), newProc(t, c, "pd-")
-		lc, _ := domain.NewDLockConfig("PROC", "deaf-"+t.Name(), 10*time.Second)
+		lc, _ := domain.NewDLockConfig("PROC", fresh("deaf-"+t.Name()), 10*time.Second)
 		la, _ := a.lock(t, lc, true, 1)
 		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pd-"))
 		if _, err := ps.Receive(ctx); err != nil {
