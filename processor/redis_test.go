@@ -44,14 +44,15 @@ func backends(t *testing.T, f func(t *testing.T, c *redis.Client)) {
 }
 
 // runs numbers fresh targets: a test run again (-count) on the same server starts from no
-// state its earlier run left (settled marks of the same lockers, entries in line).
+// state its earlier run left (settled marks of the same lockers, entries in line). Every
+// call of cfg makes a new key.
 var runs atomic.Int64
 
 // fresh returns target made unique to this call.
 func fresh(target string) string { return target + strconv.FormatInt(runs.Add(1), 10) }
 
 func cfg(t *testing.T, target string) domain.DLockConfig {
-	c, err := domain.NewDLockConfig("PROC", target+"-"+t.Name(), time.Second)
+	c, err := domain.NewDLockConfig("PROC", fresh(target+"-"+t.Name()), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestLineServesInOrder(t *testing.T) {
 func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, fresh("pub"))
+		lc := cfg(t, "pub")
 		ps := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+":*")
 		defer ps.Close()
 		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
@@ -327,7 +328,7 @@ func TestGrantSkipsAStaleEntry(t *testing.T) {
 	c := srv.Client() // real time
 	defer c.Close()
 	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
-	lc, _ := domain.NewDLockConfig("PROC", "stale-"+t.Name(), 300*time.Millisecond)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("stale-"+t.Name()), 300*time.Millisecond)
 	slow, _ := lc.WithLease(10 * time.Second)
 	la, _ := a.lock(t, slow, true, 1)
 	b.lock(t, lc, true, 1) // fresh for 100 ms
@@ -403,7 +404,7 @@ func TestGrantGoesToAProcessThatListens(t *testing.T) {
 func TestFirstInLineIsTold(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, fresh("first"))
+		lc := cfg(t, "first")
 		a, b, q, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pq-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
 		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"))
 		defer ps.Close()
@@ -459,7 +460,7 @@ func TestLineEntriesOfTheVersionBefore(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a := newProc(t, c, "pa-")
-		lc := cfg(t, fresh("before"))
+		lc := cfg(t, "before")
 		la, _ := a.lock(t, lc, true, 1)
 		now, err := c.Time(ctx).Result()
 		if err != nil {
@@ -772,7 +773,7 @@ func TestLineEntriesExpire(t *testing.T) {
 	c := srv.Client() // real time: miniredis's TIME does not follow FastForward
 	defer c.Close()
 	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
-	lc, _ := domain.NewDLockConfig("PROC", "expire-"+t.Name(), 100*time.Millisecond)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("expire-"+t.Name()), 100*time.Millisecond)
 	slow, _ := lc.WithLease(10 * time.Second)
 	la, _ := a.lock(t, slow, true, 1)
 	b.lock(t, lc, true, 1) // its entry lives processor.EntryTTL(lc): 2 s
@@ -794,7 +795,7 @@ func TestSettleDropsAnExpiredEntry(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
-	lc, _ := domain.NewDLockConfig("PROC", "expired-"+t.Name(), 100*time.Millisecond)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("expired-"+t.Name()), 100*time.Millisecond)
 	slow, _ := lc.WithLease(10 * time.Second)
 	a.lock(t, slow, true, 1)
 	early := b.locker()    // an attempt whose leave comes late
