@@ -83,6 +83,26 @@ func TestPollerStartAfterHurriesARunningLoop(t *testing.T) {
 	waitFor(t, &wg)
 }
 
+// Of two StartAfter calls in a row on a running loop, the earlier time wins, whichever came
+// first (a later hurry still queued does not make an earlier one wait behind it).
+func TestPollerKeepsTheEarliestHurry(t *testing.T) {
+	var wg threads.Group
+	tg := &target{}
+	tg.waiting.Store(true)
+	p := threads.NewPoller(context.Background(), time.Hour, time.Hour, tg, &wg)
+	if !p.Start() {
+		t.Fatal("Start did not start")
+	}
+	for range 100 {
+		n := tg.polls.Load()
+		p.StartAfter(time.Hour / 2)
+		p.StartAfter(time.Millisecond)
+		eventually(t, "a poll within a millisecond's hurry", func() bool { return tg.polls.Load() > n })
+	}
+	p.Stop()
+	waitFor(t, &wg)
+}
+
 func TestPollerEndsWithContext(t *testing.T) {
 	var wg threads.Group
 	tg := &target{}
