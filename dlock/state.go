@@ -106,7 +106,7 @@ type lockState struct {
 	line     line   // this process's place in the Redis line
 	forced   string // the locker ForceRelease in this Generator last removed
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
-	retrying bool   // a retry after a Redis failure is due (retryLater)
+	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {

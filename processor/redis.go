@@ -647,16 +647,24 @@ func grantOf(vals []any, r *Result) {
 	}
 }
 
-// sighting reads {code, life, holder, seen, rank, heard} (what lock.lua found under a held
-// key).
-func sighting(vals []any) Sighting {
-	s := Sighting{Rank: -1}
+// placeOf reads the process's place in line and whether it is heard from the last two of a
+// script's six answers (lock.lua's when held, renew.lua's when yielded) into s; unknown
+// (Rank -1) otherwise.
+func placeOf(vals []any, s *Sighting) {
+	s.Rank = -1
 	if len(vals) == 6 {
 		if r, ok := vals[4].(int64); ok {
 			s.Rank = int(r)
 		}
 		s.Heard = vals[5] == int64(1)
 	}
+}
+
+// sighting reads {code, life, holder, seen, rank, heard} (what lock.lua found under a held
+// key).
+func sighting(vals []any) Sighting {
+	var s Sighting
+	placeOf(vals, &s)
 	if len(vals) >= 4 {
 		if n, ok := vals[1].(int64); ok && n > 0 {
 			s.Life = time.Duration(n) * time.Millisecond
@@ -705,13 +713,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		r := Result{Outcome: Yielded}
 		vals, _ := res.Slice()
 		grantOf(vals, &r)
-		r.Seen = Sighting{Rank: -1}
-		if len(vals) == 6 {
-			if rank, ok := vals[4].(int64); ok {
-				r.Seen.Rank = int(rank)
-			}
-			r.Seen.Heard = vals[5] == int64(1)
-		}
+		placeOf(vals, &r.Seen)
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil

@@ -602,8 +602,15 @@ func TestYieldCheck(t *testing.T) {
 			t.Fatalf("the copy gave the key away: %+v", in)
 		}
 		check.Check, check.Next = a.locker(), a.locker()
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pa-")) // pa- listens as it stands in line again
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
 		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Yielded {
 			t.Fatalf("check with pb- in line = %+v, want yielded", r)
+		} else if r.Seen.Rank != 0 || !r.Seen.Heard {
+			t.Fatalf("the yield answers %+v, want pa- first in line again, and heard", r.Seen)
 		}
 		in := inspect(t, a, lc)
 		if in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {

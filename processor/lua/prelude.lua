@@ -220,12 +220,13 @@ end
 -- entry within a third of its lease. On the way it drops the entries whose time ran out (their
 -- processes stopped renewing them). Entries that are alive but not live stay in their place.
 local function live()
-    for _, m in ipairs(redis.call('zrange', LINE, 0, 15)) do
+    local marks = redis.call('zrange', LINE, 0, 15)
+    for i, m in ipairs(marks) do
         local locker, lease, n, renewed, listened = waiting(m)
         if not locker then
             dequeue(m)
         elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then
-            return m, locker, lease, n
+            return m, locker, lease, n, marks, i
         end
     end
     return nil
@@ -284,12 +285,14 @@ end
 
 -- firstNow tells the first process in line that listens on its channel (of the first 16, as
 -- live looks at) that it is first now — a dead one before it is passed over at the next
--- release: 'F|<from>'. It then keeps the
--- pace of the first (it asks again at once if its last answer is older than that allows, so
--- that a grant finds it usable, and when the key it saw held may have expired); a process
--- further back asks seldom.
-local function firstNow(from)
-    for _, m in ipairs(redis.call('zrange', LINE, 0, 15)) do
+-- release: 'F|<from>'. It then keeps the pace of the first (it asks again at once if its last
+-- answer is older than that allows, so that a grant finds it usable, and when the key it saw
+-- held may have expired); a process further back asks seldom. After a grant, marks and start
+-- are where live stopped: the entries before it do not listen.
+local function firstNow(from, marks, start)
+    marks = marks or redis.call('zrange', LINE, 0, 15)
+    for i = start or 1, #marks do
+        local m = marks[i]
         local locker, _, _, _, listened = waiting(m)
         if locker and listened and hears(m) then
             tell('F|' .. from, {m})
@@ -299,10 +302,9 @@ local function firstNow(from)
 end
 
 -- pass lets the key go after its holder (from) gave it up: granted to the first process in line
--- that renewed its entry within a third of its lease (one that stopped renewing may have
--- died), which then holds it with the locker it waits with, its lease and a block of fencing
--- tokens, without a further request: 'G|<from>|<locker>|<first token>' tells it. The entries
--- before it stay. When nobody can be granted it, or a window for processes not in line is due
+-- that is live (one that may have died is passed over), which then holds it with the locker it
+-- waits with, its lease and a block of fencing tokens, without a further request:
+-- 'G|<from>|<locker>|<first token>' tells it. The entries before it stay. When nobody can be granted it, or a window for processes not in line is due
 -- (gap_every), the key is left free: 'R|<from>|<window ms>' tells every process in line. The
 -- process of from (its mark, fromMark, '' for none) is told too: it did not ask for this (a
 -- leave, an operator's removal). It returns the locker granted (or ''), the first token of its
@@ -314,13 +316,13 @@ local function pass(from, fromMark)
         tell('R|' .. from .. '|' .. A.gap_window, inLine(fromMark))
         return '', 0, tonumber(A.gap_window)
     end
-    local m, locker, lease, n = live()
+    local m, locker, lease, n, marks, at = live()
     if m then
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
         dequeue(m)
         tell('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first), {m, fromMark})
-        firstNow(from)
+        firstNow(from, marks, at + 1)
         return locker, first, 0
     end
     redis.call('del', K)
