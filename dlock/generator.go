@@ -44,10 +44,11 @@ type Generator struct {
 	notes       *notifier     // nil when notifications are off
 
 	mu      sync.Mutex
-	states  map[string]*lockState // by unique key, while in use; guarded by mu
-	closed  bool                  // guarded by mu
-	drained chan struct{}         // closed when Close waits and the last state is dropped; guarded by mu
-	shut    chan struct{}         // closed when Close has finished
+	states  map[string]*lockState   // by unique key, while in use; guarded by mu
+	shares  map[string]*sharedState // read-write locks and semaphores by sharedKey, while in use; guarded by mu
+	closed  bool                    // guarded by mu
+	drained chan struct{}           // closed when Close waits and the last state is dropped; guarded by mu
+	shut    chan struct{}           // closed when Close has finished
 }
 
 // NewGenerator returns a Generator over client. A nil client or an invalid option is an error
@@ -84,6 +85,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		log:      o.logger,
 		prefix:   prefix,
 		states:   make(map[string]*lockState),
+		shares:   make(map[string]*sharedState),
 	}
 	g.shut = make(chan struct{})
 	g.done, g.stop = context.WithCancel(context.Background())
@@ -179,7 +181,7 @@ func (g *Generator) unref(st *lockState) {
 	defer g.mu.Unlock()
 	if st.refs--; st.refs == 0 && g.states[st.cfg.UniqueKey()] == st {
 		delete(g.states, st.cfg.UniqueKey())
-		if len(g.states) == 0 && g.drained != nil {
+		if len(g.states) == 0 && len(g.shares) == 0 && g.drained != nil {
 			close(g.drained)
 			g.drained = nil
 		}
@@ -224,6 +226,10 @@ func (g *Generator) Close(ctx context.Context) error {
 	for _, st := range g.states {
 		states = append(states, st)
 	}
+	shares := make([]*sharedState, 0, len(g.shares))
+	for _, st := range g.shares {
+		shares = append(shares, st)
+	}
 	g.mu.Unlock()
 	g.stop() // waiters return ErrClosed; pollers end
 
@@ -233,9 +239,15 @@ func (g *Generator) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	for _, st := range shares { // their drivers give back what they hold, then end
+		select {
+		case <-st.exited:
+		case <-ctx.Done():
+		}
+	}
 	g.mu.Lock()
 	var drained chan struct{}
-	if len(g.states) > 0 {
+	if len(g.states) > 0 || len(g.shares) > 0 {
 		g.drained = make(chan struct{})
 		drained = g.drained
 	}

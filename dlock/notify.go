@@ -396,6 +396,9 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			if st := n.lookup(m.Channel); st != nil {
 				st.signal(HowRetry)
 			}
+			if sh := n.lookupShared(m.Channel); sh != nil {
+				sh.hear("F") // a release before the subscription took effect went unheard
+			}
 			n.mu.Lock()
 			n.confirmed++ // after the signal: a test that sees the count sees the wake-up
 			n.mu.Unlock()
@@ -412,6 +415,10 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			c.probe = "" // the connection hears what is published
 		}
 		n.mu.Unlock()
+		if sh := n.lookupShared(m.Channel); sh != nil {
+			sh.hear(m.Payload)
+			return
+		}
 		msg, ok := processor.ParseMessage(m.Payload)
 		if !ok {
 			return // a probe
@@ -446,6 +453,17 @@ func (n *notifier) lookup(channel string) *lockState {
 		return nil
 	}
 	return n.g.lookup(sub.key)
+}
+
+// lookupShared returns the live shared lock state whose channel is channel, if any.
+func (n *notifier) lookupShared(channel string) *sharedState {
+	n.mu.Lock()
+	sub := n.byChannel[channel]
+	n.mu.Unlock()
+	if sub == nil || !strings.HasPrefix(sub.key, sharedPrefix) {
+		return nil
+	}
+	return n.g.lookupShared(strings.TrimPrefix(sub.key, sharedPrefix))
 }
 
 // left takes note of an unsubscription of channel confirmed on c: it forgets the channel

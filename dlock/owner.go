@@ -31,6 +31,8 @@ type Owner struct {
 	parts []*Owner
 	stops []func() bool
 	end   context.CancelCauseFunc
+
+	sh *shareOwner // an Owner of a read-write lock's side or of a semaphore's permits
 }
 
 // newOwner returns the Owner of a fresh acquisition h, made through l, and arranges for h
@@ -75,13 +77,17 @@ func (o *Owner) Value(key any) any {
 }
 
 // Unlock releases one hold of the lock: it is the lock's Unlock(o), with the same errors (a
-// MultiLock's Owner: MultiLock.Unlock).
+// MultiLock's Owner: MultiLock.Unlock; a read-write lock's: RWLock.Unlock; a semaphore's:
+// Semaphore.Release).
 func (o *Owner) Unlock() error {
 	if o == nil {
 		return ErrNotHeld
 	}
 	if o.multi != nil {
 		return o.multi.Unlock(o)
+	}
+	if o.sh != nil {
+		return o.sh.unlock()
 	}
 	return o.l.Unlock(o)
 }
@@ -97,6 +103,9 @@ func (o *Owner) String() string {
 			keys[i] = p.l.cfg.UniqueKey()
 		}
 		return "dlock.Owner(" + strings.Join(keys, ", ") + ")"
+	}
+	if o.sh != nil {
+		return "dlock.Owner(" + o.sh.st.key + ")"
 	}
 	return "dlock.Owner(" + o.l.cfg.UniqueKey() + ")"
 }

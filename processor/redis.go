@@ -34,6 +34,8 @@ var (
 	inspectSrc string
 	//go:embed lua/force.lua
 	forceSrc string
+	//go:embed lua/shared.lua
+	sharedSrc string
 
 	// bodies are the scripts' own text by name (the file name without ".lua"), without the
 	// prelude.
@@ -62,14 +64,19 @@ func newScripts(replace map[string]string) *scriptSet {
 		src := preludeSrc + "\n-- " + name + ".lua\n" + body
 		set.run[name], set.sources[name] = redis.NewScript(src), src
 	}
+	src := sharedSrc // the family's script stands alone
+	if b, ok := replace["shared"]; ok {
+		src = b
+	}
+	set.run["shared"], set.sources["shared"] = redis.NewScript(src), src
 	return set
 }
 
 // Sources returns the scripts' own text by name ("lock", "renew", "release", "leave",
-// "inspect", "force", and "prelude", which runs in front of each of the others).
-// The map is a copy.
+// "inspect", "force", and "prelude", which runs in front of each of them; and "shared", the
+// read-write lock's and the semaphore's, which runs alone). The map is a copy.
 func Sources() map[string]string {
-	out := map[string]string{"prelude": preludeSrc}
+	out := map[string]string{"prelude": preludeSrc, "shared": sharedSrc}
 	for name, body := range bodies {
 		out[name] = body
 	}

@@ -1,0 +1,511 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+	"weak"
+
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// ErrUpgrade is what RWLock.Lock returns for an owner context that holds only the read side:
+// a reader that waits for the write side waits for itself (and two such readers for each
+// other), so the upgrade is refused rather than left to deadlock. Release the read side
+// first, or take the write side first and downgrade (RLock with the write owner).
+var ErrUpgrade = errors.New("dlock: the write side asked by an owner of only the read side")
+
+// RWLock is a read-write lock of a Generator, as Curator's InterProcessReadWriteLock and
+// Redisson's RReadWriteLock: any number of readers, or one writer, across all processes.
+// Within a process, readers share one read-hold in Redis (one request per tenure, not per
+// reader) and writers pass one write-hold among themselves, as the mutex does.
+//
+// Fairness: processes are served in their order in one Redis line, and a writer in line holds
+// off every read-hold asked after it; readers already in only delay it by their own holds and
+// the batch of readers that was queued in their process when its read-hold came. Within a
+// process, goroutines are served in their order of arrival.
+//
+// Ownership is carried by contexts, as with the mutex: RLock and Lock return an *Owner;
+// passing it (or a context derived from it) re-enters the same side. An owner of the write
+// side may take the read side (a downgrade: unlock the write side and read on); an owner of
+// only the read side asking for the write side gets ErrUpgrade.
+type RWLock struct {
+	g   *Generator
+	cfg domain.DLockConfig
+}
+
+// Semaphore is a counting semaphore of a Generator with k permits, as Redisson's
+// RPermitExpirableSemaphore and Curator's InterProcessSemaphoreV2: at most k permits are out
+// across all processes. Each holding has its own renewed lease, so a crashed process's
+// permits come back when its lease runs out. Within a process, permits that one holding
+// brought are lent among its goroutines without Redis.
+//
+// k is set where the semaphore is made (GenSemaphore); Redis keeps the k of the first process
+// that uses it while it is in use, and SetPermits changes it for everyone.
+type Semaphore struct {
+	g       *Generator
+	cfg     domain.DLockConfig
+	permits int64
+}
+
+// GenRW returns the read-write lock of lockType and lockTarget with the type's lease, as Gen
+// does for the mutex. A read-write lock and a mutex (or semaphore) of the same type and
+// target are different locks; a read-write lock and a semaphore of one name refuse each
+// other's requests with ErrInvalidConfig.
+func (g *Generator) GenRW(lockType, lockTarget string) (*RWLock, error) {
+	cfg, err := g.config(lockType, lockTarget)
+	if err != nil {
+		return nil, err
+	}
+	return &RWLock{g: g, cfg: cfg}, nil
+}
+
+// GenSemaphore returns the semaphore of lockType and lockTarget with permits permits (≥ 1)
+// and the type's lease.
+func (g *Generator) GenSemaphore(lockType, lockTarget string, permits int) (*Semaphore, error) {
+	cfg, err := g.config(lockType, lockTarget)
+	if err != nil {
+		return nil, err
+	}
+	if permits < 1 {
+		return nil, fmt.Errorf("%w: a semaphore of %d permits", ErrInvalidConfig, permits)
+	}
+	return &Semaphore{g: g, cfg: cfg, permits: int64(permits)}, nil
+}
+
+// config returns the configuration of lockType and lockTarget with the type's lease.
+func (g *Generator) config(lockType, lockTarget string) (domain.DLockConfig, error) {
+	l, err := g.Gen(lockType, lockTarget)
+	if err != nil {
+		return domain.DLockConfig{}, err
+	}
+	return l.cfg, nil
+}
+
+var errZeroShared = fmt.Errorf("%w: lock not made by a Generator", ErrInvalidConfig)
+
+func (l *RWLock) spec() processor.Shared {
+	return processor.Shared{Kind: processor.KindRW, Permits: processor.RWPermits}
+}
+
+func (s *Semaphore) spec() processor.Shared {
+	return processor.Shared{Kind: processor.KindSem, Permits: s.permits}
+}
+
+// Config returns the lock's configuration.
+func (l *RWLock) Config() domain.DLockConfig {
+	if l == nil {
+		return domain.DLockConfig{}
+	}
+	return l.cfg
+}
+
+// Config returns the semaphore's configuration.
+func (s *Semaphore) Config() domain.DLockConfig {
+	if s == nil {
+		return domain.DLockConfig{}
+	}
+	return s.cfg
+}
+
+// Lock takes the write side, waiting while ctx allows; see DistributedReentrantLock.Lock for
+// the owner context. With an owner of the write side it re-enters; with an owner of only the
+// read side it returns ErrUpgrade.
+func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
+	if l == nil || l.g == nil {
+		return nil, errZeroShared
+	}
+	o, _, err := l.g.acquireShared(ctx, l.cfg, l.spec(), processor.RWPermits, true, false)
+	return o, err
+}
+
+// TryLock takes the write side if it can at once (one Redis round trip at most): false with
+// a nil error when another holds either side or a process waits in line before it.
+func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
+	if l == nil || l.g == nil {
+		return nil, false, errZeroShared
+	}
+	return l.g.acquireShared(ctx, l.cfg, l.spec(), processor.RWPermits, true, true)
+}
+
+// RLock takes the read side, waiting while ctx allows. With an owner of the read side it
+// re-enters; with an owner of the write side it takes the read side at once (a downgrade).
+func (l *RWLock) RLock(ctx context.Context) (*Owner, error) {
+	if l == nil || l.g == nil {
+		return nil, errZeroShared
+	}
+	o, _, err := l.g.acquireShared(ctx, l.cfg, l.spec(), 1, false, false)
+	return o, err
+}
+
+// TryRLock takes the read side if it can at once.
+func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
+	if l == nil || l.g == nil {
+		return nil, false, errZeroShared
+	}
+	return l.g.acquireShared(ctx, l.cfg, l.spec(), 1, false, true)
+}
+
+// Unlock releases one hold of the side that owned (an owner context of this lock) holds, the
+// innermost when it carries both: ErrNotHeld if none, or the cause (ErrLockLost, ErrClosed)
+// if the holding ended.
+func (l *RWLock) Unlock(owned context.Context) error {
+	if l == nil || l.g == nil {
+		return errZeroShared
+	}
+	return l.g.unlockShared(owned, sharedKey(l.cfg, l.spec()))
+}
+
+// FencingToken returns the fencing token of owned's holding: tokens increase across every
+// holding of the lock, of either side, in every process.
+func (l *RWLock) FencingToken(owned context.Context) (uint64, bool) {
+	if l == nil || l.g == nil {
+		return 0, false
+	}
+	return tokenOf(owned, l.g, sharedKey(l.cfg, l.spec()))
+}
+
+// State reads what Redis holds for the lock.
+func (l *RWLock) State(ctx context.Context) (SharedState, error) {
+	if l == nil || l.g == nil {
+		return SharedState{}, errZeroShared
+	}
+	return l.g.sharedState(ctx, l.cfg, l.spec())
+}
+
+// Acquire takes n permits (1 ≤ n ≤ k), waiting while ctx allows, and returns their Owner.
+// Waiting processes are served in order; within a process, goroutines in their order of
+// arrival. With an owner of this semaphore it re-enters the same permits (no more are
+// taken).
+func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
+	if s == nil || s.g == nil {
+		return nil, errZeroShared
+	}
+	if n < 1 || int64(n) > s.permits {
+		return nil, fmt.Errorf("%w: %d of %d permits", ErrInvalidConfig, n, s.permits)
+	}
+	o, _, err := s.g.acquireShared(ctx, s.cfg, s.spec(), int64(n), false, false)
+	return o, err
+}
+
+// TryAcquire takes n permits if they are free at once and no process waits before it.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Owner, bool, error) {
+	if s == nil || s.g == nil {
+		return nil, false, errZeroShared
+	}
+	if n < 1 || int64(n) > s.permits {
+		return nil, false, fmt.Errorf("%w: %d of %d permits", ErrInvalidConfig, n, s.permits)
+	}
+	return s.g.acquireShared(ctx, s.cfg, s.spec(), int64(n), false, true)
+}
+
+// Release gives back the permits of owned (an Owner of this semaphore), one hold of them.
+func (s *Semaphore) Release(owned context.Context) error {
+	if s == nil || s.g == nil {
+		return errZeroShared
+	}
+	return s.g.unlockShared(owned, sharedKey(s.cfg, s.spec()))
+}
+
+// FencingToken returns the fencing token of owned's holding.
+func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
+	if s == nil || s.g == nil {
+		return 0, false
+	}
+	return tokenOf(owned, s.g, sharedKey(s.cfg, s.spec()))
+}
+
+// SetPermits changes the semaphore's permit count to k in Redis, for every process, for as
+// long as the semaphore is in use (afterwards the k it is made with counts again). Permits
+// held beyond a lowered k stay out until released; none is handed out until fewer than k are.
+func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
+	if s == nil || s.g == nil {
+		return errZeroShared
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	return s.g.redis.SetPermits(ctx, s.cfg, int64(k))
+}
+
+// State reads what Redis holds for the semaphore.
+func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
+	if s == nil || s.g == nil {
+		return SharedState{}, errZeroShared
+	}
+	return s.g.sharedState(ctx, s.cfg, s.spec())
+}
+
+// SharedState is what Redis holds for a read-write lock or a semaphore.
+type SharedState struct {
+	Kind    string        // "rw" or "sem"
+	Permits int64         // a semaphore's k (Redis's while in use); 0 for a read-write lock
+	Holds   []SharedHold  // one per holding (a process's read tenure, write-hold, or permits)
+	Waiting []SharedWaits // processes in line, first first
+	Fence   uint64        // the last fencing token handed out
+}
+
+// Writers returns the holdings of the write side.
+func (s SharedState) Writers() []SharedHold { return s.filter(true) }
+
+// Readers returns the holdings of the read side.
+func (s SharedState) Readers() []SharedHold { return s.filter(false) }
+
+func (s SharedState) filter(write bool) []SharedHold {
+	var out []SharedHold
+	for _, h := range s.Holds {
+		if h.Write == write && s.Kind == string(processor.KindRW) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// SharedHold is one holding.
+type SharedHold struct {
+	Locker  string
+	Permits int64 // a semaphore's permits; 1 for a read-hold
+	Write   bool  // a write-hold
+	Token   uint64
+	TTL     time.Duration
+}
+
+// SharedWaits is a process in line.
+type SharedWaits struct {
+	Process string
+	Permits int64
+	Write   bool
+}
+
+func (g *Generator) sharedState(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared) (SharedState, error) {
+	if ctx == nil {
+		return SharedState{}, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	in, err := g.redis.SharedInspect(ctx, cfg, spec)
+	if err != nil {
+		return SharedState{}, err
+	}
+	st := SharedState{Kind: string(in.Kind), Fence: in.Fence}
+	rw := in.Kind == processor.KindRW
+	if !rw {
+		st.Permits = in.Permits
+	}
+	for _, h := range in.Holdings {
+		st.Holds = append(st.Holds, SharedHold{Locker: h.Locker, Permits: min(h.Permits, in.Permits), Write: rw && h.Permits == processor.RWPermits, Token: h.Token, TTL: h.TTL})
+	}
+	for _, w := range in.Waiting {
+		st.Waiting = append(st.Waiting, SharedWaits{Process: w.Owner, Permits: w.Permits, Write: rw && w.Permits == processor.RWPermits})
+	}
+	return st, nil
+}
+
+// shareOwner is one acquisition of a shared lock: the permits it borrows from a holding.
+type shareOwner struct {
+	st     *sharedState
+	hold   *shareHold
+	n      int64
+	write  bool
+	token  uint64
+	count  int  // holds (re-entries), guarded by st.mu
+	done   bool // released or ended, guarded by st.mu
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   func() bool
+	public weak.Pointer[Owner]
+}
+
+// ownKey finds a shared owner in a context: by Generator, lock and side (last: the innermost).
+type ownKey struct {
+	g    *Generator
+	key  string
+	side int // 0 read, 1 write, 2 the innermost
+}
+
+func ownerIn(ctx context.Context, g *Generator, key string, side int) *shareOwner {
+	so, _ := ctx.Value(ownKey{g, key, side}).(*shareOwner)
+	return so
+}
+
+// live reports whether so still holds.
+func (so *shareOwner) live() bool {
+	so.st.mu.Lock()
+	defer so.st.mu.Unlock()
+	return !so.done && so.hold.ctx.Err() == nil
+}
+
+func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
+	if ctx == nil {
+		return nil, false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	key := sharedKey(cfg, spec)
+	side := 0
+	if write {
+		side = 1
+	}
+	if so := ownerIn(ctx, g, key, side); so != nil && so.live() {
+		return so.reenter(), true, nil
+	}
+	var down *shareOwner
+	if spec.Kind == processor.KindRW {
+		other := ownerIn(ctx, g, key, 1-side)
+		switch {
+		case other == nil || !other.live():
+		case write:
+			return nil, false, ErrUpgrade
+		default:
+			down = other
+		}
+	}
+	if down != nil {
+		if o := down.st.downgrade1(ctx, down); o != nil {
+			return o, true, nil
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, false, errors.Join(ErrNotObtained, err)
+		}
+		st, err := g.shared(cfg, spec)
+		if err != nil {
+			return nil, false, err
+		}
+		w := &shareWaiter{n: n, write: write, try: try, done: make(chan struct{})}
+		err = st.wait(ctx, w)
+		switch {
+		case errors.Is(err, errStateDropped):
+			continue
+		case errors.Is(err, ErrClosed):
+			return nil, false, ErrClosed
+		case err != nil:
+			return nil, false, errors.Join(ErrNotObtained, err)
+		case w.err != nil:
+			return nil, false, w.err
+		case w.hold == nil:
+			if try {
+				return nil, false, nil
+			}
+			return nil, false, ErrNotObtained
+		}
+		return st.newOwner(ctx, w.hold, w.token, n, write), true, nil
+	}
+}
+
+// downgrade1 lends the read side of down's write-hold to a new owner at once (it does not
+// queue: the writer's own read must not wait behind the writers it holds off).
+func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) *Owner {
+	st.mu.Lock()
+	if down.done || down.hold.ctx.Err() != nil {
+		st.mu.Unlock()
+		return nil
+	}
+	down.hold.readers++
+	token := down.hold.token
+	st.mu.Unlock()
+	return st.newOwner(ctx, down.hold, token, 1, false)
+}
+
+// newOwner makes the Owner of a fresh acquisition lent from h.
+func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64, n int64, write bool) *Owner {
+	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1}
+	var cctx context.Context
+	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	so.stop = context.AfterFunc(h.ctx, func() { so.cancel(context.Cause(h.ctx)) })
+	side := 0
+	if write {
+		side = 1
+	}
+	cctx = context.WithValue(cctx, ownKey{st.g, st.key, side}, so)
+	so.ctx = context.WithValue(cctx, ownKey{st.g, st.key, 2}, so)
+	o := &Owner{ctx: so.ctx, sh: so}
+	so.public = weak.Make(o)
+	runtime.AddCleanup(o, func(so *shareOwner) { so.dropped() }, so)
+	return o
+}
+
+// reenter counts one more hold of so and returns its Owner.
+func (so *shareOwner) reenter() *Owner {
+	so.st.mu.Lock()
+	so.count++
+	so.st.mu.Unlock()
+	if o := so.public.Value(); o != nil {
+		return o
+	}
+	o := &Owner{ctx: so.ctx, sh: so}
+	so.public = weak.Make(o)
+	return o
+}
+
+// unlock releases one hold of so.
+func (so *shareOwner) unlock() error {
+	st := so.st
+	st.mu.Lock()
+	if so.done {
+		st.mu.Unlock()
+		return ErrNotHeld
+	}
+	if so.count--; so.count > 0 {
+		st.mu.Unlock()
+		return nil
+	}
+	cause := error(nil)
+	if so.hold.ctx.Err() != nil {
+		cause = context.Cause(so.hold.ctx)
+	}
+	so.end(context.Canceled)
+	st.mu.Unlock()
+	st.poke()
+	return cause
+}
+
+// end ends so with cause and returns its borrowing. The caller holds st.mu.
+func (so *shareOwner) end(cause error) {
+	so.done = true
+	so.st.unlend(so)
+	so.st.lendLocked()
+	so.stop()
+	so.cancel(cause)
+}
+
+// dropped runs when so's Owner was collected without its final Unlock.
+func (so *shareOwner) dropped() {
+	so.st.mu.Lock()
+	if so.done || so.public.Value() != nil {
+		so.st.mu.Unlock()
+		return
+	}
+	so.end(context.Canceled)
+	so.st.mu.Unlock()
+	so.st.poke()
+	so.st.g.log.Error("dlock: shared lock released by the garbage collector: its owner was dropped without Unlock",
+		zap.String("key", so.st.cfg.UniqueKey()))
+}
+
+func (g *Generator) unlockShared(owned context.Context, key string) error {
+	if owned == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	}
+	so := ownerIn(owned, g, key, 2)
+	if so == nil {
+		if g.isClosed() {
+			return ErrClosed
+		}
+		return ErrNotHeld
+	}
+	return so.unlock()
+}
+
+func tokenOf(owned context.Context, g *Generator, key string) (uint64, bool) {
+	if owned == nil {
+		return 0, false
+	}
+	so := ownerIn(owned, g, key, 2)
+	if so == nil || !so.live() {
+		return 0, false
+	}
+	return so.token, true
+}

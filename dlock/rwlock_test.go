@@ -1,0 +1,333 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+func rwOf(t testing.TB, g *dlock.Generator, tg string) *dlock.RWLock {
+	t.Helper()
+	l, err := g.GenRW("RW", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Readers of different processes hold the read side together; a writer waits for them.
+func TestRWReadersShareWritersWait(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	gw, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	ra, err := rwOf(t, ga, tg).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := rwOf(t, gb, tg).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rwOf(t, ga, tg).State(ctx)
+	if err != nil || len(st.Readers()) != 2 || len(st.Writers()) != 0 {
+		t.Fatalf("state with two readers: %+v %v", st, err)
+	}
+	w := rwOf(t, gw, tg)
+	if o, ok, err := w.TryLock(ctx); ok || err != nil || o != nil {
+		t.Fatalf("TryLock beside readers = %v %v %v", o, ok, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := w.Lock(short); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock beside readers: %v", err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := w.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	if err := ra.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+		t.Fatal("the writer got in beside a reader")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := rb.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	ow := recv(t, got, "the writer")
+	if o, ok, err := rwOf(t, ga, tg).TryRLock(ctx); ok || err != nil || o != nil {
+		t.Fatalf("TryRLock beside a writer = %v %v %v", o, ok, err)
+	}
+	if tok, ok := w.FencingToken(ow); !ok || tok == 0 {
+		t.Fatalf("writer's token %d %v", tok, ok)
+	}
+	if err := ow.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ow.Unlock(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock: %v", err)
+	}
+}
+
+// Once a writer waits in line, readers of other processes that come after it wait behind it,
+// even while the read side is held.
+func TestRWWriterInLineHoldsOffNewReaders(t *testing.T) {
+	ga, _ := newGen(t)
+	gw, _ := newGen(t)
+	gc, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	ra, err := rwOf(t, ga, tg).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	var mu sync.Mutex
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	wDone := make(chan struct{})
+	go func() {
+		defer close(wDone)
+		o, err := rwOf(t, gw, tg).Lock(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		note("writer")
+		time.Sleep(50 * time.Millisecond)
+		_ = o.Unlock()
+	}()
+	waitFor(t, func() bool {
+		st, err := rwOf(t, ga, tg).State(ctx)
+		return err == nil && len(st.Waiting) == 1
+	})
+	rDone := make(chan struct{})
+	go func() {
+		defer close(rDone)
+		o, err := rwOf(t, gc, tg).RLock(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		note("reader")
+		_ = o.Unlock()
+	}()
+	waitFor(t, func() bool {
+		st, err := rwOf(t, ga, tg).State(ctx)
+		return err == nil && len(st.Waiting) == 2
+	})
+	if err := ra.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	<-wDone
+	<-rDone
+	if len(order) != 2 || order[0] != "writer" {
+		t.Fatalf("order %v: the reader that came after a waiting writer got in first", order)
+	}
+}
+
+// Re-entry on both sides, a downgrade that keeps reading while others' writers wait, and the
+// upgrade that is refused.
+func TestRWReentryDowngradeAndUpgrade(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, ga, tg)
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2, err := l.Lock(w); err != nil || w2 != w {
+		t.Fatalf("write re-entry: %v %v", w2, err)
+	}
+	r, err := l.RLock(w)
+	if err != nil {
+		t.Fatalf("downgrade: %v", err)
+	}
+	if _, err := l.Lock(r); err != nil {
+		t.Fatalf("the write owner's read context still carries the write side: %v", err)
+	}
+	_ = l.Unlock(w) // the write re-entry above
+	_ = l.Unlock(w)
+	if err := w.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Err() == nil || r.Err() != nil {
+		t.Fatalf("after the write side's last Unlock: write %v, read %v", w.Err(), r.Err())
+	}
+	// another process's reader gets in beside the downgraded reader; its writer does not
+	other := rwOf(t, gb, tg)
+	ro, err := other.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := other.TryLock(ctx); ok {
+		t.Fatal("a writer beside the downgraded reader")
+	}
+	_ = ro.Unlock()
+	if _, err := l.Lock(r); !errors.Is(err, dlock.ErrUpgrade) {
+		t.Fatalf("the downgraded reader asked for the write side again: %v, want ErrUpgrade", err)
+	}
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lock(rr); !errors.Is(err, dlock.ErrUpgrade) {
+		t.Fatalf("upgrade: %v, want ErrUpgrade", err)
+	}
+	if err := rr.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Many processes, readers and writers: a writer never overlaps anyone, and the writers'
+// fencing tokens increase.
+func TestRWExclusion(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	var readers, writers atomic.Int64
+	var bad atomic.Int64
+	var lastTok atomic.Uint64
+	var wg sync.WaitGroup
+	for p := range 3 {
+		g, _ := newGen(t)
+		l := rwOf(t, g, tg)
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 40 {
+					if (p+i+j)%5 == 0 {
+						o, err := l.Lock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if writers.Add(1) != 1 || readers.Load() != 0 {
+							bad.Add(1)
+						}
+						tok, _ := l.FencingToken(o)
+						if prev := lastTok.Swap(tok); prev > tok { // the writers of one holding share its token
+							t.Errorf("token %d after %d", tok, prev)
+						}
+						time.Sleep(200 * time.Microsecond)
+						writers.Add(-1)
+						_ = o.Unlock()
+					} else {
+						o, err := l.RLock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						readers.Add(1)
+						if writers.Load() != 0 {
+							bad.Add(1)
+						}
+						time.Sleep(100 * time.Microsecond)
+						readers.Add(-1)
+						_ = o.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("%d overlaps of a writer", bad.Load())
+	}
+}
+
+// The readers of one process share one read-hold: their Redis requests do not grow with them.
+func TestRWReadersOfAProcessShareOneHold(t *testing.T) {
+	g, c := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, g, tg)
+	first, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := commands(t, c)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				o, err := l.RLock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = o.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := commands(t, c) - before; n > 10 {
+		t.Fatalf("%d Redis commands for 400 reads under one read-hold", n)
+	}
+	_ = first.Unlock()
+}
+
+// Close ends holders (ErrClosed) and waiters, and leaves nothing held in Redis.
+func TestRWClose(t *testing.T) {
+	ga, err := dlock.NewGenerator(srv.Client(), dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la := rwOf(t, ga, tg)
+	r, err := la.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := rwOf(t, gb, tg).TryLock(ctx); ok || err != nil {
+		t.Fatalf("a writer beside a reader: %v %v", ok, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		o, err := rwOf(t, gb, tg).Lock(ctx)
+		if err == nil {
+			err = o.Unlock()
+		}
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := rwOf(t, gb, tg).State(ctx)
+		return err == nil && len(st.Waiting) == 1
+	})
+	if err := ga.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(r), dlock.ErrClosed) {
+		t.Fatalf("reader's cause after Close: %v", context.Cause(r))
+	}
+	if err := r.Unlock(); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Unlock after Close: %v", err)
+	}
+	if err := recv(t, done, "the writer after the reader's Close"); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	if _, err := la.RLock(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("RLock after Close: %v", err)
+	}
+}

@@ -1,0 +1,240 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// uniqueTarget returns a lock target unique to this run of the test (-count runs it again on
+// the same server, where the last run's settled lockers and permit count may still live).
+func uniqueTarget(t testing.TB) string {
+	return t.Name() + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+func semOf(t testing.TB, g *dlock.Generator, tg string, k int) *dlock.Semaphore {
+	t.Helper()
+	s, err := g.GenSemaphore("SEM", tg, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Never more than k permits out across processes, whatever each asks.
+func TestSemaphorePermitsNeverExceedK(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	var out, most, bad atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		g, _ := newGen(t)
+		s := semOf(t, g, tg, 3)
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := 1 + i%2
+				for range 30 {
+					o, err := s.Acquire(ctx, n)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					now := out.Add(int64(n))
+					if now > 3 {
+						bad.Add(1)
+					}
+					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+					}
+					time.Sleep(100 * time.Microsecond)
+					out.Add(-int64(n))
+					if err := o.Unlock(); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("more than 3 permits out %d times", bad.Load())
+	}
+	if most.Load() < 2 {
+		t.Fatalf("at most %d permits were ever out at once: the semaphore serialised", most.Load())
+	}
+}
+
+// Waiting processes are served in their order, and TryAcquire does not pass them.
+func TestSemaphoreServesProcessesInOrder(t *testing.T) {
+	ga, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	hold, err := semOf(t, ga, tg, 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 3 {
+		g, _ := newGen(t)
+		s := semOf(t, g, tg, 2)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := s.Acquire(ctx, 2)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			_ = o.Unlock()
+		}()
+		waitFor(t, func() bool {
+			st, err := s.State(ctx)
+			return err == nil && len(st.Waiting) == i+1
+		})
+	}
+	gt, _ := newGen(t)
+	if o, ok, err := semOf(t, gt, tg, 2).TryAcquire(ctx, 1); ok || err != nil || o != nil {
+		t.Fatalf("TryAcquire with processes in line = %v %v %v", o, ok, err)
+	}
+	if err := hold.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
+		t.Fatalf("served in order %v, want [0 1 2]", order)
+	}
+}
+
+// A process that stops renewing (its Redis connection gone) loses its permits when its lease
+// runs out, and they come back for others.
+func TestSemaphoreCrashedHoldersPermitsComeBack(t *testing.T) {
+	c := srv.Client()
+	ga, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	o, err := semOf(t, ga, tg, 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close() // renewals fail from now on
+	got, err := semOf(t, gb, tg, 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("after the holder's lease: %v", err)
+	}
+	select {
+	case <-o.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the crashed holder was not told of the loss")
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+		t.Fatalf("cause %v", context.Cause(o))
+	}
+	_ = got.Unlock()
+	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = ga.Close(closeCtx)
+}
+
+// SetPermits changes k for everyone; the waiters it makes room for are served.
+func TestSemaphoreSetPermits(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa := semOf(t, ga, tg, 1)
+	o, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ob, err := semOf(t, gb, tg, 1).Acquire(ctx, 1)
+		if err == nil {
+			err = ob.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := sa.State(ctx)
+		return err == nil && len(st.Waiting) == 1
+	})
+	if err := sa.SetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, "the waiter after SetPermits"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sa.State(ctx)
+	if err != nil || st.Permits != 2 {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	_ = o.Unlock()
+}
+
+// Bad input is refused with ErrInvalidConfig, re-entry takes no more permits, and a
+// read-write lock and a semaphore of one name refuse each other.
+func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := g.GenSemaphore("SEM", tg, 0); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("0 permits: %v", err)
+	}
+	s := semOf(t, g, tg, 2)
+	if _, err := s.Acquire(ctx, 3); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("3 of 2: %v", err)
+	}
+	if _, err := s.Acquire(nil, 1); !errors.Is(err, dlock.ErrInvalidConfig) { //nolint:staticcheck // a nil context is what is tested
+		t.Fatalf("nil context: %v", err)
+	}
+	var zs *dlock.Semaphore
+	if _, err := zs.Acquire(ctx, 1); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("nil semaphore: %v", err)
+	}
+	var zr dlock.RWLock
+	if _, err := zr.RLock(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("zero RWLock: %v", err)
+	}
+	if err := s.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("release by a non-owner: %v", err)
+	}
+	o, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o2, err := s.Acquire(o, 2); err != nil || o2 != o {
+		t.Fatalf("re-entry: %v %v", o2, err)
+	}
+	_ = s.Release(o)
+	if o.Err() != nil {
+		t.Fatal("one Release of two holds ended the owner")
+	}
+	_ = s.Release(o)
+	if o.Err() == nil {
+		t.Fatal("the last Release left the owner alive")
+	}
+	tok1, _ := s.FencingToken(o)
+	if tok1 != 0 {
+		t.Fatal("a released owner has a token")
+	}
+	l, _ := g.GenRW("SEM", tg)
+	if _, err := l.RLock(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("a read-write lock over a semaphore in use: %v", err)
+	}
+}

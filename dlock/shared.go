@@ -1,0 +1,641 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// sharedState is this process's side of one shared lock, a read-write lock or a semaphore,
+// which Redis keeps as permits (processor.Shared, shared.lua): the holdings this process keeps
+// there, the goroutines waiting, and its attempt in the Redis line. One goroutine, the driver,
+// sends every request of the lock, one at a time; it runs while anything is held, waited for
+// or asked, and the state is dropped when it ends.
+//
+// The cohort. A holding's permits are lent to this process's goroutines in their order of
+// arrival, without Redis: a read-hold to any number of readers, a write-hold to one writer at a
+// time (and to the readers of a downgrade), a semaphore's holding to owners whose permits fit
+// in what it has free. Lending stops at the first waiter that cannot be served, so a writer
+// is never passed by the readers that came after it. Once another process waits in line
+// (a "W" message, or a reply's waiting flag: wanted), nothing more is lent but what a holding
+// taken for the front waiters serves at once: each holding goes back to Redis as soon as its
+// last borrower returns it. A process in line therefore waits at most for the borrowers
+// already in, plus the batch that was queued when a holding arrived.
+type sharedState struct {
+	g       *Generator
+	cfg     domain.DLockConfig
+	spec    processor.Shared
+	key     string // in g.shares
+	channel string // this process's channel of the lock
+	kick    chan struct{}
+
+	mu      sync.Mutex
+	phase   sharedPhase    // guarded by mu
+	holds   []*shareHold   // in Redis, lent or not; guarded by mu
+	waiters []*shareWaiter // first come first; guarded by mu
+	wanted  bool           // another process waits in line: lend no more; guarded by mu
+	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
+	exited  chan struct{}  // closed when the driver ended
+}
+
+// sharedPhase is where a sharedState is in its life.
+type sharedPhase uint8
+
+const (
+	sharedIdle    sharedPhase = iota // made, no driver yet
+	sharedRunning                    // the driver runs
+	sharedDropped                    // the driver ended and the state left g.shares: make another
+)
+
+// shareHold is one holding in Redis and what it lends.
+type shareHold struct {
+	locker  string
+	n       int64     // permits held in Redis
+	token   uint64    // fencing token of the holding (a downgrade keeps its owners' tokens)
+	readers int       // rw: read borrowers; sem: borrowers
+	writers int       // rw: write borrowers (0 or 1)
+	lent    int64     // sem: permits lent
+	fresh   bool      // taken for the front waiters and not lent yet: it serves them even when wanted
+	downAt  time.Time // rw: a downgrade may be tried from then (after one Redis failed)
+	downing bool      // rw: a downgrade is on its way: no writer may borrow (it would end a reader)
+	renewAt time.Time
+	valid   time.Time   // the lease runs out (from the send time of the last take or renewal)
+	expiry  *time.Timer // ends the holding at valid, whatever the driver is doing
+	ctx     context.Context
+	end     context.CancelCauseFunc
+}
+
+func (h *shareHold) write() bool { return h.n == processor.RWPermits }
+func (h *shareHold) idle() bool  { return h.readers == 0 && h.writers == 0 }
+
+// shareWaiter is a goroutine waiting for permits.
+type shareWaiter struct {
+	n     int64 // permits: 1 to read, processor.RWPermits to write, or a semaphore's n
+	write bool
+	try   bool          // TryLock: one request, no line
+	down  *shareOwner   // rw: the write owner this read downgrades, if any
+	done  chan struct{} // closed when decided: hold set (lent), or err, or neither (not obtained)
+	hold  *shareHold
+	token uint64 // the holding's token when lent
+	err   error
+}
+
+// shareAttempt is this process's request for permits: in the Redis line (wait), or one try.
+type shareAttempt struct {
+	locker string
+	n      int64
+	wait   bool
+	pollAt time.Time // when to ask again (it renews the line entry)
+	sent   bool      // asked at least once: its outcome may be a holding
+}
+
+// sharedKey returns g.shares's key of cfg and spec.
+func sharedKey(cfg domain.DLockConfig, spec processor.Shared) string {
+	return string(spec.Kind) + "|" + cfg.UniqueKey()
+}
+
+// shared returns the live state of cfg's shared lock, starting its driver.
+func (g *Generator) shared(cfg domain.DLockConfig, spec processor.Shared) (*sharedState, error) {
+	key := sharedKey(cfg, spec)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, ErrClosed
+	}
+	st := g.shares[key]
+	if st == nil {
+		st = &sharedState{g: g, cfg: cfg, spec: spec, key: key, kick: make(chan struct{}, 1),
+			channel: processor.SharedChannel(cfg, g.prefix), exited: make(chan struct{})}
+		g.shares[key] = st
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.phase == sharedIdle {
+		st.phase = sharedRunning
+		if g.notes != nil {
+			g.notes.watch(st.channel, sharedPrefix+key)
+		}
+		if !g.group.Go(st.drive) {
+			st.phase = sharedDropped
+			delete(g.shares, key)
+			close(st.exited)
+			return nil, ErrClosed
+		}
+	}
+	return st, nil
+}
+
+// sharedPrefix marks a notifier subscription of a shared lock.
+const sharedPrefix = "shared|"
+
+// lookupShared returns the live state of a shared lock by its g.shares key.
+func (g *Generator) lookupShared(key string) *sharedState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shares[key]
+}
+
+// poke wakes the driver.
+func (st *sharedState) poke() {
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hear handles a message on this process's channel: "W" another process began to wait, "F"
+// the permits this process waits for fit now.
+func (st *sharedState) hear(payload string) {
+	st.mu.Lock()
+	switch payload {
+	case "W":
+		st.wanted = true
+	case "F":
+		if st.attempt != nil {
+			st.attempt.pollAt = time.Time{}
+		}
+	}
+	st.mu.Unlock()
+	st.poke()
+}
+
+// wait queues w and waits until it is decided or ctx ends.
+func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
+	st.mu.Lock()
+	if st.phase == sharedDropped {
+		st.mu.Unlock()
+		return errStateDropped
+	}
+	st.waiters = append(st.waiters, w)
+	st.lendLocked()
+	if w.try && w.hold == nil && st.front() != w { // a try does not wait behind others
+		st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
+		close(w.done)
+	}
+	st.mu.Unlock()
+	st.poke()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+	case <-st.g.done.Done():
+	}
+	st.mu.Lock()
+	select {
+	case <-w.done: // decided meanwhile
+		st.mu.Unlock()
+		return nil
+	default:
+	}
+	st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
+	st.lendLocked() // the next may be served now
+	st.mu.Unlock()
+	st.poke()
+	if st.g.done.Err() != nil {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+var errStateDropped = errors.New("dlock: shared state dropped")
+
+// lendLocked serves the front waiters from the holdings, in order, up to the first that none
+// can serve. The caller holds mu.
+func (st *sharedState) lendLocked() {
+	for len(st.waiters) > 0 {
+		w := st.waiters[0]
+		h := st.holdFor(w)
+		if h == nil {
+			return
+		}
+		st.lend(h, w)
+		st.waiters = st.waiters[1:]
+		w.hold, w.token = h, h.token
+		close(w.done)
+	}
+	for _, h := range st.holds {
+		h.fresh = false
+	}
+}
+
+// holdFor returns a holding that can serve w now, or nil.
+func (st *sharedState) holdFor(w *shareWaiter) *shareHold {
+	if w.down != nil { // a downgrade reads on its own write-hold, wanted or not
+		return w.down.hold
+	}
+	for _, h := range st.holds {
+		if h.ctx.Err() != nil || (st.wanted && !h.fresh) {
+			continue
+		}
+		switch {
+		case st.spec.Kind == processor.KindSem:
+			if h.n-h.lent >= w.n {
+				return h
+			}
+		case w.write:
+			if h.write() && h.idle() && !h.downing {
+				return h
+			}
+		case !h.write() || h.writers == 0: // a reader: a read-hold, or an idle write-hold
+			return h
+		}
+	}
+	return nil
+}
+
+func (st *sharedState) lend(h *shareHold, w *shareWaiter) {
+	switch {
+	case st.spec.Kind == processor.KindSem:
+		h.readers++
+		h.lent += w.n
+	case w.write:
+		h.writers++
+	default:
+		h.readers++
+	}
+}
+
+// unlend returns what owner borrowed. The caller holds mu.
+func (st *sharedState) unlend(o *shareOwner) {
+	h := o.hold
+	switch {
+	case st.spec.Kind == processor.KindSem:
+		h.readers--
+		h.lent -= o.n
+	case o.write:
+		h.writers--
+	default:
+		h.readers--
+	}
+}
+
+// action is what the driver does next.
+type action struct {
+	do      func(ctx context.Context) // a request, sent without mu
+	again   bool                      // else: plan again at once
+	wait    time.Time                 // else: sleep until then (zero: until poked)
+	exit    bool
+	closing bool // do runs with the clean-up context
+}
+
+// drive is the driver: it sends the lock's requests, one at a time, until nothing is held,
+// waited for or asked.
+func (st *sharedState) drive() {
+	defer close(st.exited)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		a := st.plan()
+		switch {
+		case a.exit:
+			return
+		case a.do != nil:
+			ctx := st.g.clean
+			if !a.closing {
+				ctx = st.g.done
+			}
+			a.do(ctx)
+		case a.again:
+		default:
+			d := time.Hour
+			if !a.wait.IsZero() {
+				d = max(time.Until(a.wait), 0)
+			}
+			timer.Reset(d)
+			select {
+			case <-st.kick:
+			case <-timer.C:
+			case <-st.g.done.Done():
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// plan decides the driver's next step.
+func (st *sharedState) plan() action {
+	g := st.g
+	if g.done.Err() != nil {
+		return st.planClose()
+	}
+	now := time.Now()
+	lease := st.cfg.Lease()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.holds = slices.DeleteFunc(st.holds, func(h *shareHold) bool { return h.ctx.Err() != nil && h.idle() })
+	st.lendLocked()
+	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
+	// whose readers remain is downgraded when nobody waits elsewhere)
+	for _, h := range st.holds {
+		if h.idle() && h.ctx.Err() == nil {
+			return st.releaseAction(h)
+		}
+		if st.spec.Kind == processor.KindRW && h.write() && h.writers == 0 && !st.wanted && h.ctx.Err() == nil && !now.Before(h.downAt) {
+			return action{do: st.downgrade(h)}
+		}
+	}
+	if a := st.attempt; a != nil {
+		front := st.front()
+		if front == nil || front.n != a.n || front.try == a.wait {
+			return st.giveBack(a) // nobody wants what it asks for any more
+		}
+		if !now.Before(a.pollAt) {
+			return action{do: st.take(a)}
+		}
+	} else if front := st.front(); front != nil && st.mayAsk(front) {
+		st.attempt = &shareAttempt{locker: g.newLocker(), n: front.n, wait: !front.try}
+		return action{do: st.take(st.attempt)}
+	} else if front != nil && front.try {
+		// a try that this process's own holdings stand in the way of
+		st.waiters = st.waiters[1:]
+		close(front.done)
+		return action{again: true}
+	}
+	next := time.Time{}
+	for _, h := range st.holds {
+		if h.ctx.Err() != nil {
+			continue
+		}
+		if !now.Before(h.renewAt) {
+			return action{do: st.renew(h)}
+		}
+		next = earliest(next, h.renewAt)
+	}
+	if st.attempt != nil {
+		next = earliest(next, st.attempt.pollAt)
+	}
+	if len(st.holds) == 0 && len(st.waiters) == 0 && st.attempt == nil {
+		return st.drop()
+	}
+	if next.IsZero() && len(st.waiters) > 0 {
+		next = now.Add(lease / 6) // waiting for borrowers; look again anyway
+	}
+	return action{wait: next}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func (st *sharedState) front() *shareWaiter {
+	if len(st.waiters) == 0 {
+		return nil
+	}
+	return st.waiters[0]
+}
+
+// mayAsk reports whether this process may ask Redis for the front waiter's permits: a
+// read-write lock asks only once its own holdings are back (its own would stand in the way,
+// since Redis counts them), a semaphore whenever none of its holdings serves the front.
+func (st *sharedState) mayAsk(front *shareWaiter) bool {
+	if st.spec.Kind == processor.KindSem {
+		return true
+	}
+	return len(st.holds) == 0
+}
+
+// drop ends the driver: the state leaves g.shares (a later user makes a new one). The caller
+// holds st.mu; g.mu is taken after it only through TryLock, never waited for, so the lock
+// order (g.mu before st.mu) holds.
+func (st *sharedState) drop() action {
+	if !st.g.mu.TryLock() {
+		return action{wait: time.Now().Add(time.Millisecond)}
+	}
+	defer st.g.mu.Unlock()
+	st.phase = sharedDropped
+	if st.g.shares[st.key] == st {
+		delete(st.g.shares, st.key)
+		if len(st.g.shares) == 0 && len(st.g.states) == 0 && st.g.drained != nil {
+			close(st.g.drained)
+			st.g.drained = nil
+		}
+	}
+	if st.g.notes != nil {
+		st.g.notes.unwatch(st.channel)
+	}
+	return action{exit: true}
+}
+
+// planClose is the driver's step once the Generator closes: waiters end with ErrClosed, every
+// holding ends (its owners' contexts with ErrClosed) and goes back, and the attempt is given
+// back, with the Generator's clean-up context.
+func (st *sharedState) planClose() action {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, w := range st.waiters {
+		w.err = ErrClosed
+		close(w.done)
+	}
+	st.waiters = nil
+	if a := st.attempt; a != nil {
+		act := st.giveBack(a)
+		act.closing = true
+		return act
+	}
+	for _, h := range st.holds {
+		h.stop(ErrClosed)
+	}
+	if len(st.holds) > 0 {
+		h := st.holds[0]
+		st.holds = st.holds[1:]
+		return action{closing: true, do: func(ctx context.Context) { st.release(ctx, h.locker) }}
+	}
+	return st.drop()
+}
+
+// stop ends the holding with cause (its owners' contexts end with it).
+func (h *shareHold) stop(cause error) {
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.end(cause)
+}
+
+// releaseAction takes h out of the holdings and returns the request that gives it back.
+func (st *sharedState) releaseAction(h *shareHold) action {
+	st.holds = slices.DeleteFunc(st.holds, func(x *shareHold) bool { return x == h })
+	h.stop(context.Canceled)
+	return action{do: func(ctx context.Context) { st.release(ctx, h.locker) }}
+}
+
+// giveBack drops the attempt and returns the request that takes it out of line (and gives
+// back a holding it may have taken unheard).
+func (st *sharedState) giveBack(a *shareAttempt) action {
+	st.attempt = nil
+	if !a.sent {
+		return action{again: true}
+	}
+	return action{do: func(ctx context.Context) { st.release(ctx, a.locker) }}
+}
+
+// release lets locker go in Redis, trying a few times; what it cannot let go expires with
+// its lease.
+func (st *sharedState) release(ctx context.Context, locker string) {
+	for i := range 3 {
+		_, err := st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
+		if !sleep(ctx, retryPause(st.cfg)) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retryPause is how long a request that Redis failed waits before it is sent again.
+func retryPause(cfg domain.DLockConfig) time.Duration {
+	return min(cfg.Lease()/10, 50*time.Millisecond)
+}
+
+// newHold records a holding taken at sent.
+func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.Time) *shareHold {
+	h := &shareHold{locker: locker, n: n, token: token, fresh: true}
+	h.ctx, h.end = context.WithCancelCause(context.Background())
+	st.renewed(h, sent)
+	return h
+}
+
+// renewed counts h's lease from sent, the send time of a request that found it held.
+func (st *sharedState) renewed(h *shareHold, sent time.Time) {
+	lease := st.cfg.Lease()
+	h.valid = sent.Add(lease)
+	h.renewAt = sent.Add(lease * 3 / 4)
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.expiry = time.AfterFunc(time.Until(h.valid), func() {
+		h.end(ErrLockLost) // not renewed in time: lost before anyone else can get in
+		st.poke()
+	})
+}
+
+// take returns the request that asks for a's permits.
+func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		sent := time.Now()
+		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait})
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		a.sent = true
+		if st.attempt != a {
+			return
+		}
+		lease := st.cfg.Lease()
+		switch {
+		case err != nil && errors.Is(err, ErrInvalidConfig):
+			st.attempt = nil
+			st.fail(err)
+		case err != nil:
+			if front := st.front(); front != nil && front.try {
+				st.waiters = st.waiters[1:]
+				front.err = err
+				close(front.done)
+				return // the next plan gives the attempt back (its outcome is unknown)
+			}
+			a.pollAt = time.Now().Add(retryPause(st.cfg))
+		case r.Outcome == processor.Taken:
+			st.attempt = nil
+			st.wanted = r.Waiting
+			st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
+			st.lendLocked()
+		case r.Outcome == processor.Held && !a.wait:
+			st.attempt = nil
+			if front := st.front(); front != nil && front.try {
+				st.waiters = st.waiters[1:]
+				close(front.done)
+			}
+		case r.Outcome == processor.Held:
+			pace := lease / 6
+			if r.Rank == 0 && r.Life >= 0 {
+				pace = min(pace, r.Life+time.Millisecond)
+			}
+			a.pollAt = time.Now().Add(pace)
+		default: // settled: a fresh attempt next
+			st.attempt = nil
+		}
+	}
+}
+
+// fail ends the front waiter with err (a request Redis refused for what it asks).
+func (st *sharedState) fail(err error) {
+	if front := st.front(); front != nil {
+		st.waiters = st.waiters[1:]
+		front.err = err
+		close(front.done)
+	}
+}
+
+// renew returns the request that renews h.
+func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
+	locker := h.locker
+	return func(ctx context.Context) {
+		sent := time.Now()
+		r, err := st.g.redis.SharedRenew(ctx, st.cfg, st.spec, locker)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		switch {
+		case h.ctx.Err() != nil || h.locker != locker:
+		case err != nil:
+			h.renewAt = time.Now().Add(retryPause(st.cfg))
+		case r.Outcome == processor.Renewed:
+			st.renewed(h, sent)
+			st.wanted = r.Waiting
+		default:
+			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", locker))
+			h.stop(ErrLockLost)
+		}
+	}
+}
+
+// downgrade returns the request that turns the write-hold h, which only readers borrow now,
+// into a read-hold, in one step: no writer can come between.
+func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
+	old := h.locker
+	locker := st.g.newLocker()
+	h.downing = true
+	return func(ctx context.Context) {
+		sent := time.Now()
+		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old})
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		h.downing = false
+		if err != nil || h.ctx.Err() != nil || h.locker != old {
+			// its outcome unknown: the next renewal of the write-hold tells (a downgrade that
+			// ran settled it, and the holding is then lost to its readers — never shared)
+			if err != nil {
+				h.renewAt, h.downAt = time.Now(), time.Now().Add(retryPause(st.cfg))
+			}
+			return
+		}
+		if r.Outcome == processor.Taken {
+			h.locker, h.n, h.token = locker, 1, r.Token
+			st.renewed(h, sent)
+			st.wanted = r.Waiting
+			st.lendLocked()
+			return
+		}
+		h.stop(ErrLockLost) // the write-hold was gone already
+	}
+}

@@ -1,0 +1,364 @@
+-- shared.lua: the one script of the read-write lock and the semaphore (processor.Shared*).
+--
+-- Both kinds are k permits: a semaphore's k is its permit count, a read-write lock's is RW_CAP
+-- (a read-hold takes 1 permit, a write-hold all of them). A process keeps its permits as
+-- holdings, each under a locker of its own (<owner><sequence number>) with its own lease, and
+-- lends them to its own goroutines; processes that find too few permits free stand in one
+-- line, first come first served.
+--
+-- Keys, all in the slot of the lock's unique key B:
+--   KEYS[1] HELD  {B}:shared:held   hash: locker -> "<permits>|<fencing token>|<owner>"
+--   KEYS[2] EXP   {B}:shared:exp    sorted set: locker by the server ms it expires unless renewed
+--   KEYS[3] LINE  {B}:shared:line   sorted set: owner (a process) by the server µs it joined
+--   KEYS[4] WANT  {B}:shared:want   hash: owner -> "<permits>|<server ms the entry expires>|<locker>"
+--   KEYS[5] GONE  {B}:shared:gone   sorted set: settled lockers by the server ms they are kept until
+--   KEYS[6] FENCE {B}:shared:fence  the fencing counter: the last token handed out
+--   KEYS[7] KIND  {B}:shared:kind   "<rw|sem>|<k>": what the lock is and its permits
+--
+-- Invariants (the explorer, internal/explore, checks them under late and repeated requests):
+--   * the permits in HELD never exceed k (KIND's): a take is refused unless they fit;
+--   * a settled locker (released, given back, failed without waiting, expired, replaced) never
+--     holds again: every take of it answers -1 while GONE keeps it (gone_ttl, at least as long
+--     as any copy of a request can be on its way);
+--   * a process in line is passed only by a request that fits with everything ahead of it in
+--     line counted as taken (so a writer in line holds off readers that come after it).
+--
+-- Replies: {1, token, waiting} taken; {1, waiting} renewed; {1} released; {0, rank, life}
+-- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
+-- expires, -1 for none); {0} gone; {-1} settled already; {-2, kind} the lock is another
+-- kind; {-3, k} more permits than k asked. waiting is 1 when another process stands in line.
+local NAMES = {
+    'op',         -- take, renew, release, inspect, permits
+    'locker',     -- the request's locker
+    'owner',      -- its process (the locker's prefix)
+    'n',          -- take: permits asked
+    'lease',      -- take, renew: the holding's lease, ms
+    'wait',       -- take: '1' to stand in line (or renew the entry) when the permits do not fit
+    'replaces',   -- take: a holding of the same owner that this one replaces when taken ('' for none)
+    'kind',       -- 'rw' or 'sem'
+    'k',          -- permits of the kind: used when KIND is absent, or set by op permits
+    'entry_ttl',  -- how long a line entry lives unless renewed, ms
+    'gone_ttl',   -- how long a settled locker stays settled, ms
+    'fence_ttl',  -- how long the fencing counter is kept, ms
+    'channel',    -- the prefix of the process channels (<channel><owner>), '' to publish nothing
+    'publish',    -- 'publish' or 'spublish'
+}
+local A = {}
+for i, name in ipairs(NAMES) do
+    A[name] = ARGV[i] or ''
+end
+local HELD, EXP, LINE, WANT, GONE, FENCE, KIND = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local clock = redis.call('time')
+local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local NOW_MS = math.floor(NOW_US / 1000)
+
+local function tell(owner, what)
+    if A.channel ~= '' then
+        pcall(redis.call, A.publish, A.channel .. owner, what)
+    end
+end
+
+local function settle(locker)
+    local until_ms = NOW_MS + tonumber(A.gone_ttl)
+    if (tonumber(redis.call('zscore', GONE, locker)) or 0) < until_ms then
+        redis.call('zadd', GONE, until_ms, locker)
+    end
+end
+
+local function settled(locker)
+    return redis.call('zscore', GONE, locker) ~= false
+end
+
+local function holding(locker)
+    local v = redis.call('hget', HELD, locker)
+    if not v then
+        return nil
+    end
+    local n, token, owner = string.match(v, '^(%d+)|(%d+)|(.*)$')
+    return {locker = locker, n = tonumber(n), token = token, owner = owner}
+end
+
+local function entry(owner)
+    local v = redis.call('hget', WANT, owner)
+    if not v then
+        return nil
+    end
+    local n, expires, locker = string.match(v, '^(%d+)|(%d+)|(.*)$')
+    return {owner = owner, n = tonumber(n), expires = tonumber(expires), locker = locker}
+end
+
+local function drop(owner)
+    redis.call('zrem', LINE, owner)
+    redis.call('hdel', WANT, owner)
+end
+
+-- prune settles the holdings whose lease ran out and drops expired line entries and settled
+-- lockers kept long enough. It reports whether a holding ran out (permits came free).
+local function prune()
+    local dead = redis.call('zrangebyscore', EXP, '-inf', '(' .. NOW_MS)
+    for _, locker in ipairs(dead) do
+        redis.call('hdel', HELD, locker)
+        redis.call('zrem', EXP, locker)
+        settle(locker)
+    end
+    redis.call('zremrangebyscore', GONE, '-inf', '(' .. NOW_MS)
+    for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
+        local e = entry(owner)
+        if not e or e.expires < NOW_MS then
+            drop(owner)
+        end
+    end
+    return #dead > 0
+end
+
+-- used returns the permits held, leaving out the holding except (the one a take replaces).
+local function used(except)
+    local sum, owners = 0, {}
+    local flat = redis.call('hgetall', HELD)
+    for i = 1, #flat, 2 do
+        local n, _, owner = string.match(flat[i + 1], '^(%d+)|(%d+)|(.*)$')
+        if flat[i] ~= except then
+            sum = sum + tonumber(n)
+        end
+        owners[owner] = true
+    end
+    return sum, owners
+end
+
+-- ahead returns the permits asked by the entries in line before owner's (all of them when
+-- owner is not in line).
+local function ahead(owner)
+    local sum = 0
+    for _, o in ipairs(redis.call('zrange', LINE, 0, -1)) do
+        if o == owner then
+            return sum
+        end
+        local e = entry(o)
+        if e then
+            sum = sum + e.n
+        end
+    end
+    return sum
+end
+
+local function waiting(owner)
+    local n = redis.call('zcard', LINE)
+    if redis.call('zscore', LINE, owner) then
+        n = n - 1
+    end
+    if n > 0 then
+        return 1
+    end
+    return 0
+end
+
+-- life returns the ms until the first holding expires, -1 for none.
+local function life()
+    local first = redis.call('zrange', EXP, 0, 0, 'withscores')
+    if #first == 0 then
+        return -1
+    end
+    return math.max(tonumber(first[2]) - NOW_MS, 0)
+end
+
+-- kind returns the lock's kind and k, recording the request's when none is recorded.
+local function kind()
+    local v = redis.call('get', KIND)
+    if not v then
+        return A.kind, tonumber(A.k)
+    end
+    local kd, k = string.match(v, '^(%a+)|(%d+)$')
+    return kd, tonumber(k)
+end
+
+-- wake tells the processes at the front of the line whose permits now fit, in order, up to
+-- the first that does not: one message per process that may take.
+local function wake(k)
+    local sum = used('')
+    for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
+        local e = entry(owner)
+        if e then
+            if sum + e.n > k then
+                return
+            end
+            sum = sum + e.n
+            tell(owner, 'F')
+        end
+    end
+end
+
+-- keep makes every key live as long as what it holds is needed: the longest of the holdings'
+-- leases, the line entries', the settled lockers' and the fencing counter's lives.
+local function keep(k, kd)
+    redis.call('set', KIND, kd .. '|' .. string.format('%.0f', k))
+    local last = redis.call('zrange', EXP, -1, -1, 'withscores')
+    local ms = math.max(tonumber(A.entry_ttl), tonumber(A.gone_ttl), tonumber(A.fence_ttl))
+    if #last > 0 then
+        ms = math.max(ms, tonumber(last[2]) - NOW_MS + 1)
+    end
+    for _, key in ipairs({HELD, EXP, LINE, WANT, GONE, FENCE, KIND}) do
+        if redis.call('pttl', key) < ms and redis.call('exists', key) == 1 then
+            redis.call('pexpire', key, ms)
+        end
+    end
+end
+
+local function lengthen(locker)
+    local until_ms = NOW_MS + tonumber(A.lease)
+    if (tonumber(redis.call('zscore', EXP, locker)) or 0) < until_ms then
+        redis.call('zadd', EXP, until_ms, locker)
+    end
+end
+
+local kd, k = kind()
+if A.op ~= 'inspect' and kd ~= A.kind then
+    return {-2, kd}
+end
+local freed = false
+if A.op ~= 'inspect' then
+    freed = prune()
+end
+
+if A.op == 'take' then
+    local n = tonumber(A.n)
+    if n > k then
+        keep(k, kd)
+        return {-3, string.format('%.0f', k)}
+    end
+    if settled(A.locker) then
+        if freed then wake(k) end
+        keep(k, kd)
+        return {-1}
+    end
+    local mine = holding(A.locker)
+    if mine then -- a copy of a take that was answered: the same holding, renewed
+        lengthen(A.locker)
+        keep(k, kd)
+        return {1, mine.token, waiting(A.owner)}
+    end
+    local old = nil
+    if A.replaces ~= '' then
+        old = holding(A.replaces)
+        if not old or old.owner ~= A.owner then
+            -- what it replaces is gone (a late copy, or it expired): a take of its own, settled
+            settle(A.locker)
+            if freed then wake(k) end
+            keep(k, kd)
+            return {-1}
+        end
+    end
+    local sum, owners = used(A.replaces)
+    local fits = sum + n <= k
+    if fits and not (old and n <= old.n) then
+        fits = sum + ahead(A.owner) + n <= k
+    end
+    if fits then
+        local token = math.max(tonumber(redis.call('get', FENCE) or '0') + 1, NOW_US)
+        local tok = string.format('%.0f', token)
+        redis.call('set', FENCE, tok)
+        redis.call('hset', HELD, A.locker, A.n .. '|' .. tok .. '|' .. A.owner)
+        lengthen(A.locker)
+        local e = entry(A.owner)
+        if e and e.locker == A.locker then
+            drop(A.owner)
+        end
+        if old then
+            redis.call('hdel', HELD, old.locker)
+            redis.call('zrem', EXP, old.locker)
+            settle(old.locker)
+        end
+        if freed or (old and old.n > n) then
+            wake(k)
+        end
+        keep(k, kd)
+        return {1, tok, waiting(A.owner)}
+    end
+    if A.wait ~= '1' then
+        settle(A.locker)
+        if freed then wake(k) end
+        keep(k, kd)
+        return {0, -1, life()}
+    end
+    local e = entry(A.owner)
+    if e and e.locker ~= A.locker then
+        settle(e.locker) -- the attempt this one takes the place of
+    end
+    local new = redis.call('zadd', LINE, 'NX', NOW_US, A.owner) == 1
+    redis.call('hset', WANT, A.owner, A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker)
+    if new then
+        for owner in pairs(owners) do
+            if owner ~= A.owner then
+                tell(owner, 'W') -- someone waits: lend no more, give back what comes free
+            end
+        end
+    end
+    if freed then wake(k) end
+    keep(k, kd)
+    return {0, redis.call('zrank', LINE, A.owner), life()}
+elseif A.op == 'renew' then
+    if holding(A.locker) then
+        lengthen(A.locker)
+        if freed then wake(k) end
+        keep(k, kd)
+        return {1, waiting(A.owner)}
+    end
+    if freed then wake(k) end
+    if settled(A.locker) then
+        return {-1}
+    end
+    return {0}
+elseif A.op == 'release' then
+    -- lets the holding go, or takes the attempt out of line; settles the locker either way
+    local was = settled(A.locker)
+    local h = holding(A.locker)
+    local e = entry(A.owner)
+    if e and e.locker == A.locker then
+        drop(A.owner)
+        freed = true
+    end
+    settle(A.locker)
+    if h then
+        redis.call('hdel', HELD, A.locker)
+        redis.call('zrem', EXP, A.locker)
+        freed = true
+    end
+    if freed then wake(k) end
+    keep(k, kd)
+    if h then
+        return {1}
+    elseif was then
+        return {-1}
+    end
+    return {0}
+elseif A.op == 'permits' then
+    k = tonumber(A.k)
+    wake(k)
+    keep(k, kd)
+    return {1}
+elseif A.op == 'inspect' then
+    local held = {}
+    for _, locker in ipairs(redis.call('zrange', EXP, 0, -1, 'withscores')) do
+        held[#held + 1] = locker
+    end
+    local line = {}
+    for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
+        local e = entry(owner)
+        if e and e.expires >= NOW_MS then
+            line[#line + 1] = owner
+            line[#line + 1] = e.n
+        end
+    end
+    local out = {}
+    for i = 1, #held, 2 do
+        local h = holding(held[i])
+        if h and tonumber(held[i + 1]) >= NOW_MS then
+            out[#out + 1] = h.locker
+            out[#out + 1] = h.n
+            out[#out + 1] = h.token
+            out[#out + 1] = math.max(tonumber(held[i + 1]) - NOW_MS, 0)
+        end
+    end
+    local stored = redis.call('get', KIND) and 1 or 0
+    return {kd, string.format('%.0f', k), out, line, redis.call('get', FENCE) or '0', stored}
+end
+return redis.error_reply('shared.lua: unknown op ' .. A.op)

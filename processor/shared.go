@@ -1,0 +1,280 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	dlerrors "github.com/dlockgo/dlock/errors"
+)
+
+// Kind is what a shared lock is: a read-write lock or a semaphore. Both are kept in Redis as
+// permits (shared.lua): a semaphore's k, or RWPermits for a read-write lock, whose read-hold
+// takes one permit and whose write-hold takes all of them.
+type Kind string
+
+const (
+	// KindRW is a read-write lock.
+	KindRW Kind = "rw"
+	// KindSem is a semaphore.
+	KindSem Kind = "sem"
+)
+
+// RWPermits is the permits of a read-write lock: a write-hold asks for all of them, a
+// read-hold for one, so a writer excludes everyone and readers exclude only writers.
+const RWPermits int64 = 1 << 40
+
+// Suffixes of the keys of a shared lock, beside its unique key.
+const (
+	SharedHeldSuffix  = "shared:held"
+	SharedExpSuffix   = "shared:exp"
+	SharedLineSuffix  = "shared:line"
+	SharedWantSuffix  = "shared:want"
+	SharedGoneSuffix  = "shared:gone"
+	SharedFenceSuffix = "shared:fence"
+	SharedKindSuffix  = "shared:kind"
+)
+
+// SharedKeys returns the keys of cfg's shared lock, in shared.lua's order.
+func SharedKeys(cfg domain.DLockConfig) []string {
+	return []string{cfg.SideKey(SharedHeldSuffix), cfg.SideKey(SharedExpSuffix), cfg.SideKey(SharedLineSuffix),
+		cfg.SideKey(SharedWantSuffix), cfg.SideKey(SharedGoneSuffix), cfg.SideKey(SharedFenceSuffix),
+		cfg.SideKey(SharedKindSuffix)}
+}
+
+// SharedChannel is the channel on which the process owner hears of cfg's shared lock: "F"
+// when the permits it waits for in line fit, "W" when another process began to wait.
+func SharedChannel(cfg domain.DLockConfig, owner string) string {
+	return ReleaseChannel(cfg) + ":shared:" + owner
+}
+
+// Shared names a shared lock's kind and, for a semaphore, its permits.
+type Shared struct {
+	Kind    Kind
+	Permits int64 // a semaphore's k (used when Redis holds none yet); RWPermits for KindRW
+}
+
+// TakeRequest asks for permits of a shared lock.
+type TakeRequest struct {
+	Locker   string // <owner><sequence number>, unique to this holding
+	N        int64  // permits asked, 1 ≤ N ≤ k
+	Wait     bool   // stand in line (or renew the entry) when they do not fit
+	Replaces string // a holding of the same process that this one replaces when taken ("" for none)
+}
+
+// SharedResult is the answer to a write of a shared lock.
+type SharedResult struct {
+	Outcome Outcome // Taken, Held, Settled, Renewed, Released or Gone
+	Token   uint64  // Taken: the holding's fencing token
+	Waiting bool    // Taken, Renewed: another process stands in line
+	Rank    int     // Held: the process's place in line (0 for first), -1 when not in line
+	Life    time.Duration
+	// Life (Held) is how long until the first holding expires, -1 when none is held.
+}
+
+// SharedInspection is what Redis holds for a shared lock.
+type SharedInspection struct {
+	Kind     Kind
+	Permits  int64 // k
+	Stored   bool  // Kind and Permits are Redis's (else the asker's, nothing being kept)
+	Holdings []SharedHolding
+	Waiting  []SharedWaiter // first in line first
+	Fence    uint64
+}
+
+// SharedHolding is one holding of a shared lock.
+type SharedHolding struct {
+	Locker  string
+	Permits int64
+	Token   uint64
+	TTL     time.Duration
+}
+
+// SharedWaiter is a process in a shared lock's line.
+type SharedWaiter struct {
+	Owner   string
+	Permits int64
+}
+
+func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string) ([]any, int64, error) {
+	pub, err := p.publishCommand(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	channel := ""
+	if p.opts.Publish {
+		channel = SharedChannel(cfg, "")
+	}
+	owner, _ := SplitLocker(locker)
+	res, acked, err := p.run(ctx, p.scripts.run["shared"], op == "take", SharedKeys(cfg),
+		op, locker, owner, n, ms(cfg.Lease()), flag(wait), replaces, string(s.Kind), s.Permits,
+		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub)
+	if err != nil {
+		return nil, 0, err
+	}
+	vals, err := res.Slice()
+	if err == nil && len(vals) == 0 {
+		err = fmt.Errorf("shared.lua returned nothing")
+	}
+	return vals, acked, err
+}
+
+// code reads a reply's code and checks the kind answers.
+func sharedCode(cfg domain.DLockConfig, s Shared, vals []any) (int64, error) {
+	code, _ := vals[0].(int64)
+	switch code {
+	case -2:
+		return 0, fmt.Errorf("%w: %s is a %v lock in Redis, not a %s", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1], s.Kind)
+	case -3:
+		return 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1])
+	}
+	return code, nil
+}
+
+func uintOf(v any) uint64 {
+	switch v := v.(type) {
+	case string:
+		n, _ := strconv.ParseUint(v, 10, 64)
+		return n
+	case int64:
+		return uint64(max(v, 0))
+	}
+	return 0
+}
+
+// SharedTake asks for req.N permits of cfg's shared lock (shared.lua, one EVALSHA): Taken with
+// the holding's token, else Held (standing in line with req.Wait), or Settled when req.Locker
+// was settled already (a late or repeated copy, or what it replaces is gone). A copy of a take
+// that was answered finds the same holding, renewed. A take without Wait that does not fit
+// settles its locker, so that no copy of it takes permits later.
+func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockConfig, s Shared, req TakeRequest) (SharedResult, error) {
+	p.raise(cfg)
+	vals, acked, err := p.shared(ctx, cfg, s, "take", req.Locker, req.N, req.Wait, req.Replaces)
+	var code int64
+	if err == nil {
+		code, err = sharedCode(cfg, s, vals)
+		if err != nil {
+			return SharedResult{}, err
+		}
+	}
+	if err != nil {
+		return SharedResult{}, processErr("take", cfg.UniqueKey(), err)
+	}
+	switch {
+	case code == 1 && len(vals) == 3:
+		if err := p.acked("take", cfg.UniqueKey(), acked); err != nil {
+			return SharedResult{}, err
+		}
+		return SharedResult{Outcome: Taken, Token: uintOf(vals[1]), Waiting: vals[2] == int64(1)}, nil
+	case code == -1:
+		return SharedResult{Outcome: Settled}, nil
+	case code == 0 && len(vals) == 3:
+		r := SharedResult{Outcome: Held, Rank: -1, Life: -1}
+		if rank, ok := vals[1].(int64); ok {
+			r.Rank = int(rank)
+		}
+		if life, ok := vals[2].(int64); ok && life >= 0 {
+			r.Life = time.Duration(life) * time.Millisecond
+		}
+		return r, nil
+	}
+	return SharedResult{}, processErr("take", cfg.UniqueKey(), fmt.Errorf("shared.lua answered %v", vals))
+}
+
+// SharedRenew renews the holding of locker with cfg's lease, never shortening it: Renewed
+// (and whether another process waits), Gone, or Settled when it was let go already.
+func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
+	vals, _, err := p.shared(ctx, cfg, s, "renew", locker, 0, false, "")
+	var code int64
+	if err == nil {
+		code, err = sharedCode(cfg, s, vals)
+		if err != nil {
+			return SharedResult{}, err
+		}
+	}
+	if err != nil {
+		return SharedResult{}, processErr("renew", cfg.UniqueKey(), err)
+	}
+	switch code {
+	case 1:
+		return SharedResult{Outcome: Renewed, Waiting: len(vals) > 1 && vals[1] == int64(1)}, nil
+	case -1:
+		return SharedResult{Outcome: Settled}, nil
+	}
+	return SharedResult{Outcome: Gone}, nil
+}
+
+// SharedRelease lets the holding of locker go, or takes its attempt out of line, and settles
+// it either way (it also gives back a take whose outcome is unknown): Released when it let a
+// holding go, Settled when the locker was settled already, else Gone. The processes at the
+// front of the line whose permits now fit are told.
+func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
+	vals, _, err := p.shared(ctx, cfg, s, "release", locker, 0, false, "")
+	var code int64
+	if err == nil {
+		code, err = sharedCode(cfg, s, vals)
+		if err != nil {
+			return SharedResult{}, err
+		}
+	}
+	if err != nil {
+		return SharedResult{}, processErr("release", cfg.UniqueKey(), err)
+	}
+	switch code {
+	case 1:
+		return SharedResult{Outcome: Released}, nil
+	case -1:
+		return SharedResult{Outcome: Settled}, nil
+	}
+	return SharedResult{Outcome: Gone}, nil
+}
+
+// SetPermits sets a semaphore's permit count to k in Redis, where it outlives the processes'
+// configuration for as long as the semaphore is in use (its keys live). Permits held beyond
+// a lowered k stay held until released; no new ones are taken until the count is below k.
+func (p *RedisLockProcessor) SetPermits(ctx context.Context, cfg domain.DLockConfig, k int64) error {
+	if k < 1 {
+		return fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
+	}
+	s := Shared{Kind: KindSem, Permits: k}
+	vals, _, err := p.shared(ctx, cfg, s, "permits", "", 0, false, "")
+	if err == nil {
+		_, err = sharedCode(cfg, s, vals)
+		if err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return processErr("permits", cfg.UniqueKey(), err)
+	}
+	return nil
+}
+
+// SharedInspect reads what Redis holds for cfg's shared lock, changing nothing. s is what the
+// asker knows of it, reported when Redis holds nothing.
+func (p *RedisLockProcessor) SharedInspect(ctx context.Context, cfg domain.DLockConfig, s Shared) (SharedInspection, error) {
+	vals, _, err := p.shared(ctx, cfg, s, "inspect", "", 0, false, "")
+	if err == nil && len(vals) != 6 {
+		err = fmt.Errorf("shared.lua inspect returned %d values", len(vals))
+	}
+	if err != nil {
+		return SharedInspection{}, processErr("inspect", cfg.UniqueKey(), err)
+	}
+	kind, _ := vals[0].(string)
+	in := SharedInspection{Kind: Kind(kind), Permits: int64(uintOf(vals[1])), Fence: uintOf(vals[4]), Stored: vals[5] == int64(1)}
+	held, _ := vals[2].([]any)
+	for i := 0; i+3 < len(held); i += 4 {
+		locker, _ := held[i].(string)
+		ttl, _ := held[i+3].(int64)
+		in.Holdings = append(in.Holdings, SharedHolding{Locker: locker, Permits: int64(uintOf(held[i+1])),
+			Token: uintOf(held[i+2]), TTL: time.Duration(ttl) * time.Millisecond})
+	}
+	line, _ := vals[3].([]any)
+	for i := 0; i+1 < len(line); i += 2 {
+		owner, _ := line[i].(string)
+		in.Waiting = append(in.Waiting, SharedWaiter{Owner: owner, Permits: int64(uintOf(line[i+1]))})
+	}
+	return in, nil
+}
