@@ -19,14 +19,14 @@ import (
 )
 
 // allImpls lists the implementations in the order they are run and drawn.
-var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "redisson-rw", "redisson-sem"}
+var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem"}
 
 // scenarioImpls lists, for each scenario, the implementations that can run it: the read-write
 // scenario needs a lock with a read side (the mutex runs it with its one side, as a baseline),
 // the semaphore one a semaphore.
 var scenarioImpls = map[string][]string{
-	"rw":  {"dlock", "redisson-rw"},
-	"sem": {"redisson-sem"},
+	"rw":  {"dlock-rw", "dlock", "redisson-rw"},
+	"sem": {"dlock-sem", "redisson-sem"},
 }
 
 // runs reports whether implementation impl can run scenario sc.
@@ -34,8 +34,11 @@ func runs(sc, impl string) bool {
 	if own, ok := scenarioImpls[sc]; ok {
 		return slices.Contains(own, impl)
 	}
-	return impl != "redisson-rw" && impl != "redisson-sem"
+	return !slices.Contains(familyOnly, impl)
 }
+
+// familyOnly are the implementations that run only the lock family's scenarios.
+var familyOnly = []string{"dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem"}
 
 // Locker takes the benchmark's one lock. Each goroutine has its own Locker.
 type Locker interface {
@@ -84,6 +87,23 @@ func newImpl(name string, client *redis.Client, lease time.Duration) (Impl, erro
 		return &redislockImpl{c: redislock.New(client), lease: lease}, nil
 	case "redsync":
 		return &redsyncImpl{rs: redsync.New(goredis.NewPool(client)), lease: lease}, nil
+	case "dlock-rw", "dlock-sem":
+		g, err := dlock.NewGenerator(client, dlock.WithDefaultLease(lease))
+		if err != nil {
+			return nil, err
+		}
+		if name == "dlock-sem" {
+			s, err := g.GenSemaphore("BENCH", "sem", semPermits)
+			if err != nil {
+				return nil, err
+			}
+			return &dlockSem{g: g, s: s}, nil
+		}
+		l, err := g.GenRW("BENCH", "rw")
+		if err != nil {
+			return nil, err
+		}
+		return &dlockRW{g: g, l: l}, nil
 	case "redisson-rw":
 		return newRedissonRW(client, lease)
 	case "redisson-sem":
@@ -113,6 +133,56 @@ func (d *dlockImpl) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return d.g.Close(ctx)
+}
+
+// dlockRW is this library's read-write lock: one Generator per process.
+type dlockRW struct {
+	g *dlock.Generator
+	l *dlock.RWLock
+}
+
+func (d *dlockRW) NewLocker() Locker { return d }
+
+func (d *dlockRW) Lock(ctx context.Context) (func() error, error) {
+	o, err := d.l.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return o.Unlock, nil
+}
+
+func (d *dlockRW) RLock(ctx context.Context) (func() error, error) {
+	o, err := d.l.RLock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return o.Unlock, nil
+}
+
+func (d *dlockRW) Close() error { return closeGen(d.g) }
+
+// dlockSem is this library's semaphore: each acquisition takes one permit.
+type dlockSem struct {
+	g *dlock.Generator
+	s *dlock.Semaphore
+}
+
+func (d *dlockSem) NewLocker() Locker { return d }
+
+func (d *dlockSem) Lock(ctx context.Context) (func() error, error) {
+	o, err := d.s.Acquire(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	return o.Unlock, nil
+}
+
+func (d *dlockSem) Close() error { return closeGen(d.g) }
+
+func closeGen(g *dlock.Generator) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return g.Close(ctx)
 }
 
 // releaseScript deletes the key only if it still holds the caller's value.

@@ -3,7 +3,7 @@
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR]
 //	         [--scenarios trip,hot,cross,handoff,rw,sem]
-//	         [--impls dlock,dlock-poll,tradition,redislock,redsync,redisson-rw,redisson-sem]
+//	         [--impls dlock,dlock-poll,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
 //
 // Without --redis it starts its own redis-server on a free port and stops it at the end.

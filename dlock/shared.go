@@ -42,6 +42,7 @@ type sharedState struct {
 	waiters []*shareWaiter // first come first; guarded by mu
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
+	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	exited  chan struct{}  // closed when the driver ended
 }
 
@@ -65,6 +66,7 @@ type shareHold struct {
 	fresh   bool      // taken for the front waiters and not lent yet: it serves them even when wanted
 	downAt  time.Time // rw: a downgrade may be tried from then (after one Redis failed)
 	downing bool      // rw: a downgrade is on its way: no writer may borrow (it would end a reader)
+	passes  int       // rw: writers lent in a row past a queued reader
 	renewAt time.Time
 	valid   time.Time   // the lease runs out (from the send time of the last take or renewal)
 	expiry  *time.Timer // ends the holding at valid, whatever the driver is doing
@@ -74,6 +76,9 @@ type shareHold struct {
 
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
 func (h *shareHold) idle() bool  { return h.readers == 0 && h.writers == 0 }
+
+// writeBatch bounds the writers a write-hold serves in a row past a reader queued before them.
+const writeBatch = 16
 
 // shareWaiter is a goroutine waiting for permits.
 type shareWaiter struct {
@@ -92,6 +97,7 @@ type shareAttempt struct {
 	locker string
 	n      int64
 	wait   bool
+	try    bool      // for a TryLock: its answer is the try's
 	pollAt time.Time // when to ask again (it renews the line entry)
 	sent   bool      // asked at least once: its outcome may be a holding
 }
@@ -210,13 +216,29 @@ var errStateDropped = errors.New("dlock: shared state dropped")
 // can serve. The caller holds mu.
 func (st *sharedState) lendLocked() {
 	for len(st.waiters) > 0 {
-		w := st.waiters[0]
+		i, w := 0, st.waiters[0]
 		h := st.holdFor(w)
+		if h == nil && st.spec.Kind == processor.KindRW {
+			// the writers queued behind readers pass them onto an idle write-hold: one
+			// hold serves a batch of writes (at most writeBatch in a row)
+			i = slices.IndexFunc(st.waiters, func(x *shareWaiter) bool { return x.write })
+			if i > 0 {
+				w = st.waiters[i]
+				if h = st.holdFor(w); h != nil && h.passes >= writeBatch {
+					h = nil
+				}
+			}
+		}
 		if h == nil {
-			return
+			break
+		}
+		if i > 0 {
+			h.passes++
+		} else {
+			h.passes = 0
 		}
 		st.lend(h, w)
-		st.waiters = st.waiters[1:]
+		st.waiters = slices.Delete(st.waiters, i, i+1)
 		w.hold, w.token = h, h.token
 		close(w.done)
 	}
@@ -337,21 +359,30 @@ func (st *sharedState) plan() action {
 		if h.idle() && h.ctx.Err() == nil {
 			return st.releaseAction(h)
 		}
-		if st.spec.Kind == processor.KindRW && h.write() && h.writers == 0 && !st.wanted && h.ctx.Err() == nil && !now.Before(h.downAt) {
+		if st.spec.Kind == processor.KindRW && h.write() && h.writers == 0 && !st.wanted && h.ctx.Err() == nil && !now.Before(h.downAt) &&
+			!slices.ContainsFunc(st.waiters, func(x *shareWaiter) bool { return x.write }) {
 			return action{do: st.downgrade(h)}
 		}
 	}
 	if a := st.attempt; a != nil {
 		front := st.front()
-		if front == nil || front.n != a.n || front.try == a.wait {
+		if front == nil || front.n != a.n || front.try != a.try {
 			return st.giveBack(a) // nobody wants what it asks for any more
 		}
 		if !now.Before(a.pollAt) {
 			return action{do: st.take(a)}
 		}
 	} else if front := st.front(); front != nil && st.mayAsk(front) {
-		st.attempt = &shareAttempt{locker: g.newLocker(), n: front.n, wait: !front.try}
-		return action{do: st.take(st.attempt)}
+		a := &shareAttempt{locker: g.newLocker(), n: front.n, wait: !front.try, try: front.try}
+		// A process that holds permits asks for more without standing in line: in line it
+		// would make every holder give its permits back (W), though it is not waiting.
+		if st.spec.Kind == processor.KindSem && len(st.holds) > 0 && !front.try {
+			a.wait = false
+		}
+		if a.wait || a.try || !now.Before(st.growAt) {
+			st.attempt = a
+			return action{do: st.take(a)}
+		}
 	} else if front != nil && front.try {
 		// a try that this process's own holdings stand in the way of
 		st.waiters = st.waiters[1:]
@@ -359,6 +390,9 @@ func (st *sharedState) plan() action {
 		return action{again: true}
 	}
 	next := time.Time{}
+	if st.attempt == nil && len(st.waiters) > 0 && st.growAt.After(now) {
+		next = st.growAt
+	}
 	for _, h := range st.holds {
 		if h.ctx.Err() != nil {
 			continue
@@ -562,7 +596,9 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			st.lendLocked()
 		case r.Outcome == processor.Held && !a.wait:
 			st.attempt = nil
-			if front := st.front(); front != nil && front.try {
+			if !a.try {
+				st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
+			} else if front := st.front(); front != nil && front.try {
 				st.waiters = st.waiters[1:]
 				close(front.done)
 			}
