@@ -151,3 +151,67 @@ func ExampleMultiLock() {
 	// holding 2 accounts
 	// released: true
 }
+
+func ExampleRWLock() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	gen, err := dlock.NewGenerator(client, dlock.WithDefaultLease(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer gen.Close(context.Background())
+
+	config, err := gen.GenRW("CONFIG", "pricing")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	r1, _ := config.RLock(ctx) // readers share: these two cost one Redis request
+	r2, _ := config.RLock(ctx)
+	st, _ := config.State(ctx)
+	fmt.Println("read-holds in Redis:", len(st.Readers()))
+	_ = r1.Unlock()
+	_ = r2.Unlock()
+
+	w, _ := config.Lock(ctx) // the write side: nobody else reads or writes
+	r, _ := config.RLock(w)  // a downgrade: read on after the write
+	_ = w.Unlock()
+	_, err = config.Lock(r) // asking to write with only the read side would deadlock
+	fmt.Println(errors.Is(err, dlock.ErrUpgrade))
+	_ = r.Unlock()
+	// Output:
+	// read-holds in Redis: 1
+	// true
+}
+
+func ExampleSemaphore() {
+	m, _ := miniredis.Run()
+	defer m.Close()
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	gen, err := dlock.NewGenerator(client, dlock.WithDefaultLease(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer gen.Close(context.Background())
+
+	exports, err := gen.GenSemaphore("EXPORT", "reports", 4) // at most 4 exports at once, fleet-wide
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	big, _ := exports.Acquire(ctx, 3)
+	if _, ok, _ := exports.TryAcquire(ctx, 2); !ok {
+		fmt.Println("2 more permits: not now")
+	}
+	small, _ := exports.Acquire(ctx, 1)
+	st, _ := exports.State(ctx)
+	fmt.Println("permits:", st.Permits)
+	_ = small.Unlock()
+	_ = big.Unlock()
+	// Output:
+	// 2 more permits: not now
+	// permits: 4
+}

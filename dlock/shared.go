@@ -43,6 +43,7 @@ type sharedState struct {
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
+	orphans []string       // lockers that may hold in Redis unknown to this process: to give back; guarded by mu
 	exited  chan struct{}  // closed when the driver ended
 }
 
@@ -65,7 +66,8 @@ type shareHold struct {
 	lent    int64     // sem: permits lent
 	fresh   bool      // taken for the front waiters and not lent yet: it serves them even when wanted
 	downAt  time.Time // rw: a downgrade may be tried from then (after one Redis failed)
-	downing bool      // rw: a downgrade is on its way: no writer may borrow (it would end a reader)
+	downing bool      // rw: a downgrade is on its way or unresolved: no writer may borrow (it would end a reader)
+	downTo  string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
 	passes  int       // rw: writers lent in a row past a queued reader
 	renewAt time.Time
 	valid   time.Time   // the lease runs out (from the send time of the last take or renewal)
@@ -351,13 +353,32 @@ func (st *sharedState) plan() action {
 	lease := st.cfg.Lease()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.holds = slices.DeleteFunc(st.holds, func(h *shareHold) bool { return h.ctx.Err() != nil && h.idle() })
+	st.holds = slices.DeleteFunc(st.holds, func(h *shareHold) bool {
+		if h.ctx.Err() == nil || !h.idle() {
+			return false
+		}
+		if h.downTo != "" {
+			st.orphans = append(st.orphans, h.downTo)
+		}
+		return true
+	})
 	st.lendLocked()
+	if len(st.orphans) > 0 {
+		locker := st.orphans[0]
+		st.orphans = st.orphans[1:]
+		return action{do: func(ctx context.Context) { st.release(ctx, locker) }}
+	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
 	// whose readers remain is downgraded when nobody waits elsewhere)
 	for _, h := range st.holds {
+		if h.downTo != "" && h.ctx.Err() == nil {
+			if now.Before(h.downAt) {
+				continue
+			}
+			return action{do: st.downgrade(h)} // resolve the unknown first
+		}
 		if h.idle() && h.ctx.Err() == nil {
-			return st.releaseAction(h)
+			return st.releaseAction(h) // (with downTo too: the release of old settles it)
 		}
 		if st.spec.Kind == processor.KindRW && h.write() && h.writers == 0 && !st.wanted && h.ctx.Err() == nil && !now.Before(h.downAt) &&
 			!slices.ContainsFunc(st.waiters, func(x *shareWaiter) bool { return x.write }) {
@@ -395,6 +416,10 @@ func (st *sharedState) plan() action {
 	}
 	for _, h := range st.holds {
 		if h.ctx.Err() != nil {
+			continue
+		}
+		if h.downTo != "" {
+			next = earliest(next, h.downAt)
 			continue
 		}
 		if !now.Before(h.renewAt) {
@@ -478,6 +503,15 @@ func (st *sharedState) planClose() action {
 	}
 	for _, h := range st.holds {
 		h.stop(ErrClosed)
+		if h.downTo != "" {
+			st.orphans = append(st.orphans, h.downTo)
+			h.downTo = ""
+		}
+	}
+	if len(st.orphans) > 0 {
+		locker := st.orphans[0]
+		st.orphans = st.orphans[1:]
+		return action{closing: true, do: func(ctx context.Context) { st.release(ctx, locker) }}
 	}
 	if len(st.holds) > 0 {
 		h := st.holds[0]
@@ -499,6 +533,9 @@ func (h *shareHold) stop(cause error) {
 func (st *sharedState) releaseAction(h *shareHold) action {
 	st.holds = slices.DeleteFunc(st.holds, func(x *shareHold) bool { return x == h })
 	h.stop(context.Canceled)
+	if h.downTo != "" {
+		st.orphans = append(st.orphans, h.downTo)
+	}
 	return action{do: func(ctx context.Context) { st.release(ctx, h.locker) }}
 }
 
@@ -649,29 +686,35 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 // into a read-hold, in one step: no writer can come between.
 func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 	old := h.locker
-	locker := st.g.newLocker()
+	if h.downTo == "" {
+		h.downTo = st.g.newLocker()
+	}
+	locker := h.downTo
 	h.downing = true
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old})
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		h.downing = false
-		if err != nil || h.ctx.Err() != nil || h.locker != old {
-			// its outcome unknown: the next renewal of the write-hold tells (a downgrade that
-			// ran settled it, and the holding is then lost to its readers — never shared)
-			if err != nil {
-				h.renewAt, h.downAt = time.Now(), time.Now().Add(retryPause(st.cfg))
+		switch {
+		case h.locker != old:
+		case err != nil:
+			// its outcome unknown: the same request goes again (a copy that ran answers the
+			// same holding); no writer borrows h meanwhile
+			h.downAt = time.Now().Add(retryPause(st.cfg))
+			if h.ctx.Err() != nil {
+				st.orphans = append(st.orphans, locker) // lost meanwhile: give back what may have been taken
 			}
-			return
-		}
-		if r.Outcome == processor.Taken {
-			h.locker, h.n, h.token = locker, 1, r.Token
+		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
+			h.locker, h.n, h.token, h.downTo, h.downing = locker, 1, r.Token, "", false
 			st.renewed(h, sent)
 			st.wanted = r.Waiting
 			st.lendLocked()
-			return
+		case r.Outcome == processor.Taken:
+			st.orphans = append(st.orphans, locker)
+		default:
+			h.downTo, h.downing = "", false
+			h.stop(ErrLockLost) // the write-hold was gone already
 		}
-		h.stop(ErrLockLost) // the write-hold was gone already
 	}
 }

@@ -262,7 +262,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	set := defaults
 	if opts.Scripts != nil {
 		for name := range opts.Scripts {
-			if _, ok := bodies[name]; !ok {
+			if _, ok := bodies[name]; !ok && name != "shared" {
 				return nil, fmt.Errorf("%w: no script %q to replace", dlerrors.ErrInvalidConfig, name)
 			}
 		}

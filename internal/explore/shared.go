@@ -1,0 +1,511 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// SharedOptions configures RunShared, the explorer of the read-write lock's and the
+// semaphore's script (shared.lua).
+type SharedOptions struct {
+	Kind    processor.Kind    // KindRW or KindSem
+	Permits int64             // a semaphore's k. Default 2
+	Lease   time.Duration     // default 1 s
+	Steps   int               // a schedule's length before everyone lets go. Default 40
+	Procs   int               // simulated processes. Default 3
+	Scripts map[string]string // mutants (processor.Options.Scripts)
+	Seed    uint64            // the first schedule's seed. Default 1
+}
+
+// RunShared explores schedules of shared.lua's requests from a few simulated processes, each
+// request run by Redis in order, late (up to the settled lockers' life), twice, or never,
+// its reply heard or lost, while the explorer's clock (miniredis) lets leases run out. After
+// every step it checks:
+//
+//   - permits: the permits of the holdings Redis keeps never exceed k;
+//   - beliefs: the permits the processes believe they hold (each from the send time of the
+//     request that last found it held, for one lease) never exceed k — for a read-write lock,
+//     a writer never beside anyone;
+//   - settled: a locker whose release (or failed try, or replaced holding) ran never holds
+//     again, whatever copy of a take arrives late;
+//   - tokens: every new holding's fencing token is above every earlier one's;
+//
+// and at the end, once every process let go of all it holds or asked for, that no holding is
+// left and that every key expires.
+func RunShared(ctx context.Context, opt SharedOptions, budget time.Duration, maxSchedules int) (Report, error) {
+	opt = opt.withDefaults()
+	be, err := newMini()
+	if err != nil {
+		return Report{}, err
+	}
+	defer be.close()
+	var rep Report
+	deadline := time.Now().Add(budget)
+	for i := 0; (maxSchedules == 0 || i < maxSchedules) && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		seed := opt.Seed + uint64(i)
+		sw, err := playShared(be, opt, seed)
+		if err != nil {
+			return rep, err
+		}
+		rep.Schedules++
+		rep.Steps += sw.steps
+		if sw.violation != nil {
+			rep.Violation = sw.violation
+			return rep, nil
+		}
+	}
+	return rep, nil
+}
+
+func (o SharedOptions) withDefaults() SharedOptions {
+	if o.Kind == "" {
+		o.Kind = processor.KindSem
+	}
+	if o.Permits == 0 {
+		o.Permits = 2
+	}
+	if o.Kind == processor.KindRW {
+		o.Permits = processor.RWPermits
+	}
+	if o.Lease == 0 {
+		o.Lease = time.Second
+	}
+	if o.Steps == 0 {
+		o.Steps = 40
+	}
+	if o.Procs == 0 {
+		o.Procs = 3
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	return o
+}
+
+// sworld is one schedule of RunShared.
+type sworld struct {
+	be        *mini
+	opt       SharedOptions
+	cfg       domain.DLockConfig
+	spec      processor.Shared
+	procs     []*sproc
+	flight    []*sreq
+	ran       map[string]bool // lockers settled by a request that ran
+	tokens    map[string]uint64
+	maxToken  uint64
+	trace     []string
+	steps     int
+	violation *Violation
+	seed      uint64
+}
+
+// sproc is a simulated process: what it believes it holds, and what it asked for unheard.
+type sproc struct {
+	name    string
+	p       *processor.RedisLockProcessor
+	seq     int
+	holds   map[string]*belief // lockers it believes it holds
+	unknown map[string]bool    // lockers whose take went unanswered: to give back
+	letting map[string]bool    // lockers whose release has not run yet (the library sends it again)
+	gaveUp  map[string]bool    // lockers it sent a release for: a late reply for them is ignored
+	downs   map[string]string  // rw: downgrades whose reply went unheard (new -> old): sent again
+}
+
+type belief struct {
+	n     int64
+	valid time.Time
+}
+
+// sreq is a request in flight.
+type sreq struct {
+	p      *sproc
+	op     string // take, renew, release, down
+	locker string
+	n      int64
+	wait   bool
+	old    string // down: the write-hold it replaces
+	sent   time.Time
+}
+
+func (r *sreq) String() string {
+	switch r.op {
+	case "take":
+		return fmt.Sprintf("%s take %s n=%d wait=%v", r.p.name, r.locker, r.n, r.wait)
+	case "down":
+		return fmt.Sprintf("%s downgrade %s -> %s", r.p.name, r.old, r.locker)
+	}
+	return fmt.Sprintf("%s %s %s", r.p.name, r.op, r.locker)
+}
+
+func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
+	be.reset()
+	cfg, err := domain.NewDLockConfig("EXPLORE", "shared", opt.Lease)
+	if err != nil {
+		return nil, err
+	}
+	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
+		ran: map[string]bool{}, tokens: map[string]uint64{}, seed: seed}
+	for i := range opt.Procs {
+		name := string(rune('A'+i)) + "-"
+		p, err := processor.NewRedisLockProcessor(be.client(), processor.Options{Mark: name, Scripts: opt.Scripts})
+		if err != nil {
+			return nil, err
+		}
+		w.procs = append(w.procs, &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]string{}})
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	for w.steps = 0; w.steps < opt.Steps && w.violation == nil; w.steps++ {
+		w.step(rng)
+		w.check()
+	}
+	if w.violation == nil {
+		w.finish()
+	}
+	return w, nil
+}
+
+func (w *sworld) now() time.Time { return w.be.now() }
+
+func (w *sworld) note(format string, args ...any) {
+	w.trace = append(w.trace, fmt.Sprintf("%6dms ", w.now().Sub(epoch).Milliseconds())+fmt.Sprintf(format, args...))
+}
+
+func (w *sworld) fail(rule, format string, args ...any) {
+	if w.violation != nil {
+		return
+	}
+	w.violation = &Violation{Rule: rule, Detail: fmt.Sprintf(format, args...), Seed: w.seed, Trace: w.trace}
+}
+
+func (p *sproc) locker() string {
+	p.seq++
+	return p.name + strconv.Itoa(p.seq)
+}
+
+// step takes one random step: a process sends a request, Redis runs one in flight (maybe
+// keeping a copy for later), one is lost, or time passes.
+func (w *sworld) step(rng *rand.Rand) {
+	p := w.procs[rng.IntN(len(w.procs))]
+	switch c := rng.IntN(100); {
+	case c < 22 && (w.opt.Kind == processor.KindSem || len(p.holds)+len(p.downs) == 0):
+		// (a read-write lock's process asks only once its own holdings are back)
+		n := int64(1 + rng.IntN(int(min(w.opt.Permits, 3))))
+		if w.opt.Kind == processor.KindRW && rng.IntN(3) == 0 {
+			n = processor.RWPermits
+		}
+		w.send(&sreq{p: p, op: "take", locker: p.locker(), n: n, wait: rng.IntN(2) == 0})
+	case c < 30 && len(p.holds) > 0:
+		l := pickKey(rng, p.holds)
+		w.send(&sreq{p: p, op: "renew", locker: l})
+	case c < 40 && len(p.holds) > 0:
+		l := pickKey(rng, p.holds)
+		delete(p.holds, l) // it stops using the permits as it sends the release
+		w.send(&sreq{p: p, op: "release", locker: l})
+		for nl, old := range p.downs {
+			if old == l { // and gives back what an unresolved downgrade of it may have taken
+				delete(p.downs, nl)
+				w.send(&sreq{p: p, op: "release", locker: nl})
+			}
+		}
+	case c < 45 && len(p.unknown) > 0:
+		l := pickKey(rng, p.unknown)
+		delete(p.unknown, l)
+		delete(p.holds, l)
+		w.send(&sreq{p: p, op: "release", locker: l})
+	case c < 50 && w.opt.Kind == processor.KindRW && len(p.downs) > 0:
+		l := pickKey(rng, p.downs)
+		w.send(&sreq{p: p, op: "down", locker: l, n: 1, old: p.downs[l]}) // the same request again
+	case c < 50 && w.opt.Kind == processor.KindRW:
+		for _, l := range slices.Sorted(maps.Keys(p.holds)) {
+			if b := p.holds[l]; b.n == processor.RWPermits {
+				b.n = 1 // it stops writing as it sends the downgrade
+				nl := p.locker()
+				p.downs[nl] = l // unresolved until its reply is heard
+				w.send(&sreq{p: p, op: "down", locker: nl, n: 1, old: l})
+				break
+			}
+		}
+	case c < 82 && len(w.flight) > 0:
+		i := rng.IntN(len(w.flight))
+		r := w.flight[i]
+		if rng.IntN(4) != 0 { // else a copy stays on its way: it runs again later
+			w.flight = slices.Delete(w.flight, i, i+1)
+		}
+		w.deliver(r, rng.IntN(5) != 0)
+	case c < 86 && len(w.flight) > 0:
+		i := rng.IntN(len(w.flight))
+		w.note("lost before Redis: %v", w.flight[i])
+		w.flight = slices.Delete(w.flight, i, i+1)
+	default:
+		d := []time.Duration{time.Millisecond, w.opt.Lease / 4, w.opt.Lease / 2, w.opt.Lease + time.Millisecond}[rng.IntN(4)]
+		before, _ := w.held()
+		w.be.advance(d)
+		w.note("%v pass", d)
+		after, _ := w.held()
+		for l := range before {
+			if _, ok := after[l]; !ok {
+				w.ran[l] = true // its lease ran out: settled
+			}
+		}
+		w.forget()
+	}
+}
+
+func pickKey[V any](rng *rand.Rand, m map[string]V) string {
+	keys := slices.Sorted(maps.Keys(m))
+	return keys[rng.IntN(len(keys))]
+}
+
+func (w *sworld) send(r *sreq) {
+	r.sent = w.now()
+	if r.op == "release" {
+		r.p.letting[r.locker] = true
+		r.p.gaveUp[r.locker] = true
+	}
+	w.flight = append(w.flight, r)
+	w.note("send: %v", r)
+}
+
+// forget drops what no copy can still be: requests as old as the settled lockers' life (a
+// client gives up on a request long before), and beliefs whose lease ran out.
+func (w *sworld) forget() {
+	life := w.procs[0].p.MarkLife(w.cfg)
+	w.flight = slices.DeleteFunc(w.flight, func(r *sreq) bool { return w.now().Sub(r.sent) >= life })
+	for _, p := range w.procs {
+		for l, b := range p.holds {
+			if !w.now().Before(b.valid) {
+				delete(p.holds, l)
+				p.unknown[l] = true // (its process gives it back once it knows it lost it)
+				for nl, old := range p.downs {
+					if old == l {
+						delete(p.downs, nl)
+						p.unknown[nl] = true
+					}
+				}
+			}
+		}
+	}
+}
+
+// deliver runs r in Redis and, if heard, applies its reply to its process's beliefs.
+func (w *sworld) deliver(r *sreq, heard bool) {
+	ctx := context.Background()
+	p := r.p
+	switch r.op {
+	case "take", "down":
+		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old})
+		if err != nil {
+			w.fail("error", "%v: %v", r, err)
+			return
+		}
+		w.note("ran: %v -> %v (heard %v)", r, res.Outcome, heard)
+		if res.Outcome == processor.Held && !r.wait {
+			w.ran[r.locker] = true
+		}
+		if res.Outcome == processor.Taken && r.old != "" {
+			w.ran[r.old] = true
+		}
+		if p.gaveUp[r.locker] {
+			return // (the library forgot the attempt when it let it go)
+		}
+		if !heard {
+			if p.holds[r.locker] != nil {
+				return // a copy of a take it heard already
+			}
+			if r.old != "" {
+				return // unresolved: sent again
+			}
+			if res.Outcome == processor.Taken || r.wait {
+				p.unknown[r.locker] = true
+			}
+			return
+		}
+		switch res.Outcome {
+		case processor.Taken:
+			if b := p.holds[r.locker]; b != nil { // a copy of a take it heard already
+				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
+				return
+			}
+			p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(w.opt.Lease)}
+			delete(p.unknown, r.locker)
+			if r.old != "" {
+				delete(p.holds, r.old)
+				delete(p.downs, r.locker)
+			}
+		case processor.Held:
+			if r.wait {
+				p.unknown[r.locker] = true // in line: given back if never taken
+			}
+		default:
+			if r.old != "" { // the write-hold was gone: lost
+				delete(p.downs, r.locker)
+				delete(p.holds, r.old)
+				p.unknown[r.old] = true
+			}
+		}
+	case "renew":
+		res, err := p.p.SharedRenew(ctx, w.cfg, w.spec, r.locker)
+		if err != nil {
+			w.fail("error", "%v: %v", r, err)
+			return
+		}
+		w.note("ran: %v -> %v (heard %v)", r, res.Outcome, heard)
+		if b := p.holds[r.locker]; heard && b != nil {
+			if res.Outcome == processor.Renewed {
+				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
+			} else {
+				delete(p.holds, r.locker)
+			}
+		}
+	case "release":
+		res, err := p.p.SharedRelease(ctx, w.cfg, w.spec, r.locker)
+		if err != nil {
+			w.fail("error", "%v: %v", r, err)
+			return
+		}
+		w.note("ran: %v -> %v", r, res.Outcome)
+		w.ran[r.locker] = true
+		delete(p.letting, r.locker)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// held reads the holdings Redis keeps and that have not run out: locker -> permits, token.
+func (w *sworld) held() (map[string][2]uint64, error) {
+	ctx := context.Background()
+	keys := processor.SharedKeys(w.cfg)
+	c := w.be.client()
+	all, err := c.HGetAll(ctx, keys[0]).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][2]uint64{}
+	nowMs := float64(w.now().UnixMilli())
+	for l, v := range all {
+		exp, err := c.ZScore(ctx, keys[1], l).Result()
+		if err == redis.Nil || (err == nil && exp < nowMs) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		parts := strings.SplitN(v, "|", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("holding %s = %q", l, v)
+		}
+		n, _ := strconv.ParseUint(parts[0], 10, 64)
+		tok, _ := strconv.ParseUint(parts[1], 10, 64)
+		out[l] = [2]uint64{n, tok}
+	}
+	return out, nil
+}
+
+func (w *sworld) check() {
+	held, err := w.held()
+	if err != nil {
+		w.fail("error", "%v", err)
+		return
+	}
+	var sum uint64
+	for _, l := range slices.Sorted(maps.Keys(held)) {
+		h := held[l]
+		sum += h[0]
+		if w.ran[l] {
+			w.fail("settled", "%s holds %d permits after a request that settled it ran", l, h[0])
+		}
+		if tok, seen := w.tokens[l]; !seen {
+			if h[1] <= w.maxToken {
+				w.fail("tokens", "%s's token %d is not above an earlier holding's %d", l, h[1], w.maxToken)
+			}
+			w.tokens[l] = h[1]
+			w.maxToken = max(w.maxToken, h[1])
+		} else if tok != h[1] {
+			w.fail("tokens", "%s's token changed from %d to %d", l, tok, h[1])
+		}
+	}
+	if sum > uint64(w.opt.Permits) {
+		w.fail("permits", "Redis keeps %d permits of %d: %v", sum, w.opt.Permits, held)
+	}
+	var believed int64
+	var who []string
+	for _, p := range w.procs {
+		for l, b := range p.holds {
+			if w.now().Before(b.valid) {
+				believed += b.n
+				who = append(who, fmt.Sprintf("%s(%d)", l, b.n))
+			}
+		}
+	}
+	if believed > w.opt.Permits {
+		w.fail("beliefs", "processes believe they hold %d permits of %d: %v", believed, w.opt.Permits, who)
+	}
+}
+
+// finish lets every process give back all it holds or asked for, runs what is still on its
+// way, and checks that nothing is held and that every key expires.
+func (w *sworld) finish() {
+	for len(w.flight) > 0 && w.violation == nil {
+		r := w.flight[0]
+		w.flight = w.flight[1:]
+		w.deliver(r, true)
+		w.check()
+	}
+	for _, p := range w.procs {
+		for _, l := range slices.Sorted(maps.Keys(p.holds)) {
+			w.deliver(&sreq{p: p, op: "release", locker: l, sent: w.now()}, true)
+		}
+		for _, l := range slices.Sorted(maps.Keys(p.unknown)) {
+			w.deliver(&sreq{p: p, op: "release", locker: l, sent: w.now()}, true)
+		}
+		for _, l := range slices.Sorted(maps.Keys(p.downs)) {
+			w.deliver(&sreq{p: p, op: "release", locker: l, sent: w.now()}, true)
+		}
+		p.downs = map[string]string{}
+		for _, l := range slices.Sorted(maps.Keys(p.letting)) {
+			w.deliver(&sreq{p: p, op: "release", locker: l, sent: w.now()}, true)
+		}
+		p.holds, p.unknown = map[string]*belief{}, map[string]bool{}
+	}
+	w.check()
+	if held, err := w.held(); err == nil && len(held) > 0 {
+		w.fail("residue", "holdings left after every process let go: %v", held)
+	}
+	life := max(w.procs[0].p.MarkLife(w.cfg), processor.FenceTTL(w.cfg), processor.EntryTTL(w.cfg))
+	w.be.advance(life + w.opt.Lease + time.Second)
+	if keys := w.be.m.Keys(); len(keys) > 0 && w.violation == nil {
+		w.fail("residue", "keys left after every lease and mark ran out: %v", keys)
+	}
+}
+
+// SharedMutants are shared.lua with one guard broken; RunShared must find each.
+var SharedMutants = []Mutant{
+	{"a settled locker takes permits again (take ignores GONE)", "shared",
+		"    if settled(A.locker) then\n        if freed then wake(k) end", "    if false then\n        if freed then wake(k) end"},
+	{"a take counts no permits already held", "shared",
+		"local sum, owners = used(A.replaces)", "local _, owners = used(A.replaces)\n    local sum = 0"},
+	{"a release does not settle its locker", "shared",
+		"    settle(A.locker)\n    if h then", "    if h then"},
+	{"an expired holding is not settled", "shared",
+		"        redis.call('zrem', EXP, locker)\n        settle(locker)", "        redis.call('zrem', EXP, locker)"},
+	{"a failed try is not settled", "shared",
+		"    if A.wait ~= '1' then\n        settle(A.locker)", "    if A.wait ~= '1' then"},
+	{"tokens repeat (the counter is not raised)", "shared",
+		"        redis.call('set', FENCE, tok)\n", ""},
+}
