@@ -25,6 +25,12 @@ Flags may come before or after TYPE TARGET; "--" ends them (needed when COMMAND 
 "-"). When the lock is not obtained COMMAND does not run and dlock exits 75, or the status
 --conflict-exit-code gives (as flock -E).
 
+With --shared (-s) COMMAND holds the read side of the read-write lock TYPE/TARGET, beside any
+number of other readers; with --exclusive (-x) its write side, alone (readers and writers of
+one resource use these two, not the plain lock, which is another lock). With --semaphore K
+--permits N it holds N permits (default 1) of the semaphore TYPE/TARGET of K permits: at most
+K permits are out across all processes.
+
 COMMAND runs in a process group of its own, and signals go to the whole group:
   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND. While dlock
     is still waiting for the lock they end the wait instead: nothing runs, exit status
@@ -98,6 +104,7 @@ func (w *waitFlags) duration() (time.Duration, error) {
 
 // execOpts are the flags of exec.
 type execOpts struct {
+	kind  *kindFlags
 	wait  *waitFlags
 	lease *time.Duration
 	grace *time.Duration
@@ -113,6 +120,7 @@ func execCommand() *command {
 		define: func(fs *flagSet) runner {
 			var o execOpts
 			o.wait = addWaitFlags(fs)
+			o.kind = addKindFlags(fs, true)
 			o.lease = fs.Lease("lease", defaultLease, "lease of the lock, renewed at 3/4 of it while held")
 			o.grace = fs.Duration("grace", defaultGrace, "after a lost lock, time between SIGTERM and SIGKILL")
 			o.redis = addRedisFlags(fs, redisDefaultDoc)
@@ -128,7 +136,7 @@ func execCommand() *command {
 }
 
 // lockName names a lock in messages: TYPE/TARGET.
-func lockName(l *dlock.DistributedReentrantLock) string {
+func lockName(l guarded) string {
 	cfg := l.Config()
 	return fmt.Sprintf("%s/%s", cfg.LockType(), cfg.LockTarget())
 }
@@ -154,7 +162,7 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 		}
 		return withStatus(exitCannotExec, fmt.Errorf("cannot run %q: %v", argv[0], err))
 	}
-	c, l, err := open(o.redis, typ, target, *o.lease)
+	c, l, err := o.kind.open(o.redis, typ, target, *o.lease)
 	if err != nil {
 		return err
 	}
@@ -199,7 +207,7 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 // acquire takes l: TryLock when wait is 0, else Lock bounded by wait (not at all when wait is
 // forever). A signal from sigs ends the wait (status 128+signal); a lock held elsewhere until
 // the wait ends is status conflict.
-func acquire(c *conn, l *dlock.DistributedReentrantLock, wait time.Duration, conflict int, sigs <-chan os.Signal) (*dlock.Owner, error) {
+func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan os.Signal) (*dlock.Owner, error) {
 	var (
 		ctx    context.Context
 		cancel context.CancelFunc
@@ -256,22 +264,18 @@ func acquire(c *conn, l *dlock.DistributedReentrantLock, wait time.Duration, con
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.
-func heldBy(c *conn, l *dlock.DistributedReentrantLock) string {
+func heldBy(c *conn, l guarded) string {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	st, err := l.State(ctx)
-	switch {
-	case err != nil:
-		return ""
-	case st.Held():
-		return ": held by " + st.Holder
+	if h := l.holders(ctx); h != "" {
+		return ": held by " + h
 	}
 	return ""
 }
 
 // supervise waits for cmd to exit while passing on sigs and watching the lock; it stops cmd
 // if the lock is lost, then releases the lock and returns the exit status.
-func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned *dlock.Owner, cmd *exec.Cmd, sigs <-chan os.Signal, grace time.Duration) error {
+func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, sigs <-chan os.Signal, grace time.Duration) error {
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is named after the command
 	exited := make(chan struct{})
 	go func() {
@@ -332,7 +336,7 @@ func supervise(out cli, c *conn, l *dlock.DistributedReentrantLock, owned *dlock
 // unlock releases owned, waiting at most --timeout. It returns nil, an error matching
 // dlock.ErrLockLost when the release found the lock lost, or an error saying the release
 // failed (the key then expires with its lease), with status 69 or 77.
-func unlock(c *conn, l *dlock.DistributedReentrantLock, owned *dlock.Owner) error {
+func unlock(c *conn, l guarded, owned *dlock.Owner) error {
 	done := make(chan error, 1)
 	go func() { done <- owned.Unlock() }()
 	t := time.NewTimer(c.timeout)

@@ -100,7 +100,8 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
 
-	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs)
+	g := mutexLock{l}
+	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs)
 	if err != nil {
 		return err
 	}
@@ -108,23 +109,23 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	holder, herr := holderOf(c, l)
 	switch {
 	case !ok || herr == nil && holder == "":
-		return withStatus(exitLost, fmt.Errorf("lock %s lost as soon as it was taken: %s", lockName(l), lossCause(owned)))
+		return withStatus(exitLost, fmt.Errorf("lock %s lost as soon as it was taken: %s", lockName(g), lossCause(owned)))
 	case herr != nil:
-		_ = unlock(c, l, owned)
+		_ = unlock(c, g, owned)
 		return herr
 	}
 	cfg := l.Config()
 	if _, err := fmt.Fprintf(out.stdout, "DLOCK_KEY=%s DLOCK_HOLDER=%s DLOCK_FENCING_TOKEN=%d\n", cfg.UniqueKey(), holder, token); err != nil {
-		_ = unlock(c, l, owned)
-		return fmt.Errorf("cannot write to standard output (%v): lock %s released", err, lockName(l))
+		_ = unlock(c, g, owned)
+		return fmt.Errorf("cannot write to standard output (%v): lock %s released", err, lockName(g))
 	}
 	select {
 	case <-sigs:
 	case <-owned.Done():
-		return withStatus(exitLost, fmt.Errorf("lock %s lost while held: %s", lockName(l), lossCause(owned)))
+		return withStatus(exitLost, fmt.Errorf("lock %s lost while held: %s", lockName(g), lossCause(owned)))
 	}
-	if err := unlock(c, l, owned); errors.Is(err, dlock.ErrLockLost) {
-		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release: %s", lockName(l), lostReason(err)))
+	if err := unlock(c, g, owned); errors.Is(err, dlock.ErrLockLost) {
+		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release: %s", lockName(g), lostReason(err)))
 	} else if err != nil {
 		return err
 	}
