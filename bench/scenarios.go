@@ -31,8 +31,10 @@ type Row struct {
 	RedisCallsPerAcq float64 `json:"redis_calls_per_acq"`
 	HandoffP50Us     float64 `json:"handoff_p50_us"`
 	HandoffP99Us     float64 `json:"handoff_p99_us"`
-	WaitP99Us        float64 `json:"wait_p99_us"`               // loop rows: p99 over all processes of the wait of the window's acquisitions, from calling Lock (the first call, if failed calls were retried) to its return
-	RTTIdleP50Us     float64 `json:"rtt_idle_p50_us,omitempty"` // handoff: PING round trip after rttIdle of idleness, just before the row
+	WriteWaitP99Us   float64 `json:"write_wait_p99_us,omitempty"` // rw: the p99 wait of the write side's acquisitions
+	WriteWaitMaxUs   float64 `json:"write_wait_max_us,omitempty"` // rw: the longest wait of a write-side acquisition
+	WaitP99Us        float64 `json:"wait_p99_us"`                 // loop rows: p99 over all processes of the wait of the window's acquisitions, from calling Lock (the first call, if failed calls were retried) to its return
+	RTTIdleP50Us     float64 `json:"rtt_idle_p50_us,omitempty"`   // handoff: PING round trip after rttIdle of idleness, just before the row
 	RTTIdleP99Us     float64 `json:"rtt_idle_p99_us,omitempty"`
 	HandoffMeanUs    float64 `json:"handoff_mean_us,omitempty"`
 	HandoffMaxUs     float64 `json:"handoff_max_us,omitempty"`
@@ -253,9 +255,11 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 	row := Row{Scenario: s.Scenario, Impl: s.Impl, Procs: s.Procs, Goroutines: s.Goroutines,
 		WorkMs: ms(s.Work), LeaseMs: s.Lease.Milliseconds(), MinPerGoroutine: -1, MinPerProc: -1}
 	var acq, cmds, workNs int64
-	waits := newHist()
+	waits, writeWaits := newHist(), newHist()
 	for _, r := range results {
 		waits.addSparse(r.Waits)
+		writeWaits.addSparse(r.WriteWaits)
+		row.WriteWaitMaxUs = max(row.WriteWaitMaxUs, float64(r.WriteWaitMax)/1e3)
 		var proc int64
 		for _, n := range r.PerGoroutine {
 			acq += n
@@ -287,6 +291,9 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 		row.Overlaps = overlaps(results)
 	}
 	row.WaitP99Us = waits.quantile(0.99)
+	if s.Scenario == "rw" {
+		row.WriteWaitP99Us = writeWaits.quantile(0.99)
+	}
 	if s.Scenario == "handoff" { // every acquisition of the run, including the first
 		acq, cmds = 0, 0
 		for _, r := range results {

@@ -73,11 +73,13 @@ type workerResult struct {
 	Errors       int64      `json:"errors"`
 	Retries      int64      `json:"retries"`
 	FirstErr     string     `json:"first_err,omitempty"`
-	Holds        []int64    `json:"holds,omitempty"`        // loop: start and end of every hold, Unix ns, flattened
-	SharedHolds  []int64    `json:"shared_holds,omitempty"` // loop: those of the read side, likewise
-	Waits        [][2]int64 `json:"waits,omitempty"`        // loop: hist of the waits of the window's acquisitions, as (bucket, count) pairs
-	T0           []int64    `json:"t0,omitempty"`           // handoff: wall time before Unlock, by hand-off
-	T1           []int64    `json:"t1,omitempty"`           // handoff: wall time after Lock, by hand-off
+	Holds        []int64    `json:"holds,omitempty"`          // loop: start and end of every hold, Unix ns, flattened
+	SharedHolds  []int64    `json:"shared_holds,omitempty"`   // loop: those of the read side, likewise
+	Waits        [][2]int64 `json:"waits,omitempty"`          // loop: hist of the waits of the window's acquisitions, as (bucket, count) pairs
+	WriteWaits   [][2]int64 `json:"write_waits,omitempty"`    // rw: those of the write side alone
+	WriteWaitMax int64      `json:"write_wait_max,omitempty"` // rw: the longest write wait, ns
+	T0           []int64    `json:"t0,omitempty"`             // handoff: wall time before Unlock, by hand-off
+	T1           []int64    `json:"t1,omitempty"`             // handoff: wall time after Lock, by hand-off
 }
 
 // runWorker is the hidden --worker mode: it sets up one implementation on its own client,
@@ -178,6 +180,7 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 		cmdsStart, cmdsFirst int64
 		holdsMu              sync.Mutex
 		waits                = newHist()
+		writeWaits           = newHist()
 	)
 	cmdsFirst = cnt.n.Load()
 	wg.Add(1)
@@ -196,7 +199,8 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 			shared, _ := l.(SharedLocker)
 			rng := rand.New(rand.NewPCG(uint64(a.ID), uint64(i)))
 			var holds, sharedHolds []int64
-			myWaits := newHist()
+			myWaits, myWriteWaits := newHist(), newHist()
+			var myWriteMax int64
 			defer func() {
 				holdsMu.Lock()
 				if len(res.Holds)+len(holds) <= 2*maxHolds {
@@ -206,6 +210,8 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 					res.SharedHolds = append(res.SharedHolds, sharedHolds...)
 				}
 				waits.merge(myWaits)
+				writeWaits.merge(myWriteWaits)
+				res.WriteWaitMax = max(res.WriteWaitMax, myWriteMax)
 				holdsMu.Unlock()
 			}()
 			waitUntil(sig.Start)
@@ -254,6 +260,10 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 					res.PerGoroutine[i]++
 					workNs.Add(int64(w))
 					myWaits.add(int64(wait))
+					if shared != nil && !read {
+						myWriteWaits.add(int64(wait))
+						myWriteMax = max(myWriteMax, int64(wait))
+					}
 				}
 			}
 		}()
@@ -261,6 +271,7 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 	wg.Wait()
 	res.Total, res.WorkNs = total.Load(), workNs.Load()
 	res.Waits = waits.sparse()
+	res.WriteWaits = writeWaits.sparse()
 	res.CmdsTotal = cnt.n.Load() - cmdsFirst
 	res.Errors, res.Retries, res.FirstErr = e.n.Load(), e.retries.Load(), e.first
 	return res

@@ -313,6 +313,9 @@ type shareOwner struct {
 	token  uint64
 	count  int  // holds (re-entries), guarded by st.mu
 	done   bool // released or ended, guarded by st.mu
+	fresh  bool // not reported to the Observer yet (set by the acquiring goroutine only)
+	queued bool // it waited in this process's queue
+	at     time.Time
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   func() bool
@@ -338,10 +341,39 @@ func (so *shareOwner) live() bool {
 	return !so.done && so.hold.ctx.Err() == nil
 }
 
+// kindOf names what an acquisition of spec takes, for the Observer.
+func kindOf(spec processor.Shared, write bool) LockKind {
+	switch {
+	case spec.Kind == processor.KindSem:
+		return KindPermits
+	case write:
+		return KindWrite
+	}
+	return KindRead
+}
+
 func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
 	if ctx == nil {
 		return nil, false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
+	start := time.Now()
+	kind := kindOf(spec, write)
+	o, ok, err := g.acquireShared1(ctx, cfg, spec, n, write, try)
+	switch {
+	case err != nil:
+		g.observer.NotObtained(NotObtainedEvent{Kind: kind, Config: cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
+	case ok && o.sh.fresh:
+		o.sh.fresh = false
+		how := HowAttempt
+		if o.sh.queued {
+			how = HowHandOver
+		}
+		g.observer.Acquired(AcquireEvent{Kind: kind, Config: cfg, Wait: time.Since(start), How: how, Token: o.sh.token})
+	}
+	return o, ok, err
+}
+
+func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
 	key := sharedKey(cfg, spec)
 	side := 0
 	if write {
@@ -391,7 +423,9 @@ func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, s
 			}
 			return nil, false, ErrNotObtained
 		}
-		return st.newOwner(ctx, w.hold, w.token, n, write), true, nil
+		o := st.newOwner(ctx, w.hold, w.token, n, write)
+		o.sh.queued = w.queued
+		return o, true, nil
 	}
 }
 
@@ -411,10 +445,16 @@ func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) *Owner 
 
 // newOwner makes the Owner of a fresh acquisition lent from h.
 func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64, n int64, write bool) *Owner {
-	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1}
+	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1, fresh: true, at: time.Now()}
 	var cctx context.Context
 	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	so.stop = context.AfterFunc(h.ctx, func() { so.cancel(context.Cause(h.ctx)) })
+	so.stop = context.AfterFunc(h.ctx, func() {
+		cause := context.Cause(h.ctx)
+		if errors.Is(cause, ErrLockLost) {
+			st.g.observer.Lost(LossEvent{Kind: kindOf(st.spec, write), Config: st.cfg, Token: token, Held: time.Since(so.at), Cause: cause})
+		}
+		so.cancel(cause)
+	})
 	side := 0
 	if write {
 		side = 1
@@ -459,6 +499,7 @@ func (so *shareOwner) unlock() error {
 	so.end(context.Canceled)
 	st.mu.Unlock()
 	st.poke()
+	st.g.observer.Released(ReleaseEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Err: cause})
 	return cause
 }
 

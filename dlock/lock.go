@@ -128,7 +128,7 @@ func (h *holding) lose(cause error) {
 		return
 	}
 	h.cancel(cause)
-	h.st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+	h.st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
 	h.st.g.unref(h.st)
 }
 
@@ -156,9 +156,9 @@ func (h *holding) release(ctx context.Context, cause error) error {
 	if errors.Is(err, ErrLockLost) {
 		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
 		h.foundLost(err)
-		st.g.observer.Lost(LossEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: err})
+		st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: err})
 	}
-	st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: err})
+	st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: err})
 	st.g.unref(st)
 	if err != nil && !errors.Is(err, ErrLockLost) {
 		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))
@@ -243,12 +243,12 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
 		err = fmt.Errorf("%w: %w", ErrNotObtained, err)
-		l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Reason: reasonOf(err), Err: err})
+		l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Reason: reasonOf(err), Err: err})
 		return nil, false, err
 	}
 	st, err := l.g.ref(l.cfg)
 	if err != nil {
-		l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Reason: reasonOf(err), Err: err})
+		l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Reason: reasonOf(err), Err: err})
 		return nil, false, err
 	}
 	h, held, err := st.acquire(ctx, l.cfg, wait)
@@ -265,11 +265,11 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 				zap.Duration("waited", time.Since(start)), zap.Error(err))
 		}
 		if wait || !errors.Is(err, ErrOptimisticLocking) {
-			l.g.observer.NotObtained(NotObtainedEvent{Config: l.cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
+			l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
 		}
 		return nil, false, err
 	}
-	l.g.observer.Acquired(AcquireEvent{Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.token})
+	l.g.observer.Acquired(AcquireEvent{Kind: KindMutex, Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.token})
 	if l.g.isClosed() { // taken as Close ran: give it back
 		if h.end(holdClosed, nil) {
 			_ = h.release(context.WithoutCancel(ctx), ErrClosed)

@@ -86,8 +86,26 @@ func (h How) String() string {
 	return "unknown"
 }
 
+// LockKind says which kind of lock an event is about, for metrics that tell them apart.
+type LockKind string
+
+const (
+	// KindMutex: a DistributedReentrantLock (or a part of a MultiLock).
+	KindMutex LockKind = "mutex"
+	// KindRead: the read side of an RWLock.
+	KindRead LockKind = "read"
+	// KindWrite: the write side of an RWLock.
+	KindWrite LockKind = "write"
+	// KindPermits: permits of a Semaphore.
+	KindPermits LockKind = "permits"
+)
+
+// LockKinds lists every LockKind, for metrics that start each series at zero.
+func LockKinds() []LockKind { return []LockKind{KindMutex, KindRead, KindWrite, KindPermits} }
+
 // AcquireEvent describes an acquisition.
 type AcquireEvent struct {
+	Kind   LockKind
 	Config domain.DLockConfig // the lock, with the lease of the handle used
 	Wait   time.Duration      // from the call to the acquisition
 	How    How
@@ -96,6 +114,7 @@ type AcquireEvent struct {
 
 // NotObtainedEvent describes an acquisition that did not happen.
 type NotObtainedEvent struct {
+	Kind   LockKind
 	Config domain.DLockConfig // the lock, with the lease of the handle used
 	Wait   time.Duration      // from the call to the failure
 	Reason Reason
@@ -133,6 +152,7 @@ func reasonOf(err error) Reason {
 
 // ReleaseEvent describes a holding let go by its final Unlock or by Close.
 type ReleaseEvent struct {
+	Kind   LockKind
 	Config domain.DLockConfig
 	Token  uint64        // the acquisition's fencing token, as in its AcquireEvent
 	Held   time.Duration // from the acquisition to the release
@@ -143,6 +163,7 @@ type ReleaseEvent struct {
 // Unlock is followed by a ReleaseEvent; one found otherwise (a renewal, the lease running out,
 // ForceRelease in this Generator) is not.
 type LossEvent struct {
+	Kind   LockKind
 	Config domain.DLockConfig
 	Token  uint64        // the acquisition's fencing token, as in its AcquireEvent
 	Held   time.Duration // from the acquisition to the notice

@@ -160,3 +160,46 @@ func TestObserverSeesWhatWasNotObtained(t *testing.T) {
 		t.Fatalf("reasons %v, want a fourth, redis", got)
 	}
 }
+
+// The read-write lock's and the semaphore's acquisitions, releases and failures are reported,
+// each with its kind.
+func TestObserverSeesTheLockFamilyByKind(t *testing.T) {
+	rec := &recorder{}
+	g, _ := newGen(t, dlock.WithObserver(rec))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 10*time.Second)
+	rw, _ := g.GenRW("API", tg)
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(w) // a downgrade
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Unlock()
+	_ = r.Unlock()
+	sem, _ := g.GenSemaphore("API", tg+"-sem", 1)
+	p, err := sem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := sem.Acquire(short, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a second permit of 1: %v", err)
+	}
+	_ = p.Unlock()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var kinds []dlock.LockKind
+	for _, e := range rec.acquired {
+		kinds = append(kinds, e.Kind)
+	}
+	if len(kinds) != 3 || kinds[0] != dlock.KindWrite || kinds[1] != dlock.KindRead || kinds[2] != dlock.KindPermits {
+		t.Fatalf("acquired kinds %v", kinds)
+	}
+	if len(rec.released) != 3 || rec.released[0].Kind != dlock.KindWrite || rec.released[2].Kind != dlock.KindPermits {
+		t.Fatalf("released: %+v", rec.released)
+	}
+}

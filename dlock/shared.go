@@ -84,14 +84,15 @@ const writeBatch = 16
 
 // shareWaiter is a goroutine waiting for permits.
 type shareWaiter struct {
-	n     int64 // permits: 1 to read, processor.RWPermits to write, or a semaphore's n
-	write bool
-	try   bool          // TryLock: one request, no line
-	down  *shareOwner   // rw: the write owner this read downgrades, if any
-	done  chan struct{} // closed when decided: hold set (lent), or err, or neither (not obtained)
-	hold  *shareHold
-	token uint64 // the holding's token when lent
-	err   error
+	n      int64 // permits: 1 to read, processor.RWPermits to write, or a semaphore's n
+	write  bool
+	try    bool          // TryLock: one request, no line
+	down   *shareOwner   // rw: the write owner this read downgrades, if any
+	done   chan struct{} // closed when decided: hold set (lent), or err, or neither (not obtained)
+	hold   *shareHold
+	token  uint64 // the holding's token when lent
+	queued bool   // it was not served at once
+	err    error
 }
 
 // shareAttempt is this process's request for permits: in the Redis line (wait), or one try.
@@ -183,6 +184,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	}
 	st.waiters = append(st.waiters, w)
 	st.lendLocked()
+	w.queued = w.hold == nil
 	if w.try && w.hold == nil && st.front() != w { // a try does not wait behind others
 		st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
 		close(w.done)
@@ -558,6 +560,7 @@ func (st *sharedState) release(ctx context.Context, locker string) {
 			return
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
+		st.g.observer.RedisError(RedisErrorEvent{Op: "unlock", Key: st.cfg.UniqueKey(), Err: err})
 		if !sleep(ctx, retryPause(st.cfg)) {
 			return
 		}
@@ -619,6 +622,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			st.attempt = nil
 			st.fail(err)
 		case err != nil:
+			st.g.observer.RedisError(RedisErrorEvent{Op: "lock", Key: st.cfg.UniqueKey(), Err: err})
 			if front := st.front(); front != nil && front.try {
 				st.waiters = st.waiters[1:]
 				front.err = err
@@ -672,6 +676,8 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		case h.ctx.Err() != nil || h.locker != locker:
 		case err != nil:
 			h.renewAt = time.Now().Add(retryPause(st.cfg))
+			st.g.observer.RedisError(RedisErrorEvent{Op: "renew", Key: st.cfg.UniqueKey(), Err: err})
+			st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
 		case r.Outcome == processor.Renewed:
 			st.renewed(h, sent)
 			st.wanted = r.Waiting

@@ -315,7 +315,7 @@ func (st *lockState) close(ctx context.Context) error {
 			return nil
 		}
 		h.cancel(ErrClosed)
-		st.g.observer.Released(ReleaseEvent{Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
+		st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
 		defer st.g.unref(st) // the holding's reference, once the release is done
 	}
 	if st.ten == nil || (st.phase != held && st.phase != free) {
