@@ -241,6 +241,61 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 	return s.g.sharedState(ctx, s.cfg, s.spec())
 }
 
+// ReadSide returns the read side as a Part of a MultiLock (Generator.MultiOf).
+func (l *RWLock) ReadSide() Part { return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: 1} }
+
+// WriteSide returns the write side as a Part of a MultiLock.
+func (l *RWLock) WriteSide() Part {
+	return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: processor.RWPermits, write: true}
+}
+
+// Permits returns n permits as a Part of a MultiLock.
+func (s *Semaphore) Permits(n int) Part {
+	if s == nil {
+		return sharedPart{}
+	}
+	return sharedPart{g: s.g, cfg: s.cfg, spec: s.spec(), n: int64(n)}
+}
+
+// sharedPart is a side of a read-write lock or permits of a semaphore, as a Part.
+type sharedPart struct {
+	g     *Generator
+	cfg   domain.DLockConfig
+	spec  processor.Shared
+	n     int64
+	write bool
+}
+
+func (p sharedPart) Config() domain.DLockConfig { return p.cfg }
+func (p sharedPart) Kind() LockKind             { return kindOf(p.spec, p.write) }
+func (p sharedPart) generator() *Generator      { return p.g }
+func (p sharedPart) order() string              { return p.cfg.UniqueKey() + "|" + string(p.Kind()) }
+func (p sharedPart) lock(ctx context.Context) (*Owner, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	o, _, err := p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, false)
+	return o, err
+}
+func (p sharedPart) tryLock(ctx context.Context) (*Owner, bool, error) {
+	if err := p.check(); err != nil {
+		return nil, false, err
+	}
+	return p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, true)
+}
+func (p sharedPart) check() error {
+	if p.spec.Kind == processor.KindSem && (p.n < 1 || p.n > p.spec.Permits) {
+		return fmt.Errorf("%w: %d of %d permits", ErrInvalidConfig, p.n, p.spec.Permits)
+	}
+	return nil
+}
+func (p sharedPart) unlock(owned context.Context) error {
+	return p.g.unlockShared(owned, sharedKey(p.cfg, p.spec))
+}
+func (p sharedPart) fencingToken(owned context.Context) (uint64, bool) {
+	return tokenOf(owned, p.g, sharedKey(p.cfg, p.spec))
+}
+
 // SharedState is what Redis holds for a read-write lock or a semaphore.
 type SharedState struct {
 	Kind    string        // "rw" or "sem"

@@ -6,47 +6,102 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/dlockgo/dlock/domain"
 )
+
+// The mutex as a Part of a MultiLock.
+
+// Kind returns KindMutex.
+func (l *DistributedReentrantLock) Kind() LockKind { return KindMutex }
+
+func (l *DistributedReentrantLock) generator() *Generator { return l.g }
+func (l *DistributedReentrantLock) order() string         { return l.cfg.UniqueKey() + "|mutex" }
+func (l *DistributedReentrantLock) lock(ctx context.Context) (*Owner, error) {
+	return l.Lock(ctx)
+}
+func (l *DistributedReentrantLock) tryLock(ctx context.Context) (*Owner, bool, error) {
+	return l.TryLock(ctx)
+}
+func (l *DistributedReentrantLock) unlock(owned context.Context) error { return l.Unlock(owned) }
+func (l *DistributedReentrantLock) fencingToken(owned context.Context) (uint64, bool) {
+	return l.FencingToken(owned)
+}
 
 // MultiLock is several locks taken together, all or none, as Curator's InterProcessMultiLock
 // and Redisson's RedissonMultiLock: Lock returns once it holds every one of them, and holds none
 // of them if it gives up. The locks are taken one at a time in one global order — by unique
 // key, the same in every process — so two MultiLocks over the same keys never deadlock, and on
-// a Redis Cluster no script spans two hash slots. Each part is the lock itself, with its own
-// lease, fencing token and place in the key's line, and passes among this process's goroutines
-// as it always does. A MultiLock is a cheap handle, safe for concurrent use.
+// a Redis Cluster no script spans two hash slots. Each part is the lock itself (a mutex, a side
+// of a read-write lock, or permits of a semaphore), with its own lease, fencing token and place
+// in the key's line, and passes among this process's goroutines as it always does. A
+// MultiLock is a cheap handle, safe for concurrent use.
 type MultiLock struct {
-	parts []*DistributedReentrantLock // in the global order, one per key
+	parts []Part // in the global order, one per key
+}
+
+// Part is what a MultiLock takes: a *DistributedReentrantLock, RWLock.ReadSide,
+// RWLock.WriteSide or Semaphore.Permits.
+type Part interface {
+	// Config returns the part's lock.
+	Config() domain.DLockConfig
+	// Kind says what the part takes.
+	Kind() LockKind
+	generator() *Generator
+	order() string // the global order: the unique key, then the kind
+	lock(ctx context.Context) (*Owner, error)
+	tryLock(ctx context.Context) (*Owner, bool, error)
+	unlock(owned context.Context) error
+	fencingToken(owned context.Context) (uint64, bool)
 }
 
 // Multi returns the MultiLock over locks, which must be handles of this Generator. The same
 // key named twice is taken once (with the lease of its first handle). It returns
 // ErrInvalidConfig for no lock, a nil or zero lock, or a lock of another Generator.
 func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error) {
-	if g == nil || g.proc == nil {
-		return nil, errZeroGenerator
-	}
-	if len(locks) == 0 {
-		return nil, fmt.Errorf("%w: a MultiLock of no lock", ErrInvalidConfig)
-	}
-	parts := make([]*DistributedReentrantLock, 0, len(locks))
-	for _, l := range locks {
+	parts := make([]Part, len(locks))
+	for i, l := range locks {
 		if l == nil || l.g == nil {
 			return nil, errZeroLock
 		}
-		if l.g != g {
-			return nil, fmt.Errorf("%w: lock %s belongs to another Generator", ErrInvalidConfig, l.cfg.UniqueKey())
+		parts[i] = l
+	}
+	return g.MultiOf(parts...)
+}
+
+// MultiOf is Multi over any parts: mutexes, sides of read-write locks, permits of semaphores.
+// A lock named twice with the same kind is taken once; one read-write lock's two sides, or
+// two kinds of lock over one key, are refused (ErrInvalidConfig): the second would wait for
+// the first.
+func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
+	if g == nil || g.proc == nil {
+		return nil, errZeroGenerator
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("%w: a MultiLock of no lock", ErrInvalidConfig)
+	}
+	out := make([]Part, 0, len(parts))
+	for _, p := range parts {
+		if p == nil || p.generator() == nil {
+			return nil, errZeroLock
 		}
-		if !slices.ContainsFunc(parts, func(p *DistributedReentrantLock) bool { return p.cfg.UniqueKey() == l.cfg.UniqueKey() }) {
-			parts = append(parts, l)
+		if p.generator() != g {
+			return nil, fmt.Errorf("%w: lock %s belongs to another Generator", ErrInvalidConfig, p.Config().UniqueKey())
+		}
+		i := slices.IndexFunc(out, func(q Part) bool { return q.Config().UniqueKey() == p.Config().UniqueKey() })
+		switch {
+		case i < 0:
+			out = append(out, p)
+		case out[i].order() != p.order():
+			return nil, fmt.Errorf("%w: %s named as %s and as %s", ErrInvalidConfig, p.Config().UniqueKey(), out[i].Kind(), p.Kind())
 		}
 	}
-	slices.SortFunc(parts, func(a, b *DistributedReentrantLock) int { return cmp.Compare(a.cfg.UniqueKey(), b.cfg.UniqueKey()) })
-	return &MultiLock{parts: parts}, nil
+	slices.SortFunc(out, func(a, b Part) int { return cmp.Compare(a.order(), b.order()) })
+	return &MultiLock{parts: out}, nil
 }
 
 // Parts returns the locks in the order they are taken.
-func (m *MultiLock) Parts() []*DistributedReentrantLock {
+func (m *MultiLock) Parts() []Part {
 	if m == nil {
 		return nil
 	}
@@ -60,8 +115,8 @@ func (m *MultiLock) Parts() []*DistributedReentrantLock {
 // fails, the parts taken so far are released in reverse order and the error returned (as a
 // part's Lock returns it). With an Owner of this MultiLock, Lock re-enters every part.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
-	return m.acquire(ctx, func(l *DistributedReentrantLock, ctx context.Context) (*Owner, bool, error) {
-		o, err := l.Lock(ctx)
+	return m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
+		o, err := l.lock(ctx)
 		return o, err == nil, err
 	})
 }
@@ -70,8 +125,8 @@ func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 // them all, and false with a nil error if a part was held (the parts taken before it are
 // released). A Redis failure is returned as a part's TryLock returns it.
 func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
-	o, err := m.acquire(ctx, func(l *DistributedReentrantLock, ctx context.Context) (*Owner, bool, error) {
-		return l.TryLock(ctx)
+	o, err := m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
+		return l.tryLock(ctx)
 	})
 	if errors.Is(err, errPartHeld) {
 		return nil, false, nil
@@ -82,7 +137,7 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 // errPartHeld says a TryLock of a MultiLock found a part held.
 var errPartHeld = errors.New("dlock: a part of the MultiLock is held")
 
-func (m *MultiLock) acquire(ctx context.Context, take func(*DistributedReentrantLock, context.Context) (*Owner, bool, error)) (*Owner, error) {
+func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context) (*Owner, bool, error)) (*Owner, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
@@ -91,9 +146,9 @@ func (m *MultiLock) acquire(ctx context.Context, take func(*DistributedReentrant
 	}
 	if o, ok := ctx.(*Owner); ok && o.multi == m { // re-entry: one more hold of every part
 		for i, l := range m.parts {
-			if _, err := l.Lock(o); err != nil {
+			if _, err := l.lock(o); err != nil {
 				for j := i - 1; j >= 0; j-- {
-					_ = m.parts[j].Unlock(o)
+					_ = m.parts[j].unlock(o)
 				}
 				return nil, err
 			}
@@ -152,13 +207,13 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 		return ErrNotHeld
 	}
 	var errs []error
-	for i := len(owned.parts) - 1; i >= 0; i-- {
-		p := owned.parts[i]
-		if err := p.l.Unlock(owned); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.l.cfg.UniqueKey(), err))
+	for i := len(m.parts) - 1; i >= 0; i-- {
+		p := m.parts[i]
+		if err := p.unlock(owned); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Config().UniqueKey(), err))
 		}
 	}
-	if owned.parts[0].l.HoldCount(owned) == 0 {
+	if owned.parts[0].Err() != nil { // (the first part's last hold was released)
 		for _, stop := range owned.stops {
 			stop()
 		}
@@ -175,11 +230,11 @@ func (m *MultiLock) FencingTokens(owned context.Context) (tokens map[string]uint
 	}
 	tokens = make(map[string]uint64, len(m.parts))
 	for _, l := range m.parts {
-		t, held := l.FencingToken(owned)
+		t, held := l.fencingToken(owned)
 		if !held {
 			return nil, false
 		}
-		tokens[l.cfg.UniqueKey()] = t
+		tokens[l.Config().UniqueKey()] = t
 	}
 	return tokens, true
 }

@@ -246,3 +246,70 @@ func TestMultiLockZeroValues(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A MultiLock over a mutex, a read-write lock's write side and a semaphore's permits holds
+// all three or none, and lets them all go; one lock named as two kinds is refused.
+func TestMultiLockOfEveryKind(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	mu := mustGen(t, ga, "MULTI", tg+"-m", 5*time.Second)
+	rw, _ := ga.GenRW("MULTI", tg+"-rw")
+	sem, _ := ga.GenSemaphore("MULTI", tg+"-sem", 1)
+	m, err := ga.MultiOf(sem.Permits(1), rw.WriteSide(), mu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ga.MultiOf(rw.ReadSide(), rw.WriteSide()); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("both sides of one lock: %v", err)
+	}
+	if _, err := ga.MultiOf(sem.Permits(2)); err != nil {
+		t.Fatal(err) // (refused when taken)
+	}
+	// the semaphore's one permit is out elsewhere: TryLock takes nothing
+	semB, _ := gb.GenSemaphore("MULTI", tg+"-sem", 1)
+	held, err := semB.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := m.TryLock(ctx); ok || err != nil || o != nil {
+		t.Fatalf("TryLock with a permit out = %v %v %v", o, ok, err)
+	}
+	rwB, _ := gb.GenRW("MULTI", tg+"-rw")
+	if r, ok, _ := rwB.TryRLock(ctx); !ok {
+		t.Fatal("the write side was kept after TryLock failed")
+	} else {
+		_ = r.Unlock()
+	}
+	_ = held.Unlock()
+	o, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toks, ok := m.FencingTokens(o); !ok || len(toks) != 3 {
+		t.Fatalf("tokens %v %v", toks, ok)
+	}
+	if _, ok, _ := rwB.TryRLock(ctx); ok {
+		t.Fatal("a reader beside the MultiLock's write side")
+	}
+	if _, ok, _ := semB.TryAcquire(ctx, 1); ok {
+		t.Fatal("a permit beside the MultiLock's")
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Err() == nil {
+		t.Fatal("the Owner lives after its last Unlock")
+	}
+	r, ok, err := rwB.TryRLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("reader after the MultiLock's release: %v %v", ok, err)
+	}
+	_ = r.Unlock()
+	p, ok, err := semB.TryAcquire(ctx, 1)
+	if !ok || err != nil {
+		t.Fatalf("permit after the MultiLock's release: %v %v", ok, err)
+	}
+	_ = p.Unlock()
+}

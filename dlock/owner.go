@@ -98,9 +98,9 @@ func (o *Owner) String() string {
 		return "dlock.Owner(nil)"
 	}
 	if o.multi != nil {
-		keys := make([]string, len(o.parts))
-		for i, p := range o.parts {
-			keys[i] = p.l.cfg.UniqueKey()
+		keys := make([]string, len(o.multi.parts))
+		for i, p := range o.multi.parts {
+			keys[i] = p.Config().UniqueKey()
 		}
 		return "dlock.Owner(" + strings.Join(keys, ", ") + ")"
 	}

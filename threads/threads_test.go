@@ -212,14 +212,16 @@ func awaitLoss(t *testing.T, l *fakeLease, wrapped error) {
 // until stopped; nothing is reported after Stop.
 func TestExpanderRenewsAndStops(t *testing.T) {
 	var wg threads.Group
-	l := newLease(400 * time.Millisecond)
+	// (a lease long enough that a loaded machine's late wake-up, up to a quarter of it, does
+	// not let it run out)
+	l := newLease(1200 * time.Millisecond)
 	start := time.Now()
 	e := threads.StartExpander(context.Background(), l, &wg)
 	eventually(t, "three renewals", func() bool { return l.count() >= 3 })
 	e.Stop()
 	e.Stop()
 	waitFor(t, &wg)
-	if first := l.times[0].Sub(start); first < 300*time.Millisecond {
+	if first := l.times[0].Sub(start); first < 900*time.Millisecond {
 		t.Fatalf("first renewal after %v, want three quarters of the lease", first)
 	}
 	noLoss(t, l)
