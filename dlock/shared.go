@@ -370,6 +370,12 @@ func (st *sharedState) plan() action {
 		st.orphans = st.orphans[1:]
 		return action{do: func(ctx context.Context) { st.release(ctx, locker) }}
 	}
+	// renewals first: a holding's lease is the one thing that cannot wait
+	for _, h := range st.holds {
+		if h.ctx.Err() == nil && h.downTo == "" && !now.Before(h.renewAt) {
+			return action{do: st.renew(h)}
+		}
+	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
 	// whose readers remain is downgraded when nobody waits elsewhere)
 	for _, h := range st.holds {
@@ -423,9 +429,6 @@ func (st *sharedState) plan() action {
 		if h.downTo != "" {
 			next = earliest(next, h.downAt)
 			continue
-		}
-		if !now.Before(h.renewAt) {
-			return action{do: st.renew(h)}
 		}
 		next = earliest(next, h.renewAt)
 	}
