@@ -552,8 +552,20 @@ func (so *shareOwner) unlock() error {
 		cause = context.Cause(so.hold.ctx)
 	}
 	so.end(context.Canceled)
+	var fate chan struct{}
+	if h := so.hold; h.idle() && h.ctx.Err() == nil {
+		// as the mutex's: Unlock returns once what it let go is free in Redis (or lent again)
+		fate = make(chan struct{})
+		h.fate = append(h.fate, fate)
+	}
 	st.mu.Unlock()
 	st.poke()
+	if fate != nil {
+		select {
+		case <-fate:
+		case <-st.g.clean.Done():
+		}
+	}
 	st.g.observer.Released(ReleaseEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Err: cause})
 	return cause
 }

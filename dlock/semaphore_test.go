@@ -238,3 +238,39 @@ func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
 		t.Fatalf("a read-write lock over a semaphore in use: %v", err)
 	}
 }
+
+// Unlock returns once what it let go is free in Redis, as the mutex's does: another process's
+// TryAcquire right after it succeeds.
+func TestSemaphoreUnlockFreesInRedisBeforeReturning(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
+	rwa, _ := ga.GenRW("SEM", tg+"-rw")
+	rwb, _ := gb.GenRW("SEM", tg+"-rw")
+	for range 20 {
+		o, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		p, ok, err := sb.TryAcquire(ctx, 1)
+		if !ok || err != nil {
+			t.Fatalf("TryAcquire right after the other's Unlock: %v %v", ok, err)
+		}
+		_ = p.Unlock()
+		w, err := rwa.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Unlock()
+		r, ok, err := rwb.TryRLock(ctx)
+		if !ok || err != nil {
+			t.Fatalf("TryRLock right after the writer's Unlock: %v %v", ok, err)
+		}
+		_ = r.Unlock()
+	}
+}

@@ -70,14 +70,28 @@ type shareHold struct {
 	downTo  string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
 	passes  int       // rw: writers lent in a row past a queued reader
 	renewAt time.Time
-	valid   time.Time   // the lease runs out (from the send time of the last take or renewal)
-	expiry  *time.Timer // ends the holding at valid, whatever the driver is doing
+	valid   time.Time       // the lease runs out (from the send time of the last take or renewal)
+	expiry  *time.Timer     // ends the holding at valid, whatever the driver is doing
+	fate    []chan struct{} // closed once an idle holding is let go in Redis or lent again (Unlock waits)
 	ctx     context.Context
 	end     context.CancelCauseFunc
 }
 
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
-func (h *shareHold) idle() bool  { return h.readers == 0 && h.writers == 0 }
+
+// takeFate returns the channels of the Unlocks waiting for h's fate, forgetting them.
+func (h *shareHold) takeFate() []chan struct{} {
+	f := h.fate
+	h.fate = nil
+	return f
+}
+
+func tell(cs []chan struct{}) {
+	for _, c := range cs {
+		close(c)
+	}
+}
+func (h *shareHold) idle() bool { return h.readers == 0 && h.writers == 0 }
 
 // writeBatch bounds the writers a write-hold serves in a row past a reader queued before them.
 const writeBatch = 16
@@ -277,6 +291,7 @@ func (st *sharedState) holdFor(w *shareWaiter) *shareHold {
 }
 
 func (st *sharedState) lend(h *shareHold, w *shareWaiter) {
+	tell(h.takeFate())
 	switch {
 	case st.spec.Kind == processor.KindSem:
 		h.readers++
@@ -359,6 +374,7 @@ func (st *sharedState) plan() action {
 		if h.ctx.Err() == nil || !h.idle() {
 			return false
 		}
+		tell(h.takeFate())
 		if h.downTo != "" {
 			st.orphans = append(st.orphans, h.downTo)
 		}
@@ -521,7 +537,11 @@ func (st *sharedState) planClose() action {
 	if len(st.holds) > 0 {
 		h := st.holds[0]
 		st.holds = st.holds[1:]
-		return action{closing: true, do: func(ctx context.Context) { st.release(ctx, h.locker) }}
+		fate := h.takeFate()
+		return action{closing: true, do: func(ctx context.Context) {
+			st.release(ctx, h.locker)
+			tell(fate)
+		}}
 	}
 	return st.drop()
 }
@@ -541,7 +561,11 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	if h.downTo != "" {
 		st.orphans = append(st.orphans, h.downTo)
 	}
-	return action{do: func(ctx context.Context) { st.release(ctx, h.locker) }}
+	fate := h.takeFate()
+	return action{do: func(ctx context.Context) {
+		st.release(ctx, h.locker)
+		tell(fate)
+	}}
 }
 
 // giveBack drops the attempt and returns the request that takes it out of line (and gives
