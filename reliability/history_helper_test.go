@@ -79,6 +79,7 @@ type histRecord struct {
 	Acquired  bool   `json:"acq,omitempty"`
 	Token     uint64 `json:"tok,omitempty"`
 	NoToken   bool   `json:"notok,omitempty"` // FencingToken said the owner context does not own the lock
+	Side      string `json:"side,omitempty"`  // "" the mutex; "r" or "w" a read-write lock's read or write side; "p" a semaphore's permit
 	CallStart int64  `json:"cs,omitempty"`    // start of the acquiring call
 	TAcq      int64  `json:"ta,omitempty"`    // right after Lock/TryLock returned
 	TRel      int64  `json:"tr,omitempty"`    // right before Unlock was called
@@ -268,17 +269,46 @@ func (d *dupHook) wait() int64 {
 // iteration: pick a key and a call; if it acquired: maybe re-enter, write the token to the
 // fence store (right after acquiring or right before releasing), hold, unlock.
 func (w *histWorkload) iteration(gi int, seq int64) {
-	key := "k" + strconv.Itoa(rand.IntN(w.keys))
+	// Most iterations take a mutex ("k" keys); some a side of a read-write lock ("r" keys, 4
+	// reads in 5) or a permit of a semaphore of histSemPermits ("s" keys).
+	kind := "k"
+	switch r := rand.IntN(100); {
+	case r < 15:
+		kind = "r"
+	case r < 25:
+		kind = "s"
+	}
+	key := kind + strconv.Itoa(rand.IntN(w.keys))
 	rec := &histRecord{T: "op", Proc: w.proc, G: gi, Seq: seq, Key: key}
 	defer w.log.put(rec)
-	l, err := w.g.Gen("HIST", key)
+	var l histLock
+	var mutex *dlock.DistributedReentrantLock
+	var err error
+	switch kind {
+	case "k":
+		mutex, err = w.g.Gen("HIST", key)
+		l = mutex
+	case "r":
+		var rw *dlock.RWLock
+		rw, err = w.g.GenRW("HIST", key)
+		rec.Side = "w"
+		if rand.IntN(5) != 0 {
+			rec.Side = "r"
+		}
+		l = rwHist{rw, rec.Side == "w"}
+	case "s":
+		var sem *dlock.Semaphore
+		sem, err = w.g.GenSemaphore("HIST", key, histSemPermits)
+		rec.Side = "p"
+		l = semHist{sem}
+	}
 	if err != nil {
 		rec.Calls = append(rec.Calls, histCall{Kind: "gen", Outcome: "error", Err: err.Error()})
 		time.Sleep(time.Millisecond)
 		return
 	}
-	if rand.IntN(200) == 0 {
-		w.force(l, rec)
+	if mutex != nil && rand.IntN(200) == 0 {
+		w.force(mutex, rec)
 		return
 	}
 
@@ -323,7 +353,7 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 	}
 	endc := make(chan ended, 1)
 	stopWatch := context.AfterFunc(owned, func() { endc <- ended{monoNow(), context.Cause(owned)} })
-	w.log.put(&histRecord{T: "begin", Proc: w.proc, G: gi, Seq: seq, Key: key, Token: token,
+	w.log.put(&histRecord{T: "begin", Proc: w.proc, G: gi, Seq: seq, Key: key, Token: token, Side: rec.Side,
 		CallStart: rec.CallStart, TAcq: rec.TAcq})
 
 	// Re-entry, sometimes.
@@ -342,7 +372,9 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		}
 	}
 
-	writeFirst := rand.IntN(2) == 0
+	// Fenced writes by the mutex's holders only: the owners that share a read-write lock's
+	// or a semaphore's holding share its token.
+	writeFirst := rand.IntN(2) == 0 && mutex != nil
 	if writeFirst {
 		rec.Write = w.fencedWrite(key, token)
 	}
@@ -359,10 +391,10 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		w.fence.Set(ctx, fmt.Sprintf("hold:%s:%d", w.proc, gi), monoNow()+int64(hold), hold)
 		cancel()
 	}
-	if rand.IntN(6) == 0 { // Extend, to a lease between half and three times the configured one
+	if mutex != nil && rand.IntN(6) == 0 { // Extend, to a lease between half and three times the configured one
 		to := randDuration(w.lease/2, 3*w.lease).Round(time.Millisecond)
 		ec := histCall{Kind: "extend", D: int64(to), Start: monoNow()}
-		err := l.Extend(owned, to)
+		err := mutex.Extend(owned, to)
 		ec.End = monoNow()
 		ec.Outcome, ec.Err, ec.Redis = outcome("extend", err == nil, err)
 		rec.Calls = append(rec.Calls, ec)
@@ -375,7 +407,7 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 			t.Stop()
 		}
 	}
-	if !writeFirst {
+	if !writeFirst && mutex != nil {
 		rec.Write = w.fencedWrite(key, token)
 	}
 
@@ -415,6 +447,50 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		}
 	}
 }
+
+// histSemPermits is the permits of the history's semaphores.
+const histSemPermits = 2
+
+// histLock is what an iteration takes: a mutex, a side of a read-write lock, or a permit.
+type histLock interface {
+	Lock(ctx context.Context) (*dlock.Owner, error)
+	TryLock(ctx context.Context) (*dlock.Owner, bool, error)
+	FencingToken(owned context.Context) (uint64, bool)
+	Unlock(owned context.Context) error
+}
+
+// rwHist is a side of a read-write lock.
+type rwHist struct {
+	l     *dlock.RWLock
+	write bool
+}
+
+func (h rwHist) Lock(ctx context.Context) (*dlock.Owner, error) {
+	if h.write {
+		return h.l.Lock(ctx)
+	}
+	return h.l.RLock(ctx)
+}
+
+func (h rwHist) TryLock(ctx context.Context) (*dlock.Owner, bool, error) {
+	if h.write {
+		return h.l.TryLock(ctx)
+	}
+	return h.l.TryRLock(ctx)
+}
+
+func (h rwHist) FencingToken(owned context.Context) (uint64, bool) { return h.l.FencingToken(owned) }
+func (h rwHist) Unlock(owned context.Context) error                { return h.l.Unlock(owned) }
+
+// semHist is one permit of a semaphore.
+type semHist struct{ s *dlock.Semaphore }
+
+func (h semHist) Lock(ctx context.Context) (*dlock.Owner, error) { return h.s.Acquire(ctx, 1) }
+func (h semHist) TryLock(ctx context.Context) (*dlock.Owner, bool, error) {
+	return h.s.TryAcquire(ctx, 1)
+}
+func (h semHist) FencingToken(owned context.Context) (uint64, bool) { return h.s.FencingToken(owned) }
+func (h semHist) Unlock(owned context.Context) error                { return h.s.Release(owned) }
 
 // force plays an operator: it reads who holds l's key and force-releases that holder.
 func (w *histWorkload) force(l *dlock.DistributedReentrantLock, rec *histRecord) {

@@ -52,6 +52,12 @@ import (
 // leases, so that the end is clean. Then the merged log is checked against the rules
 // below; the test fails on any violation and prints the first examples of each kind.
 //
+// One iteration in seven takes a side of a read-write lock instead ("r" keys: 4 reads in 5),
+// and one in ten a permit of a semaphore of histSemPermits ("s" keys); they make no Extend, no
+// ForceRelease and no fenced write (the owners that share a holding share its token). For
+// them rule (1) judges a writer beside anyone (readers share), and a semaphore's holding
+// beside histSemPermits others at once (permits); rule (2) only across processes.
+
 // Definitions. A holding H is one successful Lock/TryLock up to its Unlock. CallStart is when
 // the acquiring call began, TAcq when it returned (read right after), TRel when Unlock was
 // called (read right before). Its span is [CallStart, TRel]. It was told of a loss if its
@@ -505,7 +511,8 @@ func (r *histRun) checkLeftovers() {
 // holding beside it), or a settled mark ({…}:done:…), yield-check mark ({…}:check:…) or
 // forced mark ({…}:forced:…) that expires within 24 more leases (they last 2 × the longest
 // lease, and an operator's ForceRelease sets them for 8 × the removed key's remaining life,
-// which an Extend makes up to 3 leases).
+// which an Extend makes up to 3 leases), or a read-write lock's or semaphore's key
+// ({…}:shared:…), all of which live as long as its settled lockers.
 func allowedLater(k string, ttl, lease time.Duration) bool {
 	switch {
 	case ttl <= 0:
@@ -513,6 +520,10 @@ func allowedLater(k string, ttl, lease time.Duration) bool {
 	case strings.HasSuffix(k, "}:fence"), strings.HasSuffix(k, "}:first"):
 		return true
 	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"):
+		return ttl <= 24*lease
+	case strings.Contains(k, "}:shared:"):
+		// a read-write lock's or semaphore's keys all live as long as its settled lockers
+		// after its last write (2 × the longest lease of the type, as the settled marks)
 		return ttl <= 24*lease
 	}
 	return false
@@ -902,34 +913,60 @@ func (r *histRun) checkOverlaps(key string, hs []*histHolding, pausedDuring func
 			}
 		}
 		active = kept
-		for _, a := range active {
-			r.checkPair(a, b, pausedDuring, restarts)
+		switch {
+		case strings.HasPrefix(key, "s"): // a semaphore: more than its permits at once
+			var with []*histHolding
+			for _, a := range active {
+				if r.checkPair(a, b, pausedDuring, restarts, false) {
+					with = append(with, a)
+				}
+			}
+			if len(with) >= histSemPermits {
+				lines := []string{r.hold(b)}
+				for _, a := range with {
+					lines = append(lines, r.hold(a))
+				}
+				r.violate("permits", "%d holders of %s's %d permits at %s:\n    %s", len(with)+1, key, histSemPermits,
+					r.rel(b.TAcq), strings.Join(lines, "\n    "))
+			}
+		default:
+			for _, a := range active {
+				if a.Side == "r" && b.Side == "r" {
+					continue // readers share
+				}
+				r.checkPair(a, b, pausedDuring, restarts, true)
+			}
 		}
 		active = append(active, b)
 	}
 }
 
-// checkPair judges holdings a and b of one key, a.TAcq <= b.TAcq < a.TRel.
-func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, int64, int64) bool, restarts []histFault) {
+// checkPair judges holdings a and b of one key, a.TAcq <= b.TAcq < a.TRel: it reports
+// whether they were owners at once, excused by nothing, and with report it reports that as a
+// violation (and counts the excuses).
+func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, int64, int64) bool, restarts []histFault, report bool) bool {
 	st := &r.stats
+	if !report {
+		st = &histStats{excused: map[string]int{}}
+	}
 	start := b.TAcq // the overlap begins
 	if a.unfinished || b.unfinished {
 		st.excused["killed"]++
-		return
+		return false
 	}
 	for _, x := range []*histHolding{a, b} {
 		if pausedDuring(x.Proc, x.CallStart, x.TRel, start) {
 			st.excused["paused"]++
-			return
+			return false
 		}
 	}
 	if r.forcedBetween(a, start) {
 		st.excused["forced"]++
-		return
+		return false
 	}
 	if r.passedUnderForced(b, a) {
 		st.excused["forced, passed on within the process"]++
-		return
+		return false
 	}
 	told := func(x *histHolding) bool { return x.ToldCtx || x.ToldUnlock }
 	for _, w := range restarts {
@@ -942,7 +979,7 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 				// x was passed the lock within its process under a tenure that the restart
 				// wiped, before the tenure's next renewal could tell the process
 				st.excused["restart, same tenure"]++
-				return
+				return false
 			}
 			if !(w.Start < x.TRel && x.CallStart < w.End) {
 				continue // x's span misses the restart
@@ -950,19 +987,22 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 			switch {
 			case told(x) && (x.TAcq < w.Start || x.CallStart < w.Start+int64(10*time.Millisecond)):
 				st.excused["restart, told"]++
-				return
+				return false
 			case x == a && x.TAcq < w.Start && x.TRel <= w.End+renewal+int64(histNoticeSlack):
 				// released (passed on within its process) before its tenure's next renewal
 				// could tell it
 				st.excused["restart, released before the next renewal"]++
-				return
+				return false
 			case x == a && x.TAcq < w.Start:
+				if !report {
+					return true
+				}
 				r.violate("restart-untold", "a holding from before the restart at %s (its key wiped) was never told of the loss, and overlapped a later one:\n    %s\n    %s",
 					r.rel(w.Start), r.hold(a), r.hold(b))
-				return
+				return true
 			case x.CallStart < w.Start+int64(10*time.Millisecond) && x.TAcq >= w.Start:
 				st.excused["restart, ambiguous"]++
-				return
+				return false
 			}
 		}
 	}
@@ -972,7 +1012,10 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 			st.lateNotices++
 			st.maxLateNotice = max(st.maxLateNotice, time.Duration(a.TEnd-start))
 		}
-		return
+		return false
+	}
+	if !report {
+		return true
 	}
 	both := a.Write != nil && b.Write != nil && a.Write.Accepted && b.Write.Accepted
 	note := ""
@@ -982,6 +1025,7 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 	}
 	r.violate("overlap", "two owners of %s for %v%s (forces of the key in the second before: %s):\n    %s\n    %s", a.Key,
 		time.Duration(min(a.belief, b.belief)-start).Round(time.Microsecond), note, r.forcesNear(a.Key, start), r.hold(a), r.hold(b))
+	return true
 }
 
 // tenureAcross reports whether x's process held x's key when restart w began: one of its
@@ -1068,6 +1112,10 @@ func (r *histRun) forcesNear(key string, at int64) string {
 
 // checkTokens applies rule (2) to the holdings of one key.
 func (r *histRun) checkTokens(key string, hs []*histHolding) {
+	if !strings.HasPrefix(key, "k") {
+		r.checkSharedTokens(key, hs)
+		return
+	}
 	seen := map[uint64]*histHolding{}
 	for _, h := range hs {
 		if h.NoToken {
@@ -1094,6 +1142,40 @@ func (r *histRun) checkTokens(key string, hs []*histHolding) {
 		if top != nil && !b.NoToken && b.Token < top.Token && !r.forcedBetween(b, b.TRel) {
 			r.violate("token-order", "%s: a holding whose call began after another had acquired has a lower token:\n    earlier %s\n    later   %s",
 				key, r.hold(top), r.hold(b))
+		}
+	}
+}
+
+// checkSharedTokens applies rule (2) to a read-write lock's or a semaphore's holdings, whose
+// owners share their process's holding's token: two processes never share a token, and for
+// a read-write lock, a holding of another process whose call began after a holding acquired,
+// one of them a writer, has a larger token (the write-hold was taken after the other's
+// holding was let go, or the other's after it). Readers of different processes, and a
+// semaphore's holders, hold at once under tokens in no order.
+func (r *histRun) checkSharedTokens(key string, hs []*histHolding) {
+	seen := map[uint64]*histHolding{}
+	for _, h := range hs {
+		if h.NoToken {
+			continue
+		}
+		if o := seen[h.Token]; o != nil && o.Proc != h.Proc {
+			r.violate("token-repeated", "two processes' holdings of %s with token %d:\n    %s\n    %s", key, h.Token, r.hold(o), r.hold(h))
+			continue
+		}
+		seen[h.Token] = h
+	}
+	if !strings.HasPrefix(key, "r") {
+		return
+	}
+	for _, a := range hs {
+		for _, b := range hs {
+			if a.Proc == b.Proc || a.NoToken || b.NoToken || a.TAcq >= b.CallStart || (a.Side != "w" && b.Side != "w") {
+				continue
+			}
+			if b.Token <= a.Token && !r.forcedBetween(b, b.TRel) && !a.unfinished && !b.unfinished {
+				r.violate("token-order", "%s: a holding whose call began after another process's had acquired, one of them writing, has a token not above it:\n    earlier %s\n    later   %s",
+					key, r.hold(a), r.hold(b))
+			}
 		}
 	}
 }
@@ -1272,6 +1354,7 @@ func TestHistoryRules(t *testing.T) {
 		}
 	}
 	toldByUnlock := func(r *histRecord) { r.ToldUnlock, r.Calls[1].Outcome = true, "lost" }
+	side := func(sd string) opt { return func(r *histRecord) { r.Side = sd } }
 	extended := func(at, to int64) opt { // a successful Extend to a lease of to ms at at
 		return func(r *histRecord) {
 			r.Calls = append(r.Calls, histCall{Kind: "extend", D: to * ms, Start: at * ms, End: (at + 1) * ms, Outcome: "ok"})
@@ -1298,6 +1381,14 @@ func TestHistoryRules(t *testing.T) {
 		want   []string
 	}{
 		{"clean", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "k", 2, 2, 12, 20)}, nil, nil, nil},
+		{"readers share", []*histRecord{hold("a", "r", 1, 0, 1, 10, side("r")), hold("b", "r", 2, 2, 5, 15, side("r"))}, nil, nil, nil},
+		{"a reader beside a writer", []*histRecord{hold("a", "r", 1, 0, 1, 10, side("r")), hold("b", "r", 2, 2, 5, 15, side("w"))}, nil, nil, []string{"overlap"}},
+		{"writers share a holding's token in one process", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("w")), hold("a", "r", 5, 2, 11, 15, side("w"))}, nil, nil, nil},
+		{"a writer after another process's reader with a lower token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("r")), hold("b", "r", 4, 2, 11, 15, side("w"))}, nil, nil, []string{"token-order"}},
+		{"two processes' holdings share a token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("r")), hold("b", "r", 5, 2, 5, 15, side("r"))}, nil, nil, []string{"token-repeated"}},
+		{"two of a semaphore's two permits", []*histRecord{hold("a", "s", 1, 0, 1, 10, side("p")), hold("b", "s", 2, 2, 5, 15, side("p"))}, nil, nil, nil},
+		{"three of a semaphore's two permits", []*histRecord{hold("a", "s", 1, 0, 1, 10, side("p")), hold("b", "s", 2, 2, 5, 15, side("p")), hold("c", "s", 3, 3, 6, 15, side("p"))}, nil, nil, []string{"permits"}},
+		{"three of two permits, one told in time", []*histRecord{hold("a", "s", 1, 0, 1, 400, side("p"), lostAt(300)), hold("b", "s", 2, 2, 5, 500, side("p")), hold("c", "s", 3, 3, 301, 500, side("p"))}, nil, nil, nil},
 		{"other keys", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "j", 1, 2, 5, 20)}, nil, nil, nil},
 		{"overlap", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "k", 2, 2, 5, 15)}, nil, nil, []string{"overlap"}},
 		{"same process", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("a", "k", 2, 2, 5, 15)}, nil, nil, []string{"overlap"}},
