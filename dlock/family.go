@@ -178,7 +178,8 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 	return l.g.sharedState(ctx, l.cfg, l.spec())
 }
 
-// Acquire takes n permits (1 ≤ n ≤ k), waiting while ctx allows, and returns their Owner.
+// Acquire takes n permits (1 ≤ n ≤ k, Redis's k while the semaphore is in use: more is
+// ErrInvalidConfig), waiting while ctx allows, and returns their Owner.
 // Waiting processes are served in order; within a process, goroutines in their order of
 // arrival. With an owner of this semaphore it re-enters the same permits (no more are
 // taken).
@@ -186,8 +187,8 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 	if s == nil || s.g == nil {
 		return nil, errZeroShared
 	}
-	if n < 1 || int64(n) > s.permits {
-		return nil, fmt.Errorf("%w: %d of %d permits", ErrInvalidConfig, n, s.permits)
+	if n < 1 {
+		return nil, fmt.Errorf("%w: %d permits", ErrInvalidConfig, n)
 	}
 	o, _, err := s.g.acquireShared(ctx, s.cfg, s.spec(), int64(n), false, false)
 	return o, err
@@ -198,8 +199,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Owner, bool, error)
 	if s == nil || s.g == nil {
 		return nil, false, errZeroShared
 	}
-	if n < 1 || int64(n) > s.permits {
-		return nil, false, fmt.Errorf("%w: %d of %d permits", ErrInvalidConfig, n, s.permits)
+	if n < 1 {
+		return nil, false, fmt.Errorf("%w: %d permits", ErrInvalidConfig, n)
 	}
 	return s.g.acquireShared(ctx, s.cfg, s.spec(), int64(n), false, true)
 }
@@ -284,8 +285,8 @@ func (p sharedPart) tryLock(ctx context.Context) (*Owner, bool, error) {
 	return p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, true)
 }
 func (p sharedPart) check() error {
-	if p.spec.Kind == processor.KindSem && (p.n < 1 || p.n > p.spec.Permits) {
-		return fmt.Errorf("%w: %d of %d permits", ErrInvalidConfig, p.n, p.spec.Permits)
+	if p.spec.Kind == processor.KindSem && p.n < 1 {
+		return fmt.Errorf("%w: %d permits", ErrInvalidConfig, p.n)
 	}
 	return nil
 }
@@ -389,6 +390,20 @@ func ownerIn(ctx context.Context, g *Generator, key string, side int) *shareOwne
 	return so
 }
 
+// lostCause returns why so's holding ended if it was lost or closed under so (ErrLockLost,
+// ErrClosed), else nil.
+func (so *shareOwner) lostCause() error {
+	so.st.mu.Lock()
+	defer so.st.mu.Unlock()
+	if so.hold.ctx.Err() == nil {
+		return nil
+	}
+	if cause := context.Cause(so.hold.ctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+		return cause
+	}
+	return nil
+}
+
 // live reports whether so still holds.
 func (so *shareOwner) live() bool {
 	so.st.mu.Lock()
@@ -434,8 +449,13 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 	if write {
 		side = 1
 	}
-	if so := ownerIn(ctx, g, key, side); so != nil && so.live() {
-		return so.reenter(), true, nil
+	if so := ownerIn(ctx, g, key, side); so != nil {
+		if so.live() {
+			return so.reenter(), true, nil
+		}
+		if cause := so.lostCause(); cause != nil {
+			return nil, false, cause // a lost (or closed) holding stays lost for its owner
+		}
 	}
 	var down *shareOwner
 	if spec.Kind == processor.KindRW {

@@ -331,3 +331,40 @@ func TestRWClose(t *testing.T) {
 		t.Fatalf("RLock after Close: %v", err)
 	}
 }
+
+// A holding lost (its Redis keys gone) ends its owners with ErrLockLost, and stays lost for
+// them: re-entry and Unlock say so.
+func TestRWLossIsToldAndStays(t *testing.T) {
+	g, c := newGen(t, dlock.WithDefaultLease(300*time.Millisecond))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, g, tg)
+	r, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := c.Keys(ctx, "{DLOCK_RW_"+tg+"}:shared:*").Result()
+	if len(keys) == 0 {
+		t.Fatal("no keys of the read-write lock")
+	}
+	c.Del(ctx, keys...)
+	select {
+	case <-r.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loss was never told")
+	}
+	if !errors.Is(context.Cause(r), dlock.ErrLockLost) {
+		t.Fatalf("cause %v", context.Cause(r))
+	}
+	if _, err := l.RLock(r); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("re-entry of a lost holding: %v", err)
+	}
+	if err := r.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock of a lost holding: %v", err)
+	}
+	w, err := l.Lock(ctx) // the lock itself goes on
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Unlock()
+}

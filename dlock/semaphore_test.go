@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // uniqueTarget returns a lock target unique to this run of the test (-count runs it again on
@@ -272,5 +275,160 @@ func TestSemaphoreUnlockFreesInRedisBeforeReturning(t *testing.T) {
 			t.Fatalf("TryRLock right after the writer's Unlock: %v %v", ok, err)
 		}
 		_ = r.Unlock()
+	}
+}
+
+// A process whose own permits are all busy, waiting for one more, stands in line once its
+// waiter has waited a while: another process that keeps its permits busy does not pass it
+// for ever.
+func TestSemaphoreHolderWaitingForMoreIsNotPassedForEver(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	g1, err := sa.Acquire(ctx, 1) // A's long-running holder
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 { // B: two workers, one holding, one queued, always
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o, err := sb.Acquire(ctx, 1)
+				if err != nil {
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+				_ = o.Unlock()
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second) // 10 leases
+	defer cancel()
+	g2, err := sa.Acquire(wctx, 1)
+	close(stop)
+	if err == nil {
+		_ = g2.Unlock()
+	}
+	_ = g1.Unlock()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("A's second permit, with B keeping its own busy: %v", err)
+	}
+}
+
+// SetPermits raises what Acquire may ask for, for every process; a waiter whose permits a
+// lowered k can never give is refused and leaves the line at once.
+func TestSemaphoreSetPermitsChangesWhatMayBeAsked(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	gc, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb, sc := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2), semOf(t, gc, tg, 2)
+	oa, err := sa.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := make(chan error, 1)
+	go func() { _, err := sb.Acquire(ctx, 2); gotB <- err }()
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	if err := sa.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, gotB, "the waiter for 2 of 1"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("a waiter for 2 permits of 1: %v", err)
+	}
+	if st, err := sa.State(ctx); err != nil || len(st.Waiting) != 0 {
+		t.Fatalf("the refused waiter's entry: %+v %v", st.Waiting, err)
+	}
+	_ = oa.Unlock()
+	if oc, ok, err := sc.TryAcquire(ctx, 1); !ok || err != nil {
+		t.Fatalf("a free permit after the refusal: %v %v", ok, err)
+	} else {
+		_ = oc.Unlock()
+	}
+	if err := sa.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	o3, err := sa.Acquire(ctx, 3) // more than the 2 it was made with
+	if err != nil {
+		t.Fatalf("3 permits once k is 3: %v", err)
+	}
+	_ = o3.Unlock()
+}
+
+// renewHook runs after once the shared script's renewal has run in Redis, before its reply is
+// handled.
+type renewHook struct {
+	armed atomic.Bool
+	after func()
+}
+
+func (h *renewHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *renewHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *renewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); len(args) > 10 && processor.ScriptName(args) == "shared" && args[10] == "renew" && h.armed.CompareAndSwap(true, false) {
+			h.after()
+		}
+		return err
+	}
+}
+
+// A process told that another waits (W) while a renewal's reply is on its way lends no more,
+// whatever that reply (older than the message) says.
+func TestSemaphoreWaitingNoticeOutlivesAnOlderReply(t *testing.T) {
+	ga, ca := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
+	a1, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := make(chan time.Time, 1)
+	h := &renewHook{after: func() {
+		go func() {
+			ob, err := sb.Acquire(ctx, 1)
+			if err == nil {
+				gotB <- time.Now()
+				_ = ob.Unlock()
+			}
+		}()
+		time.Sleep(150 * time.Millisecond) // B stands in line and its W reaches A
+	}}
+	ca.AddHook(h)
+	h.armed.Store(true)
+	waitFor(t, func() bool { return !h.armed.Load() })
+	time.Sleep(200 * time.Millisecond)
+	gotA2 := make(chan time.Time, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 1) // A's second goroutine comes after B stood in line
+		if err == nil {
+			gotA2 <- time.Now()
+			time.Sleep(300 * time.Millisecond)
+			_ = o.Unlock()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = a1.Unlock()
+	ta2, tb := recv(t, gotA2, "A's second"), recv(t, gotB, "B")
+	if ta2.Before(tb) {
+		t.Fatalf("A lent its permit to a goroutine that came after B stood in line (%v before B)", tb.Sub(ta2))
 	}
 }

@@ -41,6 +41,8 @@ type sharedState struct {
 	holds   []*shareHold   // in Redis, lent or not; guarded by mu
 	waiters []*shareWaiter // first come first; guarded by mu
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
+	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
+	heardF  uint64         // F messages heard: likewise for the attempt's pace; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	orphans []string       // lockers that may hold in Redis unknown to this process: to give back; guarded by mu
@@ -104,8 +106,9 @@ type shareWaiter struct {
 	down   *shareOwner   // rw: the write owner this read downgrades, if any
 	done   chan struct{} // closed when decided: hold set (lent), or err, or neither (not obtained)
 	hold   *shareHold
-	token  uint64 // the holding's token when lent
-	queued bool   // it was not served at once
+	token  uint64    // the holding's token when lent
+	queued bool      // it was not served at once
+	since  time.Time // when it began to wait
 	err    error
 }
 
@@ -180,7 +183,9 @@ func (st *sharedState) hear(payload string) {
 	switch payload {
 	case "W":
 		st.wanted = true
+		st.heardW++
 	case "F":
+		st.heardF++
 		if st.attempt != nil {
 			st.attempt.pollAt = time.Time{}
 		}
@@ -196,6 +201,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 		st.mu.Unlock()
 		return errStateDropped
 	}
+	w.since = time.Now()
 	st.waiters = append(st.waiters, w)
 	st.lendLocked()
 	w.queued = w.hold == nil
@@ -342,7 +348,9 @@ func (st *sharedState) drive() {
 			if !a.closing {
 				ctx = st.g.done
 			}
+			ctx, cancel := context.WithTimeout(ctx, requestTimeout(st.cfg))
 			a.do(ctx)
+			cancel()
 		case a.again:
 		default:
 			d := time.Hour
@@ -377,6 +385,11 @@ func (st *sharedState) plan() action {
 		tell(h.takeFate())
 		if h.downTo != "" {
 			st.orphans = append(st.orphans, h.downTo)
+		}
+		if errors.Is(context.Cause(h.ctx), ErrLockLost) {
+			// its lease ran out here, but a renewal may have run in Redis unheard: give it
+			// back rather than leave its permits out for another lease
+			st.orphans = append(st.orphans, h.locker)
 		}
 		return true
 	})
@@ -419,9 +432,12 @@ func (st *sharedState) plan() action {
 		}
 	} else if front := st.front(); front != nil && st.mayAsk(front) {
 		a := &shareAttempt{locker: g.newLocker(), n: front.n, wait: !front.try, try: front.try}
-		// A process that holds permits asks for more without standing in line: in line it
-		// would make every holder give its permits back (W), though it is not waiting.
-		if st.spec.Kind == processor.KindSem && len(st.holds) > 0 && !front.try {
+		// A process that holds permits first asks for more without standing in line: in line
+		// it would make every holder give its permits back (W) while its own permits, going
+		// from goroutine to goroutine, may serve its waiter soon. Once its first waiter has
+		// waited growPatience, it stands in line like any other, so that it is not passed
+		// for ever by processes that keep their permits busy.
+		if st.spec.Kind == processor.KindSem && len(st.holds) > 0 && !front.try && now.Sub(front.since) < growPatience(st.cfg) {
 			a.wait = false
 		}
 		if a.wait || a.try || !now.Before(st.growAt) {
@@ -437,6 +453,9 @@ func (st *sharedState) plan() action {
 	next := time.Time{}
 	if st.attempt == nil && len(st.waiters) > 0 && st.growAt.After(now) {
 		next = st.growAt
+	}
+	if st.attempt == nil && st.spec.Kind == processor.KindSem && len(st.waiters) > 0 {
+		next = earliest(next, st.waiters[0].since.Add(growPatience(st.cfg)))
 	}
 	for _, h := range st.holds {
 		if h.ctx.Err() != nil {
@@ -605,6 +624,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// growPatience is how long a semaphore process's first waiter waits for the process's own
+// permits before the process stands in line for more.
+func growPatience(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 6 }
+
+// requestTimeout bounds each request of the driver: a reply lost (and sent again by go-redis)
+// must not hold up the renewals of the lock's other holdings.
+func requestTimeout(cfg domain.DLockConfig) time.Duration {
+	return max(cfg.Lease()/3, 10*time.Millisecond)
+}
+
 // retryPause is how long a request that Redis failed waits before it is sent again.
 func retryPause(cfg domain.DLockConfig) time.Duration {
 	return min(cfg.Lease()/10, 50*time.Millisecond)
@@ -634,6 +663,7 @@ func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 
 // take returns the request that asks for a's permits.
 func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
+	w, f := st.heardW, st.heardF // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait})
@@ -659,7 +689,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			a.pollAt = time.Now().Add(retryPause(st.cfg))
 		case r.Outcome == processor.Taken:
 			st.attempt = nil
-			st.wanted = r.Waiting
+			st.wanted = r.Waiting || st.heardW != w
 			st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
 			st.lendLocked()
 		case r.Outcome == processor.Held && !a.wait:
@@ -674,6 +704,9 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			pace := lease / 6
 			if r.Rank == 0 && r.Life >= 0 {
 				pace = min(pace, r.Life+time.Millisecond)
+			}
+			if st.heardF != f {
+				pace = 0 // told the permits fit after this request was sent
 			}
 			a.pollAt = time.Now().Add(pace)
 		default: // settled: a fresh attempt next
@@ -694,6 +727,7 @@ func (st *sharedState) fail(err error) {
 // renew returns the request that renews h.
 func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	locker := h.locker
+	w := st.heardW // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.g.redis.SharedRenew(ctx, st.cfg, st.spec, locker)
@@ -707,7 +741,7 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 			st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
 		case r.Outcome == processor.Renewed:
 			st.renewed(h, sent)
-			st.wanted = r.Waiting
+			st.wanted = r.Waiting || st.heardW != w
 		default:
 			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", locker))
 			h.stop(ErrLockLost)
@@ -724,6 +758,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 	}
 	locker := h.downTo
 	h.downing = true
+	w := st.heardW // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old})
@@ -741,7 +776,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
 			h.locker, h.n, h.token, h.downTo, h.downing = locker, 1, r.Token, "", false
 			st.renewed(h, sent)
-			st.wanted = r.Waiting
+			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()
 		case r.Outcome == processor.Taken:
 			st.orphans = append(st.orphans, locker)

@@ -291,3 +291,22 @@ func TestSharedSetPermits(t *testing.T) {
 		}
 	})
 }
+
+// A take may replace only a holding of its own process: one naming another's is settled and
+// takes nothing.
+func TestSharedTakeReplacesOnlyItsOwn(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "replace")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		al := a.locker()
+		a.take(t, lc, rw, al, 1, true)
+		bl := b.locker()
+		r, err := b.SharedTake(context.Background(), lc, rw, processor.TakeRequest{Locker: bl, N: processor.RWPermits, Replaces: al})
+		if err != nil || r.Outcome != processor.Settled {
+			t.Fatalf("a take replacing another's holding: %+v %v", r, err)
+		}
+		if r, _ := a.SharedRenew(context.Background(), lc, rw, al); r.Outcome != processor.Renewed {
+			t.Fatalf("the other's holding after it: %+v", r)
+		}
+	})
+}

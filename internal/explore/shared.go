@@ -304,6 +304,9 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 	p := r.p
 	switch r.op {
 	case "take", "down":
+		before, _ := w.held()
+		_, repeat := before[r.locker]
+		line := w.line()
 		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old})
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
@@ -315,6 +318,23 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		}
 		if res.Outcome == processor.Taken && r.old != "" {
 			w.ran[r.old] = true
+		}
+		if res.Outcome == processor.Held && r.wait {
+			if e, ok := line.entry(p.name); ok && e.locker != r.locker {
+				w.ran[e.locker] = true // the attempt this one took the place of in line
+			}
+		}
+		if res.Outcome == processor.Taken && !repeat && r.old == "" {
+			// served in order: what is held now, and what every live entry ahead of this
+			// process in line asks, fit in k
+			after, _ := w.held()
+			var sum uint64
+			for _, h := range after {
+				sum += h[0]
+			}
+			if ahead := line.ahead(p.name); sum+ahead > uint64(w.opt.Permits) {
+				w.fail("line-order", "%v took permits past the line: %d held and %d asked ahead of it, of %d", r, sum, ahead, w.opt.Permits)
+			}
 		}
 		if p.gaveUp[r.locker] {
 			return // (the library forgot the attempt when it let it go)
@@ -385,6 +405,61 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// sline is the Redis line as a request found it: live entries in order.
+type sline []sentry
+
+type sentry struct {
+	owner, locker string
+	n             uint64
+}
+
+// line reads the live entries of the line, first first.
+func (w *sworld) line() sline {
+	ctx := context.Background()
+	keys := processor.SharedKeys(w.cfg)
+	c := w.be.client()
+	owners, _ := c.ZRange(ctx, keys[2], 0, -1).Result()
+	var out sline
+	for _, o := range owners {
+		v, err := c.HGet(ctx, keys[3], o).Result()
+		if err != nil {
+			continue
+		}
+		parts := strings.SplitN(v, "|", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		n, _ := strconv.ParseUint(parts[0], 10, 64)
+		exp, _ := strconv.ParseInt(parts[1], 10, 64)
+		if exp < w.now().UnixMilli() {
+			continue
+		}
+		out = append(out, sentry{owner: o, locker: parts[2], n: n})
+	}
+	return out
+}
+
+func (l sline) entry(owner string) (sentry, bool) {
+	for _, e := range l {
+		if e.owner == owner {
+			return e, true
+		}
+	}
+	return sentry{}, false
+}
+
+// ahead returns the permits asked by the entries before owner's (all when it is not in line).
+func (l sline) ahead(owner string) uint64 {
+	var sum uint64
+	for _, e := range l {
+		if e.owner == owner {
+			break
+		}
+		sum += e.n
+	}
+	return sum
 }
 
 // held reads the holdings Redis keeps and that have not run out: locker -> permits, token.
@@ -506,6 +581,10 @@ var SharedMutants = []Mutant{
 		"        redis.call('zrem', EXP, locker)\n        settle(locker)", "        redis.call('zrem', EXP, locker)"},
 	{"a failed try is not settled", "shared",
 		"    if A.wait ~= '1' then\n        settle(A.locker)", "    if A.wait ~= '1' then"},
+	{"a take passes the line (the permits asked ahead are not counted)", "shared",
+		"        fits = sum + ahead(A.owner) + n <= k", "        fits = true"},
+	{"the attempt a waiting take replaces in line is not settled", "shared",
+		"        settle(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
 	{"tokens repeat (the counter is not raised)", "shared",
 		"        redis.call('set', FENCE, tok)\n", ""},
 }

@@ -221,7 +221,14 @@ end
 
 if A.op == 'take' then
     local n = tonumber(A.n)
-    if n > k then
+    if n > k then -- never fits: settled, and out of line (k may have been lowered while it waited)
+        local e = entry(A.owner)
+        if e and e.locker == A.locker then
+            drop(A.owner)
+            freed = true
+        end
+        settle(A.locker)
+        if freed then wake(k) end
         keep(k, kd)
         return {-3, string.format('%.0f', k)}
     end
