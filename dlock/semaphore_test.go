@@ -432,3 +432,47 @@ func TestSemaphoreWaitingNoticeOutlivesAnOlderReply(t *testing.T) {
 		t.Fatalf("A lent its permit to a goroutine that came after B stood in line (%v before B)", tb.Sub(ta2))
 	}
 }
+
+// Close gives back a process's permits at once (a waiter elsewhere is served) and ends its
+// owners with ErrClosed; nothing of it is left in line.
+func TestSemaphoreCloseGivesPermitsBack(t *testing.T) {
+	ga, err := dlock.NewGenerator(srv.Client(), dlock.WithDefaultLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	o, err := sa.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitingA := make(chan error, 1)
+	go func() { _, err := sa.Acquire(ctx, 1); waitingA <- err }()
+	got := make(chan error, 1)
+	go func() {
+		p, err := sb.Acquire(ctx, 2)
+		if err == nil {
+			err = p.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { st, err := sb.State(ctx); return err == nil && len(st.Waiting) >= 1 })
+	if err := ga.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrClosed) {
+		t.Fatalf("owner's cause after Close: %v", context.Cause(o))
+	}
+	if err := recv(t, waitingA, "A's waiter"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("a waiter of the closed Generator: %v", err)
+	}
+	if err := recv(t, got, "B, with a minute's lease on A's permits"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.State(ctx)
+	if err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+		t.Fatalf("after both let go: %+v %v", st, err)
+	}
+}
