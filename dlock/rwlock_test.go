@@ -368,3 +368,54 @@ func TestRWLossIsToldAndStays(t *testing.T) {
 	}
 	_ = w.Unlock()
 }
+
+// A writer queued behind its own process's readers stands in line at once, so that the other
+// processes stop letting readers in while its own finish (rather than after).
+func TestRWWriterBehindItsOwnReadersStandsInLineAtOnce(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	ra, err := la.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := lb.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := la.Lock(ctx)
+		if err == nil {
+			err = w.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := la.State(ctx)
+		return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Write && len(st.Readers()) == 2
+	})
+	// B, told that a writer waits, lends no more: its new reader waits behind the writer
+	second := make(chan time.Time, 1)
+	go func() {
+		r, err := lb.RLock(ctx)
+		if err == nil {
+			second <- time.Now()
+			_ = r.Unlock()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-second:
+		t.Fatal("a reader of B got in past A's waiting writer")
+	default:
+	}
+	_ = ra.Unlock()
+	_ = rb.Unlock()
+	if err := recv(t, got, "A's writer"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, second, "B's second reader")
+}

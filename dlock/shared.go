@@ -494,13 +494,15 @@ func (st *sharedState) front() *shareWaiter {
 }
 
 // mayAsk reports whether this process may ask Redis for the front waiter's permits: a
-// read-write lock asks only once its own holdings are back (its own would stand in the way,
-// since Redis counts them), a semaphore whenever none of its holdings serves the front.
+// semaphore whenever none of its holdings serves the front; a read-write lock once its own
+// holdings are back, but for a writer behind its own read-holds, which stands in line at once
+// (Redis counts the process's read-hold against it until it goes back, as its readers finish):
+// the other processes are told (W) and let their readers finish meanwhile, instead of after.
 func (st *sharedState) mayAsk(front *shareWaiter) bool {
-	if st.spec.Kind == processor.KindSem {
+	if st.spec.Kind == processor.KindSem || len(st.holds) == 0 {
 		return true
 	}
-	return len(st.holds) == 0
+	return front.write && !front.try && !slices.ContainsFunc(st.holds, func(h *shareHold) bool { return h.write() })
 }
 
 // drop ends the driver: the state leaves g.shares (a later user makes a new one). The caller
