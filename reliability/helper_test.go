@@ -54,6 +54,8 @@ func runHelper(mode string) int {
 		return historyHelper(g, c)
 	case "waiter":
 		return waiterHelper(g)
+	case "family":
+		return familyHelper(g)
 	}
 	fmt.Println("unknown mode", mode)
 	return 2
@@ -141,6 +143,37 @@ func holderHelper(g *dlock.Generator, c *redis.Client) int {
 	}
 	fmt.Println("lost", errors.Is(context.Cause(owned), dlock.ErrLockLost))
 	fmt.Println("unlock", errors.Is(l.Unlock(owned), dlock.ErrLockLost))
+	return 0
+}
+
+// familyHelper takes both permits of the semaphore FAMILY/TARGET-sem (of 2) and the write
+// side of the read-write lock FAMILY/TARGET-rw, says "held", and holds them until killed.
+func familyHelper(g *dlock.Generator) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sem, err := g.GenSemaphore("FAMILY", env("TARGET")+"-sem", 2)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	rw, err := g.GenRW("FAMILY", env("TARGET")+"-rw")
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	p, err := sem.Acquire(ctx, 2)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	fmt.Println("held")
+	<-ctx.Done()
+	_, _ = p.Unlock(), w.Unlock()
 	return 0
 }
 
