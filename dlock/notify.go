@@ -397,7 +397,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 				st.signal(HowRetry)
 			}
 			if sh := n.lookupShared(m.Channel); sh != nil {
-				sh.hear("F") // a release before the subscription took effect went unheard
+				sh.subscribed()
 			}
 			n.mu.Lock()
 			n.confirmed++ // after the signal: a test that sees the count sees the wake-up

@@ -476,3 +476,45 @@ func TestSemaphoreCloseGivesPermitsBack(t *testing.T) {
 		t.Fatalf("after both let go: %+v %v", st, err)
 	}
 }
+
+// A request whose reply is lost on the way holds up the driver only until the next renewal is
+// due: the holdings it renews are not lost for it.
+func TestSemaphoreLostReplyDoesNotCostTheHoldings(t *testing.T) {
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	var on atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		if on.Load() && processor.ScriptName(a) == "shared" && len(a) > 15 && a[10] == "take" && a[15] == "1" { // waiting takes
+			<-ctx.Done() // its reply never comes
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	ctx := ctxT(t, 30*time.Second)
+	s := semOf(t, g, uniqueTarget(t), 2)
+	o1, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on.Store(true)
+	time.Sleep(60 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 2*time.Second) // more than three leases
+	defer cancel()
+	go func() { _, _ = s.Acquire(short, 2) }() // asks Redis again and again; every take is lost
+	select {
+	case <-o1.Done():
+		t.Fatalf("the holding was lost while takes were lost: %v", context.Cause(o1))
+	case <-short.Done():
+	}
+	on.Store(false)
+	if err := o1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}

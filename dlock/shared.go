@@ -194,6 +194,24 @@ func (st *sharedState) hear(payload string) {
 	st.poke()
 }
 
+// subscribed runs when this process's channel of the lock is (again) subscribed: a message
+// published before went unheard, so the attempt asks again at once (an F) and the holdings
+// renew at once (a W: the renewal's reply says whether anyone waits).
+func (st *sharedState) subscribed() {
+	st.mu.Lock()
+	if st.attempt != nil {
+		st.attempt.pollAt = time.Time{}
+	}
+	now := time.Now()
+	for _, h := range st.holds {
+		if h.ctx.Err() == nil && h.renewAt.After(now) {
+			h.renewAt = now
+		}
+	}
+	st.mu.Unlock()
+	st.poke()
+}
+
 // wait queues w and waits until it is decided or ctx ends.
 func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	st.mu.Lock()
@@ -326,6 +344,7 @@ func (st *sharedState) unlend(o *shareOwner) {
 // action is what the driver does next.
 type action struct {
 	do      func(ctx context.Context) // a request, sent without mu
+	renewAt time.Time                 // a request but a renewal: the next renewal due, which it must not hold up
 	again   bool                      // else: plan again at once
 	wait    time.Time                 // else: sleep until then (zero: until poked)
 	exit    bool
@@ -348,7 +367,11 @@ func (st *sharedState) drive() {
 			if !a.closing {
 				ctx = st.g.done
 			}
-			ctx, cancel := context.WithTimeout(ctx, requestTimeout(st.cfg))
+			d := requestTimeout(st.cfg)
+			if !a.renewAt.IsZero() {
+				d = min(d, max(time.Until(a.renewAt), time.Millisecond))
+			}
+			ctx, cancel := context.WithTimeout(ctx, d)
 			a.do(ctx)
 			cancel()
 		case a.again:
@@ -370,12 +393,10 @@ func (st *sharedState) drive() {
 
 // plan decides the driver's next step.
 func (st *sharedState) plan() action {
-	g := st.g
-	if g.done.Err() != nil {
+	if st.g.done.Err() != nil {
 		return st.planClose()
 	}
 	now := time.Now()
-	lease := st.cfg.Lease()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.holds = slices.DeleteFunc(st.holds, func(h *shareHold) bool {
@@ -394,16 +415,31 @@ func (st *sharedState) plan() action {
 		return true
 	})
 	st.lendLocked()
-	if len(st.orphans) > 0 {
-		locker := st.orphans[0]
-		st.orphans = st.orphans[1:]
-		return action{do: func(ctx context.Context) { st.release(ctx, locker) }}
-	}
 	// renewals first: a holding's lease is the one thing that cannot wait
 	for _, h := range st.holds {
 		if h.ctx.Err() == nil && h.downTo == "" && !now.Before(h.renewAt) {
 			return action{do: st.renew(h)}
 		}
+	}
+	a := st.planOther(now)
+	if a.do != nil && !a.closing {
+		for _, h := range st.holds {
+			if h.ctx.Err() == nil && h.downTo == "" {
+				a.renewAt = earliest(a.renewAt, h.renewAt)
+			}
+		}
+	}
+	return a
+}
+
+// planOther decides a step that is not a renewal. The caller holds mu.
+func (st *sharedState) planOther(now time.Time) action {
+	g := st.g
+	lease := st.cfg.Lease()
+	if len(st.orphans) > 0 {
+		locker := st.orphans[0]
+		st.orphans = st.orphans[1:]
+		return action{do: func(ctx context.Context) { st.release(ctx, locker) }}
 	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
 	// whose readers remain is downgraded when nobody waits elsewhere)
@@ -499,10 +535,11 @@ func (st *sharedState) front() *shareWaiter {
 // (Redis counts the process's read-hold against it until it goes back, as its readers finish):
 // the other processes are told (W) and let their readers finish meanwhile, instead of after.
 func (st *sharedState) mayAsk(front *shareWaiter) bool {
-	if st.spec.Kind == processor.KindSem || len(st.holds) == 0 {
+	live := func(h *shareHold) bool { return h.ctx.Err() == nil } // (a lost one is not in Redis, or not for long)
+	if st.spec.Kind == processor.KindSem || !slices.ContainsFunc(st.holds, live) {
 		return true
 	}
-	return front.write && !front.try && !slices.ContainsFunc(st.holds, func(h *shareHold) bool { return h.write() })
+	return front.write && !front.try && !slices.ContainsFunc(st.holds, func(h *shareHold) bool { return live(h) && h.write() })
 }
 
 // drop ends the driver: the state leaves g.shares (a later user makes a new one). The caller
