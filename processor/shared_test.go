@@ -310,3 +310,43 @@ func TestSharedTakeReplacesOnlyItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// A take that replaces a holding of its own skips the line only when it shrinks it: one that
+// grows it waits behind the processes in line like any other.
+func TestSharedReplacingTakeSkipsTheLineOnlyToShrink(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "grow")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		al := a.locker()
+		a.take(t, lc, sem3, al, 1, true)
+		if r := b.take(t, lc, sem3, b.locker(), 3, true); r.Outcome != processor.Held {
+			t.Fatalf("3 beside 1: %+v", r)
+		}
+		r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Wait: true, Replaces: al})
+		if err != nil || r.Outcome != processor.Held {
+			t.Fatalf("growing 1 to 2 past a process in line: %+v %v", r, err)
+		}
+	})
+}
+
+// Every key of a shared lock lives as long as its settled lockers (MarkLife), longer than a
+// line entry: a late copy of a released take is refused for all that time.
+func TestSharedKeysLiveAsLongAsTheSettledLockers(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc, err := domain.NewDLockConfig("PROC", fresh("life"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newProc(t, c, "A-")
+	l := a.locker()
+	a.take(t, lc, sem3, l, 1, true)
+	a.letGo(t, lc, sem3, l)
+	keys := processor.SharedKeys(lc)
+	life := a.MarkLife(lc)
+	for _, k := range []string{keys[4], keys[6]} { // the settled lockers, the kind
+		if ttl := c.PTTL(context.Background(), k).Val(); ttl <= processor.EntryTTL(lc) || ttl > life {
+			t.Fatalf("%s lives %v; want more than an entry's %v, up to %v", k, ttl, processor.EntryTTL(lc), life)
+		}
+	}
+}
