@@ -117,57 +117,37 @@ func (s *Semaphore) Config() domain.DLockConfig {
 // the owner context. With an owner of the write side it re-enters; with an owner of only the
 // read side it returns ErrUpgrade.
 func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
-	if l == nil || l.g == nil {
-		return nil, errZeroShared
-	}
-	o, _, err := l.g.acquireShared(ctx, l.cfg, l.spec(), processor.RWPermits, true, false)
-	return o, err
+	return l.WriteSide().Lock(ctx)
 }
 
 // TryLock takes the write side if it can at once (one Redis round trip at most): false with
 // a nil error when another holds either side or a process waits in line before it.
 func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
-	if l == nil || l.g == nil {
-		return nil, false, errZeroShared
-	}
-	return l.g.acquireShared(ctx, l.cfg, l.spec(), processor.RWPermits, true, true)
+	return l.WriteSide().TryLock(ctx)
 }
 
 // RLock takes the read side, waiting while ctx allows. With an owner of the read side it
 // re-enters; with an owner of the write side it takes the read side at once (a downgrade).
 func (l *RWLock) RLock(ctx context.Context) (*Owner, error) {
-	if l == nil || l.g == nil {
-		return nil, errZeroShared
-	}
-	o, _, err := l.g.acquireShared(ctx, l.cfg, l.spec(), 1, false, false)
-	return o, err
+	return l.ReadSide().Lock(ctx)
 }
 
 // TryRLock takes the read side if it can at once.
 func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
-	if l == nil || l.g == nil {
-		return nil, false, errZeroShared
-	}
-	return l.g.acquireShared(ctx, l.cfg, l.spec(), 1, false, true)
+	return l.ReadSide().TryLock(ctx)
 }
 
 // Unlock releases one hold of the side that owned (an owner context of this lock) holds, the
 // innermost when it carries both: ErrNotHeld if none, or the cause (ErrLockLost, ErrClosed)
 // if the holding ended.
 func (l *RWLock) Unlock(owned context.Context) error {
-	if l == nil || l.g == nil {
-		return errZeroShared
-	}
-	return l.g.unlockShared(owned, sharedKey(l.cfg, l.spec()))
+	return l.WriteSide().Unlock(owned) // (either side's: the innermost owner of this lock)
 }
 
 // FencingToken returns the fencing token of owned's holding: tokens increase across every
 // holding of the lock, of either side, in every process.
 func (l *RWLock) FencingToken(owned context.Context) (uint64, bool) {
-	if l == nil || l.g == nil {
-		return 0, false
-	}
-	return tokenOf(owned, l.g, sharedKey(l.cfg, l.spec()))
+	return l.WriteSide().FencingToken(owned)
 }
 
 // State reads what Redis holds for the lock.
@@ -184,41 +164,22 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 // arrival. With an owner of this semaphore it re-enters the same permits (no more are
 // taken).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
-	if s == nil || s.g == nil {
-		return nil, errZeroShared
-	}
-	if n < 1 {
-		return nil, fmt.Errorf("%w: %d permits", ErrInvalidConfig, n)
-	}
-	o, _, err := s.g.acquireShared(ctx, s.cfg, s.spec(), int64(n), false, false)
-	return o, err
+	return s.Permits(n).Lock(ctx)
 }
 
 // TryAcquire takes n permits if they are free at once and no process waits before it.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Owner, bool, error) {
-	if s == nil || s.g == nil {
-		return nil, false, errZeroShared
-	}
-	if n < 1 {
-		return nil, false, fmt.Errorf("%w: %d permits", ErrInvalidConfig, n)
-	}
-	return s.g.acquireShared(ctx, s.cfg, s.spec(), int64(n), false, true)
+	return s.Permits(n).TryLock(ctx)
 }
 
 // Release gives back the permits of owned (an Owner of this semaphore), one hold of them.
 func (s *Semaphore) Release(owned context.Context) error {
-	if s == nil || s.g == nil {
-		return errZeroShared
-	}
-	return s.g.unlockShared(owned, sharedKey(s.cfg, s.spec()))
+	return s.Permits(1).Unlock(owned)
 }
 
 // FencingToken returns the fencing token of owned's holding.
 func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
-	if s == nil || s.g == nil {
-		return 0, false
-	}
-	return tokenOf(owned, s.g, sharedKey(s.cfg, s.spec()))
+	return s.Permits(1).FencingToken(owned)
 }
 
 // SetPermits changes the semaphore's permit count to k in Redis, for every process, for as
@@ -242,15 +203,24 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 	return s.g.sharedState(ctx, s.cfg, s.spec())
 }
 
-// ReadSide returns the read side as a Part of a MultiLock (Generator.MultiOf).
-func (l *RWLock) ReadSide() Part { return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: 1} }
+// ReadSide returns the read side as a Part: a lock whose Lock is RLock (for a MultiLock, or any
+// code that takes a Part).
+func (l *RWLock) ReadSide() Part {
+	if l == nil {
+		return sharedPart{}
+	}
+	return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: 1}
+}
 
-// WriteSide returns the write side as a Part of a MultiLock.
+// WriteSide returns the write side as a Part.
 func (l *RWLock) WriteSide() Part {
+	if l == nil {
+		return sharedPart{}
+	}
 	return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: processor.RWPermits, write: true}
 }
 
-// Permits returns n permits as a Part of a MultiLock.
+// Permits returns n permits as a Part: a lock whose Lock is Acquire(ctx, n).
 func (s *Semaphore) Permits(n int) Part {
 	if s == nil {
 		return sharedPart{}
@@ -267,33 +237,54 @@ type sharedPart struct {
 	write bool
 }
 
+// Config returns the lock's configuration.
 func (p sharedPart) Config() domain.DLockConfig { return p.cfg }
-func (p sharedPart) Kind() LockKind             { return kindOf(p.spec, p.write) }
-func (p sharedPart) generator() *Generator      { return p.g }
-func (p sharedPart) order() string              { return p.cfg.UniqueKey() + "|" + string(p.Kind()) }
-func (p sharedPart) lock(ctx context.Context) (*Owner, error) {
+
+// Kind says what the part takes: KindRead, KindWrite or KindPermits.
+func (p sharedPart) Kind() LockKind { return kindOf(p.spec, p.write) }
+
+func (p sharedPart) generator() *Generator { return p.g }
+func (p sharedPart) order() string         { return p.cfg.UniqueKey() + "|" + string(p.Kind()) }
+
+// Lock takes the side or the permits, waiting while ctx allows.
+func (p sharedPart) Lock(ctx context.Context) (*Owner, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
 	o, _, err := p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, false)
 	return o, err
 }
-func (p sharedPart) tryLock(ctx context.Context) (*Owner, bool, error) {
+
+// TryLock takes the side or the permits if it can at once.
+func (p sharedPart) TryLock(ctx context.Context) (*Owner, bool, error) {
 	if err := p.check(); err != nil {
 		return nil, false, err
 	}
 	return p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, true)
 }
 func (p sharedPart) check() error {
+	if p.g == nil {
+		return errZeroShared
+	}
 	if p.spec.Kind == processor.KindSem && p.n < 1 {
 		return fmt.Errorf("%w: %d permits", ErrInvalidConfig, p.n)
 	}
 	return nil
 }
-func (p sharedPart) unlock(owned context.Context) error {
+
+// Unlock releases one hold of what owned holds of this lock.
+func (p sharedPart) Unlock(owned context.Context) error {
+	if p.g == nil {
+		return errZeroShared
+	}
 	return p.g.unlockShared(owned, sharedKey(p.cfg, p.spec))
 }
-func (p sharedPart) fencingToken(owned context.Context) (uint64, bool) {
+
+// FencingToken returns the token of owned's holding.
+func (p sharedPart) FencingToken(owned context.Context) (uint64, bool) {
+	if p.g == nil {
+		return 0, false
+	}
 	return tokenOf(owned, p.g, sharedKey(p.cfg, p.spec))
 }
 

@@ -17,16 +17,6 @@ func (l *DistributedReentrantLock) Kind() LockKind { return KindMutex }
 
 func (l *DistributedReentrantLock) generator() *Generator { return l.g }
 func (l *DistributedReentrantLock) order() string         { return l.cfg.UniqueKey() + "|mutex" }
-func (l *DistributedReentrantLock) lock(ctx context.Context) (*Owner, error) {
-	return l.Lock(ctx)
-}
-func (l *DistributedReentrantLock) tryLock(ctx context.Context) (*Owner, bool, error) {
-	return l.TryLock(ctx)
-}
-func (l *DistributedReentrantLock) unlock(owned context.Context) error { return l.Unlock(owned) }
-func (l *DistributedReentrantLock) fencingToken(owned context.Context) (uint64, bool) {
-	return l.FencingToken(owned)
-}
 
 // MultiLock is several locks taken together, all or none, as Curator's InterProcessMultiLock
 // and Redisson's RedissonMultiLock: Lock returns once it holds every one of them, and holds none
@@ -40,19 +30,24 @@ type MultiLock struct {
 	parts []Part // in the global order, one per key
 }
 
-// Part is what a MultiLock takes: a *DistributedReentrantLock, RWLock.ReadSide,
-// RWLock.WriteSide or Semaphore.Permits.
+// Part is one lock to take, with the mutex's calls: a *DistributedReentrantLock,
+// RWLock.ReadSide, RWLock.WriteSide or Semaphore.Permits. A MultiLock takes several; any code
+// that takes one kind or another can hold a Part.
 type Part interface {
 	// Config returns the part's lock.
 	Config() domain.DLockConfig
 	// Kind says what the part takes.
 	Kind() LockKind
+	// Lock takes the part, waiting while ctx allows (as DistributedReentrantLock.Lock).
+	Lock(ctx context.Context) (*Owner, error)
+	// TryLock takes the part if it can at once.
+	TryLock(ctx context.Context) (*Owner, bool, error)
+	// Unlock releases one hold of the part owned holds.
+	Unlock(owned context.Context) error
+	// FencingToken returns the token of the part owned holds.
+	FencingToken(owned context.Context) (uint64, bool)
 	generator() *Generator
 	order() string // the global order: the unique key, then the kind
-	lock(ctx context.Context) (*Owner, error)
-	tryLock(ctx context.Context) (*Owner, bool, error)
-	unlock(owned context.Context) error
-	fencingToken(owned context.Context) (uint64, bool)
 }
 
 // Multi returns the MultiLock over locks, which must be handles of this Generator. The same
@@ -116,7 +111,7 @@ func (m *MultiLock) Parts() []Part {
 // part's Lock returns it). With an Owner of this MultiLock, Lock re-enters every part.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 	return m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
-		o, err := l.lock(ctx)
+		o, err := l.Lock(ctx)
 		return o, err == nil, err
 	})
 }
@@ -126,7 +121,7 @@ func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 // released). A Redis failure is returned as a part's TryLock returns it.
 func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	o, err := m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
-		return l.tryLock(ctx)
+		return l.TryLock(ctx)
 	})
 	if errors.Is(err, errPartHeld) {
 		return nil, false, nil
@@ -146,9 +141,9 @@ func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context
 	}
 	if o, ok := ctx.(*Owner); ok && o.multi == m { // re-entry: one more hold of every part
 		for i, l := range m.parts {
-			if _, err := l.lock(o); err != nil {
+			if _, err := l.Lock(o); err != nil {
 				for j := i - 1; j >= 0; j-- {
-					_ = m.parts[j].unlock(o)
+					_ = m.parts[j].Unlock(o)
 				}
 				return nil, err
 			}
@@ -209,7 +204,7 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 	var errs []error
 	for i := len(m.parts) - 1; i >= 0; i-- {
 		p := m.parts[i]
-		if err := p.unlock(owned); err != nil {
+		if err := p.Unlock(owned); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.Config().UniqueKey(), err))
 		}
 	}
@@ -230,7 +225,7 @@ func (m *MultiLock) FencingTokens(owned context.Context) (tokens map[string]uint
 	}
 	tokens = make(map[string]uint64, len(m.parts))
 	for _, l := range m.parts {
-		t, held := l.fencingToken(owned)
+		t, held := l.FencingToken(owned)
 		if !held {
 			return nil, false
 		}

@@ -121,16 +121,21 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	return vals, acked, err
 }
 
-// code reads a reply's code and checks the kind answers.
-func sharedCode(cfg domain.DLockConfig, s Shared, vals []any) (int64, error) {
+// call runs op and reads its code: an error is the kind's refusal (-2, -3: ErrInvalidConfig)
+// or a *RedisProcessError naming op.
+func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string) (int64, []any, int64, error) {
+	vals, acked, err := p.shared(ctx, cfg, s, op, locker, n, wait, replaces)
+	if err != nil {
+		return 0, nil, 0, processErr(op, cfg.UniqueKey(), err)
+	}
 	code, _ := vals[0].(int64)
 	switch code {
 	case -2:
-		return 0, fmt.Errorf("%w: %s is a %v lock in Redis, not a %s", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1], s.Kind)
+		return 0, nil, 0, fmt.Errorf("%w: %s is a %v lock in Redis, not a %s", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1], s.Kind)
 	case -3:
-		return 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1])
+		return 0, nil, 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1])
 	}
-	return code, nil
+	return code, vals, acked, nil
 }
 
 func uintOf(v any) uint64 {
@@ -151,16 +156,9 @@ func uintOf(v any) uint64 {
 // settles its locker, so that no copy of it takes permits later.
 func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockConfig, s Shared, req TakeRequest) (SharedResult, error) {
 	p.raise(cfg)
-	vals, acked, err := p.shared(ctx, cfg, s, "take", req.Locker, req.N, req.Wait, req.Replaces)
-	var code int64
-	if err == nil {
-		code, err = sharedCode(cfg, s, vals)
-		if err != nil {
-			return SharedResult{}, err
-		}
-	}
+	code, vals, acked, err := p.call(ctx, cfg, s, "take", req.Locker, req.N, req.Wait, req.Replaces)
 	if err != nil {
-		return SharedResult{}, processErr("take", cfg.UniqueKey(), err)
+		return SharedResult{}, err
 	}
 	switch {
 	case code == 1 && len(vals) == 3:
@@ -186,16 +184,9 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 // SharedRenew renews the holding of locker with cfg's lease, never shortening it: Renewed
 // (and whether another process waits), Gone, or Settled when it was let go already.
 func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	vals, _, err := p.shared(ctx, cfg, s, "renew", locker, 0, false, "")
-	var code int64
-	if err == nil {
-		code, err = sharedCode(cfg, s, vals)
-		if err != nil {
-			return SharedResult{}, err
-		}
-	}
+	code, vals, _, err := p.call(ctx, cfg, s, "renew", locker, 0, false, "")
 	if err != nil {
-		return SharedResult{}, processErr("renew", cfg.UniqueKey(), err)
+		return SharedResult{}, err
 	}
 	switch code {
 	case 1:
@@ -211,16 +202,9 @@ func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockCo
 // holding go, Settled when the locker was settled already, else Gone. The processes at the
 // front of the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	vals, _, err := p.shared(ctx, cfg, s, "release", locker, 0, false, "")
-	var code int64
-	if err == nil {
-		code, err = sharedCode(cfg, s, vals)
-		if err != nil {
-			return SharedResult{}, err
-		}
-	}
+	code, _, _, err := p.call(ctx, cfg, s, "release", locker, 0, false, "")
 	if err != nil {
-		return SharedResult{}, processErr("release", cfg.UniqueKey(), err)
+		return SharedResult{}, err
 	}
 	switch code {
 	case 1:
@@ -238,18 +222,8 @@ func (p *RedisLockProcessor) SetPermits(ctx context.Context, cfg domain.DLockCon
 	if k < 1 {
 		return fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
 	}
-	s := Shared{Kind: KindSem, Permits: k}
-	vals, _, err := p.shared(ctx, cfg, s, "permits", "", 0, false, "")
-	if err == nil {
-		_, err = sharedCode(cfg, s, vals)
-		if err != nil {
-			return err
-		}
-	}
-	if err != nil {
-		return processErr("permits", cfg.UniqueKey(), err)
-	}
-	return nil
+	_, _, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, "permits", "", 0, false, "")
+	return err
 }
 
 // SharedInspect reads what Redis holds for cfg's shared lock, changing nothing. s is what the

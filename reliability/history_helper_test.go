@@ -281,7 +281,7 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 	key := kind + strconv.Itoa(rand.IntN(w.keys))
 	rec := &histRecord{T: "op", Proc: w.proc, G: gi, Seq: seq, Key: key}
 	defer w.log.put(rec)
-	var l histLock
+	var l dlock.Part
 	var mutex *dlock.DistributedReentrantLock
 	var err error
 	switch kind {
@@ -295,12 +295,14 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		if rand.IntN(5) != 0 {
 			rec.Side = "r"
 		}
-		l = rwHist{rw, rec.Side == "w"}
+		if l = rw.ReadSide(); rec.Side == "w" {
+			l = rw.WriteSide()
+		}
 	case "s":
 		var sem *dlock.Semaphore
 		sem, err = w.g.GenSemaphore("HIST", key, histSemPermits)
 		rec.Side = "p"
-		l = semHist{sem}
+		l = sem.Permits(1)
 	}
 	if err != nil {
 		rec.Calls = append(rec.Calls, histCall{Kind: "gen", Outcome: "error", Err: err.Error()})
@@ -450,47 +452,6 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 
 // histSemPermits is the permits of the history's semaphores.
 const histSemPermits = 2
-
-// histLock is what an iteration takes: a mutex, a side of a read-write lock, or a permit.
-type histLock interface {
-	Lock(ctx context.Context) (*dlock.Owner, error)
-	TryLock(ctx context.Context) (*dlock.Owner, bool, error)
-	FencingToken(owned context.Context) (uint64, bool)
-	Unlock(owned context.Context) error
-}
-
-// rwHist is a side of a read-write lock.
-type rwHist struct {
-	l     *dlock.RWLock
-	write bool
-}
-
-func (h rwHist) Lock(ctx context.Context) (*dlock.Owner, error) {
-	if h.write {
-		return h.l.Lock(ctx)
-	}
-	return h.l.RLock(ctx)
-}
-
-func (h rwHist) TryLock(ctx context.Context) (*dlock.Owner, bool, error) {
-	if h.write {
-		return h.l.TryLock(ctx)
-	}
-	return h.l.TryRLock(ctx)
-}
-
-func (h rwHist) FencingToken(owned context.Context) (uint64, bool) { return h.l.FencingToken(owned) }
-func (h rwHist) Unlock(owned context.Context) error                { return h.l.Unlock(owned) }
-
-// semHist is one permit of a semaphore.
-type semHist struct{ s *dlock.Semaphore }
-
-func (h semHist) Lock(ctx context.Context) (*dlock.Owner, error) { return h.s.Acquire(ctx, 1) }
-func (h semHist) TryLock(ctx context.Context) (*dlock.Owner, bool, error) {
-	return h.s.TryAcquire(ctx, 1)
-}
-func (h semHist) FencingToken(owned context.Context) (uint64, bool) { return h.s.FencingToken(owned) }
-func (h semHist) Unlock(owned context.Context) error                { return h.s.Release(owned) }
 
 // force plays an operator: it reads who holds l's key and force-releases that holder.
 func (w *histWorkload) force(l *dlock.DistributedReentrantLock, rec *histRecord) {

@@ -7,19 +7,17 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
-	"github.com/dlockgo/dlock/domain"
 )
 
 // guarded is what exec holds while its command runs: the mutex of TYPE/TARGET, a side of its
-// read-write lock, or permits of its semaphore.
-type guarded interface {
-	Lock(ctx context.Context) (*dlock.Owner, error)
-	TryLock(ctx context.Context) (*dlock.Owner, bool, error)
-	FencingToken(owned context.Context) (uint64, bool)
-	Config() domain.DLockConfig
+// read-write lock, or permits of its semaphore, and how to say who stands in its way.
+type guarded struct {
+	dlock.Part
 	// holders says who stands in the way, for the "not obtained" message; "" if nobody or
 	// unknown.
-	holders(ctx context.Context) string
+	holders func(ctx context.Context) string
+	// shared reads a read-write lock's or semaphore's state (nil for the mutex).
+	shared func(ctx context.Context) (dlock.SharedState, error)
 }
 
 // kindFlags choose the lock of TYPE/TARGET a command works on: the mutex (no flag), the
@@ -67,99 +65,58 @@ func (k *kindFlags) check() error {
 // open connects and makes the lock the flags name, with lease.
 func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) (*conn, guarded, error) {
 	if err := k.check(); err != nil {
-		return nil, nil, err
+		return nil, guarded{}, err
 	}
 	c, l, err := open(r, typ, target, lease)
 	if err != nil {
-		return nil, nil, err
+		return nil, guarded{}, err
 	}
-	var g guarded = mutexLock{l}
+	g := mutexLock(l)
 	switch {
 	case *k.shared || *k.exclusive:
 		rw, err := c.gen.GenRW(typ, target)
 		if err != nil {
 			c.close()
-			return nil, nil, c.classify(err)
+			return nil, guarded{}, c.classify(err)
 		}
-		g = rwSide{rw, *k.exclusive}
+		g = guarded{Part: rw.ReadSide(), shared: rw.State}
+		if *k.exclusive {
+			g.Part = rw.WriteSide()
+		}
 	case *k.semaphore > 0:
 		s, err := c.gen.GenSemaphore(typ, target, *k.semaphore)
 		if err != nil {
 			c.close()
-			return nil, nil, c.classify(err)
+			return nil, guarded{}, c.classify(err)
 		}
 		n := 1
 		if k.permits != nil && *k.permits > 0 {
 			n = *k.permits
 		}
-		g = semPermits{s, n}
+		g = guarded{Part: s.Permits(n), shared: s.State}
+	}
+	if g.shared != nil {
+		state := g.shared
+		g.holders = func(ctx context.Context) string {
+			st, err := state(ctx)
+			if err != nil {
+				return ""
+			}
+			return describeHolds(st)
+		}
 	}
 	return c, g, nil
 }
 
-// mutexLock is the mutex.
-type mutexLock struct {
-	*dlock.DistributedReentrantLock
-}
-
-func (m mutexLock) holders(ctx context.Context) string {
-	st, err := m.State(ctx)
-	if err != nil || !st.Held() {
-		return ""
-	}
-	return st.Holder
-}
-
-// rwSide is a side of a read-write lock.
-type rwSide struct {
-	l     *dlock.RWLock
-	write bool
-}
-
-func (s rwSide) Lock(ctx context.Context) (*dlock.Owner, error) {
-	if s.write {
-		return s.l.Lock(ctx)
-	}
-	return s.l.RLock(ctx)
-}
-
-func (s rwSide) TryLock(ctx context.Context) (*dlock.Owner, bool, error) {
-	if s.write {
-		return s.l.TryLock(ctx)
-	}
-	return s.l.TryRLock(ctx)
-}
-
-func (s rwSide) FencingToken(owned context.Context) (uint64, bool) { return s.l.FencingToken(owned) }
-func (s rwSide) Config() domain.DLockConfig                        { return s.l.Config() }
-func (s rwSide) holders(ctx context.Context) string {
-	st, err := s.l.State(ctx)
-	if err != nil {
-		return ""
-	}
-	return describeHolds(st)
-}
-
-// semPermits is n permits of a semaphore.
-type semPermits struct {
-	s *dlock.Semaphore
-	n int
-}
-
-func (p semPermits) Lock(ctx context.Context) (*dlock.Owner, error) { return p.s.Acquire(ctx, p.n) }
-func (p semPermits) TryLock(ctx context.Context) (*dlock.Owner, bool, error) {
-	return p.s.TryAcquire(ctx, p.n)
-}
-func (p semPermits) FencingToken(owned context.Context) (uint64, bool) {
-	return p.s.FencingToken(owned)
-}
-func (p semPermits) Config() domain.DLockConfig { return p.s.Config() }
-func (p semPermits) holders(ctx context.Context) string {
-	st, err := p.s.State(ctx)
-	if err != nil {
-		return ""
-	}
-	return describeHolds(st)
+// mutexLock is the mutex as exec holds it.
+func mutexLock(l *dlock.DistributedReentrantLock) guarded {
+	return guarded{Part: l, holders: func(ctx context.Context) string {
+		st, err := l.State(ctx)
+		if err != nil || !st.Held() {
+			return ""
+		}
+		return st.Holder
+	}}
 }
 
 // describeHolds names the holdings of a read-write lock or semaphore.

@@ -100,7 +100,7 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
 
-	g := mutexLock{l}
+	g := mutexLock(l)
 	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs)
 	if err != nil {
 		return err

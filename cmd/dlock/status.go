@@ -142,13 +142,7 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 	defer c.close()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	var st dlock.SharedState
-	switch l := g.(type) {
-	case rwSide:
-		st, err = l.l.State(ctx)
-	case semPermits:
-		st, err = l.s.State(ctx)
-	}
+	st, err := g.shared(ctx)
 	if err != nil {
 		return c.classify(err)
 	}

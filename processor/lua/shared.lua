@@ -58,11 +58,16 @@ local function tell(owner, what)
     end
 end
 
-local function settle(locker)
-    local until_ms = NOW_MS + tonumber(A.gone_ttl)
-    if (tonumber(redis.call('zscore', GONE, locker)) or 0) < until_ms then
-        redis.call('zadd', GONE, until_ms, locker)
+-- atLeast raises member's score in the sorted set key to until_ms, never lowering it: a copy
+-- of a request that runs late or twice cannot cut short what a later one set.
+local function atLeast(key, member, until_ms)
+    if (tonumber(redis.call('zscore', key, member)) or 0) < until_ms then
+        redis.call('zadd', key, until_ms, member)
     end
+end
+
+local function settle(locker)
+    atLeast(GONE, locker, NOW_MS + tonumber(A.gone_ttl))
 end
 
 local function settled(locker)
@@ -204,10 +209,7 @@ local function keep(k, kd)
 end
 
 local function lengthen(locker)
-    local until_ms = NOW_MS + tonumber(A.lease)
-    if (tonumber(redis.call('zscore', EXP, locker)) or 0) < until_ms then
-        redis.call('zadd', EXP, until_ms, locker)
-    end
+    atLeast(EXP, locker, NOW_MS + tonumber(A.lease))
 end
 
 local kd, k = kind()
