@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,13 +20,13 @@ import (
 )
 
 // allImpls lists the implementations in the order they are run and drawn.
-var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem"}
+var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem", "local-rw"}
 
 // scenarioImpls lists, for each scenario, the implementations that can run it: the read-write
 // scenario needs a lock with a read side (the mutex runs it with its one side, as a baseline),
 // the semaphore one a semaphore.
 var scenarioImpls = map[string][]string{
-	"rw":  {"dlock-rw", "dlock", "redisson-rw"},
+	"rw":  {"dlock-rw", "dlock", "redisson-rw", "local-rw"},
 	"sem": {"dlock-sem", "redisson-sem"},
 }
 
@@ -38,7 +39,7 @@ func runs(sc, impl string) bool {
 }
 
 // familyOnly are the implementations that run only the lock family's scenarios.
-var familyOnly = []string{"dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem"}
+var familyOnly = []string{"dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem", "local-rw"}
 
 // Locker takes the benchmark's one lock. Each goroutine has its own Locker.
 type Locker interface {
@@ -108,6 +109,8 @@ func newImpl(name string, client *redis.Client, lease time.Duration) (Impl, erro
 		return newRedissonRW(client, lease)
 	case "redisson-sem":
 		return newRedissonSem(client, lease)
+	case "local-rw":
+		return &localRW{}, nil
 	}
 	return nil, fmt.Errorf("unknown implementation %q (want one of %v)", name, allImpls)
 }
@@ -160,6 +163,26 @@ func (d *dlockRW) RLock(ctx context.Context) (func() error, error) {
 }
 
 func (d *dlockRW) Close() error { return closeGen(d.g) }
+
+// localRW is no distributed lock at all: a sync.RWMutex (whose waiting writer holds off new
+// readers, as dlock-rw's does) shared by the goroutines of one process. Run in one process
+// with every goroutine of a row, it is the row's ceiling: what the mix of reads and writes and
+// their holds allow when passing the lock costs nothing.
+type localRW struct{ mu sync.RWMutex }
+
+func (l *localRW) NewLocker() Locker { return l }
+
+func (l *localRW) Lock(context.Context) (func() error, error) {
+	l.mu.Lock()
+	return func() error { l.mu.Unlock(); return nil }, nil
+}
+
+func (l *localRW) RLock(context.Context) (func() error, error) {
+	l.mu.RLock()
+	return func() error { l.mu.RUnlock(); return nil }, nil
+}
+
+func (l *localRW) Close() error { return nil }
 
 // dlockSem is this library's semaphore: each acquisition takes one permit.
 type dlockSem struct {

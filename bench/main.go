@@ -226,7 +226,11 @@ func plan(quick bool, scenarios, impls []string) ([]spec, error) {
 			for _, pg := range [][2]int{{4, 16}} {
 				for _, impl := range impls {
 					if runs(sc, impl) {
-						specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: pg[0], Goroutines: pg[0] * pg[1],
+						procs := pg[0]
+						if impl == "local-rw" {
+							procs = 1 // the ceiling: every goroutine in one process, no Redis
+						}
+						specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: procs, Goroutines: pg[0] * pg[1],
 							Work: hold, Idle: true, Reads: reads, Lease: lease, Warmup: warmup, Window: window})
 					}
 				}

@@ -203,6 +203,63 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 	return s.g.sharedState(ctx, s.cfg, s.spec())
 }
 
+// ForceRelease lets the holding of holder go — a locker State reports in Holds — and tells
+// the processes in line whose permits now fit, as a release does: the mutex's ForceRelease,
+// for one holding of the read-write lock (a process's read-hold or its write-hold). It
+// reports whether holder held; when it did not, nothing is changed. Naming the holder makes
+// it safe to repeat, and no copy of the holder's own requests takes the holding back.
+//
+// The holding's borrowers in this Generator lose it at once (their contexts end with
+// ErrLockLost); a holder elsewhere learns of it at its next renewal (within three quarters
+// of its lease), so until then it may act as if it held — use fencing tokens downstream.
+// It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
+// ctx's error when ctx ended first.
+func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
+	if l == nil || l.g == nil {
+		return false, errZeroShared
+	}
+	return l.g.forceShared(ctx, l.cfg, l.spec(), holder)
+}
+
+// ForceRelease lets the holding of holder go — a locker State reports in Holds — and gives
+// its permits to the processes in line, as the read-write lock's ForceRelease does (see
+// there for what it guarantees and what it cannot).
+func (s *Semaphore) ForceRelease(ctx context.Context, holder string) (bool, error) {
+	if s == nil || s.g == nil {
+		return false, errZeroShared
+	}
+	return s.g.forceShared(ctx, s.cfg, s.spec(), holder)
+}
+
+func (g *Generator) forceShared(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, holder string) (bool, error) {
+	switch {
+	case ctx == nil:
+		return false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	case holder == "":
+		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (a Locker of State's Holds)", ErrInvalidConfig)
+	case g.isClosed():
+		return false, ErrClosed
+	}
+	res, err := call(g, ctx, func(ctx context.Context) (processor.SharedResult, error) {
+		return g.redis.SharedForce(ctx, cfg, spec, holder)
+	})
+	if err != nil {
+		return false, unlate(err)
+	}
+	removed := res.Outcome == processor.Released
+	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil && removed {
+		st.mu.Lock()
+		for _, h := range st.holds {
+			if h.locker == holder && h.ctx.Err() == nil {
+				h.stop(errForced)
+			}
+		}
+		st.mu.Unlock()
+		st.poke()
+	}
+	return removed, nil
+}
+
 // ReadSide returns the read side as a Part: a lock whose Lock is RLock (for a MultiLock, or any
 // code that takes a Part).
 func (l *RWLock) ReadSide() Part {
@@ -574,6 +631,9 @@ func (so *shareOwner) unlock() error {
 	if fate != nil {
 		select {
 		case <-fate:
+			if so.hold.gone && cause == nil {
+				cause = errGone // (set before fate was told)
+			}
 		case <-st.g.clean.Done():
 		}
 	}

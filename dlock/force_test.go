@@ -313,3 +313,114 @@ func TestForceReleaseOfAnUncountedGrant(t *testing.T) {
 		}
 	})
 }
+
+// ForceRelease of a read-write lock's or a semaphore's holding lets the process in line in,
+// tells the holder (at once in the same Generator, at its next renewal elsewhere), and
+// removes nothing when repeated.
+func TestForceReleaseOfTheLockFamily(t *testing.T) {
+	type family struct {
+		name  string
+		hold  func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
+		wait  func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
+		state func(ctx context.Context, g *dlock.Generator, tg string) (dlock.SharedState, error)
+		force func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error)
+	}
+	kinds := []family{{
+		name: "write side",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return rwOf(t, g, tg).Lock(ctx)
+		},
+		wait: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return rwOf(t, g, tg).RLock(ctx)
+		},
+		state: func(ctx context.Context, g *dlock.Generator, tg string) (dlock.SharedState, error) {
+			return rwOf(t, g, tg).State(ctx)
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return rwOf(t, g, tg).ForceRelease(ctx, holder)
+		},
+	}, {
+		name: "permits",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return semOf(t, g, tg, 2).Acquire(ctx, 2)
+		},
+		wait: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return semOf(t, g, tg, 2).Acquire(ctx, 1)
+		},
+		state: func(ctx context.Context, g *dlock.Generator, tg string) (dlock.SharedState, error) {
+			return semOf(t, g, tg, 2).State(ctx)
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return semOf(t, g, tg, 2).ForceRelease(ctx, holder)
+		},
+	}}
+	for _, k := range kinds {
+		for _, same := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, holder in this generator %v", k.name, same), func(t *testing.T) {
+				// With a minute's lease the holder's renewal comes after waitFor gives up: only
+				// the Generator that forced tells its own holder in time.
+				g1, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+				g2, _ := newGen(t)
+				op, tg := g2, uniqueTarget(t)
+				if same {
+					op = g1
+				}
+				ctx := ctxT(t, 30*time.Second)
+				owned, err := k.hold(ctx, g1, tg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan *dlock.Owner, 1)
+				go func() {
+					o, err := k.wait(ctx, g2, tg)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- o
+				}()
+				waitFor(t, func() bool { s, _ := k.state(ctx, op, tg); return len(s.Waiting) > 0 })
+				before, err := k.state(ctx, op, tg)
+				if err != nil || len(before.Holds) != 1 {
+					t.Fatalf("state before: %+v, %v", before, err)
+				}
+				holder := before.Holds[0].Locker
+				if removed, err := k.force(ctx, op, tg, holder); err != nil || !removed {
+					t.Fatalf("ForceRelease = %v, %v", removed, err)
+				}
+				o2 := <-got
+				if o2 == nil {
+					return
+				}
+				if same {
+					waitFor(t, func() bool { return errors.Is(context.Cause(owned), dlock.ErrLockLost) })
+				} else {
+					// elsewhere: it learns at its renewal, 45 s on; an Unlock asks Redis now
+					if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+						t.Fatalf("the removed holder's Unlock: %v", err)
+					}
+					return
+				}
+				if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+					t.Fatalf("the removed holder's Unlock: %v", err)
+				}
+				if removed, err := k.force(ctx, op, tg, holder); err != nil || removed {
+					t.Fatalf("ForceRelease again = %v, %v", removed, err)
+				}
+				if err := o2.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := k.force(ctx, op, tg, ""); !errors.Is(err, dlock.ErrInvalidConfig) {
+					t.Fatalf("ForceRelease of no holder: %v", err)
+				}
+			})
+		}
+	}
+	var zero dlock.RWLock
+	if _, err := zero.ForceRelease(context.Background(), "x"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("ForceRelease of a zero RWLock: %v", err)
+	}
+	var zs *dlock.Semaphore
+	if _, err := zs.ForceRelease(context.Background(), "x"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("ForceRelease of a nil Semaphore: %v", err)
+	}
+}

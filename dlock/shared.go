@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -75,6 +76,7 @@ type shareHold struct {
 	valid   time.Time       // the lease runs out (from the send time of the last take or renewal)
 	expiry  *time.Timer     // ends the holding at valid, whatever the driver is doing
 	fate    []chan struct{} // closed once an idle holding is let go in Redis or lent again (Unlock waits)
+	gone    bool            // its release found it gone from Redis (set before fate is told)
 	ctx     context.Context
 	end     context.CancelCauseFunc
 }
@@ -597,7 +599,7 @@ func (st *sharedState) planClose() action {
 		st.holds = st.holds[1:]
 		fate := h.takeFate()
 		return action{closing: true, do: func(ctx context.Context) {
-			st.release(ctx, h.locker)
+			h.gone = st.release(ctx, h.locker) == errGone
 			tell(fate)
 		}}
 	}
@@ -621,7 +623,7 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	}
 	fate := h.takeFate()
 	return action{do: func(ctx context.Context) {
-		st.release(ctx, h.locker)
+		h.gone = st.release(ctx, h.locker) == errGone
 		tell(fate)
 	}}
 }
@@ -637,20 +639,29 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 }
 
 // release lets locker go in Redis, trying a few times; what it cannot let go expires with
-// its lease.
-func (st *sharedState) release(ctx context.Context, locker string) {
+// its lease. It returns errGone when Redis held nothing of locker (removed by force, or lost
+// by Redis), nil when it let it go, else the last error.
+func (st *sharedState) release(ctx context.Context, locker string) error {
+	var err error
 	for i := range 3 {
-		_, err := st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
-		if err == nil || ctx.Err() != nil {
-			return
+		var r processor.SharedResult
+		r, err = st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
+		switch {
+		case err == nil && r.Outcome != processor.Released:
+			return errGone
+		case err == nil || ctx.Err() != nil:
+			return err
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
 		st.g.observer.RedisError(RedisErrorEvent{Op: "unlock", Key: st.cfg.UniqueKey(), Err: err})
 		if !sleep(ctx, retryPause(st.cfg)) {
-			return
+			return err
 		}
 	}
+	return err
 }
+
+var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, or lost by Redis)", ErrLockLost)
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -215,6 +215,22 @@ func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLock
 	return SharedResult{Outcome: Gone}, nil
 }
 
+// SharedForce lets the holding of locker go on an operator's word (ForceRelease): Released
+// when it did, Gone when locker held nothing, and then nothing is changed (a line entry of
+// locker stays). The locker stays settled for at least eight times what was left of its
+// lease, so no copy of its process's requests takes it back; the processes at the front of
+// the line whose permits now fit are told.
+func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
+	code, _, _, err := p.call(ctx, cfg, s, "force", locker, 0, false, "")
+	if err != nil {
+		return SharedResult{}, err
+	}
+	if code == 1 {
+		return SharedResult{Outcome: Released}, nil
+	}
+	return SharedResult{Outcome: Gone}, nil
+}
+
 // SetPermits sets a semaphore's permit count to k in Redis, where it outlives the processes'
 // configuration for as long as the semaphore is in use (its keys live). Permits held beyond
 // a lowered k stay held until released; no new ones are taken until the count is below k.

@@ -350,3 +350,63 @@ func TestSharedKeysLiveAsLongAsTheSettledLockers(t *testing.T) {
 		}
 	}
 }
+
+// An operator's force lets one named holding go and tells the line; it changes nothing when
+// the locker holds nothing, and no copy of the removed holder's requests takes it back.
+func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		short := cfg(t, "force") // 1 s: the operator's lease
+		long, _ := short.WithLease(20 * time.Second)
+		a, b, op := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "OP-")
+		la, lb := a.locker(), b.locker()
+		if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Taken {
+			t.Fatalf("3 of 3: %+v", r)
+		}
+		if r := b.take(t, long, sem3, lb, 2, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("2 more: %+v", r)
+		}
+		sub := c.Subscribe(ctx, processor.SharedChannel(long, "B-"))
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := op.SharedForce(ctx, short, sem3, lb); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("force of a waiter = %+v, %v (a force removes holdings only)", r, err)
+		}
+		if in, _ := op.SharedInspect(ctx, long, sem3); len(in.Waiting) != 1 || len(in.Holdings) != 1 {
+			t.Fatalf("a force of no holding changed the lock: %+v", in)
+		}
+		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("force = %+v, %v", r, err)
+		}
+		hear, cancel := context.WithTimeout(ctx, 10*time.Second) // (a hang made a failure)
+		defer cancel()
+		if m, err := sub.ReceiveMessage(hear); err != nil || m.Payload != "F" {
+			t.Fatalf("the first in line heard %v, %v; want F", m, err)
+		}
+		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("force again = %+v, %v", r, err)
+		}
+		// the removed holder's renewal and a late copy of its take find it settled ...
+		if r, _ := a.SharedRenew(ctx, long, sem3, la); r.Outcome != processor.Settled {
+			t.Fatalf("the removed holder's renewal: %+v", r)
+		}
+		if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Settled {
+			t.Fatalf("a late copy of the removed holder's take: %+v", r)
+		}
+		// ... for eight times what was left of its lease, not the operator's short mark life
+		if ttl := c.ZScore(ctx, processor.SharedKeys(long)[4], la).Val() - float64(time.Now().UnixMilli()); ttl < float64(7*long.Lease().Milliseconds()) {
+			t.Fatalf("the removed locker stays settled %.0f ms; want about 8 × its 20 s lease", ttl)
+		}
+		if ttl := c.PTTL(ctx, processor.SharedKeys(long)[4]).Val(); ttl < 7*long.Lease() {
+			t.Fatalf("the settled lockers' key lives %v; want about 8 × 20 s", ttl)
+		}
+		if r := b.take(t, long, sem3, lb, 2, true); r.Outcome != processor.Taken {
+			t.Fatalf("the waiter after the force: %+v", r)
+		}
+		if _, err := op.SharedForce(ctx, short, rw, lb); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("a read-write lock's force on a semaphore: %v", err)
+		}
+	})
+}

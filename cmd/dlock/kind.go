@@ -18,6 +18,8 @@ type guarded struct {
 	holders func(ctx context.Context) string
 	// shared reads a read-write lock's or semaphore's state (nil for the mutex).
 	shared func(ctx context.Context) (dlock.SharedState, error)
+	// force removes one holding of a read-write lock or semaphore (nil for the mutex).
+	force func(ctx context.Context, holder string) (bool, error)
 }
 
 // kindFlags choose the lock of TYPE/TARGET a command works on: the mutex (no flag), the
@@ -79,7 +81,7 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 			c.close()
 			return nil, guarded{}, c.classify(err)
 		}
-		g = guarded{Part: rw.ReadSide(), shared: rw.State}
+		g = guarded{Part: rw.ReadSide(), shared: rw.State, force: rw.ForceRelease}
 		if *k.exclusive {
 			g.Part = rw.WriteSide()
 		}
@@ -93,7 +95,7 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 		if k.permits != nil && *k.permits > 0 {
 			n = *k.permits
 		}
-		g = guarded{Part: s.Permits(n), shared: s.State}
+		g = guarded{Part: s.Permits(n), shared: s.State, force: s.ForceRelease}
 	}
 	if g.shared != nil {
 		state := g.shared

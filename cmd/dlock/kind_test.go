@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
 )
 
 // TestExecShared: two --shared execs hold the read side together; an --exclusive exec is
@@ -81,5 +86,74 @@ func TestKindFlagsContradict(t *testing.T) {
 		if r.code != exitUsage {
 			t.Errorf("%v: %v", args, r)
 		}
+	}
+}
+
+// TestReleaseForceShared: release --force --holder removes the holding it names of a
+// read-write lock (the holder learns of the loss), a repeat removes nothing, and --any
+// removes every holding of a semaphore.
+func TestReleaseForceShared(t *testing.T) {
+	tg := target(t)
+	gens := make([]*dlock.Generator, 3)
+	for i := range gens {
+		c := srv.Client()
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+		gens[i] = g
+	}
+	ctx := context.Background()
+	rw, err := gens[0].GenRW("CLI", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owned.Unlock() })
+	st, err := rw.State(ctx)
+	if err != nil || len(st.Writers()) != 1 {
+		t.Fatalf("state: %+v, %v", st, err)
+	}
+	locker := st.Writers()[0].Locker
+	r := runIn("release", "--force", "--holder", locker, "--exclusive", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "removed holder "+locker) {
+		t.Fatal(r)
+	}
+	select {
+	case <-owned.Done():
+	case <-time.After(patience):
+		t.Fatal("the holder never learnt that its write side was released by force")
+	}
+	if err := context.Cause(owned); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("owner context ended with %v", err)
+	}
+	r = runIn("release", "--force", "--holder", locker, "--shared", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder "+locker+" was already gone: nothing removed") {
+		t.Fatal(r)
+	}
+
+	sem := tg + "-sem"
+	for _, g := range gens[1:] {
+		s, err := g.GenSemaphore("CLI", sem, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Unlock() })
+	}
+	r = runIn("release", "--force", "--any", "--semaphore", "2", "--redis", srv.Addr, "CLI", sem)
+	if r.code != 0 || strings.Count(r.stdout, "removed holder") != 2 {
+		t.Fatal(r)
+	}
+	r = runIn("release", "--force", "--any", "--semaphore", "2", "--redis", srv.Addr, "CLI", sem)
+	if r.code != 0 || !strings.Contains(r.stdout, "is not held: nothing removed") {
+		t.Fatal(r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 var releaseUsage = `
 usage: dlock release --force --holder LOCKER [flags] TYPE TARGET
        dlock release --force --any [flags] TYPE TARGET
+       dlock release --force (--holder LOCKER | --any) (--shared | --semaphore K) [flags] TYPE TARGET
 
 Deletes the lock TYPE/TARGET, held by someone else, and wakes the processes that wait for it,
 as a release does. It is an operator's last resort for a lock stuck in an incident: the
@@ -26,6 +27,13 @@ Say what to remove:
                     went; it is removed all the same, and goes on as owner until its next
                     renewal, so two processes may act as owners until then. Fencing tokens
                     are the defence. Prefer --holder after looking with "dlock status".
+
+With --shared or --exclusive (the read-write lock TYPE/TARGET) or --semaphore K (the
+semaphore TYPE/TARGET), it removes one holding of that lock: --holder names it, as "dlock
+status" with the same flag lists it (a process's read-hold, its write-hold, or its permits);
+--any removes every holding listed then. Either way the removed lockers are settled: no late
+copy of their process's requests takes them back. The processes in line are told, as on a
+release.
 
 It prints the holder it removed, or that the holder was already gone (the lock free, or held
 by another locker, which is left alone); both exit 0. Without --force, or without one of
@@ -48,6 +56,7 @@ func releaseCommand() *command {
 			force := fs.Bool("force", "", "really delete the lock (required)")
 			holder := fs.String("holder", "LOCKER", `remove the holding of LOCKER only (as "dlock status" shows it); safe to repeat`)
 			anyHolder := fs.Bool("any", "", "remove whoever holds the lock now (see the risk above)")
+			kind := addKindFlags(fs, false)
 			r := addRedisFlags(fs, redisDefaultDoc)
 			return func(out cli, args []string) error {
 				pos, _, err := fs.parse(args, 2, false)
@@ -63,6 +72,9 @@ func releaseCommand() *command {
 				case *holder == "" && !*anyHolder:
 					return usageErrorf("say what to remove: --holder LOCKER (as \"dlock status\" shows it; removes only that holding) " +
 						"or --any (whoever holds it now, perhaps a healthy holder that just acquired)")
+				}
+				if *kind.shared || *kind.exclusive || *kind.semaphore != 0 {
+					return releaseShared(out, r, kind, *holder, pos[0], pos[1])
 				}
 				return release(out, r, *holder, pos[0], pos[1])
 			}
@@ -112,6 +124,47 @@ func release(out cli, r redisFlags, holder, typ, target string) error {
 	default:
 		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed\n",
 			name, victim, st.Holder)
+	}
+	return nil
+}
+
+// releaseShared removes holder's holding of typ/target's read-write lock or semaphore (every
+// holding, for "") and prints what it removed.
+func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target string) error {
+	c, g, err := kind.open(r, typ, target, inspectLease)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	cfg := g.Config()
+	name := fmt.Sprintf("%s/%s (key %s)", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
+	victims := []string{holder}
+	if holder == "" { // --any
+		st, err := g.shared(ctx)
+		if err != nil {
+			return c.classify(err)
+		}
+		if len(st.Holds) == 0 {
+			fmt.Fprintf(out.stdout, "%s is not held: nothing removed\n", name)
+			return nil
+		}
+		victims = victims[:0]
+		for _, h := range st.Holds {
+			victims = append(victims, h.Locker)
+		}
+	}
+	for _, v := range victims {
+		removed, err := g.force(ctx, v)
+		if err != nil {
+			return c.classify(err)
+		}
+		if removed {
+			fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, v)
+		} else {
+			fmt.Fprintf(out.stdout, "%s: holder %s was already gone: nothing removed\n", name, v)
+		}
 	}
 	return nil
 }

@@ -36,9 +36,10 @@ type SharedOptions struct {
 //   - permits: the permits of the holdings Redis keeps never exceed k;
 //   - beliefs: the permits the processes believe they hold (each from the send time of the
 //     request that last found it held, for one lease) never exceed k — for a read-write lock,
-//     a writer never beside anyone;
-//   - settled: a locker whose release (or failed try, or replaced holding) ran never holds
-//     again, whatever copy of a take arrives late;
+//     a writer never beside anyone — leaving out holdings an operator forced to go, whose
+//     processes learn of it at their next renewal;
+//   - settled: a locker whose release (or failed try, or replaced holding, or force) ran never
+//     holds again, whatever copy of a take arrives late;
 //   - tokens: every new holding's fencing token is above every earlier one's;
 //
 // and at the end, once every process let go of all it holds or asked for, that no holding is
@@ -100,8 +101,10 @@ type sworld struct {
 	cfg       domain.DLockConfig
 	spec      processor.Shared
 	procs     []*sproc
+	op        *sproc // an operator: it forces holdings go
 	flight    []*sreq
 	ran       map[string]bool // lockers settled by a request that ran
+	forced    map[string]bool // lockers an operator's force removed: their processes may believe on until told
 	tokens    map[string]uint64
 	maxToken  uint64
 	trace     []string
@@ -130,7 +133,7 @@ type belief struct {
 // sreq is a request in flight.
 type sreq struct {
 	p      *sproc
-	op     string // take, renew, release, down
+	op     string // take, renew, release, down, force
 	locker string
 	n      int64
 	wait   bool
@@ -155,14 +158,22 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		return nil, err
 	}
 	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
-		ran: map[string]bool{}, tokens: map[string]uint64{}, seed: seed}
-	for i := range opt.Procs {
+		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, seed: seed}
+	for i := range opt.Procs + 1 {
 		name := string(rune('A'+i)) + "-"
+		if i == opt.Procs {
+			name = "OP-"
+		}
 		p, err := processor.NewRedisLockProcessor(be.client(), processor.Options{Mark: name, Scripts: opt.Scripts})
 		if err != nil {
 			return nil, err
 		}
-		w.procs = append(w.procs, &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]string{}})
+		sp := &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]string{}}
+		if i == opt.Procs {
+			w.op = sp
+		} else {
+			w.procs = append(w.procs, sp)
+		}
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	for w.steps = 0; w.steps < opt.Steps && w.violation == nil; w.steps++ {
@@ -248,6 +259,11 @@ func (w *sworld) step(rng *rand.Rand) {
 		i := rng.IntN(len(w.flight))
 		w.note("lost before Redis: %v", w.flight[i])
 		w.flight = slices.Delete(w.flight, i, i+1)
+	case c < 89:
+		// an operator removes a holding it read (the reading may be stale by the time it runs)
+		if held, _ := w.held(); len(held) > 0 {
+			w.send(&sreq{p: w.op, op: "force", locker: pickKey(rng, held)})
+		}
 	default:
 		d := []time.Duration{time.Millisecond, w.opt.Lease / 4, w.opt.Lease / 2, w.opt.Lease + time.Millisecond}[rng.IntN(4)]
 		before, _ := w.held()
@@ -389,6 +405,16 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 				delete(p.holds, r.locker)
 			}
 		}
+	case "force":
+		res, err := p.p.SharedForce(ctx, w.cfg, w.spec, r.locker)
+		if err != nil {
+			w.fail("error", "%v: %v", r, err)
+			return
+		}
+		w.note("ran: %v -> %v", r, res.Outcome)
+		if res.Outcome == processor.Released {
+			w.ran[r.locker], w.forced[r.locker] = true, true
+		}
 	case "release":
 		res, err := p.p.SharedRelease(ctx, w.cfg, w.spec, r.locker)
 		if err != nil {
@@ -523,7 +549,7 @@ func (w *sworld) check() {
 	var who []string
 	for _, p := range w.procs {
 		for l, b := range p.holds {
-			if w.now().Before(b.valid) {
+			if w.now().Before(b.valid) && !w.forced[l] {
 				believed += b.n
 				who = append(who, fmt.Sprintf("%s(%d)", l, b.n))
 			}
@@ -563,7 +589,7 @@ func (w *sworld) finish() {
 	if held, err := w.held(); err == nil && len(held) > 0 {
 		w.fail("residue", "holdings left after every process let go: %v", held)
 	}
-	life := max(w.procs[0].p.MarkLife(w.cfg), processor.FenceTTL(w.cfg), processor.EntryTTL(w.cfg))
+	life := max(w.procs[0].p.MarkLife(w.cfg), processor.FenceTTL(w.cfg), processor.EntryTTL(w.cfg), 8*w.opt.Lease) // (8: a forced locker's)
 	w.be.advance(life + w.opt.Lease + time.Second)
 	if keys := w.be.m.Keys(); len(keys) > 0 && w.violation == nil {
 		w.fail("residue", "keys left after every lease and mark ran out: %v", keys)
@@ -586,6 +612,9 @@ var SharedMutants = []Mutant{
 		"        fits = sum + ahead(A.owner) + n <= k", "        fits = true"},
 	{"the attempt a waiting take replaces in line is not settled", "shared",
 		"        settle(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
+	{"a forced holding is not settled (its late take takes it back)", "shared",
+		"    settle(A.locker)\n    redis.call('hdel', HELD, A.locker)\n    redis.call('zrem', EXP, A.locker)\n    wake(k)",
+		"    redis.call('hdel', HELD, A.locker)\n    redis.call('zrem', EXP, A.locker)\n    wake(k)"},
 	{"tokens repeat (the counter is not raised)", "shared",
 		"        redis.call('set', FENCE, tok)\n", ""},
 }

@@ -23,12 +23,12 @@
 --   * a process in line is passed only by a request that fits with everything ahead of it in
 --     line counted as taken (so a writer in line holds off readers that come after it).
 --
--- Replies: {1, token, waiting} taken; {1, waiting} renewed; {1} released; {0, rank, life}
+-- Replies: {1, token, waiting} taken; {1, waiting} renewed; {1} released (or forced); {0, rank, life}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none); {0} gone; {-1} settled already; {-2, kind} the lock is another
 -- kind; {-3, k} more permits than k asked. waiting is 1 when another process stands in line.
 local NAMES = {
-    'op',         -- take, renew, release, inspect, permits
+    'op',         -- take, renew, release, force, inspect, permits
     'locker',     -- the request's locker
     'owner',      -- its process (the locker's prefix)
     'n',          -- take: permits asked
@@ -339,6 +339,23 @@ elseif A.op == 'release' then
         return {-1}
     end
     return {0}
+elseif A.op == 'force' then
+    -- an operator lets another process's holding go (ForceRelease); nothing else is changed.
+    -- The locker stays settled for at least eight times what was left of its lease, however
+    -- short the operator's own lease: no copy of its process's requests takes it back.
+    local left = tonumber(redis.call('zscore', EXP, A.locker) or '')
+    if not left or not holding(A.locker) then
+        if freed then wake(k) end
+        if freed or redis.call('exists', KIND) == 1 then keep(k, kd) end
+        return {0}
+    end
+    A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
+    settle(A.locker)
+    redis.call('hdel', HELD, A.locker)
+    redis.call('zrem', EXP, A.locker)
+    wake(k)
+    keep(k, kd)
+    return {1}
 elseif A.op == 'permits' then
     k = tonumber(A.k)
     wake(k)
