@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -227,6 +228,9 @@ func TestSharedHoldingsExpire(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if exp := c.ZRange(context.Background(), processor.SharedKeys(lc)[1], 0, -1).Val(); len(exp) != 1 || exp[0] == l {
+		t.Fatalf("the holdings' expiries after one ran out: %v, want the new holding's alone", exp)
+	}
 	if r, _ := a.SharedRenew(context.Background(), lc, sem3, l); r.Outcome != processor.Settled {
 		t.Fatalf("renewal of an expired holding: %+v", r)
 	}
@@ -247,8 +251,9 @@ func TestSharedMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hold := a.locker()
-	a.take(t, lc, sem3, hold, 3, true)
+	hold, other := a.locker(), a.locker()
+	a.take(t, lc, sem3, hold, 2, true)
+	a.take(t, lc, sem3, other, 1, true)
 	b.take(t, lc, sem3, b.locker(), 2, true)
 	expect := func(channel, payload string) {
 		t.Helper()
@@ -265,6 +270,71 @@ func TestSharedMessages(t *testing.T) {
 	expect(processor.SharedChannel(lc, "A-"), "W")
 	a.letGo(t, lc, sem3, hold)
 	expect(processor.SharedChannel(lc, "B-"), "F")
+	// a request that frees nothing tells nobody again: the next message is the test's own
+	if r, _ := a.SharedRenew(context.Background(), lc, sem3, other); r.Outcome != processor.Renewed {
+		t.Fatalf("renewal: %+v", r)
+	}
+	c.Publish(context.Background(), processor.SharedChannel(lc, "B-"), "mark")
+	expect(processor.SharedChannel(lc, "B-"), "mark")
+}
+
+// A process standing in line alone (for more permits, beside its own) is told nobody else
+// waits; once another process stands in line it is told.
+func TestSharedWaitingCountsOtherProcesses(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "waiting")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		held := a.locker()
+		if r := a.take(t, lc, sem3, held, 1, true); r.Outcome != processor.Taken || r.Waiting {
+			t.Fatalf("1 of 3: %+v", r)
+		}
+		if r := a.take(t, lc, sem3, a.locker(), 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("3 more: %+v", r)
+		}
+		if r, _ := a.SharedRenew(context.Background(), lc, sem3, held); r.Outcome != processor.Renewed || r.Waiting {
+			t.Fatalf("renewal with only its own process in line: %+v", r)
+		}
+		b.take(t, lc, sem3, b.locker(), 1, true)
+		if r, _ := a.SharedRenew(context.Background(), lc, sem3, held); r.Outcome != processor.Renewed || !r.Waiting {
+			t.Fatalf("renewal with another process in line: %+v", r)
+		}
+	})
+}
+
+// What a served attempt and a settled locker leave behind goes: the line entry when the
+// attempt is served, the settled mark once its time ran out.
+func TestSharedLeavesNoTrace(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc, err := domain.NewDLockConfig("PROC", fresh("trace"), 150*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := processor.SharedKeys(lc)
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	la, lb := a.locker(), b.locker()
+	a.take(t, lc, sem3, la, 3, true)
+	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held {
+		t.Fatalf("%+v", r)
+	}
+	a.letGo(t, lc, sem3, la)
+	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
+		t.Fatalf("%+v", r)
+	}
+	if n, m := c.ZCard(ctx, keys[2]).Val(), c.HLen(ctx, keys[3]).Val(); n != 0 || m != 0 {
+		t.Fatalf("a served attempt left %d line entries and %d wants", n, m)
+	}
+	if c.ZScore(ctx, keys[4], la).Err() != nil {
+		t.Fatal("the release did not settle its locker")
+	}
+	time.Sleep(a.MarkLife(lc) + 100*time.Millisecond)
+	if r, _ := b.SharedRenew(ctx, lc, sem3, lb); r.Outcome != processor.Settled && r.Outcome != processor.Renewed {
+		t.Fatalf("%+v", r)
+	}
+	if err := c.ZScore(ctx, keys[4], la).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("a settled locker kept past its time: %v", err)
+	}
 }
 
 func TestSharedSetPermits(t *testing.T) {
@@ -388,6 +458,9 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("force again = %+v, %v", r, err)
 		}
+		if exp := c.ZRange(ctx, processor.SharedKeys(long)[1], 0, -1).Val(); len(exp) != 0 {
+			t.Fatalf("leases kept after the force: %v", exp)
+		}
 		// the removed holder's renewal and a late copy of its take find it settled ...
 		if r, _ := a.SharedRenew(ctx, long, sem3, la); r.Outcome != processor.Settled {
 			t.Fatalf("the removed holder's renewal: %+v", r)
@@ -408,5 +481,332 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if _, err := op.SharedForce(ctx, short, rw, lb); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("a read-write lock's force on a semaphore: %v", err)
 		}
+		// on a lock nobody used, a force makes no key
+		unused := cfg(t, "unused")
+		if r, err := op.SharedForce(ctx, unused, sem3, "A-1"); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("force on an unused lock = %+v, %v", r, err)
+		}
+		for _, k := range processor.SharedKeys(unused) {
+			if c.Exists(ctx, k).Val() != 0 {
+				t.Fatalf("a force on an unused lock made %s", k)
+			}
+		}
 	})
+}
+
+// hearer listens on processes' channels of a shared lock (on the server: its messages are
+// delivered in the order they were published).
+type hearer struct {
+	t  *testing.T
+	c  *redis.Client
+	lc domain.DLockConfig
+	ps *redis.PubSub
+}
+
+func listen(t *testing.T, c *redis.Client, lc domain.DLockConfig, owners ...string) *hearer {
+	t.Helper()
+	var chans []string
+	for _, o := range owners {
+		chans = append(chans, processor.SharedChannel(lc, o))
+	}
+	ps := c.Subscribe(context.Background(), chans...)
+	t.Cleanup(func() { _ = ps.Close() })
+	for range chans {
+		if _, err := ps.Receive(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &hearer{t: t, c: c, lc: lc, ps: ps}
+}
+
+// next expects payload to be the next message heard, on owner's channel.
+func (h *hearer) next(owner, payload string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // (a hang made a failure)
+	defer cancel()
+	m, err := h.ps.ReceiveMessage(ctx)
+	if err != nil {
+		h.t.Fatalf("waiting for %q to %s: %v", payload, owner, err)
+	}
+	if want := processor.SharedChannel(h.lc, owner); m.Channel != want || m.Payload != payload {
+		h.t.Fatalf("heard %q on %s, want %q on %s", m.Payload, m.Channel, payload, want)
+	}
+}
+
+// quiet expects nothing more to have been told to the listened processes: a mark the test
+// publishes now to owner is the next message heard.
+func (h *hearer) quiet(owner string) {
+	h.t.Helper()
+	h.c.Publish(context.Background(), processor.SharedChannel(h.lc, owner), "mark")
+	h.next(owner, "mark")
+}
+
+// A release tells the processes at the front of the line whose permits fit, and no further.
+func TestSharedReleaseTellsOnlyWhoFits(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc := cfg(t, "fits")
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	la := a.locker()
+	a.take(t, lc, sem3, la, 3, true)
+	b.take(t, lc, sem3, b.locker(), 2, true)
+	d.take(t, lc, sem3, d.locker(), 2, true)
+	h := listen(t, c, lc, "B-", "C-")
+	a.letGo(t, lc, sem3, la)
+	h.next("B-", "F")
+	h.quiet("C-")
+}
+
+// A waiter that leaves the line (its attempt given back) lets the one behind it in, and tells
+// it; so does a raised permit count.
+func TestSharedLeavingTheLineTellsWhoIsBehind(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc := cfg(t, "leave")
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	a.take(t, lc, sem3, a.locker(), 2, true)
+	lb := b.locker()
+	b.take(t, lc, sem3, lb, 3, true)
+	d.take(t, lc, sem3, d.locker(), 1, true)
+	h := listen(t, c, lc, "C-")
+	if o := b.letGo(t, lc, sem3, lb); o != processor.Gone {
+		t.Fatalf("giving back an attempt in line: %v", o)
+	}
+	h.next("C-", "F")
+
+	lc = cfg(t, "raise")
+	a.take(t, lc, sem3, a.locker(), 3, true)
+	b.take(t, lc, sem3, b.locker(), 1, true)
+	h = listen(t, c, lc, "B-")
+	if err := a.SetPermits(context.Background(), lc, 4); err != nil {
+		t.Fatal(err)
+	}
+	h.next("B-", "F")
+}
+
+// A holding renewed for longer than its keys were last set to live keeps them, and with them
+// itself.
+func TestSharedRenewalsKeepTheKeys(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc, err := domain.NewDLockConfig("PROC", fresh("renewkeys"), 150*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newProc(t, c, "A-")
+	l := a.locker()
+	a.take(t, lc, sem3, l, 1, true)
+	for end := time.Now().Add(4 * lc.Lease()); time.Now().Before(end); {
+		time.Sleep(lc.Lease() / 5)
+		if r, err := a.SharedRenew(context.Background(), lc, sem3, l); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("renewal: %+v, %v", r, err)
+		}
+	}
+}
+
+// State lists only live holdings and line entries, though no request pruned the rest yet.
+func TestSharedInspectShowsOnlyTheLive(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc, err := domain.NewDLockConfig("PROC", fresh("inspectlive"), 150*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	a.take(t, lc, sem3, a.locker(), 3, true)
+	b.take(t, lc, sem3, b.locker(), 1, true)
+	time.Sleep(processor.EntryTTL(lc) + 100*time.Millisecond)
+	in, err := a.SharedInspect(context.Background(), lc, sem3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Holdings) != 0 || len(in.Waiting) != 0 {
+		t.Fatalf("inspection after every lease and entry ran out: %+v", in)
+	}
+}
+
+// A take asking more than k (lowered while it waited) is refused and settled, leaves the line,
+// and the process behind it is told.
+func TestSharedRefusedTakeLeavesTheLine(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "refused")
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	a.take(t, lc, sem3, a.locker(), 1, true)
+	lb := b.locker()
+	if r := b.take(t, lc, sem3, lb, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("3 beside 1 of 3: %+v", r)
+	}
+	if r := d.take(t, lc, sem3, d.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+		t.Fatalf("1 behind a waiter of 3: %+v", r)
+	}
+	h := listen(t, c, lc, "C-")
+	if err := a.SetPermits(ctx, lc, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: lb, N: 3, Wait: true}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		t.Fatalf("3 of 2 permits: %v", err)
+	}
+	h.next("C-", "F")
+	if err := a.SetPermits(ctx, lc, 4); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.take(t, lc, sem3, lb, 3, true); r.Outcome != processor.Settled {
+		t.Fatalf("a copy of the refused take once 3 fit: %+v", r)
+	}
+}
+
+// A downgrade gives the readers in line their turn: they are told, and only the read-hold's
+// lease is kept.
+func TestSharedDowngradeTellsTheReadersInLine(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "downtell")
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	wl := a.locker()
+	a.take(t, lc, rw, wl, processor.RWPermits, true)
+	b.take(t, lc, rw, b.locker(), 1, true)
+	h := listen(t, c, lc, "B-")
+	rl := a.locker()
+	if r, err := a.SharedTake(ctx, lc, rw, processor.TakeRequest{Locker: rl, N: 1, Replaces: wl}); err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("downgrade: %+v %v", r, err)
+	}
+	h.next("B-", "F")
+	if exp := c.ZRange(ctx, processor.SharedKeys(lc)[1], 0, -1).Val(); len(exp) != 1 || exp[0] != rl {
+		t.Fatalf("the holdings' leases after a downgrade: %v, want the read-hold's alone", exp)
+	}
+}
+
+// Permits that came free when a holding's lease ran out are told to the line by whatever
+// request notices it first, of any kind.
+func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
+	short, err := domain.NewDLockConfig("PROC", "x", 150*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []struct {
+		name string
+		run  func(t *testing.T, p *proc, lc domain.DLockConfig, copyOf, settled string)
+	}{
+		{"a take that fits", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			p.take(t, lc, sem3, p.locker(), 1, true)
+		}},
+		{"a take that waits", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			p.take(t, lc, sem3, p.locker(), 3, true)
+		}},
+		{"a try that fails", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			p.take(t, lc, sem3, p.locker(), 3, false)
+		}},
+		{"a copy of an answered take", func(t *testing.T, p *proc, lc domain.DLockConfig, copyOf, _ string) {
+			p.take(t, lc, sem3, copyOf, 1, true)
+		}},
+		{"a settled copy", func(t *testing.T, p *proc, lc domain.DLockConfig, _, settled string) {
+			p.take(t, lc, sem3, settled, 1, true)
+		}},
+		{"a take replacing what is gone", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			_, _ = p.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: p.locker(), N: 1, Replaces: "C-gone"})
+		}},
+		{"a take of more than k", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			_, _ = p.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: p.locker(), N: 4})
+		}},
+		{"a renewal", func(t *testing.T, p *proc, lc domain.DLockConfig, held, _ string) {
+			_, _ = p.SharedRenew(context.Background(), lc, sem3, held)
+		}},
+		{"a renewal of what is let go", func(t *testing.T, p *proc, lc domain.DLockConfig, _, settled string) {
+			_, _ = p.SharedRenew(context.Background(), lc, sem3, settled)
+		}},
+		{"a release of nothing", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) { p.letGo(t, lc, sem3, p.locker()) }},
+		{"a force of nothing", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			_, _ = p.SharedForce(context.Background(), lc, sem3, "C-nobody")
+		}},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			lc := cfg(t, "freed")
+			lcShort, _ := lc.WithLease(short.Lease())
+			a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+			a.take(t, lcShort, sem3, a.locker(), 2, true) // runs out unrenewed
+			held := d.locker()
+			d.take(t, lc, sem3, held, 1, true)
+			settled := d.locker()
+			d.take(t, lc, sem3, settled, 1, false) // fails: settled
+			if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
+				t.Fatalf("%+v", r)
+			}
+			h := listen(t, c, lc, "B-")
+			time.Sleep(short.Lease() + 100*time.Millisecond)
+			path.run(t, d, lc, held, settled)
+			h.next("B-", "F")
+		})
+	}
+}
+
+// Every key of a shared lock expires, and lives at least as long as what it keeps: the
+// holdings' leases, the line entries' and the settled lockers' times — after every kind of
+// request, each run when the keys' lives set before have shortened.
+func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "lives")
+	keys := processor.SharedKeys(lc)
+	lives := func(step string) {
+		t.Helper()
+		now := time.Now().UnixMilli()
+		need := int64(0)
+		for _, k := range []string{keys[1], keys[4]} { // EXP, GONE
+			for _, z := range c.ZRangeWithScores(ctx, k, 0, -1).Val() {
+				need = max(need, int64(z.Score)-now)
+			}
+		}
+		for _, v := range c.HVals(ctx, keys[3]).Val() { // WANT: <n>|<expires>|<locker>
+			var n, expires int64
+			if _, err := fmt.Sscanf(v, "%d|%d|", &n, &expires); err == nil {
+				need = max(need, expires-now)
+			}
+		}
+		for _, k := range keys {
+			if c.Exists(ctx, k).Val() == 0 {
+				continue
+			}
+			ttl := c.PTTL(ctx, k).Val()
+			switch {
+			case ttl < 0:
+				t.Fatalf("after %s: %s lives for ever", step, k)
+			case ttl.Milliseconds() < need-20:
+				t.Fatalf("after %s: %s lives %v, less than what it keeps (%d ms)", step, k, ttl, need)
+			}
+		}
+	}
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	la := a.locker()
+	lb, ld := b.locker(), d.locker()
+	steps := []struct {
+		name string
+		run  func()
+	}{
+		{"a take that fits", func() { a.take(t, lc, sem3, la, 2, true) }},
+		{"a take that waits", func() { b.take(t, lc, sem3, lb, 2, true) }},
+		{"a try that fails", func() { d.take(t, lc, sem3, ld, 3, false) }},
+		{"a settled copy", func() { d.take(t, lc, sem3, ld, 3, false) }},
+		{"a copy of an answered take", func() { a.take(t, lc, sem3, la, 2, true) }},
+		{"a take replacing what is gone", func() {
+			_, _ = d.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: d.locker(), N: 1, Replaces: "C-gone"})
+		}},
+		{"a take of more than k", func() { _, _ = d.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: d.locker(), N: 4}) }},
+		{"a renewal", func() { _, _ = a.SharedRenew(ctx, lc, sem3, la) }},
+		{"a renewal of the line entry", func() { b.take(t, lc, sem3, lb, 2, true) }},
+		{"a force of nothing", func() { _, _ = d.SharedForce(ctx, lc, sem3, "C-nobody") }},
+		{"a release", func() { a.letGo(t, lc, sem3, la) }},
+		{"a setting of k", func() { _ = a.SetPermits(ctx, lc, 3) }},
+		{"a force", func() { _, _ = d.SharedForce(ctx, lc, sem3, lb) }},
+	}
+	for _, s := range steps {
+		time.Sleep(60 * time.Millisecond) // the lives set before shorten
+		s.run()
+		lives(s.name)
+	}
 }

@@ -242,6 +242,7 @@ if A.op == 'take' then
     local mine = holding(A.locker)
     if mine then -- a copy of a take that was answered: the same holding, renewed
         lengthen(A.locker)
+        if freed then wake(k) end
         keep(k, kd)
         return {1, mine.token, waiting(A.owner)}
     end
