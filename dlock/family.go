@@ -150,6 +150,40 @@ func (l *RWLock) FencingToken(owned context.Context) (uint64, bool) {
 	return l.WriteSide().FencingToken(owned)
 }
 
+// HoldCount returns how many times ctx holds the innermost side of the lock it owns (the one
+// Unlock releases): 0 if it owns neither side, or its holding was released, lost or closed.
+func (l *RWLock) HoldCount(ctx context.Context) int {
+	if l == nil || l.g == nil {
+		return 0
+	}
+	return holdCountOf(ctx, l.g, sharedKey(l.cfg, l.spec()))
+}
+
+// HoldCount returns how many times ctx holds its permits of the semaphore: 0 if it owns none,
+// or its holding was released, lost or closed.
+func (s *Semaphore) HoldCount(ctx context.Context) int {
+	if s == nil || s.g == nil {
+		return 0
+	}
+	return holdCountOf(ctx, s.g, sharedKey(s.cfg, s.spec()))
+}
+
+func holdCountOf(ctx context.Context, g *Generator, key string) int {
+	if ctx == nil {
+		return 0
+	}
+	so := ownerIn(ctx, g, key, 2)
+	if so == nil {
+		return 0
+	}
+	so.st.mu.Lock()
+	defer so.st.mu.Unlock()
+	if so.done || so.hold.ctx.Err() != nil {
+		return 0
+	}
+	return so.count
+}
+
 // State reads what Redis holds for the lock.
 func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 	if l == nil || l.g == nil {

@@ -153,9 +153,15 @@ func TestRWReentryDowngradeAndUpgrade(t *testing.T) {
 	if w2, err := l.Lock(w); err != nil || w2 != w {
 		t.Fatalf("write re-entry: %v %v", w2, err)
 	}
+	if n := l.HoldCount(w); n != 2 {
+		t.Fatalf("HoldCount after a re-entry = %d, want 2", n)
+	}
 	r, err := l.RLock(w)
 	if err != nil {
 		t.Fatalf("downgrade: %v", err)
+	}
+	if n := l.HoldCount(r); n != 1 {
+		t.Fatalf("HoldCount of the downgraded reader = %d, want 1", n)
 	}
 	if _, err := l.Lock(r); err != nil {
 		t.Fatalf("the write owner's read context still carries the write side: %v", err)
@@ -167,6 +173,9 @@ func TestRWReentryDowngradeAndUpgrade(t *testing.T) {
 	}
 	if w.Err() == nil || r.Err() != nil {
 		t.Fatalf("after the write side's last Unlock: write %v, read %v", w.Err(), r.Err())
+	}
+	if n := l.HoldCount(ctx); n != 0 {
+		t.Fatalf("HoldCount of a context that owns nothing = %d", n)
 	}
 	// another process's reader gets in beside the downgraded reader; its writer does not
 	other := rwOf(t, gb, tg)

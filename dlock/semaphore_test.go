@@ -518,3 +518,32 @@ func TestSemaphoreLostReplyDoesNotCostTheHoldings(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An owner's Acquire re-enters its permits; HoldCount counts its holds, and each Release one.
+func TestSemaphoreReentry(t *testing.T) {
+	g, _ := newGen(t)
+	s := semOf(t, g, uniqueTarget(t), 2)
+	ctx := ctxT(t, 30*time.Second)
+	o, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o2, err := s.Acquire(o, 1); err != nil || o2 != o {
+		t.Fatalf("re-entry: %v, %v", o2, err)
+	}
+	if n := s.HoldCount(o); n != 2 {
+		t.Fatalf("HoldCount = %d, want 2", n)
+	}
+	if st, err := s.State(ctx); err != nil || len(st.Holds) != 1 || st.Holds[0].Permits != 1 {
+		t.Fatalf("a re-entry took more permits: %+v, %v", st, err)
+	}
+	if err := s.Release(o); err != nil || s.HoldCount(o) != 1 || o.Err() != nil {
+		t.Fatalf("after one Release: %v, count %d, %v", err, s.HoldCount(o), o.Err())
+	}
+	if err := o.Unlock(); err != nil || s.HoldCount(o) != 0 {
+		t.Fatalf("after the last: %v, count %d", err, s.HoldCount(o))
+	}
+	if n := s.HoldCount(ctx); n != 0 {
+		t.Fatalf("HoldCount of a context that owns nothing = %d", n)
+	}
+}
