@@ -740,6 +740,7 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 			time.Sleep(short.Lease() + 100*time.Millisecond)
 			path.run(t, d, lc, held, settled)
 			h.next("B-", "F")
+			keysOutlive(t, c, lc, path.name) // (the expired holding is settled for d's mark life)
 		})
 	}
 }
@@ -752,35 +753,6 @@ func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	lc := cfg(t, "lives")
-	keys := processor.SharedKeys(lc)
-	lives := func(step string) {
-		t.Helper()
-		now := time.Now().UnixMilli()
-		need := int64(0)
-		for _, k := range []string{keys[1], keys[4]} { // EXP, GONE
-			for _, z := range c.ZRangeWithScores(ctx, k, 0, -1).Val() {
-				need = max(need, int64(z.Score)-now)
-			}
-		}
-		for _, v := range c.HVals(ctx, keys[3]).Val() { // WANT: <n>|<expires>|<locker>
-			var n, expires int64
-			if _, err := fmt.Sscanf(v, "%d|%d|", &n, &expires); err == nil {
-				need = max(need, expires-now)
-			}
-		}
-		for _, k := range keys {
-			if c.Exists(ctx, k).Val() == 0 {
-				continue
-			}
-			ttl := c.PTTL(ctx, k).Val()
-			switch {
-			case ttl < 0:
-				t.Fatalf("after %s: %s lives for ever", step, k)
-			case ttl.Milliseconds() < need-20:
-				t.Fatalf("after %s: %s lives %v, less than what it keeps (%d ms)", step, k, ttl, need)
-			}
-		}
-	}
 	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
 	la := a.locker()
 	lb, ld := b.locker(), d.locker()
@@ -807,6 +779,59 @@ func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
 	for _, s := range steps {
 		time.Sleep(60 * time.Millisecond) // the lives set before shorten
 		s.run()
-		lives(s.name)
+		keysOutlive(t, c, lc, s.name)
 	}
+}
+
+// keysOutlive checks that every key of lc's shared lock that exists expires, and no sooner
+// than what it keeps: the holdings' leases, the line entries' and the settled lockers' times.
+func keysOutlive(t *testing.T, c *redis.Client, lc domain.DLockConfig, step string) {
+	t.Helper()
+	ctx := context.Background()
+	keys := processor.SharedKeys(lc)
+	now := time.Now().UnixMilli()
+	need := int64(0)
+	for _, k := range []string{keys[1], keys[4]} { // EXP, GONE
+		for _, z := range c.ZRangeWithScores(ctx, k, 0, -1).Val() {
+			need = max(need, int64(z.Score)-now)
+		}
+	}
+	for _, v := range c.HVals(ctx, keys[3]).Val() { // WANT: <n>|<expires>|<locker>
+		var n, expires int64
+		if _, err := fmt.Sscanf(v, "%d|%d|", &n, &expires); err == nil {
+			need = max(need, expires-now)
+		}
+	}
+	for _, k := range keys {
+		if c.Exists(ctx, k).Val() == 0 {
+			continue
+		}
+		ttl := c.PTTL(ctx, k).Val()
+		switch {
+		case ttl < 0:
+			t.Fatalf("after %s: %s lives for ever", step, k)
+		case ttl.Milliseconds() < need-20:
+			t.Fatalf("after %s: %s lives %v, less than what it keeps (%d ms)", step, k, ttl, need)
+		}
+	}
+}
+
+// A copy of a take that was answered renews the holding it finds.
+func TestSharedCopyOfATakeRenewsIt(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "copyrenews")
+		a := newProc(t, c, "A-")
+		l := a.locker()
+		a.take(t, lc, sem3, l, 1, true)
+		exp := processor.SharedKeys(lc)[1]
+		before := c.ZScore(ctx, exp, l).Val()
+		time.Sleep(20 * time.Millisecond)
+		if r := a.take(t, lc, sem3, l, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("a copy of an answered take: %+v", r)
+		}
+		if after := c.ZScore(ctx, exp, l).Val(); after <= before {
+			t.Fatalf("the copy left the lease to run out at %v (it was %v)", after, before)
+		}
+	})
 }

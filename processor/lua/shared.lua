@@ -312,7 +312,10 @@ elseif A.op == 'renew' then
         keep(k, kd)
         return {1, waiting(A.owner)}
     end
-    if freed then wake(k) end
+    if freed then -- (an expired holding was settled: its mark must live its time)
+        wake(k)
+        keep(k, kd)
+    end
     if settled(A.locker) then
         return {-1}
     end
