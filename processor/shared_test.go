@@ -596,7 +596,7 @@ func TestSharedRenewalsKeepTheKeys(t *testing.T) {
 	a := newProc(t, c, "A-")
 	l := a.locker()
 	a.take(t, lc, sem3, l, 1, true)
-	for end := time.Now().Add(4 * lc.Lease()); time.Now().Before(end); {
+	for end := time.Now().Add(processor.EntryTTL(lc) + 4*lc.Lease()); time.Now().Before(end); { // (keys live at least an entry's time)
 		time.Sleep(lc.Lease() / 5)
 		if r, err := a.SharedRenew(context.Background(), lc, sem3, l); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("renewal: %+v, %v", r, err)
