@@ -1186,3 +1186,83 @@ func TestArgsFollowThePreludesNames(t *testing.T) {
 		t.Fatalf("the Go side writes %v,\nthe prelude reads %v", got, names)
 	}
 }
+
+// A release that grants the key gives back the tokens its holder did not use before it
+// reserves the grantee's: the counter runs ahead of the clock only as far as holders use
+// tokens.
+func TestReleaseGivesUnusedTokensBackBeforeItGrants(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "giveback")
+		const many = 1_000_000_000 // a block far ahead of the clock (1000 s of µs)
+		la, r := a.lock(t, lc, true, many)
+		lb, _ := b.lock(t, lc, true, 1)
+		g, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Last: r.Token})
+		if err != nil || g.Next != lb {
+			t.Fatalf("release = %+v, %v; want granted to %s", g, err, lb)
+		}
+		if g.Token != r.Token+1 && g.Token >= r.Token+many {
+			t.Fatalf("granted block starts at %d, after a's unused block (%d..%d): it was not given back", g.Token, r.Token, r.Token+many-1)
+		}
+	})
+}
+
+// Without notifications (no channel) nobody counts as listening: a grant goes only to an entry
+// renewed within a third of its lease.
+func TestGrantSkipsAStaleEntryWithoutNotifications(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	mk := func(mark string) *proc {
+		p, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: false, Mark: mark})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &proc{RedisLockProcessor: p, mark: mark}
+	}
+	a, b, d := mk("pa-"), mk("pb-"), mk("pd-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("stale-quiet"), 300*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	la, _ := a.lock(t, slow, true, 1)
+	b.lock(t, lc, true, 1)
+	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond)
+	ld, _ := d.lock(t, lc, true, 1)
+	if r := a.release(t, slow, la); r.Next != ld {
+		t.Fatalf("release = %+v, want granted to %s (pb- stopped renewing its entry)", r, ld)
+	}
+}
+
+// On a Cluster client (sharded pub/sub: SPUBLISH, SSUBSCRIBE) a process that listens on its
+// channel is heard. (A Cluster client over the one server: Redis 7 serves sharded pub/sub
+// outside a cluster too.)
+func TestShardedChannelsAreHeard(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr}}}}, nil
+		},
+	})
+	defer cc.Close()
+	mk := func(mark string) *proc {
+		p, err := processor.NewRedisLockProcessor(cc, processor.Options{Publish: true, Mark: mark})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &proc{RedisLockProcessor: p, mark: mark}
+	}
+	a, b := mk("pa-"), mk("pb-")
+	if sharded, err := a.Sharded(ctx); err != nil || !sharded {
+		t.Fatalf("Sharded = %v, %v; want sharded pub/sub on Redis 7", sharded, err)
+	}
+	lc := cfg(t, "sharded")
+	a.lock(t, lc, true, 1)
+	ps := cc.SSubscribe(ctx, processor.ProcessChannel(lc, "pb-"))
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := b.lock(t, lc, true, 1); r.Outcome != processor.Held || !r.Seen.Heard {
+		t.Fatalf("a process listening with SSUBSCRIBE waits with %+v, want heard", r)
+	}
+}

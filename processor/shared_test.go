@@ -118,6 +118,16 @@ func TestSharedSemaphoreCountsPermits(t *testing.T) {
 		if in.Kind != processor.KindSem || in.Permits != 3 || !in.Stored || len(in.Holdings) != 2 || len(in.Waiting) != 0 {
 			t.Fatalf("inspection: %+v", in)
 		}
+		var last uint64
+		for _, h := range in.Holdings {
+			if h.TTL <= 0 || h.TTL > lc.Lease() || h.Token == 0 {
+				t.Fatalf("inspected holding %+v: want its lease left and its token", h)
+			}
+			last = max(last, h.Token)
+		}
+		if in.Fence != last {
+			t.Fatalf("inspected fencing counter %d, want the last token %d", in.Fence, last)
+		}
 		// another kind under the same name is refused
 		if _, err := b.SharedTake(context.Background(), lc, rw, processor.TakeRequest{Locker: b.locker(), N: 1}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("a read-write lock over a semaphore: %v", err)
