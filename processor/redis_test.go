@@ -794,6 +794,29 @@ func TestLineEntriesExpire(t *testing.T) {
 	}
 }
 
+// A grant drops the entries whose time ran out that it passes on its way to a live one (else
+// a line headed by sixteen dead entries would hide the live ones behind them).
+func TestGrantDropsTheExpiredEntriesItPasses(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	a, b, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pe-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("passdead-"+t.Name()), 100*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	la, _ := a.lock(t, slow, true, 1)
+	b.lock(t, lc, true, 1) // its entry lives processor.EntryTTL(lc): 2 s
+	le, _ := e.lock(t, slow, true, 1)
+	for end := time.Now().Add(processor.EntryTTL(lc) + 200*time.Millisecond); time.Now().Before(end); {
+		time.Sleep(300 * time.Millisecond)
+		e.lockWith(t, slow, le, true, 1) // pe- renews its entry (and the line's key lives on)
+	}
+	if r := a.release(t, slow, la); r.Next != le {
+		t.Fatalf("release = %+v, want granted to %s", r, le)
+	}
+	if err := c.ZScore(context.Background(), processor.LineKey(lc), "pb-").Err(); err != redis.Nil {
+		t.Fatalf("pb-'s expired entry is still in line after a grant passed it (%v)", err)
+	}
+}
+
 // An entry whose time ran out goes with the next settle of its process, even one that only
 // settles an attempt before the entry's (a late leave): the line keeps nothing of a process
 // that stopped waiting.
