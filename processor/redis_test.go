@@ -1289,3 +1289,24 @@ func TestShardedChannelsAreHeard(t *testing.T) {
 		t.Fatalf("a process listening with SSUBSCRIBE waits with %+v, want heard", r)
 	}
 }
+
+// A settle of an acquisition older than the owner's settled mark still makes the mark live a
+// mark's life more: a late copy came, and others may follow it.
+func TestEverySettleLengthensTheMark(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	ctx := context.Background()
+	a := newProc(t, c, "pa-")
+	lc := cfg(t, "oldsettle")
+	la1, _ := a.lock(t, lc, false, 1)
+	a.release(t, lc, la1)
+	la2, _ := a.lock(t, lc, false, 1)
+	a.release(t, lc, la2)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: la1}); err != nil { // a late leave
+		t.Fatal(err)
+	}
+	if ttl := c.PTTL(ctx, processor.DoneKey(lc, "pa-")).Val(); ttl < a.MarkLife(lc)-100*time.Millisecond {
+		t.Fatalf("the settled mark lives %v after a late settle, want a mark's life (%v)", ttl, a.MarkLife(lc))
+	}
+}
