@@ -319,6 +319,9 @@ func TestUnheardGrantIsFoundByTheNextAttempt(t *testing.T) {
 		if r := b.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Taken || r.Token == 0 {
 			t.Fatalf("the next attempt with the granted locker = %+v, want taken", r)
 		}
+		if in := inspect(t, a, lc); len(in.Waiting) != 0 {
+			t.Fatalf("line %v after pb- found its grant, want empty", in.Waiting)
+		}
 	})
 }
 
@@ -1308,5 +1311,12 @@ func TestEverySettleLengthensTheMark(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, processor.DoneKey(lc, "pa-")).Val(); ttl < a.MarkLife(lc)-100*time.Millisecond {
 		t.Fatalf("the settled mark lives %v after a late settle, want a mark's life (%v)", ttl, a.MarkLife(lc))
+	}
+	time.Sleep(300 * time.Millisecond)
+	if r := a.lockWith(t, lc, la1, false, 1); r.Outcome != processor.Settled { // a late attempt
+		t.Fatalf("a late copy of a settled attempt = %+v", r)
+	}
+	if ttl := c.PTTL(ctx, processor.DoneKey(lc, "pa-")).Val(); ttl < a.MarkLife(lc)-100*time.Millisecond {
+		t.Fatalf("the settled mark lives %v after a late attempt, want a mark's life (%v)", ttl, a.MarkLife(lc))
 	}
 }
