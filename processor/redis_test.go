@@ -1320,3 +1320,85 @@ func TestEverySettleLengthensTheMark(t *testing.T) {
 		t.Fatalf("the settled mark lives %v after a late attempt, want a mark's life (%v)", ttl, a.MarkLife(lc))
 	}
 }
+
+// A waiting process that finds the key free and takes it leaves the line.
+func TestWaiterThatTakesAFreeKeyLeavesTheLine(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("freetake-"+t.Name()), 150*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	a.lock(t, lc, true, 1) // never renewed: it runs out
+	lb, _ := b.lock(t, slow, true, 1)
+	time.Sleep(lc.Lease() + 50*time.Millisecond)
+	if r := b.lockWith(t, slow, lb, true, 1); r.Outcome != processor.Taken {
+		t.Fatalf("the waiter's next ask on a free key = %+v, want taken", r)
+	}
+	if in := inspect(t, a, lc); len(in.Waiting) != 0 {
+		t.Fatalf("line %v after pb- took the free key, want empty", in.Waiting)
+	}
+}
+
+// A waiting attempt's answer carries the fencing counter when it runs ahead of the clock: the
+// process tells by it a grant that came before its request from one after.
+func TestHeldAnswerCarriesTheCounterAheadOfTheClock(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "seen")
+		const many = 1_000_000_000 // 1000 s of µs ahead of the clock
+		_, r := a.lock(t, lc, true, many)
+		if _, rb := b.lock(t, lc, true, 1); rb.Seen.Fence < r.Token+many-1 {
+			t.Fatalf("held answer's fence %d, below the counter %d", rb.Seen.Fence, r.Token+many-1)
+		}
+	})
+}
+
+// A yield gives back the tokens its holder did not use before it reserves the grantee's, and
+// says whether Redis hears the yielding process (here it does not listen).
+func TestYieldGivesUnusedTokensBack(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "yieldback")
+		const many = 1_000_000_000
+		la, r := a.lock(t, lc, true, many)
+		lb, _ := b.lock(t, lc, true, 1)
+		y, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Last: r.Token, Yield: true, Check: a.locker(),
+			Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1})
+		if err != nil || y.Outcome != processor.Yielded || y.Next != lb {
+			t.Fatalf("yield = %+v, %v; want yielded to %s", y, err, lb)
+		}
+		if y.Token >= r.Token+many {
+			t.Fatalf("granted block starts at %d, after pa-'s unused block (%d..%d)", y.Token, r.Token, r.Token+many-1)
+		}
+		if y.Seen.Heard {
+			t.Fatalf("the yield answers %+v: heard, though pa- does not listen", y.Seen)
+		}
+	})
+}
+
+// Renewals keep the fencing counter and the holding's first token alive for as long as they
+// renew, and a renewal that asks no tokens reserves none.
+func TestRenewalsKeepTheCounter(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	ctx := context.Background()
+	a := newProc(t, c, "pa-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("renewfence-"+t.Name()), 150*time.Millisecond)
+	la, r := a.lock(t, lc, false, 1)
+	for end := time.Now().Add(3 * processor.FenceTTL(lc)); time.Now().Before(end); {
+		time.Sleep(lc.Lease() / 4)
+		rr, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la})
+		if err != nil || rr.Outcome != processor.Renewed || rr.Token != 0 {
+			t.Fatalf("renewal = %+v, %v; want renewed, no tokens", rr, err)
+		}
+	}
+	for _, k := range []string{processor.FenceKey(lc), processor.FirstKey(lc)} {
+		if c.Exists(ctx, k).Val() == 0 {
+			t.Fatalf("%s expired while its holding renewed", k)
+		}
+	}
+	if in := inspect(t, a, lc); in.Fence != r.Token {
+		t.Fatalf("fence %d after renewals without tokens, want %d", in.Fence, r.Token)
+	}
+}
