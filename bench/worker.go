@@ -10,7 +10,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -112,6 +114,17 @@ func runWorker(args []string) error {
 	}
 	if err := json.Unmarshal([]byte(line), &sig); err != nil {
 		return err
+	}
+	if dir := os.Getenv("DLOCK_BENCH_CPUPROFILE"); dir != "" { // where a worker's time goes
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-g%d-%d.prof", a.Mode, a.Impl, a.Goroutines, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var res *workerResult
 	if a.Mode == "handoff" {
