@@ -244,8 +244,10 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // it safe to repeat, and no copy of the holder's own requests takes the holding back.
 //
 // The holding's borrowers in this Generator lose it at once (their contexts end with
-// ErrLockLost); a holder elsewhere learns of it at its next renewal (within three quarters
-// of its lease), so until then it may act as if it held — use fencing tokens downstream.
+// ErrLockLost), unless the holding is being taken or downgraded at that very moment; a holder
+// elsewhere, or one caught in that moment, learns of it at its next renewal (within three
+// quarters of its lease) or release, so until then it may act as if it held — use fencing
+// tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
 // ctx's error when ctx ended first.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
@@ -654,19 +656,19 @@ func (so *shareOwner) unlock() error {
 		cause = context.Cause(so.hold.ctx)
 	}
 	so.end(context.Canceled)
-	var fate chan struct{}
+	var fate chan error
 	if h := so.hold; h.idle() && h.ctx.Err() == nil {
 		// as the mutex's: Unlock returns once what it let go is free in Redis (or lent again)
-		fate = make(chan struct{})
+		fate = make(chan error, 1)
 		h.fate = append(h.fate, fate)
 	}
 	st.mu.Unlock()
 	st.poke()
 	if fate != nil {
 		select {
-		case <-fate:
-			if so.hold.gone && cause == nil {
-				cause = errGone // (set before fate was told)
+		case err := <-fate:
+			if cause == nil {
+				cause = err
 			}
 		case <-st.g.clean.Done():
 		}

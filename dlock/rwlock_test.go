@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 func rwOf(t testing.TB, g *dlock.Generator, tg string) *dlock.RWLock {
@@ -468,5 +469,56 @@ func TestRWLostHoldingDoesNotBlockTheProcess(t *testing.T) {
 		}
 		_ = o2.Unlock()
 		_ = o.Unlock()
+	}
+}
+
+// Unlock reports a loss only when its release finds the holding gone: a release whose first
+// reply was lost, sent again and answered "settled already", is no loss.
+func TestRWUnlockAfterALostReleaseReply(t *testing.T) {
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	var lost atomic.Int32
+	c.AddHook(lostReplyHook{match: func(a []any) bool {
+		return processor.ScriptName(a) == "shared" && len(a) > 10 && a[10] == "release" && lost.Add(1) == 1
+	}})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, g, uniqueTarget(t))
+	o, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil || lost.Load() < 2 {
+		t.Fatalf("Unlock after a lost release reply = %v (release sent %d times)", err, lost.Load())
+	}
+}
+
+// An Unlock whose holding was lent again before it went back learns nothing of what later
+// became of the holding: readers come and go on one read-hold, every Unlock returns nil.
+func TestRWUnlocksOfReadersTakingTurns(t *testing.T) {
+	g, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, g, uniqueTarget(t))
+	for range 200 {
+		a, err := l.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.Unlock() }()
+		b, err := l.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- b.Unlock() }()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -73,10 +73,9 @@ type shareHold struct {
 	downTo  string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
 	passes  int       // rw: writers lent in a row past a queued reader
 	renewAt time.Time
-	valid   time.Time       // the lease runs out (from the send time of the last take or renewal)
-	expiry  *time.Timer     // ends the holding at valid, whatever the driver is doing
-	fate    []chan struct{} // closed once an idle holding is let go in Redis or lent again (Unlock waits)
-	gone    bool            // its release found it gone from Redis (set before fate is told)
+	valid   time.Time    // the lease runs out (from the send time of the last take or renewal)
+	expiry  *time.Timer  // ends the holding at valid, whatever the driver is doing
+	fate    []chan error // told once an idle holding is let go in Redis or lent again (Unlock waits)
 	ctx     context.Context
 	end     context.CancelCauseFunc
 }
@@ -84,15 +83,17 @@ type shareHold struct {
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
 
 // takeFate returns the channels of the Unlocks waiting for h's fate, forgetting them.
-func (h *shareHold) takeFate() []chan struct{} {
+func (h *shareHold) takeFate() []chan error {
 	f := h.fate
 	h.fate = nil
 	return f
 }
 
-func tell(cs []chan struct{}) {
+// tell gives the Unlocks waiting on cs what became of the holding they let go: err is nil
+// when it was let go in Redis or lent again, errGone when its release found it gone.
+func tell(cs []chan error, err error) {
 	for _, c := range cs {
-		close(c)
+		c <- err // (each has room for one)
 	}
 }
 func (h *shareHold) idle() bool { return h.readers == 0 && h.writers == 0 }
@@ -317,7 +318,7 @@ func (st *sharedState) holdFor(w *shareWaiter) *shareHold {
 }
 
 func (st *sharedState) lend(h *shareHold, w *shareWaiter) {
-	tell(h.takeFate())
+	tell(h.takeFate(), nil)
 	switch {
 	case st.spec.Kind == processor.KindSem:
 		h.readers++
@@ -405,7 +406,7 @@ func (st *sharedState) plan() action {
 		if h.ctx.Err() == nil || !h.idle() {
 			return false
 		}
-		tell(h.takeFate())
+		tell(h.takeFate(), nil)
 		if h.downTo != "" {
 			st.orphans = append(st.orphans, h.downTo)
 		}
@@ -599,8 +600,7 @@ func (st *sharedState) planClose() action {
 		st.holds = st.holds[1:]
 		fate := h.takeFate()
 		return action{closing: true, do: func(ctx context.Context) {
-			h.gone = st.release(ctx, h.locker) == errGone
-			tell(fate)
+			tell(fate, goneOrNil(st.release(ctx, h.locker)))
 		}}
 	}
 	return st.drop()
@@ -623,8 +623,7 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	}
 	fate := h.takeFate()
 	return action{do: func(ctx context.Context) {
-		h.gone = st.release(ctx, h.locker) == errGone
-		tell(fate)
+		tell(fate, goneOrNil(st.release(ctx, h.locker)))
 	}}
 }
 
@@ -640,15 +639,15 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 
 // release lets locker go in Redis, trying a few times; what it cannot let go expires with
 // its lease. It returns errGone when Redis held nothing of locker (removed by force, or lost
-// by Redis), nil when it let it go, else the last error.
+// by Redis), nil when it let it go (or a copy of this release did), else the last error.
 func (st *sharedState) release(ctx context.Context, locker string) error {
 	var err error
 	for i := range 3 {
 		var r processor.SharedResult
 		r, err = st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
 		switch {
-		case err == nil && r.Outcome != processor.Released:
-			return errGone
+		case err == nil && r.Outcome == processor.Gone:
+			return errGone // (Settled: a copy of this release ran before; its reply was lost)
 		case err == nil || ctx.Err() != nil:
 			return err
 		}
@@ -659,6 +658,15 @@ func (st *sharedState) release(ctx context.Context, locker string) error {
 		}
 	}
 	return err
+}
+
+// goneOrNil keeps of a release's outcome only errGone: a release that failed leaves the
+// holding to expire, which its Unlock does not report.
+func goneOrNil(err error) error {
+	if errors.Is(err, errGone) {
+		return errGone
+	}
+	return nil
 }
 
 var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, or lost by Redis)", ErrLockLost)

@@ -199,7 +199,8 @@ func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockCo
 
 // SharedRelease lets the holding of locker go, or takes its attempt out of line, and settles
 // it either way (it also gives back a take whose outcome is unknown): Released when it let a
-// holding go, Settled when the locker was settled already, else Gone. The processes at the
+// holding go, Settled when the locker was settled already (a copy of this release ran), else
+// Gone — also when an operator forced the holding away (SharedForce). The processes at the
 // front of the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
 	code, _, _, err := p.call(ctx, cfg, s, "release", locker, 0, false, "")

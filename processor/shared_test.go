@@ -478,6 +478,9 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Settled {
 			t.Fatalf("a late copy of the removed holder's take: %+v", r)
 		}
+		if o := a.letGo(t, long, sem3, la); o != processor.Gone {
+			t.Fatalf("the removed holder's release: %v, want gone (its owners learn of the loss)", o)
+		}
 		// ... for eight times what was left of its lease, not the operator's short mark life
 		if ttl := c.ZScore(ctx, processor.SharedKeys(long)[4], la).Val() - float64(time.Now().UnixMilli()); ttl < float64(7*long.Lease().Milliseconds()) {
 			t.Fatalf("the removed locker stays settled %.0f ms; want about 8 × its 20 s lease", ttl)

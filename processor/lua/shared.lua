@@ -25,8 +25,9 @@
 --
 -- Replies: {1, token, waiting} taken; {1, waiting} renewed; {1} released (or forced); {0, rank, life}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
--- expires, -1 for none); {0} gone; {-1} settled already; {-2, kind} the lock is another
--- kind; {-3, k} more permits than k asked. waiting is 1 when another process stands in line.
+-- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
+-- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
+-- asked. waiting is 1 when another process stands in line.
 local NAMES = {
     'op',         -- take, renew, release, force, inspect, permits
     'locker',     -- the request's locker
@@ -339,7 +340,7 @@ elseif A.op == 'release' then
     keep(k, kd)
     if h then
         return {1}
-    elseif was then
+    elseif was and not settled(A.locker .. '|forced') then
         return {-1}
     end
     return {0}
@@ -355,6 +356,7 @@ elseif A.op == 'force' then
     end
     A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
     settle(A.locker)
+    settle(A.locker .. '|forced') -- its release answers gone: its owners are told of the loss
     redis.call('hdel', HELD, A.locker)
     redis.call('zrem', EXP, A.locker)
     wake(k)
