@@ -152,27 +152,18 @@ func (l *RWLock) FencingToken(owned context.Context) (uint64, bool) {
 
 // HoldCount returns how many times ctx holds the innermost side of the lock it owns (the one
 // Unlock releases): 0 if it owns neither side, or its holding was released, lost or closed.
-func (l *RWLock) HoldCount(ctx context.Context) int {
-	if l == nil || l.g == nil {
-		return 0
-	}
-	return holdCountOf(ctx, l.g, sharedKey(l.cfg, l.spec()))
-}
+func (l *RWLock) HoldCount(ctx context.Context) int { return l.side(true).holdCount(ctx) }
 
 // HoldCount returns how many times ctx holds its permits of the semaphore: 0 if it owns none,
 // or its holding was released, lost or closed.
-func (s *Semaphore) HoldCount(ctx context.Context) int {
-	if s == nil || s.g == nil {
-		return 0
-	}
-	return holdCountOf(ctx, s.g, sharedKey(s.cfg, s.spec()))
-}
+func (s *Semaphore) HoldCount(ctx context.Context) int { return s.part(1).holdCount(ctx) }
 
-func holdCountOf(ctx context.Context, g *Generator, key string) int {
-	if ctx == nil {
+// holdCount returns how many times ctx holds the innermost owner of p's lock.
+func (p sharedPart) holdCount(ctx context.Context) int {
+	if p.g == nil || ctx == nil {
 		return 0
 	}
-	so := ownerIn(ctx, g, key, 2)
+	so := ownerIn(ctx, p.g, sharedKey(p.cfg, p.spec), 2)
 	if so == nil {
 		return 0
 	}
@@ -251,24 +242,22 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
 // ctx's error when ctx ended first.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
-	if l == nil || l.g == nil {
-		return false, errZeroShared
-	}
-	return l.g.forceShared(ctx, l.cfg, l.spec(), holder)
+	return l.side(true).forceRelease(ctx, holder)
 }
 
 // ForceRelease lets the holding of holder go — a locker State reports in Holds — and gives
 // its permits to the processes in line, as the read-write lock's ForceRelease does (see
 // there for what it guarantees and what it cannot).
 func (s *Semaphore) ForceRelease(ctx context.Context, holder string) (bool, error) {
-	if s == nil || s.g == nil {
-		return false, errZeroShared
-	}
-	return s.g.forceShared(ctx, s.cfg, s.spec(), holder)
+	return s.part(1).forceRelease(ctx, holder)
 }
 
-func (g *Generator) forceShared(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, holder string) (bool, error) {
+// forceRelease removes holder's holding of p's lock (either kind's ForceRelease).
+func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, error) {
+	g, cfg, spec := p.g, p.cfg, p.spec
 	switch {
+	case g == nil:
+		return false, errZeroShared
 	case ctx == nil:
 		return false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	case holder == "":
@@ -298,23 +287,27 @@ func (g *Generator) forceShared(ctx context.Context, cfg domain.DLockConfig, spe
 
 // ReadSide returns the read side as a Part: a lock whose Lock is RLock (for a MultiLock, or any
 // code that takes a Part).
-func (l *RWLock) ReadSide() Part {
+func (l *RWLock) ReadSide() Part { return l.side(false) }
+
+// WriteSide returns the write side as a Part.
+func (l *RWLock) WriteSide() Part { return l.side(true) }
+
+// Permits returns n permits as a Part: a lock whose Lock is Acquire(ctx, n).
+func (s *Semaphore) Permits(n int) Part { return s.part(n) }
+
+// side is a side of the lock (the zero sharedPart for a nil lock).
+func (l *RWLock) side(write bool) sharedPart {
 	if l == nil {
 		return sharedPart{}
+	}
+	if write {
+		return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: processor.RWPermits, write: true}
 	}
 	return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: 1}
 }
 
-// WriteSide returns the write side as a Part.
-func (l *RWLock) WriteSide() Part {
-	if l == nil {
-		return sharedPart{}
-	}
-	return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: processor.RWPermits, write: true}
-}
-
-// Permits returns n permits as a Part: a lock whose Lock is Acquire(ctx, n).
-func (s *Semaphore) Permits(n int) Part {
+// part is n permits of the semaphore (the zero sharedPart for a nil semaphore).
+func (s *Semaphore) part(n int) sharedPart {
 	if s == nil {
 		return sharedPart{}
 	}

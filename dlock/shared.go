@@ -600,7 +600,7 @@ func (st *sharedState) planClose() action {
 		st.holds = st.holds[1:]
 		fate := h.takeFate()
 		return action{closing: true, do: func(ctx context.Context) {
-			tell(fate, goneOrNil(st.release(ctx, h.locker)))
+			tell(fate, st.release(ctx, h.locker))
 		}}
 	}
 	return st.drop()
@@ -623,7 +623,7 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	}
 	fate := h.takeFate()
 	return action{do: func(ctx context.Context) {
-		tell(fate, goneOrNil(st.release(ctx, h.locker)))
+		tell(fate, st.release(ctx, h.locker))
 	}}
 }
 
@@ -638,33 +638,23 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 }
 
 // release lets locker go in Redis, trying a few times; what it cannot let go expires with
-// its lease. It returns errGone when Redis held nothing of locker (removed by force, or lost
-// by Redis), nil when it let it go (or a copy of this release did), else the last error.
+// its lease (its Unlock is not told of that). It returns errGone when Redis held nothing of
+// locker (removed by force, or lost by Redis), else nil — also when a copy of this release
+// ran before and its reply was lost (Settled).
 func (st *sharedState) release(ctx context.Context, locker string) error {
-	var err error
 	for i := range 3 {
-		var r processor.SharedResult
-		r, err = st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
+		r, err := st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
-			return errGone // (Settled: a copy of this release ran before; its reply was lost)
+			return errGone
 		case err == nil || ctx.Err() != nil:
-			return err
+			return nil
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
 		st.g.observer.RedisError(RedisErrorEvent{Op: "unlock", Key: st.cfg.UniqueKey(), Err: err})
 		if !sleep(ctx, retryPause(st.cfg)) {
-			return err
+			return nil
 		}
-	}
-	return err
-}
-
-// goneOrNil keeps of a release's outcome only errGone: a release that failed leaves the
-// holding to expire, which its Unlock does not report.
-func goneOrNil(err error) error {
-	if errors.Is(err, errGone) {
-		return errGone
 	}
 	return nil
 }
