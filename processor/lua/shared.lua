@@ -71,6 +71,13 @@ local function settle(locker)
     atLeast(GONE, locker, NOW_MS + tonumber(A.gone_ttl))
 end
 
+-- unhold lets locker's holding go and settles the locker.
+local function unhold(locker)
+    redis.call('hdel', HELD, locker)
+    redis.call('zrem', EXP, locker)
+    settle(locker)
+end
+
 local function settled(locker)
     return redis.call('zscore', GONE, locker) ~= false
 end
@@ -103,9 +110,7 @@ end
 local function prune()
     local dead = redis.call('zrangebyscore', EXP, '-inf', '(' .. NOW_MS)
     for _, locker in ipairs(dead) do
-        redis.call('hdel', HELD, locker)
-        redis.call('zrem', EXP, locker)
-        settle(locker)
+        unhold(locker)
     end
     redis.call('zremrangebyscore', GONE, '-inf', '(' .. NOW_MS)
     for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
@@ -274,9 +279,7 @@ if A.op == 'take' then
             drop(A.owner)
         end
         if old then
-            redis.call('hdel', HELD, old.locker)
-            redis.call('zrem', EXP, old.locker)
-            settle(old.locker)
+            unhold(old.locker)
         end
         if freed or (old and old.n > n) then
             wake(k)
@@ -355,10 +358,8 @@ elseif A.op == 'force' then
         return {0}
     end
     A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
-    settle(A.locker)
     settle(A.locker .. '|forced') -- its release answers gone: its owners are told of the loss
-    redis.call('hdel', HELD, A.locker)
-    redis.call('zrem', EXP, A.locker)
+    unhold(A.locker)
     wake(k)
     keep(k, kd)
     return {1}
