@@ -1,6 +1,9 @@
 package dlock
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // InUse reports how many lock states the generator keeps (tests check they are dropped).
 func (g *Generator) InUse() int {
@@ -63,4 +66,20 @@ func (g *Generator) Place(key string) (rank int, heard, ok bool) {
 		return 0, false, false
 	}
 	return st.line.rank, st.line.heard, true
+}
+
+// SharedWaiters reports how many goroutines of this generator wait for the read-write lock
+// or semaphore of unique key key.
+func (g *Generator) SharedWaiters(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for k, st := range g.shares {
+		if strings.HasSuffix(k, "|"+key) {
+			st.mu.Lock()
+			n += len(st.waiters)
+			st.mu.Unlock()
+		}
+	}
+	return n
 }

@@ -145,7 +145,9 @@ func (l *RWLock) Unlock(owned context.Context) error {
 }
 
 // FencingToken returns the fencing token of owned's holding: tokens increase across every
-// holding of the lock, of either side, in every process.
+// holding of the lock, of either side, in every process. Each writer has a token of its own,
+// above the writer's before it, also when writers of one process pass one write-hold; the
+// readers that share a holding share its token.
 func (l *RWLock) FencingToken(owned context.Context) (uint64, bool) {
 	return l.WriteSide().FencingToken(owned)
 }

@@ -233,7 +233,7 @@ func TestRWExclusion(t *testing.T) {
 							bad.Add(1)
 						}
 						tok, _ := l.FencingToken(o)
-						if prev := lastTok.Swap(tok); prev > tok { // the writers of one holding share its token
+						if prev := lastTok.Swap(tok); prev >= tok {
 							t.Errorf("token %d after %d", tok, prev)
 						}
 						time.Sleep(200 * time.Microsecond)
@@ -261,6 +261,66 @@ func TestRWExclusion(t *testing.T) {
 	if bad.Load() != 0 {
 		t.Fatalf("%d overlaps of a writer", bad.Load())
 	}
+}
+
+// The writers of one process that pass one write-hold each have a fencing token of their own,
+// above the one before, also once the hold's block of tokens is used up and it is taken again;
+// a later holding's token is above all of them. (The counter starts far ahead of the clock,
+// so that tokens follow it, not the clock.)
+func TestRWWritersPassingOneHoldHaveTokensOfTheirOwn(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	g, _ := newGen(t)
+	l := rwOf(t, g, uniqueTarget(t))
+	ahead := uint64(time.Now().UnixMicro()) + 1_000_000_000_000
+	if err := srv.Client().Set(ctx, processor.SharedKeys(l.Config())[5], ahead, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers = 40 // (more than a write-hold's block)
+	var mu sync.Mutex
+	var tokens []uint64
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := l.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tok, ok := l.FencingToken(o)
+			mu.Lock()
+			if !ok || (len(tokens) > 0 && tok <= tokens[len(tokens)-1]) {
+				t.Errorf("writer %d: token %d (%v) after %v", len(tokens), tok, ok, tokens)
+			}
+			tokens = append(tokens, tok)
+			mu.Unlock()
+			_ = o.Unlock()
+		}()
+	}
+	for g.SharedWaiters(l.Config().UniqueKey()) < writers {
+		if ctx.Err() != nil {
+			t.Fatal("the writers never all waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = first.Unlock()
+	wg.Wait()
+	// a holding taken afterwards, in another process, is above all of them
+	g2, _ := newGen(t)
+	l2 := rwOf(t, g2, l.Config().LockTarget())
+	o, err := l2.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := l2.FencingToken(o); len(tokens) != writers || tok <= tokens[len(tokens)-1] {
+		t.Fatalf("a later reader's token %d, after the writers' %v", tok, tokens)
+	}
+	_ = o.Unlock()
 }
 
 // The readers of one process share one read-hold: their Redis requests do not grow with them.

@@ -63,7 +63,9 @@ const (
 type shareHold struct {
 	locker  string
 	n       int64     // permits held in Redis
-	token   uint64    // fencing token of the holding (a downgrade keeps its owners' tokens)
+	token   uint64    // fencing token of its last writer, else of the holding (a downgrade keeps its owners' tokens)
+	tokEnd  uint64    // the last token of the block the holding reserved: one for each writer it serves
+	wrote   bool      // a writer was lent token
 	readers int       // rw: read borrowers; sem: borrowers
 	writers int       // rw: write borrowers (0 or 1)
 	lent    int64     // sem: permits lent
@@ -100,6 +102,18 @@ func (h *shareHold) idle() bool { return h.readers == 0 && h.writers == 0 }
 
 // writeBatch bounds the writers a write-hold serves in a row past a reader queued before them.
 const writeBatch = 16
+
+// writeBlock is how many fencing tokens a write-hold reserves, each writer it serves having
+// one of its own: once they are used up, the hold serves no more writers and goes back.
+const writeBlock = 16
+
+// tokens returns how many fencing tokens a holding of n permits reserves.
+func (st *sharedState) tokens(n int64) int {
+	if st.spec.Kind == processor.KindRW && n == processor.RWPermits {
+		return writeBlock
+	}
+	return 1
+}
 
 // shareWaiter is a goroutine waiting for permits.
 type shareWaiter struct {
@@ -307,7 +321,7 @@ func (st *sharedState) holdFor(w *shareWaiter) *shareHold {
 				return h
 			}
 		case w.write:
-			if h.write() && h.idle() && !h.downing {
+			if h.write() && h.idle() && !h.downing && (!h.wrote || h.token < h.tokEnd) {
 				return h
 			}
 		case !h.write() || h.writers == 0: // a reader: a read-hold, or an idle write-hold
@@ -325,6 +339,10 @@ func (st *sharedState) lend(h *shareHold, w *shareWaiter) {
 		h.lent += w.n
 	case w.write:
 		h.writers++
+		if h.wrote {
+			h.token++ // (each writer a token of its own: holdFor saw the block has one more)
+		}
+		h.wrote = true
 	default:
 		h.readers++
 	}
@@ -687,9 +705,10 @@ func retryPause(cfg domain.DLockConfig) time.Duration {
 	return min(cfg.Lease()/10, 50*time.Millisecond)
 }
 
-// newHold records a holding taken at sent.
+// newHold records a holding of n permits taken at sent, with the block of fencing tokens from
+// token.
 func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.Time) *shareHold {
-	h := &shareHold{locker: locker, n: n, token: token, fresh: true}
+	h := &shareHold{locker: locker, n: n, token: token, tokEnd: token + uint64(st.tokens(n)) - 1, fresh: true}
 	h.ctx, h.end = context.WithCancelCause(context.Background())
 	st.renewed(h, sent)
 	return h
@@ -714,7 +733,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 	w, f := st.heardW, st.heardF // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
-		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait})
+		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Tokens: st.tokens(a.n)})
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		a.sent = true
@@ -822,7 +841,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 				st.orphans = append(st.orphans, locker) // lost meanwhile: give back what may have been taken
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
-			h.locker, h.n, h.token, h.downTo, h.downing = locker, 1, r.Token, "", false
+			h.locker, h.n, h.token, h.tokEnd, h.downTo, h.downing = locker, 1, r.Token, r.Token, "", false
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()

@@ -62,6 +62,10 @@ type TakeRequest struct {
 	N        int64  // permits asked, 1 ≤ N ≤ k
 	Wait     bool   // stand in line (or renew the entry) when they do not fit
 	Replaces string // a holding of the same process that this one replaces when taken ("" for none)
+	// Tokens is how many fencing tokens to reserve (0 for one): the holding's token is the
+	// first, and no later holding's is at or below the last. A write-hold hands them to the
+	// writers it serves in turn.
+	Tokens int
 }
 
 // SharedResult is the answer to a write of a shared lock.
@@ -98,7 +102,7 @@ type SharedWaiter struct {
 	Permits int64
 }
 
-func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string) ([]any, int64, error) {
+func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string, tokens int) ([]any, int64, error) {
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -110,7 +114,7 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	owner, _ := SplitLocker(locker)
 	res, acked, err := p.run(ctx, p.scripts.run["shared"], op == "take", SharedKeys(cfg),
 		op, locker, owner, n, ms(cfg.Lease()), flag(wait), replaces, string(s.Kind), s.Permits,
-		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub)
+		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, tokens)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -123,8 +127,8 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 
 // call runs op and reads its code: an error is the kind's refusal (-2, -3: ErrInvalidConfig)
 // or a *RedisProcessError naming op.
-func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string) (int64, []any, int64, error) {
-	vals, acked, err := p.shared(ctx, cfg, s, op, locker, n, wait, replaces)
+func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string, tokens int) (int64, []any, int64, error) {
+	vals, acked, err := p.shared(ctx, cfg, s, op, locker, n, wait, replaces, tokens)
 	if err != nil {
 		return 0, nil, 0, processErr(op, cfg.UniqueKey(), err)
 	}
@@ -156,7 +160,7 @@ func uintOf(v any) uint64 {
 // settles its locker, so that no copy of it takes permits later.
 func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockConfig, s Shared, req TakeRequest) (SharedResult, error) {
 	p.raise(cfg)
-	code, vals, acked, err := p.call(ctx, cfg, s, "take", req.Locker, req.N, req.Wait, req.Replaces)
+	code, vals, acked, err := p.call(ctx, cfg, s, "take", req.Locker, req.N, req.Wait, req.Replaces, req.Tokens)
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -184,7 +188,7 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 // SharedRenew renews the holding of locker with cfg's lease, never shortening it: Renewed
 // (and whether another process waits), Gone, or Settled when it was let go already.
 func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, vals, _, err := p.call(ctx, cfg, s, "renew", locker, 0, false, "")
+	code, vals, _, err := p.call(ctx, cfg, s, "renew", locker, 0, false, "", 0)
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -203,7 +207,7 @@ func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockCo
 // Gone — also when an operator forced the holding away (SharedForce). The processes at the
 // front of the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, "release", locker, 0, false, "")
+	code, _, _, err := p.call(ctx, cfg, s, "release", locker, 0, false, "", 0)
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -222,7 +226,7 @@ func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLock
 // lease, so no copy of its process's requests takes it back; the processes at the front of
 // the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, "force", locker, 0, false, "")
+	code, _, _, err := p.call(ctx, cfg, s, "force", locker, 0, false, "", 0)
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -239,14 +243,14 @@ func (p *RedisLockProcessor) SetPermits(ctx context.Context, cfg domain.DLockCon
 	if k < 1 {
 		return fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
 	}
-	_, _, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, "permits", "", 0, false, "")
+	_, _, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, "permits", "", 0, false, "", 0)
 	return err
 }
 
 // SharedInspect reads what Redis holds for cfg's shared lock, changing nothing. s is what the
 // asker knows of it, reported when Redis holds nothing.
 func (p *RedisLockProcessor) SharedInspect(ctx context.Context, cfg domain.DLockConfig, s Shared) (SharedInspection, error) {
-	vals, _, err := p.shared(ctx, cfg, s, "inspect", "", 0, false, "")
+	vals, _, err := p.shared(ctx, cfg, s, "inspect", "", 0, false, "", 0)
 	if err == nil && len(vals) != 6 {
 		err = fmt.Errorf("shared.lua inspect returned %d values", len(vals))
 	}

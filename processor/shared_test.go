@@ -848,3 +848,31 @@ func TestSharedCopyOfATakeRenewsIt(t *testing.T) {
 		}
 	})
 }
+
+// A take reserves the block of fencing tokens it asks for: its token is the first, a copy of it
+// answers the same, and the next holding's token is above the whole block. (The counter is
+// set far ahead of the clock, so that tokens follow it.)
+func TestSharedTakeReservesABlockOfTokens(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "block")
+		ahead := uint64(time.Now().UnixMicro()) + 1_000_000_000_000
+		if err := c.Set(ctx, processor.SharedKeys(lc)[5], ahead, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		w, r := newProc(t, c, "W-"), newProc(t, c, "R-")
+		wl := w.locker()
+		req := processor.TakeRequest{Locker: wl, N: processor.RWPermits, Wait: true, Tokens: 5}
+		got, err := w.SharedTake(ctx, lc, rw, req)
+		if err != nil || got.Outcome != processor.Taken || got.Token != ahead+1 {
+			t.Fatalf("write take = %+v, %v; want taken with token %d", got, err, ahead+1)
+		}
+		if again, err := w.SharedTake(ctx, lc, rw, req); err != nil || again.Token != got.Token {
+			t.Fatalf("its copy = %+v, %v; want the same token %d", again, err, got.Token)
+		}
+		w.letGo(t, lc, rw, wl)
+		if next := r.take(t, lc, rw, r.locker(), 1, false); next.Outcome != processor.Taken || next.Token != ahead+5+1 {
+			t.Fatalf("the next take = %+v; want token %d, above the block %d..%d", next, ahead+6, ahead+1, ahead+5)
+		}
+	})
+}

@@ -56,7 +56,8 @@ import (
 // and one in ten a permit of a semaphore of histSemPermits ("s" keys); they make no Extend, no
 // ForceRelease and no fenced write (the owners that share a holding share its token). For
 // them rule (1) judges a writer beside anyone (readers share), and a semaphore's holding
-// beside histSemPermits others at once (permits); rule (2) only across processes.
+// beside histSemPermits others at once (permits); rule (2) across processes, and between two
+// writers of one process.
 
 // Definitions. A holding H is one successful Lock/TryLock up to its Unlock. CallStart is when
 // the acquiring call began, TAcq when it returned (read right after), TRel when Unlock was
@@ -1147,33 +1148,36 @@ func (r *histRun) checkTokens(key string, hs []*histHolding) {
 }
 
 // checkSharedTokens applies rule (2) to a read-write lock's or a semaphore's holdings, whose
-// owners share their process's holding's token: two processes never share a token, and for
-// a read-write lock, a holding of another process whose call began after a holding acquired,
-// one of them a writer, has a larger token (the write-hold was taken after the other's
-// holding was let go, or the other's after it). Readers of different processes, and a
-// semaphore's holders, hold at once under tokens in no order.
+// readers and permit holders share their process's holding's token (a reader on a write-hold,
+// its last writer's), while each writer has its own: two processes, or two writers, never
+// share a token, and for a read-write lock, a holding whose call began after another holding
+// acquired, one of them a writer, has a larger token, unless both are of one process and one
+// reads. Readers of different processes, and a semaphore's holders, hold at once under tokens
+// in no order.
 func (r *histRun) checkSharedTokens(key string, hs []*histHolding) {
 	seen := map[uint64]*histHolding{}
 	for _, h := range hs {
 		if h.NoToken {
 			continue
 		}
-		if o := seen[h.Token]; o != nil && o.Proc != h.Proc {
-			r.violate("token-repeated", "two processes' holdings of %s with token %d:\n    %s\n    %s", key, h.Token, r.hold(o), r.hold(h))
+		if o := seen[h.Token]; o != nil && (o.Proc != h.Proc || (o.Side == "w" && h.Side == "w")) {
+			r.violate("token-repeated", "two holdings of %s with token %d, of two processes or two writers:\n    %s\n    %s", key, h.Token, r.hold(o), r.hold(h))
 			continue
 		}
-		seen[h.Token] = h
+		if seen[h.Token] == nil || h.Side == "w" {
+			seen[h.Token] = h
+		}
 	}
 	if !strings.HasPrefix(key, "r") {
 		return
 	}
 	for _, a := range hs {
 		for _, b := range hs {
-			if a.Proc == b.Proc || a.NoToken || b.NoToken || a.TAcq >= b.CallStart || (a.Side != "w" && b.Side != "w") {
+			if (a.Proc == b.Proc && (a.Side != "w" || b.Side != "w")) || a.NoToken || b.NoToken || a.TAcq >= b.CallStart || (a.Side != "w" && b.Side != "w") {
 				continue
 			}
 			if b.Token <= a.Token && !r.forcedBetween(b, b.TRel) && !a.unfinished && !b.unfinished {
-				r.violate("token-order", "%s: a holding whose call began after another process's had acquired, one of them writing, has a token not above it:\n    earlier %s\n    later   %s",
+				r.violate("token-order", "%s: a holding whose call began after another had acquired, one of them writing, has a token not above it:\n    earlier %s\n    later   %s",
 					key, r.hold(a), r.hold(b))
 			}
 		}

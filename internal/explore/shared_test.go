@@ -47,7 +47,7 @@ func TestSharedExplorerFindsEachMutant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, kind := range []processor.Kind{processor.KindSem, processor.KindRW} {
+			for _, kind := range []processor.Kind{processor.KindRW, processor.KindSem} {
 				start := time.Now()
 				rep, err := explore.RunShared(context.Background(), explore.SharedOptions{Kind: kind, Scripts: scripts}, budget, 0)
 				if err != nil {

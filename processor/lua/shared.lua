@@ -43,6 +43,7 @@ local NAMES = {
     'fence_ttl',  -- how long the fencing counter is kept, ms
     'channel',    -- the prefix of the process channels (<channel><owner>), '' to publish nothing
     'publish',    -- 'publish' or 'spublish'
+    'tokens',     -- take: fencing tokens to reserve, the first being the holding's ('' for one)
 }
 local A = {}
 for i, name in ipairs(NAMES) do
@@ -269,9 +270,12 @@ if A.op == 'take' then
         fits = sum + ahead(A.owner) + n <= k
     end
     if fits then
+        -- A block of tokens (a write-hold's, one for each writer it serves in turn) is
+        -- small: successful write takes are more µs apart than it has tokens (the last
+        -- write-hold's release runs between two), so the counter keeps to the clock.
         local token = math.max(tonumber(redis.call('get', FENCE) or '0') + 1, NOW_US)
         local tok = string.format('%.0f', token)
-        redis.call('set', FENCE, tok)
+        redis.call('set', FENCE, string.format('%.0f', token + math.max(tonumber(A.tokens) or 1, 1) - 1))
         redis.call('hset', HELD, A.locker, A.n .. '|' .. tok .. '|' .. A.owner)
         lengthen(A.locker)
         local e = entry(A.owner)
