@@ -20,7 +20,7 @@ import (
 )
 
 // allImpls lists the implementations in the order they are run and drawn.
-var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem", "local-rw"}
+var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem", "local-rw", "floor"}
 
 // scenarioImpls lists, for each scenario, the implementations that can run it: the read-write
 // scenario needs a lock with a read side (the mutex runs it with its one side, as a baseline),
@@ -30,10 +30,16 @@ var scenarioImpls = map[string][]string{
 	"sem": {"dlock-sem", "redisson-sem"},
 }
 
+// crossOnly are the implementations that run only with one goroutine per process.
+var crossOnly = []string{"floor"}
+
 // runs reports whether implementation impl can run scenario sc.
 func runs(sc, impl string) bool {
 	if own, ok := scenarioImpls[sc]; ok {
 		return slices.Contains(own, impl)
+	}
+	if slices.Contains(crossOnly, impl) {
+		return sc == "cross" || sc == "handoff"
 	}
 	return !slices.Contains(familyOnly, impl)
 }
@@ -111,6 +117,8 @@ func newImpl(name string, client *redis.Client, lease time.Duration) (Impl, erro
 		return newRedissonSem(client, lease)
 	case "local-rw":
 		return &localRW{}, nil
+	case "floor":
+		return newFloor(client, lease)
 	}
 	return nil, fmt.Errorf("unknown implementation %q (want one of %v)", name, allImpls)
 }

@@ -3,8 +3,12 @@
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR]
 //	         [--scenarios trip,hot,cross,handoff,rw,sem]
-//	         [--impls dlock,dlock-poll,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem]
+//	         [--impls dlock,dlock-poll,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem,local-rw,floor]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
+//
+// Two rows are ceilings, not locks: local-rw (the rw scenario in one process on a
+// sync.RWMutex) and floor (the cross and handoff scenarios on the leanest fair grant this
+// bench knows: floor.go).
 //
 // Without --redis it starts its own redis-server on a free port and stops it at the end.
 // Each row's processes are this program run again in a hidden --worker mode; they connect,
