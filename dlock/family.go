@@ -120,8 +120,9 @@ func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 	return l.WriteSide().Lock(ctx)
 }
 
-// TryLock takes the write side if it can at once (one Redis round trip at most): false with
-// a nil error when another holds either side or a process waits in line before it.
+// TryLock takes the write side if it can at once (one Redis round trip at most, two when this
+// process's write-hold has given each of its block of tokens to a writer and goes back first):
+// false with a nil error when another holds either side or a process waits in line before it.
 func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	return l.WriteSide().TryLock(ctx)
 }
@@ -382,7 +383,7 @@ type SharedState struct {
 	Permits int64         // a semaphore's k (Redis's while in use); 0 for a read-write lock
 	Holds   []SharedHold  // one per holding (a process's read tenure, write-hold, or permits)
 	Waiting []SharedWaits // processes in line, first first
-	Fence   uint64        // the last fencing token handed out
+	Fence   uint64        // the last fencing token reserved (a write-hold reserves a block)
 }
 
 // Writers returns the holdings of the write side.
@@ -404,9 +405,9 @@ func (s SharedState) filter(write bool) []SharedHold {
 // SharedHold is one holding.
 type SharedHold struct {
 	Locker  string
-	Permits int64 // a semaphore's permits; 1 for a read-hold
-	Write   bool  // a write-hold
-	Token   uint64
+	Permits int64  // a semaphore's permits; 1 for a read-hold
+	Write   bool   // a write-hold
+	Token   uint64 // the holding's: a write-hold's first (its writers have the next ones of its block)
 	TTL     time.Duration
 }
 

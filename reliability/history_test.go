@@ -54,7 +54,7 @@ import (
 //
 // One iteration in seven takes a side of a read-write lock instead ("r" keys: 4 reads in 5),
 // and one in ten a permit of a semaphore of histSemPermits ("s" keys); they make no Extend, no
-// ForceRelease and no fenced write (the owners that share a holding share its token). For
+// ForceRelease and no fenced write (the readers that share a holding share its token). For
 // them rule (1) judges a writer beside anyone (readers share), and a semaphore's holding
 // beside histSemPermits others at once (permits); rule (2) across processes, and between two
 // writers of one process.
@@ -1387,7 +1387,9 @@ func TestHistoryRules(t *testing.T) {
 		{"clean", []*histRecord{hold("a", "k", 1, 0, 1, 10), hold("b", "k", 2, 2, 12, 20)}, nil, nil, nil},
 		{"readers share", []*histRecord{hold("a", "r", 1, 0, 1, 10, side("r")), hold("b", "r", 2, 2, 5, 15, side("r"))}, nil, nil, nil},
 		{"a reader beside a writer", []*histRecord{hold("a", "r", 1, 0, 1, 10, side("r")), hold("b", "r", 2, 2, 5, 15, side("w"))}, nil, nil, []string{"overlap"}},
-		{"writers share a holding's token in one process", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("w")), hold("a", "r", 5, 2, 11, 15, side("w"))}, nil, nil, nil},
+		{"writers of one process, each with its own token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("w")), hold("a", "r", 6, 2, 11, 15, side("w"))}, nil, nil, nil},
+		{"two writers of one process share a token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("w")), hold("a", "r", 5, 2, 11, 15, side("w"))}, nil, nil, []string{"token-order", "token-repeated"}},
+		{"a reader on its process's write-hold shares its writer's token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("w")), hold("a", "r", 5, 2, 11, 15, side("r"))}, nil, nil, nil},
 		{"a writer after another process's reader with a lower token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("r")), hold("b", "r", 4, 2, 11, 15, side("w"))}, nil, nil, []string{"token-order"}},
 		{"two processes' holdings share a token", []*histRecord{hold("a", "r", 5, 0, 1, 10, side("r")), hold("b", "r", 5, 2, 5, 15, side("r"))}, nil, nil, []string{"token-repeated"}},
 		{"two of a semaphore's two permits", []*histRecord{hold("a", "s", 1, 0, 1, 10, side("p")), hold("b", "s", 2, 2, 5, 15, side("p"))}, nil, nil, nil},

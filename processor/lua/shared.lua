@@ -12,7 +12,7 @@
 --   KEYS[3] LINE  {B}:shared:line   sorted set: owner (a process) by the server µs it joined
 --   KEYS[4] WANT  {B}:shared:want   hash: owner -> "<permits>|<server ms the entry expires>|<locker>"
 --   KEYS[5] GONE  {B}:shared:gone   sorted set: settled lockers by the server ms they are kept until
---   KEYS[6] FENCE {B}:shared:fence  the fencing counter: the last token handed out
+--   KEYS[6] FENCE {B}:shared:fence  the fencing counter: the last token reserved
 --   KEYS[7] KIND  {B}:shared:kind   "<rw|sem>|<k>": what the lock is and its permits
 --
 -- Invariants (the explorer, internal/explore, checks them under late and repeated requests):
