@@ -30,6 +30,10 @@ var scenarioImpls = map[string][]string{
 	"sem": {"dlock-sem", "redisson-sem"},
 }
 
+// ceilings are the rows that are not locks but bounds (local-rw: no Redis; floor: a fair grant
+// with none of a lock's safeguards); the plots draw them apart.
+var ceilings = []string{"local-rw", "floor"}
+
 // crossOnly are the implementations that run only with one goroutine per process.
 var crossOnly = []string{"floor"}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -96,6 +97,10 @@ func addLine(p *plot.Plot, name string, i int, xys plotter.XYs) error {
 		return err
 	}
 	l.Color, s.Color, s.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
+	if slices.Contains(ceilings, name) { // not a lock: black and dashed
+		l.Color, s.Color = color.Black, color.Black
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	}
 	p.Add(l, s)
 	p.Legend.Add(name, l, s)
 	return nil
