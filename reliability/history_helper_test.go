@@ -374,9 +374,10 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		}
 	}
 
-	// Fenced writes by the mutex's holders only: the owners that share a read-write lock's
-	// or a semaphore's holding share its token.
-	writeFirst := rand.IntN(2) == 0 && mutex != nil
+	// Fenced writes by the mutex's holders and a read-write lock's writers, each with a token
+	// of its own (readers and a semaphore's owners share their holding's).
+	fenced := mutex != nil || rec.Side == "w"
+	writeFirst := rand.IntN(2) == 0 && fenced
 	if writeFirst {
 		rec.Write = w.fencedWrite(key, token)
 	}
@@ -409,7 +410,7 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 			t.Stop()
 		}
 	}
-	if !writeFirst && mutex != nil {
+	if !writeFirst && fenced {
 		rec.Write = w.fencedWrite(key, token)
 	}
 

@@ -53,8 +53,9 @@ import (
 // below; the test fails on any violation and prints the first examples of each kind.
 //
 // One iteration in seven takes a side of a read-write lock instead ("r" keys: 4 reads in 5),
-// and one in ten a permit of a semaphore of histSemPermits ("s" keys); they make no Extend, no
-// ForceRelease and no fenced write (the readers that share a holding share its token). For
+// and one in ten a permit of a semaphore of histSemPermits ("s" keys); they make no Extend and
+// no ForceRelease, and only writers make fenced writes (the readers that share a holding share
+// its token). For
 // them rule (1) judges a writer beside anyone (readers share), and a semaphore's holding
 // beside histSemPermits others at once (permits); rule (2) across processes, and between two
 // writers of one process.
