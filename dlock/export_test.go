@@ -83,3 +83,11 @@ func (g *Generator) SharedWaiters(key string) int {
 	}
 	return n
 }
+
+// WithWriteBlock sets how many fencing tokens a read-write lock's write-hold reserves at a time.
+func WithWriteBlock(n uint64) Option {
+	return optionFunc(func(o *options) error {
+		o.writeBlock = n
+		return nil
+	})
+}

@@ -121,8 +121,8 @@ func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 }
 
 // TryLock takes the write side if it can at once (one Redis round trip at most, two when this
-// process's write-hold has given each of its block of tokens to a writer and goes back first):
-// false with a nil error when another holds either side or a process waits in line before it.
+// process's write-hold has handed out all its fencing tokens and goes back first): false with
+// a nil error when another holds either side or a process waits in line before it.
 func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	return l.WriteSide().TryLock(ctx)
 }

@@ -55,7 +55,7 @@ type Generator struct {
 // wrapping ErrInvalidConfig. Defaults: no logging, barging allowed (with a starvation guard),
 // release notifications on, no lease configured for any type.
 func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, error) {
-	o := options{logger: zap.NewNop(), notify: true, handOff: DefaultHandOff, leases: map[domain.DLockType]time.Duration{}, observer: NopObserver{}}
+	o := options{logger: zap.NewNop(), notify: true, handOff: DefaultHandOff, leases: map[domain.DLockType]time.Duration{}, observer: NopObserver{}, writeBlock: writeBlock}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidConfig)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/processor"
 )
@@ -264,22 +266,31 @@ func TestRWExclusion(t *testing.T) {
 }
 
 // The writers of one process that pass one write-hold each have a fencing token of their own,
-// above the one before, also once the hold's block of tokens is used up and it is taken again;
-// a later holding's token is above all of them. (The counter starts far ahead of the clock,
-// so that tokens follow it, not the clock.)
+// above the one before, also across the refills that reserve new blocks (4 tokens each here)
+// while writers wait; a later holding's token is above all of them, and the tokens the hold
+// did not hand out go back with its release. (The counter starts far ahead of the clock, so
+// that tokens follow it, not the clock.)
 func TestRWWritersPassingOneHoldHaveTokensOfTheirOwn(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	g, _ := newGen(t)
+	c := srv.Client()
+	takes := &opCounter{op: "take"}
+	c.AddHook(takes)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute), dlock.WithWriteBlock(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
 	l := rwOf(t, g, uniqueTarget(t))
+	fence := processor.SharedKeys(l.Config())[5]
 	ahead := uint64(time.Now().UnixMicro()) + 1_000_000_000_000
-	if err := srv.Client().Set(ctx, processor.SharedKeys(l.Config())[5], ahead, time.Minute).Err(); err != nil {
+	if err := srv.Client().Set(ctx, fence, ahead, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	first, err := l.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const writers = 40 // (more than a write-hold's block)
+	const writers = 40 // (ten blocks)
 	var mu sync.Mutex
 	var tokens []uint64
 	var wg sync.WaitGroup
@@ -310,6 +321,26 @@ func TestRWWritersPassingOneHoldHaveTokensOfTheirOwn(t *testing.T) {
 	}
 	_ = first.Unlock()
 	wg.Wait()
+	if len(tokens) != writers {
+		t.Fatalf("%d writers got the lock", len(tokens))
+	}
+	if n := takes.count(); n != 1 { // (refills renew it with new blocks: it never went back)
+		t.Fatalf("the write-hold was taken %d times for %d writers", n, writers+1)
+	}
+	// the hold went back with its last writer: the counter is that writer's token
+	for {
+		c, err := srv.Client().Get(ctx, fence).Uint64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c == tokens[len(tokens)-1] {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the counter stays at %d after the writers' %v", c, tokens)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	// a holding taken afterwards, in another process, is above all of them
 	g2, _ := newGen(t)
 	l2 := rwOf(t, g2, l.Config().LockTarget())
@@ -317,10 +348,42 @@ func TestRWWritersPassingOneHoldHaveTokensOfTheirOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok, _ := l2.FencingToken(o); len(tokens) != writers || tok <= tokens[len(tokens)-1] {
+	if tok, _ := l2.FencingToken(o); tok != tokens[len(tokens)-1]+1 {
 		t.Fatalf("a later reader's token %d, after the writers' %v", tok, tokens)
 	}
 	_ = o.Unlock()
+}
+
+// opCounter counts the lockers sent in calls of shared.lua with op (a script sent again after
+// NOSCRIPT, or a request sent again, counts once).
+type opCounter struct {
+	op      string
+	mu      sync.Mutex
+	lockers map[any]bool
+}
+
+func (c *opCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.lockers)
+}
+
+func (c *opCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *opCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); processor.ScriptName(a) == "shared" && len(a) > 11 && a[10] == c.op {
+			c.mu.Lock()
+			if c.lockers == nil {
+				c.lockers = map[any]bool{}
+			}
+			c.lockers[a[11]] = true
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *opCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // The readers of one process share one read-hold: their Redis requests do not grow with them.

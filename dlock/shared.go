@@ -61,25 +61,27 @@ const (
 
 // shareHold is one holding in Redis and what it lends.
 type shareHold struct {
-	locker  string
-	n       int64     // permits held in Redis
-	token   uint64    // fencing token of its last writer, else of the holding (a downgrade keeps its owners' tokens)
-	tokEnd  uint64    // the last token of the block the holding reserved: one for each writer it serves
-	wrote   bool      // a writer was lent token
-	readers int       // rw: read borrowers; sem: borrowers
-	writers int       // rw: write borrowers (0 or 1)
-	lent    int64     // sem: permits lent
-	fresh   bool      // taken for the front waiters and not lent yet: it serves them even when wanted
-	downAt  time.Time // rw: a downgrade may be tried from then (after one Redis failed)
-	downing bool      // rw: a downgrade is on its way or unresolved: no writer may borrow (it would end a reader)
-	downTo  string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
-	passes  int       // rw: writers lent in a row past a queued reader
-	renewAt time.Time
-	valid   time.Time    // the lease runs out (from the send time of the last take or renewal)
-	expiry  *time.Timer  // ends the holding at valid, whatever the driver is doing
-	fate    []chan error // told once an idle holding is let go in Redis or lent again (Unlock waits)
-	ctx     context.Context
-	end     context.CancelCauseFunc
+	locker   string
+	n        int64     // permits held in Redis
+	token    uint64    // fencing token of its last writer, else of the holding (a downgrade keeps its owners' tokens)
+	next     uint64    // rw: the token the next writer it serves gets, from the block reserved ...
+	tokEnd   uint64    // ... up to this one
+	spare    uint64    // rw: the first token of a block a refill reserved, to use next (0: none)
+	refillAt time.Time // rw: a refill may be sent from then (after one Redis failed)
+	readers  int       // rw: read borrowers; sem: borrowers
+	writers  int       // rw: write borrowers (0 or 1)
+	lent     int64     // sem: permits lent
+	fresh    bool      // taken for the front waiters and not lent yet: it serves them even when wanted
+	downAt   time.Time // rw: a downgrade may be tried from then (after one Redis failed)
+	downing  bool      // rw: a downgrade is on its way or unresolved: no writer may borrow (it would end a reader)
+	downTo   string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
+	passes   int       // rw: writers lent in a row past a queued reader
+	renewAt  time.Time
+	valid    time.Time    // the lease runs out (from the send time of the last take or renewal)
+	expiry   *time.Timer  // ends the holding at valid, whatever the driver is doing
+	fate     []chan error // told once an idle holding is let go in Redis or lent again (Unlock waits)
+	ctx      context.Context
+	end      context.CancelCauseFunc
 }
 
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
@@ -103,14 +105,16 @@ func (h *shareHold) idle() bool { return h.readers == 0 && h.writers == 0 }
 // writeBatch bounds the writers a write-hold serves in a row past a reader queued before them.
 const writeBatch = 16
 
-// writeBlock is how many fencing tokens a write-hold reserves, each writer it serves having
-// one of its own: once they are used up, the hold serves no more writers and goes back.
-const writeBlock = 16
+// writeBlock is how many fencing tokens a write-hold reserves at a time, each writer it serves
+// having one of its own. Once half are used while writers wait, a refill (a renewal) reserves
+// another block, used when this one is; a writer waits only when both are used up. The tokens
+// a hold did not hand out go back with its release.
+const writeBlock = blockSize // (as many as a mutex tenure's)
 
 // tokens returns how many fencing tokens a holding of n permits reserves.
 func (st *sharedState) tokens(n int64) int {
 	if st.spec.Kind == processor.KindRW && n == processor.RWPermits {
-		return writeBlock
+		return int(st.g.opts.writeBlock)
 	}
 	return 1
 }
@@ -321,7 +325,7 @@ func (st *sharedState) holdFor(w *shareWaiter) *shareHold {
 				return h
 			}
 		case w.write:
-			if h.write() && h.idle() && !h.downing && (!h.wrote || h.token < h.tokEnd) {
+			if h.write() && h.idle() && !h.downing && (h.next <= h.tokEnd || h.spare > 0) {
 				return h
 			}
 		case !h.write() || h.writers == 0: // a reader: a read-hold, or an idle write-hold
@@ -339,10 +343,11 @@ func (st *sharedState) lend(h *shareHold, w *shareWaiter) {
 		h.lent += w.n
 	case w.write:
 		h.writers++
-		if h.wrote {
-			h.token++ // (each writer a token of its own: holdFor saw the block has one more)
+		if h.next > h.tokEnd { // (holdFor saw a spare block)
+			h.next, h.tokEnd, h.spare = h.spare, h.spare+st.g.opts.writeBlock-1, 0
 		}
-		h.wrote = true
+		h.token = h.next // each writer a token of its own
+		h.next++
 	default:
 		h.readers++
 	}
@@ -460,7 +465,7 @@ func (st *sharedState) planOther(now time.Time) action {
 	if len(st.orphans) > 0 {
 		locker := st.orphans[0]
 		st.orphans = st.orphans[1:]
-		return action{do: func(ctx context.Context) { st.release(ctx, locker) }}
+		return action{do: func(ctx context.Context) { st.release(ctx, locker, 0, 0) }}
 	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
 	// whose readers remain is downgraded when nobody waits elsewhere)
@@ -470,6 +475,9 @@ func (st *sharedState) planOther(now time.Time) action {
 				continue
 			}
 			return action{do: st.downgrade(h)} // resolve the unknown first
+		}
+		if st.mustRefill(h, now) {
+			return action{do: st.refill(h)}
 		}
 		if h.idle() && h.ctx.Err() == nil {
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
@@ -611,14 +619,15 @@ func (st *sharedState) planClose() action {
 	if len(st.orphans) > 0 {
 		locker := st.orphans[0]
 		st.orphans = st.orphans[1:]
-		return action{closing: true, do: func(ctx context.Context) { st.release(ctx, locker) }}
+		return action{closing: true, do: func(ctx context.Context) { st.release(ctx, locker, 0, 0) }}
 	}
 	if len(st.holds) > 0 {
 		h := st.holds[0]
 		st.holds = st.holds[1:]
 		fate := h.takeFate()
+		last, end := st.unused(h)
 		return action{closing: true, do: func(ctx context.Context) {
-			tell(fate, st.release(ctx, h.locker))
+			tell(fate, st.release(ctx, h.locker, last, end))
 		}}
 	}
 	return st.drop()
@@ -640,9 +649,23 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 		st.orphans = append(st.orphans, h.downTo)
 	}
 	fate := h.takeFate()
+	last, end := st.unused(h)
 	return action{do: func(ctx context.Context) {
-		tell(fate, st.release(ctx, h.locker))
+		tell(fate, st.release(ctx, h.locker, last, end))
 	}}
+}
+
+// unused returns what a release of h gives back: a write-hold's tokens after the last it
+// handed out (to a writer, or to readers: the holding's), up to its block's end; none (0, 0)
+// for other holdings. The caller holds mu.
+func (st *sharedState) unused(h *shareHold) (last, end uint64) {
+	if st.spec.Kind != processor.KindRW || !h.write() {
+		return 0, 0
+	}
+	if h.spare > 0 {
+		return max(h.next-1, h.token), h.spare + st.g.opts.writeBlock - 1
+	}
+	return max(h.next-1, h.token), h.tokEnd
 }
 
 // giveBack drops the attempt and returns the request that takes it out of line (and gives
@@ -652,16 +675,17 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	if !a.sent {
 		return action{again: true}
 	}
-	return action{do: func(ctx context.Context) { st.release(ctx, a.locker) }}
+	return action{do: func(ctx context.Context) { st.release(ctx, a.locker, 0, 0) }}
 }
 
 // release lets locker go in Redis, trying a few times; what it cannot let go expires with
-// its lease (its Unlock is not told of that). It returns errGone when Redis held nothing of
-// locker (removed by force, or lost by Redis), else nil — also when a copy of this release
-// ran before and its reply was lost (Settled).
-func (st *sharedState) release(ctx context.Context, locker string) error {
+// its lease (its Unlock is not told of that). A holding that reserved a block of tokens up to
+// end, of which it handed out up to last, gives back the rest (processor.SharedReleaseBlock).
+// It returns errGone when Redis held nothing of locker (removed by force, or lost by Redis),
+// else nil — also when a copy of this release ran before and its reply was lost (Settled).
+func (st *sharedState) release(ctx context.Context, locker string, last, end uint64) error {
 	for i := range 3 {
-		r, err := st.g.redis.SharedRelease(ctx, st.cfg, st.spec, locker)
+		r, err := st.g.redis.SharedReleaseBlock(ctx, st.cfg, st.spec, locker, last, end)
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
 			return errGone
@@ -708,7 +732,7 @@ func retryPause(cfg domain.DLockConfig) time.Duration {
 // newHold records a holding of n permits taken at sent, with the block of fencing tokens from
 // token.
 func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.Time) *shareHold {
-	h := &shareHold{locker: locker, n: n, token: token, tokEnd: token + uint64(st.tokens(n)) - 1, fresh: true}
+	h := &shareHold{locker: locker, n: n, token: token, next: token, tokEnd: token + uint64(st.tokens(n)) - 1, fresh: true}
 	h.ctx, h.end = context.WithCancelCause(context.Background())
 	st.renewed(h, sent)
 	return h
@@ -791,6 +815,44 @@ func (st *sharedState) fail(err error) {
 	}
 }
 
+// mustRefill reports whether the write-hold h has handed out half its block of tokens, with no
+// spare one, while a writer of this process waits, nobody waits elsewhere and no refill failed
+// lately: it renews with a spare block, rather than going back and being taken again once the
+// block is used up. The caller holds mu.
+func (st *sharedState) mustRefill(h *shareHold, now time.Time) bool {
+	return st.spec.Kind == processor.KindRW && h.write() && h.spare == 0 && h.next+st.g.opts.writeBlock/2 > h.tokEnd+1 && h.ctx.Err() == nil &&
+		h.downTo == "" && !h.downing && !st.wanted && !now.Before(h.refillAt) &&
+		slices.ContainsFunc(st.waiters, func(x *shareWaiter) bool { return x.write })
+}
+
+// refill returns the request that renews the write-hold h with a new block of tokens.
+func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
+	locker := h.locker
+	w := st.heardW // (the caller holds mu)
+	return func(ctx context.Context) {
+		sent := time.Now()
+		r, err := st.g.redis.SharedRefill(ctx, st.cfg, st.spec, locker, int(st.g.opts.writeBlock))
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		switch {
+		case h.ctx.Err() != nil || h.locker != locker:
+		case err != nil:
+			h.refillAt = time.Now().Add(retryPause(st.cfg)) // (meanwhile it goes back once idle)
+			st.g.observer.RedisError(RedisErrorEvent{Op: "renew", Key: st.cfg.UniqueKey(), Err: err})
+		case r.Outcome == processor.Renewed:
+			if r.Token > 0 {
+				h.spare = r.Token
+			}
+			st.renewed(h, sent)
+			st.wanted = r.Waiting || st.heardW != w
+			st.lendLocked()
+		default:
+			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", locker))
+			h.stop(ErrLockLost)
+		}
+	}
+}
+
 // renew returns the request that renews h.
 func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	locker := h.locker
@@ -826,9 +888,10 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 	locker := h.downTo
 	h.downing = true
 	w := st.heardW // (the caller holds mu)
+	last, end := st.unused(h)
 	return func(ctx context.Context) {
 		sent := time.Now()
-		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old})
+		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old, Last: last, BlockEnd: end})
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		switch {
@@ -841,7 +904,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 				st.orphans = append(st.orphans, locker) // lost meanwhile: give back what may have been taken
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
-			h.locker, h.n, h.token, h.tokEnd, h.downTo, h.downing = locker, 1, r.Token, r.Token, "", false
+			h.locker, h.n, h.token, h.next, h.tokEnd, h.spare, h.downTo, h.downing = locker, 1, r.Token, r.Token+1, r.Token, 0, "", false
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()

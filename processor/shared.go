@@ -66,6 +66,9 @@ type TakeRequest struct {
 	// first, and no later holding's is at or below the last. A write-hold hands them to the
 	// writers it serves in turn.
 	Tokens int
+	// Last and BlockEnd, with Replaces: the last token the holding replaced handed out, and
+	// the end of its block; the rest goes back first (as SharedReleaseBlock). 0: none.
+	Last, BlockEnd uint64
 }
 
 // SharedResult is the answer to a write of a shared lock.
@@ -102,7 +105,17 @@ type SharedWaiter struct {
 	Permits int64
 }
 
-func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string, tokens int) ([]any, int64, error) {
+// sharedOp is one call of shared.lua: its op and what it carries (the rest is the lock's).
+type sharedOp struct {
+	op, locker string
+	n          int64
+	wait       bool
+	replaces   string
+	tokens     int    // take, renew: fencing tokens to reserve
+	last, end  uint64 // release: the last token the holding handed out, and its block's last
+}
+
+func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -111,10 +124,14 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	if p.opts.Publish {
 		channel = SharedChannel(cfg, "")
 	}
-	owner, _ := SplitLocker(locker)
-	res, acked, err := p.run(ctx, p.scripts.run["shared"], op == "take", SharedKeys(cfg),
-		op, locker, owner, n, ms(cfg.Lease()), flag(wait), replaces, string(s.Kind), s.Permits,
-		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, tokens)
+	owner, _ := SplitLocker(o.locker)
+	last, end := "", ""
+	if o.end > 0 {
+		last, end = strconv.FormatUint(o.last, 10), strconv.FormatUint(o.end, 10)
+	}
+	res, acked, err := p.run(ctx, p.scripts.run["shared"], o.op == "take", SharedKeys(cfg),
+		o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
+		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -127,10 +144,10 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 
 // call runs op and reads its code: an error is the kind's refusal (-2, -3: ErrInvalidConfig)
 // or a *RedisProcessError naming op.
-func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s Shared, op, locker string, n int64, wait bool, replaces string, tokens int) (int64, []any, int64, error) {
-	vals, acked, err := p.shared(ctx, cfg, s, op, locker, n, wait, replaces, tokens)
+func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) (int64, []any, int64, error) {
+	vals, acked, err := p.shared(ctx, cfg, s, o)
 	if err != nil {
-		return 0, nil, 0, processErr(op, cfg.UniqueKey(), err)
+		return 0, nil, 0, processErr(o.op, cfg.UniqueKey(), err)
 	}
 	code, _ := vals[0].(int64)
 	switch code {
@@ -160,7 +177,7 @@ func uintOf(v any) uint64 {
 // settles its locker, so that no copy of it takes permits later.
 func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockConfig, s Shared, req TakeRequest) (SharedResult, error) {
 	p.raise(cfg)
-	code, vals, acked, err := p.call(ctx, cfg, s, "take", req.Locker, req.N, req.Wait, req.Replaces, req.Tokens)
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "take", locker: req.Locker, n: req.N, wait: req.Wait, replaces: req.Replaces, tokens: req.Tokens, last: req.Last, end: req.BlockEnd})
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -188,13 +205,23 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 // SharedRenew renews the holding of locker with cfg's lease, never shortening it: Renewed
 // (and whether another process waits), Gone, or Settled when it was let go already.
 func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, vals, _, err := p.call(ctx, cfg, s, "renew", locker, 0, false, "", 0)
+	return p.SharedRefill(ctx, cfg, s, locker, 0)
+}
+
+// SharedRefill is SharedRenew that also reserves a new block of `tokens` fencing tokens (none
+// for 0) for the holding to hand out: Renewed with the block's first in Token.
+func (p *RedisLockProcessor) SharedRefill(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, tokens int) (SharedResult, error) {
+	code, vals, _, err := p.call(ctx, cfg, s, sharedOp{op: "renew", locker: locker, tokens: tokens})
 	if err != nil {
 		return SharedResult{}, err
 	}
 	switch code {
 	case 1:
-		return SharedResult{Outcome: Renewed, Waiting: len(vals) > 1 && vals[1] == int64(1)}, nil
+		r := SharedResult{Outcome: Renewed, Waiting: len(vals) > 1 && vals[1] == int64(1)}
+		if len(vals) > 2 {
+			r.Token = uintOf(vals[2])
+		}
+		return r, nil
 	case -1:
 		return SharedResult{Outcome: Settled}, nil
 	}
@@ -207,7 +234,15 @@ func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockCo
 // Gone — also when an operator forced the holding away (SharedForce). The processes at the
 // front of the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, "release", locker, 0, false, "", 0)
+	return p.SharedReleaseBlock(ctx, cfg, s, locker, 0, 0)
+}
+
+// SharedReleaseBlock is SharedRelease of a holding that reserved a block of fencing tokens
+// ending at end (0: none to give back), of which it handed out up to last: when it lets the
+// holding go and no holding reserved tokens since, the counter goes back to last, so that the
+// counter runs ahead of the clock only as far as holdings use tokens.
+func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, last, end uint64) (SharedResult, error) {
+	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end})
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -226,7 +261,7 @@ func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLock
 // lease, so no copy of its process's requests takes it back; the processes at the front of
 // the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, "force", locker, 0, false, "", 0)
+	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "force", locker: locker})
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -243,14 +278,14 @@ func (p *RedisLockProcessor) SetPermits(ctx context.Context, cfg domain.DLockCon
 	if k < 1 {
 		return fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
 	}
-	_, _, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, "permits", "", 0, false, "", 0)
+	_, _, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, sharedOp{op: "permits"})
 	return err
 }
 
 // SharedInspect reads what Redis holds for cfg's shared lock, changing nothing. s is what the
 // asker knows of it, reported when Redis holds nothing.
 func (p *RedisLockProcessor) SharedInspect(ctx context.Context, cfg domain.DLockConfig, s Shared) (SharedInspection, error) {
-	vals, _, err := p.shared(ctx, cfg, s, "inspect", "", 0, false, "", 0)
+	vals, _, err := p.shared(ctx, cfg, s, sharedOp{op: "inspect"})
 	if err == nil && len(vals) != 6 {
 		err = fmt.Errorf("shared.lua inspect returned %d values", len(vals))
 	}

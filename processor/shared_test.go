@@ -850,15 +850,26 @@ func TestSharedCopyOfATakeRenewsIt(t *testing.T) {
 }
 
 // A take reserves the block of fencing tokens it asks for: its token is the first, a copy of it
-// answers the same, and the next holding's token is above the whole block. (The counter is
-// set far ahead of the clock, so that tokens follow it.)
-func TestSharedTakeReservesABlockOfTokens(t *testing.T) {
+// answers the same, and the next holding's token is above the whole block; a refill (a renewal
+// with tokens) reserves another above it. A release, or a downgrade, gives back the tokens after
+// the last one handed out when no holding reserved any since — once: a copy gives back nothing.
+// (The counter is set far ahead of the clock, so that tokens follow it.)
+func TestSharedBlocksOfTokens(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		lc := cfg(t, "block")
+		fence := processor.SharedKeys(lc)[5]
 		ahead := uint64(time.Now().UnixMicro()) + 1_000_000_000_000
-		if err := c.Set(ctx, processor.SharedKeys(lc)[5], ahead, time.Minute).Err(); err != nil {
+		if err := c.Set(ctx, fence, ahead, time.Minute).Err(); err != nil {
 			t.Fatal(err)
+		}
+		counter := func() uint64 {
+			t.Helper()
+			n, err := c.Get(ctx, fence).Uint64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
 		w, r := newProc(t, c, "W-"), newProc(t, c, "R-")
 		wl := w.locker()
@@ -867,12 +878,67 @@ func TestSharedTakeReservesABlockOfTokens(t *testing.T) {
 		if err != nil || got.Outcome != processor.Taken || got.Token != ahead+1 {
 			t.Fatalf("write take = %+v, %v; want taken with token %d", got, err, ahead+1)
 		}
-		if again, err := w.SharedTake(ctx, lc, rw, req); err != nil || again.Token != got.Token {
-			t.Fatalf("its copy = %+v, %v; want the same token %d", again, err, got.Token)
+		if again, err := w.SharedTake(ctx, lc, rw, req); err != nil || again.Token != got.Token || counter() != ahead+5 {
+			t.Fatalf("its copy = %+v, %v, counter %d; want the same token %d, the counter at %d", again, err, counter(), got.Token, ahead+5)
 		}
-		w.letGo(t, lc, rw, wl)
-		if next := r.take(t, lc, rw, r.locker(), 1, false); next.Outcome != processor.Taken || next.Token != ahead+5+1 {
-			t.Fatalf("the next take = %+v; want token %d, above the block %d..%d", next, ahead+6, ahead+1, ahead+5)
+		// a refill: a second block, above the first
+		if f, err := w.SharedRefill(ctx, lc, rw, wl, 5); err != nil || f.Outcome != processor.Renewed || f.Token != ahead+6 || counter() != ahead+10 {
+			t.Fatalf("refill = %+v, %v, counter %d; want a block from %d", f, err, counter(), ahead+6)
+		}
+		if f, err := w.SharedRenew(ctx, lc, rw, wl); err != nil || f.Outcome != processor.Renewed || f.Token != 0 || counter() != ahead+10 {
+			t.Fatalf("renewal = %+v, %v, counter %d; want no block", f, err, counter())
+		}
+		// the release gives back what was not handed out (up to ahead+7), once
+		if o, err := w.SharedReleaseBlock(ctx, lc, rw, wl, ahead+7, ahead+10); err != nil || o.Outcome != processor.Released || counter() != ahead+7 {
+			t.Fatalf("release = %+v, %v, counter %d; want released, the counter at %d", o, err, counter(), ahead+7)
+		}
+		if o, err := w.SharedReleaseBlock(ctx, lc, rw, wl, ahead+2, ahead+7); err != nil || o.Outcome != processor.Settled || counter() != ahead+7 {
+			t.Fatalf("its copy = %+v, %v, counter %d; want settled, the counter left at %d", o, err, counter(), ahead+7)
+		}
+		rl := r.locker()
+		if next := r.take(t, lc, rw, rl, 1, false); next.Outcome != processor.Taken || next.Token != ahead+8 {
+			t.Fatalf("the next take = %+v; want token %d", next, ahead+8)
+		}
+		r.letGo(t, lc, rw, rl)
+		// a downgrade gives back first, then takes its one token
+		wl = w.locker()
+		if got := w.take(t, lc, rw, wl, processor.RWPermits, true); got.Outcome != processor.Taken || got.Token != ahead+9 {
+			t.Fatalf("write take = %+v; want token %d", got, ahead+9)
+		} // (a block of one: the counter at ahead+9)
+		dl := w.locker()
+		down := processor.TakeRequest{Locker: dl, N: 1, Replaces: wl, Last: ahead + 9, BlockEnd: ahead + 9}
+		if d, err := w.SharedTake(ctx, lc, rw, down); err != nil || d.Outcome != processor.Taken || d.Token != ahead+10 {
+			t.Fatalf("downgrade = %+v, %v; want token %d", d, err, ahead+10)
+		}
+		w.letGo(t, lc, rw, dl)
+		wl = w.locker()
+		if got, err := w.SharedTake(ctx, lc, rw, processor.TakeRequest{Locker: wl, N: processor.RWPermits, Tokens: 4}); err != nil || got.Token != ahead+11 {
+			t.Fatalf("write take = %+v, %v; want token %d", got, err, ahead+11)
+		}
+		dl = w.locker()
+		down = processor.TakeRequest{Locker: dl, N: 1, Replaces: wl, Last: ahead + 11, BlockEnd: ahead + 14}
+		if d, err := w.SharedTake(ctx, lc, rw, down); err != nil || d.Outcome != processor.Taken || d.Token != ahead+12 {
+			t.Fatalf("downgrade that gives back = %+v, %v; want token %d", d, err, ahead+12)
+		}
+		w.letGo(t, lc, rw, dl)
+		// nothing goes back once another holding reserved since (two holdings of a semaphore)
+		sl := cfg(t, "block-sem")
+		sfence := processor.SharedKeys(sl)[5]
+		if err := c.Set(ctx, sfence, ahead, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		al, bl := w.locker(), r.locker()
+		if a, err := w.SharedTake(ctx, sl, sem3, processor.TakeRequest{Locker: al, N: 1, Tokens: 5}); err != nil || a.Token != ahead+1 {
+			t.Fatalf("first holding = %+v, %v", a, err)
+		}
+		if b := r.take(t, sl, sem3, bl, 1, false); b.Token != ahead+6 {
+			t.Fatalf("second holding = %+v; want token %d", b, ahead+6)
+		}
+		if o, err := w.SharedReleaseBlock(ctx, sl, sem3, al, ahead+1, ahead+5); err != nil || o.Outcome != processor.Released {
+			t.Fatalf("release = %+v, %v", o, err)
+		}
+		if n, err := c.Get(ctx, sfence).Uint64(); err != nil || n != ahead+6 {
+			t.Fatalf("counter %d, %v after a release behind a later holding; want %d", n, err, ahead+6)
 		}
 	})
 }

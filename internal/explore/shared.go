@@ -103,10 +103,10 @@ type sworld struct {
 	procs     []*sproc
 	op        *sproc // an operator: it forces holdings go
 	flight    []*sreq
-	ran       map[string]bool // lockers settled by a request that ran
-	forced    map[string]bool // lockers an operator's force removed: their processes may believe on until told
-	tokens    map[string]uint64
-	maxToken  uint64
+	ran       map[string]bool   // lockers settled by a request that ran
+	forced    map[string]bool   // lockers an operator's force removed: their processes may believe on until told
+	tokens    map[string]uint64 // each holding's token, as first seen
+	handed    map[string]uint64 // the last token a holding handed out, as its release (or downgrade) declared it
 	trace     []string
 	steps     int
 	violation *Violation
@@ -128,6 +128,7 @@ type sproc struct {
 type belief struct {
 	n     int64
 	valid time.Time
+	token uint64 // its first token (a write-hold's writers had the next ones of its block)
 }
 
 // sreq is a request in flight.
@@ -138,6 +139,8 @@ type sreq struct {
 	n      int64
 	wait   bool
 	old    string // down: the write-hold it replaces
+	last   uint64 // release, down: the last token the write-hold let go handed out ...
+	end    uint64 // ... and its block's end (0: nothing to give back)
 	sent   time.Time
 }
 
@@ -158,7 +161,7 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		return nil, err
 	}
 	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
-		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, seed: seed}
+		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed}
 	for i := range opt.Procs + 1 {
 		name := string(rune('A'+i)) + "-"
 		if i == opt.Procs {
@@ -222,8 +225,10 @@ func (w *sworld) step(rng *rand.Rand) {
 		w.send(&sreq{p: p, op: "renew", locker: l})
 	case c < 40 && len(p.holds) > 0:
 		l := pickKey(rng, p.holds)
+		r := &sreq{p: p, op: "release", locker: l}
+		w.usedOf(rng, l, p.holds[l], r)
 		delete(p.holds, l) // it stops using the permits as it sends the release
-		w.send(&sreq{p: p, op: "release", locker: l})
+		w.send(r)
 		for nl, old := range p.downs {
 			if old == l { // and gives back what an unresolved downgrade of it may have taken
 				delete(p.downs, nl)
@@ -237,14 +242,16 @@ func (w *sworld) step(rng *rand.Rand) {
 		w.send(&sreq{p: p, op: "release", locker: l})
 	case c < 50 && w.opt.Kind == processor.KindRW && len(p.downs) > 0:
 		l := pickKey(rng, p.downs)
-		w.send(&sreq{p: p, op: "down", locker: l, n: 1, old: p.downs[l]}) // the same request again
+		w.send(&sreq{p: p, op: "down", locker: l, n: 1, old: p.downs[l]}) // the same request again (giving nothing back: its first may have)
 	case c < 50 && w.opt.Kind == processor.KindRW:
 		for _, l := range slices.Sorted(maps.Keys(p.holds)) {
 			if b := p.holds[l]; b.n == processor.RWPermits {
+				r := &sreq{p: p, op: "down", n: 1, old: l}
+				w.usedOf(rng, l, b, r)
 				b.n = 1 // it stops writing as it sends the downgrade
-				nl := p.locker()
-				p.downs[nl] = l // unresolved until its reply is heard
-				w.send(&sreq{p: p, op: "down", locker: nl, n: 1, old: l})
+				r.locker = p.locker()
+				p.downs[r.locker] = l // unresolved until its reply is heard
+				w.send(r)
 				break
 			}
 		}
@@ -324,7 +331,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		before, _ := w.held()
 		_, repeat := before[r.locker]
 		line := w.line()
-		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n)})
+		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -374,7 +381,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
 				return
 			}
-			p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(w.opt.Lease)}
+			p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(w.opt.Lease), token: res.Token}
 			delete(p.unknown, r.locker)
 			if r.old != "" {
 				delete(p.holds, r.old)
@@ -416,7 +423,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.ran[r.locker], w.forced[r.locker] = true, true
 		}
 	case "release":
-		res, err := p.p.SharedRelease(ctx, w.cfg, w.spec, r.locker)
+		res, err := p.p.SharedReleaseBlock(ctx, w.cfg, w.spec, r.locker, r.last, r.end)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -489,6 +496,18 @@ func (l sline) ahead(owner string) uint64 {
 	return sum
 }
 
+// usedOf decides, as its process lets the write-hold l (b) go with r, how many of its block's
+// tokens its writers used (at random), and puts in r what the release gives back; from then
+// on, no token of l above the last used counts as handed out.
+func (w *sworld) usedOf(rng *rand.Rand, l string, b *belief, r *sreq) {
+	if b == nil || b.token == 0 || b.n != processor.RWPermits {
+		return
+	}
+	block := uint64(w.block(b.n))
+	r.last, r.end = b.token-1+uint64(rng.IntN(int(block)+1)), b.token+block-1
+	w.handed[l] = r.last
+}
+
 // block is how many fencing tokens a take of n permits reserves: a write-hold's serve several
 // writers in turn (dlock's writeBlock; a smaller one here).
 func (w *sworld) block(n int64) int {
@@ -528,6 +547,18 @@ func (w *sworld) held() (map[string][2]uint64, error) {
 	return out, nil
 }
 
+// maxHanded returns the largest token handed out by the holdings seen so far, and whose.
+func (w *sworld) maxHanded() (uint64, string) {
+	var top uint64
+	by := ""
+	for l, t := range w.handed {
+		if t > top || (t == top && l < by) {
+			top, by = t, l
+		}
+	}
+	return top, by
+}
+
 func (w *sworld) check() {
 	held, err := w.held()
 	if err != nil {
@@ -542,11 +573,13 @@ func (w *sworld) check() {
 			w.fail("settled", "%s holds %d permits after a request that settled it ran", l, h[0])
 		}
 		if tok, seen := w.tokens[l]; !seen {
-			if h[1] <= w.maxToken {
-				w.fail("tokens", "%s's token %d is not above one handed out before, %d", l, h[1], w.maxToken)
+			if top, by := w.maxHanded(); h[1] <= top {
+				w.fail("tokens", "%s's token %d is not above %d, handed out before by %s", l, h[1], top, by)
 			}
 			w.tokens[l] = h[1]
-			w.maxToken = max(w.maxToken, h[1]+uint64(w.block(int64(h[0])))-1) // (its writers use its whole block)
+			if _, ok := w.handed[l]; !ok {
+				w.handed[l] = h[1] + uint64(w.block(int64(h[0]))) - 1 // (its writers may use its whole block)
+			}
 		} else if tok != h[1] {
 			w.fail("tokens", "%s's token changed from %d to %d", l, tok, h[1])
 		}
@@ -624,7 +657,9 @@ var SharedMutants = []Mutant{
 	{"a forced holding is not settled (its late take takes it back)", "shared",
 		"    unhold(A.locker)\n    wake(k)", "    redis.call('hdel', HELD, A.locker)\n    redis.call('zrem', EXP, A.locker)\n    wake(k)"},
 	{"tokens repeat (the counter is not raised)", "shared",
-		"        redis.call('set', FENCE, string.format('%.0f', token + math.max(tonumber(A.tokens) or 1, 1) - 1))\n", ""},
+		"    redis.call('set', FENCE, string.format('%.0f', first + math.max(tonumber(n) or 1, 1) - 1))\n", ""},
 	{"a write-hold's block is not reserved (its writers' tokens repeat)", "shared",
-		"string.format('%.0f', token + math.max(tonumber(A.tokens) or 1, 1) - 1)", "tok"},
+		"first + math.max(tonumber(n) or 1, 1) - 1", "first"},
+	{"a write-hold gives back a token its writers used", "shared",
+		"        redis.call('set', FENCE, A.last)", "        redis.call('set', FENCE, string.format('%.0f', tonumber(A.last) - 1))"},
 }

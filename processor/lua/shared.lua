@@ -23,7 +23,8 @@
 --   * a process in line is passed only by a request that fits with everything ahead of it in
 --     line counted as taken (so a writer in line holds off readers that come after it).
 --
--- Replies: {1, token, waiting} taken; {1, waiting} renewed; {1} released (or forced); {0, rank, life}
+-- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
+-- {1} released (or forced); {0, rank, life}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
 -- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
@@ -43,7 +44,11 @@ local NAMES = {
     'fence_ttl',  -- how long the fencing counter is kept, ms
     'channel',    -- the prefix of the process channels (<channel><owner>), '' to publish nothing
     'publish',    -- 'publish' or 'spublish'
-    'tokens',     -- take: fencing tokens to reserve, the first being the holding's ('' for one)
+    'tokens',     -- take: fencing tokens to reserve, the first being the holding's ('' for one);
+                  -- renew: a new block to reserve ('' or '0' for none)
+    'last',       -- release, or a take that replaces: the last token the holding let go
+                  -- handed out of its block ...
+    'block_end',  -- ... and the block's last ('' for none: nothing to give back)
 }
 local A = {}
 for i, name in ipairs(NAMES) do
@@ -219,6 +224,26 @@ local function lengthen(locker)
     atLeast(EXP, locker, NOW_MS + tonumber(A.lease))
 end
 
+-- reserve reserves a block of n fencing tokens (at least one) and returns the first. The
+-- counter keeps the last. Tokens run on the server clock in µs, above every token reserved
+-- before; a release gives back what its holding did not hand out (when nobody reserved since),
+-- so the counter runs ahead of the clock only as far as holdings use tokens.
+local function reserve(n)
+    local first = math.max(tonumber(redis.call('get', FENCE) or '0') + 1, NOW_US)
+    redis.call('set', FENCE, string.format('%.0f', first + math.max(tonumber(n) or 1, 1) - 1))
+    return first
+end
+
+-- giveBack lowers the counter to last as a holding whose first token is first lets go, when
+-- the counter is still at the end of the holding's block (block_end): no holding reserved
+-- tokens since, so those after last were never handed out.
+local function giveBack(first)
+    local fence = redis.call('get', FENCE)
+    if A.block_end ~= '' and fence == A.block_end and tonumber(A.last) < tonumber(fence) and tonumber(A.last) >= tonumber(first) - 1 then
+        redis.call('set', FENCE, A.last)
+    end
+end
+
 local kd, k = kind()
 if A.op ~= 'inspect' and kd ~= A.kind then
     return {-2, kd}
@@ -270,12 +295,10 @@ if A.op == 'take' then
         fits = sum + ahead(A.owner) + n <= k
     end
     if fits then
-        -- A block of tokens (a write-hold's, one for each writer it serves in turn) is
-        -- small: successful write takes are more µs apart than it has tokens (the last
-        -- write-hold's release runs between two), so the counter keeps to the clock.
-        local token = math.max(tonumber(redis.call('get', FENCE) or '0') + 1, NOW_US)
-        local tok = string.format('%.0f', token)
-        redis.call('set', FENCE, string.format('%.0f', token + math.max(tonumber(A.tokens) or 1, 1) - 1))
+        if old then
+            giveBack(old.token)
+        end
+        local tok = string.format('%.0f', reserve(A.tokens))
         redis.call('hset', HELD, A.locker, A.n .. '|' .. tok .. '|' .. A.owner)
         lengthen(A.locker)
         local e = entry(A.owner)
@@ -316,9 +339,13 @@ if A.op == 'take' then
 elseif A.op == 'renew' then
     if holding(A.locker) then
         lengthen(A.locker)
+        local first = 0
+        if (tonumber(A.tokens) or 0) > 0 then
+            first = string.format('%.0f', reserve(A.tokens))
+        end
         if freed then wake(k) end
         keep(k, kd)
-        return {1, waiting(A.owner)}
+        return {1, waiting(A.owner), first}
     end
     if freed then -- (an expired holding was settled: its mark must live its time)
         wake(k)
@@ -342,6 +369,7 @@ elseif A.op == 'release' then
         redis.call('hdel', HELD, A.locker)
         redis.call('zrem', EXP, A.locker)
         freed = true
+        giveBack(h.token)
     end
     if freed then wake(k) end
     keep(k, kd)
