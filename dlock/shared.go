@@ -374,7 +374,8 @@ type action struct {
 	again   bool                      // else: plan again at once
 	wait    time.Time                 // else: sleep until then (zero: until poked)
 	exit    bool
-	closing bool // do runs with the clean-up context
+	closing bool       // do runs with the clean-up context
+	renews  *shareHold // a refill of this holding: the other holdings' renewals bound it
 }
 
 // drive is the driver: it sends the lock's requests, one at a time, until nothing is held,
@@ -450,7 +451,7 @@ func (st *sharedState) plan() action {
 	a := st.planOther(now)
 	if a.do != nil && !a.closing {
 		for _, h := range st.holds {
-			if h.ctx.Err() == nil && h.downTo == "" {
+			if h.ctx.Err() == nil && h.downTo == "" && h != a.renews {
 				a.renewAt = earliest(a.renewAt, h.renewAt)
 			}
 		}
@@ -477,7 +478,7 @@ func (st *sharedState) planOther(now time.Time) action {
 			return action{do: st.downgrade(h)} // resolve the unknown first
 		}
 		if st.mustRefill(h, now) {
-			return action{do: st.refill(h)}
+			return action{do: st.refill(h), renews: h}
 		}
 		if h.idle() && h.ctx.Err() == nil {
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
@@ -531,6 +532,9 @@ func (st *sharedState) planOther(now time.Time) action {
 			continue
 		}
 		next = earliest(next, h.renewAt)
+		if h.refillAt.After(now) {
+			next = earliest(next, h.refillAt) // (a refill that failed is tried again then)
+		}
 	}
 	if st.attempt != nil {
 		next = earliest(next, st.attempt.pollAt)
@@ -840,8 +844,8 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 			h.refillAt = time.Now().Add(retryPause(st.cfg)) // (meanwhile it goes back once idle)
 			st.g.observer.RedisError(RedisErrorEvent{Op: "renew", Key: st.cfg.UniqueKey(), Err: err})
 		case r.Outcome == processor.Renewed:
-			if r.Token > 0 {
-				h.spare = r.Token
+			if h.spare = r.Token; r.Token == 0 { // (a script that reserves none: no refill for a lease)
+				h.refillAt = time.Now().Add(st.cfg.Lease())
 			}
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w

@@ -129,7 +129,8 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	if o.end > 0 {
 		last, end = strconv.FormatUint(o.last, 10), strconv.FormatUint(o.end, 10)
 	}
-	res, acked, err := p.run(ctx, p.scripts.run["shared"], o.op == "take", SharedKeys(cfg),
+	ack := o.op == "take" || (o.op == "renew" && o.tokens > 0) // (a block handed out must be replicated)
+	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg),
 		o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
 		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end)
 	if err != nil {
@@ -211,12 +212,15 @@ func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockCo
 // SharedRefill is SharedRenew that also reserves a new block of `tokens` fencing tokens (none
 // for 0) for the holding to hand out: Renewed with the block's first in Token.
 func (p *RedisLockProcessor) SharedRefill(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, tokens int) (SharedResult, error) {
-	code, vals, _, err := p.call(ctx, cfg, s, sharedOp{op: "renew", locker: locker, tokens: tokens})
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "renew", locker: locker, tokens: tokens})
 	if err != nil {
 		return SharedResult{}, err
 	}
 	switch code {
 	case 1:
+		if err := p.acked("renew", cfg.UniqueKey(), acked); tokens > 0 && err != nil {
+			return SharedResult{}, err
+		}
 		r := SharedResult{Outcome: Renewed, Waiting: len(vals) > 1 && vals[1] == int64(1)}
 		if len(vals) > 2 {
 			r.Token = uintOf(vals[2])

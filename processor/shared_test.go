@@ -942,3 +942,28 @@ func TestSharedBlocksOfTokens(t *testing.T) {
 		}
 	})
 }
+
+// A refill waits for the replicas asked for, as a take does: without them it reports
+// ErrNotReplicated (its block is not handed out); a plain renewal does not wait. (One server,
+// no replica: each WAIT finds none.)
+func TestSharedRefillWaitsForReplicas(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "refill-ack")
+		w := newProc(t, c, "W-")
+		wl := w.locker()
+		if got := w.take(t, lc, rw, wl, processor.RWPermits, true); got.Outcome != processor.Taken {
+			t.Fatalf("take = %+v", got)
+		}
+		acked, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "W-", Replicas: 1, ReplicaTimeout: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := acked.SharedRefill(ctx, lc, rw, wl, 4); !errors.Is(err, dlerrors.ErrNotReplicated) {
+			t.Fatalf("refill without a replica: %v; want ErrNotReplicated", err)
+		}
+		if r, err := acked.SharedRenew(ctx, lc, rw, wl); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("renewal: %+v, %v", r, err)
+		}
+	})
+}
