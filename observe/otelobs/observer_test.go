@@ -323,7 +323,11 @@ func TestRenewalFailedThenLost(t *testing.T) {
 	if !errors.Is(context.Cause(owned), dlock.ErrLockLost) {
 		t.Fatalf("cause %v", context.Cause(owned))
 	}
+	// (the loss is reported just after the owner's context ends)
 	ms := e.metrics(t)
+	for end := time.Now().Add(5 * time.Second); counts(t, ms, "dlock.losses")["type=JOB"] == 0 && time.Now().Before(end); ms = e.metrics(t) {
+		time.Sleep(time.Millisecond)
+	}
 	if got := counts(t, ms, "dlock.renewal.failures"); got["type=JOB"] < 1 || len(got) != 1 {
 		t.Errorf("renewal failures = %v", got)
 	}

@@ -296,7 +296,11 @@ func TestRenewalFailedThenLost(t *testing.T) {
 	if !errors.Is(context.Cause(owned), dlock.ErrLockLost) {
 		t.Fatalf("cause %v", context.Cause(owned))
 	}
+	// (the loss is reported just after the owner's context ends)
 	got := e.samples(t)
+	for end := time.Now().Add(5 * time.Second); got["dlock_losses_total{type=JOB}"] == 0 && time.Now().Before(end); got = e.samples(t) {
+		time.Sleep(time.Millisecond)
+	}
 	if got["dlock_renewal_failures_total{type=JOB}"] < 1 || got["dlock_redis_errors_total{op=renew}"] < 1 ||
 		got["dlock_losses_total{type=JOB}"] != 1 {
 		t.Errorf("samples %v, want renewal failures, renew errors and one loss", got)
