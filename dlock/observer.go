@@ -23,7 +23,8 @@ type Observer interface {
 	NotObtained(NotObtainedEvent)
 	// Released: a holding's final Unlock, or Close, let it go.
 	Released(ReleaseEvent)
-	// Lost: a holding learnt it had lost the lock.
+	// Lost: a holding learnt it had lost the lock. It is reported just after the owner's
+	// context ends (a slow observer never delays the holder's notice).
 	Lost(LossEvent)
 	// RenewalFailed: a renewal could not be made (Redis failed or did not answer in time); it
 	// is retried until the lease runs out.
