@@ -64,10 +64,10 @@ type shareHold struct {
 	locker   string
 	n        int64     // permits held in Redis
 	token    uint64    // fencing token of its last writer, else of the holding (a downgrade keeps its owners' tokens)
-	next     uint64    // rw: the token the next writer it serves gets, from the block reserved ...
+	next     uint64    // rw write-hold: the token the next writer it serves gets, from the block reserved ...
 	tokEnd   uint64    // ... up to this one
-	spare    uint64    // rw: the first token of a block a refill reserved, to use next (0: none)
-	refillAt time.Time // rw: a refill may be sent from then (after one Redis failed)
+	spare    uint64    // rw write-hold: the first token of a block a refill reserved, to use next (0: none)
+	refillAt time.Time // rw write-hold: a refill may be sent from then (after one Redis failed)
 	readers  int       // rw: read borrowers; sem: borrowers
 	writers  int       // rw: write borrowers (0 or 1)
 	lent     int64     // sem: permits lent
@@ -660,16 +660,17 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 }
 
 // unused returns what a release of h gives back: a write-hold's tokens after the last it
-// handed out (to a writer, or to readers: the holding's), up to its block's end; none (0, 0)
-// for other holdings. The caller holds mu.
+// handed out (h.token: its last writer's, or the holding's first, which readers had), up to
+// the end of its block, or of its spare one; none (0, 0) for other holdings. The caller holds
+// mu.
 func (st *sharedState) unused(h *shareHold) (last, end uint64) {
 	if st.spec.Kind != processor.KindRW || !h.write() {
 		return 0, 0
 	}
 	if h.spare > 0 {
-		return max(h.next-1, h.token), h.spare + st.g.opts.writeBlock - 1
+		return h.token, h.spare + st.g.opts.writeBlock - 1
 	}
-	return max(h.next-1, h.token), h.tokEnd
+	return h.token, h.tokEnd
 }
 
 // giveBack drops the attempt and returns the request that takes it out of line (and gives
@@ -908,7 +909,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 				st.orphans = append(st.orphans, locker) // lost meanwhile: give back what may have been taken
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
-			h.locker, h.n, h.token, h.next, h.tokEnd, h.spare, h.downTo, h.downing = locker, 1, r.Token, r.Token+1, r.Token, 0, "", false
+			h.locker, h.n, h.token, h.downTo, h.downing = locker, 1, r.Token, "", false // (a read-hold: next, tokEnd and spare are a write-hold's)
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()

@@ -112,7 +112,7 @@ type sharedOp struct {
 	wait       bool
 	replaces   string
 	tokens     int    // take, renew: fencing tokens to reserve
-	last, end  uint64 // release: the last token the holding handed out, and its block's last
+	last, end  uint64 // release, or a take that replaces: the last token the holding let go handed out, and its block's last
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
@@ -218,7 +218,7 @@ func (p *RedisLockProcessor) SharedRefill(ctx context.Context, cfg domain.DLockC
 	}
 	switch code {
 	case 1:
-		if err := p.acked("renew", cfg.UniqueKey(), acked); tokens > 0 && err != nil {
+		if err := p.acked("renew", cfg.UniqueKey(), acked); err != nil { // (asked for a refill only)
 			return SharedResult{}, err
 		}
 		r := SharedResult{Outcome: Renewed, Waiting: len(vals) > 1 && vals[1] == int64(1)}
