@@ -129,12 +129,15 @@ type belief struct {
 	n     int64
 	valid time.Time
 	token uint64 // its first token (a write-hold's writers had the next ones of its block)
+	// refills are the first tokens of the blocks refills reserved for a write-hold, as their
+	// replies were heard: its writers may go on into them.
+	refills []uint64
 }
 
 // sreq is a request in flight.
 type sreq struct {
 	p      *sproc
-	op     string // take, renew, release, down, force
+	op     string // take, renew, refill, release, down, force
 	locker string
 	n      int64
 	wait   bool
@@ -222,7 +225,11 @@ func (w *sworld) step(rng *rand.Rand) {
 		w.send(&sreq{p: p, op: "take", locker: p.locker(), n: n, wait: rng.IntN(2) == 0})
 	case c < 30 && len(p.holds) > 0:
 		l := pickKey(rng, p.holds)
-		w.send(&sreq{p: p, op: "renew", locker: l})
+		op := "renew"
+		if b := p.holds[l]; b.n == processor.RWPermits && b.token != 0 && rng.IntN(2) == 0 {
+			op = "refill" // a renewal that reserves a block more for the write-hold's writers
+		}
+		w.send(&sreq{p: p, op: op, locker: l})
 	case c < 40 && len(p.holds) > 0:
 		l := pickKey(rng, p.holds)
 		r := &sreq{p: p, op: "release", locker: l}
@@ -398,16 +405,25 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 				p.unknown[r.old] = true
 			}
 		}
-	case "renew":
-		res, err := p.p.SharedRenew(ctx, w.cfg, w.spec, r.locker)
+	case "renew", "refill":
+		tokens := 0
+		if r.op == "refill" {
+			tokens = w.block(processor.RWPermits)
+		}
+		res, err := p.p.SharedRefill(ctx, w.cfg, w.spec, r.locker, tokens)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
 		}
-		w.note("ran: %v -> %v (heard %v)", r, res.Outcome, heard)
+		w.note("ran: %v -> %v %d (heard %v)", r, res.Outcome, res.Token, heard)
 		if b := p.holds[r.locker]; heard && b != nil {
 			if res.Outcome == processor.Renewed {
 				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
+				if res.Token != 0 {
+					b.refills = append(b.refills, res.Token)
+					end := res.Token + uint64(tokens) - 1
+					w.handed[r.locker] = max(w.handed[r.locker], end) // (its writers may use the whole block)
+				}
 			} else {
 				delete(p.holds, r.locker)
 			}
@@ -496,15 +512,22 @@ func (l sline) ahead(owner string) uint64 {
 	return sum
 }
 
-// usedOf decides, as its process lets the write-hold l (b) go with r, how many of its block's
-// tokens its writers used (at random), and puts in r what the release gives back; from then
-// on, no token of l above the last used counts as handed out.
+// usedOf decides, as its process lets the write-hold l (b) go with r, how far its writers got
+// (at random): into which of its blocks (the first, or one a refill reserved), and how many
+// of that block's tokens they used. It puts in r what the release gives back — the last
+// token handed out and the end of the block it is in, as the library sends them — and from
+// then on no token of l above that last counts as handed out.
 func (w *sworld) usedOf(rng *rand.Rand, l string, b *belief, r *sreq) {
 	if b == nil || b.token == 0 || b.n != processor.RWPermits {
 		return
 	}
 	block := uint64(w.block(b.n))
-	r.last, r.end = b.token-1+uint64(rng.IntN(int(block)+1)), b.token+block-1
+	if i := rng.IntN(len(b.refills) + 1); i > 0 {
+		first := b.refills[i-1]
+		r.last, r.end = first+uint64(rng.IntN(int(block))), first+block-1
+	} else {
+		r.last, r.end = b.token-1+uint64(rng.IntN(int(block)+1)), b.token+block-1
+	}
 	w.handed[l] = r.last
 }
 
@@ -660,6 +683,8 @@ var SharedMutants = []Mutant{
 		"    redis.call('set', FENCE, string.format('%.0f', first + math.max(tonumber(n) or 1, 1) - 1))\n", ""},
 	{"a write-hold's block is not reserved (its writers' tokens repeat)", "shared",
 		"first + math.max(tonumber(n) or 1, 1) - 1", "first"},
+	{"a refill reserves no block (its writers' tokens repeat)", "shared",
+		"            first = string.format('%.0f', reserve(A.tokens))", "            first = string.format('%.0f', tonumber(redis.call('get', FENCE) or '0') + 1)"},
 	{"a write-hold gives back a token its writers used", "shared",
 		"        redis.call('set', FENCE, A.last)", "        redis.call('set', FENCE, string.format('%.0f', tonumber(A.last) - 1))"},
 }
