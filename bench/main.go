@@ -37,8 +37,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lease is the lease of every lock in every scenario.
-const lease = 60 * time.Millisecond
+// defaultLease is the lease of every lock in every scenario unless --lease sets another: short,
+// so that the trip rows show the pace of the retry poller and the renewals.
+const defaultLease = 60 * time.Millisecond
 
 // crossHold is the work inside the lock in the cross scenario: a short hold.
 const crossHold = 100 * time.Microsecond
@@ -70,6 +71,7 @@ func run() error {
 		scenarios = flag.String("scenarios", "trip,hot,cross,handoff,rw,sem", "scenarios to run")
 		impls     = flag.String("impls", strings.Join(allImpls, ","), "implementations to run")
 		plotFrom  = flag.String("plot", "", "only redraw plots (into --out) and print tables from this results.jsonl")
+		lease     = flag.Duration("lease", defaultLease, "the lease of every lock")
 	)
 	flag.Parse()
 	if *plotFrom != "" {
@@ -93,7 +95,10 @@ func run() error {
 			return fmt.Errorf("unknown implementation %q (want some of %v)", name, allImpls)
 		}
 	}
-	specs, err := plan(*quick, split(*scenarios), split(*impls))
+	if *lease <= 0 {
+		return fmt.Errorf("--lease %v: want a positive duration", *lease)
+	}
+	specs, err := plan(*quick, *lease, split(*scenarios), split(*impls))
 	if err != nil {
 		return err
 	}
@@ -167,7 +172,7 @@ func run() error {
 }
 
 // plan lists the rows of the chosen scenarios and implementations.
-func plan(quick bool, scenarios, impls []string) ([]spec, error) {
+func plan(quick bool, lease time.Duration, scenarios, impls []string) ([]spec, error) {
 	warmup, window := 500*time.Millisecond, 5*time.Second
 	concs := []int{}
 	for c := 8; c <= 128; c += 8 {

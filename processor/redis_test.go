@@ -455,6 +455,69 @@ func TestFirstInLineIsTold(t *testing.T) {
 	})
 }
 
+// After a grant, the next process in line that listens is not told it is first when its pace
+// further back is the first's already: its entry lives no longer than its lease (a lease of
+// 2 s or more: it asks every third of its lease either way) and the key was granted for more
+// than a third of that lease (it asks again before the new holding could expire unrenewed).
+// It is told after a grant of a shorter lease, when its own lease is under 2 s, and after a
+// leave (the holding it waits behind may expire at any time).
+func TestFirstInLineIsToldOnlyWhenItsPaceChanges(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc, err := domain.NewDLockConfig("PROC", fresh("pace-"+t.Name()), 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, _ := lc.WithLease(500 * time.Millisecond)
+		marks := []string{"pa-", "pb-", "pd-", "pe-", "pf-", "pg-"}
+		p := map[string]*proc{}
+		var channels []string
+		for _, m := range marks {
+			p[m] = newProc(t, c, m)
+			channels = append(channels, processor.ProcessChannel(lc, m))
+		}
+		ps := c.Subscribe(ctx, channels...)
+		defer ps.Close()
+		for range channels {
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		la, _ := p["pa-"].lock(t, lc, true, 1)
+		lb, _ := p["pb-"].lock(t, lc, true, 1)
+		ld, _ := p["pd-"].lock(t, lc, true, 1)
+		le, _ := p["pe-"].lock(t, short, true, 1) // (its entry lives 2 s, longer than its lease)
+		p["pf-"].lock(t, lc, true, 1)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		next := func() string {
+			t.Helper()
+			msg, err := ps.ReceiveMessage(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":") + " " + msg.Payload[:1]
+		}
+		// (Messages on one connection come in order: a message missing shows as the next one.)
+		p["pa-"].release(t, lc, la) // to pb-, 3 s; pd- (3 s) keeps the first's pace already
+		p["pb-"].release(t, lc, lb) // to pd-, 3 s; pe- (500 ms) asks seldom further back
+		p["pd-"].release(t, lc, ld) // to pe-, 500 ms, under a third of pf-'s lease
+		for _, want := range []string{"pb- G", "pd- G", "pe- F", "pe- G", "pf- F"} {
+			if got := next(); got != want {
+				t.Fatalf("told %q, want %q", got, want)
+			}
+		}
+		p["pg-"].lock(t, lc, true, 1)
+		if _, err := p["pf-"].Leave(ctx, lc, processor.LeaveRequest{Last: p["pf-"].last()}); err != nil {
+			t.Fatal(err)
+		}
+		if got := next(); got != "pg- F" {
+			t.Fatalf("after pf- left: told %q, want pg- told it is first", got)
+		}
+		p["pe-"].release(t, short, le)
+	})
+}
+
 // Entries of the version before the listening flag ("<locker>|<lease>|<tokens>|<renewed>|
 // <expires>") are read as not listening, so judged by how recently they were renewed; that
 // version reads this one's entries as expired (it takes the flag, 0 or 1, for the expiry), so

@@ -288,14 +288,22 @@ end
 -- release: 'F|<from>'. It then keeps the pace of the first (it asks again at once if its last
 -- answer is older than that allows, so that a grant finds it usable, and when the key it saw
 -- held may have expired); a process further back asks seldom. After a grant, marks and start
--- are where live stopped: the entries before it do not listen.
-local function firstNow(from, marks, start)
+-- are where live stopped (the entries before it do not listen), and held is the lease the key
+-- was granted with (ms): the first is not told when its pace further back is the first's
+-- already — its entry lives no longer than its lease (a lease of 2 s or more: it asks every
+-- third of its lease either way, so a grant to it stays usable) — and the new holding lives
+-- more than a third of its lease (it has asked again, and learnt its place, before that
+-- holding could expire unrenewed).
+local function firstNow(from, marks, start, held)
     marks = marks or redis.call('zrange', LINE, 0, 15)
     for i = start or 1, #marks do
         local m = marks[i]
-        local locker, _, _, _, listened = waiting(m)
-        if locker and listened and hears(m) then
-            tell('F|' .. from, {m})
+        local locker, lease, _, renewed, expires, listened = entry(m)
+        if locker and expires > NOW_MS and listened and hears(m) then
+            lease = tonumber(lease)
+            if not (held and expires - renewed <= lease and 3 * tonumber(held) > lease) then
+                tell('F|' .. from, {m})
+            end
             return
         end
     end
@@ -322,7 +330,7 @@ local function pass(from, fromMark)
         local first = tokens(n, locker)
         dequeue(m)
         tell('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first), {m, fromMark})
-        firstNow(from, marks, at + 1)
+        firstNow(from, marks, at + 1, lease)
         return locker, first, 0
     end
     redis.call('del', K)
