@@ -2,8 +2,13 @@ package dlock_test
 
 import (
 	"context"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlockgo/dlock/dlock"
 )
 
 // BenchmarkLockUnlock is one process's hot loop: parallel Lock and Unlock of one key with no
@@ -57,4 +62,53 @@ func BenchmarkLostNotice(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "mean-ms")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "max-ms")
+}
+
+// BenchmarkHandOff is the bench's cross cycle between two Generators (two processes) in one
+// test process: each has one goroutine that takes the lock and lets it go in a loop, so every
+// acquisition is a grant from the other. It reports per acquisition the goroutines both
+// started and the Redis commands (server side, scripts' inner commands included); with
+// -benchmem, the allocations.
+func BenchmarkHandOff(b *testing.B) {
+	g1, c := newGen(b)
+	g2, _ := newGen(b)
+	var locks []*dlock.DistributedReentrantLock
+	for _, g := range []*dlock.Generator{g1, g2} {
+		l, err := g.Gen("BENCH", b.Name())
+		if err != nil {
+			b.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	created := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	ctx := context.Background()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	goroutines, cmds := created(), commandsB(b, c)
+	for _, l := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n.Add(1) <= int64(b.N) {
+				owned, err := l.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Unlock(owned); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(created()-goroutines-2)/float64(b.N), "goroutines/op")
+	b.ReportMetric(float64(commandsB(b, c)-cmds-1)/float64(b.N), "redis-calls/op")
 }

@@ -40,8 +40,8 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 	t := &tenure{st: st, entity: ent, cfg: cfg, until: domain.HeldUntil(ent.LockTime, ent.Lease),
 		next: ent.Token, end: ent.Token + uint64(tokens), last: ent.Token - 1, since: time.Now()}
 	st.ten, st.phase = t, free
-	st.g.hold(st) // the tenure keeps the state alive until it ends
-	t.exp = threads.StartExpander(st.g.clean, t, &st.g.group)
+	st.g.hold(st)                                                                            // the tenure keeps the state alive until it ends
+	t.exp = threads.StartExpanderAt(st.g.clean, t, &st.g.group, t.until.Add(-cfg.Lease()/4)) // (Schedule's RenewAt)
 	return t
 }
 

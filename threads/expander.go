@@ -40,32 +40,76 @@ type Lease interface {
 // successful renewal (every attempt failing until Until, or a renewal still waiting for Redis
 // then: its context ends at Until).
 type Expander struct {
-	cancel context.CancelFunc
-	poke   chan struct{}
+	poke chan struct{}
 
 	mu       sync.Mutex
-	stopped  bool // guarded by mu; once set, no loss is reported
-	reported bool // guarded by mu; a loss is reported once
+	stopped  bool        // guarded by mu; once set, no loss is reported
+	reported bool        // guarded by mu; a loss is reported once
+	begin    func()      // guarded by mu; starts the loop, nil once it started (or was stopped)
+	timer    *time.Timer // guarded by mu; calls begin at the first renewal's time
+	cancel   func()      // guarded by mu; ends the loop, once it began
 }
 
 // StartExpander starts keeping l alive. The loop ends when Stop is called, when ctx ends, or
 // when the lease is lost (l.Lost runs in the loop's goroutine). It runs in group; a closed
 // group runs nothing.
 func StartExpander(ctx context.Context, l Lease, group *Group) *Expander {
-	ctx, cancel := context.WithCancel(ctx)
-	e := &Expander{cancel: cancel, poke: make(chan struct{}, 1)}
-	if !group.Go(func() { e.run(ctx, l) }) {
-		cancel()
+	return StartExpanderAt(ctx, l, group, time.Time{})
+}
+
+// StartExpanderAt is StartExpander whose loop begins at the time first (a timer until then),
+// or at a Poke before it: a lease let go before its first renewal is due, as most are, costs
+// no goroutine. first must be no later than the schedule's first RenewAt (it is read at the
+// start: until then nothing watches the lease).
+func StartExpanderAt(ctx context.Context, l Lease, group *Group, first time.Time) *Expander {
+	e := &Expander{poke: make(chan struct{}, 1)}
+	e.begin = func() {
+		ctx, cancel := context.WithCancel(ctx)
+		e.cancel = cancel
+		if !group.Go(func() { e.run(ctx, l) }) {
+			cancel()
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d := time.Until(first); d > 0 {
+		e.timer = time.AfterFunc(d, e.start)
+	} else {
+		e.startLocked()
 	}
 	return e
 }
 
+// start begins the loop unless it began or was stopped.
+func (e *Expander) start() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.startLocked()
+}
+
+func (e *Expander) startLocked() {
+	if e.begin != nil && !e.stopped {
+		begin := e.begin
+		e.begin = nil
+		begin()
+	}
+}
+
 // Poke tells the loop that the lease's schedule changed (renewed by someone else, or due
-// sooner): it reads it again.
+// sooner): it reads it again, beginning now if it had not yet.
 func (e *Expander) Poke() {
-	select {
-	case e.poke <- struct{}{}:
-	default:
+	e.mu.Lock()
+	waiting := e.begin != nil
+	if waiting && e.timer != nil {
+		e.timer.Stop()
+	}
+	e.startLocked()
+	e.mu.Unlock()
+	if !waiting {
+		select {
+		case e.poke <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -137,7 +181,12 @@ func (e *Expander) lost(l Lease, cause error) {
 // ignores a loss of a lease it has ended). Stop is idempotent.
 func (e *Expander) Stop() {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.stopped = true
-	e.mu.Unlock()
-	e.cancel()
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	if e.cancel != nil {
+		e.cancel()
+	}
 }

@@ -304,3 +304,44 @@ func TestExpanderFollowsOthersRenewals(t *testing.T) {
 	waitFor(t, &wg)
 	noLoss(t, l)
 }
+
+// An expander that begins at the first renewal's time runs nothing before then: stopped
+// before it, it never renews nor reports a loss; otherwise it renews as StartExpander's does.
+// A Poke (the schedule changed) begins it at once.
+func TestExpanderBeginsAtTheFirstRenewal(t *testing.T) {
+	ctx := context.Background()
+	t.Run("stopped before", func(t *testing.T) {
+		var wg threads.Group
+		l := newLease(200 * time.Millisecond)
+		e := threads.StartExpanderAt(ctx, l, &wg, time.Now().Add(150*time.Millisecond))
+		e.Stop()
+		time.Sleep(400 * time.Millisecond) // past the first renewal's time and the lease
+		if n := l.count(); n != 0 {
+			t.Fatalf("%d renewals after Stop", n)
+		}
+		noLoss(t, l)
+		waitFor(t, &wg)
+	})
+	t.Run("renews", func(t *testing.T) {
+		var wg threads.Group
+		l := newLease(1200 * time.Millisecond)
+		e := threads.StartExpanderAt(ctx, l, &wg, time.Now().Add(900*time.Millisecond))
+		eventually(t, "two renewals", func() bool { return l.count() >= 2 })
+		e.Stop()
+		waitFor(t, &wg)
+		noLoss(t, l)
+	})
+	t.Run("poked before", func(t *testing.T) {
+		var wg threads.Group
+		l := newLease(10 * time.Second)
+		e := threads.StartExpanderAt(ctx, l, &wg, time.Now().Add(time.Hour))
+		l.mu.Lock()
+		l.until = time.Now().Add(time.Second) // due now: less than a quarter of the lease left
+		l.mu.Unlock()
+		e.Poke()
+		eventually(t, "a renewal", func() bool { return l.count() >= 1 })
+		e.Stop()
+		waitFor(t, &wg)
+		noLoss(t, l)
+	})
+}
