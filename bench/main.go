@@ -1,7 +1,7 @@
 // Command bench compares this module's DLock port with the usual SET NX lock, bsm/redislock
 // and go-redsync on one Redis server, across real OS processes.
 //
-//	go run . [--quick] [--json] [--redis host:port] [--out DIR]
+//	go run . [--quick] [--json] [--redis host:port] [--out DIR] [--lease 60ms]
 //	         [--scenarios trip,hot,cross,handoff,rw,sem]
 //	         [--impls dlock,dlock-poll,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem,local-rw,floor]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
