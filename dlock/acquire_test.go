@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -172,6 +174,41 @@ func TestNotificationWakesRemoteWaiter(t *testing.T) {
 		t.Logf("hand-off took %v", time.Since(start))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the remote waiter was not woken by the release notification")
+	}
+}
+
+// The process first in line takes a key whose holder died as the key expires, not at its next
+// poll: its last answer said when the key could expire (counted from the answer's arrival, so
+// that the ask does not come just before), and the poller asks then, however soon.
+func TestFirstInLineTakesADeadHoldersKeyAsItExpires(t *testing.T) {
+	g, c := newGen(t)
+	name := target(t)
+	l, _ := g.GenWithLease("DEADHOLDER", name, time.Minute)
+	ctx := ctxT(t, 30*time.Second)
+	// The dead holder: a process that took the key for 200 ms and neither renews nor releases it.
+	short, err := domain.NewDLockConfig("DEADHOLDER", name, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := processor.NewRedisLockProcessor(c, processor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := dead.Lock(ctx, short, processor.LockRequest{Locker: "dead-1", Tokens: 1}); err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("the holder's lock = %+v, %v", r, err)
+	}
+	expires := time.Now().Add(200 * time.Millisecond)
+	got := lockOnce(ctx, l)
+	// The poller's first check comes at lease/10 = 6 s, and the first in line asks every third
+	// of the lease (20 s) otherwise: a take within 4 s of the expiry is the ask at the expiry.
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("taken %v after the key expired", time.Since(expires))
+	case <-time.After(time.Until(expires) + 4*time.Second):
+		t.Fatal("the key of a dead holder was not taken as it expired")
 	}
 }
 

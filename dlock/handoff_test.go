@@ -79,6 +79,7 @@ func TestLocalPassesCostNoCommand(t *testing.T) {
 // one command, and the new owner's lease is its handle's.
 func TestPassWithAnotherLeaseRenewsFirst(t *testing.T) {
 	g, c := newGen(t)
+	preload(t, c) // (else the first renewal on a fresh server is an EVALSHA and an EVAL)
 	cnt := &counter{}
 	c.AddHook(cnt)
 	tg := target(t)

@@ -102,8 +102,11 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 		if s.Rank > 0 && sent.Before(l.firstAt) {
 			l.rank = 0 // (it ran before the grant or leave that made this process first)
 		}
-		if s.Holder != "" && s.Life > 0 {
-			l.holderUntil = sent.Add(s.Life)
+		if s.Holder != "" && s.Life >= 0 {
+			// (counted from the answer's arrival, after Redis ran the request: the key has
+			// expired by then, where counting from the send could ask just before the expiry
+			// and find the key held still; a life of 0 is under a millisecond)
+			l.holderUntil = time.Now().Add(max(s.Life, time.Millisecond))
 		}
 	}
 }
@@ -311,17 +314,23 @@ func (st *lockState) Waiting() bool {
 func (st *lockState) Poll(context.Context) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	lease := st.waitLeaseLocked()
-	every := lease / 6
-	if st.g.notes != nil {
-		entryTTL := processor.EntryTTL(st.cfg)
-		if a := st.line.attempt; a != nil {
-			entryTTL = processor.EntryTTL(a.cfg)
-		}
-		if by := st.line.askBy(lease, entryTTL, st.g.opts.gapEvery > 0); time.Now().Before(by) {
-			return min(time.Until(by), every)
-		}
+	every := st.waitLeaseLocked() / 6
+	if d, ok := st.askInLocked(); ok && d > 0 {
+		return min(d, every)
 	}
 	st.signalLocked(HowPolled)
 	return every
+}
+
+// askInLocked returns how long from now the first waiter asks again at the pace askBy sets,
+// and false without notifications (the process then asks at every poll). The caller holds mu.
+func (st *lockState) askInLocked() (time.Duration, bool) {
+	if st.g.notes == nil {
+		return 0, false
+	}
+	entryTTL := processor.EntryTTL(st.cfg)
+	if a := st.line.attempt; a != nil {
+		entryTTL = processor.EntryTTL(a.cfg)
+	}
+	return max(time.Until(st.line.askBy(st.waitLeaseLocked(), entryTTL, st.g.opts.gapEvery > 0)), 0), true
 }

@@ -3,6 +3,8 @@ package dlock
 import (
 	"testing"
 	"time"
+
+	"github.com/dlockgo/dlock/processor"
 )
 
 // A waiting process asks again at the pace its last answer sets: a sixth of the lease unless
@@ -30,5 +32,25 @@ func TestAskPace(t *testing.T) {
 		if got := c.l.askBy(lease, entryTTL, c.foreign); !got.Equal(c.want) {
 			t.Errorf("%s: asks at +%v, want +%v", c.name, got.Sub(waited), c.want.Sub(waited))
 		}
+	}
+}
+
+// The first in line asks again once the key it found held could have expired, counted from
+// the answer's arrival (Redis ran the request before it; counting from the send could ask just
+// before the expiry and find the key held still), and at once when the key had under a
+// millisecond to live.
+func TestAskPaceFollowsTheHoldersExpiry(t *testing.T) {
+	const lease, entryTTL = 6 * time.Second, 6 * time.Second
+	sent := time.Now().Add(-50 * time.Millisecond) // the request went out 50 ms ago
+	var l line
+	l.forget()
+	l.waiting(sent, 1, &processor.Sighting{Holder: "h1", Life: 0, Rank: 0, Heard: true})
+	if by := l.askBy(lease, entryTTL, false); !by.Before(sent.Add(lease / 3)) {
+		t.Fatalf("a key expiring now: asks at +%v after the send, want before a third of the lease", by.Sub(sent))
+	}
+	arrived := time.Now()
+	l.waiting(sent.Add(time.Millisecond), 1, &processor.Sighting{Holder: "h1", Life: 100 * time.Millisecond, Rank: 0, Heard: true})
+	if by := l.askBy(lease, entryTTL, false); by.Before(arrived.Add(100 * time.Millisecond)) {
+		t.Fatalf("asks %v after the answer came, before the key it saw could have expired (100 ms)", by.Sub(arrived))
 	}
 }

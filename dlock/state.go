@@ -356,6 +356,12 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		// be someone else's by now. Not an acquisition.
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
 	}
+	hurry := time.Duration(-1) // when the answer makes the next ask due sooner than the poller's next poll
+	defer func() {
+		if hurry >= 0 {
+			st.poller.StartAfter(hurry) // (after mu: the poller's lock comes first)
+		}
+	}()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.phase = idle
@@ -415,6 +421,11 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if st.line.attempt == a {
 			st.line.queued = true
 			st.line.waiting(sent, res.Seen.Fence, &res.Seen)
+			if res.Seen.Holder != "" && res.Seen.Life >= 0 && res.Seen.Life < st.waitLeaseLocked()/6 {
+				if d, ok := st.askInLocked(); ok {
+					hurry = d // the key it found held may expire before the next poll
+				}
+			}
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
 				st.gapLocked(res.Seen.Life)
 			}
