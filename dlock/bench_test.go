@@ -22,16 +22,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	b.SetParallelism(32)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			owned, err := l.Lock(ctx)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Unlock(owned); err != nil {
-				b.Error(err)
-				return
-			}
+		for pb.Next() && lockUnlock(ctx, b, l) {
 		}
 	})
 	b.StopTimer()
@@ -94,16 +85,7 @@ func BenchmarkHandOff(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n.Add(1) <= int64(b.N) {
-				owned, err := l.Lock(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := l.Unlock(owned); err != nil {
-					b.Error(err)
-					return
-				}
+			for n.Add(1) <= int64(b.N) && lockUnlock(ctx, b, l) {
 			}
 		}()
 	}
@@ -111,4 +93,16 @@ func BenchmarkHandOff(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(created()-goroutines-2)/float64(b.N), "goroutines/op")
 	b.ReportMetric(float64(commandsB(b, c)-cmds-1)/float64(b.N), "redis-calls/op")
+}
+
+// lockUnlock takes l and lets it go, reporting an error to b; it says whether both succeeded.
+func lockUnlock(ctx context.Context, b *testing.B, l *dlock.DistributedReentrantLock) bool {
+	owned, err := l.Lock(ctx)
+	if err == nil {
+		err = l.Unlock(owned)
+	}
+	if err != nil {
+		b.Error(err)
+	}
+	return err == nil
 }
