@@ -1226,6 +1226,9 @@ func TestScriptName(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	p := newProc(t, c, "pa-")
+	if err := p.Preload(context.Background()); err != nil { // (else a fresh server's first call of each is an EVALSHA and an EVAL)
+		t.Fatal(err)
+	}
 	var names []string
 	c.AddHook(nameHook{&names})
 	lc := cfg(t, "names")
