@@ -45,7 +45,7 @@ type Expander struct {
 	mu       sync.Mutex
 	stopped  bool        // guarded by mu; once set, no loss is reported
 	reported bool        // guarded by mu; a loss is reported once
-	begin    func()      // guarded by mu; starts the loop, nil once it started (or was stopped)
+	begin    func()      // guarded by mu; starts the loop, nil once it started or was stopped
 	timer    *time.Timer // guarded by mu; calls begin at the first renewal's time
 	cancel   func()      // guarded by mu; ends the loop, once it began
 }
@@ -88,7 +88,7 @@ func (e *Expander) start() {
 }
 
 func (e *Expander) startLocked() {
-	if e.begin != nil && !e.stopped {
+	if e.begin != nil {
 		begin := e.begin
 		e.begin = nil
 		begin()
@@ -182,7 +182,7 @@ func (e *Expander) lost(l Lease, cause error) {
 func (e *Expander) Stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.stopped = true
+	e.stopped, e.begin = true, nil
 	if e.timer != nil {
 		e.timer.Stop()
 	}

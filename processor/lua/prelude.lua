@@ -210,7 +210,7 @@ local function waiting(mark)
     if not expires or expires <= NOW_MS then
         return nil
     end
-    return locker, lease, n, renewed, listened
+    return locker, lease, n, renewed, expires, listened
 end
 
 -- live returns the first process in line that is alive, as far as Redis can tell, and what it
@@ -222,7 +222,7 @@ end
 local function live()
     local marks = redis.call('zrange', LINE, 0, 15)
     for i, m in ipairs(marks) do
-        local locker, lease, n, renewed, listened = waiting(m)
+        local locker, lease, n, renewed, _, listened = waiting(m)
         if not locker then
             dequeue(m)
         elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then
@@ -298,8 +298,8 @@ local function firstNow(from, marks, start, held)
     marks = marks or redis.call('zrange', LINE, 0, 15)
     for i = start or 1, #marks do
         local m = marks[i]
-        local locker, lease, _, renewed, expires, listened = entry(m)
-        if locker and expires > NOW_MS and listened and hears(m) then
+        local locker, lease, _, renewed, expires, listened = waiting(m)
+        if locker and listened and hears(m) then
             lease = tonumber(lease)
             if not (held and expires - renewed <= lease and 3 * tonumber(held) > lease) then
                 tell('F|' .. from, {m})
