@@ -461,6 +461,68 @@ func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
 	}
 }
 
+// A copy of a hand-off limit's check that found nobody in line, arriving after the tenure has
+// gone on longer than the check's own mark lives (two leases), cannot give the key away from
+// the owner who still holds it: the expander's renewals keep the mark alive with the key.
+func TestYieldCheckCopyLateCannotTakeAHeldKey(t *testing.T) {
+	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Millisecond))
+	gb, _ := newGen(t)
+	w := newWire(t, ca)
+	const lease = 300 * time.Millisecond
+	la, _ := ga.GenWithLease("LATECHECK", target(t), lease)
+	lb, _ := gb.GenWithLease("LATECHECK", target(t), lease)
+	ctx := ctxT(t, 20*time.Second)
+	o1, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got2 := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := la.Lock(ctx)
+		if err != nil {
+			t.Errorf("A's second goroutine: %v", err)
+		}
+		got2 <- o
+	}()
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	time.Sleep(5 * time.Millisecond) // past the hand-off limit: the pass is a check
+	if err := o1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o2 := recv(t, got2, "A's second goroutine") // the check found nobody in line: renewed
+	var check *sentCmd
+	for _, c := range w.copies("renew") {
+		if c.args[3+9+7] == "1" { // EVALSHA, its SHA, the key count, 9 keys; then ARGV[8], yield
+			check = &c
+		}
+	}
+	if check == nil {
+		t.Fatal("no check was sent")
+	}
+	time.Sleep(3 * lease) // A's owner holds on (the expander renews), past two leases
+	gotB := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := lb.Lock(ctx)
+		if err != nil {
+			t.Errorf("B: %v", err)
+		}
+		gotB <- o
+	}()
+	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) > 0 })
+	w.send(*check) // the copy of the check arrives
+	select {
+	case <-gotB:
+		t.Fatalf("the late copy gave B the key while A's owner held it (A's hold count %d, cause %v)", la.HoldCount(o2), context.Cause(o2))
+	case <-time.After(lease):
+	}
+	if err := o2.Unlock(); err != nil {
+		t.Fatalf("A's Unlock: %v", err)
+	}
+	if ob := recv(t, gotB, "B"); ob != nil {
+		_ = ob.Unlock()
+	}
+}
+
 // A free tenure does not sit idle: a pass that renews first (another lease) and whose reply
 // comes after the hand-off limit passed is taken at once (renewing again), not after the
 // expander's renewal at 75 % of the lease.

@@ -459,8 +459,8 @@ func TestFirstInLineIsTold(t *testing.T) {
 // further back is the first's already: its entry lives no longer than its lease (a lease of
 // 2 s or more: it asks every third of its lease either way) and the key was granted for more
 // than a third of that lease (it asks again before the new holding could expire unrenewed).
-// It is told after a grant of a shorter lease, when its own lease is under 2 s, and after a
-// leave (the holding it waits behind may expire at any time).
+// It is told after a grant of a third of its lease or less, when its own lease is under 2 s,
+// and after a leave (the holding it waits behind may expire at any time).
 func TestFirstInLineIsToldOnlyWhenItsPaceChanges(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -468,7 +468,7 @@ func TestFirstInLineIsToldOnlyWhenItsPaceChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		short, _ := lc.WithLease(500 * time.Millisecond)
+		short, _ := lc.WithLease(time.Second) // a third of lc's lease
 		marks := []string{"pa-", "pb-", "pd-", "pe-", "pf-", "pg-"}
 		p := map[string]*proc{}
 		var channels []string
@@ -500,8 +500,8 @@ func TestFirstInLineIsToldOnlyWhenItsPaceChanges(t *testing.T) {
 		}
 		// (Messages on one connection come in order: a message missing shows as the next one.)
 		p["pa-"].release(t, lc, la) // to pb-, 3 s; pd- (3 s) keeps the first's pace already
-		p["pb-"].release(t, lc, lb) // to pd-, 3 s; pe- (500 ms) asks seldom further back
-		p["pd-"].release(t, lc, ld) // to pe-, 500 ms, under a third of pf-'s lease
+		p["pb-"].release(t, lc, lb) // to pd-, 3 s; pe- (1 s) asks seldom further back
+		p["pd-"].release(t, lc, ld) // to pe-, 1 s: not more than a third of pf-'s lease
 		for _, want := range []string{"pb- G", "pd- G", "pe- F", "pe- G", "pf- F"} {
 			if got := next(); got != want {
 				t.Fatalf("told %q, want %q", got, want)
@@ -692,6 +692,53 @@ func TestYieldCheck(t *testing.T) {
 			t.Fatalf("pb-'s release = %+v, want granted to pa-'s next attempt %s", r, check.Next)
 		}
 	})
+}
+
+// A check's mark lives as long as the key holds the tenure's locker: a copy of a check that
+// found nobody in line, arriving after the tenure outlived the mark's own life (two leases of
+// its lock.lua; here an Extend made the lease longer), still cannot give the key away. A copy
+// of the acquiring request that renews the key keeps the mark as long. Real time: miniredis's
+// TIME does not follow FastForward.
+func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	short, err := domain.NewDLockConfig("PROC", fresh("checklife-"+t.Name()), 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, _ := short.WithLease(5 * time.Second)
+	la, _ := a.lock(t, short, true, 1) // marks of pa- live 600 ms
+	check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: short.Lease(), NextTokens: 1}
+	if r, err := a.ExpandLease(ctx, short, check); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("check with nobody in line = %+v, %v", r, err)
+	}
+	outlives := func(what string) {
+		t.Helper()
+		mark, key := c.PTTL(ctx, processor.CheckKey(short, "pa-")).Val(), c.PTTL(ctx, short.UniqueKey()).Val()
+		if mark < key-time.Second {
+			t.Fatalf("after %s the check's mark lives %v, the key %v", what, mark, key)
+		}
+	}
+	if r, err := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("renewal to %v = %+v, %v", long.Lease(), r, err)
+	}
+	outlives("a renewal")
+	c.PExpire(ctx, processor.CheckKey(short, "pa-"), 600*time.Millisecond)   // the mark's own life again
+	if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Taken { // a copy of the acquiring request
+		t.Fatalf("a copy of the take = %+v", r)
+	}
+	outlives("a copy of the take")
+	time.Sleep(700 * time.Millisecond) // past the mark's own life
+	b.lock(t, short, true, 1)
+	if r, err := a.ExpandLease(ctx, short, check); err != nil || r.Outcome != processor.Settled {
+		t.Fatalf("a late copy of the check = %+v, %v; want settled", r, err)
+	}
+	if in := inspect(t, a, short); in.Holder != la {
+		t.Fatalf("the late copy gave the key away: %+v", in)
+	}
+	a.release(t, short, la)
 }
 
 // A block of tokens: the counter holds the end of the block while it is held, and the last

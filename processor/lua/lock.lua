@@ -22,6 +22,7 @@ end
 local holder = redis.call('get', K)
 if holder == locker then
     lengthen(K, A.lease)
+    lengthen(CHECK, redis.call('pttl', K)) -- (as a renewal does)
     if mark ~= '' then
         dequeue(mark)
     end

@@ -5,8 +5,9 @@
 -- this process still has goroutines that want the key. A renewal only ever lengthens the
 -- key's life, so copies of it that arrive late or twice cut nothing short. A yield check
 -- marks its own number whatever it decides, so that a copy of one that found nobody in line
--- cannot give the key away later, while the tenure goes on; a check its process settled since
--- (it left the line) is refused.
+-- cannot give the key away later, while the tenure goes on: every renewal makes the mark live
+-- as long as the key does (a copy can only act while the key holds its locker); a check its
+-- process settled since (it left the line) is refused.
 -- Arguments: locker, seq, lease, mark, tokens, last, yield, check, next, next_lease,
 -- next_tokens, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window, channel, publish.
 -- Returns {1, first token of the new block or 0} when renewed, {2, the locker granted, its
@@ -43,6 +44,7 @@ if yield then
     end
 end
 lengthen(K, A.lease)
+lengthen(CHECK, redis.call('pttl', K)) -- (the checks of the tenure's process hold back as long as it holds)
 lengthen(FENCE, A.fence_ttl)
 lengthen(FIRST, A.fence_ttl)
 if tonumber(A.tokens) > 0 then
