@@ -137,6 +137,45 @@ func TestCloseDuringAcquisition(t *testing.T) {
 	}
 }
 
+// Close ends a Lock whose first request to Redis is on its way (before it queued): it returns
+// ErrClosed at once, not when the client gives up on the request; so does a TryLock.
+func TestCloseEndsALockWhoseRequestIsOnItsWay(t *testing.T) {
+	for _, try := range []bool{false, true} {
+		g, c := newGen(t)
+		release := make(chan struct{})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free)
+		sent := make(chan struct{}, 1)
+		c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if scriptIs("lock")(cmd.Args()) {
+				sent <- struct{}{}
+				<-release // a server that does not answer, a client that waits for it
+			}
+			return next(ctx, cmd)
+		}})
+		l, _ := g.Gen("CLOSEASK", target(t))
+		got := make(chan error, 1)
+		go func() {
+			var err error
+			if try {
+				_, _, err = l.TryLock(context.Background())
+			} else {
+				_, err = l.Lock(context.Background())
+			}
+			got <- err
+		}()
+		recv(t, sent, "the request")
+		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = g.Close(cctx) // (returns at its ctx: the request is still inside the client)
+		cancel()
+		if err := recv(t, got, "the acquisition"); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("TryLock %v: %v, want ErrClosed", try, err)
+		}
+		free()
+	}
+}
+
 // After Close, Lock and TryLock with the owner context of a closed holding say ErrClosed.
 func TestLockAfterCloseWithOwnerCtx(t *testing.T) {
 	c := srv.Client()

@@ -140,6 +140,17 @@ func (g *Generator) isClosed() bool {
 	return g.closed
 }
 
+// closable returns ctx ended by Close too, and what lets it go: a waiting Lock, and the Redis
+// requests it sends, end when either does.
+func (g *Generator) closable(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(g.done, cancel)
+	return c, func() {
+		stop()
+		cancel()
+	}
+}
+
 // newLocker returns a locker value unique to this generator and acquisition.
 func (g *Generator) newLocker() string {
 	return g.prefix + strconv.FormatUint(g.seq.Add(1), 10)

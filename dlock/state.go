@@ -170,7 +170,8 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		triedAt uint64      // ... at this epoch
 		lastErr error       // the last Redis failure
 		woken   bool        // a wake-up was taken from the permit and not yet acted on
-		wctx    = ctx       // the wait, which a Close ends too
+		wctx    = ctx       // the wait and its requests, which a Close ends too ...
+		unbind  func()      // ... once made (a pass within the process makes none)
 	)
 	st.mu.Lock()
 	barge := st.mayBarge()
@@ -191,13 +192,20 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	if barging {
 		defer st.unbarge(&barging)
 	}
+	bind := func() {
+		if unbind == nil {
+			wctx, unbind = st.g.closable(ctx)
+		}
+	}
+	defer func() {
+		if unbind != nil {
+			unbind()
+		}
+	}()
 	for {
 		if n == nil && !barge {
-			// Wait in the queue from now on; a Close ends the wait too.
-			var stop context.CancelFunc
-			wctx, stop = context.WithCancel(ctx)
-			defer stop()
-			defer context.AfterFunc(st.g.done, stop)()
+			// Wait in the queue from now on.
+			bind()
 			n = queue.NewNode()
 			n.Lease = cfg.Lease()
 			st.q.Enqueue(n)
@@ -222,6 +230,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				return st.won(n, h), false, nil
 			}
 			if s != stepWait {
+				bind()
 				h, err := st.act(wctx, s, cfg, wait, e, t, &lastErr)
 				if h != nil {
 					h.how = how
@@ -231,6 +240,9 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 					return st.won(n, h), false, nil
 				}
 				if !wait {
+					if err != nil && ctx.Err() == nil && st.g.done.Err() != nil {
+						return nil, false, ErrClosed
+					}
 					return nil, err == nil, err // held elsewhere (or the tenure moved on as we renewed it)
 				}
 				if processor.ClientClosed(err) {
