@@ -852,7 +852,8 @@ func TestSharedCopyOfATakeRenewsIt(t *testing.T) {
 // A take reserves the block of fencing tokens it asks for: its token is the first, a copy of it
 // answers the same, and the next holding's token is above the whole block; a refill (a renewal
 // with tokens) reserves another above it. A release, or a downgrade, gives back the tokens after
-// the last one handed out when no holding reserved any since — once: a copy gives back nothing.
+// the last one handed out (all of it when none was) when no holding reserved any since — once:
+// a copy gives back nothing.
 // (The counter is set far ahead of the clock, so that tokens follow it.)
 func TestSharedBlocksOfTokens(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
@@ -921,6 +922,14 @@ func TestSharedBlocksOfTokens(t *testing.T) {
 			t.Fatalf("downgrade that gives back = %+v, %v; want token %d", d, err, ahead+12)
 		}
 		w.letGo(t, lc, rw, dl)
+		// a holding that handed out none of its block gives it all back
+		wl = w.locker()
+		if got, err := w.SharedTake(ctx, lc, rw, processor.TakeRequest{Locker: wl, N: processor.RWPermits, Tokens: 3}); err != nil || got.Token != ahead+13 {
+			t.Fatalf("write take = %+v, %v; want token %d", got, err, ahead+13)
+		}
+		if o, err := w.SharedReleaseBlock(ctx, lc, rw, wl, ahead+12, ahead+15); err != nil || o.Outcome != processor.Released || counter() != ahead+12 {
+			t.Fatalf("release of an unused block = %+v, %v, counter %d; want released, the counter at %d", o, err, counter(), ahead+12)
+		}
 		// nothing goes back once another holding reserved since (two holdings of a semaphore)
 		sl := cfg(t, "block-sem")
 		sfence := processor.SharedKeys(sl)[5]

@@ -5,6 +5,7 @@
 //
 //	go run ./internal/mutate                      # every script, the default stages
 //	go run ./internal/mutate -scripts shared -from 40
+//	go run ./internal/mutate -since 5b438ae            # only the lines changed since then
 //
 // Each mutant changes one line: a comparison turned (< and <=, == and ~=), and/or swapped,
 // a not dropped, a +1 or -1 changed, math.max and math.min swapped, a reply's code changed,
@@ -22,6 +23,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -89,15 +92,16 @@ func main() {
 			"go test -count=1 -failfast -run RW|Semaphore|Multi|Force|Extend|Fencing ./dlock",
 		"the suites run on each mutant, in order, separated by ';'")
 	from := flag.Int("from", 0, "skip the first mutants (to resume)")
+	since := flag.String("since", "", "mutate only the lines changed since this git revision")
 	timeout := flag.Duration("timeout", 5*time.Minute, "a stage that runs longer kills the mutant")
 	flag.Parse()
-	if err := run(strings.Split(*scripts, ","), strings.Split(*stages, ";"), *from, *timeout); err != nil {
+	if err := run(strings.Split(*scripts, ","), strings.Split(*stages, ";"), *from, *since, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "mutate:", err)
 		os.Exit(1)
 	}
 }
 
-func run(scripts, stages []string, from int, timeout time.Duration) error {
+func run(scripts, stages []string, from int, since string, timeout time.Duration) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
@@ -118,7 +122,15 @@ func run(scripts, stages []string, from int, timeout time.Duration) error {
 			return err
 		}
 		sources[s] = string(b)
-		all = append(all, mutants(s, string(b))...)
+		ms := mutants(s, string(b))
+		if since != "" {
+			changed, err := changedLines(root, since, filepath.Join("processor", "lua", s+".lua"))
+			if err != nil {
+				return err
+			}
+			ms = slices.DeleteFunc(ms, func(m mutant) bool { return !changed[m.line] })
+		}
+		all = append(all, ms...)
 	}
 	fmt.Printf("%d mutants of %s; stages:\n", len(all), strings.Join(scripts, ", "))
 	for i, s := range stages {
@@ -149,6 +161,40 @@ func run(scripts, stages []string, from int, timeout time.Duration) error {
 	}
 	fmt.Printf("%d of %d survived\n", survived, len(all)-min(from, len(all)))
 	return nil
+}
+
+// hunk matches a hunk header of a diff without context: the new side's first line and count.
+var hunk = regexp.MustCompile(`^@@ -\S+ \+(\d+)(?:,(\d+))? @@`)
+
+// changedLines returns the lines of file (in the working tree) that changed since rev.
+func changedLines(root, rev, file string) (map[int]bool, error) {
+	cmd := exec.Command("git", "diff", "-U0", rev, "--", file)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git diff %s -- %s: %w", rev, file, err)
+	}
+	return linesOfDiff(string(out)), nil
+}
+
+// linesOfDiff returns the new side's lines of a diff made without context (-U0).
+func linesOfDiff(diff string) map[int]bool {
+	changed := map[int]bool{}
+	for _, l := range strings.Split(diff, "\n") {
+		m := hunk.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		first, _ := strconv.Atoi(m[1])
+		n := 1
+		if m[2] != "" {
+			n, _ = strconv.Atoi(m[2])
+		}
+		for i := first; i < first+n; i++ {
+			changed[i] = true
+		}
+	}
+	return changed
 }
 
 // passes runs one stage in dir and reports whether it passed within timeout.

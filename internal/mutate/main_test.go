@@ -34,3 +34,19 @@ func TestMutants(t *testing.T) {
 		t.Fatalf("mutants:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// The changed lines are read from a diff's hunk headers: a hunk of n lines from k, a hunk of
+// one line (no count), and a deletion (count 0) that marks nothing.
+func TestChangedLines(t *testing.T) {
+	diff := "@@ -3,0 +4,2 @@ x\n+a\n+b\n@@ -10 +12 @@\n-c\n+d\n@@ -20,2 +21,0 @@\n-e\n-f\n"
+	got := linesOfDiff(diff)
+	want := map[int]bool{4: true, 5: true, 12: true}
+	if len(got) != len(want) {
+		t.Fatalf("changed lines %v, want %v", got, want)
+	}
+	for l := range want {
+		if !got[l] {
+			t.Fatalf("changed lines %v, want %v", got, want)
+		}
+	}
+}

@@ -135,14 +135,17 @@ end
 -- handed out by others. Without last (a give-back: it is not known) or FIRST for locker it
 -- leaves the counter alone.
 local function unreserve(locker, last)
+    if last == '' or counter() <= tonumber(last) then
+        return -- (every token reserved was used: the holding's first token is not needed)
+    end
     local f = redis.call('get', FIRST)
     local first, who = string.match(f or '', '^(%d+)|(.*)$')
-    if last == '' or who ~= locker then
+    if who ~= locker then
         return
     end
     local floor = math.max(tonumber(last), tonumber(first) - 1)
     if counter() <= floor then
-        return -- (every token reserved was used)
+        return
     end
     local keep = redis.call('pttl', FENCE)
     if keep > 0 then
