@@ -91,7 +91,7 @@ func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 			return nil, fmt.Errorf("%w: %s named as %s and as %s", ErrInvalidConfig, p.Config().UniqueKey(), out[i].Kind(), p.Kind())
 		}
 	}
-	slices.SortFunc(out, func(a, b Part) int { return cmp.Compare(a.order(), b.order()) })
+	slices.SortFunc(out, func(a, b Part) int { return cmp.Compare(a.Config().UniqueKey(), b.Config().UniqueKey()) })
 	return &MultiLock{parts: out}, nil
 }
 
@@ -148,6 +148,7 @@ func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context
 				return nil, err
 			}
 		}
+		o.holds.Add(1)
 		return o, nil
 	}
 	owners := make([]*Owner, 0, len(m.parts))
@@ -180,15 +181,21 @@ type withValues struct {
 func (w withValues) Value(key any) any { return w.values.Value(key) }
 
 // newMultiOwner makes the one Owner of a MultiLock's parts: it carries the last part's
-// context (and through it every part's ownership), and ends when any part's Owner ends.
+// context (and through it every part's ownership), and ends when any part's holding ends. (A
+// mutex that the caller's context held already is re-entered: its Owner is that context, so
+// its holding's own context is watched instead.)
 //
 // Only the holdings' own contexts are referred to by what the library keeps, never an Owner:
 // an Owner the program drops is collected, and its parts are released (see Owner).
 func newMultiOwner(m *MultiLock, parts []*Owner) *Owner {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parts[len(parts)-1].ctx))
 	o := &Owner{ctx: ctx, multi: m, parts: parts, end: cancel}
+	o.holds.Store(1)
 	for _, p := range parts {
 		held := p.ctx
+		if h := p.l.holdingOf(p); h != nil {
+			held = h.ctx
+		}
 		o.stops = append(o.stops, context.AfterFunc(held, func() { cancel(context.Cause(held)) }))
 	}
 	return o
@@ -208,7 +215,7 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 			errs = append(errs, fmt.Errorf("%s: %w", p.Config().UniqueKey(), err))
 		}
 	}
-	if owned.parts[0].Err() != nil { // (the first part's last hold was released)
+	if owned.holds.Add(-1) == 0 {
 		for _, stop := range owned.stops {
 			stop()
 		}
@@ -220,7 +227,7 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 // FencingTokens returns the fencing token of every part owned holds, by unique key; ok is
 // false when owned does not hold them all.
 func (m *MultiLock) FencingTokens(owned context.Context) (tokens map[string]uint64, ok bool) {
-	if m == nil {
+	if m == nil || len(m.parts) == 0 {
 		return nil, false
 	}
 	tokens = make(map[string]uint64, len(m.parts))

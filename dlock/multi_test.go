@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,6 +116,66 @@ func TestMultiLockOppositeOrdersNeverDeadlock(t *testing.T) {
 	}
 	if n := overlaps.Load(); n != 0 {
 		t.Fatalf("%d overlaps", n)
+	}
+}
+
+// A MultiLock taken under a context that holds one of its parts already (the part is
+// re-entered) does not end when that wait context ends: its Owner ends when a holding ends, or
+// at its own last Unlock.
+func TestMultiLockOwnerOutlivesItsWaitContext(t *testing.T) {
+	g, _ := newGen(t)
+	m, parts := multiOf(t, g, "MULTI", 5*time.Second, target(t)+"-a", target(t)+"-b")
+	outer, err := parts[0].Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(outer, 10*time.Second)
+	owned, err := m.Lock(wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-owned.Done():
+		t.Fatalf("the MultiLock's Owner ended with its wait context (cause %v), holding %d and %d",
+			context.Cause(owned), parts[0].HoldCount(owned), parts[1].HoldCount(owned))
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := m.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	if owned.Err() == nil {
+		t.Fatal("the MultiLock's Owner did not end at its Unlock")
+	}
+	if parts[0].HoldCount(outer) != 1 {
+		t.Fatalf("the outer holding has %d holds, want 1", parts[0].HoldCount(outer))
+	}
+	if err := outer.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The global order is by key alone, whatever part of a key is named: a read-write lock's
+// read side and its write side come at the same place among other keys, even a key whose
+// name sorts between the sides' kinds ("a|read" < "a|s" < "a|write").
+func TestMultiLockOrderIsByKey(t *testing.T) {
+	g, _ := newGen(t)
+	rw, err := g.GenRW("MULTI", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu := mustGen(t, g, "MULTI", "a|s", 5*time.Second)
+	keys := func(m *dlock.MultiLock) []string {
+		var out []string
+		for _, p := range m.Parts() {
+			out = append(out, p.Config().UniqueKey())
+		}
+		return out
+	}
+	reading, _ := g.MultiOf(rw.ReadSide(), mu)
+	writing, _ := g.MultiOf(mu, rw.WriteSide())
+	if r, w := keys(reading), keys(writing); !slices.Equal(r, w) {
+		t.Fatalf("the read side's MultiLock takes %v, the write side's %v: two orders can deadlock", r, w)
 	}
 }
 

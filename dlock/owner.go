@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,16 +22,18 @@ import (
 // until the next collection, not for the life of the process. (A context derived from an
 // Owner and never cancelled keeps it reachable, so cancel what you derive.)
 //
-// A nil *Owner is a context that is never done and owns nothing.
+// A nil *Owner, or a zero one, is a context that is never done and owns nothing.
 type Owner struct {
 	ctx context.Context // the holding's context, or a context derived from it
 	l   *DistributedReentrantLock
 
-	// A MultiLock's Owner: the Owner of each part, and what ends its own context.
+	// A MultiLock's Owner: the Owner of each part, what ends its own context, and how many
+	// times it holds them (it ends when its last hold is released).
 	multi *MultiLock
 	parts []*Owner
 	stops []func() bool
 	end   context.CancelCauseFunc
+	holds atomic.Int32
 
 	sh *shareOwner // an Owner of a read-write lock's side or of a semaphore's permits
 }
@@ -46,7 +49,7 @@ func newOwner(l *DistributedReentrantLock, h *holding) *Owner {
 
 // Deadline implements context.Context: an owner context has no deadline.
 func (o *Owner) Deadline() (time.Time, bool) {
-	if o == nil {
+	if o == nil || o.ctx == nil { // (a zero Owner: a context that never ends)
 		return time.Time{}, false
 	}
 	return o.ctx.Deadline()
@@ -54,7 +57,7 @@ func (o *Owner) Deadline() (time.Time, bool) {
 
 // Done implements context.Context: it is closed when the holding is released, lost or closed.
 func (o *Owner) Done() <-chan struct{} {
-	if o == nil {
+	if o == nil || o.ctx == nil {
 		return nil
 	}
 	return o.ctx.Done()
@@ -62,7 +65,7 @@ func (o *Owner) Done() <-chan struct{} {
 
 // Err implements context.Context.
 func (o *Owner) Err() error {
-	if o == nil {
+	if o == nil || o.ctx == nil {
 		return nil
 	}
 	return o.ctx.Err()
@@ -70,7 +73,7 @@ func (o *Owner) Err() error {
 
 // Value implements context.Context.
 func (o *Owner) Value(key any) any {
-	if o == nil {
+	if o == nil || o.ctx == nil {
 		return nil
 	}
 	return o.ctx.Value(key)
@@ -80,7 +83,7 @@ func (o *Owner) Value(key any) any {
 // MultiLock's Owner: MultiLock.Unlock; a read-write lock's: RWLock.Unlock; a semaphore's:
 // Semaphore.Release).
 func (o *Owner) Unlock() error {
-	if o == nil {
+	if o == nil || (o.ctx == nil && o.multi == nil && o.sh == nil) {
 		return ErrNotHeld
 	}
 	if o.multi != nil {
@@ -106,6 +109,9 @@ func (o *Owner) String() string {
 	}
 	if o.sh != nil {
 		return "dlock.Owner(" + o.sh.st.key + ")"
+	}
+	if o.l == nil {
+		return "dlock.Owner(zero)"
 	}
 	return "dlock.Owner(" + o.l.cfg.UniqueKey() + ")"
 }

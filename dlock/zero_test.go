@@ -149,6 +149,49 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 	call("Do(nil fn)", func() error { return l.Do(ctx, nil) })
 }
 
+// A zero Owner (not one Lock returned) is a context that never ends and owns nothing: as a
+// context it takes the lock like context.Background; as an Owner it holds nothing.
+func TestZeroOwner(t *testing.T) {
+	g, _ := newGen(t)
+	l, _ := g.Gen("ZERO", target(t))
+	var zero dlock.Owner
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("a zero Owner panics: %v", r)
+		}
+	}()
+	if zero.Err() != nil || zero.Done() != nil || zero.Value("k") != nil || zero.String() == "" {
+		t.Fatalf("a zero Owner as a context: Err %v, Done %v", zero.Err(), zero.Done())
+	}
+	if _, ok := zero.Deadline(); ok {
+		t.Fatal("a zero Owner has a deadline")
+	}
+	ctx, cancel := context.WithCancel(&zero)
+	cancel()
+	if ctx.Err() == nil {
+		t.Fatal("a context made from a zero Owner does not end")
+	}
+	if err := zero.Unlock(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("zero Owner's Unlock = %v, want ErrNotHeld", err)
+	}
+	if err := l.Unlock(&zero); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock(zero Owner) = %v, want ErrNotHeld", err)
+	}
+	if err := l.Extend(&zero, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend(zero Owner) = %v, want ErrNotHeld", err)
+	}
+	if n := l.HoldCount(&zero); n != 0 {
+		t.Fatalf("HoldCount(zero Owner) = %d", n)
+	}
+	o, err := l.Lock(&zero)
+	if err != nil {
+		t.Fatalf("Lock(zero Owner) = %v", err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
+
 // Bad input never panics.
 func TestNilInputsDoNotPanic(t *testing.T) {
 	check := func(name string, f func()) {
