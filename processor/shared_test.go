@@ -431,6 +431,36 @@ func TestSharedKeysLiveAsLongAsTheSettledLockers(t *testing.T) {
 	}
 }
 
+// The mark that an operator removed a locker lives as long as the locker's own settled mark:
+// the removed holder's release, which settles the locker for its own (longer) mark life,
+// lengthens both, so every copy of that release answers gone (its owners learn of the loss)
+// rather than "settled already" once the operator's shorter mark ran out.
+func TestSharedForcedMarkLivesWithTheLockersMark(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		short := cfg(t, "forcedmark") // 1 s: the operator's lease
+		long, _ := short.WithLease(20 * time.Second)
+		a, op := newProc(t, c, "A-"), newProc(t, c, "OP-")
+		la := a.locker()
+		if r := a.take(t, long, sem3, la, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("take: %+v", r)
+		}
+		keys := processor.SharedKeys(long)
+		// its renewal is late: a second of its lease is left as the operator removes it
+		c.ZAdd(ctx, keys[1], redis.Z{Score: float64(time.Now().Add(time.Second).UnixMilli()), Member: la})
+		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("force = %+v, %v", r, err)
+		}
+		if o := a.letGo(t, long, sem3, la); o != processor.Gone {
+			t.Fatalf("the removed holder's release: %v, want gone", o)
+		}
+		mark, forced := c.ZScore(ctx, keys[4], la).Val(), c.ZScore(ctx, keys[4], la+"|forced").Val()
+		if forced < mark {
+			t.Fatalf("the removal's mark ends %.0f ms before the locker's", mark-forced)
+		}
+	})
+}
+
 // An operator's force lets one named holding go and tells the line; it changes nothing when
 // the locker holds nothing, and no copy of the removed holder's requests takes it back.
 func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {

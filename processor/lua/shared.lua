@@ -75,6 +75,10 @@ end
 
 local function settle(locker)
     atLeast(GONE, locker, NOW_MS + tonumber(A.gone_ttl))
+    if redis.call('zscore', GONE, locker .. '|forced') then
+        -- an operator removed it: its release answers gone for as long as it is settled
+        atLeast(GONE, locker .. '|forced', tonumber(redis.call('zscore', GONE, locker)))
+    end
 end
 
 -- unhold lets locker's holding go and settles the locker.
