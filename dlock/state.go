@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
@@ -686,6 +687,9 @@ func redisFault(err error) bool {
 	var pe *RedisProcessError
 	return errors.As(err, &pe) && !errors.Is(pe.Err, context.DeadlineExceeded) && !errors.Is(pe.Err, context.Canceled)
 }
+
+// refused reports whether Redis refused the user or a command (ACL): no retry mends that.
+func refused(err error) bool { return redis.IsPermissionError(err) || redis.IsAuthError(err) }
 
 // notTakenErr is an attempt's error when the caller's context ended: the context's error, with
 // the attempt's own error if it says more.

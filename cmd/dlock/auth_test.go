@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -183,6 +184,36 @@ func TestAuthRefused(t *testing.T) {
 			}
 			if strings.Contains(r.stderr, wrong) || strings.Contains(r.stderr, authPassword) {
 				t.Fatalf("a password shows in the message: %v", r)
+			}
+			if exists(ran) {
+				t.Fatal("exec ran its command without the lock")
+			}
+		})
+	}
+}
+
+// TestCommandRefused: a user that Redis refuses a key the lock needs (an ACL without the lock's
+// side keys) is told so and exits 77 at once, from exec and lock, waiting or not — no wait mends
+// a refusal — and exec runs nothing.
+func TestCommandRefused(t *testing.T) {
+	s := startAuthRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: s.addr, Password: authPassword})
+	defer admin.Close()
+	rules := slices.DeleteFunc(slices.Clone(aclRules), func(r string) bool { return r == "~{DLOCK_*}:*" || strings.HasPrefix(r, ">") })
+	if err := admin.ACLSetUser(context.Background(), "partial", append(rules, ">partial-pw")...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{
+		{"exec", "CLI", "refused", "touch", ran},
+		{"exec", "-w", "30", "CLI", "refused", "touch", ran},
+		{"exec", "-n", "CLI", "refused", "touch", ran},
+		{"lock", "CLI", "refused"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := runBin(t, nil, append([]string{args[0], "--redis", s.url("partial:partial-pw")}, args[1:]...)...)
+			if r.code != exitNoPerm || !strings.Contains(r.stderr, "refused a command") {
+				t.Fatal(r)
 			}
 			if exists(ran) {
 				t.Fatal("exec ran its command without the lock")

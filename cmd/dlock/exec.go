@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 )
 
@@ -228,6 +230,17 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 	}
 	done := make(chan result, 1)
 	go func() {
+		if wait != 0 {
+			// One attempt first: Lock waits through Redis failures, a refusal (ACL) included,
+			// which no wait mends.
+			tctx, tcancel := c.ctx()
+			owned, ok, err := l.TryLock(tctx)
+			tcancel()
+			if ok || refused(err) {
+				done <- result{owned, false, err}
+				return
+			}
+		}
 		if wait == 0 {
 			owned, ok, err := l.TryLock(ctx)
 			done <- result{owned, !ok && err == nil, err}
@@ -249,6 +262,8 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 	switch {
 	case r.err == nil && !r.held:
 		return r.owned, nil
+	case refused(r.err):
+		return nil, c.classify(r.err)
 	case r.held || errors.Is(r.err, dlock.ErrNotObtained) && errors.Is(r.err, context.DeadlineExceeded):
 		// Lock keeps waiting through Redis failures: tell an outage from a busy lock.
 		if err := c.ping(); err != nil {
@@ -261,6 +276,12 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		return nil, withStatus(conflict, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, heldBy(c, l)))
 	}
 	return nil, c.classify(r.err)
+}
+
+// refused reports whether err carries Redis's refusal of the user or of a command (ACL).
+func refused(err error) bool {
+	var pe *dlock.RedisProcessError
+	return errors.As(err, &pe) && (redis.IsPermissionError(pe.Err) || redis.IsAuthError(pe.Err))
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.

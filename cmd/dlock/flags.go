@@ -338,8 +338,11 @@ func (w *waitValue) Set(s string) error {
 		return nil
 	}
 	if secs, err := strconv.ParseFloat(s, 64); err == nil {
-		if secs < 0 || math.IsNaN(secs) || secs > float64(math.MaxInt64/int64(time.Second)) {
+		if secs < 0 || math.IsNaN(secs) {
 			return errors.New("seconds must be 0 or more")
+		}
+		if secs > float64(math.MaxInt64/int64(time.Second)) {
+			return errors.New(`too many seconds (use "forever")`)
 		}
 		w.d = time.Duration(secs * float64(time.Second))
 		return nil

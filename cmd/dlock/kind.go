@@ -28,14 +28,17 @@ type guarded struct {
 type kindFlags struct {
 	shared, exclusive *bool
 	semaphore         *int
-	permits           *int // nil for commands that take nothing
+	semaphoreDef      *flagDef // whether --semaphore was given (0 is refused, not "the mutex")
+	permits           *int     // nil for commands that take nothing
 }
 
 func addKindFlags(fs *flagSet, takes bool) *kindFlags {
+	sem := new(intValue)
 	k := &kindFlags{
-		shared:    fs.Bool("shared", "s", "the read side of the read-write lock TYPE/TARGET (many readers at once; no writer)"),
-		exclusive: fs.Bool("exclusive", "x", "the write side of the read-write lock TYPE/TARGET (no other reader or writer)"),
-		semaphore: fs.Int("semaphore", 0, "the semaphore TYPE/TARGET of N permits (N used when Redis keeps none yet)"),
+		shared:       fs.Bool("shared", "s", "the read side of the read-write lock TYPE/TARGET (many readers at once; no writer)"),
+		exclusive:    fs.Bool("exclusive", "x", "the write side of the read-write lock TYPE/TARGET (no other reader or writer)"),
+		semaphore:    &sem.n,
+		semaphoreDef: fs.Var(sem, "semaphore", "", "N", "the semaphore TYPE/TARGET of N permits (N used when Redis keeps none yet)"),
 	}
 	if takes {
 		k.permits = fs.Int("permits", 0, "with --semaphore: the permits to take (default 1)")
@@ -46,7 +49,7 @@ func addKindFlags(fs *flagSet, takes bool) *kindFlags {
 // check refuses flags that contradict each other.
 func (k *kindFlags) check() error {
 	kinds := 0
-	for _, b := range []bool{*k.shared, *k.exclusive, *k.semaphore != 0} {
+	for _, b := range []bool{*k.shared, *k.exclusive, k.semaphoreDef.seen} {
 		if b {
 			kinds++
 		}
@@ -54,9 +57,9 @@ func (k *kindFlags) check() error {
 	switch {
 	case kinds > 1:
 		return usageErrorf("--shared, --exclusive and --semaphore name different locks: give one")
-	case *k.semaphore < 0:
+	case k.semaphoreDef.seen && *k.semaphore < 1:
 		return usageErrorf("--semaphore %d: a semaphore has at least 1 permit", *k.semaphore)
-	case k.permits != nil && *k.permits != 0 && *k.semaphore == 0:
+	case k.permits != nil && *k.permits != 0 && !k.semaphoreDef.seen:
 		return usageErrorf("--permits needs --semaphore K (the semaphore's size)")
 	case k.permits != nil && (*k.permits < 0 || *k.permits > *k.semaphore):
 		return usageErrorf("--permits %d of a semaphore of %d", *k.permits, *k.semaphore)

@@ -72,8 +72,8 @@ func TestExecPermits(t *testing.T) {
 	}
 }
 
-// TestKindFlagsContradict: flags naming two locks, or permits without a semaphore, are usage
-// errors, and nothing runs.
+// TestKindFlagsContradict: flags naming two locks, permits without a semaphore, or a semaphore
+// of no permits, are usage errors, and nothing runs.
 func TestKindFlagsContradict(t *testing.T) {
 	for _, args := range [][]string{
 		{"--shared", "--exclusive"},
@@ -81,6 +81,7 @@ func TestKindFlagsContradict(t *testing.T) {
 		{"--permits", "2"},
 		{"--semaphore", "2", "--permits", "3"},
 		{"--semaphore", "-1"},
+		{"--semaphore", "0"}, // (not the mutex: a release --force of it would remove the mutex's holder)
 	} {
 		r := runBin(t, nil, append(append([]string{"exec", "--redis", srv.Addr}, args...), "CLI", "x", "--", "true")...)
 		if r.code != exitUsage {
