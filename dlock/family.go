@@ -213,6 +213,9 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // SetPermits changes the semaphore's permit count to k in Redis, for every process, for as
 // long as the semaphore is in use (afterwards the k it is made with counts again). Permits
 // held beyond a lowered k stay out until released; none is handed out until fewer than k are.
+// The change names the count it replaces, read first, so that a copy of it (or of an earlier
+// SetPermits) that reaches Redis late cannot set an older count again; SetPermits calls made
+// at once from several places still leave whichever ran last.
 func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	if s == nil || s.g == nil {
 		return errZeroShared
@@ -220,7 +223,23 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
-	return s.g.redis.SetPermits(ctx, s.cfg, int64(k))
+	if k < 1 {
+		return fmt.Errorf("%w: %d permits", ErrInvalidConfig, k)
+	}
+	for range 10 {
+		st, err := s.State(ctx)
+		if err != nil {
+			return err
+		}
+		changed, now, err := s.g.redis.ChangePermits(ctx, s.cfg, st.Permits, int64(k))
+		if err != nil || changed || now == int64(k) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("dlock: the permits of %s kept changing under SetPermits", s.cfg.UniqueKey())
 }
 
 // State reads what Redis holds for the semaphore.

@@ -113,6 +113,7 @@ type sharedOp struct {
 	replaces   string
 	tokens     int    // take, renew: fencing tokens to reserve
 	last, end  uint64 // release, or a take that replaces: the last token the holding let go handed out, and its block's last
+	from       int64  // permits: the count the change applies to (0 for whatever it is)
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
@@ -129,10 +130,14 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	if o.end > 0 {
 		last, end = strconv.FormatUint(o.last, 10), strconv.FormatUint(o.end, 10)
 	}
+	from := ""
+	if o.from > 0 {
+		from = strconv.FormatInt(o.from, 10)
+	}
 	ack := o.op == "take" || (o.op == "renew" && o.tokens > 0) // (a block handed out must be replicated)
 	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg),
 		o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
-		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end)
+		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -279,11 +284,26 @@ func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockCo
 // configuration for as long as the semaphore is in use (its keys live). Permits held beyond
 // a lowered k stay held until released; no new ones are taken until the count is below k.
 func (p *RedisLockProcessor) SetPermits(ctx context.Context, cfg domain.DLockConfig, k int64) error {
-	if k < 1 {
-		return fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
-	}
-	_, _, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, sharedOp{op: "permits"})
+	_, _, err := p.ChangePermits(ctx, cfg, 0, k)
 	return err
+}
+
+// ChangePermits sets a semaphore's permit count to k, as SetPermits does, only if Redis keeps
+// from (or keeps none; from 0 changes any count): a late or repeated copy of a change, or of an
+// older one, finds the count changed since and changes nothing. It reports whether it changed
+// the count, and the count Redis keeps when it did not.
+func (p *RedisLockProcessor) ChangePermits(ctx context.Context, cfg domain.DLockConfig, from, k int64) (changed bool, now int64, err error) {
+	if k < 1 {
+		return false, 0, fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
+	}
+	code, vals, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, sharedOp{op: "permits", from: from})
+	if err != nil || code == 1 {
+		return err == nil, k, err
+	}
+	if len(vals) > 1 {
+		now = int64(uintOf(vals[1]))
+	}
+	return false, now, nil
 }
 
 // SharedInspect reads what Redis holds for cfg's shared lock, changing nothing. s is what the

@@ -372,6 +372,35 @@ func TestSharedSetPermits(t *testing.T) {
 	})
 }
 
+// A change of the permits that names the count it changes applies to that count only: a late
+// copy of a change from 4 to 5, arriving after a change from 5 to 2, changes nothing and says
+// what Redis keeps — no more permits go out than the newest count.
+func TestSharedPermitsChangeNamesTheCountItChanges(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "change")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		a.take(t, lc, sem3, a.locker(), 1, true) // in use: Redis keeps 3
+		for _, ch := range []struct{ from, to int64 }{{3, 4}, {4, 5}, {5, 2}} {
+			if changed, _, err := a.ChangePermits(ctx, lc, ch.from, ch.to); err != nil || !changed {
+				t.Fatalf("%d -> %d: %v, %v", ch.from, ch.to, changed, err)
+			}
+		}
+		if changed, now, err := a.ChangePermits(ctx, lc, 4, 5); err != nil || changed || now != 2 {
+			t.Fatalf("a late copy of 4 -> 5: changed %v, Redis keeps %d, %v; want nothing changed, 2 kept", changed, now, err)
+		}
+		held := 1
+		for range 3 {
+			if r := b.take(t, lc, sem3, b.locker(), 1, false); r.Outcome == processor.Taken {
+				held++
+			}
+		}
+		if held != 2 {
+			t.Fatalf("%d permits out after the count went to 2", held)
+		}
+	})
+}
+
 // A take may replace only a holding of its own process: one naming another's is settled and
 // takes nothing.
 func TestSharedTakeReplacesOnlyItsOwn(t *testing.T) {

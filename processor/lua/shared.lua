@@ -49,6 +49,7 @@ local NAMES = {
     'last',       -- release, or a take that replaces: the last token the holding let go
                   -- handed out of its block ...
     'block_end',  -- ... and the block's last ('' for none: nothing to give back)
+    'from',       -- permits: the count the change applies to ('' for whatever it is)
 }
 local A = {}
 for i, name in ipairs(NAMES) do
@@ -400,6 +401,11 @@ elseif A.op == 'force' then
     keep(k, kd)
     return {1}
 elseif A.op == 'permits' then
+    -- a change that names the count it changes applies to that count only: a late or repeated
+    -- copy of it, or of an older change, finds the count changed since and changes nothing
+    if A.from ~= '' and redis.call('exists', KIND) == 1 and tonumber(A.from) ~= k then
+        return {0, string.format('%.0f', k)}
+    end
     k = tonumber(A.k)
     wake(k)
     keep(k, kd)
