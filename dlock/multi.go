@@ -91,7 +91,9 @@ func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 			return nil, fmt.Errorf("%w: %s named as %s and as %s", ErrInvalidConfig, p.Config().UniqueKey(), out[i].Kind(), p.Kind())
 		}
 	}
-	slices.SortFunc(out, func(a, b Part) int { return cmp.Compare(a.Config().UniqueKey(), b.Config().UniqueKey()) })
+	// (key|: the order of the versions that sorted by key|kind, which processes of both
+	// versions must agree on during a rolling upgrade, whatever part of a key is named)
+	slices.SortFunc(out, func(a, b Part) int { return cmp.Compare(a.Config().UniqueKey()+"|", b.Config().UniqueKey()+"|") })
 	return &MultiLock{parts: out}, nil
 }
 

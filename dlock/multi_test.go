@@ -155,9 +155,9 @@ func TestMultiLockOwnerOutlivesItsWaitContext(t *testing.T) {
 	}
 }
 
-// The global order is by key alone, whatever part of a key is named: a read-write lock's
-// read side and its write side come at the same place among other keys, even a key whose
-// name sorts between the sides' kinds ("a|read" < "a|s" < "a|write").
+// The global order is by key, whatever part of a key is named: a read-write lock's read side
+// and its write side come at the same place among other keys, even a key whose name sorts
+// between the sides' kinds ("a|read" < "a|s" < "a|write").
 func TestMultiLockOrderIsByKey(t *testing.T) {
 	g, _ := newGen(t)
 	rw, err := g.GenRW("MULTI", "a")
@@ -176,6 +176,13 @@ func TestMultiLockOrderIsByKey(t *testing.T) {
 	writing, _ := g.MultiOf(mu, rw.WriteSide())
 	if r, w := keys(reading), keys(writing); !slices.Equal(r, w) {
 		t.Fatalf("the read side's MultiLock takes %v, the write side's %v: two orders can deadlock", r, w)
+	}
+	// ... and the order is the one of the versions that sorted by key|kind, for every key
+	// that is not another followed by "|": processes of both versions agree during an upgrade.
+	job, job2 := mustGen(t, g, "MULTI", "job", 5*time.Second), mustGen(t, g, "MULTI", "job-2", 5*time.Second)
+	both, _ := g.Multi(job, job2)
+	if got, want := keys(both), []string{job2.Config().UniqueKey(), job.Config().UniqueKey()}; !slices.Equal(got, want) {
+		t.Fatalf("parts taken in the order %v; the version before takes %v", got, want)
 	}
 }
 

@@ -233,7 +233,7 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		if wait != 0 {
 			// One attempt first: Lock waits through Redis failures, a refusal (ACL) included,
 			// which no wait mends.
-			tctx, tcancel := c.ctx()
+			tctx, tcancel := context.WithTimeout(ctx, c.timeout) // (within --wait, and ended by a signal)
 			owned, ok, err := l.TryLock(tctx)
 			tcancel()
 			if ok || refused(err) {

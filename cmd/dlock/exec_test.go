@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // holder starts "dlock exec" on CLI/tg with a command that writes its environment, says it
@@ -137,6 +139,25 @@ func TestExecNotObtained(t *testing.T) {
 	}
 	if r := a.wait(t); r.code != 7 {
 		t.Fatal(r)
+	}
+}
+
+// TestExecWaitBoundsEveryAttempt: --wait bounds the first attempt too: with Redis holding back
+// writes longer than the wait, exec gives up at the wait (75, or 69 if Redis no longer
+// answers), and the command does not run when the attempt lands later.
+func TestExecWaitBoundsEveryAttempt(t *testing.T) {
+	needReal(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+	ran := filepath.Join(t.TempDir(), "ran")
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "3000", "WRITE").Err(); err != nil { // a slow Redis
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "CLIENT", "UNPAUSE")
+	r := runBin(t, nil, "exec", "--wait", "0.5", "--timeout", "10s", "--redis", srv.Addr, "CLI", target(t), "--", "touch", ran)
+	if r.code != exitNotObtained && r.code != exitUnavailable || exists(ran) {
+		t.Fatalf("exec --wait 0.5 with writes held back 3 s: %v; the command ran: %v", r, exists(ran))
 	}
 }
 

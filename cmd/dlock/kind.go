@@ -46,6 +46,10 @@ func addKindFlags(fs *flagSet, takes bool) *kindFlags {
 	return k
 }
 
+// named reports whether the flags name a read-write lock's side or a semaphore (else the
+// mutex), once check has passed.
+func (k *kindFlags) named() bool { return *k.shared || *k.exclusive || k.semaphoreDef.seen }
+
 // check refuses flags that contradict each other.
 func (k *kindFlags) check() error {
 	kinds := 0

@@ -90,6 +90,26 @@ func TestKindFlagsContradict(t *testing.T) {
 	}
 }
 
+// TestSemaphoreZeroIsUsage: --semaphore 0 names no lock in any command: status and release
+// refuse it too, and the mutex of the same name keeps its holder.
+func TestSemaphoreZeroIsUsage(t *testing.T) {
+	tg := target(t)
+	holdLock(t, tg, 5*time.Second)
+	before := lockStatusOf(t, tg).Holder
+	for _, args := range [][]string{
+		{"status", "--semaphore", "0"},
+		{"release", "--force", "--any", "--semaphore", "0"},
+	} {
+		r := runIn(append(append(args, "--redis", srv.Addr), "CLI", tg)...)
+		if r.code != exitUsage {
+			t.Errorf("%v: %v", args, r)
+		}
+	}
+	if now := lockStatusOf(t, tg).Holder; now != before || now == "" {
+		t.Fatalf("the mutex's holder was %q, is %q", before, now)
+	}
+}
+
 // TestReleaseForceShared: release --force --holder removes the holding it names of a
 // read-write lock (the holder learns of the loss), a repeat removes nothing, and --any
 // removes every holding of a semaphore.

@@ -73,7 +73,10 @@ func releaseCommand() *command {
 					return usageErrorf("say what to remove: --holder LOCKER (as \"dlock status\" shows it; removes only that holding) " +
 						"or --any (whoever holds it now, perhaps a healthy holder that just acquired)")
 				}
-				if *kind.shared || *kind.exclusive || *kind.semaphore != 0 {
+				if err := kind.check(); err != nil {
+					return err
+				}
+				if kind.named() {
 					return releaseShared(out, r, kind, *holder, pos[0], pos[1])
 				}
 				return release(out, r, *holder, pos[0], pos[1])

@@ -63,7 +63,10 @@ func statusCommand() *command {
 				if err != nil {
 					return err
 				}
-				if *kind.shared || *kind.exclusive || *kind.semaphore != 0 {
+				if err := kind.check(); err != nil {
+					return err
+				}
+				if kind.named() {
 					return sharedStatus(out, r, kind, *asJSON, pos[0], pos[1])
 				}
 				return status(out, r, *asJSON, pos[0], pos[1])
