@@ -641,6 +641,59 @@ func TestLossesDuringPasses(t *testing.T) {
 
 // Java DLock processes never stand in the line: under continuous contention from this library,
 // where every release grants the key to the next process in line, they wait for ever.
+// A process whose goroutines never stop wanting the key (passing it among themselves, the
+// default hand-off limit) still lets it go for every window of WithForeignWindow: a Java
+// DLock-like poller gets it.
+func TestForeignWindowOpensUnderOneBusyProcess(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	g, c := newGen(t, dlock.WithForeignWindow(lease, lease/6))
+	l, _ := g.GenWithLease("JAVA1", target(t), lease)
+	key := l.Config().UniqueKey()
+	ctx := ctxT(t, 30*time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				_ = o.Unlock()
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waitFor(t, func() bool { s, _ := l.State(ctx); return s.Held() && s.LocalWaiters })
+	release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+	for n := 0; ; n++ { // Java DLock's poll: SET NX, then every sixth of its lease
+		locker := fmt.Sprintf("10.0.0.9-%d", n)
+		if ok, err := c.SetNX(ctx, key, locker, lease).Result(); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			release.Run(ctx, c, []string{key}, locker)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the Java-like poller never got the key")
+		case <-time.After(lease / 6):
+		}
+	}
+}
+
 // WithForeignWindow leaves the key free for a window, once a period: a poller of Java DLock's
 // kind (SET NX, then a poll every sixth of its lease) gets it, and exclusion holds throughout.
 // (The row without the window is measured for comparison, not judged.)

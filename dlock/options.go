@@ -117,7 +117,9 @@ func WithLocalHandOff(max time.Duration) Option {
 // polling for it every sixth of their lease, and a release here grants the key to the next
 // process in line without leaving it free — so under continuous contention from this library
 // they would wait for ever. With this option, at most once every every, a release leaves the
-// key free for window instead of granting it: processes in line do not take it meanwhile, and
+// key free for window instead of granting it (a process that keeps the key for goroutines that
+// never stop wanting it lets it go for the window at its next hand-off limit, WithLocalHandOff;
+// with no limit it keeps the key until they stop): processes in line do not take it meanwhile, and
 // a process that polls within the window takes it with its SET NX. A window as long as the
 // foreign processes' poll interval gives one of them the key at every window (a Java process
 // then waits at most every, times the number of them that compete); each window costs the

@@ -573,6 +573,9 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 			st.line.waiting(sent, res.Token, &res.Seen) // it ran before any grant to next could (whose token is above the one it granted)
 		}
 		st.endTenureLocked(t)
+		if res.Gap > 0 { // it opened a window for processes not in line
+			st.gapLocked(res.Gap)
+		}
 		st.grantedLocked(next)
 		st.q.Wake() // the waiters watch for this process's grant (a TryLock does not)
 		return nil, nil

@@ -888,6 +888,49 @@ func TestGapLeavesTheKeyFree(t *testing.T) {
 	})
 }
 
+// A hand-off limit's check opens a window that is due even with nobody in line: a process
+// whose goroutines never stop wanting the key lets it go for the window, and stands in line
+// again with its next attempt; while the window's period runs, its checks renew.
+func TestYieldCheckOpensAWindowThatIsDue(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: "pa-", GapEvery: time.Minute, GapWindow: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := cfg(t, "gapcheck")
+		p := &proc{RedisLockProcessor: a, mark: "pa-"}
+		la, _ := p.lock(t, lc, true, 1)
+		check := processor.RenewRequest{Locker: la, Yield: true, Check: p.locker(), Next: p.locker(), NextLease: lc.Lease(), NextTokens: 1}
+		r, err := a.ExpandLease(ctx, lc, check)
+		if err != nil || r.Outcome != processor.Yielded || r.Gap != 5*time.Second || r.Next != "" {
+			t.Fatalf("check with a window due = %+v, %v; want yielded, the key left free for 5 s", r, err)
+		}
+		if in := inspect(t, p, lc); in.Holder != "" || !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("after the check: %+v; want the key free and pa- in line", in)
+		}
+		java := redis.NewClient(&redis.Options{Addr: c.Options().Addr})
+		defer java.Close()
+		if ok, err := java.SetNX(ctx, lc.UniqueKey(), "java-7", time.Second).Result(); err != nil || !ok {
+			t.Fatalf("a SET NX in the window = %v, %v", ok, err)
+		}
+		java.Del(ctx, lc.UniqueKey())
+		lb, r2 := p.lock(t, lc, true, 1)
+		if r2.Outcome != processor.Held {
+			t.Fatalf("an attempt in the window = %+v; want it in line", r2)
+		}
+		c.Del(ctx, processor.GapKey(lc))
+		c.Set(ctx, processor.GapKey(lc), "0", time.Minute) // the window passed; the next is due in a minute
+		if r := p.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Taken {
+			t.Fatalf("take after the window: %+v", r)
+		}
+		check = processor.RenewRequest{Locker: lb, Yield: true, Check: p.locker(), Next: p.locker(), NextLease: lc.Lease(), NextTokens: 1}
+		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("check with no window due = %+v, %v; want renewed", r, err)
+		}
+	})
+}
+
 // An entry that its process stops renewing expires: it never blocks the head of the line.
 func TestLineEntriesExpire(t *testing.T) {
 	c := srv.Client() // real time: miniredis's TIME does not follow FastForward

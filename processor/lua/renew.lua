@@ -2,7 +2,9 @@
 -- Extend, or a renewal before a pass within this process), reserving a new block of fencing
 -- tokens if asked. With yield, and another live process in line, give the key to it instead
 -- (the hand-off limit is reached) and stand in line again at its end with the locker next:
--- this process still has goroutines that want the key. A renewal only ever lengthens the
+-- this process still has goroutines that want the key. A window for processes not in line
+-- that is due (gap_every) is opened the same way, though nobody stands in line: a process
+-- whose goroutines never stop wanting the key lets it go at every window. A renewal only ever lengthens the
 -- key's life, so copies of it that arrive late or twice cut nothing short. A yield check
 -- marks its own number whatever it decides, so that a copy of one that found nobody in line
 -- cannot give the key away later, while the tenure goes on: every renewal makes the mark live
@@ -32,7 +34,7 @@ if redis.call('get', K) ~= locker then
 end
 if yield then
     dequeue(mark)
-    if live() then
+    if live() or (A.gap_every ~= '' and not redis.call('get', GAP)) then -- (pass opens a window due)
         unreserve(locker, A.last)
         settle(seq)
         local reply = passed(2, locker, '')
