@@ -624,8 +624,11 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	so.stop = context.AfterFunc(h.ctx, func() {
 		cause := context.Cause(h.ctx)
-		if errors.Is(cause, ErrLockLost) {
+		switch {
+		case errors.Is(cause, ErrLockLost):
 			st.g.observer.Lost(LossEvent{Kind: kindOf(st.spec, write), Config: st.cfg, Token: token, Held: time.Since(so.at), Cause: cause})
+		case errors.Is(cause, ErrClosed): // as the mutex's Close: released, with ErrClosed
+			st.g.observer.Released(ReleaseEvent{Kind: kindOf(st.spec, write), Config: st.cfg, Token: token, Held: time.Since(so.at), Err: cause})
 		}
 		so.cancel(cause)
 	})
@@ -666,10 +669,15 @@ func (so *shareOwner) unlock() error {
 		st.mu.Unlock()
 		return nil
 	}
-	cause := error(nil)
 	if so.hold.ctx.Err() != nil {
-		cause = context.Cause(so.hold.ctx)
+		// lost or closed before this Unlock: that was told then (Lost, or Released by Close)
+		cause := context.Cause(so.hold.ctx)
+		so.end(context.Canceled)
+		st.mu.Unlock()
+		st.poke()
+		return cause
 	}
+	cause := error(nil)
 	so.end(context.Canceled)
 	var fate chan error
 	if h := so.hold; h.idle() && h.ctx.Err() == nil {

@@ -203,3 +203,64 @@ func TestObserverSeesTheLockFamilyByKind(t *testing.T) {
 		t.Fatalf("released: %+v", rec.released)
 	}
 }
+
+// Every kind reports a holding's end once, as the mutex does: a holding lost while held is
+// reported lost, and its later Unlock reports nothing more; a holding Close ends is reported
+// released with ErrClosed.
+func TestObserverSeesEveryKindEndOnce(t *testing.T) {
+	for _, kind := range []string{"mutex", "read", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			for _, end := range []string{"lost", "closed"} {
+				rec := &recorder{}
+				g, c := newGen(t, dlock.WithDefaultLease(300*time.Millisecond), dlock.WithObserver(rec))
+				tg := uniqueTarget(t)
+				ctx := ctxT(t, 30*time.Second)
+				var o *dlock.Owner
+				var err error
+				pattern := "*" + tg + "*"
+				switch kind {
+				case "mutex":
+					l, _ := g.Gen("OBSEND", tg)
+					o, err = l.Lock(ctx)
+				case "read":
+					o, err = rwOf(t, g, tg).RLock(ctx)
+				default:
+					o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if end == "lost" {
+					keys, _ := c.Keys(ctx, pattern).Result()
+					c.Del(ctx, keys...)
+					select {
+					case <-o.Done():
+					case <-time.After(10 * time.Second):
+						t.Fatal("the loss was never told")
+					}
+					if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+						t.Fatalf("Unlock of a lost holding: %v", err)
+					}
+				} else if err := g.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, func() bool {
+					rec.mu.Lock()
+					defer rec.mu.Unlock()
+					return len(rec.lost)+len(rec.released) > 0
+				})
+				time.Sleep(50 * time.Millisecond) // (an event told twice would come by now)
+				rec.mu.Lock()
+				lost, released := len(rec.lost), len(rec.released)
+				var closed bool
+				if released == 1 {
+					closed = errors.Is(rec.released[0].Err, dlock.ErrClosed)
+				}
+				rec.mu.Unlock()
+				if end == "lost" && (lost != 1 || released != 0) || end == "closed" && (lost != 0 || released != 1 || !closed) {
+					t.Fatalf("%s: lost %d, released %d (ErrClosed %v)", end, lost, released, closed)
+				}
+			}
+		})
+	}
+}
