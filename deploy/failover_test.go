@@ -49,6 +49,72 @@ func TestClusterManualFailover(t *testing.T) {
 	runFailover(t, clusterFault(c, "cluster-manual", true, failover, func() error { return nil }))
 }
 
+// CLUSTER FAILOVER: a waiter's sharded subscription, which the old master drops, is made
+// again on the slot's new master — not on the old one, a replica now, which hears nothing
+// published on the new master until it syncs (a release made then went unheard until the
+// waiter's poll) — and the holder's release reaches it there.
+func TestClusterFailoverSubscriptionFollowsTheMaster(t *testing.T) {
+	t.Parallel() // on a deployment of its own; mostly waiting
+	c := redistest.NeedCluster(t, 3, 1)
+	ga, gb := generatorOn(t, c.Client(), 30*time.Second), generatorOn(t, c.Client(), 30*time.Second)
+	target := unique("follow")
+	key := lockKey("FOLLOW", target)
+	la, _ := ga.Gen("FOLLOW", target)
+	lb, _ := gb.Gen("FOLLOW", target)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
+	defer cancel()
+	oa, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ob, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(ob)
+		}
+		got <- err
+	}()
+	listensOn := func(addr string) bool {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		defer node.Close()
+		chans, err := node.Do(ctx, "pubsub", "shardchannels", "{"+key+"}:released:*").StringSlice()
+		return err == nil && len(chans) > 0
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(bound); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited %v for %s", bound, what)
+			}
+		}
+	}
+	old := c.MasterFor(key)
+	eventually("the waiter to listen on the master", func() bool { return listensOn(old) })
+	if err := c.SyncReplicas(key, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FailoverReplica(key); err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.WaitFailover(key, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually("the waiter to listen on the new master "+now, func() bool { return listensOn(now) })
+	if err := la.Unlock(oa); err != nil {
+		t.Fatalf("the holder's Unlock after the failover: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("the waiter did not get the lock within %v of the release", bound)
+	}
+}
+
 func clusterFault(c *redistest.Cluster, name string, lossless bool, trigger func(string) (string, error), restore func() error) fault {
 	lease := 5 * time.Second
 	if lossless {

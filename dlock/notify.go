@@ -66,6 +66,7 @@ type psConn struct {
 	subs    int            // entries of byChannel on this connection, leaving ones included
 	unsubs  map[string]int // UNSUBSCRIBEs queued or sent and not yet confirmed, by channel
 	probe   string         // the probe payload awaited, "" for none
+	node    string         // sharded, on a Cluster: the master it was dialled to, as the client saw it
 }
 
 // op is a SUBSCRIBE (subscribe true) or UNSUBSCRIBE of a channel.
@@ -227,6 +228,12 @@ func (n *notifier) send(c *psConn) {
 		if fresh {
 			// Only now: the first SUBSCRIBE dialled the connection, to the node of its
 			// channel's slot. A receive before it would dial with no channel: a random node.
+			if sharded {
+				node := n.g.redis.MasterOf(n.g.done, o.channel)
+				n.mu.Lock()
+				c.node = node
+				n.mu.Unlock()
+			}
 			n.g.group.Go(func() { n.receive(c, ps) })
 		}
 		if err != nil && n.g.done.Err() == nil {
@@ -388,6 +395,31 @@ func (n *notifier) reset(c *psConn, ps *redis.PubSub) {
 	n.g.redis.Reload()
 }
 
+// moved replaces c's connection ps after the server dropped channel, a sharded channel whose
+// slot moved (a Cluster failover, a resharding) — once the client's topology names another
+// master for it than the one ps was dialled to (reloaded and read every 50 ms, for at most a
+// second), so that the new connection is dialled to the slot's new master. (Dialled from the
+// stale topology it would reach the old master, which after a failover is a replica: it
+// accepts the subscription but hears nothing published on the new master until it syncs, and
+// a grant published meanwhile went unheard until the next poll.)
+func (n *notifier) moved(c *psConn, ps *redis.PubSub, channel string) {
+	n.mu.Lock()
+	old := c.node
+	n.mu.Unlock()
+	for deadline := time.Now().Add(time.Second); old != "" && time.Now().Before(deadline); {
+		n.g.redis.Reload()
+		select {
+		case <-n.g.done.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if n.g.redis.MasterOf(n.g.done, channel) != old {
+			break
+		}
+	}
+	n.reset(c, ps)
+}
+
 func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 	switch m := m.(type) {
 	case *redis.Subscription:
@@ -406,7 +438,8 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			if !n.left(c, m.Channel) && m.Kind == "sunsubscribe" {
 				// Redis dropped a channel we still want: its slot moved to another shard
 				n.g.log.Debug("dlock: sharded subscription dropped by the server; subscribing again", zap.String("channel", m.Channel))
-				n.reset(c, ps)
+				channel := m.Channel
+				n.g.group.Go(func() { n.moved(c, ps, channel) })
 			}
 		}
 	case *redis.Message:

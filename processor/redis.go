@@ -326,6 +326,20 @@ func (p *RedisLockProcessor) fail(err error) {
 	}
 }
 
+// MasterOf returns the address of the master that a Cluster client sends key's commands to
+// now ("" for other clients, or when it cannot tell).
+func (p *RedisLockProcessor) MasterOf(ctx context.Context, key string) string {
+	cc, ok := p.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
 // Reload asks a Cluster client to reload the cluster's topology (see fail); other clients
 // ignore it.
 func (p *RedisLockProcessor) Reload() {
