@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 	"weak"
 
@@ -624,14 +625,20 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	so.stop = context.AfterFunc(h.ctx, func() {
 		cause := context.Cause(h.ctx)
-		switch {
-		case errors.Is(cause, ErrLockLost):
+		if errors.Is(cause, ErrLockLost) {
 			st.g.observer.Lost(LossEvent{Kind: kindOf(st.spec, write), Config: st.cfg, Token: token, Held: time.Since(so.at), Cause: cause})
-		case errors.Is(cause, ErrClosed): // as the mutex's Close: released, with ErrClosed
-			st.g.observer.Released(ReleaseEvent{Kind: kindOf(st.spec, write), Config: st.cfg, Token: token, Held: time.Since(so.at), Err: cause})
 		}
 		so.cancel(cause)
 	})
+	st.mu.Lock()
+	closed := errors.Is(context.Cause(h.ctx), ErrClosed)
+	if !closed {
+		h.owners = append(h.owners, so) // (Close reports it released)
+	}
+	st.mu.Unlock()
+	if closed { // Close ended the holding as it was lent
+		st.g.observer.Released(so.event(ErrClosed))
+	}
 	side := 0
 	if write {
 		side = 1
@@ -670,7 +677,7 @@ func (so *shareOwner) unlock() error {
 		return nil
 	}
 	if so.hold.ctx.Err() != nil {
-		// lost or closed before this Unlock: that was told then (Lost, or Released by Close)
+		// lost or closed before this Unlock: that was told then (Lost, or Released by Close's driver)
 		cause := context.Cause(so.hold.ctx)
 		so.end(context.Canceled)
 		st.mu.Unlock()
@@ -696,13 +703,19 @@ func (so *shareOwner) unlock() error {
 		case <-st.g.clean.Done():
 		}
 	}
-	st.g.observer.Released(ReleaseEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Err: cause})
+	st.g.observer.Released(so.event(cause))
 	return cause
+}
+
+// event is the ReleaseEvent of so's end with err.
+func (so *shareOwner) event(err error) ReleaseEvent {
+	return ReleaseEvent{Kind: kindOf(so.st.spec, so.write), Config: so.st.cfg, Token: so.token, Held: time.Since(so.at), Err: err}
 }
 
 // end ends so with cause and returns its borrowing. The caller holds st.mu.
 func (so *shareOwner) end(cause error) {
 	so.done = true
+	so.hold.owners = slices.DeleteFunc(so.hold.owners, func(x *shareOwner) bool { return x == so })
 	so.st.unlend(so)
 	so.st.lendLocked()
 	so.stop()

@@ -264,3 +264,46 @@ func TestObserverSeesEveryKindEndOnce(t *testing.T) {
 		})
 	}
 }
+
+// slowObserver takes its time over every release (an exporter, say).
+type slowObserver struct{ recorder }
+
+func (r *slowObserver) Released(e dlock.ReleaseEvent) {
+	time.Sleep(100 * time.Millisecond)
+	r.recorder.Released(e)
+}
+
+// Close reports a holding it ends released before it returns, for every kind: the Observer is
+// not called afterwards, from a goroutine Close did not wait for.
+func TestObserverHearsCloseBeforeItReturns(t *testing.T) {
+	for _, kind := range []string{"mutex", "read", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			rec := &slowObserver{}
+			g, _ := newGen(t, dlock.WithObserver(rec))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 10*time.Second)
+			var err error
+			switch kind {
+			case "mutex":
+				l, _ := g.Gen("OBSCLOSE", tg)
+				_, err = l.Lock(ctx)
+			case "read":
+				_, err = rwOf(t, g, tg).RLock(ctx)
+			default:
+				_, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rec.mu.Lock()
+			n := len(rec.released)
+			rec.mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%d releases reported as Close returned; want 1", n)
+			}
+		})
+	}
+}

@@ -41,6 +41,7 @@ type sharedState struct {
 	phase   sharedPhase    // guarded by mu
 	holds   []*shareHold   // in Redis, lent or not; guarded by mu
 	waiters []*shareWaiter // first come first; guarded by mu
+	closed  []ReleaseEvent // Close's, for the driver to tell the Observer; guarded by mu
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
 	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
 	heardF  uint64         // F messages heard: likewise for the attempt's pace; guarded by mu
@@ -77,9 +78,10 @@ type shareHold struct {
 	downTo   string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
 	passes   int       // rw: writers lent in a row past a queued reader
 	renewAt  time.Time
-	valid    time.Time    // the lease runs out (from the send time of the last take or renewal)
-	expiry   *time.Timer  // ends the holding at valid, whatever the driver is doing
-	fate     []chan error // told once an idle holding is let go in Redis or lent again (Unlock waits)
+	valid    time.Time     // the lease runs out (from the send time of the last take or renewal)
+	expiry   *time.Timer   // ends the holding at valid, whatever the driver is doing
+	fate     []chan error  // told once an idle holding is let go in Redis or lent again (Unlock waits)
+	owners   []*shareOwner // its borrowers' owners, for Close to report released
 	ctx      context.Context
 	end      context.CancelCauseFunc
 }
@@ -386,6 +388,13 @@ func (st *sharedState) drive() {
 	defer timer.Stop()
 	for {
 		a := st.plan()
+		st.mu.Lock()
+		closed := st.closed
+		st.closed = nil
+		st.mu.Unlock()
+		for _, e := range closed {
+			st.g.observer.Released(e)
+		}
 		switch {
 		case a.exit:
 			return
@@ -614,6 +623,10 @@ func (st *sharedState) planClose() action {
 		return act
 	}
 	for _, h := range st.holds {
+		for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
+			st.closed = append(st.closed, so.event(ErrClosed))
+		}
+		h.owners = nil
 		h.stop(ErrClosed)
 		if h.downTo != "" {
 			st.orphans = append(st.orphans, h.downTo)
