@@ -632,8 +632,8 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	})
 	st.mu.Lock()
 	closed := errors.Is(context.Cause(h.ctx), ErrClosed)
-	if !closed {
-		h.owners = append(h.owners, so) // (Close reports it released)
+	if h.ctx.Err() == nil {
+		h.owners = append(h.owners, so) // (Close reports it released; a holding lost already was told Lost)
 	}
 	st.mu.Unlock()
 	if closed { // Close ended the holding as it was lent

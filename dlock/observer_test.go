@@ -307,3 +307,52 @@ func TestObserverHearsCloseBeforeItReturns(t *testing.T) {
 		})
 	}
 }
+
+// A read-write lock's or semaphore's holding lost before Close is reported lost only: Close
+// does not report it released too, and its Unlock still says it was lost.
+func TestObserverHearsALossBeforeCloseOnce(t *testing.T) {
+	for _, kind := range []string{"read", "write", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			rec := &recorder{}
+			g, _ := newGen(t, dlock.WithObserver(rec), dlock.WithDefaultLease(time.Minute))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 10*time.Second)
+			rw, sem := rwOf(t, g, tg), semOf(t, g, tg, 2)
+			var o *dlock.Owner
+			var err error
+			state, force := rw.State, rw.ForceRelease
+			switch kind {
+			case "read":
+				o, err = rw.RLock(ctx)
+			case "write":
+				o, err = rw.Lock(ctx)
+			default:
+				o, err = sem.Acquire(ctx, 1)
+				state, force = sem.State, sem.ForceRelease
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := state(ctx)
+			if err != nil || len(st.Holds) != 1 {
+				t.Fatalf("state %+v, %v", st, err)
+			}
+			if removed, err := force(ctx, st.Holds[0].Locker); err != nil || !removed {
+				t.Fatalf("ForceRelease: %v, %v", removed, err)
+			}
+			<-o.Done()
+			waitFor(t, func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.lost) == 1 })
+			if err := g.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Unlock of a lost holding after Close: %v", err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if len(rec.lost) != 1 || len(rec.released) != 0 {
+				t.Fatalf("lost %d, released %d; want one loss and no release", len(rec.lost), len(rec.released))
+			}
+		})
+	}
+}

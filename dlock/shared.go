@@ -623,11 +623,13 @@ func (st *sharedState) planClose() action {
 		return act
 	}
 	for _, h := range st.holds {
-		for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
-			st.closed = append(st.closed, so.event(ErrClosed))
+		h.stop(ErrClosed)
+		if errors.Is(context.Cause(h.ctx), ErrClosed) { // (not a holding lost before: its owners were told Lost)
+			for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
+				st.closed = append(st.closed, so.event(ErrClosed))
+			}
 		}
 		h.owners = nil
-		h.stop(ErrClosed)
 		if h.downTo != "" {
 			st.orphans = append(st.orphans, h.downTo)
 			h.downTo = ""
