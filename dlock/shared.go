@@ -626,6 +626,7 @@ func (st *sharedState) planClose() action {
 		h.stop(ErrClosed)
 		if errors.Is(context.Cause(h.ctx), ErrClosed) { // (not a holding lost before: its owners were told Lost)
 			for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
+				so.cancel(ErrClosed) // (its context ends before Close returns; the hold's callback would end it later)
 				st.closed = append(st.closed, so.event(ErrClosed))
 			}
 		}
