@@ -286,6 +286,9 @@ func TestMultiLockZeroValues(t *testing.T) {
 	if _, err := zero.Lock(context.Background()); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Errorf("zero MultiLock's Lock: %v", err)
 	}
+	if _, ok := zero.FencingTokens(context.Background()); ok {
+		t.Error("a zero MultiLock's FencingTokens reports every part held")
+	}
 	var nilm *dlock.MultiLock
 	if _, ok, err := nilm.TryLock(context.Background()); ok || !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Errorf("nil MultiLock's TryLock: %v, %v", ok, err)

@@ -100,6 +100,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"exec", "--lease", "8d", "CLI", "x", "true"}, `invalid --lease "8d": not a duration: a number and a unit, e.g. 500ms, 30s or 2m`},
 		{[]string{"exec", "--wait", "-1s", "CLI", "x", "true"}, `invalid --wait "-1s": must not be negative`},
 		{[]string{"exec", "-w", "-3", "CLI", "x", "true"}, `invalid -w "-3": seconds must be 0 or more`},
+		{[]string{"exec", "-w", "99999999999", "CLI", "x", "true"}, `invalid -w "99999999999": too many seconds (use "forever")`},
 		{[]string{"exec", "-w", "soon", "CLI", "x", "true"}, `invalid -w "soon": want seconds (e.g. 10 or 0.5; 0 tries once), a duration (e.g. 1m) or "forever"`},
 		{[]string{"exec", "-n", "-w", "5", "CLI", "x", "true"}, "-n (--nonblock) and --wait 5s contradict each other: -n makes one attempt"},
 		{[]string{"exec", "-E", "256", "CLI", "x", "true"}, `invalid -E "256": an exit status is a whole number from 0 to 255`},
