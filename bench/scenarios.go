@@ -29,6 +29,8 @@ type Row struct {
 	Efficiency       float64 `json:"efficiency"` // tps × work seconds; 1.0 is the ceiling
 	CmdsPerAcq       float64 `json:"cmds_per_acq"`
 	RedisCallsPerAcq float64 `json:"redis_calls_per_acq"`
+	WorkerCPUPerAcq  float64 `json:"worker_cpu_us_per_acq,omitempty"` // loop rows: the workers' CPU time (user and system, the work included) in the window, µs per acquisition
+	RedisCPUPerAcq   float64 `json:"redis_cpu_us_per_acq,omitempty"`  // loop rows: Redis's CPU time (user and system) in the window, µs per acquisition
 	HandoffP50Us     float64 `json:"handoff_p50_us"`
 	HandoffP99Us     float64 `json:"handoff_p99_us"`
 	WriteWaitP99Us   float64 `json:"write_wait_p99_us,omitempty"` // rw: the p99 wait of the write side's acquisitions
@@ -176,6 +178,7 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 	sig := startSignal{Start: start.UnixNano(), Measure: start.Add(s.Warmup).UnixNano(), End: start.Add(total).UnixNano()}
 	line, _ := json.Marshal(sig)
 	var before, after int64
+	var cpuBefore, cpuAfter float64
 	var err error
 	if mode == "handoff" {
 		before, err = r.commandCalls(ctx)
@@ -193,8 +196,14 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 		if before, err = r.commandCalls(ctx); err != nil {
 			return Row{}, err
 		}
+		if cpuBefore, err = r.cpu(ctx); err != nil {
+			return Row{}, err
+		}
 		waitUntil(sig.End)
 		if after, err = r.commandCalls(ctx); err != nil {
+			return Row{}, err
+		}
+		if cpuAfter, err = r.cpu(ctx); err != nil {
 			return Row{}, err
 		}
 	}
@@ -218,6 +227,9 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 	}
 	row := summarize(s, results, after-before, time.Duration(sig.End-sig.Measure))
 	row.RTTIdleP50Us, row.RTTIdleP99Us = rtt50, rtt99
+	if mode == "loop" && row.Acquisitions > 0 {
+		row.RedisCPUPerAcq = (cpuAfter - cpuBefore) * 1e6 / float64(row.Acquisitions)
+	}
 	return row, nil
 }
 
@@ -254,7 +266,7 @@ func idleRTT(ctx context.Context, addr string, n int, idle time.Duration) (p50, 
 func summarize(s spec, results []workerResult, calls int64, window time.Duration) Row {
 	row := Row{Scenario: s.Scenario, Impl: s.Impl, Procs: s.Procs, Goroutines: s.Goroutines,
 		WorkMs: ms(s.Work), LeaseMs: s.Lease.Milliseconds(), MinPerGoroutine: -1, MinPerProc: -1}
-	var acq, cmds, workNs int64
+	var acq, cmds, cpuNs, workNs int64
 	waits, writeWaits := newHist(), newHist()
 	for _, r := range results {
 		waits.addSparse(r.Waits)
@@ -274,6 +286,7 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 		}
 		row.MaxPerProc = max(row.MaxPerProc, proc)
 		cmds += r.Cmds
+		cpuNs += r.CPUNs
 		workNs += r.WorkNs
 		row.Errors += r.Errors
 		row.Retries += r.Retries
@@ -329,6 +342,7 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 	if acq > 0 {
 		row.CmdsPerAcq = float64(cmds) / float64(acq)
 		row.RedisCallsPerAcq = float64(calls) / float64(acq)
+		row.WorkerCPUPerAcq = float64(cpuNs) / 1e3 / float64(acq)
 		if s.Work > 0 {
 			row.WorkActualMs = float64(workNs) / float64(acq) / 1e6
 		}
@@ -447,6 +461,27 @@ func percentile(sorted []float64, p float64) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cpu returns the CPU time, user and system, the Redis server has spent so far, in seconds
+// (INFO cpu; its resolution is Redis's, a microsecond here).
+func (r *runner) cpu(ctx context.Context) (float64, error) {
+	info, err := r.client.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, l := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, err
+			}
+			sum += f
+		}
+	}
+	return sum, nil
+}
 
 // commandCalls returns the number of commands Redis has run, from INFO commandstats,
 // commands run by scripts included, the parent's own INFO calls excluded.

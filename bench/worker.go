@@ -71,6 +71,7 @@ type workerResult struct {
 	PerGoroutine []int64    `json:"per_goroutine"` // acquisitions in the measured window
 	Total        int64      `json:"total"`         // acquisitions over the whole run
 	Cmds         int64      `json:"cmds"`          // commands sent in the measured window
+	CPUNs        int64      `json:"cpu_ns"`        // loop: CPU time (user and system) the process spent in the measured window
 	CmdsTotal    int64      `json:"cmds_total"`    // commands sent over the whole run
 	WorkNs       int64      `json:"work_ns"`       // time spent in work, in the window
 	Errors       int64      `json:"errors"`
@@ -144,6 +145,15 @@ func runWorker(args []string) error {
 	return out.Flush()
 }
 
+// cpuTime returns the CPU time, user and system, this process has spent so far, in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 // waitUntil sleeps until the Unix time t (nanoseconds).
 func waitUntil(t int64) { time.Sleep(time.Until(time.Unix(0, t))) }
 
@@ -208,22 +218,23 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 	defer cancel()
 	res := &workerResult{PerGoroutine: make([]int64, a.Goroutines)}
 	var (
-		e                    = errs{start: time.Unix(0, sig.Start)}
-		total, workNs        atomic.Int64
-		wg                   sync.WaitGroup
-		cmdsStart, cmdsFirst int64
-		holdsMu              sync.Mutex
-		waits                = newHist()
-		writeWaits           = newHist()
+		e             = errs{start: time.Unix(0, sig.Start)}
+		total, workNs atomic.Int64
+		wg            sync.WaitGroup
+		cmdsFirst     int64
+		holdsMu       sync.Mutex
+		waits         = newHist()
+		writeWaits    = newHist()
 	)
 	cmdsFirst = cnt.n.Load()
 	wg.Add(1)
 	go func() { // the command count of the measured window
 		defer wg.Done()
 		waitUntil(sig.Measure)
-		cmdsStart = cnt.n.Load()
+		cmdsStart, cpuStart := cnt.n.Load(), cpuTime()
 		waitUntil(sig.End)
 		res.Cmds = cnt.n.Load() - cmdsStart
+		res.CPUNs = cpuTime() - cpuStart
 	}()
 	for i := range a.Goroutines {
 		wg.Add(1)

@@ -2,7 +2,7 @@ package processor
 
 // ArgNames returns the order the Go side writes the scripts' arguments in.
 func ArgNames() []string {
-	if len(argNames) != len(args{}.list()) {
+	if len(argNames) != len(args{}.all()) {
 		return nil
 	}
 	return argNames

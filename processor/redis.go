@@ -447,9 +447,10 @@ func keys(cfg domain.DLockConfig, owner string) []string {
 		CheckKey(cfg, owner), ForcedKey(cfg, owner), WantKey(cfg), GapKey(cfg), FirstKey(cfg)}
 }
 
-// args are a script's arguments by name. Every script takes all of them, in the one order the
-// prelude's NAMES declares (argNames); a request sets what it carries and leaves the rest
-// zero, sent as ”.
+// args are a script's arguments by name. Every script takes them in the one order the
+// prelude's table A declares (argNames); a request sets what it carries and leaves the rest
+// zero, sent empty. The arguments few requests carry come last, and list leaves out the empty
+// ones at the end: each one Redis need not read saves the scripts' time.
 type args struct {
 	locker, seq         string
 	lease               time.Duration
@@ -457,29 +458,54 @@ type args struct {
 	wait                bool
 	tokens              int
 	last                uint64
+	fenceTTL, entryTTL  time.Duration
+	doneTTL             time.Duration
+	channel, publish    string
+	gapEvery, gapWindow time.Duration
 	yield               bool
 	check, next         string
 	nextLease           time.Duration
 	nextTokens          int
 	upto                string
-	fenceTTL, entryTTL  time.Duration
-	doneTTL             time.Duration
-	gapEvery, gapWindow time.Duration
-	channel, publish    string
 	maxListed           int
 }
 
-// argNames is the order of the prelude's NAMES, which list follows.
-var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "yield", "check",
-	"next", "next_lease", "next_tokens", "upto", "fence_ttl", "entry_ttl", "done_ttl", "gap_every",
-	"gap_window", "channel", "publish", "max_listed"}
+// argNames is the order of the prelude's table A, which list follows.
+var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "fence_ttl",
+	"entry_ttl", "done_ttl", "channel", "publish", "gap_every", "gap_window", "yield", "check",
+	"next", "next_lease", "next_tokens", "upto", "max_listed"}
 
-// list writes the arguments in argNames's order.
+// list writes the arguments in argNames's order, without the empty ones at the end.
 func (a args) list() []any {
+	l := a.all()
+	for len(l) > 0 && l[len(l)-1] == "" {
+		l = l[:len(l)-1]
+	}
+	return l
+}
+
+// all writes every argument in argNames's order.
+func (a args) all() []any {
 	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens, last(a.last),
-		flag(a.yield), a.check, a.next, msOrNone(a.nextLease), a.nextTokens, a.upto, msOrNone(a.fenceTTL),
-		msOrNone(a.entryTTL), msOrNone(a.doneTTL), msOrNone(a.gapEvery), msOrNone(a.gapWindow),
-		a.channel, a.publish, a.maxListed}
+		msOrNone(a.fenceTTL), msOrNone(a.entryTTL), msOrNone(a.doneTTL), a.channel, a.publish,
+		msOrNone(a.gapEvery), msOrNone(a.gapWindow), flagOrNone(a.yield), a.check, a.next,
+		msOrNone(a.nextLease), countOrNone(a.nextTokens), a.upto, countOrNone(a.maxListed)}
+}
+
+// flagOrNone writes a flag the scripts read only when it is set: '1', or ” for none.
+func flagOrNone(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
+}
+
+// countOrNone writes a positive count, or ” for none.
+func countOrNone(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 func flag(b bool) string {

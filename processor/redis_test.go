@@ -1349,20 +1349,25 @@ func (h nameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// The arguments the Go side writes follow the one order the prelude declares (its NAMES).
+// The arguments the Go side writes follow the one order the prelude declares (its table A):
+// each name reads the next argument.
 func TestArgsFollowThePreludesNames(t *testing.T) {
 	src := processor.Sources()["prelude"]
-	start := strings.Index(src, "local NAMES = {")
+	start := strings.Index(src, "local A = {")
 	end := strings.Index(src[start:], "\n}")
 	if start < 0 || end < 0 {
-		t.Fatal("no NAMES table in the prelude")
+		t.Fatal("no table A in the prelude")
 	}
 	var names []string
 	for _, line := range strings.Split(src[start:start+end], "\n")[1:] {
-		line = strings.TrimSpace(line)
-		if q := strings.IndexByte(line, '\''); q == 0 {
-			names = append(names, line[1:strings.IndexByte(line[1:], '\'')+1])
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), " = ARGV[")
+		if !ok {
+			continue
 		}
+		if want := strconv.Itoa(len(names)+1) + "] or ''"; !strings.HasPrefix(rest, want) {
+			t.Fatalf("%s reads ARGV[%s, want %s", name, rest, want)
+		}
+		names = append(names, name)
 	}
 	if got := processor.ArgNames(); !slices.Equal(got, names) {
 		t.Fatalf("the Go side writes %v,\nthe prelude reads %v", got, names)

@@ -56,7 +56,7 @@ func mutants(script, src string) []mutant {
 		if s == "" || strings.HasPrefix(s, "--") {
 			continue
 		}
-		if strings.HasPrefix(s, "local NAMES") { // the argument names: no logic
+		if strings.HasPrefix(s, "local A = {") { // the arguments by name: no logic
 			inNames = true
 		}
 		if inNames {

@@ -10,8 +10,8 @@ import (
 func TestMutants(t *testing.T) {
 	src := strings.Join([]string{
 		"-- a comment: if a < b then",
-		"local NAMES = {",
-		"    'op', -- x < y",
+		"local A = {",
+		"    op = ARGV[1] or '', -- x < y",
 		"}",
 		"local n = 1",
 		"if n < k and not gone then",

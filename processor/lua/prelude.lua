@@ -23,38 +23,35 @@
 --            the key's current holding began (a take or a grant), which a release of it may
 --            lower the counter to and no further
 --
--- Every script takes the same arguments, in the order NAMES gives (processor.args writes them
--- in that order, '' for what a request does not carry); A holds them by name.
+-- Every script takes the same arguments, in the order A names them (processor.args writes them
+-- in that order, '' for what a request does not carry, and leaves out the empty ones at the
+-- end: the ones few requests carry come last); A holds them by name.
 --
 -- Return codes mean the same in every script: 1 taken/renewed/released, 0 held by another or
 -- gone, -1 settled already (a late or repeated copy), 2 yielded to the next in line.
-local NAMES = {
-    'locker',      -- the request's locker, <owner><sequence number>
-    'seq',         -- its sequence number ('' for a locker of another form)
-    'lease',       -- its lease, ms
-    'mark',        -- this process's name in the line ('' for none: it never waits in line)
-    'wait',        -- '1': stand in line (or renew the entry) when the key is held
-    'tokens',      -- fencing tokens to reserve ('0' for none)
-    'last',        -- the last fencing token the holder handed out ('' if unknown)
-    'yield',       -- '1': give the key to the first live process in line, if there is one
-    'check',       -- with yield: a fresh number of the owner that this check marks
-    'next',        -- with yield: the locker the process waits with next, its lease and tokens
-    'next_lease',
-    'next_tokens',
-    'upto',        -- leave: the newest number the process gave a locker
-    'fence_ttl',   -- how long the fencing counter is kept, ms
-    'entry_ttl',   -- how long a line entry lives unless renewed, ms
-    'done_ttl',    -- how long a settled mark lasts, ms
-    'gap_every',   -- the period between windows left free for processes not in line ('': none), ms
-    'gap_window',  -- each window's length, ms
-    'channel',     -- the release channels' prefix: a process hears on <channel>:<mark> ('' to publish nothing)
-    'publish',     -- the command that publishes: 'publish', or 'spublish' for sharded channels
-    'max_listed',  -- inspect: how many entries of the line to list at most
+local A = {
+    locker = ARGV[1] or '',         -- the request's locker, <owner><sequence number>
+    seq = ARGV[2] or '',            -- its sequence number ('' for a locker of another form)
+    lease = ARGV[3] or '',          -- its lease, ms
+    mark = ARGV[4] or '',           -- this process's name in the line ('' for none: it never waits in line)
+    wait = ARGV[5] or '',           -- '1': stand in line (or renew the entry) when the key is held
+    tokens = ARGV[6] or '',         -- fencing tokens to reserve ('0' for none)
+    last = ARGV[7] or '',           -- the last fencing token the holder handed out ('' if unknown)
+    fence_ttl = ARGV[8] or '',      -- how long the fencing counter is kept, ms
+    entry_ttl = ARGV[9] or '',      -- how long a line entry lives unless renewed, ms
+    done_ttl = ARGV[10] or '',      -- how long a settled mark lasts, ms
+    channel = ARGV[11] or '',       -- the release channels' prefix: a process hears on <channel>:<mark> ('' to publish nothing)
+    publish = ARGV[12] or '',       -- the command that publishes: 'publish', or 'spublish' for sharded channels
+    gap_every = ARGV[13] or '',     -- the period between windows left free for processes not in line ('': none), ms
+    gap_window = ARGV[14] or '',    -- each window's length, ms
+    yield = ARGV[15] or '',         -- '1': give the key to the first live process in line, if there is one
+    check = ARGV[16] or '',         -- with yield: a fresh number of the owner that this check marks
+    next = ARGV[17] or '',          -- with yield: the locker the process waits with next, its lease and tokens
+    next_lease = ARGV[18] or '',
+    next_tokens = ARGV[19] or '',
+    upto = ARGV[20] or '',          -- leave: the newest number the process gave a locker
+    max_listed = ARGV[21] or '',    -- inspect: how many entries of the line to list at most
 }
-local A = {}
-for i, name in ipairs(NAMES) do
-    A[name] = ARGV[i] or ''
-end
 
 -- OWNER is the owner of the request's locker (the process it comes from), or its mark.
 local OWNER = A.mark
@@ -200,8 +197,12 @@ local function entry(mark)
     if not w then
         return nil
     end
-    local locker, lease, n, renewed, expires, listens = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$')
-    if not locker then
+    local at = string.find(w, '|%d+|%d+|%d+|%d+|[01]$')
+    local locker, lease, n, renewed, expires, listens
+    if at then
+        locker = string.sub(w, 1, at - 1)
+        lease, n, renewed, expires, listens = string.match(w, '^|(%d+)|(%d+)|(%d+)|(%d+)|([01])$', at)
+    else
         locker, lease, n, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
     end
     return locker, lease, n, tonumber(renewed), tonumber(expires), listens == '1'

@@ -29,32 +29,28 @@
 -- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
 -- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
 -- asked. waiting is 1 when another process stands in line.
-local NAMES = {
-    'op',         -- take, renew, release, force, inspect, permits
-    'locker',     -- the request's locker
-    'owner',      -- its process (the locker's prefix)
-    'n',          -- take: permits asked
-    'lease',      -- take, renew: the holding's lease, ms
-    'wait',       -- take: '1' to stand in line (or renew the entry) when the permits do not fit
-    'replaces',   -- take: a holding of the same owner that this one replaces when taken ('' for none)
-    'kind',       -- 'rw' or 'sem'
-    'k',          -- permits of the kind: used when KIND is absent, or set by op permits
-    'entry_ttl',  -- how long a line entry lives unless renewed, ms
-    'gone_ttl',   -- how long a settled locker stays settled, ms
-    'fence_ttl',  -- how long the fencing counter is kept, ms
-    'channel',    -- the prefix of the process channels (<channel><owner>), '' to publish nothing
-    'publish',    -- 'publish' or 'spublish'
-    'tokens',     -- take: fencing tokens to reserve, the first being the holding's ('' for one);
-                  -- renew: a new block to reserve ('' or '0' for none)
-    'last',       -- release, or a take that replaces: the last token the holding let go
-                  -- handed out of its block ...
-    'block_end',  -- ... and the block's last ('' for none: nothing to give back)
-    'from',       -- permits: the count the change applies to ('' for whatever it is)
+local A = {
+    op = ARGV[1] or '',                -- take, renew, release, force, inspect, permits
+    locker = ARGV[2] or '',            -- the request's locker
+    owner = ARGV[3] or '',             -- its process (the locker's prefix)
+    n = ARGV[4] or '',                 -- take: permits asked
+    lease = ARGV[5] or '',             -- take, renew: the holding's lease, ms
+    wait = ARGV[6] or '',              -- take: '1' to stand in line (or renew the entry) when the permits do not fit
+    replaces = ARGV[7] or '',          -- take: a holding of the same owner that this one replaces when taken ('' for none)
+    kind = ARGV[8] or '',              -- 'rw' or 'sem'
+    k = ARGV[9] or '',                 -- permits of the kind: used when KIND is absent, or set by op permits
+    entry_ttl = ARGV[10] or '',        -- how long a line entry lives unless renewed, ms
+    gone_ttl = ARGV[11] or '',         -- how long a settled locker stays settled, ms
+    fence_ttl = ARGV[12] or '',        -- how long the fencing counter is kept, ms
+    channel = ARGV[13] or '',          -- the prefix of the process channels (<channel><owner>), '' to publish nothing
+    publish = ARGV[14] or '',          -- 'publish' or 'spublish'
+    tokens = ARGV[15] or '',           -- take: fencing tokens to reserve, the first being the holding's ('' for one);
+                                       -- renew: a new block to reserve ('' or '0' for none)
+    last = ARGV[16] or '',             -- release, or a take that replaces: the last token the holding let go
+                                       -- handed out of its block ...
+    block_end = ARGV[17] or '',        -- ... and the block's last ('' for none: nothing to give back)
+    from = ARGV[18] or '',             -- permits: the count the change applies to ('' for whatever it is)
 }
-local A = {}
-for i, name in ipairs(NAMES) do
-    A[name] = ARGV[i] or ''
-end
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])

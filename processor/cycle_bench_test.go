@@ -1,0 +1,113 @@
+package processor_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// BenchmarkGrantCycle runs the scripts of the cross-process cycle, with no lock around them:
+// four processes, each listening on its channel of the key, take turns; each turn is a
+// release that grants the key to the first in line, then the releaser standing in line
+// again. It reports what Redis spends per turn (the scripts' running time, from INFO
+// commandstats, and the server's CPU time, from INFO cpu), so that the scripts' cost can be
+// compared across versions without the noise of whole processes.
+func BenchmarkGrantCycle(b *testing.B) {
+	ctx := context.Background()
+	c := srv.Client()
+	defer c.Close()
+	cfg, err := domain.NewDLockConfig("CYCLE", fresh("cycle"+strconv.FormatInt(time.Now().UnixNano(), 36)), time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 4
+	procs := make([]*processor.RedisLockProcessor, n)
+	open := make([]string, n) // each process's locker: the one it holds or waits with
+	seq := 0
+	locker := func(i int) string { seq++; return "cycle" + strconv.Itoa(i) + "-" + strconv.Itoa(seq) }
+	for i := range procs {
+		mark := "cycle" + strconv.Itoa(i) + "-"
+		p, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: mark})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Preload(ctx); err != nil {
+			b.Fatal(err)
+		}
+		procs[i] = p
+		ps := c.Subscribe(ctx, processor.ProcessChannel(cfg, mark))
+		if _, err := ps.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+		defer ps.Close()
+		go func() { // drain the messages
+			for range ps.Channel() {
+			}
+		}()
+	}
+	ask := func(i int) processor.Result {
+		open[i] = locker(i)
+		r, err := procs[i].Lock(ctx, cfg, processor.LockRequest{Locker: open[i], Wait: true, Tokens: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r
+	}
+	holder := -1
+	for i := range procs {
+		if ask(i).Outcome == processor.Taken {
+			holder = i
+		}
+	}
+	if holder < 0 {
+		b.Fatal("nobody took the key")
+	}
+	usec := func() (script, cpu float64) {
+		info, err := c.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\n") {
+			name, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+			switch name {
+			case "cmdstat_evalsha":
+				for _, f := range strings.Split(v, ",") {
+					if u, ok := strings.CutPrefix(f, "usec="); ok {
+						script, _ = strconv.ParseFloat(u, 64)
+					}
+				}
+			case "used_cpu_sys", "used_cpu_user":
+				f, _ := strconv.ParseFloat(v, 64)
+				cpu += f * 1e6
+			}
+		}
+		return script, cpu
+	}
+	b.ResetTimer()
+	script0, cpu0 := usec()
+	for range b.N {
+		r, err := procs[holder].Unlock(ctx, cfg, processor.ReleaseRequest{Locker: open[holder]})
+		if err != nil || r.Outcome != processor.Released || r.Next == "" {
+			b.Fatalf("release: %+v %v", r, err)
+		}
+		if ask(holder).Outcome != processor.Held {
+			b.Fatal("the releaser took the key back")
+		}
+		next := -1
+		for i := range open {
+			if open[i] == r.Next {
+				next = i
+			}
+		}
+		holder = next
+	}
+	script1, cpu1 := usec()
+	b.StopTimer()
+	b.ReportMetric((script1-script0)/float64(b.N), "script-us/turn")
+	b.ReportMetric((cpu1-cpu0)/float64(b.N), "redis-cpu-us/turn")
+}
