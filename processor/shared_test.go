@@ -793,6 +793,12 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 		{"a force of nothing", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
 			_, _ = p.SharedForce(context.Background(), lc, sem3, "C-nobody")
 		}},
+		{"a refused change of the permits", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
+			// a late copy of a change 5 -> 4, or a SetPermits that read 5: Redis keeps 3
+			if changed, now, err := p.ChangePermits(context.Background(), lc, 5, 4); err != nil || changed || now != 3 {
+				t.Fatalf("refused change: %v, %d, %v", changed, now, err)
+			}
+		}},
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			c := srv.Client()
@@ -846,6 +852,7 @@ func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
 		{"a force of nothing", func() { _, _ = d.SharedForce(ctx, lc, sem3, "C-nobody") }},
 		{"a release", func() { a.letGo(t, lc, sem3, la) }},
 		{"a setting of k", func() { _ = a.SetPermits(ctx, lc, 3) }},
+		{"a refused change of k", func() { _, _, _ = a.ChangePermits(ctx, lc, 5, 4) }},
 		{"a force", func() { _, _ = d.SharedForce(ctx, lc, sem3, lb) }},
 	}
 	for _, s := range steps {

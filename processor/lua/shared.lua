@@ -400,6 +400,8 @@ elseif A.op == 'permits' then
     -- a change that names the count it changes applies to that count only: a late or repeated
     -- copy of it, or of an older change, finds the count changed since and changes nothing
     if A.from ~= '' and redis.call('exists', KIND) == 1 and tonumber(A.from) ~= k then
+        if freed then wake(k) end -- (what the prune settled, as every request does)
+        keep(k, kd)
         return {0, string.format('%.0f', k)}
     end
     k = tonumber(A.k)
