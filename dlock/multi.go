@@ -91,9 +91,14 @@ func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 			return nil, fmt.Errorf("%w: %s named as %s and as %s", ErrInvalidConfig, p.Config().UniqueKey(), out[i].Kind(), p.Kind())
 		}
 	}
-	// (key|: the order of the versions that sorted by key|kind, which processes of both
-	// versions must agree on during a rolling upgrade, whatever part of a key is named)
-	slices.SortFunc(out, func(a, b Part) int { return cmp.Compare(a.Config().UniqueKey()+"|", b.Config().UniqueKey()+"|") })
+	// By key alone, whatever part of a key is named, so that a read side and a write side do
+	// not sort apart around a key named between them; as key|mutex, the order of the versions
+	// that sorted by key|kind for a mutex, which processes of both versions must agree on
+	// during a rolling upgrade (a key followed by | and more, such as order|7 and
+	// order|7|item|3, included).
+	slices.SortFunc(out, func(a, b Part) int {
+		return cmp.Compare(a.Config().UniqueKey()+"|mutex", b.Config().UniqueKey()+"|mutex")
+	})
 	return &MultiLock{parts: out}, nil
 }
 

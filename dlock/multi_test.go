@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -179,10 +180,16 @@ func TestMultiLockOrderIsByKey(t *testing.T) {
 	}
 	// ... and the order is the one of the versions that sorted by key|kind, for every key
 	// that is not another followed by "|": processes of both versions agree during an upgrade.
-	job, job2 := mustGen(t, g, "MULTI", "job", 5*time.Second), mustGen(t, g, "MULTI", "job-2", 5*time.Second)
-	both, _ := g.Multi(job, job2)
-	if got, want := keys(both), []string{job2.Config().UniqueKey(), job.Config().UniqueKey()}; !slices.Equal(got, want) {
-		t.Fatalf("parts taken in the order %v; the version before takes %v", got, want)
+	// ... and the order is the one of the versions that sorted by key|kind, for every
+	// MultiLock of mutexes: processes of both versions agree during an upgrade.
+	for _, pair := range [][2]string{{"job", "job-2"}, {"order|7", "order|7|item|3"}} {
+		a, b := mustGen(t, g, "MULTI", pair[0], 5*time.Second), mustGen(t, g, "MULTI", pair[1], 5*time.Second)
+		both, _ := g.Multi(a, b)
+		before := []string{a.Config().UniqueKey(), b.Config().UniqueKey()}
+		slices.SortFunc(before, func(x, y string) int { return cmp.Compare(x+"|mutex", y+"|mutex") })
+		if got := keys(both); !slices.Equal(got, before) {
+			t.Fatalf("parts taken in the order %v; the version before takes %v", got, before)
+		}
 	}
 }
 
