@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"time"
 	"weak"
 
@@ -469,6 +468,7 @@ type shareOwner struct {
 	token  uint64
 	count  int  // holds (re-entries), guarded by st.mu
 	done   bool // released or ended, guarded by st.mu
+	slot   int  // its index in hold.owners, -1 when not there; guarded by st.mu
 	fresh  bool // not reported to the Observer yet (set by the acquiring goroutine only)
 	queued bool // it waited in this process's queue
 	at     time.Time
@@ -620,7 +620,7 @@ func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) *Owner 
 
 // newOwner makes the Owner of a fresh acquisition lent from h.
 func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64, n int64, write bool) *Owner {
-	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1, fresh: true, at: time.Now()}
+	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1, fresh: true, at: time.Now(), slot: -1}
 	var cctx context.Context
 	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	so.stop = context.AfterFunc(h.ctx, func() {
@@ -633,6 +633,7 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	st.mu.Lock()
 	closed := errors.Is(context.Cause(h.ctx), ErrClosed)
 	if h.ctx.Err() == nil {
+		so.slot = len(h.owners)
 		h.owners = append(h.owners, so) // (Close reports it released; a holding lost already was told Lost)
 	}
 	st.mu.Unlock()
@@ -715,7 +716,13 @@ func (so *shareOwner) event(err error) ReleaseEvent {
 // end ends so with cause and returns its borrowing. The caller holds st.mu.
 func (so *shareOwner) end(cause error) {
 	so.done = true
-	so.hold.owners = slices.DeleteFunc(so.hold.owners, func(x *shareOwner) bool { return x == so })
+	if o := so.hold.owners; so.slot >= 0 && so.slot < len(o) && o[so.slot] == so { // (in O(1): a read-hold may have thousands)
+		last := o[len(o)-1]
+		o[so.slot], last.slot = last, so.slot
+		o[len(o)-1] = nil
+		so.hold.owners = o[:len(o)-1]
+	}
+	so.slot = -1
 	so.st.unlend(so)
 	so.st.lendLocked()
 	so.stop()
