@@ -2,7 +2,7 @@
 // and go-redsync on one Redis server, across real OS processes.
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR] [--lease 60ms]
-//	         [--scenarios trip,hot,cross,handoff,rw,sem]
+//	         [--scenarios trip,hot,cross,handoff,rw,sem] [--procs 2,4,8,16]
 //	         [--impls dlock,dlock-poll,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem,local-rw,floor]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
 //
@@ -72,6 +72,7 @@ func run() error {
 		impls     = flag.String("impls", strings.Join(allImpls, ","), "implementations to run")
 		plotFrom  = flag.String("plot", "", "only redraw plots (into --out) and print tables from this results.jsonl")
 		lease     = flag.Duration("lease", defaultLease, "the lease of every lock")
+		procs     = flag.String("procs", "2,4,8,16", "cross: the numbers of processes")
 	)
 	flag.Parse()
 	if *plotFrom != "" {
@@ -98,7 +99,15 @@ func run() error {
 	if *lease <= 0 {
 		return fmt.Errorf("--lease %v: want a positive duration", *lease)
 	}
-	specs, err := plan(*quick, *lease, split(*scenarios), split(*impls))
+	var crossProcs []int
+	for _, f := range split(*procs) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 2 {
+			return fmt.Errorf("--procs %q: want numbers of processes, 2 or more", *procs)
+		}
+		crossProcs = append(crossProcs, n)
+	}
+	specs, err := plan(*quick, *lease, split(*scenarios), split(*impls), crossProcs)
 	if err != nil {
 		return err
 	}
@@ -172,7 +181,7 @@ func run() error {
 }
 
 // plan lists the rows of the chosen scenarios and implementations.
-func plan(quick bool, lease time.Duration, scenarios, impls []string) ([]spec, error) {
+func plan(quick bool, lease time.Duration, scenarios, impls []string, crossProcs []int) ([]spec, error) {
 	warmup, window := 500*time.Millisecond, 5*time.Second
 	concs := []int{}
 	for c := 8; c <= 128; c += 8 {
@@ -213,7 +222,7 @@ func plan(quick bool, lease time.Duration, scenarios, impls []string) ([]spec, e
 			}
 		case "cross":
 			// One goroutine per process: every acquisition goes from process to process.
-			for _, procs := range []int{2, 4, 8, 16} {
+			for _, procs := range crossProcs {
 				for _, impl := range impls {
 					if runs(sc, impl) {
 						specs = append(specs, spec{Scenario: sc, Impl: impl, Procs: procs, Goroutines: procs,

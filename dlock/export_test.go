@@ -91,3 +91,20 @@ func WithWriteBlock(n uint64) Option {
 		return nil
 	})
 }
+
+// NextPoll reports how long after the last answer that showed this generator waiting on key
+// its poller polls next; ok is false while it waits with no such answer, or no poll is set.
+func (g *Generator) NextPoll(key string) (after time.Duration, ok bool) {
+	st := g.lookup(key)
+	if st == nil {
+		return 0, false
+	}
+	due, set := st.poller.Due()
+	st.mu.Lock()
+	waited := st.line.waited
+	st.mu.Unlock()
+	if !set || waited.IsZero() {
+		return 0, false
+	}
+	return due.Sub(waited), true
+}

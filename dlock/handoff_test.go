@@ -492,7 +492,7 @@ func TestYieldCheckCopyLateCannotTakeAHeldKey(t *testing.T) {
 	o2 := recv(t, got2, "A's second goroutine") // the check found nobody in line: renewed
 	var check *sentCmd
 	for _, c := range w.copies("renew") {
-		if c.args[3+9+7] == "1" { // EVALSHA, its SHA, the key count, 9 keys; then ARGV[8], yield
+		if c.arg(t, "yield") == "1" {
 			check = &c
 		}
 	}
@@ -1065,6 +1065,7 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		asks  [waiters]*atomic.Int64
 		recs  [waiters]*howRecorder
 		locks [waiters]*dlock.DistributedReentrantLock
+		gens  [waiters]*dlock.Generator
 		got   [waiters]<-chan *dlock.Owner
 		order = make(chan int, waiters)
 	)
@@ -1072,7 +1073,7 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		recs[i] = &howRecorder{}
 		g, c := newGen(t, dlock.WithObserver(recs[i]))
 		asks[i] = countScript(c, "lock")
-		locks[i] = mustGen(t, g, "BACKLINE", tg, lease)
+		locks[i], gens[i] = mustGen(t, g, "BACKLINE", tg, lease), g
 		got[i] = lockAsync(t, locks[i], ctx)
 		waitFor(t, func() bool { st, _ := lh.State(ctx); return len(st.Waiting) == i+1 })
 		waitFor(t, func() bool { return g.Subscribed() == 1 && g.Confirmed() >= 1 })
@@ -1094,6 +1095,14 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		}
 	}
 	t.Logf("asks in %v: first %d, then %d and %d", elapsed, asks[0].Load()-before[0], asks[1].Load()-before[1], asks[2].Load()-before[2])
+	for i := 1; i < waiters; i++ {
+		// and between its asks its poller sleeps: it polls next when its next ask is due, a
+		// third of its entry's life after its last answer, not every sixth of the lease
+		after, ok := gens[i].NextPoll(key(locks[i]))
+		if want := 2 * time.Second / 3; !ok || after < want-50*time.Millisecond || after > want+50*time.Millisecond {
+			t.Errorf("process %d in line polls next %v after its last answer (%v), want %v", i+1, after, ok, want)
+		}
+	}
 	if err := lh.Unlock(h); err != nil {
 		t.Fatal(err)
 	}

@@ -140,6 +140,27 @@ type sentCmd struct {
 	args []any
 }
 
+// arg returns the argument name of c, a script sent by EVALSHA or EVAL, as the prelude's
+// table A names it ("" when c does not carry it).
+func (c sentCmd) arg(t *testing.T, name string) string {
+	t.Helper()
+	src := processor.Sources()["prelude"]
+	at := strings.Index(src, "\n    "+name+" = ARGV[")
+	if at < 0 {
+		t.Fatalf("the prelude names no argument %q", name)
+	}
+	rest := src[at+len("\n    "+name+" = ARGV["):]
+	i, err := strconv.Atoi(rest[:strings.IndexByte(rest, ']')])
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := strconv.Atoi(fmt.Sprint(c.args[2])) // EVALSHA, its SHA, the key count, the keys, then ARGV
+	if j := 3 + keys + i - 1; j < len(c.args) {
+		return fmt.Sprint(c.args[j])
+	}
+	return ""
+}
+
 // newWire puts a wire in front of c.
 func newWire(t *testing.T, c *redis.Client) *wire {
 	w := &wire{t: t, holdFor: map[string]int{}, fire: map[string]func([]any){}, stallN: map[string]int{}, go_: make(chan struct{})}

@@ -202,7 +202,8 @@ func (st *lockState) heardGrant(locker string, token uint64) {
 }
 
 // heardFirst handles a message that this process is first in line now (notifier): it asks
-// again at once if its last answer is older than its pace as first allows (askBy).
+// again when its pace as first says (askBy), at once if its last answer is older than that
+// allows.
 func (st *lockState) heardFirst() {
 	st.mu.Lock()
 	if st.line.attempt == nil {
@@ -210,8 +211,9 @@ func (st *lockState) heardFirst() {
 		return
 	}
 	st.line.rank, st.line.firstAt = 0, time.Now()
+	d, _ := st.askInLocked()
 	st.mu.Unlock()
-	st.poller.StartAfter(0)
+	st.poller.StartAfter(d)
 }
 
 // heardRelease handles a message that the key was left free (notifier), or left free for a
@@ -285,6 +287,9 @@ func (st *lockState) watch() {
 		st.g.notes.watch(st.channel, st.cfg.UniqueKey())
 	}
 	first := st.waitLeaseLocked() / 10
+	if d, ok := st.askInLocked(); ok && !st.line.waited.IsZero() {
+		first = d // (an answer showed it waiting: it asks again at its pace, told by what changes it)
+	}
 	st.mu.Unlock()
 	st.poller.StartAfter(first)
 }
@@ -306,17 +311,19 @@ func (st *lockState) Waiting() bool {
 	return st.ten == nil && st.q.HasWaiters()
 }
 
-// Poll implements threads.PollTarget. It runs every sixth of the lease the process waits
-// with; the first waiter asks Redis again (lock.lua with the open attempt) when the pace
-// askBy sets is due: that keeps the entry alive, and fresh enough to be granted the key
-// (GrantFresh), finds a grant whose message went unheard, and takes a key that came free
-// without a message (a crashed holder, Java DLock). Without notifications it asks every time.
+// Poll implements threads.PollTarget. Without notifications it runs every sixth of the lease
+// the process waits with, and the first waiter asks Redis again (lock.lua with the open
+// attempt) each time, as Java DLock's poller does. With them it runs when the pace askBy sets
+// is due, and the first waiter asks then: that keeps the entry alive, and fresh enough to be
+// granted the key (GrantFresh), finds a grant whose message went unheard, and takes a key that
+// came free without a message (a crashed holder, Java DLock). Everything that changes the pace
+// (an answer, F) tells the poller when it is due, so that between asks it wakes nobody.
 func (st *lockState) Poll(context.Context) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	every := st.waitLeaseLocked() / 6
 	if d, ok := st.askInLocked(); ok && d > 0 {
-		return min(d, every)
+		return d
 	}
 	st.signalLocked(HowPolled)
 	return every

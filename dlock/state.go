@@ -293,11 +293,13 @@ func (st *lockState) unbarge(barging *bool) {
 	st.settleLocked()
 }
 
-// won makes the goroutine at n (nil for a barge) the queue's head as it returns h.
+// won makes the goroutine at n (nil for a barge) the queue's head as it returns h. The process
+// holds the key: its poller is not needed until it waits in Redis again (Waiting).
 func (st *lockState) won(n *queue.Node, h *holding) *holding {
 	if n != nil {
 		st.q.SetHead(n)
 	}
+	st.poller.Stop()
 	return h
 }
 
@@ -369,10 +371,10 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		// be someone else's by now. Not an acquisition.
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
 	}
-	hurry := time.Duration(-1) // when the answer makes the next ask due sooner than the poller's next poll
+	hurry := time.Duration(-1) // when the answer makes the next ask due: the poller polls then
 	defer func() {
 		if hurry >= 0 {
-			st.poller.StartAfter(hurry) // (after mu: the poller's lock comes first)
+			st.poller.Reset(hurry) // (after mu: the poller's lock comes first)
 		}
 	}()
 	st.mu.Lock()
@@ -434,10 +436,8 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if st.line.attempt == a {
 			st.line.queued = true
 			st.line.waiting(sent, res.Seen.Fence, &res.Seen)
-			if res.Seen.Holder != "" && res.Seen.Life >= 0 && res.Seen.Life < st.waitLeaseLocked()/6 {
-				if d, ok := st.askInLocked(); ok {
-					hurry = d // the key it found held may expire before the next poll
-				}
+			if d, ok := st.askInLocked(); ok {
+				hurry = d // (the key it found held may expire before the next poll)
 			}
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
 				st.gapLocked(res.Seen.Life)

@@ -29,6 +29,27 @@ func (g *Group) Go(f func()) bool {
 	return true
 }
 
+// enter counts the calling goroutine (one a timer started) as one of the group's until leave,
+// unless the group is closed; it reports whether it did.
+func (g *Group) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+func (g *Group) leave() { g.wg.Done() }
+
+// isClosed reports whether the group refuses new goroutines.
+func (g *Group) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
 // Close refuses new goroutines and waits for the running ones to return.
 func (g *Group) Close() { _ = g.CloseContext(context.Background()) }
 

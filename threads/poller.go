@@ -7,6 +7,7 @@ package threads
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,19 +26,26 @@ type PollTarget interface {
 
 // Poller is the retry poller: started, it runs Poll after first and then every every (or what
 // Poll asks for), for as long as Waiting holds. It is Java DLock's RetryLockThread (lease/10,
-// then lease/6).
+// then lease/6). Between polls it is a timer, not a goroutine: a wait that ends before its
+// first poll, as most waits for a key passed on by a release do, starts no goroutine and wakes
+// none.
 type Poller struct {
 	first, every time.Duration
 	target       PollTarget
 	ctx          context.Context // ends every loop (the owner is closing)
 	group        *Group
 
-	mu    sync.Mutex
-	stop  chan struct{}      // non-nil while a loop runs; closed to stop it; guarded by mu
-	hurry chan time.Duration // the running loop's: poll no later than this from now; guarded by mu
+	mu      sync.Mutex
+	armed   bool        // a loop runs: a poll is due (timer) or running; guarded by mu
+	running atomic.Bool // armed, read without mu
+	timer   *time.Timer // fires the next poll, while armed and not polling; guarded by mu
+	due     time.Time   // when it fires; guarded by mu
+	polling bool        // a poll runs now; guarded by mu
+	hurry   time.Time   // while polling: the next poll is due no later than this (zero: none); guarded by mu
+	round   uint64      // numbers the timers, so that one stopped as it fired does nothing; guarded by mu
 }
 
-// NewPoller returns a stopped poller. Loops end when ctx ends; each runs in group.
+// NewPoller returns a stopped poller. Loops end when ctx ends; each poll runs in group.
 func NewPoller(ctx context.Context, first, every time.Duration, target PollTarget, group *Group) *Poller {
 	return &Poller{first: first, every: every, target: target, ctx: ctx, group: group}
 }
@@ -48,86 +56,138 @@ func NewPoller(ctx context.Context, first, every time.Duration, target PollTarge
 func (p *Poller) Start(also ...func()) bool { return p.StartAfter(p.first, also...) }
 
 // StartAfter is Start with the next poll no later than first from now: a loop that runs
-// already polls then if it would have polled later (a target whose pace quickened).
+// already polls then if it would have polled later (a target whose pace quickened), and is
+// not disturbed otherwise.
 func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range also {
 		f()
 	}
-	if p.stop != nil {
-		// One hurry waits at a time: the earliest. (Under mu, so no other sender races.)
-		select {
-		case queued := <-p.hurry:
-			first = min(first, queued)
-		default:
+	at := time.Now().Add(first)
+	switch {
+	case p.polling:
+		if p.hurry.IsZero() || at.Before(p.hurry) {
+			p.hurry = at // (the poll running sets the next one no later)
 		}
-		p.hurry <- first
+		return false
+	case p.armed:
+		if at.Before(p.due) {
+			p.armLocked(at)
+		}
+		return false
+	case p.ctx.Err() != nil || p.group.isClosed():
 		return false
 	}
-	if p.ctx.Err() != nil {
-		return false
-	}
-	stop, hurry := make(chan struct{}), make(chan time.Duration, 1)
-	if !p.group.Go(func() { p.run(stop, hurry, first) }) {
-		return false
-	}
-	p.stop, p.hurry = stop, hurry
+	p.armed = true
+	p.running.Store(true)
+	p.armLocked(at)
 	return true
 }
 
-// Stop asks the running loop to end; it does not wait (the owner's WaitGroup does).
-func (p *Poller) Stop() {
+// Reset is StartAfter that also puts off a poll set sooner: the next poll runs d from now (a
+// target whose pace is known afresh, from an answer).
+func (p *Poller) Reset(d time.Duration) {
 	p.mu.Lock()
-	if p.stop != nil {
-		close(p.stop)
-		p.stop = nil
+	defer p.mu.Unlock()
+	at := time.Now().Add(d)
+	switch {
+	case p.polling:
+		if p.hurry.IsZero() || at.Before(p.hurry) {
+			p.hurry = at
+		}
+	case p.armed:
+		p.armLocked(at)
+	case p.ctx.Err() == nil && !p.group.isClosed():
+		p.armed = true
+		p.running.Store(true)
+		p.armLocked(at)
 	}
+}
+
+// armLocked sets the next poll at at. The caller holds mu.
+func (p *Poller) armLocked(at time.Time) {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.round++
+	round := p.round
+	p.due = at
+	p.timer = time.AfterFunc(time.Until(at), func() { p.fire(round) })
+}
+
+// Stop ends the loop; a poll running finishes, and none follows. Its owner calls it once the
+// loop is not needed (Waiting is false): the timer would find that out, but only as it fires.
+func (p *Poller) Stop() {
+	if !p.running.Load() {
+		return
+	}
+	p.mu.Lock()
+	p.stopLocked()
 	p.mu.Unlock()
+}
+
+func (p *Poller) stopLocked() {
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	p.round++
+	p.armed, p.hurry = false, time.Time{}
+	p.running.Store(false)
+}
+
+// Due reports when the next poll runs, and whether one is set (false while none is, and while
+// a poll runs).
+func (p *Poller) Due() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.armed || p.polling {
+		return time.Time{}, false
+	}
+	return p.due, true
 }
 
 // Locked runs f under the poller's lock; f learns whether a loop is running.
 func (p *Poller) Locked(f func(running bool)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f(p.stop != nil)
+	f(p.armed && p.ctx.Err() == nil)
 }
 
-func (p *Poller) run(stop chan struct{}, hurry chan time.Duration, first time.Duration) {
-	t := time.NewTimer(first)
-	defer t.Stop()
-	due := time.Now().Add(first)
-	for {
-		select {
-		case <-stop:
-			return
-		case d := <-hurry:
-			if at := time.Now().Add(d); at.Before(due) {
-				due = at
-				t.Reset(d)
-			}
-			continue
-		case <-p.ctx.Done():
-			p.Stop()
-			return
-		case <-t.C:
-		}
-		p.mu.Lock()
-		if p.stop != stop { // stopped, and perhaps started again
-			p.mu.Unlock()
-			return
-		}
-		if !p.target.Waiting() {
-			p.stop = nil
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		next := p.target.Poll(p.ctx)
-		if next <= 0 {
-			next = p.every
-		}
-		due = time.Now().Add(next)
-		t.Reset(next)
+// fire runs the poll the timer of round was set for, and sets the next one.
+func (p *Poller) fire(round uint64) {
+	if !p.group.enter() {
+		return // (closed: the owner stopped waiting for its goroutines)
 	}
+	defer p.group.leave()
+	p.mu.Lock()
+	if round != p.round || !p.armed {
+		p.mu.Unlock()
+		return // stopped, or set again, as it fired
+	}
+	p.timer = nil
+	if p.ctx.Err() != nil || !p.target.Waiting() {
+		p.stopLocked()
+		p.mu.Unlock()
+		return
+	}
+	p.polling = true
+	p.mu.Unlock()
+	next := p.target.Poll(p.ctx)
+	if next <= 0 {
+		next = p.every
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.polling = false
+	if round != p.round || !p.armed {
+		return // stopped while it polled
+	}
+	at := time.Now().Add(next)
+	if !p.hurry.IsZero() && p.hurry.Before(at) {
+		at = p.hurry
+	}
+	p.hurry = time.Time{}
+	p.armLocked(at)
 }

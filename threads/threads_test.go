@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,47 @@ func TestPollerKeepsTheEarliestHurry(t *testing.T) {
 		eventually(t, "a poll within a millisecond's hurry", func() bool { return tg.polls.Load() > n })
 	}
 	p.Stop()
+	waitFor(t, &wg)
+}
+
+// Between polls a poller is a timer, not a goroutine: a wait that ends before its first poll
+// starts none; a StartAfter later than the poll due leaves it, a sooner one brings it forward;
+// Reset sets it either way.
+func TestPollerIsATimerBetweenPolls(t *testing.T) {
+	var wg threads.Group
+	tg := &target{}
+	tg.waiting.Store(true)
+	p := threads.NewPoller(context.Background(), time.Hour, time.Hour, tg, &wg)
+	before := runtime.NumGoroutine()
+	if !p.StartAfter(time.Hour) {
+		t.Fatal("StartAfter did not start")
+	}
+	due, ok := p.Due()
+	if !ok || time.Until(due) < 59*time.Minute {
+		t.Fatalf("due in %v (%v), want an hour", time.Until(due), ok)
+	}
+	if n := runtime.NumGoroutine(); n != before {
+		t.Fatalf("%d goroutines while a poll is due, %d before", n, before)
+	}
+	p.StartAfter(2 * time.Hour)
+	if later, _ := p.Due(); !later.Equal(due) {
+		t.Fatalf("a later StartAfter moved the poll from %v to %v", due, later)
+	}
+	p.StartAfter(time.Minute)
+	if sooner, _ := p.Due(); time.Until(sooner) > time.Minute {
+		t.Fatalf("a sooner StartAfter left the poll %v away", time.Until(sooner))
+	}
+	p.Reset(2 * time.Hour) // (a pace known afresh puts it off)
+	if later, _ := p.Due(); time.Until(later) < 119*time.Minute {
+		t.Fatalf("Reset left the poll %v away, want two hours", time.Until(later))
+	}
+	p.Stop()
+	if _, ok := p.Due(); ok {
+		t.Fatal("a poll is due after Stop")
+	}
+	if tg.polls.Load() != 0 {
+		t.Fatal("polled")
+	}
 	waitFor(t, &wg)
 }
 
