@@ -284,3 +284,44 @@ func TestExitsTellTheHolderBeforeTheKeyGoes(t *testing.T) {
 		})
 	}
 }
+
+// Close stops the poller of a process that waits in line: no timer of it is left set (it would
+// keep the Generator's state until it fired, a third of the lease later).
+func TestCloseStopsThePollers(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	const lease = 30 * time.Second
+	ga, _ := newGen(t)
+	tg := target(t)
+	la := mustGen(t, ga, "CLOSEPOLL", tg, lease)
+	h, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Unlock(h) //nolint:errcheck
+	c := srv.Client()
+	defer c.Close()
+	gb, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := mustGen(t, gb, "CLOSEPOLL", tg, lease)
+	done := make(chan error, 1)
+	go func() { _, err := lb.Lock(ctx); done <- err }()
+	var due func() (time.Time, bool)
+	waitFor(t, func() bool {
+		if due = gb.PollDue(key(lb)); due == nil {
+			return false
+		}
+		at, ok := due()
+		return ok && time.Until(at) > 5*time.Second // (an answer that showed it waiting, heard)
+	})
+	if err := gb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, done, "the waiting Lock"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("the waiting Lock returned %v, want ErrClosed", err)
+	}
+	if at, ok := due(); ok {
+		t.Fatalf("after Close returned, a poll is still set, due in %v", time.Until(at).Round(time.Millisecond))
+	}
+}

@@ -108,3 +108,14 @@ func (g *Generator) NextPoll(key string) (after time.Duration, ok bool) {
 	}
 	return due.Sub(waited), true
 }
+
+// PollDue returns a function that reports when the poller of key's state polls next, and
+// whether a poll is set (it keeps the poller even after the state is dropped); nil when key
+// has no state.
+func (g *Generator) PollDue(key string) func() (time.Time, bool) {
+	st := g.lookup(key)
+	if st == nil {
+		return nil
+	}
+	return st.poller.Due
+}

@@ -329,6 +329,14 @@ func (st *lockState) Poll(context.Context) time.Duration {
 	return every
 }
 
+// askIn is askInLocked for a caller that does not hold mu (0 without notifications).
+func (st *lockState) askIn() time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	d, _ := st.askInLocked()
+	return d
+}
+
 // askInLocked returns how long from now the first waiter asks again at the pace askBy sets,
 // and false without notifications (the process then asks at every poll). The caller holds mu.
 func (st *lockState) askInLocked() (time.Duration, bool) {

@@ -299,7 +299,7 @@ func (st *lockState) won(n *queue.Node, h *holding) *holding {
 	if n != nil {
 		st.q.SetHead(n)
 	}
-	st.poller.Stop()
+	st.poller.StopIdle()
 	return h
 }
 
@@ -371,10 +371,10 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		// be someone else's by now. Not an acquisition.
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
 	}
-	hurry := time.Duration(-1) // when the answer makes the next ask due: the poller polls then
+	paced := false // the answer sets when the next ask is due: the poller polls then
 	defer func() {
-		if hurry >= 0 {
-			st.poller.Reset(hurry) // (after mu: the poller's lock comes first)
+		if paced {
+			st.poller.Reset(st.askIn) // (after mu: the poller's lock comes first)
 		}
 	}()
 	st.mu.Lock()
@@ -436,9 +436,8 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if st.line.attempt == a {
 			st.line.queued = true
 			st.line.waiting(sent, res.Seen.Fence, &res.Seen)
-			if d, ok := st.askInLocked(); ok {
-				hurry = d // (the key it found held may expire before the next poll)
-			}
+			paced = st.g.notes != nil // the next ask is due by the answer's pace (the key it found held may expire)
+
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
 				st.gapLocked(res.Seen.Life)
 			}

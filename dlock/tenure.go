@@ -308,6 +308,7 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 // close ends what this process holds of the key as the Generator closes: the owner is told
 // (ErrClosed) before the key is let go, bounded by ctx.
 func (st *lockState) close(ctx context.Context) error {
+	st.poller.Stop() // (its timer would find the Generator closed, but only as it fires)
 	st.mu.Lock()
 	if h := st.owner; h != nil {
 		if !h.end(holdClosed, nil) { // its final Unlock runs just now: that lets the tenure go

@@ -64,48 +64,41 @@ func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
 	for _, f := range also {
 		f()
 	}
-	at := time.Now().Add(first)
-	switch {
-	case p.polling:
-		if p.hurry.IsZero() || at.Before(p.hurry) {
-			p.hurry = at // (the poll running sets the next one no later)
-		}
-		return false
-	case p.armed:
-		if at.Before(p.due) {
-			p.armLocked(at)
-		}
-		return false
-	case p.ctx.Err() != nil || p.group.isClosed():
+	return p.setLocked(time.Now().Add(first), false)
+}
+
+// Reset sets the next poll pace() from now, sooner or later than the one set, starting the
+// loop if none runs: a target whose pace is known afresh (an answer). pace runs under the
+// poller's lock, so that what changes the pace in the meantime (and brings a poll forward) is
+// not undone by a pace read before it.
+func (p *Poller) Reset(pace func() time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setLocked(time.Now().Add(pace()), true)
+}
+
+// setLocked sets the next poll at at: only sooner than the one set unless either, starting
+// the loop if none runs (a poll running then polls again by at). It reports whether it
+// started a loop. The caller holds mu.
+func (p *Poller) setLocked(at time.Time, either bool) bool {
+	started := !p.armed
+	if started && (p.ctx.Err() != nil || p.group.isClosed()) {
 		return false
 	}
 	p.armed = true
 	p.running.Store(true)
-	p.armLocked(at)
-	return true
-}
-
-// Reset is StartAfter that also puts off a poll set sooner: the next poll runs d from now (a
-// target whose pace is known afresh, from an answer).
-func (p *Poller) Reset(d time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	at := time.Now().Add(d)
 	switch {
-	case p.polling:
-		if p.hurry.IsZero() || at.Before(p.hurry) {
+	case p.polling: // (the poll running sets the next one, no later than at)
+		if p.hurry.IsZero() || at.Before(p.hurry) || either {
 			p.hurry = at
 		}
-	case p.armed:
-		p.armLocked(at)
-	case p.ctx.Err() == nil && !p.group.isClosed():
-		p.armed = true
-		p.running.Store(true)
+	case started || either || at.Before(p.due):
 		p.armLocked(at)
 	}
+	return started
 }
 
-// armLocked sets the next poll at at. The caller holds mu.
+// armLocked sets the timer of the next poll at at. The caller holds mu.
 func (p *Poller) armLocked(at time.Time) {
 	if p.timer != nil {
 		p.timer.Stop()
@@ -116,14 +109,28 @@ func (p *Poller) armLocked(at time.Time) {
 	p.timer = time.AfterFunc(time.Until(at), func() { p.fire(round) })
 }
 
-// Stop ends the loop; a poll running finishes, and none follows. Its owner calls it once the
-// loop is not needed (Waiting is false): the timer would find that out, but only as it fires.
+// Stop ends the loop; a poll running finishes, and none follows unless the loop is started
+// again. Its owner calls it once the loop is not needed (Waiting is false): the timer would
+// find that out, but only as it fires.
 func (p *Poller) Stop() {
 	if !p.running.Load() {
 		return
 	}
 	p.mu.Lock()
 	p.stopLocked()
+	p.mu.Unlock()
+}
+
+// StopIdle is Stop when the target is not waiting, as the poller's lock sees it (a start
+// asked for since the owner last looked is kept).
+func (p *Poller) StopIdle() {
+	if !p.running.Load() {
+		return
+	}
+	p.mu.Lock()
+	if !p.target.Waiting() {
+		p.stopLocked()
+	}
 	p.mu.Unlock()
 }
 
@@ -181,8 +188,8 @@ func (p *Poller) fire(round uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.polling = false
-	if round != p.round || !p.armed {
-		return // stopped while it polled
+	if !p.armed {
+		return // stopped while it polled (and not started again)
 	}
 	at := time.Now().Add(next)
 	if !p.hurry.IsZero() && p.hurry.Before(at) {

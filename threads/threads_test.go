@@ -131,7 +131,7 @@ func TestPollerIsATimerBetweenPolls(t *testing.T) {
 	if sooner, _ := p.Due(); time.Until(sooner) > time.Minute {
 		t.Fatalf("a sooner StartAfter left the poll %v away", time.Until(sooner))
 	}
-	p.Reset(2 * time.Hour) // (a pace known afresh puts it off)
+	p.Reset(func() time.Duration { return 2 * time.Hour }) // (a pace known afresh puts it off)
 	if later, _ := p.Due(); time.Until(later) < 119*time.Minute {
 		t.Fatalf("Reset left the poll %v away, want two hours", time.Until(later))
 	}
@@ -141,6 +141,68 @@ func TestPollerIsATimerBetweenPolls(t *testing.T) {
 	}
 	if tg.polls.Load() != 0 {
 		t.Fatal("polled")
+	}
+	waitFor(t, &wg)
+}
+
+// blockingTarget's first Poll blocks until release is closed (a poll that takes a while:
+// waiting for the state's mutex, or descheduled).
+type blockingTarget struct {
+	waiting atomic.Bool
+	polls   atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (t *blockingTarget) Waiting() bool { return t.waiting.Load() }
+func (t *blockingTarget) Poll(ctx context.Context) time.Duration {
+	if t.polls.Add(1) == 1 {
+		close(t.entered)
+		<-t.release
+	}
+	return time.Millisecond
+}
+
+// A start asked for while a poll runs, after a Stop (the process took the key, then waits in
+// Redis again before that poll returned), is kept: the poller polls again.
+func TestPollerStartedDuringAPollAfterStopPollsAgain(t *testing.T) {
+	for _, how := range []string{"StartAfter", "Reset"} {
+		t.Run(how, func(t *testing.T) {
+			var wg threads.Group
+			tg := &blockingTarget{entered: make(chan struct{}), release: make(chan struct{})}
+			tg.waiting.Store(true)
+			p := threads.NewPoller(context.Background(), time.Millisecond, time.Millisecond, tg, &wg)
+			p.StartAfter(time.Millisecond)
+			<-tg.entered // the first poll runs
+			p.Stop()     // the process took the key, and waits in Redis again:
+			if how == "StartAfter" {
+				p.StartAfter(time.Millisecond)
+			} else {
+				p.Reset(func() time.Duration { return time.Millisecond })
+			}
+			close(tg.release) // the first poll returns
+			eventually(t, "a second poll", func() bool { return tg.polls.Load() >= 2 })
+			p.Stop()
+			waitFor(t, &wg)
+		})
+	}
+}
+
+// StopIdle keeps a loop whose target waits again (a start asked for since the owner looked).
+func TestPollerStopIdleKeepsAWaitingTarget(t *testing.T) {
+	var wg threads.Group
+	tg := &target{}
+	tg.waiting.Store(true)
+	p := threads.NewPoller(context.Background(), time.Hour, time.Hour, tg, &wg)
+	p.Start()
+	p.StopIdle()
+	if _, ok := p.Due(); !ok {
+		t.Fatal("StopIdle stopped the loop of a waiting target")
+	}
+	tg.waiting.Store(false)
+	p.StopIdle()
+	if _, ok := p.Due(); ok {
+		t.Fatal("StopIdle kept the loop of a target that does not wait")
 	}
 	waitFor(t, &wg)
 }
