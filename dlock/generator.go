@@ -66,7 +66,9 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 	}
 	prefix := lockerPrefix()
 	rp, err := processor.NewRedisLockProcessor(client, processor.Options{
-		Publish: o.notify, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
+		// (Publish even without notifications: a release still grants the key to, and tells,
+		// the processes in line that listen, and checks that they do.)
+		Publish: true, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
 		GapEvery: o.gapEvery, GapWindow: o.gapWindow,
 	})
 	if err != nil {

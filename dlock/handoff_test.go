@@ -1192,3 +1192,72 @@ func tryInBackground(ctx context.Context, l *dlock.DistributedReentrantLock) <-c
 	}()
 	return done
 }
+
+// A process whose waiters do not listen (WithNotifications(false)) still grants the key to,
+// and tells, a process in line that listens: at its release (the waiter is woken by the grant's
+// message, not by its poll a third of its 60 s lease later), and at its hand-off limit while
+// its own goroutines keep passing the key (before, it found no live process in line and kept
+// the key for ever).
+func TestProcessesWithAndWithoutNotificationsShareAKey(t *testing.T) {
+	const lease = time.Minute
+	t.Run("release", func(t *testing.T) {
+		tg := target(t)
+		gd, _ := newGen(t, dlock.WithNotifications(false))
+		rec := &howRecorder{}
+		ga, _ := newGen(t, dlock.WithObserver(rec))
+		ld, la := mustGen(t, gd, "MIXEDNOTIFY", tg, lease), mustGen(t, ga, "MIXEDNOTIFY", tg, lease)
+		ctx := ctxT(t, 30*time.Second) // (its poll would come after 20 s)
+		od, err := ld.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockAsync(t, la, ctx)
+		waitFor(t, func() bool { r, heard, ok := ga.Place(key(la)); return ok && heard && r == 0 })
+		if err := ld.Unlock(od); err != nil {
+			t.Fatal(err)
+		}
+		o := recv(t, got, "the listening waiter's Lock")
+		defer la.Unlock(o) //nolint:errcheck
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.how) != 1 || rec.how[0] != dlock.HowNotified {
+			t.Fatalf("the listening waiter acquired by %v, want by the grant's message", rec.how)
+		}
+	})
+	t.Run("hand-off limit", func(t *testing.T) {
+		tg := target(t)
+		gd, _ := newGen(t, dlock.WithNotifications(false), dlock.WithLocalHandOff(time.Millisecond))
+		ga, _ := newGen(t)
+		ld, la := mustGen(t, gd, "MIXEDNOTIFY", tg, lease), mustGen(t, ga, "MIXEDNOTIFY", tg, lease)
+		ctx := ctxT(t, 30*time.Second)
+		dctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 2 { // the key passes between them, and would stay in their process
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for dctx.Err() == nil {
+					o, err := ld.Lock(dctx)
+					if err != nil {
+						if dctx.Err() == nil {
+							t.Error(err)
+						}
+						return
+					}
+					time.Sleep(time.Millisecond)
+					_ = ld.Unlock(o)
+				}
+			}()
+		}
+		defer wg.Wait()
+		defer stop() // (a waiter of D learns of the key only by its poll, lease/10 later)
+		waitFor(t, func() bool { st, _ := ld.State(ctx); return st.Mine })
+		o, err := la.Lock(ctx)
+		if err != nil {
+			t.Fatalf("the listening process never got the key from the one that does not listen: %v", err)
+		}
+		if err := la.Unlock(o); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -84,9 +84,12 @@ func WithFIFO() Option {
 	return optionFunc(func(o *options) error { o.fifo = true; return nil })
 }
 
-// WithNotifications turns release notifications on (the default) or off. On, a release
-// publishes on the lock's channel and waiting processes are woken by the message; off, they
-// learn of releases only from the retry poller, every lease/6, as Java DLock does.
+// WithNotifications turns release notifications on (the default) or off for this process's
+// waiters. On, a waiting process listens on its channel of the key and is woken by the message
+// that grants it the key; off, it does not subscribe, and learns of releases only from its
+// retry poller, every lease/6, as Java DLock does. Either way this process's releases grant
+// the key to the first live process in line and tell it, so processes of both settings can
+// share a key.
 func WithNotifications(on bool) Option {
 	return optionFunc(func(o *options) error { o.notify = on; return nil })
 }

@@ -274,7 +274,8 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 // Sharded reports whether release messages go by sharded pub/sub (SPUBLISH, to be received
 // with SSUBSCRIBE): on a Cluster client whose servers have it (Redis 7), so that a message
 // goes only to the shard that owns the key instead of every node. Plain pub/sub otherwise.
-// The answer is asked of the server once (COMMAND INFO) and then kept; an error is not kept.
+// The answer is asked of the server once (COMMAND INFO) and then kept; an error is not kept,
+// but a user not allowed COMMAND INFO gets plain pub/sub.
 func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
 	switch p.shard.Load() {
 	case shardPlain:
@@ -288,6 +289,12 @@ func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	info, err := cc.Do(ctx, "command", "info", "spublish").Slice()
+	if redis.IsPermissionError(err) {
+		// A user not allowed COMMAND INFO: plain pub/sub, which a Cluster serves too (the
+		// scripts publish with pcall: a refused PUBLISH tells nobody, and waiters poll).
+		p.shard.Store(shardPlain)
+		return false, nil
+	}
 	if err != nil {
 		p.fail(err)
 		return false, processErr("command-info", "", err)

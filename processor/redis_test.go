@@ -1454,6 +1454,38 @@ func TestShardedChannelsAreHeard(t *testing.T) {
 	}
 }
 
+// On a Cluster client whose user may not run COMMAND INFO, release messages go by plain
+// pub/sub (which a Cluster serves too) rather than every request failing on the question.
+func TestShardedFallsBackToPlainWithoutCommandInfo(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	admin := srv.Client()
+	defer admin.Close()
+	user := "nocmdinfo" + strconv.FormatInt(runs.Add(1), 10)
+	if err := admin.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "&*", "+@all", "-command").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "acl", "deluser", user)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Username: user, Password: "pw",
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr}}}}, nil
+		},
+	})
+	defer cc.Close()
+	p, err := processor.NewRedisLockProcessor(cc, processor.Options{Publish: true, Mark: "pa-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sharded, err := p.Sharded(ctx); err != nil || sharded {
+		t.Fatalf("Sharded = %v, %v; want plain pub/sub", sharded, err)
+	}
+	a := &proc{RedisLockProcessor: p, mark: "pa-"}
+	if _, r := a.lock(t, cfg(t, "nocmdinfo"), true, 1); r.Outcome != processor.Taken {
+		t.Fatalf("a lock by a user without COMMAND INFO: %+v", r)
+	}
+}
+
 // A settle of an acquisition older than the owner's settled mark still makes the mark live a
 // mark's life more: a late copy came, and others may follow it.
 func TestEverySettleLengthensTheMark(t *testing.T) {
