@@ -104,7 +104,11 @@ import (
 //	(2) token-order: for holdings A, B of one key with A.TAcq < B.CallStart (A's token was
 //	    handed out before B's call began), A's token < B's; token-repeated: two holdings of
 //	    one key with the same token. Strict, across restarts too: tokens are
-//	    max(counter + 1, server clock in µs). (Ordering by TAcq alone would be wrong: a holder
+//	    max(counter + 1, server clock in µs) — but for a holding passed within its process
+//	    (or lent a shared holding) under a tenure that an operator removed or a restart wiped,
+//	    before that tenure's next renewal could tell the process: its token comes from the old
+//	    tenure's block (forcedBetween, passedUnderRestart), and the fence refuses its writes.
+//	    (Ordering by TAcq alone would be wrong: a holder
 //	    SIGSTOPped inside Lock returns after a later holder.) no-token: FencingToken said the
 //	    owner context of a successful Lock did not own the lock (unless the owner was told of
 //	    a loss as it was taken: an operator's removal that landed as the reply came).
@@ -246,6 +250,7 @@ type histRun struct {
 	viol      map[string][]string       // kind -> descriptions
 	forces    map[string][]histForce    // by key: ForceRelease calls that removed a holder
 	byProcKey map[string][]*histHolding // by "proc key"
+	restarts  []histFault               // Redis's restarts (it came back empty)
 }
 
 // histForce is an operator's ForceRelease that removed a holder: the call, and the helper
@@ -751,6 +756,7 @@ func (r *histRun) analyse() {
 	for _, h := range holdings {
 		r.byProcKey[h.Proc+" "+h.Key] = append(r.byProcKey[h.Proc+" "+h.Key], h)
 	}
+	r.restarts = restarts
 	for key, hs := range byKey {
 		r.checkOverlaps(key, hs, pausedDuring, restarts)
 		r.checkTokens(key, hs)
@@ -1097,6 +1103,24 @@ func (r *histRun) passedUnderForced(b, a *histHolding) bool {
 	return false
 }
 
+// passedUnderRestart reports whether b, whose token is below a's, was passed the lock (or lent
+// a holding) within its process under a tenure that a restart of Redis wiped, before that
+// tenure's next renewal could tell the process: a holding of b's process spans the restart's
+// start, a acquired after it (its token is the restarted server's), and b acquired after the
+// restart began, within untoldFor of its end. b's token comes from the wiped tenure's block,
+// handed out before the restart; its writes are refused by the fence (rule 3).
+func (r *histRun) passedUnderRestart(b, a *histHolding) bool {
+	if b.NoToken || a.NoToken || b.Token >= a.Token {
+		return false
+	}
+	for _, w := range r.restarts {
+		if a.TAcq >= w.Start && b.TAcq >= w.Start && r.tenureAcross(b, w) && b.TAcq <= w.End+r.untoldFor(b, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // forcesNear lists the operators' ForceRelease calls on key that removed a holder in the
 // second before at, for the examples of a violation.
 func (r *histRun) forcesNear(key string, at int64) string {
@@ -1141,7 +1165,7 @@ func (r *histRun) checkTokens(key string, hs []*histHolding) {
 				top = a
 			}
 		}
-		if top != nil && !b.NoToken && b.Token < top.Token && !r.forcedBetween(b, b.TRel) {
+		if top != nil && !b.NoToken && b.Token < top.Token && !r.forcedBetween(b, b.TRel) && !r.passedUnderRestart(b, top) {
 			r.violate("token-order", "%s: a holding whose call began after another had acquired has a lower token:\n    earlier %s\n    later   %s",
 				key, r.hold(top), r.hold(b))
 		}
@@ -1177,7 +1201,7 @@ func (r *histRun) checkSharedTokens(key string, hs []*histHolding) {
 			if (a.Proc == b.Proc && (a.Side != "w" || b.Side != "w")) || a.NoToken || b.NoToken || a.TAcq >= b.CallStart || (a.Side != "w" && b.Side != "w") {
 				continue
 			}
-			if b.Token <= a.Token && !r.forcedBetween(b, b.TRel) && !a.unfinished && !b.unfinished {
+			if b.Token <= a.Token && !r.forcedBetween(b, b.TRel) && !r.passedUnderRestart(b, a) && !a.unfinished && !b.unfinished {
 				r.violate("token-order", "%s: a holding whose call began after another had acquired, one of them writing, has a token not above it:\n    earlier %s\n    later   %s",
 					key, r.hold(a), r.hold(b))
 			}
@@ -1424,6 +1448,12 @@ func TestHistoryRules(t *testing.T) {
 			[]histFault{restart}, nil, nil},
 		{"restart, another tenure", []*histRecord{hold("a", "k", 2, 160, 170, 300), hold("b", "k", 3, 160, 200, 310)},
 			[]histFault{restart}, nil, []string{"overlap"}},
+		{"restart, passed on within the wiped tenure after another took the key", []*histRecord{hold("a", "k", 1, 0, 1, 190), hold("b", "k", 5, 160, 170, 180), hold("a", "k", 2, 175, 190, 300)},
+			[]histFault{restart}, nil, nil},
+		{"restart, a reader lent the wiped read-hold after a writer", []*histRecord{hold("a", "r", 1, 0, 1, 190, side("r")), hold("b", "r", 5, 160, 170, 180, side("w")), hold("a", "r", 1, 175, 185, 300, side("r"))},
+			[]histFault{restart}, nil, nil},
+		{"a lower token passed on after another took the key, no restart", []*histRecord{hold("a", "k", 1, 0, 1, 190), hold("b", "k", 5, 160, 170, 180), hold("a", "k", 2, 175, 190, 300)},
+			nil, nil, []string{"overlap", "token-order"}},
 		{"restart after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 300, lostAt(290)), hold("b", "k", 2, 2, 50, 310)},
 			[]histFault{restart}, nil, []string{"overlap"}},
 		{"killed", []*histRecord{{T: "begin", Proc: "a", G: 1, Key: "k", Token: 1, CallStart: 0, TAcq: ms}, hold("b", "k", 2, 2, 5, 15)},
