@@ -462,42 +462,49 @@ func percentile(sorted []float64, p float64) float64 {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// info returns the fields of one section of INFO, as name and value.
+func (r *runner) info(ctx context.Context, section string) ([][2]string, error) {
+	text, err := r.client.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, l := range strings.Split(text, "\n") {
+		if name, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			out = append(out, [2]string{name, v})
+		}
+	}
+	return out, nil
+}
+
 // cpu returns the CPU time, user and system, the Redis server has spent so far, in seconds
 // (INFO cpu; its resolution is Redis's, a microsecond here).
 func (r *runner) cpu(ctx context.Context) (float64, error) {
-	info, err := r.client.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
+	fields, err := r.info(ctx, "cpu")
 	var sum float64
-	for _, l := range strings.Split(info, "\n") {
-		name, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
+	for _, f := range fields {
+		if f[0] == "used_cpu_sys" || f[0] == "used_cpu_user" {
+			v, err := strconv.ParseFloat(f[1], 64)
 			if err != nil {
 				return 0, err
 			}
-			sum += f
+			sum += v
 		}
 	}
-	return sum, nil
+	return sum, err
 }
 
 // commandCalls returns the number of commands Redis has run, from INFO commandstats,
 // commands run by scripts included, the parent's own INFO calls excluded.
 func (r *runner) commandCalls(ctx context.Context) (int64, error) {
-	info, err := r.client.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
+	fields, err := r.info(ctx, "commandstats")
 	var sum int64
-	for _, l := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+	for _, f := range fields {
+		if !strings.HasPrefix(f[0], "cmdstat_") || f[0] == "cmdstat_info" {
 			continue // workers never send INFO, so cmdstat_info is only the parent's
 		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
+		for _, kv := range strings.Split(f[1], ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
 				n, err := strconv.ParseInt(v, 10, 64)
 				if err != nil {
 					return 0, err
@@ -506,5 +513,5 @@ func (r *runner) commandCalls(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	return sum, nil
+	return sum, err
 }

@@ -499,7 +499,7 @@ func (a args) all() []any {
 		msOrNone(a.nextLease), countOrNone(a.nextTokens), a.upto, countOrNone(a.maxListed)}
 }
 
-// flagOrNone writes a flag the scripts read only when it is set: '1', or ” for none.
+// flagOrNone writes a flag the scripts read only when it is set: '1', or empty for none.
 func flagOrNone(b bool) string {
 	if b {
 		return "1"
@@ -507,7 +507,7 @@ func flagOrNone(b bool) string {
 	return ""
 }
 
-// countOrNone writes a positive count, or ” for none.
+// countOrNone writes a positive count, or empty for none.
 func countOrNone(n int) string {
 	if n <= 0 {
 		return ""

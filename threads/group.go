@@ -15,15 +15,11 @@ type Group struct {
 
 // Go runs f in a new goroutine unless the group is closed; it reports whether f was started.
 func (g *Group) Go(f func()) bool {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
+	if !g.enter() {
 		return false
 	}
-	g.wg.Add(1)
-	g.mu.Unlock()
 	go func() {
-		defer g.wg.Done()
+		defer g.leave()
 		f()
 	}()
 	return true
