@@ -59,10 +59,13 @@ type attempt struct {
 	tokens int                // fencing tokens it asks for (a block when goroutines queue)
 }
 
-// grant is a grant of the key to an attempt: the first of its block of fencing tokens.
+// grant is a grant of the key to an attempt: the first of its block of fencing tokens, and
+// how long before it, by Redis's clock, the process had last renewed its entry in line (-1:
+// not told).
 type grant struct {
 	locker string
 	token  uint64
+	age    time.Duration
 }
 
 // open returns the open attempt, opening one with a new locker, cfg's lease and tokens when
@@ -116,16 +119,17 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 // answer that showed it waiting. It asks a sixth of the lease after that answer unless the
 // answer showed Redis that it listens on its channel (it then hears its grant at once, and a
 // release grants it the key however old its entry), or processes not in line share the key
-// (foreign, Java DLock: their releases publish nothing). Else, first in line, it asks a third
-// of the lease after it, so that a grant leaves it more than half its lease (grantUsable), or
-// once the key it found held may have expired (a holder that died); further back, a third of
-// its entry's life after it, which keeps the entry alive: it is told when it becomes first.
+// (foreign, Java DLock: their releases publish nothing). Else, first in line, it asks once the
+// key it found held may have expired (a holder that died), and half the lease after that
+// answer at the latest (a grant counted from an old answer, as a version before the entry's
+// age sends it, then still leaves about half the lease); further back, a third of its entry's
+// life after it, which keeps the entry alive: it is told when it becomes first.
 func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	switch {
 	case !l.heard || foreign || l.rank < 0:
 		return l.waited.Add(lease / 6)
 	case l.rank == 0:
-		by := l.waited.Add(lease / 3)
+		by := l.waited.Add(lease / 2)
 		if !l.holderUntil.IsZero() && l.holderUntil.Before(by) {
 			by = l.holderUntil
 		}
@@ -134,12 +138,17 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	return l.waited.Add(entryTTL / 3)
 }
 
-// grantUsable reports whether a grant to the open attempt with the block from token can be
-// counted from what the process knows: a request of the attempt showed it waiting before the
-// grant, late enough that more than half the lease is left (else the first waiter asks again,
+// grantUsable reports whether grant g to the open attempt can be counted from what the
+// process knows: a request of the attempt showed it waiting before the grant, and the lease
+// counted from grantStart leaves more than half of it (else the first waiter asks again,
 // which finds the key its own and renews it for its lease, or finds the grant gone).
-func (l *line) grantUsable(a *attempt, token uint64) bool {
-	return !l.waited.IsZero() && l.seen < token && time.Until(domain.HeldUntil(l.waited, a.cfg.Lease())) >= a.cfg.Lease()/2
+func (l *line) grantUsable(a *attempt, g grant) bool {
+	return !l.waited.IsZero() && l.seen < g.token && time.Until(domain.HeldUntil(l.grantStart(g), a.cfg.Lease())) >= a.cfg.Lease()/2
+}
+
+// grantStart is when the lease of grant g is counted from (domain.GrantedFrom).
+func (l *line) grantStart(g grant) time.Time {
+	return domain.GrantedFrom(l.waited, g.age, time.Now())
 }
 
 // beginGrantLocked begins the tenure the key granted to the open attempt a (from token) gives
@@ -147,16 +156,16 @@ func (l *line) grantUsable(a *attempt, token uint64) bool {
 // showed it waiting, and not removed by a ForceRelease of this Generator. Otherwise it returns
 // nil, and the first waiter asks again (lock.lua finds the key its own and renews it for its
 // lease, or finds the attempt settled). The caller holds mu, in phase idle.
-func (st *lockState) beginGrantLocked(a *attempt, token uint64) *tenure {
-	if !st.line.grantUsable(a, token) || st.forced == a.locker {
+func (st *lockState) beginGrantLocked(a *attempt, g grant) *tenure {
+	if !st.line.grantUsable(a, g) || st.forced == a.locker {
 		st.line.granted = nil
 		st.signalLocked(HowNotified)
 		return nil
 	}
-	waited := st.line.waited
+	start := st.line.grantStart(g)
 	st.closeAttempt()
 	st.line.queued = false
-	ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: waited, Lease: a.cfg.Lease(), Token: token}
+	ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: start, Lease: a.cfg.Lease(), Token: g.token}
 	t := st.startTenure(ent, a.cfg, a.tokens)
 	t.granted = true
 	return t
@@ -165,8 +174,8 @@ func (st *lockState) beginGrantLocked(a *attempt, token uint64) *tenure {
 // startGrantLocked begins the tenure of a grant heard with no goroutine asking: the first
 // waiter takes it; a grant nobody here waits for any more is passed on at once. The caller
 // holds mu, in phase idle.
-func (st *lockState) startGrantLocked(a *attempt, token uint64) {
-	if st.beginGrantLocked(a, token) == nil {
+func (st *lockState) startGrantLocked(a *attempt, g grant) {
+	if st.beginGrantLocked(a, g) == nil {
 		return
 	}
 	if !st.q.HasWaiters() && st.barging == 0 {
@@ -180,24 +189,24 @@ func (st *lockState) startGrantLocked(a *attempt, token uint64) {
 // its answer came and the phase is idle. The caller holds mu.
 func (st *lockState) grantedLocked(a *attempt) {
 	if g := st.line.granted; g != nil && a != nil && st.line.attempt == a && st.phase == idle {
-		st.startGrantLocked(a, g.token)
+		st.startGrantLocked(a, *g)
 	}
 }
 
-// heardGrant handles a grant of the key (notifier): to locker, with the block of fencing
-// tokens from token. Only the process whose open attempt it is acts on it.
-func (st *lockState) heardGrant(locker string, token uint64) {
+// heardGrant handles a grant of the key (notifier): g. Only the process whose open attempt it
+// is acts on it.
+func (st *lockState) heardGrant(g grant) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	a := st.line.attempt
-	if a == nil || a.locker != locker {
+	if a == nil || a.locker != g.locker {
 		return // not ours, or not any more (a leave on its way lets it go)
 	}
 	switch st.phase {
 	case asking, renewing: // a request of the attempt (or the yield that opened it) is on its way: its answer decides
-		st.line.granted = &grant{locker: locker, token: token}
+		st.line.granted = &g
 	case idle:
-		st.startGrantLocked(a, token)
+		st.startGrantLocked(a, g)
 	}
 }
 

@@ -4,13 +4,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
 )
 
 // A waiting process asks again at the pace its last answer sets: a sixth of the lease unless
 // Redis heard it listen (or Java processes share the key, or its place is unknown); first in
-// line, a third of the lease, or as soon as the key it saw held may have expired; further
-// back, a third of its entry's life.
+// line, half the lease, or as soon as the key it saw held may have expired; further back, a
+// third of its entry's life.
 func TestAskPace(t *testing.T) {
 	const lease, entryTTL = 600 * time.Millisecond, 2 * time.Second
 	waited := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
@@ -24,7 +25,7 @@ func TestAskPace(t *testing.T) {
 		{"not heard", line{rank: 0, heard: false}, false, waited.Add(lease / 6)},
 		{"place unknown", line{rank: -1, heard: true}, false, waited.Add(lease / 6)},
 		{"Java processes beside", line{rank: 0, heard: true}, true, waited.Add(lease / 6)},
-		{"first", line{rank: 0, heard: true, holderUntil: late}, false, waited.Add(lease / 3)},
+		{"first", line{rank: 0, heard: true, holderUntil: late}, false, waited.Add(lease / 2)},
 		{"first, the holder's key may expire sooner", line{rank: 0, heard: true, holderUntil: soon}, false, soon},
 		{"further back", line{rank: 2, heard: true, holderUntil: soon}, false, waited.Add(entryTTL / 3)},
 	} {
@@ -45,12 +46,52 @@ func TestAskPaceFollowsTheHoldersExpiry(t *testing.T) {
 	var l line
 	l.forget()
 	l.waiting(sent, 1, &processor.Sighting{Holder: "h1", Life: 0, Rank: 0, Heard: true})
-	if by := l.askBy(lease, entryTTL, false); !by.Before(sent.Add(lease / 3)) {
-		t.Fatalf("a key expiring now: asks at +%v after the send, want before a third of the lease", by.Sub(sent))
+	if by := l.askBy(lease, entryTTL, false); !by.Before(sent.Add(lease / 2)) {
+		t.Fatalf("a key expiring now: asks at +%v after the send, want before half the lease", by.Sub(sent))
 	}
 	arrived := time.Now()
 	l.waiting(sent.Add(time.Millisecond), 1, &processor.Sighting{Holder: "h1", Life: 100 * time.Millisecond, Rank: 0, Heard: true})
 	if by := l.askBy(lease, entryTTL, false); by.Before(arrived.Add(100 * time.Millisecond)) {
 		t.Fatalf("asks %v after the answer came, before the key it saw could have expired (100 ms)", by.Sub(arrived))
+	}
+}
+
+// A grant is counted from the last request that showed the process waiting plus the age Redis
+// gave its entry (less 1 % and a millisecond): usable although that request went out more than
+// half a lease ago. Without an age (a version before it), or with one longer than has passed
+// here since that request (Redis's clock ran fast), it is counted from the request alone; a
+// grant at or below the tokens the answer saw came before the request, and is not counted.
+func TestGrantCountsTheEntrysAge(t *testing.T) {
+	cfg, err := domain.NewDLockConfig("AGE", "1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attempt{locker: "p-1", cfg: cfg, tokens: 1}
+	var l line
+	l.forget()
+	sent := time.Now().Add(-600 * time.Millisecond)
+	l.waiting(sent, 10, &processor.Sighting{Holder: "h-1", Rank: 0, Heard: true})
+	age := 550 * time.Millisecond
+	g := grant{locker: a.locker, token: 11, age: age}
+	if want := sent.Add(age - time.Millisecond - (age-time.Millisecond)/100); !l.grantStart(g).Equal(want) {
+		t.Fatalf("counted from +%v after the request, want +%v", l.grantStart(g).Sub(sent), want.Sub(sent))
+	}
+	if !l.grantUsable(a, g) {
+		t.Fatal("a grant 550 ms after the entry's renewal, heard 600 ms after the request: not usable")
+	}
+	for _, c := range []struct {
+		name string
+		g    grant
+	}{
+		{"no age", grant{locker: a.locker, token: 11, age: -1}},
+		{"an age longer than has passed", grant{locker: a.locker, token: 11, age: 700 * time.Millisecond}},
+		{"a grant before the request", grant{locker: a.locker, token: 10, age: age}},
+	} {
+		if l.grantUsable(a, c.g) {
+			t.Errorf("%s: usable, want counted from the request (less than half the lease left) or not at all", c.name)
+		}
+	}
+	if got := l.grantStart(grant{age: 700 * time.Millisecond}); !got.Equal(sent) {
+		t.Errorf("an age longer than has passed: counted from +%v, want from the request", got.Sub(sent))
 	}
 }

@@ -387,14 +387,14 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			zap.String("locker", a.locker), zap.NamedError("attempt", err), zap.NamedError("context", ctx.Err()))
 		if st.line.attempt != a {
 			st.giveBackLocked(a.locker, a.cfg) // a TryLock's own attempt
-		} else if g := st.line.granted; g != nil && st.line.grantUsable(a, g.token) {
-			// Granted meanwhile: counted from the last answer that showed it waiting. The
+		} else if g := st.line.granted; g != nil && st.line.grantUsable(a, *g) {
+			// Granted meanwhile: counted from the last answer that showed it waiting (grantStart). The
 			// caller takes it if it still wants it; else the first waiter does, or it is passed on.
 			if ctx.Err() != nil {
-				st.startGrantLocked(a, g.token)
+				st.startGrantLocked(a, *g)
 				return nil, errors.Join(err, ctx.Err())
 			}
-			if t := st.beginGrantLocked(a, g.token); t != nil {
+			if t := st.beginGrantLocked(a, *g); t != nil {
 				return st.takeNew(ctx, cfg, t)
 			}
 		}
@@ -442,7 +442,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 				st.gapLocked(res.Seen.Life)
 			}
 			if g := st.line.granted; g != nil { // granted after this request ran: the caller takes it
-				if t := st.beginGrantLocked(a, g.token); t != nil {
+				if t := st.beginGrantLocked(a, *g); t != nil {
 					return st.takeNew(ctx, cfg, t)
 				}
 				return nil, nil

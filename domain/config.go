@@ -208,3 +208,21 @@ func DriftAllowance(lease time.Duration) time.Duration {
 func HeldUntil(sent time.Time, lease time.Duration) time.Time {
 	return sent.Add(lease - DriftAllowance(lease))
 }
+
+// GrantedFrom is when a process counts a key granted to it from (its lease then runs as from
+// a request sent at that time, HeldUntil): waited, the send time of its last request whose
+// answer showed it waiting, plus age, how long after its entry's last renewal Redis ran the
+// grant by Redis's clock (the grant's message says), less 1 % of age for the clocks' rates and
+// a millisecond for the resolution of Redis's clock in milliseconds. That request ran at or
+// before the renewal (every answer that shows a process waiting comes from a script that
+// renewed its entry), so the grant ran no sooner than this. A grant heard (at now) sooner
+// after waited than age is counted from waited: Redis's clock ran fast or jumped, and the age
+// is not trusted; so is one whose age is unknown (negative).
+func GrantedFrom(waited time.Time, age time.Duration, now time.Time) time.Time {
+	d := age - time.Millisecond
+	d -= d / 100
+	if d <= 0 || now.Sub(waited) < d {
+		return waited
+	}
+	return waited.Add(d)
+}

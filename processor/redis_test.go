@@ -214,6 +214,57 @@ func TestLineServesInOrder(t *testing.T) {
 	})
 }
 
+// A grant says how long before it, by Redis's clock, its grantee last renewed its entry in line
+// (its last lock.lua of the attempt): at least as long as passed on this clock between that
+// request's answer and the release's send, and no longer than from that request's send to the
+// release's answer (a millisecond either way for the clock's resolution). The grantee counts
+// its lease from its request plus that age. The release's reply and the message say the same;
+// a release that grants nothing says -1.
+func TestGrantTellsTheAgeOfTheEntry(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "age")
+		ps := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+":*")
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		la, _ := a.lock(t, lc, true, 1)
+		sent := time.Now()
+		lb, _ := b.lock(t, lc, true, 1)
+		answered := time.Now()
+		ld, _ := d.lock(t, lc, true, 1)
+		time.Sleep(20 * time.Millisecond)
+		d.lockWith(t, lc, ld, true, 1) // d renews its entry: its age starts again
+		released := time.Now()
+		r := a.release(t, lc, la)
+		if r.Next != lb || r.EntryAge < released.Sub(answered)-time.Millisecond || r.EntryAge > time.Since(sent)+time.Millisecond {
+			t.Fatalf("release = %+v; want granted to %s with an age between %v and %v", r, lb, released.Sub(answered), time.Since(sent))
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := processor.ParseMessage(msg.Payload); !ok || m.Locker != lb || m.EntryAge != r.EntryAge {
+			t.Fatalf("told %q, want the grant to %s with the age %v", msg.Payload, lb, r.EntryAge)
+		}
+		sent = time.Now()
+		d.lockWith(t, lc, ld, true, 1)
+		answered = time.Now()
+		time.Sleep(5 * time.Millisecond)
+		released = time.Now()
+		if r := b.release(t, lc, lb); r.Next != ld || r.EntryAge < released.Sub(answered)-time.Millisecond || r.EntryAge > time.Since(sent)+time.Millisecond {
+			t.Fatalf("release = %+v; want granted to %s with an age between %v and %v", r, ld, released.Sub(answered), time.Since(sent))
+		}
+		if r := d.release(t, lc, ld); r.Outcome != processor.Released || r.Next != "" || r.EntryAge != -1 {
+			t.Fatalf("release = %+v; want the key left free, no age", r)
+		}
+	})
+}
+
 // A release tells the grant (the locker it went to and the first of its block of tokens) to
 // that process alone, on its own channel: it holds the key without a further request, and no
 // other process wakes. A key left free is told to every process in line; an operator's
@@ -1299,7 +1350,11 @@ func TestParseMessage(t *testing.T) {
 		{"R|a-1|250", processor.Message{Released: true, From: "a-1", Gap: 250 * time.Millisecond}, true},
 		{"R|java-7|0", processor.Message{Released: true, From: "java-7"}, true},
 		{"R|a-1", processor.Message{}, false},
-		{"G|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001}, true},
+		{"G|age=12|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001, EntryAge: 12 * time.Millisecond}, true},
+		{"G|age=-3|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001}, true}, // (a clock set back)
+		{"G|age=x|a-1|b-7|1700000000000001", processor.Message{}, false},
+		{"G|age=12|b-7|1", processor.Message{}, false},
+		{"G|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001, EntryAge: -1}, true}, // a version before the age
 		{"G|a-1|b-7|x", processor.Message{}, false},
 		{"G|b-7|1", processor.Message{}, false},
 		{"P|a-7", processor.Message{}, false},

@@ -58,6 +58,9 @@ type Flaws struct {
 	// ForcedGrantKept keeps a grant heard while a request was on its way when the operator's
 	// removal of it is heard before the request's answer: the answer then counts it.
 	ForcedGrantKept bool
+	// GrantFromArrival counts a granted lease from the grant message's arrival, not from the
+	// process's last request that showed it waiting plus the entry's age.
+	GrantFromArrival bool
 }
 
 // Report is what a run found.

@@ -131,6 +131,7 @@ func seededHoles(t *testing.T) []seeded {
 		seeded{"Close lets the key go before it tells the owner", explore.Options{Flaws: explore.Flaws{CloseFreesFirst: true}}},
 		seeded{"no drift allowance (a lease counted out at send time plus the lease)", explore.Options{Flaws: explore.Flaws{NoDriftAllowance: true}}},
 		seeded{"a grant the operator removed is counted (a force heard while a request is on its way keeps the grant)", explore.Options{Flaws: explore.Flaws{ForcedGrantKept: true}}},
+		seeded{"a grant counted from its message's arrival", explore.Options{Flaws: explore.Flaws{GrantFromArrival: true}}},
 	)
 }
 
@@ -146,7 +147,8 @@ func TestExplorerFindsEachHole(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var found []explore.Schedule
-	for _, h := range seededHoles(t) {
+	holes := seededHoles(t)
+	for _, h := range holes {
 		t.Run(h.name, func(t *testing.T) {
 			t.Parallel()
 			e := explorer(t, h.opt)
@@ -163,7 +165,7 @@ func TestExplorerFindsEachHole(t *testing.T) {
 			}
 			budget := 60 * time.Second
 			if long > 0 {
-				budget = long / time.Duration(len(explore.Mutants)+3)
+				budget = long / time.Duration(len(holes))
 			}
 			start := time.Now()
 			rep, err := e.Run(context.Background(), budget, 0)

@@ -98,7 +98,8 @@ type tenure struct {
 type heard struct {
 	locker string
 	token  uint64
-	at     int // the step it was published
+	age    time.Duration // the entry's age at the grant, as the message says
+	at     int           // the step it was published
 }
 
 // attempt is an acquisition a process waits with: a release grants the key to it.
@@ -273,24 +274,34 @@ func (p *proc) waiting(sent time.Time, seen uint64) {
 	}
 }
 
-// grantUsable reports whether a grant to the open attempt can be counted: a request of the
-// attempt showed it waiting, late enough that more than half the lease is left.
-func (p *proc) grantUsable(a *attempt, token uint64) bool {
-	return !p.waited.IsZero() && p.seen < token && p.until(p.waited, a.lease).Sub(p.w.now()) >= a.lease/2
+// grantUsable reports whether grant g to the open attempt can be counted: a request of the
+// attempt showed it waiting before it, and the lease counted from grantStart leaves more than
+// half of it.
+func (p *proc) grantUsable(a *attempt, g heard) bool {
+	return !p.waited.IsZero() && p.seen < g.token && p.until(p.grantStart(g), a.lease).Sub(p.w.now()) >= a.lease/2
+}
+
+// grantStart is when grant g's lease is counted from (domain.GrantedFrom).
+func (p *proc) grantStart(g heard) time.Time {
+	if p.w.opt.Flaws.GrantFromArrival {
+		return p.w.now()
+	}
+	return domain.GrantedFrom(p.waited, g.age, p.w.now())
 }
 
 // startGrant begins the tenure a grant to the open attempt gives, counted from the last request
-// that showed it waiting; one nobody waits for any more is passed on at once. An unusable
-// grant is left for the next attempt (lock.lua finds the key its own).
-func (p *proc) startGrant(a *attempt, token uint64, at int) {
-	if !p.grantUsable(a, token) {
+// that showed it waiting plus the entry's age the grant told; one nobody waits for any more is
+// passed on at once. An unusable grant is left for the next attempt (lock.lua finds the key
+// its own).
+func (p *proc) startGrant(a *attempt, g heard) {
+	if !p.grantUsable(a, g) {
 		p.granted = nil
 		return
 	}
-	waited := p.waited
+	start, token, at := p.grantStart(g), g.token, g.at
 	p.closeAttempt()
 	p.queued = false
-	t := &tenure{locker: a.locker, until: p.until(waited, a.lease), untilLease: a.lease, lease: a.lease,
+	t := &tenure{locker: a.locker, until: p.until(start, a.lease), untilLease: a.lease, lease: a.lease,
 		next: token, end: token + uint64(a.tokens), last: token - 1, since: p.w.now(), granted: true}
 	t.truth.lease = a.lease
 	// (removed behind its back, unless the process had heard of the removal: then counting
@@ -301,7 +312,7 @@ func (p *proc) startGrant(a *attempt, token uint64, at int) {
 		t.removed = "an empty restart"
 	}
 	p.ten, p.phase = t, free
-	p.w.note("%s: the key is granted to %s (counted from %v ago)", p.name, a.locker, p.w.now().Sub(waited))
+	p.w.note("%s: the key is granted to %s (counted from %v ago)", p.name, a.locker, p.w.now().Sub(start))
 	if len(p.waiters) == 0 {
 		p.releaseTenure()
 	}
@@ -323,9 +334,9 @@ func (p *proc) hear(m processor.Message, at int) {
 		}
 		switch p.phase {
 		case asking, renewing:
-			p.granted = &heard{locker: m.Locker, token: m.Token, at: at}
+			p.granted = &heard{locker: m.Locker, token: m.Token, age: m.EntryAge, at: at}
 		case idle:
-			p.startGrant(p.attempt, m.Token, at)
+			p.startGrant(p.attempt, heard{locker: m.Locker, token: m.Token, age: m.EntryAge, at: at})
 		}
 	}
 }
@@ -333,7 +344,7 @@ func (p *proc) hear(m processor.Message, at int) {
 // grantedNow acts on a grant to a heard while a request was on its way, once the phase is idle.
 func (p *proc) grantedNow(a *attempt) {
 	if g := p.granted; g != nil && a != nil && p.attempt == a && p.phase == idle {
-		p.startGrant(a, g.token, g.at)
+		p.startGrant(a, *g)
 	}
 }
 

@@ -217,8 +217,8 @@ local function waiting(mark)
     return locker, lease, n, renewed, expires, listened
 end
 
--- live returns the first process in line that is alive, as far as Redis can tell, and what it
--- waits with: one that listened on its channel when it last renewed its entry must listen now
+-- live returns the first process in line that is alive, as far as Redis can tell, what it
+-- waits with, and when it renewed its entry: one that listened on its channel when it last renewed its entry must listen now
 -- (Redis drops a subscription as soon as its connection closes: a process killed is skipped at
 -- once), however old its entry; one that did not (no notifications) must have renewed its
 -- entry within a third of its lease. On the way it drops the entries whose time ran out (their
@@ -230,7 +230,7 @@ local function live()
         if not locker then
             dequeue(m)
         elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then
-            return m, locker, lease, n, marks, i
+            return m, locker, lease, n, marks, i, renewed
         end
     end
     return nil
@@ -289,15 +289,14 @@ end
 
 -- firstNow tells the first process in line that listens on its channel (of the first 16, as
 -- live looks at) that it is first now — a dead one before it is passed over at the next
--- release: 'F|<from>'. It then keeps the pace of the first (it asks again at once if its last
--- answer is older than that allows, so that a grant finds it usable, and when the key it saw
--- held may have expired); a process further back asks seldom. After a grant, marks and start
+-- release: 'F|<from>'. It then keeps the pace of the first (it asks again when the key it saw
+-- held may have expired, at once if that time passed, and half its lease after its last
+-- answer at the latest); a process further back asks seldom. After a grant, marks and start
 -- are where live stopped (the entries before it do not listen), and held is the lease the key
--- was granted with (ms): the first is not told when its pace further back is the first's
--- already — its entry lives no longer than its lease (a lease of 2 s or more: it asks every
--- third of its lease either way, so a grant to it stays usable) — and the new holding lives
--- more than a third of its lease (it has asked again, and learnt its place, before that
--- holding could expire unrenewed).
+-- was granted with (ms): the first is not told when its pace further back is as quick as the
+-- first's — its entry lives no longer than its lease (a lease of 2 s or more: it asks every
+-- third of its lease) — and the new holding lives more than a third of its lease (it has
+-- asked again, and learnt its place, before that holding could expire unrenewed).
 local function firstNow(from, marks, start, held)
     marks = marks or redis.call('zrange', LINE, 0, 15)
     for i = start or 1, #marks do
@@ -316,34 +315,39 @@ end
 -- pass lets the key go after its holder (from) gave it up: granted to the first process in line
 -- that is live (one that may have died is passed over), which then holds it with the locker it
 -- waits with, its lease and a block of fencing tokens, without a further request:
--- 'G|<from>|<locker>|<first token>' tells it. The entries before it stay. When nobody can be granted it, or a window for processes not in line is due
--- (gap_every), the key is left free: 'R|<from>|<window ms>' tells every process in line. The
--- process of from (its mark, fromMark, '' for none) is told too: it did not ask for this (a
--- leave, an operator's removal). It returns the locker granted (or ''), the first token of its
--- block (or 0) and the window (ms, 0 for none).
+-- 'G|age=<age>|<from>|<locker>|<first token>' tells it, where age is how long ago (ms, by this
+-- server's clock) its entry was last renewed: the process counts the lease from its last
+-- request that showed it waiting plus that age (less the drift allowance), since that request
+-- ran at or before the renewal. (A version before the age reads it as part of from.) The
+-- entries before it stay. When nobody can be granted it, or a window for processes not in
+-- line is due (gap_every), the key is left free: 'R|<from>|<window ms>' tells every process in
+-- line. The process of from (its mark, fromMark, '' for none) is told too: it did not ask for
+-- this (a leave, an operator's removal). It returns the locker granted (or ''), the first
+-- token of its block (or 0), the window (ms, 0 for none) and the age (or -1).
 local function pass(from, fromMark)
     if A.gap_every ~= '' and not redis.call('get', GAP) then
         redis.call('set', GAP, NOW_MS + tonumber(A.gap_window), 'PX', A.gap_every)
         redis.call('del', K)
         tell('R|' .. from .. '|' .. A.gap_window, inLine(fromMark))
-        return '', 0, tonumber(A.gap_window)
+        return '', 0, tonumber(A.gap_window), -1
     end
-    local m, locker, lease, n, marks, at = live()
+    local m, locker, lease, n, marks, at, renewed = live()
     if m then
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
         dequeue(m)
-        tell('G|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first), {m, fromMark})
+        local age = NOW_MS - renewed
+        tell('G|age=' .. age .. '|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first), {m, fromMark})
         firstNow(from, marks, at + 1, lease)
-        return locker, first, 0
+        return locker, first, 0, age
     end
     redis.call('del', K)
     tell('R|' .. from .. '|0', inLine(fromMark))
-    return '', 0, 0
+    return '', 0, 0, -1
 end
 
 -- passed is the reply of a script that let the key go: code, then what pass returned.
 local function passed(code, from, fromMark)
-    local locker, first, gap = pass(from, fromMark)
-    return {code, locker, first, gap}
+    local locker, first, gap, age = pass(from, fromMark)
+    return {code, locker, first, gap, age}
 end

@@ -13,8 +13,8 @@
 -- Arguments: locker, seq, lease, mark, tokens, last, yield, check, next, next_lease,
 -- next_tokens, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window, channel, publish.
 -- Returns {1, first token of the new block or 0} when renewed, {2, the locker granted, its
--- first token, 0, the process's place in line, 1 if it listens on its channel else 0} when
--- yielded, {0, 0}
+-- first token, 0, the age of its entry (ms), the process's place in line, 1 if it listens on
+-- its channel else 0} when yielded, {0, 0}
 -- when the key no longer holds the locker, {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before.
 local locker, seq, mark = A.locker, A.seq, A.mark
@@ -40,8 +40,8 @@ if yield then
         local reply = passed(2, locker, '')
         local heard = enqueue(mark, A.next, A.next_lease, A.next_tokens)
         local rank = redis.pcall('zrank', LINE, mark)
-        reply[5] = type(rank) == 'number' and rank or -1
-        reply[6] = heard and 1 or 0
+        reply[6] = type(rank) == 'number' and rank or -1
+        reply[7] = heard and 1 or 0
         return reply
     end
 end
