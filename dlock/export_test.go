@@ -84,6 +84,24 @@ func (g *Generator) SharedWaiters(key string) int {
 	return n
 }
 
+// SharedWanted reports whether this generator's read-write lock or semaphore of unique key key
+// knows that another process waits for it (it then lends no more).
+func (g *Generator) SharedWanted(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, st := range g.shares {
+		if strings.HasSuffix(k, "|"+key) {
+			st.mu.Lock()
+			wanted := st.wanted
+			st.mu.Unlock()
+			if wanted {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // WithWriteBlock sets how many fencing tokens a read-write lock's write-hold reserves at a time.
 func WithWriteBlock(n uint64) Option {
 	return optionFunc(func(o *options) error {

@@ -538,6 +538,7 @@ func TestRWWriterBehindItsOwnReadersStandsInLineAtOnce(t *testing.T) {
 		st, err := la.State(ctx)
 		return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Write && len(st.Readers()) == 2
 	})
+	waitFor(t, func() bool { return gb.SharedWanted(lb.Config().UniqueKey()) }) // (the W message reaches B after Redis shows the writer)
 	// B, told that a writer waits, lends no more: its new reader waits behind the writer
 	second := make(chan time.Time, 1)
 	go func() {
