@@ -212,7 +212,9 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 
 // SetPermits changes the semaphore's permit count to k in Redis, for every process, for as
 // long as the semaphore is in use (afterwards the k it is made with counts again). Permits
-// held beyond a lowered k stay out until released; none is handed out until fewer than k are.
+// held beyond a lowered k stay out until released; none is handed out until fewer than k are,
+// in any process: the processes that hold more than k are told, lend no more from their
+// holdings and give them back as they come free.
 // The change names the count it replaces, read first, so that a copy of it (or of an earlier
 // SetPermits) that reaches Redis late cannot set an older count again; SetPermits calls made
 // at once from several places still leave whichever ran last.

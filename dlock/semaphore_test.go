@@ -190,6 +190,67 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	_ = o.Unlock()
 }
 
+// A count lowered below what a process holds is kept by that process too: once it has heard
+// of the change it lends nothing more from its holdings (which hold more than the new count)
+// and gives them back as they come free, so that no acquisition begun after that finds
+// another one out with k = 1 — the holding of 2 permits it took before does not go on lending
+// its second permit.
+func TestSemaphoreLoweredCountIsKeptByTheHolders(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	g, _ := newGen(t)
+	s := semOf(t, g, tg, 2)
+	big, err := s.Acquire(ctx, 2) // one holding of 2, which the goroutines below borrow from
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, late, over atomic.Int64
+	var after atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				begunAfter := after.Load()
+				o, err := s.Acquire(ctx, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := out.Add(1); begunAfter {
+					late.Add(1)
+					if n > 1 {
+						over.Add(1)
+					}
+				}
+				time.Sleep(time.Millisecond)
+				out.Add(-1)
+				_ = o.Unlock()
+			}
+		}()
+	}
+	_ = big.Unlock()
+	other, _ := newGen(t)
+	if err := semOf(t, other, tg, 2).SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.SharedWanted(s.Config().UniqueKey()) })
+	after.Store(true)
+	waitFor(t, func() bool { return late.Load() >= 50 })
+	close(stop)
+	wg.Wait()
+	if n := over.Load(); n > 0 {
+		t.Fatalf("%d of %d acquisitions begun after the process heard of k = 1 found another one out", n, late.Load())
+	}
+}
+
 // Bad input is refused with ErrInvalidConfig, re-entry takes no more permits, and a
 // read-write lock and a semaphore of one name refuse each other.
 func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {

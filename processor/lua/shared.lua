@@ -159,12 +159,15 @@ local function ahead(owner)
     return sum
 end
 
-local function waiting(owner)
+-- waiting reports (1) whether a process other than owner stands in line, or the permits held
+-- exceed k (a lowered count): either way the holders lend no more and give back what comes
+-- free, so that Redis hands out the permits again, in turn and within k.
+local function waiting(owner, k)
     local n = redis.call('zcard', LINE)
     if redis.call('zscore', LINE, owner) then
         n = n - 1
     end
-    if n > 0 then
+    if n > 0 or used() > k then
         return 1
     end
     return 0
@@ -277,7 +280,7 @@ if A.op == 'take' then
         lengthen(A.locker)
         if freed then wake(k) end
         keep(k, kd)
-        return {1, mine.token, waiting(A.owner)}
+        return {1, mine.token, waiting(A.owner, k)}
     end
     local old = nil
     if A.replaces ~= '' then
@@ -313,7 +316,7 @@ if A.op == 'take' then
             wake(k)
         end
         keep(k, kd)
-        return {1, tok, waiting(A.owner)}
+        return {1, tok, waiting(A.owner, k)}
     end
     if A.wait ~= '1' then
         settle(A.locker)
@@ -346,7 +349,7 @@ elseif A.op == 'renew' then
         end
         if freed then wake(k) end
         keep(k, kd)
-        return {1, waiting(A.owner), first}
+        return {1, waiting(A.owner, k), first}
     end
     if freed then -- (an expired holding was settled: its mark must live its time)
         wake(k)
@@ -405,6 +408,12 @@ elseif A.op == 'permits' then
         return {0, string.format('%.0f', k)}
     end
     k = tonumber(A.k)
+    local held, owners = used()
+    if held > k then
+        for owner in pairs(owners) do
+            tell(owner, 'W') -- more is held than the count now: lend no more, give back what comes free
+        end
+    end
     wake(k)
     keep(k, kd)
     return {1}
