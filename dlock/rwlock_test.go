@@ -562,6 +562,39 @@ func TestRWWriterBehindItsOwnReadersStandsInLineAtOnce(t *testing.T) {
 	recv(t, second, "B's second reader")
 }
 
+// A writer of B that waited behind A's read-hold and gave up leaves A's readers free to share
+// the read side again: A's next reader gets in at once, not at A's next renewal (three
+// quarters of a 60 s lease; A heard "W" as the writer stood in line, and a waiter that leaves
+// tells no holder).
+func TestRWReaderGetsInOnceAnotherProcesssWriterGaveUp(t *testing.T) {
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	r1, err := la.RLock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Unlock()
+	wctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := lb.Lock(wctx)
+		gaveUp <- err
+	}()
+	waitFor(t, func() bool { return ga.SharedWanted(la.Config().UniqueKey()) })
+	cancel()
+	if err := recv(t, gaveUp, "B's writer"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("B's writer: %v, want it to give up", err)
+	}
+	waitFor(t, func() bool { st, err := la.State(context.Background()); return err == nil && len(st.Waiting) == 0 })
+	r2, err := la.RLock(ctxT(t, 10*time.Second)) // (well before A renews, 45 s on)
+	if err != nil {
+		t.Fatalf("A's second reader, nobody else waiting: %v", err)
+	}
+	_ = r2.Unlock()
+}
+
 // A lost holding whose owners have not unlocked yet stands in nobody's way: the process's other
 // goroutines take the lock afresh (the mutex does the same).
 func TestRWLostHoldingDoesNotBlockTheProcess(t *testing.T) {

@@ -575,13 +575,21 @@ func (st *sharedState) front() *shareWaiter {
 // semaphore whenever none of its holdings serves the front; a read-write lock once its own
 // holdings are back, but for a writer behind its own read-holds, which stands in line at once
 // (Redis counts the process's read-hold against it until it goes back, as its readers finish):
-// the other processes are told (W) and let their readers finish meanwhile, instead of after.
+// the other processes are told (W) and let their readers finish meanwhile, instead of after;
+// and for a reader whose read-holds lend nothing because another process waited (wanted): it
+// asks as a reader of another process does, and stands in line behind that waiter, or takes
+// the key if the waiter has gone meanwhile (the answer then clears wanted, which a W set and
+// only an answer clears: a waiter that left tells no holder).
 func (st *sharedState) mayAsk(front *shareWaiter) bool {
 	live := func(h *shareHold) bool { return h.ctx.Err() == nil } // (a lost one is not in Redis, or not for long)
 	if st.spec.Kind == processor.KindSem || !slices.ContainsFunc(st.holds, live) {
 		return true
 	}
-	return front.write && !front.try && !slices.ContainsFunc(st.holds, func(h *shareHold) bool { return live(h) && h.write() })
+	writeHeld := slices.ContainsFunc(st.holds, func(h *shareHold) bool { return live(h) && h.write() })
+	if !front.write {
+		return st.wanted && !writeHeld
+	}
+	return !front.try && !writeHeld
 }
 
 // drop ends the driver: the state leaves g.shares (a later user makes a new one). The caller
