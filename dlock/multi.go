@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // The mutex as a Part of a MultiLock.
@@ -65,9 +66,9 @@ func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error
 }
 
 // MultiOf is Multi over any parts: mutexes, sides of read-write locks, permits of semaphores.
-// A lock named twice with the same kind is taken once; one read-write lock's two sides, or
-// two kinds of lock over one key, are refused (ErrInvalidConfig): the second would wait for
-// the first.
+// A lock named twice with the same kind is taken once; one read-write lock's two sides, two
+// kinds of lock over one key, or one semaphore with two counts of permits, are refused
+// (ErrInvalidConfig): the second would wait for the first, or one count would be dropped.
 func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 	if g == nil || g.proc == nil {
 		return nil, errZeroGenerator
@@ -89,6 +90,8 @@ func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 			out = append(out, p)
 		case out[i].order() != p.order():
 			return nil, fmt.Errorf("%w: %s named as %s and as %s", ErrInvalidConfig, p.Config().UniqueKey(), out[i].Kind(), p.Kind())
+		case permitsOf(out[i]) != permitsOf(p):
+			return nil, fmt.Errorf("%w: semaphore %s named with %d permits and with %d", ErrInvalidConfig, p.Config().UniqueKey(), permitsOf(out[i]), permitsOf(p))
 		}
 	}
 	// By key alone, whatever part of a key is named, so that a read side and a write side do
@@ -262,4 +265,12 @@ func (m *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) 
 		err = errors.Join(err, m.Unlock(owned))
 	}()
 	return fn(owned)
+}
+
+// permitsOf returns the permits a semaphore's part asks for, 0 for any other part.
+func permitsOf(p Part) int64 {
+	if sp, ok := p.(sharedPart); ok && sp.spec.Kind == processor.KindSem {
+		return sp.n
+	}
+	return 0
 }

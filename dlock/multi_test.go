@@ -326,7 +326,8 @@ func TestMultiLockZeroValues(t *testing.T) {
 }
 
 // A MultiLock over a mutex, a read-write lock's write side and a semaphore's permits holds
-// all three or none, and lets them all go; one lock named as two kinds is refused.
+// all three or none, and lets them all go; one lock named as two kinds, or one semaphore with
+// two counts, is refused.
 func TestMultiLockOfEveryKind(t *testing.T) {
 	ga, _ := newGen(t)
 	gb, _ := newGen(t)
@@ -341,6 +342,12 @@ func TestMultiLockOfEveryKind(t *testing.T) {
 	}
 	if _, err := ga.MultiOf(rw.ReadSide(), rw.WriteSide()); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("both sides of one lock: %v", err)
+	}
+	if _, err := ga.MultiOf(sem.Permits(1), sem.Permits(2)); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("one semaphore with two counts: %v", err)
+	}
+	if _, err := ga.MultiOf(sem.Permits(1), sem.Permits(1)); err != nil {
+		t.Fatalf("one semaphore named twice with one count: %v", err)
 	}
 	if _, err := ga.MultiOf(sem.Permits(2)); err != nil {
 		t.Fatal(err) // (refused when taken)
