@@ -59,13 +59,13 @@ type attempt struct {
 	tokens int                // fencing tokens it asks for (a block when goroutines queue)
 }
 
-// grant is a grant of the key to an attempt: the first of its block of fencing tokens, and
-// how long before it, by Redis's clock, the process had last renewed its entry in line (-1:
-// not told).
+// grant is a grant of the key to an attempt: the first of its block of fencing tokens,
+// Redis's clock (µs) as it ran the grant (0: not told), and when its message came.
 type grant struct {
 	locker string
 	token  uint64
-	age    time.Duration
+	at     uint64
+	heard  time.Time
 }
 
 // open returns the open attempt, opening one with a new locker, cfg's lease and tokens when
@@ -121,8 +121,8 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 // release grants it the key however old its entry), or processes not in line share the key
 // (foreign, Java DLock: their releases publish nothing). Else, first in line, it asks once the
 // key it found held may have expired (a holder that died), and half the lease after that
-// answer at the latest (a grant counted from an old answer, as a version before the entry's
-// age sends it, then still leaves about half the lease); further back, a third of its entry's
+// answer at the latest (a grant counted from an old answer, as one whose time is not told or
+// not trusted is, then still leaves about half the lease); further back, a third of its entry's
 // life after it, which keeps the entry alive: it is told when it becomes first.
 func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	switch {
@@ -148,7 +148,7 @@ func (l *line) grantUsable(a *attempt, g grant) bool {
 
 // grantStart is when the lease of grant g is counted from (domain.GrantedFrom).
 func (l *line) grantStart(g grant) time.Time {
-	return domain.GrantedFrom(l.waited, g.age, time.Now())
+	return domain.GrantedFrom(l.waited, l.seen, g.at, g.heard)
 }
 
 // beginGrantLocked begins the tenure the key granted to the open attempt a (from token) gives

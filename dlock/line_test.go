@@ -56,13 +56,15 @@ func TestAskPaceFollowsTheHoldersExpiry(t *testing.T) {
 	}
 }
 
-// A grant is counted from the last request that showed the process waiting plus the age Redis
-// gave its entry (less 1 % and a millisecond): usable although that request went out more than
-// half a lease ago. Without an age (a version before it), or with one longer than has passed
-// here since that request (Redis's clock ran fast), it is counted from the request alone; a
-// grant at or below the tokens the answer saw came before the request, and is not counted.
-func TestGrantCountsTheEntrysAge(t *testing.T) {
-	cfg, err := domain.NewDLockConfig("AGE", "1", time.Second)
+// A grant is counted from the last request that showed the process waiting plus the time
+// Redis's clock ran from that request (no earlier than the clock or counter its answer
+// carried) to the grant, less 1 %: usable although that request went out more than half a
+// lease ago. Without that time (the form told to a releaser's process, or a version before
+// it), or with one longer than had passed here when the message came (Redis's clock ran fast,
+// or the readings came from two servers), it is counted from the request alone; a grant at or
+// below what the answer saw came before the request, and is not counted.
+func TestGrantCountsRedisTimeFromTheRequest(t *testing.T) {
+	cfg, err := domain.NewDLockConfig("AT", "1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,28 +72,29 @@ func TestGrantCountsTheEntrysAge(t *testing.T) {
 	var l line
 	l.forget()
 	sent := time.Now().Add(-600 * time.Millisecond)
-	l.waiting(sent, 10, &processor.Sighting{Holder: "h-1", Rank: 0, Heard: true})
-	age := 550 * time.Millisecond
-	g := grant{locker: a.locker, token: 11, age: age}
-	if want := sent.Add(age - time.Millisecond - (age-time.Millisecond)/100); !l.grantStart(g).Equal(want) {
+	const seen = 1_700_000_000_000_000 // µs: what the answer carried
+	l.waiting(sent, seen, &processor.Sighting{Holder: "h-1", Rank: 0, Heard: true})
+	heard := time.Now()
+	after := 550 * time.Millisecond // Redis's clock from the request to the grant
+	at := seen + uint64(after.Microseconds())
+	g := grant{locker: a.locker, token: at + 1, at: at, heard: heard}
+	if want := sent.Add(after - after/100); !l.grantStart(g).Equal(want) {
 		t.Fatalf("counted from +%v after the request, want +%v", l.grantStart(g).Sub(sent), want.Sub(sent))
 	}
 	if !l.grantUsable(a, g) {
-		t.Fatal("a grant 550 ms after the entry's renewal, heard 600 ms after the request: not usable")
+		t.Fatal("a grant 550 ms after the request by Redis's clock, heard 600 ms after it: not usable")
 	}
 	for _, c := range []struct {
 		name string
 		g    grant
 	}{
-		{"no age", grant{locker: a.locker, token: 11, age: -1}},
-		{"an age longer than has passed", grant{locker: a.locker, token: 11, age: 700 * time.Millisecond}},
-		{"a grant before the request", grant{locker: a.locker, token: 10, age: age}},
+		{"no time", grant{locker: a.locker, token: at + 1, heard: heard}},
+		{"a time further than has passed", grant{locker: a.locker, token: at + 1, at: seen + 700_000, heard: heard}},
+		{"a time further than had passed when the message came", grant{locker: a.locker, token: at + 1, at: at, heard: sent.Add(500 * time.Millisecond)}},
+		{"a grant before the request", grant{locker: a.locker, token: seen, at: at, heard: heard}},
 	} {
 		if l.grantUsable(a, c.g) {
 			t.Errorf("%s: usable, want counted from the request (less than half the lease left) or not at all", c.name)
 		}
-	}
-	if got := l.grantStart(grant{age: 700 * time.Millisecond}); !got.Equal(sent) {
-		t.Errorf("an age longer than has passed: counted from +%v, want from the request", got.Sub(sent))
 	}
 }

@@ -465,7 +465,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		}
 		switch {
 		case msg.Granted && strings.HasPrefix(msg.Locker, n.g.prefix):
-			st.heardGrant(grant{locker: msg.Locker, token: msg.Token, age: msg.EntryAge})
+			st.heardGrant(grant{locker: msg.Locker, token: msg.Token, at: msg.At, heard: time.Now()})
 		case msg.Released: // (one of ours too: a leave or a force that let go a key an attempt of ours held)
 			st.heardRelease(msg.Gap)
 		case msg.First:

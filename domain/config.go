@@ -211,17 +211,20 @@ func HeldUntil(sent time.Time, lease time.Duration) time.Time {
 
 // GrantedFrom is when a process counts a key granted to it from (its lease then runs as from
 // a request sent at that time, HeldUntil): waited, the send time of its last request whose
-// answer showed it waiting, plus age, how long after its entry's last renewal Redis ran the
-// grant by Redis's clock (the grant's message says), less 1 % of age for the clocks' rates and
-// a millisecond for the resolution of Redis's clock in milliseconds. That request ran at or
-// before the renewal (every answer that shows a process waiting comes from a script that
-// renewed its entry), so the grant ran no sooner than this. A grant heard (at now) sooner
-// after waited than age is counted from waited: Redis's clock ran fast or jumped, and the age
-// is not trusted; so is one whose age is unknown (negative).
-func GrantedFrom(waited time.Time, age time.Duration, now time.Time) time.Time {
-	d := age - time.Millisecond
+// answer showed it waiting, plus the time Redis's clock ran from that request to the grant,
+// less 1 % of it for the clocks' rates. seen is what that answer carried (the fencing counter
+// or Redis's clock in µs, the larger: no earlier than the request ran), at is Redis's clock in
+// µs as it ran the grant (0: not told), and heard when the grant's message came. A grant that
+// Redis's clock puts further from the request than has passed here by the message's arrival
+// is counted from waited: that clock ran fast or jumped, or the two readings came from two
+// servers (a failover, a slot that moved) whose clocks differ, and the time is not trusted.
+func GrantedFrom(waited time.Time, seen, at uint64, heard time.Time) time.Time {
+	if at <= seen {
+		return waited
+	}
+	d := time.Duration(at-seen) * time.Microsecond
 	d -= d / 100
-	if d <= 0 || now.Sub(waited) < d {
+	if heard.Sub(waited) < d {
 		return waited
 	}
 	return waited.Add(d)

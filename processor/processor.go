@@ -94,10 +94,9 @@ type Result struct {
 	Token uint64
 	// Next is the locker the key was granted to (Released, Yielded), "" when it was left free.
 	Next string
-	// EntryAge is how long before the grant to Next, by Redis's clock, Next's process last
-	// renewed its entry in line (what the grant's message tells it); -1 when there was no
-	// grant.
-	EntryAge time.Duration
+	// At is Redis's clock (µs) as it ran the grant to Next (what the grant's message tells
+	// Next's process); 0 when there was no grant.
+	At uint64
 	// Gap is the window the key was left free for processes not in line (Released,
 	// Yielded), 0 for none.
 	Gap time.Duration

@@ -186,11 +186,10 @@ type Options struct {
 // Message is what a lock's channel carries.
 type Message struct {
 	// Granted: a holder (From) let the key go, granted to Locker with the block of fencing
-	// tokens from Token: the process that waits with Locker holds the key now; EntryAge is
-	// how long before the grant, by Redis's clock, that process last renewed its entry in line
-	// (-1 when the message does not say: a version before it). Published as
-	// "G|age=<EntryAge ms>|<From>|<Locker>|<Token>" (a version before the age reads it as part
-	// of From).
+	// tokens from Token: the process that waits with Locker holds the key now; At is Redis's
+	// clock (µs) as it ran the grant (0 when the message does not say: the form told to the
+	// process of From, or a version before it). Published to the grantee as
+	// "G|at=<At>|<From>|<Locker>|<Token>", to From's process as "G|<From>|<Locker>|<Token>".
 	Granted bool
 	// Released: a holder (From) let the key go free (nobody in line could be granted it), or
 	// left it free for a window of Gap in which only processes not in line may take it.
@@ -198,12 +197,12 @@ type Message struct {
 	Released bool
 	// First: a holder (From) granted the key to the process before this one, which is first
 	// in line now. Published as "F|<From>".
-	First    bool
-	From     string
-	Locker   string
-	Token    uint64
-	EntryAge time.Duration
-	Gap      time.Duration
+	First  bool
+	From   string
+	Locker string
+	Token  uint64
+	At     uint64
+	Gap    time.Duration
 }
 
 // ParseMessage reads a message of a lock's channel; ok is false for anything else (such as a
@@ -227,13 +226,13 @@ func ParseMessage(payload string) (m Message, ok bool) {
 		}
 		return Message{Released: true, From: rest[:i], Gap: time.Duration(gap) * time.Millisecond}, true
 	case "G":
-		age := time.Duration(-1)
-		if a, more, ok := strings.Cut(rest, "|"); ok && strings.HasPrefix(a, "age=") {
-			ms, err := strconv.ParseInt(a[len("age="):], 10, 64)
+		var at uint64
+		if a, more, ok := strings.Cut(rest, "|"); ok && strings.HasPrefix(a, "at=") {
+			us, err := strconv.ParseUint(a[len("at="):], 10, 64)
 			if err != nil {
 				return Message{}, false
 			}
-			age, rest = max(time.Duration(ms)*time.Millisecond, 0), more // (a clock set back: 0)
+			at, rest = us, more
 		}
 		i := strings.LastIndexByte(rest, '|')
 		if i < 0 {
@@ -249,7 +248,7 @@ func ParseMessage(payload string) (m Message, ok bool) {
 		if j < 0 {
 			return Message{}, false
 		}
-		return Message{Granted: true, From: rest[:j], Locker: rest[j+1 : i], Token: tok, EntryAge: age}, true
+		return Message{Granted: true, From: rest[:j], Locker: rest[j+1 : i], Token: tok, At: at}, true
 	}
 	return Message{}, false
 }
@@ -702,7 +701,6 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 // grantOf reads what a script that let the key go answered after its code: {locker granted or
 // ”, its first token, the window left free in ms} into r.
 func grantOf(vals []any, r *Result) {
-	r.EntryAge = -1
 	if len(vals) >= 4 {
 		r.Next, _ = vals[1].(string)
 		if tok, ok := vals[2].(int64); ok {
@@ -713,8 +711,8 @@ func grantOf(vals []any, r *Result) {
 		}
 	}
 	if len(vals) >= 5 && r.Next != "" {
-		if age, ok := vals[4].(int64); ok {
-			r.EntryAge = max(time.Duration(age)*time.Millisecond, 0)
+		if at, ok := vals[4].(int64); ok && at > 0 {
+			r.At = uint64(at)
 		}
 	}
 }

@@ -214,53 +214,60 @@ func TestLineServesInOrder(t *testing.T) {
 	})
 }
 
-// A grant says how long before it, by Redis's clock, its grantee last renewed its entry in line
-// (its last lock.lua of the attempt): at least as long as passed on this clock between that
-// request's answer and the release's send, and no longer than from that request's send to the
-// release's answer (a millisecond either way for the clock's resolution). The grantee counts
-// its lease from its request plus that age. The release's reply and the message say the same;
-// a release that grants nothing says -1.
-func TestGrantTellsTheAgeOfTheEntry(t *testing.T) {
+// A grant tells its grantee Redis's clock as it ran the grant: after the clock (or counter)
+// that the grantee's last answer showing it waiting carried, and no later than the grant's
+// first token (the larger of the counter and the clock, plus one). The release's reply and the
+// message say the same; a release that grants nothing says 0. An operator's removal that
+// passes the key on tells the removed holder's process the grant in the form a version before
+// the clock reads (no clock: its own locker is found as the releaser).
+func TestGrantTellsRedisClock(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, "age")
+		lc := cfg(t, "at")
 		ps := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+":*")
 		defer ps.Close()
 		if _, err := ps.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
-		la, _ := a.lock(t, lc, true, 1)
-		sent := time.Now()
-		lb, _ := b.lock(t, lc, true, 1)
-		answered := time.Now()
-		ld, _ := d.lock(t, lc, true, 1)
-		time.Sleep(20 * time.Millisecond)
-		d.lockWith(t, lc, ld, true, 1) // d renews its entry: its age starts again
-		released := time.Now()
-		r := a.release(t, lc, la)
-		if r.Next != lb || r.EntryAge < released.Sub(answered)-time.Millisecond || r.EntryAge > time.Since(sent)+time.Millisecond {
-			t.Fatalf("release = %+v; want granted to %s with an age between %v and %v", r, lb, released.Sub(answered), time.Since(sent))
-		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		msg, err := ps.ReceiveMessage(rctx)
-		if err != nil {
-			t.Fatal(err)
+		heard := func() (string, string) {
+			t.Helper()
+			msg, err := ps.ReceiveMessage(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"), msg.Payload
 		}
-		if m, ok := processor.ParseMessage(msg.Payload); !ok || m.Locker != lb || m.EntryAge != r.EntryAge {
-			t.Fatalf("told %q, want the grant to %s with the age %v", msg.Payload, lb, r.EntryAge)
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		la, _ := a.lock(t, lc, true, 1)
+		lb, rb := b.lock(t, lc, true, 1)
+		ld, rd := d.lock(t, lc, true, 1)
+		r := a.release(t, lc, la)
+		if r.Next != lb || r.At <= rb.Seen.Fence || r.At > r.Token {
+			t.Fatalf("release = %+v; want granted to %s at a time after %d (its answer's) and at most %d", r, lb, rb.Seen.Fence, r.Token)
 		}
-		sent = time.Now()
-		d.lockWith(t, lc, ld, true, 1)
-		answered = time.Now()
-		time.Sleep(5 * time.Millisecond)
-		released = time.Now()
-		if r := b.release(t, lc, lb); r.Next != ld || r.EntryAge < released.Sub(answered)-time.Millisecond || r.EntryAge > time.Since(sent)+time.Millisecond {
-			t.Fatalf("release = %+v; want granted to %s with an age between %v and %v", r, ld, released.Sub(answered), time.Since(sent))
+		to, payload := heard()
+		if m, ok := processor.ParseMessage(payload); to != "pb-" || !ok || m.Locker != lb || m.At != r.At || m.Token != r.Token {
+			t.Fatalf("told %s %q, want the grant to %s at %d", to, payload, lb, r.At)
 		}
-		if r := d.release(t, lc, ld); r.Outcome != processor.Released || r.Next != "" || r.EntryAge != -1 {
-			t.Fatalf("release = %+v; want the key left free, no age", r)
+		f, err := a.ForceRelease(ctx, lc, lb)
+		if err != nil || f.Next != ld || f.At <= rd.Seen.Fence || f.At > f.Token {
+			t.Fatalf("force = %+v, %v; want granted to %s at a time after %d", f, err, ld, rd.Seen.Fence)
+		}
+		got := map[string]string{}
+		for range 2 {
+			to, payload := heard()
+			got[to] = payload
+		}
+		if m, _ := processor.ParseMessage(got["pd-"]); m.Locker != ld || m.At != f.At {
+			t.Fatalf("pd- was told %q, want the grant at %d", got["pd-"], f.At)
+		}
+		if want := "G|" + lb + "|" + ld + "|" + strconv.FormatUint(f.Token, 10); got["pb-"] != want {
+			t.Fatalf("pb- was told %q, want %q", got["pb-"], want)
+		}
+		if r := d.release(t, lc, ld); r.Outcome != processor.Released || r.Next != "" || r.At != 0 {
+			t.Fatalf("release = %+v; want the key left free, no time", r)
 		}
 	})
 }
@@ -314,8 +321,8 @@ func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 		if m := got["pd-"]; !m.Granted || m.From != lb || m.Locker != ld {
 			t.Fatalf("pd- was told %+v, want the grant", got)
 		}
-		if m := got["pb-"]; m != got["pd-"] {
-			t.Fatalf("pb- was told %+v, want the grant that removed its holding", got)
+		if m, want := got["pb-"], got["pd-"]; m.At != 0 || m.Granted != want.Granted || m.From != want.From || m.Locker != want.Locker || m.Token != want.Token {
+			t.Fatalf("pb- was told %+v, want the grant that removed its holding (without the time)", got)
 		}
 		lb2, _ := b.lock(t, lc, true, 1)
 		a.lock(t, lc, true, 1)
@@ -1350,11 +1357,10 @@ func TestParseMessage(t *testing.T) {
 		{"R|a-1|250", processor.Message{Released: true, From: "a-1", Gap: 250 * time.Millisecond}, true},
 		{"R|java-7|0", processor.Message{Released: true, From: "java-7"}, true},
 		{"R|a-1", processor.Message{}, false},
-		{"G|age=12|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001, EntryAge: 12 * time.Millisecond}, true},
-		{"G|age=-3|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001}, true}, // (a clock set back)
-		{"G|age=x|a-1|b-7|1700000000000001", processor.Message{}, false},
-		{"G|age=12|b-7|1", processor.Message{}, false},
-		{"G|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001, EntryAge: -1}, true}, // a version before the age
+		{"G|at=1700000000000000|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001, At: 1700000000000000}, true},
+		{"G|at=-3|a-1|b-7|1700000000000001", processor.Message{}, false},
+		{"G|at=12|b-7|1", processor.Message{}, false},
+		{"G|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001}, true}, // (no time: to the releaser's process, or a version before it)
 		{"G|a-1|b-7|x", processor.Message{}, false},
 		{"G|b-7|1", processor.Message{}, false},
 		{"P|a-7", processor.Message{}, false},

@@ -59,7 +59,7 @@ type Flaws struct {
 	// removal of it is heard before the request's answer: the answer then counts it.
 	ForcedGrantKept bool
 	// GrantFromArrival counts a granted lease from the grant message's arrival, not from the
-	// process's last request that showed it waiting plus the entry's age.
+	// process's last request that showed it waiting plus Redis's time from it to the grant.
 	GrantFromArrival bool
 }
 

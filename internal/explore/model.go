@@ -98,8 +98,9 @@ type tenure struct {
 type heard struct {
 	locker string
 	token  uint64
-	age    time.Duration // the entry's age at the grant, as the message says
-	at     int           // the step it was published
+	server uint64    // Redis's clock (µs) as it ran the grant, as the message says
+	heard  time.Time // when the message came
+	at     int       // the step it was published
 }
 
 // attempt is an acquisition a process waits with: a release grants the key to it.
@@ -286,11 +287,11 @@ func (p *proc) grantStart(g heard) time.Time {
 	if p.w.opt.Flaws.GrantFromArrival {
 		return p.w.now()
 	}
-	return domain.GrantedFrom(p.waited, g.age, p.w.now())
+	return domain.GrantedFrom(p.waited, p.seen, g.server, g.heard)
 }
 
 // startGrant begins the tenure a grant to the open attempt gives, counted from the last request
-// that showed it waiting plus the entry's age the grant told; one nobody waits for any more is
+// that showed it waiting plus Redis's time from it to the grant; one nobody waits for any more is
 // passed on at once. An unusable grant is left for the next attempt (lock.lua finds the key
 // its own).
 func (p *proc) startGrant(a *attempt, g heard) {
@@ -334,9 +335,9 @@ func (p *proc) hear(m processor.Message, at int) {
 		}
 		switch p.phase {
 		case asking, renewing:
-			p.granted = &heard{locker: m.Locker, token: m.Token, age: m.EntryAge, at: at}
+			p.granted = &heard{locker: m.Locker, token: m.Token, server: m.At, heard: p.w.now(), at: at}
 		case idle:
-			p.startGrant(p.attempt, heard{locker: m.Locker, token: m.Token, age: m.EntryAge, at: at})
+			p.startGrant(p.attempt, heard{locker: m.Locker, token: m.Token, server: m.At, heard: p.w.now(), at: at})
 		}
 	}
 }

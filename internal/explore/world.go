@@ -377,7 +377,7 @@ func (w *world) published(r *request, out outcome) {
 	var m processor.Message
 	switch {
 	case res.Next != "" && (res.Outcome == processor.Released || res.Outcome == processor.Yielded):
-		m = processor.Message{Granted: true, From: r.locker, Locker: res.Next, Token: res.Token, EntryAge: res.EntryAge}
+		m = processor.Message{Granted: true, From: r.locker, Locker: res.Next, Token: res.Token, At: res.At}
 		w.granted(r, res.Next)
 	case res.Outcome == processor.Released:
 		m = processor.Message{Released: true, From: r.locker, Gap: res.Gap}
@@ -386,7 +386,7 @@ func (w *world) published(r *request, out outcome) {
 	}
 	what := fmt.Sprintf("%+v", m)
 	if m.Granted {
-		what = fmt.Sprintf("G|age=%d|%s|%s|%d", m.EntryAge.Milliseconds(), m.From, m.Locker, m.Token)
+		what = fmt.Sprintf("G|at=%d|%s|%s|%d", m.At, m.From, m.Locker, m.Token)
 	} else {
 		what = fmt.Sprintf("R|%s|%d", m.From, m.Gap.Milliseconds())
 	}

@@ -7,8 +7,8 @@
 -- later holder's key. The keys of the owner (KEYS[5] to KEYS[7]) are the removed locker's.
 -- Arguments: locker (the one to remove), seq, fence_ttl, done_ttl, gap_every, gap_window,
 -- channel, publish.
--- Returns {1, the locker granted or '', its first token or 0, the window or 0, the age of its
--- entry or -1} when the key held the locker and was let go, {0} otherwise.
+-- Returns {1, the locker granted or '', its first token or 0, the window or 0, the server µs of
+-- the grant or 0} when the key held the locker and was let go, {0} otherwise.
 if redis.call('get', K) ~= A.locker then
     return {0}
 end

@@ -4,8 +4,8 @@
 -- wants, or a late copy of an attempt it gave up) is let go to the next in line at once. An
 -- entry made since, by a later attempt, stays.
 -- Arguments: mark, upto, done_ttl, fence_ttl, gap_every, gap_window, channel, publish.
--- Returns {2, the locker granted or '', its first token or 0, the window or 0, the age of its
--- entry or -1} when a key it held was passed on, else {1}.
+-- Returns {2, the locker granted or '', its first token or 0, the window or 0, the server µs of
+-- the grant or 0} when a key it held was passed on, else {1}.
 local mark, upto = A.mark, A.upto
 settle(upto) -- (which takes its entry out of the line, unless a later attempt made it)
 local holder = redis.call('get', K)

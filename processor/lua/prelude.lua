@@ -217,8 +217,8 @@ local function waiting(mark)
     return locker, lease, n, renewed, expires, listened
 end
 
--- live returns the first process in line that is alive, as far as Redis can tell, what it
--- waits with, and when it renewed its entry: one that listened on its channel when it last renewed its entry must listen now
+-- live returns the first process in line that is alive, as far as Redis can tell, and what it
+-- waits with: one that listened on its channel when it last renewed its entry must listen now
 -- (Redis drops a subscription as soon as its connection closes: a process killed is skipped at
 -- once), however old its entry; one that did not (no notifications) must have renewed its
 -- entry within a third of its lease. On the way it drops the entries whose time ran out (their
@@ -230,7 +230,7 @@ local function live()
         if not locker then
             dequeue(m)
         elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then
-            return m, locker, lease, n, marks, i, renewed
+            return m, locker, lease, n, marks, i
         end
     end
     return nil
@@ -315,39 +315,43 @@ end
 -- pass lets the key go after its holder (from) gave it up: granted to the first process in line
 -- that is live (one that may have died is passed over), which then holds it with the locker it
 -- waits with, its lease and a block of fencing tokens, without a further request:
--- 'G|age=<age>|<from>|<locker>|<first token>' tells it, where age is how long ago (ms, by this
--- server's clock) its entry was last renewed: the process counts the lease from its last
--- request that showed it waiting plus that age (less the drift allowance), since that request
--- ran at or before the renewal. (A version before the age reads it as part of from.) The
--- entries before it stay. When nobody can be granted it, or a window for processes not in
--- line is due (gap_every), the key is left free: 'R|<from>|<window ms>' tells every process in
--- line. The process of from (its mark, fromMark, '' for none) is told too: it did not ask for
--- this (a leave, an operator's removal). It returns the locker granted (or ''), the first
--- token of its block (or 0), the window (ms, 0 for none) and the age (or -1).
+-- 'G|at=<µs>|<from>|<locker>|<first token>' tells it, where at is this server's clock as it
+-- ran the grant: the process counts the lease from its last request that showed it waiting
+-- plus the time from that request's run (no later than the clock or counter its answer
+-- carried) to at, less the drift allowance. The entries before it stay. When nobody can be
+-- granted it, or a window for processes not in line is due (gap_every), the key is left free:
+-- 'R|<from>|<window ms>' tells every process in line. The process of from (its mark,
+-- fromMark, '' for none) is told too: it did not ask for this (a leave, an operator's
+-- removal), and it is told the grant in its older form, 'G|<from>|<locker>|<first token>', in
+-- which a version before the time finds from. It returns the locker granted (or ''), the
+-- first token of its block (or 0), the window (ms, 0 for none) and at (or 0).
 local function pass(from, fromMark)
     if A.gap_every ~= '' and not redis.call('get', GAP) then
         redis.call('set', GAP, NOW_MS + tonumber(A.gap_window), 'PX', A.gap_every)
         redis.call('del', K)
         tell('R|' .. from .. '|' .. A.gap_window, inLine(fromMark))
-        return '', 0, tonumber(A.gap_window), -1
+        return '', 0, tonumber(A.gap_window), 0
     end
-    local m, locker, lease, n, marks, at, renewed = live()
+    local m, locker, lease, n, marks, at = live()
     if m then
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
         dequeue(m)
-        local age = NOW_MS - renewed
-        tell('G|age=' .. age .. '|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first), {m, fromMark})
+        local grant = '|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first)
+        tell('G|at=' .. string.format('%.0f', NOW_US) .. grant, {m})
+        if fromMark ~= m then
+            tell('G' .. grant, {fromMark}) -- (the form a version before the time reads in full)
+        end
         firstNow(from, marks, at + 1, lease)
-        return locker, first, 0, age
+        return locker, first, 0, NOW_US
     end
     redis.call('del', K)
     tell('R|' .. from .. '|0', inLine(fromMark))
-    return '', 0, 0, -1
+    return '', 0, 0, 0
 end
 
 -- passed is the reply of a script that let the key go: code, then what pass returned.
 local function passed(code, from, fromMark)
-    local locker, first, gap, age = pass(from, fromMark)
-    return {code, locker, first, gap, age}
+    local locker, first, gap, at = pass(from, fromMark)
+    return {code, locker, first, gap, at}
 end

@@ -7,7 +7,7 @@
 -- Arguments: locker, seq, mark, last, fence_ttl, done_ttl, gap_every, gap_window, channel,
 -- publish.
 -- Returns {1, the locker the key was granted to or '', the first token of its block or 0, the
--- window left free in ms or 0, the age of the grantee's entry in ms or -1} when let go, {-1, ''} when settled already (this release ran
+-- window left free in ms or 0, the server µs of the grant or 0} when let go, {-1, ''} when settled already (this release ran
 -- before and its reply was lost), {0, ''} when the key is gone or holds another locker (an
 -- operator's removal of it included).
 local locker, seq = A.locker, A.seq
