@@ -453,7 +453,7 @@ func (g *Generator) sharedState(ctx context.Context, cfg domain.DLockConfig, spe
 		st.Permits = in.Permits
 	}
 	for _, h := range in.Holdings {
-		st.Holds = append(st.Holds, SharedHold{Locker: h.Locker, Permits: min(h.Permits, in.Permits), Write: rw && h.Permits == processor.RWPermits, Token: h.Token, TTL: h.TTL})
+		st.Holds = append(st.Holds, SharedHold{Locker: h.Locker, Permits: h.Permits, Write: rw && h.Permits == processor.RWPermits, Token: h.Token, TTL: h.TTL})
 	}
 	for _, w := range in.Waiting {
 		st.Waiting = append(st.Waiting, SharedWaits{Process: w.Owner, Permits: w.Permits, Write: rw && w.Permits == processor.RWPermits})

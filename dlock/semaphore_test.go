@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -190,15 +191,15 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	_ = o.Unlock()
 }
 
-// A count lowered below what a process holds is kept by that process too: once it has heard
-// of the change it lends nothing more from its holdings (which hold more than the new count)
-// and gives them back as they come free, so that no acquisition begun after that finds
-// another one out with k = 1 — the holding of 2 permits it took before does not go on lending
-// its second permit.
+// A count lowered below what a process holds is kept by that process too: told of the change,
+// it lends nothing more from its holdings (which hold more than the new count) and gives them
+// back as they come free, so that once its holding of 2 permits has gone back no acquisition
+// begun after that finds another one out with k = 1 (that holding went on lending its second
+// permit). State shows a holding's permits as Redis keeps them, above k too.
 func TestSemaphoreLoweredCountIsKeptByTheHolders(t *testing.T) {
 	tg := uniqueTarget(t)
 	ctx := ctxT(t, 30*time.Second)
-	g, _ := newGen(t)
+	g, _ := newGen(t, dlock.WithDefaultLease(time.Minute)) // (told by SetPermits, not by a renewal 45 s on)
 	s := semOf(t, g, tg, 2)
 	big, err := s.Acquire(ctx, 2) // one holding of 2, which the goroutines below borrow from
 	if err != nil {
@@ -236,12 +237,18 @@ func TestSemaphoreLoweredCountIsKeptByTheHolders(t *testing.T) {
 			}
 		}()
 	}
-	_ = big.Unlock()
 	other, _ := newGen(t)
 	if err := semOf(t, other, tg, 2).SetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return g.SharedWanted(s.Config().UniqueKey()) })
+	if st, err := s.State(ctx); err != nil || st.Permits != 1 || len(st.Holds) != 1 || st.Holds[0].Permits != 2 {
+		t.Fatalf("state after SetPermits(1): %+v, %v; want the holding of 2 shown as held", st, err)
+	}
+	_ = big.Unlock()
+	waitFor(t, func() bool { // the holding of 2 went back: the process heard of k = 1
+		st, err := s.State(ctx)
+		return err == nil && !slices.ContainsFunc(st.Holds, func(h dlock.SharedHold) bool { return h.Permits > 1 })
+	})
 	after.Store(true)
 	waitFor(t, func() bool { return late.Load() >= 50 })
 	close(stop)
