@@ -3,6 +3,8 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +48,9 @@ var aclCommands = []string{
 	"zadd", "zrem", "zrange", "zrank", "hset", "hget", "hdel", "pubsub|numsub",
 	"subscribe", "unsubscribe", "ping",
 }
+
+// aclFamilyCommands is what the read-write lock and the semaphore need besides (shared.lua).
+var aclFamilyCommands = []string{"exists", "hgetall", "zcard", "zrangebyscore", "zremrangebyscore", "zscore"}
 
 // aclRules returns the ACL SETUSER rules for the dlock user, with the given commands.
 func aclRules(commands []string) []string {
@@ -340,6 +345,98 @@ func TestACLEveryCommandNeeded(t *testing.T) {
 			if !refusedIt() {
 				t.Errorf("without %s nothing was refused it; refusals: %v", missing, d)
 			}
+		})
+	}
+}
+
+// familyTurns has g1 and g2 take turns on a read-write lock (a reader of g1 that outlives two
+// leases, a writer of g2 that waits for it) and on a semaphore of one permit, each wait
+// bounded by ctx. It returns the first error.
+func familyTurns(ctx context.Context, g1, g2 *dlock.Generator, lease time.Duration) error {
+	rw1, err := g1.GenRW("ACLFAM", "rw")
+	if err != nil {
+		return err
+	}
+	rw2, _ := g2.GenRW("ACLFAM", "rw")
+	r, err := rw1.RLock(ctx)
+	if err != nil {
+		return fmt.Errorf("RLock: %w", err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := rw2.Lock(ctx)
+		if err == nil {
+			err = w.Unlock()
+		}
+		wrote <- err
+	}()
+	time.Sleep(2 * lease) // renewed meanwhile
+	if err := r.Unlock(); err != nil {
+		return fmt.Errorf("RUnlock: %w", err)
+	}
+	if err := <-wrote; err != nil {
+		return fmt.Errorf("the writer: %w", err)
+	}
+	s1, err := g1.GenSemaphore("ACLFAM", "sem", 1)
+	if err != nil {
+		return err
+	}
+	s2, _ := g2.GenSemaphore("ACLFAM", "sem", 1)
+	p, err := s1.Acquire(ctx, 1)
+	if err != nil {
+		return fmt.Errorf("Acquire: %w", err)
+	}
+	took := make(chan error, 1)
+	go func() {
+		q, err := s2.Acquire(ctx, 1)
+		if err == nil {
+			err = q.Unlock()
+		}
+		took <- err
+	}()
+	if err := p.Unlock(); err != nil {
+		return fmt.Errorf("Release: %w", err)
+	}
+	return <-took
+}
+
+// The read-write lock and the semaphore work under the user allowed the mutex's commands and
+// the family's (aclFamilyCommands), without a refusal, and each of the family's commands is
+// needed: without it the same turns are refused it.
+func TestACLFamilyCommands(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	all := append(slices.Clone(aclCommands), aclFamilyCommands...)
+	admin, opt := aclSetup(t, all)
+	g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+	g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // turns a hang into a failure
+	defer cancel()
+	if err := familyTurns(ctx, g1, g2, lease); err != nil {
+		t.Fatal(err)
+	}
+	if d := aclDenials(t, admin); len(d) != 0 {
+		t.Errorf("ACL refusals for %s: %v", aclUser, d)
+	}
+	stats := commandStats(t, admin)
+	for _, c := range aclFamilyCommands {
+		if stats[c] == "" {
+			t.Errorf("%s was allowed but not used", c)
+		}
+	}
+	for _, missing := range aclFamilyCommands {
+		t.Run("without "+missing, func(t *testing.T) {
+			admin, opt := aclSetup(t, slices.DeleteFunc(slices.Clone(all), func(c string) bool { return c == missing }))
+			g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+			g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // a refused request may keep a wait going
+			defer cancel()
+			_ = familyTurns(ctx, g1, g2, lease)
+			for _, e := range aclDenials(t, admin) {
+				if strings.HasSuffix(e, ":"+missing) {
+					return
+				}
+			}
+			t.Errorf("without %s nothing was refused it", missing)
 		})
 	}
 }
