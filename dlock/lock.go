@@ -184,8 +184,10 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // error (context.DeadlineExceeded or context.Canceled), and leaves nothing behind: it has left
 // the queue, and an attempt still under way is given back in the background. While Redis
 // is unreachable Lock keeps waiting (until ctx ends); the error then also wraps the last
-// Redis failure (errors.As finds the *RedisProcessError). On a closed Redis client it returns
-// at once, with ErrNotObtained and that failure. After Close it returns ErrClosed.
+// Redis failure (errors.As finds the *RedisProcessError). On a closed Redis client, or when
+// Redis refuses the request for good — an ACL refusal (of a key, a channel, or a command a
+// script calls), or a command the server does not know — it returns at once, with
+// ErrNotObtained and that failure. After Close it returns ErrClosed.
 // Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 	owned, _, err := l.acquire(ctx, true)

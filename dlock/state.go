@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
@@ -246,8 +245,8 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 					}
 					return nil, err == nil, err // held elsewhere (or the tenure moved on as we renewed it)
 				}
-				if processor.ClientClosed(err) {
-					break // no later attempt can be sent
+				if processor.ClientClosed(err) || processor.Refused(err) {
+					break // no later attempt can be sent, or succeed
 				}
 				tried, triedAt, woken = true, e, false // wait for news before asking or renewing again
 				barge = false
@@ -272,7 +271,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	}
 	st.left()
 	switch {
-	case processor.ClientClosed(lastErr):
+	case processor.ClientClosed(lastErr), processor.Refused(lastErr):
 		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, lastErr)
 	case ctx.Err() == nil:
 		return nil, false, ErrClosed
@@ -689,9 +688,6 @@ func redisFault(err error) bool {
 	var pe *RedisProcessError
 	return errors.As(err, &pe) && !errors.Is(pe.Err, context.DeadlineExceeded) && !errors.Is(pe.Err, context.Canceled)
 }
-
-// refused reports whether Redis refused the user or a command (ACL): no retry mends that.
-func refused(err error) bool { return redis.IsPermissionError(err) || redis.IsAuthError(err) }
 
 // notTakenErr is an attempt's error when the caller's context ended: the context's error, with
 // the attempt's own error if it says more.

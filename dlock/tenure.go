@@ -293,7 +293,7 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 		if err == nil {
 			return
 		}
-		if time.Now().After(until) || processor.ClientClosed(err) || refused(err) {
+		if time.Now().After(until) || processor.ClientClosed(err) || processor.Refused(err) {
 			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
 			return
 		}

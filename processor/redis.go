@@ -612,6 +612,19 @@ func (p *RedisLockProcessor) raise(cfg domain.DLockConfig) {
 // can succeed, so a caller that retries (a give-back, a leave) stops.
 func ClientClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
+// Refused reports whether err is Redis refusing a request for good, which no wait mends: an
+// ACL refusal of the user, of a key or channel, or of a command a script calls, or a command
+// the server does not know (a Sentinel's port given as a server's).
+func Refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return redis.IsPermissionError(re) || redis.IsAuthError(re) ||
+		strings.Contains(msg, "The user executing the script can't") || strings.HasPrefix(msg, "ERR unknown command")
+}
+
 // EntryTTL is how long an entry in the line of waiting processes lives unless its process
 // renews it: a lease, and at least two seconds. A waiting process renews it with each attempt
 // (the retry poller sends one every lease/6 while it waits); it removes it when it stops

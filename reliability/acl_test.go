@@ -440,3 +440,32 @@ func TestACLFamilyCommands(t *testing.T) {
 		})
 	}
 }
+
+// A request Redis refuses for good ends a Lock at once, waiting or not, with ErrNotObtained and
+// the refusal: here a command that lock.lua calls (HGET) is not allowed to the user, so every
+// attempt fails inside the script, and no wait mends that.
+func TestACLRefusalInsideAScriptEndsTheWait(t *testing.T) {
+	admin, opt := aclSetup(t, slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "hget" }))
+	g, _ := netGenerator(t, opt, dlock.WithDefaultLease(time.Second))
+	l, err := g.Gen("ACLREFUSED", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var pe *dlock.RedisProcessError
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &pe) || !strings.Contains(err.Error(), "can't run this command") {
+			t.Fatalf("Lock = %v; want ErrNotObtained with the refusal", err)
+		}
+	case <-time.After(30 * time.Second): // turns a hang into a failure
+		t.Fatal("Lock kept waiting on a refusal")
+	}
+	if d := aclDenials(t, admin); len(d) == 0 {
+		t.Fatal("nothing was refused")
+	}
+}

@@ -193,25 +193,31 @@ func TestAuthRefused(t *testing.T) {
 }
 
 // TestCommandRefused: a user that Redis refuses a key the lock needs (an ACL without the lock's
-// side keys) is told so and exits 77 at once, from exec and lock, waiting or not — no wait mends
-// a refusal — and exec runs nothing.
+// side keys), or a command a script calls (HGET), is told so and exits 77 at once, from exec and
+// lock, waiting or not — no wait mends a refusal — and exec runs nothing.
 func TestCommandRefused(t *testing.T) {
 	s := startAuthRedis(t)
 	admin := redis.NewClient(&redis.Options{Addr: s.addr, Password: authPassword})
 	defer admin.Close()
-	rules := slices.DeleteFunc(slices.Clone(aclRules), func(r string) bool { return r == "~{DLOCK_*}:*" || strings.HasPrefix(r, ">") })
-	if err := admin.ACLSetUser(context.Background(), "partial", append(rules, ">partial-pw")...).Err(); err != nil {
-		t.Fatal(err)
+	for user, drop := range map[string]string{"partial": "~{DLOCK_*}:*", "nohget": "+hget"} {
+		rules := slices.DeleteFunc(slices.Clone(aclRules), func(r string) bool { return r == drop || strings.HasPrefix(r, ">") })
+		if err := admin.ACLSetUser(context.Background(), user, append(rules, ">"+user+"-pw")...).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ran := filepath.Join(t.TempDir(), "ran")
 	for _, args := range [][]string{
-		{"exec", "CLI", "refused", "touch", ran},
-		{"exec", "-w", "30", "CLI", "refused", "touch", ran},
-		{"exec", "-n", "CLI", "refused", "touch", ran},
-		{"lock", "CLI", "refused"},
+		{"partial", "exec", "CLI", "refused", "touch", ran},
+		{"partial", "exec", "-w", "30", "CLI", "refused", "touch", ran},
+		{"partial", "exec", "-n", "CLI", "refused", "touch", ran},
+		{"partial", "lock", "CLI", "refused"},
+		{"nohget", "exec", "CLI", "refused", "touch", ran},
+		{"nohget", "exec", "-n", "CLI", "refused", "touch", ran},
+		{"nohget", "lock", "CLI", "refused"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			r := runBin(t, nil, append([]string{args[0], "--redis", s.url("partial:partial-pw")}, args[1:]...)...)
+			user := args[0]
+			r := runBin(t, nil, append([]string{args[1], "--redis", s.url(user + ":" + user + "-pw")}, args[2:]...)...)
 			if r.code != exitNoPerm || !strings.Contains(r.stderr, "refused a command") {
 				t.Fatal(r)
 			}

@@ -170,8 +170,10 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		return withStatus(exitNoPerm, fmt.Errorf("%v needs a password (%s): give it in a URL, redis://[USER]:PASSWORD@HOST:PORT", ep, reply))
 	case redis.IsAuthError(err):
 		return withStatus(exitNoPerm, fmt.Errorf("%v refused the user or password (%s)", ep, reply))
-	case redis.IsPermissionError(err):
+	case redis.IsPermissionError(err), strings.Contains(reply, "The user executing the script can't"):
 		return withStatus(exitNoPerm, fmt.Errorf("%v refused a command to this user (%s): see \"Least privilege\" in the README for the ACL dlock needs", ep, reply))
+	case strings.HasPrefix(reply, "ERR unknown command"):
+		return withStatus(exitUnavailable, fmt.Errorf("%v is not a Redis server that runs dlock's commands (%s): a Sentinel is named with --sentinel-master", ep, reply))
 	}
 	if _, moved := redis.IsMovedError(err); moved {
 		return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (%s): add --cluster, or name several nodes", ep, reply))

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 var execUsage = `
@@ -278,10 +279,16 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 	return nil, c.classify(r.err)
 }
 
-// refused reports whether err carries Redis's refusal of the user or of a command (ACL).
+// refused reports whether err carries a refusal that no wait mends: Redis refused the user or
+// a command (ACL, inside a script too), does not know a command (not a Redis server), or
+// sent the request to another node of a Cluster (a single server's client was given a node).
 func refused(err error) bool {
 	var pe *dlock.RedisProcessError
-	return errors.As(err, &pe) && (redis.IsPermissionError(pe.Err) || redis.IsAuthError(pe.Err))
+	if !errors.As(err, &pe) {
+		return false
+	}
+	_, moved := redis.IsMovedError(pe.Err)
+	return moved || processor.Refused(pe.Err)
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.
