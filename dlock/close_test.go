@@ -325,3 +325,39 @@ func TestCloseStopsThePollers(t *testing.T) {
 		t.Fatalf("after Close returned, a poll is still set, due in %v", time.Until(at).Round(time.Millisecond))
 	}
 }
+
+// Close is bounded by its ctx during a partition also while a subscription connection is being
+// dialled, which closing the subscriptions waits for: a read lock and a semaphore's permits
+// asked during the partition subscribe the process's channel of the lock, and Close with a
+// short ctx returns with ctx's error, not once the dial gives up (a minute here).
+func TestCloseDuringAPartitionWhileSubscribing(t *testing.T) {
+	for _, kind := range []string{"rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			g, p := partitionable(t)
+			tg := uniqueTarget(t)
+			rw, sem := rwOf(t, g, tg), semOf(t, g, tg, 1)
+			p.Blackhole(true)
+			asked := make(chan error, 1)
+			go func() {
+				var err error
+				if kind == "rw" {
+					_, err = rw.RLock(context.Background())
+				} else {
+					_, err = sem.Acquire(context.Background(), 1)
+				}
+				asked <- err
+			}()
+			waitFor(t, func() bool { return p.Stats().Accepted > 1 }) // the subscription's connection, dialling
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- g.Close(ctx) }()
+			if err := recv(t, closed, "Close"); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Close = %v, want ctx's error", err)
+			}
+			if err := recv(t, asked, "the waiting acquisition"); !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("the waiting acquisition returned %v, want ErrClosed", err)
+			}
+		})
+	}
+}

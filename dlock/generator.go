@@ -214,8 +214,8 @@ func (g *Generator) lookup(key string) *lockState {
 // goroutine. It does not close the Redis client. Close is idempotent and safe for concurrent
 // use: a second call waits for the first (or for its own ctx). ctx bounds the releases and
 // the waits: if it ends first, Close returns ctx's error at once; what is left expires in
-// Redis with its lease, and goroutines still waiting for a Redis reply end when the client
-// returns it.
+// Redis with its lease, and goroutines still waiting for a Redis reply (or for a connection
+// being dialled) end when the client returns it.
 func (g *Generator) Close(ctx context.Context) error {
 	if g == nil || g.proc == nil {
 		return errZeroGenerator
@@ -274,7 +274,9 @@ func (g *Generator) Close(ctx context.Context) error {
 	}
 	g.cancelClean()
 	if g.notes != nil {
-		g.notes.close()
+		// In the group, so that ctx bounds it: closing a subscription connection waits for
+		// its dial, which a partition holds up for the client's dial and read timeouts.
+		g.group.Go(g.notes.close)
 	}
 	if err := g.group.CloseContext(ctx); err != nil && ctx.Err() != nil && len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("dlock: close: %w", err))

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
@@ -1158,4 +1159,31 @@ func stormSize() int {
 // scriptIs matches the commands that run the script name (processor.ScriptName).
 func scriptIs(name string) func(args []any) bool {
 	return func(args []any) bool { return processor.ScriptName(args) == name }
+}
+
+// partitionable returns a Generator whose client reaches Redis through a fault proxy, and the
+// proxy: its Blackhole is a partition. The client waits a minute to dial and to read, so a
+// request that nothing else bounds is held that long. The client has one connection made
+// before any partition. When t ends the partition heals and all of them are closed.
+func partitionable(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Blackhole(false)
+		_ = g.Close(context.Background())
+		_ = c.Close()
+		_ = p.Close()
+	})
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return g, p
 }
