@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,51 @@ func TestCloseAfterTheClientClosed(t *testing.T) {
 	}
 	if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
 		t.Fatalf("Close = %v; want nil: nothing can be sent, so nothing is waited for", err)
+	}
+}
+
+// The read-write lock and the semaphore end a wait on a failing Redis as the mutex's Lock does:
+// on a closed client at once, with ErrNotObtained and the client's failure (no later request
+// can be sent), even with no deadline; with Redis unreachable at the end of the context, with
+// the last Redis failure too. The observer's reason says Redis either way.
+func TestFamilyAfterTheClientClosedOrRedisDown(t *testing.T) {
+	for _, closed := range []bool{true, false} {
+		rec := &notObtainedRecorder{}
+		var c *redis.Client
+		ctx := context.Background() // a closed client: a wait that does not end is the failure
+		if closed {
+			c = srv.Client()
+		} else {
+			c = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+			ctx = ctxT(t, 3*time.Second) // long enough for a take to fail
+		}
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second), dlock.WithObserver(rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg := uniqueTarget(t)
+		reader, writer, sem := rwOf(t, g, tg+"r"), rwOf(t, g, tg+"w"), semOf(t, g, tg, 2)
+		if closed {
+			c.Close()
+		}
+		got := make(chan error, 3)
+		go func() { _, err := reader.RLock(ctx); got <- err }()
+		go func() { _, err := writer.Lock(ctx); got <- err }()
+		go func() { _, err := sem.Acquire(ctx, 1); got <- err }()
+		for range 3 {
+			err := recv(t, got, "an acquisition")
+			var pe *dlock.RedisProcessError
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &pe) || errors.Is(err, context.DeadlineExceeded) == closed {
+				t.Errorf("client closed %v: %v; want ErrNotObtained with the Redis failure (and the deadline if not closed)", closed, err)
+			}
+		}
+		if got := rec.reasons(); len(got) != 3 || slices.ContainsFunc(got, func(r dlock.Reason) bool { return r != dlock.ReasonRedis }) {
+			t.Errorf("client closed %v: reasons %v, want redis", closed, got)
+		}
+		if err := g.Close(ctxT(t, 10*time.Second)); err != nil {
+			t.Error(err)
+		}
+		c.Close()
 	}
 }
 

@@ -114,8 +114,9 @@ func (s *Semaphore) Config() domain.DLockConfig {
 }
 
 // Lock takes the write side, waiting while ctx allows; see DistributedReentrantLock.Lock for
-// the owner context. With an owner of the write side it re-enters; with an owner of only the
-// read side it returns ErrUpgrade.
+// the owner context and for the errors of a wait that ends without the lock (a Redis failure
+// included: on a closed client it returns at once). With an owner of the write side it
+// re-enters; with an owner of only the read side it returns ErrUpgrade.
 func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 	return l.WriteSide().Lock(ctx)
 }
@@ -127,8 +128,9 @@ func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	return l.WriteSide().TryLock(ctx)
 }
 
-// RLock takes the read side, waiting while ctx allows. With an owner of the read side it
-// re-enters; with an owner of the write side it takes the read side at once (a downgrade).
+// RLock takes the read side, waiting while ctx allows, and fails as Lock does. With an owner of
+// the read side it re-enters; with an owner of the write side it takes the read side at once
+// (a downgrade).
 func (l *RWLock) RLock(ctx context.Context) (*Owner, error) {
 	return l.ReadSide().Lock(ctx)
 }
@@ -187,7 +189,8 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 }
 
 // Acquire takes n permits (1 ≤ n ≤ k, Redis's k while the semaphore is in use: more is
-// ErrInvalidConfig), waiting while ctx allows, and returns their Owner.
+// ErrInvalidConfig), waiting while ctx allows, and returns their Owner. A wait that ends
+// without them fails as DistributedReentrantLock.Lock's does.
 // Waiting processes are served in order; within a process, goroutines in their order of
 // arrival. With an owner of this semaphore it re-enters the same permits (no more are
 // taken).
@@ -588,10 +591,8 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		switch {
 		case errors.Is(err, errStateDropped):
 			continue
-		case errors.Is(err, ErrClosed):
-			return nil, false, ErrClosed
 		case err != nil:
-			return nil, false, errors.Join(ErrNotObtained, err)
+			return nil, false, err
 		case w.err != nil:
 			return nil, false, w.err
 		case w.hold == nil:

@@ -133,6 +133,7 @@ type shareWaiter struct {
 	queued bool      // it was not served at once
 	since  time.Time // when it began to wait
 	err    error
+	fault  error // the last Redis failure of a take for it, which its error names if it gives up; guarded by st.mu
 }
 
 // shareAttempt is this process's request for permits: in the Redis line (wait), or one try.
@@ -235,7 +236,8 @@ func (st *sharedState) subscribed() {
 	st.poke()
 }
 
-// wait queues w and waits until it is decided or ctx ends.
+// wait queues w and waits until it is decided or ctx ends: then it returns ErrClosed, or
+// ErrNotObtained with ctx's error and the last Redis failure of a take for w (notObtained).
 func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	st.mu.Lock()
 	if st.phase == sharedDropped {
@@ -267,12 +269,13 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	}
 	st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
 	st.lendLocked() // the next may be served now
+	fault := w.fault
 	st.mu.Unlock()
 	st.poke()
 	if st.g.done.Err() != nil {
 		return ErrClosed
 	}
-	return ctx.Err()
+	return notObtained(ctx.Err(), fault)
 }
 
 var errStateDropped = errors.New("dlock: shared state dropped")
@@ -718,7 +721,7 @@ func (st *sharedState) release(ctx context.Context, locker string, last, end uin
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
 			return errGone
-		case err == nil || ctx.Err() != nil:
+		case err == nil || ctx.Err() != nil || processor.ClientClosed(err): // (a closed client sends nothing more)
 			return nil
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
@@ -753,6 +756,22 @@ func requestTimeout(cfg domain.DLockConfig) time.Duration {
 	return max(cfg.Lease()/3, 10*time.Millisecond)
 }
 
+// request runs f, a request of the driver, with ctx, its bound. A request that got no answer
+// within its bound is a *RedisProcessError of op (errUnanswered): Redis, or the way to it,
+// failed to answer in a third of the lease (or before the next renewal due), whatever error the
+// client made of it; a waiter that gives up then names that failure, as the mutex's does.
+func (st *sharedState) request(ctx context.Context, op string, f func(context.Context) (processor.SharedResult, error)) (processor.SharedResult, error) {
+	r, err := f(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: errUnanswered}
+	}
+	return r, err
+}
+
+// errUnanswered says that a request of the driver got no answer within its bound; it may
+// still run in Redis.
+var errUnanswered = errors.New("no answer within the request's bound")
+
 // retryPause is how long a request that Redis failed waits before it is sent again.
 func retryPause(cfg domain.DLockConfig) time.Duration {
 	return min(cfg.Lease()/10, 50*time.Millisecond)
@@ -786,7 +805,9 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 	w, f := st.heardW, st.heardF // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
-		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Tokens: st.tokens(a.n)})
+		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
+			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Tokens: st.tokens(a.n)})
+		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		a.sent = true
@@ -800,11 +821,21 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			st.fail(err)
 		case err != nil:
 			st.g.observer.RedisError(RedisErrorEvent{Op: "lock", Key: st.cfg.UniqueKey(), Err: err})
-			if front := st.front(); front != nil && front.try {
+			front := st.front()
+			switch {
+			case front != nil && front.try:
 				st.waiters = st.waiters[1:]
 				front.err = err
 				close(front.done)
 				return // the next plan gives the attempt back (its outcome is unknown)
+			case processor.ClientClosed(err):
+				// as the mutex's Lock: no later request can be sent, so the wait ends now
+				// (and nothing was sent to give back)
+				st.attempt = nil
+				st.fail(fmt.Errorf("%w: %w", ErrNotObtained, err))
+				return
+			case front != nil:
+				front.fault = err
 			}
 			a.pollAt = time.Now().Add(retryPause(st.cfg))
 		case r.Outcome == processor.Taken:
@@ -835,7 +866,8 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 	}
 }
 
-// fail ends the front waiter with err (a request Redis refused for what it asks).
+// fail ends the front waiter with err (a request Redis refused for what it asks, or a client
+// closed: no request can be sent).
 func (st *sharedState) fail(err error) {
 	if front := st.front(); front != nil {
 		st.waiters = st.waiters[1:]
