@@ -142,7 +142,10 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 
 // Unlock releases one hold of the side that owned (an owner context of this lock) holds, the
 // innermost when it carries both: ErrNotHeld if none, or the cause (ErrLockLost, ErrClosed)
-// if the holding ended.
+// if the holding ended. When the hold it gives up is the last of its holding's, it returns once
+// the holding is let go in Redis (or lent again), as the mutex's Unlock does: a
+// *RedisProcessError when Redis could not let it go while its lease lasted (the local hold is
+// released all the same; the holding expires in Redis with its lease).
 func (l *RWLock) Unlock(owned context.Context) error {
 	return l.WriteSide().Unlock(owned) // (either side's: the innermost owner of this lock)
 }
@@ -203,7 +206,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Owner, bool, error)
 	return s.Permits(n).TryLock(ctx)
 }
 
-// Release gives back the permits of owned (an Owner of this semaphore), one hold of them.
+// Release gives back the permits of owned (an Owner of this semaphore), one hold of them, and
+// fails as the read-write lock's Unlock does.
 func (s *Semaphore) Release(owned context.Context) error {
 	return s.Permits(1).Unlock(owned)
 }

@@ -235,3 +235,33 @@ func TestReleaseReportsALossAfterAYieldCheck(t *testing.T) {
 		})
 	}
 }
+
+// During a partition the read-write lock's and the semaphore's Unlock reports that its holding
+// could not be let go, as the mutex's does: a *RedisProcessError once the holding's lease is
+// out, not nil, and not after the client's read timeout (a minute here).
+func TestFamilyUnlockDuringAPartition(t *testing.T) {
+	for _, kind := range []string{"rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			g, p := partitionable(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 10*time.Second)
+			var o *dlock.Owner
+			var err error
+			if kind == "rw" {
+				o, err = rwOf(t, g, tg).RLock(ctx)
+			} else {
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Blackhole(true)
+			got := make(chan error, 1)
+			go func() { got <- o.Unlock() }()
+			var pe *dlock.RedisProcessError
+			if err := recv(t, got, "Unlock"); !errors.As(err, &pe) {
+				t.Fatalf("Unlock during a partition = %v, want a *RedisProcessError", err)
+			}
+		})
+	}
+}

@@ -47,7 +47,7 @@ type sharedState struct {
 	heardF  uint64         // F messages heard: likewise for the attempt's pace; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
-	orphans []string       // lockers that may hold in Redis unknown to this process: to give back; guarded by mu
+	owed    []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
 	exited  chan struct{}  // closed when the driver ended
 }
 
@@ -96,7 +96,8 @@ func (h *shareHold) takeFate() []chan error {
 }
 
 // tell gives the Unlocks waiting on cs what became of the holding they let go: err is nil
-// when it was let go in Redis or lent again, errGone when its release found it gone.
+// when it was let go in Redis or lent again, errGone when its release found it gone, else the
+// Redis failure of its release.
 func tell(cs []chan error, err error) {
 	for _, c := range cs {
 		c <- err // (each has room for one)
@@ -444,12 +445,12 @@ func (st *sharedState) plan() action {
 		}
 		tell(h.takeFate(), nil)
 		if h.downTo != "" {
-			st.orphans = append(st.orphans, h.downTo)
+			st.owe(h.downTo)
 		}
 		if errors.Is(context.Cause(h.ctx), ErrLockLost) {
 			// its lease ran out here, but a renewal may have run in Redis unheard: give it
 			// back rather than leave its permits out for another lease
-			st.orphans = append(st.orphans, h.locker)
+			st.owe(h.locker)
 		}
 		return true
 	})
@@ -475,10 +476,10 @@ func (st *sharedState) plan() action {
 func (st *sharedState) planOther(now time.Time) action {
 	g := st.g
 	lease := st.cfg.Lease()
-	if len(st.orphans) > 0 {
-		locker := st.orphans[0]
-		st.orphans = st.orphans[1:]
-		return action{do: func(ctx context.Context) { st.release(ctx, locker, 0, 0) }}
+	if len(st.owed) > 0 {
+		o := st.owed[0]
+		st.owed = st.owed[1:]
+		return action{do: st.pay(o)}
 	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
 	// whose readers remain is downgraded when nobody waits elsewhere)
@@ -643,23 +644,19 @@ func (st *sharedState) planClose() action {
 		}
 		h.owners = nil
 		if h.downTo != "" {
-			st.orphans = append(st.orphans, h.downTo)
+			st.owe(h.downTo)
 			h.downTo = ""
 		}
 	}
-	if len(st.orphans) > 0 {
-		locker := st.orphans[0]
-		st.orphans = st.orphans[1:]
-		return action{closing: true, do: func(ctx context.Context) { st.release(ctx, locker, 0, 0) }}
+	if len(st.owed) > 0 {
+		o := st.owed[0]
+		st.owed = st.owed[1:]
+		return action{closing: true, do: st.pay(o)}
 	}
 	if len(st.holds) > 0 {
 		h := st.holds[0]
 		st.holds = st.holds[1:]
-		fate := h.takeFate()
-		last, end := st.unused(h)
-		return action{closing: true, do: func(ctx context.Context) {
-			tell(fate, st.release(ctx, h.locker, last, end))
-		}}
+		return action{closing: true, do: st.pay(st.letGo(h))}
 	}
 	return st.drop()
 }
@@ -677,13 +674,45 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	st.holds = slices.DeleteFunc(st.holds, func(x *shareHold) bool { return x == h })
 	h.stop(context.Canceled)
 	if h.downTo != "" {
-		st.orphans = append(st.orphans, h.downTo)
+		st.owe(h.downTo)
 	}
-	fate := h.takeFate()
+	return action{do: st.pay(st.letGo(h))}
+}
+
+// owedRelease is a release the driver owes Redis: of a holding let go, whose Unlocks wait on
+// fate, or of a locker that may hold in Redis unknown to this process (sent once: until is zero).
+type owedRelease struct {
+	locker    string
+	last, end uint64       // the tokens it gives back (unused)
+	until     time.Time    // its lease's end: a release that failed is owed again until then
+	fate      []chan error // told what became of it
+}
+
+// letGo returns the release of h, which left the holdings. The caller holds mu.
+func (st *sharedState) letGo(h *shareHold) owedRelease {
 	last, end := st.unused(h)
-	return action{do: func(ctx context.Context) {
-		tell(fate, st.release(ctx, h.locker, last, end))
-	}}
+	return owedRelease{locker: h.locker, last: last, end: end, until: h.valid, fate: h.takeFate()}
+}
+
+// owe adds a release of locker, which may hold in Redis unknown to this process. The caller
+// holds mu.
+func (st *sharedState) owe(locker string) { st.owed = append(st.owed, owedRelease{locker: locker}) }
+
+// pay returns the request that sends o. One that fails while o's lease lasts is owed again (the
+// renewals due go first), as the mutex's release is retried until its lease runs out; else its
+// Unlocks are told the outcome: nil, errGone, or the failure (what is left in Redis expires
+// with its lease).
+func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		err := st.release(ctx, o.locker, o.last, o.end)
+		if err != nil && !errors.Is(err, errGone) && !processor.ClientClosed(err) && time.Now().Before(o.until) && st.g.clean.Err() == nil {
+			st.mu.Lock()
+			st.owed = append(st.owed, o)
+			st.mu.Unlock()
+			return
+		}
+		tell(o.fate, err)
+	}
 }
 
 // unused returns what a release of h gives back: a write-hold's tokens after the last it
@@ -710,27 +739,30 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	return action{do: func(ctx context.Context) { st.release(ctx, a.locker, 0, 0) }}
 }
 
-// release lets locker go in Redis, trying a few times; what it cannot let go expires with
-// its lease (its Unlock is not told of that). A holding that reserved a block of tokens up to
-// end, of which it handed out up to last, gives back the rest (processor.SharedReleaseBlock).
-// It returns errGone when Redis held nothing of locker (removed by force, or lost by Redis),
-// else nil — also when a copy of this release ran before and its reply was lost (Settled).
+// release lets locker go in Redis, trying a few times while ctx allows. A holding that
+// reserved a block of tokens up to end, of which it handed out up to last, gives back the rest
+// (processor.SharedReleaseBlock). It returns errGone when Redis held nothing of locker (removed
+// by force, or lost by Redis), nil when it let go — also when a copy of this release ran before
+// and its reply was lost (Settled) — else the last failure.
 func (st *sharedState) release(ctx context.Context, locker string, last, end uint64) error {
-	for i := range 3 {
-		r, err := st.g.redis.SharedReleaseBlock(ctx, st.cfg, st.spec, locker, last, end)
+	for i := 0; ; i++ {
+		r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
+			return st.g.redis.SharedReleaseBlock(ctx, st.cfg, st.spec, locker, last, end)
+		})
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
 			return errGone
-		case err == nil || ctx.Err() != nil || processor.ClientClosed(err): // (a closed client sends nothing more)
+		case err == nil:
 			return nil
+		case !redisFault(err):
+			return err // Close ended ctx: no failure of Redis's
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
 		st.g.observer.RedisError(RedisErrorEvent{Op: "unlock", Key: st.cfg.UniqueKey(), Err: err})
-		if !sleep(ctx, retryPause(st.cfg)) {
-			return nil
+		if i == 2 || processor.ClientClosed(err) || !sleep(ctx, retryPause(st.cfg)) { // (a closed client sends nothing more)
+			return err
 		}
 	}
-	return nil
 }
 
 var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, or lost by Redis)", ErrLockLost)
@@ -756,12 +788,13 @@ func requestTimeout(cfg domain.DLockConfig) time.Duration {
 	return max(cfg.Lease()/3, 10*time.Millisecond)
 }
 
-// request runs f, a request of the driver, with ctx, its bound. A request that got no answer
-// within its bound is a *RedisProcessError of op (errUnanswered): Redis, or the way to it,
-// failed to answer in a third of the lease (or before the next renewal due), whatever error the
-// client made of it; a waiter that gives up then names that failure, as the mutex's does.
+// request runs f, a request of the driver, bounded by ctx even when the client does not honour
+// it, as the mutex's requests are (call): f may finish in the background. A request that got no
+// answer within its bound is a *RedisProcessError of op (errUnanswered): Redis, or the way to
+// it, failed to answer in a third of the lease (or before the next renewal due), whatever error
+// the client made of it; a waiter that gives up then names that failure, as the mutex's does.
 func (st *sharedState) request(ctx context.Context, op string, f func(context.Context) (processor.SharedResult, error)) (processor.SharedResult, error) {
-	r, err := f(ctx)
+	r, err := call(st.g, ctx, f)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: errUnanswered}
 	}
@@ -892,7 +925,9 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 	w := st.heardW // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
-		r, err := st.g.redis.SharedRefill(ctx, st.cfg, st.spec, locker, int(st.g.opts.writeBlock))
+		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
+			return st.g.redis.SharedRefill(ctx, st.cfg, st.spec, locker, int(st.g.opts.writeBlock))
+		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		switch {
@@ -920,7 +955,9 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	w := st.heardW // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
-		r, err := st.g.redis.SharedRenew(ctx, st.cfg, st.spec, locker)
+		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
+			return st.g.redis.SharedRenew(ctx, st.cfg, st.spec, locker)
+		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		switch {
@@ -952,7 +989,9 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 	last, end := st.unused(h)
 	return func(ctx context.Context) {
 		sent := time.Now()
-		r, err := st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old, Last: last, BlockEnd: end})
+		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
+			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old, Last: last, BlockEnd: end})
+		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		switch {
@@ -962,7 +1001,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 			// same holding); no writer borrows h meanwhile
 			h.downAt = time.Now().Add(retryPause(st.cfg))
 			if h.ctx.Err() != nil {
-				st.orphans = append(st.orphans, locker) // lost meanwhile: give back what may have been taken
+				st.owe(locker) // lost meanwhile: give back what may have been taken
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
 			h.locker, h.n, h.token, h.downTo, h.downing = locker, 1, r.Token, "", false // (a read-hold: next, tokEnd and spare are a write-hold's)
@@ -970,7 +1009,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()
 		case r.Outcome == processor.Taken:
-			st.orphans = append(st.orphans, locker)
+			st.owe(locker)
 		default:
 			h.downTo, h.downing = "", false
 			h.stop(ErrLockLost) // the write-hold was gone already
