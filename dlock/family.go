@@ -115,8 +115,8 @@ func (s *Semaphore) Config() domain.DLockConfig {
 
 // Lock takes the write side, waiting while ctx allows; see DistributedReentrantLock.Lock for
 // the owner context and for the errors of a wait that ends without the lock (a Redis failure
-// included: on a closed client it returns at once). With an owner of the write side it
-// re-enters; with an owner of only the read side it returns ErrUpgrade.
+// included: on a closed client, or a refusal for good, it returns at once). With an owner of
+// the write side it re-enters; with an owner of only the read side it returns ErrUpgrade.
 func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 	return l.WriteSide().Lock(ctx)
 }

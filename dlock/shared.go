@@ -861,9 +861,9 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 				front.err = err
 				close(front.done)
 				return // the next plan gives the attempt back (its outcome is unknown)
-			case processor.ClientClosed(err):
-				// as the mutex's Lock: no later request can be sent, so the wait ends now
-				// (and nothing was sent to give back)
+			case processor.ClientClosed(err), processor.Refused(err):
+				// as the mutex's Lock: no later request can be sent, or succeed, so the wait
+				// ends now (and nothing was sent to give back, or taken)
 				st.attempt = nil
 				st.fail(fmt.Errorf("%w: %w", ErrNotObtained, err))
 				return
