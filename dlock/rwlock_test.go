@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -494,8 +495,8 @@ func TestRWLossIsToldAndStays(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loss was never told")
 	}
-	if !errors.Is(context.Cause(r), dlock.ErrLockLost) {
-		t.Fatalf("cause %v", context.Cause(r))
+	if cause := context.Cause(r); !errors.Is(cause, dlock.ErrLockLost) || !strings.Contains(cause.Error(), "renewal found the holding gone") {
+		t.Fatalf("cause %v, want ErrLockLost saying why", cause)
 	}
 	if _, err := l.RLock(r); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("re-entry of a lost holding: %v", err)

@@ -767,6 +767,12 @@ func (st *sharedState) release(ctx context.Context, locker string, last, end uin
 
 var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, or lost by Redis)", ErrLockLost)
 
+// The causes a holding ends with when it is lost, as the mutex's say them.
+var (
+	errHoldingLapsed = fmt.Errorf("%w: the lease ran out without a successful renewal", ErrLockLost)
+	errHoldingGone   = fmt.Errorf("%w: a renewal found the holding gone from Redis (removed by ForceRelease, or lost by Redis)", ErrLockLost)
+)
+
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -819,16 +825,17 @@ func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.T
 	return h
 }
 
-// renewed counts h's lease from sent, the send time of a request that found it held.
+// renewed counts h's lease from sent, the send time of a request that found it held, less the
+// drift allowance.
 func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 	lease := st.cfg.Lease()
-	h.valid = sent.Add(lease)
+	h.valid = domain.HeldUntil(sent, lease) // (the drift allowance, as the mutex's tenure)
 	h.renewAt = sent.Add(lease * 3 / 4)
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
 	h.expiry = time.AfterFunc(time.Until(h.valid), func() {
-		h.end(ErrLockLost) // not renewed in time: lost before anyone else can get in
+		h.end(errHoldingLapsed) // not renewed in time: lost before anyone else can get in
 		st.poke()
 	})
 }
@@ -944,7 +951,7 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 			st.lendLocked()
 		default:
 			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", locker))
-			h.stop(ErrLockLost)
+			h.stop(errHoldingGone)
 		}
 	}
 }
@@ -971,7 +978,7 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 			st.wanted = r.Waiting || st.heardW != w
 		default:
 			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", locker))
-			h.stop(ErrLockLost)
+			h.stop(errHoldingGone)
 		}
 	}
 }
@@ -1012,7 +1019,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 			st.owe(locker)
 		default:
 			h.downTo, h.downing = "", false
-			h.stop(ErrLockLost) // the write-hold was gone already
+			h.stop(errHoldingGone) // the write-hold was gone already
 		}
 	}
 }
