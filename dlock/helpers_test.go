@@ -1187,3 +1187,28 @@ func partitionable(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *fault
 	}
 	return g, p
 }
+
+// sharedArg returns the argument name of a, a request of shared.lua sent by EVALSHA or EVAL (a
+// command's arguments as go-redis holds them), as the script's table A names it; "" for any
+// other command, or when a does not carry it.
+func sharedArg(a []any, name string) string {
+	if processor.ScriptName(a) != "shared" {
+		return ""
+	}
+	src := processor.Sources()["shared"]
+	marker := "\n    " + name + " = ARGV["
+	at := strings.Index(src, marker)
+	if at < 0 {
+		panic("shared.lua names no argument " + name)
+	}
+	rest := src[at+len(marker):]
+	i, err := strconv.Atoi(rest[:strings.IndexByte(rest, ']')])
+	if err != nil {
+		panic(err)
+	}
+	keys, _ := strconv.Atoi(fmt.Sprint(a[2])) // EVALSHA, its SHA, the key count, the keys, then ARGV
+	if j := 3 + keys + i - 1; j < len(a) {
+		return fmt.Sprint(a[j])
+	}
+	return ""
+}

@@ -372,12 +372,12 @@ func (c *opCounter) count() int {
 func (c *opCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *opCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); processor.ScriptName(a) == "shared" && len(a) > 11 && a[10] == c.op {
+		if a := cmd.Args(); sharedArg(a, "op") == c.op {
 			c.mu.Lock()
 			if c.lockers == nil {
 				c.lockers = map[any]bool{}
 			}
-			c.lockers[a[11]] = true
+			c.lockers[sharedArg(a, "locker")] = true
 			c.mu.Unlock()
 		}
 		return next(ctx, cmd)
@@ -637,7 +637,7 @@ func TestRWUnlockAfterALostReleaseReply(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	var lost atomic.Int32
 	c.AddHook(lostReplyHook{match: func(a []any) bool {
-		return processor.ScriptName(a) == "shared" && len(a) > 10 && a[10] == "release" && lost.Add(1) == 1
+		return sharedArg(a, "op") == "release" && lost.Add(1) == 1
 	}})
 	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
-	"github.com/dlockgo/dlock/processor"
 )
 
 // uniqueTarget returns a lock target unique to this run of the test (-count runs it again on
@@ -450,7 +449,7 @@ func (h *renewHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *renewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); len(args) > 10 && processor.ScriptName(args) == "shared" && args[10] == "renew" && h.armed.CompareAndSwap(true, false) {
+		if sharedArg(cmd.Args(), "op") == "renew" && h.armed.CompareAndSwap(true, false) {
 			h.after()
 		}
 		return err
@@ -557,7 +556,7 @@ func TestSemaphoreLostReplyDoesNotCostTheHoldings(t *testing.T) {
 	heal := func() { once.Do(func() { close(lost) }) }
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		a := cmd.Args()
-		if on.Load() && processor.ScriptName(a) == "shared" && len(a) > 15 && a[10] == "take" && a[15] == "1" { // waiting takes
+		if on.Load() && sharedArg(a, "op") == "take" && sharedArg(a, "wait") == "1" { // waiting takes
 			<-lost // its reply does not come, whatever the context says
 			err := errors.New("i/o timeout (reply lost)")
 			cmd.SetErr(err)
