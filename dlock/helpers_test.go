@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
@@ -1186,6 +1187,83 @@ func partitionable(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *fault
 		t.Fatal(err)
 	}
 	return g, p
+}
+
+// sharedLock is a read-write lock or a semaphore as one process makes it: its configuration,
+// the holder's acquisition, the dying waiter's and that of the process behind it.
+type sharedLock struct {
+	cfg                domain.DLockConfig
+	hold, dead, behind func(ctx context.Context) (*dlock.Owner, error)
+}
+
+// deadWaiterIsPassedOver checks that a waiting process that dies (its connections to Redis
+// close, as with kill -9) holds up nobody: it listens on its channel as it renews its line
+// entry, dies, and as the holder lets go the process behind it is served, rather than once the
+// dead one's entry expired (a lease after its last renewal). mk makes the lock in a process
+// (Generator).
+func deadWaiterIsPassedOver(t *testing.T, mk func(g *dlock.Generator) sharedLock) {
+	const lease = 30 * time.Second // (a waiter renews its entry every sixth of it)
+	ctx := ctxT(t, 2*lease)
+	raw := rawClient(t)
+	gh, _ := newGen(t, dlock.WithDefaultLease(lease))
+	h := mk(gh)
+	held, err := h.hold(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := processor.SharedKeys(h.cfg)
+	cd := srv.Client() // the dying process's own connections
+	gd, err := dlock.NewGenerator(cd, dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = gd.Close(closeCtx) // (its client is closed: it gives back nothing)
+	}()
+	d := mk(gd)
+	go func() { _, _ = d.dead(ctx) }() // (ends with gd)
+	var owner, channel string
+	waitFor(t, func() bool {
+		line, err := raw.ZRange(ctx, keys[2], 0, -1).Result()
+		if err != nil || len(line) != 1 {
+			return false
+		}
+		owner, channel = line[0], processor.SharedChannel(h.cfg, line[0])
+		n, err := raw.PubSubNumSub(ctx, channel).Result()
+		return err == nil && n[channel] > 0
+	})
+	// it renews its entry while it listens (its next ask, at most a sixth of the lease away)
+	entry := raw.HGet(ctx, keys[3], owner).Val()
+	waitFor(t, func() bool { return raw.HGet(ctx, keys[3], owner).Val() != entry })
+	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
+	b := mk(gb)
+	served := make(chan error, 1)
+	go func() {
+		o, err := b.behind(ctx)
+		if err == nil {
+			err = o.Unlock()
+		}
+		served <- err
+	}()
+	waitFor(t, func() bool { return raw.ZCard(ctx, keys[2]).Val() == 2 })
+	_ = cd.Close() // the waiting process dies: Redis drops its subscription with the connection
+	waitFor(t, func() bool {
+		n, err := raw.PubSubNumSub(ctx, channel).Result()
+		return err == nil && n[channel] == 0
+	})
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(lease / 3): // (a hang made a failure: the dead entry lives up to a lease)
+		t.Fatal("the process behind a dead waiter was not served once the holder let go")
+	}
 }
 
 // sharedArg returns the argument name of a, a request of shared.lua sent by EVALSHA or EVAL (a

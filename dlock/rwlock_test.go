@@ -680,3 +680,14 @@ func TestRWUnlocksOfReadersTakingTurns(t *testing.T) {
 		}
 	}
 }
+
+// A writer's process that dies (kill -9: its connections close) while it waits in line holds
+// up no reader behind it: as the holder lets go, the reader is served, not once the dead
+// writer's line entry expired.
+func TestRWDeadWriterInLineIsPassedOver(t *testing.T) {
+	tg := uniqueTarget(t)
+	deadWaiterIsPassedOver(t, func(g *dlock.Generator) sharedLock {
+		l := rwOf(t, g, tg)
+		return sharedLock{cfg: l.Config(), hold: l.Lock, dead: l.Lock, behind: l.RLock}
+	})
+}

@@ -621,3 +621,16 @@ func TestSemaphoreReentry(t *testing.T) {
 		t.Fatalf("HoldCount of a context that owns nothing = %d", n)
 	}
 }
+
+// A waiting process that dies (kill -9: its connections close) holds up nobody behind it: as
+// the holder lets go, the next process is served, not once the dead one's line entry expired.
+func TestSemaphoreDeadWaiterIsPassedOver(t *testing.T) {
+	tg := uniqueTarget(t)
+	deadWaiterIsPassedOver(t, func(g *dlock.Generator) sharedLock {
+		s := semOf(t, g, tg, 2)
+		take := func(n int) func(ctx context.Context) (*dlock.Owner, error) {
+			return func(ctx context.Context) (*dlock.Owner, error) { return s.Acquire(ctx, n) }
+		}
+		return sharedLock{cfg: s.Config(), hold: take(2), dead: take(2), behind: take(1)}
+	})
+}

@@ -35,13 +35,18 @@ const (
 	SharedGoneSuffix  = "shared:gone"
 	SharedFenceSuffix = "shared:fence"
 	SharedKindSuffix  = "shared:kind"
+	// SharedHeardSuffix names what Redis heard of each waiting process as it last renewed its
+	// line entry (when, whether it listened on its channel, its lease): a process that
+	// listened then and does not now died, and the line passes it. A version before it does
+	// not pass this key, and never touches it.
+	SharedHeardSuffix = "shared:heard"
 )
 
 // SharedKeys returns the keys of cfg's shared lock, in shared.lua's order.
 func SharedKeys(cfg domain.DLockConfig) []string {
 	return []string{cfg.SideKey(SharedHeldSuffix), cfg.SideKey(SharedExpSuffix), cfg.SideKey(SharedLineSuffix),
 		cfg.SideKey(SharedWantSuffix), cfg.SideKey(SharedGoneSuffix), cfg.SideKey(SharedFenceSuffix),
-		cfg.SideKey(SharedKindSuffix)}
+		cfg.SideKey(SharedKindSuffix), cfg.SideKey(SharedHeardSuffix)}
 }
 
 // SharedChannel is the channel on which the process owner hears of cfg's shared lock: "F"

@@ -1054,3 +1054,146 @@ func TestSharedRefillWaitsForReplicas(t *testing.T) {
 		}
 	})
 }
+
+// A waiting process that listened on its channel when it renewed its line entry, and does not
+// listen any more (its connection closed: it died, kill -9), is passed over and dropped: as
+// the holder lets go, the process behind it is told and takes, rather than waiting for the
+// dead entry to expire (a minute here). A read-write lock's dead writer before a reader, a
+// semaphore's dead waiter for every permit before a waiter for one.
+func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
+	for _, s := range []struct {
+		name string
+		spec processor.Shared
+		all  int64 // what the holder holds and the dead process asks: every permit
+	}{
+		{"rw", rw, processor.RWPermits},
+		{"sem", sem3, 3},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			backends(t, func(t *testing.T, c *redis.Client) {
+				ctx := context.Background()
+				lc, err := domain.NewDLockConfig("PROC", fresh("deaf-"+t.Name()), time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
+				la := a.locker()
+				if r := a.take(t, lc, s.spec, la, s.all, true); r.Outcome != processor.Taken {
+					t.Fatalf("holder: %+v", r)
+				}
+				ps := c.Subscribe(ctx, processor.SharedChannel(lc, "D-"))
+				defer ps.Close()
+				if _, err := ps.Receive(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if r := d.take(t, lc, s.spec, d.locker(), s.all, true); r.Outcome != processor.Held || r.Rank != 0 {
+					t.Fatalf("D- (it listens): %+v", r)
+				}
+				h := listen(t, c, lc, "B-")
+				lb := b.locker()
+				if r := b.take(t, lc, s.spec, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+					t.Fatalf("B- behind it: %+v", r)
+				}
+				_ = ps.Close() // D- dies
+				waitForNoSubscriber(t, c, processor.SharedChannel(lc, "D-"))
+				if o := a.letGo(t, lc, s.spec, la); o != processor.Released {
+					t.Fatalf("release: %v", o)
+				}
+				h.next("B-", "F")
+				if r := b.take(t, lc, s.spec, lb, 1, true); r.Outcome != processor.Taken {
+					t.Fatalf("B- past the dead D-: %+v", r)
+				}
+				if in, _ := a.SharedInspect(ctx, lc, s.spec); len(in.Waiting) != 0 {
+					t.Fatalf("the dead process is still in line: %+v", in.Waiting)
+				}
+			})
+		})
+	}
+}
+
+// A process that does not listen on its channel (notifications off) keeps its place in line
+// while it renews its entry (it asks every sixth of its lease), however long it waits; once it
+// has not renewed it for more than a third of its lease, the process behind it passes it, and
+// it keeps its place. An entry without what Redis heard of its process (written by a version
+// before it) counts until it expires, however old, as that version counts it.
+func TestSharedLineJudgesAProcessThatDoesNotListenByItsRenewals(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lease := 1500 * time.Millisecond // an entry lives 2 s; renewed within 500 ms it counts
+		quiet, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: false, Mark: "Q-"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, q, b := newProc(t, c, "A-"), &proc{RedisLockProcessor: quiet, mark: "Q-"}, newProc(t, c, "B-")
+		setUp := func(name string) (lc domain.DLockConfig, la, lq, lb string) {
+			t.Helper()
+			lc, err := domain.NewDLockConfig("PROC", fresh(name+"-"+t.Name()), lease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			la, lq, lb = a.locker(), q.locker(), b.locker()
+			a.take(t, lc, sem3, la, 3, true)
+			if r := q.take(t, lc, sem3, lq, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+				t.Fatalf("Q-: %+v", r)
+			}
+			if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+				t.Fatalf("B- behind Q-: %+v", r)
+			}
+			return lc, la, lq, lb
+		}
+
+		// Q- renews its entry at its pace for longer than a third of its lease
+		lc, la, lq, lb := setUp("renews")
+		for end := time.Now().Add(lease / 2); time.Now().Before(end); {
+			time.Sleep(lease / 10)
+			if r := q.take(t, lc, sem3, lq, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+				t.Fatalf("Q- renews: %+v", r)
+			}
+		}
+		a.letGo(t, lc, sem3, la)
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held {
+			t.Fatalf("B- passed Q-, which renews its entry: %+v", r)
+		}
+		if r := q.take(t, lc, sem3, lq, 3, true); r.Outcome != processor.Taken {
+			t.Fatalf("Q- first in line: %+v", r)
+		}
+
+		// Q- stops renewing (it died): passed over, though its entry is alive
+		lc, la, lq, lb = setUp("stale")
+		time.Sleep(lease/3 + 100*time.Millisecond)
+		a.letGo(t, lc, sem3, la)
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("B- behind Q-, which stopped renewing: %+v", r)
+		}
+		if in, _ := a.SharedInspect(ctx, lc, sem3); len(in.Waiting) != 1 || in.Waiting[0].Owner != "Q-" {
+			t.Fatalf("line %+v, want Q- still in it", in.Waiting)
+		}
+		b.letGo(t, lc, sem3, lb)
+		if r := q.take(t, lc, sem3, lq, 3, true); r.Outcome != processor.Taken {
+			t.Fatalf("Q- asks again: %+v", r)
+		}
+
+		// the entry of a version before the facts: counted however old
+		lc, err = domain.NewDLockConfig("PROC", fresh("before-"+t.Name()), lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := processor.SharedKeys(lc)
+		la, lb = a.locker(), b.locker()
+		a.take(t, lc, sem3, la, 3, true)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ZAdd(ctx, keys[2], redis.Z{Score: float64(now.UnixMicro()), Member: "O-"})
+		c.HSet(ctx, keys[3], "O-", fmt.Sprintf("3|%d|O-1", now.UnixMilli()+10_000))
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("B- behind O-: %+v", r)
+		}
+		time.Sleep(lease/3 + 100*time.Millisecond)
+		a.letGo(t, lc, sem3, la)
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held {
+			t.Fatalf("B- passed the entry of a version before the facts: %+v", r)
+		}
+	})
+}

@@ -30,8 +30,9 @@ type SharedOptions struct {
 
 // RunShared explores schedules of shared.lua's requests from a few simulated processes, each
 // request run by Redis in order, late (up to the settled lockers' life), twice, or never,
-// its reply heard or lost, while the explorer's clock (miniredis) lets leases run out. After
-// every step it checks:
+// its reply heard or lost, while the explorer's clock (miniredis) lets leases run out and
+// processes start or stop listening on their channels (a subscription made, or dropped as its
+// process dies). After every step it checks:
 //
 //   - permits: the permits of the holdings Redis keeps never exceed k;
 //   - beliefs: the permits the processes believe they hold (each from the send time of the
@@ -41,6 +42,11 @@ type SharedOptions struct {
 //   - settled: a locker whose release (or failed try, or replaced holding, or force) ran never
 //     holds again, whatever copy of a take arrives late;
 //   - tokens: every new holding's fencing token is above every earlier one's;
+//   - line-order: a take that succeeds fits with what every live entry ahead of its process
+//     asks (live: its process listened on its channel when it last renewed the entry and
+//     listens still, or did not and renewed it within a third of its lease);
+//   - line-dead: after a request ran, no entry of a process that listened when it last
+//     renewed it and does not now is left in line, but the request's own process's;
 //
 // and at the end, once every process let go of all it holds or asked for, that no holding is
 // left and that every key expires.
@@ -111,6 +117,14 @@ type sworld struct {
 	steps     int
 	violation *Violation
 	seed      uint64
+	// heard is, for each process, what Redis heard of it as a waiting take last wrote its
+	// line entry: when, and whether the process listened on its channel then.
+	heard map[string]heardOf
+}
+
+type heardOf struct {
+	at       time.Time
+	listened bool
 }
 
 // sproc is a simulated process: what it believes it holds, and what it asked for unheard.
@@ -123,6 +137,10 @@ type sproc struct {
 	letting map[string]bool    // lockers whose release has not run yet (the library sends it again)
 	gaveUp  map[string]bool    // lockers it sent a release for: a late reply for them is ignored
 	downs   map[string]string  // rw: downgrades whose reply went unheard (new -> old): sent again
+	// listening says the process is subscribed to its channel of the lock (Redis counts it);
+	// unlisten ends that.
+	listening bool
+	unlisten  func()
 }
 
 type belief struct {
@@ -164,13 +182,14 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		return nil, err
 	}
 	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
-		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed}
+		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed,
+		heard: map[string]heardOf{}}
 	for i := range opt.Procs + 1 {
 		name := string(rune('A'+i)) + "-"
 		if i == opt.Procs {
 			name = "OP-"
 		}
-		p, err := processor.NewRedisLockProcessor(be.client(), processor.Options{Mark: name, Scripts: opt.Scripts})
+		p, err := processor.NewRedisLockProcessor(be.client(), processor.Options{Publish: true, Mark: name, Scripts: opt.Scripts})
 		if err != nil {
 			return nil, err
 		}
@@ -182,6 +201,18 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	for _, p := range w.procs {
+		if rng.IntN(2) == 0 {
+			w.listen(p)
+		}
+	}
+	defer func() {
+		for _, p := range w.procs {
+			if p.listening {
+				p.unlisten()
+			}
+		}
+	}()
 	for w.steps = 0; w.steps < opt.Steps && w.violation == nil; w.steps++ {
 		w.step(rng)
 		w.check()
@@ -273,6 +304,12 @@ func (w *sworld) step(rng *rand.Rand) {
 		i := rng.IntN(len(w.flight))
 		w.note("lost before Redis: %v", w.flight[i])
 		w.flight = slices.Delete(w.flight, i, i+1)
+	case c < 88 && p.listening:
+		p.unlisten() // its subscription drops: it died, or its connection failed
+		p.listening = false
+		w.note("%s stops listening", p.name)
+	case c < 88:
+		w.listen(p)
 	case c < 89:
 		// an operator removes a holding it read (the reading may be stale by the time it runs)
 		if held, _ := w.held(); len(held) > 0 {
@@ -291,6 +328,13 @@ func (w *sworld) step(rng *rand.Rand) {
 		}
 		w.forget()
 	}
+}
+
+// listen subscribes p to its channel of the lock.
+func (w *sworld) listen(p *sproc) {
+	stop, _ := w.be.listen(processor.SharedChannel(w.cfg, p.name))
+	p.unlisten, p.listening = stop, true
+	w.note("%s listens", p.name)
 }
 
 func pickKey[V any](rng *rand.Rand, m map[string]V) string {
@@ -354,7 +398,9 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			if e, ok := line.entry(p.name); ok && e.locker != r.locker {
 				w.ran[e.locker] = true // the attempt this one took the place of in line
 			}
+			w.heard[p.name] = heardOf{w.now(), p.listening}
 		}
+		w.noDeadEntry(p)
 		if res.Outcome == processor.Taken && !repeat && r.old == "" {
 			// served in order: what is held now, and what every live entry ahead of this
 			// process in line asks, fit in k
@@ -416,6 +462,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			return
 		}
 		w.note("ran: %v -> %v %d (heard %v)", r, res.Outcome, res.Token, heard)
+		w.noDeadEntry(p)
 		if b := p.holds[r.locker]; heard && b != nil {
 			if res.Outcome == processor.Renewed {
 				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
@@ -435,6 +482,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			return
 		}
 		w.note("ran: %v -> %v", r, res.Outcome)
+		w.noDeadEntry(p)
 		if res.Outcome == processor.Released {
 			w.ran[r.locker], w.forced[r.locker] = true, true
 		}
@@ -445,6 +493,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			return
 		}
 		w.note("ran: %v -> %v", r, res.Outcome)
+		w.noDeadEntry(p)
 		w.ran[r.locker] = true
 		delete(p.letting, r.locker)
 	}
@@ -463,6 +512,8 @@ type sline []sentry
 type sentry struct {
 	owner, locker string
 	n             uint64
+	counts        bool // a take counts it ahead: its process lives, as far as Redis can tell
+	dead          bool // its process listened when it last renewed it and does not now
 }
 
 // line reads the live entries of the line, first first.
@@ -486,7 +537,13 @@ func (w *sworld) line() sline {
 		if exp < w.now().UnixMilli() {
 			continue
 		}
-		out = append(out, sentry{owner: o, locker: parts[2], n: n})
+		e := sentry{owner: o, locker: parts[2], n: n, counts: true}
+		if h, ok := w.heard[o]; ok {
+			listens := w.listens(o)
+			e.dead = h.listened && !listens
+			e.counts = (h.listened && listens) || (!h.listened && w.now().Sub(h.at).Milliseconds() <= w.opt.Lease.Milliseconds()/3)
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -507,9 +564,31 @@ func (l sline) ahead(owner string) uint64 {
 		if e.owner == owner {
 			break
 		}
-		sum += e.n
+		if e.counts {
+			sum += e.n
+		}
 	}
 	return sum
+}
+
+// listens reports whether the process named owner listens on its channel now.
+func (w *sworld) listens(owner string) bool {
+	for _, p := range w.procs {
+		if p.name == owner {
+			return p.listening
+		}
+	}
+	return false
+}
+
+// noDeadEntry checks, after a request of p ran, that the line holds no entry of a process that
+// listened on its channel when it last renewed it and does not now (it died), but p's own.
+func (w *sworld) noDeadEntry(p *sproc) {
+	for _, e := range w.line() {
+		if e.dead && e.owner != p.name {
+			w.fail("line-dead", "%s's entry is still in line after %s's request ran: it listened when it renewed it, and does not now", e.owner, p.name)
+		}
+	}
 }
 
 // usedOf decides, as its process lets the write-hold l (b) go with r, how far its writers got
@@ -687,4 +766,10 @@ var SharedMutants = []Mutant{
 		"            first = string.format('%.0f', reserve(A.tokens))", "            first = string.format('%.0f', tonumber(redis.call('get', FENCE) or '0') + 1)"},
 	{"a write-hold gives back a token its writers used", "shared",
 		"        redis.call('set', FENCE, A.last)", "        redis.call('set', FENCE, string.format('%.0f', tonumber(A.last) - 1))"},
+	{"a fresh entry of a process that does not listen is passed over", "shared",
+		"NOW_MS - e.renewed <= math.floor(e.lease / 3)", "false"},
+	{"an entry of a process that listens is passed over once it is a third of a lease old", "shared",
+		"return not e.renewed or e.listened or", "return not e.renewed or"},
+	{"a dead process's entry stays in line", "shared",
+		"        elseif (owner ~= A.owner or A.op == 'force') and died(e) then", "        elseif false then"},
 }

@@ -14,6 +14,12 @@
 --   KEYS[5] GONE  {B}:shared:gone   sorted set: settled lockers by the server ms they are kept until
 --   KEYS[6] FENCE {B}:shared:fence  the fencing counter: the last token reserved
 --   KEYS[7] KIND  {B}:shared:kind   "<rw|sem>|<k>": what the lock is and its permits
+--   KEYS[8] HEARD {B}:shared:heard  hash: owner -> "<server ms it renewed its entry>|<1 if its process listened
+--                                   on its channel then, else 0>|<lease ms>|<its WANT value then>": what
+--                                   Redis heard of a waiting process. A version before it passes seven keys and
+--                                   never reads it; the facts count only while WANT holds the value they were
+--                                   written with (an entry without them, of that version, is counted until it
+--                                   expires, as that version does).
 --
 -- Invariants (the explorer, internal/explore, checks them under late and repeated requests):
 --   * the permits in HELD never exceed k (KIND's): a take is refused unless they fit;
@@ -21,7 +27,12 @@
 --     holds again: every take of it answers -1 while GONE keeps it (gone_ttl, at least as long
 --     as any copy of a request can be on its way);
 --   * a process in line is passed only by a request that fits with everything ahead of it in
---     line counted as taken (so a writer in line holds off readers that come after it).
+--     line counted as taken (so a writer in line holds off readers that come after it), but
+--     for the entries of processes that are not live (the mutex's rule, prelude.lua's live):
+--     one that listened on its channel when it last renewed its entry and does not listen now
+--     died (Redis drops a subscription as its connection closes), and its entry is dropped;
+--     one that did not listen and has not renewed its entry within a third of its lease is
+--     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
 -- {1} released (or forced); {0, rank, life}
@@ -51,7 +62,7 @@ local A = {
     block_end = ARGV[17] or '',        -- ... and the block's last ('' for none: nothing to give back)
     from = ARGV[18] or '',             -- permits: the count the change applies to ('' for whatever it is)
 }
-local HELD, EXP, LINE, WANT, GONE, FENCE, KIND = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local NOW_MS = math.floor(NOW_US / 1000)
@@ -98,35 +109,91 @@ local function holding(locker)
     return {locker = locker, n = tonumber(n), token = token, owner = owner}
 end
 
+-- entry returns owner's line entry: the permits it waits for, when it expires, its locker and,
+-- when a request of this version wrote it (HEARD holds facts written with this very value),
+-- when it was renewed, whether its process listened on its channel then, and its lease.
 local function entry(owner)
     local v = redis.call('hget', WANT, owner)
     if not v then
         return nil
     end
     local n, expires, locker = string.match(v, '^(%d+)|(%d+)|(.*)$')
-    return {owner = owner, n = tonumber(n), expires = tonumber(expires), locker = locker}
+    local e = {owner = owner, n = tonumber(n), expires = tonumber(expires), locker = locker}
+    local h = HEARD and redis.call('hget', HEARD, owner)
+    if h then
+        local renewed, listened, lease, want = string.match(h, '^(%d+)|([01])|(%d+)|(.*)$')
+        if want == v then
+            e.renewed, e.listened, e.lease = tonumber(renewed), listened == '1', tonumber(lease)
+        end
+    end
+    return e
 end
 
 local function drop(owner)
     redis.call('zrem', LINE, owner)
     redis.call('hdel', WANT, owner)
+    if HEARD then
+        redis.call('hdel', HEARD, owner)
+    end
 end
 
--- prune settles the holdings whose lease ran out and drops expired line entries and settled
--- lockers kept long enough. It reports whether a holding ran out (permits came free).
+-- hears reports whether the process owner listens on its channel of the lock now, or nil when
+-- Redis cannot tell (no channel, or a user not allowed to count subscribers).
+local function hears(owner)
+    if A.channel == '' then
+        return nil
+    end
+    local count = 'numsub'
+    if A.publish == 'spublish' then
+        count = 'shardnumsub'
+    end
+    local r = redis.pcall('pubsub', count, A.channel .. owner)
+    if type(r) ~= 'table' then
+        return nil
+    end
+    return tonumber(r[2] or 0) > 0
+end
+
+-- died reports whether e's process died, as far as Redis can tell: it listened on its channel
+-- when it last renewed its entry and does not now (Redis drops a subscription as soon as its
+-- connection closes, which a process's death does).
+local function died(e)
+    return e.listened and hears(e.owner) == false
+end
+
+-- counts reports whether e counts in line (prune dropped the entries of processes that died):
+-- its process listened when it renewed it (and listens still), or it renewed it within a third
+-- of its lease (a process that does not listen asks every sixth), or it was written by a version
+-- before the facts (counted until it expires, as that version counts it).
+local function counts(e)
+    return not e.renewed or e.listened or NOW_MS - e.renewed <= math.floor(e.lease / 3)
+end
+
+-- prune settles the holdings whose lease ran out and drops expired line entries, the entries of
+-- processes that died (but the asking process's: it lives; an operator's force names another
+-- process's locker) and settled lockers kept long enough. It reports whether permits came free
+-- or the line moved (a holding ran out, or a dead process's entry went): the processes in line
+-- that fit now are to be told.
 local function prune()
     local dead = redis.call('zrangebyscore', EXP, '-inf', '(' .. NOW_MS)
     for _, locker in ipairs(dead) do
         unhold(locker)
     end
     redis.call('zremrangebyscore', GONE, '-inf', '(' .. NOW_MS)
+    local moved = false
     for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
         local e = entry(owner)
         if not e or e.expires < NOW_MS then
             drop(owner)
+        elseif (owner ~= A.owner or A.op == 'force') and died(e) then
+            drop(owner)
+            moved = true
         end
     end
-    return #dead > 0
+    if HEARD and redis.call('zcard', LINE) == 0 and redis.call('exists', HEARD) == 1 then
+        redis.call('del', HEARD) -- (facts of entries a version before them dropped, leaving HEARD alone)
+    end
+    return #dead > 0 or moved
 end
 
 -- used returns the permits held, leaving out the holding except (the one a take replaces).
@@ -152,7 +219,7 @@ local function ahead(owner)
             return sum
         end
         local e = entry(o)
-        if e then
+        if e and counts(e) then
             sum = sum + e.n
         end
     end
@@ -193,12 +260,13 @@ local function kind()
 end
 
 -- wake tells the processes at the front of the line whose permits now fit, in order, up to
--- the first that does not: one message per process that may take.
+-- the first that does not: one message per process that may take. Entries that do not count
+-- (counts) are passed over, as a take passes them.
 local function wake(k)
     local sum = used('')
     for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
         local e = entry(owner)
-        if e then
+        if e and counts(e) then
             if sum + e.n > k then
                 return
             end
@@ -217,7 +285,7 @@ local function keep(k, kd)
     if #last > 0 then
         ms = math.max(ms, tonumber(last[2]) - NOW_MS + 1)
     end
-    for _, key in ipairs({HELD, EXP, LINE, WANT, GONE, FENCE, KIND}) do
+    for _, key in ipairs({HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD}) do
         if redis.call('pttl', key) < ms and redis.call('exists', key) == 1 then
             redis.call('pexpire', key, ms)
         end
@@ -329,7 +397,12 @@ if A.op == 'take' then
         settle(e.locker) -- the attempt this one takes the place of
     end
     local new = redis.call('zadd', LINE, 'NX', NOW_US, A.owner) == 1
-    redis.call('hset', WANT, A.owner, A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker)
+    local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
+    redis.call('hset', WANT, A.owner, want)
+    if HEARD then
+        local listens = hears(A.owner) and '1' or '0'
+        redis.call('hset', HEARD, A.owner, NOW_MS .. '|' .. listens .. '|' .. A.lease .. '|' .. want)
+    end
     if new then
         for owner in pairs(owners) do
             if owner ~= A.owner then
@@ -425,7 +498,7 @@ elseif A.op == 'inspect' then
     local line = {}
     for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
         local e = entry(owner)
-        if e and e.expires >= NOW_MS then
+        if e and e.expires >= NOW_MS and not died(e) then
             line[#line + 1] = owner
             line[#line + 1] = e.n
         end
