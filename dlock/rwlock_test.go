@@ -3,8 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
