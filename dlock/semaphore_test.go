@@ -257,6 +257,112 @@ func TestSemaphoreLoweredCountIsKeptByTheHolders(t *testing.T) {
 	}
 }
 
+// A process B that waited in line and gave up leaves A's holding free to lend again (as
+// TestRWReaderGetsInOnceAnotherProcesssWriterGaveUp for readers): A holds one holding of 2
+// permits of k = 2, one lent, one free; a new goroutine of A asking for 1 gets the free one as
+// soon as A asks Redis for more (within a sixth of the lease, growPatience) and the answer says
+// nobody waits — not at A's next renewal (three quarters of a 60 s lease; found by helper-9's
+// review).
+func TestSemaphoreLendsAgainOnceAnotherProcesssWaiterGaveUp(t *testing.T) {
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	ctx := ctxT(t, 50*time.Second)
+	o0, err := sa.Acquire(ctx, 2) // one holding of 2 permits
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 2)
+	for range 2 {
+		go func() {
+			o, err := sa.Acquire(ctx, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- o
+		}()
+	}
+	key := sa.Config().UniqueKey()
+	waitFor(t, func() bool { return ga.SharedWaiters(key) == 2 })
+	if err := sa.Release(o0); err != nil { // both borrow one permit of the holding of 2
+		t.Fatal(err)
+	}
+	o1, o2 := recv(t, got, "first"), recv(t, got, "second")
+	defer sa.Release(o2)
+	bctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := sb.Acquire(bctx, 1)
+		gaveUp <- err
+	}()
+	waitFor(t, func() bool { return ga.SharedWanted(key) })
+	cancel()
+	if err := recv(t, gaveUp, "B"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("B: %v, want it to give up", err)
+	}
+	waitFor(t, func() bool { st, err := sa.State(context.Background()); return err == nil && len(st.Waiting) == 0 })
+	if err := sa.Release(o1); err != nil { // one permit of A's holding is free again
+		t.Fatal(err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 30*time.Second) // (A asks within a sixth of the lease, 10 s; it renews 45 s on)
+	defer cancel2()
+	o3, err := sa.Acquire(short, 1)
+	if err != nil {
+		t.Fatalf("A's goroutine, one permit free in A's own holding and nobody else waiting: %v", err)
+	}
+	_ = sa.Release(o3)
+}
+
+// The same from SetPermits: a count lowered below what A holds (A is told W) and raised back
+// leaves A's free permit lendable again at A's next ask, not at its next renewal.
+func TestSemaphoreLendsAgainOnceALoweredCountIsRaisedBack(t *testing.T) {
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	sa := semOf(t, ga, tg, 2)
+	ctx := ctxT(t, 50*time.Second)
+	o0, err := sa.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 2)
+	for range 2 {
+		go func() {
+			o, err := sa.Acquire(ctx, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- o
+		}()
+	}
+	key := sa.Config().UniqueKey()
+	waitFor(t, func() bool { return ga.SharedWaiters(key) == 2 })
+	if err := sa.Release(o0); err != nil {
+		t.Fatal(err)
+	}
+	o1, o2 := recv(t, got, "first"), recv(t, got, "second")
+	defer sa.Release(o2)
+	if err := sa.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return ga.SharedWanted(key) })
+	if err := sa.SetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.Release(o1); err != nil { // 1 of k=2 held in Redis now, 1 free in A's holding
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 30*time.Second) // (A asks within a sixth of the lease, 10 s; it renews 45 s on)
+	defer cancel()
+	o3, err := sa.Acquire(short, 1)
+	if err != nil {
+		t.Fatalf("A's goroutine, k back to 2, one permit free in A's holding, nobody waiting: %v", err)
+	}
+	_ = sa.Release(o3)
+}
+
 // Bad input is refused with ErrInvalidConfig, re-entry takes no more permits, and a
 // read-write lock and a semaphore of one name refuse each other.
 func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {

@@ -885,6 +885,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			st.lendLocked()
 		case r.Outcome == processor.Held && !a.wait:
 			st.attempt = nil
+			st.heldAnswer(r, w)
 			if !a.try {
 				st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
 			} else if front := st.front(); front != nil && front.try {
@@ -892,6 +893,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 				close(front.done)
 			}
 		case r.Outcome == processor.Held:
+			st.heldAnswer(r, w)
 			pace := lease / 6
 			if r.Rank == 0 && r.Life >= 0 {
 				pace = min(pace, r.Life+time.Millisecond)
@@ -903,6 +905,17 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 		default: // settled: a fresh attempt next
 			st.attempt = nil
 		}
+	}
+}
+
+// heldAnswer takes what a take's Held answer says of the line (r.Waiting) as the notice that
+// another process waits (wanted), as Taken and Renewed answers do, unless a W came after the
+// request was sent (w, the W count then): a W that a waiter left behind (it gave up, or died),
+// or a lowered count raised back, no longer keeps the process's holdings from lending. The
+// caller holds mu.
+func (st *sharedState) heldAnswer(r processor.SharedResult, w uint64) {
+	if st.wanted = r.Waiting || st.heardW != w; !st.wanted {
+		st.lendLocked()
 	}
 }
 

@@ -80,7 +80,7 @@ type TakeRequest struct {
 type SharedResult struct {
 	Outcome Outcome // Taken, Held, Settled, Renewed, Released or Gone
 	Token   uint64  // Taken: the holding's fencing token
-	Waiting bool    // Taken, Renewed: another process stands in line
+	Waiting bool    // Taken, Renewed, Held: another process stands in line, or more than k are held
 	Rank    int     // Held: the process's place in line (0 for first), -1 when not in line
 	Life    time.Duration
 	// Life (Held) is how long until the first holding expires, -1 when none is held.
@@ -200,8 +200,8 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 		return SharedResult{Outcome: Taken, Token: uintOf(vals[1]), Waiting: vals[2] == int64(1)}, nil
 	case code == -1:
 		return SharedResult{Outcome: Settled}, nil
-	case code == 0 && len(vals) == 3:
-		r := SharedResult{Outcome: Held, Rank: -1, Life: -1}
+	case code == 0 && len(vals) >= 3:
+		r := SharedResult{Outcome: Held, Rank: -1, Life: -1, Waiting: len(vals) > 3 && vals[3] == int64(1)}
 		if rank, ok := vals[1].(int64); ok {
 			r.Rank = int(rank)
 		}

@@ -35,11 +35,12 @@
 --     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
--- {1} released (or forced); {0, rank, life}
+-- {1} released (or forced); {0, rank, life, waiting}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
 -- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
--- asked. waiting is 1 when another process stands in line.
+-- asked. waiting is 1 when another process stands in line, or more than k permits are held
+-- (waiting): the holders lend no more and give back what comes free.
 local A = {
     op = ARGV[1] or '',                -- take, renew, release, force, inspect, permits
     locker = ARGV[2] or '',            -- the request's locker
@@ -390,7 +391,7 @@ if A.op == 'take' then
         settle(A.locker)
         if freed then wake(k) end
         keep(k, kd)
-        return {0, -1, life()}
+        return {0, -1, life(), waiting(A.owner, k)}
     end
     local e = entry(A.owner)
     if e and e.locker ~= A.locker then
@@ -412,7 +413,7 @@ if A.op == 'take' then
     end
     if freed then wake(k) end
     keep(k, kd)
-    return {0, redis.call('zrank', LINE, A.owner), life()}
+    return {0, redis.call('zrank', LINE, A.owner), life(), waiting(A.owner, k)}
 elseif A.op == 'renew' then
     if holding(A.locker) then
         lengthen(A.locker)
