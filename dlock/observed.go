@@ -16,7 +16,7 @@ type observed struct {
 
 func (p observed) report(err error) error {
 	var pe *RedisProcessError
-	if errors.As(err, &pe) {
+	if errors.As(err, &pe) && !errors.Is(pe.Err, context.Canceled) { // (a caller that went away, or Close: not Redis failing)
 		p.o.RedisError(RedisErrorEvent{Op: pe.Op, Key: pe.Key, Err: pe.Err})
 	}
 	return err
