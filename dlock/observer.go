@@ -29,7 +29,8 @@ type Observer interface {
 	// RenewalFailed: a renewal could not be made (Redis failed or did not answer in time); it
 	// is retried until the lease runs out.
 	RenewalFailed(RenewalEvent)
-	// RedisError: a Redis round trip failed, whatever the operation (renewals included).
+	// RedisError: a Redis round trip failed, whatever the operation (renewals included); not
+	// one that its caller's context or Close cancelled.
 	RedisError(RedisErrorEvent)
 }
 
