@@ -269,27 +269,8 @@ func TestSemaphoreLendsAgainOnceAnotherProcesssWaiterGaveUp(t *testing.T) {
 	tg := uniqueTarget(t)
 	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
 	ctx := ctxT(t, 50*time.Second)
-	o0, err := sa.Acquire(ctx, 2) // one holding of 2 permits
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *dlock.Owner, 2)
-	for range 2 {
-		go func() {
-			o, err := sa.Acquire(ctx, 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			got <- o
-		}()
-	}
 	key := sa.Config().UniqueKey()
-	waitFor(t, func() bool { return ga.SharedWaiters(key) == 2 })
-	if err := sa.Release(o0); err != nil { // both borrow one permit of the holding of 2
-		t.Fatal(err)
-	}
-	o1, o2 := recv(t, got, "first"), recv(t, got, "second")
+	o1, o2 := lentHolding(ctx, t, ga, sa)
 	defer sa.Release(o2)
 	bctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
@@ -315,21 +296,18 @@ func TestSemaphoreLendsAgainOnceAnotherProcesssWaiterGaveUp(t *testing.T) {
 	_ = sa.Release(o3)
 }
 
-// The same from SetPermits: a count lowered below what A holds (A is told W) and raised back
-// leaves A's free permit lendable again at A's next ask, not at its next renewal.
-func TestSemaphoreLendsAgainOnceALoweredCountIsRaisedBack(t *testing.T) {
-	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
-	tg := uniqueTarget(t)
-	sa := semOf(t, ga, tg, 2)
-	ctx := ctxT(t, 50*time.Second)
-	o0, err := sa.Acquire(ctx, 2)
+// lentHolding has g take one holding of 2 permits of s and lend one to each of two goroutines,
+// whose owners it returns.
+func lentHolding(ctx context.Context, t *testing.T, g *dlock.Generator, s *dlock.Semaphore) (*dlock.Owner, *dlock.Owner) {
+	t.Helper()
+	o0, err := s.Acquire(ctx, 2) // one holding of 2 permits
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *dlock.Owner, 2)
 	for range 2 {
 		go func() {
-			o, err := sa.Acquire(ctx, 1)
+			o, err := s.Acquire(ctx, 1)
 			if err != nil {
 				t.Error(err)
 				return
@@ -337,12 +315,22 @@ func TestSemaphoreLendsAgainOnceALoweredCountIsRaisedBack(t *testing.T) {
 			got <- o
 		}()
 	}
-	key := sa.Config().UniqueKey()
-	waitFor(t, func() bool { return ga.SharedWaiters(key) == 2 })
-	if err := sa.Release(o0); err != nil {
+	waitFor(t, func() bool { return g.SharedWaiters(s.Config().UniqueKey()) == 2 })
+	if err := s.Release(o0); err != nil { // both borrow one permit of the holding of 2
 		t.Fatal(err)
 	}
-	o1, o2 := recv(t, got, "first"), recv(t, got, "second")
+	return recv(t, got, "first"), recv(t, got, "second")
+}
+
+// The same from SetPermits: a count lowered below what A holds (A is told W) and raised back
+// leaves A's free permit lendable again at A's next ask, not at its next renewal.
+func TestSemaphoreLendsAgainOnceALoweredCountIsRaisedBack(t *testing.T) {
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	sa := semOf(t, ga, tg, 2)
+	ctx := ctxT(t, 50*time.Second)
+	key := sa.Config().UniqueKey()
+	o1, o2 := lentHolding(ctx, t, ga, sa)
 	defer sa.Release(o2)
 	if err := sa.SetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
