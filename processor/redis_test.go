@@ -66,7 +66,7 @@ type proc struct {
 	n    int
 }
 
-func newProc(t *testing.T, c *redis.Client, mark string) *proc {
+func newProc(t *testing.T, c redis.UniversalClient, mark string) *proc {
 	p, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true, Mark: mark})
 	if err != nil {
 		t.Fatal(err)
@@ -1480,26 +1480,29 @@ func TestGrantSkipsAStaleEntryWithoutNotifications(t *testing.T) {
 	}
 }
 
+// shardedClient returns a Cluster client over the one real server, all of whose slots it
+// serves: Redis 7 serves sharded pub/sub (SPUBLISH, SSUBSCRIBE) outside a cluster too.
+func shardedClient(tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
+	o := &redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr}}}}, nil
+		},
+	}
+	for _, f := range tune {
+		f(o)
+	}
+	return redis.NewClusterClient(o)
+}
+
 // On a Cluster client (sharded pub/sub: SPUBLISH, SSUBSCRIBE) a process that listens on its
 // channel is heard. (A Cluster client over the one server: Redis 7 serves sharded pub/sub
 // outside a cluster too.)
 func TestShardedChannelsAreHeard(t *testing.T) {
 	srv.NeedReal(t)
 	ctx := context.Background()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr}}}}, nil
-		},
-	})
+	cc := shardedClient()
 	defer cc.Close()
-	mk := func(mark string) *proc {
-		p, err := processor.NewRedisLockProcessor(cc, processor.Options{Publish: true, Mark: mark})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &proc{RedisLockProcessor: p, mark: mark}
-	}
-	a, b := mk("pa-"), mk("pb-")
+	a, b := newProc(t, cc, "pa-"), newProc(t, cc, "pb-")
 	if sharded, err := a.Sharded(ctx); err != nil || !sharded {
 		t.Fatalf("Sharded = %v, %v; want sharded pub/sub on Redis 7", sharded, err)
 	}
@@ -1527,12 +1530,7 @@ func TestShardedFallsBackToPlainWithoutCommandInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Do(ctx, "acl", "deluser", user)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Username: user, Password: "pw",
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr}}}}, nil
-		},
-	})
+	cc := shardedClient(func(o *redis.ClusterOptions) { o.Username, o.Password = user, "pw" })
 	defer cc.Close()
 	p, err := processor.NewRedisLockProcessor(cc, processor.Options{Publish: true, Mark: "pa-"})
 	if err != nil {

@@ -570,18 +570,25 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 // delivered in the order they were published).
 type hearer struct {
 	t  *testing.T
-	c  *redis.Client
+	c  redis.UniversalClient
 	lc domain.DLockConfig
 	ps *redis.PubSub
 }
 
-func listen(t *testing.T, c *redis.Client, lc domain.DLockConfig, owners ...string) *hearer {
+// listen listens on owners' channels as their processes do on c (by SSUBSCRIBE on a Cluster
+// client).
+func listen(t *testing.T, c redis.UniversalClient, lc domain.DLockConfig, owners ...string) *hearer {
 	t.Helper()
 	var chans []string
 	for _, o := range owners {
 		chans = append(chans, processor.SharedChannel(lc, o))
 	}
-	ps := c.Subscribe(context.Background(), chans...)
+	var ps *redis.PubSub
+	if _, sharded := c.(*redis.ClusterClient); sharded {
+		ps = c.SSubscribe(context.Background(), chans...)
+	} else {
+		ps = c.Subscribe(context.Background(), chans...)
+	}
 	t.Cleanup(func() { _ = ps.Close() })
 	for range chans {
 		if _, err := ps.Receive(context.Background()); err != nil {
@@ -609,7 +616,11 @@ func (h *hearer) next(owner, payload string) {
 // publishes now to owner is the next message heard.
 func (h *hearer) quiet(owner string) {
 	h.t.Helper()
-	h.c.Publish(context.Background(), processor.SharedChannel(h.lc, owner), "mark")
+	if _, sharded := h.c.(*redis.ClusterClient); sharded {
+		h.c.SPublish(context.Background(), processor.SharedChannel(h.lc, owner), "mark")
+	} else {
+		h.c.Publish(context.Background(), processor.SharedChannel(h.lc, owner), "mark")
+	}
 	h.next(owner, "mark")
 }
 
@@ -1059,7 +1070,8 @@ func TestSharedRefillWaitsForReplicas(t *testing.T) {
 // listen any more (its connection closed: it died, kill -9), is passed over and dropped: as
 // the holder lets go, the process behind it is told and takes, rather than waiting for the
 // dead entry to expire (a minute here). A read-write lock's dead writer before a reader, a
-// semaphore's dead waiter for every permit before a waiter for one.
+// semaphore's dead waiter for every permit before a waiter for one; on a Cluster client too,
+// where processes listen by sharded pub/sub (SSUBSCRIBE).
 func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 	for _, s := range []struct {
 		name string
@@ -1070,45 +1082,179 @@ func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 		{"sem", sem3, 3},
 	} {
 		t.Run(s.name, func(t *testing.T) {
-			backends(t, func(t *testing.T, c *redis.Client) {
-				ctx := context.Background()
-				lc, err := domain.NewDLockConfig("PROC", fresh("deaf-"+t.Name()), time.Minute)
-				if err != nil {
-					t.Fatal(err)
-				}
-				a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
-				la := a.locker()
-				if r := a.take(t, lc, s.spec, la, s.all, true); r.Outcome != processor.Taken {
-					t.Fatalf("holder: %+v", r)
-				}
-				ps := c.Subscribe(ctx, processor.SharedChannel(lc, "D-"))
-				defer ps.Close()
-				if _, err := ps.Receive(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if r := d.take(t, lc, s.spec, d.locker(), s.all, true); r.Outcome != processor.Held || r.Rank != 0 {
-					t.Fatalf("D- (it listens): %+v", r)
-				}
-				h := listen(t, c, lc, "B-")
-				lb := b.locker()
-				if r := b.take(t, lc, s.spec, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
-					t.Fatalf("B- behind it: %+v", r)
-				}
-				_ = ps.Close() // D- dies
-				waitForNoSubscriber(t, c, processor.SharedChannel(lc, "D-"))
-				if o := a.letGo(t, lc, s.spec, la); o != processor.Released {
-					t.Fatalf("release: %v", o)
-				}
-				h.next("B-", "F")
-				if r := b.take(t, lc, s.spec, lb, 1, true); r.Outcome != processor.Taken {
-					t.Fatalf("B- past the dead D-: %+v", r)
-				}
-				if in, _ := a.SharedInspect(ctx, lc, s.spec); len(in.Waiting) != 0 {
-					t.Fatalf("the dead process is still in line: %+v", in.Waiting)
-				}
+			backends(t, func(t *testing.T, c *redis.Client) { passesTheDead(t, c, s.spec, s.all) })
+			t.Run("sharded", func(t *testing.T) {
+				srv.NeedReal(t)
+				cc := shardedClient()
+				defer cc.Close()
+				passesTheDead(t, cc, s.spec, s.all)
 			})
 		})
 	}
+}
+
+func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared, all int64) {
+	ctx := context.Background()
+	lc, err := domain.NewDLockConfig("PROC", fresh("deaf-"+t.Name()), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
+	la := a.locker()
+	if r := a.take(t, lc, spec, la, all, true); r.Outcome != processor.Taken {
+		t.Fatalf("holder: %+v", r)
+	}
+	dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
+	if r := d.take(t, lc, spec, d.locker(), all, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("D- (it listens): %+v", r)
+	}
+	h := listen(t, c, lc, "B-")
+	lb := b.locker()
+	if r := b.take(t, lc, spec, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+		t.Fatalf("B- behind it: %+v", r)
+	}
+	dies()
+	if o := a.letGo(t, lc, spec, la); o != processor.Released {
+		t.Fatalf("release: %v", o)
+	}
+	h.next("B-", "F")
+	if r := b.take(t, lc, spec, lb, 1, true); r.Outcome != processor.Taken {
+		t.Fatalf("B- past the dead D-: %+v", r)
+	}
+	if in, _ := a.SharedInspect(ctx, lc, spec); len(in.Waiting) != 0 {
+		t.Fatalf("the dead process is still in line: %+v", in.Waiting)
+	}
+}
+
+// subscribe listens on channel as a process does on c (by SSUBSCRIBE on a Cluster client) and
+// returns what ends it: the listener closes, and Redis no longer counts it.
+func subscribe(t *testing.T, c redis.UniversalClient, channel string) (closeIt func()) {
+	t.Helper()
+	ctx := context.Background()
+	_, sharded := c.(*redis.ClusterClient)
+	var ps *redis.PubSub
+	if sharded {
+		ps = c.SSubscribe(ctx, channel)
+	} else {
+		ps = c.Subscribe(ctx, channel)
+	}
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		_ = ps.Close()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			var n map[string]int64
+			var err error
+			if sharded {
+				n, err = c.PubSubShardNumSub(ctx, channel).Result()
+			} else {
+				n, err = c.PubSubNumSub(ctx, channel).Result()
+			}
+			if err == nil && n[channel] == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still has subscribers: %v %v", channel, n, err)
+			}
+		}
+	}
+}
+
+// A live process whose subscription dropped (a reconnect) keeps its place in line as it asks
+// again, though it looks dead to Redis until it listens again; once it asked without
+// listening, it is judged by its renewals, as a process that does not listen is.
+func TestSharedAProcessKeepsItsPlaceAsItAsks(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc, err := domain.NewDLockConfig("PROC", fresh("asks-"+t.Name()), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
+		a.take(t, lc, sem3, a.locker(), 3, true)
+		drops := subscribe(t, c, processor.SharedChannel(lc, "D-"))
+		ld := d.locker()
+		if r := d.take(t, lc, sem3, ld, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("D-: %+v", r)
+		}
+		lb := b.locker()
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("B- behind D-: %+v", r)
+		}
+		drops()
+		if r := d.take(t, lc, sem3, ld, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("D- asks again, its subscription dropped: %+v, want first in line still", r)
+		}
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("B- asks after D- renewed its entry without listening: %+v, want behind D-", r)
+		}
+	})
+}
+
+// The process behind a dead one is told as the dead entry is dropped, by whatever request
+// drops it (here the holder's renewal), when its permits fit without the dead one's: no
+// release needs to come.
+func TestSharedDroppingTheDeadTellsWhoIsBehind(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc, err := domain.NewDLockConfig("PROC", fresh("dropdead-"+t.Name()), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
+		la := a.locker()
+		a.take(t, lc, sem3, la, 1, true)
+		dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
+		if r := d.take(t, lc, sem3, d.locker(), 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("D- asks every permit beside a holding of one: %+v", r)
+		}
+		h := listen(t, c, lc, "B-")
+		lb := b.locker()
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("B- (one permit) behind D-: %+v", r)
+		}
+		dies()
+		if r, err := a.SharedRenew(context.Background(), lc, sem3, la); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("renewal: %+v %v", r, err)
+		}
+		h.next("B-", "F")
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("B- told: %+v", r)
+		}
+	})
+}
+
+// State lists the live waiters only: not an entry whose process died (it listened and does not
+// now), nor one that expired, though no request dropped them yet.
+func TestSharedInspectHidesTheDead(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc, err := domain.NewDLockConfig("PROC", fresh("hidedead-"+t.Name()), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, d, b, x := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-"), newProc(t, c, "X-")
+		a.take(t, lc, sem3, a.locker(), 3, true)
+		dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
+		d.take(t, lc, sem3, d.locker(), 2, true)
+		listen(t, c, lc, "B-")
+		b.take(t, lc, sem3, b.locker(), 1, true)
+		lcShort, err := lc.WithLease(150 * time.Millisecond) // X-'s entry: it runs out
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.take(t, lcShort, sem3, x.locker(), 1, true)
+		dies()
+		time.Sleep(processor.EntryTTL(lcShort) + 100*time.Millisecond)
+		in, err := a.SharedInspect(ctx, lc, sem3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Waiting) != 1 || in.Waiting[0].Owner != "B-" {
+			t.Fatalf("line %+v, want B- alone (D- died, X-'s entry ran out)", in.Waiting)
+		}
+	})
 }
 
 // A process that does not listen on its channel (notifications off) keeps its place in line
@@ -1161,7 +1307,12 @@ func TestSharedLineJudgesAProcessThatDoesNotListenByItsRenewals(t *testing.T) {
 		// Q- stops renewing (it died): passed over, though its entry is alive
 		lc, la, lq, lb = setUp("stale")
 		time.Sleep(lease/3 + 100*time.Millisecond)
+		h := listen(t, c, lc, "B-")
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("B- renews its entry, listening: %+v", r)
+		}
 		a.letGo(t, lc, sem3, la)
+		h.next("B-", "F") // (told past Q-)
 		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
 			t.Fatalf("B- behind Q-, which stopped renewing: %+v", r)
 		}
