@@ -183,7 +183,9 @@ func (p sharedPart) holdCount(ctx context.Context) int {
 	return so.count
 }
 
-// State reads what Redis holds for the lock.
+// State reads what Redis holds for the lock, in one round trip that changes nothing. It returns
+// ErrClosed after Close, a *RedisProcessError when Redis fails, and ctx's error when ctx ends
+// first.
 func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 	if l == nil || l.g == nil {
 		return SharedState{}, errZeroShared
@@ -225,6 +227,8 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // The change names the count it replaces, read first, so that a copy of it (or of an earlier
 // SetPermits) that reaches Redis late cannot set an older count again; SetPermits calls made
 // at once from several places still leave whichever ran last.
+// It returns ErrInvalidConfig for k < 1, ErrClosed after Close, a *RedisProcessError when
+// Redis fails, and ctx's error when ctx ends first (the change may then still reach Redis).
 func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	if s == nil || s.g == nil {
 		return errZeroShared
@@ -240,9 +244,16 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 		if err != nil {
 			return err
 		}
-		changed, now, err := s.g.redis.ChangePermits(ctx, s.cfg, st.Permits, int64(k))
-		if err != nil || changed || now == int64(k) {
-			return err
+		type change struct {
+			changed bool
+			now     int64
+		}
+		c, err := call(s.g, ctx, func(ctx context.Context) (change, error) {
+			changed, now, err := s.g.redis.ChangePermits(ctx, s.cfg, st.Permits, int64(k))
+			return change{changed, now}, err
+		})
+		if err != nil || c.changed || c.now == int64(k) {
+			return unlate(err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -251,7 +262,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	return fmt.Errorf("dlock: the permits of %s kept changing under SetPermits", s.cfg.UniqueKey())
 }
 
-// State reads what Redis holds for the semaphore.
+// State reads what Redis holds for the semaphore, as the read-write lock's State does.
 func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 	if s == nil || s.g == nil {
 		return SharedState{}, errZeroShared
@@ -447,12 +458,17 @@ type SharedWaits struct {
 }
 
 func (g *Generator) sharedState(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared) (SharedState, error) {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return SharedState{}, fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	case g.isClosed():
+		return SharedState{}, ErrClosed
 	}
-	in, err := g.redis.SharedInspect(ctx, cfg, spec)
+	in, err := call(g, ctx, func(ctx context.Context) (processor.SharedInspection, error) {
+		return g.redis.SharedInspect(ctx, cfg, spec)
+	})
 	if err != nil {
-		return SharedState{}, err
+		return SharedState{}, unlate(err)
 	}
 	st := SharedState{Kind: string(in.Kind), Fence: in.Fence}
 	rw := in.Kind == processor.KindRW

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 )
 
@@ -84,5 +86,63 @@ func TestStateSaysWhoHoldsAndWhoWaits(t *testing.T) {
 	waitFor(t, func() bool { s, _ := l1.State(ctx); return len(s.Waiting) == 0 })
 	if err := l1.Unlock(owned); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The read-write lock's and the semaphore's State, and SetPermits, end with their context when
+// Redis does not answer (a client that ignores the deadline waits its read timeout), and return
+// ErrClosed after Close.
+func TestSharedStateAndSetPermitsEndWithTheirContext(t *testing.T) {
+	g, c := newGen(t)
+	stuck := make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if op := sharedArg(cmd.Args(), "op"); op == "inspect" || op == "permits" {
+			<-stuck // no answer, whatever the context says
+		}
+		return next(ctx, cmd)
+	}})
+	t.Cleanup(func() { close(stuck) }) // (before the Generator's Close)
+	rw, err := g.GenRW("RW", uniqueTarget(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := semOf(t, g, uniqueTarget(t), 2)
+	for _, call := range []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"RWLock.State", func(ctx context.Context) error { _, err := rw.State(ctx); return err }},
+		{"Semaphore.State", func(ctx context.Context) error { _, err := s.State(ctx); return err }},
+		{"Semaphore.SetPermits", func(ctx context.Context) error { return s.SetPermits(ctx, 3) }},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- call.run(ctx) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s with Redis silent: %v, want the context's deadline", call.name, err)
+			}
+		case <-time.After(10 * time.Second): // (a hang made a failure)
+			t.Fatalf("%s did not end with its context", call.name)
+		}
+		cancel()
+	}
+
+	g2, _ := newGen(t)
+	rw2, _ := g2.GenRW("RW", uniqueTarget(t))
+	s2 := semOf(t, g2, uniqueTarget(t), 2)
+	if err := g2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := rw2.State(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("RWLock.State after Close: %v", err)
+	}
+	if _, err := s2.State(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Semaphore.State after Close: %v", err)
+	}
+	if err := s2.SetPermits(ctx, 3); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("SetPermits after Close: %v", err)
 	}
 }
