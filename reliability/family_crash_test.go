@@ -3,10 +3,15 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // A process killed with kill -9 while it holds a semaphore's permits and a read-write lock's
@@ -52,5 +57,95 @@ func TestKilledHolderOfTheLockFamily(t *testing.T) {
 	st, err := sem.State(ctx)
 	if err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
 		t.Fatalf("the semaphore afterwards: %+v %v", st, err)
+	}
+}
+
+// A process killed with kill -9 while it waits, first in line, for both of a semaphore's
+// permits and for a read-write lock's write side costs the processes behind it nothing once
+// Redis has seen its connection close: it listened when it last renewed its entries, and does
+// not now, so the next request drops them. The one behind it, waiting for the one permit free
+// and for a read beside the read-hold held, gets both while the holder keeps them, though the
+// killed process's entries would count for a minute (its lease) otherwise.
+func TestKilledWaiterOfTheLockFamily(t *testing.T) {
+	s := realServer(t)
+	const lease = time.Minute // the killed process's: its entries live that long
+	target := "killedwaiter-" + time.Now().Format("150405.000000")
+	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(600*time.Millisecond))
+	sem, err := g.GenSemaphore("FAMILY", target+"-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := g.GenRW("FAMILY", target+"-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := sem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := helper(t, "familywaiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
+	expectLine(t, out, "waiting")
+	raw := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer raw.Close()
+	var dead string
+	for _, cfg := range []domain.DLockConfig{sem.Config(), rw.Config()} {
+		heard := processor.SharedKeys(cfg)[7]
+		waitUntil(t, func() bool { // its entry says it listens (it asked again once subscribed)
+			for owner, facts := range raw.HGetAll(ctx, heard).Val() {
+				if strings.Contains(facts, "|1|") {
+					dead = owner
+					return true
+				}
+			}
+			return false
+		})
+	}
+
+	// the process behind it: from a Generator of its own, waiting until the kill
+	gb, _ := generator(t, s.Addr, dlock.WithDefaultLease(600*time.Millisecond))
+	semB, _ := gb.GenSemaphore("FAMILY", target+"-sem", 2)
+	rwB, _ := gb.GenRW("FAMILY", target+"-rw")
+	bound, cancelB := context.WithTimeout(ctx, 15*time.Second) // a fourth of what the dead entries would cost
+	defer cancelB()
+	got := make(chan error, 2)
+	go func() { _, err := semB.Acquire(bound, 1); got <- err }()
+	go func() { _, err := rwB.RLock(bound); got <- err }()
+	waitUntil(t, func() bool {
+		a, _ := sem.State(ctx)
+		b, _ := rw.State(ctx)
+		return len(a.Waiting) == 2 && len(b.Waiting) == 2
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatalf("behind a waiter killed first in line: %v", err)
+		}
+	}
+	for _, lock := range []interface {
+		State(context.Context) (dlock.SharedState, error)
+	}{sem, rw} {
+		st, err := lock.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range st.Waiting {
+			if w.Process == dead {
+				t.Fatalf("the killed process %s is still in line: %+v", dead, st.Waiting)
+			}
+		}
+	}
+	for _, o := range []*dlock.Owner{p, r} {
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

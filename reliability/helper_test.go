@@ -56,6 +56,8 @@ func runHelper(mode string) int {
 		return waiterHelper(g)
 	case "family":
 		return familyHelper(g)
+	case "familywaiter":
+		return familyWaiterHelper(g)
 	}
 	fmt.Println("unknown mode", mode)
 	return 2
@@ -174,6 +176,35 @@ func familyHelper(g *dlock.Generator) int {
 	fmt.Println("held")
 	<-ctx.Done()
 	_, _ = p.Unlock(), w.Unlock()
+	return 0
+}
+
+// familyWaiterHelper waits for both permits of the semaphore FAMILY/TARGET-sem (of 2) and for
+// the write side of the read-write lock FAMILY/TARGET-rw (to be killed while it waits).
+func familyWaiterHelper(g *dlock.Generator) int {
+	sem, err := g.GenSemaphore("FAMILY", env("TARGET")+"-sem", 2)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	rw, err := g.GenRW("FAMILY", env("TARGET")+"-rw")
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fmt.Println("waiting")
+	got := make(chan error, 2)
+	go func() { _, err := sem.Acquire(ctx, 2); got <- err }()
+	go func() { _, err := rw.Lock(ctx); got <- err }()
+	for range 2 {
+		if err := <-got; err != nil {
+			fmt.Println("error", err)
+			return 2
+		}
+	}
+	fmt.Println("locked")
 	return 0
 }
 
