@@ -641,11 +641,17 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 	})
 }
 
-// waitForNoSubscriber waits until Redis dropped channel's subscriptions.
-func waitForNoSubscriber(t *testing.T, c *redis.Client, channel string) {
+// waitForNoSubscriber waits until Redis dropped channel's subscriptions (its sharded ones on a
+// Cluster client).
+func waitForNoSubscriber(t *testing.T, c redis.UniversalClient, channel string) {
 	t.Helper()
+	_, sharded := c.(*redis.ClusterClient)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		n, err := c.PubSubNumSub(context.Background(), channel).Result()
+		count := c.PubSubNumSub
+		if sharded {
+			count = c.PubSubShardNumSub
+		}
+		n, err := count(context.Background(), channel).Result()
 		if err == nil && n[channel] == 0 {
 			return
 		}

@@ -1094,36 +1094,53 @@ func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 }
 
 func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared, all int64) {
-	ctx := context.Background()
-	lc, err := domain.NewDLockConfig("PROC", fresh("deaf-"+t.Name()), time.Minute)
+	x := deadAhead(t, c, spec, all, all)
+	if o := x.a.letGo(t, x.lc, spec, x.la); o != processor.Released {
+		t.Fatalf("release: %v", o)
+	}
+	x.h.next("B-", "F")
+	if r := x.b.take(t, x.lc, spec, x.lb, 1, true); r.Outcome != processor.Taken {
+		t.Fatalf("B- past the dead D-: %+v", r)
+	}
+	if in, _ := x.a.SharedInspect(context.Background(), x.lc, spec); len(in.Waiting) != 0 {
+		t.Fatalf("the dead process is still in line: %+v", in.Waiting)
+	}
+}
+
+// deadLine is a line with a process in it that died: A- holds, D- (it listened) waits first in
+// line, and B- (it listens, h hears it) waits for one permit behind it; D- has died as
+// deadAhead returns (Redis counts no subscriber of its channel).
+type deadLine struct {
+	lc      domain.DLockConfig
+	a, d, b *proc
+	la, ld  string
+	lb      string
+	h       *hearer
+}
+
+// deadAhead makes a deadLine on a fresh lock of spec with a minute's lease: A- holds held
+// permits, D- asks asked.
+func deadAhead(t *testing.T, c redis.UniversalClient, spec processor.Shared, held, asked int64) deadLine {
+	t.Helper()
+	lc, err := domain.NewDLockConfig("PROC", fresh("dead-"+t.Name()), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
-	la := a.locker()
-	if r := a.take(t, lc, spec, la, all, true); r.Outcome != processor.Taken {
-		t.Fatalf("holder: %+v", r)
+	x := deadLine{lc: lc, a: newProc(t, c, "A-"), d: newProc(t, c, "D-"), b: newProc(t, c, "B-")}
+	x.la, x.ld, x.lb = x.a.locker(), x.d.locker(), x.b.locker()
+	if r := x.a.take(t, lc, spec, x.la, held, true); r.Outcome != processor.Taken {
+		t.Fatalf("A- takes %d: %+v", held, r)
 	}
 	dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
-	if r := d.take(t, lc, spec, d.locker(), all, true); r.Outcome != processor.Held || r.Rank != 0 {
-		t.Fatalf("D- (it listens): %+v", r)
+	if r := x.d.take(t, lc, spec, x.ld, asked, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("D- (it listens) asks %d: %+v", asked, r)
 	}
-	h := listen(t, c, lc, "B-")
-	lb := b.locker()
-	if r := b.take(t, lc, spec, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
-		t.Fatalf("B- behind it: %+v", r)
+	x.h = listen(t, c, lc, "B-")
+	if r := x.b.take(t, lc, spec, x.lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+		t.Fatalf("B- behind D-: %+v", r)
 	}
 	dies()
-	if o := a.letGo(t, lc, spec, la); o != processor.Released {
-		t.Fatalf("release: %v", o)
-	}
-	h.next("B-", "F")
-	if r := b.take(t, lc, spec, lb, 1, true); r.Outcome != processor.Taken {
-		t.Fatalf("B- past the dead D-: %+v", r)
-	}
-	if in, _ := a.SharedInspect(ctx, lc, spec); len(in.Waiting) != 0 {
-		t.Fatalf("the dead process is still in line: %+v", in.Waiting)
-	}
+	return x
 }
 
 // subscribe listens on channel as a process does on c (by SSUBSCRIBE on a Cluster client) and
@@ -1131,9 +1148,8 @@ func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared,
 func subscribe(t *testing.T, c redis.UniversalClient, channel string) (closeIt func()) {
 	t.Helper()
 	ctx := context.Background()
-	_, sharded := c.(*redis.ClusterClient)
 	var ps *redis.PubSub
-	if sharded {
+	if _, sharded := c.(*redis.ClusterClient); sharded {
 		ps = c.SSubscribe(ctx, channel)
 	} else {
 		ps = c.Subscribe(ctx, channel)
@@ -1145,21 +1161,7 @@ func subscribe(t *testing.T, c redis.UniversalClient, channel string) (closeIt f
 	return func() {
 		t.Helper()
 		_ = ps.Close()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			var n map[string]int64
-			var err error
-			if sharded {
-				n, err = c.PubSubShardNumSub(ctx, channel).Result()
-			} else {
-				n, err = c.PubSubNumSub(ctx, channel).Result()
-			}
-			if err == nil && n[channel] == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still has subscribers: %v %v", channel, n, err)
-			}
-		}
+		waitForNoSubscriber(t, c, channel)
 	}
 }
 
@@ -1168,26 +1170,11 @@ func subscribe(t *testing.T, c redis.UniversalClient, channel string) (closeIt f
 // listening, it is judged by its renewals, as a process that does not listen is.
 func TestSharedAProcessKeepsItsPlaceAsItAsks(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
-		lc, err := domain.NewDLockConfig("PROC", fresh("asks-"+t.Name()), time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
-		a.take(t, lc, sem3, a.locker(), 3, true)
-		drops := subscribe(t, c, processor.SharedChannel(lc, "D-"))
-		ld := d.locker()
-		if r := d.take(t, lc, sem3, ld, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
-			t.Fatalf("D-: %+v", r)
-		}
-		lb := b.locker()
-		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
-			t.Fatalf("B- behind D-: %+v", r)
-		}
-		drops()
-		if r := d.take(t, lc, sem3, ld, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+		x := deadAhead(t, c, sem3, 3, 3) // (D- lives: only its subscription dropped)
+		if r := x.d.take(t, x.lc, sem3, x.ld, 3, true); r.Outcome != processor.Held || r.Rank != 0 {
 			t.Fatalf("D- asks again, its subscription dropped: %+v, want first in line still", r)
 		}
-		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+		if r := x.b.take(t, x.lc, sem3, x.lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
 			t.Fatalf("B- asks after D- renewed its entry without listening: %+v, want behind D-", r)
 		}
 	})
@@ -1198,28 +1185,12 @@ func TestSharedAProcessKeepsItsPlaceAsItAsks(t *testing.T) {
 // release needs to come.
 func TestSharedDroppingTheDeadTellsWhoIsBehind(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
-		lc, err := domain.NewDLockConfig("PROC", fresh("dropdead-"+t.Name()), time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, d, b := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-")
-		la := a.locker()
-		a.take(t, lc, sem3, la, 1, true)
-		dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
-		if r := d.take(t, lc, sem3, d.locker(), 3, true); r.Outcome != processor.Held || r.Rank != 0 {
-			t.Fatalf("D- asks every permit beside a holding of one: %+v", r)
-		}
-		h := listen(t, c, lc, "B-")
-		lb := b.locker()
-		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
-			t.Fatalf("B- (one permit) behind D-: %+v", r)
-		}
-		dies()
-		if r, err := a.SharedRenew(context.Background(), lc, sem3, la); err != nil || r.Outcome != processor.Renewed {
+		x := deadAhead(t, c, sem3, 1, 3) // D- asks every permit beside a holding of one
+		if r, err := x.a.SharedRenew(context.Background(), x.lc, sem3, x.la); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("renewal: %+v %v", r, err)
 		}
-		h.next("B-", "F")
-		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
+		x.h.next("B-", "F")
+		if r := x.b.take(t, x.lc, sem3, x.lb, 1, true); r.Outcome != processor.Taken {
 			t.Fatalf("B- told: %+v", r)
 		}
 	})
@@ -1229,25 +1200,14 @@ func TestSharedDroppingTheDeadTellsWhoIsBehind(t *testing.T) {
 // now), nor one that expired, though no request dropped them yet.
 func TestSharedInspectHidesTheDead(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
-		ctx := context.Background()
-		lc, err := domain.NewDLockConfig("PROC", fresh("hidedead-"+t.Name()), time.Minute)
+		x := deadAhead(t, c, sem3, 3, 2)
+		lcShort, err := x.lc.WithLease(150 * time.Millisecond) // X-'s entry: it runs out
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, d, b, x := newProc(t, c, "A-"), newProc(t, c, "D-"), newProc(t, c, "B-"), newProc(t, c, "X-")
-		a.take(t, lc, sem3, a.locker(), 3, true)
-		dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
-		d.take(t, lc, sem3, d.locker(), 2, true)
-		listen(t, c, lc, "B-")
-		b.take(t, lc, sem3, b.locker(), 1, true)
-		lcShort, err := lc.WithLease(150 * time.Millisecond) // X-'s entry: it runs out
-		if err != nil {
-			t.Fatal(err)
-		}
-		x.take(t, lcShort, sem3, x.locker(), 1, true)
-		dies()
+		newProc(t, c, "X-").take(t, lcShort, sem3, "X-1", 1, true)
 		time.Sleep(processor.EntryTTL(lcShort) + 100*time.Millisecond)
-		in, err := a.SharedInspect(ctx, lc, sem3)
+		in, err := x.a.SharedInspect(context.Background(), x.lc, sem3)
 		if err != nil {
 			t.Fatal(err)
 		}

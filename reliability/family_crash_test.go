@@ -24,11 +24,7 @@ func TestKilledHolderOfTheLockFamily(t *testing.T) {
 	cmd, out := helper(t, "family", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
 	expectLine(t, out, "held")
 	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
-	sem, err := g.GenSemaphore("FAMILY", target+"-sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rw, err := g.GenRW("FAMILY", target+"-rw")
+	sem, rw, err := familyOf(g, target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +67,7 @@ func TestKilledWaiterOfTheLockFamily(t *testing.T) {
 	const lease = time.Minute // the killed process's: its entries live that long
 	target := "killedwaiter-" + time.Now().Format("150405.000000")
 	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(600*time.Millisecond))
-	sem, err := g.GenSemaphore("FAMILY", target+"-sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rw, err := g.GenRW("FAMILY", target+"-rw")
+	sem, rw, err := familyOf(g, target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +101,10 @@ func TestKilledWaiterOfTheLockFamily(t *testing.T) {
 
 	// the process behind it: from a Generator of its own, waiting until the kill
 	gb, _ := generator(t, s.Addr, dlock.WithDefaultLease(600*time.Millisecond))
-	semB, _ := gb.GenSemaphore("FAMILY", target+"-sem", 2)
-	rwB, _ := gb.GenRW("FAMILY", target+"-rw")
+	semB, rwB, err := familyOf(gb, target)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bound, cancelB := context.WithTimeout(ctx, 15*time.Second) // a fourth of what the dead entries would cost
 	defer cancelB()
 	got := make(chan error, 2)

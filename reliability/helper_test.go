@@ -153,12 +153,7 @@ func holderHelper(g *dlock.Generator, c *redis.Client) int {
 func familyHelper(g *dlock.Generator) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sem, err := g.GenSemaphore("FAMILY", env("TARGET")+"-sem", 2)
-	if err != nil {
-		fmt.Println("error", err)
-		return 2
-	}
-	rw, err := g.GenRW("FAMILY", env("TARGET")+"-rw")
+	sem, rw, err := familyOf(g, env("TARGET"))
 	if err != nil {
 		fmt.Println("error", err)
 		return 2
@@ -179,15 +174,21 @@ func familyHelper(g *dlock.Generator) int {
 	return 0
 }
 
+// familyOf returns the family helpers' locks of target: the semaphore FAMILY/target-sem of 2
+// permits and the read-write lock FAMILY/target-rw.
+func familyOf(g *dlock.Generator, target string) (*dlock.Semaphore, *dlock.RWLock, error) {
+	sem, err := g.GenSemaphore("FAMILY", target+"-sem", 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	rw, err := g.GenRW("FAMILY", target+"-rw")
+	return sem, rw, err
+}
+
 // familyWaiterHelper waits for both permits of the semaphore FAMILY/TARGET-sem (of 2) and for
 // the write side of the read-write lock FAMILY/TARGET-rw (to be killed while it waits).
 func familyWaiterHelper(g *dlock.Generator) int {
-	sem, err := g.GenSemaphore("FAMILY", env("TARGET")+"-sem", 2)
-	if err != nil {
-		fmt.Println("error", err)
-		return 2
-	}
-	rw, err := g.GenRW("FAMILY", env("TARGET")+"-rw")
+	sem, rw, err := familyOf(g, env("TARGET"))
 	if err != nil {
 		fmt.Println("error", err)
 		return 2
