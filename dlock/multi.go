@@ -175,9 +175,25 @@ func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context
 			return nil, err
 		}
 		owners = append(owners, o)
-		values = o.ctx // (the holding's own context: nothing the library keeps refers to an Owner)
+		// (the holding's own context: nothing the library keeps refers to an Owner; over the
+		// parts before, which a part re-entered through the caller's own Owner does not carry)
+		values = layered{Context: o.ctx, under: values}
 	}
-	return newMultiOwner(m, owners), nil
+	return newMultiOwner(m, owners, values), nil
+}
+
+// layered is a context whose values are its own, then under's: the ownership of a part over
+// that of the parts taken before it.
+type layered struct {
+	context.Context
+	under context.Context
+}
+
+func (l layered) Value(key any) any {
+	if v := l.Context.Value(key); v != nil {
+		return v
+	}
+	return l.under.Value(key)
 }
 
 // withValues is ctx (its deadline and cancellation) with the values of values: a part is
@@ -190,15 +206,15 @@ type withValues struct {
 
 func (w withValues) Value(key any) any { return w.values.Value(key) }
 
-// newMultiOwner makes the one Owner of a MultiLock's parts: it carries the last part's
-// context (and through it every part's ownership), and ends when any part's holding ends. (A
+// newMultiOwner makes the one Owner of a MultiLock's parts: it carries values (every part's
+// ownership), and ends when any part's holding ends. (A
 // mutex that the caller's context held already is re-entered: its Owner is that context, so
 // its holding's own context is watched instead.)
 //
 // Only the holdings' own contexts are referred to by what the library keeps, never an Owner:
 // an Owner the program drops is collected, and its parts are released (see Owner).
-func newMultiOwner(m *MultiLock, parts []*Owner) *Owner {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parts[len(parts)-1].ctx))
+func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(values))
 	o := &Owner{ctx: ctx, multi: m, parts: parts, end: cancel}
 	o.holds.Store(1)
 	for _, p := range parts {

@@ -398,3 +398,42 @@ func TestMultiLockOfEveryKind(t *testing.T) {
 	}
 	_ = p.Unlock()
 }
+
+// A MultiLock taken with a context that holds one of its parts already re-enters that part
+// and takes the others: its Owner carries every part, whichever of them was re-entered, so
+// FencingTokens reports them all and Unlock lets go of the parts it took (a semaphore's
+// permits re-entered after a mutex taken fresh lost the mutex's ownership).
+func TestMultiLockReentersAPartTheCallerHolds(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	mu := mustGen(t, g, "MULTI", tg+"-a", 5*time.Second)
+	sem := semOf(t, g, tg+"-z", 1)
+	rw, _ := g.GenRW("MULTI", tg+"-y")
+	for name, part := range map[string]dlock.Part{"semaphore": sem.Permits(1), "read side": rw.ReadSide(), "write side": rw.WriteSide()} {
+		held, err := part.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := g.MultiOf(part, mu) // (the mutex's key sorts first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := m.Lock(held)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if toks, ok := m.FencingTokens(o); !ok || len(toks) != 2 {
+			t.Fatalf("%s: FencingTokens = %v, %v; want both parts", name, toks, ok)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatalf("%s: Unlock: %v", name, err)
+		}
+		if st, err := mu.State(ctx); err != nil || st.Held() {
+			t.Fatalf("%s: the mutex after the MultiLock's Unlock: %+v, %v; want it free", name, st, err)
+		}
+		if err := held.Unlock(); err != nil {
+			t.Fatalf("%s: the caller's own hold: %v", name, err)
+		}
+	}
+}
