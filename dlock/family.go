@@ -520,6 +520,11 @@ func ownerIn(ctx context.Context, g *Generator, key string, side int) *shareOwne
 func (so *shareOwner) lostCause() error {
 	so.st.mu.Lock()
 	defer so.st.mu.Unlock()
+	return so.lostLocked()
+}
+
+// lostLocked is lostCause; the caller holds st.mu.
+func (so *shareOwner) lostLocked() error {
 	if so.hold.ctx.Err() == nil {
 		return nil
 	}
@@ -697,8 +702,9 @@ func (so *shareOwner) unlock() error {
 		return ErrNotHeld
 	}
 	if so.count--; so.count > 0 {
+		cause := so.lostLocked() // (every Unlock of a lost holding says so, as the mutex's)
 		st.mu.Unlock()
-		return nil
+		return cause
 	}
 	if so.hold.ctx.Err() != nil {
 		// lost or closed before this Unlock: that was told then (Lost, or Released by Close's driver)

@@ -265,3 +265,31 @@ func TestFamilyUnlockDuringAPartition(t *testing.T) {
 		})
 	}
 }
+
+// Every Unlock of a lost holding of the lock family reports the loss, as the mutex's does,
+// also one that gives up a re-entry (it returned nil while holds remained).
+func TestFamilyUnlockOfALostReentryReportsTheLoss(t *testing.T) {
+	g, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	ctx := ctxT(t, 30*time.Second)
+	sem := semOf(t, g, uniqueTarget(t), 2)
+	o, err := sem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.Acquire(o, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sem.State(ctx)
+	if err != nil || len(st.Holds) != 1 {
+		t.Fatalf("State: %+v, %v", st, err)
+	}
+	if removed, err := sem.ForceRelease(ctx, st.Holds[0].Locker); err != nil || !removed {
+		t.Fatalf("ForceRelease = %v, %v", removed, err)
+	}
+	waitFor(t, func() bool { return o.Err() != nil })
+	for i := range 2 {
+		if err := sem.Release(o); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Release %d of the lost holding: %v; want ErrLockLost", i+1, err)
+		}
+	}
+}
