@@ -16,8 +16,13 @@ import (
 // Kind returns KindMutex.
 func (l *DistributedReentrantLock) Kind() LockKind { return KindMutex }
 
-func (l *DistributedReentrantLock) generator() *Generator { return l.g }
-func (l *DistributedReentrantLock) order() string         { return l.cfg.UniqueKey() + "|mutex" }
+func (l *DistributedReentrantLock) generator() *Generator {
+	if l == nil { // (a nil lock as a Part: MultiOf refuses it)
+		return nil
+	}
+	return l.g
+}
+func (l *DistributedReentrantLock) order() string { return l.Config().UniqueKey() + "|mutex" }
 
 // MultiLock is several locks taken together, all or none, as Curator's InterProcessMultiLock
 // and Redisson's RedissonMultiLock: Lock returns once it holds every one of them, and holds none

@@ -437,3 +437,27 @@ func TestMultiLockReentersAPartTheCallerHolds(t *testing.T) {
 		}
 	}
 }
+
+// MultiOf refuses a nil or zero part of any kind with ErrInvalidConfig, as Multi does, and
+// never panics (a nil *DistributedReentrantLock as a Part did).
+func TestMultiOfZeroParts(t *testing.T) {
+	g, _ := newGen(t)
+	var nl *dlock.DistributedReentrantLock
+	var nrw *dlock.RWLock
+	var nsem *dlock.Semaphore
+	for name, p := range map[string]dlock.Part{
+		"nil mutex": nl, "zero mutex": &dlock.DistributedReentrantLock{}, "nil read-write lock's side": nrw.WriteSide(),
+		"zero read-write lock's side": (&dlock.RWLock{}).ReadSide(), "nil semaphore's permits": nsem.Permits(1), "nil Part": nil,
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("MultiOf(%s) panics: %v", name, r)
+				}
+			}()
+			if m, err := g.MultiOf(p); !errors.Is(err, dlock.ErrInvalidConfig) || m != nil {
+				t.Errorf("MultiOf(%s) = %v, %v; want ErrInvalidConfig", name, m, err)
+			}
+		}()
+	}
+}
