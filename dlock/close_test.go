@@ -407,3 +407,55 @@ func TestCloseDuringAPartitionWhileSubscribing(t *testing.T) {
 		})
 	}
 }
+
+// Close while a request of the lock family is on its way (a waiter's take, a holding's
+// renewal) counts no Redis error: RedisError is for Redis failing, not for a request Close
+// cancelled, as for the mutex.
+func TestFamilyCloseCountsNoRedisError(t *testing.T) {
+	for _, op := range []string{"take", "renew"} {
+		t.Run(op, func(t *testing.T) {
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			other, _ := newGen(t)
+			held, err := semOf(t, other, tg, 1).Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Unlock()
+			rec := &recorder{}
+			var slow atomic.Bool // the requests of op go slowly once set
+			var sent atomic.Int32
+			c := srv.Client()
+			c.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if slow.Load() && sharedArg(cmd.Args(), "op") == op {
+					sent.Add(1)
+					time.Sleep(300 * time.Millisecond) // (within the request's bound, a third of the lease)
+				}
+				return next(ctx, cmd)
+			}})
+			defer c.Close()
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(3*time.Second), dlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if op == "take" {
+				slow.Store(true)
+				go func() { _, _ = semOf(t, g, tg, 1).Acquire(ctx, 1) }() // it waits
+			} else {
+				if _, err := semOf(t, g, tg+"-2", 1).Acquire(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				slow.Store(true) // its renewal comes at three quarters of the lease
+			}
+			waitFor(t, func() bool { return sent.Load() > 0 })
+			if err := g.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if len(rec.redisErrs) > 0 {
+				t.Fatalf("Close counted Redis errors: %+v", rec.redisErrs)
+			}
+		})
+	}
+}

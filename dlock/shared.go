@@ -860,7 +860,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			st.attempt = nil
 			st.fail(err)
 		case err != nil:
-			st.g.observer.RedisError(RedisErrorEvent{Op: "lock", Key: st.cfg.UniqueKey(), Err: err})
+			st.redisError("lock", err)
 			front := st.front()
 			switch {
 			case front != nil && front.try:
@@ -919,6 +919,16 @@ func (st *sharedState) heldAnswer(r processor.SharedResult, w uint64) {
 	}
 }
 
+// redisError tells the Observer that a request of op failed with err, unless Close cancelled
+// it (not Redis failing, as for the mutex's requests); it reports whether it told.
+func (st *sharedState) redisError(op string, err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	st.g.observer.RedisError(RedisErrorEvent{Op: op, Key: st.cfg.UniqueKey(), Err: err})
+	return true
+}
+
 // fail ends the front waiter with err (a request Redis refused for what it asks, or a client
 // closed: no request can be sent).
 func (st *sharedState) fail(err error) {
@@ -954,7 +964,7 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 		case h.ctx.Err() != nil || h.locker != locker:
 		case err != nil:
 			h.refillAt = time.Now().Add(retryPause(st.cfg)) // (meanwhile it goes back once idle)
-			st.g.observer.RedisError(RedisErrorEvent{Op: "renew", Key: st.cfg.UniqueKey(), Err: err})
+			st.redisError("renew", err)
 		case r.Outcome == processor.Renewed:
 			if h.spare = r.Token; r.Token == 0 { // (a script that reserves none: no refill for a lease)
 				h.refillAt = time.Now().Add(st.cfg.Lease())
@@ -984,8 +994,9 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		case h.ctx.Err() != nil || h.locker != locker:
 		case err != nil:
 			h.renewAt = time.Now().Add(retryPause(st.cfg))
-			st.g.observer.RedisError(RedisErrorEvent{Op: "renew", Key: st.cfg.UniqueKey(), Err: err})
-			st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
+			if st.redisError("renew", err) {
+				st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
+			}
 		case r.Outcome == processor.Renewed:
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
