@@ -118,7 +118,8 @@
 //
 //	DLOCK_KEY=DLOCK_DEPLOY_prod DLOCK_HOLDER=10.0.0.7-4121-9f1c2a3b4c5d-1 DLOCK_FENCING_TOKEN=1795521616281480
 //
-// DLOCK_HOLDER is the locker that status shows and that release --force --holder takes. A
+// A key with characters a shell treats specially (a space, ; $ ' and so on) is printed in
+// single quotes, so the line is always safe to eval. DLOCK_HOLDER is the locker that status shows and that release --force --holder takes. A
 // script can hold the lock across several steps, and learns of a loss by waiting on dlock:
 //
 //	coproc dlock lock --wait 30 DEPLOY prod

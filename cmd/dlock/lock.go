@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,7 +22,8 @@ prints one line on standard output, for a script to read:
 
   DLOCK_KEY=DLOCK_<TYPE>_<TARGET> DLOCK_HOLDER=<locker> DLOCK_FENCING_TOKEN=<n>
 
-DLOCK_HOLDER is the locker "dlock status" shows and "dlock release --force --holder" takes;
+A key with characters a shell treats specially (a space, ; $ ' and so on) is printed in single
+quotes, so the line is always safe to eval. DLOCK_HOLDER is the locker "dlock status" shows and "dlock release --force --holder" takes;
 DLOCK_FENCING_TOKEN is larger than every token handed out before for the key. A script can
 hold a lock across several steps:
 
@@ -115,7 +117,7 @@ func hold(out cli, o lockOpts, typ, target string) error {
 		return herr
 	}
 	cfg := l.Config()
-	if _, err := fmt.Fprintf(out.stdout, "DLOCK_KEY=%s DLOCK_HOLDER=%s DLOCK_FENCING_TOKEN=%d\n", cfg.UniqueKey(), holder, token); err != nil {
+	if _, err := fmt.Fprintf(out.stdout, "DLOCK_KEY=%s DLOCK_HOLDER=%s DLOCK_FENCING_TOKEN=%d\n", shellQuote(cfg.UniqueKey()), shellQuote(holder), token); err != nil {
 		_ = unlock(c, g, owned)
 		return fmt.Errorf("cannot write to standard output (%v): lock %s released", err, lockName(g))
 	}
@@ -130,6 +132,20 @@ func hold(out cli, o lockOpts, typ, target string) error {
 		return err
 	}
 	return nil
+}
+
+// shellQuote returns s as one word of a POSIX shell, so that the line lock prints can be
+// given to eval: s itself when it holds only characters no shell treats specially (every
+// key of a plain type and target), else s in single quotes, each single quote in it written
+// as quote, backslash, quote, quote (closing the quoting, adding the quote, opening again).
+func shellQuote(s string) string {
+	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/@%+=", r))
+	}) < 0
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // holderOf returns the locker of the holding of l by this process: Redis's holder when it is

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,33 @@ func TestLockHoldsUntilSignal(t *testing.T) {
 				t.Fatalf("held after dlock lock ended: %+v", st)
 			}
 		})
+	}
+}
+
+// TestLockLineEvals: the line dlock lock prints is safe to eval in a shell, as its usage shows,
+// whatever the target holds (white space, quotes, ; $ ` and the like are quoted), and eval sets
+// DLOCK_KEY to the lock's key; a plain key is printed as it is.
+func TestLockLineEvals(t *testing.T) {
+	needReal(t)
+	for _, suffix := range []string{"", " b;echo INJECTED", " $(echo INJECTED) `echo INJECTED` 'q' \"x\" \\"} {
+		tg := target(t) + suffix
+		p := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
+		line := waitLine(t, p)
+		if suffix == "" && !strings.HasPrefix(line, "DLOCK_KEY=DLOCK_CLI_"+tg+" ") {
+			t.Fatalf("a plain key is quoted: %q", line)
+		}
+		out, err := exec.Command("sh", "-c", `eval "$1" && printf '%s|%s|%s' "$DLOCK_KEY" "$DLOCK_HOLDER" "$DLOCK_FENCING_TOKEN"`, "sh", line).CombinedOutput()
+		st := lockStatusOf(t, tg)
+		want := "DLOCK_CLI_" + tg + "|" + st.Holder + "|" + strconv.FormatUint(st.Fence, 10)
+		if err != nil || string(out) != want {
+			t.Fatalf("eval %q: %v\n got %q\nwant %q", line, err, out, want)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if r := p.wait(t); r.code != 0 {
+			t.Fatal(r)
+		}
 	}
 }
 
