@@ -65,15 +65,19 @@ func (g *Generator) GenRW(lockType, lockTarget string) (*RWLock, error) {
 	return &RWLock{g: g, cfg: cfg}, nil
 }
 
-// GenSemaphore returns the semaphore of lockType and lockTarget with permits permits (≥ 1)
-// and the type's lease.
+// maxPermits is the largest permit count of a semaphore: Redis's scripts count in Lua
+// numbers (doubles), which hold every whole number up to 2^53 and lose units above it.
+const maxPermits int64 = 1 << 53
+
+// GenSemaphore returns the semaphore of lockType and lockTarget with permits permits (from 1
+// to 2^53, the counts Redis's scripts keep exactly) and the type's lease.
 func (g *Generator) GenSemaphore(lockType, lockTarget string, permits int) (*Semaphore, error) {
 	cfg, err := g.config(lockType, lockTarget)
 	if err != nil {
 		return nil, err
 	}
-	if permits < 1 {
-		return nil, fmt.Errorf("%w: a semaphore of %d permits", ErrInvalidConfig, permits)
+	if permits < 1 || int64(permits) > maxPermits {
+		return nil, fmt.Errorf("%w: a semaphore of %d permits (it has from 1 to 2^53)", ErrInvalidConfig, permits)
 	}
 	return &Semaphore{g: g, cfg: cfg, permits: int64(permits)}, nil
 }
@@ -227,7 +231,7 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // The change names the count it replaces, read first, so that a copy of it (or of an earlier
 // SetPermits) that reaches Redis late cannot set an older count again; SetPermits calls made
 // at once from several places still leave whichever ran last.
-// It returns ErrInvalidConfig for k < 1, ErrClosed after Close, a *RedisProcessError when
+// It returns ErrInvalidConfig for k < 1 or k > 2^53, ErrClosed after Close, a *RedisProcessError when
 // Redis fails, and ctx's error when ctx ends first (the change may then still reach Redis).
 func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	if s == nil || s.g == nil {
@@ -236,8 +240,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
-	if k < 1 {
-		return fmt.Errorf("%w: %d permits", ErrInvalidConfig, k)
+	if k < 1 || int64(k) > maxPermits {
+		return fmt.Errorf("%w: %d permits (a semaphore has from 1 to 2^53)", ErrInvalidConfig, k)
 	}
 	for range 10 {
 		st, err := s.State(ctx)

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -400,6 +401,40 @@ func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
 	l, _ := g.GenRW("SEM", tg)
 	if _, err := l.RLock(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("a read-write lock over a semaphore in use: %v", err)
+	}
+}
+
+// A permit count Redis's scripts cannot keep exactly (above 2^53, where a Lua number loses
+// units; math.MaxInt64 came back from State negative) is refused by GenSemaphore and
+// SetPermits with ErrInvalidConfig; the largest one kept is read back as it was given.
+func TestSemaphorePermitCountsRedisKeepsExactly(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("an int holds no count above 2^53 here")
+	}
+	g, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	const most int64 = 1 << 53
+	for _, k := range []int64{math.MaxInt64, most + 1} {
+		if _, err := g.GenSemaphore("SEM", uniqueTarget(t), int(k)); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("GenSemaphore of %d permits: %v", k, err)
+		}
+	}
+	s := semOf(t, g, uniqueTarget(t), int(most))
+	o, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Unlock()
+	if st, err := s.State(ctx); err != nil || st.Permits != most {
+		t.Fatalf("State: permits %d, %v; want %d", st.Permits, err, most)
+	}
+	for _, k := range []int64{math.MaxInt64, most + 1} {
+		if err := s.SetPermits(ctx, int(k)); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("SetPermits(%d): %v", k, err)
+		}
+	}
+	if st, err := s.State(ctx); err != nil || st.Permits != most {
+		t.Fatalf("State after refused SetPermits: permits %d, %v", st.Permits, err)
 	}
 }
 
