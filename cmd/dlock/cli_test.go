@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -67,6 +68,24 @@ func TestHelpIsTheManual(t *testing.T) {
 	for _, c := range commands() {
 		if h := runIn(c.name, "--help").stdout; strings.Contains(h, "env-secret") {
 			t.Errorf("dlock %s --help shows $REDIS_URL's password", c.name)
+		}
+	}
+}
+
+// TestDocNamesEveryFlag: the package documentation (the manual "go doc" shows) names every
+// flag of every command, as its --help does.
+func TestDocNamesEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands() {
+		fs := newFlagSet(c.name)
+		c.define(fs)
+		for _, d := range fs.defs {
+			if !strings.Contains(string(doc), "--"+d.long) {
+				t.Errorf("doc.go does not name dlock %s --%s", c.name, d.long)
+			}
 		}
 	}
 }

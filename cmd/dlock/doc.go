@@ -3,14 +3,15 @@
 // "etcdctl lock" and "consul lock"; holds a lock until signalled; shows a lock's state;
 // releases a stuck lock; and shows the lock at work.
 //
-//	dlock exec    [-n | -w SECONDS] [-E N] [--lease D] [--grace D] [REDIS] TYPE TARGET [--] COMMAND [ARG...]
+//	dlock exec    [-n | -w SECONDS] [-E N] [--lease D] [--grace D] [KIND [--permits N]] [REDIS] TYPE TARGET [--] COMMAND [ARG...]
 //	dlock lock    [-n | -w SECONDS] [-E N] [--lease D] [REDIS] TYPE TARGET
-//	dlock status  [--json] [REDIS] TYPE TARGET
-//	dlock release --force (--holder LOCKER | --any) [REDIS] TYPE TARGET
+//	dlock status  [--json] [KIND] [REDIS] TYPE TARGET
+//	dlock release --force (--holder LOCKER | --any) [KIND] [REDIS] TYPE TARGET
 //	dlock demo    [--procs N] [--goroutines N] [--cross-procs N] [--duration D] [--hold D] [--lease D] [REDIS]
 //	dlock help [COMMAND]
 //
 //	REDIS is [--redis ADDR] [--cluster] [--sentinel-master NAME] [--timeout D]
+//	KIND is  --shared | --exclusive | --semaphore K
 //
 // A lock is named by TYPE and TARGET, as in the library: its Redis key is
 // DLOCK_<TYPE>_<TARGET> (the target trimmed of surrounding white space), so a shell script
@@ -28,6 +29,28 @@
 //	run 'dlock exec --help' for usage
 //
 // Every other message is one line starting "dlock COMMAND: ".
+//
+// # Read-write locks and semaphores
+//
+// Without KIND a command works on the mutex TYPE/TARGET. exec, status and release also work on
+// the read-write lock and the semaphore of that name (gen.GenRW, gen.GenSemaphore), which are
+// other locks than the mutex:
+//
+//	-s, --shared        the read side of the read-write lock TYPE/TARGET: any number of
+//	                    holders at once, no writer
+//	-x, --exclusive     its write side: no other holder, reader or writer
+//	--semaphore K       the semaphore TYPE/TARGET of K permits (K is used while Redis keeps no
+//	                    count for it yet): at most K permits out across all processes
+//	--permits N         exec only, with --semaphore: the permits to take (default 1, at most K)
+//
+// Only one of the three names the lock; --semaphore 0 and --permits without --semaphore are
+// usage errors, and so is, for exec and release, a read-write lock asked for as a semaphore
+// or the other way round (status shows whichever Redis keeps). status then shows the holdings (a process's read-hold, write-hold or permits, each with its locker,
+// permits, fencing token and lease left) and the processes in line with what they ask for;
+// with --json one object with the fields type, target, key, kind ("rw" or "sem"), permits,
+// holds [{locker, permits, write, token, lease_left_ms}], waiting [{process, permits, write}]
+// and fence. release --force --holder removes the holding of that locker, and --any every
+// holding status lists.
 //
 // # Redis
 //

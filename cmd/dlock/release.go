@@ -7,7 +7,7 @@ import (
 var releaseUsage = `
 usage: dlock release --force --holder LOCKER [flags] TYPE TARGET
        dlock release --force --any [flags] TYPE TARGET
-       dlock release --force (--holder LOCKER | --any) (--shared | --semaphore K) [flags] TYPE TARGET
+       dlock release --force (--holder LOCKER | --any) (--shared | --exclusive | --semaphore K) [flags] TYPE TARGET
 
 Deletes the lock TYPE/TARGET, held by someone else, and wakes the processes that wait for it,
 as a release does. It is an operator's last resort for a lock stuck in an incident: the
