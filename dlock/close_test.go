@@ -89,6 +89,30 @@ func TestCloseBoundedByCtx(t *testing.T) {
 	}
 }
 
+// A Close whose context ends while Redis has not answered a release says that the context
+// ended, not that the lease ran out: the lease (30 s here) had most of its time left.
+func TestCloseCtxEndingIsNotALeaseRunOut(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	w := newWire(t, c)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := g.Gen("RVCLOSE", target(t))
+	if _, err := l.Lock(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	w.stall("release", 1)
+	defer w.unstall()
+	cctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = g.Close(cctx)
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "lease") {
+		t.Fatalf("Close(200ms) with the release unanswered: %v", err)
+	}
+}
+
 // A client closed under the Generator fails every request at once: the give-back and the
 // leave that settle a failed acquisition stop at once too, so Close returns without waiting
 // for their retries to run out (a lease here), and Lock does not wait for its context.

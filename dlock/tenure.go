@@ -248,7 +248,11 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 	switch {
 	case err != nil:
 		st.giveBackLocked(req.Locker, cfg) // retried; signals once done
-		if errors.Is(err, errLate) {
+		switch {
+		case errors.Is(err, errLate) && ctx.Err() != nil:
+			// The caller's context (Close's) ended first, not the lease.
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: unlate(err)}
+		case errors.Is(err, errLate):
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: errors.Join(unlate(err), errLateReply)}
 		}
 		return err
