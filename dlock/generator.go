@@ -215,7 +215,8 @@ func (g *Generator) lookup(key string) *lockState {
 // use: a second call waits for the first (or for its own ctx). ctx bounds the releases and
 // the waits: if it ends first, Close returns ctx's error at once; what is left expires in
 // Redis with its lease, and goroutines still waiting for a Redis reply (or for a connection
-// being dialled) end when the client returns it.
+// being dialled) end when the client returns it. A nil ctx is taken as context.Background():
+// unlike other calls, Close does not refuse it, so that a Generator is never left open by it.
 func (g *Generator) Close(ctx context.Context) error {
 	if g == nil || g.proc == nil {
 		return errZeroGenerator
