@@ -291,7 +291,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // more holds); ErrClosed when the Generator closed and released it; an error matching
 // ErrLockLost when the holding was lost (every Unlock of a lost holding says so); a
 // *RedisProcessError when Redis could not be reached (the local hold is released all the same,
-// and the release is retried in the background until the lease runs out); ErrInvalidConfig on
+// and the release is retried in the background until the lease runs out; on a Cluster client
+// whose master was replaced by a completed failover the release goes to the new master within
+// the call instead); ErrInvalidConfig on
 // a lock not made by a Generator. Safe for concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	if ctx == nil {

@@ -6,6 +6,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -351,11 +353,7 @@ func (p *RedisLockProcessor) MasterOf(ctx context.Context, key string) string {
 	if !ok {
 		return ""
 	}
-	node, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return ""
-	}
-	return node.Options().Addr
+	return masterAddr(ctx, cc, key)
 }
 
 // Reload asks a Cluster client to reload the cluster's topology (see fail); other clients
@@ -369,8 +367,81 @@ func (p *RedisLockProcessor) Reload() {
 // run runs script s with keys (the lock key first). With replica acknowledgement on and ack
 // set, it sends WAIT after the script on the same connection to the key's master, and
 // returns how many replicas acknowledged (acked is -1 when not asked).
+//
+// On a Cluster client, a request that could not reach the master its slot map named (a refused
+// dial, a dropped connection) is sent once more if the reloaded map names another master for
+// the key within reloadWait (see moved): after a completed failover the client would otherwise
+// send it to the dead master again. The second copy is the same request (same locker, same
+// arguments): the scripts are safe to run twice, and its answer says what became of both; the
+// callers count a lease from before the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
+	cc, _ := p.client.(*redis.ClusterClient)
+	was := ""
+	if cc != nil {
+		was = masterAddr(ctx, cc, keys[0])
+	}
+	res, acked, err = p.send(ctx, s, ack, keys, args...)
+	if cc != nil && p.moved(ctx, cc, keys[0], was, err) {
+		res, acked, err = p.send(ctx, s, ack, keys, args...)
+	}
+	return res, acked, err
+}
+
+// reloadWait bounds how long a request on a Cluster client that could not reach the key's
+// master waits for the reloaded slot map to name another master before it fails (see run):
+// long enough for go-redis's reload, which runs at most every 200 ms.
+const reloadWait = 500 * time.Millisecond
+
+// moved reports whether a request that failed with err, sent to the master at was, failed to
+// reach it and cc's slot map names another master for key now: it asks for a reload and waits
+// for it, for at most reloadWait and while ctx lasts.
+func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient, key, was string, err error) bool {
+	if was == "" || !unreached(err) {
+		return false
+	}
+	cc.ReloadState(context.Background())
+	limit := time.NewTimer(reloadWait)
+	defer limit.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if now := masterAddr(ctx, cc, key); now != "" && now != was {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-limit.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// unreached reports whether err says the connection to the server failed (a dial refused or
+// timed out, a connection reset or closed), rather than the server answering with an error.
+func unreached(err error) bool {
+	var re redis.Error
+	if err == nil || errors.As(err, &re) {
+		return false
+	}
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// masterAddr returns the address of the master cc's slot map names for key ("" when it
+// cannot tell).
+func masterAddr(ctx context.Context, cc *redis.ClusterClient, key string) string {
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// send is run's request: the script, and WAIT after it when asked.
+func (p *RedisLockProcessor) send(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
 	if !ack || p.opts.Replicas == 0 {
 		res = s.Run(ctx, p.client, keys, args...)
 		return res, -1, res.Err()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlockgo/dlock/domain"
 	dlerrors "github.com/dlockgo/dlock/errors"
+	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 )
@@ -1658,5 +1659,79 @@ func TestRenewalsKeepTheCounter(t *testing.T) {
 	}
 	if in := inspect(t, a, lc); in.Fence != r.Token {
 		t.Fatalf("fence %d after renewals without tokens, want %d", in.Fence, r.Token)
+	}
+}
+
+// A Cluster client whose slot map still names a master that died after the cluster moved the
+// slot (a completed failover) sends a request there, finds it unreachable, and sends it once
+// more to the master its reloaded map names: an attempt takes the key, a renewal renews, a
+// release releases, each in one call. While the map names no other master the request fails
+// as before, and what it did not reach is left as it was. (The old master is a proxy to the
+// server, closed as a kill -9 closes it; the new one is the server itself.)
+func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	direct := srv.Client()
+	defer direct.Close()
+	steps := []struct {
+		name string
+		do   func(p *proc, lc domain.DLockConfig, held string) (processor.Result, error)
+		want processor.Outcome
+	}{
+		{"lock", func(p *proc, lc domain.DLockConfig, _ string) (processor.Result, error) {
+			lc2, _ := domain.NewDLockConfig("PROC", fresh("moved-other"), time.Minute)
+			return p.Lock(ctx, lc2, processor.LockRequest{Locker: p.locker()})
+		}, processor.Taken},
+		{"renew", func(p *proc, lc domain.DLockConfig, held string) (processor.Result, error) {
+			return p.ExpandLease(ctx, lc, processor.RenewRequest{Locker: held})
+		}, processor.Renewed},
+		{"release", func(p *proc, lc domain.DLockConfig, held string) (processor.Result, error) {
+			return p.Unlock(ctx, lc, processor.ReleaseRequest{Locker: held})
+		}, processor.Released},
+	}
+	for _, move := range []bool{true, false} {
+		for _, s := range steps {
+			t.Run(fmt.Sprintf("%s/moved=%v", s.name, move), func(t *testing.T) {
+				old, err := faultproxy.New(srv.Addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer old.Close()
+				var master atomic.Value
+				master.Store(old.Addr())
+				cc := shardedClient(func(o *redis.ClusterOptions) {
+					o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
+						return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: master.Load().(string)}}}}, nil
+					}
+				})
+				defer cc.Close()
+				p := newProc(t, cc, "pa-")
+				lc, err := domain.NewDLockConfig("PROC", fresh("moved-"+t.Name()), time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held, r := p.lock(t, lc, false, 1) // through the old master
+				if r.Outcome != processor.Taken {
+					t.Fatalf("lock = %+v", r)
+				}
+				_ = old.Close() // the old master dies
+				if move {
+					master.Store(srv.Addr) // and the cluster has promoted the new one
+				}
+				r, err = s.do(p, lc, held)
+				if !move {
+					if err == nil {
+						t.Fatalf("%s with the map on a dead master = %+v, want an error", s.name, r)
+					}
+					if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != held {
+						t.Fatalf("key = %q after a request that reached nothing, want %q", got, held)
+					}
+					return
+				}
+				if err != nil || r.Outcome != s.want {
+					t.Fatalf("%s after the slot moved = %+v, %v; want outcome %v", s.name, r, err, s.want)
+				}
+			})
+		}
 	}
 }

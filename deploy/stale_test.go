@@ -1,0 +1,182 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
+)
+
+// After a completed failover (the master killed, its replica promoted and agreed on by every
+// node) Redis is reachable: only the slot map of a ClusterClient that used the old master
+// still names it, and go-redis retries a refused dial on that same address and never reloads
+// the map for it. Every call of the API on such a client must work as on the new master: a
+// holder's Unlock returns nil (it released the key, it did not fall back on the background
+// give-back) and the process waiting gets the key without waiting out the holder's lease, for
+// the mutex, the read-write lock and the semaphore; Extend renews; TryLock and Lock acquire.
+// Each "process" has a client of its own that used the old master before the kill and made no
+// request since. The leases are long (two minutes), so a waiter served only by the lease running
+// out fails the bound.
+func TestClusterCallsAfterCompletedFailover(t *testing.T) {
+	t.Parallel() // on a cluster of its own; mostly waiting
+	c := redistest.NeedCluster(t, 3, 1)
+	const lease = 2 * time.Minute
+	prefix := unique("stale")
+	master := c.MasterFor(lockKey("STALE", prefix))
+	targets := targetsWith(t, c, master, "STALE", prefix, 6)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
+	defer cancel()
+	gen := func() *dlock.Generator { return generatorOn(t, c.Client(), lease) } // go-redis's defaults
+
+	// Holders, one per process: a mutex, a read-write lock's write side, a semaphore's permit,
+	// and a mutex to Extend.
+	mu, err := gen().Gen("STALE", targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := gen().GenRW("STALE", targets[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := gen().GenSemaphore("STALE", targets[2], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := gen().Gen("STALE", targets[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	oMu, err := mu.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oRW, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oSem, err := sem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oExt, err := ext.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A process waiting for each of the first three, in a process of its own.
+	type waited struct {
+		name string
+		at   time.Time
+		err  error
+	}
+	got := make(chan waited, 3)
+	wait := func(name string, take func(context.Context) (*dlock.Owner, error)) {
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 3*bound) // less than the lease
+			defer cancel()
+			o, err := take(wctx)
+			w := waited{name: name, at: time.Now(), err: err}
+			if err == nil {
+				w.err = o.Unlock()
+			}
+			got <- w
+		}()
+	}
+	wMu, err := gen().Gen("STALE", targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wRW, err := gen().GenRW("STALE", targets[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wSem, err := gen().GenSemaphore("STALE", targets[2], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait("mutex", wMu.Lock)
+	wait("rwlock", wRW.RLock)
+	wait("semaphore", func(ctx context.Context) (*dlock.Owner, error) { return wSem.Acquire(ctx, 1) })
+
+	// Processes that will TryLock and Lock after the failover; each uses the old master first.
+	try, err := gen().Gen("STALE", targets[4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := gen().Gen("STALE", targets[5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*dlock.DistributedReentrantLock{try, lock} {
+		if err := l.Do(ctx, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	time.Sleep(300 * time.Millisecond) // the waiters wait
+	for _, target := range targets[:4] {
+		if err := c.SyncReplicas(lockKey("STALE", target), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.KillMaster(lockKey("STALE", targets[0])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFailover(lockKey("STALE", targets[0]), bound); err != nil {
+		t.Fatal(err)
+	}
+
+	released := time.Now()
+	var wg sync.WaitGroup
+	call := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				t.Errorf("%s after the failover: %v", name, err)
+			}
+		}()
+	}
+	call("mutex Unlock", oMu.Unlock)
+	call("rwlock Unlock", oRW.Unlock)
+	call("semaphore Release", oSem.Unlock)
+	call("Extend", func() error {
+		if err := ext.Extend(oExt, lease); err != nil {
+			return err
+		}
+		return oExt.Unlock()
+	})
+	call("TryLock", func() error {
+		o, ok, err := try.TryLock(ctx)
+		if err != nil || !ok {
+			return errors.Join(err, errors.New("not obtained"))
+		}
+		return o.Unlock()
+	})
+	call("Lock", func() error {
+		lctx, cancel := context.WithTimeout(ctx, bound)
+		defer cancel()
+		o, err := lock.Lock(lctx)
+		if err != nil {
+			return err
+		}
+		return o.Unlock()
+	})
+	wg.Wait()
+	for range 3 {
+		select {
+		case w := <-got:
+			if w.err != nil {
+				t.Errorf("the %s waiter: %v", w.name, w.err)
+				continue
+			}
+			figure(t, "stale_"+w.name+"_release_to_waiter", round(w.at.Sub(released)))
+		case <-time.After(4 * bound):
+			t.Fatal("a waiter neither acquired nor gave up")
+		}
+	}
+}
