@@ -202,7 +202,8 @@ func (st *sharedState) poke() {
 }
 
 // hear handles a message on this process's channel: "W" another process began to wait, "F"
-// the permits this process waits for fit now.
+// the permits this process waits for fit now (or, to a holder, that SetPermits raised the
+// count: a goroutine waiting for more than the process holds asks again at once).
 func (st *sharedState) hear(payload string) {
 	st.mu.Lock()
 	switch payload {
@@ -214,6 +215,7 @@ func (st *sharedState) hear(payload string) {
 		if st.attempt != nil {
 			st.attempt.pollAt = time.Time{}
 		}
+		st.growAt = time.Time{} // (a raised count: a holder's waiter asks for more now)
 	}
 	st.mu.Unlock()
 	st.poke()
@@ -886,7 +888,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 		case r.Outcome == processor.Held && !a.wait:
 			st.attempt = nil
 			st.heldAnswer(r, w)
-			if !a.try {
+			if !a.try && st.heardF == f {
 				st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
 			} else if front := st.front(); front != nil && front.try {
 				st.waiters = st.waiters[1:]

@@ -481,11 +481,16 @@ elseif A.op == 'permits' then
         keep(k, kd)
         return {0, string.format('%.0f', k)}
     end
+    local was = k
     k = tonumber(A.k)
     local held, owners = used()
     if held > k then
         for owner in pairs(owners) do
             tell(owner, 'W') -- more is held than the count now: lend no more, give back what comes free
+        end
+    elseif k > was then
+        for owner in pairs(owners) do
+            tell(owner, 'F') -- room made: a holder's goroutine asking for more (not in line) asks now
         end
     end
     wake(k)
