@@ -201,8 +201,11 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 // ErrInvalidConfig), waiting while ctx allows, and returns their Owner. A wait that ends
 // without them fails as DistributedReentrantLock.Lock's does.
 // Waiting processes are served in order; within a process, goroutines in their order of
-// arrival. With an owner of this semaphore it re-enters the same permits (no more are
-// taken).
+// arrival. A process that holds permits already asks for more without standing in line, and
+// no release tells it: it asks again every sixth of the lease, and stands in line once its
+// first waiter has waited that long, so permits that another process lets go can take up to a
+// sixth of the lease to reach it (SetPermits raising the count tells it at once). With an
+// owner of this semaphore it re-enters the same permits (no more are taken).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 	return s.Permits(n).Lock(ctx)
 }
@@ -224,7 +227,8 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 }
 
 // SetPermits changes the semaphore's permit count to k in Redis, for every process, for as
-// long as the semaphore is in use (afterwards the k it is made with counts again). Permits
+// long as the semaphore is in use (afterwards the k it is made with counts again). A raise
+// serves at once the waiters it makes room for, in line or in a process that holds permits. Permits
 // held beyond a lowered k stay out until released; none is handed out until fewer than k are,
 // in any process: the processes that hold more than k are told, lend no more from their
 // holdings and give them back as they come free.

@@ -768,6 +768,45 @@ func TestPeerSemRaisePermitsServesWaiters(t *testing.T) {
 	_ = o.Unlock()
 }
 
+// RedissonSemaphoreTest.testBlockingAcquire, in a process that holds a permit already: its
+// goroutine blocked in Acquire gets the permit another process releases. A documented
+// difference: such a process does not stand in line at first and no release tells it, so it
+// gets the permit at its next ask (within a sixth of the lease; Redisson's waiters are told by
+// the release), and a try of a third process meanwhile may take it first.
+func TestPeerSemHoldersWaiterGetsAReleasedPermit(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	oa, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := sb.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	peerNotYet(t, got, "a third permit of 2")
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := peerWithin(t, got, 15*time.Second, "the holder's waiter after another process's release")
+	if o == nil {
+		t.FailNow()
+	}
+	_ = o.Unlock()
+	_ = oa.Unlock()
+}
+
 // RedissonPermitExpirableSemaphoreTest.testExpire and testReleaseExpired, Curator
 // TestInterProcessSemaphore.testClientClose: a holder whose process dies (no more renewals)
 // gives its permits back when its lease runs out, and its release then reports the loss; a
