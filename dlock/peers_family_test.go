@@ -1399,3 +1399,66 @@ func TestPeerCancelledWaitLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// Curator TestInterProcessReadWriteLock.testThatUpgradingIsDisallowed's timed write acquire,
+// made by another goroutine of the reader's process, and TestInterProcessSemaphore
+// .testInterruptAcquire made by a holder's own goroutine: the wait gives up and leaves nothing
+// behind — the process's own readers (or permits) go on being lent, and another process gets
+// in as soon as the holder lets go.
+func TestPeerCancelledWaitBesideOwnHolding(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	raw := rawClient(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	r, err := la.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if o, err := la.Lock(short); !errors.Is(err, dlock.ErrNotObtained) || o != nil {
+		t.Fatalf("a timed Lock beside the process's own reader = %v %v", o, err)
+	}
+	cancel()
+	peerLineEmpty(t, raw, processor.SharedKeys(la.Config()))
+	r2, err := la.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, ok, err := lb.TryRLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("another process's TryRLock after the writer gave up = %v %v %v", rb, ok, err)
+	}
+	_ = rb.Unlock()
+	_ = r2.Unlock()
+	_ = r.Unlock()
+	if o, ok, err := lb.TryLock(ctx); !ok || err != nil {
+		t.Fatalf("another process's TryLock once the readers let go = %v %v %v", o, ok, err)
+	} else {
+		_ = o.Unlock()
+	}
+
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	o, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel = context.WithTimeout(ctx, 500*time.Millisecond) // (past growPatience: in line)
+	if o2, err := sa.Acquire(short, 2); !errors.Is(err, dlock.ErrNotObtained) || o2 != nil {
+		t.Fatalf("a timed Acquire(2) beside the process's own permit = %v %v", o2, err)
+	}
+	cancel()
+	peerLineEmpty(t, raw, processor.SharedKeys(sa.Config()))
+	ob, ok, err := sb.TryAcquire(ctx, 1)
+	if !ok || err != nil {
+		t.Fatalf("another process's TryAcquire(1) after the wait gave up = %v %v %v", ob, ok, err)
+	}
+	_ = ob.Unlock()
+	_ = o.Unlock()
+	if all, ok, err := sb.TryAcquire(ctx, 2); !ok || err != nil {
+		t.Fatalf("TryAcquire(2) once all let go = %v %v %v", all, ok, err)
+	} else {
+		_ = all.Unlock()
+	}
+}
