@@ -201,7 +201,8 @@ func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 // Redis. It leaves no trace for other
 // processes to see. A Redis failure is returned as a *RedisProcessError (an attempt whose
 // reply was lost is given back in the background); re-entry on a lost holding returns an
-// error matching ErrLockLost.
+// error matching ErrLockLost. When ctx ends before the attempt's answer (or had ended before
+// the call), the error matches both ErrNotObtained and the context's error, as Lock's does.
 func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	owned, held, err := l.acquire(ctx, false)
 	switch {
@@ -209,6 +210,8 @@ func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, e
 		return owned, true, nil
 	case errors.Is(err, ErrOptimisticLocking) && !errors.Is(err, ErrLockLost):
 		return nil, false, nil // (taken, and removed by ForceRelease as it was)
+	case ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, ErrNotObtained):
+		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (ended on its way)
 	}
 	return nil, false, err
 }

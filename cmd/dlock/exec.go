@@ -265,7 +265,8 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		return r.owned, nil
 	case refused(r.err):
 		return nil, c.classify(r.err)
-	case r.held || errors.Is(r.err, dlock.ErrNotObtained) && errors.Is(r.err, context.DeadlineExceeded):
+	case r.held || wait != 0 && errors.Is(r.err, dlock.ErrNotObtained) && errors.Is(r.err, context.DeadlineExceeded):
+		// (-n: a TryLock whose --timeout ran out on its way got no answer: Redis's fault, below)
 		// Lock keeps waiting through Redis failures: tell an outage from a busy lock.
 		if err := c.ping(); err != nil {
 			return nil, err
