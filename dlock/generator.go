@@ -119,7 +119,9 @@ func (g *Generator) Gen(lockType, lockTarget string) (*DistributedReentrantLock,
 	return g.GenWithLease(lockType, lockTarget, lease)
 }
 
-// GenWithLease is Gen with an explicit lease.
+// GenWithLease is Gen with an explicit lease, which must lie within [domain.MinLease,
+// domain.MaxLease] (30 ms to a week) and be a whole number of milliseconds: any other returns
+// ErrInvalidConfig.
 func (g *Generator) GenWithLease(lockType, lockTarget string, lease time.Duration) (*DistributedReentrantLock, error) {
 	if g == nil || g.proc == nil {
 		return nil, errZeroGenerator

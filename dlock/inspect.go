@@ -63,10 +63,11 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 // keeps renewing it with that length until it is released. A renewal never shortens what
 // Redis holds: an Extend to a shorter lease takes effect as the longer one it replaces runs
 // down. It bounds the Redis call by the current lease. It returns ErrInvalidConfig for a bad
-// lease, ErrNotHeld when owned does not own the lock, an error matching ErrLockLost when the
-// holding was lost (including when this renewal finds the key gone or taken: the holding is
-// then lost, as on any renewal), ErrClosed after Close, and a *RedisProcessError when Redis
-// failed (the holding keeps its lease and renewals). Safe for concurrent use.
+// lease (outside [domain.MinLease, domain.MaxLease], or not whole milliseconds), ErrNotHeld
+// when owned does not own the lock, an error matching ErrLockLost when the holding was lost
+// (including when this renewal finds the key gone or taken: the holding is then lost, as on
+// any renewal), ErrClosed after Close, and a *RedisProcessError when Redis failed (the
+// holding keeps its lease and renewals). Safe for concurrent use.
 func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
 	if owned == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)

@@ -156,7 +156,9 @@ func WithLeases(leases map[string]time.Duration) Option {
 }
 
 // WithDefaultLease sets the lease of lock types that WithLeases does not name. Without it,
-// Gen with such a type returns ErrInvalidConfig.
+// Gen with such a type returns ErrInvalidConfig. A lease is from domain.MinLease (30 ms) to
+// domain.MaxLease (a week), in whole milliseconds, here and in WithLeases; NewGenerator
+// refuses any other with ErrInvalidConfig.
 func WithDefaultLease(d time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if err := domain.ValidateLease(d); err != nil {
