@@ -1260,7 +1260,7 @@ func TestPeerMultiMixedKindsAndDuplicates(t *testing.T) {
 // acquire interrupted: a wait for the read side, the write side, permits, or a MultiLock's
 // shared part, ended by its context, leaves nothing in the Redis line; once the holder lets go
 // a try of another process gets in at once.
-func TestPeerCancelledWaitLeavesNothing(t *testing.T) {
+func TestPeerFamilyCancelledWaitLeavesNothing(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		hold func(g *dlock.Generator, tg string) (context.Context, func() error, error)
