@@ -16,10 +16,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The owner re-enters (Lock, TryLock, another handle on the key); until its last Unlock
+// neither another goroutine nor another process gets the key. Ports Redisson's testReentrancy,
+// testGetHoldCount, testRemainTimeToLive2, testIsHeldByCurrentThread and etcd's
+// TestMutexSessionRelock.
 func TestReentry(t *testing.T) {
 	g, c := newGen(t)
+	gr, _ := newGen(t)
 	l, _ := g.Gen("RE", target(t))
+	l2nd, _ := g.Gen("RE", target(t))
+	remote, _ := gr.Gen("RE", target(t))
 	ctx := ctxT(t, 10*time.Second)
+	if n := l.HoldCount(ctx); n != 0 {
+		t.Fatalf("HoldCount before Lock = %d", n)
+	}
 	o1, err := l.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -28,15 +38,26 @@ func TestReentry(t *testing.T) {
 	if err != nil || o2 != o1 {
 		t.Fatalf("re-entry: %v", err)
 	}
-	if ok := func() bool { _, ok, _ := l.TryLock(o1); return ok }(); !ok {
-		t.Fatal("TryLock by the owner failed")
+	if o3, ok, err := l.TryLock(o1); !ok || err != nil || o3 != o1 {
+		t.Fatalf("TryLock by the owner = (%v, %v, %v), want the same owner", o3, ok, err)
 	}
-	if n := l.HoldCount(o1); n != 3 {
-		t.Fatalf("hold count %d, want 3", n)
+	if o4, err := l2nd.Lock(o1); err != nil || o4 != o1 {
+		t.Fatalf("re-entry through another handle: %v", err)
 	}
-	for i := 0; i < 2; i++ {
+	if n := l.HoldCount(o1); n != 4 {
+		t.Fatalf("hold count %d, want 4", n)
+	}
+	for i := 0; i < 3; i++ {
 		if err := l.Unlock(o1); err != nil {
 			t.Fatal(err)
+		}
+		for name, l := range map[string]*dlock.DistributedReentrantLock{"another goroutine": l, "another process": remote} {
+			if _, ok, err := l.TryLock(context.Background()); ok || err != nil {
+				t.Fatalf("%s's TryLock while held %d times = %v, %v", name, 3-i, ok, err)
+			}
+		}
+		if s := stateOf(t, remote); !s.Held() || s.Mine || o1.Err() != nil {
+			t.Fatalf("held %d times, from another process: %+v", 3-i, s)
 		}
 	}
 	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 1 {
@@ -59,6 +80,10 @@ func TestReentry(t *testing.T) {
 	}
 }
 
+// TryLock of a held key answers (nil, false, nil) to another process and another goroutine, and
+// the key is free for the next once released. Ports bsm/redislock's TestClient, redsync's
+// TestMutexAlreadyLocked and TestValid, Redisson's testTryLockNonDelayed and etcd's
+// ExampleMutex_TryLock (dlock answers false where etcd returns ErrLocked, redsync *ErrTaken).
 func TestTryLockHeldElsewhere(t *testing.T) {
 	g1, _ := newGen(t)
 	g2, _ := newGen(t)
@@ -69,11 +94,10 @@ func TestTryLockHeldElsewhere(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("TryLock on a free key: %v %v", ok, err)
 	}
-	if _, ok, err := l2.TryLock(ctx); ok || err != nil {
-		t.Fatalf("TryLock held by another process: %v %v", ok, err)
-	}
-	if _, ok, err := l1.TryLock(ctx); ok || err != nil {
-		t.Fatalf("TryLock held by another goroutine: %v %v", ok, err)
+	for name, l := range map[string]*dlock.DistributedReentrantLock{"another process": l2, "another goroutine": l1} {
+		if o, ok, err := l.TryLock(ctx); ok || o != nil || err != nil {
+			t.Fatalf("TryLock held by %s = (%v, %v, %v), want (nil, false, nil)", name, o, ok, err)
+		}
 	}
 	if tok, ok := l1.FencingToken(owned); !ok || tok == 0 {
 		t.Fatal("no fencing token")
@@ -82,8 +106,19 @@ func TestTryLockHeldElsewhere(t *testing.T) {
 	if g2.InUse() != 0 || g1.InUse() != 0 {
 		t.Fatal("states kept after failed TryLock")
 	}
+	o2, ok, err := l2.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock after the release = (%v, %v)", ok, err)
+	}
+	if err := o2.Unlock(); err != nil {
+		t.Fatal(err)
+	}
 }
 
+// A Lock whose deadline passes while the key is held, in the holder's process or another,
+// says ErrNotObtained and DeadlineExceeded and leaves the line. Ports bsm/redislock's
+// TestObtain_retry_failure and TestObtain_retry_context_deadline, and Redisson's
+// testTryLockWait.
 func TestWaiterDeadline(t *testing.T) {
 	g1, _ := newGen(t)
 	g2, _ := newGen(t)
@@ -106,7 +141,7 @@ func TestWaiterDeadline(t *testing.T) {
 			t.Fatal("the waiter is still queued")
 		}
 	}
-	_ = l2
+	waitFor(t, func() bool { return len(stateOf(t, l2).Waiting) == 0 })
 	settled(t, g2)
 }
 
@@ -430,6 +465,69 @@ func TestExclusionSoak(t *testing.T) {
 func TestTryLockExclusive(t *testing.T) {
 	t.Run("contended", testTryLockContended)
 	t.Run("late-reply-and-new-attempt-of-one-generator", testLateReplyAndNewAttempt)
+	t.Run("all-at-once", testTryLockAllAtOnce)
+}
+
+// Of many TryLocks of a free lock at once, in several processes, exactly one gets it: a mutex
+// (etcd's testMutexTryLock, bsm/redislock's TestObtain_concurrent) and a MultiLock over every
+// kind (Redisson's RedissonMultiLockTest.test, Curator's testSomeLocksFailToLock).
+func testTryLockAllAtOnce(t *testing.T) {
+	gens := make([]*dlock.Generator, 5)
+	for i := range gens {
+		gens[i], _ = newGen(t, dlock.WithDefaultLease(10*time.Second))
+	}
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	for _, kind := range []struct {
+		name string
+		try  func(g *dlock.Generator) (*dlock.Owner, bool, error)
+	}{
+		{"mutex", func(g *dlock.Generator) (*dlock.Owner, bool, error) {
+			l, _ := g.Gen("TRYALL", tg)
+			return l.TryLock(ctx)
+		}},
+		{"MultiLock", func(g *dlock.Generator) (*dlock.Owner, bool, error) {
+			mu, sem, rw := everyKind(t, g, tg, 1)
+			m, err := g.MultiOf(mu, sem.Permits(1), rw.WriteSide())
+			if err != nil {
+				return nil, false, err
+			}
+			return m.TryLock(ctx)
+		}},
+	} {
+		start := make(chan struct{})
+		owners := make(chan *dlock.Owner, 20)
+		var wg sync.WaitGroup
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				o, ok, err := kind.try(gens[i%len(gens)])
+				switch {
+				case err != nil:
+					t.Errorf("%s: TryLock: %v", kind.name, err)
+				case ok != (o != nil):
+					t.Errorf("%s: TryLock = (%v, %v)", kind.name, o, ok)
+				case ok:
+					owners <- o
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(owners)
+		n := 0
+		for o := range owners {
+			n++
+			if err := o.Unlock(); err != nil {
+				t.Error(err)
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%s: %d TryLocks got the free lock at once, want exactly 1", kind.name, n)
+		}
+	}
 }
 
 // A generator whose lock-script reply comes after its Lock gave up, and which meanwhile
@@ -1092,5 +1190,256 @@ func TestLastingRedisFailureIsNoBusyLoop(t *testing.T) {
 	o := recv(t, got, "the waiter's Lock")
 	if err := lw.Unlock(o); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitKind is a lock as one process makes it, for the cancelled-wait tests: the holder's
+// acquisition, the wait that gives up, a try of the same, a try that fits beside the holder
+// (nil: none), and how many processes stand in the lock's Redis line.
+type waitKind struct {
+	hold, wait func(ctx context.Context) (*dlock.Owner, error)
+	try        func(ctx context.Context) (*dlock.Owner, bool, error)
+	beside     func(ctx context.Context) (*dlock.Owner, bool, error)
+	inLine     func(ctx context.Context) int
+}
+
+// A wait ended by its context — for a mutex, the read side, the write side, permits, or a
+// MultiLock's shared part; in another process than the holder's or beside the holder's own
+// holding — says ErrNotObtained and the context's error and leaves nothing in the Redis line:
+// the holder goes on, what fits beside it gets in, and once it lets go another process's try
+// gets in at once. Ports Redisson's testLockIsNotRenewedAfterInterruptedTryLock,
+// testLockUninterruptibly and its interrupted acquires, etcd's TestMutexLockSessionExpired,
+// Curator's TestInterProcessSemaphore.testInterruptAcquire and testNoOrphanedNodes,
+// TestInterProcessReadWriteLock.testThatUpgradingIsDisallowed's timed write acquire, and
+// RedissonMultiLockTest.testWaitAndLeaseTimeouts and testMultiThreads.
+func TestCancelledWaitLeavesNothing(t *testing.T) {
+	raw := rawClient(t)
+	sharedLine := func(cfg domain.DLockConfig) func(ctx context.Context) int {
+		keys := processor.SharedKeys(cfg)
+		return func(ctx context.Context) int {
+			return int(raw.ZCard(ctx, keys[2]).Val() + raw.HLen(ctx, keys[3]).Val())
+		}
+	}
+	rw := func(g *dlock.Generator, tg string, readWaits bool) waitKind {
+		l := rwOf(t, g, tg)
+		k := waitKind{hold: l.RLock, wait: l.Lock, try: l.TryLock, beside: l.TryRLock, inLine: sharedLine(l.Config())}
+		if readWaits {
+			k = waitKind{hold: l.Lock, wait: l.RLock, try: l.TryRLock, inLine: k.inLine}
+		}
+		return k
+	}
+	for _, c := range []struct {
+		name        string
+		sameProcess bool // the wait is made by a goroutine of the holder's process
+		mk          func(g *dlock.Generator, tg string) waitKind
+	}{
+		{"mutex", false, func(g *dlock.Generator, tg string) waitKind {
+			l, _ := g.Gen("CWAIT", tg)
+			return waitKind{hold: l.Lock, wait: l.Lock, try: l.TryLock,
+				inLine: func(context.Context) int { return len(stateOf(t, l).Waiting) }}
+		}},
+		{"read side", false, func(g *dlock.Generator, tg string) waitKind { return rw(g, tg, true) }},
+		{"write side", false, func(g *dlock.Generator, tg string) waitKind { return rw(g, tg, false) }},
+		{"write side beside its own reader", true, func(g *dlock.Generator, tg string) waitKind { return rw(g, tg, false) }},
+		{"permits", false, func(g *dlock.Generator, tg string) waitKind { return permits(t, g, tg, sharedLine) }},
+		{"permits beside its own", true, func(g *dlock.Generator, tg string) waitKind { return permits(t, g, tg, sharedLine) }},
+		{"MultiLock", false, func(g *dlock.Generator, tg string) waitKind {
+			mu, sem, rw := everyKind(t, g, tg, 1)
+			m, err := g.MultiOf(mu, sem.Permits(1), rw.WriteSide())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rest, err := g.MultiOf(mu, sem.Permits(1)) // the parts before the held one: free again
+			if err != nil {
+				t.Fatal(err)
+			}
+			return waitKind{hold: rw.RLock, wait: m.Lock, try: m.TryLock, beside: rest.TryLock, inLine: sharedLine(rw.Config())}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const lease = 20 * time.Second // (a left entry would outlive the test's bounds)
+			gh, _ := newGen(t, dlock.WithDefaultLease(lease))
+			gw, _ := newGen(t, dlock.WithDefaultLease(lease))
+			gt, _ := newGen(t, dlock.WithDefaultLease(lease))
+			if c.sameProcess {
+				gw = gh
+			}
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			h, w, other := c.mk(gh, tg), c.mk(gw, tg), c.mk(gt, tg)
+			held, err := h.hold(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			waited := make(chan error, 3)
+			for range 3 { // goroutines of one process wait together
+				go func() {
+					o, err := w.wait(wctx)
+					if err == nil {
+						_ = o.Unlock()
+					}
+					waited <- err
+				}()
+			}
+			waitFor(t, func() bool { return w.inLine(ctx) >= 1 })
+			cancel()
+			for range 3 {
+				if err := recv(t, waited, "the cancelled wait"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+					t.Fatalf("a cancelled wait = %v, want ErrNotObtained and context.Canceled", err)
+				}
+			}
+			waitFor(t, func() bool { return w.inLine(ctx) == 0 })
+			if held.Err() != nil {
+				t.Fatalf("the holder after the wait was cancelled: %v", context.Cause(held))
+			}
+			for _, k := range []waitKind{h, other} { // in the holder's process and another
+				if k.beside == nil {
+					continue
+				}
+				if o, ok, err := k.beside(ctx); !ok || err != nil {
+					t.Fatalf("a try that fits beside the holder, after the wait gave up = %v %v %v", o, ok, err)
+				} else {
+					_ = o.Unlock()
+				}
+			}
+			if err := held.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			o, ok, err := other.try(ctx)
+			if !ok || err != nil {
+				t.Fatalf("another process's try once the holder let go = %v %v: the cancelled wait left something behind", ok, err)
+			}
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// permits is waitKind for a semaphore of 2: the holder takes 1, the wait asks for 2.
+func permits(t *testing.T, g *dlock.Generator, tg string, line func(domain.DLockConfig) func(context.Context) int) waitKind {
+	s := semOf(t, g, tg, 2)
+	take := func(n int) func(ctx context.Context) (*dlock.Owner, error) {
+		return func(ctx context.Context) (*dlock.Owner, error) { return s.Acquire(ctx, n) }
+	}
+	try := func(n int) func(ctx context.Context) (*dlock.Owner, bool, error) {
+		return func(ctx context.Context) (*dlock.Owner, bool, error) { return s.TryAcquire(ctx, n) }
+	}
+	return waitKind{hold: take(1), wait: take(2), try: try(2), beside: try(1), inLine: line(s.Config())}
+}
+
+// A TryLock whose context ends while its request is on its way says ErrNotObtained and the
+// context's error, as Lock's does and as a TryLock's whose context had ended before the call,
+// and leaves the key free once that request has run (a regression test). Ports bsm/redislock's
+// TestObtain_retry_context_deadline.
+func TestTryLockCancelledOnItsWay(t *testing.T) {
+	g, c := newGen(t)
+	gt, _ := newGen(t)
+	l, _ := g.Gen("TRYWAY", target(t))
+	lt, _ := gt.Gen("TRYWAY", target(t))
+	ctx := ctxT(t, 15*time.Second)
+	w := newWire(t, c)
+	t.Cleanup(w.unstall)
+	w.stall("lock", 1)
+	tctx, cancel := context.WithCancel(ctx)
+	tried := make(chan error, 1)
+	go func() {
+		o, ok, err := l.TryLock(tctx)
+		if ok {
+			_ = o.Unlock()
+			err = errors.New("TryLock got the lock after its context was cancelled")
+		}
+		tried <- err
+	}()
+	waitFor(t, func() bool { return w.stalledCount() == 1 })
+	cancel()
+	if err := recv(t, tried, "the cancelled TryLock"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Errorf("TryLock cancelled on its way = %v, want ErrNotObtained and context.Canceled", err)
+	}
+	if _, _, err := l.TryLock(tctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Errorf("TryLock with a cancelled context = %v, want ErrNotObtained and context.Canceled", err)
+	}
+	w.unstall()
+	waitFor(t, func() bool { return !stateOf(t, lt).Held() && g.InUse() == 0 })
+	o, ok, err := lt.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock after the cancelled attempt = %v, %v", ok, err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, g)
+}
+
+// Goroutines of three processes increment a counter kept in Redis, a read and a write under
+// the lock (Do): no increment is lost. Ports Redisson's testConcurrency_SingleInstance,
+// testConcurrency_MultiInstance, testConcurrencyLoop_MultiInstance and RedissonFairLockTest's
+// testMultipleLocks.
+func TestNoUpdateLostUnderTheLock(t *testing.T) {
+	gens := make([]*dlock.Generator, 3)
+	for i := range gens {
+		gens[i], _ = newGen(t)
+	}
+	rc := rawClient(t)
+	counter := "counter:" + uniqueTarget(t)
+	t.Cleanup(func() { rc.Del(context.Background(), counter) })
+	ctx := ctxT(t, 60*time.Second)
+	const goroutines, rounds = 12, 20
+	var wg sync.WaitGroup
+	for i := 0; i < goroutines; i++ {
+		l, _ := gens[i%len(gens)].Gen("COUNTER", target(t))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				if err := l.Do(ctx, func(owned context.Context) error {
+					v, err := rc.Get(owned, counter).Int()
+					if err != nil && !errors.Is(err, redis.Nil) {
+						return err
+					}
+					return rc.Set(owned, counter, v+1, time.Minute).Err()
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v, err := rc.Get(ctx, counter).Int(); err != nil || v != goroutines*rounds {
+		t.Fatalf("counter = %d, %v; want %d", v, err, goroutines*rounds)
+	}
+}
+
+// Holding one key neither blocks nor is released by another key's lock, in one process or
+// two. Ports bsm/redislock's TestLock_ObtainMulti and Redisson's testMultipleLocks.
+func TestKeysAreIndependent(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	ctx := ctxT(t, 10*time.Second)
+	var owners []*dlock.Owner
+	var locks []*dlock.DistributedReentrantLock
+	for i, g := range []*dlock.Generator{g1, g1, g2, g2} {
+		l, _ := g.Gen("KEYS", fmt.Sprintf("%s-%d", target(t), i))
+		o, ok, err := l.TryLock(ctx)
+		if !ok || err != nil {
+			t.Fatalf("TryLock of key %d while others are held = %v, %v", i, ok, err)
+		}
+		owners, locks = append(owners, o), append(locks, l)
+	}
+	if err := owners[0].Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := locks[1].Unlock(owners[0]); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock of key 1 with key 0's owner = %v, want ErrNotHeld", err)
+	}
+	for i := 1; i < len(owners); i++ {
+		if s := stateOf(t, locks[i]); !s.Mine || owners[i].Err() != nil {
+			t.Fatalf("key %d after key 0's release: %+v", i, s)
+		}
+		if err := owners[i].Unlock(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -14,7 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Close ends the owner contexts with ErrClosed and releases their keys: another process's
+// waiter is served. Ports etcd's TestMutexLockSessionExpired and Session.Done (a session that
+// ends ends the mutex's hold).
 func TestCloseReleasesAndEndsWaiters(t *testing.T) {
+	gr, _ := newGen(t)
 	c := srv.Client()
 	defer c.Close()
 	g, _ := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
@@ -24,11 +28,15 @@ func TestCloseReleasesAndEndsWaiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lr, _ := gr.Gen("CLOSE", target(t))
+	remote := lockOnce(ctx, lr)
 	errs := make(chan error)
 	go func() { _, err := l.Lock(ctx); errs <- err }()
 	for !g.Waiters(l.Config().UniqueKey()) {
 		time.Sleep(time.Millisecond)
 	}
+	waitFor(t, func() bool { return len(stateOf(t, lr).Waiting) == 1 })
+	holder := stateOf(t, lr).Holder
 	if err := g.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +46,11 @@ func TestCloseReleasesAndEndsWaiters(t *testing.T) {
 	if !errors.Is(context.Cause(owned), dlock.ErrClosed) {
 		t.Fatalf("owner cause %v", context.Cause(owned))
 	}
-	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 {
+	if s := stateOf(t, lr); s.Held() && s.Holder == holder {
 		t.Fatal("Close left the key held")
+	}
+	if err := recv(t, remote, "another process's Lock after Close"); err != nil {
+		t.Fatal(err)
 	}
 	if err := l.Unlock(owned); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("Unlock after Close: %v", err)
@@ -481,5 +492,41 @@ func TestFamilyCloseCountsNoRedisError(t *testing.T) {
 				t.Fatalf("Close counted Redis errors: %+v", rec.redisErrs)
 			}
 		})
+	}
+}
+
+// The first in line goes away (its Generator closed) while a holder holds: its Lock returns
+// ErrClosed, and the next waiter still waits for the holder's Unlock, then gets the lock.
+// Ports etcd's TestMutexWaitsOnCurrentHolder.
+func TestClosedWaiterLeavesTheNextWaitingForTheHolder(t *testing.T) {
+	g1, _ := newGen(t)
+	victim, _ := newGen(t)
+	g3, _ := newGen(t)
+	l1, _ := g1.Gen("VANISH", target(t))
+	lv, _ := victim.Gen("VANISH", target(t))
+	l3, _ := g3.Gen("VANISH", target(t))
+	ctx := ctxT(t, 15*time.Second)
+	o := mustLock(t, l1, ctx)
+	vdone := lockOnce(ctx, lv)
+	waitFor(t, func() bool { return len(stateOf(t, l1).Waiting) == 1 })
+	newOwner := lockAsync(t, l3, ctx)
+	waitFor(t, func() bool { return len(stateOf(t, l1).Waiting) == 2 })
+	if err := victim.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, vdone, "the closed waiter's Lock"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("a waiter whose Generator closed = %v, want ErrClosed", err)
+	}
+	waitFor(t, func() bool { return len(stateOf(t, l1).Waiting) == 1 })
+	notYet(t, newOwner, "the next waiter got the lock before the holder unlocked")
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o3 := recv(t, newOwner, "the next waiter's Lock")
+	if o3 == nil {
+		t.FailNow()
+	}
+	if err := o3.Unlock(); err != nil {
+		t.Fatal(err)
 	}
 }

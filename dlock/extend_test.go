@@ -7,8 +7,13 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 )
 
+// Extend renews with the new lease from then on; it never shortens what Redis holds (a shorter
+// lease takes effect as the longer one runs down), and refuses a bad lease, a non-owner and a
+// released owner. Ports bsm/redislock's TestLock_Refresh (documented difference: its Refresh
+// to a shorter TTL shortens it), redsync's TestMutexExtend and TestTryLock.
 func TestExtendRenewsWithTheNewLease(t *testing.T) {
 	g, _ := newGen(t)
 	l, _ := g.GenWithLease("API", target(t), 300*time.Millisecond)
@@ -35,8 +40,22 @@ func TestExtendRenewsWithTheNewLease(t *testing.T) {
 	if s, err = l.State(ctx); err != nil || s.LeaseLeft <= 300*time.Millisecond || !s.Mine {
 		t.Fatalf("after 1s: %+v, %v", s, err)
 	}
-	if err := l.Extend(owned, time.Millisecond); !errors.Is(err, dlock.ErrInvalidConfig) {
-		t.Fatalf("bad lease: %v", err)
+	if err := l.Extend(owned, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, l); s.LeaseLeft <= 30*time.Minute || s.LeaseLeft > time.Hour {
+		t.Fatalf("lease left %v after Extend to 1h", s.LeaseLeft)
+	}
+	if err := l.Extend(owned, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, l); s.LeaseLeft <= time.Minute {
+		t.Fatalf("lease left %v: an Extend to 1 min shortened the hour Redis held", s.LeaseLeft)
+	}
+	for _, bad := range []time.Duration{0, -time.Second, time.Millisecond, domain.MinLease - time.Millisecond} {
+		if err := l.Extend(owned, bad); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Fatalf("Extend(%v) = %v, want ErrInvalidConfig", bad, err)
+		}
 	}
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("not the owner: %v", err)
@@ -52,6 +71,10 @@ func TestExtendRenewsWithTheNewLease(t *testing.T) {
 	}
 }
 
+// Extend of a key another took fails at once with ErrLockLost, ends the owner context, and
+// leaves the new holder's key. Ports bsm/redislock's TestLock_Refresh_expired and
+// TestLock_Refresh_retry_failure, redsync's TestMutexExtendExpired and
+// TestSetNXOnExtendFailsToAcquireLockWhenKeyIsTaken.
 func TestExtendOfALostLockSaysLost(t *testing.T) {
 	g, c := newGen(t)
 	l, _ := g.Gen("API", target(t))
@@ -66,6 +89,9 @@ func TestExtendOfALostLockSaysLost(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(owned), dlock.ErrLockLost) {
 		t.Fatalf("owner context: %v", context.Cause(owned))
+	}
+	if v := c.Get(ctx, l.Config().UniqueKey()).Val(); v != "someone-else-1" {
+		t.Fatalf("the key after the failed Extend: %q, want the new holder's", v)
 	}
 	if err := l.Unlock(owned); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Unlock: %v", err)

@@ -13,6 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// ForceRelease frees the key and wakes the waiters; a holder in this process is told at once,
+// one elsewhere at its next renewal. Ports Redisson's testForceUnlock (RedissonLockTest and
+// RedissonFairLockTest) and etcd's TestMutexLockSessionExpired (a lost lease ends the hold).
 func TestForceReleaseWakesWaitersAndTellsTheHolder(t *testing.T) {
 	for _, same := range []bool{true, false} {
 		name := "holder elsewhere"
@@ -81,6 +84,7 @@ func TestForceReleaseWakesWaitersAndTellsTheHolder(t *testing.T) {
 // ForceRelease names the holder it removes, so a second copy of its request (the client
 // sending it again after a lost reply, or a packet delivered late) finds that holder gone and
 // cannot remove the key of the process that acquired after it.
+// (Redisson's testForceUnlock: after it the lock is not locked, through any handle.)
 func TestForceReleaseRepeatedLeavesTheNextHolder(t *testing.T) {
 	ga, _ := newGen(t)
 	gb, _ := newGen(t)
@@ -107,6 +111,11 @@ func TestForceReleaseRepeatedLeavesTheNextHolder(t *testing.T) {
 	}
 	if removed, err := lop.ForceRelease(ctx, st.Holder); err != nil || !removed {
 		t.Fatalf("ForceRelease(%q): %v, %v", st.Holder, removed, err)
+	}
+	for _, l := range []*dlock.DistributedReentrantLock{lop, lc} {
+		if s := stateOf(t, l); s.Held() {
+			t.Fatalf("after ForceRelease: %+v", s)
+		}
 	}
 	ob, err := lb.Lock(ctx) // the next holder
 	if err != nil {

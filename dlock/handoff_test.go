@@ -1261,3 +1261,70 @@ func TestProcessesWithAndWithoutNotificationsShareAKey(t *testing.T) {
 		}
 	})
 }
+
+// Processes that line up one after another behind a holder are served in turn, in arrival
+// order, each only after the one before let go. Ports RedissonFairLockTest's
+// testConcurrency_MultiInstance_Ordering and testLeaseTimeout, and etcd's testMutexLock
+// ("followers did not wait").
+func TestProcessesServedInArrivalOrder(t *testing.T) {
+	g0, _ := newGen(t)
+	l0, _ := g0.GenWithLease("ORDER", target(t), 5*time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	o := mustLock(t, l0, ctx)
+	const n = 5
+	served := make(chan int, n)
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		g, _ := newGen(t)
+		l, _ := g.GenWithLease("ORDER", target(t), 5*time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := l.Do(ctx, func(context.Context) error {
+				if inside.Add(1) != 1 {
+					t.Error("two owners at once")
+				}
+				served <- i
+				inside.Add(-1)
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		waitFor(t, func() bool { return len(stateOf(t, l0).Waiting) == i+1 })
+	}
+	notYet(t, served, "a waiter served while the first holder held")
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(served)
+	next := 0
+	for i := range served {
+		if i != next {
+			t.Fatalf("waiter %d served when waiter %d was due (arrival order)", i, next)
+		}
+		next++
+	}
+	if next != n {
+		t.Fatalf("%d of %d waiters served", next, n)
+	}
+}
+
+// A waiting process that dies while first in line (kill -9: its connections close) holds up
+// nobody behind it: as the holder lets go, the next process is served, not once the dead one's
+// line entry expired. Ports RedissonFairLockTest's testFirstThreadDeathTimeoutDrift and
+// testAbandonedTimeoutDrift.
+func TestDeadWaiterIsPassedOver(t *testing.T) {
+	tg := uniqueTarget(t) // (the dead entry stays in the line, skipped, for its time to live)
+	raw := rawClient(t)
+	deadWaiterIsPassedOver(t, func(g *dlock.Generator) sharedLock {
+		l, _ := g.Gen("DEADW", tg)
+		t.Cleanup(func() { raw.Del(context.Background(), processor.LineKey(l.Config())) })
+		return sharedLock{cfg: l.Config(), hold: l.Lock, dead: l.Lock, behind: l.Lock,
+			line:    func(context.Context) []string { return stateOf(t, l).Waiting },
+			channel: func(entry string) string { return processor.ProcessChannel(l.Config(), entry) }}
+	})
+}

@@ -1189,11 +1189,15 @@ func partitionable(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *fault
 	return g, p
 }
 
-// sharedLock is a read-write lock or a semaphore as one process makes it: its configuration,
-// the holder's acquisition, the dying waiter's and that of the process behind it.
+// sharedLock is a lock as one process makes it: its configuration, the holder's acquisition,
+// the dying waiter's and that of the process behind it. A read-write lock or a semaphore
+// leaves line and channel nil (its shared line); a mutex sets them: line returns the
+// processes in line, channel the one a process in line listens on.
 type sharedLock struct {
 	cfg                domain.DLockConfig
 	hold, dead, behind func(ctx context.Context) (*dlock.Owner, error)
+	line               func(ctx context.Context) []string
+	channel            func(entry string) string
 }
 
 // deadWaiterIsPassedOver checks that a waiting process that dies (its connections to Redis
@@ -1212,6 +1216,11 @@ func deadWaiterIsPassedOver(t *testing.T, mk func(g *dlock.Generator) sharedLock
 		t.Fatal(err)
 	}
 	keys := processor.SharedKeys(h.cfg)
+	shared := h.line == nil
+	if shared {
+		h.line = func(ctx context.Context) []string { return raw.ZRange(ctx, keys[2], 0, -1).Val() }
+		h.channel = func(entry string) string { return processor.SharedChannel(h.cfg, entry) }
+	}
 	cd := srv.Client() // the dying process's own connections
 	gd, err := dlock.NewGenerator(cd, dlock.WithDefaultLease(lease))
 	if err != nil {
@@ -1226,17 +1235,18 @@ func deadWaiterIsPassedOver(t *testing.T, mk func(g *dlock.Generator) sharedLock
 	go func() { _, _ = d.dead(ctx) }() // (ends with gd)
 	var owner, channel string
 	waitFor(t, func() bool {
-		line, err := raw.ZRange(ctx, keys[2], 0, -1).Result()
-		if err != nil || len(line) != 1 {
+		line := h.line(ctx)
+		if len(line) != 1 {
 			return false
 		}
-		owner, channel = line[0], processor.SharedChannel(h.cfg, line[0])
+		owner, channel = line[0], h.channel(line[0])
 		n, err := raw.PubSubNumSub(ctx, channel).Result()
 		return err == nil && n[channel] > 0
 	})
-	// it renews its entry while it listens (its next ask, at most a sixth of the lease away)
-	entry := raw.HGet(ctx, keys[3], owner).Val()
-	waitFor(t, func() bool { return raw.HGet(ctx, keys[3], owner).Val() != entry })
+	if shared { // it renews its entry while it listens (its next ask, at most a sixth of the lease away)
+		entry := raw.HGet(ctx, keys[3], owner).Val()
+		waitFor(t, func() bool { return raw.HGet(ctx, keys[3], owner).Val() != entry })
+	}
 	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
 	b := mk(gb)
 	served := make(chan error, 1)
@@ -1247,7 +1257,7 @@ func deadWaiterIsPassedOver(t *testing.T, mk func(g *dlock.Generator) sharedLock
 		}
 		served <- err
 	}()
-	waitFor(t, func() bool { return raw.ZCard(ctx, keys[2]).Val() == 2 })
+	waitFor(t, func() bool { return len(h.line(ctx)) == 2 })
 	_ = cd.Close() // the waiting process dies: Redis drops its subscription with the connection
 	waitFor(t, func() bool {
 		n, err := raw.PubSubNumSub(ctx, channel).Result()
@@ -1289,4 +1299,70 @@ func sharedArg(a []any, name string) string {
 		return fmt.Sprint(a[j])
 	}
 	return ""
+}
+
+// unstallAll lets every stalled request go on and stalls no more.
+func (w *wire) unstallAll() {
+	w.mu.Lock()
+	clear(w.stallN)
+	w.mu.Unlock()
+	w.unstall()
+}
+
+// mustLock locks l or fails t.
+func mustLock(t testing.TB, l *dlock.DistributedReentrantLock, ctx context.Context) *dlock.Owner {
+	t.Helper()
+	o, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	return o
+}
+
+// stateOf reads l's State or fails t.
+func stateOf(t testing.TB, l *dlock.DistributedReentrantLock) dlock.State {
+	t.Helper()
+	s, err := l.State(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("State: %v", err)
+	}
+	return s
+}
+
+// notYet fails t if ch already has a value: what must not have happened yet. The pause only
+// gives a defect the chance to show.
+func notYet[T any](t testing.TB, ch <-chan T, what string) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case v := <-ch:
+		t.Fatalf("%s: %v", what, v)
+	default:
+	}
+}
+
+// lineEmpty waits until the shared lock of cfg has nobody in its Redis line and no attempt
+// waiting ({B}:shared:line and :want), failing t after 15 s.
+func lineEmpty(t testing.TB, cfg domain.DLockConfig) {
+	t.Helper()
+	raw := rawClient(t)
+	keys := processor.SharedKeys(cfg)
+	waitFor(t, func() bool {
+		return raw.ZCard(context.Background(), keys[2]).Val() == 0 && raw.HLen(context.Background(), keys[3]).Val() == 0
+	})
+}
+
+// everyKind returns a mutex, a semaphore (of k permits) and a read-write lock of g, in that key
+// order, named by tg.
+func everyKind(t testing.TB, g *dlock.Generator, tg string, k int) (*dlock.DistributedReentrantLock, *dlock.Semaphore, *dlock.RWLock) {
+	t.Helper()
+	sem, err := g.GenSemaphore("PMB", tg, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := g.GenRW("PMC", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustGen(t, g, "PMA", tg, 5*time.Second), sem, rw
 }

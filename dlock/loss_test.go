@@ -3,10 +3,12 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
 )
 
@@ -248,4 +250,140 @@ func TestLossLetsTheSubscriptionGo(t *testing.T) {
 		t.Fatalf("Unlock: %v", err)
 	}
 	waitFor(t, func() bool { return g.InUse() == 0 && g.Subscribed() == 0 }) // after the linger
+}
+
+// A holder whose process stalls — every renewal it sends hangs on its way, and in the second
+// case its Unlock's release too — loses the key once its lease has run out, and another
+// process gets it: the stalled holder's owner context has ended with ErrLockLost (its Unlock
+// says so), or its stalled Unlock says its release came too late (a *RedisProcessError,
+// documented: the holding was released, not lost, when Unlock was called); the requests it
+// sent, delivered late, leave the new holder's key alone. Ports Redisson's testAutoExpire and
+// testExpire, RedissonFairLockTest's testLeaseTimeout, bsm/redislock's TestLock_Release_expired
+// and TestLock_Release_not_own, and redsync's TestMutexUnlockExpired.
+func TestStalledHolderLeavesTheNextHolderAlone(t *testing.T) {
+	for _, releaseStalls := range []bool{false, true} {
+		t.Run(map[bool]string{false: "renewals stall", true: "release stalls"}[releaseStalls], func(t *testing.T) {
+			g1, c1 := newGen(t)
+			g2, _ := newGen(t)
+			l1, _ := g1.GenWithLease("STALL", target(t), 300*time.Millisecond)
+			l2, _ := g2.GenWithLease("STALL", target(t), 5*time.Second)
+			ctx := ctxT(t, 20*time.Second)
+			w := newWire(t, c1)
+			t.Cleanup(w.unstallAll) // before Close, which waits for the stalled calls
+			o1 := mustLock(t, l1, ctx)
+			w.stall("renew", 1000)
+			unlocked := make(chan error, 1)
+			if releaseStalls {
+				w.stall("release", 1000)
+				go func() { unlocked <- o1.Unlock() }()
+			}
+			o2 := mustLock(t, l2, ctx) // waits for the lease to run out
+			if releaseStalls {
+				var pe *dlock.RedisProcessError
+				if err := recv(t, unlocked, "the stalled Unlock"); !errors.As(err, &pe) {
+					t.Fatalf("Unlock whose release outlived the lease = %v, want a *RedisProcessError", err)
+				}
+			} else {
+				if !errors.Is(context.Cause(o1), dlock.ErrLockLost) {
+					t.Fatalf("another process holds the key while the stalled holder's owner context is %s", fmtCause(o1))
+				}
+				checkLost(t, l1, o1)
+			}
+			w.unstallAll()
+			waitFor(t, func() bool { return g1.InUse() == 0 })
+			if s := stateOf(t, l2); !s.Mine || o2.Err() != nil || s.LeaseLeft <= 2500*time.Millisecond {
+				t.Fatalf("the new holder after the old one's late requests: %+v, owner %s", s, fmtCause(o2))
+			}
+			if err := o2.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A holder whose key expired unseen and was taken by another process, and that has not noticed
+// yet, unlocks: ErrLockLost, again on a second Unlock, and the new holder's key is left alone;
+// giving up a re-entry sends nothing, the loss shows on the last Unlock. Ports bsm/redislock's
+// TestLock_Release_not_own and Redisson's testExpire.
+func TestUnlockBeforeTheLossWasNoticedSaysLost(t *testing.T) {
+	g1, c := newGen(t)
+	g2, _ := newGen(t)
+	l1, _ := g1.GenWithLease("UNSEEN", target(t), 5*time.Second)
+	l2, _ := g2.GenWithLease("UNSEEN", target(t), 5*time.Second)
+	ctx := ctxT(t, 10*time.Second)
+	for _, reentered := range []bool{false, true} {
+		o1 := mustLock(t, l1, ctx)
+		if reentered {
+			mustLock(t, l1, o1)
+		}
+		c.Del(ctx, key(l1)) // its lease ran out unseen
+		o2, ok, err := l2.TryLock(ctx)
+		if !ok || err != nil {
+			t.Fatalf("TryLock of the expired key = %v, %v", ok, err)
+		}
+		if reentered {
+			if err := o1.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("first Unlock of a re-entered, taken key = %v", err)
+			}
+		}
+		for range 2 { // a lost lock stays lost
+			if err := o1.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Unlock after another took the key = %v, want ErrLockLost", err)
+			}
+		}
+		if s := stateOf(t, l2); !s.Mine || o2.Err() != nil {
+			t.Fatalf("the old holder's Unlock released the new holder's key: %+v, owner %s", s, fmtCause(o2))
+		}
+		if err := o2.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Leases under MinLease (30 ms) or not whole milliseconds are refused with ErrInvalidConfig;
+// a 30 ms lease works: taken, renewed, released (on a loaded machine a loss is reported as
+// ErrLockLost, a release that came too late as a *RedisProcessError; never silently). A
+// regression test of the lease bounds. Ports bsm/redislock's quickObtain with 5 ms and 20 ms
+// TTLs and TestObtain_retry_success, and redsync's 500 ms expiry.
+func TestShortestLeaseIsKeptAndShorterRefused(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	for _, bad := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, domain.MinLease - time.Millisecond, 30*time.Millisecond + 500*time.Microsecond} {
+		if _, err := g1.GenWithLease("SHORT", target(t), bad); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("GenWithLease(%v) = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+	if _, err := dlock.NewGenerator(rawClient(t), dlock.WithDefaultLease(20*time.Millisecond)); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("WithDefaultLease(20ms) = %v, want ErrInvalidConfig", err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	var wg sync.WaitGroup
+	for _, g := range []*dlock.Generator{g1, g2} {
+		l, err := g.GenWithLease("SHORT", target(t), domain.MinLease)
+		if err != nil {
+			t.Fatalf("GenWithLease(MinLease): %v", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < 10; r++ {
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if s, err := l.State(ctx); err != nil || s.LeaseLeft > domain.MinLease {
+					t.Errorf("State = %+v, %v: more than the 30 ms lease left", s, err)
+				}
+				time.Sleep(40 * time.Millisecond) // over a lease: renewed meanwhile
+				var pe *dlock.RedisProcessError
+				if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) && !errors.As(err, &pe) {
+					t.Errorf("Unlock: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	l, _ := g1.Gen("SHORT", target(t))
+	waitFor(t, func() bool { return !stateOf(t, l).Held() })
 }

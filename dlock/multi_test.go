@@ -327,7 +327,8 @@ func TestMultiLockZeroValues(t *testing.T) {
 
 // A MultiLock over a mutex, a read-write lock's write side and a semaphore's permits holds
 // all three or none, and lets them all go; one lock named as two kinds, or one semaphore with
-// two counts, is refused.
+// two counts, is refused. Ports Redisson's RedissonMultiLockTest.test and testLockUnlock, and
+// Curator's TestInterProcessMultiMutex.testSomeLocksFailToLock.
 func TestMultiLockOfEveryKind(t *testing.T) {
 	ga, _ := newGen(t)
 	gb, _ := newGen(t)
@@ -366,6 +367,12 @@ func TestMultiLockOfEveryKind(t *testing.T) {
 		t.Fatal("the write side was kept after TryLock failed")
 	} else {
 		_ = r.Unlock()
+	}
+	muB := mustGen(t, gb, "MULTI", tg+"-m", 5*time.Second)
+	if o, ok, _ := muB.TryLock(ctx); !ok {
+		t.Fatal("the mutex was kept after TryLock failed")
+	} else {
+		_ = o.Unlock()
 	}
 	_ = held.Unlock()
 	o, err := m.Lock(ctx)
@@ -459,5 +466,123 @@ func TestMultiOfZeroParts(t *testing.T) {
 				t.Errorf("MultiOf(%s) = %v, %v; want ErrInvalidConfig", name, m, err)
 			}
 		}()
+	}
+}
+
+// Unlock of a MultiLock over every kind whose permit was lost (an operator removed it) says
+// ErrLockLost and frees the other parts. Ports Redisson's RedissonMultiLockTest.testLockUnlock
+// and Curator's TestInterProcessMultiMutex.testSomeReleasesFail.
+func TestMultiLockOfEveryKindLetsGoOfTheRestWhenAPartIsLost(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	mu, sem, rw := everyKind(t, ga, tg, 1)
+	m, err := ga.MultiOf(mu, sem.Permits(1), rw.WriteSide())
+	if err != nil {
+		t.Fatal(err)
+	}
+	muB, semB, rwB := everyKind(t, gb, tg, 1)
+	free := func(when string) {
+		if o, ok, err := muB.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("%s: the mutex is not free: %v %v", when, ok, err)
+		} else {
+			_ = o.Unlock()
+		}
+		if o, ok, err := semB.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("%s: the permit is not free: %v %v", when, ok, err)
+		} else {
+			_ = o.Unlock()
+		}
+		if o, ok, err := rwB.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("%s: the write side is not free: %v %v", when, ok, err)
+		} else {
+			_ = o.Unlock()
+		}
+	}
+	o, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sem.State(ctx)
+	if err != nil || len(st.Holds) != 1 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if ok, err := semB.ForceRelease(ctx, st.Holds[0].Locker); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v %v", ok, err)
+	}
+	if err := m.Unlock(o); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock with a part lost = %v, want ErrLockLost", err)
+	}
+	free("after an Unlock with a part lost")
+}
+
+// Two MultiLocks of read sides and permits hold together; one with a write side waits for
+// them, keeping no permit while it does; a key named three times is taken once. Ports
+// RedissonMultiLock over any RLock (read locks included) and Curator's InterProcessMultiLock
+// over any InterProcessLock (one read-write lock's two sides are refused: in
+// TestMultiLockOfEveryKind).
+func TestMultiLocksOfReadSidesHoldTogether(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	gc, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	reading := func(g *dlock.Generator) *dlock.MultiLock {
+		_, sem, rw := everyKind(t, g, tg, 3)
+		m, err := g.MultiOf(rw.ReadSide(), sem.Permits(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ma, mb := reading(ga), reading(gb)
+	oa, err := ma.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, ok, err := mb.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("a second reading MultiLock = %v %v %v", ob, ok, err)
+	}
+	_, semC, rwC := everyKind(t, gc, tg, 3)
+	mc, err := gc.MultiOf(semC.Permits(1), rwC.WriteSide())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := mc.TryLock(ctx); ok || err != nil {
+		t.Fatalf("a writing MultiLock beside readers = %v %v %v", o, ok, err)
+	}
+	if st, err := semC.State(ctx); err != nil || len(st.Holds) != 2 {
+		t.Fatalf("the semaphore after the writing MultiLock failed: %+v %v (it kept a permit?)", st, err)
+	}
+	wrote := make(chan error, 1)
+	go func() { wrote <- mc.Do(ctx, func(context.Context) error { return nil }) }()
+	waitFor(t, func() bool { st, err := rwC.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	_ = ma.Unlock(oa)
+	_ = mb.Unlock(ob)
+	if err := recv(t, wrote, "the writing MultiLock"); err != nil {
+		t.Fatal(err)
+	}
+	// duplicates
+	mu := mustGen(t, ga, "PMA", tg, 5*time.Second)
+	twice, err := ga.Multi(mu, mu, mustGen(t, ga, "PMA", tg, 5*time.Second))
+	if err != nil || len(twice.Parts()) != 1 {
+		t.Fatalf("one key named three times: %v, parts %v", err, twice)
+	}
+	o, err := twice.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mu.HoldCount(o); n != 1 {
+		t.Fatalf("HoldCount of a key named three times = %d, want 1", n)
+	}
+	if err := twice.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	if o2, ok, _ := mustGen(t, gb, "PMA", tg, 5*time.Second).TryLock(ctx); !ok {
+		t.Fatal("a key named three times is still held after one Unlock")
+	} else {
+		_ = o2.Unlock()
 	}
 }

@@ -293,3 +293,54 @@ func TestFamilyUnlockOfALostReentryReportsTheLoss(t *testing.T) {
 		}
 	}
 }
+
+// An Unlock by anyone but the owner — before any Lock, a context that owns nothing, another
+// process's handle or another key's with the owner, a nil or zero Owner — and a second Unlock
+// are refused with ErrNotHeld, and the holding stays. Ports bsm/redislock's
+// TestLock_Release_not_held, redsync's unlock of a mutex that does not hold, Redisson's
+// testUnlockFail and testIsHeldByCurrentThreadOtherThread, and etcd's TestMutexUnlock.
+func TestUnlockByNonOwnerOrTwiceIsRefused(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	l1, _ := g1.Gen("NONOWNER", target(t))
+	l1b, _ := g1.Gen("NONOWNER", target(t)) // another handle on the key, same process
+	l2, _ := g2.Gen("NONOWNER", target(t))
+	other, _ := g1.Gen("NONOWNER", target(t)+"-other")
+	ctx := ctxT(t, 10*time.Second)
+	if err := l1.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock before any Lock = %v, want ErrNotHeld", err)
+	}
+	o := mustLock(t, l1, ctx)
+	oo := mustLock(t, other, ctx)
+	for name, try := range map[string]func() error{
+		"another goroutine's fresh context":   func() error { return l1b.Unlock(context.Background()) },
+		"another process with the owner":      func() error { return l2.Unlock(o) },
+		"the owner of another key":            func() error { return l1.Unlock(oo) },
+		"another process with its own ctx":    func() error { return l2.Unlock(ctx) },
+		"a nil *Owner":                        func() error { var n *dlock.Owner; return n.Unlock() },
+		"a zero Owner":                        func() error { return (&dlock.Owner{}).Unlock() },
+		"another key's handle with the owner": func() error { return other.Unlock(o) },
+	} {
+		if err := try(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Unlock by %s = %v, want ErrNotHeld", name, err)
+		}
+	}
+	if o.Err() != nil || l1.HoldCount(o) != 1 || !stateOf(t, l2).Held() {
+		t.Fatalf("after the non-owners' Unlocks: owner %v, hold count %d", fmtCause(o), l1.HoldCount(o))
+	}
+	if err := oo.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock = %v, want ErrNotHeld", err)
+	}
+	if err := l1b.Unlock(o); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("third Unlock, through another handle = %v, want ErrNotHeld", err)
+	}
+	if s := stateOf(t, l2); s.Held() {
+		t.Fatalf("after the release: %+v", s)
+	}
+}

@@ -86,8 +86,10 @@ func TestRWReadersShareWritersWait(t *testing.T) {
 	}
 }
 
-// Once a writer waits in line, readers of other processes that come after it wait behind it,
-// even while the read side is held.
+// Once a writer waits in line, readers that come after it — of other processes, and of the
+// reader's own — wait behind it, even while the read side is held. Ports Redisson's
+// RedissonReadWriteLockTest.testReadLockLeaseTimeoutDiffThreadsRRW and Curator's fairness of
+// InterProcessReadWriteLock.
 func TestRWWriterInLineHoldsOffNewReaders(t *testing.T) {
 	ga, _ := newGen(t)
 	gw, _ := newGen(t)
@@ -117,6 +119,11 @@ func TestRWWriterInLineHoldsOffNewReaders(t *testing.T) {
 		st, err := rwOf(t, ga, tg).State(ctx)
 		return err == nil && len(st.Waiting) == 1
 	})
+	for name, l := range map[string]*dlock.RWLock{"another process": rwOf(t, gc, tg), "the reader's process": rwOf(t, ga, tg)} {
+		if o, ok, err := l.TryRLock(ctx); ok || err != nil {
+			t.Fatalf("TryRLock of %s with a writer in line = %v %v %v", name, o, ok, err)
+		}
+	}
 	rDone := make(chan struct{})
 	go func() {
 		defer close(rDone)
@@ -143,7 +150,9 @@ func TestRWWriterInLineHoldsOffNewReaders(t *testing.T) {
 }
 
 // Re-entry on both sides, a downgrade that keeps reading while others' writers wait, and the
-// upgrade that is refused.
+// upgrade that is refused (ErrUpgrade, at once, by Lock and TryLock) rather than left waiting
+// for itself; the reader goes on, and the write side is free once it lets go. Ports Curator's
+// TestInterProcessReadWriteLock.testThatUpgradingIsDisallowed.
 func TestRWReentryDowngradeAndUpgrade(t *testing.T) {
 	ga, _ := newGen(t)
 	gb, _ := newGen(t)
@@ -201,20 +210,36 @@ func TestRWReentryDowngradeAndUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Lock(rr); !errors.Is(err, dlock.ErrUpgrade) {
+	if o, err := l.Lock(rr); !errors.Is(err, dlock.ErrUpgrade) || o != nil {
 		t.Fatalf("upgrade: %v, want ErrUpgrade", err)
+	}
+	if o, ok, err := l.TryLock(rr); !errors.Is(err, dlock.ErrUpgrade) || ok || o != nil {
+		t.Fatalf("TryLock(reader) = %v %v %v, want ErrUpgrade", o, ok, err)
+	}
+	if rr.Err() != nil || l.HoldCount(rr) != 1 {
+		t.Fatalf("the reader after a refused upgrade: %v, HoldCount %d", rr.Err(), l.HoldCount(rr))
+	}
+	if o, ok, err := other.TryLock(ctx); ok || err != nil {
+		t.Fatalf("another process's TryLock beside the reader = %v %v %v", o, ok, err)
 	}
 	if err := rr.Unlock(); err != nil {
 		t.Fatal(err)
 	}
+	o, err := other.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = o.Unlock()
 }
 
-// Many processes, readers and writers: a writer never overlaps anyone, and the writers'
-// fencing tokens increase.
+// Many processes, readers and writers: a writer never overlaps anyone, readers are sometimes
+// together, and the writers' fencing tokens increase. Ports Curator's
+// TestInterProcessReadWriteLock.testBasic and Redisson's
+// RedissonReadWriteLockTest.testConcurrency_MultiInstance.
 func TestRWExclusion(t *testing.T) {
 	tg := uniqueTarget(t)
 	ctx := ctxT(t, 60*time.Second)
-	var readers, writers atomic.Int64
+	var readers, writers, mostReaders atomic.Int64
 	var bad atomic.Int64
 	var lastTok atomic.Uint64
 	var wg sync.WaitGroup
@@ -248,9 +273,11 @@ func TestRWExclusion(t *testing.T) {
 							t.Error(err)
 							return
 						}
-						readers.Add(1)
+						now := readers.Add(1)
 						if writers.Load() != 0 {
 							bad.Add(1)
+						}
+						for m := mostReaders.Load(); now > m && !mostReaders.CompareAndSwap(m, now); m = mostReaders.Load() {
 						}
 						time.Sleep(100 * time.Microsecond)
 						readers.Add(-1)
@@ -263,6 +290,9 @@ func TestRWExclusion(t *testing.T) {
 	wg.Wait()
 	if bad.Load() != 0 {
 		t.Fatalf("%d overlaps of a writer", bad.Load())
+	}
+	if mostReaders.Load() < 2 {
+		t.Fatalf("at most %d readers at once: reads were serialised", mostReaders.Load())
 	}
 }
 
@@ -690,4 +720,267 @@ func TestRWDeadWriterInLineIsPassedOver(t *testing.T) {
 		l := rwOf(t, g, tg)
 		return sharedLock{cfg: l.Config(), hold: l.Lock, dead: l.Lock, behind: l.RLock}
 	})
+}
+
+// Readers of several processes, several goroutines in each, hold the read side all at once (one
+// hold a process); a writer cannot get in while they do, and gets in once they are gone. Ports
+// Curator's TestInterProcessReadWriteLock.testGetParticipantNodes and Redisson's
+// RedissonReadWriteLockTest.testMultiRead.
+func TestRWReadersOfManyProcessesHoldTogether(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	const gens, each = 3, 4
+	var in atomic.Int32
+	exit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range gens {
+		g, _ := newGen(t)
+		l := rwOf(t, g, tg)
+		for range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, err := l.RLock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				in.Add(1)
+				<-exit
+				in.Add(-1)
+				if err := o.Unlock(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	waitFor(t, func() bool { return in.Load() == gens*each })
+	gw, _ := newGen(t)
+	w := rwOf(t, gw, tg)
+	st, err := w.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Readers()) != gens || len(st.Writers()) != 0 {
+		t.Fatalf("State with %d processes reading: %d read-holds, %d write-holds", gens, len(st.Readers()), len(st.Writers()))
+	}
+	if o, ok, err := w.TryLock(ctx); ok || err != nil {
+		t.Fatalf("TryLock of the write side among readers = %v %v %v", o, ok, err)
+	}
+	close(exit)
+	wg.Wait()
+	o, err := w.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A writer shuts out the readers and writers of every process, its own other goroutines
+// included (a timed RLock of another goroutine gives up); the readers waiting for it all get in
+// once it lets go. Ports Redisson's RedissonReadWriteLockTest.testWriteLock and testWriteRead,
+// and Curator's TestInterProcessReadWriteLock.testThatDowngradingRespectsThreads.
+func TestRWWriterShutsOutEveryone(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	w, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, try := range map[string]func() (*dlock.Owner, bool, error){
+		"another goroutine's TryRLock":   func() (*dlock.Owner, bool, error) { return la.TryRLock(ctx) },
+		"another goroutine's TryLock":    func() (*dlock.Owner, bool, error) { return la.TryLock(ctx) },
+		"another process's TryRLock":     func() (*dlock.Owner, bool, error) { return lb.TryRLock(ctx) },
+		"another process's TryLock":      func() (*dlock.Owner, bool, error) { return lb.TryLock(ctx) },
+		"a new handle's TryRLock (same)": func() (*dlock.Owner, bool, error) { return rwOf(t, ga, tg).TryRLock(ctx) },
+	} {
+		if o, ok, err := try(); ok || err != nil {
+			t.Fatalf("%s beside a writer = %v %v %v", name, o, ok, err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	o, err := la.RLock(short)
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) || o != nil {
+		t.Fatalf("a timed RLock of another goroutine beside the writer = %v %v, want ErrNotObtained", o, err)
+	}
+	// readers of both processes wait for the writer, then all read together
+	const readers = 10
+	var in atomic.Int32
+	var writing atomic.Bool
+	writing.Store(true)
+	exit := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range readers {
+		l := la
+		if i%2 == 1 {
+			l = lb
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := l.RLock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if writing.Load() {
+				t.Error("a reader got in while the writer held")
+			}
+			in.Add(1)
+			<-exit
+			_ = r.Unlock()
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // (only gives a defect the chance to show)
+	writing.Store(false)
+	if err := w.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return in.Load() == readers })
+	close(exit)
+	wg.Wait()
+}
+
+// A writer takes the read side and lets the write side go; no writer — of another process, or
+// of the writer's own, already waiting — gets in while that read lasts, nor does a try; another
+// goroutine's read does not get in while the write side is still held. Once the read goes, the
+// write side is free. Ports Curator's TestInterProcessReadWriteLock.testDowngrading and
+// testContendingDowngrading, and Redisson's RedissonReadWriteLockTest.testWriteReadReentrancy.
+func TestRWDowngradeKeepsWritersOut(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	w, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reading atomic.Bool
+	reading.Store(true)
+	writer := func(l *dlock.RWLock) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			o, err := l.Lock(ctx)
+			if err == nil {
+				if reading.Load() {
+					err = errors.New("a writer got in while the downgraded reader read")
+				}
+				err = errors.Join(err, o.Unlock())
+			}
+			done <- err
+		}()
+		return done
+	}
+	same := writer(rwOf(t, ga, tg))
+	other := writer(lb)
+	waitFor(t, func() bool { st, err := lb.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	time.Sleep(20 * time.Millisecond) // (the same process's writer queues: only gives a defect the chance to show)
+	r, err := la.RLock(w)             // the downgrade
+	if err != nil {
+		t.Fatalf("downgrade: %v", err)
+	}
+	if o, ok, err := la.TryRLock(ctx); ok || err != nil {
+		t.Fatalf("another goroutine's TryRLock while the write side is held (and read by its owner) = %v %v %v", o, ok, err)
+	}
+	if err := w.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Err() != nil {
+		t.Fatalf("the downgraded read ended with the write side: %v", context.Cause(r))
+	}
+	for name, l := range map[string]*dlock.RWLock{"the same process": rwOf(t, ga, tg), "another process": lb} {
+		if o, ok, err := l.TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock of %s while the downgraded read lasts = %v %v %v", name, o, ok, err)
+		}
+	}
+	notYet(t, same, "the same process's waiting writer returned while the downgraded read lasts")
+	notYet(t, other, "another process's waiting writer returned while the downgraded read lasts")
+	st, err := lb.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Holds) == 0 {
+		t.Fatalf("nothing held in Redis while the downgraded read lasts: %+v", st)
+	}
+	reading.Store(false)
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []<-chan error{same, other} {
+		if err := recv(t, c, "waiting writer"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, ok, err := la.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock once everyone let go = %v %v %v", o, ok, err)
+	}
+	_ = o.Unlock()
+}
+
+// Both sides re-enter, and a writer reads on under its write; each Unlock gives up one hold of
+// the innermost side, and the lock is free after the last. Ports Redisson's
+// RedissonReadWriteLockTest.testReentrancy, testHoldCount and testWR.
+func TestRWUnlockGivesUpTheInnermostHold(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	l, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	r, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2, err := l.RLock(r); err != nil || r2 != r || l.HoldCount(r) != 2 {
+		t.Fatalf("read re-entry: %v %v, HoldCount %d", r2, err, l.HoldCount(r))
+	}
+	_ = l.Unlock(r)
+	if l.HoldCount(r) != 1 || r.Err() != nil {
+		t.Fatalf("after one of two read Unlocks: HoldCount %d, %v", l.HoldCount(r), r.Err())
+	}
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unlock(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("a third read Unlock = %v, want ErrNotHeld", err)
+	}
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2, ok, err := l.TryLock(w); !ok || err != nil || w2 != w || l.HoldCount(w) != 2 {
+		t.Fatalf("write re-entry by TryLock: %v %v %v, HoldCount %d", w2, ok, err, l.HoldCount(w))
+	}
+	wr, err := l.RLock(w)
+	if err != nil {
+		t.Fatalf("read under the write: %v", err)
+	}
+	if _, ok, _ := lb.TryRLock(ctx); ok {
+		t.Fatal("another process read while the writer held (and read)")
+	}
+	if err := l.Unlock(wr); err != nil { // the read, innermost
+		t.Fatal(err)
+	}
+	if wr.Err() == nil || w.Err() != nil || l.HoldCount(w) != 2 {
+		t.Fatalf("after the read's Unlock: read %v, write %v, write HoldCount %d", wr.Err(), w.Err(), l.HoldCount(w))
+	}
+	_ = l.Unlock(w)
+	if _, ok, _ := lb.TryRLock(ctx); ok {
+		t.Fatal("another process read while one write hold remained")
+	}
+	if err := l.Unlock(w); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := lb.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("another process's TryLock after the last Unlock = %v %v %v", o, ok, err)
+	}
+	_ = o.Unlock()
 }

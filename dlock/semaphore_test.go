@@ -122,7 +122,9 @@ func TestSemaphoreServesProcessesInOrder(t *testing.T) {
 }
 
 // A process that stops renewing (its Redis connection gone) loses its permits when its lease
-// runs out, and they come back for others.
+// runs out, and they come back for others; its release then reports the loss. Ports Redisson's
+// RedissonPermitExpirableSemaphoreTest.testExpire and testReleaseExpired, and Curator's
+// TestInterProcessSemaphore.testClientClose (with TestSemaphoreCloseGivesPermitsBack).
 func TestSemaphoreCrashedHoldersPermitsComeBack(t *testing.T) {
 	c := srv.Client()
 	ga, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
@@ -149,43 +151,62 @@ func TestSemaphoreCrashedHoldersPermitsComeBack(t *testing.T) {
 	if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
 		t.Fatalf("cause %v", context.Cause(o))
 	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the crashed holder's release after its lease = %v, want ErrLockLost", err)
+	}
 	_ = got.Unlock()
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = ga.Close(closeCtx)
 }
 
-// SetPermits changes k for everyone; the waiters it makes room for are served.
+// SetPermits changes k for everyone; raising it serves the waiters it makes room for at once,
+// in another process and in the holder's own (a regression test: the holder's waiter, which
+// asks for more without standing in line, was not told), without the holder letting go. Ports
+// Curator's TestInterProcessSemaphore.testThreadedLeaseIncrease and Redisson's
+// RedissonSemaphoreTest.testAddPermits.
 func TestSemaphoreSetPermits(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
+	// slow polls: the raise itself must serve them (a holder's waiter asks for more again a
+	// sixth of the lease after it last found no room: 20 s here, past recv's bound)
+	const lease = 120 * time.Second
+	ga, _ := newGen(t, dlock.WithDefaultLease(lease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
 	tg := uniqueTarget(t)
 	ctx := ctxT(t, 30*time.Second)
-	sa := semOf(t, ga, tg, 1)
+	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
 	o, err := sa.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		ob, err := semOf(t, gb, tg, 1).Acquire(ctx, 1)
-		if err == nil {
-			err = ob.Unlock()
+	wait := func(s *dlock.Semaphore) <-chan *dlock.Owner {
+		c := make(chan *dlock.Owner, 1)
+		go func() {
+			o, err := s.Acquire(ctx, 1)
+			if err != nil {
+				t.Error(err)
+			}
+			c <- o
+		}()
+		return c
+	}
+	same := wait(sa)
+	other := wait(sb)
+	waitFor(t, func() bool { st, err := sb.State(ctx); return err == nil && len(st.Waiting) >= 1 })
+	time.Sleep(20 * time.Millisecond) // (the same process's waiter queues)
+	if err := sb.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]<-chan *dlock.Owner{"the holder's process": same, "another process": other} {
+		w := recv(t, c, "a waiter of "+name+" after k was raised")
+		if w == nil {
+			t.FailNow()
 		}
-		got <- err
-	}()
-	waitFor(t, func() bool {
-		st, err := sa.State(ctx)
-		return err == nil && len(st.Waiting) == 1
-	})
-	if err := sa.SetPermits(ctx, 2); err != nil {
-		t.Fatal(err)
+		_ = w.Unlock()
 	}
-	if err := recv(t, got, "the waiter after SetPermits"); err != nil {
-		t.Fatal(err)
+	if o.Err() != nil {
+		t.Fatalf("the holder after the raise: %v", context.Cause(o))
 	}
-	st, err := sa.State(ctx)
-	if err != nil || st.Permits != 2 {
+	if st, err := sa.State(ctx); err != nil || st.Permits != 3 {
 		t.Fatalf("state %+v %v", st, err)
 	}
 	_ = o.Unlock()
@@ -762,4 +783,401 @@ func TestSemaphoreDeadWaiterIsPassedOver(t *testing.T) {
 		}
 		return sharedLock{cfg: s.Config(), hold: take(2), dead: take(2), behind: take(1)}
 	})
+}
+
+// Many holders across processes, let go a few at a time: never more than k out, and k out
+// whenever enough wait. Ports Curator's TestInterProcessSemaphore.testReleaseInChunks and
+// testMaxPerSession, and Redisson's RedissonSemaphoreTest.testConcurrencyLoopMax_MultiInstance.
+func TestSemaphoreFillsUpAsPermitsComeBackInChunks(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	const k, gens, each = 4, 3, 5
+	var cur, bad atomic.Int32
+	release := make(chan struct{}, gens*each)
+	var wg sync.WaitGroup
+	for range gens {
+		g, _ := newGen(t)
+		s := semOf(t, g, tg, k)
+		for range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, err := s.Acquire(ctx, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if cur.Add(1) > k {
+					bad.Add(1)
+				}
+				<-release
+				cur.Add(-1)
+				if err := o.Unlock(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	left := gens * each
+	for chunk := 1; left > 0; chunk = chunk%3 + 1 {
+		want := int32(min(k, left))
+		waitFor(t, func() bool { return cur.Load() == want || bad.Load() != 0 })
+		if bad.Load() != 0 {
+			t.Fatalf("more than %d permits out", k)
+		}
+		n := min(chunk, left)
+		for range n {
+			release <- struct{}{}
+		}
+		left -= n
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("more than %d permits out", k)
+	}
+}
+
+// n > 1 permits at once; a try for more than are free fails at once and takes none; asking for
+// more than k is refused; a waiter for n gets them once they come back. Ports Redisson's
+// RedissonSemaphoreTest.testBlockingNAcquire and testTryNAcquire, and
+// RedissonPermitExpirableSemaphoreTest.testBlockingAcquireMany and testTryAcquireMany.
+func TestSemaphoreAcquiresManyAtOnce(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 10), semOf(t, gb, tg, 10)
+	six, err := sa.Acquire(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := sb.TryAcquire(ctx, 5); ok || err != nil {
+		t.Fatalf("TryAcquire(5) with 4 free = %v %v %v", o, ok, err)
+	}
+	four, ok, err := sb.TryAcquire(ctx, 4)
+	if !ok || err != nil {
+		t.Fatalf("TryAcquire(4) with 4 free = %v %v %v", four, ok, err)
+	}
+	st, err := sa.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := int64(0)
+	for _, h := range st.Holds {
+		held += h.Permits
+	}
+	if held != 10 {
+		t.Fatalf("State after 6 and 4 taken: %d permits held (%+v)", held, st.Holds)
+	}
+	if o, ok, err := sa.TryAcquire(ctx, 1); ok || err != nil {
+		t.Fatalf("TryAcquire(1) with none free = %v %v %v", o, ok, err)
+	}
+	if _, err := sa.Acquire(ctx, 11); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("Acquire(11) of 10 = %v, want ErrInvalidConfig", err)
+	}
+	// a waiter for 5 gets them once the 6 come back
+	got := make(chan error, 1)
+	go func() {
+		o, err := sb.Acquire(ctx, 5)
+		if err == nil {
+			err = o.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	if err := six.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, "Acquire(5)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := four.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	all, ok, err := sa.TryAcquire(ctx, 10)
+	if !ok || err != nil {
+		t.Fatalf("TryAcquire(10) once all came back = %v %v %v", all, ok, err)
+	}
+	_ = all.Unlock()
+}
+
+// With no permit free a try returns false at once (in the holder's process and in another); a
+// blocking Acquire waits, and gets the permit the holder releases; released permits are free
+// again. Ports Redisson's RedissonPermitExpirableSemaphoreTest.testTryAcquire and
+// testBlockingAcquire, and RedissonSemaphoreTest.testReleaseAcquire.
+func TestSemaphoreTryWithNoPermitFreeAndRelease(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
+	o, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*dlock.Semaphore{"the holder's process": sa, "another process": sb} {
+		tried := make(chan bool, 1)
+		go func() { _, ok, _ := s.TryAcquire(ctx, 1); tried <- ok }()
+		if recv(t, tried, "TryAcquire of "+name+" with no permit free") {
+			t.Fatalf("TryAcquire of %s with no permit free succeeded", name)
+		}
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sb.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	if err := sa.Release(o); err != nil {
+		t.Fatal(err)
+	}
+	ob := recv(t, got, "the blocked Acquire")
+	if ob == nil {
+		t.FailNow()
+	}
+	if _, ok, _ := sa.TryAcquire(ctx, 1); ok {
+		t.Fatal("TryAcquire while the released permit is held by the waiter")
+	}
+	if err := sb.Release(ob); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sa.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Holds) != 0 || len(st.Waiting) != 0 {
+		t.Fatalf("State after every permit came back: %+v", st)
+	}
+	again, ok, err := sa.TryAcquire(ctx, 1)
+	if !ok || err != nil {
+		t.Fatalf("TryAcquire after release = %v %v %v", again, ok, err)
+	}
+	_ = again.Unlock()
+}
+
+// A count lowered with holders, even below what is out, keeps the permits in use out and hands
+// none out until fewer than k are. Ports Redisson's
+// RedissonPermitExpirableSemaphoreTest.testSetPermits and RedissonSemaphoreTest.testReducePermits.
+func TestSemaphoreLoweredCountKeepsPermitsInUse(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	gc, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb, sc := semOf(t, ga, tg, 5), semOf(t, gb, tg, 5), semOf(t, gc, tg, 5)
+	var held []*dlock.Owner
+	for _, s := range []*dlock.Semaphore{sa, sa, sb} {
+		o, ok, err := s.TryAcquire(ctx, 1)
+		if !ok || err != nil {
+			t.Fatalf("TryAcquire of 5 = %v %v %v", o, ok, err)
+		}
+		held = append(held, o)
+	}
+	permits := func() int64 {
+		st, err := sc.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Permits
+	}
+	if err := sc.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if p := permits(); p != 3 {
+		t.Fatalf("Permits after SetPermits(3) = %d", p)
+	}
+	for _, s := range []*dlock.Semaphore{sa, sc} {
+		if _, ok, err := s.TryAcquire(ctx, 1); ok || err != nil {
+			t.Fatalf("TryAcquire with 3 of 3 out = %v %v", ok, err)
+		}
+	}
+	if err := sc.SetPermits(ctx, 2); err != nil { // below what is out
+		t.Fatal(err)
+	}
+	if p := permits(); p != 2 {
+		t.Fatalf("Permits after SetPermits(2) = %d", p)
+	}
+	for _, o := range held {
+		if o.Err() != nil {
+			t.Fatalf("a holder lost its permit to a lowered count: %v", context.Cause(o))
+		}
+	}
+	if err := held[2].Unlock(); err != nil { // 2 of 2 out
+		t.Fatal(err)
+	}
+	for _, s := range []*dlock.Semaphore{sa, sb, sc} {
+		if _, ok, err := s.TryAcquire(ctx, 1); ok || err != nil {
+			t.Fatalf("TryAcquire with 2 of 2 out = %v %v", ok, err)
+		}
+	}
+	if err := held[0].Unlock(); err != nil { // 1 of 2 out
+		t.Fatal(err)
+	}
+	var got *dlock.Owner
+	waitFor(t, func() bool {
+		o, ok, err := sc.TryAcquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = o
+		return ok
+	})
+	if _, ok, _ := sb.TryAcquire(ctx, 1); ok {
+		t.Fatal("a third permit out of 2")
+	}
+	_ = got.Unlock()
+	_ = held[1].Unlock()
+}
+
+// A process that holds a permit already: its goroutine blocked in Acquire gets the permit
+// another process releases (a regression test of what the docs promise). A documented
+// difference: such a process does not stand in line at first and no release tells it, so it
+// gets the permit at its next ask (within a sixth of the lease; Redisson's waiters are told by
+// the release), and a try of a third process meanwhile may take it first. Ports Redisson's
+// RedissonSemaphoreTest.testBlockingAcquire.
+func TestSemaphoreHoldersWaiterGetsAPermitAnotherProcessReleased(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	oa, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := sb.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	notYet(t, got, "a third permit of 2")
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "the holder's waiter after another process's release")
+	if o == nil {
+		t.FailNow()
+	}
+	_ = o.Unlock()
+	_ = oa.Unlock()
+}
+
+// Processes are served in their order of waiting: one asking for fewer permits does not pass
+// one ahead of it that asks for more. Ports Curator's InterProcessSemaphoreV2 fairness and
+// Redisson's RedissonSemaphoreTest blocking acquires (with TestSemaphoreServesProcessesInOrder).
+func TestSemaphoreSmallerAskDoesNotPassALargerOneAhead(t *testing.T) {
+	ga, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa := semOf(t, ga, tg, 2)
+	first, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := newGen(t)
+	second, err := semOf(t, gb, tg, 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	wait := func(name string, n int) <-chan error {
+		g, _ := newGen(t)
+		s := semOf(t, g, tg, 2)
+		done := make(chan error, 1)
+		go func() {
+			o, err := s.Acquire(ctx, n)
+			if err == nil {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				err = o.Unlock()
+			}
+			done <- err
+		}()
+		return done
+	}
+	big := wait("two", 2)
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	small := wait("one", 1)
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 2 })
+	if err := first.Unlock(); err != nil { // one permit free: it fits the second in line only
+		t.Fatal(err)
+	}
+	notYet(t, small, "the process asking for 1 passed the one ahead asking for 2")
+	if err := second.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []<-chan error{big, small} {
+		if err := recv(t, c, "a waiter"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(order) != 2 || order[0] != "two" {
+		t.Fatalf("served in order %v, want [two one]", order)
+	}
+}
+
+// A release by one that holds nothing of the semaphore — a bare context, an owner of another
+// lock, the holder's owner given to another process's handle, an owner already released — is
+// refused with ErrNotHeld and changes nothing. Ports Redisson's
+// RedissonSemaphoreTest.testReleaseWithoutPermits and
+// RedissonPermitExpirableSemaphoreTest.testReleaseWithoutPermits.
+func TestSemaphoreReleaseByNonOwnerIsRefused(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
+	o, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := semOf(t, ga, tg+"-other", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := rwOf(t, ga, tg).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, owned := range map[string]context.Context{
+		"a bare context":                     ctx,
+		"an owner of another semaphore":      other,
+		"an owner of a read-write lock":      rw,
+		"the holder's owner, another handle": nil, // below
+	} {
+		s := sa
+		if owned == nil {
+			s, owned = sb, o
+		}
+		if err := s.Release(owned); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Release with %s = %v, want ErrNotHeld", name, err)
+		}
+	}
+	if o.Err() != nil || sa.HoldCount(o) != 1 {
+		t.Fatalf("the holder after refused releases: %v, HoldCount %d", o.Err(), sa.HoldCount(o))
+	}
+	if _, ok, _ := sb.TryAcquire(ctx, 1); ok {
+		t.Fatal("a permit came free by a refused release")
+	}
+	if err := sa.Release(o); err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.Release(o); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("a second release = %v, want ErrNotHeld", err)
+	}
+	_ = other.Unlock()
+	_ = rw.Unlock()
 }

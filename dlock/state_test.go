@@ -12,6 +12,12 @@ import (
 	"github.com/dlockgo/dlock/dlock"
 )
 
+// State says whether the key is held (isLocked, from anywhere), whether by this process (Mine),
+// the lease left, and who waits; HoldCount says whether a goroutine's context owns it
+// (isHeldByCurrentThread). Ports bsm/redislock's TestClient and TestObtain, redsync's
+// TestMutex, Redisson's testLockUnlock, testIsLocked, testIsLockedOtherThread,
+// testIsHeldByCurrentThread, testIsHeldByCurrentThreadOtherThread and testRemainTimeToLive,
+// and etcd's testMutexLock.
 func TestStateSaysWhoHoldsAndWhoWaits(t *testing.T) {
 	g1, _ := newGen(t)
 	g2, _ := newGen(t)
@@ -47,6 +53,9 @@ func TestStateSaysWhoHoldsAndWhoWaits(t *testing.T) {
 	}
 	if s1.Fence != token {
 		t.Fatalf("fence %d, token %d", s1.Fence, token)
+	}
+	if l1.HoldCount(owned) != 1 || l1.HoldCount(ctx) != 0 {
+		t.Fatalf("HoldCount of the owner %d, of another goroutine %d", l1.HoldCount(owned), l1.HoldCount(ctx))
 	}
 	// waiters in two other Generators join the line, in order
 	g3, _ := newGen(t)
@@ -86,6 +95,11 @@ func TestStateSaysWhoHoldsAndWhoWaits(t *testing.T) {
 	waitFor(t, func() bool { s, _ := l1.State(ctx); return len(s.Waiting) == 0 })
 	if err := l1.Unlock(owned); err != nil {
 		t.Fatal(err)
+	}
+	for _, l := range []*dlock.DistributedReentrantLock{l1, l2} {
+		if s := stateOf(t, l); s.Held() || s.Mine || s.LeaseLeft != 0 {
+			t.Fatalf("released: %+v", s)
+		}
 	}
 }
 
