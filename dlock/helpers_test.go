@@ -1341,17 +1341,6 @@ func notYet[T any](t testing.TB, ch <-chan T, what string) {
 	}
 }
 
-// lineEmpty waits until the shared lock of cfg has nobody in its Redis line and no attempt
-// waiting ({B}:shared:line and :want), failing t after 15 s.
-func lineEmpty(t testing.TB, cfg domain.DLockConfig) {
-	t.Helper()
-	raw := rawClient(t)
-	keys := processor.SharedKeys(cfg)
-	waitFor(t, func() bool {
-		return raw.ZCard(context.Background(), keys[2]).Val() == 0 && raw.HLen(context.Background(), keys[3]).Val() == 0
-	})
-}
-
 // everyKind returns a mutex, a semaphore (of k permits) and a read-write lock of g, in that key
 // order, named by tg.
 func everyKind(t testing.TB, g *dlock.Generator, tg string, k int) (*dlock.DistributedReentrantLock, *dlock.Semaphore, *dlock.RWLock) {

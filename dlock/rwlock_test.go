@@ -24,6 +24,15 @@ func rwOf(t testing.TB, g *dlock.Generator, tg string) *dlock.RWLock {
 	return l
 }
 
+// rwPair returns a context bounded by 30 s and one read-write lock, unique to the test, as two
+// processes make it.
+func rwPair(t *testing.T) (context.Context, *dlock.RWLock, *dlock.RWLock) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	return ctxT(t, 30*time.Second), rwOf(t, ga, tg), rwOf(t, gb, tg)
+}
+
 // Readers of different processes hold the read side together; a writer waits for them.
 func TestRWReadersShareWritersWait(t *testing.T) {
 	ga, _ := newGen(t)
@@ -929,11 +938,7 @@ func TestRWDowngradeKeepsWritersOut(t *testing.T) {
 // the innermost side, and the lock is free after the last. Ports Redisson's
 // RedissonReadWriteLockTest.testReentrancy, testHoldCount and testWR.
 func TestRWUnlockGivesUpTheInnermostHold(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
-	l, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	ctx, l, lb := rwPair(t)
 	r, err := l.RLock(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,15 @@ func semOf(t testing.TB, g *dlock.Generator, tg string, k int) *dlock.Semaphore 
 	return s
 }
 
+// semPair returns a context bounded by 30 s and one semaphore of k permits, unique to the test,
+// as two processes make it.
+func semPair(t *testing.T, k int) (context.Context, *dlock.Semaphore, *dlock.Semaphore) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	return ctxT(t, 30*time.Second), semOf(t, ga, tg, k), semOf(t, gb, tg, k)
+}
+
 // Never more than k permits out across processes, whatever each asks.
 func TestSemaphorePermitsNeverExceedK(t *testing.T) {
 	tg := uniqueTarget(t)
@@ -499,11 +508,7 @@ func TestSemaphoreUnlockFreesInRedisBeforeReturning(t *testing.T) {
 // waiter has waited a while: another process that keeps its permits busy does not pass it
 // for ever.
 func TestSemaphoreHolderWaitingForMoreIsNotPassedForEver(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
-	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	ctx, sa, sb := semPair(t, 2)
 	g1, err := sa.Acquire(ctx, 1) // A's long-running holder
 	if err != nil {
 		t.Fatal(err)
@@ -842,11 +847,7 @@ func TestSemaphoreFillsUpAsPermitsComeBackInChunks(t *testing.T) {
 // RedissonSemaphoreTest.testBlockingNAcquire and testTryNAcquire, and
 // RedissonPermitExpirableSemaphoreTest.testBlockingAcquireMany and testTryAcquireMany.
 func TestSemaphoreAcquiresManyAtOnce(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
-	sa, sb := semOf(t, ga, tg, 10), semOf(t, gb, tg, 10)
+	ctx, sa, sb := semPair(t, 10)
 	six, err := sa.Acquire(ctx, 6)
 	if err != nil {
 		t.Fatal(err)
@@ -906,11 +907,7 @@ func TestSemaphoreAcquiresManyAtOnce(t *testing.T) {
 // again. Ports Redisson's RedissonPermitExpirableSemaphoreTest.testTryAcquire and
 // testBlockingAcquire, and RedissonSemaphoreTest.testReleaseAcquire.
 func TestSemaphoreTryWithNoPermitFreeAndRelease(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
-	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
+	ctx, sa, sb := semPair(t, 1)
 	o, err := sa.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -1039,11 +1036,7 @@ func TestSemaphoreLoweredCountKeepsPermitsInUse(t *testing.T) {
 // the release), and a try of a third process meanwhile may take it first. Ports Redisson's
 // RedissonSemaphoreTest.testBlockingAcquire.
 func TestSemaphoreHoldersWaiterGetsAPermitAnotherProcessReleased(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
-	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	ctx, sa, sb := semPair(t, 2)
 	oa, err := sa.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
