@@ -522,8 +522,10 @@ func (r *histRun) checkLeftovers() {
 // ({…}:shared:…), all of which live as long as its settled lockers.
 func allowedLater(k string, ttl, lease time.Duration) bool {
 	switch {
+	case ttl == -2: // (go-redis's PTTL of a key that is gone: it expired between SCAN and PTTL)
+		return true
 	case ttl <= 0:
-		return false // no TTL (or gone between SCAN and PTTL: judged by the next run)
+		return false // no TTL
 	case strings.HasSuffix(k, "}:fence"), strings.HasSuffix(k, "}:first"):
 		return true
 	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"):
@@ -1528,5 +1530,27 @@ func TestHistoryRules(t *testing.T) {
 				t.Errorf("violations %v, want %v: %v", got, tc.want, r.viol)
 			}
 		})
+	}
+}
+
+// Rule (5)'s judgement of a key found 3 leases after the helpers exited.
+func TestHistoryLeftoverRule(t *testing.T) {
+	lease := 400 * time.Millisecond
+	for _, c := range []struct {
+		key  string
+		ttl  time.Duration
+		want bool
+	}{
+		{"{DLOCK_HIST_r3}:shared:kind", -1, false},         // a shared key without a TTL
+		{"{DLOCK_HIST_r3}:shared:kind", -2, true},          // gone between SCAN and PTTL
+		{"{DLOCK_HIST_r3}:shared:kind", 5 * lease, true},   // living as long as its settled lockers
+		{"{DLOCK_HIST_r3}:shared:kind", 30 * lease, false}, // longer than any of them
+		{"{DLOCK_HIST_k0}:fence", time.Hour, true},
+		{"{DLOCK_HIST_k0}:done:p-", 30 * lease, false},
+		{"DLOCK_HIST_k0", time.Second, false}, // a lock key still held
+	} {
+		if got := allowedLater(c.key, c.ttl, lease); got != c.want {
+			t.Errorf("allowedLater(%s, %v) = %v, want %v", c.key, c.ttl, got, c.want)
+		}
 	}
 }
