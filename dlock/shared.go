@@ -445,11 +445,16 @@ func (st *sharedState) plan() action {
 		if h.ctx.Err() == nil || !h.idle() {
 			return false
 		}
-		tell(h.takeFate(), nil)
+		lost := errors.Is(context.Cause(h.ctx), ErrLockLost)
+		if lost {
+			tell(h.takeFate(), context.Cause(h.ctx)) // (lost as its last Unlock waited: it says so)
+		} else {
+			tell(h.takeFate(), nil)
+		}
 		if h.downTo != "" {
 			st.owe(h.downTo)
 		}
-		if errors.Is(context.Cause(h.ctx), ErrLockLost) {
+		if lost {
 			// its lease ran out here, but a renewal may have run in Redis unheard: give it
 			// back rather than leave its permits out for another lease
 			st.owe(h.locker)
