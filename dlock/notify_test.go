@@ -59,41 +59,53 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 	lh, _ := gHold.Gen("DEAF", target(t))
 	lw, _ := gWait.Gen("DEAF", target(t))
 
-	owned, err := lh.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	deafNext.Store(true) // the next connection the waiter's client dials is the subscription's
-	got := make(chan error, 1)
-	go func() {
-		o, err := lw.Lock(ctx)
-		if err == nil {
-			err = lw.Unlock(o)
+	for round := 1; ; round++ {
+		owned, err := lh.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		got <- err
-	}()
-	// the deaf subscription is noticed and replaced: a dial after the deaf one
-	waitFor(t, func() bool { return deafDials.Load() == 1 && dials.Load() >= 3 && gWait.Confirmed() >= 2 })
-	// The new subscription's confirmation woke the waiter, whose attempt fails (held) and
-	// renews its entry in the line: take the entry out and wait until an attempt puts it back,
-	// so that only the release message can wake the waiter next.
-	st, err := lw.State(ctx)
-	if err != nil || len(st.Waiting) != 1 {
-		t.Fatalf("State: %+v, %v", st, err)
-	}
-	ch.ZRem(ctx, processor.LineKey(lw.Config()), st.Waiting[0])
-	ch.HDel(ctx, processor.WantKey(lw.Config()), st.Waiting[0])
-	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) > 0 })
-	if err := lh.Unlock(owned); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.how) != 1 || rec.how[0] != dlock.HowNotified {
-		t.Fatalf("the waiter acquired by %v, want by a release message", rec.how)
+		got := make(chan error, 1)
+		go func() {
+			o, err := lw.Lock(ctx)
+			if err == nil {
+				err = lw.Unlock(o)
+			}
+			got <- err
+		}()
+		if round == 1 { // the deaf subscription is noticed and replaced: a dial after the deaf one
+			waitFor(t, func() bool { return deafDials.Load() == 1 && dials.Load() >= 3 && gWait.Confirmed() >= 2 })
+		}
+		// The new subscription's confirmation woke the waiter, whose attempt fails (held) and
+		// renews its entry in the line: take the entry out and wait until an attempt puts it
+		// back, so that only the release message can wake the waiter next.
+		waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) == 1 })
+		st, err := lw.State(ctx)
+		if err != nil || len(st.Waiting) != 1 {
+			t.Fatalf("State: %+v, %v", st, err)
+		}
+		ch.ZRem(ctx, processor.LineKey(lw.Config()), st.Waiting[0])
+		ch.HDel(ctx, processor.WantKey(lw.Config()), st.Waiting[0])
+		waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) > 0 })
+		confirmed := gWait.Confirmed()
+		if err := lh.Unlock(owned); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		rec.mu.Lock()
+		how := rec.how[len(rec.how)-1]
+		rec.mu.Unlock()
+		switch {
+		case how == dlock.HowNotified:
+			return
+		case gWait.Confirmed() > confirmed && round < 3:
+			// a probe judged the subscription deaf on a slow machine (its echo later than a
+			// second) and subscribed again, and the confirmation's ask met the grant: again
+		default:
+			t.Fatalf("round %d: the waiter acquired by %v, want by a release message", round, how)
+		}
 	}
 }
 
