@@ -210,8 +210,6 @@ func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, e
 		return owned, true, nil
 	case errors.Is(err, ErrOptimisticLocking) && !errors.Is(err, ErrLockLost):
 		return nil, false, nil // (taken, and removed by ForceRelease as it was)
-	case ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, ErrNotObtained):
-		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (ended on its way)
 	}
 	return nil, false, err
 }
@@ -265,6 +263,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 	if err != nil {
 		st.left()
 		l.g.unref(st)
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) && !errors.Is(err, ErrNotObtained) {
+			err = fmt.Errorf("%w: %w", ErrNotObtained, err) // (a try whose context ended on its way, as above)
+		}
 		if wait && errors.Is(err, ErrNotObtained) {
 			l.g.log.Debug("dlock: lock not obtained", zap.String("key", l.cfg.UniqueKey()),
 				zap.Duration("waited", time.Since(start)), zap.Error(err))

@@ -400,7 +400,7 @@ func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient,
 	if was == "" || !unreached(err) {
 		return false
 	}
-	cc.ReloadState(context.Background())
+	p.Reload()
 	limit := time.NewTimer(reloadWait)
 	defer limit.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
