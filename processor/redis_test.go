@@ -1718,10 +1718,15 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 				if move {
 					master.Store(srv.Addr) // and the cluster has promoted the new one
 				}
+				var sent []string
+				cc.AddHook(nameHook{&sent})
 				r, err = s.do(p, lc, held)
 				if !move {
 					if err == nil {
 						t.Fatalf("%s with the map on a dead master = %+v, want an error", s.name, r)
+					}
+					if len(sent) != 1 {
+						t.Fatalf("%s with the map on a dead master sent %v, want one request (no copy to the same dead master)", s.name, sent)
 					}
 					if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != held {
 						t.Fatalf("key = %q after a request that reached nothing, want %q", got, held)
