@@ -169,6 +169,62 @@ func TestSemaphoreCrashedHoldersPermitsComeBack(t *testing.T) {
 	_ = ga.Close(closeCtx)
 }
 
+// A raise heard while the process's ask for more is on its way still serves the waiting
+// goroutine at once, though the ask's reply (it ran before the raise) says there is no room.
+func TestSemaphoreRaiseHeardDuringAnAskForMore(t *testing.T) {
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	var armed atomic.Bool
+	ran, goOn := make(chan struct{}, 1), make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		if sharedArg(a, "op") != "take" || sharedArg(a, "wait") == "1" || !armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd) // the ask for more runs in Redis: no room
+		ran <- struct{}{}
+		<-goOn // its reply comes after the raise was heard
+		return err
+	}})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Minute)) // (its next ask would come in 20 s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	s := semOf(t, g, tg, 1)
+	o1, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	bound, cancel := context.WithTimeout(ctx, 10*time.Second) // (half the time to the next ask)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		o, err := s.Acquire(bound, 1) // another goroutine: the process asks for one more
+		if err == nil {
+			err = o.Unlock()
+		}
+		got <- err
+	}()
+	<-ran
+	if err := semOf(t, gb, tg, 1).SetPermits(ctx, 2); err != nil {
+		close(goOn)
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // (the F on its way to the process; heard after the reply, it serves as well)
+	close(goOn)
+	if err := <-got; err != nil {
+		t.Fatalf("the waiting goroutine after a raise heard during its ask: %v", err)
+	}
+	if err := o1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // SetPermits changes k for everyone; raising it serves the waiters it makes room for at once,
 // in another process and in the holder's own (a regression test: the holder's waiter, which
 // asks for more without standing in line, was not told), without the holder letting go. Ports
