@@ -530,3 +530,151 @@ func TestClosedWaiterLeavesTheNextWaitingForTheHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// closingObserver closes its Generator when it is told of the at'th acquisition after it was
+// armed (at > 0). Acquired is called on the acquiring goroutine once the lock is the
+// acquisition's and before Lock returns, so Close falls between the two: an Observer calling
+// back into the lock, which the Observer's doc forbids, as a test's seam. It counts the
+// acquisitions and releases it is told of.
+type closingObserver struct {
+	dlock.NopObserver
+	g                  *dlock.Generator
+	at                 atomic.Int32
+	acquired, released atomic.Int32
+}
+
+func (o *closingObserver) Acquired(dlock.AcquireEvent) {
+	o.acquired.Add(1)
+	if o.at.Load() > 0 && o.at.Add(-1) == 0 {
+		_ = o.g.Close(context.Background())
+	}
+}
+
+func (o *closingObserver) Released(dlock.ReleaseEvent) { o.released.Add(1) }
+
+// everyLock is a mutex, a semaphore (of 3 permits) and a read-write lock of one Generator.
+type everyLock struct {
+	g   *dlock.Generator
+	l   *dlock.DistributedReentrantLock
+	sem *dlock.Semaphore
+	rw  *dlock.RWLock
+}
+
+// A Lock or TryLock of the lock family that Close overtakes — after the lock became the
+// acquisition's, before it returned — returns ErrClosed and no Owner, as the mutex's does (its
+// rows here): never nil with an Owner whose holding Close has let go in Redis, where another
+// process may take it. So do each side of a read-write lock, a semaphore's permits, a
+// downgrade, a process that holds permits asking for more, a re-entry (Close comes as it
+// begins: WithReentering) and a MultiLock whose last part is of the family. Close leaves
+// nothing in Redis, and the Observer hears every acquisition it was told of released.
+func TestFamilyLockThatLosesTheRaceToCloseReturnsErrClosed(t *testing.T) {
+	type acquire func(ctx context.Context) (*dlock.Owner, error)
+	try := func(f func(context.Context) (*dlock.Owner, bool, error)) acquire {
+		return func(ctx context.Context) (*dlock.Owner, error) {
+			o, ok, err := f(ctx)
+			if err == nil && !ok {
+				err = errors.New("TryLock found the lock held")
+			}
+			return o, err
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		// prepare takes what the row needs first and returns the acquisition that races Close:
+		// the Observer closes at its closeAt'th acquisition, or (closeAt 0) Close comes as its
+		// re-entry begins.
+		prepare func(ctx context.Context, k everyLock) (acquire, error)
+		closeAt int32
+	}{
+		{"mutex Lock", func(_ context.Context, k everyLock) (acquire, error) { return k.l.Lock, nil }, 1},
+		{"mutex TryLock", func(_ context.Context, k everyLock) (acquire, error) { return try(k.l.TryLock), nil }, 1},
+		{"RLock", func(_ context.Context, k everyLock) (acquire, error) { return k.rw.RLock, nil }, 1},
+		{"Lock", func(_ context.Context, k everyLock) (acquire, error) { return k.rw.Lock, nil }, 1},
+		{"Acquire", func(_ context.Context, k everyLock) (acquire, error) { return k.sem.Permits(2).Lock, nil }, 1},
+		{"TryRLock", func(_ context.Context, k everyLock) (acquire, error) { return try(k.rw.TryRLock), nil }, 1},
+		{"TryLock", func(_ context.Context, k everyLock) (acquire, error) { return try(k.rw.TryLock), nil }, 1},
+		{"TryAcquire", func(_ context.Context, k everyLock) (acquire, error) { return try(k.sem.Permits(1).TryLock), nil }, 1},
+		{"RLock downgrading the write side", func(ctx context.Context, k everyLock) (acquire, error) {
+			w, err := k.rw.Lock(ctx)
+			return func(context.Context) (*dlock.Owner, error) { return k.rw.RLock(w) }, err
+		}, 1},
+		{"Acquire more permits than the process holds", func(ctx context.Context, k everyLock) (acquire, error) {
+			_, err := k.sem.Acquire(ctx, 1)
+			return k.sem.Permits(2).Lock, err
+		}, 1},
+		{"RLock re-entered", func(ctx context.Context, k everyLock) (acquire, error) {
+			r, err := k.rw.RLock(ctx)
+			return func(context.Context) (*dlock.Owner, error) { return k.rw.RLock(r) }, err
+		}, 0},
+		{"TryLock re-entered", func(ctx context.Context, k everyLock) (acquire, error) {
+			w, err := k.rw.Lock(ctx)
+			return func(context.Context) (*dlock.Owner, error) { return try(k.rw.TryLock)(w) }, err
+		}, 0},
+		{"Acquire re-entered", func(ctx context.Context, k everyLock) (acquire, error) {
+			p, err := k.sem.Acquire(ctx, 1)
+			return func(context.Context) (*dlock.Owner, error) { return k.sem.Acquire(p, 1) }, err
+		}, 0},
+		{"MultiLock of permits and a read side", func(_ context.Context, k everyLock) (acquire, error) {
+			m, err := k.g.MultiOf(k.sem.Permits(1), k.rw.ReadSide())
+			if err != nil {
+				return nil, err
+			}
+			return m.Lock, nil
+		}, 2},
+		{"MultiLock TryLock of a mutex and a write side", func(_ context.Context, k everyLock) (acquire, error) {
+			m, err := k.g.MultiOf(k.l, k.rw.WriteSide())
+			if err != nil {
+				return nil, err
+			}
+			return try(m.TryLock), nil
+		}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t, 30*time.Second)
+			obs := &closingObserver{}
+			var reentering atomic.Bool
+			g, _ := newGen(t, dlock.WithObserver(obs), dlock.WithReentering(func() {
+				if reentering.CompareAndSwap(true, false) {
+					_ = obs.g.Close(context.Background())
+				}
+			}))
+			obs.g = g
+			tg := uniqueTarget(t)
+			k := everyLock{g: g}
+			k.l, k.sem, k.rw = everyKind(t, g, tg, 3)
+			race, err := tc.prepare(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.closeAt > 0 {
+				obs.at.Store(tc.closeAt)
+			} else {
+				reentering.Store(true)
+			}
+			o, err := race(ctx)
+			if o != nil || !errors.Is(err, dlock.ErrClosed) {
+				cause := "none"
+				if o != nil {
+					cause = fmtCause(o)
+				}
+				t.Fatalf("an acquisition Close overtook = %v, %v (its Owner's cause: %s); want ErrClosed and no Owner", o, err, cause)
+			}
+			if obs.at.Load() > 0 || reentering.Load() {
+				t.Fatal("setup: Close was never called")
+			}
+			other, _ := newGen(t)
+			ol, osem, orw := everyKind(t, other, tg, 3)
+			if s := stateOf(t, ol); s.Held() || len(s.Waiting) > 0 {
+				t.Errorf("the mutex after Close: %+v", s)
+			}
+			for name, state := range map[string]func(context.Context) (dlock.SharedState, error){"semaphore": osem.State, "read-write lock": orw.State} {
+				if s, err := state(ctx); err != nil || len(s.Holds) > 0 || len(s.Waiting) > 0 {
+					t.Errorf("the %s after Close: %+v, %v; want nothing held and nobody in line", name, s, err)
+				}
+			}
+			if a, r := obs.acquired.Load(), obs.released.Load(); a != r {
+				t.Errorf("the Observer heard of %d acquisitions and %d releases", a, r)
+			}
+		})
+	}
+}

@@ -137,3 +137,12 @@ func (g *Generator) PollDue(key string) func() (time.Time, bool) {
 	}
 	return st.poller.Due
 }
+
+// WithReentering runs f as each re-entry of a read-write lock or semaphore begins, once it
+// found the owner it re-enters and before it counts the hold: a test can put a Close there.
+func WithReentering(f func()) Option {
+	return optionFunc(func(o *options) error {
+		o.reentering = f
+		return nil
+	})
+}

@@ -560,6 +560,11 @@ func kindOf(spec processor.Shared, write bool) LockKind {
 	return KindRead
 }
 
+// acquireShared is the Lock (try false) and TryLock of n permits of a shared lock, the write
+// side if write: it returns the Owner and true, false with a nil error for a TryLock that found
+// them held, or why not. An acquisition that Close overtook before it returned — its holding
+// ended by Close, or about to be — returns ErrClosed, as the mutex's does, never an Owner
+// that Close let go.
 func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
 	if ctx == nil {
 		return nil, false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -577,8 +582,36 @@ func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, s
 			how = HowHandOver
 		}
 		g.observer.Acquired(AcquireEvent{Kind: kind, Config: cfg, Wait: time.Since(start), How: how, Token: o.sh.token})
+		if o.sh.closedMeanwhile() { // taken as Close ran: given back (as the mutex's acquire does)
+			return nil, false, ErrClosed
+		}
 	}
 	return o, ok, err
+}
+
+// closedMeanwhile reports whether Close began before so, a fresh acquisition, could be
+// returned; if so it ends so. Its holding goes back with Close, which ended it already or
+// ends it next (the driver gives back every holding once Close began), and so is reported
+// released once: by Close's driver or newOwner when the holding ended first, else here.
+// Checked under mu, which Close's driver takes to end a holding: an acquisition that passes
+// is live when it is returned, and Close ends it as any other.
+func (so *shareOwner) closedMeanwhile() bool {
+	st := so.st
+	st.mu.Lock()
+	if st.g.done.Err() == nil {
+		st.mu.Unlock()
+		return false
+	}
+	tell := so.hold.ctx.Err() == nil // (ended: reported released already, or lost)
+	if !so.done {
+		so.end(ErrClosed)
+	}
+	st.mu.Unlock()
+	st.poke()
+	if tell {
+		st.g.observer.Released(so.event(ErrClosed))
+	}
+	return true
 }
 
 func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
@@ -588,8 +621,8 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		side = 1
 	}
 	if so := ownerIn(ctx, g, key, side); so != nil {
-		if so.live() {
-			return so.reenter(), true, nil
+		if o := so.reenter(); o != nil {
+			return o, true, nil
 		}
 		if cause := so.lostCause(); cause != nil {
 			return nil, false, cause // a lost (or closed) holding stays lost for its owner
@@ -688,9 +721,19 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	return o
 }
 
-// reenter counts one more hold of so and returns its Owner.
+// reenter counts one more hold of so and returns its Owner, or nil when so no longer holds
+// (released, lost, or ended by Close). It checks and counts under mu, which Close's driver
+// takes to end a holding: a re-entry comes wholly before Close ends the holding (and the
+// Owner it returns ends with it), or after it (nil).
 func (so *shareOwner) reenter() *Owner {
+	if f := so.st.g.opts.reentering; f != nil {
+		f()
+	}
 	so.st.mu.Lock()
+	if so.done || so.hold.ctx.Err() != nil {
+		so.st.mu.Unlock()
+		return nil
+	}
 	so.count++
 	so.st.mu.Unlock()
 	if o := so.public.Value(); o != nil {

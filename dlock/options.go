@@ -29,6 +29,7 @@ type options struct {
 	gapEvery     time.Duration // default 0: a release always grants the key to the first live process in line
 	gapWindow    time.Duration
 	writeBlock   uint64 // fencing tokens a read-write lock's write-hold reserves at a time: writeBlock (tests set fewer)
+	reentering   func() // default nil; tests set it: run as a read-write lock's or semaphore's re-entry begins
 }
 
 // WithObserver reports what the locks do to o (see Observer). The default reports nothing.
