@@ -678,3 +678,77 @@ func TestFamilyLockThatLosesTheRaceToCloseReturnsErrClosed(t *testing.T) {
 		})
 	}
 }
+
+// A MultiLock's re-entry that Close overtakes between its parts — the first re-entered, then
+// ended by Close, the last still held as it is re-entered — returns ErrClosed and keeps no
+// hold, as a part's own re-entry does: never the MultiLock's Owner, one of whose holdings
+// Close has let go. The read-write lock's holding outlives the semaphore's: its Close gives
+// back first the attempt of a writer of the process in line, whose release stalls here.
+func TestMultiLockReentryThatLosesTheRaceToCloseReturnsErrClosed(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	var (
+		g        *dlock.Generator
+		owned    *dlock.Owner
+		reenters atomic.Int32 // re-entries of a part to let by before the test's step
+		closed   = make(chan error, 1)
+		stall    atomic.Bool
+		stalled  = make(chan struct{}, 8)
+		goOn     = make(chan struct{})
+	)
+	free := sync.OnceFunc(func() { close(goOn) })
+	t.Cleanup(free)
+	g, c := newGen(t, dlock.WithReentering(func() {
+		if reenters.Load() == 0 || reenters.Add(-1) > 0 {
+			return
+		}
+		// The last part is about to be re-entered: Close ends the first, and stalls before
+		// it ends the last.
+		stall.Store(true)
+		go func() { closed <- g.Close(context.Background()) }()
+		recv(t, stalled, "the release of the semaphore's holding")
+		recv(t, stalled, "the give-back of the writer's attempt")
+		<-owned.Done() // (the semaphore's holding ended: the read-hold's is live)
+	}))
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if stall.Load() && sharedArg(cmd.Args(), "op") == "release" {
+			stalled <- struct{}{}
+			<-goOn
+		}
+		return next(ctx, cmd)
+	}})
+	tg := uniqueTarget(t)
+	_, sem, rw := everyKind(t, g, tg, 2)
+	m, err := g.MultiOf(sem.Permits(1), rw.ReadSide())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := m.Parts(); p[1].Kind() != dlock.KindRead {
+		t.Fatalf("setup: parts %v %v; want the read side last", p[0].Kind(), p[1].Kind())
+	}
+	if owned, err = m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writer := make(chan error, 1)
+	go func() { _, err := rw.Lock(ctx); writer <- err }()
+	other, _ := newGen(t)
+	_, osem, orw := everyKind(t, other, tg, 2)
+	waitFor(t, func() bool { s, err := orw.State(ctx); return err == nil && len(s.Waiting) == 1 })
+
+	reenters.Store(2)
+	o, err := m.Lock(owned)
+	free()
+	if o != nil || !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("a re-entry Close overtook = %v, %v (its Owner's cause: %s); want ErrClosed and no Owner", o, err, fmtCause(owned))
+	}
+	if err := recv(t, closed, "Close"); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, writer, "the waiting writer"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("the waiting writer = %v, want ErrClosed", err)
+	}
+	for name, state := range map[string]func(context.Context) (dlock.SharedState, error){"semaphore": osem.State, "read-write lock": orw.State} {
+		if s, err := state(ctx); err != nil || len(s.Holds) > 0 || len(s.Waiting) > 0 {
+			t.Errorf("the %s after Close: %+v, %v; want nothing held and nobody in line", name, s, err)
+		}
+	}
+}

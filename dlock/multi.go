@@ -123,7 +123,9 @@ func (m *MultiLock) Parts() []Part {
 // FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
 // ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
 // fails, the parts taken so far are released in reverse order and the error returned (as a
-// part's Lock returns it). With an Owner of this MultiLock, Lock re-enters every part.
+// part's Lock returns it). With an Owner of this MultiLock, Lock re-enters every part. A Lock
+// that Close overtakes returns ErrClosed and holds none of the parts: never an Owner one of
+// whose parts Close has let go.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 	return m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
 		o, err := l.Lock(ctx)
@@ -162,6 +164,15 @@ func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context
 				}
 				return nil, err
 			}
+		}
+		// Each part was held as it was re-entered, but Close may have ended one re-entered
+		// before the last: Close ends parts only once it began, so none had ended if it has
+		// not begun now. (A first acquisition needs no such check: its last part makes it.)
+		if m.parts[0].generator().isClosed() {
+			for j := len(m.parts) - 1; j >= 0; j-- {
+				_ = m.parts[j].Unlock(o)
+			}
+			return nil, ErrClosed
 		}
 		o.holds.Add(1)
 		return o, nil
