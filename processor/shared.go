@@ -163,11 +163,19 @@ func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s
 	code, _ := vals[0].(int64)
 	switch code {
 	case -2:
-		return 0, nil, 0, fmt.Errorf("%w: %s is a %v lock in Redis, not a %s", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1], s.Kind)
+		kept, _ := vals[1].(string)
+		return 0, nil, 0, KindMismatch(cfg, Kind(kept), s.Kind)
 	case -3:
 		return 0, nil, 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1])
 	}
 	return code, vals, acked, nil
+}
+
+// KindMismatch is the error of a request for cfg's shared lock as the kind asked when Redis
+// keeps it as another kind, kept (a read-write lock asked for as a semaphore, or the other way
+// round): it matches ErrInvalidConfig and names the key and both kinds.
+func KindMismatch(cfg domain.DLockConfig, kept, asked Kind) error {
+	return fmt.Errorf("%w: %s is a %v lock in Redis, not a %s", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), kept, asked)
 }
 
 func uintOf(v any) uint64 {

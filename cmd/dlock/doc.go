@@ -44,9 +44,16 @@
 //	--permits N         exec only, with --semaphore: the permits to take (default 1, at most K)
 //
 // Only one of the three names the lock; --semaphore 0 and --permits without --semaphore are
-// usage errors, and so is, for exec and release, a read-write lock asked for as a semaphore
-// or the other way round (status shows whichever Redis keeps). status then shows the holdings (a process's read-hold, write-hold or permits, each with its locker,
-// permits, fencing token and lease left) and the processes in line with what they ask for;
+// usage errors, and so is, for exec, status and release alike, a read-write lock asked for as
+// a semaphore or the other way round while Redis keeps what it is (as long as the lock is in
+// use, holdings or not):
+//
+//	dlock status: DLOCK_DEPLOY_prod is a rw lock in Redis, not a sem
+//	run 'dlock status --help' for usage
+//
+// With KIND, status shows the holdings (a process's read-hold, write-hold or permits, each with
+// its locker, permits, fencing token and lease left) and the processes in line with what they
+// ask for;
 // with --json one object with the fields type, target, key, kind ("rw" or "sem"), permits,
 // holds [{locker, permits, write, token, lease_left_ms}], waiting [{process, permits, write}]
 // and fence. release --force --holder removes the holding of that locker, and --any every
@@ -204,7 +211,8 @@
 //	0        success; for exec, COMMAND exited 0; for lock, released after a signal
 //	1        any other error (demo: exclusion violated, or no acquisitions)
 //	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
-//	         TARGET or lease, release without --force or without --holder/--any
+//	         TARGET or lease, release without --force or without --holder/--any, a
+//	         read-write lock asked for as a semaphore or the other way round
 //	69       Redis unreachable, or no answer within --timeout (EX_UNAVAILABLE)
 //	75       exec, lock: the lock was not obtained within --wait, or at once with -n; COMMAND
 //	         did not run (EX_TEMPFAIL); -E (--conflict-exit-code) chooses another status

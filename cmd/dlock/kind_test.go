@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,94 @@ func TestKindFlagsContradict(t *testing.T) {
 		r := runBin(t, nil, append(append([]string{"exec", "--redis", srv.Addr}, args...), "CLI", "x", "--", "true")...)
 		if r.code != exitUsage {
 			t.Errorf("%v: %v", args, r)
+		}
+	}
+}
+
+// TestKindMismatchIsRefused: a read-write lock asked for as a semaphore, or a semaphore as a
+// read-write lock, is refused alike by exec, status (--json too) and release --force (--holder
+// and --any), with the same message and usage status (2) — also once nothing holds it, while
+// Redis still keeps what it is; nothing runs and nothing is removed.
+func TestKindMismatchIsRefused(t *testing.T) {
+	tg := target(t)
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+	ctx := context.Background()
+	rw, err := g.GenRW("CLI", tg+"-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := g.GenSemaphore("CLI", tg+"-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := g.GenRW("CLI", tg+"-idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, take := range []func() (*dlock.Owner, error){
+		func() (*dlock.Owner, error) { return rw.RLock(ctx) },
+		func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+	} {
+		o, err := take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Unlock() })
+	}
+	o, err := idle.Lock(ctx) // let go at once: Redis keeps its kind
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		target      string
+		kept, asked string
+		flags       []string
+	}{
+		{tg + "-rw", "rw", "sem", []string{"--semaphore", "2"}},
+		{tg + "-sem", "sem", "rw", []string{"--shared"}},
+		{tg + "-sem", "sem", "rw", []string{"--exclusive"}},
+		{tg + "-idle", "rw", "sem", []string{"--semaphore", "3"}}, // nothing held, the kind kept
+	} {
+		for _, cmd := range [][]string{
+			{"exec", "-n"},
+			{"status"},
+			{"status", "--json"},
+			{"release", "--force", "--holder", "192.0.2.1-1-0-1"},
+			{"release", "--force", "--any"},
+		} {
+			args := append(append(append([]string{}, cmd...), tc.flags...), "--redis", srv.Addr, "CLI", tc.target)
+			if cmd[0] == "exec" {
+				args = append(args, "--", "true")
+			}
+			r := runIn(args...)
+			want := fmt.Sprintf("dlock %[1]s: DLOCK_CLI_%[2]s is a %[3]s lock in Redis, not a %[4]s\nrun 'dlock %[1]s --help' for usage\n",
+				cmd[0], tc.target, tc.kept, tc.asked)
+			if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+				t.Errorf("%v: %v, want status %d and %q", args, r, exitUsage, want)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		target string
+		flags  []string
+		holds  int
+	}{
+		{tg + "-rw", []string{"--shared"}, 1},
+		{tg + "-sem", []string{"--semaphore", "2"}, 1},
+		{tg + "-idle", []string{"--exclusive"}, 0},
+	} {
+		r := runIn(append(append([]string{"status", "--json"}, tc.flags...), "--redis", srv.Addr, "CLI", tc.target)...)
+		var st sharedJSON
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 || len(st.Holds) != tc.holds {
+			t.Errorf("%s %v afterwards: %v %+v %v", tc.target, tc.flags, r, st, err)
 		}
 	}
 }

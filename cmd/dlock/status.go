@@ -40,12 +40,15 @@ the processes waiting in line with what they wait for. --json then prints:
   holds                 [{locker, permits, write, token, lease_left_ms}]
   waiting               [{process, permits, write}], first in line first
   fence                 the last fencing token handed out
+A read-write lock asked for with --semaphore, or a semaphore with --shared or --exclusive, is
+refused as exec and release refuse it (status 2), while Redis keeps what the lock is.
 ` + redisHelp + `
 exit status:
   0        the state was read (whether held or not)
   69       Redis unreachable, or no answer within --timeout
   77       Redis refused the user or password, or a command (ACL)
-  2        usage error; 1 any other error
+  2        usage error (a read-write lock asked for as a semaphore, or the other way
+           round, too); 1 any other error
 `
 
 // statusCommand is "dlock status".
