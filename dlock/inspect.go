@@ -27,8 +27,13 @@ type State struct {
 	// is larger than both it and the server clock in microseconds.
 	Fence uint64
 	// Waiting lists the processes (their locker prefixes) that recorded in Redis that they
-	// wait for the key, first in line first; empty when none did. A process that only uses
-	// TryLock never waits.
+	// wait for the key and that a release would grant it to, first in line first; empty when
+	// none did. A process that only uses TryLock never waits. Left out, as a release passes
+	// them over: a process that listened for the key's messages when it last renewed its
+	// place and does not now (it died: Redis dropped its subscription with its connection),
+	// one that did not listen and has not renewed its place within a third of its lease, and
+	// one whose place expired. Their places stay in Redis until they expire; a process left
+	// out that asks again is listed again.
 	Waiting []string
 	// LocalWaiters reports whether goroutines of this Generator wait for the lock.
 	LocalWaiters bool
@@ -38,7 +43,9 @@ type State struct {
 func (s State) Held() bool { return s.Holder != "" }
 
 // State reads the lock's state from Redis in one round trip (a read-only script) and adds
-// what this Generator knows. It is safe for concurrent use and changes nothing. It returns a
+// what this Generator knows. It is safe for concurrent use and changes nothing; it lists the
+// waiting processes a release would grant the key to (State.Waiting), leaving out the dead and
+// the expired, as the read-write lock's and the semaphore's State do. It returns a
 // *RedisProcessError when Redis fails, and ctx's error (the call abandoned) when ctx ends
 // first.
 func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {

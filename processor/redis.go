@@ -952,9 +952,21 @@ func (p *RedisLockProcessor) Preload(ctx context.Context) error {
 const maxListed = 100
 
 // Inspect reads the lock's key, its remaining life, the fencing counter and the line of
-// waiting processes (inspect.lua, one EVALSHA; it writes nothing).
+// waiting processes (inspect.lua, one EVALSHA; it writes nothing). It lists the processes a
+// release would grant the key to (the prelude's isLive), whether or not this processor
+// publishes: a process that listened on its channel as it last renewed its entry and does not
+// now (it died) is left out at once, one that did not listen once it has not renewed its entry
+// for a third of its lease, and any whose entry expired.
 func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error) {
-	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, keys(cfg, p.opts.Mark), args{maxListed: maxListed}.list()...)
+	sharded, err := p.Sharded(ctx)
+	if err != nil {
+		return Inspection{}, processErr("inspect", cfg.UniqueKey(), err)
+	}
+	a := args{channel: ReleaseChannel(cfg), publish: "publish", maxListed: maxListed}
+	if sharded {
+		a.publish = "spublish"
+	}
+	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, keys(cfg, p.opts.Mark), a.list()...)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()

@@ -399,8 +399,9 @@ func TestGrantSkipsAStaleEntry(t *testing.T) {
 	if r := a.release(t, slow, la); r.Next != ld {
 		t.Fatalf("release = %+v, want granted to %s (pb- stopped renewing its entry)", r, ld)
 	}
-	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-"}) {
-		t.Fatalf("line %v, want pb- still in it", in.Waiting)
+	// (Inspect lists pb- no more: a release passes it over. Its place is in the line's key.)
+	if line, err := c.ZRange(context.Background(), processor.LineKey(lc), 0, -1).Result(); err != nil || !slices.Equal(line, []string{"pb-"}) {
+		t.Fatalf("line %v (%v), want pb- still in it", line, err)
 	}
 }
 
@@ -1012,6 +1013,87 @@ func TestLineEntriesExpire(t *testing.T) {
 	}
 	if r := a.release(t, slow, la); r.Next != ld {
 		t.Fatalf("release = %+v, want granted to %s", r, ld)
+	}
+}
+
+// Inspect lists, first in line first, the processes that a release would grant the key to,
+// and changes nothing: not one whose entry expired, nor one that listened on its channel as it
+// last renewed its entry and does not now (it died), nor one that did not listen and has not
+// renewed its entry within a third of its lease; one that listens is listed however old its
+// entry. A processor that does not publish lists the same.
+func TestInspectListsOnlyLiveWaiters(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	ctx := context.Background()
+	a, e, q, l, d, f := newProc(t, c, "pa-"), newProc(t, c, "pe-"), newProc(t, c, "pq-"), newProc(t, c, "pl-"), newProc(t, c, "pd-"), newProc(t, c, "pf-")
+	quiet, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: false, Mark: "po-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, _ := domain.NewDLockConfig("PROC", fresh("inspect-"+t.Name()), 3*time.Second) // entries live 3 s; fresh for 1 s
+	short, _ := lc.WithLease(100 * time.Millisecond)                                  // an entry of 2 s
+	slow, _ := lc.WithLease(10 * time.Second)
+	a.lock(t, slow, true, 1)
+	listen := func(mark string) *redis.PubSub {
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, mark))
+		t.Cleanup(func() { ps.Close() })
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	listen("pl-")
+	dead := listen("pd-")
+	e.lock(t, short, true, 1) // its entry expires
+	q.lock(t, lc, true, 1)    // does not listen, and stops renewing its entry
+	for _, p := range []*proc{l, d} {
+		if _, r := p.lock(t, lc, true, 1); !r.Seen.Heard {
+			t.Fatalf("%s waits with %+v, want heard", p.mark, r.Seen)
+		}
+	}
+	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pe-", "pq-", "pl-", "pd-"}) {
+		t.Fatalf("line %v, want every process at first", in.Waiting)
+	}
+	time.Sleep(processor.EntryTTL(short) + 200*time.Millisecond)
+	dead.Close()
+	waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+	f.lock(t, lc, true, 1) // does not listen, renewed just now
+	for _, p := range []processor.DLockProcessor{a, quiet} {
+		in, err := p.Inspect(ctx, lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(in.Waiting, []string{"pl-", "pf-"}) {
+			t.Errorf("line %v, want pl- (listens) and pf- (renewed just now)", in.Waiting)
+		}
+	}
+	if line, err := c.ZRange(ctx, processor.LineKey(lc), 0, -1).Result(); err != nil || !slices.Equal(line, []string{"pe-", "pq-", "pl-", "pd-", "pf-"}) {
+		t.Fatalf("line's key %v (%v), want every entry kept: Inspect changes nothing", line, err)
+	}
+}
+
+// On a Cluster client (sharded pub/sub) Inspect lists a waiting process that listens with
+// SSUBSCRIBE, however old its entry.
+func TestInspectHearsShardedListeners(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	cc := shardedClient()
+	defer cc.Close()
+	a, b := newProc(t, cc, "pa-"), newProc(t, cc, "pb-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("inspect-sharded-"+t.Name()), 300*time.Millisecond)
+	slow, _ := lc.WithLease(10 * time.Second)
+	a.lock(t, slow, true, 1)
+	ps := cc.SSubscribe(ctx, processor.ProcessChannel(lc, "pb-"))
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := b.lock(t, lc, true, 1); !r.Seen.Heard {
+		t.Fatalf("pb- waits with %+v, want heard", r.Seen)
+	}
+	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond)
+	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pb-"}) {
+		t.Fatalf("line %v, want pb-: it listens", in.Waiting)
 	}
 }
 

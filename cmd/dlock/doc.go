@@ -166,8 +166,9 @@
 // status reads the lock's state in one round trip that changes nothing (lock.State) and prints
 // it for a person, or with --json as one JSON object on one line whose field names are stable:
 // type, target, key, held, holder, mine, reserved_for, lease_left_ms, fence, waiting,
-// local_waiters. Durations are whole milliseconds. waiting lists every process recorded as
-// waiting (their locker prefixes), first in line first: always a list, [] when none. mine and
+// local_waiters. Durations are whole milliseconds. waiting lists every process waiting in line
+// that a release would grant the lock to (their locker prefixes; not one that died or stopped
+// renewing its place), first in line first: always a list, [] when none. mine and
 // local_waiters are always false: the tool holds and waits for nothing itself.
 //
 // # release

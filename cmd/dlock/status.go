@@ -14,8 +14,9 @@ usage: dlock status [flags] TYPE TARGET
 
 Shows the lock TYPE/TARGET as Redis sees it, read in one round trip that changes nothing:
 whether it is held and by whom (a locker is <ip>-<pid>-<nonce>-<n>: the process that holds
-it), how long its lease lasts unless renewed, its fencing counter, and every process recorded
-as waiting, first in line first.
+it), how long its lease lasts unless renewed, its fencing counter, and every process waiting
+in line that a release would grant the lock to, first in line first (not one that died, or
+stopped renewing its place, whose place Redis keeps until it expires).
 
 With --json it prints one JSON object with these fields (durations in milliseconds):
   type, target, key     the lock's name and Redis key
@@ -26,8 +27,8 @@ With --json it prints one JSON object with these fields (durations in millisecon
                         field stays for scripts that read it)
   lease_left_ms         how long the holding lasts unless renewed; 0 when free
   fence                 the last fencing token handed out for the key (0 once expired)
-  waiting               the locker prefixes of the processes recorded as waiting, first in
-                        line first: a list, [] when none
+  waiting               the locker prefixes of the processes waiting in line that a release
+                        would grant the lock to, first in line first: a list, [] when none
   local_waiters         always false here (this tool waits for nothing)
 
 With --shared or --exclusive (the read-write lock TYPE/TARGET) or --semaphore K (the

@@ -54,7 +54,7 @@ var Mutants = []Mutant{
 	{"a renewal of a locker that lost the key renews another's (renew.lua does not compare the holder)", "renew",
 		"if redis.call('get', K) ~= locker then\n    if settled(seq) and not forced(locker) then", "if not redis.call('get', K) then\n    if settled(seq) and not forced(locker) then"},
 	{"a grant goes to a process that stopped renewing its entry (pass ignores its freshness)", "prelude",
-		"elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then", "else"},
+		"elseif isLive(m, lease, renewed, listened) then", "else"},
 	{"a waiting attempt's answer hides what it saw of the tokens (a late grant message is counted from it)", "lock",
 		"local seen = math.max(counter(), NOW_US)", "local seen = 0"},
 	{"a release lowers the counter below its holding (unreserve trusts a stale last token)", "prelude",
@@ -62,7 +62,7 @@ var Mutants = []Mutant{
 	{"a grant goes to a process that may have died (every process counts as listening on its channel)", "prelude",
 		"return type(r) == 'table' and tonumber(r[2] or 0) > 0", "return true"},
 	{"a grant goes to a process that stopped listening, its entry fresh (a process killed after it asked)", "prelude",
-		"elseif (listened and hears(m)) or", "elseif listened or"},
+		"    if listened then\n        return hears(m)", "    if listened then\n        return true"},
 	{"a grant reserves no tokens (the grantee's tokens repeat)", "prelude",
 		"        local first = tokens(n, locker)", "        local first = counter()"},
 }

@@ -1,10 +1,14 @@
 -- inspect.lua: read what Redis holds for a lock, without changing anything.
--- Arguments: max_listed.
+-- Arguments: max_listed; channel and publish, to ask whether a waiting process listens.
 -- Returns {holder or '', its remaining life in milliseconds (-2 when absent), the fencing
--- counter or '', the live entries of the line, first in line first}.
+-- counter or '', the processes of the first max_listed entries of the line that are live
+-- (isLive: the ones a release would grant the key to; not those whose time ran out, nor those
+-- whose process stopped listening or, without listening, stopped renewing), first in line
+-- first}.
 local waitingList = {}
 for _, m in ipairs(redis.call('zrange', LINE, 0, tonumber(A.max_listed) - 1)) do
-    if waiting(m) then
+    local locker, lease, _, renewed, _, listened = waiting(m)
+    if locker and isLive(m, lease, renewed, listened) then
         waitingList[#waitingList + 1] = m
     end
 end

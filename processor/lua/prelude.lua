@@ -217,19 +217,29 @@ local function waiting(mark)
     return locker, lease, n, renewed, expires, listened
 end
 
--- live returns the first process in line that is alive, as far as Redis can tell, and what it
--- waits with: one that listened on its channel when it last renewed its entry must listen now
--- (Redis drops a subscription as soon as its connection closes: a process killed is skipped at
--- once), however old its entry; one that did not (no notifications) must have renewed its
--- entry within a third of its lease. On the way it drops the entries whose time ran out (their
--- processes stopped renewing them). Entries that are alive but not live stay in their place.
+-- isLive reports whether the process named m, whose entry is alive and says it was renewed at
+-- renewed with lease and whether the process listened then (as waiting returns them), is alive
+-- as far as Redis can tell: one that listened on its channel when it last renewed its entry
+-- must listen now (Redis drops a subscription as soon as its connection closes: a process
+-- killed is skipped at once), however old its entry; one that did not (no notifications) must
+-- have renewed its entry within a third of its lease. It changes nothing.
+local function isLive(m, lease, renewed, listened)
+    if listened then
+        return hears(m)
+    end
+    return NOW_MS - renewed <= math.floor(tonumber(lease) / 3)
+end
+
+-- live returns the first process in line that is live (isLive) and what it waits with. On the
+-- way it drops the entries whose time ran out (their processes stopped renewing them). Entries
+-- that are alive but not live stay in their place.
 local function live()
     local marks = redis.call('zrange', LINE, 0, 15)
     for i, m in ipairs(marks) do
         local locker, lease, n, renewed, _, listened = waiting(m)
         if not locker then
             dequeue(m)
-        elseif (listened and hears(m)) or (not listened and NOW_MS - renewed <= math.floor(tonumber(lease) / 3)) then
+        elseif isLive(m, lease, renewed, listened) then
             return m, locker, lease, n, marks, i
         end
     end
