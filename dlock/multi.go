@@ -123,21 +123,23 @@ func (m *MultiLock) Parts() []Part {
 // FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
 // ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
 // fails, the parts taken so far are released in reverse order and the error returned (as a
-// part's Lock returns it). With an Owner of this MultiLock, Lock re-enters every part. A Lock
-// that Close overtakes returns ErrClosed and holds none of the parts: never an Owner one of
-// whose parts Close has let go.
+// part's Lock returns it). A part lost while Lock waits for a later one (its renewals failed
+// through a failover, or an operator removed it) is not returned as held: Lock lets go of the
+// parts it took and takes them all again, so the Owner it returns holds every part. With an
+// Owner of this MultiLock, Lock re-enters every part. A Lock that Close overtakes returns
+// ErrClosed and holds none of the parts: never an Owner one of whose parts Close has let go.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
-	return m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
+	return m.acquire(ctx, true, func(l Part, ctx context.Context) (*Owner, bool, error) {
 		o, err := l.Lock(ctx)
 		return o, err == nil, err
 	})
 }
 
 // TryLock tries every part once, in the global order: it returns the Owner and true if it got
-// them all, and false with a nil error if a part was held (the parts taken before it are
-// released). A Redis failure is returned as a part's TryLock returns it.
+// them all, and false with a nil error if a part was held, or a part it took was lost before
+// it had the rest (the parts it took are released). A Redis failure is returned as a part's TryLock returns it.
 func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
-	o, err := m.acquire(ctx, func(l Part, ctx context.Context) (*Owner, bool, error) {
+	o, err := m.acquire(ctx, false, func(l Part, ctx context.Context) (*Owner, bool, error) {
 		return l.TryLock(ctx)
 	})
 	if errors.Is(err, errPartHeld) {
@@ -149,7 +151,7 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 // errPartHeld says a TryLock of a MultiLock found a part held.
 var errPartHeld = errors.New("dlock: a part of the MultiLock is held")
 
-func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context) (*Owner, bool, error)) (*Owner, error) {
+func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, context.Context) (*Owner, bool, error)) (*Owner, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
@@ -177,25 +179,61 @@ func (m *MultiLock) acquire(ctx context.Context, take func(Part, context.Context
 		o.holds.Add(1)
 		return o, nil
 	}
+	for {
+		owners, values, err := m.takeParts(ctx, take)
+		if err != nil {
+			return nil, err
+		}
+		if owners != nil {
+			return newMultiOwner(m, owners, values), nil
+		}
+		if !retry {
+			return nil, errPartHeld
+		}
+	}
+}
+
+// takeParts takes every part in order. It returns nil Owners and no error if a part taken
+// before was lost while a later one was waited for (removed by an operator, or its renewals
+// failed through a failover): then it has let go of them all, and Lock, which returns only
+// once it holds every part, takes them again (a lost part re-entered through the caller's
+// Owner then returns its loss), while TryLock reports the parts not obtained.
+func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Context) (*Owner, bool, error)) ([]*Owner, context.Context, error) {
 	owners := make([]*Owner, 0, len(m.parts))
 	values := context.Context(ctx) // carries the parts taken so far
+	letGo := func() {
+		for i := len(owners) - 1; i >= 0; i-- {
+			_ = owners[i].Unlock()
+		}
+	}
 	for _, l := range m.parts {
 		o, ok, err := take(l, withValues{Context: ctx, values: values})
 		if err == nil && !ok {
 			err = errPartHeld
 		}
 		if err != nil {
-			for i := len(owners) - 1; i >= 0; i-- {
-				_ = owners[i].Unlock()
-			}
-			return nil, err
+			letGo()
+			return nil, nil, err
 		}
 		owners = append(owners, o)
 		// (the holding's own context: nothing the library keeps refers to an Owner; over the
 		// parts before, which a part re-entered through the caller's own Owner does not carry)
 		values = layered{Context: o.ctx, under: values}
+		if slices.ContainsFunc(owners, partEnded) {
+			letGo()
+			return nil, nil, nil
+		}
 	}
-	return newMultiOwner(m, owners, values), nil
+	return owners, values, nil
+}
+
+// partEnded reports whether the holding of a part's Owner has ended (lost or closed).
+func partEnded(p *Owner) bool {
+	held := p.ctx
+	if h := p.l.holdingOf(p); h != nil {
+		held = h.ctx
+	}
+	return held.Err() != nil
 }
 
 // layered is a context whose values are its own, then under's: the ownership of a part over

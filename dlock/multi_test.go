@@ -228,6 +228,65 @@ func TestMultiLockOwnerEndsWhenAPartIsLost(t *testing.T) {
 	}
 }
 
+// A part taken first and lost while Lock waits for a later one (here an operator removes it;
+// in a failover, its renewals find it gone or the master down until its lease ran out) is
+// not given back as held: Lock returns only once it holds every part, so it takes the lost
+// part again, and the Owner it returns has not ended. It returned an Owner already ended by
+// the loss, whose FencingTokens said not held, in a newcomer's trial on Sentinel (kill -9 of
+// the master while a MultiLock waited).
+func TestMultiLockDoesNotReturnAPartLostWhileItWaited(t *testing.T) {
+	rec := &recorder{}
+	ga, _ := newGen(t, dlock.WithObserver(rec))
+	gb, _ := newGen(t)
+	tg := target(t)
+	m, parts := multiOf(t, ga, "MULTI", 5*time.Second, tg+"-a", tg+"-b")
+	other := mustGen(t, gb, "MULTI", tg+"-b", 5*time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	ob, err := other.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		o   *dlock.Owner
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		o, err := m.Lock(ctx)
+		got <- result{o, err}
+	}()
+	var holder string
+	waitFor(t, func() bool { // A's Lock holds part a and waits for b
+		st, err := parts[0].State(ctx)
+		holder = st.Holder
+		return err == nil && st.Mine
+	})
+	if removed, err := parts[0].ForceRelease(ctx, holder); err != nil || !removed {
+		t.Fatalf("ForceRelease of part a = %v, %v", removed, err)
+	}
+	waitFor(t, func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.lost) > 0 })
+	if err := other.Unlock(ob); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, got, "the MultiLock's Lock")
+	if r.err != nil {
+		t.Fatalf("Lock = %v", r.err)
+	}
+	defer func() { _ = m.Unlock(r.o) }()
+	time.Sleep(50 * time.Millisecond) // (the Owner ends in a goroutine of its own)
+	if r.o.Err() != nil {
+		t.Fatalf("Lock returned an Owner that had ended: %v", context.Cause(r.o))
+	}
+	if toks, ok := m.FencingTokens(r.o); !ok || len(toks) != 2 {
+		t.Fatalf("FencingTokens of the Owner Lock returned = %v, %v; want both parts", toks, ok)
+	}
+	for _, l := range parts {
+		if st, err := l.State(ctx); err != nil || !st.Mine {
+			t.Fatalf("%s after Lock: %+v, %v; want it held by this Generator", l.Config().UniqueKey(), st, err)
+		}
+	}
+}
+
 // Each part has its own fencing token, which FencingTokens reports by key; re-entry takes one
 // more hold of every part, and the Owner ends with the last Unlock; one more is ErrNotHeld.
 func TestMultiLockTokensAndReentry(t *testing.T) {
