@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/redistest"
 )
@@ -15,33 +17,8 @@ import (
 // with it gone, TryLock reports ErrNotReplicated and leaves the key free, Lock keeps waiting,
 // and a holder whose renewals go unacknowledged loses the lock when its lease runs out.
 func TestReplicaAck(t *testing.T) {
-	srv.NeedReal(t)
-	master, err := redistest.StartReal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	replica, err := redistest.StartReal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer replica.Close()
 	ctx := ctxT(t, 60*time.Second)
-	rc := replica.Client()
-	defer rc.Close()
-	c := master.Client()
-	defer c.Close()
-	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := strings.Cut(master.Addr, ":")
-	if err := rc.Do(ctx, "replicaof", host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool {
-		info, _ := c.Info(ctx, "replication").Result()
-		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
-	})
+	c, replica := masterAndReplica(t, ctx)
 
 	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
 	if err != nil {
@@ -108,5 +85,88 @@ func TestReplicaAck(t *testing.T) {
 	defer cancel()
 	if _, err := l.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotReplicated) {
 		t.Fatalf("Lock without the replica: %v", err)
+	}
+}
+
+// masterAndReplica starts a master and its replica, and returns a client of the master and
+// the replica (both closed when t ends).
+func masterAndReplica(t *testing.T, ctx context.Context) (*redis.Client, *redistest.Server) {
+	t.Helper()
+	srv.NeedReal(t)
+	master, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(master.Close)
+	replica, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	rc := replica.Client()
+	t.Cleanup(func() { rc.Close() })
+	c := master.Client()
+	t.Cleanup(func() { c.Close() })
+	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := rc.Do(ctx, "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		info, _ := c.Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+	return c, replica
+}
+
+// WithReplicaAck on the read-write lock and the semaphore: their renewals are acknowledged
+// too, so a holding whose renewals no replica acknowledges is lost when its lease runs out, as
+// the mutex's is (the holder is told before its key can expire on a promoted replica that
+// missed the renewals). A read-hold's, a write-hold's and a permit's renewals were sent
+// without WAIT (only takes and token refills were acknowledged): with the replica gone they
+// were held on and on, and a SENTINEL FAILOVER could give them a second owner as without the
+// option.
+func TestReplicaAckFamily(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c, replica := masterAndReplica(t, ctx)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	rwR, _ := g.GenRW("ACK", target(t)+"-r")
+	rwW, _ := g.GenRW("ACK", target(t)+"-w")
+	sem, _ := g.GenSemaphore("ACK", target(t)+"-s", 2)
+	var owners []*dlock.Owner
+	for _, take := range []func(context.Context) (*dlock.Owner, error){
+		rwR.RLock, rwW.Lock, func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+	} {
+		o, err := take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners = append(owners, o)
+	}
+	time.Sleep(time.Second) // renewed, acknowledged
+	for i, o := range owners {
+		if cause := context.Cause(o); cause != nil {
+			t.Fatalf("holding %d with the replica up: %v", i, cause)
+		}
+	}
+	replica.Kill()
+	for i, o := range owners {
+		select {
+		case <-o.Done():
+			if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+				t.Fatalf("holding %d: cause %v", i, context.Cause(o))
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("holding %d kept with its renewals unacknowledged", i)
+		}
+		if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("holding %d: Unlock after the loss: %v", i, err)
+		}
 	}
 }

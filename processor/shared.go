@@ -139,7 +139,10 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	if o.from > 0 {
 		from = strconv.FormatInt(o.from, 10)
 	}
-	ack := o.op == "take" || (o.op == "renew" && o.tokens > 0) // (a block handed out must be replicated)
+	// Takes and renewals wait for the replicas WithReplicaAck asks for, as the mutex's do: a
+	// holding counts its lease only from writes a replica has, and a refill's block of tokens
+	// must be replicated.
+	ack := o.op == "take" || o.op == "renew"
 	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg),
 		o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
 		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from)
@@ -236,7 +239,7 @@ func (p *RedisLockProcessor) SharedRefill(ctx context.Context, cfg domain.DLockC
 	}
 	switch code {
 	case 1:
-		if err := p.acked("renew", cfg.UniqueKey(), acked); err != nil { // (asked for a refill only)
+		if err := p.acked("renew", cfg.UniqueKey(), acked); err != nil {
 			return SharedResult{}, err
 		}
 		r := SharedResult{Outcome: Renewed, Waiting: len(vals) > 1 && vals[1] == int64(1)}
