@@ -143,6 +143,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--cluster", "--sentinel-master", "m", "CLI", "x"}, "--cluster and --sentinel-master exclude each other: a Sentinel watches one master, a Cluster has many"},
 		{[]string{"status", "--redis", "redis-sentinel://h:26379", "CLI", "x"}, `invalid --redis "redis-sentinel://h:26379": go-redis has no redis-sentinel:// URLs: for Sentinel give redis://SENTINEL:PORT?master_name=NAME, or --sentinel-master NAME with the Sentinels' addresses`},
 		{[]string{"status", "--sentinel-master", "a", "--redis", "redis://h:1?master_name=b", "CLI", "x"}, `invalid --redis "redis://h:1?master_name=b": its master_name "b" differs from --sentinel-master "a"`},
+		// the Sentinels' addresses after --sentinel-master NAME without --redis, as the README
+		// once showed it (and doc.go a node after --cluster): taken for TYPE, they named another
+		// lock on localhost:6379
+		{[]string{"status", "--cluster", "h:7000", "CLI", "x"}, `TYPE "h:7000" looks like the Cluster nodes' addresses: name them with --redis (--cluster --redis h:7000 TYPE TARGET)`},
+		{[]string{"status", "--sentinel-master", "m", "h:26379,h2:26380", "CLI", "x"}, `TYPE "h:26379,h2:26380" looks like the Sentinels' addresses: name them with --redis (--sentinel-master m --redis h:26379,h2:26380 TYPE TARGET)`},
+		{[]string{"exec", "--sentinel-master", "m", "h:26379", "CLI", "x", "--", "true"}, `TYPE "h:26379" looks like the Sentinels' addresses: name them with --redis (--sentinel-master m --redis h:26379 TYPE TARGET)`},
+		{[]string{"lock", "--sentinel-master", "m", "h:26379", "CLI", "x"}, `TYPE "h:26379" looks like the Sentinels' addresses: name them with --redis (--sentinel-master m --redis h:26379 TYPE TARGET)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runIn(tc.args...)

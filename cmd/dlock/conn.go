@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,7 +40,28 @@ func addRedisFlags(fs *flagSet, where string) redisFlags {
 	r.cluster = fs.Bool("cluster", "", "ADDR is a Redis Cluster, even with one node named")
 	r.master = fs.String("sentinel-master", "NAME", "ADDR names Sentinels; NAME is the master they watch")
 	r.timeout = fs.Duration("timeout", defaultTimeout, "bound on each Redis call of the tool")
+	fs.checkPos = r.addrsAsType
 	return r
+}
+
+// addrsAsType refuses a TYPE that is Redis addresses given after --sentinel-master NAME or
+// --cluster without --redis (dlock ... --sentinel-master NAME HOST:PORT,... TYPE TARGET): the
+// addresses would be taken for TYPE, and TYPE for TARGET, of a lock on the default Redis.
+func (r redisFlags) addrsAsType(pos []string) error {
+	if (*r.master == "" && !*r.cluster) || r.addrDef.seen || len(pos) == 0 {
+		return nil
+	}
+	for _, a := range strings.Split(pos[0], ",") {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return nil
+		}
+	}
+	what, flag := "the Cluster nodes'", "--cluster"
+	if *r.master != "" {
+		what, flag = "the Sentinels'", "--sentinel-master "+*r.master
+	}
+	return usageErrorf("TYPE %q looks like %s addresses: name them with --redis (%s --redis %s TYPE TARGET)", pos[0], what, flag, pos[0])
 }
 
 // endpoint checks the flags and returns the Redis they name (fallback when none is named;
@@ -214,7 +237,9 @@ Redis is --redis ADDR, else $DLOCK_REDIS, else $REDIS_URL, else ` + def + `; ADD
                                         SSL_CERT_FILE=ca.pem); unix:///path/redis.sock?db=N
   HOST:PORT,HOST:PORT,...               Redis Cluster nodes; one node with --cluster; as a
                                         URL: redis://:PASSWORD@HOST:PORT?addr=HOST2:PORT2
-  --sentinel-master NAME HOST:PORT,...  the master NAME that these Sentinels watch; as a URL:
+  HOST:PORT,... --sentinel-master NAME  Sentinels, and the master NAME they watch (--redis
+                                        names the Sentinels: --sentinel-master NAME --redis
+                                        HOST:PORT,HOST:PORT); as a URL:
                                         redis://SENTINEL:PORT/DB?master_name=NAME&addr=...
                                         &password=PASSWORD (a USER:PASSWORD@ before the host
                                         is the Sentinels' own, as go-redis reads it)

@@ -69,9 +69,10 @@
 //	rediss://...                            the same over TLS
 //	unix:///run/redis.sock?db=N             one server on a Unix socket
 //	HOST:PORT,HOST:PORT,...                 Redis Cluster nodes (seeds; the rest are found)
-//	--cluster HOST:PORT                     one Cluster node
+//	--cluster --redis HOST:PORT             one Cluster node
 //	redis://:PASSWORD@HOST:PORT?addr=HOST2:PORT2   Cluster nodes as a URL (database 0 only)
-//	--sentinel-master NAME HOST:PORT,...    the master NAME that these Sentinels watch
+//	--sentinel-master NAME --redis HOST:PORT,...
+//	                                        the master NAME that these Sentinels watch
 //	redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&password=PASSWORD
 //
 // URLs are parsed by go-redis (redis.ParseURL, ParseClusterURL, ParseFailoverURL), so their

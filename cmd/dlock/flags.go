@@ -37,6 +37,10 @@ type flagDef struct {
 // its errors name flags as the usage shows them (--lease, -w).
 type flagSet struct {
 	defs []*flagDef // in the order the usage shows them
+
+	// checkPos, if set, checks the positional arguments once they are read (before any
+	// other usage error about the arguments).
+	checkPos func(pos []string) error
 }
 
 // newFlagSet returns an empty flagSet for the command name.
@@ -221,6 +225,11 @@ func (f *flagSet) parse(args []string, npos int, withCommand bool) (pos, cmd []s
 			break
 		}
 		pos, rest = append(pos, arg), rest[1:]
+	}
+	if f.checkPos != nil {
+		if err := f.checkPos(pos); err != nil {
+			return nil, nil, err
+		}
 	}
 	if len(pos) < npos {
 		return nil, nil, usageErrorf("%d arguments expected (TYPE TARGET), got %d", npos, len(pos))
