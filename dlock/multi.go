@@ -195,7 +195,8 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 
 // takeParts takes every part in order. It returns nil Owners and no error if a part taken
 // before was lost while a later one was waited for (removed by an operator, or its renewals
-// failed through a failover): then it has let go of them all, and Lock, which returns only
+// failed through a failover; the Generator's Close is returned as the error): then it has let
+// go of them all, and Lock, which returns only
 // once it holds every part, takes them again (a lost part re-entered through the caller's
 // Owner then returns its loss), while TryLock reports the parts not obtained.
 func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Context) (*Owner, bool, error)) ([]*Owner, context.Context, error) {
@@ -219,21 +220,29 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		// (the holding's own context: nothing the library keeps refers to an Owner; over the
 		// parts before, which a part re-entered through the caller's own Owner does not carry)
 		values = layered{Context: o.ctx, under: values}
-		if slices.ContainsFunc(owners, partEnded) {
-			letGo()
-			return nil, nil, nil
+		for _, o := range owners {
+			if cause := partEnded(o); cause != nil {
+				letGo()
+				if errors.Is(cause, ErrClosed) {
+					return nil, nil, cause
+				}
+				return nil, nil, nil
+			}
 		}
 	}
 	return owners, values, nil
 }
 
-// partEnded reports whether the holding of a part's Owner has ended (lost or closed).
-func partEnded(p *Owner) bool {
+// partEnded returns why the holding of a part's Owner has ended (lost or closed), or nil.
+func partEnded(p *Owner) error {
 	held := p.ctx
 	if h := p.l.holdingOf(p); h != nil {
 		held = h.ctx
 	}
-	return held.Err() != nil
+	if held.Err() == nil {
+		return nil
+	}
+	return context.Cause(held)
 }
 
 // layered is a context whose values are its own, then under's: the ownership of a part over
