@@ -2,12 +2,15 @@ package deploy_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
 )
 
 // The read-write lock, the semaphore and a MultiLock over them and a mutex, on every
@@ -99,5 +102,125 @@ func TestLockFamily(t *testing.T) {
 			}
 			figure(t, "family_"+d.name+"_acquisitions", served.Load())
 		})
+	}
+}
+
+// Kill -9 of the Sentinel master while one process holds a read-write lock's write side, every
+// permit of a semaphore and a mutex, and another process waits for each of them and for a
+// MultiLock over the mutex, the read side and a permit (failover_test.go takes the mutex alone
+// through the failovers). Once a replica is promoted every waiter gets what it waited for,
+// whatever the holder's releases say; the MultiLock's Owner holds every part when Lock
+// returns; and every token handed out after the fault is above the holder's before it.
+func TestSentinelKillMasterFamily(t *testing.T) {
+	t.Parallel() // on a deployment of its own; mostly waiting
+	s := redistest.NeedSentinel(t, 3)
+	const typ, lease = "FAMKILL", 2 * time.Second
+	tg := unique("famkill")
+	holder, waiter := generatorOn(t, s.Client(), lease), generatorOn(t, s.Client(), lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
+	defer cancel()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hrw, err := holder.GenRW(typ, tg+"-rw")
+	must(err)
+	hsem, err := holder.GenSemaphore(typ, tg+"-sem", 2)
+	must(err)
+	hmu, err := holder.Gen(typ, tg+"-mu")
+	must(err)
+	wrw, err := waiter.GenRW(typ, tg+"-rw")
+	must(err)
+	wsem, err := waiter.GenSemaphore(typ, tg+"-sem", 2)
+	must(err)
+	wmu, err := waiter.Gen(typ, tg+"-mu")
+	must(err)
+	multi, err := waiter.MultiOf(wmu, wrw.ReadSide(), wsem.Permits(1))
+	must(err)
+
+	before := map[string]uint64{} // by key: the holder's token
+	var held []*dlock.Owner
+	take := func(key string, o *dlock.Owner, err error, token func(context.Context) (uint64, bool)) {
+		t.Helper()
+		must(err)
+		tok, ok := token(o)
+		if !ok {
+			t.Fatalf("%s: no token", key)
+		}
+		before[key], held = tok, append(held, o)
+	}
+	o, err := hrw.Lock(ctx)
+	take(lockKey(typ, tg+"-rw"), o, err, hrw.FencingToken)
+	o, err = hsem.Acquire(ctx, 2)
+	take(lockKey(typ, tg+"-sem"), o, err, hsem.FencingToken)
+	o, err = hmu.Lock(ctx)
+	take(lockKey(typ, tg+"-mu"), o, err, hmu.FencingToken)
+
+	type got struct {
+		what   string
+		tokens map[string]uint64
+		err    error
+	}
+	results := make(chan got, 4)
+	wait := func(what string, lock func(context.Context) (*dlock.Owner, error), tokens func(*dlock.Owner) (map[string]uint64, bool)) {
+		go func() {
+			o, err := lock(ctx)
+			if err != nil {
+				results <- got{what, nil, err}
+				return
+			}
+			r := got{what: what}
+			if cause := context.Cause(o); cause != nil {
+				r.err = fmt.Errorf("returned an Owner that had ended: %w", cause)
+			} else if toks, ok := tokens(o); !ok {
+				r.err = errors.New("returned an Owner whose tokens say not held")
+			} else {
+				r.tokens = toks
+			}
+			if err := o.Unlock(); err != nil && r.err == nil {
+				r.err = fmt.Errorf("Unlock: %w", err)
+			}
+			results <- r
+		}()
+	}
+	one := func(key string, token func(context.Context) (uint64, bool)) func(*dlock.Owner) (map[string]uint64, bool) {
+		return func(o *dlock.Owner) (map[string]uint64, bool) {
+			tok, ok := token(o)
+			return map[string]uint64{key: tok}, ok
+		}
+	}
+	wait("write side", wrw.Lock, one(lockKey(typ, tg+"-rw"), wrw.FencingToken))
+	wait("permit", func(ctx context.Context) (*dlock.Owner, error) { return wsem.Acquire(ctx, 1) }, one(lockKey(typ, tg+"-sem"), wsem.FencingToken))
+	wait("mutex", wmu.Lock, one(lockKey(typ, tg+"-mu"), wmu.FencingToken))
+	wait("MultiLock", multi.Lock, func(o *dlock.Owner) (map[string]uint64, bool) { return multi.FencingTokens(o) })
+
+	time.Sleep(300 * time.Millisecond) // the waiters stand in line
+	must(s.SyncReplicas(10 * time.Second))
+	old, err := s.KillMaster()
+	must(err)
+	_, err = s.WaitNewMaster(old, bound)
+	must(err)
+	for _, o := range held { // lost, or let go on the new master: either way it is let go
+		if err := o.Unlock(); err != nil {
+			t.Logf("the holder's Unlock after the failover: %v", err)
+		}
+	}
+	for range 4 {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Errorf("%s: %v", r.what, r.err)
+				continue
+			}
+			for key, tok := range r.tokens {
+				if tok <= before[key] {
+					t.Errorf("%s: token %d of %s after the failover, not above the holder's %d", r.what, tok, key, before[key])
+				}
+			}
+		case <-time.After(bound):
+			t.Fatalf("not every waiter got its lock within %v of the failover", bound)
+		}
 	}
 }
