@@ -426,11 +426,16 @@ func (p sharedPart) FencingToken(owned context.Context) (uint64, bool) {
 
 // SharedState is what Redis holds for a read-write lock or a semaphore.
 type SharedState struct {
-	Kind    string        // "rw" or "sem"
-	Permits int64         // a semaphore's k (Redis's while in use); 0 for a read-write lock
-	Holds   []SharedHold  // one per holding (a process's read tenure, write-hold, or permits)
-	Waiting []SharedWaits // processes in line, first first
-	Fence   uint64        // the last fencing token reserved (a write-hold reserves a block)
+	Kind    string       // "rw" or "sem"
+	Permits int64        // a semaphore's k (Redis's while in use); 0 for a read-write lock
+	Holds   []SharedHold // one per holding (a process's read tenure, write-hold, or permits)
+	// Waiting lists the processes in line that a release would serve, first first: not one
+	// that died (it listened for the lock's messages and does not now), nor one that does not
+	// listen and has not renewed its place within a third of its lease, nor one whose place
+	// expired. One that stopped renewing keeps its place until it expires, and is listed
+	// again once it asks again.
+	Waiting []SharedWaits
+	Fence   uint64 // the last fencing token reserved (a write-hold reserves a block)
 }
 
 // Writers returns the holdings of the write side.

@@ -504,7 +504,7 @@ elseif A.op == 'inspect' then
     local line = {}
     for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
         local e = entry(owner)
-        if e and e.expires >= NOW_MS and not died(e) then
+        if e and e.expires >= NOW_MS and not died(e) and counts(e) then -- (the ones a release serves)
             line[#line + 1] = owner
             line[#line + 1] = e.n
         end
