@@ -20,11 +20,7 @@ func TestReplicaAck(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	c, replica := masterAndReplica(t, ctx)
 
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(context.Background())
+	g := ackGen(t, c)
 	l, _ := g.Gen("ACK", target(t))
 
 	// replica up: acquisitions, a local hand-over and renewals are acknowledged
@@ -121,6 +117,18 @@ func masterAndReplica(t *testing.T, ctx context.Context) (*redis.Client, *redist
 	return c, replica
 }
 
+// ackGen returns a Generator on c whose writes wait for one replica (200 ms at most), with a
+// 600 ms lease, closed with the test.
+func ackGen(t *testing.T, c *redis.Client) *dlock.Generator {
+	t.Helper()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close(context.Background()) })
+	return g
+}
+
 // WithReplicaAck on the read-write lock and the semaphore: their renewals are acknowledged
 // too, so a holding whose renewals no replica acknowledges is lost when its lease runs out, as
 // the mutex's is (the holder is told before its key can expire on a promoted replica that
@@ -131,11 +139,7 @@ func masterAndReplica(t *testing.T, ctx context.Context) (*redis.Client, *redist
 func TestReplicaAckFamily(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	c, replica := masterAndReplica(t, ctx)
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(context.Background())
+	g := ackGen(t, c)
 	rwR, _ := g.GenRW("ACK", target(t)+"-r")
 	rwW, _ := g.GenRW("ACK", target(t)+"-w")
 	sem, _ := g.GenSemaphore("ACK", target(t)+"-s", 2)
