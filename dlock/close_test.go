@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockgo/dlock/dlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/dlock"
 )
 
 // Close ends the owner contexts with ErrClosed and releases their keys: another process's
@@ -219,41 +220,77 @@ func TestCloseDuringAcquisition(t *testing.T) {
 }
 
 // Close ends a Lock whose first request to Redis is on its way (before it queued): it returns
-// ErrClosed at once, not when the client gives up on the request; so does a TryLock.
+// ErrClosed at once, not when the client gives up on the request; so does a TryLock, of the
+// mutex and of the lock family (whose try got the driver's request error, cut short by Close:
+// "no answer before the caller's context ended", matching neither ErrClosed nor
+// ErrNotObtained), and a MultiLock over them.
 func TestCloseEndsALockWhoseRequestIsOnItsWay(t *testing.T) {
-	for _, try := range []bool{false, true} {
-		g, c := newGen(t)
-		release := make(chan struct{})
-		var once sync.Once
-		free := func() { once.Do(func() { close(release) }) }
-		t.Cleanup(free)
-		sent := make(chan struct{}, 1)
-		c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			if scriptIs("lock")(cmd.Args()) {
-				sent <- struct{}{}
-				<-release // a server that does not answer, a client that waits for it
-			}
-			return next(ctx, cmd)
-		}})
-		l, _ := g.Gen("CLOSEASK", target(t))
-		got := make(chan error, 1)
-		go func() {
-			var err error
-			if try {
-				_, _, err = l.TryLock(context.Background())
-			} else {
-				_, err = l.Lock(context.Background())
-			}
-			got <- err
-		}()
-		recv(t, sent, "the request")
-		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_ = g.Close(cctx) // (returns at its ctx: the request is still inside the client)
-		cancel()
-		if err := recv(t, got, "the acquisition"); !errors.Is(err, dlock.ErrClosed) {
-			t.Errorf("TryLock %v: %v, want ErrClosed", try, err)
+	try := func(f func(context.Context) (*dlock.Owner, bool, error)) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, _, err := f(ctx)
+			return err
 		}
-		free()
+	}
+	lock := func(f func(context.Context) (*dlock.Owner, error)) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := f(ctx)
+			return err
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		script string // the request held on its way
+		call   func(k everyLock) func(context.Context) error
+	}{
+		{"Lock", "lock", func(k everyLock) func(context.Context) error { return lock(k.l.Lock) }},
+		{"TryLock", "lock", func(k everyLock) func(context.Context) error { return try(k.l.TryLock) }},
+		{"RLock", "shared", func(k everyLock) func(context.Context) error { return lock(k.rw.RLock) }},
+		{"TryRLock", "shared", func(k everyLock) func(context.Context) error { return try(k.rw.TryRLock) }},
+		{"write Lock", "shared", func(k everyLock) func(context.Context) error { return lock(k.rw.Lock) }},
+		{"write TryLock", "shared", func(k everyLock) func(context.Context) error { return try(k.rw.TryLock) }},
+		{"Acquire", "shared", func(k everyLock) func(context.Context) error { return lock(k.sem.Permits(2).Lock) }},
+		{"TryAcquire", "shared", func(k everyLock) func(context.Context) error { return try(k.sem.Permits(1).TryLock) }},
+		{"MultiLock TryLock of permits and a read side", "shared", func(k everyLock) func(context.Context) error {
+			m, err := k.g.MultiOf(k.sem.Permits(1), k.rw.ReadSide())
+			if err != nil {
+				return func(context.Context) error { return err }
+			}
+			return try(m.TryLock)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newGen(t)
+			release := make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free)
+			sent := make(chan struct{}, 1)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if scriptIs(tc.script)(cmd.Args()) {
+					select {
+					case sent <- struct{}{}:
+						<-release // a server that does not answer, a client that waits for it
+					default: // (the give-back after Close, once the test let the first go)
+					}
+				}
+				return next(ctx, cmd)
+			}})
+			k := everyLock{g: g}
+			k.l, _ = g.Gen("CLOSEASK", target(t))
+			k.rw, _ = g.GenRW("CLOSEASKRW", target(t))
+			k.sem, _ = g.GenSemaphore("CLOSEASKSEM", target(t), 3)
+			call := tc.call(k)
+			got := make(chan error, 1)
+			go func() { got <- call(context.Background()) }()
+			recv(t, sent, "the request")
+			cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_ = g.Close(cctx) // (returns at its ctx: the request is still inside the client)
+			cancel()
+			if err := recv(t, got, "the acquisition"); !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("%v, want ErrClosed", err)
+			}
+			free()
+		})
 	}
 }
 

@@ -872,6 +872,9 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 			switch {
 			case front != nil && front.try:
 				st.waiters = st.waiters[1:]
+				if st.g.done.Err() != nil && errors.Is(err, context.Canceled) {
+					err = ErrClosed // Close cut the request short (as the mutex's TryLock says)
+				}
 				front.err = err
 				close(front.done)
 				return // the next plan gives the attempt back (its outcome is unknown)
