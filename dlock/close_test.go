@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/dlockgo/dlock/dlock"
 )
@@ -787,5 +790,54 @@ func TestMultiLockReentryThatLosesTheRaceToCloseReturnsErrClosed(t *testing.T) {
 		if s, err := state(ctx); err != nil || len(s.Holds) > 0 || len(s.Waiting) > 0 {
 			t.Errorf("the %s after Close: %+v, %v; want nothing held and nobody in line", name, s, err)
 		}
+	}
+}
+
+// A TryLock that Close overtakes and whose own deadline passes before it returns says
+// ErrClosed, or ErrNotObtained with the deadline: Close cut its request short (the error
+// reads "context canceled"), and by the time the TryLock looked its caller's deadline had
+// passed too. It returned that cancellation alone, matching neither ErrClosed nor
+// ErrNotObtained nor the caller's context.DeadlineExceeded (a churn of short-deadline TryLocks
+// with Close in the middle met it a few times in a million). The deadline passes, here, as the
+// library logs that the attempt got no answer: on the TryLock's goroutine, after Close ended
+// the request and before the TryLock decides what it returns.
+func TestTryLockOvertakenByCloseAsItsDeadlinePasses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var once sync.Once
+	core, _ := zapobserver.New(zap.DebugLevel)
+	logger := zap.New(core).WithOptions(zap.Hooks(func(e zapcore.Entry) error {
+		if e.Message == "dlock: attempt without an answer" {
+			once.Do(func() { <-ctx.Done() })
+		}
+		return nil
+	}))
+	g, c := newGen(t, dlock.WithLogger(logger))
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	sent := make(chan struct{}, 1)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("lock")(cmd.Args()) {
+			select {
+			case sent <- struct{}{}:
+				<-release // a server that does not answer, a client that waits for it
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	l, _ := g.Gen("CLOSEDEADLINE", target(t))
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := l.TryLock(ctx)
+		got <- err
+	}()
+	recv(t, sent, "the request")
+	cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_ = g.Close(cctx) // (returns at its ctx: the request is still inside the client)
+	ccancel()
+	err := recv(t, got, "the TryLock")
+	if !errors.Is(err, dlock.ErrClosed) && !(errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded)) {
+		t.Errorf("TryLock: %v, want ErrClosed (or ErrNotObtained and the deadline)", err)
 	}
 }

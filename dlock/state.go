@@ -240,8 +240,8 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 					return st.won(n, h), false, nil
 				}
 				if !wait {
-					if err != nil && ctx.Err() == nil && st.g.done.Err() != nil {
-						return nil, false, ErrClosed
+					if err != nil && st.g.done.Err() != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+						return nil, false, ErrClosed // Close, not the caller's context, cut it short
 					}
 					return nil, err == nil, err // held elsewhere (or the tenure moved on as we renewed it)
 				}
