@@ -822,10 +822,10 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 			d.take(t, lc, sem3, held, 1, true)
 			settled := d.locker()
 			d.take(t, lc, sem3, settled, 1, false) // fails: settled
+			h := listen(t, c, lc, "B-") // (before its entry: it counts while it listens, however long the wait)
 			if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
 				t.Fatalf("%+v", r)
 			}
-			h := listen(t, c, lc, "B-")
 			time.Sleep(short.Lease() + 100*time.Millisecond)
 			path.run(t, d, lc, held, settled)
 			h.next("B-", "F")
