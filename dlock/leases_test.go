@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -74,4 +75,79 @@ func FuzzParseLeases(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Gen gives a lock the lease its type has in config-dlock.properties, GenWithLease the lease
+// it is given, also for a type the file does not name, and each acquisition holds the key in
+// Redis for that lease. Mirrors DLock's DLockGeneratorTest.testLockGenerate (which reads the
+// lease back from the lock's config); Gen of a type without a lease is refused, as DLock's
+// gen asserts, in TestGenRejectsBadInput.
+func TestGenTakesTheLeaseOfItsType(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config-dlock.properties")
+	if err := os.WriteFile(path, []byte("CUSTOMER_LOCK=1000"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := dlock.LoadLeases(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client()
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithLeases(leases)) // no default lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	ctx := ctxT(t, 10*time.Second)
+	suffix := t.Name()
+	for _, tc := range []struct {
+		name, typ string
+		gen       func(typ, target string) (*dlock.DistributedReentrantLock, error)
+		lease     time.Duration
+	}{
+		{"the type's lease", "CUSTOMER_LOCK", g.Gen, time.Second},
+		{"an explicit lease", "CUSTOMER_LOCK", func(typ, target string) (*dlock.DistributedReentrantLock, error) {
+			return g.GenWithLease(typ, target, 500*time.Millisecond)
+		}, 500 * time.Millisecond},
+		{"a type the file does not name", "FAKE_LOCK", func(typ, target string) (*dlock.DistributedReentrantLock, error) {
+			return g.GenWithLease(typ, target, time.Second)
+		}, time.Second},
+	} {
+		l, err := tc.gen(tc.typ, " 12345-"+suffix+" ")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := l.Config().Lease(); got != tc.lease {
+			t.Errorf("%s: Config().Lease() = %v, want %v", tc.name, got, tc.lease)
+		}
+		key := "DLOCK_" + tc.typ + "_12345-" + suffix
+		if got := l.Config().UniqueKey(); got != key {
+			t.Errorf("%s: key %q, want %q", tc.name, got, key)
+		}
+		sent := time.Now()
+		owned, err := l.Lock(ctx)
+		if err != nil {
+			t.Fatalf("%s: Lock: %v", tc.name, err)
+		}
+		// The key was written with the lease after sent, and is read before now: its time to
+		// live lies within the lease and the lease less the time since sent (a millisecond
+		// spared for rounding), however slow the machine.
+		pttl := c.PTTL(ctx, key).Val()
+		if least := tc.lease - time.Since(sent) - time.Millisecond; pttl < least || pttl > tc.lease {
+			t.Errorf("%s: key's PTTL %v right after Lock, want within [%v, %v]", tc.name, pttl, least, tc.lease)
+		}
+		if err := owned.Unlock(); err != nil {
+			t.Fatalf("%s: Unlock: %v", tc.name, err)
+		}
+		if c.Exists(ctx, key).Val() != 0 {
+			t.Errorf("%s: key left after Unlock", tc.name)
+		}
+	}
+	if _, err := g.Gen("FAKE_LOCK", "A_TARGET"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("Gen of a type without a lease = %v, want ErrInvalidConfig", err)
+	}
 }
