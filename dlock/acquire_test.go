@@ -80,6 +80,60 @@ func TestReentry(t *testing.T) {
 	}
 }
 
+// A re-entered holding kept for longer than its lease is renewed: neither its inner Unlock nor
+// the lease running out lets the key go, and the last Unlock does. Mirrors DLock's
+// DistributedReentrantLockTest.testReentrant (1 s lease, held 1.5 s re-entered, then 1 s);
+// the lease here is 2 s, so that a renewal has 500 ms to spare on a loaded machine.
+func TestReentryOutlastsTheLease(t *testing.T) {
+	const lease = 2 * time.Second
+	g, c := newGen(t)
+	gr, _ := newGen(t)
+	l, _ := g.GenWithLease("REENTRY", target(t), lease)
+	remote, _ := gr.GenWithLease("REENTRY", target(t), lease)
+	ctx := ctxT(t, 30*time.Second)
+	key := l.Config().UniqueKey()
+	stillHeld := func(when string) {
+		t.Helper()
+		if _, ok, err := remote.TryLock(ctx); ok || err != nil {
+			t.Fatalf("%s: another process's TryLock = %v, %v", when, ok, err)
+		}
+		if c.Exists(ctx, key).Val() != 1 {
+			t.Fatalf("%s: key gone", when)
+		}
+	}
+	owned := mustLock(t, l, ctx)
+	token, _ := l.FencingToken(owned)
+	if o, err := l.Lock(owned); err != nil || o != owned || l.HoldCount(owned) != 2 {
+		t.Fatalf("re-entry: %v, hold count %d", err, l.HoldCount(owned))
+	}
+	time.Sleep(lease * 5 / 4)
+	if owned.Err() != nil || l.HoldCount(owned) != 2 {
+		t.Fatalf("after 1.25 leases re-entered: %v, hold count %d", fmtCause(owned), l.HoldCount(owned))
+	}
+	stillHeld("after 1.25 leases re-entered")
+	if err := l.Unlock(owned); err != nil || l.HoldCount(owned) != 1 {
+		t.Fatalf("inner Unlock: %v, hold count %d", err, l.HoldCount(owned))
+	}
+	time.Sleep(lease / 2)
+	if owned.Err() != nil || l.HoldCount(owned) != 1 {
+		t.Fatalf("half a lease after the inner Unlock: %v, hold count %d", fmtCause(owned), l.HoldCount(owned))
+	}
+	stillHeld("half a lease after the inner Unlock")
+	if tok, ok := l.FencingToken(owned); !ok || tok != token {
+		t.Fatalf("fencing token %d (%v) after renewals, want %d", tok, ok, token)
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	if owned.Err() == nil || l.HoldCount(owned) != 0 || c.Exists(ctx, key).Val() != 0 {
+		t.Fatalf("after the last Unlock: owner %v, hold count %d, key %d", fmtCause(owned), l.HoldCount(owned), c.Exists(ctx, key).Val())
+	}
+	o := mustLock(t, remote, ctx) // free for the next
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TryLock of a held key answers (nil, false, nil) to another process and another goroutine, and
 // the key is free for the next once released. Ports bsm/redislock's TestClient, redsync's
 // TestMutexAlreadyLocked and TestValid, Redisson's testTryLockNonDelayed and etcd's
