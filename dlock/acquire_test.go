@@ -1466,6 +1466,89 @@ func TestNoUpdateLostUnderTheLock(t *testing.T) {
 	}
 }
 
+// Goroutines of one process, or of two, share one handle per process and take the lock in
+// turn, some holding it past its lease: no two live owners at once, none loses it while it
+// works, each Owner's hold count is 1 while held and 0 once unlocked, and when all are done
+// nothing is left: no key, no waiter, no lock state or subscription in either process.
+// Mirrors DLock's DistributedReentrantLockTest.testSingleServer and testMultiServer with
+// their checkHoldCnt (threads sharing one lock instance per server, work up to twice the
+// lease, hold count 0 at the end). The lease is 2 s, so that a renewal has 500 ms to spare on
+// a loaded machine; the first goroutine of each process holds it 1.25 leases, the others 50 ms.
+func TestContendedHoldsPastTheLeaseLeaveNothingHeld(t *testing.T) {
+	const lease, perProcess = 2 * time.Second, 4
+	for name, processes := range map[string]int{"one-process": 1, "two-processes": 2} {
+		t.Run(name, func(t *testing.T) {
+			var gens []*dlock.Generator
+			var handles []*dlock.DistributedReentrantLock
+			var c *redis.Client
+			for p := 0; p < processes; p++ {
+				g, gc := newGen(t)
+				l, err := g.GenWithLease("CONTENDED", target(t), lease)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gens, handles, c = append(gens, g), append(handles, l), gc
+			}
+			key := handles[0].Config().UniqueKey()
+			ctx := ctxT(t, 2*time.Minute)
+			gd := newRgGuard(t)
+			var pastTheLease atomic.Int64
+			var wg sync.WaitGroup
+			for i := 0; i < processes*perProcess; i++ {
+				l := handles[i%processes]
+				hold := 50 * time.Millisecond
+				if i < processes {
+					hold = lease * 5 / 4
+				}
+				wg.Add(1)
+				go func(who string) {
+					defer wg.Done()
+					owned, err := l.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					s := gd.enter(key, who, l, owned)
+					if n := l.HoldCount(owned); n != 1 {
+						t.Errorf("%s: hold count %d while held, want 1", who, n)
+					}
+					time.Sleep(hold)
+					if owned.Err() != nil {
+						t.Errorf("%s: lost after holding %v of a %v lease: %v", who, hold, lease, fmtCause(owned))
+					} else if hold > lease {
+						pastTheLease.Add(1)
+					}
+					gd.leave(s)
+					if err := l.Unlock(owned); err != nil {
+						t.Errorf("%s: Unlock: %v", who, err)
+					}
+					if n := l.HoldCount(owned); n != 0 || owned.Err() == nil {
+						t.Errorf("%s: after Unlock: hold count %d, owner %s", who, n, fmtCause(owned))
+					}
+				}(fmt.Sprintf("process %d goroutine %d", i%processes, i/processes))
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			if pastTheLease.Load() == 0 {
+				t.Fatal("no goroutine held the lock past its lease")
+			}
+			if c.Exists(ctx, key).Val() != 0 {
+				t.Fatal("key left after every goroutine unlocked")
+			}
+			for p, l := range handles {
+				if s := stateOf(t, l); s.Held() || len(s.Waiting) != 0 || s.LocalWaiters {
+					t.Fatalf("process %d sees %+v after every goroutine unlocked", p, s)
+				}
+			}
+			for _, g := range gens {
+				settled(t, g)
+			}
+		})
+	}
+}
+
 // Holding one key neither blocks nor is released by another key's lock, in one process or
 // two. Ports bsm/redislock's TestLock_ObtainMulti and Redisson's testMultipleLocks.
 func TestKeysAreIndependent(t *testing.T) {
