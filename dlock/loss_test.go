@@ -50,15 +50,16 @@ func TestLostLease(t *testing.T) {
 	}
 }
 
+// A holding kept longer than its lease is renewed: the key stays and the Owner stays live.
 func TestRenewalKeepsTheLock(t *testing.T) {
 	g, c := newGen(t)
-	l, _ := g.GenWithLease("RENEW", target(t), 100*time.Millisecond)
+	l, _ := g.GenWithLease("RENEW", target(t), time.Second) // (its renewal has 250 ms to spare on a loaded machine)
 	ctx := ctxT(t, 10*time.Second)
 	owned, err := l.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // five leases
+	time.Sleep(2500 * time.Millisecond) // two and a half leases
 	if owned.Err() != nil || c.Exists(ctx, l.Config().UniqueKey()).Val() != 1 {
 		t.Fatal("lock not kept by renewals")
 	}
