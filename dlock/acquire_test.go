@@ -1580,3 +1580,98 @@ func TestKeysAreIndependent(t *testing.T) {
 		}
 	}
 }
+
+// An attempt whose caller leaves while every connection of the client's pool is taken by the
+// Generator's other requests was never sent: it sends nothing afterwards either (no give-back,
+// no leave) and leaves nothing in Redis. Under overload such clean-ups of attempts that never
+// reached Redis crowded out new work until nothing succeeded.
+func TestAttemptNeverSentSendsNothing(t *testing.T) {
+	const typ = "NEVERSENT"
+	tgt, stuck := target(t)+".abandoned", target(t)+".stuck"
+	entered := make(chan struct{})
+	unstick := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var mine []string // the scripts issued on the key under test
+	hook := fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if name := processor.ScriptName(args); name != "" && len(args) > 3 {
+			switch k := fmt.Sprint(args[3]); k {
+			case rgLockKey(typ, stuck):
+				if name == "lock" {
+					once.Do(func() {
+						close(entered)
+						<-unstick // holds the Generator's one turn, as a slow request does
+					})
+				}
+			case rgLockKey(typ, tgt):
+				mu.Lock()
+				mine = append(mine, name)
+				mu.Unlock()
+			}
+		}
+		return next(ctx, cmd)
+	}}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	c.AddHook(hook)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		c.Close()
+	})
+	var unstuck sync.Once
+	release := func() { unstuck.Do(func() { close(unstick) }) }
+	t.Cleanup(release) // (before Close, which waits for the stuck request)
+	ls, _ := g.Gen(typ, stuck)
+	l, _ := g.Gen(typ, tgt)
+
+	got := make(chan error, 1)
+	go func() {
+		o, ok, err := ls.TryLock(context.Background())
+		if ok {
+			err = ls.Unlock(o)
+		}
+		got <- err
+	}()
+	recv(t, entered, "the stuck request")
+
+	for _, try := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		var err error
+		if try {
+			var ok bool
+			_, ok, err = l.TryLock(ctx)
+			if ok {
+				t.Fatal("TryLock took the lock: its attempt went past the Generator's full gate")
+			}
+		} else {
+			_, err = l.Lock(ctx)
+		}
+		cancel()
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("try=%v: err = %v; want ErrNotObtained and DeadlineExceeded", try, err)
+		}
+	}
+	release()
+	if err := recv(t, got, "the stuck TryLock"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.InUse() == 0 }) // every background request is done
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(mine) != 0 {
+		t.Errorf("scripts sent on the key after its attempts were abandoned unsent: %v; want none", mine)
+	}
+	raw := rawClient(t)
+	if keys, err := raw.Keys(context.Background(), "*"+tgt+"*").Result(); err != nil {
+		t.Fatal(err)
+	} else if len(keys) != 0 {
+		t.Errorf("Redis keeps %v; want nothing of the key", keys)
+	}
+}

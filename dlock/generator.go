@@ -35,6 +35,11 @@ type Generator struct {
 	log      *zap.Logger
 	prefix   string        // locker prefix, unique to this generator
 	seq      atomic.Uint64 // acquisitions, for unique lockers
+	// gate holds a token for each request of this Generator handed to the client (call),
+	// as many as the client's pool has connections; nil for clients whose pool it cannot
+	// tell (Cluster, Ring). A request whose caller leaves while it waits here was never
+	// sent: it has no outcome to settle.
+	gate chan struct{}
 
 	done        context.Context // ended by Close: waits, pollers and the subscription end
 	stop        context.CancelFunc
@@ -88,6 +93,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		prefix:   prefix,
 		states:   make(map[string]*lockState),
 		shares:   make(map[string]*sharedState),
+		gate:     gateFor(client),
 	}
 	g.shut = make(chan struct{})
 	g.done, g.stop = context.WithCancel(context.Background())
@@ -96,6 +102,15 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		g.notes = newNotifier(g)
 	}
 	return g, nil
+}
+
+// gateFor returns the gate of a Generator over client (Generator.gate): a token for each
+// connection of a single server's or Sentinel client's pool, nil for any other client.
+func gateFor(client redis.UniversalClient) chan struct{} {
+	if c, ok := client.(*redis.Client); ok && c.Options().PoolSize > 0 {
+		return make(chan struct{}, c.Options().PoolSize)
+	}
+	return nil
 }
 
 // Gen returns the lock of lockType and lockTarget with the lease configured for lockType

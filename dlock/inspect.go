@@ -203,11 +203,35 @@ func (l *DistributedReentrantLock) check(ctx context.Context) error {
 // run, or have run, in Redis.
 var errLate = errors.New("dlock: no answer before the caller's context ended")
 
+// errNotSent says that a request was never handed to the client: its caller's context ended
+// while it waited for the Generator's gate. Nothing of it can reach Redis.
+var errNotSent = errors.New("the request was not sent: every connection of the client's pool was busy with this Generator's requests")
+
 // call runs f, a Redis request, bounded by ctx even when the client does not honour it
 // (go-redis ignores context deadlines unless ContextTimeoutEnabled is set): if ctx ends first,
 // call returns at once with an error matching errLate and ctx's error, and f finishes in the
-// background.
+// background. It first waits for a token of the Generator's gate, so that its requests do not
+// queue for the client's connections, where a request abandoned by its caller may or may not
+// have been sent: if ctx ends there, f never runs, and the error matches errNotSent as well (a
+// caller that cannot use that knowledge treats it as any answer that came late).
 func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	if g.gate != nil {
+		if err := ctx.Err(); err != nil {
+			var zero T
+			return zero, fmt.Errorf("%w: %w: %w", errLate, errNotSent, err)
+		}
+		select {
+		case g.gate <- struct{}{}:
+		case <-ctx.Done():
+			var zero T
+			return zero, fmt.Errorf("%w: %w: %w", errLate, errNotSent, ctx.Err())
+		}
+		send := f
+		f = func(ctx context.Context) (T, error) {
+			defer func() { <-g.gate }()
+			return send(ctx)
+		}
+	}
 	if ctx.Done() == nil {
 		return f(ctx)
 	}

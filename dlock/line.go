@@ -57,6 +57,9 @@ type attempt struct {
 	locker string
 	cfg    domain.DLockConfig // with the lease the key will be held with
 	tokens int                // fencing tokens it asks for (a block when goroutines queue)
+	// sent says that a request of the attempt may have reached Redis; until then there is
+	// nothing of it to settle (no entry in line, no key). Guarded by the state's mu.
+	sent bool
 }
 
 // grant is a grant of the key to an attempt: the first of its block of fencing tokens,

@@ -379,6 +379,13 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.phase = idle
+	if errors.Is(err, errNotSent) && (st.line.attempt != a || !a.sent) {
+		// Nothing of the attempt reached Redis: nothing to give back and no line to leave (an
+		// open attempt never sent is closed without a leave, settleLocked).
+		st.signalLocked(HowRetry) // the next waiter, if the caller leaves, asks again
+		return nil, notTakenErr(ctx.Err(), fmt.Errorf("%w: %w", errNoAnswer, errNotSent))
+	}
+	a.sent = true
 	if err != nil || ctx.Err() != nil {
 		// Unknown outcome, or the caller is gone: the attempt may hold the key or stand in line.
 		st.line.queued = true
@@ -509,7 +516,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	}
 	var next *attempt
 	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
-		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize}
+		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize, sent: true} // (renew.lua may put it in line)
 		req.Yield, req.Check = true, st.g.newLocker()
 		req.Next, req.NextLease, req.NextTokens = next.locker, cfg.Lease(), next.tokens
 		// A yield may put this process back in line with next, whatever becomes of its reply.
@@ -601,6 +608,9 @@ func (st *lockState) settleLocked() {
 	case free:
 		st.releaseInBackground()
 	case idle:
+		if a := st.line.attempt; a != nil && !a.sent && !st.line.queued {
+			st.closeAttempt() // never sent: nothing of it in Redis
+		}
 		if st.line.queued || st.line.attempt != nil {
 			// Every attempt of this process on the key was numbered by now (none is under way
 			// in phase idle); later ones are not the leave's to settle.
