@@ -822,7 +822,9 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 			d.take(t, lc, sem3, held, 1, true)
 			settled := d.locker()
 			d.take(t, lc, sem3, settled, 1, false) // fails: settled
-			h := listen(t, c, lc, "B-") // (before its entry: it counts while it listens, however long the wait)
+			// B- listens before it stands in line: its entry counts while it listens, however long
+			// a loaded machine takes to the request under test
+			h := listen(t, c, lc, "B-")
 			if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
 				t.Fatalf("%+v", r)
 			}
