@@ -1614,16 +1614,7 @@ func TestAttemptNeverSentSendsNothing(t *testing.T) {
 	}}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
 	c.AddHook(hook)
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		c.Close()
-	})
+	g := genOn(t, c)
 	var unstuck sync.Once
 	release := func() { unstuck.Do(func() { close(unstick) }) }
 	t.Cleanup(release) // (before Close, which waits for the stuck request)

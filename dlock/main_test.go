@@ -37,6 +37,13 @@ func TestMain(m *testing.M) {
 func newGen(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *redis.Client) {
 	t.Helper()
 	c := srv.Client()
+	return genOn(t, c, opts...), c
+}
+
+// genOn returns a generator on c (a one-second default lease, then opts); both are closed when
+// t ends.
+func genOn(t testing.TB, c *redis.Client, opts ...dlock.Option) *dlock.Generator {
+	t.Helper()
 	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +54,7 @@ func newGen(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *redis.Client
 		}
 		c.Close()
 	})
-	return g, c
+	return g
 }
 
 // target returns a lock target unique to the test.
