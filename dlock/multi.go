@@ -196,9 +196,9 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 // takeParts takes every part in order. It returns nil Owners and no error if a part taken
 // before was lost while a later one was waited for (removed by an operator, or its renewals
 // failed through a failover; the Generator's Close is returned as the error): then it has let
-// go of them all, and Lock, which returns only
-// once it holds every part, takes them again (a lost part re-entered through the caller's
-// Owner then returns its loss), while TryLock reports the parts not obtained.
+// go of them all, and Lock, which returns only once it holds every part, takes them again (a
+// lost part re-entered through the caller's Owner then returns its loss), while TryLock
+// reports the parts not obtained.
 func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Context) (*Owner, bool, error)) ([]*Owner, context.Context, error) {
 	owners := make([]*Owner, 0, len(m.parts))
 	values := context.Context(ctx) // carries the parts taken so far
@@ -220,8 +220,8 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		// (the holding's own context: nothing the library keeps refers to an Owner; over the
 		// parts before, which a part re-entered through the caller's own Owner does not carry)
 		values = layered{Context: o.ctx, under: values}
-		for _, o := range owners {
-			if cause := partEnded(o); cause != nil {
+		for _, taken := range owners {
+			if cause := partEnded(taken); cause != nil {
 				letGo()
 				if errors.Is(cause, ErrClosed) {
 					return nil, nil, cause
