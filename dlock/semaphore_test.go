@@ -1230,3 +1230,219 @@ func TestSemaphoreReleaseByNonOwnerIsRefused(t *testing.T) {
 	_ = other.Unlock()
 	_ = rw.Unlock()
 }
+
+// permitsOut sums the permits of every holding State lists: the permits out across processes
+// (Redisson's acquiredPermits; availablePermits is Permits less it).
+func permitsOut(t *testing.T, ctx context.Context, s *dlock.Semaphore) (k, out int64) {
+	t.Helper()
+	st, err := s.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range st.Holds {
+		out += h.Permits
+	}
+	return st.Permits, out
+}
+
+// State counts the permits out, whoever holds them: permits taken n at a time and one at a
+// time, in one process and in two, are all counted, k stays what it is, and every release
+// gives its permits back. With k out a timed Acquire gives up, and gets in once one comes back.
+// A semaphore nobody used shows its handle's k and no holding (Redisson answers 0 permits for
+// one it does not know; dlock's k is set where the semaphore is made). Ports Redisson's
+// RedissonPermitExpirableSemaphoreTest.testNotExistent, testAvailablePermits,
+// testAcquiredPermits, testGetPermits, testRelease and testAcquireAsyncMany, and Curator's
+// TestInterProcessSemaphore.testSimple, testSimple2 and testGetParticipantNodes.
+func TestSemaphoreStateCountsThePermitsOut(t *testing.T) {
+	ctx, sa, sb := semPair(t, 10)
+	check := func(what string, wantOut int64) {
+		t.Helper()
+		for _, s := range []*dlock.Semaphore{sa, sb} {
+			if k, out := permitsOut(t, ctx, s); k != 10 || out != wantOut {
+				t.Fatalf("%s: State says k = %d with %d out, want 10 with %d", what, k, out, wantOut)
+			}
+		}
+	}
+	check("before any use", 0)
+	six, err := sa.Acquire(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("six taken", 6)
+	var ones []*dlock.Owner
+	for i := range 3 { // one at a time, each Acquire with a context that owns nothing
+		s := sa
+		if i > 0 {
+			s = sb
+		}
+		o, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ones = append(ones, o)
+	}
+	check("six and three ones", 9)
+	last, ok, err := sb.TryAcquire(ctx, 1)
+	if err != nil || !ok {
+		t.Fatalf("the tenth permit: %v %v", ok, err)
+	}
+	check("all ten", 10)
+	for _, s := range []*dlock.Semaphore{sa, sb} {
+		if _, ok, err := s.TryAcquire(ctx, 1); ok || err != nil {
+			t.Fatalf("an eleventh permit: %v %v", ok, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := s.Acquire(wctx, 1)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a timed Acquire with all ten out = %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+	}
+	check("after the refused asks", 10)
+	if err := six.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	check("six back", 4)
+	// a waiter gets a permit as one comes back
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 5)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	o5 := recv(t, got, "five of the six given back")
+	if o5 == nil {
+		t.FailNow()
+	}
+	check("five taken again", 9)
+	if err := last.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o5.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range ones {
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("all back", 0)
+}
+
+// Redis keeps the permit count of the semaphore while it is in use: a process that makes it
+// with another k sees Redis's, may ask for no more than it (ErrInvalidConfig), and gets no
+// more than it; once its keys expired (two leases after the last release), the next user's k
+// counts. Ports Redisson's
+// RedissonPermitExpirableSemaphoreTest.testTrySetPermits and RedissonSemaphoreTest's
+// testTrySetPermits (trySetPermits keeps the count set first; SetPermits changes it, see
+// TestSemaphoreSetPermits).
+func TestSemaphoreKeepsTheCountOfItsFirstUser(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	s10, s15 := semOf(t, ga, tg, 10), semOf(t, gb, tg, 15)
+	o, err := s10.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, out := permitsOut(t, ctx, s15); k != 10 || out != 1 {
+		t.Fatalf("the second maker's State: k = %d, %d out; want Redis's 10, 1 out", k, out)
+	}
+	if _, err := s15.Acquire(ctx, 12); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("asking 12 of Redis's 10 = %v, want ErrInvalidConfig", err)
+	}
+	nine, ok, err := s15.TryAcquire(ctx, 9)
+	if err != nil || !ok {
+		t.Fatalf("the nine left of Redis's 10: %v %v", ok, err)
+	}
+	if _, ok, err := s15.TryAcquire(ctx, 1); ok || err != nil {
+		t.Fatalf("an eleventh permit under Redis's 10 (the maker's 15): %v %v", ok, err)
+	}
+	if err := nine.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	// Nobody holds a permit, but Redis keeps the count as long as the semaphore's keys live
+	// (two leases after the last request: here the release): the count is still 10 then, and
+	// the next user's once they have expired.
+	if k, out := permitsOut(t, ctx, s15); k != 10 || out != 0 {
+		t.Fatalf("just after the last release: k = %d, %d out; want Redis's 10 still, 0 out", k, out)
+	}
+	waitFor(t, func() bool { // (State asks nothing that keeps the keys: an Acquire would)
+		k, _ := permitsOut(t, ctx, s15)
+		return k == 15
+	})
+	big, err := s15.Acquire(ctx, 12)
+	if err != nil {
+		t.Fatalf("12 of 15 once the semaphore's keys expired: %v", err)
+	}
+	if k, out := permitsOut(t, ctx, s10); k != 15 || out != 12 {
+		t.Fatalf("the first maker's State now: k = %d, %d out; want 15, 12 out", k, out)
+	}
+	if err := big.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Goroutines that ask for one permit and for all of them, of one process or of two, all get
+// theirs in turn: the one that asks for all waits for the other's permit to come back, and is
+// not stuck beside a permit its own process keeps. Ports Redisson's
+// RedissonPermitExpirableSemaphoreTest.testConcurrencyMultiPermits and
+// testConcurrencyMultiPermits2.
+func TestSemaphoreOneAndAllPermitsTakeTurns(t *testing.T) {
+	for _, twoProcesses := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one process", true: "two processes"}[twoProcesses], func(t *testing.T) {
+			ga, _ := newGen(t)
+			gb := ga
+			if twoProcesses {
+				gb, _ = newGen(t)
+			}
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+			for _, first := range []int{1, 2} {
+				var got atomic.Int32
+				var wg sync.WaitGroup
+				held := make(chan struct{})
+				for i, s := range []*dlock.Semaphore{sa, sb} {
+					n := first
+					if i == 1 {
+						n = 2
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if i == 1 {
+							<-held
+						}
+						o, err := s.Acquire(ctx, n)
+						if err != nil {
+							t.Errorf("Acquire(%d): %v", n, err)
+							if i == 0 {
+								close(held)
+							}
+							return
+						}
+						got.Add(1)
+						if i == 0 {
+							close(held)
+							time.Sleep(100 * time.Millisecond) // the other asks meanwhile
+						}
+						if err := o.Unlock(); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+				if got.Load() != 2 {
+					t.Fatalf("%d of 2 askers got their permits (the first asked %d)", got.Load(), first)
+				}
+			}
+		})
+	}
+}
