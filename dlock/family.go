@@ -47,7 +47,7 @@ type RWLock struct {
 //
 // k is set where the semaphore is made (GenSemaphore); Redis keeps the k of the first process
 // that uses it while it is in use, and SetPermits changes it for everyone. In use means until
-// two of its longest lease after its last request of any process (a take, refused or not,
+// two leases (at least 2 s) after its last request of any process (a take, refused or not,
 // a renewal, a release): Redis keeps the count that long after the last permit comes back,
 // and a process made with another k sees Redis's (State) and may ask no more than it.
 type Semaphore struct {
