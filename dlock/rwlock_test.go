@@ -989,3 +989,155 @@ func TestRWUnlockGivesUpTheInnermostHold(t *testing.T) {
 	}
 	_ = o.Unlock()
 }
+
+// crashedRW returns a read-write lock of a process whose renewals will fail once crash is
+// called (its client closed: a process gone without a word), on a 300 ms lease.
+func crashedRW(t *testing.T, tg string) (l *dlock.RWLock, crash func()) {
+	t.Helper()
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	return rwOf(t, g, tg), func() { _ = c.Close() }
+}
+
+// A holding whose process crashed (it stops renewing) is gone once its lease runs out: a
+// crashed reader's read-hold, held beside a live reader's, no longer keeps a writer out once
+// the live reader lets go; a crashed writer's write-hold lets the readers of two processes in
+// together; the crashed holder's Unlock then says ErrLockLost. Ports Redisson's
+// RedissonReadWriteLockTest.testMultiInstanceReadLockZombieCleanup, testAutoExpire,
+// testExpireRead, testExpireWrite and testReadLockLeaseTimeoutDiffThreadsWRR (Redisson's
+// leaseTime: here the lease of a holder that stopped renewing).
+func TestRWCrashedHoldersLeaseFreesTheLock(t *testing.T) {
+	for _, write := range []bool{false, true} {
+		t.Run(map[bool]string{false: "crashed reader", true: "crashed writer"}[write], func(t *testing.T) {
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			dead, crash := crashedRW(t, tg)
+			ga, _ := newGen(t)
+			gb, _ := newGen(t)
+			la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+			var zombie *dlock.Owner
+			var err error
+			if write {
+				zombie, err = dead.Lock(ctx)
+			} else {
+				zombie, err = dead.RLock(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var live *dlock.Owner
+			if !write {
+				if live, err = la.RLock(ctx); err != nil { // beside the reader that will crash
+					t.Fatal(err)
+				}
+			}
+			crash()
+			select {
+			case <-zombie.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the crashed holder was not told of its loss")
+			}
+			if !errors.Is(context.Cause(zombie), dlock.ErrLockLost) {
+				t.Fatalf("the crashed holder's cause: %v", context.Cause(zombie))
+			}
+			if write {
+				// the readers of two processes get in once the writer's lease ran out
+				ra, err := la.RLock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb, err := lb.RLock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, err := lb.State(ctx); err != nil || len(st.Readers()) != 2 || len(st.Writers()) != 0 {
+					t.Fatalf("state with the crashed writer gone and two readers: %+v %v", st, err)
+				}
+				_ = ra.Unlock()
+				_ = rb.Unlock()
+			} else {
+				if err := live.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := lb.Lock(ctx) // nothing of the crashed holder keeps the writer out
+			if err != nil {
+				t.Fatalf("a writer after the crashed holder's lease: %v", err)
+			}
+			if err := zombie.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("the crashed holder's Unlock = %v, want ErrLockLost", err)
+			}
+			if w.Err() != nil {
+				t.Fatalf("the writer lost its hold by the crashed holder's Unlock: %v", context.Cause(w))
+			}
+			if err := w.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// An Unlock by anyone but the holder — a context that owns nothing, a reader's owner given to
+// another process's handle, a holder of the other side, another key's owner — is refused with
+// ErrNotHeld, sends nothing that frees the lock, and the holding stays; HoldCount is 0 for
+// them. Ports Redisson's RedissonReadWriteLockTest.testUnlockFail,
+// testIsHeldByCurrentThreadOtherThread, testIsHeldByCurrentThread, testIsLocked and
+// testIsLockedOtherThread.
+func TestRWUnlockByNonOwnerIsRefused(t *testing.T) {
+	ctx, la, lb := rwPair(t)
+	gc, _ := newGen(t)
+	other, err := rwOf(t, gc, uniqueTarget(t)+"-other").RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Unlock()
+	for _, write := range []bool{false, true} {
+		var o *dlock.Owner
+		if write {
+			o, err = la.Lock(ctx)
+		} else {
+			o, err = la.RLock(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, try := range map[string]func() error{
+			"a bare context":                   func() error { return la.Unlock(ctx) },
+			"the holder's owner, other handle": func() error { return lb.Unlock(o) },
+			"an owner of another lock":         func() error { return la.Unlock(other) },
+		} {
+			if err := try(); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("write %v: Unlock with %s = %v, want ErrNotHeld", write, name, err)
+			}
+		}
+		if la.HoldCount(ctx) != 0 || lb.HoldCount(o) != 0 || la.HoldCount(o) != 1 {
+			t.Fatalf("write %v: HoldCount bare %d, other handle %d, holder %d; want 0, 0, 1", write, la.HoldCount(ctx), lb.HoldCount(o), la.HoldCount(o))
+		}
+		if o.Err() != nil {
+			t.Fatalf("write %v: the holder ended: %v", write, context.Cause(o))
+		}
+		if st, err := lb.State(ctx); err != nil || len(st.Holds) != 1 || st.Holds[0].Write != write {
+			t.Fatalf("write %v: the state after refused Unlocks: %+v %v", write, st, err)
+		}
+		if _, ok, err := lb.TryLock(ctx); ok || err != nil {
+			t.Fatalf("write %v: a writer got in after refused Unlocks: %v %v", write, ok, err)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := la.Unlock(o); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("write %v: a second Unlock = %v, want ErrNotHeld", write, err)
+		}
+	}
+	if st, err := lb.State(ctx); err != nil || len(st.Holds) != 0 {
+		t.Fatalf("the state at the end: %+v %v", st, err)
+	}
+}
