@@ -3,11 +3,15 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // Extend renews with the new lease from then on; it never shortens what Redis holds (a shorter
@@ -222,5 +226,59 @@ func TestExtendOutlastsARenewalInFlight(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, key(l)).Val(); ttl <= lease {
 		t.Fatalf("after the renewal that followed Extend the key lives %v, the old lease: the late reply undid Extend", ttl)
+	}
+}
+
+// An Extend that Redis fails (a transient error) returns a *RedisProcessError and changes
+// nothing: the holding stays, with its lease and its renewals, and the next Extend renews it
+// with the new lease. Ports bsm/redislock's TestLock_Refresh_retry_transient_error and
+// TestLock_Refresh_retry_transient_error_exhausted (dlock does not retry an Extend itself:
+// the caller calls it again).
+func TestExtendThroughATransientRedisFailure(t *testing.T) {
+	c := srv.Client()
+	var fails atomic.Int32
+	errFlaky := errors.New("flaky: injected")
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) == "renew" && fails.Add(-1) >= 0 {
+			cmd.SetErr(errFlaky)
+			return errFlaky
+		}
+		return next(ctx, cmd)
+	}})
+	fails.Store(-1 << 20)
+	g := genOn(t, c)
+	gb, _ := newGen(t)
+	l, _ := g.GenWithLease("FLAKY", target(t), 2*time.Second)
+	lb, _ := gb.GenWithLease("FLAKY", target(t), 2*time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails.Store(2)
+	for i := range 2 {
+		err := l.Extend(owned, time.Minute)
+		var rpe *dlock.RedisProcessError
+		if !errors.As(err, &rpe) || !errors.Is(err, errFlaky) {
+			t.Fatalf("Extend %d through a failing Redis = %v, want a *RedisProcessError wrapping the failure", i+1, err)
+		}
+		if owned.Err() != nil || l.HoldCount(owned) != 1 {
+			t.Fatalf("the holding after a failed Extend: %v, HoldCount %d", context.Cause(owned), l.HoldCount(owned))
+		}
+		if s, err := lb.State(ctx); err != nil || !s.Held() || s.LeaseLeft > 2*time.Second {
+			t.Fatalf("the key after a failed Extend: %+v %v (want held, on its 2 s lease)", s, err)
+		}
+		if _, ok, err := lb.TryLock(ctx); ok || err != nil {
+			t.Fatalf("another process got the key after a failed Extend: %v %v", ok, err)
+		}
+	}
+	if err := l.Extend(owned, time.Minute); err != nil {
+		t.Fatalf("the Extend after the failures: %v", err)
+	}
+	if s, err := lb.State(ctx); err != nil || s.LeaseLeft <= 2*time.Second {
+		t.Fatalf("the key after the Extend: %+v %v (want a minute's lease)", s, err)
+	}
+	if err := owned.Unlock(); err != nil {
+		t.Fatal(err)
 	}
 }
