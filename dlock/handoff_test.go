@@ -1328,3 +1328,63 @@ func TestDeadWaiterIsPassedOver(t *testing.T) {
 			channel: func(entry string) string { return processor.ProcessChannel(l.Config(), entry) }}
 	})
 }
+
+// Waiters that give up in the middle of the line, and the first, leave it without changing the
+// order of the others: the holder's release serves the first that still waits, the rest follow
+// in their order of arrival, each right after the one before, and a waiter that gave up is
+// never served. Ports RedissonFairLockTest's testAcquireFailedTimeoutDrift_Descrete,
+// testWaitTimeoutDrift, testLockAcquiredTimeoutDrift, testLockAcquiredTimeoutDrift_Descrete
+// and testLockAcquiredBooleanTimeoutDrift_Descrete (Redisson's queue timeouts; here the line's
+// order and who it serves).
+func TestWaitersThatGiveUpKeepTheLineInOrder(t *testing.T) {
+	g0, _ := newGen(t)
+	l0, _ := g0.GenWithLease("GIVEUP", target(t), 5*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	o := mustLock(t, l0, ctx)
+	const n = 5
+	quits := map[int]bool{0: true, 2: true} // the first and one in the middle give up
+	served := make(chan int, n)
+	cancels := make([]context.CancelFunc, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		g, _ := newGen(t)
+		l, _ := g.GenWithLease("GIVEUP", target(t), 5*time.Second)
+		wctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := l.Do(wctx, func(context.Context) error {
+				served <- i
+				return nil
+			})
+			if quits[i] {
+				if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+					t.Errorf("waiter %d that gave up: %v, want ErrNotObtained and Canceled", i, err)
+				}
+			} else if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+			}
+		}()
+		waitFor(t, func() bool { return len(stateOf(t, l0).Waiting) == i+1 })
+	}
+	for i := range quits {
+		cancels[i]()
+	}
+	waitFor(t, func() bool { return len(stateOf(t, l0).Waiting) == n-len(quits) })
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, c := range cancels {
+		c()
+	}
+	close(served)
+	var order []int
+	for i := range served {
+		order = append(order, i)
+	}
+	if fmt.Sprint(order) != "[1 3 4]" {
+		t.Fatalf("served %v, want [1 3 4]: those that stayed, in their order", order)
+	}
+}
