@@ -344,3 +344,48 @@ func TestUnlockByNonOwnerOrTwiceIsRefused(t *testing.T) {
 		t.Fatalf("after the release: %+v", s)
 	}
 }
+
+// The owner releases through any handle of the key in its Generator (made again by Gen, or by
+// GenWithLease with another lease): the lock is let go, and another process takes it. Through a
+// handle of another Generator it is refused (ErrNotHeld: ownership is the owner context, not a
+// value anyone may present). Ports redsync's TestMutexLockUnlockSplit (a second Mutex with the
+// first's value unlocks it).
+func TestUnlockThroughAnotherHandleOfTheKey(t *testing.T) {
+	g1, _ := newGen(t)
+	g2, _ := newGen(t)
+	ctx := ctxT(t, 10*time.Second)
+	l1, _ := g1.Gen("SPLIT", target(t))
+	l2, _ := g2.Gen("SPLIT", target(t))
+	for _, other := range []func() (*dlock.DistributedReentrantLock, error){
+		func() (*dlock.DistributedReentrantLock, error) { return g1.Gen("SPLIT", target(t)) },
+		func() (*dlock.DistributedReentrantLock, error) { return g1.GenWithLease("SPLIT", target(t), time.Hour) },
+	} {
+		o, err := l1.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l2.Unlock(o); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Unlock through another process's handle = %v, want ErrNotHeld", err)
+		}
+		h, err := other()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.HoldCount(o) != 1 {
+			t.Fatalf("HoldCount through another handle = %d, want 1", h.HoldCount(o))
+		}
+		if err := h.Unlock(o); err != nil {
+			t.Fatalf("Unlock through another handle of the key: %v", err)
+		}
+		if o.Err() == nil {
+			t.Fatal("the owner did not end with its Unlock through another handle")
+		}
+		o2, ok, err := l2.TryLock(ctx)
+		if err != nil || !ok {
+			t.Fatalf("another process after the release: %v %v", ok, err)
+		}
+		if err := o2.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
