@@ -1141,3 +1141,82 @@ func TestRWUnlockByNonOwnerIsRefused(t *testing.T) {
 		t.Fatalf("the state at the end: %+v %v", st, err)
 	}
 }
+
+// Re-entry never waits, not even behind a writer in line: an owner's TryRLock, RLock, TryLock
+// and Lock re-enter its side at once while another process's writer waits for it (waiting
+// would deadlock: the writer waits for this very hold), and a writer's TryRLock downgrades at
+// once; each re-entry is one more hold to Unlock. Ports Redisson's
+// RedissonReadWriteLockTest.testReentrancy (tryLock twice) and Curator's
+// TestInterProcessReadWriteLock re-entrant reads while a writer waits.
+func TestRWReentryNeverWaitsBehindAWriterInLine(t *testing.T) {
+	ctx, la, lb := rwPair(t)
+	for _, write := range []bool{false, true} {
+		var o *dlock.Owner
+		var err error
+		if write {
+			o, err = la.Lock(ctx)
+		} else {
+			o, err = la.RLock(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *dlock.Owner, 1)
+		go func() { // another process's writer stands in line behind the holder
+			w, err := lb.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		waitFor(t, func() bool { st, err := la.State(ctx); return err == nil && len(st.Waiting) == 1 })
+		short, cancel := context.WithTimeout(o, 5*time.Second) // a re-entry must not wait
+		stack := []context.Context{o}
+		r, ok, err := la.TryRLock(short)
+		if !ok || err != nil || r == nil {
+			t.Fatalf("write %v: TryRLock by the owner behind a writer in line = %v %v", write, ok, err)
+		}
+		stack = append(stack, r)
+		r2, err := la.RLock(r)
+		if err != nil {
+			t.Fatalf("write %v: RLock by the owner behind a writer in line = %v", write, err)
+		}
+		stack = append(stack, r2)
+		if write {
+			w1, ok, err := la.TryLock(short)
+			if !ok || err != nil {
+				t.Fatalf("TryLock by the writer behind a writer in line = %v %v", ok, err)
+			}
+			w2, err := la.Lock(w1)
+			if err != nil {
+				t.Fatalf("Lock by the writer behind a writer in line = %v", err)
+			}
+			stack = append(stack, w1, w2)
+		}
+		cancel()
+		if write {
+			if n := la.HoldCount(o); n != 3 {
+				t.Fatalf("the writer's HoldCount = %d, want 3 (its Lock, TryLock, Lock)", n)
+			}
+		} else if n := la.HoldCount(r2); n != 3 {
+			t.Fatalf("the reader's HoldCount = %d, want 3 (its RLock, TryRLock, RLock)", n)
+		}
+		for i := len(stack) - 1; i >= 0; i-- {
+			select {
+			case <-got:
+				t.Fatalf("write %v: the writer in line got in with %d holds left", write, i+1)
+			default:
+			}
+			if err := la.Unlock(stack[i]); err != nil {
+				t.Fatalf("write %v: Unlock %d of %d: %v", write, len(stack)-i, len(stack), err)
+			}
+		}
+		w := recv(t, got, "the writer in line")
+		if w == nil {
+			t.FailNow()
+		}
+		if err := w.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

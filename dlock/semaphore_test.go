@@ -1446,3 +1446,56 @@ func TestSemaphoreOneAndAllPermitsTakeTurns(t *testing.T) {
 		})
 	}
 }
+
+// An owner's re-entry never waits, not even behind a process in line: TryAcquire and Acquire
+// with the owner re-enter its permits at once (no more are taken, whatever n) while another
+// process waits for them, and the waiter is served after the last Release. Ports Redisson's
+// RedissonLockTest.testReentrancy (tryLock twice) for the semaphore, and Curator's
+// InterProcessSemaphoreV2 leases held while another client waits.
+func TestSemaphoreReentryNeverWaitsBehindAProcessInLine(t *testing.T) {
+	ctx, sa, sb := semPair(t, 2)
+	o, err := sa.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		w, err := sb.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	short, cancel := context.WithTimeout(o, 5*time.Second)
+	defer cancel()
+	if _, ok, err := sa.TryAcquire(short, 1); !ok || err != nil {
+		t.Fatalf("TryAcquire by the owner behind a process in line = %v %v", ok, err)
+	}
+	if _, err := sa.Acquire(short, 2); err != nil {
+		t.Fatalf("Acquire by the owner behind a process in line = %v", err)
+	}
+	if n := sa.HoldCount(o); n != 3 {
+		t.Fatalf("HoldCount = %d, want 3", n)
+	}
+	if _, out := permitsOut(t, ctx, sb); out != 2 {
+		t.Fatalf("%d permits out after the re-entries, want the 2 first taken", out)
+	}
+	for i := range 3 {
+		select {
+		case <-got:
+			t.Fatalf("the waiter got in with %d holds left", 3-i)
+		default:
+		}
+		if err := sa.Release(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := recv(t, got, "the waiter in line")
+	if w == nil {
+		t.FailNow()
+	}
+	if err := w.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
