@@ -146,3 +146,51 @@ func WithReentering(f func()) Option {
 		return nil
 	})
 }
+
+// Belief reports what this generator believes of key while a goroutine owns the lock through
+// a tenure: the tenure's locker and until when it counts the key held; ok is false when no
+// goroutine owns it (nobody acts on the key then).
+func (g *Generator) Belief(key string) (locker string, until time.Time, ok bool) {
+	st := g.lookup(key)
+	if st == nil {
+		return "", time.Time{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := st.ten
+	if st.phase != held || st.owner == nil || t == nil || t.over {
+		return "", time.Time{}, false
+	}
+	return t.entity.Locker, t.until, true
+}
+
+// SharedBelief reports, for the read-write lock or semaphore of unique key key, the live
+// holdings this generator lends to at least one goroutine: locker → until when it counts it
+// held, and the locker of a downgrade on its way (which replaces it in Redis) or "".
+func (g *Generator) SharedBelief(key string) map[string]SharedHeld {
+	g.mu.Lock()
+	var sts []*sharedState
+	for k, st := range g.shares {
+		if strings.HasSuffix(k, "|"+key) {
+			sts = append(sts, st)
+		}
+	}
+	g.mu.Unlock()
+	out := map[string]SharedHeld{}
+	for _, st := range sts {
+		st.mu.Lock()
+		for _, h := range st.holds {
+			if h.ctx.Err() == nil && !h.idle() {
+				out[h.locker] = SharedHeld{Until: h.valid, DownTo: h.downTo}
+			}
+		}
+		st.mu.Unlock()
+	}
+	return out
+}
+
+// SharedHeld is what SharedBelief reports of a holding.
+type SharedHeld struct {
+	Until  time.Time
+	DownTo string
+}

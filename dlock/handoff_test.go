@@ -1,9 +1,12 @@
 package dlock_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1386,5 +1389,271 @@ func TestWaitersThatGiveUpKeepTheLineInOrder(t *testing.T) {
 	}
 	if fmt.Sprint(order) != "[1 3 4]" {
 		t.Fatalf("served %v, want [1 3 4]: those that stayed, in their order", order)
+	}
+}
+
+// farGen returns a generator whose client reaches Redis through a fault proxy (closed when t
+// ends), with lease as its default lease.
+func farGen(t testing.TB, lease time.Duration, opts ...dlock.Option) (*dlock.Generator, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(lease)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = g.Close(context.Background())
+		_ = c.Close()
+		_ = p.Close()
+	})
+	return g, p
+}
+
+// beliefWatch checks, from a client near Redis, that what a generator believes of a key while
+// a goroutine of it owns the lock (its locker, and until when it counts the key held) never
+// outlasts what Redis keeps: the key holds that locker, and expires no earlier.
+type beliefWatch struct {
+	checks, violations atomic.Int64
+	minMargin          atomic.Int64 // the least of Redis's expiry less the believed end seen, ns
+	mu                 sync.Mutex
+	first              string // the first violation
+}
+
+func (w *beliefWatch) violate(format string, args ...any) {
+	w.violations.Add(1)
+	w.mu.Lock()
+	if w.first == "" {
+		w.first = fmt.Sprintf(format, args...)
+	}
+	w.mu.Unlock()
+}
+
+// run samples g's belief of key every millisecond or two until stop is closed.
+func (w *beliefWatch) run(g *dlock.Generator, admin *redis.Client, key string, stop <-chan struct{}) {
+	w.minMargin.CompareAndSwap(0, int64(time.Hour))
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		l0, u0, ok := g.Belief(key)
+		if !ok {
+			continue
+		}
+		var get *redis.StringCmd
+		var pttl *redis.DurationCmd
+		_, _ = admin.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+			get, pttl = p.Get(context.Background(), key), p.PTTL(context.Background(), key)
+			return nil
+		})
+		r1 := time.Now()
+		l2, _, ok := g.Belief(key)
+		if !ok || l2 != l0 || !u0.After(r1) {
+			continue // (it ended, or its lease ran out and the watchdog is about to fire)
+		}
+		// It believed the key its own, until u0, all through Redis's reading, which ran before r1.
+		w.checks.Add(1)
+		if v := get.Val(); v != l0 {
+			w.violate("believed held by %s until %v from now, but the key holds %q", l0, time.Until(u0), v)
+			continue
+		}
+		expiry := r1.Add(pttl.Val() + time.Millisecond) // (PTTL is floored to the millisecond)
+		if m := int64(expiry.Sub(u0)); m < w.minMargin.Load() {
+			w.minMargin.Store(m)
+		}
+		if u0.After(expiry) {
+			w.violate("believed held until %v after Redis expires the key (PTTL %v)", u0.Sub(expiry), pttl.Val())
+		}
+	}
+}
+
+// farScenario is a run of one far process (two goroutines) against one near one (two
+// goroutines) on one key, with the network of the far one shaped by shape as it goes.
+type farScenario struct {
+	lease      time.Duration
+	dur        time.Duration
+	goroutines int                                             // in each process (2 if 0)
+	longEvery  int                                             // every longEvery-th hold of a goroutine lasts 3/4 of the lease (7 if 0, none if < 0)
+	shape      func(p *faultproxy.Proxy, stop <-chan struct{}) // changes the far process's network while the run lasts
+}
+
+func (sc farScenario) run(t *testing.T) {
+	far, p := farGen(t, sc.lease)
+	near, admin := newGen(t, dlock.WithDefaultLease(sc.lease))
+	tg := target(t)
+	lf, _ := far.Gen("FAR", tg)
+	ln, _ := near.Gen("FAR", tg)
+	key := lf.Config().UniqueKey()
+	fence := "{" + key + "}:fenced"
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	var watches [2]beliefWatch
+	for i, g := range []*dlock.Generator{far, near} {
+		bg.Add(1)
+		go func() { defer bg.Done(); watches[i].run(g, admin, key, stop) }()
+	}
+	if sc.shape != nil {
+		bg.Add(1)
+		go func() { defer bg.Done(); sc.shape(p, stop) }()
+	}
+	var (
+		acq          [2]atomic.Int64
+		inside       atomic.Int32
+		overlaps     atomic.Int64
+		stale        atomic.Int64
+		shortReturns atomic.Int64
+		minLeft      [2]atomic.Int64
+		maxWait      [2]atomic.Int64
+		errs         atomic.Int64
+	)
+	minLeft[0].Store(int64(time.Hour))
+	minLeft[1].Store(int64(time.Hour))
+	var wg sync.WaitGroup
+	end := time.Now().Add(sc.dur)
+	for i, l := range []*dlock.DistributedReentrantLock{lf, ln} {
+		g := []*dlock.Generator{far, near}[i]
+		for j := 0; j < cmp.Or(sc.goroutines, 2); j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 1; time.Now().Before(end); k++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					start := time.Now()
+					o, err := l.Lock(ctx)
+					ret := time.Now()
+					cancel()
+					if err != nil {
+						errs.Add(1)
+						t.Errorf("process %d: Lock: %v", i, err)
+						return
+					}
+					if w := int64(ret.Sub(start)); w > maxWait[i].Load() {
+						maxWait[i].Store(w)
+					}
+					if _, u, ok := g.Belief(key); ok {
+						// u can only have grown since Lock returned
+						left := u.Sub(ret)
+						if int64(left) < minLeft[i].Load() {
+							minLeft[i].Store(int64(left))
+						}
+						if left < sc.lease/2-sc.lease/20 {
+							shortReturns.Add(1)
+							t.Errorf("process %d: Lock returned with %v of a %v lease left", i, left, sc.lease)
+						}
+					}
+					acq[i].Add(1)
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					tok, _ := l.FencingToken(o)
+					if n, err := fencedScript.Run(context.Background(), admin, []string{fence}, tok).Int(); err == nil && n != 1 {
+						stale.Add(1)
+					}
+					hold := time.Duration(rand.IntN(3000)) * time.Microsecond
+					if every := cmp.Or(sc.longEvery, 7); every > 0 && k%every == 0 {
+						hold = sc.lease * 3 / 4 // renewals run
+					}
+					select {
+					case <-time.After(hold):
+					case <-o.Done():
+					}
+					inside.Add(-1)
+					if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+						t.Errorf("process %d: Unlock: %v", i, err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(stop)
+	bg.Wait()
+	t.Logf("grant messages delayed so far: %d", grantsDelayed.Load())
+	for i := range watches {
+		w := &watches[i]
+		t.Logf("process %d (%s): %d acquisitions, longest wait %v, least lease left at return %v; belief checks %d, least margin %v, violations %d %s",
+			i, []string{"far", "near"}[i], acq[i].Load(), time.Duration(maxWait[i].Load()).Round(time.Millisecond),
+			time.Duration(minLeft[i].Load()).Round(time.Millisecond), w.checks.Load(),
+			time.Duration(w.minMargin.Load()).Round(time.Millisecond), w.violations.Load(), w.first)
+		if w.violations.Load() != 0 {
+			t.Errorf("process %d believed the key its own beyond what Redis keeps: %d times; first: %s", i, w.violations.Load(), w.first)
+		}
+	}
+	if overlaps.Load() != 0 || stale.Load() != 0 {
+		t.Errorf("two owners: %d overlaps, %d stale fenced writes", overlaps.Load(), stale.Load())
+	}
+	if acq[0].Load() == 0 {
+		t.Errorf("the far process never got the lock in %v", sc.dur)
+	}
+	waitFor(t, func() bool { return admin.Exists(context.Background(), key).Val() == 0 })
+}
+
+// fencedScript accepts a token (ARGV[1]) only above the last it accepted at KEYS[1] (or equal
+// to it, with ARGV[2] = 1).
+var fencedScript = redis.NewScript(`
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local tok = tonumber(ARGV[1])
+if tok < last or (tok == last and ARGV[2] ~= '1') then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+return 1`)
+
+// grantsDelayed counts the grant messages grantDelay delayed.
+var grantsDelayed atomic.Int64
+
+// grantDelay delays, by d(), every chunk back to a client that carries a grant's message.
+func grantDelay(d func() time.Duration) func(toTarget bool, chunk []byte) time.Duration {
+	return func(toTarget bool, chunk []byte) time.Duration {
+		if !toTarget && bytes.Contains(chunk, []byte("G|at=")) {
+			grantsDelayed.Add(1)
+			return d()
+		}
+		return 0
+	}
+}
+
+// A process far from Redis — slow requests and quick replies, the reverse, latency that comes
+// and goes as it waits, and grant messages that come late — never believes the key its own
+// beyond what Redis keeps (read from a client near Redis while a goroutine of it owns the
+// lock), Lock never returns with less than half the lease, fencing tokens strictly increase,
+// and the far process is served.
+func TestFarProcessBeliefWithinRedis(t *testing.T) {
+	fixed := func(up, down time.Duration) func(*faultproxy.Proxy, <-chan struct{}) {
+		return func(p *faultproxy.Proxy, _ <-chan struct{}) { p.SetLatencies(up, down) }
+	}
+	for _, tc := range []struct {
+		name string
+		sc   farScenario
+	}{
+		{"SlowRequests", farScenario{lease: 600 * time.Millisecond, shape: fixed(120*time.Millisecond, 2*time.Millisecond)}},
+		{"SlowReplies", farScenario{lease: 600 * time.Millisecond, shape: fixed(2*time.Millisecond, 120*time.Millisecond)}},
+		{"ChangingLatency", farScenario{lease: time.Second, shape: func(p *faultproxy.Proxy, stop <-chan struct{}) {
+			ms := []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond, 150 * time.Millisecond}
+			for {
+				p.SetLatencies(ms[rand.IntN(len(ms))], ms[rand.IntN(len(ms))])
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Duration(100+rand.IntN(500)) * time.Millisecond):
+				}
+			}
+		}}},
+		{"LateGrants", farScenario{lease: 600 * time.Millisecond, goroutines: 1, longEvery: -1, shape: func(p *faultproxy.Proxy, _ <-chan struct{}) {
+			p.SetLatencies(20*time.Millisecond, 20*time.Millisecond)
+			p.SetShaper(grantDelay(func() time.Duration { return time.Duration(100+rand.IntN(400)) * time.Millisecond }))
+		}}},
+		{"ShortLeaseLateGrants", farScenario{lease: 300 * time.Millisecond, goroutines: 1, longEvery: -1, shape: func(p *faultproxy.Proxy, _ <-chan struct{}) {
+			p.SetLatencies(50*time.Millisecond, 5*time.Millisecond)
+			p.SetShaper(grantDelay(func() time.Duration { return time.Duration(50+rand.IntN(250)) * time.Millisecond }))
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.sc.dur = 3 * time.Second
+			tc.sc.run(t)
+		})
 	}
 }

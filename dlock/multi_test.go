@@ -4,11 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
 )
@@ -643,5 +647,197 @@ func TestMultiLocksOfReadSidesHoldTogether(t *testing.T) {
 		t.Fatal("a key named three times is still held after one Unlock")
 	} else {
 		_ = o2.Unlock()
+	}
+}
+
+// One process far from Redis (40 ms to it, 5 ms back, then the reverse halfway) contends with
+// two near ones under continuous contention, for every kind — a read-write lock's writers, a
+// semaphore's acquirers, a MultiLock of mutexes, and one of a write side and permits: every
+// process is served within a bounded wait (a Lock that waits 15 s fails the test), the far one
+// gets a share, and nothing is left held or in line once everyone stops.
+func TestFarProcessServedByEveryKind(t *testing.T) {
+	type taker struct {
+		lock   func(ctx context.Context) (*dlock.Owner, error)
+		unlock func(o *dlock.Owner) error
+	}
+	kinds := []struct {
+		name  string
+		turns bool // the line gives each process its turn
+		make  func(t *testing.T, g *dlock.Generator, tg string) taker
+	}{
+		{"Mutex", true, func(t *testing.T, g *dlock.Generator, tg string) taker {
+			l, _ := g.Gen("MUTEX", tg)
+			return taker{l.Lock, func(o *dlock.Owner) error { return o.Unlock() }}
+		}},
+		{"RWWriters", false, func(t *testing.T, g *dlock.Generator, tg string) taker {
+			l := rwOf(t, g, tg)
+			return taker{l.Lock, func(o *dlock.Owner) error { return o.Unlock() }}
+		}},
+		{"Semaphore", false, func(t *testing.T, g *dlock.Generator, tg string) taker {
+			s, err := g.GenSemaphore("SEM", tg, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return taker{func(ctx context.Context) (*dlock.Owner, error) { return s.Acquire(ctx, 1) }, func(o *dlock.Owner) error { return o.Unlock() }}
+		}},
+		{"MultiMutexes", true, func(t *testing.T, g *dlock.Generator, tg string) taker {
+			a, _ := g.Gen("MULTI", tg+"-a")
+			b, _ := g.Gen("MULTI", tg+"-b")
+			m, err := g.Multi(b, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return taker{m.Lock, m.Unlock}
+		}},
+		{"MultiOfKinds", false, func(t *testing.T, g *dlock.Generator, tg string) taker {
+			l := rwOf(t, g, tg+"-rw")
+			s, err := g.GenSemaphore("SEM", tg+"-sem", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := g.MultiOf(s.Permits(1), l.WriteSide())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return taker{m.Lock, m.Unlock}
+		}},
+	}
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			const lease, procs, goroutines = time.Second, 3, 2
+			far, p := farGen(t, lease)
+			p.SetLatencies(40*time.Millisecond, 5*time.Millisecond)
+			gens := []*dlock.Generator{far}
+			var admin *redis.Client
+			for i := 1; i < procs; i++ {
+				g, c := newGen(t, dlock.WithDefaultLease(lease))
+				gens, admin = append(gens, g), c
+			}
+			tg := target(t)
+			var per, maxWait [procs]atomic.Int64
+			var turnMu sync.Mutex
+			var turns [procs]int64 // acquisitions that followed another process's
+			last := -1
+			var wg sync.WaitGroup
+			dur := 4 * time.Second
+			end := time.Now().Add(dur)
+			time.AfterFunc(dur/2, func() { p.SetLatencies(5*time.Millisecond, 40*time.Millisecond) })
+			for i, g := range gens {
+				tk := kind.make(t, g, tg)
+				for j := 0; j < goroutines; j++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(end) {
+							ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+							start := time.Now()
+							o, err := tk.lock(ctx)
+							cancel()
+							if err != nil {
+								t.Errorf("process %d: Lock: %v", i, err)
+								return
+							}
+							if w := int64(time.Since(start)); w > maxWait[i].Load() {
+								maxWait[i].Store(w)
+							}
+							per[i].Add(1)
+							turnMu.Lock()
+							if last != i {
+								turns[i]++
+								last = i
+							}
+							turnMu.Unlock()
+							time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+							if err := tk.unlock(o); err != nil {
+								t.Errorf("process %d: Unlock: %v", i, err)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			var shares [procs]int64
+			var waits [procs]time.Duration
+			var total int64
+			for i := range per {
+				shares[i], waits[i] = per[i].Load(), time.Duration(maxWait[i].Load()).Round(time.Millisecond)
+				total += shares[i]
+			}
+			t.Logf("shares %v, turns %v (the first far from Redis), longest waits %v", shares, turns, waits)
+			if shares[0] == 0 {
+				t.Errorf("the far process got none of %d acquisitions", total)
+			}
+			// A mutex's process goes back in line as it yields (renew.lua stands it in line
+			// with its next attempt), so the line gives each process its turn. A read-write
+			// lock's or semaphore's holding goes back by a release, and the process stands in
+			// line again only with its next take, a round trip later: meanwhile the near
+			// processes take turns among themselves (about 10 to 1 here), which is logged,
+			// not checked.
+			if kind.turns && turns[0] < min(turns[1], turns[2])/3 {
+				t.Errorf("the far process got %d of %d acquisitions, in %d turns of %v", shares[0], total, turns[0], turns)
+			}
+			// Nothing left held or in line.
+			waitFor(t, func() bool {
+				keys, _ := admin.Keys(context.Background(), "*"+tg+"*").Result()
+				for _, k := range keys {
+					typ := admin.Type(context.Background(), k).Val()
+					switch {
+					case strings.HasSuffix(k, ":shared:held"), strings.HasSuffix(k, ":shared:line"), strings.HasSuffix(k, ":line"):
+						if n := admin.Exists(context.Background(), k).Val(); n != 0 {
+							return false
+						}
+					case strings.HasPrefix(k, "DLOCK_") && typ == "string":
+						return false // a mutex key
+					}
+				}
+				return true
+			})
+		})
+	}
+}
+
+// A MultiLock never returns with less than half of a part's lease left, as a mutex's Lock
+// does not: a part taken first and held while the MultiLock waits for a later one (here 70 %
+// of the lease, before its renewal at 75 %) is renewed before Lock returns. PTTL of every
+// part's key, read as Lock returns, is at least half the lease.
+func TestMultiLockNeverReturnsAPartNearlyExpired(t *testing.T) {
+	const lease = time.Second
+	g, admin := newGen(t, dlock.WithDefaultLease(lease))
+	other, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := target(t)
+	a, _ := g.Gen("HALFMULTI", tg+"-a")
+	b, _ := g.Gen("HALFMULTI", tg+"-b")
+	m, err := g.Multi(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, _ := other.Gen("HALFMULTI", tg+"-b")
+	ctx := ctxT(t, 20*time.Second)
+	held, err := ob.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := m.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- o
+	}()
+	waitFor(t, func() bool { st, err := a.State(ctx); return err == nil && st.Held() && st.Mine })
+	time.Sleep(lease * 7 / 10)
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, done, "the MultiLock")
+	took := time.Now()
+	for _, l := range []*dlock.DistributedReentrantLock{a, b} {
+		if left := admin.PTTL(ctx, key(l)).Val() + time.Since(took); left < lease/2 {
+			t.Errorf("MultiLock returned with %v of %s's %v lease left", left, key(l), lease)
+		}
+	}
+	if o != nil {
+		_ = m.Unlock(o)
 	}
 }

@@ -1,8 +1,10 @@
 package dlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/processor"
 )
 
@@ -1218,5 +1222,217 @@ func TestRWReentryNeverWaitsBehindAWriterInLine(t *testing.T) {
 		if err := w.Unlock(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// sharedBeliefWatch checks, from a client near Redis, that no holding of a read-write lock or
+// semaphore that a generator lends to a goroutine is counted held beyond what Redis keeps: the
+// holding is in Redis, and its lease there (server ms, on this host's clock) ends no earlier.
+func (w *beliefWatch) runShared(g *dlock.Generator, admin *redis.Client, cfg domain.DLockConfig, stop <-chan struct{}) {
+	w.minMargin.CompareAndSwap(0, int64(time.Hour))
+	held, exp := cfg.SideKey(processor.SharedHeldSuffix), cfg.SideKey(processor.SharedExpSuffix)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		before := g.SharedBelief(cfg.UniqueKey())
+		if len(before) == 0 {
+			continue
+		}
+		type reading struct {
+			held *redis.BoolCmd
+			exp  *redis.FloatCmd
+		}
+		rs := map[string]reading{}
+		_, _ = admin.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+			for l, b := range before {
+				rs[l] = reading{p.HExists(context.Background(), held, l), p.ZScore(context.Background(), exp, l)}
+				if b.DownTo != "" {
+					rs[b.DownTo] = reading{p.HExists(context.Background(), held, b.DownTo), p.ZScore(context.Background(), exp, b.DownTo)}
+				}
+			}
+			return nil
+		})
+		r1 := time.Now()
+		after := g.SharedBelief(cfg.UniqueKey())
+		for l, b := range before {
+			u0 := b.Until
+			if _, still := after[l]; !still || !u0.After(r1) {
+				continue
+			}
+			w.checks.Add(1)
+			r := rs[l]
+			if !r.held.Val() && b.DownTo != "" {
+				r = rs[b.DownTo] // (the downgrade ran: the holding lives on under its new locker)
+			}
+			if !r.held.Val() {
+				w.violate("holding %s lent, believed held for %v more, is not in Redis", l, time.Until(u0))
+				continue
+			}
+			end := time.UnixMilli(int64(r.exp.Val()))
+			if m := int64(end.Sub(u0)); m < w.minMargin.Load() {
+				w.minMargin.Store(m)
+			}
+			if u0.After(end.Add(time.Millisecond)) {
+				w.violate("holding %s believed held until %v after its lease in Redis ends", l, u0.Sub(end))
+			}
+		}
+	}
+}
+
+// latencyWalk changes p's latency each way among 0-150 ms every 100-600 ms until stop, and
+// delays the messages of shared locks (W, F) by up to 300 ms.
+func latencyWalk(p *faultproxy.Proxy, stop <-chan struct{}) {
+	p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+		if !toTarget && bytes.Contains(chunk, []byte(":shared:")) {
+			return time.Duration(rand.IntN(300)) * time.Millisecond
+		}
+		return 0
+	})
+	ms := []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond, 150 * time.Millisecond}
+	for {
+		p.SetLatencies(ms[rand.IntN(len(ms))], ms[rand.IntN(len(ms))])
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(100+rand.IntN(500)) * time.Millisecond):
+		}
+	}
+}
+
+// A process far from Redis, whose latency each way comes and goes (0-150 ms) and whose W and F
+// messages come late, shares a read-write lock and a semaphore with a near one: no holding is
+// believed beyond what Redis keeps, no writer is beside anyone and no more permits are out
+// than the semaphore has, writers' tokens strictly increase, the far process's writers and
+// acquirers are served, and nothing is left held once everyone stops.
+func TestFarProcessFamily(t *testing.T) {
+	for _, kind := range []string{"RW", "Semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			const lease, k = time.Second, 2
+			far, p := farGen(t, lease)
+			near, admin := newGen(t, dlock.WithDefaultLease(lease))
+			tg := target(t)
+			type side struct {
+				write, read dlock.Part
+			}
+			var sides [2]side
+			var cfg domain.DLockConfig
+			for i, g := range []*dlock.Generator{far, near} {
+				if kind == "RW" {
+					l := rwOf(t, g, tg)
+					sides[i], cfg = side{l.WriteSide(), l.ReadSide()}, l.Config()
+				} else {
+					s, err := g.GenSemaphore("SEM", tg, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sides[i], cfg = side{s.Permits(2), s.Permits(1)}, s.Config()
+				}
+			}
+			fence := "{" + cfg.UniqueKey() + "}:fenced"
+			stop := make(chan struct{})
+			var bg sync.WaitGroup
+			var watches [2]beliefWatch
+			for i, g := range []*dlock.Generator{far, near} {
+				bg.Add(1)
+				go func() { defer bg.Done(); watches[i].runShared(g, admin, cfg, stop) }()
+			}
+			bg.Add(1)
+			go func() { defer bg.Done(); latencyWalk(p, stop) }()
+
+			var (
+				writers, readers atomic.Int64 // inside: writers (all permits), readers (one each)
+				bad, stale       atomic.Int64
+				acq              [2][2]atomic.Int64 // [process][write]
+				maxWait          [2][2]atomic.Int64
+				wg               sync.WaitGroup
+			)
+			end := time.Now().Add(4 * time.Second)
+			for i := range sides {
+				for j := 0; j < 3; j++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for n := 0; time.Now().Before(end); n++ {
+							write := j == 0 && n%2 == 0 || n%3 == 0
+							part := sides[i].read
+							if write {
+								part = sides[i].write
+							}
+							ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+							start := time.Now()
+							o, err := part.Lock(ctx)
+							cancel()
+							if err != nil {
+								t.Errorf("process %d (write %v): Lock: %v", i, write, err)
+								return
+							}
+							w := 0
+							if write {
+								w = 1
+							}
+							if d := int64(time.Since(start)); d > maxWait[i][w].Load() {
+								maxWait[i][w].Store(d)
+							}
+							acq[i][w].Add(1)
+							if write {
+								if writers.Add(1) > 1 || readers.Load() > 0 {
+									bad.Add(1)
+								}
+								tok, _ := part.FencingToken(o)
+								same := 0 // (the owners of one semaphore holding share its token: equal is in order)
+								if kind == "Semaphore" {
+									same = 1
+								}
+								if n, err := fencedScript.Run(context.Background(), admin, []string{fence}, tok, same).Int(); err == nil && n != 1 {
+									stale.Add(1)
+								}
+							} else if r := readers.Add(1); writers.Load() > 0 || (kind == "Semaphore" && r > k) {
+								bad.Add(1)
+							}
+							hold := time.Duration(rand.IntN(5000)) * time.Microsecond
+							if n%9 == 8 {
+								hold = lease * 3 / 4
+							}
+							select {
+							case <-time.After(hold):
+							case <-o.Done():
+							}
+							if write {
+								writers.Add(-1)
+							} else {
+								readers.Add(-1)
+							}
+							if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+								t.Errorf("process %d: Unlock: %v", i, err)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			close(stop)
+			bg.Wait()
+			for i := range watches {
+				w := &watches[i]
+				t.Logf("process %d (%s): writes %d (longest wait %v), reads %d (longest wait %v); belief checks %d, least margin %v, violations %d %s",
+					i, []string{"far", "near"}[i], acq[i][1].Load(), time.Duration(maxWait[i][1].Load()).Round(time.Millisecond),
+					acq[i][0].Load(), time.Duration(maxWait[i][0].Load()).Round(time.Millisecond),
+					w.checks.Load(), time.Duration(w.minMargin.Load()).Round(time.Millisecond), w.violations.Load(), w.first)
+				if w.violations.Load() != 0 {
+					t.Errorf("process %d believed a holding beyond what Redis keeps: %d times; first: %s", i, w.violations.Load(), w.first)
+				}
+			}
+			if bad.Load() != 0 || stale.Load() != 0 {
+				t.Errorf("exclusion broken: %d entries beside a writer or beyond k, %d stale fenced writes", bad.Load(), stale.Load())
+			}
+			if acq[0][1].Load() == 0 || acq[0][0].Load() == 0 {
+				t.Errorf("the far process was not served: writes %d, reads %d", acq[0][1].Load(), acq[0][0].Load())
+			}
+			held := cfg.SideKey(processor.SharedHeldSuffix)
+			waitFor(t, func() bool { return admin.HLen(context.Background(), held).Val() == 0 })
+		})
 	}
 }

@@ -29,6 +29,8 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	latency   time.Duration
+	up, down  time.Duration                                   // added to latency: towards the target, back to the client
+	shape     func(toTarget bool, chunk []byte) time.Duration // added to both, per chunk; nil for none
 	blackhole bool
 	changed   chan struct{} // closed and replaced whenever the black hole is switched
 	links     map[*link]struct{}
@@ -64,6 +66,23 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// SetLatencies delays every chunk of data by up on its way to the target and by down on its
+// way back to the client, on top of SetLatency's delay (0 removes each).
+func (p *Proxy) SetLatencies(up, down time.Duration) {
+	p.mu.Lock()
+	p.up, p.down = up, down
+	p.mu.Unlock()
+}
+
+// SetShaper adds f(toTarget, chunk) to the delay of every chunk from now on: toTarget says the
+// chunk goes to the target, chunk is its bytes (not to be kept or changed). nil removes it. A
+// chunk waits behind the chunks before it on its connection, as TCP delivers them in order.
+func (p *Proxy) SetShaper(f func(toTarget bool, chunk []byte) time.Duration) {
+	p.mu.Lock()
+	p.shape = f
 	p.mu.Unlock()
 }
 
@@ -166,19 +185,19 @@ func (p *Proxy) serve(l *link) {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); p.pump(l, s, l.client) }()
-	p.pump(l, l.client, s)
+	go func() { defer wg.Done(); p.pump(l, s, l.client, true) }()
+	p.pump(l, l.client, s, false)
 	wg.Wait()
 }
 
-// pump copies src to dst, chunk by chunk, as the faults allow; when either side ends it closes
-// the link.
-func (p *Proxy) pump(l *link, dst, src net.Conn) {
+// pump copies src to dst, chunk by chunk, as the faults allow (toTarget: dst is the target's
+// side); when either side ends it closes the link.
+func (p *Proxy) pump(l *link, dst, src net.Conn, toTarget bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.pass(l) {
+			if !p.pass(l, toTarget, buf[:n]) {
 				break
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -194,13 +213,25 @@ func (p *Proxy) pump(l *link, dst, src net.Conn) {
 	p.mu.Unlock()
 }
 
-// pass waits until a chunk may be forwarded on l: the black hole is off and the latency has
-// passed. It returns false when l was closed meanwhile.
-func (p *Proxy) pass(l *link) bool {
+// pass waits until chunk may be forwarded on l (towards the target if toTarget): the black
+// hole is off and the latency has passed. It returns false when l was closed meanwhile.
+func (p *Proxy) pass(l *link, toTarget bool, chunk []byte) bool {
 	delayed := false
+	p.mu.Lock()
+	shape := p.shape
+	p.mu.Unlock()
+	var extra time.Duration // the shaper's, asked once per chunk
+	if shape != nil {
+		extra = shape(toTarget, chunk)
+	}
 	for {
 		p.mu.Lock()
-		hole, changed, lat := p.blackhole, p.changed, p.latency
+		hole, changed, lat := p.blackhole, p.changed, p.latency+extra
+		if toTarget {
+			lat += p.up
+		} else {
+			lat += p.down
+		}
 		p.mu.Unlock()
 		if hole {
 			select {
