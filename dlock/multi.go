@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
@@ -125,8 +126,11 @@ func (m *MultiLock) Parts() []Part {
 // fails, the parts taken so far are released in reverse order and the error returned (as a
 // part's Lock returns it). A part lost while Lock waits for a later one (its renewals failed
 // through a failover, or an operator removed it) is not returned as held: Lock lets go of the
-// parts it took and takes them all again, so the Owner it returns holds every part. With an
-// Owner of this MultiLock, Lock re-enters every part. A Lock that Close overtakes returns
+// parts it took and takes them all again, so the Owner it returns holds every part. A mutex
+// part taken early is renewed before Lock returns if less than half its lease is left (the
+// wait for the later parts used it up), so that no mutex part is returned nearly expired, as
+// a mutex's Lock never returns one. With an Owner of this MultiLock, Lock re-enters every
+// part. A Lock that Close overtakes returns
 // ErrClosed and holds none of the parts: never an Owner one of whose parts Close has let go.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 	return m.acquire(ctx, true, func(l Part, ctx context.Context) (*Owner, bool, error) {
@@ -230,7 +234,58 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 			}
 		}
 	}
+	// A mutex taken before the last part may have waited for the later ones past half its
+	// lease: it is renewed now, as a pass is, so that no mutex is returned nearly expired. If
+	// that fails, all are let go (and Lock takes them again).
+	for i, l := range m.parts[:len(m.parts)-1] {
+		if mu, ok := l.(*DistributedReentrantLock); ok {
+			if err := mu.freshen(owners[i]); err != nil {
+				letGo()
+				if errors.Is(err, ErrClosed) {
+					return nil, nil, err
+				}
+				return nil, nil, nil
+			}
+		}
+	}
 	return owners, values, nil
+}
+
+// freshen renews the tenure under the acquisition owned holds when less than half the lease of
+// its handle is left (with the tenure's own lease setting, which Extend keeps), as a pass
+// renews before it is taken. It returns nil when at least half is left, else why not.
+func (l *DistributedReentrantLock) freshen(owned context.Context) error {
+	h := l.holdingOf(owned)
+	if h == nil {
+		return ErrNotHeld
+	}
+	left := func() (time.Duration, time.Duration, bool) {
+		st := h.st
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		t := h.ten
+		if st.ten != t || st.owner != h {
+			return 0, 0, false
+		}
+		return time.Until(t.until), t.cfg.Lease(), true
+	}
+	d, lease, ok := left()
+	switch {
+	case !ok:
+		if err := h.heldErr(); err != nil {
+			return err
+		}
+		return ErrNotHeld
+	case d >= h.cfg.Lease()/2:
+		return nil
+	}
+	if err := l.Extend(owned, lease); err != nil {
+		return err
+	}
+	if d, _, ok = left(); !ok || d < h.cfg.Lease()/2 {
+		return fmt.Errorf("%w: %s", errLateReply, l.cfg.UniqueKey()) // (the renewal's reply came late)
+	}
+	return nil
 }
 
 // partEnded returns why the holding of a part's Owner has ended (lost or closed), or nil.
