@@ -1436,3 +1436,70 @@ func TestFarProcessFamily(t *testing.T) {
 		})
 	}
 }
+
+// A holding of the read-write lock with less than half its lease left is renewed before it
+// serves another goroutine, so that every acquisition starts with at least half its lease, as
+// a mutex's Lock does: a second reader on a read-hold, and a reader on an idle write-hold that
+// its writer lets go. (The semaphore lends its holdings through the same step.)
+func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
+	const lease = 2 * time.Second
+	left := func(g *dlock.Generator, l *dlock.RWLock) time.Duration {
+		var least time.Duration = -1
+		for _, b := range g.SharedBelief(l.Config().UniqueKey()) {
+			if d := time.Until(b.Until); least < 0 || d < least {
+				least = d
+			}
+		}
+		return least
+	}
+	for _, first := range []string{"reader", "writer"} {
+		t.Run(first, func(t *testing.T) {
+			g, _ := newGen(t, dlock.WithDefaultLease(lease))
+			l := rwOf(t, g, target(t))
+			var o1 *dlock.Owner
+			var err error
+			if first == "reader" {
+				o1, err = l.RLock(context.Background())
+			} else {
+				o1, err = l.Lock(context.Background())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			type got struct {
+				o   *dlock.Owner
+				err error
+			}
+			second := make(chan got, 1)
+			rlock := func() {
+				o, err := l.RLock(context.Background())
+				second <- got{o, err}
+			}
+			if first == "writer" {
+				go rlock() // waits while the writer holds
+			}
+			// Past half the lease, before the renewal at three quarters of it.
+			waitFor(t, func() bool { d := left(g, l); return d > 0 && d < lease/2-300*time.Millisecond })
+			if first == "reader" {
+				go rlock()
+			} else if err := l.Unlock(o1); err != nil {
+				t.Fatal(err)
+			}
+			r := recv(t, second, "the second acquisition")
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if d := left(g, l); d < lease/2-150*time.Millisecond {
+				t.Fatalf("the reader was lent a holding with %v of its %v lease left; want at least half", d, lease)
+			}
+			if err := l.Unlock(r.o); err != nil {
+				t.Fatal(err)
+			}
+			if first == "reader" {
+				if err := l.Unlock(o1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -78,6 +78,7 @@ type shareHold struct {
 	downTo   string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
 	passes   int       // rw: writers lent in a row past a queued reader
 	renewAt  time.Time
+	soonest  time.Time     // a renewal to lend it (stale) may be sent from then
 	valid    time.Time     // the lease runs out (from the send time of the last take or renewal)
 	expiry   *time.Timer   // ends the holding at valid, whatever the driver is doing
 	fate     []chan error  // told once an idle holding is let go in Redis or lent again (Unlock waits)
@@ -286,16 +287,17 @@ var errStateDropped = errors.New("dlock: shared state dropped")
 // lendLocked serves the front waiters from the holdings, in order, up to the first that none
 // can serve. The caller holds mu.
 func (st *sharedState) lendLocked() {
+	now := time.Now()
 	for len(st.waiters) > 0 {
 		i, w := 0, st.waiters[0]
-		h := st.holdFor(w)
+		h := st.holdFor(w, now)
 		if h == nil && st.spec.Kind == processor.KindRW {
 			// the writers queued behind readers pass them onto an idle write-hold: one
 			// hold serves a batch of writes (at most writeBatch in a row)
 			i = slices.IndexFunc(st.waiters, func(x *shareWaiter) bool { return x.write })
 			if i > 0 {
 				w = st.waiters[i]
-				if h = st.holdFor(w); h != nil && h.passes >= writeBatch {
+				if h = st.holdFor(w, now); h != nil && h.passes >= writeBatch {
 					h = nil
 				}
 			}
@@ -318,13 +320,16 @@ func (st *sharedState) lendLocked() {
 	}
 }
 
-// holdFor returns a holding that can serve w now, or nil.
-func (st *sharedState) holdFor(w *shareWaiter) *shareHold {
+// holdFor returns a holding that can serve w at now, or nil. A holding with less than half its
+// lease left at now serves nobody new, as a mutex's Lock never returns with less (the driver
+// renews it first: stale); with now zero, holdFor tells the holding that would serve w if it
+// were renewed.
+func (st *sharedState) holdFor(w *shareWaiter, now time.Time) *shareHold {
 	if w.down != nil { // a downgrade reads on its own write-hold, wanted or not
 		return w.down.hold
 	}
 	for _, h := range st.holds {
-		if h.ctx.Err() != nil || (st.wanted && !h.fresh) {
+		if h.ctx.Err() != nil || (st.wanted && !h.fresh) || (!now.IsZero() && st.stale(h, now)) {
 			continue
 		}
 		switch {
@@ -464,7 +469,7 @@ func (st *sharedState) plan() action {
 	st.lendLocked()
 	// renewals first: a holding's lease is the one thing that cannot wait
 	for _, h := range st.holds {
-		if h.ctx.Err() == nil && h.downTo == "" && !now.Before(h.renewAt) {
+		if h.ctx.Err() == nil && h.downTo == "" && (!now.Before(h.renewAt) || st.stale(h, now) && !now.Before(h.soonest) && st.awaited(h)) {
 			return action{do: st.renew(h)}
 		}
 	}
@@ -566,6 +571,17 @@ func (st *sharedState) planOther(now time.Time) action {
 		next = now.Add(lease / 6) // waiting for borrowers; look again anyway
 	}
 	return action{wait: next}
+}
+
+// stale reports whether h has less than half its lease left at now: it is renewed before it
+// serves another borrower. The caller holds mu.
+func (st *sharedState) stale(h *shareHold, now time.Time) bool {
+	return h.valid.Sub(now) < st.cfg.Lease()/2
+}
+
+// awaited reports whether h would serve a waiter if it were renewed. The caller holds mu.
+func (st *sharedState) awaited(h *shareHold) bool {
+	return slices.ContainsFunc(st.waiters, func(w *shareWaiter) bool { return st.holdFor(w, time.Time{}) == h })
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -1000,6 +1016,7 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		h.soonest = sent.Add(st.cfg.Lease() / 4) // (for a waiter, no renewal right after another)
 		switch {
 		case h.ctx.Err() != nil || h.locker != locker:
 		case err != nil:
