@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -1354,4 +1355,152 @@ func everyKind(t testing.TB, g *dlock.Generator, tg string, k int) (*dlock.Distr
 		t.Fatal(err)
 	}
 	return mustGen(t, g, "PMA", tg, 5*time.Second), sem, rw
+}
+
+// chaosHook plays a faulty network for the library's writes (every script but the read-only
+// inspection), pct percent of them: a copy delivered again at once or up to two leases
+// later (a client's retry, a duplicated packet), a reply lost after the script ran (the
+// caller sees a timeout), a request kept on the wire (the caller sees a timeout at once, and
+// Redis runs it up to two leases later), or a request slowed on its way (so that a later one
+// overtakes it). match, if set, narrows what it touches.
+type chaosHook struct {
+	lease time.Duration
+	pct   int
+	match func(args []any) bool
+
+	mu    sync.Mutex
+	rng   *rand.Rand
+	wg    sync.WaitGroup
+	stop  atomic.Bool     // once set, nothing more is faulted
+	count [5]atomic.Int64 // by fault
+}
+
+// The faults of a chaosHook.
+const (
+	chaosDupNow = iota
+	chaosDupLater
+	chaosLostReply
+	chaosOnWire
+	chaosSlow
+)
+
+func newChaosHook(lease time.Duration, pct int, seed uint64) *chaosHook {
+	return &chaosHook{lease: lease, pct: pct, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+func (h *chaosHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *chaosHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// draw returns the fault for a request (-1 for none) and a delay within two leases.
+func (h *chaosHook) draw() (int, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop.Load() || h.rng.IntN(100) >= h.pct {
+		return -1, 0
+	}
+	return h.rng.IntN(5), time.Duration(h.rng.Int64N(int64(2 * h.lease)))
+}
+
+func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := processor.ScriptName(cmd.Args())
+		if name == "" || name == "inspect" || (h.match != nil && !h.match(cmd.Args())) {
+			return next(ctx, cmd)
+		}
+		fault, delay := h.draw()
+		if fault < 0 {
+			return next(ctx, cmd)
+		}
+		h.count[fault].Add(1)
+		args := append([]any(nil), cmd.Args()...)
+		later := func(d time.Duration) {
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				time.Sleep(d)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = next(ctx, redis.NewCmd(ctx, args...))
+			}()
+		}
+		switch fault {
+		case chaosDupNow:
+			err := next(ctx, cmd)
+			c := redis.NewCmd(context.WithoutCancel(ctx), args...)
+			_ = next(context.WithoutCancel(ctx), c)
+			return err
+		case chaosDupLater:
+			err := next(ctx, cmd)
+			later(delay)
+			return err
+		case chaosLostReply:
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			cmd.SetErr(injectedTimeout{})
+			return cmd.Err()
+		case chaosOnWire:
+			later(delay)
+			cmd.SetErr(injectedTimeout{})
+			return cmd.Err()
+		default: // slowed on its way: a later request may reach Redis first
+			time.Sleep(delay / 4)
+			return next(ctx, cmd)
+		}
+	}
+}
+
+// quiet stops the faults and waits for every copy still on its way.
+func (h *chaosHook) quiet() {
+	h.stop.Store(true)
+	h.wg.Wait()
+}
+
+func (h *chaosHook) String() string {
+	return fmt.Sprintf("dup at once %d, dup later %d, reply lost %d, kept on the wire %d, slowed %d",
+		h.count[0].Load(), h.count[1].Load(), h.count[2].Load(), h.count[3].Load(), h.count[4].Load())
+}
+
+// chaosGen returns a Generator ("a process") on a client of its own behind h. When t ends the
+// Generator is closed, h's copies delivered, and the client closed.
+func chaosGen(t testing.TB, h *chaosHook, opts ...dlock.Option) *dlock.Generator {
+	t.Helper()
+	c := srv.Client()
+	c.AddHook(h)
+	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(h.lease)}, opts...)...)
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		h.quiet()
+		c.Close()
+	})
+	return g
+}
+
+// documentedErr reports whether err is one of the errors the library documents for a call
+// that failed: a sentinel, or a *RedisProcessError.
+func documentedErr(err error) bool {
+	var rpe *dlock.RedisProcessError
+	return errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrLockLost) || errors.Is(err, dlock.ErrClosed) ||
+		errors.Is(err, dlock.ErrInvalidConfig) || errors.Is(err, dlock.ErrNotHeld) || errors.As(err, &rpe) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// keysWithoutTTL lists the keys c holds that have no time to live.
+func keysWithoutTTL(t testing.TB, c *redis.Client) []string {
+	t.Helper()
+	var out []string
+	for _, k := range keysOf(t, c) {
+		if c.PTTL(context.Background(), k).Val() == -1 {
+			out = append(out, k)
+		}
+	}
+	return out
 }

@@ -1499,3 +1499,182 @@ func TestSemaphoreReentryNeverWaitsBehindAProcessInLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// heldSpan is one acquisition's time as owner, seen from the caller: from Acquire's return to
+// the Unlock call, counted only when the owner context was still live at the Unlock call.
+type heldSpan struct {
+	from, to time.Time
+	n        int64
+}
+
+// spanLedger records the spans of a run and checks how many permits were out at once.
+type spanLedger struct {
+	mu    sync.Mutex
+	spans []heldSpan
+}
+
+func (l *spanLedger) add(s heldSpan) { l.mu.Lock(); l.spans = append(l.spans, s); l.mu.Unlock() }
+
+// maxOutAt returns the permits of the spans that contain at.
+func (l *spanLedger) outAt(at time.Time) int64 {
+	var sum int64
+	for _, s := range l.spans {
+		if !s.from.After(at) && s.to.After(at) {
+			sum += s.n
+		}
+	}
+	return sum
+}
+
+// Under a faulty network — writes delivered twice (at once or up to two leases later),
+// replies lost after the script ran, requests kept on the wire and run late, requests
+// overtaken by later ones — a semaphore whose count is raised and lowered by SetPermits while
+// processes acquire, re-enter and release never has more permits out than a count in effect,
+// ends with the count set last, serves every waiter, fails only with the documented errors,
+// and leaves nothing behind.
+func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	tg := uniqueTarget(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	var hooks []*chaosHook
+	var sems []*dlock.Semaphore
+	for i := range 3 {
+		h := newChaosHook(lease, 10, seed+uint64(i))
+		hooks = append(hooks, h)
+		sems = append(sems, semOf(t, chaosGen(t, h), tg, 3))
+	}
+	defer func() {
+		for i, h := range hooks {
+			t.Logf("process %d: %v", i, h)
+		}
+	}()
+	ctx := ctxT(t, time.Minute)
+	var ledger spanLedger
+	var bad atomic.Int64
+	fail := func(format string, args ...any) {
+		if bad.Add(1) <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	// the count in effect: set by the controller only; distinct values, so that no late copy
+	// of a change finds the count it names again (the documented exception)
+	type phase struct {
+		at time.Time
+		k  int64
+	}
+	var phMu sync.Mutex
+	phases := []phase{{time.Now(), 3}}
+	ks := []int{4, 2, 5}
+	var notObtained, acquired atomic.Int64
+	stopAt := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for p, s := range sems {
+		for w := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; time.Now().Before(stopAt); i++ {
+					n := 1 + (p+w+i)%2
+					actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					o, err := s.Acquire(actx, n)
+					cancel()
+					if err != nil {
+						if errors.Is(err, dlock.ErrNotObtained) {
+							notObtained.Add(1)
+						}
+						if !documentedErr(err) || errors.Is(err, dlock.ErrInvalidConfig) {
+							fail("Acquire(%d): %v", n, err)
+						}
+						continue
+					}
+					acquired.Add(1)
+					from := time.Now()
+					time.Sleep(time.Duration(2+i%10) * time.Millisecond)
+					if i%5 == 0 {
+						if _, err := s.Acquire(o, n); err == nil {
+							if err := s.Release(o); err != nil && !documentedErr(err) {
+								fail("Release of a re-entry: %v", err)
+							}
+						} else if !documentedErr(err) {
+							fail("re-entry: %v", err)
+						}
+					}
+					to := time.Now()
+					live := o.Err() == nil
+					if err := o.Unlock(); err != nil && !documentedErr(err) {
+						fail("Unlock: %v", err)
+					}
+					if live {
+						ledger.add(heldSpan{from, to, int64(n)})
+					}
+				}
+			}()
+		}
+	}
+	// the controller: raise, lower, raise, each retried until it says it is done
+	for i, k := range ks {
+		time.Sleep(time.Until(phases[0].at.Add(time.Duration(i+1) * time.Second)))
+		phMu.Lock()
+		phases = append(phases, phase{time.Now(), -1}) // changing: either count may be in effect
+		phMu.Unlock()
+		for {
+			err := sems[i%3].SetPermits(ctx, k)
+			if err == nil {
+				break
+			}
+			if !documentedErr(err) {
+				t.Errorf("SetPermits(%d): %v", k, err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+		}
+		phMu.Lock()
+		phases = append(phases, phase{time.Now(), int64(k)})
+		phMu.Unlock()
+	}
+	wg.Wait()
+	// no more permits out than a count in effect: the count at the span's start, or, while a
+	// change was on its way or just lowered it, the one before (permits held beyond a lowered
+	// count stay out until released)
+	boundAt := func(at time.Time) int64 {
+		var b, prev int64
+		for _, ph := range phases {
+			if ph.at.After(at) {
+				break
+			}
+			if ph.k >= 0 {
+				prev, b = b, ph.k
+			}
+		}
+		return max(b, prev)
+	}
+	for _, s := range ledger.spans {
+		if out, b := ledger.outAt(s.from), boundAt(s.from); out > b {
+			fail("%d permits out at %v, with a count of at most %d in effect", out, s.from.Sub(phases[0].at), b)
+		}
+	}
+	if notObtained.Load() > 0 {
+		t.Errorf("%d of %d acquisitions waited 3 s (10 leases) in vain", notObtained.Load(), acquired.Load()+notObtained.Load())
+	}
+	t.Logf("%d acquisitions, %d spans checked", acquired.Load(), len(ledger.spans))
+	for _, h := range hooks {
+		h.quiet()
+	}
+	st, err := sems[0].State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := int64(ks[len(ks)-1]); st.Permits != last {
+		t.Errorf("the count after every copy arrived is %d, want %d, the one set last", st.Permits, last)
+	}
+	waitFor(t, func() bool {
+		st, err := sems[1].State(ctx)
+		return err == nil && len(st.Holds) == 0 && len(st.Waiting) == 0
+	})
+	c := rawClient(t)
+	if left := keysWithoutTTL(t, c); len(left) > 0 {
+		t.Errorf("keys without a time to live: %v", left)
+	}
+}
