@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -431,5 +433,113 @@ func TestForceReleaseOfTheLockFamily(t *testing.T) {
 	var zs *dlock.Semaphore
 	if _, err := zs.ForceRelease(context.Background(), "x"); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("ForceRelease of a nil Semaphore: %v", err)
+	}
+}
+
+// An operator's ForceRelease whose reply is lost (the script ran; the caller sees a timeout)
+// and which is then repeated — the second copy finds the holder gone — still tells a holder of
+// the same Generator at once, as a ForceRelease that was answered does: not at its next
+// renewal (45 s on, with a minute's lease), while another process may hold the lock.
+func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
+	isForce := func(args []any) bool {
+		switch processor.ScriptName(args) {
+		case "force":
+			return true
+		case "shared":
+			keys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+			return len(args) > 3+keys && fmt.Sprint(args[3+keys]) == "force"
+		}
+		return false
+	}
+	type kind struct {
+		name  string
+		hold  func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
+		who   func(ctx context.Context, g *dlock.Generator, tg string) (string, error)
+		force func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error)
+	}
+	kinds := []kind{{
+		name: "mutex",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return mustGen(t, g, "FORCE", tg, time.Minute).Lock(ctx)
+		},
+		who: func(ctx context.Context, g *dlock.Generator, tg string) (string, error) {
+			s, err := mustGen(t, g, "FORCE", tg, time.Minute).State(ctx)
+			return s.Holder, err
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return mustGen(t, g, "FORCE", tg, time.Minute).ForceRelease(ctx, holder)
+		},
+	}, {
+		name: "write side",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return rwOf(t, g, tg).Lock(ctx)
+		},
+		who: func(ctx context.Context, g *dlock.Generator, tg string) (string, error) {
+			s, err := rwOf(t, g, tg).State(ctx)
+			if len(s.Holds) != 1 {
+				return "", fmt.Errorf("holds %+v", s.Holds)
+			}
+			return s.Holds[0].Locker, err
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return rwOf(t, g, tg).ForceRelease(ctx, holder)
+		},
+	}, {
+		name: "permits",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return semOf(t, g, tg, 2).Acquire(ctx, 2)
+		},
+		who: func(ctx context.Context, g *dlock.Generator, tg string) (string, error) {
+			s, err := semOf(t, g, tg, 2).State(ctx)
+			if len(s.Holds) != 1 {
+				return "", fmt.Errorf("holds %+v", s.Holds)
+			}
+			return s.Holds[0].Locker, err
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return semOf(t, g, tg, 2).ForceRelease(ctx, holder)
+		},
+	}}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c := srv.Client()
+			var lose atomic.Int32
+			lose.Store(1)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if err == nil && isForce(cmd.Args()) && lose.Add(-1) == 0 {
+					cmd.SetErr(injectedTimeout{}) // the script ran; its reply is lost
+					return cmd.Err()
+				}
+				return err
+			}})
+			g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			owned, err := k.hold(ctx, g, tg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder, err := k.who(ctx, g, tg)
+			if err != nil || holder == "" {
+				t.Fatalf("holder %q, %v", holder, err)
+			}
+			removed, err := k.force(ctx, g, tg, holder)
+			if err == nil {
+				t.Fatalf("setup: the ForceRelease whose reply was lost returned %v, nil", removed)
+			}
+			if !documentedErr(err) {
+				t.Fatalf("ForceRelease whose reply was lost: %v", err)
+			}
+			if removed, err := k.force(ctx, g, tg, holder); err != nil || removed {
+				t.Fatalf("ForceRelease repeated = %v, %v; want false (the first copy removed it)", removed, err)
+			}
+			if !rgWaitUntil(5*time.Second, func() bool { return errors.Is(context.Cause(owned), dlock.ErrLockLost) }) {
+				t.Fatalf("the holder in the Generator that forced it was not told within 5 s (cause %v)", context.Cause(owned))
+			}
+			if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("the removed holder's Unlock: %v", err)
+			}
+		})
 	}
 }
