@@ -321,10 +321,24 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 	res, err := call(g, ctx, func(ctx context.Context) (processor.SharedResult, error) {
 		return g.redis.SharedForce(ctx, cfg, spec, holder)
 	})
+	removed := err == nil && res.Outcome == processor.Released
+	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil && !removed {
+		// The outcome is unknown (a reply lost), or the holding was gone already — perhaps
+		// removed by an earlier copy of this request whose reply was lost: a holding of this
+		// Generator under holder renews at once, and learns whether it still holds.
+		st.mu.Lock()
+		now := time.Now()
+		for _, h := range st.holds {
+			if h.locker == holder && h.ctx.Err() == nil && h.renewAt.After(now) {
+				h.renewAt = now
+			}
+		}
+		st.mu.Unlock()
+		st.poke()
+	}
 	if err != nil {
 		return false, unlate(err)
 	}
-	removed := res.Outcome == processor.Released
 	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil && removed {
 		st.mu.Lock()
 		for _, h := range st.holds {

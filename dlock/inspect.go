@@ -160,10 +160,16 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 	res, err := call(l.g, ctx, func(ctx context.Context) (processor.Result, error) {
 		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
+	removed := err == nil && res.Outcome == processor.Released
+	if !removed {
+		// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
+		// removed by an earlier copy of this request whose reply was lost: a tenure of this
+		// Generator under holder renews at once, and learns whether it still holds.
+		l.g.checkTenure(l.cfg.UniqueKey(), holder)
+	}
 	if err != nil {
 		return false, unlate(err)
 	}
-	removed := res.Outcome == processor.Released
 	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && removed {
 		// A tenure of this Generator is told at once, or, if it is being taken just now, as
 		// soon as its reply comes (ask checks forced).
@@ -179,6 +185,23 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 		st.mu.Unlock()
 	}
 	return removed, nil
+}
+
+// checkTenure has the tenure of key under locker, if this Generator holds one, renew at once.
+func (g *Generator) checkTenure(key, locker string) {
+	st := g.lookup(key)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	t := st.ten
+	if t == nil || t.over || t.entity.Locker != locker {
+		st.mu.Unlock()
+		return
+	}
+	t.checkNow = true
+	st.mu.Unlock()
+	t.exp.Poke()
 }
 
 var errForced = fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost)

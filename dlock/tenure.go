@@ -31,7 +31,8 @@ type tenure struct {
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
 
-	granted bool // granted by a release, and no goroutine took it yet
+	granted  bool // granted by a release, and no goroutine took it yet
+	checkNow bool // renew at once: a ForceRelease of its locker may have removed it unheard
 }
 
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
@@ -93,7 +94,11 @@ func (t *tenure) Schedule() threads.Schedule {
 	t.st.mu.Lock()
 	defer t.st.mu.Unlock()
 	lease := t.cfg.Lease()
-	return threads.Schedule{Until: t.until, RenewAt: t.until.Add(-lease / 4), Retry: lease / 10}
+	renewAt := t.until.Add(-lease / 4)
+	if t.checkNow {
+		renewAt = time.Now()
+	}
+	return threads.Schedule{Until: t.until, RenewAt: renewAt, Retry: lease / 10}
 }
 
 // Renew implements threads.Lease: the expander's renewal, with the tenure's lease, and a new
@@ -106,6 +111,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 		return nil
 	}
 	cfg, order := t.cfg, t.order()
+	t.checkNow = false
 	req := processor.RenewRequest{Locker: t.entity.Locker}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
