@@ -235,9 +235,10 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // held beyond a lowered k stay out until released; none is handed out until fewer than k are,
 // in any process: the processes that hold more than k are told, lend no more from their
 // holdings and give them back as they come free.
-// The change names the count it replaces, read first, so that a copy of it (or of an earlier
-// SetPermits) that reaches Redis late cannot set an older count again; SetPermits calls made
-// at once from several places still leave whichever ran last.
+// The change names the count it replaces, read first, and runs once: a copy of it (or of an
+// earlier SetPermits) that reaches Redis late cannot set an older count again, even when the
+// count went back to the one it names; SetPermits calls made at once from several places still
+// leave whichever ran last.
 // It returns ErrInvalidConfig for k < 1 or k > 2^53, ErrClosed after Close, a *RedisProcessError when
 // Redis fails, and ctx's error when ctx ends first (the change may then still reach Redis).
 func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
@@ -260,7 +261,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 			now     int64
 		}
 		c, err := call(s.g, ctx, func(ctx context.Context) (change, error) {
-			changed, now, err := s.g.redis.ChangePermits(ctx, s.cfg, st.Permits, int64(k))
+			changed, now, err := s.g.redis.ChangePermits(ctx, s.cfg, s.g.newLocker(), st.Permits, int64(k))
 			return change{changed, now}, err
 		})
 		if err != nil || c.changed || c.now == int64(k) {

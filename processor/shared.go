@@ -300,19 +300,22 @@ func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockCo
 // configuration for as long as the semaphore is in use (its keys live). Permits held beyond
 // a lowered k stay held until released; no new ones are taken until the count is below k.
 func (p *RedisLockProcessor) SetPermits(ctx context.Context, cfg domain.DLockConfig, k int64) error {
-	_, _, err := p.ChangePermits(ctx, cfg, 0, k)
+	_, _, err := p.ChangePermits(ctx, cfg, "", 0, k)
 	return err
 }
 
 // ChangePermits sets a semaphore's permit count to k, as SetPermits does, only if Redis keeps
 // from (or keeps none; from 0 changes any count): a late or repeated copy of a change, or of an
-// older one, finds the count changed since and changes nothing. It reports whether it changed
-// the count, and the count Redis keeps when it did not.
-func (p *RedisLockProcessor) ChangePermits(ctx context.Context, cfg domain.DLockConfig, from, k int64) (changed bool, now int64, err error) {
+// older one, finds the count changed since and changes nothing. A change with a locker of its
+// own (a fresh one, as a take's: "" for none) is settled as it runs, so that a copy of it that
+// comes later changes nothing even when the count went back to from meanwhile, and answers
+// as the first copy did. It reports whether it changed the count, and the count Redis keeps
+// when it did not.
+func (p *RedisLockProcessor) ChangePermits(ctx context.Context, cfg domain.DLockConfig, locker string, from, k int64) (changed bool, now int64, err error) {
 	if k < 1 {
 		return false, 0, fmt.Errorf("%w: %d permits", dlerrors.ErrInvalidConfig, k)
 	}
-	code, vals, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, sharedOp{op: "permits", from: from})
+	code, vals, _, err := p.call(ctx, cfg, Shared{Kind: KindSem, Permits: k}, sharedOp{op: "permits", locker: locker, from: from})
 	if err != nil || code == 1 {
 		return err == nil, k, err
 	}

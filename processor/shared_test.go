@@ -372,6 +372,40 @@ func TestSharedSetPermits(t *testing.T) {
 	})
 }
 
+// A change of the permits with a locker of its own runs once: a copy of it that comes after a
+// later change brought the count back to the one it names changes nothing (3 -> 5, 5 -> 3, then
+// a copy of 3 -> 5), and every copy answers as its first did, applied or refused.
+func TestSharedPermitsChangeRunsOnce(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "once")
+		a := newProc(t, c, "A-")
+		a.take(t, lc, sem3, a.locker(), 1, true) // in use: Redis keeps 3
+		up, down, stale := a.locker(), a.locker(), a.locker()
+		for _, ch := range []struct {
+			locker   string
+			from, to int64
+			changed  bool
+			keeps    int64
+		}{
+			{up, 3, 5, true, 5},
+			{down, 5, 3, true, 3},
+			{stale, 5, 4, false, 3}, // refused: Redis keeps 3
+			{up, 3, 5, true, 3},     // a copy: applied the first time, changes nothing now
+			{down, 5, 3, true, 3},
+			{stale, 3, 4, false, 3}, // a copy of the refused one, though 3 is kept now
+		} {
+			changed, _, err := a.ChangePermits(ctx, lc, ch.locker, ch.from, ch.to)
+			if err != nil || changed != ch.changed {
+				t.Fatalf("%s %d -> %d: changed %v, %v; want changed %v", ch.locker, ch.from, ch.to, changed, err, ch.changed)
+			}
+			if in, err := a.SharedInspect(ctx, lc, sem3); err != nil || in.Permits != ch.keeps {
+				t.Fatalf("after %s %d -> %d Redis keeps %d (%v); want %d", ch.locker, ch.from, ch.to, in.Permits, err, ch.keeps)
+			}
+		}
+	})
+}
+
 // A change of the permits that names the count it changes applies to that count only: a late
 // copy of a change from 4 to 5, arriving after a change from 5 to 2, changes nothing and says
 // what Redis keeps — no more permits go out than the newest count.
@@ -382,11 +416,11 @@ func TestSharedPermitsChangeNamesTheCountItChanges(t *testing.T) {
 		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
 		a.take(t, lc, sem3, a.locker(), 1, true) // in use: Redis keeps 3
 		for _, ch := range []struct{ from, to int64 }{{3, 4}, {4, 5}, {5, 2}} {
-			if changed, _, err := a.ChangePermits(ctx, lc, ch.from, ch.to); err != nil || !changed {
+			if changed, _, err := a.ChangePermits(ctx, lc, "", ch.from, ch.to); err != nil || !changed {
 				t.Fatalf("%d -> %d: %v, %v", ch.from, ch.to, changed, err)
 			}
 		}
-		if changed, now, err := a.ChangePermits(ctx, lc, 4, 5); err != nil || changed || now != 2 {
+		if changed, now, err := a.ChangePermits(ctx, lc, "", 4, 5); err != nil || changed || now != 2 {
 			t.Fatalf("a late copy of 4 -> 5: changed %v, Redis keeps %d, %v; want nothing changed, 2 kept", changed, now, err)
 		}
 		held := 1
@@ -806,7 +840,7 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 		}},
 		{"a refused change of the permits", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
 			// a late copy of a change 5 -> 4, or a SetPermits that read 5: Redis keeps 3
-			if changed, now, err := p.ChangePermits(context.Background(), lc, 5, 4); err != nil || changed || now != 3 {
+			if changed, now, err := p.ChangePermits(context.Background(), lc, "", 5, 4); err != nil || changed || now != 3 {
 				t.Fatalf("refused change: %v, %d, %v", changed, now, err)
 			}
 		}},
@@ -865,7 +899,7 @@ func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
 		{"a force of nothing", func() { _, _ = d.SharedForce(ctx, lc, sem3, "C-nobody") }},
 		{"a release", func() { a.letGo(t, lc, sem3, la) }},
 		{"a setting of k", func() { _ = a.SetPermits(ctx, lc, 3) }},
-		{"a refused change of k", func() { _, _, _ = a.ChangePermits(ctx, lc, 5, 4) }},
+		{"a refused change of k", func() { _, _, _ = a.ChangePermits(ctx, lc, "", 5, 4) }},
 		{"a force", func() { _, _ = d.SharedForce(ctx, lc, sem3, lb) }},
 	}
 	for _, s := range steps {

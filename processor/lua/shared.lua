@@ -43,7 +43,7 @@
 -- (waiting): the holders lend no more and give back what comes free.
 local A = {
     op = ARGV[1] or '',                -- take, renew, release, force, inspect, permits
-    locker = ARGV[2] or '',            -- the request's locker
+    locker = ARGV[2] or '',            -- the request's locker (permits: the change's own, or '')
     owner = ARGV[3] or '',             -- its process (the locker's prefix)
     n = ARGV[4] or '',                 -- take: permits asked
     lease = ARGV[5] or '',             -- take, renew: the holding's lease, ms
@@ -475,11 +475,30 @@ elseif A.op == 'force' then
     return {1}
 elseif A.op == 'permits' then
     -- a change that names the count it changes applies to that count only: a late or repeated
-    -- copy of it, or of an older change, finds the count changed since and changes nothing
+    -- copy of it, or of an older change, finds the count changed since and changes nothing; a
+    -- change with a locker of its own is settled as it runs, applied ('<locker>|set' settled
+    -- too) or not, so that a copy of it that comes later still changes nothing, even when the
+    -- count went back to the one it names (3 -> 5, 5 -> 3, then a copy of 3 -> 5), and answers
+    -- as the first did
+    if A.locker ~= '' and settled(A.locker) then
+        if freed then wake(k) end
+        keep(k, kd)
+        if settled(A.locker .. '|set') then
+            return {1}
+        end
+        return {0, string.format('%.0f', k)}
+    end
     if A.from ~= '' and redis.call('exists', KIND) == 1 and tonumber(A.from) ~= k then
+        if A.locker ~= '' then
+            settle(A.locker)
+        end
         if freed then wake(k) end -- (what the prune settled, as every request does)
         keep(k, kd)
         return {0, string.format('%.0f', k)}
+    end
+    if A.locker ~= '' then
+        settle(A.locker)
+        settle(A.locker .. '|set')
     end
     local was = k
     k = tonumber(A.k)
