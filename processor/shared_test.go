@@ -838,6 +838,12 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 		{"a force of nothing", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
 			_, _ = p.SharedForce(context.Background(), lc, sem3, "C-nobody")
 		}},
+		{"a copy of a change of the permits", func(t *testing.T, p *proc, lc domain.DLockConfig, _, settled string) {
+			// a change whose locker is settled ran before: it changes nothing
+			if changed, now, err := p.ChangePermits(context.Background(), lc, settled, 3, 4); err != nil || changed || now != 3 {
+				t.Fatalf("a copy of a change: %v, %d, %v", changed, now, err)
+			}
+		}},
 		{"a refused change of the permits", func(t *testing.T, p *proc, lc domain.DLockConfig, _, _ string) {
 			// a late copy of a change 5 -> 4, or a SetPermits that read 5: Redis keeps 3
 			if changed, now, err := p.ChangePermits(context.Background(), lc, "", 5, 4); err != nil || changed || now != 3 {
