@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,74 @@ func TestDocumentedErrors(t *testing.T) {
 	var pe *dlock.RedisProcessError
 	if _, _, err := lDown.TryLock(short()); !errors.As(err, &pe) || pe.Op != "lock" || pe.Key != "DLOCK_ERR_down" {
 		t.Fatalf("TryLock with Redis down: %#v", err)
+	}
+}
+
+// A key of the lock's name that holds another kind of value (a list some other program
+// pushed to, say) is a refusal no wait mends, as an ACL refusal is: Lock returns at once with
+// ErrNotObtained and Redis's WRONGTYPE reply, for the mutex and for the read-write lock and
+// the semaphore; Close does not wait on a give-back that can only fail the same way; and once
+// the key is deleted the lock works.
+func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
+	g, c := newGen(t)
+	ctx := context.Background()
+	tg := target(t)
+	l, _ := g.Gen("WRONGTYPE", tg)
+	rw, _ := g.GenRW("WRONGTYPE", tg+"-rw")
+	rw2, _ := g.GenRW("WRONGTYPE", tg+"-rw2")
+	sem, _ := g.GenSemaphore("WRONGTYPE", tg+"-sem", 2)
+	cases := []struct {
+		name string
+		key  string
+		lock func(context.Context) (*dlock.Owner, error)
+	}{
+		{"mutex", key(l), l.Lock},
+		{"read side", "{" + rw.Config().UniqueKey() + "}:shared:kind", rw.RLock},
+		{"write side", "{" + rw2.Config().UniqueKey() + "}:shared:kind", rw2.Lock},
+		{"semaphore", "{" + sem.Config().UniqueKey() + "}:shared:kind", func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := c.RPush(ctx, tc.key, "not a lock").Err(); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second) // turns a hang into a failure
+			defer cancel()
+			start := time.Now()
+			_, err := tc.lock(wctx)
+			var pe *dlock.RedisProcessError
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &pe) || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("Lock = %v; want ErrNotObtained with the WRONGTYPE reply", err)
+			}
+			if wctx.Err() != nil || time.Since(start) > 2*time.Second {
+				t.Fatalf("Lock waited %v on a refusal", time.Since(start))
+			}
+			if err := c.Del(ctx, tc.key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			o, err := tc.lock(ctxT(t, 5*time.Second))
+			if err != nil {
+				t.Fatalf("Lock once the key is gone: %v", err)
+			}
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// A TryLock's attempt is given back; Close does not wait a lease for it.
+	g2, c2 := newGen(t, dlock.WithDefaultLease(10*time.Second))
+	l2, _ := g2.Gen("WRONGTYPE", tg+"-try")
+	if err := c2.RPush(ctx, key(l2), "not a lock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l2.TryLock(ctx); !strings.Contains(fmt.Sprint(err), "WRONGTYPE") {
+		t.Fatalf("TryLock = %v; want the WRONGTYPE reply", err)
+	}
+	start := time.Now()
+	if err := g2.Close(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v", d)
 	}
 }

@@ -684,8 +684,10 @@ func (p *RedisLockProcessor) raise(cfg domain.DLockConfig) {
 func ClientClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 // Refused reports whether err is Redis refusing a request for good, which no wait mends: an
-// ACL refusal of the user, of a key or channel, or of a command a script calls, or a command
-// the server does not know (a Sentinel's port given as a server's).
+// ACL refusal of the user, of a key or channel, or of a command a script calls, a command
+// the server does not know (a Sentinel's port given as a server's), or a key of the lock's
+// that holds another kind of value (WRONGTYPE: some other program's key of that name, which
+// stays until somebody deletes it).
 func Refused(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -693,7 +695,8 @@ func Refused(err error) bool {
 	}
 	msg := re.Error()
 	return redis.IsPermissionError(re) || redis.IsAuthError(re) ||
-		strings.Contains(msg, "The user executing the script can't") || strings.HasPrefix(msg, "ERR unknown command")
+		strings.Contains(msg, "The user executing the script can't") || strings.HasPrefix(msg, "ERR unknown command") ||
+		strings.HasPrefix(msg, "WRONGTYPE")
 }
 
 // EntryTTL is how long an entry in the line of waiting processes lives unless its process
