@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/internal/redistest"
 )
 
 // TestHelp: --help and -h, on dlock and on every command, print the usage on stdout and exit 0.
@@ -202,4 +207,64 @@ func TestUnreachable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRedisErrorReply: a Redis that answers with an error is not reported unreachable. A key
+// of the lock's that holds another kind of value (WRONGTYPE) is an error no wait mends: every
+// command says what Redis answered and exits 1 at once, waiting or not, and exec runs
+// nothing. A Redis out of memory (maxmemory reached) is not serving: 69, naming the reply.
+func TestRedisErrorReply(t *testing.T) {
+	needReal(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := context.Background()
+	tg := target(t)
+	if err := admin.RPush(ctx, "DLOCK_CLI_"+tg, "not a lock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{
+		{"status", "CLI", tg},
+		{"status", "--json", "CLI", tg},
+		{"release", "--force", "--any", "CLI", tg},
+		{"release", "--force", "--holder", "h", "CLI", tg},
+		{"lock", "-n", "CLI", tg},
+		{"lock", "-w", "30", "CLI", tg},
+		{"exec", "-n", "CLI", tg, "touch", ran},
+		{"exec", "CLI", tg, "touch", ran},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			start := time.Now()
+			r := runBin(t, []string{"DLOCK_REDIS=" + srv.Addr}, args...)
+			if r.code != exitError || !strings.Contains(r.stderr, "WRONGTYPE") || strings.Contains(r.stderr, "cannot reach") ||
+				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stdout != "" {
+				t.Fatal(r)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("took %v", d)
+			}
+			if exists(ran) {
+				t.Fatal("exec ran its command without the lock")
+			}
+		})
+	}
+	t.Run("out of memory", func(t *testing.T) {
+		s, err := redistest.StartReal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		oom := s.Client()
+		defer oom.Close()
+		if err := oom.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := oom.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		r := runBin(t, nil, "exec", "-n", "--redis", s.Addr, "CLI", tg, "touch", ran)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "OOM") || strings.Contains(r.stderr, "cannot reach") || exists(ran) {
+			t.Fatal(r)
+		}
+	})
 }

@@ -157,7 +157,7 @@ func (c *conn) close() {
 }
 
 // classify gives a library error the exit status it calls for: 2 for an invalid
-// configuration, 69 or 77 for a Redis failure or an unanswered call (redisFailure), else 1.
+// configuration, 69, 77 or 1 for a Redis failure or an unanswered call (redisFailure), else 1.
 func (c *conn) classify(err error) error {
 	var pe *dlock.RedisProcessError
 	switch {
@@ -178,7 +178,8 @@ func isRedisReply(err error) bool {
 }
 
 // redisFailure is the error for a Redis that failed, refused or did not answer, naming it:
-// 77 when it refused the credentials or a command (ACL), else 69.
+// 77 when it refused the credentials or a command (ACL), 1 for another error reply that no
+// wait mends (WRONGTYPE), else 69 (unreachable, no answer, or not serving: OOM, LOADING, ...).
 func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 	var pe *dlock.RedisProcessError
 	cause := err
@@ -201,7 +202,29 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 	if _, moved := redis.IsMovedError(err); moved {
 		return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (%s): add --cluster, or name several nodes", ep, reply))
 	}
+	if isRedisReply(cause) {
+		if notServing(reply) {
+			return withStatus(exitUnavailable, fmt.Errorf("%v is not serving requests now (%s)", ep, reply))
+		}
+		what := "an error"
+		if strings.HasPrefix(reply, "WRONGTYPE") {
+			what = "an error (a key of the lock's name holds a value that is not dlock's)"
+		}
+		return withStatus(exitError, fmt.Errorf("%v answered with %s: %s", ep, what, reply))
+	}
 	return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: %s", ep, reply))
+}
+
+// notServing reports whether Redis's error reply says it cannot serve requests for now (out
+// of memory, loading its data, a read-only replica, a Cluster or a master down, busy with a
+// script, unable to persist): a Redis that is unavailable, not a request at fault.
+func notServing(reply string) bool {
+	for _, p := range []string{"OOM", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "NOREPLICAS", "MISCONF"} {
+		if strings.HasPrefix(reply, p+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // plain returns err's message without the library's "dlock: " prefixes and its "invalid

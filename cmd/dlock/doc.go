@@ -93,9 +93,11 @@
 // --timeout D (default 5s) bounds each Redis call the tool makes — the first PING, State,
 // ForceRelease, a single TryLock, the final release and the Generator's Close — so dlock never
 // hangs on a Redis that does not answer. An unreachable Redis is reported in one line naming it,
-// with exit status 69; a refused password or user (WRONGPASS, NOAUTH) or a command the ACL user
-// may not run (NOPERM) with 77. A single-server address that is in fact a Cluster node is told
-// to add --cluster.
+// with exit status 69, as is one that answers it is not serving (OOM, LOADING, READONLY, ...);
+// a refused password or user (WRONGPASS, NOAUTH) or a command the ACL user may not run (NOPERM)
+// with 77; another error reply with 1, such as WRONGTYPE when a key of the lock's name holds a
+// value that is not dlock's (no wait mends it: exec and lock do not wait). A single-server
+// address that is in fact a Cluster node is told to add --cluster.
 //
 // # exec
 //
@@ -215,7 +217,8 @@
 //	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
 //	         TARGET or lease, release without --force or without --holder/--any, a
 //	         read-write lock asked for as a semaphore or the other way round
-//	69       Redis unreachable, or no answer within --timeout (EX_UNAVAILABLE)
+//	69       Redis unreachable, not serving (out of memory, loading, read-only), or no
+//	         answer within --timeout (EX_UNAVAILABLE)
 //	75       exec, lock: the lock was not obtained within --wait, or at once with -n; COMMAND
 //	         did not run (EX_TEMPFAIL); -E (--conflict-exit-code) chooses another status
 //	76       exec, lock: the lock was lost while held (exec: COMMAND was stopped)

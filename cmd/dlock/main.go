@@ -18,7 +18,7 @@ const (
 	exitOK          = 0
 	exitError       = 1   // anything not listed below
 	exitUsage       = 2   // bad command line, including an invalid lock type, target or lease
-	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable or not answering within --timeout
+	exitUnavailable = 69  // EX_UNAVAILABLE: Redis unreachable, not serving (OOM, LOADING, ...) or not answering within --timeout
 	exitNotObtained = 75  // EX_TEMPFAIL: exec or lock did not obtain the lock within --wait (the default of --conflict-exit-code)
 	exitLost        = 76  // exec or lock: the lock was lost while held
 	exitNoPerm      = 77  // EX_NOPERM: Redis refused the user or password, or a command (ACL)
@@ -151,7 +151,8 @@ exit status:
   0        success (exec: the command's own status, see below)
   1        any other error
   2        usage error: bad command, flags or Redis address, invalid TYPE, TARGET or lease
-  69       Redis unreachable, or no answer within --timeout
+  69       Redis unreachable, not serving (out of memory, loading, read-only), or no
+           answer within --timeout
   75       exec, lock: the lock was not obtained within --wait (or -n); --conflict-exit-code
            changes it
   76       exec, lock: the lock was lost while held (exec: the command was stopped)
