@@ -73,7 +73,9 @@ func DefaultHoldBuckets() []float64 {
 // traces the Lock calls made through its Lock method. Its methods are safe for concurrent use;
 // the dlock.Observer ones do not block: each adds to one or two instruments (the first event
 // of a lock type also sets that type's counters to 0), and Acquired also takes a short mutex
-// while a traced Lock waits. Make it with New; one Observer can serve several Generators.
+// while a traced Lock waits. Make it with New; one Observer can serve several Generators. A
+// nil or zero Observer (not made by New) records nothing, its Lock only calls lock.Lock, and
+// none of its methods panics.
 type Observer struct {
 	wait, notObtainedWait, hold                                     metric.Float64Histogram
 	acquisitions, notObtained, losses, renewalFailures, redisErrors metric.Int64Counter
@@ -178,6 +180,9 @@ func set(kvs ...attribute.KeyValue) metric.MeasurementOption {
 // ofType returns t's attribute sets. The first event of a type makes them and adds 0 to each
 // of the type's counters, so that they are exported before anything happens to them and
 // rate() or increase() over them has data: an alert on losses sees the first loss.
+// made reports whether o was made by New: a nil or zero Observer records nothing.
+func (o *Observer) made() bool { return o != nil && o.wait != nil }
+
 func (o *Observer) ofType(t domain.DLockType) *typeAttrs {
 	if v, ok := o.types.Load(t); ok {
 		return v.(*typeAttrs)
@@ -250,6 +255,9 @@ func (o *Observer) opAttrs(op string) metric.MeasurementOption {
 // Acquired implements dlock.Observer: it records the wait in dlock.wait and counts the
 // acquisition.
 func (o *Observer) Acquired(e dlock.AcquireEvent) {
+	if !o.made() {
+		return
+	}
 	attrs := o.ofType(e.Config.LockType()).ofHow(e.How)
 	ctx := context.Background()
 	o.wait.Record(ctx, e.Wait.Seconds(), attrs)
@@ -262,6 +270,9 @@ func (o *Observer) Acquired(e dlock.AcquireEvent) {
 // NotObtained implements dlock.Observer: it records the wait until the failure in
 // dlock.not_obtained_wait and counts the failure by reason.
 func (o *Observer) NotObtained(e dlock.NotObtainedEvent) {
+	if !o.made() {
+		return
+	}
 	attrs := o.ofType(e.Config.LockType()).ofReason(e.Reason)
 	ctx := context.Background()
 	o.notObtainedWait.Record(ctx, e.Wait.Seconds(), attrs)
@@ -272,20 +283,32 @@ func (o *Observer) NotObtained(e dlock.NotObtainedEvent) {
 // while held (a renewal found the key gone) is never released, and is not in dlock.hold; one
 // found lost by its release is.
 func (o *Observer) Released(e dlock.ReleaseEvent) {
+	if !o.made() {
+		return
+	}
 	o.hold.Record(context.Background(), e.Held.Seconds(), o.ofType(e.Config.LockType()).typ)
 }
 
 // Lost implements dlock.Observer: it counts the loss.
 func (o *Observer) Lost(e dlock.LossEvent) {
+	if !o.made() {
+		return
+	}
 	o.losses.Add(context.Background(), 1, o.ofType(e.Config.LockType()).typ)
 }
 
 // RenewalFailed implements dlock.Observer: it counts the failure.
 func (o *Observer) RenewalFailed(e dlock.RenewalEvent) {
+	if !o.made() {
+		return
+	}
 	o.renewalFailures.Add(context.Background(), 1, o.ofType(e.Config.LockType()).typ)
 }
 
 // RedisError implements dlock.Observer: it counts the error by operation.
 func (o *Observer) RedisError(e dlock.RedisErrorEvent) {
+	if !o.made() {
+		return
+	}
 	o.redisErrors.Add(context.Background(), 1, o.opAttrs(e.Op))
 }

@@ -497,3 +497,31 @@ func TestNewRejectsBadBuckets(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// An Observer not made by New — nil (New's result when its error went unchecked) or zero —
+// records nothing and never panics: given to a Generator, the locks work, and its Lock takes
+// the lock untraced.
+func TestObserverNotMadeByNew(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	for name, o := range map[string]*otelobs.Observer{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			l, err := newGen(t, c, o, time.Second).Gen("ORDER", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owned, err := o.Lock(ctxT(t, 5*time.Second), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(owned); err != nil {
+				t.Fatal(err)
+			}
+			o.NotObtained(dlock.NotObtainedEvent{Reason: dlock.ReasonTimeout})
+			o.Lost(dlock.LossEvent{})
+			o.RenewalFailed(dlock.RenewalEvent{})
+			o.RedisError(dlock.RedisErrorEvent{Op: "lock"})
+		})
+	}
+}

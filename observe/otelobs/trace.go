@@ -38,8 +38,8 @@ type waiting struct {
 //
 // Lock is safe for concurrent use and cancels as lock.Lock does.
 func (o *Observer) Lock(ctx context.Context, lock *dlock.DistributedReentrantLock) (context.Context, error) {
-	if ctx == nil || lock == nil {
-		return lock.Lock(ctx) // its ErrInvalidConfig: nothing to trace
+	if ctx == nil || lock == nil || !o.made() {
+		return lock.Lock(ctx) // its ErrInvalidConfig, or an Observer not made by New: nothing to trace
 	}
 	cfg := lock.Config()
 	key := cfg.UniqueKey()

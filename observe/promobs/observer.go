@@ -43,7 +43,8 @@ func DefaultHoldBuckets() []float64 {
 // Observer is a dlock.Observer and a prometheus.Collector (see the package doc). Its methods
 // are safe for concurrent use and do not block: each observes one or two metrics (the first
 // event of a lock type also makes that type's counters, at 0). Make it with New; one Observer
-// can serve several Generators.
+// can serve several Generators. A nil or zero Observer (not made by New) records and exports
+// nothing, and never panics.
 type Observer struct {
 	wait, notObtainedWait, hold                                     *prometheus.HistogramVec
 	acquisitions, notObtained, losses, renewalFailures, redisErrors *prometheus.CounterVec
@@ -163,6 +164,9 @@ func (o *Observer) ofType(t domain.DLockType) *typeMetrics {
 // Acquired implements dlock.Observer: it observes the wait in dlock_wait_seconds and counts
 // the acquisition.
 func (o *Observer) Acquired(e dlock.AcquireEvent) {
+	if !o.made() {
+		return
+	}
 	tm, how := o.ofType(e.Config.LockType()), e.How.String()
 	o.wait.WithLabelValues(tm.t, how).Observe(e.Wait.Seconds())
 	if c, ok := tm.acquisitions[how]; ok {
@@ -175,6 +179,9 @@ func (o *Observer) Acquired(e dlock.AcquireEvent) {
 // NotObtained implements dlock.Observer: it observes the wait until the failure in
 // dlock_not_obtained_wait_seconds and counts the failure by reason.
 func (o *Observer) NotObtained(e dlock.NotObtainedEvent) {
+	if !o.made() {
+		return
+	}
 	tm, reason := o.ofType(e.Config.LockType()), string(e.Reason)
 	o.notObtainedWait.WithLabelValues(tm.t, reason).Observe(e.Wait.Seconds())
 	if c, ok := tm.notObtained[reason]; ok {
@@ -188,23 +195,38 @@ func (o *Observer) NotObtained(e dlock.NotObtainedEvent) {
 // lost while held (a renewal found the key gone) is never released, and is not in
 // dlock_hold_seconds; one found lost by its release is.
 func (o *Observer) Released(e dlock.ReleaseEvent) {
+	if !o.made() {
+		return
+	}
 	o.hold.WithLabelValues(o.ofType(e.Config.LockType()).t).Observe(e.Held.Seconds())
 }
 
 // Lost implements dlock.Observer: it counts the loss.
 func (o *Observer) Lost(e dlock.LossEvent) {
+	if !o.made() {
+		return
+	}
 	o.ofType(e.Config.LockType()).losses.Inc()
 }
 
 // RenewalFailed implements dlock.Observer: it counts the failure.
 func (o *Observer) RenewalFailed(e dlock.RenewalEvent) {
+	if !o.made() {
+		return
+	}
 	o.ofType(e.Config.LockType()).renewalFailures.Inc()
 }
 
 // RedisError implements dlock.Observer: it counts the error by operation.
 func (o *Observer) RedisError(e dlock.RedisErrorEvent) {
+	if !o.made() {
+		return
+	}
 	o.redisErrors.WithLabelValues(e.Op).Inc()
 }
+
+// made reports whether o was made by New: a nil or zero Observer records nothing.
+func (o *Observer) made() bool { return o != nil && o.wait != nil }
 
 func (o *Observer) collectors() [8]prometheus.Collector {
 	return [8]prometheus.Collector{o.wait, o.notObtainedWait, o.hold,
@@ -213,6 +235,9 @@ func (o *Observer) collectors() [8]prometheus.Collector {
 
 // Describe implements prometheus.Collector.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	if !o.made() {
+		return
+	}
 	for _, c := range o.collectors() {
 		c.Describe(ch)
 	}
@@ -220,6 +245,9 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	if !o.made() {
+		return
+	}
 	for _, c := range o.collectors() {
 		c.Collect(ch)
 	}

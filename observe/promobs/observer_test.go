@@ -378,3 +378,37 @@ shop_dlock_wait_seconds_count{how="polled",service="orders",type="ORDER"} 1
 		t.Error(err)
 	}
 }
+
+// An Observer not made by New — nil (New's result when its error went unchecked) or zero —
+// records and exports nothing, and never panics: given to a Generator, the locks work.
+func TestObserverNotMadeByNew(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	for name, o := range map[string]*promobs.Observer{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			l, err := newGen(t, c, o, time.Second).Gen("ORDER", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owned, err := l.Lock(ctxT(t, 5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := owned.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			o.NotObtained(dlock.NotObtainedEvent{Reason: dlock.ReasonTimeout})
+			o.Lost(dlock.LossEvent{})
+			o.RenewalFailed(dlock.RenewalEvent{})
+			o.RedisError(dlock.RedisErrorEvent{Op: "lock"})
+			reg := prometheus.NewPedanticRegistry()
+			if err := reg.Register(o); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+				t.Fatalf("gathered %d metrics, err %v", n, err)
+			}
+		})
+	}
+}
