@@ -151,3 +151,23 @@ func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
 		t.Fatalf("Close took %v", d)
 	}
 }
+
+// A nil *RedisProcessError (as errors.As leaves its target when nothing matches) prints and
+// unwraps without a panic, as a nil error would.
+func TestNilRedisProcessError(t *testing.T) {
+	var pe *dlock.RedisProcessError
+	if errors.As(errors.New("not a Redis failure"), &pe) {
+		t.Fatal("matched")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("a nil *RedisProcessError panics: %v", r)
+		}
+	}()
+	if msg := pe.Error(); msg != "<nil>" {
+		t.Errorf("Error() = %q", msg)
+	}
+	if err := pe.Unwrap(); err != nil {
+		t.Errorf("Unwrap() = %v", err)
+	}
+}

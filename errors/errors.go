@@ -38,10 +38,18 @@ type RedisProcessError struct {
 	Err error
 }
 
-// Error describes the failure.
+// Error describes the failure; a nil *RedisProcessError says "<nil>".
 func (e *RedisProcessError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("dlock: redis %s %q: %v", e.Op, e.Key, e.Err)
 }
 
-// Unwrap returns the cause.
-func (e *RedisProcessError) Unwrap() error { return e.Err }
+// Unwrap returns the cause (nil for a nil *RedisProcessError).
+func (e *RedisProcessError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
