@@ -65,6 +65,12 @@ func TestCloseReleasesAndEndsWaiters(t *testing.T) {
 	if _, err := g.Gen("CLOSE", "x"); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("Gen after Close: %v", err)
 	}
+	if _, err := g.GenRW("CLOSE", "x"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("GenRW after Close: %v", err)
+	}
+	if _, err := g.Multi(l); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Multi after Close: %v", err)
+	}
 }
 
 // Close(ctx) is bounded by ctx even when the client does not honour context deadlines

@@ -59,7 +59,8 @@ type Part interface {
 
 // Multi returns the MultiLock over locks, which must be handles of this Generator. The same
 // key named twice is taken once (with the lease of its first handle). It returns
-// ErrInvalidConfig for no lock, a nil or zero lock, or a lock of another Generator.
+// ErrInvalidConfig for no lock, a nil or zero lock, or a lock of another Generator, and
+// ErrClosed after Close.
 func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error) {
 	parts := make([]Part, len(locks))
 	for i, l := range locks {
@@ -75,12 +76,16 @@ func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error
 // A lock named twice with the same kind is taken once; one read-write lock's two sides, two
 // kinds of lock over one key, or one semaphore with two counts of permits, are refused
 // (ErrInvalidConfig): the second would wait for the first, or one count would be dropped.
+// After Close it returns ErrClosed.
 func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 	if g == nil || g.proc == nil {
 		return nil, errZeroGenerator
 	}
 	if len(parts) == 0 {
 		return nil, fmt.Errorf("%w: a MultiLock of no lock", ErrInvalidConfig)
+	}
+	if g.isClosed() {
+		return nil, ErrClosed
 	}
 	out := make([]Part, 0, len(parts))
 	for _, p := range parts {
