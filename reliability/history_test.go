@@ -524,8 +524,8 @@ func allowedLater(k string, ttl, lease time.Duration) bool {
 	switch {
 	case ttl == -2: // (go-redis's PTTL of a key that is gone: it expired between SCAN and PTTL)
 		return true
-	case ttl <= 0:
-		return false // no TTL
+	case ttl < 0:
+		return false // no TTL (-1; a PTTL of 0 is a key that expires within this millisecond)
 	case strings.HasSuffix(k, "}:fence"), strings.HasSuffix(k, "}:first"):
 		return true
 	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"):
@@ -1543,6 +1543,8 @@ func TestHistoryLeftoverRule(t *testing.T) {
 	}{
 		{"{DLOCK_HIST_r3}:shared:kind", -1, false},         // a shared key without a TTL
 		{"{DLOCK_HIST_r3}:shared:kind", -2, true},          // gone between SCAN and PTTL
+		{"{DLOCK_HIST_r3}:shared:gone", 0, true},           // expiring within the millisecond
+		{"DLOCK_HIST_k0", 0, false},                        // a lock key, whatever its TTL
 		{"{DLOCK_HIST_r3}:shared:kind", 5 * lease, true},   // living as long as its settled lockers
 		{"{DLOCK_HIST_r3}:shared:kind", 30 * lease, false}, // longer than any of them
 		{"{DLOCK_HIST_k0}:fence", time.Hour, true},
