@@ -1678,3 +1678,65 @@ func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
 		t.Errorf("keys without a time to live: %v", left)
 	}
 }
+
+// A request that the driver cuts short so that a renewal due goes first is no failure of
+// Redis's: a TryAcquire whose ask for more is on its way as the process's holding must be
+// renewed gets its answer once the ask is sent again after the renewal, and no Redis error is
+// reported.
+func TestSemaphoreAskCutShortForARenewalIsSentAgain(t *testing.T) {
+	const lease = 6 * time.Second
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	var armed, held atomic.Bool
+	renewed := make(chan struct{})
+	var once sync.Once
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		if sharedArg(a, "op") == "renew" && held.Load() {
+			once.Do(func() { close(renewed) })
+		}
+		if sharedArg(a, "op") != "take" || !armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd) // the ask runs in Redis; its reply comes after the next renewal
+		held.Store(true)
+		<-renewed
+		return err
+	}})
+	obs := &recorder{}
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease), dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	ctx := ctxT(t, 30*time.Second)
+	s := semOf(t, g, uniqueTarget(t), 3)
+	o1, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past half the lease: the renewal, at three quarters, is due sooner than a request's
+	// bound (a third of the lease).
+	waitFor(t, func() bool {
+		for _, b := range g.SharedBelief(s.Config().UniqueKey()) {
+			return time.Until(b.Until) < lease/2
+		}
+		return false
+	})
+	armed.Store(true)
+	o2, ok, err := s.TryAcquire(ctx, 2)
+	if err != nil || !ok {
+		t.Fatalf("TryAcquire(2) beside 1 of 3 held = %v, %v; want the 2 permits", ok, err)
+	}
+	obs.mu.Lock()
+	errs := obs.redisErrs
+	obs.mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("Redis errors reported: %v", errs)
+	}
+	for _, o := range []*dlock.Owner{o2, o1} {
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -414,11 +414,11 @@ func (st *sharedState) drive() {
 			if !a.closing {
 				ctx = st.g.done
 			}
-			d := requestTimeout(st.cfg)
-			if !a.renewAt.IsZero() {
-				d = min(d, max(time.Until(a.renewAt), time.Millisecond))
+			d, cause := requestTimeout(st.cfg), errUnanswered
+			if !a.renewAt.IsZero() && time.Until(a.renewAt) < d {
+				d, cause = max(time.Until(a.renewAt), time.Millisecond), errMakeWay
 			}
-			ctx, cancel := context.WithTimeout(ctx, d)
+			ctx, cancel := context.WithTimeoutCause(ctx, d, cause)
 			a.do(ctx)
 			cancel()
 		case a.again:
@@ -728,7 +728,7 @@ func (st *sharedState) owe(locker string) { st.owed = append(st.owed, owedReleas
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		err := st.release(ctx, o.locker, o.last, o.end)
-		if err != nil && !errors.Is(err, errGone) && !processor.ClientClosed(err) && time.Now().Before(o.until) && st.g.clean.Err() == nil {
+		if err != nil && !errors.Is(err, errGone) && !processor.ClientClosed(err) && (time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil {
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
 			st.mu.Unlock()
@@ -778,7 +778,7 @@ func (st *sharedState) release(ctx context.Context, locker string, last, end uin
 		case err == nil:
 			return nil
 		case !redisFault(err):
-			return err // Close ended ctx: no failure of Redis's
+			return err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
 		st.g.observer.RedisError(RedisErrorEvent{Op: "unlock", Key: st.cfg.UniqueKey(), Err: err})
@@ -822,17 +822,27 @@ func requestTimeout(cfg domain.DLockConfig) time.Duration {
 // answer within its bound is a *RedisProcessError of op (errUnanswered): Redis, or the way to
 // it, failed to answer in a third of the lease (or before the next renewal due), whatever error
 // the client made of it; a waiter that gives up then names that failure, as the mutex's does.
+// A request that the driver cut short so that a renewal due goes first (errMakeWay) is no
+// failure of Redis's: it matches errMakeWay, and its request is sent again after the renewal.
 func (st *sharedState) request(ctx context.Context, op string, f func(context.Context) (processor.SharedResult, error)) (processor.SharedResult, error) {
 	r, err := call(st.g, ctx, f)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(context.Cause(ctx), errMakeWay) {
+			return r, errMakeWay
+		}
 		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: errUnanswered}
 	}
 	return r, err
 }
 
-// errUnanswered says that a request of the driver got no answer within its bound; it may
-// still run in Redis.
-var errUnanswered = errors.New("no answer within the request's bound")
+var (
+	// errUnanswered says that a request of the driver got no answer within its bound; it may
+	// still run in Redis.
+	errUnanswered = errors.New("no answer within the request's bound")
+	// errMakeWay says that the driver cut a request short, before its bound, for a renewal
+	// due; it may still run in Redis.
+	errMakeWay = errors.New("dlock: request cut short for a renewal due")
+)
 
 // retryPause is how long a request that Redis failed waits before it is sent again.
 func retryPause(cfg domain.DLockConfig) time.Duration {
@@ -882,6 +892,8 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 		case err != nil && errors.Is(err, ErrInvalidConfig):
 			st.attempt = nil
 			st.fail(err)
+		case errors.Is(err, errMakeWay):
+			a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
 		case err != nil:
 			st.redisError("lock", err)
 			front := st.front()
