@@ -1557,15 +1557,15 @@ func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
 			t.Errorf(format, args...)
 		}
 	}
-	// the count in effect: set by the controller only; distinct values, so that no late copy
-	// of a change finds the count it names again (the documented exception)
+	// the count in effect: set by the controller only; 3 -> 4 -> 3 -> 5, so that a late copy
+	// of the first change may find the count it names again (each change runs once)
 	type phase struct {
 		at time.Time
 		k  int64
 	}
 	var phMu sync.Mutex
 	phases := []phase{{time.Now(), 3}}
-	ks := []int{4, 2, 5}
+	ks := []int{4, 3, 5}
 	var notObtained, acquired atomic.Int64
 	stopAt := time.Now().Add(4 * time.Second)
 	var wg sync.WaitGroup
