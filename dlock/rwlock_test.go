@@ -19,6 +19,14 @@ import (
 	"github.com/dlockgo/dlock/processor"
 )
 
+// lockSide takes the write side of l if write, else the read side.
+func lockSide(ctx context.Context, l *dlock.RWLock, write bool) (*dlock.Owner, error) {
+	if write {
+		return l.Lock(ctx)
+	}
+	return l.RLock(ctx)
+}
+
 func rwOf(t testing.TB, g *dlock.Generator, tg string) *dlock.RWLock {
 	t.Helper()
 	l, err := g.GenRW("RW", tg)
@@ -1027,13 +1035,7 @@ func TestRWCrashedHoldersLeaseFreesTheLock(t *testing.T) {
 			ga, _ := newGen(t)
 			gb, _ := newGen(t)
 			la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
-			var zombie *dlock.Owner
-			var err error
-			if write {
-				zombie, err = dead.Lock(ctx)
-			} else {
-				zombie, err = dead.RLock(ctx)
-			}
+			zombie, err := lockSide(ctx, dead, write)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1104,12 +1106,7 @@ func TestRWUnlockByNonOwnerIsRefused(t *testing.T) {
 	}
 	defer other.Unlock()
 	for _, write := range []bool{false, true} {
-		var o *dlock.Owner
-		if write {
-			o, err = la.Lock(ctx)
-		} else {
-			o, err = la.RLock(ctx)
-		}
+		o, err := lockSide(ctx, la, write)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1155,13 +1152,7 @@ func TestRWUnlockByNonOwnerIsRefused(t *testing.T) {
 func TestRWReentryNeverWaitsBehindAWriterInLine(t *testing.T) {
 	ctx, la, lb := rwPair(t)
 	for _, write := range []bool{false, true} {
-		var o *dlock.Owner
-		var err error
-		if write {
-			o, err = la.Lock(ctx)
-		} else {
-			o, err = la.RLock(ctx)
-		}
+		o, err := lockSide(ctx, la, write)
 		if err != nil {
 			t.Fatal(err)
 		}
