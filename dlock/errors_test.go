@@ -119,8 +119,8 @@ func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
 			if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &pe) || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("Lock = %v; want ErrNotObtained with the WRONGTYPE reply", err)
 			}
-			if wctx.Err() != nil || time.Since(start) > 2*time.Second {
-				t.Fatalf("Lock waited %v on a refusal", time.Since(start))
+			if wctx.Err() != nil {
+				t.Fatalf("Lock waited %v, until its context ended, on a refusal", time.Since(start))
 			}
 			if err := c.Del(ctx, tc.key).Err(); err != nil {
 				t.Fatal(err)
@@ -140,6 +140,7 @@ func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
 	if err := c2.RPush(ctx, key(l2), "not a lock").Err(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { rawClient(t).Del(context.Background(), key(l2)) })
 	if _, _, err := l2.TryLock(ctx); !strings.Contains(fmt.Sprint(err), "WRONGTYPE") {
 		t.Fatalf("TryLock = %v; want the WRONGTYPE reply", err)
 	}
@@ -147,8 +148,8 @@ func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
 	if err := g2.Close(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("Close took %v", d)
+	if d := time.Since(start); d >= 10*time.Second {
+		t.Fatalf("Close took %v: it waited out the lease for the give-back", d)
 	}
 }
 
