@@ -106,7 +106,7 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 		}
 		return ErrNotHeld
 	}
-	req, until, order := processor.RenewRequest{Locker: t.entity.Locker}, t.until, t.order()
+	req, until, order := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin}, t.until, t.order()
 	st.mu.Unlock()
 
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(owned), until)

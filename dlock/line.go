@@ -170,7 +170,7 @@ func (st *lockState) beginGrantLocked(a *attempt, g grant) *tenure {
 	st.line.queued = false
 	ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: start, Lease: a.cfg.Lease(), Token: g.token}
 	t := st.startTenure(ent, a.cfg, a.tokens)
-	t.granted = true
+	t.origin, t.granted = g.token, true
 	return t
 }
 

@@ -388,3 +388,52 @@ func TestShortestLeaseIsKeptAndShorterRefused(t *testing.T) {
 	l, _ := g1.Gen("SHORT", target(t))
 	waitFor(t, func() bool { return !stateOf(t, l).Held() })
 }
+
+// After a restart that lost the key, a late copy of the holder's own take (go-redis sends a
+// request again after a read timeout) takes the key anew for the holder's locker, though
+// another process held it in between: the holder's next renewal names the holding its tenure
+// began with, finds another, and ends the tenure as lost; that new holding is let go, and the
+// other process takes the key again.
+func TestKeyTakenAnewForTheHolderIsALoss(t *testing.T) {
+	g, c := newGen(t) // a 1 s lease
+	gb, _ := newGen(t)
+	w := newWire(t, c)
+	l, _ := g.Gen("ANEW", target(t))
+	lb, _ := gb.Gen("ANEW", target(t))
+	ctx := ctxT(t, 30*time.Second)
+	o := mustLock(t, l, ctx)
+	takes := w.copies("lock")
+	if len(takes) == 0 {
+		t.Fatal("no take sent")
+	}
+	rc := rawClient(t)
+	key := l.Config().UniqueKey()
+	holder := rc.Get(ctx, key).Val()
+	rc.Del(ctx, rc.Keys(ctx, "*"+key+"*").Val()...) // an empty restart
+	ob := mustLock(t, lb, ctx)                      // the other process holds it meanwhile
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w.send(takes[len(takes)-1]) // the late copy of the holder's take
+	if got := rc.Get(ctx, key).Val(); got != holder {
+		t.Fatalf("the late copy left %q under the key, want the holder's %q taken anew", got, holder)
+	}
+	select {
+	case <-o.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the holder was never told it lost the key")
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+		t.Fatalf("the holder's cause = %v, want ErrLockLost", context.Cause(o))
+	}
+	if got := rc.Get(ctx, key).Val(); got == holder {
+		t.Fatalf("the key still holds %q after the loss", got)
+	}
+	ob = mustLock(t, lb, ctx)
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
+	}
+}

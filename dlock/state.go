@@ -425,6 +425,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		st.line.queued = false // lock.lua took this process out of the line
 		ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: sent, Lease: a.cfg.Lease(), Token: res.Token}
 		t := st.startTenure(ent, a.cfg, a.tokens)
+		t.origin = res.Origin
 		if st.forced == a.locker { // ForceRelease removed it as the reply came
 			st.loseLocked(t, errForced)
 			return nil, fmt.Errorf("%w: lock %q released by force as it was taken", ErrOptimisticLocking, cfg.UniqueKey())
@@ -510,7 +511,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		st.mu.Unlock()
 		return nil, nil // lost as this goroutine took the phase: the loss moved it on
 	}
-	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last}, t.order()
+	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin}, t.order()
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}

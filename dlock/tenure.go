@@ -31,8 +31,9 @@ type tenure struct {
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
 
-	granted  bool // granted by a release, and no goroutine took it yet
-	checkNow bool // renew at once: a ForceRelease of its locker may have removed it unheard
+	origin   uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
+	granted  bool   // granted by a release, and no goroutine took it yet
+	checkNow bool   // renew at once: a ForceRelease of its locker may have removed it unheard
 }
 
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
@@ -112,7 +113,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 	}
 	cfg, order := t.cfg, t.order()
 	t.checkNow = false
-	req := processor.RenewRequest{Locker: t.entity.Locker}
+	req := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}

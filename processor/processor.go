@@ -97,6 +97,10 @@ type Result struct {
 	// At is Redis's clock (µs) as it ran the grant to Next (what the grant's message tells
 	// Next's process); 0 when there was no grant.
 	At uint64
+	// Origin is the first token of the holding the key is in (Taken): Token unless the key was
+	// granted to the request's locker, or taken by an earlier copy of the request; 0 when
+	// unknown. A tenure's renewals name it (RenewRequest.Origin).
+	Origin uint64
 	// Gap is the window the key was left free for processes not in line (Released,
 	// Yielded), 0 for none.
 	Gap time.Duration
@@ -146,6 +150,10 @@ type RenewRequest struct {
 	NextLease  time.Duration
 	NextTokens int
 	Last       uint64 // the last token handed out (for Yield; 0 if unknown)
+	// Origin is the first token of the holding the tenure began with (Result.Origin, or a
+	// grant's token; 0 if unknown): a key that holds the locker in another holding (taken
+	// anew by a late copy of its take after an empty restart) is let go and answers Gone.
+	Origin uint64
 }
 
 // ReleaseRequest lets a held key go.

@@ -557,12 +557,13 @@ type args struct {
 	nextTokens          int
 	upto                string
 	maxListed           int
+	origin              uint64
 }
 
 // argNames is the order of the prelude's table A, which list follows.
 var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "fence_ttl",
 	"entry_ttl", "done_ttl", "channel", "publish", "gap_every", "gap_window", "yield", "check",
-	"next", "next_lease", "next_tokens", "upto", "max_listed"}
+	"next", "next_lease", "next_tokens", "upto", "max_listed", "origin"}
 
 // list writes the arguments in argNames's order, without the empty ones at the end.
 func (a args) list() []any {
@@ -578,7 +579,7 @@ func (a args) all() []any {
 	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens, last(a.last),
 		msOrNone(a.fenceTTL), msOrNone(a.entryTTL), msOrNone(a.doneTTL), a.channel, a.publish,
 		msOrNone(a.gapEvery), msOrNone(a.gapWindow), flagOrNone(a.yield), a.check, a.next,
-		msOrNone(a.nextLease), countOrNone(a.nextTokens), a.upto, countOrNone(a.maxListed)}
+		msOrNone(a.nextLease), countOrNone(a.nextTokens), a.upto, countOrNone(a.maxListed), last(a.origin)}
 }
 
 // flagOrNone writes a flag the scripts read only when it is set: '1', or empty for none.
@@ -777,7 +778,15 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 			return Result{}, err
 		}
 		tok, _ := v.(int64)
-		return Result{Outcome: Taken, Token: uint64(tok)}, nil
+		r := Result{Outcome: Taken, Token: uint64(tok), Origin: uint64(tok)}
+		if vals, _ := res.Slice(); len(vals) > 2 {
+			if o, ok := vals[2].(int64); ok {
+				r.Origin = uint64(o)
+			} else {
+				r.Origin = 0 // (the key's first token names another holder: an older version's)
+			}
+		}
+		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
 	}
@@ -841,7 +850,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		return Result{}, processErr("renew", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(req.Locker)
-	a.locker, a.seq, a.lease, a.tokens, a.last = req.Locker, seq, cfg.Lease(), req.Tokens, req.Last
+	a.locker, a.seq, a.lease, a.tokens, a.last, a.origin = req.Locker, seq, cfg.Lease(), req.Tokens, req.Last, req.Origin
 	if req.Yield {
 		checkOwner, check := SplitLocker(req.Check)
 		nextOwner, _ := SplitLocker(req.Next)

@@ -713,6 +713,71 @@ func TestRenewalsNeverShorten(t *testing.T) {
 	})
 }
 
+// A tenure's renewals name the holding it began with (Origin): a key that holds the tenure's
+// locker in another holding — taken anew by a late copy of the tenure's own take after an
+// empty restart wiped the key, while others may have held it in between — answers Gone and is
+// let go (a waiter in line is granted it). The origin of a holding is the take's first token,
+// or, for a key granted to the locker (or taken by an earlier copy of the request), that
+// grant's or copy's, which the tenure's renewals then name without a loss.
+func TestRenewalNamesTheHoldingItBeganWith(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "origin")
+		req := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		r, err := a.Lock(ctx, lc, req)
+		if err != nil || r.Outcome != processor.Taken || r.Origin != r.Token {
+			t.Fatalf("take = %+v, %v; want taken, its origin its token", r, err)
+		}
+		began := r.Origin
+		if r, err := a.Lock(ctx, lc, req); err != nil || r.Outcome != processor.Taken || r.Origin != began {
+			t.Fatalf("a copy of the take = %+v, %v; want taken, origin %d", r, err, began)
+		}
+		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: req.Locker, Origin: began}); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("renewal naming its origin = %+v, %v", r, err)
+		}
+		// An empty restart: every key of the lock is gone.
+		c.Del(ctx, c.Keys(ctx, "*"+lc.UniqueKey()+"*").Val()...)
+		if r, err := a.Lock(ctx, lc, req); err != nil || r.Outcome != processor.Taken || r.Origin == began {
+			t.Fatalf("a late copy of the take after the restart = %+v, %v; want taken anew", r, err)
+		}
+		lb, rb := b.lock(t, lc, true, 1)
+		if rb.Outcome != processor.Held {
+			t.Fatalf("pb- = %+v, want in line", rb)
+		}
+		if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: req.Locker, Origin: began}); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("the tenure's renewal after the key was taken anew = %+v, %v; want Gone", r, err)
+		}
+		if in := inspect(t, b, lc); in.Holder != lb {
+			t.Fatalf("the key holds %q, want it let go to %s", in.Holder, lb)
+		}
+		if r, _ := a.Lock(ctx, lc, req); r.Outcome != processor.Settled {
+			t.Fatalf("another copy of the take = %+v, want it settled", r)
+		}
+		// A grant: the grantee's request again finds the key its own, with the grant's origin.
+		rel := b.release(t, lc, lb)
+		if rel.Outcome != processor.Released || rel.Next != "" {
+			t.Fatalf("release = %+v", rel)
+		}
+		la, _ := a.lock(t, lc, true, 1)
+		lb2, _ := b.lock(t, lc, true, 1)
+		g := a.release(t, lc, la)
+		if g.Next != lb2 || g.Token == 0 {
+			t.Fatalf("release = %+v, want granted to %s", g, lb2)
+		}
+		again := b.lockWith(t, lc, lb2, true, 1)
+		if again.Outcome != processor.Taken || again.Origin != g.Token || again.Token == g.Token {
+			t.Fatalf("the grantee's request again = %+v; want taken with a new block and the grant's origin %d", again, g.Token)
+		}
+		if r, err := b.ExpandLease(ctx, lc, processor.RenewRequest{Locker: lb2, Origin: g.Token}); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("the grantee's renewal naming the grant = %+v, %v", r, err)
+		}
+		if r, err := b.ExpandLease(ctx, lc, processor.RenewRequest{Locker: lb2}); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("a renewal naming no origin (an older version's) = %+v, %v", r, err)
+		}
+	})
+}
+
 // A hand-off limit's check (renew, and yield if another process waits) marks its own number:
 // a copy of a check that found nobody in line cannot give the key away later. A yield grants
 // the key to the first in line and puts the yielding process back in line with its next attempt.

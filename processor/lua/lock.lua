@@ -9,7 +9,9 @@
 -- copy, refused (it must not put its process in line behind itself).
 -- Arguments: locker, seq, lease, mark, wait, tokens, fence_ttl, entry_ttl, done_ttl, gap_every,
 -- gap_window, channel, publish.
--- Returns {1, first token} when taken; {0, life, holder, seen, rank, heard} when held by
+-- Returns {1, first token, the first token of the holding} when taken (they differ when the
+-- key was granted to this locker, or taken by an earlier copy of this request: the holding
+-- began with that grant's or copy's block); {0, life, holder, seen, rank, heard} when held by
 -- another: the key's remaining life in milliseconds, the value under it, the fencing counter or
 -- the server clock in µs, the larger, and for a waiting attempt its process's place in line
 -- (0 for first; -1 when not in line) and 1 if the process listens on its channel of the key
@@ -26,7 +28,8 @@ if holder == locker then
     if mark ~= '' then
         dequeue(mark)
     end
-    return {1, tokens(A.tokens)}
+    local first = tokens(A.tokens)
+    return {1, first, origin(locker)}
 end
 local owner = string.sub(locker, 1, #locker - #seq)
 local waits = mark ~= '' and waiting(mark)
@@ -40,7 +43,8 @@ if not holder and not gapOpen() then
     if mark ~= '' then
         dequeue(mark)
     end
-    return {1, tokens(A.tokens, locker)}
+    local first = tokens(A.tokens, locker)
+    return {1, first, first}
 end
 local rank, heard = -1, 0
 if A.wait == '1' and mark ~= '' then

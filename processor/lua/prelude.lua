@@ -51,6 +51,7 @@ local A = {
     next_tokens = ARGV[19] or '',
     upto = ARGV[20] or '',          -- leave: the newest number the process gave a locker
     max_listed = ARGV[21] or '',    -- inspect: how many entries of the line to list at most
+    origin = ARGV[22] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
 }
 
 -- OWNER is the owner of the request's locker (the process it comes from), or its mark.
@@ -149,6 +150,16 @@ local function unreserve(locker, last)
         fence = floor
         redis.call('set', FENCE, string.format('%.0f', floor), 'PX', keep)
     end
+end
+
+-- origin returns the first token of the holding of the key, as a number, when FIRST names
+-- locker as its holder; else ''.
+local function origin(locker)
+    local first, who = string.match(redis.call('get', FIRST) or '', '^(%d+)|(.*)$')
+    if who ~= locker then
+        return ''
+    end
+    return tonumber(first)
 end
 
 -- dequeue takes mark out of the line.

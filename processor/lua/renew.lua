@@ -11,11 +11,12 @@
 -- as long as the key does (a copy can only act while the key holds its locker); a check its
 -- process settled since (it left the line) is refused.
 -- Arguments: locker, seq, lease, mark, tokens, last, yield, check, next, next_lease,
--- next_tokens, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window, channel, publish.
+-- next_tokens, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window, channel, publish, origin.
 -- Returns {1, first token of the new block or 0} when renewed, {2, the locker granted, its
 -- first token, 0, the server µs of the grant, the process's place in line, 1 if it listens on
 -- its channel else 0} when yielded, {0, 0}
--- when the key no longer holds the locker, {-1, 0} when this request came late or twice: the
+-- when the key no longer holds the locker, or holds it again in a holding the tenure did not
+-- begin with (origin: then let go), {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before.
 local locker, seq, mark = A.locker, A.seq, A.mark
 local yield = A.yield == '1' and A.check ~= ''
@@ -30,6 +31,16 @@ if redis.call('get', K) ~= locker then
     if settled(seq) and not forced(locker) then
         return {-1, 0}
     end
+    return {0, 0}
+end
+local began = A.origin ~= '' and origin(locker) or ''
+if began ~= '' and began ~= tonumber(A.origin) then
+    -- The key was taken anew for this locker, after it had left it (a late copy of the
+    -- tenure's own take, or a grant to the entry such a copy made, after an empty restart
+    -- wiped the key): others may have held it in between, unknown to the tenure. It is lost:
+    -- the new holding is let go, and the acquisition settled.
+    settle(seq)
+    pass(locker, '')
     return {0, 0}
 end
 if yield then
