@@ -10,7 +10,9 @@ import (
 
 // DLockProcessor reads and writes lock records. Every method is safe for concurrent use and
 // honours its context. Answers are values (Result, Inspection); an error means the round trip
-// failed, and is then a *errors.RedisProcessError: the request's outcome is unknown.
+// failed, and is then a *errors.RedisProcessError: the request's outcome is unknown; or that
+// the request was refused before it was sent (bad input, such as a nil context or a zero
+// domain.DLockConfig), and then it wraps errors.ErrInvalidConfig and nothing was sent.
 //
 // Every method that writes is safe to run twice (a client may send a command again after its
 // reply was lost) and safe to run late (after its caller gave up): the key only ever holds the

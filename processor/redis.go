@@ -139,6 +139,12 @@ const (
 // the key settles it: the owner's settled mark beside the key ({K}:done:<owner>) rises to its
 // number, and the scripts refuse any request of an acquisition at or below the mark. So a
 // request that reaches Redis twice, or after its acquisition was settled, cannot take the key.
+//
+// Only NewRedisLockProcessor makes a working one. On a nil *RedisLockProcessor or a zero
+// RedisLockProcessor{} every method that returns an error returns one wrapping
+// errors.ErrInvalidConfig and sends nothing, and the others answer as for a processor that
+// is not a Cluster client's (MasterOf "", Reload nothing, MarkLife at least DoneTTL). So does
+// a request with a nil context or a zero domain.DLockConfig, which no valid lock has.
 type RedisLockProcessor struct {
 	client  redis.UniversalClient
 	opts    Options
@@ -257,6 +263,33 @@ func ParseMessage(payload string) (m Message, ok bool) {
 
 var _ DLockProcessor = (*RedisLockProcessor)(nil)
 
+// errNotMade is the error of every request to a processor NewRedisLockProcessor did not make
+// (nil or zero): it has no client to send it with.
+var errNotMade = fmt.Errorf("%w: processor not made by NewRedisLockProcessor", dlerrors.ErrInvalidConfig)
+
+// ready refuses, before anything is sent, a request to p when p was not made by
+// NewRedisLockProcessor (nil or zero) or ctx is nil.
+func (p *RedisLockProcessor) ready(ctx context.Context) error {
+	if p == nil || p.scripts == nil || p.client == nil {
+		return errNotMade
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", dlerrors.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// check is ready that also refuses a zero cfg (the zero DLockConfig, which names no key).
+func (p *RedisLockProcessor) check(ctx context.Context, cfg domain.DLockConfig) error {
+	if err := p.ready(ctx); err != nil {
+		return err
+	}
+	if cfg.IsZero() {
+		return fmt.Errorf("%w: zero lock configuration", dlerrors.ErrInvalidConfig)
+	}
+	return nil
+}
+
 // NewRedisLockProcessor returns a processor over client. A nil client is an error wrapping
 // errors.ErrInvalidConfig.
 func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLockProcessor, error) {
@@ -290,6 +323,9 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 // The answer is asked of the server once (COMMAND INFO) and then kept; an error is not kept,
 // but a user not allowed COMMAND INFO gets plain pub/sub.
 func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
+	if err := p.ready(ctx); err != nil {
+		return false, err
+	}
 	switch p.shard.Load() {
 	case shardPlain:
 		return false, nil
@@ -349,6 +385,9 @@ func (p *RedisLockProcessor) fail(err error) {
 // MasterOf returns the address of the master that a Cluster client sends key's commands to
 // now ("" for other clients, or when it cannot tell).
 func (p *RedisLockProcessor) MasterOf(ctx context.Context, key string) string {
+	if p.ready(ctx) != nil {
+		return ""
+	}
 	cc, ok := p.client.(*redis.ClusterClient)
 	if !ok {
 		return ""
@@ -359,6 +398,9 @@ func (p *RedisLockProcessor) MasterOf(ctx context.Context, key string) string {
 // Reload asks a Cluster client to reload the cluster's topology (see fail); other clients
 // ignore it.
 func (p *RedisLockProcessor) Reload() {
+	if p == nil {
+		return
+	}
 	if cc, ok := p.client.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background())
 	}
@@ -663,6 +705,9 @@ func DoneTTL(cfg domain.DLockConfig) time.Duration { return 2 * cfg.Lease() }
 // entry expires).
 func (p *RedisLockProcessor) MarkLife(cfg domain.DLockConfig) time.Duration {
 	l := cfg.Lease()
+	if p == nil {
+		return 2 * l
+	}
 	if v, ok := p.longest.Load(cfg.LockType()); ok {
 		l = max(l, v.(time.Duration))
 	}
@@ -743,6 +788,9 @@ func pair(res *redis.Cmd) (int64, any, error) {
 
 // Load implements DLockProcessor with GET.
 func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return nil, err
+	}
 	locker, err := p.client.Get(ctx, cfg.UniqueKey()).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -756,6 +804,9 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 
 // Lock implements DLockProcessor with lock.lua (one EVALSHA).
 func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, req LockRequest) (Result, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return Result{}, err
+	}
 	p.raise(cfg)
 	a, err := p.base(ctx, cfg)
 	if err != nil {
@@ -845,6 +896,9 @@ func sighting(vals []any) Sighting {
 
 // ExpandLease implements DLockProcessor with renew.lua (one EVALSHA).
 func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockConfig, req RenewRequest) (Result, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return Result{}, err
+	}
 	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("renew", cfg.UniqueKey(), err)
@@ -897,6 +951,9 @@ func last(t uint64) string {
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return Result{}, err
+	}
 	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
@@ -925,6 +982,9 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 
 // Leave implements DLockProcessor with leave.lua (one EVALSHA).
 func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, req LeaveRequest) (Result, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return Result{}, err
+	}
 	if p.opts.Mark == "" {
 		return Result{Outcome: Gone}, nil
 	}
@@ -952,6 +1012,9 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 // Preload loads the scripts into the server so that the first acquisition does not pay for an
 // EVAL fallback. It is optional.
 func (p *RedisLockProcessor) Preload(ctx context.Context) error {
+	if err := p.ready(ctx); err != nil {
+		return err
+	}
 	for _, s := range p.scripts.run {
 		if err := s.Load(ctx, p.client).Err(); err != nil {
 			return processErr("script-load", "", err)
@@ -970,6 +1033,9 @@ const maxListed = 100
 // now (it died) is left out at once, one that did not listen once it has not renewed its entry
 // for a third of its lease, and any whose entry expired.
 func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return Inspection{}, err
+	}
 	sharded, err := p.Sharded(ctx)
 	if err != nil {
 		return Inspection{}, processErr("inspect", cfg.UniqueKey(), err)
@@ -1011,6 +1077,9 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 // Safe to run twice or late: a second copy finds holder gone. The holder is not told; it learns
 // of the loss at its next renewal or release.
 func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error) {
+	if err := p.check(ctx, cfg); err != nil {
+		return Result{}, err
+	}
 	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("force-release", cfg.UniqueKey(), err)

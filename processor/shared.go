@@ -55,7 +55,9 @@ func SharedChannel(cfg domain.DLockConfig, owner string) string {
 	return ReleaseChannel(cfg) + ":shared:" + owner
 }
 
-// Shared names a shared lock's kind and, for a semaphore, its permits.
+// Shared names a shared lock's kind and, for a semaphore, its permits. A Shared of another
+// kind (the zero Shared names none) or of fewer than one permit is refused: every method
+// given one returns an error wrapping errors.ErrInvalidConfig and sends nothing.
 type Shared struct {
 	Kind    Kind
 	Permits int64 // a semaphore's k (used when Redis holds none yet); RWPermits for KindRW
@@ -159,19 +161,37 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 // call runs op and reads its code: an error is the kind's refusal (-2, -3: ErrInvalidConfig)
 // or a *RedisProcessError naming op.
 func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) (int64, []any, int64, error) {
+	if err := p.checkShared(ctx, cfg, s); err != nil {
+		return 0, nil, 0, err
+	}
 	vals, acked, err := p.shared(ctx, cfg, s, o)
 	if err != nil {
 		return 0, nil, 0, processErr(o.op, cfg.UniqueKey(), err)
 	}
 	code, _ := vals[0].(int64)
+	var said any // what the script said after a refusal's code (nothing when it had only nil to say)
+	if len(vals) > 1 {
+		said = vals[1]
+	}
 	switch code {
 	case -2:
-		kept, _ := vals[1].(string)
+		kept, _ := said.(string)
 		return 0, nil, 0, KindMismatch(cfg, Kind(kept), s.Kind)
 	case -3:
-		return 0, nil, 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), vals[1])
+		return 0, nil, 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), said)
 	}
 	return code, vals, acked, nil
+}
+
+// checkShared is check that also refuses a Shared that names no kind or no permits.
+func (p *RedisLockProcessor) checkShared(ctx context.Context, cfg domain.DLockConfig, s Shared) error {
+	if err := p.check(ctx, cfg); err != nil {
+		return err
+	}
+	if (s.Kind != KindRW && s.Kind != KindSem) || s.Permits < 1 {
+		return fmt.Errorf("%w: a shared lock of kind %q and %d permits", dlerrors.ErrInvalidConfig, s.Kind, s.Permits)
+	}
+	return nil
 }
 
 // KindMismatch is the error of a request for cfg's shared lock as the kind asked when Redis
@@ -196,8 +216,15 @@ func uintOf(v any) uint64 {
 // the holding's token, else Held (standing in line with req.Wait), or Settled when req.Locker
 // was settled already (a late or repeated copy, or what it replaces is gone). A copy of a take
 // that was answered finds the same holding, renewed. A take without Wait that does not fit
-// settles its locker, so that no copy of it takes permits later.
+// settles its locker, so that no copy of it takes permits later. req.N below 1 (the zero
+// TakeRequest's) is refused with an error wrapping errors.ErrInvalidConfig.
 func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockConfig, s Shared, req TakeRequest) (SharedResult, error) {
+	if err := p.checkShared(ctx, cfg, s); err != nil {
+		return SharedResult{}, err
+	}
+	if req.N < 1 {
+		return SharedResult{}, fmt.Errorf("%w: %d permits asked", dlerrors.ErrInvalidConfig, req.N)
+	}
 	p.raise(cfg)
 	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "take", locker: req.Locker, n: req.N, wait: req.Wait, replaces: req.Replaces, tokens: req.Tokens, last: req.Last, end: req.BlockEnd})
 	if err != nil {
@@ -328,6 +355,9 @@ func (p *RedisLockProcessor) ChangePermits(ctx context.Context, cfg domain.DLock
 // SharedInspect reads what Redis holds for cfg's shared lock, changing nothing. s is what the
 // asker knows of it, reported when Redis holds nothing.
 func (p *RedisLockProcessor) SharedInspect(ctx context.Context, cfg domain.DLockConfig, s Shared) (SharedInspection, error) {
+	if err := p.checkShared(ctx, cfg, s); err != nil {
+		return SharedInspection{}, err
+	}
 	vals, _, err := p.shared(ctx, cfg, s, sharedOp{op: "inspect"})
 	if err == nil && len(vals) != 6 {
 		err = fmt.Errorf("shared.lua inspect returned %d values", len(vals))
