@@ -7,15 +7,25 @@
 // one-slot permit channel and on its context; Wake puts a permit in the first live waiter's
 // slot, so a wake-up given before the waiter parks is not lost. A waiter that gives up marks
 // itself cancelled and is skipped; if it had been woken it passes the wake-up on.
+//
+// Nothing here panics on nil or zero values: a nil *Queue is an empty queue that keeps
+// nothing (Enqueue, SetHead, Wake and Cancel do nothing; IsFirst and HasWaiters report false;
+// First returns nil), a nil *Node is in no queue (the methods given one do nothing or report
+// false; its Since is the zero time; its Park returns an error wrapping
+// errors.ErrInvalidConfig), and the zero Node works as NewNode's once enqueued.
 package queue
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
+
+	dlerrors "github.com/dlockgo/dlock/errors"
 )
 
-// Node is one waiter's place in a Queue. A Node is used by one waiter for one wait.
+// Node is one waiter's place in a Queue. A Node is used by one waiter for one wait. The zero
+// Node is ready to use: Enqueue gives it the wake-up slot NewNode makes.
 type Node struct {
 	prev      atomic.Pointer[Node] // written by the node's own waiter (skipping cancelled nodes), and by Enqueue
 	next      atomic.Pointer[Node] // a hint: may lag behind prev; Wake falls back to a scan from the tail
@@ -31,13 +41,27 @@ type Node struct {
 // NewNode returns a node for one wait.
 func NewNode() *Node { return &Node{permit: make(chan struct{}, 1)} }
 
-// Since returns when the node was enqueued.
-func (n *Node) Since() time.Time { return n.since }
+// Since returns when the node was enqueued (the zero time for a nil node, or one never
+// enqueued).
+func (n *Node) Since() time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	return n.since
+}
+
+// errCannotPark is Park's error for a node that nothing can wake, or a nil context.
+var errCannotPark = fmt.Errorf("%w: Park on a nil node, a zero node never enqueued, or with a nil context", dlerrors.ErrInvalidConfig)
 
 // Park blocks until the node is woken or ctx ends. It returns nil when woken, else ctx.Err().
 // When both happen, either may be reported; a caller that gets an error must call Cancel,
-// which passes on a wake-up the node had received.
+// which passes on a wake-up the node had received. On a nil node, on a zero Node that was never
+// enqueued (nothing could wake it), or with a nil ctx it returns at once an error wrapping
+// errors.ErrInvalidConfig.
 func (n *Node) Park(ctx context.Context) error {
+	if n == nil || n.permit == nil || ctx == nil {
+		return errCannotPark
+	}
 	select {
 	case <-n.permit:
 		return nil
@@ -65,8 +89,14 @@ type Queue struct {
 	tail atomic.Pointer[Node]
 }
 
-// Enqueue adds n at the tail.
+// Enqueue adds n at the tail. A nil n, or a nil q, is not added: nothing is done.
 func (q *Queue) Enqueue(n *Node) {
+	if q == nil || n == nil {
+		return
+	}
+	if n.permit == nil { // a zero Node: nobody sees it before the swap below publishes it
+		n.permit = make(chan struct{}, 1)
+	}
 	n.since = time.Now()
 	for {
 		t := q.tail.Load()
@@ -97,15 +127,27 @@ func (q *Queue) livePrev(n *Node) *Node {
 }
 
 // IsFirst reports whether n is the first live waiter: its nearest live predecessor is the head.
-// Only n's own waiter may call it.
+// Only n's own waiter may call it. It reports false for a nil q or n, and for a node that is
+// not queued (one never enqueued, or the head).
 func (q *Queue) IsFirst(n *Node) bool {
-	return q.livePrev(n) == q.head.Load()
+	if q == nil || n == nil {
+		return false
+	}
+	p := q.livePrev(n)
+	return p != nil && p == q.head.Load()
 }
 
 // SetHead makes n, the first waiter, the new head once it holds the lock; n leaves the queue.
-// Only n's own waiter may call it, right after IsFirst(n) held and the lock was taken.
+// Only n's own waiter may call it, right after IsFirst(n) held and the lock was taken. With a
+// nil q or n, or on an empty zero Queue (n is in no queue), it does nothing.
 func (q *Queue) SetHead(n *Node) {
+	if q == nil || n == nil {
+		return
+	}
 	old := q.head.Load()
+	if old == nil {
+		return
+	}
 	q.head.Store(n)
 	n.prev.Store(nil)
 	old.next.Store(nil) // help the collector; nobody walks forward from an old head
@@ -130,12 +172,21 @@ func (q *Queue) first() *Node {
 	return s
 }
 
-// First returns the first live waiter, or nil when there is none.
-func (q *Queue) First() *Node { return q.first() }
+// First returns the first live waiter, or nil when there is none (or q is nil).
+func (q *Queue) First() *Node {
+	if q == nil {
+		return nil
+	}
+	return q.first()
+}
 
 // Wake gives a wake-up to the first live waiter, if any. If that waiter cancels at the same
-// moment, either it passes the wake-up on (Cancel) or Wake tries the next first waiter.
+// moment, either it passes the wake-up on (Cancel) or Wake tries the next first waiter. On a
+// nil q it does nothing.
 func (q *Queue) Wake() {
+	if q == nil {
+		return
+	}
 	for {
 		s := q.first()
 		if s == nil {
@@ -148,8 +199,11 @@ func (q *Queue) Wake() {
 	}
 }
 
-// HasWaiters reports whether any live waiter is queued.
+// HasWaiters reports whether any live waiter is queued (false for a nil q).
 func (q *Queue) HasWaiters() bool {
+	if q == nil {
+		return false
+	}
 	h := q.head.Load()
 	for t := q.tail.Load(); t != nil && t != h; t = t.prev.Load() {
 		if !t.cancelled.Load() {
@@ -161,8 +215,12 @@ func (q *Queue) HasWaiters() bool {
 
 // Cancel takes n out of the queue after its wait ended without the lock. If n had been woken
 // (woken is true, or a wake-up is still in its slot) the wake-up is passed to the next first
-// waiter, so it is never lost. Only n's own waiter may call it, once.
+// waiter, so it is never lost. Only n's own waiter may call it, once. With a nil q or n it does
+// nothing.
 func (q *Queue) Cancel(n *Node, woken bool) {
+	if q == nil || n == nil {
+		return
+	}
 	n.cancelled.Store(true)
 	select {
 	case <-n.permit:
