@@ -39,6 +39,8 @@ type Lease interface {
 // loss when a renewal finds the key gone or taken, or when the lease runs out without a
 // successful renewal (every attempt failing until Until, or a renewal still waiting for Redis
 // then: its context ends at Until).
+//
+// A nil *Expander, and the zero Expander, are stopped ones: Poke and Stop do nothing.
 type Expander struct {
 	poke chan struct{}
 
@@ -52,7 +54,8 @@ type Expander struct {
 
 // StartExpander starts keeping l alive. The loop ends when Stop is called, when ctx ends, or
 // when the lease is lost (l.Lost runs in the loop's goroutine). It runs in group; a closed
-// group runs nothing.
+// group runs nothing. With a nil ctx, l or group nothing runs: the Expander returned is
+// stopped.
 func StartExpander(ctx context.Context, l Lease, group *Group) *Expander {
 	return StartExpanderAt(ctx, l, group, time.Time{})
 }
@@ -63,6 +66,10 @@ func StartExpander(ctx context.Context, l Lease, group *Group) *Expander {
 // start: until then nothing watches the lease).
 func StartExpanderAt(ctx context.Context, l Lease, group *Group, first time.Time) *Expander {
 	e := &Expander{poke: make(chan struct{}, 1)}
+	if ctx == nil || l == nil || group == nil {
+		e.stopped = true
+		return e
+	}
 	e.begin = func() {
 		ctx, cancel := context.WithCancel(ctx)
 		e.cancel = cancel
@@ -96,8 +103,12 @@ func (e *Expander) startLocked() {
 }
 
 // Poke tells the loop that the lease's schedule changed (renewed by someone else, or due
-// sooner): it reads it again, beginning now if it had not yet.
+// sooner): it reads it again, beginning now if it had not yet. On a nil Expander it does
+// nothing.
 func (e *Expander) Poke() {
+	if e == nil {
+		return
+	}
 	e.mu.Lock()
 	waiting := e.begin != nil
 	if waiting && e.timer != nil {
@@ -178,8 +189,12 @@ func (e *Expander) lost(l Lease, cause error) {
 // Stop ends the loop without waiting for it (the group does): a renewal in flight is
 // abandoned, and no loss is reported that had not begun to be as Stop was called (Lost is not
 // called under the expander's lock, so that its owner may call Stop under its own: the owner
-// ignores a loss of a lease it has ended). Stop is idempotent.
+// ignores a loss of a lease it has ended). Stop is idempotent; on a nil Expander it does
+// nothing.
 func (e *Expander) Stop() {
+	if e == nil {
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.stopped, e.begin = true, nil

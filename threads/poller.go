@@ -29,6 +29,12 @@ type PollTarget interface {
 // then lease/6). Between polls it is a timer, not a goroutine: a wait that ends before its
 // first poll, as most waits for a key passed on by a release do, starts no goroutine and wakes
 // none.
+//
+// A Poller made with a nil ctx, target or group, and the zero Poller, never start: Start,
+// StartAfter and Reset start nothing (Start and StartAfter still run their also functions and
+// report false, as with a closed group). A nil *Poller does nothing at all: Start and
+// StartAfter report false without running also, Locked does not run f, Due reports none.
+// Nil functions given to Start, StartAfter, Reset or Locked are not run.
 type Poller struct {
 	first, every time.Duration
 	target       PollTarget
@@ -45,7 +51,8 @@ type Poller struct {
 	round   uint64      // numbers the timers, so that one stopped as it fired does nothing; guarded by mu
 }
 
-// NewPoller returns a stopped poller. Loops end when ctx ends; each poll runs in group.
+// NewPoller returns a stopped poller. Loops end when ctx ends; each poll runs in group. With a
+// nil ctx, target or group the poller never starts.
 func NewPoller(ctx context.Context, first, every time.Duration, target PollTarget, group *Group) *Poller {
 	return &Poller{first: first, every: every, target: target, ctx: ctx, group: group}
 }
@@ -53,16 +60,26 @@ func NewPoller(ctx context.Context, first, every time.Duration, target PollTarge
 // Start starts the loop unless one runs, then runs each of also under the poller's lock (for
 // state that must change together with the loop's life, such as a subscription). It reports
 // whether it started a loop.
-func (p *Poller) Start(also ...func()) bool { return p.StartAfter(p.first, also...) }
+func (p *Poller) Start(also ...func()) bool {
+	if p == nil {
+		return false
+	}
+	return p.StartAfter(p.first, also...)
+}
 
 // StartAfter is Start with the next poll no later than first from now: a loop that runs
 // already polls then if it would have polled later (a target whose pace quickened), and is
 // not disturbed otherwise.
 func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
+	if p == nil {
+		return false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range also {
-		f()
+		if f != nil {
+			f()
+		}
 	}
 	return p.setLocked(time.Now().Add(first), false)
 }
@@ -72,6 +89,9 @@ func (p *Poller) StartAfter(first time.Duration, also ...func()) bool {
 // poller's lock, so that what changes the pace in the meantime (and brings a poll forward) is
 // not undone by a pace read before it.
 func (p *Poller) Reset(pace func() time.Duration) {
+	if p == nil || pace == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.setLocked(time.Now().Add(pace()), true)
@@ -82,7 +102,7 @@ func (p *Poller) Reset(pace func() time.Duration) {
 // started a loop. The caller holds mu.
 func (p *Poller) setLocked(at time.Time, either bool) bool {
 	started := !p.armed
-	if started && (p.ctx.Err() != nil || p.group.isClosed()) {
+	if started && (p.ctx == nil || p.target == nil || p.group == nil || p.ctx.Err() != nil || p.group.isClosed()) {
 		return false
 	}
 	p.armed = true
@@ -113,7 +133,7 @@ func (p *Poller) armLocked(at time.Time) {
 // again. Its owner calls it once the loop is not needed (Waiting is false): the timer would
 // find that out, but only as it fires.
 func (p *Poller) Stop() {
-	if !p.running.Load() {
+	if p == nil || !p.running.Load() {
 		return
 	}
 	p.mu.Lock()
@@ -124,7 +144,7 @@ func (p *Poller) Stop() {
 // StopIdle is Stop when the target is not waiting, as the poller's lock sees it (a start
 // asked for since the owner last looked is kept).
 func (p *Poller) StopIdle() {
-	if !p.running.Load() {
+	if p == nil || !p.running.Load() {
 		return
 	}
 	p.mu.Lock()
@@ -147,6 +167,9 @@ func (p *Poller) stopLocked() {
 // Due reports when the next poll runs, and whether one is set (false while none is, and while
 // a poll runs).
 func (p *Poller) Due() (time.Time, bool) {
+	if p == nil {
+		return time.Time{}, false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.armed || p.polling {
@@ -157,6 +180,9 @@ func (p *Poller) Due() (time.Time, bool) {
 
 // Locked runs f under the poller's lock; f learns whether a loop is running.
 func (p *Poller) Locked(f func(running bool)) {
+	if p == nil || f == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f(p.armed && p.ctx.Err() == nil)
