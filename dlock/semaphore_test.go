@@ -1562,10 +1562,11 @@ func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
 	// of the first change may find the count it names again (each change runs once)
 	type phase struct {
 		at time.Time
-		k  int64
+		k  int64 // -1 while a change to `to` is on its way
+		to int64
 	}
 	var phMu sync.Mutex
-	phases := []phase{{time.Now(), 3}}
+	phases := []phase{{time.Now(), 3, 0}}
 	ks := []int{4, 3, 5}
 	var notObtained, acquired atomic.Int64
 	stopAt := time.Now().Add(4 * time.Second)
@@ -1617,7 +1618,7 @@ func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
 	for i, k := range ks {
 		time.Sleep(time.Until(phases[0].at.Add(time.Duration(i+1) * time.Second)))
 		phMu.Lock()
-		phases = append(phases, phase{time.Now(), -1}) // changing: either count may be in effect
+		phases = append(phases, phase{time.Now(), -1, int64(k)}) // changing: either count may be in effect
 		phMu.Unlock()
 		for {
 			err := sems[i%3].SetPermits(ctx, k)
@@ -1632,24 +1633,26 @@ func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
 			}
 		}
 		phMu.Lock()
-		phases = append(phases, phase{time.Now(), int64(k)})
+		phases = append(phases, phase{time.Now(), int64(k), 0})
 		phMu.Unlock()
 	}
 	wg.Wait()
 	// no more permits out than a count in effect: the count at the span's start, or, while a
 	// change was on its way or just lowered it, the one before (permits held beyond a lowered
-	// count stay out until released)
+	// count stay out until released), or the one on its way (Redis counts it once it ran)
 	boundAt := func(at time.Time) int64 {
-		var b, prev int64
+		var b, prev, to int64
 		for _, ph := range phases {
 			if ph.at.After(at) {
 				break
 			}
 			if ph.k >= 0 {
-				prev, b = b, ph.k
+				prev, b, to = b, ph.k, 0
+			} else {
+				to = ph.to // (Redis may count it already)
 			}
 		}
-		return max(b, prev)
+		return max(b, prev, to)
 	}
 	for _, s := range ledger.spans {
 		if out, b := ledger.outAt(s.from), boundAt(s.from); out > b {
