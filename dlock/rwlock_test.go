@@ -1494,3 +1494,58 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 		})
 	}
 }
+
+// After a restart that lost a read-write lock's holding, a late copy of its take (go-redis
+// sends a request again after a read timeout) takes it anew under the same locker, though a
+// writer of another process held the lock in between: the holder's next renewal names the
+// token the holding was taken with, finds another, and ends the holding as lost, letting the
+// new one go; the writer takes the lock again.
+func TestRWHoldingTakenAnewIsALoss(t *testing.T) {
+	g, c := newGen(t) // a 1 s lease
+	gb, _ := newGen(t)
+	w := newWire(t, c)
+	tg := uniqueTarget(t)
+	l, lb := rwOf(t, g, tg), rwOf(t, gb, tg)
+	ctx := ctxT(t, 30*time.Second)
+	o, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var take *sentCmd
+	for _, s := range w.copies("shared") {
+		if sharedArg(s.args, "op") == "take" {
+			take = &s
+		}
+	}
+	if take == nil {
+		t.Fatal("no take sent")
+	}
+	rc := rawClient(t)
+	rc.Del(ctx, rc.Keys(ctx, "*"+l.Config().UniqueKey()+"*").Val()...) // an empty restart
+	ob, err := lb.Lock(ctx)                                            // a writer holds it meanwhile
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w.send(*take) // the late copy of the reader's take
+	select {
+	case <-o.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the reader was never told it lost the lock")
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+		t.Fatalf("the reader's cause = %v, want ErrLockLost", context.Cause(o))
+	}
+	ob, err = lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the reader's Unlock = %v, want ErrLockLost", err)
+	}
+}

@@ -65,6 +65,7 @@ type shareHold struct {
 	locker   string
 	n        int64     // permits held in Redis
 	token    uint64    // fencing token of its last writer, else of the holding (a downgrade keeps its owners' tokens)
+	origin   uint64    // the token Redis keeps the holding with (its take's): renewals name it
 	next     uint64    // rw write-hold: the token the next writer it serves gets, from the block reserved ...
 	tokEnd   uint64    // ... up to this one
 	spare    uint64    // rw write-hold: the first token of a block a refill reserved, to use next (0: none)
@@ -852,7 +853,7 @@ func retryPause(cfg domain.DLockConfig) time.Duration {
 // newHold records a holding of n permits taken at sent, with the block of fencing tokens from
 // token.
 func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.Time) *shareHold {
-	h := &shareHold{locker: locker, n: n, token: token, next: token, tokEnd: token + uint64(st.tokens(n)) - 1, fresh: true}
+	h := &shareHold{locker: locker, n: n, token: token, origin: token, next: token, tokEnd: token + uint64(st.tokens(n)) - 1, fresh: true}
 	h.ctx, h.end = context.WithCancelCause(context.Background())
 	st.renewed(h, sent)
 	return h
@@ -989,12 +990,12 @@ func (st *sharedState) mustRefill(h *shareHold, now time.Time) bool {
 
 // refill returns the request that renews the write-hold h with a new block of tokens.
 func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
-	locker := h.locker
+	locker, origin := h.locker, h.origin
 	w := st.heardW // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedRefill(ctx, st.cfg, st.spec, locker, int(st.g.opts.writeBlock))
+			return st.g.redis.SharedRenewOf(ctx, st.cfg, st.spec, locker, origin, int(st.g.opts.writeBlock))
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -1019,12 +1020,12 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 
 // renew returns the request that renews h.
 func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
-	locker := h.locker
+	locker, origin := h.locker, h.origin
 	w := st.heardW // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedRenew(ctx, st.cfg, st.spec, locker)
+			return st.g.redis.SharedRenewOf(ctx, st.cfg, st.spec, locker, origin, 0)
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -1074,7 +1075,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 				st.owe(locker) // lost meanwhile: give back what may have been taken
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
-			h.locker, h.n, h.token, h.downTo, h.downing = locker, 1, r.Token, "", false // (a read-hold: next, tokEnd and spare are a write-hold's)
+			h.locker, h.n, h.token, h.origin, h.downTo, h.downing = locker, 1, r.Token, r.Token, "", false // (a read-hold: next, tokEnd and spare are a write-hold's)
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()

@@ -121,6 +121,7 @@ type sharedOp struct {
 	tokens     int    // take, renew: fencing tokens to reserve
 	last, end  uint64 // release, or a take that replaces: the last token the holding let go handed out, and its block's last
 	from       int64  // permits: the count the change applies to (0 for whatever it is)
+	origin     uint64 // renew: the token the holding was taken with (0 if unknown)
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
@@ -137,9 +138,12 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	if o.end > 0 {
 		last, end = strconv.FormatUint(o.last, 10), strconv.FormatUint(o.end, 10)
 	}
-	from := ""
+	from, origin := "", ""
 	if o.from > 0 {
 		from = strconv.FormatInt(o.from, 10)
+	}
+	if o.origin > 0 {
+		origin = strconv.FormatUint(o.origin, 10)
 	}
 	// Takes and renewals wait for the replicas WithReplicaAck asks for, as the mutex's do: a
 	// holding counts its lease only from writes a replica has, and a refill's block of tokens
@@ -147,7 +151,7 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	ack := o.op == "take" || o.op == "renew"
 	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg),
 		o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
-		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from)
+		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from, origin)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -260,7 +264,15 @@ func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockCo
 // SharedRefill is SharedRenew that also reserves a new block of `tokens` fencing tokens (none
 // for 0) for the holding to hand out: Renewed with the block's first in Token.
 func (p *RedisLockProcessor) SharedRefill(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, tokens int) (SharedResult, error) {
-	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "renew", locker: locker, tokens: tokens})
+	return p.SharedRenewOf(ctx, cfg, s, locker, 0, tokens)
+}
+
+// SharedRenewOf is SharedRefill of the holding of locker that was taken with the fencing token
+// origin (the take's Token; 0 if unknown): a holding under locker with another token — taken
+// anew by a late copy of its take after an empty restart wiped it, while others may have held
+// the permits — is let go and answers Gone.
+func (p *RedisLockProcessor) SharedRenewOf(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, origin uint64, tokens int) (SharedResult, error) {
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "renew", locker: locker, tokens: tokens, origin: origin})
 	if err != nil {
 		return SharedResult{}, err
 	}

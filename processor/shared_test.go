@@ -701,6 +701,47 @@ func TestSharedLeavingTheLineTellsWhoIsBehind(t *testing.T) {
 	h.next("B-", "F")
 }
 
+// A holding's renewals name the token it was taken with: a holding under the same locker
+// with another token — taken anew by a late copy of its take after an empty restart wiped it,
+// while others may have held the permits — is let go and answers Gone; a copy of a take that
+// was answered keeps the holding's token, and a renewal naming none (an older version's) is
+// not checked.
+func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "origin")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		l := a.locker()
+		r := a.take(t, lc, sem3, l, 2, true)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v", r)
+		}
+		if again := a.take(t, lc, sem3, l, 2, true); again.Outcome != processor.Taken || again.Token != r.Token {
+			t.Fatalf("a copy of the take = %+v; want the same holding, token %d", again, r.Token)
+		}
+		if got, err := a.SharedRenewOf(ctx, lc, sem3, l, r.Token, 0); err != nil || got.Outcome != processor.Renewed {
+			t.Fatalf("renewal naming its token = %+v, %v", got, err)
+		}
+		c.Del(ctx, c.Keys(ctx, "*"+lc.UniqueKey()+"*").Val()...) // an empty restart
+		anew := a.take(t, lc, sem3, l, 2, true)                  // a late copy of the take
+		if anew.Outcome != processor.Taken || anew.Token == r.Token {
+			t.Fatalf("the late copy after the restart = %+v; want taken anew", anew)
+		}
+		if got, err := a.SharedRenewOf(ctx, lc, sem3, l, r.Token, 0); err != nil || got.Outcome != processor.Gone {
+			t.Fatalf("the holder's renewal after its holding was taken anew = %+v, %v; want Gone", got, err)
+		}
+		if got := b.take(t, lc, sem3, b.locker(), 3, false); got.Outcome != processor.Taken {
+			t.Fatalf("all 3 permits after the new holding was let go: %+v", got)
+		}
+		if got := a.take(t, lc, sem3, l, 2, true); got.Outcome != processor.Settled {
+			t.Fatalf("another copy of the take = %+v; want it settled", got)
+		}
+		if got, err := b.SharedRenew(ctx, lc, sem3, b.last()); err != nil || got.Outcome != processor.Renewed {
+			t.Fatalf("a renewal naming no token = %+v, %v", got, err)
+		}
+	})
+}
+
 // A holding renewed for longer than its keys were last set to live keeps them, and with them
 // itself.
 func TestSharedRenewalsKeepTheKeys(t *testing.T) {

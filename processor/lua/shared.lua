@@ -62,6 +62,7 @@ local A = {
                                        -- handed out of its block ...
     block_end = ARGV[17] or '',        -- ... and the block's last ('' for none: nothing to give back)
     from = ARGV[18] or '',             -- permits: the count the change applies to ('' for whatever it is)
+    origin = ARGV[19] or '',           -- renew: the token the holding was taken with ('' if unknown)
 }
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call('time')
@@ -415,7 +416,16 @@ if A.op == 'take' then
     keep(k, kd)
     return {0, redis.call('zrank', LINE, A.owner), life(), waiting(A.owner, k)}
 elseif A.op == 'renew' then
-    if holding(A.locker) then
+    local mine = holding(A.locker)
+    if mine and A.origin ~= '' and mine.token ~= A.origin then
+        -- taken anew under this locker (a late copy of its take after an empty restart wiped
+        -- the holding): the holder did not hold it in between; it is lost, and let go
+        unhold(A.locker)
+        wake(k)
+        keep(k, kd)
+        return {0}
+    end
+    if mine then
         lengthen(A.locker)
         local first = 0
         if (tonumber(A.tokens) or 0) > 0 then
