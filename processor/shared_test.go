@@ -727,16 +727,23 @@ func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
 		if anew.Outcome != processor.Taken || anew.Token == r.Token {
 			t.Fatalf("the late copy after the restart = %+v; want taken anew", anew)
 		}
+		h := listen(t, c, lc, "B-")
+		lb := b.locker()
+		if got := b.take(t, lc, sem3, lb, 3, true); got.Outcome != processor.Held {
+			t.Fatalf("B- = %+v, want in line behind the 2 permits taken anew", got)
+		}
 		if got, err := a.SharedRenewOf(ctx, lc, sem3, l, r.Token, 0); err != nil || got.Outcome != processor.Gone {
 			t.Fatalf("the holder's renewal after its holding was taken anew = %+v, %v; want Gone", got, err)
 		}
-		if got := b.take(t, lc, sem3, b.locker(), 3, false); got.Outcome != processor.Taken {
+		h.next("B-", "F") // the permits it let go fit the line now
+		keysOutlive(t, c, lc, "the renewal that let the holding go")
+		if got := b.take(t, lc, sem3, lb, 3, true); got.Outcome != processor.Taken {
 			t.Fatalf("all 3 permits after the new holding was let go: %+v", got)
 		}
 		if got := a.take(t, lc, sem3, l, 2, true); got.Outcome != processor.Settled {
 			t.Fatalf("another copy of the take = %+v; want it settled", got)
 		}
-		if got, err := b.SharedRenew(ctx, lc, sem3, b.last()); err != nil || got.Outcome != processor.Renewed {
+		if got, err := b.SharedRenew(ctx, lc, sem3, lb); err != nil || got.Outcome != processor.Renewed {
 			t.Fatalf("a renewal naming no token = %+v, %v", got, err)
 		}
 	})
