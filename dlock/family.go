@@ -323,14 +323,19 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 		return g.redis.SharedForce(ctx, cfg, spec, holder)
 	})
 	removed := err == nil && res.Outcome == processor.Released
-	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil && !removed {
-		// The outcome is unknown (a reply lost), or the holding was gone already — perhaps
-		// removed by an earlier copy of this request whose reply was lost: a holding of this
-		// Generator under holder renews at once, and learns whether it still holds.
+	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil {
+		// A holding of this Generator under holder ends at once if it was removed; if the
+		// outcome is unknown (a reply lost), or the holding was gone already — perhaps removed
+		// by an earlier copy of this request whose reply was lost — it renews at once, and
+		// learns whether it still holds.
 		st.mu.Lock()
 		now := time.Now()
 		for _, h := range st.holds {
-			if h.locker == holder && h.ctx.Err() == nil && h.renewAt.After(now) {
+			switch {
+			case h.locker != holder || h.ctx.Err() != nil:
+			case removed:
+				h.stop(errForced)
+			case h.renewAt.After(now):
 				h.renewAt = now
 			}
 		}
@@ -339,16 +344,6 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 	}
 	if err != nil {
 		return false, unlate(err)
-	}
-	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil && removed {
-		st.mu.Lock()
-		for _, h := range st.holds {
-			if h.locker == holder && h.ctx.Err() == nil {
-				h.stop(errForced)
-			}
-		}
-		st.mu.Unlock()
-		st.poke()
 	}
 	return removed, nil
 }

@@ -829,13 +829,10 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 			return Result{}, err
 		}
 		tok, _ := v.(int64)
-		r := Result{Outcome: Taken, Token: uint64(tok), Origin: uint64(tok)}
+		r := Result{Outcome: Taken, Token: uint64(tok)}
 		if vals, _ := res.Slice(); len(vals) > 2 {
-			if o, ok := vals[2].(int64); ok {
-				r.Origin = uint64(o)
-			} else {
-				r.Origin = 0 // (the key's first token names another holder: an older version's)
-			}
+			o, _ := vals[2].(int64) // ('' when the key's first token names another holder: an older version's)
+			r.Origin = uint64(o)
 		}
 		return r, nil
 	case -1:
