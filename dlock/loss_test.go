@@ -395,13 +395,36 @@ func TestShortestLeaseIsKeptAndShorterRefused(t *testing.T) {
 // began with, finds another, and ends the tenure as lost; that new holding is let go, and the
 // other process takes the key again.
 func TestKeyTakenAnewForTheHolderIsALoss(t *testing.T) {
+	for _, granted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "taken", true: "granted"}[granted], func(t *testing.T) {
+			keyTakenAnewIsALoss(t, granted)
+		})
+	}
+}
+
+// keyTakenAnewIsALoss is TestKeyTakenAnewForTheHolderIsALoss for a holder that took the key,
+// or that waited in line and was granted it (its tenure's origin is then the grant's token).
+func keyTakenAnewIsALoss(t *testing.T, granted bool) {
 	g, c := newGen(t) // a 1 s lease
 	gb, _ := newGen(t)
 	w := newWire(t, c)
 	l, _ := g.Gen("ANEW", target(t))
 	lb, _ := gb.Gen("ANEW", target(t))
 	ctx := ctxT(t, 30*time.Second)
-	o := mustLock(t, l, ctx)
+	var o *dlock.Owner
+	if granted {
+		ob := mustLock(t, lb, ctx)
+		got := make(chan *dlock.Owner, 1)
+		go func() { got <- mustLock(t, l, ctx) }()
+		// in line, heard by Redis, and no request on its way: the grant's message starts the tenure
+		waitFor(t, func() bool { _, heard, ok := g.Place(key(l)); return ok && heard })
+		if err := ob.Unlock(); err != nil { // granted to the holder-to-be in line
+			t.Fatal(err)
+		}
+		o = recv(t, got, "the granted Lock")
+	} else {
+		o = mustLock(t, l, ctx)
+	}
 	takes := w.copies("lock")
 	if len(takes) == 0 {
 		t.Fatal("no take sent")
