@@ -1298,6 +1298,78 @@ func latencyWalk(p *faultproxy.Proxy, stop <-chan struct{}) {
 // believed beyond what Redis keeps, no writer is beside anyone and no more permits are out
 // than the semaphore has, writers' tokens strictly increase, the far process's writers and
 // acquirers are served, and nothing is left held once everyone stops.
+// A process far from Redis takes its turns beside near ones: each kind's process stands in
+// line again as it lets the lock go while its goroutines still want it (the mutex's yield
+// check, the family's release that stands in line again), rather than a round trip later,
+// behind every near process that went round meanwhile.
+func TestFarProcessTakesItsTurns(t *testing.T) {
+	for _, kind := range []string{"Mutex", "RW", "Semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			const lease = time.Second
+			far, p := farGen(t, lease)
+			p.SetLatencies(20*time.Millisecond, 20*time.Millisecond)
+			near1, _ := newGen(t, dlock.WithDefaultLease(lease))
+			near2, _ := newGen(t, dlock.WithDefaultLease(lease))
+			tg := target(t)
+			var (
+				turns  [3]atomic.Int64
+				inside atomic.Int64
+				wg     sync.WaitGroup
+			)
+			end := time.Now().Add(3 * time.Second)
+			for i, g := range []*dlock.Generator{far, near1, near2} {
+				var lock func(ctx context.Context) (*dlock.Owner, error)
+				switch kind {
+				case "Mutex":
+					l, err := g.Gen("M", tg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					lock = l.Lock
+				case "RW":
+					lock = rwOf(t, g, tg).Lock
+				default:
+					s, err := g.GenSemaphore("SEM", tg, 2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					lock = s.Permits(2).Lock
+				}
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(end) {
+							ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+							o, err := lock(ctx)
+							cancel()
+							if err != nil {
+								t.Errorf("process %d: Lock: %v", i, err)
+								return
+							}
+							if inside.Add(1) != 1 {
+								t.Errorf("process %d: two owners inside", i)
+							}
+							turns[i].Add(1)
+							time.Sleep(time.Millisecond)
+							inside.Add(-1)
+							if err := o.Unlock(); err != nil {
+								t.Errorf("process %d: Unlock: %v", i, err)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			f, n1, n2 := turns[0].Load(), turns[1].Load(), turns[2].Load()
+			t.Logf("turns: far %d, near %d and %d", f, n1, n2)
+			if f < 3 || 4*f < min(n1, n2) {
+				t.Errorf("the far process took %d turns beside %d and %d: less than a quarter of a near one's", f, n1, n2)
+			}
+		})
+	}
+}
+
 func TestFarProcessFamily(t *testing.T) {
 	for _, kind := range []string{"RW", "Semaphore"} {
 		t.Run(kind, func(t *testing.T) {

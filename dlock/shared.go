@@ -700,7 +700,15 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	if h.downTo != "" {
 		st.owe(h.downTo)
 	}
-	return action{do: st.pay(st.letGo(h))}
+	o := st.letGo(h)
+	if front := st.front(); front != nil && !front.try && len(st.holds) == 0 && st.attempt == nil && st.g.done.Err() == nil {
+		// its goroutines still want permits (another process waits, or the holding cannot
+		// serve them): the process stands in line again as it lets go, in the same request
+		a := &shareAttempt{locker: st.g.newLocker(), n: front.n, wait: true}
+		st.attempt = a
+		return action{do: st.payThenTake(o, a)}
+	}
+	return action{do: st.pay(o)}
 }
 
 // owedRelease is a release the driver owes Redis: of a holding let go, whose Unlocks wait on
@@ -884,65 +892,104 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		a.sent = true
-		if st.attempt != a {
-			return
-		}
-		lease := st.cfg.Lease()
+		st.took(a, r, err, sent, w, f)
+	}
+}
+
+// took applies the answer to a's take, sent at sent when the W and F counts were w and f.
+// The caller holds mu.
+func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64) {
+	a.sent = true
+	if st.attempt != a {
+		return
+	}
+	lease := st.cfg.Lease()
+	switch {
+	case err != nil && errors.Is(err, ErrInvalidConfig):
+		st.attempt = nil
+		st.fail(err)
+	case errors.Is(err, errMakeWay):
+		a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
+	case err != nil:
+		st.redisError("lock", err)
+		front := st.front()
 		switch {
-		case err != nil && errors.Is(err, ErrInvalidConfig):
+		case front != nil && front.try:
+			st.waiters = st.waiters[1:]
+			if st.g.done.Err() != nil && errors.Is(err, context.Canceled) {
+				err = ErrClosed // Close cut the request short (as the mutex's TryLock says)
+			}
+			front.err = err
+			close(front.done)
+			return // the next plan gives the attempt back (its outcome is unknown)
+		case processor.ClientClosed(err), processor.Refused(err):
+			// as the mutex's Lock: no later request can be sent, or succeed, so the wait
+			// ends now (and nothing was sent to give back, or taken)
 			st.attempt = nil
-			st.fail(err)
-		case errors.Is(err, errMakeWay):
-			a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
+			st.fail(fmt.Errorf("%w: %w", ErrNotObtained, err))
+			return
+		case front != nil:
+			front.fault = err
+		}
+		a.pollAt = time.Now().Add(retryPause(st.cfg))
+	case r.Outcome == processor.Taken:
+		st.attempt = nil
+		st.wanted = r.Waiting || st.heardW != w
+		st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
+		st.lendLocked()
+	case r.Outcome == processor.Held && !a.wait:
+		st.attempt = nil
+		st.heldAnswer(r, w)
+		if !a.try && st.heardF == f {
+			st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
+		} else if front := st.front(); front != nil && front.try {
+			st.waiters = st.waiters[1:]
+			close(front.done)
+		}
+	case r.Outcome == processor.Held:
+		st.heldAnswer(r, w)
+		pace := lease / 6
+		if r.Rank == 0 && r.Life >= 0 {
+			pace = min(pace, r.Life+time.Millisecond)
+		}
+		if st.heardF != f {
+			pace = 0 // told the permits fit after this request was sent
+		}
+		a.pollAt = time.Now().Add(pace)
+	default: // settled: a fresh attempt next
+		st.attempt = nil
+	}
+}
+
+// payThenTake returns the request that sends o and, in the same script, a's take with wait
+// (processor.SharedReleaseThenTake): the process stands in line again as it lets go. Each half's
+// answer goes where its own request's would; when the request fails, o is owed again and a's
+// take goes again, each on its own (a copy of either that ran answers the same).
+func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx context.Context) {
+	w, f := st.heardW, st.heardF // (the caller holds mu)
+	return func(ctx context.Context) {
+		sent := time.Now()
+		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
+			return st.g.redis.SharedReleaseThenTake(ctx, st.cfg, st.spec, o.locker, o.last, o.end,
+				processor.TakeRequest{Locker: a.locker, N: a.n, Tokens: st.tokens(a.n)})
+		})
+		var fate error
+		switch {
 		case err != nil:
-			st.redisError("lock", err)
-			front := st.front()
-			switch {
-			case front != nil && front.try:
-				st.waiters = st.waiters[1:]
-				if st.g.done.Err() != nil && errors.Is(err, context.Canceled) {
-					err = ErrClosed // Close cut the request short (as the mutex's TryLock says)
-				}
-				front.err = err
-				close(front.done)
-				return // the next plan gives the attempt back (its outcome is unknown)
-			case processor.ClientClosed(err), processor.Refused(err):
-				// as the mutex's Lock: no later request can be sent, or succeed, so the wait
-				// ends now (and nothing was sent to give back, or taken)
-				st.attempt = nil
-				st.fail(fmt.Errorf("%w: %w", ErrNotObtained, err))
-				return
-			case front != nil:
-				front.fault = err
-			}
-			a.pollAt = time.Now().Add(retryPause(st.cfg))
-		case r.Outcome == processor.Taken:
-			st.attempt = nil
-			st.wanted = r.Waiting || st.heardW != w
-			st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
-			st.lendLocked()
-		case r.Outcome == processor.Held && !a.wait:
-			st.attempt = nil
-			st.heldAnswer(r, w)
-			if !a.try && st.heardF == f {
-				st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
-			} else if front := st.front(); front != nil && front.try {
-				st.waiters = st.waiters[1:]
-				close(front.done)
-			}
-		case r.Outcome == processor.Held:
-			st.heldAnswer(r, w)
-			pace := lease / 6
-			if r.Rank == 0 && r.Life >= 0 {
-				pace = min(pace, r.Life+time.Millisecond)
-			}
-			if st.heardF != f {
-				pace = 0 // told the permits fit after this request was sent
-			}
-			a.pollAt = time.Now().Add(pace)
-		default: // settled: a fresh attempt next
-			st.attempt = nil
+			fate = err
+		case r.Let == processor.Gone:
+			fate = errGone
+		}
+		st.mu.Lock()
+		owed := err != nil && !errors.Is(err, ErrInvalidConfig) && !processor.ClientClosed(err) &&
+			(time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil
+		if owed {
+			st.owed = append(st.owed, o)
+		}
+		st.took(a, r, err, sent, w, f)
+		st.mu.Unlock()
+		if !owed {
+			tell(o.fate, fate)
 		}
 	}
 }

@@ -86,6 +86,7 @@ type SharedResult struct {
 	Rank    int     // Held: the process's place in line (0 for first), -1 when not in line
 	Life    time.Duration
 	// Life (Held) is how long until the first holding expires, -1 when none is held.
+	Let Outcome // SharedReleaseThenTake: what became of the holding let go (Released, Settled or Gone)
 }
 
 // SharedInspection is what Redis holds for a shared lock.
@@ -118,10 +119,11 @@ type sharedOp struct {
 	n          int64
 	wait       bool
 	replaces   string
-	tokens     int    // take, renew: fencing tokens to reserve
-	last, end  uint64 // release, or a take that replaces: the last token the holding let go handed out, and its block's last
-	from       int64  // permits: the count the change applies to (0 for whatever it is)
-	origin     uint64 // renew: the token the holding was taken with (0 if unknown)
+	tokens     int          // take, renew: fencing tokens to reserve
+	last, end  uint64       // release, or a take that replaces: the last token the holding let go handed out, and its block's last
+	from       int64        // permits: the count the change applies to (0 for whatever it is)
+	origin     uint64       // renew: the token the holding was taken with (0 if unknown)
+	next       *TakeRequest // release: the take that stands in line as it lets go (nil for none)
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
@@ -148,10 +150,13 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	// Takes and renewals wait for the replicas WithReplicaAck asks for, as the mutex's do: a
 	// holding counts its lease only from writes a replica has, and a refill's block of tokens
 	// must be replicated.
-	ack := o.op == "take" || o.op == "renew"
-	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg),
-		o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
-		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from, origin)
+	ack := o.op == "take" || o.op == "renew" || o.next != nil
+	args := []any{o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
+		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from, origin}
+	if o.next != nil {
+		args = append(args, o.next.Locker, o.next.N, o.next.Tokens)
+	}
+	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg), args...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -234,6 +239,11 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 	if err != nil {
 		return SharedResult{}, err
 	}
+	return p.taken(cfg, code, vals, acked)
+}
+
+// taken reads a take's reply: its code and values.
+func (p *RedisLockProcessor) taken(cfg domain.DLockConfig, code int64, vals []any, acked int64) (SharedResult, error) {
 	switch {
 	case code == 1 && len(vals) == 3:
 		if err := p.acked("take", cfg.UniqueKey(), acked); err != nil {
@@ -317,6 +327,44 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 		return SharedResult{Outcome: Settled}, nil
 	}
 	return SharedResult{Outcome: Gone}, nil
+}
+
+// SharedReleaseThenTake is SharedReleaseBlock of locker followed, in the same script, by
+// SharedTake of next with Wait: a process whose goroutines still want permits that no holding
+// of theirs serves stands in line again as it lets go, as close to its turn as a process next
+// to Redis would. The result is the take's, with Let the release's outcome (Released, Settled
+// or Gone). A late or repeated copy is a copy of each half.
+func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, last, end uint64, next TakeRequest) (SharedResult, error) {
+	if err := p.checkShared(ctx, cfg, s); err != nil {
+		return SharedResult{}, err
+	}
+	if next.N < 1 || next.Locker == "" {
+		return SharedResult{}, fmt.Errorf("%w: a take of %d permits by %q", dlerrors.ErrInvalidConfig, next.N, next.Locker)
+	}
+	p.raise(cfg)
+	next.Wait = true
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end, next: &next})
+	if err != nil {
+		return SharedResult{}, err
+	}
+	let := Gone
+	switch code {
+	case 1:
+		let = Released
+	case -1:
+		let = Settled
+	}
+	take, ok := vals[len(vals)-1].([]any)
+	if len(vals) != 2 || !ok || len(take) == 0 {
+		return SharedResult{}, processErr("release", cfg.UniqueKey(), fmt.Errorf("shared.lua answered %v", vals))
+	}
+	tcode, _ := take[0].(int64)
+	if tcode == -3 && len(take) > 1 {
+		return SharedResult{}, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), take[1])
+	}
+	r, err := p.taken(cfg, tcode, take, acked)
+	r.Let = let
+	return r, err
 }
 
 // SharedForce lets the holding of locker go on an operator's word (ForceRelease): Released

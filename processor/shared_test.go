@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -706,6 +707,69 @@ func TestSharedLeavingTheLineTellsWhoIsBehind(t *testing.T) {
 // while others may have held the permits — is let go and answers Gone; a copy of a take that
 // was answered keeps the holding's token, and a renewal naming none (an older version's) is
 // not checked.
+func TestSharedReleaseStandsInLineAgain(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "requeue")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		held := a.locker()
+		if r := a.take(t, lc, rw, held, processor.RWPermits, true); r.Outcome != processor.Taken {
+			t.Fatalf("A's write: %+v", r)
+		}
+		bl := b.locker()
+		if r := b.take(t, lc, rw, bl, processor.RWPermits, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("B in line: %+v", r)
+		}
+		// A lets its write go and stands in line again, behind B, in one request
+		next := processor.TakeRequest{Locker: a.locker(), N: processor.RWPermits}
+		r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, next)
+		if err != nil || r.Let != processor.Released || r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("release that stands in line again: %+v %v", r, err)
+		}
+		// a copy of it, late: the release is settled, the take renews its entry where it stands
+		if r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, next); err != nil || r.Let != processor.Settled || r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("a copy: %+v %v", r, err)
+		}
+		// B goes first; A's place holds
+		if r := b.take(t, lc, rw, bl, processor.RWPermits, true); r.Outcome != processor.Taken {
+			t.Fatalf("B after A let go: %+v", r)
+		}
+		if r := a.take(t, lc, rw, next.Locker, processor.RWPermits, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("A behind B's write: %+v", r)
+		}
+		b.letGo(t, lc, rw, bl)
+		if r := a.take(t, lc, rw, next.Locker, processor.RWPermits, true); r.Outcome != processor.Taken {
+			t.Fatalf("A after B: %+v", r)
+		}
+		a.letGo(t, lc, rw, next.Locker)
+		// once the attempt is settled, no copy of the pair puts it in line or takes with it
+		if r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, next); err != nil || r.Let != processor.Settled || r.Outcome != processor.Settled {
+			t.Fatalf("a copy after both settled: %+v %v", r, err)
+		}
+		if in, err := a.SharedInspect(ctx, lc, rw); err != nil || len(in.Holdings) != 0 || len(in.Waiting) != 0 {
+			t.Fatalf("left: %+v %v", in, err)
+		}
+		h := a.locker()
+		if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, h, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 3}); !errors.Is(err, dlerrors.ErrInvalidConfig) || !strings.Contains(err.Error(), "is a rw lock in Redis") {
+			t.Fatalf("a semaphore's release then take on a read-write lock's keys: %+v %v", r, err)
+		}
+		// with nobody in the way the take takes at once (a semaphore's permits that fit)
+		lc2 := cfg(t, "requeue-sem")
+		if r := a.take(t, lc2, sem3, h, 2, true); r.Outcome != processor.Taken {
+			t.Fatalf("semaphore: %+v", r)
+		}
+		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 3}); err != nil || r.Let != processor.Released || r.Outcome != processor.Taken || r.Token == 0 {
+			t.Fatalf("semaphore's release then take, nobody in line: %+v %v", r, err)
+		}
+		if _, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 4}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("more than k: %v", err)
+		}
+		if _, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("a zero take: %v", err)
+		}
+	})
+}
+
 func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()

@@ -160,6 +160,7 @@ type sreq struct {
 	n      int64
 	wait   bool
 	old    string // down: the write-hold it replaces
+	next   string // release: the locker of the take, with wait, that runs right after it (SharedReleaseThenTake), n its permits
 	last   uint64 // release, down: the last token the write-hold let go handed out ...
 	end    uint64 // ... and its block's end (0: nothing to give back)
 	sent   time.Time
@@ -171,6 +172,10 @@ func (r *sreq) String() string {
 		return fmt.Sprintf("%s take %s n=%d wait=%v", r.p.name, r.locker, r.n, r.wait)
 	case "down":
 		return fmt.Sprintf("%s downgrade %s -> %s", r.p.name, r.old, r.locker)
+	case "release":
+		if r.next != "" {
+			return fmt.Sprintf("%s release %s then take %s n=%d wait=true", r.p.name, r.locker, r.next, r.n)
+		}
 	}
 	return fmt.Sprintf("%s %s %s", r.p.name, r.op, r.locker)
 }
@@ -264,6 +269,12 @@ func (w *sworld) step(rng *rand.Rand) {
 	case c < 40 && len(p.holds) > 0:
 		l := pickKey(rng, p.holds)
 		r := &sreq{p: p, op: "release", locker: l}
+		if rng.IntN(2) == 0 { // it stands in line again as it lets go (SharedReleaseThenTake)
+			r.next, r.n = p.locker(), int64(1+rng.IntN(int(min(w.opt.Permits, 3))))
+			if w.opt.Kind == processor.KindRW && rng.IntN(2) == 0 {
+				r.n = processor.RWPermits
+			}
+		}
 		w.usedOf(rng, l, p.holds[l], r)
 		delete(p.holds, l) // it stops using the permits as it sends the release
 		w.send(r)
@@ -380,7 +391,6 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 	switch r.op {
 	case "take", "down":
 		before, _ := w.held()
-		_, repeat := before[r.locker]
 		line := w.line()
 		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
 		if err != nil {
@@ -388,69 +398,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			return
 		}
 		w.note("ran: %v -> %v (heard %v)", r, res.Outcome, heard)
-		if res.Outcome == processor.Held && !r.wait {
-			w.ran[r.locker] = true
-		}
-		if res.Outcome == processor.Taken && r.old != "" {
-			w.ran[r.old] = true
-		}
-		if res.Outcome == processor.Held && r.wait {
-			if e, ok := line.entry(p.name); ok && e.locker != r.locker {
-				w.ran[e.locker] = true // the attempt this one took the place of in line
-			}
-			w.heard[p.name] = heardOf{w.now(), p.listening}
-		}
-		w.noDeadEntry(p)
-		if res.Outcome == processor.Taken && !repeat && r.old == "" {
-			// served in order: what is held now, and what every live entry ahead of this
-			// process in line asks, fit in k
-			after, _ := w.held()
-			var sum uint64
-			for _, h := range after {
-				sum += h[0]
-			}
-			if ahead := line.ahead(p.name); sum+ahead > uint64(w.opt.Permits) {
-				w.fail("line-order", "%v took permits past the line: %d held and %d asked ahead of it, of %d", r, sum, ahead, w.opt.Permits)
-			}
-		}
-		if p.gaveUp[r.locker] {
-			return // (the library forgot the attempt when it let it go)
-		}
-		if !heard {
-			if p.holds[r.locker] != nil {
-				return // a copy of a take it heard already
-			}
-			if r.old != "" {
-				return // unresolved: sent again
-			}
-			if res.Outcome == processor.Taken || r.wait {
-				p.unknown[r.locker] = true
-			}
-			return
-		}
-		switch res.Outcome {
-		case processor.Taken:
-			if b := p.holds[r.locker]; b != nil { // a copy of a take it heard already
-				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
-				return
-			}
-			p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(w.opt.Lease), token: res.Token}
-			delete(p.unknown, r.locker)
-			if r.old != "" {
-				delete(p.holds, r.old)
-				delete(p.downs, r.locker)
-			}
-		case processor.Held:
-			if r.wait {
-				p.unknown[r.locker] = true // in line: given back if never taken
-			}
-		default:
-			if r.old != "" { // the write-hold was gone: lost
-				delete(p.downs, r.locker)
-				delete(p.holds, r.old)
-				p.unknown[r.old] = true
-			}
-		}
+		w.took(r, res, heard, before, line)
 	case "renew", "refill":
 		tokens := 0
 		if r.op == "refill" {
@@ -487,6 +435,21 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.ran[r.locker], w.forced[r.locker] = true, true
 		}
 	case "release":
+		if r.next != "" {
+			before, _ := w.held()
+			line := w.line()
+			res, err := p.p.SharedReleaseThenTake(ctx, w.cfg, w.spec, r.locker, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
+			if err != nil {
+				w.fail("error", "%v: %v", r, err)
+				return
+			}
+			w.note("ran: %v -> %v then %v (heard %v)", r, res.Let, res.Outcome, heard)
+			w.ran[r.locker] = true
+			delete(p.letting, r.locker)
+			delete(before, r.locker) // (let go before the take ran)
+			w.took(&sreq{p: p, op: "take", locker: r.next, n: r.n, wait: true, sent: r.sent}, res, heard, before, line)
+			return
+		}
 		res, err := p.p.SharedReleaseBlock(ctx, w.cfg, w.spec, r.locker, r.last, r.end)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
@@ -496,6 +459,76 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		w.noDeadEntry(p)
 		w.ran[r.locker] = true
 		delete(p.letting, r.locker)
+	}
+}
+
+// took applies the answer to r, a take (or downgrade) that Redis ran, found before held
+// and line, to its process's beliefs, and checks that it took permits in line order.
+func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before map[string][2]uint64, line sline) {
+	p := r.p
+	_, repeat := before[r.locker]
+	if res.Outcome == processor.Held && !r.wait {
+		w.ran[r.locker] = true
+	}
+	if res.Outcome == processor.Taken && r.old != "" {
+		w.ran[r.old] = true
+	}
+	if res.Outcome == processor.Held && r.wait {
+		if e, ok := line.entry(p.name); ok && e.locker != r.locker {
+			w.ran[e.locker] = true // the attempt this one took the place of in line
+		}
+		w.heard[p.name] = heardOf{w.now(), p.listening}
+	}
+	w.noDeadEntry(p)
+	if res.Outcome == processor.Taken && !repeat && r.old == "" {
+		// served in order: what is held now, and what every live entry ahead of this
+		// process in line asks, fit in k
+		after, _ := w.held()
+		var sum uint64
+		for _, h := range after {
+			sum += h[0]
+		}
+		if ahead := line.ahead(p.name); sum+ahead > uint64(w.opt.Permits) {
+			w.fail("line-order", "%v took permits past the line: %d held and %d asked ahead of it, of %d", r, sum, ahead, w.opt.Permits)
+		}
+	}
+	if p.gaveUp[r.locker] {
+		return // (the library forgot the attempt when it let it go)
+	}
+	if !heard {
+		if p.holds[r.locker] != nil {
+			return // a copy of a take it heard already
+		}
+		if r.old != "" {
+			return // unresolved: sent again
+		}
+		if res.Outcome == processor.Taken || r.wait {
+			p.unknown[r.locker] = true
+		}
+		return
+	}
+	switch res.Outcome {
+	case processor.Taken:
+		if b := p.holds[r.locker]; b != nil { // a copy of a take it heard already
+			b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
+			return
+		}
+		p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(w.opt.Lease), token: res.Token}
+		delete(p.unknown, r.locker)
+		if r.old != "" {
+			delete(p.holds, r.old)
+			delete(p.downs, r.locker)
+		}
+	case processor.Held:
+		if r.wait {
+			p.unknown[r.locker] = true // in line: given back if never taken
+		}
+	default:
+		if r.old != "" { // the write-hold was gone: lost
+			delete(p.downs, r.locker)
+			delete(p.holds, r.old)
+			p.unknown[r.old] = true
+		}
 	}
 }
 
@@ -743,21 +776,21 @@ func (w *sworld) finish() {
 // SharedMutants are shared.lua with one guard broken; RunShared must find each.
 var SharedMutants = []Mutant{
 	{"a settled locker takes permits again (take ignores GONE)", "shared",
-		"    if settled(A.locker) then\n        if freed then wake(k) end", "    if false then\n        if freed then wake(k) end"},
+		"        if settled(A.locker) then\n            if freed then wake(k) end", "        if false then\n            if freed then wake(k) end"},
 	{"a take counts no permits already held", "shared",
 		"local sum, owners = used(A.replaces)", "local _, owners = used(A.replaces)\n    local sum = 0"},
 	{"a release does not settle its locker", "shared",
-		"    settle(A.locker)\n    if h then", "    if h then"},
+		"        settle(A.locker)\n        if h then", "        if h then"},
 	{"a holding let go (expired, replaced or forced) is not settled", "shared",
 		"    redis.call('zrem', EXP, locker)\n    settle(locker)", "    redis.call('zrem', EXP, locker)"},
 	{"a failed try is not settled", "shared",
-		"    if A.wait ~= '1' then\n        settle(A.locker)", "    if A.wait ~= '1' then"},
+		"        if A.wait ~= '1' then\n            settle(A.locker)", "        if A.wait ~= '1' then"},
 	{"a take passes the line (the permits asked ahead are not counted)", "shared",
 		"        fits = sum + ahead(A.owner) + n <= k", "        fits = true"},
 	{"the attempt a waiting take replaces in line is not settled", "shared",
 		"        settle(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
 	{"a forced holding is not settled (its late take takes it back)", "shared",
-		"    unhold(A.locker)\n    wake(k)", "    redis.call('hdel', HELD, A.locker)\n    redis.call('zrem', EXP, A.locker)\n    wake(k)"},
+		"        unhold(A.locker)\n        wake(k)", "        redis.call('hdel', HELD, A.locker)\n        redis.call('zrem', EXP, A.locker)\n        wake(k)"},
 	{"tokens repeat (the counter is not raised)", "shared",
 		"    redis.call('set', FENCE, string.format('%.0f', first + math.max(tonumber(n) or 1, 1) - 1))\n", ""},
 	{"a write-hold's block is not reserved (its writers' tokens repeat)", "shared",

@@ -39,7 +39,8 @@
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
 -- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
--- asked. waiting is 1 when another process stands in line, or more than k permits are held
+-- asked; {release's code, take's reply} for a release that stands in line again (next).
+-- waiting is 1 when another process stands in line, or more than k permits are held
 -- (waiting): the holders lend no more and give back what comes free.
 local A = {
     op = ARGV[1] or '',                -- take, renew, release, force, inspect, permits
@@ -63,6 +64,9 @@ local A = {
     block_end = ARGV[17] or '',        -- ... and the block's last ('' for none: nothing to give back)
     from = ARGV[18] or '',             -- permits: the count the change applies to ('' for whatever it is)
     origin = ARGV[19] or '',           -- renew: the token the holding was taken with ('' if unknown)
+    next = ARGV[20] or '',             -- release: the locker of the take that stands in line as it lets go ('' for none) ...
+    next_n = ARGV[21] or '',           -- ... the permits it asks ...
+    next_tokens = ARGV[22] or '',      -- ... and the fencing tokens it reserves
 }
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call('time')
@@ -319,236 +323,255 @@ local function giveBack(first)
 end
 
 local kd, k = kind()
-if A.op ~= 'inspect' and kd ~= A.kind then
-    return {-2, kd}
-end
-local freed = false
-if A.op ~= 'inspect' then
-    freed = prune()
-end
 
-if A.op == 'take' then
-    local n = tonumber(A.n)
-    if n > k then -- never fits: settled, and out of line (k may have been lowered while it waited)
+-- serve runs A.op and returns its reply.
+local function serve()
+    if A.op ~= 'inspect' and kd ~= A.kind then
+        return {-2, kd}
+    end
+    local freed = false
+    if A.op ~= 'inspect' then
+        freed = prune()
+    end
+
+    if A.op == 'take' then
+        local n = tonumber(A.n)
+        if n > k then -- never fits: settled, and out of line (k may have been lowered while it waited)
+            local e = entry(A.owner)
+            if e and e.locker == A.locker then
+                drop(A.owner)
+                freed = true
+            end
+            settle(A.locker)
+            if freed then wake(k) end
+            keep(k, kd)
+            return {-3, string.format('%.0f', k)}
+        end
+        if settled(A.locker) then
+            if freed then wake(k) end
+            keep(k, kd)
+            return {-1}
+        end
+        local mine = holding(A.locker)
+        if mine then -- a copy of a take that was answered: the same holding, renewed
+            lengthen(A.locker)
+            if freed then wake(k) end
+            keep(k, kd)
+            return {1, mine.token, waiting(A.owner, k)}
+        end
+        local old = nil
+        if A.replaces ~= '' then
+            old = holding(A.replaces)
+            if not old or old.owner ~= A.owner then
+                -- what it replaces is gone (a late copy, or it expired): a take of its own, settled
+                settle(A.locker)
+                if freed then wake(k) end
+                keep(k, kd)
+                return {-1}
+            end
+        end
+        local sum, owners = used(A.replaces)
+        local fits = sum + n <= k
+        if fits and not (old and n <= old.n) then
+            fits = sum + ahead(A.owner) + n <= k
+        end
+        if fits then
+            if old then
+                giveBack(old.token)
+            end
+            local tok = string.format('%.0f', reserve(A.tokens))
+            redis.call('hset', HELD, A.locker, A.n .. '|' .. tok .. '|' .. A.owner)
+            lengthen(A.locker)
+            local e = entry(A.owner)
+            if e and e.locker == A.locker then
+                drop(A.owner)
+            end
+            if old then
+                unhold(old.locker)
+            end
+            if freed or (old and old.n > n) then
+                wake(k)
+            end
+            keep(k, kd)
+            return {1, tok, waiting(A.owner, k)}
+        end
+        if A.wait ~= '1' then
+            settle(A.locker)
+            if freed then wake(k) end
+            keep(k, kd)
+            return {0, -1, life(), waiting(A.owner, k)}
+        end
+        local e = entry(A.owner)
+        if e and e.locker ~= A.locker then
+            settle(e.locker) -- the attempt this one takes the place of
+        end
+        local new = redis.call('zadd', LINE, 'NX', NOW_US, A.owner) == 1
+        local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
+        redis.call('hset', WANT, A.owner, want)
+        if HEARD then
+            local listens = hears(A.owner) and '1' or '0'
+            redis.call('hset', HEARD, A.owner, NOW_MS .. '|' .. listens .. '|' .. A.lease .. '|' .. want)
+        end
+        if new then
+            for owner in pairs(owners) do
+                if owner ~= A.owner then
+                    tell(owner, 'W') -- someone waits: lend no more, give back what comes free
+                end
+            end
+        end
+        if freed then wake(k) end
+        keep(k, kd)
+        return {0, redis.call('zrank', LINE, A.owner), life(), waiting(A.owner, k)}
+    elseif A.op == 'renew' then
+        local mine = holding(A.locker)
+        if mine and A.origin ~= '' and mine.token ~= A.origin then
+            -- taken anew under this locker (a late copy of its take after an empty restart wiped
+            -- the holding): the holder did not hold it in between; it is lost, and let go
+            unhold(A.locker)
+            wake(k)
+            keep(k, kd)
+            return {0}
+        end
+        if mine then
+            lengthen(A.locker)
+            local first = 0
+            if (tonumber(A.tokens) or 0) > 0 then
+                first = string.format('%.0f', reserve(A.tokens))
+            end
+            if freed then wake(k) end
+            keep(k, kd)
+            return {1, waiting(A.owner, k), first}
+        end
+        if freed then -- (an expired holding was settled: its mark must live its time)
+            wake(k)
+            keep(k, kd)
+        end
+        if settled(A.locker) then
+            return {-1}
+        end
+        return {0}
+    elseif A.op == 'release' then
+        -- lets the holding go, or takes the attempt out of line; settles the locker either way
+        local was = settled(A.locker)
+        local h = holding(A.locker)
         local e = entry(A.owner)
         if e and e.locker == A.locker then
             drop(A.owner)
             freed = true
         end
         settle(A.locker)
+        if h then
+            redis.call('hdel', HELD, A.locker)
+            redis.call('zrem', EXP, A.locker)
+            freed = true
+            giveBack(h.token)
+        end
         if freed then wake(k) end
         keep(k, kd)
-        return {-3, string.format('%.0f', k)}
-    end
-    if settled(A.locker) then
-        if freed then wake(k) end
-        keep(k, kd)
-        return {-1}
-    end
-    local mine = holding(A.locker)
-    if mine then -- a copy of a take that was answered: the same holding, renewed
-        lengthen(A.locker)
-        if freed then wake(k) end
-        keep(k, kd)
-        return {1, mine.token, waiting(A.owner, k)}
-    end
-    local old = nil
-    if A.replaces ~= '' then
-        old = holding(A.replaces)
-        if not old or old.owner ~= A.owner then
-            -- what it replaces is gone (a late copy, or it expired): a take of its own, settled
-            settle(A.locker)
-            if freed then wake(k) end
-            keep(k, kd)
+        if h then
+            return {1}
+        elseif was and not settled(A.locker .. '|forced') then
             return {-1}
         end
-    end
-    local sum, owners = used(A.replaces)
-    local fits = sum + n <= k
-    if fits and not (old and n <= old.n) then
-        fits = sum + ahead(A.owner) + n <= k
-    end
-    if fits then
-        if old then
-            giveBack(old.token)
+        return {0}
+    elseif A.op == 'force' then
+        -- an operator lets another process's holding go (ForceRelease); nothing else is changed.
+        -- The locker stays settled for at least eight times what was left of its lease, however
+        -- short the operator's own lease: no copy of its process's requests takes it back.
+        local left = tonumber(redis.call('zscore', EXP, A.locker) or '')
+        if not left or not holding(A.locker) then
+            if freed then wake(k) end
+            if freed or redis.call('exists', KIND) == 1 then keep(k, kd) end
+            return {0}
         end
-        local tok = string.format('%.0f', reserve(A.tokens))
-        redis.call('hset', HELD, A.locker, A.n .. '|' .. tok .. '|' .. A.owner)
-        lengthen(A.locker)
-        local e = entry(A.owner)
-        if e and e.locker == A.locker then
-            drop(A.owner)
-        end
-        if old then
-            unhold(old.locker)
-        end
-        if freed or (old and old.n > n) then
-            wake(k)
-        end
-        keep(k, kd)
-        return {1, tok, waiting(A.owner, k)}
-    end
-    if A.wait ~= '1' then
-        settle(A.locker)
-        if freed then wake(k) end
-        keep(k, kd)
-        return {0, -1, life(), waiting(A.owner, k)}
-    end
-    local e = entry(A.owner)
-    if e and e.locker ~= A.locker then
-        settle(e.locker) -- the attempt this one takes the place of
-    end
-    local new = redis.call('zadd', LINE, 'NX', NOW_US, A.owner) == 1
-    local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
-    redis.call('hset', WANT, A.owner, want)
-    if HEARD then
-        local listens = hears(A.owner) and '1' or '0'
-        redis.call('hset', HEARD, A.owner, NOW_MS .. '|' .. listens .. '|' .. A.lease .. '|' .. want)
-    end
-    if new then
-        for owner in pairs(owners) do
-            if owner ~= A.owner then
-                tell(owner, 'W') -- someone waits: lend no more, give back what comes free
-            end
-        end
-    end
-    if freed then wake(k) end
-    keep(k, kd)
-    return {0, redis.call('zrank', LINE, A.owner), life(), waiting(A.owner, k)}
-elseif A.op == 'renew' then
-    local mine = holding(A.locker)
-    if mine and A.origin ~= '' and mine.token ~= A.origin then
-        -- taken anew under this locker (a late copy of its take after an empty restart wiped
-        -- the holding): the holder did not hold it in between; it is lost, and let go
+        A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
+        settle(A.locker .. '|forced') -- its release answers gone: its owners are told of the loss
         unhold(A.locker)
         wake(k)
         keep(k, kd)
-        return {0}
-    end
-    if mine then
-        lengthen(A.locker)
-        local first = 0
-        if (tonumber(A.tokens) or 0) > 0 then
-            first = string.format('%.0f', reserve(A.tokens))
-        end
-        if freed then wake(k) end
-        keep(k, kd)
-        return {1, waiting(A.owner, k), first}
-    end
-    if freed then -- (an expired holding was settled: its mark must live its time)
-        wake(k)
-        keep(k, kd)
-    end
-    if settled(A.locker) then
-        return {-1}
-    end
-    return {0}
-elseif A.op == 'release' then
-    -- lets the holding go, or takes the attempt out of line; settles the locker either way
-    local was = settled(A.locker)
-    local h = holding(A.locker)
-    local e = entry(A.owner)
-    if e and e.locker == A.locker then
-        drop(A.owner)
-        freed = true
-    end
-    settle(A.locker)
-    if h then
-        redis.call('hdel', HELD, A.locker)
-        redis.call('zrem', EXP, A.locker)
-        freed = true
-        giveBack(h.token)
-    end
-    if freed then wake(k) end
-    keep(k, kd)
-    if h then
         return {1}
-    elseif was and not settled(A.locker .. '|forced') then
-        return {-1}
-    end
-    return {0}
-elseif A.op == 'force' then
-    -- an operator lets another process's holding go (ForceRelease); nothing else is changed.
-    -- The locker stays settled for at least eight times what was left of its lease, however
-    -- short the operator's own lease: no copy of its process's requests takes it back.
-    local left = tonumber(redis.call('zscore', EXP, A.locker) or '')
-    if not left or not holding(A.locker) then
-        if freed then wake(k) end
-        if freed or redis.call('exists', KIND) == 1 then keep(k, kd) end
-        return {0}
-    end
-    A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
-    settle(A.locker .. '|forced') -- its release answers gone: its owners are told of the loss
-    unhold(A.locker)
-    wake(k)
-    keep(k, kd)
-    return {1}
-elseif A.op == 'permits' then
-    -- a change that names the count it changes applies to that count only: a late or repeated
-    -- copy of it, or of an older change, finds the count changed since and changes nothing; a
-    -- change with a locker of its own is settled as it runs, applied ('<locker>|set' settled
-    -- too) or not, so that a copy of it that comes later still changes nothing, even when the
-    -- count went back to the one it names (3 -> 5, 5 -> 3, then a copy of 3 -> 5), and answers
-    -- as the first did
-    if A.locker ~= '' and settled(A.locker) then
-        if freed then wake(k) end
-        keep(k, kd)
-        if settled(A.locker .. '|set') then
-            return {1}
+    elseif A.op == 'permits' then
+        -- a change that names the count it changes applies to that count only: a late or repeated
+        -- copy of it, or of an older change, finds the count changed since and changes nothing; a
+        -- change with a locker of its own is settled as it runs, applied ('<locker>|set' settled
+        -- too) or not, so that a copy of it that comes later still changes nothing, even when the
+        -- count went back to the one it names (3 -> 5, 5 -> 3, then a copy of 3 -> 5), and answers
+        -- as the first did
+        if A.locker ~= '' and settled(A.locker) then
+            if freed then wake(k) end
+            keep(k, kd)
+            if settled(A.locker .. '|set') then
+                return {1}
+            end
+            return {0, string.format('%.0f', k)}
         end
-        return {0, string.format('%.0f', k)}
-    end
-    if A.from ~= '' and redis.call('exists', KIND) == 1 and tonumber(A.from) ~= k then
+        if A.from ~= '' and redis.call('exists', KIND) == 1 and tonumber(A.from) ~= k then
+            if A.locker ~= '' then
+                settle(A.locker)
+            end
+            if freed then wake(k) end -- (what the prune settled, as every request does)
+            keep(k, kd)
+            return {0, string.format('%.0f', k)}
+        end
         if A.locker ~= '' then
             settle(A.locker)
+            settle(A.locker .. '|set')
         end
-        if freed then wake(k) end -- (what the prune settled, as every request does)
+        local was = k
+        k = tonumber(A.k)
+        local held, owners = used()
+        if held > k then
+            for owner in pairs(owners) do
+                tell(owner, 'W') -- more is held than the count now: lend no more, give back what comes free
+            end
+        elseif k > was then
+            for owner in pairs(owners) do
+                tell(owner, 'F') -- room made: a holder's goroutine asking for more (not in line) asks now
+            end
+        end
+        wake(k)
         keep(k, kd)
-        return {0, string.format('%.0f', k)}
-    end
-    if A.locker ~= '' then
-        settle(A.locker)
-        settle(A.locker .. '|set')
-    end
-    local was = k
-    k = tonumber(A.k)
-    local held, owners = used()
-    if held > k then
-        for owner in pairs(owners) do
-            tell(owner, 'W') -- more is held than the count now: lend no more, give back what comes free
+        return {1}
+    elseif A.op == 'inspect' then
+        local held = {}
+        for _, locker in ipairs(redis.call('zrange', EXP, 0, -1, 'withscores')) do
+            held[#held + 1] = locker
         end
-    elseif k > was then
-        for owner in pairs(owners) do
-            tell(owner, 'F') -- room made: a holder's goroutine asking for more (not in line) asks now
+        local line = {}
+        for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
+            local e = entry(owner)
+            if e and e.expires >= NOW_MS and not died(e) and counts(e) then -- (the ones a release serves)
+                line[#line + 1] = owner
+                line[#line + 1] = e.n
+            end
         end
-    end
-    wake(k)
-    keep(k, kd)
-    return {1}
-elseif A.op == 'inspect' then
-    local held = {}
-    for _, locker in ipairs(redis.call('zrange', EXP, 0, -1, 'withscores')) do
-        held[#held + 1] = locker
-    end
-    local line = {}
-    for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
-        local e = entry(owner)
-        if e and e.expires >= NOW_MS and not died(e) and counts(e) then -- (the ones a release serves)
-            line[#line + 1] = owner
-            line[#line + 1] = e.n
+        local out = {}
+        for i = 1, #held, 2 do
+            local h = holding(held[i])
+            if h and tonumber(held[i + 1]) >= NOW_MS then
+                out[#out + 1] = h.locker
+                out[#out + 1] = h.n
+                out[#out + 1] = h.token
+                out[#out + 1] = math.max(tonumber(held[i + 1]) - NOW_MS, 0)
+            end
         end
+        local stored = redis.call('get', KIND) and 1 or 0
+        return {kd, string.format('%.0f', k), out, line, redis.call('get', FENCE) or '0', stored}
     end
-    local out = {}
-    for i = 1, #held, 2 do
-        local h = holding(held[i])
-        if h and tonumber(held[i + 1]) >= NOW_MS then
-            out[#out + 1] = h.locker
-            out[#out + 1] = h.n
-            out[#out + 1] = h.token
-            out[#out + 1] = math.max(tonumber(held[i + 1]) - NOW_MS, 0)
-        end
-    end
-    local stored = redis.call('get', KIND) and 1 or 0
-    return {kd, string.format('%.0f', k), out, line, redis.call('get', FENCE) or '0', stored}
+    return redis.error_reply('shared.lua: unknown op ' .. A.op)
 end
-return redis.error_reply('shared.lua: unknown op ' .. A.op)
+
+-- A release that names next stands in line again as it lets go: its process's goroutines
+-- still want permits that no holding of theirs serves (another process waits). Its take, with
+-- wait, runs in the same script, right after the release, so that a process far from Redis
+-- keeps its turn in line as a near one does (taking the permits at once if they fit). Each half
+-- answers as it would alone, and a late or repeated copy of the pair is one of each.
+if A.op == 'release' and A.next ~= '' then
+    local let = serve()
+    if let[1] == -2 then
+        return let
+    end
+    A.op, A.locker, A.n, A.wait, A.replaces, A.tokens, A.last, A.block_end = 'take', A.next, A.next_n, '1', '', A.next_tokens, '', ''
+    return {let[1], serve()}
+end
+return serve()
