@@ -54,8 +54,8 @@ type Expander struct {
 
 // StartExpander starts keeping l alive. The loop ends when Stop is called, when ctx ends, or
 // when the lease is lost (l.Lost runs in the loop's goroutine). It runs in group; a closed
-// group runs nothing. With a nil ctx, l or group nothing runs: the Expander returned is
-// stopped.
+// group runs nothing. With a nil ctx, l (a nil pointer in l too) or group nothing runs: the
+// Expander returned is stopped.
 func StartExpander(ctx context.Context, l Lease, group *Group) *Expander {
 	return StartExpanderAt(ctx, l, group, time.Time{})
 }
@@ -66,7 +66,7 @@ func StartExpander(ctx context.Context, l Lease, group *Group) *Expander {
 // start: until then nothing watches the lease).
 func StartExpanderAt(ctx context.Context, l Lease, group *Group, first time.Time) *Expander {
 	e := &Expander{poke: make(chan struct{}, 1)}
-	if ctx == nil || l == nil || group == nil {
+	if ctx == nil || isNil(l) || group == nil {
 		e.stopped = true
 		return e
 	}

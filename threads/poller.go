@@ -6,6 +6,7 @@ package threads
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,8 @@ type PollTarget interface {
 // StartAfter and Reset start nothing (Start and StartAfter still run their also functions and
 // report false, as with a closed group). A nil *Poller does nothing at all: Start and
 // StartAfter report false without running also, Locked does not run f, Due reports none.
-// Nil functions given to Start, StartAfter, Reset or Locked are not run.
+// Nil functions given to Start, StartAfter, Reset or Locked are not run. At its own pace (Poll
+// returned 0) the poller waits at least a millisecond, whatever every is.
 type Poller struct {
 	first, every time.Duration
 	target       PollTarget
@@ -51,10 +53,31 @@ type Poller struct {
 	round   uint64      // numbers the timers, so that one stopped as it fired does nothing; guarded by mu
 }
 
+// minPollPause is the least pause between two polls at the poller's own pace: a Poller made
+// with every <= 0 whose target asks for no pace of its own polls once a millisecond, not in a
+// busy loop.
+const minPollPause = time.Millisecond
+
 // NewPoller returns a stopped poller. Loops end when ctx ends; each poll runs in group. With a
-// nil ctx, target or group the poller never starts.
+// nil ctx, target (a nil pointer in a target too) or group the poller never starts.
 func NewPoller(ctx context.Context, first, every time.Duration, target PollTarget, group *Group) *Poller {
+	if isNil(target) {
+		target = nil
+	}
 	return &Poller{first: first, every: every, target: target, ctx: ctx, group: group}
+}
+
+// isNil reports whether v is nil, or an interface holding a nil pointer, map, slice, channel or
+// function: a value whose methods may dereference it.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Start starts the loop unless one runs, then runs each of also under the poller's lock (for
@@ -209,7 +232,7 @@ func (p *Poller) fire(round uint64) {
 	p.mu.Unlock()
 	next := p.target.Poll(p.ctx)
 	if next <= 0 {
-		next = p.every
+		next = max(p.every, minPollPause)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

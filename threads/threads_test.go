@@ -66,6 +66,25 @@ func TestPollerRunsWhileWaitingAndExits(t *testing.T) {
 	waitFor(t, &wg)
 }
 
+// A poller with no pace (every 0, a target that asks for none) polls at most once a
+// millisecond rather than in a busy loop.
+func TestPollerWithoutPaceDoesNotSpin(t *testing.T) {
+	var wg threads.Group
+	tg := &target{}
+	tg.waiting.Store(true)
+	p := threads.NewPoller(context.Background(), 0, 0, tg, &wg)
+	p.Start()
+	eventually(t, "polls", func() bool { return tg.polls.Load() >= 3 })
+	start, n := time.Now(), tg.polls.Load()
+	time.Sleep(100 * time.Millisecond)
+	polls, ms := tg.polls.Load()-n, time.Since(start).Milliseconds()
+	p.Stop()
+	waitFor(t, &wg)
+	if polls > ms+10 {
+		t.Fatalf("%d polls in %d ms", polls, ms)
+	}
+}
+
 // A StartAfter on a running loop brings its next poll forward.
 func TestPollerStartAfterHurriesARunningLoop(t *testing.T) {
 	var wg threads.Group

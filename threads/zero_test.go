@@ -85,6 +85,7 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 			// begun by a timer: a panic there crashes the process
 			{"StartExpanderAt(nil, l, g, soon)", nilCtx, l, &g, time.Now().Add(time.Millisecond)},
 			{"StartExpanderAt(ctx, nil, g, soon)", ctx, nil, &g, time.Now().Add(time.Millisecond)},
+			{"StartExpanderAt(ctx, nil *Lease, g, soon)", ctx, (*fakeLease)(nil), &g, time.Now().Add(time.Millisecond)},
 		} {
 			call(t, tc.name, func() error {
 				e := threads.StartExpanderAt(tc.ctx, tc.l, tc.g, tc.first)
@@ -133,6 +134,7 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 		}{
 			{"NewPoller(nil ctx)", nilCtx, tg, &g},
 			{"NewPoller(nil target)", ctx, nil, &g}, // its poll would run in a timer's goroutine
+			{"NewPoller(nil *target)", ctx, (*target)(nil), &g},
 			{"NewPoller(nil group)", ctx, tg, nil},
 		} {
 			call(t, tc.name, func() error {
