@@ -964,7 +964,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 // payThenTake returns the request that sends o and, in the same script, a's take with wait
 // (processor.SharedReleaseThenTake): the process stands in line again as it lets go. Each half's
 // answer goes where its own request's would; when the request fails, o is owed again and a's
-// take goes again, each on its own (a copy of either that ran answers the same).
+// take goes again, each on its own (a copy of either that ran answers the same) — but for a
+// release that ran and a take that then failed (its permits above a lowered k): o's Unlocks
+// are told the release's outcome, and only the take's failure is the take's.
 func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx context.Context) {
 	w, f := st.heardW, st.heardF // (the caller holds mu)
 	return func(ctx context.Context) {
@@ -975,13 +977,13 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 		})
 		var fate error
 		switch {
-		case err != nil:
-			fate = err
 		case r.Let == processor.Gone:
 			fate = errGone
+		case r.Let == 0: // the release did not run, or its outcome is unknown
+			fate = err
 		}
 		st.mu.Lock()
-		owed := err != nil && !errors.Is(err, ErrInvalidConfig) && !processor.ClientClosed(err) &&
+		owed := err != nil && r.Let == 0 && !errors.Is(err, ErrInvalidConfig) && !processor.ClientClosed(err) &&
 			(time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil
 		if owed {
 			st.owed = append(st.owed, o)

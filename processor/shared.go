@@ -333,7 +333,11 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 // SharedTake of next with Wait: a process whose goroutines still want permits that no holding
 // of theirs serves stands in line again as it lets go, as close to its turn as a process next
 // to Redis would. The result is the take's, with Let the release's outcome (Released, Settled
-// or Gone). A late or repeated copy is a copy of each half.
+// or Gone). A late or repeated copy is a copy of each half. When the release ran and the take
+// then failed (its permits above k: ErrInvalidConfig, or a reply of the take's not understood,
+// or the replicas WithReplicaAck asks for not acknowledging it), the error comes with Let set:
+// the release is not owed again. Let is zero when the release did not run, or when its outcome
+// is unknown.
 func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, last, end uint64, next TakeRequest) (SharedResult, error) {
 	if err := p.checkShared(ctx, cfg, s); err != nil {
 		return SharedResult{}, err
@@ -356,11 +360,11 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 	}
 	take, ok := vals[len(vals)-1].([]any)
 	if len(vals) != 2 || !ok || len(take) == 0 {
-		return SharedResult{}, processErr("release", cfg.UniqueKey(), fmt.Errorf("shared.lua answered %v", vals))
+		return SharedResult{Let: let}, processErr("release", cfg.UniqueKey(), fmt.Errorf("shared.lua answered %v", vals))
 	}
 	tcode, _ := take[0].(int64)
 	if tcode == -3 && len(take) > 1 {
-		return SharedResult{}, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), take[1])
+		return SharedResult{Let: let}, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), take[1])
 	}
 	r, err := p.taken(cfg, tcode, take, acked)
 	r.Let = let

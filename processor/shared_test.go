@@ -758,11 +758,16 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 		if r := a.take(t, lc2, sem3, h, 2, true); r.Outcome != processor.Taken {
 			t.Fatalf("semaphore: %+v", r)
 		}
-		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 3}); err != nil || r.Let != processor.Released || r.Outcome != processor.Taken || r.Token == 0 {
+		h3 := a.locker()
+		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: h3, N: 3}); err != nil || r.Let != processor.Released || r.Outcome != processor.Taken || r.Token == 0 {
 			t.Fatalf("semaphore's release then take, nobody in line: %+v %v", r, err)
 		}
-		if _, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 4}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
-			t.Fatalf("more than k: %v", err)
+		// a take of more than k is refused, but its release ran: the error says so (Let)
+		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h3, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 4}); !errors.Is(err, dlerrors.ErrInvalidConfig) || r.Let != processor.Released {
+			t.Fatalf("more than k: %+v %v", r, err)
+		}
+		if in, err := a.SharedInspect(ctx, lc2, sem3); err != nil || len(in.Holdings) != 0 || len(in.Waiting) != 0 {
+			t.Fatalf("left after a refused take: %+v %v", in, err)
 		}
 		if _, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("a zero take: %v", err)
