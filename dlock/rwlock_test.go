@@ -1293,11 +1293,6 @@ func latencyWalk(p *faultproxy.Proxy, stop <-chan struct{}) {
 	}
 }
 
-// A process far from Redis, whose latency each way comes and goes (0-150 ms) and whose W and F
-// messages come late, shares a read-write lock and a semaphore with a near one: no holding is
-// believed beyond what Redis keeps, no writer is beside anyone and no more permits are out
-// than the semaphore has, writers' tokens strictly increase, the far process's writers and
-// acquirers are served, and nothing is left held once everyone stops.
 // A process far from Redis takes its turns beside near ones: each kind's process stands in
 // line again as it lets the lock go while its goroutines still want it (the mutex's yield
 // check, the family's release that stands in line again), rather than a round trip later,
@@ -1370,6 +1365,11 @@ func TestFarProcessTakesItsTurns(t *testing.T) {
 	}
 }
 
+// A process far from Redis, whose latency each way comes and goes (0-150 ms) and whose W and F
+// messages come late, shares a read-write lock and a semaphore with a near one: no holding is
+// believed beyond what Redis keeps, no writer is beside anyone and no more permits are out
+// than the semaphore has, writers' tokens strictly increase, the far process's writers and
+// acquirers are served, and nothing is left held once everyone stops.
 func TestFarProcessFamily(t *testing.T) {
 	for _, kind := range []string{"RW", "Semaphore"} {
 		t.Run(kind, func(t *testing.T) {

@@ -702,11 +702,10 @@ func TestSharedLeavingTheLineTellsWhoIsBehind(t *testing.T) {
 	h.next("B-", "F")
 }
 
-// A holding's renewals name the token it was taken with: a holding under the same locker
-// with another token — taken anew by a late copy of its take after an empty restart wiped it,
-// while others may have held the permits — is let go and answers Gone; a copy of a take that
-// was answered keeps the holding's token, and a renewal naming none (an older version's) is
-// not checked.
+// A release that names the take that follows it (SharedReleaseThenTake) lets its holding go and
+// stands in line again in one script: each half answers as it would alone (a late copy is a
+// copy of each), the take takes at once when its permits fit, a take of more than k is refused
+// after the release ran (Let says so), and a pair of the wrong kind is refused.
 func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -775,6 +774,11 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 	})
 }
 
+// A holding's renewals name the token it was taken with: a holding under the same locker
+// with another token — taken anew by a late copy of its take after an empty restart wiped it,
+// while others may have held the permits — is let go and answers Gone; a copy of a take that
+// was answered keeps the holding's token, and a renewal naming none (an older version's) is
+// not checked.
 func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
