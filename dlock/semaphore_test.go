@@ -700,6 +700,88 @@ func TestSemaphoreReleaseThatStandsInLineForTooManyPermits(t *testing.T) {
 	}
 }
 
+// A release that stands in line again, whose reply is lost after Redis ran it: the release is
+// sent again (answered settled: its Unlock returns nil) and so is the take; the waiter is
+// served in turn, after the process that waited first, or, when it gives up meanwhile, its
+// attempt is given back and leaves the line at once, not when its entry expires.
+func TestSemaphoreLostReplyOfAReleaseThatStandsInLine(t *testing.T) {
+	for _, giveUp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "served", true: "given up"}[giveUp], func(t *testing.T) {
+			ca := srv.Client()
+			var grows, pairs atomic.Int32
+			ca.AddHook(lostReplyHook{match: func(a []any) bool {
+				return sharedArg(a, "op") == "release" && sharedArg(a, "next") != "" && pairs.Add(1) == 1
+			}})
+			ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if a := cmd.Args(); sharedArg(a, "op") == "take" && sharedArg(a, "wait") == "0" && err == nil {
+					grows.Add(1) // its answer says B waits: A lends no more
+				}
+				return err
+			}})
+			// a long lease: the waiter asks again, in line, only growPatience (a sixth of it) on,
+			// and a line entry left behind would stay for a lease
+			ga := genOn(t, ca, dlock.WithDefaultLease(time.Minute))
+			gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 45*time.Second)
+			sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
+			a1, err := sa.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotB := make(chan *dlock.Owner, 1)
+			go func() {
+				o, err := sb.Acquire(ctx, 1)
+				if err != nil {
+					t.Errorf("B: %v", err)
+				}
+				gotB <- o
+			}()
+			waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+			wctx, giveUpW := context.WithCancel(ctx)
+			defer giveUpW()
+			gotW := make(chan error, 1)
+			go func() {
+				o, err := sa.Acquire(wctx, 1)
+				if err == nil {
+					err = o.Unlock()
+				}
+				gotW <- err
+			}()
+			waitFor(t, func() bool { return grows.Load() > 0 })
+			if err := a1.Unlock(); err != nil {
+				t.Errorf("Unlock after the lost reply of its release: %v", err)
+			}
+			if pairs.Load() == 0 {
+				t.Fatal("the release did not stand in line again: the test no longer tests that")
+			}
+			if giveUp {
+				giveUpW()
+				if err := recv(t, gotW, "the waiter that gave up"); !errors.Is(err, dlock.ErrNotObtained) {
+					t.Errorf("the waiter that gave up: %v", err)
+				}
+			}
+			ob := recv(t, gotB, "B")
+			if ob == nil {
+				t.FailNow()
+			}
+			if err := ob.Unlock(); err != nil {
+				t.Errorf("B's Unlock: %v", err)
+			}
+			if !giveUp {
+				if err := recv(t, gotW, "A's waiter"); err != nil {
+					t.Errorf("A's waiter: %v", err)
+				}
+			}
+			waitFor(t, func() bool {
+				st, err := sb.State(ctx)
+				return err == nil && len(st.Holds) == 0 && len(st.Waiting) == 0
+			})
+		})
+	}
+}
+
 // renewHook runs after once the shared script's renewal has run in Redis, before its reply is
 // handled.
 type renewHook struct {
