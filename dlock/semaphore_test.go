@@ -649,54 +649,72 @@ func TestSemaphoreSetPermitsChangesWhatMayBeAsked(t *testing.T) {
 
 // A release that stands in line again as it lets go (its process's goroutine still wants
 // permits) while SetPermits lowered k below what that goroutine asks: the release ran, so its
-// Unlock returns nil; only the waiter is refused (ErrInvalidConfig), and nothing is left held
-// or in line.
+// Unlock says what became of the permit — nil, or ErrLockLost when an operator had forced it
+// away — not the take's refusal, which is the waiter's alone (ErrInvalidConfig); nothing is
+// left held or in line.
 func TestSemaphoreReleaseThatStandsInLineForTooManyPermits(t *testing.T) {
-	ca := srv.Client()
-	var grows, pairs atomic.Int32
-	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		err := next(ctx, cmd)
-		switch a := cmd.Args(); {
-		case sharedArg(a, "op") == "take" && sharedArg(a, "n") == "3" && sharedArg(a, "wait") == "0":
-			grows.Add(1) // the waiter's first ask, beside the process's own permit: not in line
-		case sharedArg(a, "op") == "release" && sharedArg(a, "next") != "":
-			pairs.Add(1)
-		}
-		return err
-	}})
-	// a long lease: the waiter asks again, in line, only growPatience (a sixth of it) on
-	ga := genOn(t, ca, dlock.WithDefaultLease(time.Minute))
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
-	sa, sb := semOf(t, ga, tg, 3), semOf(t, gb, tg, 3)
-	a1, err := sa.Acquire(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gotW := make(chan error, 1)
-	go func() {
-		o, err := sa.Acquire(ctx, 3)
-		if err == nil {
-			_ = o.Unlock()
-		}
-		gotW <- err
-	}()
-	waitFor(t, func() bool { return grows.Load() > 0 })
-	if err := sb.SetPermits(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := a1.Unlock(); err != nil {
-		t.Errorf("Unlock of a permit let go in Redis: %v", err)
-	}
-	if err := recv(t, gotW, "the waiter for 3 of 2"); !errors.Is(err, dlock.ErrInvalidConfig) {
-		t.Errorf("a waiter for 3 permits of 2: %v", err)
-	}
-	if pairs.Load() == 0 {
-		t.Fatal("the release did not stand in line again: the test no longer tests that")
-	}
-	if st, err := sb.State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
-		t.Fatalf("left: %+v %v", st, err)
+	for _, forced := range []bool{false, true} {
+		t.Run(map[bool]string{false: "released", true: "forced"}[forced], func(t *testing.T) {
+			ca := srv.Client()
+			var grows, pairs atomic.Int32
+			ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				switch a := cmd.Args(); {
+				case sharedArg(a, "op") == "take" && sharedArg(a, "n") == "3" && sharedArg(a, "wait") == "0":
+					grows.Add(1) // the waiter's first ask, beside the process's own permit: not in line
+				case sharedArg(a, "op") == "release" && sharedArg(a, "next") != "":
+					pairs.Add(1)
+				}
+				return err
+			}})
+			// a long lease: the waiter asks again, in line, only growPatience (a sixth of it) on,
+			// and no renewal tells A of the force first
+			ga := genOn(t, ca, dlock.WithDefaultLease(time.Minute))
+			gb, _ := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			sa, sb := semOf(t, ga, tg, 3), semOf(t, gb, tg, 3)
+			a1, err := sa.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotW := make(chan error, 1)
+			go func() {
+				o, err := sa.Acquire(ctx, 3)
+				if err == nil {
+					_ = o.Unlock()
+				}
+				gotW <- err
+			}()
+			waitFor(t, func() bool { return grows.Load() > 0 })
+			if forced {
+				st, err := sb.State(ctx)
+				if err != nil || len(st.Holds) != 1 {
+					t.Fatalf("A's permit: %+v %v", st, err)
+				}
+				if removed, err := sb.ForceRelease(ctx, st.Holds[0].Locker); err != nil || !removed {
+					t.Fatalf("ForceRelease: %v %v", removed, err)
+				}
+			}
+			if err := sb.SetPermits(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			err = a1.Unlock()
+			if forced && !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Unlock of a permit forced away: %v", err)
+			} else if !forced && err != nil {
+				t.Errorf("Unlock of a permit let go in Redis: %v", err)
+			}
+			if err := recv(t, gotW, "the waiter for 3 of 2"); !errors.Is(err, dlock.ErrInvalidConfig) {
+				t.Errorf("a waiter for 3 permits of 2: %v", err)
+			}
+			if pairs.Load() == 0 {
+				t.Fatal("the release did not stand in line again: the test no longer tests that")
+			}
+			if st, err := sb.State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+				t.Fatalf("left: %+v %v", st, err)
+			}
+		})
 	}
 }
 
