@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // uniqueTarget returns a lock target unique to this run of the test (-count runs it again on
@@ -1897,5 +1898,47 @@ func TestSemaphoreAskCutShortForARenewalIsSentAgain(t *testing.T) {
 		if err := o.Unlock(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A release that Redis refuses for good (the lock's keys now hold a read-write lock of the
+// semaphore's name: its holding was wiped and the name taken as the other kind) is sent once
+// and its Unlock told, not sent again and again until the lease runs out.
+func TestSemaphoreReleaseRefusedForGoodIsNotRepeated(t *testing.T) {
+	ca := srv.Client()
+	var releases atomic.Int32
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if sharedArg(cmd.Args(), "op") == "release" {
+			releases.Add(1)
+		}
+		return next(ctx, cmd)
+	}})
+	ga := genOn(t, ca, dlock.WithDefaultLease(5*time.Second))
+	gb, admin := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	s := semOf(t, ga, tg, 3)
+	o, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(ctx, processor.SharedKeys(s.Config())...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := gb.GenRW("SEM", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Unlock()
+	err = o.Unlock()
+	if err == nil {
+		t.Fatal("Unlock of a holding whose keys are another kind's now: no error")
+	}
+	if n := releases.Load(); n > 3 {
+		t.Fatalf("the release was sent %d times (%v)", n, err)
 	}
 }

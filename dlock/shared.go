@@ -737,7 +737,7 @@ func (st *sharedState) owe(locker string) { st.owed = append(st.owed, owedReleas
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		err := st.release(ctx, o.locker, o.last, o.end)
-		if err != nil && !errors.Is(err, errGone) && !processor.ClientClosed(err) && (time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil {
+		if err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && (time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil {
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
 			st.mu.Unlock()
@@ -745,6 +745,14 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 		}
 		tell(o.fate, err)
 	}
+}
+
+// refusedForGood reports whether a request failed in a way no second try changes: the client
+// is closed, Redis refuses the request (ACL, WRONGTYPE), or the lock's keys hold another kind
+// (ErrInvalidConfig). A release that failed so is not owed again: it would be sent over and
+// over until its lease ran out.
+func refusedForGood(err error) bool {
+	return processor.ClientClosed(err) || processor.Refused(err) || errors.Is(err, ErrInvalidConfig)
 }
 
 // unused returns what a release of h gives back: a write-hold's tokens after the last it
@@ -983,7 +991,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 			fate = err
 		}
 		st.mu.Lock()
-		owed := err != nil && r.Let == 0 && !errors.Is(err, ErrInvalidConfig) && !processor.ClientClosed(err) &&
+		owed := err != nil && r.Let == 0 && !refusedForGood(err) &&
 			(time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil
 		if owed {
 			st.owed = append(st.owed, o)
