@@ -758,8 +758,12 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 			t.Fatalf("semaphore: %+v", r)
 		}
 		h3 := a.locker()
-		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: h3, N: 3}); err != nil || r.Let != processor.Released || r.Outcome != processor.Taken || r.Token == 0 {
+		r, err = a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: h3, N: 3, Tokens: 4})
+		if err != nil || r.Let != processor.Released || r.Outcome != processor.Taken || r.Token == 0 {
 			t.Fatalf("semaphore's release then take, nobody in line: %+v %v", r, err)
+		}
+		if in, err := a.SharedInspect(ctx, lc2, sem3); err != nil || in.Fence != r.Token+3 {
+			t.Fatalf("the take reserved tokens up to %d, want its block of 4 from %d (%v)", in.Fence, r.Token, err)
 		}
 		// a take of more than k is refused, but its release ran: the error says so (Let)
 		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h3, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 4}); !errors.Is(err, dlerrors.ErrInvalidConfig) || r.Let != processor.Released {
