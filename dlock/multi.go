@@ -258,7 +258,10 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 
 // freshen renews the tenure under the acquisition owned holds when less than half the lease of
 // its handle is left (with the tenure's own lease setting, which Extend keeps), as a pass
-// renews before it is taken. It returns nil when at least half is left, else why not.
+// renews before it is taken. It returns nil when at least half is left, else why not. Half
+// the lease the renewal gives is enough when that is shorter: a holding the caller's context
+// carries, whose lease Extend shortened, never has half its handle's lease again (Lock took
+// its parts again and again until its context ended).
 func (l *DistributedReentrantLock) freshen(owned context.Context) error {
 	h := l.holdingOf(owned)
 	if h == nil {
@@ -275,19 +278,20 @@ func (l *DistributedReentrantLock) freshen(owned context.Context) error {
 		return time.Until(t.until), t.cfg.Lease(), true
 	}
 	d, lease, ok := left()
+	half := min(h.cfg.Lease(), lease) / 2
 	switch {
 	case !ok:
 		if err := h.heldErr(); err != nil {
 			return err
 		}
 		return ErrNotHeld
-	case d >= h.cfg.Lease()/2:
+	case d >= half:
 		return nil
 	}
 	if err := l.Extend(owned, lease); err != nil {
 		return err
 	}
-	if d, _, ok = left(); !ok || d < h.cfg.Lease()/2 {
+	if d, _, ok = left(); !ok || d < half {
 		return fmt.Errorf("%w: %s", errLateReply, l.cfg.UniqueKey()) // (the renewal's reply came late)
 	}
 	return nil
