@@ -129,9 +129,10 @@ func (m *MultiLock) Parts() []Part {
 // FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
 // ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
 // fails, the parts taken so far are released in reverse order and the error returned (as a
-// part's Lock returns it). A part lost while Lock waits for a later one (its renewals failed
-// through a failover, or an operator removed it) is not returned as held: Lock lets go of the
-// parts it took and takes them all again, so the Owner it returns holds every part. A mutex
+// part's Lock returns it). A part lost while Lock waits for a later one, or renews an earlier
+// one (its renewals failed through a failover, or an operator removed it), is not returned as
+// held: Lock lets go of the parts it took and takes them all again, so the Owner it returns
+// holds every part. A mutex
 // part taken early is renewed before Lock returns if less than half its lease is left (the
 // wait for the later parts used it up), so that no mutex part is returned nearly expired, as
 // a mutex's Lock never returns one. With an Owner of this MultiLock, Lock re-enters every
@@ -216,6 +217,15 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 			_ = owners[i].Unlock()
 		}
 	}
+	// ended reports why a part taken so far has ended (lost, or closed), or nil.
+	ended := func() error {
+		for _, taken := range owners {
+			if cause := partEnded(taken); cause != nil {
+				return cause
+			}
+		}
+		return nil
+	}
 	for _, l := range m.parts {
 		o, ok, err := take(l, withValues{Context: ctx, values: values})
 		if err == nil && !ok {
@@ -229,14 +239,12 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		// (the holding's own context: nothing the library keeps refers to an Owner; over the
 		// parts before, which a part re-entered through the caller's own Owner does not carry)
 		values = layered{Context: o.ctx, under: values}
-		for _, taken := range owners {
-			if cause := partEnded(taken); cause != nil {
-				letGo()
-				if errors.Is(cause, ErrClosed) {
-					return nil, nil, cause
-				}
-				return nil, nil, nil
+		if cause := ended(); cause != nil {
+			letGo()
+			if errors.Is(cause, ErrClosed) {
+				return nil, nil, cause
 			}
+			return nil, nil, nil
 		}
 	}
 	// A mutex taken before the last part may have waited for the later ones past half its
@@ -252,6 +260,15 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 				return nil, nil, nil
 			}
 		}
+	}
+	// A renewal is a round trip to Redis, during which another part may have been lost (an
+	// operator removed it, or Close began): checked again, as after each part's take.
+	if cause := ended(); cause != nil {
+		letGo()
+		if errors.Is(cause, ErrClosed) {
+			return nil, nil, cause
+		}
+		return nil, nil, nil
 	}
 	return owners, values, nil
 }
@@ -302,6 +319,9 @@ func partEnded(p *Owner) error {
 	held := p.ctx
 	if h := p.l.holdingOf(p); h != nil {
 		held = h.ctx
+	}
+	if p.sh != nil && p.sh.hold.ctx.Err() != nil { // (its own context ends in a goroutine after)
+		return context.Cause(p.sh.hold.ctx)
 	}
 	if held.Err() == nil {
 		return nil

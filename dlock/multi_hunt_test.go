@@ -646,3 +646,64 @@ func TestMultiLocksBesideSinglePartLocks(t *testing.T) {
 		t.Fatalf("%d overlaps", n)
 	}
 }
+
+// A part lost while Lock renews a mutex part taken earlier (the wait for the later parts used
+// half its lease) is not given back as held either: here the last part, a semaphore's permit,
+// is removed by an operator of this Generator while the renewal of the first part is on its
+// way. Lock let go of nothing and returned an Owner that had ended already.
+func TestMultiLockDoesNotReturnAPartLostWhileItRenewedAnother(t *testing.T) {
+	const lease = time.Second
+	c := srv.Client()
+	w := newWire(t, c)
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
+	other, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	a := mustGen(t, g, "FRESH", tg+"-a", lease)
+	sem, _ := g.GenSemaphore("FRESH", tg+"-c", 1)
+	m, err := g.MultiOf(sem.Permits(1), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	semB, _ := other.GenSemaphore("FRESH", tg+"-c", 1)
+	ctx := ctxT(t, 20*time.Second)
+	held, err := semB.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		o   *dlock.Owner
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		o, err := m.Lock(ctx)
+		got <- result{o, err}
+	}()
+	waitFor(t, func() bool { st, err := a.State(ctx); return err == nil && st.Mine })
+	time.Sleep(lease * 6 / 10) // (less than half a's lease left: Lock renews it once it has the permit)
+	w.stall("renew", 1)
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return w.stalledCount() == 1 }) // a's renewal, on its way
+	st, err := sem.State(ctx)
+	if err != nil || len(st.Holds) != 1 {
+		t.Fatalf("the semaphore while Lock renews a: %+v, %v", st, err)
+	}
+	if ok, err := sem.ForceRelease(ctx, st.Holds[0].Locker); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	w.unstall()
+	r := recv(t, got, "the MultiLock's Lock")
+	if r.err != nil {
+		t.Fatalf("Lock = %v", r.err)
+	}
+	defer func() { _ = m.Unlock(r.o) }()
+	time.Sleep(50 * time.Millisecond) // (the Owner ends in a goroutine of its own)
+	if r.o.Err() != nil {
+		t.Fatalf("Lock returned an Owner that had ended: %v", context.Cause(r.o))
+	}
+	if toks, ok := m.FencingTokens(r.o); !ok || len(toks) != 2 {
+		t.Fatalf("FencingTokens of the Owner Lock returned = %v, %v; want both parts", toks, ok)
+	}
+}
