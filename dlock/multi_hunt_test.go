@@ -707,3 +707,64 @@ func TestMultiLockDoesNotReturnAPartLostWhileItRenewedAnother(t *testing.T) {
 		t.Fatalf("FencingTokens of the Owner Lock returned = %v, %v; want both parts", toks, ok)
 	}
 }
+
+// A MultiLock taken through the caller's Owner of its first part (of each kind) that gives up
+// on a later part (held elsewhere, its context's deadline passes) gives back only the hold it
+// re-entered: the caller still holds its part once, live, and one Unlock frees it in Redis.
+func TestMultiLockThatGivesUpLeavesTheCallersPartAsItWas(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 20*time.Second)
+	mu, sem, rw := everyKind(t, ga, tg, 1)
+	last := mustGen(t, ga, "PMZ", tg, 5*time.Second) // (its key sorts after every kind's)
+	lastB := mustGen(t, gb, "PMZ", tg, 5*time.Second)
+	held, err := lastB.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Unlock() }()
+	muB, semB, rwB := everyKind(t, gb, tg, 1)
+	for _, k := range []struct {
+		name  string
+		part  dlock.Part
+		count func(context.Context) int
+		free  func() (*dlock.Owner, bool, error)
+	}{
+		{"mutex", mu, mu.HoldCount, func() (*dlock.Owner, bool, error) { return muB.TryLock(ctx) }},
+		{"permits", sem.Permits(1), sem.HoldCount, func() (*dlock.Owner, bool, error) { return semB.TryAcquire(ctx, 1) }},
+		{"write side", rw.WriteSide(), rw.HoldCount, func() (*dlock.Owner, bool, error) { return rwB.TryLock(ctx) }},
+		{"read side", rw.ReadSide(), rw.HoldCount, func() (*dlock.Owner, bool, error) { return rwB.TryLock(ctx) }},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			own, err := k.part.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ga.MultiOf(last, k.part)
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, cancel := context.WithTimeout(own, 200*time.Millisecond)
+			o, err := m.Lock(short)
+			cancel()
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || o != nil {
+				t.Fatalf("Lock with its last part held elsewhere = %v, %v", o, err)
+			}
+			if o, ok, err := m.TryLock(own); ok || err != nil || o != nil {
+				t.Fatalf("TryLock with its last part held elsewhere = %v, %v, %v", o, ok, err)
+			}
+			if n := k.count(own); n != 1 || own.Err() != nil {
+				t.Fatalf("the caller's part holds %d (ended: %v), want 1, live", n, own.Err())
+			}
+			if err := own.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if o, ok, err := k.free(); !ok || err != nil {
+				t.Fatalf("the part is not free after the caller's Unlock: %v %v", ok, err)
+			} else {
+				_ = o.Unlock()
+			}
+		})
+	}
+}
