@@ -652,7 +652,7 @@ func TestMultiLocksBesideSinglePartLocks(t *testing.T) {
 // is removed by an operator of this Generator while the renewal of the first part is on its
 // way. Lock let go of nothing and returned an Owner that had ended already.
 func TestMultiLockDoesNotReturnAPartLostWhileItRenewedAnother(t *testing.T) {
-	const lease = time.Second
+	const lease = 2 * time.Second
 	c := srv.Client()
 	w := newWire(t, c)
 	g := genOn(t, c, dlock.WithDefaultLease(lease))
@@ -680,7 +680,9 @@ func TestMultiLockDoesNotReturnAPartLostWhileItRenewedAnother(t *testing.T) {
 		got <- result{o, err}
 	}()
 	waitFor(t, func() bool { st, err := a.State(ctx); return err == nil && st.Mine })
-	time.Sleep(lease * 6 / 10) // (less than half a's lease left: Lock renews it once it has the permit)
+	// Less than half a's lease left: Lock renews it once it has the permit, before a's own
+	// renewal at three quarters (the renewal stalled must be Lock's).
+	time.Sleep(lease * 57 / 100)
 	w.stall("renew", 1)
 	if err := held.Unlock(); err != nil {
 		t.Fatal(err)
