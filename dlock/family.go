@@ -649,6 +649,11 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 	var down *shareOwner
 	if spec.Kind == processor.KindRW {
 		other := ownerIn(ctx, g, key, 1-side)
+		if other != nil {
+			if cause := other.lostCause(); cause != nil {
+				return nil, false, cause // a lost (or closed) owner of the other side stays lost too
+			}
+		}
 		switch {
 		case other == nil || !other.live():
 		case write:

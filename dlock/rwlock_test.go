@@ -1621,3 +1621,42 @@ func TestRWHoldingTakenAnewIsALoss(t *testing.T) {
 		t.Fatalf("the reader's Unlock = %v, want ErrLockLost", err)
 	}
 }
+
+// A lost holding stays lost for its owner across the sides too: a downgrade (RLock) by the
+// owner of a write-hold that was lost, and a Lock by the owner of a lost read-hold, return the
+// loss (ErrLockLost), as a re-entry of the same side and the mutex's Lock with a lost owner
+// do; they returned ErrNotObtained with context.Canceled (the owner context's own end), as if
+// the owner were a caller's context that had ended. Found by TestChurnWithForceRelease.
+func TestRWLossStaysLostForTheOtherSide(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, g, tg)
+	for _, write := range []bool{true, false} {
+		o, err := lockSide(ctx, l, write)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := l.State(ctx)
+		if err != nil || len(st.Holds) != 1 {
+			t.Fatalf("State: %+v, %v", st, err)
+		}
+		if ok, err := l.ForceRelease(ctx, st.Holds[0].Locker); !ok || err != nil {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		select {
+		case <-o.Done():
+		case <-time.After(15 * time.Second):
+			t.Fatal("the loss was never told")
+		}
+		if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
+			t.Fatalf("write %v: owner context %v after a ForceRelease, want ErrLockLost", write, cause)
+		}
+		if _, err := lockSide(o, l, !write); !errors.Is(err, dlock.ErrLockLost) {
+			t.Errorf("write %v: taking the other side with the lost owner: %v, want ErrLockLost", write, err)
+		}
+		if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+			t.Errorf("write %v: Unlock of the lost owner: %v", write, err)
+		}
+	}
+}
