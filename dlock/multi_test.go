@@ -261,10 +261,11 @@ func TestMultiLockDoesNotReturnAPartLostWhileItWaited(t *testing.T) {
 		got <- result{o, err}
 	}()
 	var holder string
-	waitFor(t, func() bool { // A's Lock holds part a and waits for b
+	waitFor(t, func() bool { // A's Lock holds part a (as an owner, not only in Redis) and waits for b
 		st, err := parts[0].State(ctx)
 		holder = st.Holder
-		return err == nil && st.Mine
+		believed, _, ok := ga.Belief(key(parts[0]))
+		return err == nil && st.Mine && ok && believed == holder
 	})
 	if removed, err := parts[0].ForceRelease(ctx, holder); err != nil || !removed {
 		t.Fatalf("ForceRelease of part a = %v, %v", removed, err)
