@@ -82,7 +82,7 @@ type TakeRequest struct {
 type SharedResult struct {
 	Outcome Outcome // Taken, Held, Settled, Renewed, Released or Gone
 	Token   uint64  // Taken: the holding's fencing token
-	Waiting bool    // Taken, Renewed, Held: another process stands in line, or more than k are held
+	Waiting bool    // Taken, Renewed, Held: another process stands in line whose permits do not fit, or more than k are held
 	Rank    int     // Held: the process's place in line (0 for first), -1 when not in line
 	Life    time.Duration
 	// Life (Held) is how long until the first holding expires, -1 when none is held.

@@ -312,6 +312,38 @@ func TestSharedWaitingCountsOtherProcesses(t *testing.T) {
 	})
 }
 
+// A process in line whose permits fit (what is held, and what is asked ahead of it, counted)
+// takes them as it asks: the holders are not told to give back for it. (Told so, processes
+// that each keep one holding busy gave it back and took it again for ever, each seeing the
+// others in line for a moment: a semaphore row made 2 400 acquisitions/s at 2.85 requests
+// each, where it makes 19 000 at 0.03.)
+func TestSharedWaitingCountsOnlyWhoDoesNotFit(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "fits")
+		a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "D-")
+		two, one := a.locker(), a.locker()
+		a.take(t, lc, sem3, two, 2, true)
+		a.take(t, lc, sem3, one, 1, true)
+		if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
+			t.Fatalf("B beside 3 of 3 held: %+v", r)
+		}
+		if r, _ := a.SharedRenew(context.Background(), lc, sem3, two); !r.Waiting {
+			t.Fatalf("B does not fit, and A is not told: %+v", r)
+		}
+		a.letGo(t, lc, sem3, one)
+		if r, _ := a.SharedRenew(context.Background(), lc, sem3, two); r.Outcome != processor.Renewed || r.Waiting {
+			t.Fatalf("B fits now, and A is told to give back: %+v", r)
+		}
+		// D behind B asks 1: with A's 2 and B's 1 counted it does not fit, and waits
+		if r := d.take(t, lc, sem3, d.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("D behind B: %+v", r)
+		}
+		if r, _ := a.SharedRenew(context.Background(), lc, sem3, two); !r.Waiting {
+			t.Fatalf("D does not fit behind B, and A is not told: %+v", r)
+		}
+	})
+}
+
 // What a served attempt and a settled locker leave behind goes: the line entry when the
 // attempt is served, the settled mark once its time ran out.
 func TestSharedLeavesNoTrace(t *testing.T) {

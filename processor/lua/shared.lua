@@ -40,8 +40,8 @@
 -- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
 -- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
 -- asked; {release's code, take's reply} for a release that stands in line again (next).
--- waiting is 1 when another process stands in line, or more than k permits are held
--- (waiting): the holders lend no more and give back what comes free.
+-- waiting is 1 when another process stands in line whose permits do not fit, or more than k
+-- permits are held (waiting): the holders lend no more and give back what comes free.
 local A = {
     op = ARGV[1] or '',                -- take, renew, release, force, inspect, permits
     locker = ARGV[2] or '',            -- the request's locker (permits: the change's own, or '')
@@ -232,16 +232,26 @@ local function ahead(owner)
     return sum
 end
 
--- waiting reports (1) whether a process other than owner stands in line, or the permits held
--- exceed k (a lowered count): either way the holders lend no more and give back what comes
--- free, so that Redis hands out the permits again, in turn and within k.
+-- waiting reports (1) whether a process other than owner stands in line whose permits do not
+-- fit (what is held, and what every entry ahead of it asks, counted as taken), or the permits
+-- held exceed k (a lowered count): either way the holders lend no more and give back what comes
+-- free, so that Redis hands out the permits again, in turn and within k. A process in line
+-- whose permits fit takes them as it asks: the holders need not give anything back for it
+-- (were they told to, processes that each keep a holding busy would give it back and take it
+-- again for ever, each seeing the others in line for a moment).
 local function waiting(owner, k)
-    local n = redis.call('zcard', LINE)
-    if redis.call('zscore', LINE, owner) then
-        n = n - 1
-    end
-    if n > 0 or used() > k then
+    local sum = used()
+    if sum > k then
         return 1
+    end
+    for _, o in ipairs(redis.call('zrange', LINE, 0, -1)) do
+        local e = entry(o)
+        if e and counts(e) then
+            sum = sum + e.n
+            if o ~= owner and sum > k then
+                return 1
+            end
+        end
     end
     return 0
 end
