@@ -323,7 +323,9 @@ func TestSharedWaitingCountsOnlyWhoDoesNotFit(t *testing.T) {
 		a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "D-")
 		two, one := a.locker(), a.locker()
 		a.take(t, lc, sem3, two, 2, true)
-		a.take(t, lc, sem3, one, 1, true)
+		if r := a.take(t, lc, sem3, one, 1, true); r.Outcome != processor.Taken || r.Waiting {
+			t.Fatalf("the last of 3, nobody in line: %+v", r)
+		}
 		if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
 			t.Fatalf("B beside 3 of 3 held: %+v", r)
 		}
@@ -1473,8 +1475,8 @@ func TestSharedLineJudgesAProcessThatDoesNotListenByItsRenewals(t *testing.T) {
 		}
 		a.letGo(t, lc, sem3, la)
 		h.next("B-", "F") // (told past Q-)
-		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
-			t.Fatalf("B- behind Q-, which stopped renewing: %+v", r)
+		if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken || r.Waiting {
+			t.Fatalf("B- behind Q-, which stopped renewing (and is not waited for): %+v", r)
 		}
 		if err := c.ZScore(ctx, processor.SharedKeys(lc)[2], "Q-").Err(); err != nil {
 			t.Fatalf("Q-'s place in line: %v, want it kept", err)
