@@ -302,7 +302,8 @@ local function keep(k, kd)
         ms = math.max(ms, tonumber(last[2]) - NOW_MS + 1)
     end
     for _, key in ipairs({HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD}) do
-        if redis.call('pttl', key) < ms and redis.call('exists', key) == 1 then
+        local left = redis.call('pttl', key)
+        if left < ms and left ~= -2 then -- (-2: no such key)
             redis.call('pexpire', key, ms)
         end
     end
