@@ -1660,3 +1660,67 @@ func TestRWLossStaysLostForTheOtherSide(t *testing.T) {
 		}
 	}
 }
+
+// A process whose ask does not fit gets in beside processes that each keep their holding busy
+// (a goroutine on it, another queued: no holding ever goes idle unless its process is told that
+// someone waits). Holders that do not listen hear no W: only the waiting flag of their renewals'
+// and takes' replies tells them, which counts a process in line only while its permits do not
+// fit (a holder that ignored its renewals' flag kept lending to the end: the wait ran out). A
+// waiter that does not listen is told nothing either, and asks every sixth of the lease.
+func TestFamilyWaiterGetsInBesideBusyHolders(t *testing.T) {
+	type parts struct {
+		name      string
+		hold, ask func(g *dlock.Generator, tg string) dlock.Part
+	}
+	sem := func(n int) func(g *dlock.Generator, tg string) dlock.Part {
+		return func(g *dlock.Generator, tg string) dlock.Part { return semOf(t, g, tg, 3).Permits(n) }
+	}
+	read := func(g *dlock.Generator, tg string) dlock.Part { return rwOf(t, g, tg).ReadSide() }
+	write := func(g *dlock.Generator, tg string) dlock.Part { return rwOf(t, g, tg).WriteSide() }
+	for _, p := range []parts{{"Semaphore", sem(1), sem(2)}, {"WriterBesideReaders", read, write}, {"ReaderBesideWriters", write, read}} {
+		for _, deafHolders := range []bool{true, false} {
+			t.Run(p.name+map[bool]string{true: "/DeafHolders", false: "/DeafWaiter"}[deafHolders], func(t *testing.T) {
+				tg := uniqueTarget(t)
+				ctx := ctxT(t, 60*time.Second)
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				var turns atomic.Int64
+				for range 3 {
+					g, _ := newGen(t, dlock.WithNotifications(!deafHolders))
+					part := p.hold(g, tg)
+					for range 2 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for {
+								select {
+								case <-stop:
+									return
+								default:
+								}
+								o, err := part.Lock(ctx)
+								if err != nil {
+									t.Errorf("a holder: %v", err)
+									return
+								}
+								turns.Add(1)
+								time.Sleep(2 * time.Millisecond)
+								_ = o.Unlock()
+							}
+						}()
+					}
+				}
+				defer func() { close(stop); wg.Wait() }()
+				waitFor(t, func() bool { return turns.Load() >= 20 })
+				g, _ := newGen(t, dlock.WithNotifications(deafHolders))
+				wctx, cancel := context.WithTimeout(ctx, 15*time.Second) // 15 leases
+				defer cancel()
+				o, err := p.ask(g, tg).Lock(wctx)
+				if err != nil {
+					t.Fatalf("the waiter beside busy holders: %v", err)
+				}
+				_ = o.Unlock()
+			})
+		}
+	}
+}
