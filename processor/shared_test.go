@@ -407,6 +407,35 @@ func TestSharedSetPermits(t *testing.T) {
 	})
 }
 
+// A lowered count that leaves a process in line without room tells the holders (W), though
+// they hold no more than the new count: under the old one its permits fitted, and nobody was
+// told to give back for it.
+func TestSharedLoweredPermitsTellTheHoldersOfAWaiterLeftWithoutRoom(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc := cfg(t, "lowered")
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	a1, a2 := a.locker(), a.locker()
+	a.take(t, lc, sem3, a1, 1, true)
+	a.take(t, lc, sem3, a2, 1, true)
+	if r := b.take(t, lc, sem3, b.locker(), 2, true); r.Outcome != processor.Held {
+		t.Fatalf("B beside 2 of 3 held: %+v", r)
+	}
+	h := listen(t, c, lc, "A-")
+	a.letGo(t, lc, sem3, a2) // B fits now (it is told F, and has not asked yet)
+	if r, _ := a.SharedRenew(context.Background(), lc, sem3, a1); r.Waiting {
+		t.Fatalf("B fits, and A is told to give back: %+v", r)
+	}
+	h.quiet("A-")
+	if err := a.SetPermits(context.Background(), lc, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.next("A-", "W")
+	if r, _ := a.SharedRenew(context.Background(), lc, sem3, a1); !r.Waiting {
+		t.Fatalf("B no longer fits, and A is not told: %+v", r)
+	}
+}
+
 // A change of the permits with a locker of its own runs once: a copy of it that comes after a
 // later change brought the count back to the one it names changes nothing (3 -> 5, 5 -> 3, then
 // a copy of 3 -> 5), and every copy answers as its first did, applied or refused.

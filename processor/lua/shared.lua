@@ -531,9 +531,11 @@ local function serve()
         local was = k
         k = tonumber(A.k)
         local held, owners = used()
-        if held > k then
+        if held > k or (k < was and waiting('', k) == 1) then
             for owner in pairs(owners) do
-                tell(owner, 'W') -- more is held than the count now: lend no more, give back what comes free
+                -- more is held than the count now, or a process in line no longer fits: lend no
+                -- more, give back what comes free
+                tell(owner, 'W')
             end
         elseif k > was then
             for owner in pairs(owners) do
