@@ -217,7 +217,16 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 			_ = owners[i].Unlock()
 		}
 	}
-	// ended reports why a part taken so far has ended (lost, or closed), or nil.
+	// startOver lets go of every part taken, because of cause (a part lost, or closed, or a
+	// renewal that failed): Lock takes them all again, but after Close (returned).
+	startOver := func(cause error) error {
+		letGo()
+		if errors.Is(cause, ErrClosed) {
+			return cause
+		}
+		return nil
+	}
+	// ended returns why a part taken so far has ended (lost, or closed), or nil.
 	ended := func() error {
 		for _, taken := range owners {
 			if cause := partEnded(taken); cause != nil {
@@ -240,11 +249,7 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		// parts before, which a part re-entered through the caller's own Owner does not carry)
 		values = layered{Context: o.ctx, under: values}
 		if cause := ended(); cause != nil {
-			letGo()
-			if errors.Is(cause, ErrClosed) {
-				return nil, nil, cause
-			}
-			return nil, nil, nil
+			return nil, nil, startOver(cause)
 		}
 	}
 	// A mutex taken before the last part may have waited for the later ones past half its
@@ -253,22 +258,14 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 	for i, l := range m.parts[:len(m.parts)-1] {
 		if mu, ok := l.(*DistributedReentrantLock); ok {
 			if err := mu.freshen(owners[i]); err != nil {
-				letGo()
-				if errors.Is(err, ErrClosed) {
-					return nil, nil, err
-				}
-				return nil, nil, nil
+				return nil, nil, startOver(err)
 			}
 		}
 	}
 	// A renewal is a round trip to Redis, during which another part may have been lost (an
 	// operator removed it, or Close began): checked again, as after each part's take.
 	if cause := ended(); cause != nil {
-		letGo()
-		if errors.Is(cause, ErrClosed) {
-			return nil, nil, cause
-		}
-		return nil, nil, nil
+		return nil, nil, startOver(cause)
 	}
 	return owners, values, nil
 }

@@ -737,7 +737,7 @@ func (st *sharedState) owe(locker string) { st.owed = append(st.owed, owedReleas
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		err := st.release(ctx, o.locker, o.last, o.end)
-		if err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && (time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil {
+		if !errors.Is(err, errGone) && st.oweAgain(o, err) {
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
 			st.mu.Unlock()
@@ -745,6 +745,13 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 		}
 		tell(o.fate, err)
 	}
+}
+
+// oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
+// while its lease lasts (or when the driver cut it short for a renewal), unless no second try
+// changes the answer or the Generator's clean-up is over.
+func (st *sharedState) oweAgain(o owedRelease, err error) bool {
+	return err != nil && !refusedForGood(err) && (time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil
 }
 
 // refusedForGood reports whether a request failed in a way no second try changes: the client
@@ -991,8 +998,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 			fate = err
 		}
 		st.mu.Lock()
-		owed := err != nil && r.Let == 0 && !refusedForGood(err) &&
-			(time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil
+		owed := r.Let == 0 && st.oweAgain(o, err)
 		if owed {
 			st.owed = append(st.owed, o)
 		}

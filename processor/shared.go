@@ -187,9 +187,14 @@ func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s
 		kept, _ := said.(string)
 		return 0, nil, 0, KindMismatch(cfg, Kind(kept), s.Kind)
 	case -3:
-		return 0, nil, 0, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), said)
+		return 0, nil, 0, tooManyPermits(cfg, said)
 	}
 	return code, vals, acked, nil
+}
+
+// tooManyPermits is the refusal of a take of more permits than k, which the script said.
+func tooManyPermits(cfg domain.DLockConfig, k any) error {
+	return fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), k)
 }
 
 // checkShared is check that also refuses a Shared that names no kind or no permits.
@@ -364,7 +369,7 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 	}
 	tcode, _ := take[0].(int64)
 	if tcode == -3 && len(take) > 1 {
-		return SharedResult{Let: let}, fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), take[1])
+		return SharedResult{Let: let}, tooManyPermits(cfg, take[1])
 	}
 	r, err := p.taken(cfg, tcode, take, acked)
 	r.Let = let
