@@ -145,7 +145,7 @@
 // # lock
 //
 // lock takes the lock as exec does (the same -n, -w, -E and --lease) and holds it, renewed,
-// until dlock gets SIGINT, SIGTERM or SIGHUP; then it releases the lock and exits 0, as
+// until dlock gets SIGINT, SIGTERM, SIGHUP or SIGQUIT; then it releases the lock and exits 0, as
 // "etcdctl lock" does without a command. Once the lock is held it prints one line on standard
 // output, and nothing else:
 //

@@ -15,8 +15,8 @@ import (
 var lockUsage = `
 usage: dlock lock [flags] TYPE TARGET
 
-Takes the lock TYPE/TARGET and holds it, its lease renewed, until dlock gets SIGINT, SIGTERM
-or SIGHUP; then it releases the lock and exits 0 (as "etcdctl lock" without a command). It
+Takes the lock TYPE/TARGET and holds it, its lease renewed, until dlock gets SIGINT, SIGTERM,
+SIGHUP or SIGQUIT; then it releases the lock and exits 0 (as "etcdctl lock" without a command). It
 waits for the lock as exec does (--wait, -n, --conflict-exit-code). Once the lock is held it
 prints one line on standard output, for a script to read:
 
@@ -39,7 +39,7 @@ must watch for that (a script: wait on dlock's process). If dlock is killed with
 lock expires when its lease runs out.
 ` + redisHelp + `
 exit status:
-  0        the lock was held, and released after SIGINT, SIGTERM or SIGHUP
+  0        the lock was held, and released after SIGINT, SIGTERM, SIGHUP or SIGQUIT
   75       the lock was not obtained within --wait, or at once with -n; --conflict-exit-code
            changes it
   76       the lock was lost while held (or found lost at the release)
@@ -50,8 +50,9 @@ exit status:
   2        usage error; 1 any other error
 `
 
-// released are the signals that end a "dlock lock" (and its wait).
-var released = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+// released are the signals that end a "dlock lock" (and its wait): exec's forwarded ones, so
+// that SIGQUIT (Ctrl-\) too releases the lock rather than dump goroutines and leave it held.
+var released = forwarded
 
 // lockOpts are the flags of lock.
 type lockOpts struct {

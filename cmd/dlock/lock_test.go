@@ -124,3 +124,30 @@ func TestLockNotObtained(t *testing.T) {
 		t.Fatal(r)
 	}
 }
+
+// TestLockQuitReleases: SIGQUIT (Ctrl-\ at a terminal) ends dlock lock as SIGINT, SIGTERM and
+// SIGHUP do, as it ends exec: while held, the lock is released and dlock exits 0; while
+// waiting, the wait ends with 128+SIGQUIT; never a Go stack dump, never a lock left to expire.
+func TestLockQuitReleases(t *testing.T) {
+	needReal(t)
+	tg := target(t)
+	p := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
+	f := holdingLine(t, waitLine(t, p))
+	w := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
+	waitFor(t, "the second dlock lock to wait", func() bool { return len(lockStatusOf(t, tg).Waiting) > 0 })
+	if err := w.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.wait(t); r.code != 128+int(syscall.SIGQUIT) || r.stdout != "" || !strings.Contains(r.stderr, "while waiting") || strings.Contains(r.stderr, "goroutine") {
+		t.Fatal(r)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.wait(t); r.code != 0 || r.stderr != "" {
+		t.Fatal(r)
+	}
+	if st := lockStatusOf(t, tg); st.Held {
+		t.Fatalf("held by %s after dlock lock ended on SIGQUIT: %+v", f["DLOCK_HOLDER"], st)
+	}
+}
