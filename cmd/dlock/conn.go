@@ -196,6 +196,12 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		return withStatus(exitNoPerm, fmt.Errorf("%v refused the user or password (%s)", ep, reply))
 	case redis.IsPermissionError(err), strings.Contains(reply, "The user executing the script can't"):
 		return withStatus(exitNoPerm, fmt.Errorf("%v refused a command to this user (%s): see \"Least privilege\" in the README for the ACL dlock needs", ep, reply))
+	case ep.master != "" && errors.Is(err, redis.Nil):
+		// go-redis reports a Sentinel's nil answer to GET-MASTER-ADDR-BY-NAME as "all sentinels
+		// ... are unreachable: redis: nil"; the Sentinels answered, and know no such master.
+		return withStatus(exitError, fmt.Errorf("%v: the Sentinels there watch no master named %q (SENTINEL MASTERS on a Sentinel lists the names)", ep, ep.master))
+	case ep.master != "" && strings.Contains(reply, "unknown command 'sentinel'"):
+		return withStatus(exitError, fmt.Errorf("%v: not a Sentinel (%s): with --sentinel-master, --redis names the Sentinels, not the master", ep, reply[strings.Index(reply, "ERR unknown command"):]))
 	case strings.HasPrefix(reply, "ERR unknown command"):
 		return withStatus(exitUnavailable, fmt.Errorf("%v is not a Redis server that runs dlock's commands (%s): a Sentinel is named with --sentinel-master", ep, reply))
 	}

@@ -21,9 +21,10 @@ const defaultRedis = "localhost:6379"
 // endpoint is the Redis a command talks to: a single server, a Cluster or a Sentinel-watched
 // master, as --redis, $DLOCK_REDIS or $REDIS_URL named it (see the package documentation).
 type endpoint struct {
-	spec  redisSpec
-	kind  string // "", "Cluster" or "Sentinel master NAME", for messages
-	shown string // the address as given, passwords masked
+	spec   redisSpec
+	kind   string // "", "Cluster" or "Sentinel master NAME", for messages
+	shown  string // the address as given, passwords masked
+	master string // the master the Sentinels are asked for; "" when not a Sentinel deployment
 }
 
 // redisSpec is what the command line and the environment say about Redis.
@@ -76,6 +77,7 @@ func resolveRedis(value string, given, cluster bool, master string, fallback str
 		e.kind = "Cluster"
 	case o.failover != nil:
 		e.kind = "Sentinel master " + o.failover.MasterName
+		e.master = o.failover.MasterName
 	}
 	return e, nil
 }

@@ -77,3 +77,27 @@ func TestSentinel(t *testing.T) {
 		})
 	}
 }
+
+// TestSentinelMisnamed: Sentinels asked for a master they do not watch, or a plain server
+// named as a Sentinel, answer; the message says what is wrong (no master of that name, not a
+// Sentinel) instead of go-redis's "all sentinels ... are unreachable", and exits 1.
+func TestSentinelMisnamed(t *testing.T) {
+	s := redistest.NeedSentinel(t, 2)
+	sa := s.SentinelAddrs()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sentinel-master", "no-such-master", "--redis", strings.Join(sa, ",")}, `watch no master named "no-such-master"`},
+		{[]string{"--redis", "redis://" + sa[0] + "?master_name=no-such-master"}, `watch no master named "no-such-master"`},
+		{[]string{"--sentinel-master", s.MasterName(), "--redis", srv.Addr}, "not a Sentinel"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runBin(t, nil, append(append([]string{"status"}, tc.args...), "CLI", target(t))...)
+			if r.code != exitError || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "unreachable") ||
+				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Fatal(r)
+			}
+		})
+	}
+}
