@@ -358,10 +358,11 @@ func (l *RWLock) WriteSide() Part { return l.side(true) }
 // Permits returns n permits as a Part: a lock whose Lock is Acquire(ctx, n).
 func (s *Semaphore) Permits(n int) Part { return s.part(n) }
 
-// side is a side of the lock (the zero sharedPart for a nil lock).
+// side is a side of the lock (for a nil lock, a sharedPart with no Generator that still
+// says which side it is).
 func (l *RWLock) side(write bool) sharedPart {
 	if l == nil {
-		return sharedPart{}
+		return sharedPart{write: write}
 	}
 	if write {
 		return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: processor.RWPermits, write: true}
@@ -369,10 +370,11 @@ func (l *RWLock) side(write bool) sharedPart {
 	return sharedPart{g: l.g, cfg: l.cfg, spec: l.spec(), n: 1}
 }
 
-// part is n permits of the semaphore (the zero sharedPart for a nil semaphore).
+// part is n permits of the semaphore (for a nil semaphore, a sharedPart with no Generator
+// that still says it is permits).
 func (s *Semaphore) part(n int) sharedPart {
 	if s == nil {
-		return sharedPart{}
+		return sharedPart{spec: processor.Shared{Kind: processor.KindSem}, n: int64(n)}
 	}
 	return sharedPart{g: s.g, cfg: s.cfg, spec: s.spec(), n: int64(n)}
 }

@@ -225,3 +225,28 @@ func TestTypedNilClient(t *testing.T) {
 	_, _, _ = l.TryLock(context.Background())
 	_ = g.Close(context.Background())
 }
+
+// TestNilPartsSayTheirKind: the Part of a nil read-write lock's write side says KindWrite, and
+// a nil semaphore's permits KindPermits, as the Parts of real ones do (they said KindRead);
+// using them is still refused with ErrInvalidConfig.
+func TestNilPartsSayTheirKind(t *testing.T) {
+	var rw *dlock.RWLock
+	var sem *dlock.Semaphore
+	for _, tc := range []struct {
+		part dlock.Part
+		want dlock.LockKind
+	}{
+		{rw.ReadSide(), dlock.KindRead},
+		{rw.WriteSide(), dlock.KindWrite},
+		{sem.Permits(1), dlock.KindPermits},
+		{(&dlock.RWLock{}).WriteSide(), dlock.KindWrite},
+		{(&dlock.Semaphore{}).Permits(1), dlock.KindPermits},
+	} {
+		if got := tc.part.Kind(); got != tc.want {
+			t.Errorf("Kind() = %v, want %v", got, tc.want)
+		}
+		if _, err := tc.part.Lock(context.Background()); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Errorf("%v: Lock err = %v, want ErrInvalidConfig", tc.want, err)
+		}
+	}
+}
