@@ -38,7 +38,8 @@ an embedded miniredis, so it needs nothing installed.
 
 Exit status: 0 when dlock's exclusion held over at least one acquisition; 1 when two dlock
 owners overlapped or dlock acquired nothing (the run proved nothing); 69 when Redis is
-unreachable; 77 when it refuses the user or password.
+unreachable; 77 when it refuses the user or password, or a command or key to the ACL user (the
+naive lock uses the key dlock-demo:naive:order-42, outside dlock's own keys).
 ` + redisSection("an embedded miniredis")
 
 // demoCommand is "dlock demo".
@@ -139,7 +140,9 @@ func demo(out io.Writer, o demoOpts) error {
 	for _, s := range shapes {
 		for _, impl := range []string{"naive", "dlock"} {
 			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease)
-			if err != nil {
+			if isRedisReply(err) {
+				return redisFailure(ep, timeout, err) // a refused key or command (ACL): 77
+			} else if err != nil {
 				return err
 			}
 			results = append(results, r)

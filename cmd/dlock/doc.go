@@ -207,7 +207,8 @@
 // the most served process, then whether dlock's exclusion held. Without --redis, $DLOCK_REDIS
 // and $REDIS_URL it starts an embedded miniredis, so it needs nothing installed. With a Redis
 // named it checks that Redis answers first: an unreachable Redis is an error (69), never a
-// verdict. A run in which dlock acquired nothing says so and exits 1, as does an overlap of two
+// verdict, and so is a key or command the ACL user may not use (77; the naive lock uses the
+// key dlock-demo:naive:order-42, outside dlock's own keys). A run in which dlock acquired nothing says so and exits 1, as does an overlap of two
 // dlock owners.
 //
 // # Exit status
