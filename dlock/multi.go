@@ -75,7 +75,8 @@ func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error
 // MultiOf is Multi over any parts: mutexes, sides of read-write locks, permits of semaphores.
 // A lock named twice with the same kind is taken once; one read-write lock's two sides, two
 // kinds of lock over one key, or one semaphore with two counts of permits, are refused
-// (ErrInvalidConfig): the second would wait for the first, or one count would be dropped.
+// (ErrInvalidConfig): the second would wait for the first, or one count would be dropped; so
+// are fewer than one permit of a semaphore, which no Lock could take.
 // After Close it returns ErrClosed.
 func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 	if g == nil || g.proc == nil {
@@ -94,6 +95,11 @@ func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 		}
 		if p.generator() != g {
 			return nil, fmt.Errorf("%w: lock %s belongs to another Generator", ErrInvalidConfig, p.Config().UniqueKey())
+		}
+		if sp, ok := p.(sharedPart); ok {
+			if err := sp.check(); err != nil { // (fewer than one permit: no Lock could take it)
+				return nil, err
+			}
 		}
 		i := slices.IndexFunc(out, func(q Part) bool { return q.Config().UniqueKey() == p.Config().UniqueKey() })
 		switch {

@@ -418,6 +418,11 @@ func TestMultiLockOfEveryKind(t *testing.T) {
 	if _, err := ga.MultiOf(sem.Permits(2)); err != nil {
 		t.Fatal(err) // (refused when taken)
 	}
+	for _, n := range []int{0, -1} {
+		if m, err := ga.MultiOf(mu, sem.Permits(n)); !errors.Is(err, dlock.ErrInvalidConfig) || m != nil {
+			t.Fatalf("MultiOf of %d permits = %v, %v; want ErrInvalidConfig", n, m, err)
+		}
+	}
 	// the semaphore's one permit is out elsewhere: TryLock takes nothing
 	semB, _ := gb.GenSemaphore("MULTI", tg+"-sem", 1)
 	held, err := semB.Acquire(ctx, 1)
