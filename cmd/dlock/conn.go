@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // defaultTimeout is the default of --timeout.
@@ -79,6 +82,37 @@ type conn struct {
 	timeout time.Duration
 	client  redis.UniversalClient
 	gen     *dlock.Generator
+	notice  *waitNotice
+}
+
+// waitNotice tells, on standard error, of the first Redis failure while a command waits for
+// its lock: Lock waits through Redis failures for as long as --wait allows (by default for
+// ever), and an outage should not look like a busy lock.
+type waitNotice struct {
+	dlock.NopObserver
+	ep     *endpoint
+	mu     sync.Mutex
+	out    io.Writer // while a command waits, its standard error; else nil
+	waited string    // the lock waited for
+	told   bool
+}
+
+// waiting begins (out not nil) or ends (nil) a wait for lock name.
+func (w *waitNotice) waiting(out io.Writer, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out, w.waited = out, name
+}
+
+// RedisError implements dlock.Observer.
+func (w *waitNotice) RedisError(e dlock.RedisErrorEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.out == nil || w.told || processor.Refused(e.Err) { // (a refusal ends the wait: it is the error)
+		return
+	}
+	w.told = true
+	fmt.Fprintf(w.out, "dlock: %v failed while waiting for lock %s (%v); still waiting, as --wait allows\n", w.ep, w.waited, e.Err)
 }
 
 // connect checks r, makes a client for the Redis it names and a Generator whose default
@@ -89,12 +123,13 @@ func connect(r redisFlags, lease time.Duration) (*conn, error) {
 		return nil, err
 	}
 	client := ep.client(*r.timeout)
-	gen, err := dlock.NewGenerator(client, dlock.WithDefaultLease(lease))
+	notice := &waitNotice{ep: ep}
+	gen, err := dlock.NewGenerator(client, dlock.WithDefaultLease(lease), dlock.WithObserver(notice))
 	if err != nil {
 		client.Close()
 		return nil, withStatus(exitUsage, errors.New(plain(err)))
 	}
-	return &conn{ep: ep, timeout: *r.timeout, client: client, gen: gen}, nil
+	return &conn{ep: ep, timeout: *r.timeout, client: client, gen: gen, notice: notice}, nil
 }
 
 // ctx returns a context bounded by --timeout.

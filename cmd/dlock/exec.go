@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,7 +27,9 @@ flock(1) does with a file: it waits for the lock (at most --wait; -n: not at all
 COMMAND, keeps the lease renewed while COMMAND runs, and releases the lock when COMMAND exits.
 Flags may come before or after TYPE TARGET; "--" ends them (needed when COMMAND starts with
 "-"). When the lock is not obtained COMMAND does not run and dlock exits 75, or the status
---conflict-exit-code gives (as flock -E).
+--conflict-exit-code gives (as flock -E). A wait goes on through a Redis outage, for as long
+as --wait allows (by default until Redis answers again); the first failure is told on
+standard error.
 
 With --shared (-s) COMMAND holds the read side of the read-write lock TYPE/TARGET, beside any
 number of other readers; with --exclusive (-x) its write side, alone (readers and writers of
@@ -176,7 +179,7 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs)
+	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs, out.stderr)
 	if err != nil {
 		return err
 	}
@@ -210,8 +213,8 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 
 // acquire takes l: TryLock when wait is 0, else Lock bounded by wait (not at all when wait is
 // forever). A signal from sigs ends the wait (status 128+signal); a lock held elsewhere until
-// the wait ends is status conflict.
-func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan os.Signal) (*dlock.Owner, error) {
+// the wait ends is status conflict. The first Redis failure while it waits is told on stderr.
+func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan os.Signal, stderr io.Writer) (*dlock.Owner, error) {
 	var (
 		ctx    context.Context
 		cancel context.CancelFunc
@@ -248,7 +251,9 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 			done <- result{owned, !ok && err == nil, err}
 			return
 		}
+		c.notice.waiting(stderr, lockName(l))
 		owned, err := l.Lock(ctx)
+		c.notice.waiting(nil, "")
 		done <- result{owned, false, err}
 	}()
 	var r result

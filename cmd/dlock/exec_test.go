@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/redistest"
 )
 
 // holder starts "dlock exec" on CLI/tg with a command that writes its environment, says it
@@ -181,6 +183,44 @@ func TestExecSignalWhileWaiting(t *testing.T) {
 	if r := a.wait(t); r.code != 7 {
 		t.Fatal(r)
 	}
+}
+
+// TestExecWaitThroughAnOutageIsTold: Redis dying while exec waits (by default for ever) is
+// told on stderr once, and the wait goes on until it ends (here by a signal): nothing runs.
+func TestExecWaitThroughAnOutageIsTold(t *testing.T) {
+	needReal(t)
+	s, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir, tg := t.TempDir(), target(t)
+	killLater(t, filepath.Join(dir, "pids"))
+	script := fmt.Sprintf("echo $$ > %[1]s/pids; touch %[1]s/ready; while :; do sleep 0.02; done", dir)
+	a := start(t, nil, "exec", "--redis", s.Addr, "--lease", "1s", "CLI", tg, "--", "sh", "-c", script)
+	waitFile(t, filepath.Join(dir, "ready"))
+	ran := filepath.Join(dir, "b-ran")
+	b := start(t, nil, "exec", "--redis", s.Addr, "--timeout", "1s", "CLI", tg, "--", "touch", ran)
+	c := s.Client()
+	defer c.Close()
+	waitFor(t, "the second exec to wait", func() bool {
+		n, _ := c.ZCard(context.Background(), "{DLOCK_CLI_"+tg+"}:line").Result()
+		return n > 0
+	})
+	s.Kill()
+	told := "failed while waiting for lock CLI/" + tg
+	waitFor(t, "the outage to be told", func() bool { return strings.Contains(b.stderr.String(), told) })
+	if r := a.wait(t); r.code != exitLost {
+		t.Fatalf("the holder: %v", r)
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := b.wait(t)
+	if r.code != 128+int(syscall.SIGTERM) || strings.Count(r.stderr, told) != 1 || exists(ran) {
+		t.Fatalf("%v; ran: %v", r, exists(ran))
+	}
+	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
 }
 
 // TestExecForwardsSignals: SIGINT and SIGTERM sent to dlock reach the command; dlock exits with

@@ -105,7 +105,7 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	defer signal.Stop(pipe)
 
 	g := mutexLock(l)
-	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs)
+	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs, out.stderr)
 	if err != nil {
 		return err
 	}
