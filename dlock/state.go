@@ -104,7 +104,8 @@ type lockState struct {
 	epoch    uint64
 	wokenBy  How    // what sent the latest signal
 	line     line   // this process's place in the Redis line
-	forced   string // the locker ForceRelease in this Generator last removed
+	forced   string // the locker ForceRelease in this Generator last removed, or that a message said was let go as it was being taken
+	asking   string // the locker of the lock.lua in flight (phase asking)
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)
 }
@@ -359,6 +360,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	} else {
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
+	st.asking = a.locker
 	st.mu.Unlock()
 
 	sent := time.Now()
@@ -663,12 +665,16 @@ func (st *lockState) background(f func()) {
 // heardOwn handles a release message naming a locker of this process (notifier). Its own
 // releases it ignores (the phase has moved on by then); but a message about the tenure this
 // process still holds and passes on means somebody else let the key go: an operator's
-// ForceRelease. The tenure ends at once, as on any loss; and a grant heard while a request
+// ForceRelease. The tenure ends at once, as on any loss; a grant heard while a request
 // was on its way, which the operator removed before the process could count it, is dropped
-// (the attempt's next request finds it settled).
+// (the attempt's next request finds it settled); and so is a take whose answer is on its way
+// (ask checks forced, as after a ForceRelease in this Generator).
 func (st *lockState) heardOwn(from string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.phase == asking && st.asking == from {
+		st.forced = from
+	}
 	if g := st.line.granted; g != nil && g.locker == from {
 		st.line.granted = nil
 		st.signalLocked(HowRetry) // the key was let go: ask again (the attempt is settled)
