@@ -390,3 +390,74 @@ func TestForceReleaseHeardWhileTheTakeIsOnItsWay(t *testing.T) {
 		})
 	}
 }
+
+// A process told that an operator elsewhere removed its tenure's locker while a renewal
+// before a pass is on its way (a goroutine of the process is about to take the lock from
+// another) does not pass the lock on when the renewal's answer comes: the key went to the
+// process in line meanwhile. (A ForceRelease in the same Generator: TestForceReleaseDuringAPassRenewal.)
+func TestForceReleaseElsewhereHeardDuringAPassRenewal(t *testing.T) {
+	const lease = 10 * time.Second // (the holder's next renewal would come long after the checks)
+	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Hour))
+	gc, _ := newGen(t)
+	gop, _ := newGen(t)
+	tg := uniqueTarget(t)
+	la, lc, lop := mustGen(t, ga, "FORCEDPASS", tg, lease), mustGen(t, gc, "FORCEDPASS", tg, lease), mustGen(t, gop, "FORCEDPASS", tg, lease)
+	la2 := mustGen(t, ga, "FORCEDPASS", tg, lease/2) // another lease: a pass to it renews first
+	ctx := ctxT(t, 30*time.Second)
+	preload(t, ca) // (the renewal runs as it is stalled: no NOSCRIPT, then EVAL)
+	ga.SetLinger(time.Minute)
+	// A waits once, so that it is subscribed to the key's channel (and stays so).
+	o := mustLock(t, lop, ctx)
+	warm := lockAsync(t, la, ctx)
+	waitFor(t, func() bool { return len(stateOf(t, lop).Waiting) == 1 })
+	waitFor(t, func() bool { return ga.Confirmed() >= 1 })
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	a1 := recv(t, warm, "A's first Lock")
+	if a1 == nil {
+		t.FailNow()
+	}
+	waiter := rgLockAsync(la2, ctx)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	arm, ran, open := gateScript(ca, "renew")
+	t.Cleanup(open)
+	arm()
+	if err := a1.Unlock(); err != nil { // the waiter renews the tenure with its lease before it takes it
+		t.Fatal(err)
+	}
+	recv(t, ran, "the renewal before the pass")
+	st := stateOf(t, lop)
+	cdone := rgLockAsync(lc, ctx)
+	waitFor(t, func() bool { r, heard, ok := gc.Place(key(lc)); return ok && heard && r == 0 })
+	heard := ga.Heard()
+	if removed, err := lop.ForceRelease(ctx, st.Holder); err != nil || !removed {
+		t.Fatalf("ForceRelease(%q) = %v, %v", st.Holder, removed, err)
+	}
+	rc := rgRecv(t, cdone, 5*time.Second, "C's Lock")
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	waitFor(t, func() bool { return ga.Heard() > heard }) // A heard that its locker was let go
+	open()
+	select {
+	case r := <-waiter:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.owned.Err() == nil && rc.owned.Err() == nil {
+			t.Errorf("A's waiter came out of Lock owning the key (owner context live) while C holds it")
+		}
+		_ = la2.Unlock(r.owned)
+		_ = lc.Unlock(rc.owned)
+	case <-time.After(100 * time.Millisecond): // it waits behind C
+		if err := lc.Unlock(rc.owned); err != nil {
+			t.Fatal(err)
+		}
+		r := rgRecv(t, waiter, 5*time.Second, "A's waiter after C let go")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = la2.Unlock(r.owned)
+	}
+}

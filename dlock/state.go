@@ -664,8 +664,8 @@ func (st *lockState) background(f func()) {
 
 // heardOwn handles a release message naming a locker of this process (notifier). Its own
 // releases it ignores (the phase has moved on by then); but a message about the tenure this
-// process still holds and passes on means somebody else let the key go: an operator's
-// ForceRelease. The tenure ends at once, as on any loss; a grant heard while a request
+// process still holds and passes on (or renews to pass on) means somebody else let the key
+// go: an operator's ForceRelease. The tenure ends at once, as on any loss; a grant heard while a request
 // was on its way, which the operator removed before the process could count it, is dropped
 // (the attempt's next request finds it settled); and so is a take whose answer is on its way
 // (ask checks forced, as after a ForceRelease in this Generator).
@@ -679,7 +679,7 @@ func (st *lockState) heardOwn(from string) {
 		st.line.granted = nil
 		st.signalLocked(HowRetry) // the key was let go: ask again (the attempt is settled)
 	}
-	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free) {
+	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free || st.phase == renewing) {
 		st.loseLocked(t, errForced)
 	}
 }
