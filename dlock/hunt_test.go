@@ -62,25 +62,24 @@ func distanceHook(d time.Duration) fnHook {
 // with a larger one), a counter mutated under the lock by holders that stay live loses no
 // update, and no long wait gives up.
 func TestMutexUnderChaosAndDistance(t *testing.T) {
-	t.Run("passes", func(t *testing.T) { huntChaos(t, 8, 3, func(int) []dlock.Option { return nil }) })
-	t.Run("mixed", func(t *testing.T) {
-		huntChaos(t, 20, 2, func(i int) []dlock.Option {
-			switch i {
-			case 1:
-				return []dlock.Option{dlock.WithLocalHandOff(0)}
-			case 2:
-				return []dlock.Option{dlock.WithNotifications(false)}
-			case 3:
-				return []dlock.Option{dlock.WithFIFO(), dlock.WithLocalHandOff(0)}
-			case 4:
-				return []dlock.Option{dlock.WithLocalHandOff(5 * time.Millisecond)}
-			}
-			return nil
-		})
+	// Process 0 passes the lock within itself, 1 and 3 (FIFO) release at every Unlock, 2
+	// hears no messages, 4 yields after 5 ms.
+	huntChaos(t, 20, 2, 1500*time.Millisecond, func(i int) []dlock.Option {
+		switch i {
+		case 1:
+			return []dlock.Option{dlock.WithLocalHandOff(0)}
+		case 2:
+			return []dlock.Option{dlock.WithNotifications(false)}
+		case 3:
+			return []dlock.Option{dlock.WithFIFO(), dlock.WithLocalHandOff(0)}
+		case 4:
+			return []dlock.Option{dlock.WithLocalHandOff(5 * time.Millisecond)}
+		}
+		return nil
 	})
 }
 
-func huntChaos(t *testing.T, pct, workers int, opts func(i int) []dlock.Option) {
+func huntChaos(t *testing.T, pct, workers int, dur time.Duration, opts func(i int) []dlock.Option) {
 	const lease = 300 * time.Millisecond
 	tg := uniqueTarget(t)
 	seed := uint64(time.Now().UnixNano())
@@ -113,13 +112,13 @@ func huntChaos(t *testing.T, pct, workers int, opts func(i int) []dlock.Option) 
 	}()
 	var store fencedStore
 	var ledger spanLedger
-	var bad, acquired, gaveUp, longGaveUp, liveIncrements atomic.Int64
+	var bad, acquired, gaveUp, longGaveUp, liveIncrements, sets atomic.Int64
 	fail := func(format string, args ...any) {
 		if bad.Add(1) <= 10 {
 			t.Errorf(format, args...)
 		}
 	}
-	stopAt := time.Now().Add(3 * time.Second)
+	stopAt := time.Now().Add(dur)
 	var wg sync.WaitGroup
 	for p, l := range locks {
 		for w := range workers {
@@ -177,6 +176,7 @@ func huntChaos(t *testing.T, pct, workers int, opts func(i int) []dlock.Option) 
 					}
 					if written && o.Err() == nil {
 						store.set(v + 1)
+						sets.Add(1)
 					}
 					to := time.Now()
 					live := o.Err() == nil
@@ -202,6 +202,9 @@ func huntChaos(t *testing.T, pct, workers int, opts func(i int) []dlock.Option) 
 	}
 	t.Logf("%d acquisitions, %d gave up (%d long waits), counter %d, live increments %d",
 		acquired.Load(), gaveUp.Load(), longGaveUp.Load(), store.read(), liveIncrements.Load())
+	if store.read() != sets.Load() {
+		t.Errorf("the counter mutated under the lock is %d after %d increments: updates were lost", store.read(), sets.Load())
+	}
 	if n := longGaveUp.Load(); n > 0 {
 		t.Errorf("%d Locks waited 10 leases in vain", n)
 	}
@@ -459,5 +462,63 @@ func TestForceReleaseElsewhereHeardDuringAPassRenewal(t *testing.T) {
 			t.Fatal(r.err)
 		}
 		_ = la2.Unlock(r.owned)
+	}
+}
+
+// A waiting process closed about when the holder's release grants it the key (before, as, or
+// after its grant's message comes) leaves the key to the process behind it at once, not a
+// lease later; its Lock returns ErrClosed, or an Owner that Close ended.
+func TestCloseAsTheKeyIsGrantedPassesItOn(t *testing.T) {
+	const lease = 20 * time.Second
+	for round := range 12 {
+		ga, ca := newGen(t)
+		cb := srv.Client()
+		gb, err := dlock.NewGenerator(cb, dlock.WithDefaultLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gc, _ := newGen(t)
+		tg := rgTarget(t, round)
+		la, lb, lc := mustGen(t, ga, "CLOSEGRANT", tg, lease), mustGen(t, gb, "CLOSEGRANT", tg, lease), mustGen(t, gc, "CLOSEGRANT", tg, lease)
+		ctx := ctxT(t, 30*time.Second)
+		a := mustLock(t, la, ctx)
+		bdone := rgLockAsync(lb, ctx)
+		waitFor(t, func() bool { r, heard, ok := gb.Place(key(lb)); return ok && r == 0 && heard })
+		cdone := rgLockAsync(lc, ctx)
+		waitFor(t, func() bool { r, heard, ok := gc.Place(key(lc)); return ok && r == 1 && heard })
+		closed := make(chan error, 1)
+		delay := time.Duration(round%6) * 200 * time.Microsecond
+		ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if scriptIs("release")(cmd.Args()) && round%2 == 1 {
+				go func() { time.Sleep(delay); closed <- gb.Close(context.Background()) }() // as the release goes
+			}
+			err := next(ctx, cmd)
+			if scriptIs("release")(cmd.Args()) && round%2 == 0 {
+				go func() { time.Sleep(delay); closed <- gb.Close(context.Background()) }() // once it ran
+			}
+			return err
+		}})
+		if err := a.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rgRecv(t, closed, 10*time.Second, "B's Close"); err != nil {
+			t.Errorf("round %d: B's Close: %v", round, err)
+		}
+		rb := rgRecv(t, bdone, 5*time.Second, "B's Lock")
+		if rb.err == nil {
+			if rb.owned.Err() == nil || !errors.Is(context.Cause(rb.owned), dlock.ErrClosed) {
+				t.Errorf("round %d: B's Lock returned an Owner (%v) that Close did not end", round, fmtCause(rb.owned))
+			}
+		} else if !errors.Is(rb.err, dlock.ErrClosed) {
+			t.Errorf("round %d: B's Lock: %v, want ErrClosed", round, rb.err)
+		}
+		rc := rgRecv(t, cdone, 3*time.Second, "C's Lock once B closed")
+		if rc.err != nil {
+			t.Fatal(rc.err)
+		}
+		if err := lc.Unlock(rc.owned); err != nil {
+			t.Fatal(err)
+		}
+		cb.Close()
 	}
 }
