@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1733,5 +1734,209 @@ func TestWaitersServedAfterRedisRestarts(t *testing.T) {
 	wg.Wait()
 	if most.Load() > 1 {
 		t.Fatalf("%d owners at once after the restart", most.Load())
+	}
+}
+
+// fencedStore is a downstream store that checks fencing tokens: a write with a token below the
+// largest it accepted is refused.
+type fencedStore struct {
+	mu    sync.Mutex
+	max   uint64
+	value int64 // a counter the holders read, then write back plus one
+}
+
+// write accepts tok if it is at least the largest seen, and returns whether it did.
+func (s *fencedStore) write(tok uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tok < s.max {
+		return false
+	}
+	s.max = tok
+	return true
+}
+
+func (s *fencedStore) read() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.value
+}
+
+func (s *fencedStore) set(v int64) {
+	s.mu.Lock()
+	s.value = v
+	s.mu.Unlock()
+}
+
+// distanceHook delays every command of its client by d before it is sent: a process farther
+// from Redis.
+func distanceHook(d time.Duration) fnHook {
+	return fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		time.Sleep(d)
+		return next(ctx, cmd)
+	}}
+}
+
+// Processes at different distances from Redis, each under a faulty network (writes delivered
+// twice, late, replies lost, requests overtaken), take the mutex with deadlines from 0 to 3 ms
+// and with long ones, TryLocks and re-entries: a holder whose owner context is live after its
+// write never finds its fencing token refused by a fenced store (a later acquisition wrote
+// with a larger one), a counter mutated under the lock by holders that stay live loses no
+// update, and no long wait gives up.
+func TestMutexUnderChaosAndDistance(t *testing.T) {
+	// Process 0 passes the lock within itself, 1 and 3 (FIFO) release at every Unlock, 2
+	// hears no messages, 4 yields after 5 ms.
+	chaosAtDistance(t, 20, 2, 1500*time.Millisecond, func(i int) []dlock.Option {
+		switch i {
+		case 1:
+			return []dlock.Option{dlock.WithLocalHandOff(0)}
+		case 2:
+			return []dlock.Option{dlock.WithNotifications(false)}
+		case 3:
+			return []dlock.Option{dlock.WithFIFO(), dlock.WithLocalHandOff(0)}
+		case 4:
+			return []dlock.Option{dlock.WithLocalHandOff(5 * time.Millisecond)}
+		}
+		return nil
+	})
+}
+
+func chaosAtDistance(t *testing.T, pct, workers int, dur time.Duration, opts func(i int) []dlock.Option) {
+	const lease = 300 * time.Millisecond
+	tg := uniqueTarget(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	var hooks []*chaosHook
+	var locks []*dlock.DistributedReentrantLock
+	for i, d := range []time.Duration{0, 0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond} {
+		h := newChaosHook(lease, pct, seed+uint64(i))
+		hooks = append(hooks, h)
+		c := srv.Client()
+		c.AddHook(distanceHook(d))
+		c.AddHook(h)
+		g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(lease)}, opts(i)...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := g.Close(context.Background()); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			h.quiet()
+			c.Close()
+		})
+		locks = append(locks, mustGen(t, g, "HUNT", tg, lease))
+	}
+	defer func() {
+		for i, h := range hooks {
+			t.Logf("process %d: %v", i, h)
+		}
+	}()
+	var store fencedStore
+	var ledger spanLedger
+	var bad, acquired, gaveUp, longGaveUp, liveIncrements, sets atomic.Int64
+	fail := func(format string, args ...any) {
+		if bad.Add(1) <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	stopAt := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for p, l := range locks {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(seed, uint64(p*10+w)))
+				for i := 0; time.Now().Before(stopAt); i++ {
+					long := r.IntN(3) == 0
+					d := time.Duration(r.IntN(4)) * time.Millisecond
+					if long {
+						d = 10 * lease
+					}
+					actx, cancel := context.WithTimeout(context.Background(), d)
+					var o *dlock.Owner
+					var err error
+					if r.IntN(5) == 0 {
+						var ok bool
+						o, ok, err = l.TryLock(actx)
+						if err == nil && !ok {
+							cancel()
+							continue
+						}
+					} else {
+						o, err = l.Lock(actx)
+					}
+					cancel()
+					if err != nil {
+						gaveUp.Add(1)
+						if long && errors.Is(err, dlock.ErrNotObtained) {
+							longGaveUp.Add(1)
+						}
+						if !documentedErr(err) || errors.Is(err, dlock.ErrInvalidConfig) {
+							fail("Lock: %v", err)
+						}
+						continue
+					}
+					acquired.Add(1)
+					from := time.Now()
+					tok, ok := l.FencingToken(o)
+					if !ok && o.Err() == nil {
+						fail("FencingToken says not held while the owner context is live")
+					}
+					v := store.read()
+					written := store.write(tok)
+					time.Sleep(time.Duration(r.IntN(2)) * time.Millisecond)
+					if i%4 == 0 {
+						if _, err := l.Lock(o); err == nil {
+							if err := l.Unlock(o); err != nil && !documentedErr(err) {
+								fail("Unlock of a re-entry: %v", err)
+							}
+						} else if !documentedErr(err) {
+							fail("re-entry: %v", err)
+						}
+					}
+					if written && o.Err() == nil {
+						store.set(v + 1)
+						sets.Add(1)
+					}
+					to := time.Now()
+					live := o.Err() == nil
+					if !written && live {
+						fail("token %d refused by the fenced store (a later holder wrote) while its owner context is live", tok)
+					}
+					if live {
+						liveIncrements.Add(1)
+						ledger.add(heldSpan{from, to, 1})
+					}
+					if err := l.Unlock(o); err != nil && !documentedErr(err) {
+						fail("Unlock: %v", err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, s := range ledger.spans {
+		if out := ledger.outAt(s.from); out > 1 {
+			fail("%d owners at %v", out, s.from)
+		}
+	}
+	t.Logf("%d acquisitions, %d gave up (%d long waits), counter %d, live increments %d",
+		acquired.Load(), gaveUp.Load(), longGaveUp.Load(), store.read(), liveIncrements.Load())
+	if store.read() != sets.Load() {
+		t.Errorf("the counter mutated under the lock is %d after %d increments: updates were lost", store.read(), sets.Load())
+	}
+	if n := longGaveUp.Load(); n > 0 {
+		t.Errorf("%d Locks waited 10 leases in vain", n)
+	}
+	for _, h := range hooks {
+		h.quiet()
+	}
+	c := rawClient(t)
+	for _, k := range keysWithoutTTL(t, c) {
+		if strings.Contains(k, tg) {
+			t.Errorf("a key without a time to live: %s", k)
+		}
 	}
 }

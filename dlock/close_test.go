@@ -847,3 +847,61 @@ func TestTryLockOvertakenByCloseAsItsDeadlinePasses(t *testing.T) {
 		t.Errorf("TryLock: %v, want ErrClosed (or ErrNotObtained and the deadline)", err)
 	}
 }
+
+// A waiting process closed about when the holder's release grants it the key (before, as, or
+// after its grant's message comes) leaves the key to the process behind it at once, not a
+// lease later; its Lock returns ErrClosed, or an Owner that Close ended.
+func TestCloseAsTheKeyIsGrantedPassesItOn(t *testing.T) {
+	const lease = 20 * time.Second
+	for round := range 12 {
+		ga, ca := newGen(t)
+		cb := srv.Client()
+		gb, err := dlock.NewGenerator(cb, dlock.WithDefaultLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gc, _ := newGen(t)
+		tg := rgTarget(t, round)
+		la, lb, lc := mustGen(t, ga, "CLOSEGRANT", tg, lease), mustGen(t, gb, "CLOSEGRANT", tg, lease), mustGen(t, gc, "CLOSEGRANT", tg, lease)
+		ctx := ctxT(t, 30*time.Second)
+		a := mustLock(t, la, ctx)
+		bdone := rgLockAsync(lb, ctx)
+		waitFor(t, func() bool { r, heard, ok := gb.Place(key(lb)); return ok && r == 0 && heard })
+		cdone := rgLockAsync(lc, ctx)
+		waitFor(t, func() bool { r, heard, ok := gc.Place(key(lc)); return ok && r == 1 && heard })
+		closed := make(chan error, 1)
+		delay := time.Duration(round%6) * 200 * time.Microsecond
+		ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if scriptIs("release")(cmd.Args()) && round%2 == 1 {
+				go func() { time.Sleep(delay); closed <- gb.Close(context.Background()) }() // as the release goes
+			}
+			err := next(ctx, cmd)
+			if scriptIs("release")(cmd.Args()) && round%2 == 0 {
+				go func() { time.Sleep(delay); closed <- gb.Close(context.Background()) }() // once it ran
+			}
+			return err
+		}})
+		if err := a.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rgRecv(t, closed, 10*time.Second, "B's Close"); err != nil {
+			t.Errorf("round %d: B's Close: %v", round, err)
+		}
+		rb := rgRecv(t, bdone, 5*time.Second, "B's Lock")
+		if rb.err == nil {
+			if rb.owned.Err() == nil || !errors.Is(context.Cause(rb.owned), dlock.ErrClosed) {
+				t.Errorf("round %d: B's Lock returned an Owner (%v) that Close did not end", round, fmtCause(rb.owned))
+			}
+		} else if !errors.Is(rb.err, dlock.ErrClosed) {
+			t.Errorf("round %d: B's Lock: %v, want ErrClosed", round, rb.err)
+		}
+		rc := rgRecv(t, cdone, 3*time.Second, "C's Lock once B closed")
+		if rc.err != nil {
+			t.Fatal(rc.err)
+		}
+		if err := lc.Unlock(rc.owned); err != nil {
+			t.Fatal(err)
+		}
+		cb.Close()
+	}
+}

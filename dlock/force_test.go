@@ -543,3 +543,173 @@ func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// A process told that an operator removed its acquisition (ForceRelease from another
+// process, whose message names the acquisition's locker) while the request that took the key
+// for it is still on its way back does not count the key its own when the answer comes: the
+// key went to the process in line meanwhile. Here P's lone goroutine takes the free key; its
+// answer is held back while the operator removes P's locker and the key is granted to C.
+func TestForceReleaseHeardWhileTheTakeIsOnItsWay(t *testing.T) {
+	const lease = 10 * time.Second // (P's next renewal would come long after the checks)
+	for _, try := range []bool{false, true} {
+		name := "Lock"
+		if try {
+			name = "TryLock"
+		}
+		t.Run(name, func(t *testing.T) {
+			gp, cp := newGen(t)
+			gc, _ := newGen(t)
+			gop, _ := newGen(t)
+			tg := uniqueTarget(t)
+			lp, lc, lop := mustGen(t, gp, "FORCEDTAKE", tg, lease), mustGen(t, gc, "FORCEDTAKE", tg, lease), mustGen(t, gop, "FORCEDTAKE", tg, lease)
+			ctx := ctxT(t, 30*time.Second)
+			gp.SetLinger(time.Minute)
+			// P waits once, so that it is subscribed to the key's channel (and stays so).
+			o := mustLock(t, lop, ctx)
+			warm := lockAsync(t, lp, ctx)
+			waitFor(t, func() bool { return len(stateOf(t, lop).Waiting) == 1 })
+			waitFor(t, func() bool { return gp.Confirmed() >= 1 })
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if err := recv(t, warm, "P's first Lock").Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			arm, ran, open := gateScript(cp, "lock")
+			t.Cleanup(open)
+			arm()
+			type res struct {
+				o   *dlock.Owner
+				err error
+			}
+			pres := make(chan res, 1)
+			go func() {
+				var r res
+				if try {
+					var ok bool
+					r.o, ok, r.err = lp.TryLock(ctx)
+					if r.err == nil && !ok {
+						r.o = nil
+					}
+				} else {
+					r.o, r.err = lp.Lock(ctx)
+				}
+				pres <- r
+			}()
+			recv(t, ran, "P's take") // the key is P's; the answer is on its way
+			st := stateOf(t, lop)
+			if st.Holder == "" {
+				t.Fatal("the key is free after P's take")
+			}
+			cdone := rgLockAsync(lc, ctx)
+			waitFor(t, func() bool { return len(stateOf(t, lop).Waiting) == 1 })
+			waitFor(t, func() bool { r, heard, ok := gc.Place(key(lc)); return ok && heard && r == 0 })
+			heard := gp.Heard()
+			if removed, err := lop.ForceRelease(ctx, st.Holder); err != nil || !removed {
+				t.Fatalf("ForceRelease(%q) = %v, %v", st.Holder, removed, err)
+			}
+			rc := rgRecv(t, cdone, 5*time.Second, "C's Lock")
+			if rc.err != nil {
+				t.Fatal(rc.err)
+			}
+			waitFor(t, func() bool { return gp.Heard() > heard }) // P heard that its locker was let go
+			open()
+			if try {
+				r := rgRecv(t, pres, 5*time.Second, "P's TryLock")
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.o != nil {
+					if r.o.Err() == nil && rc.owned.Err() == nil {
+						t.Errorf("P came out of TryLock owning the key (owner context live) while C holds it")
+					}
+					_ = r.o.Unlock()
+				}
+				if err := lc.Unlock(rc.owned); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			notYet(t, pres, "P's Lock returned while C holds the key") // (it waits behind C)
+			if err := lc.Unlock(rc.owned); err != nil {
+				t.Fatal(err)
+			}
+			r := rgRecv(t, pres, 5*time.Second, "P's Lock after C let go")
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			_ = r.o.Unlock()
+		})
+	}
+}
+
+// A process told that an operator elsewhere removed its tenure's locker while a renewal
+// before a pass is on its way (a goroutine of the process is about to take the lock from
+// another) does not pass the lock on when the renewal's answer comes: the key went to the
+// process in line meanwhile. (A ForceRelease in the same Generator: TestForceReleaseDuringAPassRenewal.)
+func TestForceReleaseElsewhereHeardDuringAPassRenewal(t *testing.T) {
+	const lease = 10 * time.Second // (the holder's next renewal would come long after the checks)
+	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Hour))
+	gc, _ := newGen(t)
+	gop, _ := newGen(t)
+	tg := uniqueTarget(t)
+	la, lc, lop := mustGen(t, ga, "FORCEDPASS", tg, lease), mustGen(t, gc, "FORCEDPASS", tg, lease), mustGen(t, gop, "FORCEDPASS", tg, lease)
+	la2 := mustGen(t, ga, "FORCEDPASS", tg, lease/2) // another lease: a pass to it renews first
+	ctx := ctxT(t, 30*time.Second)
+	preload(t, ca) // (the renewal runs as it is stalled: no NOSCRIPT, then EVAL)
+	ga.SetLinger(time.Minute)
+	// A waits once, so that it is subscribed to the key's channel (and stays so).
+	o := mustLock(t, lop, ctx)
+	warm := lockAsync(t, la, ctx)
+	waitFor(t, func() bool { return len(stateOf(t, lop).Waiting) == 1 })
+	waitFor(t, func() bool { return ga.Confirmed() >= 1 })
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	a1 := recv(t, warm, "A's first Lock")
+	if a1 == nil {
+		t.FailNow()
+	}
+	waiter := rgLockAsync(la2, ctx)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	arm, ran, open := gateScript(ca, "renew")
+	t.Cleanup(open)
+	arm()
+	if err := a1.Unlock(); err != nil { // the waiter renews the tenure with its lease before it takes it
+		t.Fatal(err)
+	}
+	recv(t, ran, "the renewal before the pass")
+	st := stateOf(t, lop)
+	cdone := rgLockAsync(lc, ctx)
+	waitFor(t, func() bool { r, heard, ok := gc.Place(key(lc)); return ok && heard && r == 0 })
+	heard := ga.Heard()
+	if removed, err := lop.ForceRelease(ctx, st.Holder); err != nil || !removed {
+		t.Fatalf("ForceRelease(%q) = %v, %v", st.Holder, removed, err)
+	}
+	rc := rgRecv(t, cdone, 5*time.Second, "C's Lock")
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	waitFor(t, func() bool { return ga.Heard() > heard }) // A heard that its locker was let go
+	open()
+	select {
+	case r := <-waiter:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.owned.Err() == nil && rc.owned.Err() == nil {
+			t.Errorf("A's waiter came out of Lock owning the key (owner context live) while C holds it")
+		}
+		_ = la2.Unlock(r.owned)
+		_ = lc.Unlock(rc.owned)
+	case <-time.After(100 * time.Millisecond): // it waits behind C
+		if err := lc.Unlock(rc.owned); err != nil {
+			t.Fatal(err)
+		}
+		r := rgRecv(t, waiter, 5*time.Second, "A's waiter after C let go")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = la2.Unlock(r.owned)
+	}
+}

@@ -1657,3 +1657,79 @@ func TestFarProcessBeliefWithinRedis(t *testing.T) {
 		})
 	}
 }
+
+// killPubSub closes, from Redis's side, every subscription connection of the server: the
+// processes that listened stop hearing until go-redis reconnects.
+func killPubSub(t testing.TB, c *redis.Client) {
+	t.Helper()
+	if err := c.Do(context.Background(), "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A process first in line whose subscription is dropped just before the holder lets go is
+// passed over by the release (it does not listen); it gets the key, free or granted on, once
+// it listens again, not a poll interval later.
+func TestDeafFirstInLineIsServedOnceItListensAgain(t *testing.T) {
+	const lease = 20 * time.Second // (first in line, it would ask again half a lease later)
+	for round := range 6 {
+		raw := rawClient(t)
+		ga, _ := newGen(t)
+		gb, _ := newGen(t)
+		gc, _ := newGen(t)
+		tg := rgTarget(t, round)
+		la, lb, lc := mustGen(t, ga, "DEAF", tg, lease), mustGen(t, gb, "DEAF", tg, lease), mustGen(t, gc, "DEAF", tg, lease)
+		ctx := ctxT(t, 30*time.Second)
+		a := mustLock(t, la, ctx)
+		bdone := rgLockAsync(lb, ctx)
+		waitFor(t, func() bool { r, heard, ok := gb.Place(key(lb)); return ok && r == 0 && heard })
+		var cdone <-chan rgLockResult
+		if round%2 == 1 { // a process behind it, which the release grants the key to
+			cdone = rgLockAsync(lc, ctx)
+			waitFor(t, func() bool { return len(stateOf(t, la).Waiting) == 2 })
+			waitFor(t, func() bool { r, heard, ok := gc.Place(key(lc)); return ok && r == 1 && heard })
+		}
+		killPubSub(t, raw)
+		if round%3 == 2 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		start := time.Now()
+		if err := a.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if cdone != nil {
+			// Either got it first; the other follows once it is let go.
+			select {
+			case r := <-bdone:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				_ = lb.Unlock(r.owned)
+				r = rgRecv(t, cdone, 3*time.Second, "C's Lock")
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				_ = lc.Unlock(r.owned)
+			case r := <-cdone:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				_ = lc.Unlock(r.owned)
+				r = rgRecv(t, bdone, 3*time.Second, "B's Lock")
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				_ = lb.Unlock(r.owned)
+			case <-time.After(3 * time.Second):
+				t.Fatalf("round %d: neither waiter got the key within 3 s of its release", round)
+			}
+			continue
+		}
+		r := rgRecv(t, bdone, 3*time.Second, "B's Lock")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		t.Logf("round %d: B got the key %v after the release", round, time.Since(start))
+		_ = lb.Unlock(r.owned)
+	}
+}
