@@ -1563,7 +1563,11 @@ func (sc farScenario) run(t *testing.T) {
 					case <-o.Done():
 					}
 					inside.Add(-1)
-					if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+					// (a release whose reply comes after the lease ran out — latency that rose
+					// after the last renewal — is unconfirmed, as documented: a *RedisProcessError)
+					var late *dlock.RedisProcessError
+					if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) &&
+						!(errors.As(err, &late) && errors.Is(err, context.DeadlineExceeded)) {
 						t.Errorf("process %d: Unlock: %v", i, err)
 					}
 				}
