@@ -92,6 +92,7 @@ type tenure struct {
 	expanding       *request
 	removed         string // why Redis no longer holds it behind its back ("": it does)
 	granted         bool   // begun by a grant
+	origin          uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 }
 
 // heard is a grant heard: the locker and the first of its tokens.
@@ -170,7 +171,7 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 }
 
 func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int, yield bool) *request {
-	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last}
+	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last, Origin: t.origin}
 	what := fmt.Sprintf("renew.lua(%s, lease %v", t.locker, lease)
 	if tokens > 0 {
 		what += ", tokens"
@@ -303,7 +304,7 @@ func (p *proc) startGrant(a *attempt, g heard) {
 	p.closeAttempt()
 	p.queued = false
 	t := &tenure{locker: a.locker, until: p.until(start, a.lease), untilLease: a.lease, lease: a.lease,
-		next: token, end: token + uint64(a.tokens), last: token - 1, since: p.w.now(), granted: true}
+		next: token, end: token + uint64(a.tokens), last: token - 1, since: p.w.now(), granted: true, origin: token}
 	t.truth.lease = a.lease
 	// (removed behind its back, unless the process had heard of the removal: then counting
 	// the grant is the process's own mistake, with no excuse)
@@ -699,6 +700,7 @@ func (p *proc) onAsk(r *request, out outcome) {
 	}
 	p.queued = false
 	t := p.startTenure(r, out.res.Token)
+	t.origin = out.res.Origin
 	if p.closed {
 		p.releaseTenure() // taken as Close ran: given back
 		return

@@ -23,7 +23,10 @@ type Mutant struct {
 // takes a settled acquisition's entry out of the line, and a grant skips an expired one, so
 // breaking any of them breaks no invariant the explorer checks; processor's
 // TestStaleAttemptIsRefused, TestLineServesInOrder and TestSettleDropsAnExpiredEntry check
-// them directly.)
+// them directly. Nor is renew.lua's check of the holding a tenure began with (origin): its
+// renewals name it as dlock's do, but 109 054 schedules in 8 minutes never made the state it
+// guards — an empty restart, then a late copy of the tenure's own take, then a renewal —
+// and TestRenewalNamesTheHoldingItBeganWith checks it directly.)
 var Mutants = []Mutant{
 	{"a settled attempt still takes the key (lock.lua ignores the settled mark)", "lock",
 		"if settled(seq) then\n    lengthen(DONE", "if false then\n    lengthen(DONE"},
