@@ -713,3 +713,48 @@ func TestForceReleaseElsewhereHeardDuringAPassRenewal(t *testing.T) {
 		_ = la2.Unlock(r.owned)
 	}
 }
+
+// A process whose writer stands in line behind its own read-hold, which an operator elsewhere
+// removes, is granted the write side: Redis gives a write-hold only when nothing else is held,
+// so the read-hold is gone, and its readers must not go on beside the process's own writer
+// until the read-hold's next renewal (three quarters of a lease on).
+func TestForceReleaseElsewhereOfAReadHoldBehindItsOwnWriter(t *testing.T) {
+	gx, _ := newGen(t, dlock.WithDefaultLease(10*time.Second))
+	op, _ := newGen(t)
+	tg := uniqueTarget(t)
+	lx, lop := rwOf(t, gx, tg), rwOf(t, op, tg)
+	ctx := ctxT(t, 30*time.Second)
+	reader, err := lx.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := lx.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	// the writer stands in line behind its own process's read-hold
+	waitFor(t, func() bool { s, _ := lop.State(ctx); return len(s.Waiting) == 1 && s.Waiting[0].Write })
+	s, err := lop.State(ctx)
+	if err != nil || len(s.Readers()) != 1 {
+		t.Fatalf("state: %+v, %v", s, err)
+	}
+	if removed, err := lop.ForceRelease(ctx, s.Readers()[0].Locker); err != nil || !removed {
+		t.Fatalf("ForceRelease = %v, %v", removed, err)
+	}
+	writer := rgRecv(t, got, 5*time.Second, "the writer")
+	if writer == nil {
+		return
+	}
+	defer func() { _ = lx.Unlock(writer) }()
+	if n := lx.HoldCount(reader); n != 0 {
+		t.Errorf("the writer was lent the write side while the process's reader still holds the read side (HoldCount %d, context %s)", n, fmtCause(reader))
+	}
+	waitFor(t, func() bool { return errors.Is(context.Cause(reader), dlock.ErrLockLost) })
+	if err := lx.Unlock(reader); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("the removed reader's Unlock: %v", err)
+	}
+}

@@ -818,6 +818,9 @@ var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (remov
 var (
 	errHoldingLapsed = fmt.Errorf("%w: the lease ran out without a successful renewal", ErrLockLost)
 	errHoldingGone   = fmt.Errorf("%w: a renewal found the holding gone from Redis (removed by ForceRelease, or lost by Redis)", ErrLockLost)
+	// errHoldingOutTaken ends a read-hold whose process was granted the write side: Redis
+	// grants it only when nothing else is held.
+	errHoldingOutTaken = fmt.Errorf("%w: the holding was gone from Redis when its process was granted the write side (removed by ForceRelease, or lost by Redis)", ErrLockLost)
 )
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -950,6 +953,18 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	case r.Outcome == processor.Taken:
 		st.attempt = nil
 		st.wanted = r.Waiting || st.heardW != w
+		if st.spec.Kind == processor.KindRW && a.n == processor.RWPermits {
+			// Redis grants a write-hold only when nothing else is held: a read-hold of this
+			// process still believed held (its writer stood in line behind it) was removed
+			// (an operator's ForceRelease elsewhere, or lost by Redis). Its readers end now,
+			// not beside the writer until its next renewal.
+			for _, h := range st.holds {
+				if h.ctx.Err() == nil {
+					st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", h.locker))
+					h.stop(errHoldingOutTaken)
+				}
+			}
+		}
 		st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
 		st.lendLocked()
 	case r.Outcome == processor.Held && !a.wait:
