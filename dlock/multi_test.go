@@ -999,13 +999,6 @@ func TestMultiLockLetsGoOfTheEarlierPartsWhenALaterOneFails(t *testing.T) {
 			}
 			return s.Permits(2), func(err error) bool { return errors.Is(err, dlock.ErrInvalidConfig) }
 		}, false},
-		{"no permits", func(t *testing.T, g *dlock.Generator, _ *redis.Client) (dlock.Part, func(error) bool) {
-			s, err := g.GenSemaphore("PF", tg+"-b-zero", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s.Permits(0), func(err error) bool { return errors.Is(err, dlock.ErrInvalidConfig) }
-		}, false},
 		{"a read-write lock named as a semaphore in use", func(t *testing.T, g *dlock.Generator, _ *redis.Client) (dlock.Part, func(error) bool) {
 			s, err := gb.GenSemaphore("PF", tg+"-b-kind", 1)
 			if err != nil {
