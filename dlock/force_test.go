@@ -758,3 +758,48 @@ func TestForceReleaseElsewhereOfAReadHoldBehindItsOwnWriter(t *testing.T) {
 		t.Errorf("the removed reader's Unlock: %v", err)
 	}
 }
+
+// A semaphore process that holds permits and waits for more gets them after an operator
+// elsewhere removed the holding it has: more permits than the count would be out in this one
+// process, so the process checks its other holdings at once (a renewal) rather than at their
+// next renewal, three quarters of a lease on, and their owners learn of the loss.
+func TestForceReleaseElsewhereOfPermitsOfAProcessThatGetsMore(t *testing.T) {
+	const k = 3
+	gx, _ := newGen(t, dlock.WithDefaultLease(10*time.Second))
+	op, _ := newGen(t)
+	tg := uniqueTarget(t)
+	sx, sop := semOf(t, gx, tg, k), semOf(t, op, tg, k)
+	ctx := ctxT(t, 30*time.Second)
+	first, err := sx.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sx.Acquire(ctx, 2)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	// the second waits (one permit is free): once it stands in line, the first's holding goes
+	waitFor(t, func() bool { s, _ := sop.State(ctx); return len(s.Waiting) == 1 })
+	s, err := sop.State(ctx)
+	if err != nil || len(s.Holds) != 1 {
+		t.Fatalf("state: %+v, %v", s, err)
+	}
+	if removed, err := sop.ForceRelease(ctx, s.Holds[0].Locker); err != nil || !removed {
+		t.Fatalf("ForceRelease = %v, %v", removed, err)
+	}
+	second := rgRecv(t, got, 5*time.Second, "the second acquisition")
+	if second == nil {
+		return
+	}
+	defer func() { _ = sx.Release(second) }()
+	if !rgWaitUntil(3*time.Second, func() bool { return errors.Is(context.Cause(first), dlock.ErrLockLost) }) {
+		t.Errorf("4 permits of %d believed out in one process: the removed holding's owner is %s", k, fmtCause(first))
+	}
+	if err := sx.Release(first); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("the removed owner's Release: %v", err)
+	}
+}

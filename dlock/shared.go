@@ -965,6 +965,23 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 				}
 			}
 		}
+		if st.spec.Kind == processor.KindSem {
+			// more permits in this process than its count: a holding of it was removed (an
+			// operator's ForceRelease elsewhere, or lost by Redis) — or another process raised
+			// the count. Its holdings renew now, and learn which, not three quarters of a
+			// lease on.
+			held, now := a.n, time.Now()
+			for _, h := range st.holds {
+				if h.ctx.Err() == nil {
+					held += h.n
+				}
+			}
+			for _, h := range st.holds {
+				if held > st.spec.Permits && h.ctx.Err() == nil && h.renewAt.After(now) {
+					h.renewAt = now
+				}
+			}
+		}
 		st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
 		st.lendLocked()
 	case r.Outcome == processor.Held && !a.wait:
