@@ -1724,3 +1724,170 @@ func TestFamilyWaiterGetsInBesideBusyHolders(t *testing.T) {
 		}
 	}
 }
+
+// rwSpan is a time an owner of a read-write lock held it, live from start to end.
+type rwSpan struct {
+	from, to time.Time
+	write    bool
+	token    uint64
+	proc     int
+}
+
+// Under a faulty network — writes delivered twice, replies lost, requests kept on the wire
+// and run late — with waits of a few milliseconds, tries, downgrades and one process closed
+// in the middle, the read-write lock never has a writer beside another live owner, its
+// writers' tokens rise in the order they held it, it fails only with the documented errors,
+// and it leaves nothing behind.
+func TestRWUnderDuplicatedLateAndLostWrites(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	tg := uniqueTarget(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	var hooks []*chaosHook
+	var gens []*dlock.Generator
+	var locks []*dlock.RWLock
+	for i := range 4 {
+		h := newChaosHook(lease, 10, seed+uint64(i))
+		hooks = append(hooks, h)
+		g := chaosGen(t, h)
+		gens = append(gens, g)
+		locks = append(locks, rwOf(t, g, tg))
+	}
+	var mu sync.Mutex
+	var spans []rwSpan
+	var bad atomic.Int64
+	fail := func(format string, args ...any) {
+		if bad.Add(1) <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	check := func(err error, what string, p int) {
+		if err != nil && (!documentedErr(err) || errors.Is(err, dlock.ErrInvalidConfig) || errors.Is(err, dlock.ErrNotHeld)) {
+			fail("process %d: %s: %v", p, what, err)
+		}
+		if errors.Is(err, dlock.ErrClosed) && p != 3 {
+			fail("process %d (not closed): %s: %v", p, what, err)
+		}
+	}
+	record := func(p int, o *dlock.Owner, from time.Time, write bool, token uint64) {
+		to := time.Now()
+		if o.Err() == nil {
+			mu.Lock()
+			spans = append(spans, rwSpan{from, to, write, token, p})
+			mu.Unlock()
+		}
+	}
+	stopAt := time.Now().Add(2 * time.Second)
+	var closed atomic.Bool
+	var acquired, short atomic.Int64
+	var wg sync.WaitGroup
+	for p, l := range locks {
+		for w := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(p*10+w)))
+				for i := 0; time.Now().Before(stopAt); i++ {
+					if p == 3 && closed.Load() {
+						return
+					}
+					write := rng.IntN(3) == 0
+					d := 3 * time.Second
+					if rng.IntN(4) == 0 {
+						d = time.Duration(rng.IntN(4)) * time.Millisecond // 0-3 ms
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), d)
+					var o *dlock.Owner
+					var err error
+					switch ok := true; rng.IntN(5) {
+					case 0:
+						if write {
+							o, ok, err = l.TryLock(ctx)
+						} else {
+							o, ok, err = l.TryRLock(ctx)
+						}
+						if err == nil && !ok {
+							cancel()
+							continue
+						}
+					default:
+						o, err = lockSide(ctx, l, write)
+					}
+					cancel()
+					if err != nil {
+						if d < time.Second && errors.Is(err, dlock.ErrNotObtained) {
+							short.Add(1)
+						} else if d >= time.Second && errors.Is(err, dlock.ErrNotObtained) {
+							fail("process %d: a wait of %v in vain: %v", p, d, err)
+						}
+						check(err, "Lock", p)
+						continue
+					}
+					acquired.Add(1)
+					from := time.Now()
+					tok, _ := l.FencingToken(o)
+					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+					if write && rng.IntN(3) == 0 {
+						// a downgrade: read on, then let the write side go
+						r, err := l.RLock(o)
+						if err != nil {
+							check(err, "RLock of a write owner", p)
+							record(p, o, from, true, tok)
+							check(l.Unlock(o), "Unlock", p)
+							continue
+						}
+						record(p, o, from, true, tok)
+						check(l.Unlock(o), "Unlock of the write side", p) // (o's innermost: the write side)
+						from = time.Now()
+						rtok, _ := l.FencingToken(r)
+						time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+						record(p, r, from, false, rtok)
+						check(l.Unlock(r), "Unlock of the downgrade's read side", p)
+						continue
+					}
+					record(p, o, from, write, tok)
+					check(l.Unlock(o), "Unlock", p)
+				}
+			}()
+		}
+	}
+	time.Sleep(time.Second)
+	closed.Store(true)
+	if err := gens[3].Close(context.Background()); err != nil {
+		t.Errorf("Close in the middle: %v", err)
+	}
+	wg.Wait()
+	for _, h := range hooks {
+		h.quiet()
+	}
+	// exclusion: a writer's span overlaps no other live owner's span
+	for i, a := range spans {
+		if !a.write {
+			continue
+		}
+		for j, b := range spans {
+			if i != j && a.from.Before(b.to) && b.from.Before(a.to) {
+				fail("writer of process %d (token %d) held %v..%v beside a %s of process %d (token %d) %v..%v",
+					a.proc, a.token, a.from.Sub(spans[0].from), a.to.Sub(spans[0].from),
+					map[bool]string{true: "writer", false: "reader"}[b.write], b.proc, b.token, b.from.Sub(spans[0].from), b.to.Sub(spans[0].from))
+			}
+		}
+	}
+	// tokens rise with the order of the writers
+	for i, a := range spans {
+		for _, b := range spans[i+1:] {
+			if a.write && b.write && (a.from.Before(b.from) != (a.token < b.token)) {
+				fail("writers out of token order: %d from %v, %d from %v", a.token, a.from, b.token, b.from)
+			}
+		}
+	}
+	t.Logf("%d acquisitions (%d short waits ran out), %d live spans checked", acquired.Load(), short.Load(), len(spans))
+	admin := rawClient(t)
+	cfg := locks[0].Config()
+	waitFor(t, func() bool {
+		return admin.Exists(context.Background(), cfg.SideKey(processor.SharedHeldSuffix), cfg.SideKey(processor.SharedLineSuffix)).Val() == 0
+	})
+	if ks := keysWithoutTTL(t, admin); len(ks) > 0 {
+		t.Errorf("keys without a time to live: %v", ks)
+	}
+}

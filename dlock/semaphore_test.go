@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -1940,5 +1941,122 @@ func TestSemaphoreReleaseRefusedForGoodIsNotRepeated(t *testing.T) {
 	}
 	if n := releases.Load(); n > 3 {
 		t.Fatalf("the release was sent %d times (%v)", n, err)
+	}
+}
+
+// Under a faulty network, with waits of a few milliseconds, tries, re-entries and one process
+// closed in the middle, a semaphore never has more than k permits out among its live owners,
+// fails only with the documented errors, and leaves nothing behind.
+func TestSemaphoreUnderShortWaitsTriesAndClose(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	const k = 3
+	tg := uniqueTarget(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	var hooks []*chaosHook
+	var gens []*dlock.Generator
+	var sems []*dlock.Semaphore
+	for i := range 4 {
+		h := newChaosHook(lease, 10, seed+uint64(i))
+		hooks = append(hooks, h)
+		g := chaosGen(t, h)
+		gens = append(gens, g)
+		sems = append(sems, semOf(t, g, tg, k))
+	}
+	var ledger spanLedger
+	var bad atomic.Int64
+	fail := func(format string, args ...any) {
+		if bad.Add(1) <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	var closed atomic.Bool
+	check := func(err error, what string, p int) {
+		if err != nil && (!documentedErr(err) || errors.Is(err, dlock.ErrInvalidConfig) || errors.Is(err, dlock.ErrNotHeld)) {
+			fail("process %d: %s: %v", p, what, err)
+		}
+		if errors.Is(err, dlock.ErrClosed) && p != 3 {
+			fail("process %d (not closed): %s: %v", p, what, err)
+		}
+	}
+	stopAt := time.Now().Add(2 * time.Second)
+	var acquired, short atomic.Int64
+	var wg sync.WaitGroup
+	for p, s := range sems {
+		for w := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(p*10+w)))
+				for time.Now().Before(stopAt) && !(p == 3 && closed.Load()) {
+					n := 1 + rng.IntN(k)
+					d := 3 * time.Second
+					if rng.IntN(4) == 0 {
+						d = time.Duration(rng.IntN(4)) * time.Millisecond
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), d)
+					var o *dlock.Owner
+					var err error
+					if rng.IntN(5) == 0 {
+						var ok bool
+						if o, ok, err = s.TryAcquire(ctx, n); err == nil && !ok {
+							cancel()
+							continue
+						}
+					} else {
+						o, err = s.Acquire(ctx, n)
+					}
+					cancel()
+					if err != nil {
+						if errors.Is(err, dlock.ErrNotObtained) && d < time.Second {
+							short.Add(1)
+						} else if errors.Is(err, dlock.ErrNotObtained) {
+							fail("process %d: a wait of %v for %d in vain: %v", p, d, n, err)
+						}
+						check(err, "Acquire", p)
+						continue
+					}
+					acquired.Add(1)
+					from := time.Now()
+					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+					if rng.IntN(4) == 0 {
+						if _, err := s.Acquire(o, n); err == nil {
+							check(s.Release(o), "Release of a re-entry", p)
+						} else {
+							check(err, "re-entry", p)
+						}
+					}
+					to := time.Now()
+					live := o.Err() == nil
+					check(s.Release(o), "Release", p)
+					if live {
+						ledger.add(heldSpan{from, to, int64(n)})
+					}
+				}
+			}()
+		}
+	}
+	time.Sleep(time.Second)
+	closed.Store(true)
+	if err := gens[3].Close(context.Background()); err != nil {
+		t.Errorf("Close in the middle: %v", err)
+	}
+	wg.Wait()
+	for _, h := range hooks {
+		h.quiet()
+	}
+	for _, sp := range ledger.spans {
+		if out := ledger.outAt(sp.from); out > k {
+			fail("%d permits out at once, of %d", out, k)
+		}
+	}
+	t.Logf("%d acquisitions (%d short waits ran out), %d live spans", acquired.Load(), short.Load(), len(ledger.spans))
+	admin := rawClient(t)
+	cfg := sems[0].Config()
+	waitFor(t, func() bool {
+		return admin.Exists(context.Background(), cfg.SideKey(processor.SharedHeldSuffix), cfg.SideKey(processor.SharedLineSuffix)).Val() == 0
+	})
+	if ks := keysWithoutTTL(t, admin); len(ks) > 0 {
+		t.Errorf("keys without a time to live: %v", ks)
 	}
 }
