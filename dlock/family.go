@@ -289,7 +289,8 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // it safe to repeat, and no copy of the holder's own requests takes the holding back.
 //
 // The holding's borrowers in this Generator lose it at once (their contexts end with
-// ErrLockLost), unless the holding is being taken or downgraded at that very moment; a holder
+// ErrLockLost), unless the holding is being downgraded at that very moment (one whose take's
+// answer is on its way is dropped as the answer comes: its waiters ask again); a holder
 // elsewhere, or one caught in that moment, learns of it at its next renewal (within three
 // quarters of its lease) or release, so until then it may act as if it held — use fencing
 // tokens downstream.
@@ -330,6 +331,9 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 		// learns whether it still holds.
 		st.mu.Lock()
 		now := time.Now()
+		if removed && st.attempt != nil && st.attempt.locker == holder {
+			st.forced = holder // taken, its answer on its way: took drops it
+		}
 		for _, h := range st.holds {
 			switch {
 			case h.locker != holder || h.ctx.Err() != nil:

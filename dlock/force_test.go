@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -802,4 +803,68 @@ func TestForceReleaseElsewhereOfPermitsOfAProcessThatGetsMore(t *testing.T) {
 	if err := sx.Release(first); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("the removed owner's Release: %v", err)
 	}
+}
+
+// An operator's ForceRelease in the holder's own Generator, of a read-write lock's holding whose
+// take is still on its way back, ends it when the answer comes: the writer does not come out
+// of Lock owning the key while the process in line holds it; it waits behind it. (The mutex's
+// case: TestForceReleaseHeardWhileTheTakeIsOnItsWay.)
+func TestForceReleaseHereOfAFamilyHoldingWhoseTakeIsOnItsWay(t *testing.T) {
+	gp, cp := newGen(t, dlock.WithDefaultLease(10*time.Second)) // (P's next renewal comes long after the checks)
+	gc, _ := newGen(t)
+	tg := uniqueTarget(t)
+	lp, lc := rwOf(t, gp, tg), rwOf(t, gc, tg)
+	ctx := ctxT(t, 30*time.Second)
+	// the answer of P's take (the shared script with op take) is held until open
+	ranc, gate := make(chan struct{}), make(chan struct{})
+	var once, opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	cp.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && scriptIs("shared")(cmd.Args()) && slices.Contains(cmd.Args(), any("take")) { // (not a NOSCRIPT)
+			once.Do(func() {
+				close(ranc)
+				select {
+				case <-gate:
+				case <-time.After(15 * time.Second):
+				}
+			})
+		}
+		return err
+	}})
+	ran := (<-chan struct{})(ranc)
+	got := make(chan rgLockResult, 1)
+	go func() {
+		o, err := lp.Lock(ctx)
+		got <- rgLockResult{owned: o, err: err}
+	}()
+	recv(t, ran, "P's take") // the write side is P's; the answer is on its way
+	s, err := lp.State(ctx)
+	if err != nil || len(s.Holds) != 1 || !s.Holds[0].Write {
+		t.Fatalf("state after P's take: %+v, %v", s, err)
+	}
+	cdone := make(chan rgLockResult, 1)
+	go func() {
+		o, err := lc.Lock(ctx)
+		cdone <- rgLockResult{owned: o, err: err}
+	}()
+	waitFor(t, func() bool { s, _ := lp.State(ctx); return len(s.Waiting) == 1 })
+	if removed, err := lp.ForceRelease(ctx, s.Holds[0].Locker); err != nil || !removed {
+		t.Fatalf("ForceRelease(%q) = %v, %v", s.Holds[0].Locker, removed, err)
+	}
+	rc := rgRecv(t, cdone, 5*time.Second, "C's Lock")
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	open()
+	notYet(t, got, "P's Lock returned while C holds the write side") // (it waits behind C)
+	if err := lc.Unlock(rc.owned); err != nil {
+		t.Fatal(err)
+	}
+	r := rgRecv(t, got, 5*time.Second, "P's Lock after C let go")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = lp.Unlock(r.owned)
 }

@@ -46,6 +46,7 @@ type sharedState struct {
 	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
 	heardF  uint64         // F messages heard: likewise for the attempt's pace; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
+	forced  string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	owed    []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
 	exited  chan struct{}  // closed when the driver ended
@@ -950,6 +951,10 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 			front.fault = err
 		}
 		a.pollAt = time.Now().Add(retryPause(st.cfg))
+	case r.Outcome == processor.Taken && a.locker == st.forced:
+		// An operator's ForceRelease in this Generator removed the holding as this answer
+		// came: nothing to lend; the waiters ask again, with a new attempt.
+		st.attempt, st.forced = nil, ""
 	case r.Outcome == processor.Taken:
 		st.attempt = nil
 		st.wanted = r.Waiting || st.heardW != w
