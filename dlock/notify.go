@@ -30,7 +30,10 @@ import (
 // there is one connection per hash slot in use: release messages then go by sharded pub/sub
 // when the servers have it (processor.Sharded), to the shard that owns the key only, and a
 // connection's channels must share a slot for go-redis to subscribe them again together after
-// a reconnection (it then dials the slot's master as the client's topology knows it).
+// a reconnection (it then dials the slot's master as the client's topology knows it). A Ring
+// client sends a subscription to the shard of its first channel's hash tag, and must be given
+// that channel as it makes the connection: there is one connection per hash tag in use (all
+// of one lock's channels share its tag), made with its first channel.
 //
 // A subscription must hear what releases publish, whatever happens to the deployment: a
 // connection that has heard nothing for probeEvery publishes a probe on one of its channels,
@@ -45,9 +48,10 @@ import (
 type notifier struct {
 	g       *Generator
 	cluster bool // one connection per hash slot
+	ring    bool // one connection per hash tag, made with its first channel (a *redis.Ring)
 
 	mu        sync.Mutex
-	conns     map[int]*psConn          // by slot (0 unless cluster); guarded by mu
+	conns     map[string]*psConn       // by group (see group); guarded by mu
 	byChannel map[string]*subscription // guarded by mu
 	probes    uint64                   // probes sent, for unique payloads; guarded by mu
 	confirmed int                      // subscriptions confirmed by Redis (for tests); guarded by mu
@@ -58,7 +62,8 @@ type notifier struct {
 // psConn is one subscription connection and the ops waiting to be sent on it. All its fields
 // are guarded by the notifier's mu.
 type psConn struct {
-	slot    int
+	group   string         // its key in conns
+	slot    int            // the slot of its channels, on a Cluster
 	ps      *redis.PubSub  // nil until the sender dials; replaced by a reset
 	sharded bool           // ps uses sharded pub/sub
 	ops     []op           // to send, in order
@@ -100,7 +105,20 @@ const probeTag = "P|"
 
 func newNotifier(g *Generator) *notifier {
 	_, cluster := g.client.(*redis.ClusterClient)
-	return &notifier{g: g, cluster: cluster, conns: make(map[int]*psConn), byChannel: make(map[string]*subscription), linger: linger}
+	_, ring := g.client.(*redis.Ring)
+	return &notifier{g: g, cluster: cluster, ring: ring, conns: make(map[string]*psConn), byChannel: make(map[string]*subscription), linger: linger}
+}
+
+// group names the connection channel goes on: its slot on a Cluster, its hash tag on a Ring,
+// "" (the one connection) otherwise.
+func (n *notifier) group(channel string) string {
+	switch {
+	case n.cluster:
+		return strconv.Itoa(domain.Slot(channel))
+	case n.ring:
+		return domain.HashTag(channel)
+	}
+	return ""
 }
 
 // watch makes sure channel, key's release channel, is subscribed while a state watches it.
@@ -118,14 +136,11 @@ func (n *notifier) watch(channel, key string) {
 		}
 		return
 	}
-	slot := 0
-	if n.cluster {
-		slot = domain.Slot(channel)
-	}
-	c := n.conns[slot]
+	group := n.group(channel)
+	c := n.conns[group]
 	if c == nil {
-		c = &psConn{slot: slot, unsubs: make(map[string]int)}
-		n.conns[slot] = c
+		c = &psConn{group: group, slot: domain.Slot(channel), unsubs: make(map[string]int)}
+		n.conns[group] = c
 	}
 	if old := n.byChannel[channel]; old != nil {
 		old.conn.subs-- // replaced while leaving; its confirmation finds the new one
@@ -176,7 +191,7 @@ func (n *notifier) send(c *psConn) {
 	backoff := 10 * time.Millisecond
 	for {
 		n.mu.Lock()
-		if len(c.ops) == 0 || n.g.done.Err() != nil || n.conns[c.slot] != c {
+		if len(c.ops) == 0 || n.g.done.Err() != nil || n.conns[c.group] != c {
 			c.sending = false
 			n.mu.Unlock()
 			return
@@ -197,11 +212,32 @@ func (n *notifier) send(c *psConn) {
 			}
 		}
 		n.mu.Lock()
-		if n.conns[c.slot] != c || len(c.ops) == 0 {
+		if n.conns[c.group] != c || len(c.ops) == 0 {
 			n.mu.Unlock()
 			continue
 		}
 		fresh := c.ps == nil
+		o := c.ops[0]
+		c.ops = c.ops[1:]
+		if fresh && n.ring {
+			// A Ring's connection is made with its first channel, which picks the shard (and
+			// is subscribed as the connection is dialled: outside the lock).
+			n.mu.Unlock()
+			if !o.subscribe {
+				continue // nothing to unsubscribe on a connection not yet made
+			}
+			ps := n.g.client.Subscribe(n.g.done, o.channel)
+			n.mu.Lock()
+			if n.conns[c.group] != c || c.ps != nil || n.g.done.Err() != nil {
+				n.mu.Unlock()
+				closeAll(ps)
+				continue
+			}
+			c.ps, c.sharded = ps, false
+			n.mu.Unlock()
+			n.g.group.Go(func() { n.receive(c, ps) })
+			continue
+		}
 		if fresh {
 			if sharded {
 				c.ps = n.g.client.SSubscribe(n.g.done) // no channel yet: nothing is sent
@@ -210,8 +246,6 @@ func (n *notifier) send(c *psConn) {
 			}
 			c.sharded = sharded
 		}
-		o := c.ops[0]
-		c.ops = c.ops[1:]
 		ps, sharded = c.ps, c.sharded
 		n.mu.Unlock()
 		var err error
@@ -318,7 +352,7 @@ func closeAll(conns ...*redis.PubSub) {
 func (n *notifier) current(c *psConn, ps *redis.PubSub) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return c.ps == ps && n.conns[c.slot] == c
+	return c.ps == ps && n.conns[c.group] == c
 }
 
 // probe runs when ps has been silent for probeEvery: if its probe went unheard, the connection
@@ -527,10 +561,10 @@ func (n *notifier) left(c *psConn, channel string) bool {
 // it, and returns it for the caller to close after unlocking. (A single server's one
 // connection is kept.) The caller holds mu.
 func (n *notifier) dropIfIdle(c *psConn) *redis.PubSub {
-	if !n.cluster || c.subs > 0 || len(c.ops) > 0 || n.conns[c.slot] != c {
+	if !(n.cluster || n.ring) || c.subs > 0 || len(c.ops) > 0 || n.conns[c.group] != c {
 		return nil
 	}
-	delete(n.conns, c.slot)
+	delete(n.conns, c.group)
 	ps := c.ps
 	c.ps = nil
 	return ps

@@ -161,3 +161,53 @@ func TestClusterSubscriptionDialsTheSlotsNode(t *testing.T) {
 		t.Fatalf("%d MOVED replies to SSUBSCRIBE on %d fresh subscription connections: dialled a node that does not own the slot", moved, n)
 	}
 }
+
+// A Ring client (go-redis's client-side sharding, a UniversalClient) carries locks too: a
+// release wakes the waiting process by its message. Its Subscribe panics without a channel,
+// as the notifier's first dial called it.
+func TestRingClientNotifies(t *testing.T) {
+	ring := func() *redis.Ring {
+		return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
+	}
+	ra, rb := ring(), ring()
+	defer ra.Close()
+	defer rb.Close()
+	ctx := ctxT(t, 30*time.Second)
+	rec := &howRecorder{}
+	ga, err := dlock.NewGenerator(ra, dlock.WithDefaultLease(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ga.Close(context.Background()) //nolint:errcheck
+	gb, err := dlock.NewGenerator(rb, dlock.WithDefaultLease(20*time.Second), dlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Close(context.Background()) //nolint:errcheck
+	la, _ := ga.Gen("RING", target(t))
+	lb, _ := gb.Gen("RING", target(t))
+	oa, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ob, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(ob)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return gb.Subscribed() == 1 })
+	if err := la.Unlock(oa); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter on a Ring client: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.how) != 1 || rec.how[0] != dlock.HowNotified {
+		t.Fatalf("the waiter on a Ring client acquired by %v, want by the release message", rec.how)
+	}
+}
