@@ -180,3 +180,77 @@ func TestClusterCallsAfterCompletedFailover(t *testing.T) {
 		}
 	}
 }
+
+// With WithReplicaAck a Cluster client sends the script and its WAIT to the master node
+// itself, which follows no redirection. After CLUSTER FAILOVER (no write lost) the old master,
+// a replica now, answers MOVED, and a client whose slot map still names it must follow, as
+// go-redis does for every other request: Extend renews, TryLock answers (held or taken), a
+// semaphore's TryAcquire takes its permit, Unlock releases, each on its first call since the
+// failover. Each "process" has a client of its own that used the old master before.
+func TestClusterReplicaAckAfterManualFailover(t *testing.T) {
+	t.Parallel() // on a cluster of its own; mostly waiting
+	c := redistest.NeedCluster(t, 3, 1)
+	const lease = 2 * time.Minute
+	prefix := unique("ackmoved")
+	master := c.MasterFor(lockKey("ACKMOVED", prefix))
+	targets := targetsWith(t, c, master, "ACKMOVED", prefix, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
+	defer cancel()
+	gen := func() *dlock.Generator {
+		return generatorOn(t, c.Client(), lease, dlock.WithReplicaAck(1, 5*time.Second))
+	}
+	holder, err := gen().Gen("ACKMOVED", targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := gen().Gen("ACKMOVED", targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := gen().GenSemaphore("ACKMOVED", targets[1], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := holder.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := other.TryLock(ctx); ok || err != nil { // uses the old master
+		t.Fatalf("TryLock of a held lock before the failover = %v, %v", ok, err)
+	}
+	o, err := sem.Acquire(ctx, 1) // uses the old master
+	if err == nil {
+		err = o.Unlock()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range targets {
+		if err := c.SyncReplicas(lockKey("ACKMOVED", target), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.FailoverReplica(lockKey("ACKMOVED", targets[0])); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := holder.Extend(owned, lease); err != nil {
+		t.Errorf("Extend after the failover: %v", err)
+	}
+	if _, ok, err := other.TryLock(ctx); ok || err != nil {
+		t.Errorf("TryLock of the held lock after the failover = %v, %v; want false, nil", ok, err)
+	}
+	if o, ok, err := sem.TryAcquire(ctx, 1); err != nil || !ok {
+		t.Errorf("the semaphore's TryAcquire after the failover = %v, %v; want true, nil", ok, err)
+	} else if err := o.Unlock(); err != nil {
+		t.Errorf("the semaphore's Release: %v", err)
+	}
+	if err := holder.Unlock(owned); err != nil {
+		t.Errorf("Unlock after the failover: %v", err)
+	}
+	if o, ok, err := other.TryLock(ctx); err != nil || !ok {
+		t.Errorf("TryLock of the released lock = %v, %v; want true, nil", ok, err)
+	} else if err := o.Unlock(); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+}

@@ -411,9 +411,11 @@ func (p *RedisLockProcessor) Reload() {
 // returns how many replicas acknowledged (acked is -1 when not asked).
 //
 // On a Cluster client, a request that could not reach the master its slot map named (a refused
-// dial, a dropped connection) is sent once more if the reloaded map names another master for
-// the key within reloadWait (see moved): after a completed failover the client would otherwise
-// send it to the dead master again. The second copy is the same request (same locker, same
+// dial, a dropped connection), or that the node answered with MOVED (with WithReplicaAck the
+// script and WAIT go to the node itself, which follows no redirection: after CLUSTER FAILOVER
+// the old master, a replica now, answers MOVED), is sent once more if the reloaded map names
+// another master for the key within reloadWait (see moved): after a completed failover the
+// client would otherwise send it to the dead master again. The second copy is the same request (same locker, same
 // arguments): the scripts are safe to run twice, and its answer says what became of both; the
 // callers count a lease from before the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
@@ -436,10 +438,12 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool,
 const reloadWait = 500 * time.Millisecond
 
 // moved reports whether a request that failed with err, sent to the master at was, failed to
-// reach it and cc's slot map names another master for key now: it asks for a reload and waits
-// for it, for at most reloadWait and while ctx lasts.
+// reach it (or was redirected, MOVED: it did not run) and cc's slot map names another master
+// for key now: it asks for a reload and waits for it, for at most reloadWait and while ctx
+// lasts.
 func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient, key, was string, err error) bool {
-	if was == "" || !unreached(err) {
+	_, redirected := redis.IsMovedError(err)
+	if was == "" || !(unreached(err) || redirected) {
 		return false
 	}
 	p.Reload()
