@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,6 +114,93 @@ func TestClusterFailoverSubscriptionFollowsTheMaster(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatalf("the waiter did not get the lock within %v of the release", bound)
 	}
+}
+
+// A resharding moves the lock's slot, keys and all, to another master while a process holds
+// the lock and another waits (CLUSTER SETSLOT MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE).
+// The old master drops the waiter's sharded subscription as the slot leaves it; the waiter
+// subscribes again on the new master, and the holder's release there reaches it by its
+// message. A lease of 30 s: a waiter left deaf would be woken only by its poll (HowPolled).
+func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel() // on a deployment of its own; mostly waiting
+	c := redistest.NeedCluster(t, 3, 1)
+	rec := &howRecorder{}
+	ga := generatorOn(t, c.Client(), 30*time.Second)
+	gb := generatorOn(t, c.Client(), 30*time.Second, dlock.WithObserver(rec))
+	target := unique("migrate")
+	key := lockKey("MIGRATE", target)
+	la, _ := ga.Gen("MIGRATE", target)
+	lb, _ := gb.Gen("MIGRATE", target)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
+	defer cancel()
+	oa, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ob, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(ob)
+		}
+		got <- err
+	}()
+	listensOn := func(addr string) bool {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		defer node.Close()
+		chans, err := node.Do(ctx, "pubsub", "shardchannels", "{"+key+"}:released:*").StringSlice()
+		return err == nil && len(chans) > 0
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(bound); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited %v for %s", bound, what)
+			}
+		}
+	}
+	old := c.MasterFor(key)
+	eventually("the waiter to listen on the master", func() bool { return listensOn(old) })
+	m, err := c.BeginMigration(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the waiter to listen on the slot's new master "+m.To(), func() bool { return listensOn(m.To()) })
+	if err := la.Extend(oa, 30*time.Second); err != nil {
+		t.Fatalf("the holder's Extend on the new master: %v", err)
+	}
+	if err := la.Unlock(oa); err != nil {
+		t.Fatalf("the holder's Unlock on the new master: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("the waiter did not get the lock within %v of the release", bound)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if hows := rec.how; len(hows) != 1 || hows[0] != dlock.HowNotified {
+		t.Fatalf("the waiter acquired by %v, want by the release message", hows)
+	}
+}
+
+// howRecorder records how each acquisition came about.
+type howRecorder struct {
+	dlock.NopObserver
+	mu  sync.Mutex
+	how []dlock.How
+}
+
+func (r *howRecorder) Acquired(e dlock.AcquireEvent) {
+	r.mu.Lock()
+	r.how = append(r.how, e.How)
+	r.mu.Unlock()
 }
 
 func clusterFault(c *redistest.Cluster, name string, lossless bool, trigger func(string) (string, error), restore func() error) fault {

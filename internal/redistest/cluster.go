@@ -587,3 +587,98 @@ func waitReplicas(p *proc, marker string, replicas int, timeout time.Duration) e
 	}
 	return nil
 }
+
+// Migration is a slot being moved from one master to another (BeginMigration): the source
+// says MIGRATING, the target IMPORTING, and no key has moved yet.
+type Migration struct {
+	c        *Cluster
+	slot     int
+	from, to *proc
+}
+
+// BeginMigration starts moving key's slot from its master to another master (the first
+// running one that does not serve it): CLUSTER SETSLOT IMPORTING on the target, MIGRATING on
+// the source. Finish moves the keys and the slot.
+func (c *Cluster) BeginMigration(key string) (*Migration, error) {
+	slot := domain.Slot(key)
+	from := c.byAddr(c.MasterFor(key))
+	if from == nil || !from.running() {
+		return nil, fmt.Errorf("redistest: no running master for slot %d", slot)
+	}
+	view, err := from.view()
+	if err != nil {
+		return nil, err
+	}
+	var to *proc
+	for _, n := range view {
+		if n.has("master") && n.addr != from.addr && len(n.slots) > 0 {
+			if p := c.byAddr(n.addr); p != nil && p.running() {
+				to = p
+				break
+			}
+		}
+	}
+	if to == nil {
+		return nil, fmt.Errorf("redistest: no other master to move slot %d to", slot)
+	}
+	if err := to.do("CLUSTER", "SETSLOT", slot, "IMPORTING", from.id).Err(); err != nil {
+		return nil, fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.addr, err)
+	}
+	if err := from.do("CLUSTER", "SETSLOT", slot, "MIGRATING", to.id).Err(); err != nil {
+		return nil, fmt.Errorf("redistest: SETSLOT MIGRATING on %s: %w", from.addr, err)
+	}
+	return &Migration{c: c, slot: slot, from: from, to: to}, nil
+}
+
+// From and To are the addresses of the slot's source and target masters.
+func (m *Migration) From() string { return m.from.addr }
+func (m *Migration) To() string   { return m.to.addr }
+
+// MoveKeys migrates the keys the source still has in the slot to the target (MIGRATE).
+func (m *Migration) MoveKeys() error {
+	for {
+		keys, err := m.from.do("CLUSTER", "GETKEYSINSLOT", m.slot, 100).StringSlice()
+		if err != nil {
+			return fmt.Errorf("redistest: GETKEYSINSLOT on %s: %w", m.from.addr, err)
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		args := []any{"MIGRATE", "127.0.0.1", m.to.port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := m.from.do(args...).Err(); err != nil {
+			return fmt.Errorf("redistest: MIGRATE on %s: %w", m.from.addr, err)
+		}
+	}
+}
+
+// Finish moves the remaining keys, gives the slot to the target (CLUSTER SETSLOT NODE on the
+// target, the source, then the other masters, as redis-cli --cluster reshard does) and waits
+// until every running node agrees that the target serves it.
+func (m *Migration) Finish() error {
+	if err := m.MoveKeys(); err != nil {
+		return err
+	}
+	for _, p := range []*proc{m.to, m.from} {
+		if err := p.do("CLUSTER", "SETSLOT", m.slot, "NODE", m.to.id).Err(); err != nil {
+			return fmt.Errorf("redistest: SETSLOT NODE on %s: %w", p.addr, err)
+		}
+	}
+	for _, p := range m.c.live() {
+		if p == m.to || p == m.from {
+			continue
+		}
+		if repl, err := p.info("INFO", "replication"); err == nil && repl["role"] == "master" {
+			_ = p.do("CLUSTER", "SETSLOT", m.slot, "NODE", m.to.id).Err() // gossip tells it otherwise
+		}
+	}
+	return waitFor(fmt.Sprintf("slot %d on %s", m.slot, m.to.addr), settleTimeout, func() error {
+		owner, agree := m.c.owner(m.slot)
+		if owner != m.to.addr || !agree {
+			return fmt.Errorf("slot %d: newest view %s (agreed %v)", m.slot, owner, agree)
+		}
+		return nil
+	})
+}
