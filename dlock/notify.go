@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -226,7 +227,20 @@ func (n *notifier) send(c *psConn) {
 			if !o.subscribe {
 				continue // nothing to unsubscribe on a connection not yet made
 			}
-			ps := n.g.client.Subscribe(n.g.done, o.channel)
+			ps, err := ringSubscribe(n.g.done, n.g.client, o.channel)
+			if err != nil { // every shard is down: the op waits for one, the poller covers
+				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
+				n.report("subscribe", o.channel, err)
+				n.mu.Lock()
+				c.ops = append([]op{o}, c.ops...)
+				n.mu.Unlock()
+				select {
+				case <-n.g.done.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
 			n.mu.Lock()
 			if n.conns[c.group] != c || c.ps != nil || n.g.done.Err() != nil {
 				n.mu.Unlock()
@@ -315,6 +329,17 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 		backoff = 10 * time.Millisecond
 		n.handle(c, ps, m)
 	}
+}
+
+// ringSubscribe makes a Ring's subscription connection with its first channel. go-redis
+// panics when no shard is up to take it (and with no channel); that is an error here.
+func ringSubscribe(ctx context.Context, client redis.UniversalClient, channel string) (ps *redis.PubSub, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ps, err = nil, fmt.Errorf("no Ring shard to subscribe on: %v", p)
+		}
+	}()
+	return client.Subscribe(ctx, channel), nil
 }
 
 // forgetLeaving forgets the channels leaving c after its connection ps failed: go-redis

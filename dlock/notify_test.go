@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -209,5 +210,39 @@ func TestRingClientNotifies(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.how) != 1 || rec.how[0] != dlock.HowNotified {
 		t.Fatalf("the waiter on a Ring client acquired by %v, want by the release message", rec.how)
+	}
+}
+
+// A Ring whose every shard is down (go-redis's Ring.Subscribe panics then) costs a waiter its
+// notifications, never the program: its Lock ends with its context, and nothing panics.
+func TestRingWithEveryShardDownDoesNotPanic(t *testing.T) {
+	s, err := redistest.StartReal()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close()
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s.Addr}, HeartbeatFrequency: 10 * time.Millisecond})
+	defer r.Close()
+	g, err := dlock.NewGenerator(r, dlock.WithDefaultLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background()) //nolint:errcheck
+	ctx := ctxT(t, 30*time.Second)
+	first, _ := g.Gen("RINGDOWN", target(t)+"-first")
+	o, err := first.Lock(ctx) // (the Generator is ready: its scripts are loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Unlock(o)
+	s.Kill()
+	waitFor(t, func() bool {
+		return errors.Is(r.Ping(ctx).Err(), redis.ErrClosed) || strings.Contains(fmt.Sprint(r.Ping(ctx).Err()), "shards are down")
+	})
+	l, _ := g.Gen("RINGDOWN", target(t)+"-second") // another hash tag: a new subscription connection
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := l.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock with every shard down: %v, want ErrNotObtained", err)
 	}
 }
