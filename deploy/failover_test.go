@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,41 +58,12 @@ func TestClusterManualFailover(t *testing.T) {
 func TestClusterFailoverSubscriptionFollowsTheMaster(t *testing.T) {
 	t.Parallel() // on a deployment of its own; mostly waiting
 	c := redistest.NeedCluster(t, 3, 1)
-	ga, gb := generatorOn(t, c.Client(), 30*time.Second), generatorOn(t, c.Client(), 30*time.Second)
-	target := unique("follow")
-	key := lockKey("FOLLOW", target)
-	la, _ := ga.Gen("FOLLOW", target)
-	lb, _ := gb.Gen("FOLLOW", target)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
 	defer cancel()
-	oa, err := la.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		ob, err := lb.Lock(ctx)
-		if err == nil {
-			err = lb.Unlock(ob)
-		}
-		got <- err
-	}()
-	listensOn := func(addr string) bool {
-		node := redis.NewClient(&redis.Options{Addr: addr})
-		defer node.Close()
-		chans, err := node.Do(ctx, "pubsub", "shardchannels", "{"+key+"}:released:*").StringSlice()
-		return err == nil && len(chans) > 0
-	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(bound); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited %v for %s", bound, what)
-			}
-		}
-	}
+	w := holdWithWaiter(t, ctx, generatorOn(t, c.Client(), 30*time.Second), generatorOn(t, c.Client(), 30*time.Second), "FOLLOW")
+	key := w.key
 	old := c.MasterFor(key)
-	eventually("the waiter to listen on the master", func() bool { return listensOn(old) })
+	eventually(t, "the waiter to listen on the master", func() bool { return w.listensOn(old) })
 	if err := c.SyncReplicas(key, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -102,18 +74,11 @@ func TestClusterFailoverSubscriptionFollowsTheMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually("the waiter to listen on the new master "+now, func() bool { return listensOn(now) })
-	if err := la.Unlock(oa); err != nil {
+	eventually(t, "the waiter to listen on the new master "+now, func() bool { return w.listensOn(now) })
+	if err := w.l.Unlock(w.held); err != nil {
 		t.Fatalf("the holder's Unlock after the failover: %v", err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the waiter: %v", err)
-		}
-	case <-time.After(bound):
-		t.Fatalf("the waiter did not get the lock within %v of the release", bound)
-	}
+	w.waiterGets()
 }
 
 // A resharding moves the lock's slot, keys and all, to another master while a process holds
@@ -125,15 +90,51 @@ func TestClusterSlotMigration(t *testing.T) {
 	t.Parallel() // on a deployment of its own; mostly waiting
 	c := redistest.NeedCluster(t, 3, 1)
 	rec := &howRecorder{}
-	ga := generatorOn(t, c.Client(), 30*time.Second)
-	gb := generatorOn(t, c.Client(), 30*time.Second, dlock.WithObserver(rec))
-	target := unique("migrate")
-	key := lockKey("MIGRATE", target)
-	la, _ := ga.Gen("MIGRATE", target)
-	lb, _ := gb.Gen("MIGRATE", target)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
 	defer cancel()
-	oa, err := la.Lock(ctx)
+	w := holdWithWaiter(t, ctx, generatorOn(t, c.Client(), 30*time.Second), generatorOn(t, c.Client(), 30*time.Second, dlock.WithObserver(rec)), "MIGRATE")
+	key := w.key
+	old := c.MasterFor(key)
+	eventually(t, "the waiter to listen on the master", func() bool { return w.listensOn(old) })
+	m, err := c.BeginMigration(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the waiter to listen on the slot's new master "+m.To(), func() bool { return w.listensOn(m.To()) })
+	if err := w.l.Extend(w.held, 30*time.Second); err != nil {
+		t.Fatalf("the holder's Extend on the new master: %v", err)
+	}
+	if err := w.l.Unlock(w.held); err != nil {
+		t.Fatalf("the holder's Unlock on the new master: %v", err)
+	}
+	w.waiterGets()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if hows := rec.how; len(hows) != 1 || hows[0] != dlock.HowNotified {
+		t.Fatalf("the waiter acquired by %v, want by the release message", hows)
+	}
+}
+
+// holdAndWait is a lock of a Cluster that one process holds while another waits for it.
+type holdAndWait struct {
+	t    *testing.T
+	ctx  context.Context
+	key  string
+	l    *dlock.DistributedReentrantLock // the holder's handle
+	held *dlock.Owner
+	got  chan error // the waiter's Lock, then its Unlock
+}
+
+// holdWithWaiter has ga take the lock typ/a fresh target and gb wait for it, within ctx.
+func holdWithWaiter(t *testing.T, ctx context.Context, ga, gb *dlock.Generator, typ string) *holdAndWait {
+	t.Helper()
+	target := unique(strings.ToLower(typ))
+	la, _ := ga.Gen(typ, target)
+	lb, _ := gb.Gen(typ, target)
+	held, err := la.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,48 +146,37 @@ func TestClusterSlotMigration(t *testing.T) {
 		}
 		got <- err
 	}()
-	listensOn := func(addr string) bool {
-		node := redis.NewClient(&redis.Options{Addr: addr})
-		defer node.Close()
-		chans, err := node.Do(ctx, "pubsub", "shardchannels", "{"+key+"}:released:*").StringSlice()
-		return err == nil && len(chans) > 0
-	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(bound); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited %v for %s", bound, what)
-			}
-		}
-	}
-	old := c.MasterFor(key)
-	eventually("the waiter to listen on the master", func() bool { return listensOn(old) })
-	m, err := c.BeginMigration(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	eventually("the waiter to listen on the slot's new master "+m.To(), func() bool { return listensOn(m.To()) })
-	if err := la.Extend(oa, 30*time.Second); err != nil {
-		t.Fatalf("the holder's Extend on the new master: %v", err)
-	}
-	if err := la.Unlock(oa); err != nil {
-		t.Fatalf("the holder's Unlock on the new master: %v", err)
-	}
+	return &holdAndWait{t: t, ctx: ctx, key: lockKey(typ, target), l: la, held: held, got: got}
+}
+
+// listensOn reports whether the node at addr has a subscriber to the key's sharded channels.
+func (w *holdAndWait) listensOn(addr string) bool {
+	node := redis.NewClient(&redis.Options{Addr: addr})
+	defer node.Close()
+	chans, err := node.Do(w.ctx, "pubsub", "shardchannels", "{"+w.key+"}:released:*").StringSlice()
+	return err == nil && len(chans) > 0
+}
+
+// waiterGets checks that the waiter got the lock within bound of now (the holder let go).
+func (w *holdAndWait) waiterGets() {
+	w.t.Helper()
 	select {
-	case err := <-got:
+	case err := <-w.got:
 		if err != nil {
-			t.Fatalf("the waiter: %v", err)
+			w.t.Fatalf("the waiter: %v", err)
 		}
 	case <-time.After(bound):
-		t.Fatalf("the waiter did not get the lock within %v of the release", bound)
+		w.t.Fatalf("the waiter did not get the lock within %v of the release", bound)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if hows := rec.how; len(hows) != 1 || hows[0] != dlock.HowNotified {
-		t.Fatalf("the waiter acquired by %v, want by the release message", hows)
+}
+
+// eventually waits up to bound for cond, what it is waiting for.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", bound, what)
+		}
 	}
 }
 
