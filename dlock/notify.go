@@ -190,6 +190,13 @@ func (n *notifier) queue(c *psConn, o op) {
 // dials the connection and starts its receiver.
 func (n *notifier) send(c *psConn) {
 	backoff := 10 * time.Millisecond
+	pause := func() { // after a failure: the poller covers meanwhile
+		select {
+		case <-n.g.done.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 	for {
 		n.mu.Lock()
 		if len(c.ops) == 0 || n.g.done.Err() != nil || n.conns[c.group] != c {
@@ -204,11 +211,7 @@ func (n *notifier) send(c *psConn) {
 			if sharded, err = n.g.redis.Sharded(n.g.done); err != nil {
 				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
 				n.report("subscribe", "", err)
-				select {
-				case <-n.g.done.Done():
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, time.Second)
+				pause()
 				continue
 			}
 		}
@@ -224,8 +227,9 @@ func (n *notifier) send(c *psConn) {
 			// A Ring's connection is made with its first channel, which picks the shard (and
 			// is subscribed as the connection is dialled: outside the lock).
 			n.mu.Unlock()
-			if !o.subscribe {
-				continue // nothing to unsubscribe on a connection not yet made
+			if !o.subscribe { // nothing to unsubscribe on a connection not yet made: it has left
+				n.left(c, o.channel)
+				continue
 			}
 			ps, err := ringSubscribe(n.g.done, n.g.client, o.channel)
 			if err != nil { // every shard is down: the op waits for one, the poller covers
@@ -234,11 +238,7 @@ func (n *notifier) send(c *psConn) {
 				n.mu.Lock()
 				c.ops = append([]op{o}, c.ops...)
 				n.mu.Unlock()
-				select {
-				case <-n.g.done.Done():
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, time.Second)
+				pause()
 				continue
 			}
 			n.mu.Lock()
