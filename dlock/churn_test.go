@@ -232,6 +232,9 @@ func churnWorker(t *testing.T, c churnCfg, g *dlock.Generator, who string, alone
 					t.Errorf("%s: take: not obtained without the context's error: %v", who, err)
 				}
 			case c.faulty:
+			case errors.As(err, new(*dlock.RedisProcessError)) && strings.Contains(err.Error(), "no answer"):
+				// (a loaded machine's Redis that answered a family's take later than a third
+				// of the 150 ms lease: the documented error of a request without an answer)
 			default:
 				t.Errorf("%s: take: %v", who, err)
 			}

@@ -1250,8 +1250,8 @@ func (w *beliefWatch) runShared(g *dlock.Generator, admin *redis.Client, cfg dom
 		after := g.SharedBelief(cfg.UniqueKey())
 		for l, b := range before {
 			u0 := b.Until
-			if _, still := after[l]; !still || !u0.After(r1) {
-				continue
+			if a, still := after[l]; !still || !u0.After(r1) || a.DownTo != b.DownTo {
+				continue // (a downgrade begun during the reading: which locker Redis has then is unknown here)
 			}
 			w.checks.Add(1)
 			r := rs[l]
@@ -1468,7 +1468,10 @@ func TestFarProcessFamily(t *testing.T) {
 							} else {
 								readers.Add(-1)
 							}
-							if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+							// (a far process's release that got no answer while its lease lasted is
+							// unconfirmed, as documented: a *RedisProcessError)
+							var unconfirmed *dlock.RedisProcessError
+							if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) && !(i == 0 && errors.As(err, &unconfirmed)) {
 								t.Errorf("process %d: Unlock: %v", i, err)
 							}
 						}

@@ -554,9 +554,12 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		st.grantedLocked(next)
 		return nil, err
 	case err != nil:
-		// Try again shortly (the waiters are told then), or when the expander renews.
 		st.phase = free
-		st.retryLaterLocked(t.cfg.Lease())
+		if redisFault(err) && ctx.Err() == nil {
+			st.retryLaterLocked(t.cfg.Lease()) // Redis failed: the waiters are told after a pause, no busy loop
+		} else {
+			st.signalLocked(HowRetry) // the taker gave up: the next waiter, if it leaves, takes the key at once
+		}
 		return nil, err
 	}
 	switch res.Outcome {

@@ -110,6 +110,10 @@ func (p *proc) start(extra ...string) error {
 		err := admin.Ping(ctx).Err()
 		cancel()
 		if err == nil {
+			if err := answersAs(admin, cmd.Process.Pid); err != nil {
+				p.kill()
+				return err
+			}
 			return nil
 		}
 		select {

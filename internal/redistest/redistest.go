@@ -62,12 +62,18 @@ func StartReal() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH and REDIS_ADDR not set")
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	var last error
+	for range 5 { // (a port another test binary took meanwhile: again on a new one)
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Real: true, port: port}
+		if last = s.launch(bin); last == nil {
+			return s, nil
+		}
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Real: true, port: port}
-	return s, s.launch(bin)
+	return nil, last
 }
 
 func freePort() (int, error) {
@@ -92,12 +98,32 @@ func (s *Server) launch(bin string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if c.Ping(context.Background()).Err() == nil {
+			if err := answersAs(c, cmd.Process.Pid); err != nil {
+				s.Close()
+				return err
+			}
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Close()
 	return fmt.Errorf("redis-server on %s did not answer within 10s", s.Addr)
+}
+
+// answersAs returns an error unless the server c reaches is process pid: another test
+// binary's server may have taken the port first (ours then exits, unable to bind), and two
+// packages sharing one server see each other's keys.
+func answersAs(c *redis.Client, pid int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	if got := parseInfo(info)["process_id"]; got != strconv.Itoa(pid) {
+		return fmt.Errorf("redistest: another server (pid %s) answers on %s", got, c.Options().Addr)
+	}
+	return nil
 }
 
 // Kill ends a started redis-server with SIGKILL (it keeps nothing).
