@@ -2060,3 +2060,67 @@ func TestSemaphoreUnderShortWaitsTriesAndClose(t *testing.T) {
 		t.Errorf("keys without a time to live: %v", ks)
 	}
 }
+
+// A try is answered by its own request, never by an older one still on its way: a
+// TryAcquire(3) that gave up while its take was in flight leaves that take's answer (3 do not
+// fit) to nobody, and a TryAcquire(1) that came meanwhile asks for itself and gets one of the
+// two permits free all along (a regression test: the older try's answer said false to it).
+func TestSemaphoreTryIsNotAnsweredByAnOlderTrysRequest(t *testing.T) {
+	c := srv.Client()
+	var armed atomic.Bool
+	ran, goOn := make(chan struct{}, 1), make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		if sharedArg(a, "op") != "take" || sharedArg(a, "n") != "3" || !armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd) // the try runs in Redis: 3 do not fit
+		ran <- struct{}{}
+		<-goOn // its reply comes after its caller gave up and another try came
+		return err
+	}})
+	ga := genOn(t, c)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 3), semOf(t, gb, tg, 3)
+	ob, err := sb.Acquire(ctx, 1) // two of three free
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	first, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, _, err := sa.TryAcquire(first, 3)
+		gaveUp <- err
+	}()
+	recv(t, ran, "the first try's take")
+	cancel()
+	if err := recv(t, gaveUp, "the first try giving up"); !errors.Is(err, context.Canceled) {
+		close(goOn)
+		t.Fatalf("the first try after its context ended: %v", err)
+	}
+	type tried struct {
+		o   *dlock.Owner
+		ok  bool
+		err error
+	}
+	second := make(chan tried, 1)
+	go func() {
+		o, ok, err := sa.TryAcquire(ctx, 1)
+		second <- tried{o, ok, err}
+	}()
+	waitFor(t, func() bool { return ga.SharedWaiters(sa.Config().UniqueKey()) == 1 })
+	close(goOn)
+	got := recv(t, second, "the second try")
+	if got.err != nil || !got.ok {
+		t.Fatalf("TryAcquire(1) with two of three permits free, after an older TryAcquire(3) gave up: %v %v", got.ok, got.err)
+	}
+	if err := got.o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -145,9 +145,17 @@ type shareAttempt struct {
 	locker string
 	n      int64
 	wait   bool
-	try    bool      // for a TryLock: its answer is the try's
-	pollAt time.Time // when to ask again (it renews the line entry)
-	sent   bool      // asked at least once: its outcome may be a holding
+	try    bool         // for a TryLock: its answer is the try's ...
+	w      *shareWaiter // ... that one's (a try asks for itself: another's answer may be older than it)
+	pollAt time.Time    // when to ask again (it renews the line entry)
+	sent   bool         // asked at least once: its outcome may be a holding
+}
+
+// serves reports whether a asks for what w waits for, so that its answer is w's: the same
+// permits, and for a try, w's own request (a try that came while an older one's request was on
+// its way asks anew, or it would be answered from before it began).
+func (a *shareAttempt) serves(w *shareWaiter) bool {
+	return w != nil && w.n == a.n && w.try == a.try && (!a.try || w == a.w)
 }
 
 // sharedKey returns g.shares's key of cfg and spec.
@@ -517,7 +525,7 @@ func (st *sharedState) planOther(now time.Time) action {
 	}
 	if a := st.attempt; a != nil {
 		front := st.front()
-		if front == nil || front.n != a.n || front.try != a.try {
+		if !a.serves(front) {
 			return st.giveBack(a) // nobody wants what it asks for any more
 		}
 		if !now.Before(a.pollAt) {
@@ -525,6 +533,9 @@ func (st *sharedState) planOther(now time.Time) action {
 		}
 	} else if front := st.front(); front != nil && st.mayAsk(front) {
 		a := &shareAttempt{locker: g.newLocker(), n: front.n, wait: !front.try, try: front.try}
+		if front.try {
+			a.w = front
+		}
 		// A process that holds permits first asks for more without standing in line: in line
 		// it would make every holder give its permits back (W) while its own permits, going
 		// from goroutine to goroutine, may serve its waiter soon. Once its first waiter has
@@ -926,14 +937,16 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	switch {
 	case err != nil && errors.Is(err, ErrInvalidConfig):
 		st.attempt = nil
-		st.fail(err)
+		if a.serves(st.front()) { // (another waiter asks for itself)
+			st.fail(err)
+		}
 	case errors.Is(err, errMakeWay):
 		a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
 	case err != nil:
 		st.redisError("lock", err)
 		front := st.front()
 		switch {
-		case front != nil && front.try:
+		case front != nil && front.try && a.serves(front):
 			st.waiters = st.waiters[1:]
 			if st.g.done.Err() != nil && errors.Is(err, context.Canceled) {
 				err = ErrClosed // Close cut the request short (as the mutex's TryLock says)
@@ -994,7 +1007,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		st.heldAnswer(r, w)
 		if !a.try && st.heardF == f {
 			st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
-		} else if front := st.front(); front != nil && front.try {
+		} else if front := st.front(); front != nil && front.try && a.serves(front) {
 			st.waiters = st.waiters[1:]
 			close(front.done)
 		}
