@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1892,5 +1893,98 @@ func TestRWUnderDuplicatedLateAndLostWrites(t *testing.T) {
 	})
 	if ks := keysWithoutTTL(t, admin); len(ks) > 0 {
 		t.Errorf("keys without a time to live: %v", ks)
+	}
+}
+
+// A writer that gives up takes its process out of line even when the give-back's request is
+// cut short for a renewal due and never reaches Redis (it waited for a connection): the
+// give-back is sent again after the renewal, as a release cut short is (a regression test: it
+// was dropped, and the process's writer entry held off every other process's readers until it
+// expired).
+func TestRWWriterThatGivesUpLeavesTheLineWhenItsGiveBackIsCutShort(t *testing.T) {
+	const lease = 3 * time.Second
+	c := srv.Client()
+	var (
+		mu        sync.Mutex
+		writer    string    // the writer's attempt's locker
+		lastRenew time.Time // when the read-hold's last renewal was sent
+		cut       = make(chan struct{}, 1)
+		armed     atomic.Bool
+		giveBacks atomic.Int64 // of the writer's locker, that reached Redis
+	)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		mu.Lock()
+		switch sharedArg(a, "op") {
+		case "take":
+			if sharedArg(a, "n") == strconv.FormatInt(processor.RWPermits, 10) {
+				writer = sharedArg(a, "locker")
+			}
+		case "renew":
+			lastRenew = time.Now()
+		case "release":
+			if sharedArg(a, "locker") == writer {
+				mu.Unlock()
+				if armed.CompareAndSwap(true, false) {
+					<-ctx.Done() // waits for a connection until the driver cuts it short: never sent
+					cut <- struct{}{}
+					cmd.SetErr(ctx.Err())
+					return ctx.Err()
+				}
+				giveBacks.Add(1)
+				return next(ctx, cmd)
+			}
+		}
+		mu.Unlock()
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
+	l := rwOf(t, g, uniqueTarget(t))
+	ctx := ctxT(t, 30*time.Second)
+	r, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	lastRenew = time.Now() // (the read-hold's take)
+	mu.Unlock()
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(wctx) // behind its own reader: it stands in line at once
+		gaveUp <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := l.State(ctx)
+		return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Write
+	})
+	// The writer gives up half a lease after the read-hold's last renewal: the next is due in
+	// a quarter of the lease, sooner than a request's own bound (a third), so the give-back
+	// is cut short to make way for it.
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		since := time.Since(lastRenew)
+		return since >= lease*45/100 && since <= lease*55/100
+	})
+	armed.Store(true)
+	giveUp()
+	if err := recv(t, gaveUp, "the writer giving up"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the writer after its context ended: %v", err)
+	}
+	recv(t, cut, "the give-back cut short")
+	if !rgWaitUntil(15*time.Second, func() bool { return giveBacks.Load() > 0 }) {
+		t.Fatal("the give-back cut short was never sent again")
+	}
+	st, err := l.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Waiting) != 0 {
+		t.Fatalf("the process of a writer that gave up is still in line: %+v", st.Waiting)
+	}
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
 	}
 }

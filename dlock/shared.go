@@ -795,7 +795,14 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	if !a.sent {
 		return action{again: true}
 	}
-	return action{do: func(ctx context.Context) { st.release(ctx, a.locker, 0, 0) }}
+	return action{do: func(ctx context.Context) {
+		if err := st.release(ctx, a.locker, 0, 0); errors.Is(err, errMakeWay) {
+			// cut short for a renewal due, perhaps never sent: owed, as a release cut short is
+			st.mu.Lock()
+			st.owe(a.locker)
+			st.mu.Unlock()
+		}
+	}}
 }
 
 // release lets locker go in Redis, trying a few times while ctx allows. A holding that
