@@ -32,7 +32,7 @@ func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
 		}
 		typ, val := strings.TrimSpace(text[:i]), strings.TrimSpace(text[i+1:])
 		if err := domain.ValidateType(domain.DLockType(typ)); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return nil, atLine(line, err)
 		}
 		ms, err := strconv.ParseInt(val, 10, 64)
 		if err != nil || ms <= 0 || ms > int64(domain.MaxLease/time.Millisecond) {
@@ -40,7 +40,7 @@ func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
 		}
 		d := time.Duration(ms) * time.Millisecond
 		if err := domain.ValidateLease(d); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return nil, atLine(line, err)
 		}
 		if _, dup := leases[typ]; dup {
 			return nil, fmt.Errorf("%w: line %d: type %s given twice", ErrInvalidConfig, line, typ)
@@ -51,6 +51,14 @@ func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
 		return nil, fmt.Errorf("%w: reading leases: %w", ErrInvalidConfig, err)
 	}
 	return leases, nil
+}
+
+// atLine returns err, an ErrInvalidConfig from package domain, naming the line: the prefix
+// stays at the start of the message ("dlock: invalid configuration: line 3: blank lock
+// type"), as in ParseLeases's other errors, rather than after the line number.
+func atLine(line int, err error) error {
+	msg := strings.TrimPrefix(err.Error(), ErrInvalidConfig.Error()+": ")
+	return fmt.Errorf("%w: line %d: %s", ErrInvalidConfig, line, msg)
 }
 
 // LoadLeases reads a config-dlock.properties file with ParseLeases.

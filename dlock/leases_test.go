@@ -24,8 +24,15 @@ func TestParseLeases(t *testing.T) {
 		t.Fatalf("leases %v", m)
 	}
 	for _, bad := range []string{"ORDER", "ORDER=", "ORDER=abc", "ORDER=0", "ORDER=-5", "ORDER=5", "=100", "OR DER=100", "A=100\nA=200", "A=99999999999999999999"} {
-		if _, err := dlock.ParseLeases(strings.NewReader(bad)); !errors.Is(err, dlock.ErrInvalidConfig) {
+		_, err := dlock.ParseLeases(strings.NewReader(bad))
+		if !errors.Is(err, dlock.ErrInvalidConfig) {
 			t.Errorf("%q: err = %v, want ErrInvalidConfig", bad, err)
+			continue
+		}
+		// One prefix, at the start, then the line: "line 1: dlock: invalid configuration: ..."
+		// read as two messages run together.
+		if msg := err.Error(); !strings.HasPrefix(msg, "dlock: invalid configuration: line ") || strings.Count(msg, "dlock:") != 1 {
+			t.Errorf("%q: message %q, want one prefix and then the line", bad, msg)
 		}
 	}
 }
