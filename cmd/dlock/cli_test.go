@@ -122,6 +122,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"exec", "-lease", "1", "CLI", "x", "true"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
 		{[]string{"exec", "--lease=1ms", "CLI", "x", "true"}, `invalid --lease "1ms": a lease must be from 30ms to 168h (7 days), in whole milliseconds`},
 		{[]string{"exec", "--lease", "8d", "CLI", "x", "true"}, `invalid --lease "8d": not a duration: a number and a unit, e.g. 500ms, 30s or 2m`},
+		// a duration past time.Duration's range is too long, not "not a duration"
+		{[]string{"exec", "--lease", "99999999999999h", "CLI", "x", "true"}, `invalid --lease "99999999999999h": a lease must be from 30ms to 168h (7 days), in whole milliseconds`},
+		{[]string{"exec", "--grace", "99999999999999h", "CLI", "x", "true"}, `invalid --grace "99999999999999h": too long: a duration is at most 2562047h (about 292 years)`},
+		{[]string{"exec", "--grace", "-99999999999999h", "CLI", "x", "true"}, `invalid --grace "-99999999999999h": must not be negative`},
+		{[]string{"exec", "-w", "99999999999999h", "CLI", "x", "true"}, `invalid -w "99999999999999h": too long (use "forever")`},
 		{[]string{"exec", "--wait", "-1s", "CLI", "x", "true"}, `invalid --wait "-1s": must not be negative`},
 		{[]string{"exec", "-w", "-3", "CLI", "x", "true"}, `invalid -w "-3": seconds must be 0 or more`},
 		{[]string{"exec", "-w", "99999999999", "CLI", "x", "true"}, `invalid -w "99999999999": too many seconds (use "forever")`},

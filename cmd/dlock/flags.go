@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -288,10 +289,21 @@ func (d *durationValue) Set(v string) error {
 }
 func (d *durationValue) String() string { return d.d.String() }
 
+// durationSyntax matches what time.ParseDuration reads, whatever the size: a duration that
+// matches and is refused all the same is too long for a time.Duration (over 2562047h).
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// errTooLong is parseDuration's error for a duration beyond time.Duration's range.
+var errTooLong = errors.New("too long: a duration is at most 2562047h (about 292 years)")
+
 // parseDuration parses a Go duration of 0 or more and explains a bad one.
 func parseDuration(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	switch {
+	case err != nil && durationSyntax.MatchString(v) && strings.HasPrefix(v, "-"):
+		return 0, errors.New("must not be negative")
+	case err != nil && durationSyntax.MatchString(v):
+		return 0, errTooLong
 	case err != nil && strings.Contains(err.Error(), "missing unit"):
 		return 0, errors.New("a duration needs a unit, e.g. 30s")
 	case err != nil:
@@ -306,10 +318,11 @@ func parseDuration(v string) (time.Duration, error) {
 type leaseValue struct{ durationValue }
 
 func (l *leaseValue) Set(v string) error {
-	if err := l.durationValue.Set(v); err != nil {
+	err := l.durationValue.Set(v)
+	if err != nil && !errors.Is(err, errTooLong) {
 		return err
 	}
-	if domain.ValidateLease(l.d) != nil {
+	if err != nil || domain.ValidateLease(l.d) != nil {
 		return fmt.Errorf("a lease must be from %v to %v (7 days), in whole milliseconds", domain.MinLease, shortDuration(domain.MaxLease))
 	}
 	return nil
@@ -356,12 +369,14 @@ func (w *waitValue) Set(s string) error {
 		w.d = time.Duration(secs * float64(time.Second))
 		return nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
+	d, err := parseDuration(s)
+	switch {
+	case errors.Is(err, errTooLong):
+		return errors.New(`too long (use "forever")`)
+	case err != nil && durationSyntax.MatchString(s):
+		return err // negative
+	case err != nil:
 		return errors.New(`want seconds (e.g. 10 or 0.5; 0 tries once), a duration (e.g. 1m) or "forever"`)
-	}
-	if d < 0 {
-		return errors.New("must not be negative")
 	}
 	w.d = d
 	return nil
