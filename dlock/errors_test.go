@@ -153,6 +153,65 @@ func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
 	}
 }
 
+// A fencing counter that holds what dlock never writes (set by hand: not a number, or a
+// number past 2^53, where tokens would repeat) is a refusal, as a key of another kind is:
+// Lock returns at once with ErrNotObtained and an error that names the counter, takes
+// nothing, and once the counter is deleted the lock works. It used to fail inside the script
+// with a raw Lua error ("bad argument #1 to 'max'"), and Lock retried it until its deadline.
+func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
+	g, c := newGen(t)
+	ctx := context.Background()
+	tg := target(t)
+	for i, v := range []string{"abc", "9007199254740993"} {
+		l, _ := g.Gen("BADFENCE", fmt.Sprint(tg, i))
+		rw, _ := g.GenRW("BADFENCE", fmt.Sprint(tg, i, "-rw"))
+		sem, _ := g.GenSemaphore("BADFENCE", fmt.Sprint(tg, i, "-sem"), 2)
+		cases := []struct {
+			name string
+			key  string
+			lock func(context.Context) (*dlock.Owner, error)
+		}{
+			{"mutex", "{" + key(l) + "}:fence", l.Lock},
+			{"read side", "{" + rw.Config().UniqueKey() + "}:shared:fence", rw.RLock},
+			{"semaphore", "{" + sem.Config().UniqueKey() + "}:shared:fence", func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name+" "+v, func(t *testing.T) {
+				if err := c.Set(ctx, tc.key, v, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { rawClient(t).Del(context.Background(), tc.key) })
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second) // turns a hang into a failure
+				defer cancel()
+				_, err := tc.lock(wctx)
+				var pe *dlock.RedisProcessError
+				if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &pe) || !strings.Contains(err.Error(), "fencing counter "+tc.key) {
+					t.Fatalf("Lock = %v; want ErrNotObtained with an error naming the counter", err)
+				}
+				if wctx.Err() != nil {
+					t.Fatal("Lock waited until its context ended, on a corrupt counter")
+				}
+				if got, _ := c.Get(ctx, tc.key).Result(); got != v {
+					t.Fatalf("counter %q after the refusal, want it left as it was (%q)", got, v)
+				}
+				if tc.name == "mutex" && c.Exists(ctx, key(l)).Val() != 0 {
+					t.Fatal("the refused Lock took the key")
+				}
+				if err := c.Del(ctx, tc.key).Err(); err != nil {
+					t.Fatal(err)
+				}
+				o, err := tc.lock(ctxT(t, 5*time.Second))
+				if err != nil {
+					t.Fatalf("Lock once the counter is gone: %v", err)
+				}
+				if err := o.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
 // A nil *RedisProcessError (as errors.As leaves its target when nothing matches) prints and
 // unwraps without a panic, as a nil error would.
 func TestNilRedisProcessError(t *testing.T) {

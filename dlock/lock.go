@@ -186,9 +186,10 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // is unreachable Lock keeps waiting (until ctx ends); the error then also wraps the last
 // Redis failure (errors.As finds the *RedisProcessError). On a closed Redis client, or when
 // Redis refuses the request for good — an ACL refusal (of a key, a channel, or a command a
-// script calls), a command the server does not know, or a key of the lock's that holds
-// another kind of value (WRONGTYPE) — it returns at once, with ErrNotObtained and that
-// failure. After Close it returns ErrClosed.
+// script calls), a command the server does not know, a key of the lock's that holds
+// another kind of value (WRONGTYPE), or a fencing counter that holds what dlock never writes
+// (docs/fencing.md) — it returns at once, with ErrNotObtained and that failure. After Close
+// it returns ErrClosed.
 // Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 	owned, _, err := l.acquire(ctx, true)

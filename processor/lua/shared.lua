@@ -313,6 +313,16 @@ local function lengthen(locker)
     atLeast(EXP, locker, NOW_MS + tonumber(A.lease))
 end
 
+-- checkCounter stops the script, before it writes anything, when the fencing counter holds
+-- what no script of dlock's writes: as the prelude's of the mutex's scripts (prelude.lua).
+local function checkCounter(key)
+    local v = redis.call('get', key)
+    if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007199254740992) then
+        error('dlock: fencing counter ' .. key .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
+            ', not a fencing token (a whole number below 2^53)', 0)
+    end
+end
+
 -- reserve reserves a block of n fencing tokens (at least one) and returns the first. The
 -- counter keeps the last. Tokens run on the server clock in µs, above every token reserved
 -- before; a release gives back what its holding did not hand out (when nobody reserved since),
@@ -342,6 +352,7 @@ local function serve()
     end
     local freed = false
     if A.op ~= 'inspect' then
+        checkCounter(FENCE)
         freed = prune()
     end
 
