@@ -244,6 +244,9 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (%s): add --cluster, or name several nodes", ep, reply))
 	}
 	if isRedisReply(cause) {
+		if strings.HasPrefix(reply, "READONLY ") && ep.master == "" {
+			return withStatus(exitUnavailable, fmt.Errorf("%v is a read-only replica (%s): name its master, or the Sentinels with --sentinel-master", ep, reply))
+		}
 		if notServing(reply) {
 			return withStatus(exitUnavailable, fmt.Errorf("%v is not serving requests now (%s)", ep, reply))
 		}

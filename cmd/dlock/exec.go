@@ -277,11 +277,18 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		if err := c.ping(); err != nil {
 			return nil, err
 		}
+		held := heldBy(c, l)
+		// A Redis that answers but serves no write (a replica: READONLY; out of memory, ...)
+		// is not a busy lock either, when the last attempt failed so and nobody holds it.
+		var pe *dlock.RedisProcessError
+		if held == "" && errors.As(r.err, &pe) && isRedisReply(pe.Err) && notServing(strings.TrimSpace(pe.Err.Error())) {
+			return nil, redisFailure(c.ep, c.timeout, pe)
+		}
 		within := "within --wait " + wait.String()
 		if wait == 0 {
 			within = "in one attempt (-n)"
 		}
-		return nil, withStatus(conflict, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, heldBy(c, l)))
+		return nil, withStatus(conflict, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, held))
 	}
 	return nil, c.classify(r.err)
 }

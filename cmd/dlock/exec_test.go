@@ -144,6 +144,36 @@ func TestExecNotObtained(t *testing.T) {
 	}
 }
 
+// TestExecOnAReplica: a replica's address given for the master answers every attempt with
+// READONLY; when --wait runs out exec exits 69 (Redis not serving writes), saying it is a
+// read-only replica, not 75 as for a busy lock (nobody holds it), and runs nothing. With -n it
+// exits 69 too. A Sentinel failover shows READONLY for a moment, so the wait itself goes on.
+func TestExecOnAReplica(t *testing.T) {
+	needReal(t)
+	replica, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	rc := replica.Client()
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dir, tg := t.TempDir(), target(t)
+	ran := filepath.Join(dir, "ran")
+	for _, wait := range []string{"1", "0"} {
+		r := runBin(t, nil, "exec", "--redis", replica.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") || strings.Contains(r.stderr, "not obtained") {
+			t.Fatalf("--wait %s: %v", wait, r)
+		}
+		if exists(ran) {
+			t.Fatalf("--wait %s: the command ran", wait)
+		}
+	}
+}
+
 // TestExecWaitBoundsEveryAttempt: --wait bounds the first attempt too: with Redis holding back
 // writes longer than the wait, exec gives up at the wait (75, or 69 if Redis no longer
 // answers), and the command does not run when the attempt lands later.
