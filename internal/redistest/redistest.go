@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -29,6 +30,7 @@ type Server struct {
 
 	external bool
 	port     int
+	dir      string // the server's own working directory, removed by Close
 	cmd      *exec.Cmd
 	mini     *miniredis.Miniredis
 }
@@ -68,10 +70,15 @@ func StartReal() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Real: true, port: port}
+		dir, err := os.MkdirTemp("", "redistest-")
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Real: true, port: port, dir: dir}
 		if last = s.launch(bin); last == nil {
 			return s, nil
 		}
+		s.Close()
 	}
 	return nil, last
 }
@@ -85,9 +92,15 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// launch starts redis-server in the server's own directory, with no data: a replica writes
+// the data it receives from its master to dump.rdb there, which a redis-server started in that
+// directory would load (in a shared one, such as /tmp, any server's start or Restart).
 func (s *Server) launch(bin string) error {
+	if err := os.Remove(filepath.Join(s.dir, "dump.rdb")); err != nil && !os.IsNotExist(err) {
+		return err
+	}
 	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", os.TempDir(), "--protected-mode", "no")
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--protected-mode", "no")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -152,6 +165,9 @@ func (s *Server) Close() {
 	s.Kill()
 	if s.mini != nil {
 		s.mini.Close()
+	}
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
 	}
 }
 
