@@ -1790,7 +1790,8 @@ func TestRenewalsKeepTheCounter(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	a := newProc(t, c, "pa-")
-	lc, _ := domain.NewDLockConfig("PROC", fresh("renewfence-"+t.Name()), 150*time.Millisecond)
+	// (a lease long enough that a loaded machine's stall between two renewals does not end it)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("renewfence-"+t.Name()), 600*time.Millisecond)
 	la, r := a.lock(t, lc, false, 1)
 	for end := time.Now().Add(3 * processor.FenceTTL(lc)); time.Now().Before(end); {
 		time.Sleep(lc.Lease() / 4)

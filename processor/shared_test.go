@@ -894,7 +894,8 @@ func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
 func TestSharedRenewalsKeepTheKeys(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
-	lc, err := domain.NewDLockConfig("PROC", fresh("renewkeys"), 150*time.Millisecond)
+	// (a lease long enough that a loaded machine's stall between two renewals does not end it)
+	lc, err := domain.NewDLockConfig("PROC", fresh("renewkeys"), 600*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
