@@ -111,7 +111,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 		st.mu.Unlock()
 		return nil
 	}
-	cfg, order := t.cfg, t.order()
+	cfg, order, check := t.cfg, t.order(), t.checkNow
 	t.checkNow = false
 	req := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
@@ -125,6 +125,11 @@ func (t *tenure) Renew(ctx context.Context) error {
 	if err != nil {
 		if ctx.Err() == nil {
 			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+		}
+		if check {
+			st.mu.Lock()
+			t.checkNow = true // the check is still owed: again after the expander's retry pause, not at 75 %
+			st.mu.Unlock()
 		}
 		return err
 	}
