@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -903,5 +904,50 @@ func TestCloseAsTheKeyIsGrantedPassesItOn(t *testing.T) {
 			t.Fatal(err)
 		}
 		cb.Close()
+	}
+}
+
+// Close lets go of the locks it holds side by side, not one round trip after another: a
+// process holding many keys would otherwise take (keys × round trip) to close, and with a
+// bounded ctx leave the keys it did not reach locked for a lease. Each release here waits
+// until another one is under way (5 s at most): one at a time, none ever sees another.
+func TestCloseReleasesTheHeldLocksSideBySide(t *testing.T) {
+	srv.NeedReal(t)
+	const held = 4
+	var inFlight, peak atomic.Int32
+	c := srv.Client()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !scriptIs("release")(cmd.Args()) {
+			return next(ctx, cmd)
+		}
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		rgWaitUntil(5*time.Second, func() bool { return peak.Load() >= 2 })
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+	owners := make([]*dlock.Owner, 0, held)
+	for i := range held {
+		l := mustGen(t, g, "CLOSEPAR", target(t)+"."+strconv.Itoa(i), time.Minute)
+		owners = append(owners, mustLock(t, l, ctxT(t, 5*time.Second)))
+	}
+	if err := g.Close(ctxT(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range owners {
+		if !errors.Is(context.Cause(o), dlock.ErrClosed) {
+			t.Fatalf("an owner context ended with %v, want ErrClosed", context.Cause(o))
+		}
+	}
+	if p := peak.Load(); p < 2 {
+		t.Fatalf("Close released its %d held locks one at a time (at most %d release under way at once)", held, p)
+	}
+	admin := rawClient(t)
+	for i := range held {
+		if k := rgLockKey("CLOSEPAR", target(t)+"."+strconv.Itoa(i)); admin.Exists(rgBG(), k).Val() != 0 {
+			t.Fatalf("%s is still in Redis after Close", k)
+		}
 	}
 }

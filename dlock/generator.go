@@ -264,12 +264,7 @@ func (g *Generator) Close(ctx context.Context) error {
 	g.mu.Unlock()
 	g.stop() // waiters return ErrClosed; pollers end
 
-	var errs []error
-	for _, st := range states {
-		if err := st.close(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := closeStates(ctx, states)
 	for _, st := range shares { // their drivers give back what they hold, then end
 		select {
 		case <-st.exited:
@@ -300,4 +295,39 @@ func (g *Generator) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("dlock: close: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// closeParallel bounds how many states Close lets go of at once.
+const closeParallel = 64
+
+// closeStates closes states side by side (at most closeParallel at once, and no more requests
+// than the gate lets through): one after another, a process holding many keys would take a
+// round trip per key to close, and with a bounded ctx leave the keys it did not reach locked
+// for a lease. It returns their errors.
+func closeStates(ctx context.Context, states []*lockState) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		next = make(chan *lockState)
+	)
+	for range min(len(states), closeParallel) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for st := range next {
+				if err := st.close(ctx); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, st := range states {
+		next <- st
+	}
+	close(next)
+	wg.Wait()
+	return errs
 }
