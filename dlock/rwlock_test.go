@@ -1988,3 +1988,79 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenItsGiveBackIsCutShort(t *testing.T)
 		t.Fatal(err)
 	}
 }
+
+// A writer that gave up is taken out of line even when Close cuts its give-back short before
+// it reaches Redis (it waited for a connection): the give-back goes again with Close's
+// clean-up, as a holding's release cut short by Close does (a regression test: it was
+// dropped, and the process's writer entry stayed in line after Close, until it expired).
+func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testing.T) {
+	const lease = 30 * time.Second // (no request's own bound, nor a renewal, cuts the give-back short first)
+	c := srv.Client()
+	var (
+		mu        sync.Mutex
+		writer    string // the writer's attempt's locker
+		blocked   = make(chan struct{}, 1)
+		cut       = make(chan struct{}, 1)
+		armed     atomic.Bool
+		giveBacks atomic.Int64 // of the writer's locker, that reached Redis
+	)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		mu.Lock()
+		switch sharedArg(a, "op") {
+		case "take":
+			if sharedArg(a, "n") == strconv.FormatInt(processor.RWPermits, 10) {
+				writer = sharedArg(a, "locker")
+			}
+		case "release":
+			if sharedArg(a, "locker") == writer {
+				mu.Unlock()
+				if armed.CompareAndSwap(true, false) {
+					blocked <- struct{}{}
+					<-ctx.Done() // waits for a connection until Close cuts it short: never sent
+					cut <- struct{}{}
+					cmd.SetErr(ctx.Err())
+					return ctx.Err()
+				}
+				giveBacks.Add(1)
+				return next(ctx, cmd)
+			}
+		}
+		mu.Unlock()
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
+	l := rwOf(t, g, uniqueTarget(t))
+	ctx := ctxT(t, 60*time.Second)
+	if _, err := l.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(wctx) // behind its own reader: it stands in line at once
+		gaveUp <- err
+	}()
+	waitFor(t, func() bool {
+		st, err := l.State(ctx)
+		return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Write
+	})
+	armed.Store(true)
+	giveUp()
+	if err := recv(t, gaveUp, "the writer giving up"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the writer after its context ended: %v", err)
+	}
+	recv(t, blocked, "the give-back on its way")
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, cut, "the give-back cut short")
+	if giveBacks.Load() == 0 {
+		t.Fatal("the give-back that Close cut short was not sent again")
+	}
+	line := "{" + l.Config().UniqueKey() + "}:shared:line"
+	if n, err := rawClient(t).ZCard(context.Background(), line).Result(); err != nil || n != 0 {
+		t.Fatalf("after Close, %d processes in line (%v), want none", n, err)
+	}
+}

@@ -760,10 +760,12 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 }
 
 // oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
-// while its lease lasts (or when the driver cut it short for a renewal), unless no second try
-// changes the answer or the Generator's clean-up is over.
+// while its lease lasts, or whenever it was cut short before its bound and so perhaps never
+// sent — by the driver for a renewal due, or by Close (whose clean-up sends it again) — unless
+// no second try changes the answer or the Generator's clean-up is over.
 func (st *sharedState) oweAgain(o owedRelease, err error) bool {
-	return err != nil && !refusedForGood(err) && (time.Now().Before(o.until) || errors.Is(err, errMakeWay)) && st.g.clean.Err() == nil
+	cut := errors.Is(err, errMakeWay) || (errors.Is(err, context.Canceled) && st.g.done.Err() != nil)
+	return err != nil && !refusedForGood(err) && (time.Now().Before(o.until) || cut) && st.g.clean.Err() == nil
 }
 
 // refusedForGood reports whether a request failed in a way no second try changes: the client
@@ -796,10 +798,12 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 		return action{again: true}
 	}
 	return action{do: func(ctx context.Context) {
-		if err := st.release(ctx, a.locker, 0, 0); errors.Is(err, errMakeWay) {
-			// cut short for a renewal due, perhaps never sent: owed, as a release cut short is
+		o := owedRelease{locker: a.locker}
+		if err := st.release(ctx, a.locker, 0, 0); st.oweAgain(o, err) {
+			// cut short (for a renewal due, or by Close), perhaps never sent: owed, as a
+			// release cut short is
 			st.mu.Lock()
-			st.owe(a.locker)
+			st.owed = append(st.owed, o)
 			st.mu.Unlock()
 		}
 	}}
