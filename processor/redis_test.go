@@ -1888,3 +1888,78 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 		}
 	}
 }
+
+// A fencing counter that holds what no script writes stops every writing script before it
+// writes: the holder's renewal and release, the waiter's leave and lock, an operator's force
+// each answer the refusal, and every key of the lock is left as it was (no value changed, no
+// time to live lengthened), with a holder and a process in line.
+func TestCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
+	srv.NeedReal(t)
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("corrupt-"+t.Name()), time.Minute)
+	la, r := a.lock(t, lc, false, 1)
+	if r.Outcome != processor.Taken {
+		t.Fatalf("first lock: %+v", r)
+	}
+	lb, r := b.lock(t, lc, true, 1)
+	if r.Outcome != processor.Held {
+		t.Fatalf("second lock: %+v", r)
+	}
+	if err := c.Set(ctx, processor.FenceKey(lc), "abc", redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	type state struct {
+		dump string
+		pttl time.Duration
+	}
+	snapshot := func() map[string]state {
+		keys, err := c.Keys(ctx, "*"+lc.UniqueKey()+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]state{}
+		for _, k := range keys {
+			out[k] = state{c.Dump(ctx, k).Val(), c.PTTL(ctx, k).Val()}
+		}
+		return out
+	}
+	before := snapshot()
+	for _, op := range []struct {
+		name string
+		do   func() (processor.Result, error)
+	}{
+		{"renew", func() (processor.Result, error) {
+			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la})
+		}},
+		{"renew with tokens", func() (processor.Result, error) {
+			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Tokens: 8})
+		}},
+		{"release", func() (processor.Result, error) {
+			return a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la})
+		}},
+		{"lock again", func() (processor.Result, error) {
+			return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 1})
+		}},
+		{"leave", func() (processor.Result, error) {
+			return b.Leave(ctx, lc, processor.LeaveRequest{Last: lb})
+		}},
+		{"force", func() (processor.Result, error) { return b.ForceRelease(ctx, lc, la) }},
+	} {
+		r, err := op.do()
+		if err == nil || !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter") {
+			t.Fatalf("%s with a corrupt counter = %+v, %v; want the refusal naming the counter", op.name, r, err)
+		}
+		after := snapshot()
+		if len(after) != len(before) {
+			t.Fatalf("%s: keys %v, before %v", op.name, after, before)
+		}
+		for k, s := range before {
+			if got, ok := after[k]; !ok || got.dump != s.dump || got.pttl > s.pttl {
+				t.Fatalf("%s changed %s: %+v, before %+v", op.name, k, got, s)
+			}
+		}
+	}
+}

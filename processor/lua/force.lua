@@ -9,7 +9,7 @@
 -- channel, publish.
 -- Returns {1, the locker granted or '', its first token or 0, the window or 0, the server µs of
 -- the grant or 0} when the key held the locker and was let go, {0} otherwise.
-checkCounter(FENCE)
+counter() -- (first: a counter dlock never wrote stops the script before it writes)
 if redis.call('get', K) ~= A.locker then
     return {0}
 end

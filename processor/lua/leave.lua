@@ -6,7 +6,7 @@
 -- Arguments: mark, upto, done_ttl, fence_ttl, gap_every, gap_window, channel, publish.
 -- Returns {2, the locker granted or '', its first token or 0, the window or 0, the server µs of
 -- the grant or 0} when a key it held was passed on, else {1}.
-checkCounter(FENCE)
+counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local mark, upto = A.mark, A.upto
 settle(upto) -- (which takes its entry out of the line, unless a later attempt made it)
 local holder = redis.call('get', K)

@@ -16,7 +16,7 @@
 -- the server clock in µs, the larger, and for a waiting attempt its process's place in line
 -- (0 for first; -1 when not in line) and 1 if the process listens on its channel of the key
 -- (else 0); {-1, 0} when this acquisition was settled already, or is stale.
-checkCounter(FENCE)
+counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local locker, seq, mark = A.locker, A.seq, A.mark
 if settled(seq) then
     lengthen(DONE, A.done_ttl) -- a copy came: others may follow; the mark outlives the last by its life

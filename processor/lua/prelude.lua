@@ -99,26 +99,23 @@ local function forced(locker)
     return redis.call('get', FORCED) == locker
 end
 
--- checkCounter stops a script that may write, before it writes anything, when the fencing
--- counter holds what no script of dlock's writes: not a whole number below 2^53 (the numbers
--- a Lua number holds exactly), e.g. a value set by hand. With the counter unknown a token
--- could repeat one handed out before, so the lock refuses rather than guess. Its error names
--- the key, and processor.Refused knows it: a refusal that no retry mends, as a key of another
--- kind is (WRONGTYPE), until the counter is deleted or set right. (A plain string: Redis 7
--- would pass a table's err as the reply, but Redis 6 and miniredis would not.)
-local function checkCounter(key)
-    local v = redis.call('get', key)
-    if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007199254740992) then
-        error('dlock: fencing counter ' .. key .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
-            ', not a fencing token (a whole number below 2^53)', 0)
-    end
-end
-
--- counter returns the fencing counter (0 when absent), read once per script.
+-- counter returns the fencing counter (0 when absent), read once per script. Each script that
+-- may write reads it first, so that it stops before it writes anything when the counter holds
+-- what no script of dlock's writes: not a whole number below 2^53 (the numbers a Lua number
+-- holds exactly), e.g. a value set by hand. With the counter unknown a token could repeat one
+-- handed out before, so the lock refuses rather than guess. Its error names the key, and
+-- processor.Refused knows it: a refusal that no retry mends, as a key of another kind is
+-- (WRONGTYPE), until the counter is deleted or set right. (A plain string: Redis 7 would pass
+-- a table's err as the reply, but Redis 6 and miniredis would not.)
 local fence
 local function counter()
     if not fence then
-        fence = tonumber(redis.call('get', FENCE) or '0')
+        local v = redis.call('get', FENCE)
+        if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007199254740992) then
+            error('dlock: fencing counter ' .. FENCE .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
+                ', not a fencing token (a whole number below 2^53)', 0)
+        end
+        fence = tonumber(v or '0')
     end
     return fence
 end

@@ -10,7 +10,7 @@
 -- window left free in ms or 0, the server µs of the grant or 0} when let go, {-1, ''} when settled already (this release ran
 -- before and its reply was lost), {0, ''} when the key is gone or holds another locker (an
 -- operator's removal of it included).
-checkCounter(FENCE)
+counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local locker, seq = A.locker, A.seq
 if redis.call('get', K) ~= locker then
     if settled(seq) and not forced(locker) then

@@ -18,7 +18,7 @@
 -- when the key no longer holds the locker, or holds it again in a holding the tenure did not
 -- begin with (origin: then let go), {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before.
-checkCounter(FENCE)
+counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local locker, seq, mark = A.locker, A.seq, A.mark
 local yield = A.yield == '1' and A.check ~= ''
 if yield then
