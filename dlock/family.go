@@ -723,10 +723,10 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	so.stop = context.AfterFunc(h.ctx, func() {
 		cause := context.Cause(h.ctx)
+		so.cancel(cause) // first: a slow observer must not delay the owner's notice
 		if errors.Is(cause, ErrLockLost) {
 			st.g.observer.Lost(LossEvent{Kind: kindOf(st.spec, write), Config: st.cfg, Token: token, Held: time.Since(so.at), Cause: cause})
 		}
-		so.cancel(cause)
 	})
 	st.mu.Lock()
 	closed := errors.Is(context.Cause(h.ctx), ErrClosed)
@@ -789,7 +789,7 @@ func (so *shareOwner) unlock() error {
 	if so.hold.ctx.Err() != nil {
 		// lost or closed before this Unlock: that was told then (Lost, or Released by Close's driver)
 		cause := context.Cause(so.hold.ctx)
-		so.end(context.Canceled)
+		so.end(cause) // (the owner context may not have heard yet: it ends with the loss, not Canceled)
 		st.mu.Unlock()
 		st.poke()
 		return cause

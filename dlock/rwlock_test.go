@@ -563,6 +563,66 @@ func TestRWLossIsToldAndStays(t *testing.T) {
 	_ = w.Unlock()
 }
 
+// blockingLoss is an Observer whose Lost blocks until unblock is closed, after saying, on
+// entered, whether the owner context of the holding it reports had ended by then.
+type blockingLoss struct {
+	dlock.NopObserver
+	owner   atomic.Pointer[dlock.Owner]
+	entered chan error // the owner context's cause as Lost was called
+	unblock chan struct{}
+}
+
+func (b *blockingLoss) Lost(dlock.LossEvent) {
+	b.entered <- context.Cause(b.owner.Load())
+	<-b.unblock
+}
+
+// The loss of a read-write lock's or a semaphore's holding ends the owner context before the
+// Observer hears of it, as the mutex's does (Observer.Lost: "a slow observer never delays the
+// holder's notice"); an Unlock while the observer is still busy answers the loss and leaves the
+// owner context ended with it, not with context.Canceled. (Lost was called first, and until
+// it returned the owner was not told; an Unlock meanwhile ended it with context.Canceled: a
+// holding of a Cluster slot whose master was killed reported "context canceled".)
+func TestSharedLossEndsTheOwnerBeforeTheObserver(t *testing.T) {
+	for _, kind := range []string{"read", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			obs := &blockingLoss{entered: make(chan error, 1), unblock: make(chan struct{})}
+			g, c := newGen(t, dlock.WithDefaultLease(300*time.Millisecond), dlock.WithObserver(obs))
+			defer close(obs.unblock) // (before Close, which the cleanup runs)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			var o *dlock.Owner
+			var err error
+			pattern := "{DLOCK_RW_" + tg + "}:shared:*"
+			if kind == "read" {
+				o, err = rwOf(t, g, tg).RLock(ctx)
+			} else {
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 2)
+				pattern = "{DLOCK_SEM_" + tg + "}:shared:*"
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs.owner.Store(o)
+			keys, _ := c.Keys(ctx, pattern).Result()
+			if len(keys) == 0 {
+				t.Fatal("no keys of the lock")
+			}
+			c.Del(ctx, keys...)
+			cause := recv(t, obs.entered, "the observer's Lost")
+			if !errors.Is(cause, dlock.ErrLockLost) {
+				t.Errorf("the owner context's cause as the observer heard of the loss: %v, want ErrLockLost", cause)
+			}
+			if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Unlock while the observer is busy: %v, want ErrLockLost", err)
+			}
+			if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
+				t.Errorf("the owner context ended with %v, want ErrLockLost", cause)
+			}
+		})
+	}
+}
+
 // A writer queued behind its own process's readers stands in line at once, so that the other
 // processes stop letting readers in while its own finish (rather than after).
 func TestRWWriterBehindItsOwnReadersStandsInLineAtOnce(t *testing.T) {
