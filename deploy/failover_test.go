@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +116,94 @@ func TestClusterSlotMigration(t *testing.T) {
 	defer rec.mu.Unlock()
 	if hows := rec.how; len(hows) != 1 || hows[0] != dlock.HowNotified {
 		t.Fatalf("the waiter acquired by %v, want by the release message", hows)
+	}
+}
+
+// The same resharding for a read-write lock and a semaphore: one process holds the read side
+// and every permit, another waits for the write side and a permit, and the holder lets go
+// while the slot is MIGRATING. Unlike the mutex's Unlock (which returns the TRYAGAIN error and
+// releases in the background), their Unlocks wait, sending the release again, until it goes
+// through on the slot's new master (or their lease ends): they return nil once the slot has
+// moved, and the waiter, subscribed again there, gets both without its poll.
+func TestClusterSlotMigrationFamily(t *testing.T) {
+	t.Parallel() // on a deployment of its own; mostly waiting
+	c := redistest.NeedCluster(t, 3, 1)
+	const typ, lease = "MIGFAM", 30 * time.Second
+	rec := &howRecorder{}
+	ga, gb := generatorOn(t, c.Client(), lease), generatorOn(t, c.Client(), lease, dlock.WithObserver(rec))
+	tag := "{" + unique("migfam") + "}"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
+	defer cancel()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rwa, err := ga.GenRW(typ, tag+"rw")
+	must(err)
+	sema, err := ga.GenSemaphore(typ, tag+"sem", 2)
+	must(err)
+	rwb, err := gb.GenRW(typ, tag+"rw")
+	must(err)
+	semb, err := gb.GenSemaphore(typ, tag+"sem", 2)
+	must(err)
+	read, err := rwa.RLock(ctx)
+	must(err)
+	permits, err := sema.Acquire(ctx, 2)
+	must(err)
+	got := make(chan error, 2)
+	wait := func(lock func(context.Context) (*dlock.Owner, error)) {
+		go func() {
+			o, err := lock(ctx)
+			if err == nil {
+				err = o.Unlock()
+			}
+			got <- err
+		}()
+	}
+	wait(rwb.Lock)
+	wait(func(ctx context.Context) (*dlock.Owner, error) { return semb.Acquire(ctx, 1) })
+	key := lockKey(typ, tag+"rw")
+	listening := func(addr string) bool {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		defer node.Close()
+		chans, err := node.Do(ctx, "pubsub", "shardchannels", "*"+tag+"*").StringSlice()
+		return err == nil && len(chans) > 0
+	}
+	eventually(t, "the waiter to listen on the master", func() bool { return listening(c.MasterFor(key)) })
+	m, err := c.BeginMigration(key)
+	must(err)
+	unlocked := make(chan error, 2)
+	for _, o := range []*dlock.Owner{read, permits} {
+		go func() { unlocked <- o.Unlock() }()
+	}
+	time.Sleep(300 * time.Millisecond) // the releases meet TRYAGAIN
+	must(m.Finish())
+	for range 2 {
+		select {
+		case err := <-unlocked:
+			if err != nil {
+				t.Errorf("the holder's Unlock during the migration: %v, want nil once the slot moved", err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("the holder's Unlock did not return within %v of the slot's move", bound)
+		}
+	}
+	for range 2 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Errorf("the waiter: %v", err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("the waiter did not get the lock within %v of the release", bound)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if slices.Contains(rec.how, dlock.HowPolled) {
+		t.Fatalf("the waiter acquired by %v: its poll, not the release", rec.how)
 	}
 }
 
