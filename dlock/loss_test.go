@@ -460,3 +460,61 @@ func keyTakenAnewIsALoss(t *testing.T, granted bool) {
 		t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
 	}
 }
+
+// A holder still subscribed to its key (it waited for it, and the subscription lingers) whose
+// subscription drops as Redis restarts empty renews as soon as it is subscribed again: it
+// learns that its holding is gone then, not at its next renewal (three quarters of a minute
+// here), and another process takes the free key.
+func TestHolderRenewsOnceSubscribedAgain(t *testing.T) {
+	s := ownServer(t)
+	if !s.CanRestart() {
+		t.Skip("needs a redis-server it can restart")
+	}
+	ga := genOn(t, s.Client(), dlock.WithDefaultLease(time.Minute))
+	gb := genOn(t, s.Client(), dlock.WithDefaultLease(time.Minute))
+	ga.SetLinger(time.Hour)
+	la, _ := ga.Gen("RESUB", target(t))
+	lb, _ := gb.Gen("RESUB", target(t))
+	ctx := ctxT(t, 60*time.Second)
+	b, err := lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := la.Lock(ctx)
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+			return
+		}
+		owners <- o
+	}()
+	waitFor(t, func() bool { return ga.Confirmed() > 0 })
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	a := recv(t, owners, "a to get the key")
+	if ga.Subscribed() != 1 {
+		t.Fatalf("a holds the key subscribed to %d channels, want 1 (the lingering one)", ga.Subscribed())
+	}
+	s.Kill()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+		if !errors.Is(context.Cause(a), dlock.ErrLockLost) {
+			t.Fatalf("the holder's cause: %v", context.Cause(a))
+		}
+	case <-time.After(20 * time.Second): // (its next renewal: 45 s after it got the key)
+		t.Fatal("the holder was not told, once subscribed again, that Redis no longer had its key")
+	}
+	_ = a.Unlock()
+	o, err := lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -485,7 +485,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		switch m.Kind {
 		case "subscribe", "ssubscribe":
 			if st := n.lookup(m.Channel); st != nil {
-				st.signal(HowRetry)
+				st.subscribed()
 			}
 			if sh := n.lookupShared(m.Channel); sh != nil {
 				sh.subscribed()

@@ -644,6 +644,23 @@ func (st *lockState) signal(how How) {
 	st.mu.Unlock()
 }
 
+// subscribed runs when this process's channel of the key is (again) subscribed: a message
+// published before went unheard. The first waiter asks again (a release's grant), and a tenure
+// renews at once (the connection may have dropped as Redis restarted empty, or an operator's
+// ForceRelease went by): its owner learns of a loss then, not at its next renewal.
+func (st *lockState) subscribed() {
+	st.mu.Lock()
+	st.signalLocked(HowRetry)
+	t := st.ten
+	if t != nil && !t.over {
+		t.checkNow = true
+	}
+	st.mu.Unlock()
+	if t != nil {
+		t.exp.Poke()
+	}
+}
+
 func (st *lockState) signalLocked(how How) {
 	st.wokenBy = how
 	st.epoch++
