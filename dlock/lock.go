@@ -166,6 +166,11 @@ func (h *holding) release(ctx context.Context, cause error) error {
 	return err
 }
 
+// sameKey reports whether o is a handle on l's lock (of its Generator, with its unique key).
+func (l *DistributedReentrantLock) sameKey(o *DistributedReentrantLock) bool {
+	return o != nil && o.g == l.g && o.cfg.UniqueKey() == l.cfg.UniqueKey()
+}
+
 // holdingOf returns the acquisition of l's key that ctx carries, or nil.
 func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 	if ctx == nil || l == nil || l.g == nil {
@@ -177,7 +182,8 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 
 // Lock blocks until it holds the lock or ctx ends, and returns the owner context. A deadline
 // on ctx gives a timed acquisition; it bounds the wait only, not the holding. If ctx already
-// owns the lock, Lock re-enters: it raises the hold count and returns ctx itself (an error
+// owns the lock, Lock re-enters: it raises the hold count and returns ctx itself when ctx is
+// this lock's Owner, else an Owner over ctx whose Unlock releases this one hold (an error
 // matching ErrLockLost if that holding was lost).
 //
 // A Lock that gives up returns an error that matches both ErrNotObtained and the context's
@@ -234,7 +240,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		h.mu.Unlock()
 		switch state {
 		case holdHeld:
-			if o, ok := ctx.(*Owner); ok {
+			// ctx itself only if it is this lock's own Owner: the Owner of a MultiLock, of a
+			// shared lock or of another key that carries this holding would, on its Unlock,
+			// let go of what it holds itself rather than this one hold.
+			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && l.sameKey(o.l) {
 				return o, false, nil
 			}
 			return &Owner{ctx: ctx, l: l}, false, nil

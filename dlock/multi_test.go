@@ -1596,3 +1596,44 @@ func TestMultiLockThatGivesUpLeavesTheCallersPartAsItWas(t *testing.T) {
 		})
 	}
 }
+
+// A part re-entered on its own through the MultiLock's Owner (a.Lock(owned)) returns an Owner
+// whose Unlock releases that one hold of that part, as every Lock's Owner does: not the
+// MultiLock's Owner, whose Unlock lets go of every part (the other parts were let go, the
+// MultiLock's Owner ended, while the caller still meant to hold them).
+func TestMultiLockPartReenteredThroughItsOwnerUnlocksOnlyThatPart(t *testing.T) {
+	g, _ := newGen(t)
+	tg := target(t)
+	m, parts := multiOf(t, g, "MULTI", 5*time.Second, tg+"-a", tg+"-b")
+	ctx := ctxT(t, 30*time.Second)
+	o, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := parts[0].Lock(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts[0].HoldCount(o) != 2 {
+		t.Fatalf("hold count %d after the part's re-entry, want 2", parts[0].HoldCount(o))
+	}
+	if err := again.Unlock(); err != nil {
+		t.Fatalf("Unlock of the part's re-entry: %v", err)
+	}
+	if o.Err() != nil {
+		t.Fatalf("the MultiLock's Owner ended (%v) when one re-entry of one part was released", context.Cause(o))
+	}
+	for _, l := range parts {
+		if l.HoldCount(o) != 1 {
+			t.Fatalf("%s: hold count %d after the part's re-entry was released, want 1", key(l), l.HoldCount(o))
+		}
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range parts {
+		if st, err := l.State(ctx); err != nil || st.Held() {
+			t.Fatalf("%s after the MultiLock's Unlock: %+v, %v; want it free", key(l), st, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -84,5 +85,35 @@ func TestDroppedOwnerIsReleased(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no error log names the leaked key: %v", logs.All())
+	}
+}
+
+// A lock re-entered through the Owner of another lock that carries its holding (b taken with
+// a's Owner, then a.Lock(ownerB)) returns an Owner whose Unlock releases that hold of a, not
+// b's Owner, whose Unlock would let go of b.
+func TestReentryThroughAnotherLocksOwnerUnlocksThisLock(t *testing.T) {
+	g, _ := newGen(t)
+	a := mustGen(t, g, "OWNER", target(t)+"-a", 5*time.Second)
+	b := mustGen(t, g, "OWNER", target(t)+"-b", 5*time.Second)
+	oa, err := a.Lock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := b.Lock(oa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.Lock(ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if a.HoldCount(oa) != 1 || b.HoldCount(ob) != 1 {
+		t.Fatalf("after Unlock of a's re-entry: a holds %d, b holds %d; want 1 and 1", a.HoldCount(oa), b.HoldCount(ob))
+	}
+	if err := errors.Join(ob.Unlock(), oa.Unlock()); err != nil {
+		t.Fatal(err)
 	}
 }
