@@ -1637,3 +1637,87 @@ func TestMultiLockPartReenteredThroughItsOwnerUnlocksOnlyThatPart(t *testing.T) 
 		}
 	}
 }
+
+// A MultiLock whose context ends at any moment of its Lock (deadlines of 0 to 5 ms, with
+// another process taking and releasing the parts meanwhile) leaves no part held: once the
+// loop is over every part is free in Redis, for another process's TryLock, and the
+// Generator keeps no lock state.
+func TestMultiLockCancelledAtEveryMomentLeavesNothingHeld(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	mu, sem, rw := everyKind(t, ga, tg, 1)
+	m, err := ga.MultiOf(rw.WriteSide(), mu, sem.Permits(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	muB, semB, rwB := everyKind(t, gb, tg, 1)
+	mb, err := gb.MultiOf(muB, semB.Permits(1), rwB.WriteSide())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // B takes one part or another, now and then, so that A waits at every part
+		defer wg.Done()
+		parts := mb.Parts()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			o, ok, err := parts[i%len(parts)].TryLock(ctx)
+			if err != nil {
+				t.Errorf("B: %v", err)
+				return
+			}
+			if ok {
+				time.Sleep(time.Duration(i%3) * time.Millisecond)
+				_ = o.Unlock()
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	got := 0
+	for i := range 300 {
+		wait, cancel := context.WithTimeout(ctx, time.Duration(i%6)*time.Millisecond+time.Duration(i%7)*150*time.Microsecond)
+		o, err := m.Lock(wait)
+		cancel()
+		if err == nil {
+			got++
+			if err := o.Unlock(); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+		} else if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("Lock: %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d of 300 Locks got every part", got)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, ok, err := mb.TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			_ = o.Unlock()
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, p := range m.Parts() {
+				t.Logf("%s: %+v", p.Config().UniqueKey(), p)
+			}
+			st, _ := mu.State(ctx)
+			ss, _ := sem.State(ctx)
+			rs, _ := rw.State(ctx)
+			t.Fatalf("a part is still held 10 s after every Lock returned: mutex %+v, semaphore %+v, rw %+v", st, ss, rs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitFor(t, func() bool { return ga.InUse() == 0 })
+}
