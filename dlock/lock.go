@@ -1,9 +1,10 @@
 // Package dlock is a re-entrant distributed lock kept in Redis, a Go port of Baidu DLock.
 //
 // Goroutines of one process that want the same lock wait in a lock-free local queue, so only
-// one of them at a time asks Redis; a release publishes a message that wakes the waiting
-// processes, and a retry poller covers holders that do not publish (Java DLock). Ownership
-// travels in the context an acquire returns; that context ends if the lock is lost.
+// one of them at a time asks Redis; waiting processes stand in a line in Redis, a release
+// grants the key to the first of them and tells it, and a retry poller covers holders that do
+// not publish (Java DLock). Ownership travels in the context an acquire returns; that context
+// ends if the lock is lost.
 package dlock
 
 import (
@@ -296,10 +297,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 	return newOwner(l, h), false, nil
 }
 
-// Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it lets
-// the key go in Redis, only if it still holds this acquisition's locker: handed over to the
-// next goroutine of this process that waits, or deleted (with a message that wakes the
-// waiting processes); then it ends the owner context and wakes the next waiter. Unlock works
+// Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it ends
+// the owner context, then passes the lock to the next goroutine of this process that waits (no
+// Redis command), or lets the key go in Redis, only if it still holds this acquisition's
+// locker: granted to the first live process in line, which is told, or left free. Unlock works
 // with an owner context that has been cancelled; the Redis call is bounded by the lease.
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no

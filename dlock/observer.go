@@ -65,8 +65,9 @@ const (
 	// HowBarge: the caller's first request, made ahead of goroutines of this process that
 	// were already waiting (see WithFIFO).
 	HowBarge
-	// HowHandOver: a goroutine of this process that released the lock handed the key over to
-	// this waiter in Redis (local hand-over, see WithLocalHandOff).
+	// HowHandOver: a goroutine of this process that released the lock passed it to this
+	// waiter within the process, with no Redis command or after a renewal (see
+	// WithLocalHandOff).
 	HowHandOver
 	// HowNotified: a waiter woken by another process's release message (cross-process
 	// hand-off).
