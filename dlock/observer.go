@@ -193,8 +193,9 @@ func Hows() []How { return []How{HowAttempt, HowBarge, HowHandOver, HowNotified,
 func Reasons() []Reason { return []Reason{ReasonTimeout, ReasonCanceled, ReasonClosed, ReasonRedis} }
 
 // RedisOps lists the operations a RedisErrorEvent names, for metrics that start each series at
-// zero: lock, renew, unlock, is-free (the poll), leave (the line), load, inspect (State),
-// force-release, subscribe and probe (the release channel's).
+// zero: lock (an attempt or a poll), renew, unlock, take and release (the read-write lock's and
+// the semaphore's), leave (the line), load, inspect (State), force-release, subscribe and probe
+// (the release channel's).
 func RedisOps() []string {
-	return []string{"lock", "renew", "unlock", "is-free", "leave", "load", "inspect", "force-release", "subscribe", "probe"}
+	return []string{"lock", "renew", "unlock", "take", "release", "leave", "load", "inspect", "force-release", "subscribe", "probe"}
 }

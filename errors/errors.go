@@ -33,7 +33,7 @@ var (
 
 // RedisProcessError reports a failed Redis round trip: the operation, the key and the cause.
 type RedisProcessError struct {
-	Op  string // the operation: "lock", "renew", "unlock", "hand-over", "is-free", "subscribe", …
+	Op  string // the operation: "lock", "renew", "unlock", "take", "release", "leave", "subscribe", …
 	Key string
 	Err error
 }

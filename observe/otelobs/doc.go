@@ -28,7 +28,7 @@
 // The attributes: type (LabelType) is the lock type (such as ORDER); how (LabelHow) is
 // dlock.How's name (attempt, barge, hand-over, notified, polled, retry); reason (LabelReason)
 // is dlock.Reason (timeout, canceled, closed, redis); op (LabelOp) is the operation of a
-// dlock.RedisErrorEvent (lock, renew, unlock, is-free, leave, load, inspect,
+// dlock.RedisErrorEvent (lock, renew, unlock, take, release, leave, load, inspect,
 // force-release, subscribe, probe). They carry no dlock. prefix so that Prometheus sees the
 // labels promobs exports. Lock targets and keys are never metric attributes: there are as many
 // of them as there are orders or users, and a time series each would be unbounded. The number

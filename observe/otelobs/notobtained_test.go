@@ -35,7 +35,7 @@ func atStart(typ string) map[string]map[string]int64 {
 	}
 	want["dlock.losses"]["type="+typ] = 0
 	want["dlock.renewal.failures"]["type="+typ] = 0
-	for _, op := range []string{"lock", "renew", "unlock", "is-free", "leave", "load", "inspect",
+	for _, op := range []string{"lock", "renew", "unlock", "take", "release", "leave", "load", "inspect",
 		"force-release", "subscribe", "probe"} {
 		want["dlock.redis.errors"]["op="+op] = 0
 	}

@@ -17,7 +17,7 @@
 //
 // type is the lock type (such as ORDER); how is dlock.How's name (attempt, barge, hand-over,
 // notified, polled, retry); reason is dlock.Reason (timeout, canceled, closed, redis); op is
-// the operation of a dlock.RedisErrorEvent (lock, renew, unlock, is-free, leave, load,
+// the operation of a dlock.RedisErrorEvent (lock, renew, unlock, take, release, leave, load,
 // inspect, force-release, subscribe, probe). A TryLock that finds the lock held is not a
 // failure and is not counted. Lock targets and keys are never labels: there are as many of
 // them as there are orders or users, and a series each would be unbounded. The number of

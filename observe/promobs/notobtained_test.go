@@ -29,7 +29,7 @@ func atStart(typ string) map[string]float64 {
 	for _, r := range []string{"timeout", "canceled", "closed", "redis"} {
 		want["dlock_not_obtained_total{reason="+r+",type="+typ+"}"] = 0
 	}
-	for _, op := range []string{"lock", "renew", "unlock", "is-free", "leave", "load", "inspect",
+	for _, op := range []string{"lock", "renew", "unlock", "take", "release", "leave", "load", "inspect",
 		"force-release", "subscribe", "probe"} {
 		want["dlock_redis_errors_total{op="+op+"}"] = 0
 	}
