@@ -137,8 +137,9 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	return nil
 }
 
-// ForceRelease deletes the lock's key if it is still held by holder — the locker State
-// reports in Holder — and wakes the processes that wait, as a release does. It is an
+// ForceRelease lets the lock's key go if it is still held by holder — the locker State
+// reports in Holder — as a release does: to the first live process in line, which is told, or
+// free. It is an
 // operator's last resort for a lock stuck in an incident: the holder is not asked. It reports
 // whether the key held holder (false when the key is free or held by another acquisition:
 // nothing is changed then). Naming the holder makes it safe to repeat: a second copy of the

@@ -178,13 +178,13 @@
 //
 // # release
 //
-// release --force deletes the lock's key and wakes the processes that wait, as a release
-// does. It is an operator's last resort: the holder is not asked and learns of the loss only
+// release --force lets the lock's key go as a release does (to the first live process in
+// line, which is told, or free). It is an operator's last resort: the holder is not asked and learns of the loss only
 // at its next renewal, so for up to three quarters of its lease two processes may act as
 // owners. It must be told what to remove:
 //
 //   - --holder LOCKER removes the holding of LOCKER, as status shows it (or lock printed it):
-//     the key is deleted only if it still holds LOCKER, checked and deleted in one step in
+//     the key is let go only if it still holds LOCKER, checked and let go in one step in
 //     Redis (lock.ForceRelease). If that holder released meanwhile and another acquired,
 //     nothing is removed. Safe to repeat.
 //   - --any reads the current holder (lock.State) and removes that holding. The risk: the

@@ -18,7 +18,7 @@ command and exits 76, as does a "dlock lock".
 
 Say what to remove:
   --holder LOCKER   the holding of LOCKER, as "dlock status" shows it (or "dlock lock" printed
-                    it as DLOCK_HOLDER). The key is deleted only if it still holds LOCKER, in
+                    it as DLOCK_HOLDER). The key is let go only if it still holds LOCKER, in
                     one step in Redis: if the holder released meanwhile and another process
                     acquired, nothing is removed. Safe to repeat.
   --any             whoever holds the lock now: dlock reads the holder (as status does) and
