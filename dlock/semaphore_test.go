@@ -649,6 +649,56 @@ func TestSemaphoreSetPermitsChangesWhatMayBeAsked(t *testing.T) {
 	_ = o3.Unlock()
 }
 
+// A lowered count reaches at once the waiters asking for more than it, however long the lease
+// (their polls come a sixth of it apart): one in line is refused and leaves it, so the process
+// behind it is served as soon as permits are free; a holder's goroutine asking for more
+// without standing in line is refused too.
+func TestSemaphoreLoweredCountRefusesTooLargeWaitersAtOnce(t *testing.T) {
+	long := dlock.WithDefaultLease(10 * time.Minute) // polls 100 s apart: recv's 15 s see none
+	ga, _ := newGen(t, long)
+	gb, _ := newGen(t, long)
+	gc, _ := newGen(t, long)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	sa, sb, sc := semOf(t, ga, tg, 3), semOf(t, gb, tg, 3), semOf(t, gc, tg, 3)
+	oa, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oa2, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotA := make(chan error, 1) // A's goroutine asking for 3, not in line (A holds permits)
+	go func() { _, err := sa.Acquire(ctx, 3); gotA <- err }()
+	gotB := make(chan error, 1)
+	go func() { _, err := sb.Acquire(ctx, 3); gotB <- err }()
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 1 })
+	gotC := make(chan error, 1)
+	go func() {
+		o, err := sc.Acquire(ctx, 1)
+		if err == nil {
+			err = o.Unlock()
+		}
+		gotC <- err
+	}()
+	waitFor(t, func() bool { st, err := sa.State(ctx); return err == nil && len(st.Waiting) == 2 })
+	if err := sa.SetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, gotB, "B's waiter for 3 of 2"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("B's waiter for 3 permits of 2: %v", err)
+	}
+	if err := recv(t, gotA, "A's waiter for 3 of 2"); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("A's waiter for 3 permits of 2: %v", err)
+	}
+	_ = oa2.Unlock() // one of 2 held now: C's fits
+	if err := recv(t, gotC, "C's waiter for 1, behind B's refused entry"); err != nil {
+		t.Fatalf("C's waiter for 1: %v", err)
+	}
+	_ = oa.Unlock()
+}
+
 // A release that stands in line again as it lets go (its process's goroutine still wants
 // permits) while SetPermits lowered k below what that goroutine asks: the release ran, so its
 // Unlock says what became of the permit — nil, or ErrLockLost when an operator had forced it
@@ -670,8 +720,10 @@ func TestSemaphoreReleaseThatStandsInLineForTooManyPermits(t *testing.T) {
 				return err
 			}})
 			// a long lease: the waiter asks again, in line, only growPatience (a sixth of it) on,
-			// and no renewal tells A of the force first
-			ga := genOn(t, ca, dlock.WithDefaultLease(time.Minute))
+			// and no renewal tells A of the force first; no notifications: the lowered count's
+			// message (which would have the waiter ask, and be refused, at once) does not reach
+			// A before its release does
+			ga := genOn(t, ca, dlock.WithDefaultLease(time.Minute), dlock.WithNotifications(false))
 			gb, _ := newGen(t)
 			tg := uniqueTarget(t)
 			ctx := ctxT(t, 30*time.Second)

@@ -213,8 +213,10 @@ func (st *sharedState) poke() {
 }
 
 // hear handles a message on this process's channel: "W" another process began to wait, "F"
-// the permits this process waits for fit now (or, to a holder, that SetPermits raised the
-// count: a goroutine waiting for more than the process holds asks again at once).
+// the permits this process waits for fit now, or that SetPermits changed the count (a raise, to
+// a holder; a lowering, to a holder or a process in line for more than the new count): a
+// goroutine waiting for more than the process holds asks again at once, and is served, or
+// refused when it asks for more than the count.
 func (st *sharedState) hear(payload string) {
 	st.mu.Lock()
 	switch payload {

@@ -553,6 +553,20 @@ local function serve()
                 tell(owner, 'F') -- room made: a holder's goroutine asking for more (not in line) asks now
             end
         end
+        if k < was then
+            -- a waiter asking for more than k now is refused as it next asks: it asks now, not a
+            -- poll later (in line, it would hold up every entry behind it until then); a
+            -- holder's goroutine may ask for more without standing in line
+            for owner in pairs(owners) do
+                tell(owner, 'F')
+            end
+            for _, owner in ipairs(redis.call('zrange', LINE, 0, -1)) do
+                local e = entry(owner)
+                if e and e.n > k and not owners[owner] then
+                    tell(owner, 'F')
+                end
+            end
+        end
         wake(k)
         keep(k, kd)
         return {1}
