@@ -205,7 +205,7 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 // without them fails as DistributedReentrantLock.Lock's does.
 // Waiting processes are served in order; within a process, goroutines in their order of
 // arrival. A process that holds permits already asks for more without standing in line, and
-// no release tells it: it asks again every sixth of the lease, and stands in line once its
+// no release of another process tells it (its own releases do): it asks again every sixth of the lease, and stands in line once its
 // first waiter has waited that long, so permits that another process lets go can take up to a
 // sixth of the lease to reach it (SetPermits raising the count tells it at once). With an
 // owner of this semaphore it re-enters the same permits (no more are taken).

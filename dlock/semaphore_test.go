@@ -1329,6 +1329,40 @@ func TestSemaphoreHoldersWaiterGetsAPermitAnotherProcessReleased(t *testing.T) {
 	_ = oa.Unlock()
 }
 
+// A process's goroutine asking for more than its process holds is served as soon as a holding
+// of its own process goes back and makes room: the process knows it let permits go, and asks
+// then, not at its next ask a sixth of the lease later (the documented delay is for permits
+// another process lets go, which no release tells it of).
+func TestSemaphoreHoldersWaiterAsksAsItsOwnProcessLetsGo(t *testing.T) {
+	g, _ := newGen(t, dlock.WithDefaultLease(10*time.Minute)) // asks 100 s apart: recv's 15 s see none
+	s := semOf(t, g, uniqueTarget(t), 3)
+	ctx := ctxT(t, 60*time.Second)
+	o1, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		o, err := s.Acquire(ctx, 2)
+		if err == nil {
+			err = o.Unlock()
+		}
+		got <- err
+	}()
+	notYet(t, got, "2 more permits of 3 while 2 are held")
+	if err := o1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, "2 permits once the process let one of its own go"); err != nil {
+		t.Fatal(err)
+	}
+	_ = o2.Unlock()
+}
+
 // Processes are served in their order of waiting: one asking for fewer permits does not pass
 // one ahead of it that asks for more. Ports Curator's InterProcessSemaphoreV2 fairness and
 // Redisson's RedissonSemaphoreTest blocking acquires (with TestSemaphoreServesProcessesInOrder).

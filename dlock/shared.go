@@ -757,6 +757,13 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			st.mu.Unlock()
 			return
 		}
+		if err == nil || errors.Is(err, errGone) {
+			// permits of this process are free in Redis: a goroutine of it waiting for more
+			// than its holdings serve asks now (no release tells it, but it knows of its own)
+			st.mu.Lock()
+			st.growAt = time.Time{}
+			st.mu.Unlock()
+		}
 		tell(o.fate, err)
 	}
 }
