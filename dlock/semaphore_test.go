@@ -1363,6 +1363,65 @@ func TestSemaphoreHoldersWaiterAsksAsItsOwnProcessLetsGo(t *testing.T) {
 	_ = o2.Unlock()
 }
 
+// endsAfterCheck is a context that ends just after its first Err: a deadline that passes the
+// moment Acquire has checked it, before any permit is lent.
+type endsAfterCheck struct {
+	context.Context
+	cancel  context.CancelFunc
+	checked atomic.Bool
+}
+
+func (c *endsAfterCheck) Err() error {
+	if c.checked.CompareAndSwap(false, true) {
+		defer c.cancel()
+		return nil
+	}
+	return c.Context.Err()
+}
+
+// A waiter whose context ends as permits are lent to it gives them back and passes them on,
+// and returns the context's error (STYLE lesson 4, x/sync's TestWeightedAcquireCanceled): no
+// Owner comes back from a wait that ended without it, as none does from the mutex's Lock.
+func TestSemaphoreWaiterEndedAsItIsLentGivesThePermitBack(t *testing.T) {
+	g, _ := newGen(t)
+	s := semOf(t, g, uniqueTarget(t), 2)
+	ctx := ctxT(t, 30*time.Second)
+	oa, err := s.Acquire(ctx, 2) // one holding of 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		gotB <- o
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(s.Config().UniqueKey()) == 1 })
+	if err := oa.Unlock(); err != nil { // B borrows 1 of the holding's 2: 1 is free in it
+		t.Fatal(err)
+	}
+	ob := recv(t, gotB, "B's permit")
+	if ob == nil {
+		t.FailNow()
+	}
+	inner, cancel := context.WithCancel(ctx)
+	ended := &endsAfterCheck{Context: inner, cancel: cancel}
+	if o, err := s.Acquire(ended, 1); err == nil || !errors.Is(err, context.Canceled) {
+		if o != nil {
+			_ = o.Unlock()
+		}
+		t.Fatalf("Acquire whose context ended as it was lent the free permit: %v, %v", o, err)
+	}
+	oc, ok, err := s.TryAcquire(ctx, 1)
+	if err != nil || !ok {
+		t.Fatalf("the permit given back: %v %v", ok, err)
+	}
+	_ = oc.Unlock()
+	_ = ob.Unlock()
+}
+
 // Processes are served in their order of waiting: one asking for fewer permits does not pass
 // one ahead of it that asks for more. Ports Curator's InterProcessSemaphoreV2 fairness and
 // Redisson's RedissonSemaphoreTest blocking acquires (with TestSemaphoreServesProcessesInOrder).

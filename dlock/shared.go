@@ -254,6 +254,7 @@ func (st *sharedState) subscribed() {
 
 // wait queues w and waits until it is decided or ctx ends: then it returns ErrClosed, or
 // ErrNotObtained with ctx's error and the last Redis failure of a take for w (notObtained).
+// Permits lent to w as ctx ended are given back (lent to the next) and w is not obtained.
 func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	st.mu.Lock()
 	if st.phase == sharedDropped {
@@ -272,18 +273,25 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	st.poke()
 	select {
 	case <-w.done:
-		return nil
+		if ctx.Err() == nil {
+			return nil
+		}
 	case <-ctx.Done():
 	case <-st.g.done.Done():
 	}
 	st.mu.Lock()
 	select {
 	case <-w.done: // decided meanwhile
-		st.mu.Unlock()
-		return nil
+		if w.hold == nil || ctx.Err() == nil {
+			st.mu.Unlock()
+			return nil
+		}
+		// lent as ctx ended: given back and passed on, as the mutex's Lock does (STYLE 4)
+		st.unlend(&shareOwner{hold: w.hold, n: w.n, write: w.write})
+		w.hold = nil
 	default:
+		st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
 	}
-	st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
 	st.lendLocked() // the next may be served now
 	fault := w.fault
 	st.mu.Unlock()
