@@ -1543,3 +1543,32 @@ func TestSharedLineJudgesAProcessThatDoesNotListenByItsRenewals(t *testing.T) {
 		}
 	})
 }
+
+// A lowered count tells F to each process in line that asks for more than the new count (it
+// asks at once and is refused), and to no one else: not to one in line whose permits still
+// can fit, and not again when the count is set to what it is.
+func TestSharedLoweredPermitsTellOnlyWhoAsksForMore(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc := cfg(t, "lowertells")
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	h := listen(t, c, lc, "B-", "C-")
+	a.take(t, lc, sem3, a.locker(), 1, true)
+	if r := b.take(t, lc, sem3, b.locker(), 3, true); r.Outcome != processor.Held {
+		t.Fatalf("B asking 3 beside 1 of 3 held: %+v", r)
+	}
+	if r := d.take(t, lc, sem3, d.locker(), 2, true); r.Outcome != processor.Held {
+		t.Fatalf("C asking 2 behind B: %+v", r)
+	}
+	h.quiet("B-")
+	h.quiet("C-")
+	if err := a.SetPermits(context.Background(), lc, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.next("B-", "F")
+	h.quiet("C-")
+	if err := a.SetPermits(context.Background(), lc, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.quiet("B-")
+}
