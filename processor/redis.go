@@ -434,8 +434,8 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool,
 
 // reloadWait bounds how long a request on a Cluster client that could not reach the key's
 // master waits for the reloaded slot map to name another master before it fails (see run):
-// long enough for go-redis's reload, which runs at most every 200 ms.
-const reloadWait = 500 * time.Millisecond
+// long enough for a few of go-redis's reloads, which run at most every 200 ms.
+const reloadWait = time.Second
 
 // moved reports whether a request that failed with err, sent to the master at was, failed to
 // reach it (or was redirected, MOVED: it did not run) and cc's slot map names another master
@@ -461,6 +461,9 @@ func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient,
 		case <-limit.C:
 			return false
 		case <-tick.C:
+			// again: a reload may have asked a node that had not yet heard of the failover (the
+			// client runs one reload at a time, at most every 200 ms)
+			p.Reload()
 		}
 	}
 }
