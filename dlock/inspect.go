@@ -190,19 +190,9 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 
 // checkTenure has the tenure of key under locker, if this Generator holds one, renew at once.
 func (g *Generator) checkTenure(key, locker string) {
-	st := g.lookup(key)
-	if st == nil {
-		return
+	if st := g.lookup(key); st != nil {
+		st.renewNow(locker)
 	}
-	st.mu.Lock()
-	t := st.ten
-	if t == nil || t.over || t.entity.Locker != locker {
-		st.mu.Unlock()
-		return
-	}
-	t.checkNow = true
-	st.mu.Unlock()
-	t.exp.Poke()
 }
 
 var errForced = fmt.Errorf("%w: released by force (ForceRelease)", ErrLockLost)

@@ -649,16 +649,22 @@ func (st *lockState) signal(how How) {
 // renews at once (the connection may have dropped as Redis restarted empty, or an operator's
 // ForceRelease went by): its owner learns of a loss then, not at its next renewal.
 func (st *lockState) subscribed() {
+	st.signal(HowRetry)
+	st.renewNow("")
+}
+
+// renewNow has the tenure (under locker, when given) renew at once, if this process holds
+// one: it may have been removed unheard.
+func (st *lockState) renewNow(locker string) {
 	st.mu.Lock()
-	st.signalLocked(HowRetry)
 	t := st.ten
-	if t != nil && !t.over {
-		t.checkNow = true
+	if t == nil || t.over || locker != "" && t.entity.Locker != locker {
+		st.mu.Unlock()
+		return
 	}
+	t.checkNow = true
 	st.mu.Unlock()
-	if t != nil {
-		t.exp.Poke()
-	}
+	t.exp.Poke()
 }
 
 func (st *lockState) signalLocked(how How) {
