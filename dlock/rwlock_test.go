@@ -1956,6 +1956,67 @@ func TestRWUnderDuplicatedLateAndLostWrites(t *testing.T) {
 	}
 }
 
+// giveBackHold watches a client's family requests: the write-take's locker (the writer's
+// attempt), the renewals, and the give-backs of that locker that reach Redis; once armed, the
+// next give-back is held (after a word on blocked, if given) until its context ends, as a
+// request waiting for a connection is, and so never sent (a word on cut then).
+type giveBackHold struct {
+	mu        sync.Mutex
+	writer    string    // the writer's attempt's locker
+	lastRenew time.Time // when a renewal was last sent
+	cut       chan struct{}
+	armed     atomic.Bool
+	giveBacks atomic.Int64 // of the writer's locker, that reached Redis
+}
+
+func holdGiveBack(c *redis.Client, blocked chan<- struct{}) *giveBackHold {
+	h := &giveBackHold{cut: make(chan struct{}, 1)}
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		h.mu.Lock()
+		switch sharedArg(a, "op") {
+		case "take":
+			if sharedArg(a, "n") == strconv.FormatInt(processor.RWPermits, 10) {
+				h.writer = sharedArg(a, "locker")
+			}
+		case "renew":
+			h.lastRenew = time.Now()
+		case "release":
+			if sharedArg(a, "locker") == h.writer {
+				h.mu.Unlock()
+				if h.armed.CompareAndSwap(true, false) {
+					if blocked != nil {
+						blocked <- struct{}{}
+					}
+					<-ctx.Done()
+					h.cut <- struct{}{}
+					cmd.SetErr(ctx.Err())
+					return ctx.Err()
+				}
+				h.giveBacks.Add(1)
+				return next(ctx, cmd)
+			}
+		}
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}})
+	return h
+}
+
+// renewed marks a renewal (or a take) sent now.
+func (h *giveBackHold) renewed() {
+	h.mu.Lock()
+	h.lastRenew = time.Now()
+	h.mu.Unlock()
+}
+
+// sinceRenewal is the time since the last renewal marked.
+func (h *giveBackHold) sinceRenewal() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return time.Since(h.lastRenew)
+}
+
 // A writer that gives up takes its process out of line even when the give-back's request is
 // cut short for a renewal due and never reaches Redis (it waited for a connection): the
 // give-back is sent again after the renewal, as a release cut short is (a regression test: it
@@ -1964,40 +2025,7 @@ func TestRWUnderDuplicatedLateAndLostWrites(t *testing.T) {
 func TestRWWriterThatGivesUpLeavesTheLineWhenItsGiveBackIsCutShort(t *testing.T) {
 	const lease = 3 * time.Second
 	c := srv.Client()
-	var (
-		mu        sync.Mutex
-		writer    string    // the writer's attempt's locker
-		lastRenew time.Time // when the read-hold's last renewal was sent
-		cut       = make(chan struct{}, 1)
-		armed     atomic.Bool
-		giveBacks atomic.Int64 // of the writer's locker, that reached Redis
-	)
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		a := cmd.Args()
-		mu.Lock()
-		switch sharedArg(a, "op") {
-		case "take":
-			if sharedArg(a, "n") == strconv.FormatInt(processor.RWPermits, 10) {
-				writer = sharedArg(a, "locker")
-			}
-		case "renew":
-			lastRenew = time.Now()
-		case "release":
-			if sharedArg(a, "locker") == writer {
-				mu.Unlock()
-				if armed.CompareAndSwap(true, false) {
-					<-ctx.Done() // waits for a connection until the driver cuts it short: never sent
-					cut <- struct{}{}
-					cmd.SetErr(ctx.Err())
-					return ctx.Err()
-				}
-				giveBacks.Add(1)
-				return next(ctx, cmd)
-			}
-		}
-		mu.Unlock()
-		return next(ctx, cmd)
-	}})
+	gb := holdGiveBack(c, nil)
 	g := genOn(t, c, dlock.WithDefaultLease(lease))
 	l := rwOf(t, g, uniqueTarget(t))
 	ctx := ctxT(t, 30*time.Second)
@@ -2005,9 +2033,7 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenItsGiveBackIsCutShort(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	lastRenew = time.Now() // (the read-hold's take)
-	mu.Unlock()
+	gb.renewed() // (the read-hold's take)
 	wctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	gaveUp := make(chan error, 1)
@@ -2023,18 +2049,16 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenItsGiveBackIsCutShort(t *testing.T)
 	// a quarter of the lease, sooner than a request's own bound (a third), so the give-back
 	// is cut short to make way for it.
 	waitFor(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		since := time.Since(lastRenew)
+		since := gb.sinceRenewal()
 		return since >= lease*45/100 && since <= lease*55/100
 	})
-	armed.Store(true)
+	gb.armed.Store(true)
 	giveUp()
 	if err := recv(t, gaveUp, "the writer giving up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the writer after its context ended: %v", err)
 	}
-	recv(t, cut, "the give-back cut short")
-	if !rgWaitUntil(15*time.Second, func() bool { return giveBacks.Load() > 0 }) {
+	recv(t, gb.cut, "the give-back cut short")
+	if !rgWaitUntil(15*time.Second, func() bool { return gb.giveBacks.Load() > 0 }) {
 		t.Fatal("the give-back cut short was never sent again")
 	}
 	st, err := l.State(ctx)
@@ -2056,39 +2080,8 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenItsGiveBackIsCutShort(t *testing.T)
 func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testing.T) {
 	const lease = 30 * time.Second // (no request's own bound, nor a renewal, cuts the give-back short first)
 	c := srv.Client()
-	var (
-		mu        sync.Mutex
-		writer    string // the writer's attempt's locker
-		blocked   = make(chan struct{}, 1)
-		cut       = make(chan struct{}, 1)
-		armed     atomic.Bool
-		giveBacks atomic.Int64 // of the writer's locker, that reached Redis
-	)
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		a := cmd.Args()
-		mu.Lock()
-		switch sharedArg(a, "op") {
-		case "take":
-			if sharedArg(a, "n") == strconv.FormatInt(processor.RWPermits, 10) {
-				writer = sharedArg(a, "locker")
-			}
-		case "release":
-			if sharedArg(a, "locker") == writer {
-				mu.Unlock()
-				if armed.CompareAndSwap(true, false) {
-					blocked <- struct{}{}
-					<-ctx.Done() // waits for a connection until Close cuts it short: never sent
-					cut <- struct{}{}
-					cmd.SetErr(ctx.Err())
-					return ctx.Err()
-				}
-				giveBacks.Add(1)
-				return next(ctx, cmd)
-			}
-		}
-		mu.Unlock()
-		return next(ctx, cmd)
-	}})
+	blocked := make(chan struct{}, 1)
+	gb := holdGiveBack(c, blocked)
 	g := genOn(t, c, dlock.WithDefaultLease(lease))
 	l := rwOf(t, g, uniqueTarget(t))
 	ctx := ctxT(t, 60*time.Second)
@@ -2106,7 +2099,7 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testin
 		st, err := l.State(ctx)
 		return err == nil && len(st.Waiting) == 1 && st.Waiting[0].Write
 	})
-	armed.Store(true)
+	gb.armed.Store(true)
 	giveUp()
 	if err := recv(t, gaveUp, "the writer giving up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the writer after its context ended: %v", err)
@@ -2115,8 +2108,8 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testin
 	if err := g.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, cut, "the give-back cut short")
-	if giveBacks.Load() == 0 {
+	recv(t, gb.cut, "the give-back cut short")
+	if gb.giveBacks.Load() == 0 {
 		t.Fatal("the give-back that Close cut short was not sent again")
 	}
 	line := "{" + l.Config().UniqueKey() + "}:shared:line"
