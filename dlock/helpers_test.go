@@ -10,10 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -999,50 +996,6 @@ func ownServer(t *testing.T) *redistest.Server {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// startCluster starts a three-master Redis Cluster (no replicas) and returns a seed address.
-func startCluster(t *testing.T) []string {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("no redis-server")
-	}
-	var addrs []string
-	for i := 0; i < 3; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		dir := t.TempDir()
-		cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--dir", dir, "--save", "", "--appendonly", "no", "--cluster-node-timeout", "2000")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port))
-	}
-	for _, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		waitFor(t, func() bool { return c.Ping(context.Background()).Err() == nil })
-		c.Close()
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	if out, err := exec.Command("redis-cli", append(args, "--cluster-yes")...).CombinedOutput(); err != nil {
-		t.Fatalf("cluster create: %v\n%s", err, out)
-	}
-	for _, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		waitFor(t, func() bool {
-			s, _ := c.ClusterInfo(context.Background()).Result()
-			return strings.Contains(s, "cluster_state:ok")
-		})
-		c.Close()
-	}
-	return addrs
 }
 
 type recorder struct {

@@ -109,7 +109,7 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 // and the SSUBSCRIBE would get MOVED). Healthy cluster, nothing moves: no subscription ends on
 // the wrong node.
 func TestClusterSubscriptionDialsTheSlotsNode(t *testing.T) {
-	addrs := startCluster(t)
+	addrs := redistest.NeedCluster(t, 3, 0).Addrs()
 	core, logs := observer.New(zap.DebugLevel)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer cc.Close()
