@@ -1248,6 +1248,42 @@ func TestLastingRedisFailureIsNoBusyLoop(t *testing.T) {
 	}
 }
 
+// A key held without an expiry (an operator's SET, a PERSIST) keeps the first waiter asking
+// at its pace, not at once again and again: the holder's time to live is unknown, not under
+// a millisecond. The waiter gets the lock once the key is gone, by its poll.
+func TestKeyWithoutExpiryIsNoBusyLoop(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	gw, cw := newGen(t)
+	lw := mustGen(t, gw, "NOTTL", target(t), lease)
+	admin := rawClient(t)
+	if err := admin.Set(context.Background(), key(lw), "set-by-hand", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var asks atomic.Int64
+	cw.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("lock")(cmd.Args()) {
+			asks.Add(1)
+		}
+		return next(ctx, cmd)
+	}})
+	got := lockAsync(t, lw, ctxT(t, 30*time.Second))
+	start := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	n, elapsed := asks.Load(), time.Since(start)
+	// at most one ask a sixth of the lease (before Redis hears it listen), and a few besides
+	if bound := 3 + int64(elapsed/(lease/6)); n > bound {
+		t.Fatalf("%d requests in %v while the key was held without an expiry, want at most %d", n, elapsed, bound)
+	}
+	t.Logf("%d requests in %v while the key was held without an expiry", n, elapsed)
+	if err := admin.Del(context.Background(), key(lw)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "the waiter's Lock once the key is gone")
+	if err := lw.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitKind is a lock as one process makes it, for the cancelled-wait tests: the holder's
 // acquisition, the wait that gives up, a try of the same, a try that fits beside the holder
 // (nil: none), and how many processes stand in the lock's Redis line.

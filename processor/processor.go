@@ -114,7 +114,7 @@ type Result struct {
 type Sighting struct {
 	// Life is the key's remaining life: it cannot come free before then but by a release,
 	// which publishes (or, with Holder "", how long a window left for processes not in line
-	// lasts).
+	// lasts); negative when the key has no expiry (set by hand: when it comes free is unknown).
 	Life time.Duration
 	// Holder is the locker under the key; "" inside a window left free for processes not
 	// in line.

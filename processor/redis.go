@@ -888,8 +888,8 @@ func sighting(vals []any) Sighting {
 	var s Sighting
 	placeOf(vals, &s)
 	if len(vals) >= 4 {
-		if n, ok := vals[1].(int64); ok && n > 0 {
-			s.Life = time.Duration(n) * time.Millisecond
+		if n, ok := vals[1].(int64); ok && (n > 0 || n == -1) {
+			s.Life = time.Duration(n) * time.Millisecond // (-1 ms: the key has no expiry)
 		}
 		s.Holder, _ = vals[2].(string)
 		if f, ok := vals[3].(string); ok {

@@ -12,10 +12,11 @@
 -- Returns {1, first token, the first token of the holding} when taken (they differ when the
 -- key was granted to this locker, or taken by an earlier copy of this request: the holding
 -- began with that grant's or copy's block); {0, life, holder, seen, rank, heard} when held by
--- another: the key's remaining life in milliseconds, the value under it, the fencing counter or
--- the server clock in µs, the larger, and for a waiting attempt its process's place in line
--- (0 for first; -1 when not in line) and 1 if the process listens on its channel of the key
--- (else 0); {-1, 0} when this acquisition was settled already, or is stale.
+-- another: the key's remaining life in milliseconds (-1 when it has no expiry), the value
+-- under it, the fencing counter or the server clock in µs, the larger, and for a waiting
+-- attempt its process's place in line (0 for first; -1 when not in line) and 1 if the process
+-- listens on its channel of the key (else 0); {-1, 0} when this acquisition was settled
+-- already, or is stale.
 counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local locker, seq, mark = A.locker, A.seq, A.mark
 if settled(seq) then
