@@ -2117,3 +2117,74 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testin
 		t.Fatalf("after Close, %d processes in line (%v), want none", n, err)
 	}
 }
+
+// A writer that gives up lets go of what its attempt took even when Redis fails its give-back
+// for a while: the take ran and its reply was lost, the process's link to Redis then failed
+// (every request errs at once) until the waiter's context ended and the give-back's tries
+// were spent. The give-back goes again until Redis answers, as the mutex's does (a regression
+// test: it was dropped, and the write-hold nobody had stayed in Redis for its lease, shutting
+// out every other process).
+func TestRWWriterThatGivesUpLetsGoWhenItsGiveBackFails(t *testing.T) {
+	const lease = 30 * time.Second // (the write-hold nobody has outlives the test)
+	const (
+		healthy  = iota
+		loseTake // the next take runs, its reply is lost, and the link fails
+		linkDown // every request of the lock fails at once, without reaching Redis
+	)
+	var mode atomic.Int32
+	var failedGiveBacks atomic.Int64
+	c := srv.Client()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		op := sharedArg(a, "op")
+		switch {
+		case op == "":
+		case mode.Load() == loseTake && op == "take":
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			mode.Store(linkDown)
+			cmd.SetErr(injectedTimeout{}) // the write-hold is taken; the reply is lost
+			return cmd.Err()
+		case mode.Load() == linkDown:
+			if op == "release" {
+				failedGiveBacks.Add(1)
+			}
+			err := errors.New("read: connection reset by peer (injected)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	ga := genOn(t, c, dlock.WithDefaultLease(lease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	ctx := ctxT(t, 60*time.Second)
+	warm, err := la.RLock(ctx) // (the script loaded, a connection made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	mode.Store(loseTake)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := la.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the writer whose take's reply was lost, its link down: %v", err)
+	}
+	if mode.Load() != linkDown {
+		t.Fatal("setup: the writer's take never ran")
+	}
+	waitFor(t, func() bool { return failedGiveBacks.Load() >= 3 }) // (its tries spent)
+	mode.Store(healthy)
+	o, err := lb.Lock(ctxT(t, 10*time.Second)) // (a hang made a failure: the write-hold lives a lease)
+	if err != nil {
+		st, _ := lb.State(ctx)
+		t.Fatalf("another process's writer, once the link is back: %v (holdings %+v)", err, st.Holds)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}

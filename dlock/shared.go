@@ -734,7 +734,7 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 }
 
 // owedRelease is a release the driver owes Redis: of a holding let go, whose Unlocks wait on
-// fate, or of a locker that may hold in Redis unknown to this process (sent once: until is zero).
+// fate, or of a locker that may hold in Redis unknown to this process (mayHold).
 type owedRelease struct {
 	locker    string
 	last, end uint64       // the tokens it gives back (unused)
@@ -750,7 +750,16 @@ func (st *sharedState) letGo(h *shareHold) owedRelease {
 
 // owe adds a release of locker, which may hold in Redis unknown to this process. The caller
 // holds mu.
-func (st *sharedState) owe(locker string) { st.owed = append(st.owed, owedRelease{locker: locker}) }
+func (st *sharedState) owe(locker string) { st.owed = append(st.owed, st.mayHold(locker)) }
+
+// mayHold returns the release of locker, which may hold in Redis unknown to this process (an
+// attempt whose outcome is unknown, a lost holding that a renewal may have kept, a downgrade's
+// take): one that fails is owed again for as long as what it lets go may live there (a line
+// entry's time to live, at least the lease, since every request of locker was sent before),
+// as the mutex's give-back is retried.
+func (st *sharedState) mayHold(locker string) owedRelease {
+	return owedRelease{locker: locker, until: time.Now().Add(processor.EntryTTL(st.cfg))}
+}
 
 // pay returns the request that sends o. One that fails while o's lease lasts is owed again (the
 // renewals due go first), as the mutex's release is retried until its lease runs out; else its
@@ -759,7 +768,7 @@ func (st *sharedState) owe(locker string) { st.owed = append(st.owed, owedReleas
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		err := st.release(ctx, o.locker, o.last, o.end)
-		if !errors.Is(err, errGone) && st.oweAgain(o, err) {
+		if st.oweAgain(o, err) {
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
 			st.mu.Unlock()
@@ -779,10 +788,11 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 // oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
 // while its lease lasts, or whenever it was cut short before its bound and so perhaps never
 // sent — by the driver for a renewal due, or by Close (whose clean-up sends it again) — unless
-// no second try changes the answer or the Generator's clean-up is over.
+// no second try changes the answer (it ran and found nothing: errGone) or the Generator's
+// clean-up is over.
 func (st *sharedState) oweAgain(o owedRelease, err error) bool {
 	cut := errors.Is(err, errMakeWay) || (errors.Is(err, context.Canceled) && st.g.done.Err() != nil)
-	return err != nil && !refusedForGood(err) && (time.Now().Before(o.until) || cut) && st.g.clean.Err() == nil
+	return err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && (time.Now().Before(o.until) || cut) && st.g.clean.Err() == nil
 }
 
 // refusedForGood reports whether a request failed in a way no second try changes: the client
@@ -814,11 +824,11 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	if !a.sent {
 		return action{again: true}
 	}
+	o := st.mayHold(a.locker)
 	return action{do: func(ctx context.Context) {
-		o := owedRelease{locker: a.locker}
 		if err := st.release(ctx, a.locker, 0, 0); st.oweAgain(o, err) {
-			// cut short (for a renewal due, or by Close), perhaps never sent: owed, as a
-			// release cut short is
+			// failed, or cut short (for a renewal due, or by Close) and perhaps never sent:
+			// owed, as a holding's release is
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
 			st.mu.Unlock()
