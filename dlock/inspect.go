@@ -52,7 +52,7 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 	if err := l.check(ctx); err != nil {
 		return State{}, err
 	}
-	in, err := call(l.g, ctx, func(ctx context.Context) (processor.Inspection, error) {
+	in, err := call(l.g, byCaller(ctx), func(ctx context.Context) (processor.Inspection, error) {
 		return l.g.proc.Inspect(ctx, l.cfg)
 	})
 	if err != nil {
@@ -158,7 +158,7 @@ func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder stri
 	if holder == "" {
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
-	res, err := call(l.g, ctx, func(ctx context.Context) (processor.Result, error) {
+	res, err := call(l.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
 	removed := err == nil && res.Outcome == processor.Released

@@ -30,7 +30,8 @@ type Observer interface {
 	// is retried until the lease runs out.
 	RenewalFailed(RenewalEvent)
 	// RedisError: a Redis round trip failed, whatever the operation (renewals included); not
-	// one that its caller's context or Close cancelled.
+	// one cut short by Close or by its caller's context ending (cancelled, or its deadline
+	// reached while the request was on its way).
 	RedisError(RedisErrorEvent)
 }
 

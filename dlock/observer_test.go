@@ -5,10 +5,14 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 func TestObserverSeesAcquisitionsReleasesAndLosses(t *testing.T) {
@@ -74,6 +78,57 @@ func TestObserverSeesRedisErrors(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.redisErrs) == 0 || rec.redisErrs[0].Op != "lock" || rec.redisErrs[0].Key != l.Config().UniqueKey() {
 		t.Fatalf("redis errors: %+v", rec.redisErrs)
+	}
+}
+
+// A request cut short by its caller's deadline (a Lock whose wait ran out while its attempt
+// was on its way) is not Redis failing: RedisError is not told of it, so that short deadlines
+// on a busy lock do not raise the alert on dlock_redis_errors_total. One that gets no answer
+// within a bound of the library's own (an Unlock's, the lease) is told.
+func TestObserverIsNotToldOfTheCallersDeadline(t *testing.T) {
+	rec := &recorder{}
+	g, c := newGen(t, dlock.WithObserver(rec))
+	preload(t, c)
+	l, _ := g.Gen("API", target(t))
+	ctx := ctxT(t, 20*time.Second)
+	o, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow atomic.Bool // Redis answers no script until the request's context ends
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !slow.Load() || processor.ScriptName(cmd.Args()) == "" {
+			return next(ctx, cmd)
+		}
+		<-ctx.Done()
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}})
+	slow.Store(true)
+	if err := l.Unlock(o); err == nil {
+		t.Fatal("Unlock without an answer from Redis returned nil")
+	}
+	told := 0
+	waitFor(t, func() bool { // (told as the abandoned request ends, in the background)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		told = len(rec.redisErrs)
+		return told > 0
+	})
+	waitFor(t, func() bool { return c.Exists(rgBG(), key(l)).Val() == 0 }) // (its lease ran out)
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.Lock(tctx)
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock whose attempt got no answer before its deadline: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // (the abandoned request ends in the background)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.redisErrs[told:] {
+		if e.Op == "lock" {
+			t.Fatalf("RedisError told of a Lock's attempt that its caller's deadline cut short: %+v", e)
+		}
 	}
 }
 

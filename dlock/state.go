@@ -364,7 +364,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	st.mu.Unlock()
 
 	sent := time.Now()
-	res, err := call(st.g, ctx, func(ctx context.Context) (processor.Result, error) {
+	res, err := call(st.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Tokens: a.tokens})
 	})
 	if err == nil && res.Outcome == processor.Taken && !time.Now().Before(domain.HeldUntil(sent, a.cfg.Lease())) {
@@ -529,7 +529,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	st.mu.Unlock()
 
 	sent := time.Now()
-	res, err := call(st.g, ctx, func(ctx context.Context) (processor.Result, error) {
+	res, err := call(st.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return st.g.proc.ExpandLease(ctx, cfg, req)
 	})
 	if err != nil {
