@@ -46,7 +46,21 @@ func TestDocumentedErrors(t *testing.T) {
 			cancel()
 			_, err := l.Lock(ctx)
 			return err
-		}, []error{dlock.ErrNotObtained, context.Canceled}, ""},
+		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled"},
+		{"RLock with an ended context", func() error { // (one line, as the mutex's)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			rw, _ := g.GenRW("ERR", target(t))
+			_, err := rw.RLock(ctx)
+			return err
+		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled"},
+		{"Acquire with an ended context", func() error {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			sem, _ := g.GenSemaphore("ERR", target(t)+"-sem", 2)
+			_, err := sem.Acquire(ctx, 1)
+			return err
+		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled"},
 		{"Unlock by a non-owner", func() error { return l.Unlock(context.Background()) }, []error{dlock.ErrNotHeld}, ""},
 		{"Unlock with nil context", func() error { return l.Unlock(nil) }, []error{dlock.ErrInvalidConfig}, "nil context"}, //nolint:staticcheck
 		{"Do with nil function", func() error { return l.Do(context.Background(), nil) }, []error{dlock.ErrInvalidConfig}, ""},

@@ -675,7 +675,7 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, false, errors.Join(ErrNotObtained, err)
+			return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err)
 		}
 		st, err := g.shared(cfg, spec)
 		if err != nil {
