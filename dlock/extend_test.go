@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -234,6 +235,28 @@ func TestExtendOutlastsARenewalInFlight(t *testing.T) {
 // with the new lease. Ports bsm/redislock's TestLock_Refresh_retry_transient_error and
 // TestLock_Refresh_retry_transient_error_exhausted (dlock does not retry an Extend itself:
 // the caller calls it again).
+// An Extend whose renewal gets no answer within the lease returns a *RedisProcessError that
+// says so on one line, matching the deadline.
+func TestExtendUnansweredWithinTheLease(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("UNANSWERED", target(t), 300*time.Millisecond)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on atomic.Bool
+	c.AddHook(unanswered("renew", &on))
+	on.Store(true)
+	err = l.Extend(o, time.Second)
+	var pe *dlock.RedisProcessError
+	if !errors.As(err, &pe) || pe.Op != "renew" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Extend without an answer within the lease = %v, want a *RedisProcessError of renew matching the deadline", err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Extend's error spans lines: %q", err)
+	}
+}
+
 func TestExtendThroughATransientRedisFailure(t *testing.T) {
 	c := srv.Client()
 	var fails atomic.Int32

@@ -340,6 +340,23 @@ func (c *counter) script(name string) int {
 	return c.scripts[name]
 }
 
+// unanswered returns a hook under which, once on is set, Redis does not answer the next
+// script named name ("" for any script) before the request's context ends, and the client
+// returns only a little after that (as one that does not honour the context at once); the
+// hook clears on.
+func unanswered(name string, on *atomic.Bool) fnHook {
+	return fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		script := processor.ScriptName(cmd.Args())
+		if script == "" || name != "" && script != name || !on.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		<-ctx.Done()
+		time.Sleep(20 * time.Millisecond)
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}}
+}
+
 // fnHook wraps every command with f.
 type fnHook struct {
 	f func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error

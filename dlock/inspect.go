@@ -121,7 +121,7 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	case st.ten != t:
 		// lost (or ended) meanwhile
 	case errors.Is(err, errLate):
-		return &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: errors.Join(unlate(err), errLateReply)}
+		return &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 	case err != nil:
 		return err
 	case res.Outcome == processor.Renewed:

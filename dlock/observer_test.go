@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockgo/dlock/dlock"
-	"github.com/dlockgo/dlock/processor"
 )
 
 func TestObserverSeesAcquisitionsReleasesAndLosses(t *testing.T) {
@@ -95,15 +92,8 @@ func TestObserverIsNotToldOfTheCallersDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var slow atomic.Bool // Redis answers no script until the request's context ends
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if !slow.Load() || processor.ScriptName(cmd.Args()) == "" {
-			return next(ctx, cmd)
-		}
-		<-ctx.Done()
-		cmd.SetErr(ctx.Err())
-		return ctx.Err()
-	}})
+	var slow atomic.Bool // Redis answers the next script only once the request's context ended
+	c.AddHook(unanswered("", &slow))
 	slow.Store(true)
 	if err := l.Unlock(o); err == nil {
 		t.Fatal("Unlock without an answer from Redis returned nil")
@@ -116,6 +106,8 @@ func TestObserverIsNotToldOfTheCallersDeadline(t *testing.T) {
 		return told > 0
 	})
 	waitFor(t, func() bool { return c.Exists(rgBG(), key(l)).Val() == 0 }) // (its lease ran out)
+	slow.Store(true)
+	slow.Store(true)
 	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err = l.Lock(tctx)
 	cancel()

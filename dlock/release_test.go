@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,6 +72,28 @@ func TestFailedReleaseOfALongHoldIsRetried(t *testing.T) {
 	pttl, _ := admin.PTTL(ctx, la.Config().UniqueKey()).Result()
 	if n != 0 {
 		t.Fatalf("the key is still held %v after a release that failed once; it expires in %v (no retry)", lease/3, pttl)
+	}
+}
+
+// An Unlock whose release gets no answer within the lease returns a *RedisProcessError that
+// says so on one line (a log line stays one line), matching the deadline.
+func TestUnlockUnansweredWithinTheLease(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("UNANSWERED", target(t), 300*time.Millisecond)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on atomic.Bool
+	c.AddHook(unanswered("release", &on))
+	on.Store(true)
+	err = l.Unlock(o)
+	var pe *dlock.RedisProcessError
+	if !errors.As(err, &pe) || pe.Op != "unlock" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock without an answer within the lease = %v, want a *RedisProcessError of unlock matching the deadline", err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Unlock's error spans lines: %q", err)
 	}
 }
 

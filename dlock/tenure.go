@@ -265,7 +265,7 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 			// The caller's context (Close's) ended first, not the lease.
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: unlate(err)}
 		case errors.Is(err, errLate):
-			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: errors.Join(unlate(err), errLateReply)}
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 		}
 		return err
 	case res.Outcome == processor.Gone:
