@@ -232,7 +232,7 @@ func TestCloseDuringAcquisition(t *testing.T) {
 // Close ends a Lock whose first request to Redis is on its way (before it queued): it returns
 // ErrClosed at once, not when the client gives up on the request; so does a TryLock, of the
 // mutex and of the lock family (whose try got the driver's request error, cut short by Close:
-// "no answer before the caller's context ended", matching neither ErrClosed nor
+// "no answer before the request's deadline or cancellation", matching neither ErrClosed nor
 // ErrNotObtained), and a MultiLock over them.
 func TestCloseEndsALockWhoseRequestIsOnItsWay(t *testing.T) {
 	try := func(f func(context.Context) (*dlock.Owner, bool, error)) func(context.Context) error {

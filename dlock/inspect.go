@@ -213,9 +213,10 @@ func (l *DistributedReentrantLock) check(ctx context.Context) error {
 	return nil
 }
 
-// errLate says that the caller's context ended before Redis answered: the request may still
-// run, or have run, in Redis.
-var errLate = errors.New("dlock: no answer before the caller's context ended")
+// errLate says that the request's context ended before Redis answered — its caller's, Close,
+// or a bound of the library's own such as a renewal's lease: the request may still run, or
+// have run, in Redis.
+var errLate = errors.New("dlock: no answer before the request's deadline or cancellation")
 
 // errNotSent says that a request was never handed to the client: its caller's context ended
 // while it waited for the Generator's gate. Nothing of it can reach Redis.

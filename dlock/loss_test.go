@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +49,33 @@ func TestLostLease(t *testing.T) {
 				t.Fatal("the old owner deleted the new owner's key")
 			}
 		})
+	}
+}
+
+// A renewal that gets no answer before the lease runs out loses the lock, and the cause says
+// what happened without blaming a caller's context: no caller's context bounds a renewal.
+func TestLossByAnUnansweredRenewalSaysSo(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("UNANSWERED", target(t), 300*time.Millisecond)
+	ctx := ctxT(t, 10*time.Second)
+	var on atomic.Bool
+	c.AddHook(unanswered("renew", &on))
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on.Store(true)
+	select {
+	case <-owned.Done():
+	case <-ctx.Done():
+		t.Fatal("the holding outlived its lease without a renewal answered")
+	}
+	cause := context.Cause(owned)
+	if !errors.Is(cause, dlock.ErrLockLost) || !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("cause = %v, want ErrLockLost and the deadline", cause)
+	}
+	if strings.Contains(cause.Error(), "caller") {
+		t.Fatalf("the loss blames a caller: %q", cause)
 	}
 }
 
