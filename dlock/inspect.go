@@ -20,7 +20,9 @@ type State struct {
 	Holder string
 	// Mine reports whether Holder is an acquisition of this Generator.
 	Mine bool
-	// LeaseLeft is how long the holding lasts unless renewed; 0 when free.
+	// LeaseLeft is how long the holding lasts unless renewed; 0 when free, and when the key
+	// has no expiry (a value dlock did not write, which never comes free by itself: see
+	// ForceRelease).
 	LeaseLeft time.Duration
 	// Fence is the key's fencing counter: the last token handed out, while Redis keeps it
 	// (two leases after the last acquisition or renewal); 0 once it expired. The next token

@@ -25,7 +25,8 @@ With --json it prints one JSON object with these fields (durations in millisecon
   mine                  always false here (this tool holds nothing)
   reserved_for          always "" (a release grants the key to the next process at once; the
                         field stays for scripts that read it)
-  lease_left_ms         how long the holding lasts unless renewed; 0 when free
+  lease_left_ms         how long the holding lasts unless renewed; 0 when free, and for
+                        a key without expiry (not written by dlock)
   fence                 the last fencing token handed out for the key (0 once expired)
   waiting               the locker prefixes of the processes waiting in line that a release
                         would grant the lock to, first in line first: a list, [] when none
