@@ -758,7 +758,7 @@ func testTryLockContended(t *testing.T) {
 
 func TestLeasePerAcquisition(t *testing.T) {
 	const typ = "RGLEASE"
-	short, long := 300*time.Millisecond, 3*time.Second
+	short, long := time.Second, 3*time.Second // (short renews within holdUnovertaken's 1.5 s, with room for a loaded machine)
 	raw := rawClient(t)
 	for _, tc := range []struct {
 		name         string
