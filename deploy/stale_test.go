@@ -3,9 +3,13 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/redistest"
@@ -189,6 +193,40 @@ func TestClusterCallsAfterCompletedFailover(t *testing.T) {
 // failover. Each "process" has a client of its own that used the old master before.
 func TestClusterReplicaAckAfterManualFailover(t *testing.T) {
 	t.Parallel() // on a cluster of its own; mostly waiting
+	replicaAckAfterFailover(t, reloadsTell)
+}
+
+// As TestClusterReplicaAckAfterManualFailover, with each client's first reload of the slot map
+// after the failover answered without the moved slots, as a node answers that heard the old
+// master turn replica before it heard the new master claim its slots (it drops them until
+// then); go-redis sends a slot missing from its map to a random node. The MOVED answer names
+// the new master: the request goes there, not to whatever node the map names next.
+func TestClusterReplicaAckFollowsMovedPastAMapWithoutTheSlot(t *testing.T) {
+	t.Parallel() // on a cluster of its own; mostly waiting
+	replicaAckAfterFailover(t, reloadDropsSlot)
+}
+
+// As TestClusterReplicaAckAfterManualFailover, with a reload of each client under way as its
+// request meets MOVED, answered (50 ms after) with the map from before the failover, as a node
+// answers that had not heard of it yet. go-redis drops a reload asked for while another runs:
+// the request asks again until the map names the new master.
+func TestClusterReplicaAckFollowsMovedPastAReloadUnderWay(t *testing.T) {
+	t.Parallel() // on a cluster of its own; mostly waiting
+	replicaAckAfterFailover(t, reloadUnderWay)
+}
+
+// afterFailover says what a client's reloads of the slot map answer after the failover.
+type afterFailover int
+
+const (
+	reloadsTell     afterFailover = iota // what the nodes say
+	reloadDropsSlot                      // the first: the map without the new master's slots
+	reloadUnderWay                       // one asked at once: the map before the failover, once a request met MOVED
+)
+
+// replicaAckAfterFailover runs the calls of TestClusterReplicaAckAfterManualFailover, with each
+// client's reloads after the failover answered as mode says.
+func replicaAckAfterFailover(t *testing.T, mode afterFailover) {
 	c := redistest.NeedCluster(t, 3, 1)
 	const lease = 2 * time.Minute
 	prefix := unique("ackmoved")
@@ -196,8 +234,48 @@ func TestClusterReplicaAckAfterManualFailover(t *testing.T) {
 	targets := targetsWith(t, c, master, "ACKMOVED", prefix, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
 	defer cancel()
+	seed := redis.NewClient(&redis.Options{Addr: master})
+	defer seed.Close()
+	var (
+		before   []redis.ClusterSlot // the map before the failover
+		promoted string              // the new master, set when the failover is done (with armed)
+		armed    atomic.Bool
+		reloads  []func() // reloadUnderWay: starts each client's reload under way
+	)
 	gen := func() *dlock.Generator {
-		return generatorOn(t, c.Client(), lease, dlock.WithReplicaAck(1, 5*time.Second))
+		var once sync.Once
+		answer := make(chan struct{}) // reloadUnderWay: the reload under way answers
+		client := c.Client(func(o *redis.ClusterOptions) {
+			if mode == reloadsTell {
+				return
+			}
+			o.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
+				if !armed.Load() {
+					return seed.ClusterSlots(ctx).Result()
+				}
+				first := false
+				once.Do(func() { first = true })
+				switch {
+				case !first:
+					return seed.ClusterSlots(ctx).Result()
+				case mode == reloadDropsSlot:
+					slots, err := seed.ClusterSlots(ctx).Result()
+					return slices.DeleteFunc(slots, func(s redis.ClusterSlot) bool { return s.Nodes[0].Addr == promoted }), err
+				}
+				<-answer
+				return before, nil
+			}
+		})
+		var met sync.Once
+		if mode == reloadUnderWay {
+			client.OnNewNode(func(node *redis.Client) {
+				node.AddHook(onMoved(func() { met.Do(func() { time.AfterFunc(50*time.Millisecond, func() { close(answer) }) }) }))
+			})
+			reloads = append(reloads, func() { client.ReloadState(ctx) })
+		}
+		g := generatorOn(t, client, lease, dlock.WithReplicaAck(1, 5*time.Second))
+		t.Cleanup(func() { met.Do(func() { close(answer) }) }) // (before the client closes)
+		return g
 	}
 	holder, err := gen().Gen("ACKMOVED", targets[0])
 	if err != nil {
@@ -230,8 +308,15 @@ func TestClusterReplicaAckAfterManualFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.FailoverReplica(lockKey("ACKMOVED", targets[0])); err != nil {
+	if before, err = seed.ClusterSlots(ctx).Result(); err != nil {
 		t.Fatal(err)
+	}
+	if promoted, err = c.FailoverReplica(lockKey("ACKMOVED", targets[0])); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	for _, reload := range reloads {
+		reload()
 	}
 
 	if err := holder.Extend(owned, lease); err != nil {
@@ -252,5 +337,23 @@ func TestClusterReplicaAckAfterManualFailover(t *testing.T) {
 		t.Errorf("TryLock of the released lock = %v, %v; want true, nil", ok, err)
 	} else if err := o.Unlock(); err != nil {
 		t.Errorf("Unlock: %v", err)
+	}
+}
+
+// onMoved is a hook that calls f after a pipeline that met a MOVED answer.
+type onMoved func()
+
+func (onMoved) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (onMoved) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (f onMoved) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if _, moved := redis.IsMovedError(cmd.Err()); moved {
+				f()
+				break
+			}
+		}
+		return err
 	}
 }

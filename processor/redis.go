@@ -413,59 +413,86 @@ func (p *RedisLockProcessor) Reload() {
 // On a Cluster client, a request that could not reach the master its slot map named (a refused
 // dial, a dropped connection), or that the node answered with MOVED (with WithReplicaAck the
 // script and WAIT go to the node itself, which follows no redirection: after CLUSTER FAILOVER
-// the old master, a replica now, answers MOVED), is sent once more if the reloaded map names
-// another master for the key within reloadWait (see moved): after a completed failover the
-// client would otherwise send it to the dead master again. The second copy is the same request (same locker, same
-// arguments): the scripts are safe to run twice, and its answer says what became of both; the
-// callers count a lease from before the first send.
+// the old master, a replica now, answers MOVED), is sent again to the master it should go to
+// once the reloaded map names it (see moved), as many times as the client's MaxRedirects (3 by
+// default): after a completed failover the client would otherwise send it to the dead master
+// again. Each copy is the same request (same locker, same arguments): the scripts are safe to
+// run twice, and the last answer says what became of all; the callers count a lease from
+// before the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
-	cc, _ := p.client.(*redis.ClusterClient)
-	was := ""
-	if cc != nil {
-		was = masterAddr(ctx, cc, keys[0])
+	cc, ok := p.client.(*redis.ClusterClient)
+	if !ok {
+		return p.send(ctx, s, ack, nil, keys, args...)
 	}
-	res, acked, err = p.send(ctx, s, ack, keys, args...)
-	if cc != nil && p.moved(ctx, cc, keys[0], was, err) {
-		res, acked, err = p.send(ctx, s, ack, keys, args...)
+	node, err := cc.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return nil, 0, err
+	}
+	res, acked, err = p.send(ctx, s, ack, node, keys, args...)
+	for range cc.Options().MaxRedirects {
+		if node = p.moved(ctx, cc, keys[0], node.Options().Addr, err); node == nil {
+			break
+		}
+		res, acked, err = p.send(ctx, s, ack, node, keys, args...)
 	}
 	return res, acked, err
 }
 
 // reloadWait bounds how long a request on a Cluster client that could not reach the key's
-// master waits for the reloaded slot map to name another master before it fails (see run):
-// long enough for a few of go-redis's reloads, which run at most every 200 ms.
+// master waits for the reloaded slot map to name the master to send it to before it fails (see
+// run): long enough for a few of go-redis's reloads, which run at most every 200 ms.
 const reloadWait = time.Second
 
-// moved reports whether a request that failed with err, sent to the master at was, failed to
-// reach it (or was redirected, MOVED: it did not run) and cc's slot map names another master
-// for key now: it asks for a reload and waits for it, for at most reloadWait and while ctx
-// lasts.
-func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient, key, was string, err error) bool {
-	_, redirected := redis.IsMovedError(err)
-	if was == "" || !(unreached(err) || redirected) {
-		return false
+// moved returns the master to send a request again to, which failed with err at the master at
+// was: for a MOVED answer the master it names (the node that answered knows), for a request
+// that did not reach was another master for key — once cc's slot map names it. It asks for
+// reloads of the map until then, for at most reloadWait and while ctx lasts; nil if none.
+//
+// A reload may store a map older than the MOVED answer, or one without key's slot (a node that
+// heard the old master turn replica before it heard the new master's claim drops the slot for
+// a moment; go-redis sends a slot missing from its map to a random node), so any change of the
+// map is not enough; and go-redis drops a reload asked for while one is under way, which may
+// have asked a node before the failover reached it, so the reload is asked for again until the
+// map names the master.
+func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient, key, was string, err error) *redis.Client {
+	to, redirected := redis.IsMovedError(err)
+	if !redirected && !unreached(err) {
+		return nil
 	}
-	p.Reload()
 	limit := time.NewTimer(reloadWait)
 	defer limit.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if now := masterAddr(ctx, cc, key); now != "" && now != was {
-			return true
+		if node, err := cc.MasterForKey(ctx, key); err == nil {
+			now := node.Options().Addr
+			if redirected && sameNode(now, to) || !redirected && now != was {
+				return node
+			}
 		}
+		p.Reload()
 		select {
 		case <-ctx.Done():
-			return false
+			return nil
 		case <-limit.C:
-			return false
+			return nil
 		case <-tick.C:
-			// again: a reload may have asked a node that had not yet heard of the failover (the
-			// client runs one reload at a time, at most every 200 ms)
-			p.Reload()
 		}
 	}
+}
+
+// sameNode reports whether addr, an address in a Cluster client's slot map, is the node a MOVED
+// answer names as moved: the same, or the same port where moved is a loopback address (go-redis
+// puts the host it reached the cluster by in place of the loopback addresses nodes announce).
+func sameNode(addr, moved string) bool {
+	if addr == moved {
+		return true
+	}
+	host, port, err := net.SplitHostPort(moved)
+	_, mapPort, _ := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return err == nil && port == mapPort && ip != nil && ip.IsLoopback()
 }
 
 // unreached reports whether err says the connection to the server failed (a dial refused or
@@ -489,18 +516,16 @@ func masterAddr(ctx context.Context, cc *redis.ClusterClient, key string) string
 	return node.Options().Addr
 }
 
-// send is run's request: the script, and WAIT after it when asked.
-func (p *RedisLockProcessor) send(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
+// send is run's request: the script, and WAIT after it when asked, on node (a Cluster
+// client's master for the key; nil for other clients). A request without WAIT goes through
+// the client, which routes it (and follows MOVED itself).
+func (p *RedisLockProcessor) send(ctx context.Context, s *redis.Script, ack bool, node *redis.Client, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
 	if !ack || p.opts.Replicas == 0 {
 		res = s.Run(ctx, p.client, keys, args...)
 		return res, -1, res.Err()
 	}
 	var c redis.Cmdable = p.client
-	if cc, ok := p.client.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, 0, err
-		}
+	if node != nil {
 		c = node
 	}
 	send := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
