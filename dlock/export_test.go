@@ -147,6 +147,15 @@ func WithReentering(f func()) Option {
 	})
 }
 
+// WithLent runs f as an acquisition (of any kind) got the lock — taken from Redis or lent
+// within the process — before Lock or TryLock makes its Owner: a test can end the holding there.
+func WithLent(f func()) Option {
+	return optionFunc(func(o *options) error {
+		o.lent = f
+		return nil
+	})
+}
+
 // Belief reports what this generator believes of key while a goroutine owns the lock through
 // a tenure: the tenure's locker and until when it counts the key held; ok is false when no
 // goroutine owns it (nobody acts on the key then).

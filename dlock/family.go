@@ -588,7 +588,8 @@ func kindOf(spec processor.Shared, write bool) LockKind {
 // side if write: it returns the Owner and true, false with a nil error for a TryLock that found
 // them held, or why not. An acquisition that Close overtook before it returned — its holding
 // ended by Close, or about to be — returns ErrClosed, as the mutex's does, never an Owner
-// that Close let go.
+// that Close let go; one whose holding was lost as it was lent is not returned either (Lock
+// waits on, TryLock reports false, a downgrade the loss: lostAsLent).
 func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
 	if ctx == nil {
 		return nil, false, fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -670,7 +671,10 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 	}
 	if down != nil {
 		if o := down.st.downgrade1(ctx, down); o != nil {
-			return o, true, nil
+			if !o.sh.lostAsLent() {
+				return o, true, nil
+			}
+			return nil, false, down.lostCause()
 		}
 	}
 	for {
@@ -696,7 +700,16 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 			}
 			return nil, false, ErrNotObtained
 		}
+		if f := g.opts.lent; f != nil {
+			f()
+		}
 		o := st.newOwner(ctx, w.hold, w.token, n, write)
+		if o.sh.lostAsLent() {
+			if try {
+				return nil, false, nil
+			}
+			continue
+		}
 		o.sh.queued = w.queued
 		return o, true, nil
 	}
@@ -713,6 +726,9 @@ func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) *Owner 
 	down.hold.readers++
 	token := down.hold.token
 	st.mu.Unlock()
+	if f := st.g.opts.lent; f != nil {
+		f()
+	}
 	return st.newOwner(ctx, down.hold, token, 1, false)
 }
 
@@ -748,6 +764,23 @@ func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64,
 	so.public = weak.Make(o)
 	runtime.AddCleanup(o, func(so *shareOwner) { so.dropped() }, so)
 	return o
+}
+
+// lostAsLent reports whether the holding so, a fresh acquisition, borrows from was lost
+// before so could be returned (it was told Lost); if so it ends so, giving its permits back.
+// An acquisition is returned only if its holding was live then, as Close's is (closedMeanwhile).
+func (so *shareOwner) lostAsLent() bool {
+	st := so.st
+	st.mu.Lock()
+	cause := so.lostLocked()
+	if cause == nil || errors.Is(cause, ErrClosed) {
+		st.mu.Unlock()
+		return false
+	}
+	so.end(cause)
+	st.mu.Unlock()
+	st.poke()
+	return true
 }
 
 // reenter counts one more hold of so and returns its Owner, or nil when so no longer holds

@@ -868,3 +868,109 @@ func TestForceReleaseHereOfAFamilyHoldingWhoseTakeIsOnItsWay(t *testing.T) {
 	}
 	_ = lp.Unlock(r.owned)
 }
+
+// A read-write lock's or semaphore's holding removed as it is lent to an acquisition — between
+// the lending and the Owner: here an operator's ForceRelease in this Generator — is not
+// returned, as the mutex's is not: Lock takes the lock again and returns an Owner that is live,
+// TryLock reports it not obtained, and a downgrade whose write-hold went reports the loss.
+func TestFamilyHoldingLostAsItIsLentIsNotReturned(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	var (
+		holders func() []dlock.SharedHold
+		force   func(string) (bool, error)
+		arm     atomic.Bool
+	)
+	hook := func() {
+		if !arm.CompareAndSwap(true, false) {
+			return
+		}
+		hs := holders()
+		if len(hs) != 1 {
+			t.Errorf("holdings as one was lent: %+v", hs)
+			return
+		}
+		if ok, err := force(hs[0].Locker); !ok || err != nil {
+			t.Errorf("ForceRelease = %v %v", ok, err)
+		}
+	}
+	g, _ := newGen(t, dlock.WithLent(hook))
+	rw, err := g.GenRW("API", target(t)+"-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := g.GenSemaphore("API", target(t)+"-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func(o *dlock.Owner, what string) {
+		t.Helper()
+		if o.Err() != nil {
+			t.Fatalf("%s returned an Owner that had ended: %v", what, context.Cause(o))
+		}
+		if len(holders()) != 1 {
+			t.Fatalf("%s returned, and Redis holds %+v", what, holders())
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		state func(context.Context) (dlock.SharedState, error)
+		force func(context.Context, string) (bool, error)
+		lock  func(context.Context) (*dlock.Owner, error)
+		try   func(context.Context) (*dlock.Owner, bool, error)
+		free  func(context.Context) error
+	}{
+		{"read", rw.State, rw.ForceRelease, rw.RLock, rw.TryRLock, rw.Unlock},
+		{"write", rw.State, rw.ForceRelease, rw.Lock, rw.TryLock, rw.Unlock},
+		{"permits", sem.State, sem.ForceRelease,
+			func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+			func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) }, sem.Release},
+	} {
+		holders = func() []dlock.SharedHold {
+			s, err := c.state(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s.Holds
+		}
+		force = func(h string) (bool, error) { return c.force(ctx, h) }
+		arm.Store(true)
+		o, err := c.lock(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		live(o, c.name)
+		if err := c.free(o); err != nil {
+			t.Fatalf("%s: Unlock: %v", c.name, err)
+		}
+		arm.Store(true)
+		o, ok, err := c.try(ctx)
+		if err != nil || ok || o != nil {
+			t.Fatalf("%s: TryLock of a holding lost as it was lent = %v %v %v, want nil false nil", c.name, o, ok, err)
+		}
+		if arm.Load() {
+			t.Fatalf("%s: the hook did not run", c.name)
+		}
+	}
+
+	// a downgrade: the write-hold goes as the writer's read is lent on it
+	holders = func() []dlock.SharedHold {
+		s, err := rw.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Holds
+	}
+	force = func(h string) (bool, error) { return rw.ForceRelease(ctx, h) }
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm.Store(true)
+	r, err := rw.RLock(w)
+	if !errors.Is(err, dlock.ErrLockLost) || r != nil {
+		t.Fatalf("downgrade of a write-hold removed as it was lent = %v %v, want the loss", r, err)
+	}
+	if err := rw.Unlock(w); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock of the writer = %v, want the loss", err)
+	}
+}

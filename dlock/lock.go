@@ -207,7 +207,8 @@ func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 // re-entered it), and false with a nil error if the lock is held, by another process or by
 // another goroutine of this one, or if goroutines of this process queue for it and may not be
 // passed (WithFIFO, or the first has waited over 1 ms, as for Lock) — then without asking
-// Redis. It leaves no trace for other
+// Redis — or if the lock it got was lost before it could return it (Lock then waits on: neither
+// returns an Owner whose holding was lost as it was taken). It leaves no trace for other
 // processes to see. A Redis failure is returned as a *RedisProcessError (an attempt whose
 // reply was lost is given back in the background); re-entry on a lost holding returns an
 // error matching ErrLockLost. When ctx ends before the attempt's answer (or had ended before
@@ -261,40 +262,54 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Reason: reasonOf(err), Err: err})
 		return nil, false, err
 	}
-	st, err := l.g.ref(l.cfg)
-	if err != nil {
-		l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Reason: reasonOf(err), Err: err})
-		return nil, false, err
-	}
-	h, held, err := st.acquire(ctx, l.cfg, wait)
-	if held {
-		st.left()
-		l.g.unref(st)
-		return nil, true, nil
-	}
-	if err != nil {
-		st.left()
-		l.g.unref(st)
-		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) && !errors.Is(err, ErrNotObtained) {
-			err = fmt.Errorf("%w: %w", ErrNotObtained, err) // (a try whose context ended on its way, as above)
+	for { // (again only when the lock was lost as it was taken)
+		st, err := l.g.ref(l.cfg)
+		if err != nil {
+			l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Reason: reasonOf(err), Err: err})
+			return nil, false, err
 		}
-		if wait && errors.Is(err, ErrNotObtained) {
-			l.g.log.Debug("dlock: lock not obtained", zap.String("key", l.cfg.UniqueKey()),
-				zap.Duration("waited", time.Since(start)), zap.Error(err))
+		h, held, err := st.acquire(ctx, l.cfg, wait)
+		if held {
+			st.left()
+			l.g.unref(st)
+			return nil, true, nil
 		}
-		if wait || !errors.Is(err, ErrOptimisticLocking) {
-			l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
+		if err != nil {
+			st.left()
+			l.g.unref(st)
+			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) && !errors.Is(err, ErrNotObtained) {
+				err = fmt.Errorf("%w: %w", ErrNotObtained, err) // (a try whose context ended on its way, as above)
+			}
+			if wait && errors.Is(err, ErrNotObtained) {
+				l.g.log.Debug("dlock: lock not obtained", zap.String("key", l.cfg.UniqueKey()),
+					zap.Duration("waited", time.Since(start)), zap.Error(err))
+			}
+			if wait || !errors.Is(err, ErrOptimisticLocking) {
+				l.g.observer.NotObtained(NotObtainedEvent{Kind: KindMutex, Config: l.cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
+			}
+			return nil, false, err
 		}
-		return nil, false, err
+		if f := l.g.opts.lent; f != nil {
+			f()
+		}
+		if errors.Is(h.heldErr(), ErrLockLost) {
+			// Lost as it was taken, before its Owner was made (told Lost): not returned, so that
+			// an Owner that Lock or TryLock returns was live as it returned. Lock waits on; a
+			// TryLock reports the lock not obtained.
+			if !wait {
+				return nil, true, nil
+			}
+			continue
+		}
+		l.g.observer.Acquired(AcquireEvent{Kind: KindMutex, Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.token})
+		if l.g.isClosed() { // taken as Close ran: give it back
+			if h.end(holdClosed, nil) {
+				_ = h.release(context.WithoutCancel(ctx), ErrClosed)
+			}
+			return nil, false, ErrClosed
+		}
+		return newOwner(l, h), false, nil
 	}
-	l.g.observer.Acquired(AcquireEvent{Kind: KindMutex, Config: l.cfg, Wait: time.Since(start), How: h.how, Token: h.token})
-	if l.g.isClosed() { // taken as Close ran: give it back
-		if h.end(holdClosed, nil) {
-			_ = h.release(context.WithoutCancel(ctx), ErrClosed)
-		}
-		return nil, false, ErrClosed
-	}
-	return newOwner(l, h), false, nil
 }
 
 // Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it ends

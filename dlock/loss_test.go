@@ -547,3 +547,67 @@ func TestHolderRenewsOnceSubscribedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A holding lost as Lock got it — between the take (from Redis, or a pass within the process)
+// and its Owner: here an operator's ForceRelease in this Generator — is not returned: Lock takes
+// the lock again and returns an Owner that is live, and TryLock reports the lock not obtained.
+func TestHoldingLostAsItIsTakenIsNotReturned(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	var (
+		l   *dlock.DistributedReentrantLock
+		arm atomic.Bool
+	)
+	force := func() {
+		if !arm.CompareAndSwap(true, false) {
+			return
+		}
+		s, err := l.State(ctx)
+		if err != nil || !s.Mine {
+			t.Errorf("State as the lock was taken: %+v %v", s, err)
+			return
+		}
+		if ok, err := l.ForceRelease(ctx, s.Holder); !ok || err != nil {
+			t.Errorf("ForceRelease = %v %v", ok, err)
+		}
+	}
+	g, _ := newGen(t, dlock.WithLent(force))
+	l, _ = g.GenWithLease("API", target(t), 3*time.Second)
+	live := func(o *dlock.Owner, what string) {
+		t.Helper()
+		if o.Err() != nil || l.HoldCount(o) != 1 {
+			t.Fatalf("%s returned an Owner that had ended: %v (HoldCount %d)", what, context.Cause(o), l.HoldCount(o))
+		}
+		if s, err := l.State(ctx); err != nil || !s.Mine {
+			t.Fatalf("%s returned, and the key is not this process's: %+v %v", what, s, err)
+		}
+	}
+
+	arm.Store(true)
+	o, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live(o, "Lock (from Redis)")
+
+	// a pass within the process
+	got := lockAsync(t, l, ctx)
+	waitFor(t, func() bool { return g.Waiters(key(l)) })
+	arm.Store(true)
+	if err := l.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	o = rgRecv(t, got, 10*time.Second, "the waiter's Lock")
+	live(o, "Lock (a pass)")
+	if err := l.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+
+	arm.Store(true)
+	o, ok, err := l.TryLock(ctx)
+	if err != nil || ok || o != nil {
+		t.Fatalf("TryLock of a holding lost as it was taken = %v %v %v, want nil false nil", o, ok, err)
+	}
+	if arm.Load() {
+		t.Fatal("the hook did not run")
+	}
+}

@@ -30,6 +30,7 @@ type options struct {
 	gapWindow    time.Duration
 	writeBlock   uint64 // fencing tokens a read-write lock's write-hold reserves at a time: writeBlock (tests set fewer)
 	reentering   func() // default nil; tests set it: run as a read-write lock's or semaphore's re-entry begins
+	lent         func() // default nil; tests set it: run as an acquisition got the lock, before its Owner is made
 }
 
 // WithObserver reports what the locks do to o (see Observer). The default reports nothing.
