@@ -5,7 +5,8 @@ import dlerrors "github.com/dlockgo/dlock/errors"
 // The error vocabulary, re-exported from package errors so that users need import only dlock.
 // Test with errors.Is and errors.As.
 var (
-	// ErrOptimisticLocking: Redis answered, but the key was held by another locker, or gone.
+	// ErrOptimisticLocking: Redis answered, but the key was held by another locker, or gone
+	// (or, for Semaphore.SetPermits, other changes of the count kept coming first).
 	ErrOptimisticLocking = dlerrors.ErrOptimisticLocking
 	// ErrNotHeld: an unlock (or ownership question) with a context that does not own the lock.
 	ErrNotHeld = dlerrors.ErrNotHeld

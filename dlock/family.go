@@ -240,7 +240,9 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // count went back to the one it names; SetPermits calls made at once from several places still
 // leave whichever ran last.
 // It returns ErrInvalidConfig for k < 1 or k > 2^53, ErrClosed after Close, a *RedisProcessError when
-// Redis fails, and ctx's error when ctx ends first (the change may then still reach Redis).
+// Redis fails, ctx's error when ctx ends first (the change may then still reach Redis), and an
+// error matching ErrOptimisticLocking when other changes of the count kept landing between its
+// read and its change (ten times in a row): it changed nothing, and the count is theirs.
 func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 	if s == nil || s.g == nil {
 		return errZeroShared
@@ -271,7 +273,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 			return err
 		}
 	}
-	return fmt.Errorf("dlock: the permits of %s kept changing under SetPermits", s.cfg.UniqueKey())
+	return fmt.Errorf("%w: the permits of %s kept changing under SetPermits", ErrOptimisticLocking, s.cfg.UniqueKey())
 }
 
 // State reads what Redis holds for the semaphore, as the read-write lock's State does.

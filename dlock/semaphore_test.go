@@ -280,6 +280,39 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	_ = o.Unlock()
 }
 
+// SetPermits that keeps losing the race to other changes of the count (each lands between its
+// read of the count and its change, ten times in a row) gives up with an error matching
+// ErrOptimisticLocking, as its doc says, and leaves the count the others set.
+func TestSemaphoreSetPermitsOutracedSaysSo(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	ga, ca := newGen(t)
+	gb, _ := newGen(t)
+	sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+	o, err := sa.Acquire(ctx, 1) // (in use: Redis keeps the count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Unlock()
+	var others atomic.Int32
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if sharedArg(cmd.Args(), "op") == "permits" {
+			// another place changes the count first
+			if err := sb.SetPermits(ctx, 3+int(others.Add(1)%2)); err != nil {
+				t.Error(err)
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	err = sa.SetPermits(ctx, 5)
+	if !errors.Is(err, dlock.ErrOptimisticLocking) {
+		t.Fatalf("SetPermits outraced %d times = %v, want ErrOptimisticLocking", others.Load(), err)
+	}
+	if st, err := sa.State(ctx); err != nil || st.Permits == 5 {
+		t.Fatalf("state after SetPermits gave up: %+v %v", st, err)
+	}
+}
+
 // A count lowered below what a process holds is kept by that process too: told of the change,
 // it lends nothing more from its holdings (which hold more than the new count) and gives them
 // back as they come free, so that once its holding of 2 permits has gone back no acquisition

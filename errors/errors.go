@@ -9,7 +9,8 @@ import (
 
 var (
 	// ErrOptimisticLocking reports that Redis answered but not as hoped: the key is held by
-	// another locker (on acquire), or is gone or holds another locker (on renew or release).
+	// another locker (on acquire), or is gone or holds another locker (on renew or release),
+	// or a semaphore's count kept changing under SetPermits.
 	ErrOptimisticLocking = errors.New("dlock: optimistic locking failure")
 	// ErrNotHeld reports an unlock, or a question about ownership, with a context that does not
 	// own the lock.
