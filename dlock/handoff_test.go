@@ -16,6 +16,8 @@ import (
 	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // Within one process the lock passes from goroutine to goroutine with no word to Redis while
@@ -461,6 +463,80 @@ func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
 	}
 	if twice.Load() == 0 {
 		t.Fatal("no check was run twice")
+	}
+}
+
+// A renewal of the tenure (the expander's) that reaches Redis just after a hand-off limit's
+// check gave the key to the process first in line, and whose answer (settled) comes before the
+// check's, is not taken for a loss: nothing was lost, the key was handed over on purpose, and
+// no "lock lost" is logged (an operator's false alarm) nor the key given back. Every goroutine
+// of both processes gets the lock in turn.
+func TestRenewalAfterAYieldIsNoLoss(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	rec := &recorder{}
+	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Millisecond), dlock.WithLogger(zap.New(core)), dlock.WithObserver(rec))
+	gb, _ := newGen(t)
+	const lease = 3 * time.Second
+	la, _ := ga.GenWithLease("YRENEW", target(t), lease)
+	lb, _ := gb.GenWithLease("YRENEW", target(t), lease)
+	ctx := ctxT(t, 20*time.Second)
+	o1, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockUnlock := func(l *dlock.DistributedReentrantLock, errs chan<- error) {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			if err = o.Unlock(); err == nil && errors.Is(context.Cause(o), dlock.ErrLockLost) {
+				err = context.Cause(o)
+			}
+		}
+		errs <- err
+	}
+	a2, b := make(chan error, 1), make(chan error, 1)
+	go lockUnlock(la, a2)
+	go lockUnlock(lb, b)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) && gb.Waiters(key(lb)) })
+	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) > 0 }) // B is in line
+	time.Sleep(20 * time.Millisecond)                                            // past the hand-off limit
+	yieldRan, renewed, answer := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var yields, renewals atomic.Int32
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !scriptIs("renew")(cmd.Args()) {
+			return next(ctx, cmd)
+		}
+		c := sentCmd{"renew", cmd.Args()}
+		err := next(ctx, cmd)
+		switch {
+		case err != nil: // (NOSCRIPT: sent again as EVAL)
+		case c.arg(t, "yield") == "1" && yields.Add(1) == 1:
+			close(yieldRan)
+			<-answer // the check ran (and gave the key to B); its answer comes late
+		case c.arg(t, "yield") != "1" && yields.Load() == 1 && renewals.Add(1) == 1:
+			close(renewed) // the expander's renewal, after the check: answered first
+		}
+		return err
+	}})
+	if err := o1.Unlock(); err != nil { // A's waiter takes the tenure: the check first
+		t.Fatalf("Unlock: %v", err)
+	}
+	recv(t, yieldRan, "the hand-off limit's check")
+	recv(t, renewed, "the expander's renewal (at three quarters of the lease)")
+	time.Sleep(100 * time.Millisecond) // its answer is acted on
+	close(answer)
+	if err := recv(t, b, "B"); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if err := recv(t, a2, "A's waiter"); err != nil {
+		t.Fatalf("A's waiter: %v", err)
+	}
+	if lost := logs.FilterMessage("dlock: lock lost").All(); len(lost) > 0 {
+		t.Fatalf("a tenure that yielded was logged lost: %v", lost[0].ContextMap())
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.lost) > 0 {
+		t.Fatalf("the Observer was told of a loss: %+v", rec.lost)
 	}
 }
 

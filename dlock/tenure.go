@@ -133,6 +133,11 @@ func (t *tenure) Renew(ctx context.Context) error {
 		}
 		return err
 	}
+	if res.Outcome == processor.Settled && t.yielding() {
+		// A yield check of the tenure ran first and may have handed the key on, on purpose: its
+		// own answer ends the tenure, not as a loss. Tried again after a pause meanwhile.
+		return errYielding
+	}
 	if res.Outcome != processor.Renewed {
 		return fmt.Errorf("%w: renew %q: %s", ErrOptimisticLocking, cfg.UniqueKey(), res.Outcome)
 	}
@@ -145,6 +150,19 @@ func (t *tenure) Renew(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// errYielding says that a renewal found the tenure's locker settled while a yield check of the
+// tenure was on its way: the check's answer decides whether it was handed on.
+var errYielding = errors.New("dlock: renewal found the tenure settled as its yield check was on its way")
+
+// yielding reports whether a taker renews the tenure t now (phase renewing), which may be a
+// yield check: the only request of a live tenure that settles its locker.
+func (t *tenure) yielding() bool {
+	st := t.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ten == t && !t.over && st.phase == renewing
 }
 
 // Lost implements threads.Lease.
