@@ -81,7 +81,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 	}
 	var proc processor.DLockProcessor = rp
 	if _, nop := o.observer.(NopObserver); !nop {
-		proc = observed{rp, o.observer}
+		proc = observed{rp, o.observer, boundsByContext(client)}
 	}
 	g := &Generator{
 		client:   client,

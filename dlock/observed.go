@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"net"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
@@ -14,14 +17,51 @@ import (
 type observed struct {
 	processor.DLockProcessor
 	o Observer
+	// ctxBounds: the client bounds reads and writes by the request's context too
+	// (ContextTimeoutEnabled), so that a read or write that timed out under a caller's context
+	// that ended may be that context's doing; else only a dial (which go-redis bounds by the
+	// context always) or a wait for a connection can be.
+	ctxBounds bool
 }
 
 func (p observed) report(ctx context.Context, err error) error {
 	var pe *RedisProcessError
-	if errors.As(err, &pe) && !errors.Is(pe.Err, context.Canceled) && (ctx.Err() == nil || ctx.Value(callerKey{}) == nil) {
+	if errors.As(err, &pe) && !errors.Is(pe.Err, context.Canceled) && !p.callerCut(ctx, pe.Err) {
 		p.o.RedisError(RedisErrorEvent{Op: pe.Op, Key: pe.Key, Err: pe.Err})
 	}
 	return err
+}
+
+// callerCut reports whether err, a request's failure under ctx, may be only its caller's
+// deadline: the caller's context (byCaller) ended, and err is what that makes of a request (the
+// context's error, or a timeout the context set). A failure that came after the caller's
+// deadline but not of it (a timeout of the client's own, a refused or broken connection, an
+// error reply; a Cluster request waits for the slot map after the first) is Redis failing.
+func (p observed) callerCut(ctx context.Context, err error) bool {
+	if ctx.Err() == nil || ctx.Value(callerKey{}) == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	var op *net.OpError
+	return p.ctxBounds || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// boundsByContext reports whether client bounds its reads and writes by a request's context
+// (ContextTimeoutEnabled); true when it cannot tell.
+func boundsByContext(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // callerKey marks a request sent under the caller's own context (Lock, TryLock, State,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/faultproxy"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestObserverSeesAcquisitionsReleasesAndLosses(t *testing.T) {
@@ -122,6 +124,47 @@ func TestObserverIsNotToldOfTheCallersDeadline(t *testing.T) {
 			t.Fatalf("RedisError told of a Lock's attempt that its caller's deadline cut short: %+v", e)
 		}
 	}
+}
+
+// A request that Redis failed is told even when its caller's deadline ran out first: go-redis
+// bounds it by its own timeouts, not by the caller's context (unless ContextTimeoutEnabled),
+// so its error (here a read timeout of a Redis that stopped answering) is Redis failing, not
+// the caller going away. Else a Redis down under Locks with deadlines shorter than the
+// client's timeouts told the Observer of nothing.
+func TestObserverIsToldOfRedisFailingAfterTheCallersDeadline(t *testing.T) {
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	rec := &recorder{}
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second), dlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background()) //nolint:errcheck
+	l, _ := g.Gen("API", target(t))
+	if _, err := l.State(ctxT(t, 5*time.Second)); err != nil { // (scripts loaded, a connection made)
+		t.Fatal(err)
+	}
+	p.Blackhole(true) // Redis stops answering
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.Lock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock with Redis silent: %v", err)
+	}
+	waitFor(t, func() bool { // (told as the abandoned request fails, in the background)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.redisErrs {
+			if e.Op == "lock" {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // notObtainedRecorder records NotObtained events.
