@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dlockgo/dlock/domain"
@@ -261,12 +262,8 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 	// A mutex taken before the last part may have waited for the later ones past half its
 	// lease: it is renewed now, as a pass is, so that no mutex is returned nearly expired. If
 	// that fails, all are let go (and Lock takes them again).
-	for i, l := range m.parts[:len(m.parts)-1] {
-		if mu, ok := l.(*DistributedReentrantLock); ok {
-			if err := mu.freshen(owners[i]); err != nil {
-				return nil, nil, startOver(err)
-			}
-		}
+	if err := freshen(m.parts, owners); err != nil {
+		return nil, nil, startOver(err)
 	}
 	// A renewal is a round trip to Redis, during which another part may have been lost (an
 	// operator removed it, or Close began): checked again, as after each part's take.
@@ -276,45 +273,85 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 	return owners, values, nil
 }
 
-// freshen renews the tenure under the acquisition owned holds when less than half the lease of
-// its handle is left (with the tenure's own lease setting, which Extend keeps), as a pass
-// renews before it is taken. It returns nil when at least half is left, else why not. Half
-// the lease the renewal gives is enough when that is shorter: a holding the caller's context
-// carries, whose lease Extend shortened, never has half its handle's lease again (Lock took
-// its parts again and again until its context ended).
-func (l *DistributedReentrantLock) freshen(owned context.Context) error {
-	h := l.holdingOf(owned)
-	if h == nil {
-		return ErrNotHeld
+// freshen renews the mutex parts of a MultiLock, held by owners, when one of them has less
+// than half the lease of its handle left (the wait for the later parts used it up), as a pass
+// renews before it is taken. They are renewed together, every mutex part at once, so that the
+// round trip of one renewal is not spent from the lease of the parts renewed before it or of
+// the part taken last: renewed one after the other, a MultiLock far from Redis returned a
+// part with less than half its lease left. Each is renewed with its tenure's own lease
+// setting, which Extend keeps. It returns nil when at least half of every part's lease is
+// left, else why not. Half the lease the renewal gives is enough when that is shorter: a
+// holding the caller's context carries, whose lease Extend shortened, never has half its
+// handle's lease again (Lock took its parts again and again until its context ended).
+func freshen(parts []Part, owners []*Owner) error {
+	type part struct {
+		l     *DistributedReentrantLock
+		owned *Owner
+		lease time.Duration // its tenure's, for the renewal
 	}
-	left := func() (time.Duration, time.Duration, bool) {
-		st := h.st
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		t := h.ten
-		if st.ten != t || st.owner != h {
-			return 0, 0, false
+	var mus []part
+	stale := false
+	for i, p := range parts {
+		if l, ok := p.(*DistributedReentrantLock); ok {
+			d, half, lease, err := l.leaseLeft(owners[i])
+			if err != nil {
+				return err
+			}
+			stale = stale || d < half
+			mus = append(mus, part{l, owners[i], lease})
 		}
-		return time.Until(t.until), t.cfg.Lease(), true
 	}
-	d, lease, ok := left()
-	half := min(h.cfg.Lease(), lease) / 2
-	switch {
-	case !ok:
-		if err := h.heldErr(); err != nil {
-			return err
-		}
-		return ErrNotHeld
-	case d >= half:
+	if !stale {
 		return nil
 	}
-	if err := l.Extend(owned, lease); err != nil {
-		return err
+	errs := make([]error, len(mus))
+	var wg sync.WaitGroup
+	for i, p := range mus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.l.Extend(p.owned, p.lease)
+		}()
 	}
-	if d, _, ok = left(); !ok || d < half {
-		return fmt.Errorf("%w: %s", errLateReply, l.cfg.UniqueKey()) // (the renewal's reply came late)
+	wg.Wait()
+	for i, p := range mus {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		d, half, _, err := p.l.leaseLeft(p.owned)
+		if err != nil {
+			return err
+		}
+		if d < half {
+			return fmt.Errorf("%w: %s", errLateReply, p.l.cfg.UniqueKey()) // (the renewal's reply came late)
+		}
 	}
 	return nil
+}
+
+// leaseLeft returns how long the tenure under the acquisition owned holds counts the key held
+// still, half the lease it must have left (its handle's, or its tenure's when that is
+// shorter), and the tenure's lease; or why owned holds nothing.
+func (l *DistributedReentrantLock) leaseLeft(owned context.Context) (left, half, lease time.Duration, err error) {
+	h := l.holdingOf(owned)
+	if h == nil {
+		return 0, 0, 0, ErrNotHeld
+	}
+	st := h.st
+	st.mu.Lock()
+	t := h.ten
+	held := st.ten == t && st.owner == h
+	if held {
+		left, lease = time.Until(t.until), t.cfg.Lease()
+	}
+	st.mu.Unlock()
+	if !held {
+		if err := h.heldErr(); err != nil {
+			return 0, 0, 0, err
+		}
+		return 0, 0, 0, ErrNotHeld
+	}
+	return left, min(h.cfg.Lease(), lease) / 2, lease, nil
 }
 
 // partEnded returns why the holding of a part's Owner has ended (lost or closed), or nil.

@@ -1721,3 +1721,41 @@ func TestMultiLockCancelledAtEveryMomentLeavesNothingHeld(t *testing.T) {
 	}
 	waitFor(t, func() bool { return ga.InUse() == 0 })
 }
+
+// A MultiLock far from Redis (replies slow on their way back) never returns with less than
+// half of a part's lease left as Redis counts it: taking four mutexes one after the other
+// uses up more than half the first one's lease, and each part renewed before Lock returns
+// costs a round trip that the parts after it (and the last part taken) spend too. PTTL of
+// every part's key, read from a client near Redis as Lock returns, is at least half the lease.
+func TestMultiLockFarFromRedisNeverReturnsAPartNearlyExpired(t *testing.T) {
+	const lease = time.Second
+	g, p := farGen(t, lease)
+	p.SetLatencies(5*time.Millisecond, 150*time.Millisecond)
+	admin := rawClient(t)
+	tg := target(t)
+	m, locks := multiOf(t, g, "FARMULTI", lease, tg+"-a", tg+"-b", tg+"-c", tg+"-d")
+	ctx := ctxT(t, 30*time.Second)
+	for round := range 2 {
+		o, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Now()
+		cmds := make([]*redis.DurationCmd, len(locks))
+		_, _ = admin.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for i, l := range locks {
+				cmds[i] = pl.PTTL(ctx, key(l))
+			}
+			return nil
+		})
+		since := time.Since(took)
+		for i, l := range locks {
+			if left := cmds[i].Val() + since; left < lease/2 {
+				t.Errorf("round %d: MultiLock returned with %v of %s's %v lease left in Redis", round, left, key(l), lease)
+			}
+		}
+		if err := m.Unlock(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
