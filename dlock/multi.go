@@ -139,10 +139,10 @@ func (m *MultiLock) Parts() []Part {
 // part's Lock returns it). A part lost while Lock waits for a later one, or renews an earlier
 // one (its renewals failed through a failover, or an operator removed it), is not returned as
 // held: Lock lets go of the parts it took and takes them all again, so the Owner it returns
-// holds every part. A mutex
-// part taken early is renewed before Lock returns if less than half its lease is left (the
-// wait for the later parts used it up), so that no mutex part is returned nearly expired, as
-// a mutex's Lock never returns one. With an Owner of this MultiLock, Lock re-enters every
+// holds every part. When a
+// part taken early has less than half its lease left (the wait for the later parts used it
+// up), every part is renewed, all at once, before Lock returns, so that no part is returned
+// nearly expired, as a part's own Lock never returns one. With an Owner of this MultiLock, Lock re-enters every
 // part. A Lock that Close overtakes returns
 // ErrClosed and holds none of the parts: never an Owner one of whose parts Close has let go.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
@@ -259,9 +259,9 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 			return nil, nil, startOver(cause)
 		}
 	}
-	// A mutex taken before the last part may have waited for the later ones past half its
-	// lease: it is renewed now, as a pass is, so that no mutex is returned nearly expired. If
-	// that fails, all are let go (and Lock takes them again).
+	// A part taken before the last may have waited for the later ones past half its lease:
+	// it is renewed now, as a pass is, so that no part is returned nearly expired. If that
+	// fails, all are let go (and Lock takes them again).
 	if err := freshen(m.parts, owners); err != nil {
 		return nil, nil, startOver(err)
 	}
@@ -273,57 +273,82 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 	return owners, values, nil
 }
 
-// freshen renews the mutex parts of a MultiLock, held by owners, when one of them has less
-// than half the lease of its handle left (the wait for the later parts used it up), as a pass
-// renews before it is taken. They are renewed together, every mutex part at once, so that the
-// round trip of one renewal is not spent from the lease of the parts renewed before it or of
-// the part taken last: renewed one after the other, a MultiLock far from Redis returned a
-// part with less than half its lease left. Each is renewed with its tenure's own lease
-// setting, which Extend keeps. It returns nil when at least half of every part's lease is
-// left, else why not. Half the lease the renewal gives is enough when that is shorter: a
-// holding the caller's context carries, whose lease Extend shortened, never has half its
-// handle's lease again (Lock took its parts again and again until its context ended).
+// freshen renews the parts of a MultiLock, held by owners, when one of them has less than
+// half the lease of its handle left (the wait for the later parts used it up), as a pass
+// renews before it is taken. They are renewed together, every part at once, so that the round
+// trip of one renewal is not spent from the lease of the parts renewed before it or of the
+// part taken last: renewed one after the other, a MultiLock far from Redis returned a part
+// with less than half its lease left. A mutex is renewed with its tenure's own lease setting,
+// which Extend keeps; a read-write lock's or semaphore's holding by its driver. It returns
+// nil when at least half of every part's lease is left, else why not. Half the lease the
+// renewal gives is enough when that is shorter: a holding the caller's context carries, whose
+// lease Extend shortened, never has half its handle's lease again (Lock took its parts again
+// and again until its context ended).
 func freshen(parts []Part, owners []*Owner) error {
 	type part struct {
-		l     *DistributedReentrantLock
-		owned *Owner
-		lease time.Duration // its tenure's, for the renewal
+		key   string
+		left  func() (left, half time.Duration, err error)
+		renew func() error
 	}
-	var mus []part
+	ps := make([]part, 0, len(parts))
 	stale := false
 	for i, p := range parts {
-		if l, ok := p.(*DistributedReentrantLock); ok {
-			d, half, lease, err := l.leaseLeft(owners[i])
+		owned := owners[i]
+		pt := part{key: p.Config().UniqueKey()}
+		switch l := p.(type) {
+		case *DistributedReentrantLock:
+			_, _, lease, err := l.leaseLeft(owned)
 			if err != nil {
 				return err
 			}
-			stale = stale || d < half
-			mus = append(mus, part{l, owners[i], lease})
+			pt.left = func() (time.Duration, time.Duration, error) {
+				d, half, _, err := l.leaseLeft(owned)
+				return d, half, err
+			}
+			pt.renew = func() error { return l.Extend(owned, lease) }
+		case sharedPart:
+			if owned.sh == nil {
+				return ErrNotHeld
+			}
+			st, h := owned.sh.st, owned.sh.hold
+			pt.left = func() (time.Duration, time.Duration, error) {
+				d, err := st.left(h)
+				return d, st.cfg.Lease() / 2, err
+			}
+			pt.renew = func() error { return st.freshen(h) }
+		default:
+			continue
 		}
+		d, half, err := pt.left()
+		if err != nil {
+			return err
+		}
+		stale = stale || d < half
+		ps = append(ps, pt)
 	}
 	if !stale {
 		return nil
 	}
-	errs := make([]error, len(mus))
+	errs := make([]error, len(ps))
 	var wg sync.WaitGroup
-	for i, p := range mus {
+	for i, p := range ps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.l.Extend(p.owned, p.lease)
+			errs[i] = p.renew()
 		}()
 	}
 	wg.Wait()
-	for i, p := range mus {
+	for i, p := range ps {
 		if errs[i] != nil {
 			return errs[i]
 		}
-		d, half, _, err := p.l.leaseLeft(p.owned)
+		d, half, err := p.left()
 		if err != nil {
 			return err
 		}
 		if d < half {
-			return fmt.Errorf("%w: %s", errLateReply, p.l.cfg.UniqueKey()) // (the renewal's reply came late)
+			return fmt.Errorf("%w: %s", errLateReply, p.key) // (the renewal failed, or its reply came late)
 		}
 	}
 	return nil

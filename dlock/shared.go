@@ -80,11 +80,12 @@ type shareHold struct {
 	downTo   string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
 	passes   int       // rw: writers lent in a row past a queued reader
 	renewAt  time.Time
-	soonest  time.Time     // a renewal to lend it (stale) may be sent from then
-	valid    time.Time     // the lease runs out (from the send time of the last take or renewal)
-	expiry   *time.Timer   // ends the holding at valid, whatever the driver is doing
-	fate     []chan error  // told once an idle holding is let go in Redis or lent again (Unlock waits)
-	owners   []*shareOwner // its borrowers' owners, for Close to report released
+	soonest  time.Time       // a renewal to lend it (stale) may be sent from then
+	valid    time.Time       // the lease runs out (from the send time of the last take or renewal)
+	expiry   *time.Timer     // ends the holding at valid, whatever the driver is doing
+	answered []chan struct{} // closed by the next renewal's answer (freshen waits for it)
+	fate     []chan error    // told once an idle holding is let go in Redis or lent again (Unlock waits)
+	owners   []*shareOwner   // its borrowers' owners, for Close to report released
 	ctx      context.Context
 	end      context.CancelCauseFunc
 }
@@ -938,6 +939,7 @@ func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.T
 // renewed counts h's lease from sent, the send time of a request that found it held, less the
 // drift allowance.
 func (st *sharedState) renewed(h *shareHold, sent time.Time) {
+	h.answer()
 	lease := st.cfg.Lease()
 	h.valid = domain.HeldUntil(sent, lease) // (the drift allowance, as the mutex's tenure)
 	h.renewAt = sent.Add(lease * 3 / 4)
@@ -948,6 +950,57 @@ func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 		h.end(errHoldingLapsed) // not renewed in time: lost before anyone else can get in
 		st.poke()
 	})
+}
+
+// answer tells those waiting for h's next renewal (freshen) that one was answered. The
+// caller holds mu.
+func (h *shareHold) answer() {
+	for _, c := range h.answered {
+		close(c)
+	}
+	h.answered = nil
+}
+
+// freshen renews h at once and waits for the answer (or for h to end, at the latest as its
+// lease runs out): a MultiLock's part taken before the last, whose lease the wait for the
+// later parts used up, is renewed before Lock returns, as a mutex part is. It returns nil
+// when h has half its lease left after the renewal, else why not.
+func (st *sharedState) freshen(h *shareHold) error {
+	st.mu.Lock()
+	if h.ctx.Err() != nil {
+		st.mu.Unlock()
+		return context.Cause(h.ctx)
+	}
+	answered := make(chan struct{})
+	h.answered = append(h.answered, answered)
+	if now := time.Now(); h.renewAt.After(now) {
+		h.renewAt = now
+	}
+	st.mu.Unlock()
+	st.poke()
+	select {
+	case <-answered:
+	case <-h.ctx.Done():
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case h.ctx.Err() != nil:
+		return context.Cause(h.ctx)
+	case st.stale(h, time.Now()):
+		return fmt.Errorf("%w: %s", errLateReply, st.cfg.UniqueKey()) // (the renewal failed, or its reply came late)
+	}
+	return nil
+}
+
+// left returns how long h counts itself held still. The caller does not hold mu.
+func (st *sharedState) left(h *shareHold) (time.Duration, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if h.ctx.Err() != nil {
+		return 0, context.Cause(h.ctx)
+	}
+	return time.Until(h.valid), nil
 }
 
 // take returns the request that asks for a's permits.
@@ -1180,6 +1233,7 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		defer h.answer()                         // (whatever it found)
 		h.soonest = sent.Add(st.cfg.Lease() / 4) // (for a waiter, no renewal right after another)
 		switch {
 		case h.ctx.Err() != nil || h.locker != locker:
