@@ -951,3 +951,34 @@ func TestCloseReleasesTheHeldLocksSideBySide(t *testing.T) {
 		}
 	}
 }
+
+// A Close after one that gave up (its ctx ended while Redis did not answer) returns the first
+// one's error, as does one that waited for it: the mutex the first left held is still held in
+// Redis, and a nil would say that everything was let go (it did, before). (The partition
+// lasts until the test ends: once it heals, the release held on the wire reaches Redis.)
+func TestCloseAfterOneThatGaveUpSaysSo(t *testing.T) {
+	g, p := partitionable(t)
+	raw := rawClient(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := mustGen(t, g, "CLOSEAGAIN", target(t), 5*time.Second)
+	mustLock(t, l, ctx)
+	holder := raw.Get(ctx, key(l)).Val()
+	p.Blackhole(true)
+	first, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- g.Close(first) }()
+	waitFor(t, func() bool { _, err := g.Gen("CLOSEAGAIN", "x"); return errors.Is(err, dlock.ErrClosed) })
+	if err := g.Close(ctx); err == nil { // (waits for the first)
+		t.Error("a Close that waited for one that gave up returned nil")
+	}
+	if err := recv(t, gaveUp, "Close"); err == nil {
+		t.Fatal("Close gave up at its deadline but reported no error")
+	}
+	if err := g.Close(ctx); err == nil {
+		t.Error("a Close after one that gave up returned nil")
+	}
+	if got := raw.Get(ctx, key(l)).Val(); got != holder {
+		t.Fatalf("the key holds %q, want %q still (left by the Close that gave up)", got, holder)
+	}
+}

@@ -54,6 +54,7 @@ type Generator struct {
 	closed  bool                    // guarded by mu
 	drained chan struct{}           // closed when Close waits and the last state is dropped; guarded by mu
 	shut    chan struct{}           // closed when Close has finished
+	shutErr error                   // what the first Close returned; written before shut is closed
 }
 
 // NewGenerator returns a Generator over client. A nil client or an invalid option is an error
@@ -229,11 +230,13 @@ func (g *Generator) lookup(key string) *lockState {
 // ErrClosed as the cause), ends every waiting Lock call with ErrClosed, waits for the
 // background clean-up (attempts given back, the line left) and stops every
 // goroutine. It does not close the Redis client. Close is idempotent and safe for concurrent
-// use: a second call waits for the first (or for its own ctx). ctx bounds the releases and
-// the waits: if it ends first, Close returns ctx's error at once; what is left expires in
-// Redis with its lease, and goroutines still waiting for a Redis reply (or for a connection
-// being dialled) end when the client returns it. A nil ctx is taken as context.Background():
-// unlike other calls, Close does not refuse it, so that a Generator is never left open by it.
+// use: a second call waits for the first (or for its own ctx) and returns what the first
+// returned, so that a Close that gave up is never followed by one that says all went well.
+// ctx bounds the releases and the waits: if it ends first, Close returns ctx's error at once;
+// what is left expires in Redis with its lease, and goroutines still waiting for a Redis reply
+// (or for a connection being dialled) end when the client returns it. A nil ctx is taken as
+// context.Background(): unlike other calls, Close does not refuse it, so that a Generator is
+// never left open by it.
 func (g *Generator) Close(ctx context.Context) error {
 	if g == nil || g.proc == nil {
 		return errZeroGenerator
@@ -246,13 +249,12 @@ func (g *Generator) Close(ctx context.Context) error {
 		g.mu.Unlock()
 		select {
 		case <-g.shut:
-			return nil
+			return g.shutErr
 		case <-ctx.Done():
 			return fmt.Errorf("dlock: close: %w", ctx.Err())
 		}
 	}
 	g.closed = true
-	defer close(g.shut)
 	states := make([]*lockState, 0, len(g.states))
 	for _, st := range g.states {
 		states = append(states, st)
@@ -262,6 +264,13 @@ func (g *Generator) Close(ctx context.Context) error {
 		shares = append(shares, st)
 	}
 	g.mu.Unlock()
+	defer close(g.shut)
+	g.shutErr = g.close(ctx, states, shares)
+	return g.shutErr
+}
+
+// close does Close's work, once: states and shares are those in use as it began.
+func (g *Generator) close(ctx context.Context, states []*lockState, shares []*sharedState) error {
 	g.stop() // waiters return ErrClosed; pollers end
 
 	errs := closeStates(ctx, states)
