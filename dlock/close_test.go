@@ -17,6 +17,7 @@ import (
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/faultproxy"
 )
 
 // Close ends the owner contexts with ErrClosed and releases their keys: another process's
@@ -326,12 +327,13 @@ func TestLockAfterCloseWithOwnerCtx(t *testing.T) {
 }
 
 // Leaving the line of waiting processes is bounded like every Redis call: with a client that
-// does not return, the background job lets the state go at its deadline, and Close is bounded
-// by its own ctx.
+// does not return, Close is bounded by its own ctx, and the background job, which Close
+// waits for, lets the state go once Close gives up (not at the end of the entry's life: a
+// lease of 20 s).
 func TestHungLeaveDoesNotHoldClose(t *testing.T) {
 	ga, ca := newGen(t)
 	gb, _ := newGen(t)
-	lease := 300 * time.Millisecond
+	lease := 20 * time.Second
 	la, _ := ga.GenWithLease("R2UM", target(t), lease)
 	lb, _ := gb.GenWithLease("R2UM", target(t), lease)
 	ctx := ctxT(t, 10*time.Second)
@@ -359,14 +361,12 @@ func TestHungLeaveDoesNotHoldClose(t *testing.T) {
 	defer ccancel()
 	start := time.Now()
 	err = ga.Close(cctx)
-	took, inUse := time.Since(start), ga.InUse()
-	t.Logf("Close took %v: %v (states in use %d)", took, err, inUse)
-	free()
-	// Leaving goes through Generator.call, so the job lets the state go at its deadline;
+	took := time.Since(start)
+	t.Logf("Close took %v: %v", took, err)
+	// Leaving goes through Generator.call, so the job lets the state go as Close gives up;
 	// only the goroutine stuck inside the client remains, which Close reports at its ctx.
-	if inUse != 0 {
-		t.Fatalf("a hung leave kept %d states alive", inUse)
-	}
+	waitFor(t, func() bool { return ga.InUse() == 0 })
+	free()
 	if took > 5*time.Second {
 		t.Fatalf("Close(1 s) took %v", took)
 	}
@@ -980,5 +980,46 @@ func TestCloseAfterOneThatGaveUpSaysSo(t *testing.T) {
 	}
 	if got := raw.Get(ctx, key(l)).Val(); got != holder {
 		t.Fatalf("the key holds %q, want %q still (left by the Close that gave up)", got, holder)
+	}
+}
+
+// A Close of a process waiting for a mutex while Redis does not answer takes it out of the
+// key's line once Redis answers again, before it returns nil, as it does for the read-write
+// lock and the semaphore: its leave was tried once and dropped, so its entry stayed in line
+// (without notifications the holder's release then granted the key to the closed process,
+// and a process behind it waited a lease).
+func TestCloseLeavesTheLineWhenRedisComesBack(t *testing.T) {
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	short := 200 * time.Millisecond
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: short, ReadTimeout: short, WriteTimeout: short})
+	defer c.Close()
+	const lease = 3 * time.Second
+	ga, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease), dlock.WithNotifications(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb := mustGen(t, ga, "CLOSELEAVE", target(t), lease), mustGen(t, gb, "CLOSELEAVE", target(t), lease)
+	ob := mustLock(t, lb, ctx)
+	defer ob.Unlock()
+	waited := make(chan error, 1)
+	go func() { _, err := la.Lock(ctx); waited <- err }()
+	waitFor(t, func() bool { return len(stateOf(t, lb).Waiting) == 1 })
+	a := stateOf(t, lb).Waiting[0]
+	p.Blackhole(true)
+	go func() { time.Sleep(4 * short); p.Blackhole(false) }()
+	if err := ga.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := recv(t, waited, "A's Lock"); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("A's Lock: %v, want ErrClosed", err)
+	}
+	if w := stateOf(t, lb).Waiting; slices.Contains(w, a) {
+		t.Fatalf("after A's Close returned nil A (%s) still waits in line: %v", a, w)
 	}
 }

@@ -252,8 +252,9 @@ func (st *lockState) gapLocked(gap time.Duration) {
 // Redis failure is retried every lease/10 for as long as the entry would live (EntryTTL) —
 // even when goroutines wait again meanwhile, since a grant to an attempt it settles would
 // otherwise hold the key for a lease (a late leave is harmless: it settles only what it
-// numbered) — and not once Close has begun (the entry expires by then), nor on a closed
-// client. Should goroutines wait again, the process counts itself in line and leaves again
+// numbered) — and during Close, which waits for it (a closed process no longer asks, and
+// its entry may still be granted the key), but not once Close gives up, nor on a closed
+// client or a refusal (ACL, a key of another kind), which no second try mends. Should goroutines wait again, the process counts itself in line and leaves again
 // when they are gone.
 func (st *lockState) leave(last string, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
@@ -265,12 +266,12 @@ func (st *lockState) leave(last string, cfg domain.DLockConfig) {
 			return st.g.proc.Leave(ctx, cfg, req)
 		})
 		cancel()
-		if err == nil || processor.ClientClosed(err) {
+		if err == nil || processor.ClientClosed(err) || processor.Refused(err) {
 			return
 		}
 		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", cfg.UniqueKey()), zap.Error(err))
 		select {
-		case <-st.g.done.Done():
+		case <-st.g.clean.Done():
 			return
 		case <-time.After(lease / 10):
 		}
