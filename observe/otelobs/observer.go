@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -188,7 +189,7 @@ func (o *Observer) ofType(t domain.DLockType) *typeAttrs {
 		return v.(*typeAttrs)
 	}
 	ta := &typeAttrs{
-		t:      LabelType.String(string(t)),
+		t:      LabelType.String(utf8Of(string(t))),
 		how:    make(map[dlock.How]metric.MeasurementOption, len(hows)),
 		reason: make(map[dlock.Reason]metric.MeasurementOption, len(reasons)),
 	}
@@ -221,6 +222,11 @@ func (o *Observer) ofType(t domain.DLockType) *typeAttrs {
 	})
 	return ta
 }
+
+// utf8Of returns s with the bytes that are not UTF-8 replaced by U+FFFD. dlock accepts them in
+// a lock type (and target); the Prometheus exporter refuses such a label value, failing the
+// whole Gather, and an OTLP exporter such a string, failing the whole batch.
+func utf8Of(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 func (ta *typeAttrs) ofHow(h dlock.How) metric.MeasurementOption {
 	if a, ok := ta.how[h]; ok {

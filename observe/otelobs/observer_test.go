@@ -525,3 +525,26 @@ func TestObserverNotMadeByNew(t *testing.T) {
 		})
 	}
 }
+
+// The span of a Lock on a type that is not valid UTF-8 carries the type and key with the
+// invalid bytes replaced by U+FFFD: an OTLP exporter refuses a string that is not UTF-8, and
+// with it the whole batch of spans.
+func TestLockSpanTypeNotUTF8(t *testing.T) {
+	e := newEnv(t, 10*time.Second)
+	l := e.lock(t, "ORDER\xff", "span")
+	owned, err := e.obs.Lock(ctxT(t, 5*time.Second), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	ended := e.spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(ended))
+	}
+	a := spanAttrs(ended[0])
+	if a["dlock.type"].AsString() != "ORDER\uFFFD" || a["dlock.key"].AsString() != "DLOCK_ORDER\uFFFD_span" {
+		t.Errorf("attributes %v", a)
+	}
+}

@@ -100,3 +100,43 @@ func TestPrometheusNames(t *testing.T) {
 		t.Errorf("Prometheus sees\n%s\nwant\n%s", strings.Join(got, "\n"), want)
 	}
 }
+
+// A lock type that is not valid UTF-8 (dlock accepts any bytes but white space and control
+// characters) is exported with its invalid bytes replaced by U+FFFD: the Prometheus exporter
+// refuses a label value that is not UTF-8, and a Gather that meets one fails, so that the
+// whole scrape answered an error.
+func TestPrometheusTypeNotUTF8(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutTargetInfo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	defer mp.Shutdown(context.Background())
+	o, err := otelobs.New(otelobs.Options{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := domain.NewDLockConfig("ORDER\xff", "x", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Acquired(dlock.AcquireEvent{Config: cfg, Wait: time.Millisecond, How: dlock.HowAttempt, Token: 1})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	var types []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "type" && !slices.Contains(types, lp.GetValue()) {
+					types = append(types, lp.GetValue())
+				}
+			}
+		}
+	}
+	if want := []string{"ORDER\uFFFD"}; !slices.Equal(types, want) {
+		t.Errorf("type labels %q, want %q", types, want)
+	}
+}

@@ -44,7 +44,7 @@ func (o *Observer) Lock(ctx context.Context, lock *dlock.DistributedReentrantLoc
 	cfg := lock.Config()
 	key := cfg.UniqueKey()
 	sctx, span := o.tracer.Start(ctx, SpanName, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(AttrType.String(string(cfg.LockType())), AttrKey.String(key)))
+		trace.WithAttributes(AttrType.String(utf8Of(string(cfg.LockType()))), AttrKey.String(utf8Of(key))))
 	defer span.End()
 	reentry := lock.HoldCount(ctx) > 0
 

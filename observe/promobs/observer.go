@@ -3,6 +3,7 @@ package promobs
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,12 +134,14 @@ type typeMetrics struct {
 // ofType returns t's counters. The first event of a type makes them, so that they are
 // exported at 0 before anything happens to them and rate() or increase() over them has data:
 // an alert on losses sees the first loss. Histograms are made by their first observation: a
-// histogram series per how and reason at 0 would cost some twenty series each.
+// histogram series per how and reason at 0 would cost some twenty series each. The type label
+// is t with bytes that are not UTF-8 replaced by U+FFFD: dlock accepts them in a type, a
+// Prometheus label value does not (WithLabelValues panics).
 func (o *Observer) ofType(t domain.DLockType) *typeMetrics {
 	if v, ok := o.types.Load(t); ok {
 		return v.(*typeMetrics)
 	}
-	s := string(t)
+	s := strings.ToValidUTF8(string(t), "\uFFFD")
 	tm := &typeMetrics{
 		t:               s,
 		losses:          o.losses.WithLabelValues(s),

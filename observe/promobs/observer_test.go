@@ -169,6 +169,27 @@ dlock_acquisitions_total{how="retry",type="ORDER"} 0
 	}
 }
 
+// A lock type that is not valid UTF-8 (dlock accepts any bytes but white space and control
+// characters) is exported with its invalid bytes replaced by U+FFFD: a Prometheus label value
+// must be UTF-8, and WithLabelValues panics on one that is not, inside Lock (or a background
+// goroutine of the library, which ends the process).
+func TestLockTypeNotUTF8(t *testing.T) {
+	e := newEnv(t, 10*time.Second)
+	l := e.lock(t, "ORDER\xff", "42")
+	owned, err := l.Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, e.samples(t), map[string]float64{
+		"dlock_acquisitions_total{how=attempt,type=ORDER\uFFFD}": 1,
+		"dlock_wait_seconds{how=attempt,type=ORDER\uFFFD}":       1,
+		"dlock_hold_seconds{type=ORDER\uFFFD}":                   1,
+	})
+}
+
 // waitQueued waits until a goroutine of this process waits for l.
 func waitQueued(t *testing.T, l *dlock.DistributedReentrantLock) {
 	t.Helper()
