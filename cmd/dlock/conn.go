@@ -214,7 +214,10 @@ func isRedisReply(err error) bool {
 
 // redisFailure is the error for a Redis that failed, refused or did not answer, naming it:
 // 77 when it refused the credentials or a command (ACL), 1 for another error reply that no
-// wait mends (WRONGTYPE), else 69 (unreachable, no answer, or not serving: OOM, LOADING, ...).
+// wait mends (WRONGTYPE), else 69: unreachable, no answer, not serving (OOM, LOADING, ...), or
+// not the kind of server the address was given as (a Sentinel named as the server, a plain
+// server named as Sentinels or as a Cluster, Sentinels that watch no master of the name, a
+// Cluster node named as a single server) — no usable master is reached, whichever it is.
 func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 	var pe *dlock.RedisProcessError
 	cause := err
@@ -234,9 +237,11 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 	case ep.master != "" && errors.Is(err, redis.Nil):
 		// go-redis reports a Sentinel's nil answer to GET-MASTER-ADDR-BY-NAME as "all sentinels
 		// ... are unreachable: redis: nil"; the Sentinels answered, and know no such master.
-		return withStatus(exitError, fmt.Errorf("%v: the Sentinels there watch no master named %q (SENTINEL MASTERS on a Sentinel lists the names)", ep, ep.master))
+		return withStatus(exitUnavailable, fmt.Errorf("%v: the Sentinels there watch no master named %q (SENTINEL MASTERS on a Sentinel lists the names)", ep, ep.master))
 	case ep.master != "" && strings.Contains(reply, "unknown command 'sentinel'"):
-		return withStatus(exitError, fmt.Errorf("%v: not a Sentinel (%s): with --sentinel-master, --redis names the Sentinels, not the master", ep, reply[strings.Index(reply, "ERR unknown command"):]))
+		return withStatus(exitUnavailable, fmt.Errorf("%v: not a Sentinel (%s): with --sentinel-master, --redis names the Sentinels, not the master", ep, reply[strings.Index(reply, "ERR unknown command"):]))
+	case ep.kind == "Cluster" && strings.Contains(reply, "cluster support disabled"):
+		return withStatus(exitUnavailable, fmt.Errorf("%v: not a Cluster node (%s): a single server is named without --cluster, by one HOST:PORT", ep, reply))
 	case strings.HasPrefix(reply, "ERR unknown command"):
 		return withStatus(exitUnavailable, fmt.Errorf("%v is not a Redis server that runs dlock's commands (%s): a Sentinel is named with --sentinel-master", ep, reply))
 	}

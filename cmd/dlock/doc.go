@@ -96,8 +96,12 @@
 // with exit status 69, as is one that answers it is not serving (OOM, LOADING, READONLY, ...);
 // a refused password or user (WRONGPASS, NOAUTH) or a command the ACL user may not run (NOPERM)
 // with 77; another error reply with 1, such as WRONGTYPE when a key of the lock's name holds a
-// value that is not dlock's (no wait mends it: exec and lock do not wait). A single-server
-// address that is in fact a Cluster node is told to add --cluster.
+// value that is not dlock's (no wait mends it: exec and lock do not wait). An address that
+// reaches no usable master because it names another kind of server than the flags say is told
+// what is wrong, with 69 too: a Cluster node named as a single server (add --cluster), a
+// Sentinel named as the server (add --sentinel-master), a server that is not a Sentinel named
+// with --sentinel-master, Sentinels that watch no master of that name, a server that is not a
+// Cluster node named with --cluster.
 //
 // # exec
 //
@@ -220,8 +224,9 @@
 //	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
 //	         TARGET or lease, release without --force or without --holder/--any, a
 //	         read-write lock asked for as a semaphore or the other way round
-//	69       Redis unreachable, not serving (out of memory, loading, read-only), or no
-//	         answer within --timeout (EX_UNAVAILABLE)
+//	69       Redis unreachable, not serving (out of memory, loading, read-only), not the
+//	         kind the address names (Sentinels, Cluster, one server), or no answer within
+//	         --timeout (EX_UNAVAILABLE)
 //	75       exec, lock: the lock was not obtained within --wait, or at once with -n; COMMAND
 //	         did not run (EX_TEMPFAIL); -E (--conflict-exit-code) chooses another status
 //	76       exec, lock: the lock was lost while held (exec: COMMAND was stopped)

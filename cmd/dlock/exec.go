@@ -62,8 +62,9 @@ exit status:
   75       the lock was not obtained within --wait, or at once with -n (COMMAND did not
            run); --conflict-exit-code changes it
   76       the lock was lost while COMMAND ran (COMMAND was stopped)
-  69       Redis unreachable, not serving (out of memory, loading, read-only), or no
-           answer within --timeout
+  69       Redis unreachable, not serving (out of memory, loading, read-only), not the
+           kind the address names (Sentinels, Cluster, one server), or no answer within
+           --timeout
   77       Redis refused the user or password, or a command (ACL)
   126/127  COMMAND could not be started / was not found
   2        usage error; 1 any other error

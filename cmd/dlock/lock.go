@@ -44,8 +44,9 @@ exit status:
            changes it
   76       the lock was lost while held (or found lost at the release)
   128+S    signal S came while still waiting: nothing is held
-  69       Redis unreachable, not serving (out of memory, loading, read-only), or no
-           answer within --timeout
+  69       Redis unreachable, not serving (out of memory, loading, read-only), not the
+           kind the address names (Sentinels, Cluster, one server), or no answer within
+           --timeout
   77       Redis refused the user or password, or a command (ACL)
   2        usage error; 1 any other error
 `

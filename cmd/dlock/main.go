@@ -151,8 +151,9 @@ exit status:
   0        success (exec: the command's own status, see below)
   1        any other error
   2        usage error: bad command, flags or Redis address, invalid TYPE, TARGET or lease
-  69       Redis unreachable, not serving (out of memory, loading, read-only), or no
-           answer within --timeout
+  69       Redis unreachable, not serving (out of memory, loading, read-only), not the
+           kind the address names (Sentinels, Cluster, one server), or no answer within
+           --timeout
   75       exec, lock: the lock was not obtained within --wait (or -n); --conflict-exit-code
            changes it
   76       exec, lock: the lock was lost while held (exec: the command was stopped)

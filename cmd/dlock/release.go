@@ -41,8 +41,9 @@ by another locker, which is left alone); both exit 0. Without --force, or withou
 ` + redisHelp + `
 exit status:
   0        removed, or nothing to remove (the message says which)
-  69       Redis unreachable, not serving (out of memory, loading, read-only), or no
-           answer within --timeout
+  69       Redis unreachable, not serving (out of memory, loading, read-only), not the
+           kind the address names (Sentinels, Cluster, one server), or no answer within
+           --timeout
   77       Redis refused the user or password, or a command (ACL)
   2        usage error; 1 any other error
 `

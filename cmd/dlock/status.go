@@ -47,8 +47,9 @@ refused as exec and release refuse it (status 2), while Redis keeps what the loc
 ` + redisHelp + `
 exit status:
   0        the state was read (whether held or not)
-  69       Redis unreachable, not serving (out of memory, loading, read-only), or no
-           answer within --timeout
+  69       Redis unreachable, not serving (out of memory, loading, read-only), not the
+           kind the address names (Sentinels, Cluster, one server), or no answer within
+           --timeout
   77       Redis refused the user or password, or a command (ACL)
   2        usage error (a read-write lock asked for as a semaphore, or the other way
            round, too); 1 any other error

@@ -78,10 +78,12 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
-// TestSentinelMisnamed: Sentinels asked for a master they do not watch, or a plain server
-// named as a Sentinel, answer; the message says what is wrong (no master of that name, not a
-// Sentinel) instead of go-redis's "all sentinels ... are unreachable", and exits 1.
-func TestSentinelMisnamed(t *testing.T) {
+// TestMisdirectedAddress: an address that reaches no usable master because it names another
+// kind of server than the flags say — Sentinels asked for a master they do not watch, a plain
+// server named as Sentinels or as a Cluster, a Sentinel named as the server — is told in one
+// line saying what is wrong (instead of go-redis's "all sentinels ... are unreachable"), and
+// every command exits 69, as for a Cluster node named as a single server (TestCluster).
+func TestMisdirectedAddress(t *testing.T) {
 	s := redistest.NeedSentinel(t, 2)
 	sa := s.SentinelAddrs()
 	for _, tc := range []struct {
@@ -91,13 +93,21 @@ func TestSentinelMisnamed(t *testing.T) {
 		{[]string{"--sentinel-master", "no-such-master", "--redis", strings.Join(sa, ",")}, `watch no master named "no-such-master"`},
 		{[]string{"--redis", "redis://" + sa[0] + "?master_name=no-such-master"}, `watch no master named "no-such-master"`},
 		{[]string{"--sentinel-master", s.MasterName(), "--redis", srv.Addr}, "not a Sentinel"},
+		{[]string{"--cluster", "--redis", srv.Addr}, "not a Cluster node"},
+		{[]string{"--redis", sa[0]}, "a Sentinel is named with --sentinel-master"},
 	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			r := runBin(t, nil, append(append([]string{"status"}, tc.args...), "CLI", target(t))...)
-			if r.code != exitError || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "unreachable") ||
-				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-				t.Fatal(r)
-			}
-		})
+		for _, cmd := range [][]string{{"status"}, {"lock"}, {"exec", "-n"}, {"exec", "-w", "1"}} {
+			t.Run(strings.Join(append(cmd, tc.args...), " "), func(t *testing.T) {
+				args := append(append(append([]string(nil), cmd...), tc.args...), "CLI", target(t))
+				if cmd[0] == "exec" {
+					args = append(args, "--", "true")
+				}
+				r := runBin(t, nil, args...)
+				if r.code != exitUnavailable || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "unreachable") ||
+					strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+					t.Fatal(r)
+				}
+			})
+		}
 	}
 }
