@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
-	"github.com/dlockgo/dlock/processor"
 )
 
 // defaultTimeout is the default of --timeout.
@@ -108,11 +107,11 @@ func (w *waitNotice) waiting(out io.Writer, name string) {
 func (w *waitNotice) RedisError(e dlock.RedisErrorEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.out == nil || w.told || processor.Refused(e.Err) { // (a refusal ends the wait: it is the error)
+	if w.out == nil || w.told || refusedCause(e.Err) { // (a refusal ends the wait: it is the error)
 		return
 	}
 	w.told = true
-	fmt.Fprintf(w.out, "dlock: %v failed while waiting for lock %s (%v); still waiting, as --wait allows\n", w.ep, w.waited, e.Err)
+	fmt.Fprintf(w.out, "dlock: %v failed while waiting for lock %s (%s); still waiting, as --wait allows\n", w.ep, w.waited, plain(e.Err))
 }
 
 // connect checks r, makes a client for the Redis it names and a Generator whose default

@@ -236,25 +236,26 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 	}
 	done := make(chan result, 1)
 	go func() {
-		if wait != 0 {
-			// One attempt first: Lock waits through Redis failures, a refusal (ACL) included,
-			// which no wait mends.
-			tctx, tcancel := context.WithTimeout(ctx, c.timeout) // (within --wait, and ended by a signal)
-			owned, ok, err := l.TryLock(tctx)
-			tcancel()
-			if ok || refused(err) {
-				done <- result{owned, false, err}
-				return
-			}
-		}
 		if wait == 0 {
 			owned, ok, err := l.TryLock(ctx)
 			done <- result{owned, !ok && err == nil, err}
 			return
 		}
+		// The wait's first failure is told from its first attempt on: what the library does in
+		// the background after it (giving back an attempt whose outcome is unknown: a release)
+		// must not be the failure told.
 		c.notice.waiting(stderr, lockName(l))
-		owned, err := l.Lock(ctx)
-		c.notice.waiting(nil, "")
+		defer c.notice.waiting(nil, "")
+		// One attempt first: Lock waits through Redis failures, a refusal (ACL) included,
+		// which no wait mends.
+		tctx, tcancel := context.WithTimeout(ctx, c.timeout) // (within --wait, and ended by a signal)
+		owned, ok, err := l.TryLock(tctx)
+		tcancel()
+		if ok || refused(err) {
+			done <- result{owned, false, err}
+			return
+		}
+		owned, err = l.Lock(ctx)
 		done <- result{owned, false, err}
 	}()
 	var r result
@@ -302,8 +303,18 @@ func refused(err error) bool {
 	if !errors.As(err, &pe) {
 		return false
 	}
-	_, moved := redis.IsMovedError(pe.Err)
-	return moved || processor.Refused(pe.Err)
+	return refusedCause(pe.Err)
+}
+
+// refusedCause is refused for the cause of a failure, as a dlock.RedisErrorEvent carries it
+// (a read-write lock's or semaphore's still wrapped in its *dlock.RedisProcessError).
+func refusedCause(err error) bool {
+	var pe *dlock.RedisProcessError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	_, moved := redis.IsMovedError(err)
+	return moved || processor.Refused(err)
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.

@@ -147,7 +147,9 @@ func TestExecNotObtained(t *testing.T) {
 // TestExecOnAReplica: a replica's address given for the master answers every attempt with
 // READONLY; when --wait runs out exec exits 69 (Redis not serving writes), saying it is a
 // read-only replica, not 75 as for a busy lock (nobody holds it), and runs nothing. With -n it
-// exits 69 too. A Sentinel failover shows READONLY for a moment, so the wait itself goes on.
+// exits 69 too. A Sentinel failover shows READONLY for a moment, so the wait itself goes on:
+// its notice tells the first failure, the take's (not the release that gives back the attempt
+// before the wait, whose outcome is unknown), for every kind of lock.
 func TestExecOnAReplica(t *testing.T) {
 	needReal(t)
 	replica, err := redistest.StartReal()
@@ -163,13 +165,20 @@ func TestExecOnAReplica(t *testing.T) {
 	}
 	dir, tg := t.TempDir(), target(t)
 	ran := filepath.Join(dir, "ran")
-	for _, wait := range []string{"1", "0"} {
-		r := runBin(t, nil, "exec", "--redis", replica.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
-		if r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") || strings.Contains(r.stderr, "not obtained") {
-			t.Fatalf("--wait %s: %v", wait, r)
-		}
-		if exists(ran) {
-			t.Fatalf("--wait %s: the command ran", wait)
+	for _, kind := range [][]string{nil, {"-s"}, {"-x"}, {"--semaphore", "3"}} {
+		for _, wait := range []string{"1", "0"} {
+			args := append(append([]string{"exec"}, kind...), "--redis", replica.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
+			r := runBin(t, nil, args...)
+			if kind == nil && (r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") || strings.Contains(r.stderr, "not obtained")) {
+				t.Fatalf("%v: %v", args, r)
+			}
+			if notice := strings.Contains(r.stderr, "failed while waiting"); notice != (wait != "0") ||
+				notice && (strings.Contains(r.stderr, "release") || !strings.Contains(r.stderr, "READONLY")) {
+				t.Fatalf("%v: the wait's notice: %v", args, r)
+			}
+			if exists(ran) {
+				t.Fatalf("%v: the command ran", args)
+			}
 		}
 	}
 }
