@@ -245,3 +245,41 @@ func TestNilRedisProcessError(t *testing.T) {
 		t.Errorf("Unwrap() = %v", err)
 	}
 }
+
+// A waiter that gives up while Redis fails every request names the failure (a
+// *RedisProcessError), for the read-write lock and the semaphore as for the mutex — also when
+// what failed was the give-back of an earlier attempt whose outcome Redis left unknown, which
+// goes before any take of the waiter's (here: a read-only replica, after a TryLock).
+func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	_, replica := masterAndReplica(t, ctx)
+	g := genOn(t, replica.Client(), dlock.WithDefaultLease(6*time.Second)) // (each request's bound is a third of it: go-redis retries on READONLY)
+	tg := target(t)
+	l, _ := g.Gen("RO", tg)
+	rw, _ := g.GenRW("RO", tg+"-rw")
+	rw2, _ := g.GenRW("RO", tg+"-rw2")
+	sem, _ := g.GenSemaphore("RO", tg+"-sem", 2)
+	for _, tc := range []struct {
+		name string
+		try  func(context.Context) (*dlock.Owner, bool, error)
+		lock func(context.Context) (*dlock.Owner, error)
+	}{
+		{"mutex", l.TryLock, l.Lock},
+		{"read side", rw.TryRLock, rw.RLock},
+		{"write side", rw2.TryLock, rw2.Lock},
+		{"semaphore", func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
+			func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := tc.try(ctxT(t, 5*time.Second)); !strings.Contains(fmt.Sprint(err), "READONLY") {
+				t.Fatalf("TryLock on a replica: %v", err)
+			}
+			_, err := tc.lock(ctxT(t, 2*time.Second))
+			var pe *dlock.RedisProcessError
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) ||
+				!strings.Contains(err.Error(), "READONLY") {
+				t.Fatalf("Lock on a replica = %v; want ErrNotObtained naming the READONLY failure", err)
+			}
+		})
+	}
+}

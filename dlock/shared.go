@@ -772,6 +772,7 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 		if st.oweAgain(o, err) {
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
+			st.heldUp(err)
 			st.mu.Unlock()
 			return
 		}
@@ -832,9 +833,20 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 			// owed, as a holding's release is
 			st.mu.Lock()
 			st.owed = append(st.owed, o)
+			st.heldUp(err)
 			st.mu.Unlock()
 		}
 	}}
+}
+
+// heldUp records err, the Redis failure of a release owed again, as the front waiter's fault:
+// owed releases go before any take, so while they fail no take of the waiter's is sent, and a
+// waiter that gives up names this failure, as it names a take's (else it would give up as if
+// the lock were merely busy). The caller holds mu.
+func (st *sharedState) heldUp(err error) {
+	if front := st.front(); front != nil && redisFault(err) {
+		front.fault = err
+	}
 }
 
 // release lets locker go in Redis, trying a few times while ctx allows. A holding that

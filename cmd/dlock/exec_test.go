@@ -169,7 +169,7 @@ func TestExecOnAReplica(t *testing.T) {
 		for _, wait := range []string{"1", "0"} {
 			args := append(append([]string{"exec"}, kind...), "--redis", replica.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
 			r := runBin(t, nil, args...)
-			if kind == nil && (r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") || strings.Contains(r.stderr, "not obtained")) {
+			if r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") || strings.Contains(r.stderr, "not obtained") {
 				t.Fatalf("%v: %v", args, r)
 			}
 			if notice := strings.Contains(r.stderr, "failed while waiting"); notice != (wait != "0") ||
