@@ -800,6 +800,208 @@ func TestForeignWindowServesJavaDLock(t *testing.T) {
 	}
 }
 
+// A mixed fleet under continuous contention: Generators of one goroutine each, or of several,
+// with WithForeignWindow, beside a poller of Java DLock's kind. Exclusion holds; no process of
+// this library holds the key while a window is open (Redis's clock is the judge); the poller
+// gets the key window after window; and every goroutine here finishes.
+func TestForeignWindowUnderContention(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	gapOpen := redis.NewScript(`local g = redis.call('get', KEYS[1]) local t = redis.call('time')
+return (g and tonumber(g) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) and 1 or 0`)
+	for _, tc := range []struct {
+		name             string
+		gens, goroutines int
+		opts             []dlock.Option
+	}{
+		{"one goroutine each", 4, 1, nil},
+		{"many goroutines each", 2, 4, nil},
+		{"many goroutines, no hand-off", 3, 3, []dlock.Option{dlock.WithLocalHandOff(0)}},
+		{"no notifications", 2, 3, []dlock.Option{dlock.WithNotifications(false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			var inside, overlaps, inWindow, javaAcq atomic.Int64
+			enter := func() {
+				if inside.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+			}
+			end := time.Now().Add(3 * time.Second)
+			var wg sync.WaitGroup
+			var key string
+			for range tc.gens {
+				g, c := newGen(t, append([]dlock.Option{dlock.WithForeignWindow(lease, lease/6)}, tc.opts...)...)
+				l, _ := g.GenWithLease("JAVA", target(t), lease)
+				key = l.Config().UniqueKey()
+				for range tc.goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(end) {
+							o, err := l.Lock(ctx)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							enter()
+							if n, _ := gapOpen.Run(ctx, c, []string{processor.GapKey(l.Config())}).Int(); n == 1 {
+								inWindow.Add(1)
+							}
+							inside.Add(-1)
+							if err := o.Unlock(); err != nil {
+								t.Log(err) // (a loaded machine may answer after a 300 ms lease: the key expires then)
+							}
+						}
+					}()
+				}
+			}
+			_, c := newGen(t)
+			release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+			var longest time.Duration
+			since := time.Now()
+			for n := 0; time.Now().Before(end); n++ { // Java DLock's poll: SET NX PX, every sixth of its lease
+				locker := fmt.Sprintf("10.0.0.9-%d", n)
+				if ok, err := c.SetNX(ctx, key, locker, lease).Result(); err == nil && ok {
+					longest = max(longest, time.Since(since))
+					enter()
+					javaAcq.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					inside.Add(-1)
+					release.Run(ctx, c, []string{key}, locker)
+					since = time.Now()
+				}
+				time.Sleep(lease / 6)
+			}
+			wg.Wait()
+			t.Logf("the Java-like poller: %d acquisitions, longest wait %v (a window every %v)", javaAcq.Load(), longest, lease)
+			if overlaps.Load() > 0 || inWindow.Load() > 0 {
+				t.Fatalf("%d overlaps; %d acquisitions here inside a window", overlaps.Load(), inWindow.Load())
+			}
+			if javaAcq.Load() < 2 {
+				t.Fatalf("the Java-like poller got the key %d times in 3 s of windows every %v", javaAcq.Load(), lease)
+			}
+		})
+	}
+}
+
+// A window that no process outside the line uses ends on time: the processes in line (told
+// "R" with the window's length, or finding it open as they ask) take the key as it ends, not
+// at their next poll (here 5 s away), whether they hear of it by message or by asking, and
+// the releasing process's own goroutines too.
+func TestForeignWindowUnusedEndsOnTime(t *testing.T) {
+	const lease, window = 30 * time.Second, 200 * time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		goroutines int
+		same       bool // goroutines of the releasing process wait too
+		opts       []dlock.Option
+	}{
+		{"one goroutine each", 1, false, nil},
+		{"many goroutines each", 3, false, nil},
+		{"the releasing process's own too", 3, true, []dlock.Option{dlock.WithLocalHandOff(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			opts := append([]dlock.Option{dlock.WithForeignWindow(10*time.Second, window)}, tc.opts...)
+			ga, ca := newGen(t, opts...)
+			la, _ := ga.GenWithLease("UNUSED", target(t), lease)
+			ca.Del(ctx, processor.GapKey(la.Config())) // (a window of an earlier run)
+			held := mustLock(t, la, ctx)
+			ls := []*dlock.DistributedReentrantLock{}
+			for range 2 {
+				g, _ := newGen(t, opts...)
+				l, _ := g.GenWithLease("UNUSED", target(t), lease)
+				ls = append(ls, l)
+			}
+			if tc.same {
+				ls = append(ls, la)
+			}
+			var wg sync.WaitGroup
+			var last atomic.Int64
+			for _, l := range ls {
+				for range tc.goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						o, err := l.Lock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						last.Store(time.Now().UnixNano())
+						_ = o.Unlock()
+					}()
+				}
+			}
+			waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) == 2 })
+			released := time.Now()
+			if err := held.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if took := time.Unix(0, last.Load()).Sub(released); took < window || took > 3*time.Second {
+				t.Fatalf("every waiter had the lock %v after a release that left the key free for %v; want it soon after the window, long before a poll (%v)",
+					took, window, lease/6)
+			}
+		})
+	}
+}
+
+// A window is opened once per release: a copy of the release that opened it (sent again after
+// a lost reply) changes neither the window nor its period, nor takes or grants the key. An
+// operator's ForceRelease of a Java DLock holder inside the window lets the key go as any
+// release does (the window was used): the first process in line is granted it, and holds it
+// alone; a ForceRelease of a holder already gone changes nothing.
+func TestForeignWindowCopiesAndForce(t *testing.T) {
+	const lease = 5 * time.Second
+	ctx := ctxT(t, 60*time.Second)
+	opts := []dlock.Option{dlock.WithForeignWindow(20*time.Second, 10*time.Second)}
+	ga, ca := newGen(t, opts...)
+	w := newWire(t, ca)
+	gb, _ := newGen(t, opts...)
+	la, _ := ga.GenWithLease("WINDOW", target(t), lease)
+	lb, _ := gb.GenWithLease("WINDOW", target(t), lease)
+	k, gap := key(la), processor.GapKey(la.Config())
+	ca.Del(ctx, gap) // (a window of an earlier run)
+	held := mustLock(t, la, ctx)
+	got := lockOnce(ctx, lb)
+	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) == 1 })
+	opened := time.Now()
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	ends, _ := ca.Get(ctx, gap).Result()
+	period := ca.PTTL(ctx, gap).Val()
+	if ends == "" || ca.Exists(ctx, k).Val() != 0 {
+		t.Fatalf("after the release: window %q, key exists %d; want a window and a free key", ends, ca.Exists(ctx, k).Val())
+	}
+	for _, c := range w.copies("release") {
+		w.send(c)
+	}
+	if e, _ := ca.Get(ctx, gap).Result(); e != ends || ca.PTTL(ctx, gap).Val() > period || ca.Exists(ctx, k).Val() != 0 {
+		t.Fatalf("after a copy of the release: window %q (was %q), period %v (was %v), key exists %d", e, ends, ca.PTTL(ctx, gap).Val(), period, ca.Exists(ctx, k).Val())
+	}
+	if ok, _ := ca.SetNX(ctx, k, "10.0.0.9-1", lease).Result(); !ok {
+		t.Fatal("a Java DLock-like SET NX could not take the key inside the window")
+	}
+	if removed, err := la.ForceRelease(ctx, "10.0.0.8-1"); removed || err != nil {
+		t.Fatalf("ForceRelease of a holder not there: %v, %v", removed, err)
+	}
+	if h, _ := ca.Get(ctx, k).Result(); h != "10.0.0.9-1" {
+		t.Fatalf("the Java holder was overtaken: the key holds %q", h)
+	}
+	if removed, err := la.ForceRelease(ctx, "10.0.0.9-1"); !removed || err != nil {
+		t.Fatalf("ForceRelease of the Java holder: %v, %v", removed, err)
+	}
+	if err := recv(t, got, "the waiter's Lock after the ForceRelease"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the waiter had the key %v after the window opened", time.Since(opened))
+	if time.Since(opened) >= 10*time.Second {
+		t.Fatal("the waiter had the key only once the window ended, not by the ForceRelease's grant")
+	}
+}
+
 // javaBeside runs two Generators of two goroutines each in a Lock, hold, Unlock loop beside
 // a poller of Java DLock's kind on the same key for 3 s, and counts their acquisitions and the
 // moments two holders overlapped.
