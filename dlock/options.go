@@ -125,9 +125,12 @@ func WithLocalHandOff(max time.Duration) Option {
 // key free for window instead of granting it (a process that keeps the key for goroutines that
 // never stop wanting it lets it go for the window at its next hand-off limit, WithLocalHandOff;
 // with no limit it keeps the key until they stop): processes in line do not take it meanwhile, and
-// a process that polls within the window takes it with its SET NX. A window as long as the
-// foreign processes' poll interval gives one of them the key at every window (a Java process
-// then waits at most every, times the number of them that compete); each window costs the
+// a process that polls within the window takes it with its SET NX; no TryLock of this library
+// takes it either (it does not stand in line), and a ForceRelease of a foreign holder grants
+// the key to the line at once. A window a little longer than the foreign processes' poll
+// period — their poll interval plus a round trip to Redis — gives one of them the key at every
+// window (a Java process then waits at most every, times the number of them that compete); one
+// exactly as long lets a poll miss a window now and then. Each window costs the
 // processes in line up to window of idle key. Both must be whole milliseconds, 0 < window <
 // every. The default is no window.
 func WithForeignWindow(every, window time.Duration) Option {
