@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/faultproxy"
-	"github.com/redis/go-redis/v9"
+	"github.com/dlockgo/dlock/processor"
 )
 
 func TestObserverSeesAcquisitionsReleasesAndLosses(t *testing.T) {
@@ -77,6 +79,49 @@ func TestObserverSeesRedisErrors(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.redisErrs) == 0 || rec.redisErrs[0].Op != "lock" || rec.redisErrs[0].Key != l.Config().UniqueKey() {
 		t.Fatalf("redis errors: %+v", rec.redisErrs)
+	}
+}
+
+// The read-write lock's and the semaphore's failed requests are told as the mutex's are: by
+// the operation RedisOps names for them (take, renew, release) and with the failure itself,
+// not the *RedisProcessError that Lock returns around it.
+func TestObserverSeesFamilyRedisErrorsByTheirOps(t *testing.T) {
+	rec := &recorder{}
+	g, c := newGen(t, dlock.WithObserver(rec))
+	s, err := g.GenSemaphore("API", target(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if failing.Load() && processor.ScriptName(cmd.Args()) != "" {
+			cmd.SetErr(injectedTimeout{})
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}})
+	o, err := s.Acquire(ctxT(t, 10*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	_ = s.Release(o) // (fails: told as a release)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, _, _ = s.TryAcquire(ctx, 2) // (fails: told as a take)
+	cancel()
+	failing.Store(false)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	ops := map[string]bool{}
+	for _, e := range rec.redisErrs {
+		ops[e.Op] = true
+		var pe *dlock.RedisProcessError
+		if !slices.Contains(dlock.RedisOps(), e.Op) || errors.As(e.Err, &pe) || e.Key != s.Config().UniqueKey() {
+			t.Errorf("event %+v: want an op of RedisOps, the key, and the failure itself", e)
+		}
+	}
+	if !ops["take"] || !ops["release"] {
+		t.Fatalf("ops told: %v, want take and release among them", ops)
 	}
 }
 

@@ -868,7 +868,7 @@ func (st *sharedState) release(ctx context.Context, locker string, last, end uin
 			return err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
-		st.g.observer.RedisError(RedisErrorEvent{Op: "unlock", Key: st.cfg.UniqueKey(), Err: err})
+		st.redisError("release", err)
 		if i == 2 || processor.ClientClosed(err) || !sleep(ctx, retryPause(st.cfg)) { // (a closed client sends nothing more)
 			return err
 		}
@@ -1046,7 +1046,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	case errors.Is(err, errMakeWay):
 		a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
 	case err != nil:
-		st.redisError("lock", err)
+		st.redisError("take", err)
 		front := st.front()
 		switch {
 		case front != nil && front.try && a.serves(front):
@@ -1174,11 +1174,16 @@ func (st *sharedState) heldAnswer(r processor.SharedResult, w uint64) {
 	}
 }
 
-// redisError tells the Observer that a request of op failed with err, unless Close cancelled
-// it (not Redis failing, as for the mutex's requests); it reports whether it told.
+// redisError tells the Observer that a request of op (take, renew or release: RedisOps)
+// failed with err, unless Close cancelled it (not Redis failing), as the mutex's requests are
+// told: with the failure itself, not the *RedisProcessError that wraps it. It reports whether
+// it told.
 func (st *sharedState) redisError(op string, err error) bool {
 	if errors.Is(err, context.Canceled) {
 		return false
+	}
+	if pe := (*RedisProcessError)(nil); errors.As(err, &pe) {
+		err = pe.Err
 	}
 	st.g.observer.RedisError(RedisErrorEvent{Op: op, Key: st.cfg.UniqueKey(), Err: err})
 	return true
