@@ -1034,8 +1034,8 @@ func javaBeside(t *testing.T, lease time.Duration, opts []dlock.Option) (goAcq, 
 					}
 					enter()
 					ga.Add(1)
-					if err := o.Unlock(); err != nil {
-						t.Error(err)
+					if err := o.Unlock(); err != nil && !errors.As(err, new(*dlock.RedisProcessError)) {
+						t.Error(err) // (a loaded machine may answer after a 300 ms lease, a *RedisProcessError: the key expires then)
 						return
 					}
 				}
