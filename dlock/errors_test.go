@@ -283,3 +283,34 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 		})
 	}
 }
+
+// A TryLock is one attempt, for the read-write lock and the semaphore as for the mutex: on a
+// read-only replica each TryLock returns the READONLY failure at once, also when an earlier
+// one's give-back (its outcome was unknown) keeps failing too.
+func TestTryLockOnAReplicaFailsAtOnceEveryTime(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	_, replica := masterAndReplica(t, ctx)
+	g := genOn(t, replica.Client(), dlock.WithDefaultLease(30*time.Second)) // (a give-back is owed for a lease)
+	tg := target(t)
+	l, _ := g.Gen("RO", tg)
+	rw, _ := g.GenRW("RO", tg+"-rw")
+	rw2, _ := g.GenRW("RO", tg+"-rw2")
+	sem, _ := g.GenSemaphore("RO", tg+"-sem", 2)
+	for _, tc := range []struct {
+		name string
+		try  func(context.Context) (*dlock.Owner, bool, error)
+	}{
+		{"mutex", l.TryLock},
+		{"read side", rw.TryRLock},
+		{"write side", rw2.TryLock},
+		{"semaphore", func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 3 {
+				if _, _, err := tc.try(ctxT(t, 20*time.Second)); !strings.Contains(fmt.Sprint(err), "READONLY") || errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("TryLock %d on a replica: %v; want the READONLY failure", i+1, err)
+				}
+			}
+		})
+	}
+}

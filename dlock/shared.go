@@ -509,9 +509,9 @@ func (st *sharedState) plan() action {
 func (st *sharedState) planOther(now time.Time) action {
 	g := st.g
 	lease := st.cfg.Lease()
-	if len(st.owed) > 0 {
-		o := st.owed[0]
-		st.owed = st.owed[1:]
+	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !o.failed }); i >= 0 {
+		o := st.owed[i]
+		st.owed = slices.Delete(st.owed, i, i+1)
 		return action{do: st.pay(o)}
 	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
@@ -564,6 +564,14 @@ func (st *sharedState) planOther(now time.Time) action {
 		st.waiters = st.waiters[1:]
 		close(front.done)
 		return action{again: true}
+	}
+	if len(st.owed) > 0 {
+		// releases that Redis failed go again once nothing else is due: a take is never
+		// held up by them (it goes, and fails or not on its own, as the mutex's does while
+		// its give-back is retried in the background)
+		o := st.owed[0]
+		st.owed = st.owed[1:]
+		return action{do: st.pay(o)}
 	}
 	next := time.Time{}
 	if st.attempt == nil && len(st.waiters) > 0 && st.growAt.After(now) {
@@ -740,6 +748,7 @@ type owedRelease struct {
 	locker    string
 	last, end uint64       // the tokens it gives back (unused)
 	until     time.Time    // its lease's end: a release that failed is owed again until then
+	failed    bool         // Redis failed it: it goes after any take due (reowe)
 	fate      []chan error // told what became of it
 }
 
@@ -771,8 +780,7 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 		err := st.release(ctx, o.locker, o.last, o.end)
 		if st.oweAgain(o, err) {
 			st.mu.Lock()
-			st.owed = append(st.owed, o)
-			st.heldUp(err)
+			st.reowe(o, err)
 			st.mu.Unlock()
 			return
 		}
@@ -832,21 +840,20 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 			// failed, or cut short (for a renewal due, or by Close) and perhaps never sent:
 			// owed, as a holding's release is
 			st.mu.Lock()
-			st.owed = append(st.owed, o)
-			st.heldUp(err)
+			st.reowe(o, err)
 			st.mu.Unlock()
 		}
 	}}
 }
 
-// heldUp records err, the Redis failure of a release owed again, as the front waiter's fault:
-// owed releases go before any take, so while they fail no take of the waiter's is sent, and a
-// waiter that gives up names this failure, as it names a take's (else it would give up as if
-// the lock were merely busy). The caller holds mu.
-func (st *sharedState) heldUp(err error) {
-	if front := st.front(); front != nil && redisFault(err) {
-		front.fault = err
-	}
+// reowe owes o again, whose release failed with err (oweAgain). One cut short for a renewal
+// due goes first again; one that Redis failed goes after any take due, so that a release
+// that keeps failing never holds up the takes (a TryLock is one request: it would wait for
+// the release's whole lease, and a Lock would give up naming no failure of its own). The
+// caller holds mu.
+func (st *sharedState) reowe(o owedRelease, err error) {
+	o.failed = !errors.Is(err, errMakeWay)
+	st.owed = append(st.owed, o)
 }
 
 // release lets locker go in Redis, trying a few times while ctx allows. A holding that
@@ -1153,7 +1160,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 		st.mu.Lock()
 		owed := r.Let == 0 && st.oweAgain(o, err)
 		if owed {
-			st.owed = append(st.owed, o)
+			st.reowe(o, err)
 		}
 		st.took(a, r, err, sent, w, f)
 		st.mu.Unlock()
