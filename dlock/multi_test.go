@@ -1837,3 +1837,77 @@ func TestMultiLockNeverReturnsAFamilyPartNearlyExpired(t *testing.T) {
 		})
 	}
 }
+
+// A MultiLock whose read-write part is lent from a write-hold whose downgrade Redis keeps
+// failing (the write-hold is not renewed meanwhile: the downgrade renews it) returns once it
+// has renewed what it could, as with a renewal that failed: the part's holding has most of
+// its lease left, so Lock returns it (a regression test: Lock waited for the downgrade, up to
+// the write-hold's whole lease, past its own context).
+func TestMultiLockReturnsWhileAPartsDowngradeIsUnresolved(t *testing.T) {
+	const short = 4 * time.Second // the mutex parts' lease: stale from 2 s, renewed at 3 s
+	var failDown, downFailed atomic.Bool
+	c := srv.Client()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		if failDown.Load() && sharedArg(a, "op") == "take" && sharedArg(a, "replaces") != "" {
+			downFailed.Store(true)
+			err := errors.New("read: connection reset by peer (injected)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithLeases(map[string]time.Duration{"FRC": 30 * time.Second}))
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	a, b := mustGen(t, g, "FRA", tg+"-a", short), mustGen(t, g, "FRA", tg+"-b", short)
+	rw, err := g.GenRW("FRC", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := g.MultiOf(a, b, rw.ReadSide())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	// a reader borrows this process's write-hold, whose downgrade Redis fails
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failDown.Store(true)
+	read := make(chan *dlock.Owner, 1)
+	go func() {
+		r, err := rw.RLock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		read <- r
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(rw.Config().UniqueKey()) > 0 })
+	if err := rw.Unlock(w); err != nil {
+		t.Fatal(err)
+	}
+	r := <-read
+	waitFor(t, downFailed.Load)
+	// b is held elsewhere until a, taken first, has less than half its lease left
+	ob, err := mustGen(t, gb, "FRA", tg+"-b", short).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(short * 5 / 8)
+		_ = ob.Unlock()
+	}()
+	o, err := m.Lock(ctxT(t, 10*time.Second)) // (a hang made a failure: the write-hold lives 30 s)
+	if err != nil {
+		t.Fatalf("MultiLock whose part's downgrade is unresolved: %v", err)
+	}
+	failDown.Store(false)
+	if err := m.Unlock(o); err != nil {
+		t.Error(err)
+	}
+	if err := rw.Unlock(r); err != nil {
+		t.Error(err)
+	}
+}

@@ -83,7 +83,7 @@ type shareHold struct {
 	soonest  time.Time       // a renewal to lend it (stale) may be sent from then
 	valid    time.Time       // the lease runs out (from the send time of the last take or renewal)
 	expiry   *time.Timer     // ends the holding at valid, whatever the driver is doing
-	answered []chan struct{} // closed by the next renewal's answer (freshen waits for it)
+	answered []chan struct{} // closed by the next renewal's (or downgrade's) answer (freshen waits for it)
 	fate     []chan error    // told once an idle holding is let go in Redis or lent again (Unlock waits)
 	owners   []*shareOwner   // its borrowers' owners, for Close to report released
 	ctx      context.Context
@@ -1294,6 +1294,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		defer h.answer() // (whatever it found: h is not renewed otherwise while its downgrade is unresolved)
 		switch {
 		case h.locker != old:
 		case err != nil:
