@@ -427,22 +427,7 @@ func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockUnlock := func(l *dlock.DistributedReentrantLock, errs chan<- error) {
-		o, err := l.Lock(ctx)
-		if err == nil {
-			time.Sleep(10 * time.Millisecond)
-			if err = o.Unlock(); err == nil && errors.Is(context.Cause(o), dlock.ErrLockLost) {
-				err = context.Cause(o)
-			}
-		}
-		errs <- err
-	}
-	a2, b := make(chan error, 1), make(chan error, 1)
-	go lockUnlock(la, a2)
-	go lockUnlock(lb, b)
-	waitFor(t, func() bool { return ga.Waiters(key(la)) && gb.Waiters(key(lb)) })
-	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) > 0 }) // B is in line
-	time.Sleep(20 * time.Millisecond)                                            // past the hand-off limit
+	a2, b := waitPastTheLimit(t, ctx, ga, gb, la, lb, 10*time.Millisecond)
 	var twice atomic.Int32
 	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		err := next(ctx, cmd)
@@ -484,21 +469,7 @@ func TestRenewalAfterAYieldIsNoLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockUnlock := func(l *dlock.DistributedReentrantLock, errs chan<- error) {
-		o, err := l.Lock(ctx)
-		if err == nil {
-			if err = o.Unlock(); err == nil && errors.Is(context.Cause(o), dlock.ErrLockLost) {
-				err = context.Cause(o)
-			}
-		}
-		errs <- err
-	}
-	a2, b := make(chan error, 1), make(chan error, 1)
-	go lockUnlock(la, a2)
-	go lockUnlock(lb, b)
-	waitFor(t, func() bool { return ga.Waiters(key(la)) && gb.Waiters(key(lb)) })
-	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) > 0 }) // B is in line
-	time.Sleep(20 * time.Millisecond)                                            // past the hand-off limit
+	a2, b := waitPastTheLimit(t, ctx, ga, gb, la, lb, 0)
 	yieldRan, renewed, answer := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var yields, renewals atomic.Int32
 	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
@@ -2014,4 +1985,29 @@ func TestDeafFirstInLineIsServedOnceItListensAgain(t *testing.T) {
 		t.Logf("round %d: B got the key %v after the release", round, time.Since(start))
 		_ = lb.Unlock(r.owned)
 	}
+}
+
+// waitPastTheLimit starts a second goroutine of A (ga's la, whose first goroutine holds the
+// lock) and one of B (gb's lb), each taking the lock once, holding it for hold and letting it
+// go, and returns once B stands in line and A's hand-off limit (1 ms) has passed: their
+// errors come on the channels returned, A's first (a lock lost while held counts as one).
+func waitPastTheLimit(t *testing.T, ctx context.Context, ga, gb *dlock.Generator, la, lb *dlock.DistributedReentrantLock, hold time.Duration) (a2, b chan error) {
+	t.Helper()
+	lockUnlock := func(l *dlock.DistributedReentrantLock, errs chan<- error) {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			time.Sleep(hold)
+			if err = o.Unlock(); err == nil && errors.Is(context.Cause(o), dlock.ErrLockLost) {
+				err = context.Cause(o)
+			}
+		}
+		errs <- err
+	}
+	a2, b = make(chan error, 1), make(chan error, 1)
+	go lockUnlock(la, a2)
+	go lockUnlock(lb, b)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) && gb.Waiters(key(lb)) })
+	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) > 0 }) // B is in line
+	time.Sleep(20 * time.Millisecond)                                            // past the hand-off limit
+	return a2, b
 }
