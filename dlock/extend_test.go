@@ -230,11 +230,6 @@ func TestExtendOutlastsARenewalInFlight(t *testing.T) {
 	}
 }
 
-// An Extend that Redis fails (a transient error) returns a *RedisProcessError and changes
-// nothing: the holding stays, with its lease and its renewals, and the next Extend renews it
-// with the new lease. Ports bsm/redislock's TestLock_Refresh_retry_transient_error and
-// TestLock_Refresh_retry_transient_error_exhausted (dlock does not retry an Extend itself:
-// the caller calls it again).
 // An Extend whose renewal gets no answer within the lease returns a *RedisProcessError that
 // says so on one line, matching the deadline.
 func TestExtendUnansweredWithinTheLease(t *testing.T) {
@@ -257,6 +252,11 @@ func TestExtendUnansweredWithinTheLease(t *testing.T) {
 	}
 }
 
+// An Extend that Redis fails (a transient error) returns a *RedisProcessError and changes
+// nothing: the holding stays, with its lease and its renewals, and the next Extend renews it
+// with the new lease. Ports bsm/redislock's TestLock_Refresh_retry_transient_error and
+// TestLock_Refresh_retry_transient_error_exhausted (dlock does not retry an Extend itself:
+// the caller calls it again).
 func TestExtendThroughATransientRedisFailure(t *testing.T) {
 	c := srv.Client()
 	var fails atomic.Int32
