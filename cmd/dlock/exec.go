@@ -306,13 +306,8 @@ func refused(err error) bool {
 	return refusedCause(pe.Err)
 }
 
-// refusedCause is refused for the cause of a failure, as a dlock.RedisErrorEvent carries it
-// (a read-write lock's or semaphore's still wrapped in its *dlock.RedisProcessError).
+// refusedCause is refused for the cause of a failure, as a dlock.RedisErrorEvent carries it.
 func refusedCause(err error) bool {
-	var pe *dlock.RedisProcessError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
 	_, moved := redis.IsMovedError(err)
 	return moved || processor.Refused(err)
 }
