@@ -392,7 +392,11 @@ func (p *RedisLockProcessor) MasterOf(ctx context.Context, key string) string {
 	if !ok {
 		return ""
 	}
-	return masterAddr(ctx, cc, key)
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
 }
 
 // Reload asks a Cluster client to reload the cluster's topology (see fail); other clients
@@ -504,16 +508,6 @@ func unreached(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// masterAddr returns the address of the master cc's slot map names for key ("" when it
-// cannot tell).
-func masterAddr(ctx context.Context, cc *redis.ClusterClient, key string) string {
-	node, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return ""
-	}
-	return node.Options().Addr
 }
 
 // send is run's request: the script, and WAIT after it when asked, on node (a Cluster
