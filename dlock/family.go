@@ -202,13 +202,13 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 
 // Acquire takes n permits (1 ≤ n ≤ k, Redis's k while the semaphore is in use: more is
 // ErrInvalidConfig), waiting while ctx allows, and returns their Owner. A wait that ends
-// without them fails as DistributedReentrantLock.Lock's does.
-// Waiting processes are served in order; within a process, goroutines in their order of
-// arrival. A process that holds permits already asks for more without standing in line, and
-// no release of another process tells it (its own releases do): it asks again every sixth of the lease, and stands in line once its
+// without them fails as DistributedReentrantLock.Lock's does. Waiting processes are served in
+// order; within a process, goroutines in their order of arrival. A process that holds permits
+// already asks for more without standing in line, and no release of another process tells it
+// (its own releases do): it asks again every sixth of the lease, and stands in line once its
 // first waiter has waited that long, so permits that another process lets go can take up to a
-// sixth of the lease to reach it (SetPermits raising the count tells it at once). With an
-// owner of this semaphore it re-enters the same permits (no more are taken).
+// sixth of the lease to reach it (SetPermits raising the count tells it at once). With an owner
+// of this semaphore it re-enters the same permits (no more are taken).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 	return s.Permits(n).Lock(ctx)
 }

@@ -249,13 +249,13 @@ func (st *lockState) gapLocked(gap time.Duration) {
 
 // leave takes this process out of the Redis line (leave.lua) and settles its attempts up to
 // last: a key granted to one of them is passed on. cfg is the lease its entry was made with. A
-// Redis failure is retried every lease/10 for as long as the entry would live (EntryTTL) —
-// even when goroutines wait again meanwhile, since a grant to an attempt it settles would
-// otherwise hold the key for a lease (a late leave is harmless: it settles only what it
-// numbered) — and during Close, which waits for it (a closed process no longer asks, and
-// its entry may still be granted the key), but not once Close gives up, nor on a closed
-// client or a refusal (ACL, a key of another kind), which no second try mends. Should goroutines wait again, the process counts itself in line and leaves again
-// when they are gone.
+// Redis failure is retried every lease/10 for as long as the entry would live (EntryTTL) — even
+// when goroutines wait again meanwhile, since a grant to an attempt it settles would otherwise
+// hold the key for a lease (a late leave is harmless: it settles only what it numbered) — and
+// during Close, which waits for it (a closed process no longer asks, and its entry may still be
+// granted the key), but not once Close gives up, nor on a closed client or a refusal (ACL, a
+// key of another kind), which no second try mends. Should goroutines wait again, the process
+// counts itself in line and leaves again when they are gone.
 func (st *lockState) leave(last string, cfg domain.DLockConfig) {
 	lease := cfg.Lease()
 	until := time.Now().Add(processor.EntryTTL(cfg))
