@@ -827,22 +827,16 @@ return (g and tonumber(g) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 
 				}
 			}
 			_, c := newGen(t)
-			release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
 			var longest time.Duration
 			since := time.Now()
-			for n := 0; time.Now().Before(end); n++ { // Java DLock's poll: SET NX PX, every sixth of its lease
-				locker := fmt.Sprintf("10.0.0.9-%d", n)
-				if ok, err := c.SetNX(ctx, key, locker, lease).Result(); err == nil && ok {
-					longest = max(longest, time.Since(since))
-					enter()
-					javaAcq.Add(1)
-					time.Sleep(10 * time.Millisecond)
-					inside.Add(-1)
-					release.Run(ctx, c, []string{key}, locker)
-					since = time.Now()
-				}
-				time.Sleep(lease / 6)
-			}
+			javaPoller(ctx, c, key, lease, end, func() {
+				longest = max(longest, time.Since(since))
+				enter()
+				javaAcq.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				inside.Add(-1)
+				since = time.Now()
+			})
 			wg.Wait()
 			t.Logf("the Java-like poller: %d acquisitions, longest wait %v (a window every %v)", javaAcq.Load(), longest, lease)
 			if overlaps.Load() > 0 || inWindow.Load() > 0 {
@@ -1014,22 +1008,31 @@ func javaBeside(t *testing.T, lease time.Duration, opts []dlock.Option) (goAcq, 
 		}
 	}
 	_, c := newGen(t)
-	release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
 	wg.Add(1)
-	go func() { // Java DLock's algorithm: SET NX PX, a poll every lease/6, compare-and-delete
+	go func() {
 		defer wg.Done()
-		for n := 0; time.Now().Before(end); n++ {
-			locker := fmt.Sprintf("10.0.0.9-%d", n)
-			if ok, err := c.SetNX(ctx, key, locker, lease).Result(); err == nil && ok {
-				enter()
-				ja.Add(1)
-				release.Run(ctx, c, []string{key}, locker)
-			}
-			time.Sleep(lease / 6)
-		}
+		javaPoller(ctx, c, key, lease, end, func() {
+			enter()
+			ja.Add(1)
+		})
 	}()
 	wg.Wait()
 	return ga.Load(), ja.Load(), ov.Load()
+}
+
+// javaPoller polls key as Java DLock does until end — SET NX PX with a locker of its own, then
+// again every sixth of lease — and on each acquisition runs held, then lets the key go with a
+// compare-and-delete.
+func javaPoller(ctx context.Context, c *redis.Client, key string, lease time.Duration, end time.Time, held func()) {
+	release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+	for n := 0; time.Now().Before(end); n++ {
+		locker := fmt.Sprintf("10.0.0.9-%d", n)
+		if ok, err := c.SetNX(ctx, key, locker, lease).Result(); err == nil && ok {
+			held()
+			release.Run(ctx, c, []string{key}, locker)
+		}
+		time.Sleep(lease / 6)
+	}
 }
 
 // A grant whose message is never heard (here: a process with notifications off, which hears
