@@ -246,30 +246,40 @@ func TestNilRedisProcessError(t *testing.T) {
 	}
 }
 
-// A waiter that gives up while Redis fails every request names the failure (a
-// *RedisProcessError), for the read-write lock and the semaphore as for the mutex — also when
-// what failed was the give-back of an earlier attempt whose outcome Redis left unknown, which
-// goes before any take of the waiter's (here: a read-only replica, after a TryLock).
-func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	_, replica := masterAndReplica(t, ctx)
-	g := genOn(t, replica.Client(), dlock.WithDefaultLease(6*time.Second)) // (each request's bound is a third of it: go-redis retries on READONLY)
+// replicaKind is a lock of one kind on a read-only replica, as a try and as a wait.
+type replicaKind struct {
+	name string
+	try  func(context.Context) (*dlock.Owner, bool, error)
+	lock func(context.Context) (*dlock.Owner, error)
+}
+
+// onReplica returns a lock of each kind (a mutex, a read side, a write side, a semaphore's
+// permit) of a Generator with lease on a read-only replica.
+func onReplica(t *testing.T, lease time.Duration) []replicaKind {
+	t.Helper()
+	_, replica := masterAndReplica(t, ctxT(t, 60*time.Second))
+	g := genOn(t, replica.Client(), dlock.WithDefaultLease(lease))
 	tg := target(t)
 	l, _ := g.Gen("RO", tg)
 	rw, _ := g.GenRW("RO", tg+"-rw")
 	rw2, _ := g.GenRW("RO", tg+"-rw2")
 	sem, _ := g.GenSemaphore("RO", tg+"-sem", 2)
-	for _, tc := range []struct {
-		name string
-		try  func(context.Context) (*dlock.Owner, bool, error)
-		lock func(context.Context) (*dlock.Owner, error)
-	}{
+	return []replicaKind{
 		{"mutex", l.TryLock, l.Lock},
 		{"read side", rw.TryRLock, rw.RLock},
 		{"write side", rw2.TryLock, rw2.Lock},
 		{"semaphore", func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
 			func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
-	} {
+	}
+}
+
+// A waiter that gives up while Redis fails every request names the failure (a
+// *RedisProcessError), for the read-write lock and the semaphore as for the mutex — also after
+// a TryLock whose outcome Redis left unknown, whose give-back keeps failing beside the
+// waiter's takes (here: a read-only replica).
+func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
+	// (each request's bound is a third of the lease: go-redis retries on READONLY)
+	for _, tc := range onReplica(t, 6*time.Second) {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := tc.try(ctxT(t, 5*time.Second)); !strings.Contains(fmt.Sprint(err), "READONLY") {
 				t.Fatalf("TryLock on a replica: %v", err)
@@ -288,23 +298,7 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 // read-only replica each TryLock returns the READONLY failure at once, also when an earlier
 // one's give-back (its outcome was unknown) keeps failing too.
 func TestTryLockOnAReplicaFailsAtOnceEveryTime(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	_, replica := masterAndReplica(t, ctx)
-	g := genOn(t, replica.Client(), dlock.WithDefaultLease(30*time.Second)) // (a give-back is owed for a lease)
-	tg := target(t)
-	l, _ := g.Gen("RO", tg)
-	rw, _ := g.GenRW("RO", tg+"-rw")
-	rw2, _ := g.GenRW("RO", tg+"-rw2")
-	sem, _ := g.GenSemaphore("RO", tg+"-sem", 2)
-	for _, tc := range []struct {
-		name string
-		try  func(context.Context) (*dlock.Owner, bool, error)
-	}{
-		{"mutex", l.TryLock},
-		{"read side", rw.TryRLock},
-		{"write side", rw2.TryLock},
-		{"semaphore", func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) }},
-	} {
+	for _, tc := range onReplica(t, 30*time.Second) { // (a give-back is owed for a lease)
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range 3 {
 				if _, _, err := tc.try(ctxT(t, 20*time.Second)); !strings.Contains(fmt.Sprint(err), "READONLY") || errors.Is(err, context.DeadlineExceeded) {
