@@ -32,6 +32,7 @@ type kindFlags struct {
 	semaphore         *int
 	semaphoreDef      *flagDef // whether --semaphore was given (0 is refused, not "the mutex")
 	permits           *int     // nil for commands that take nothing
+	permitsDef        *flagDef // whether --permits was given (0 is refused, not "the default")
 }
 
 func addKindFlags(fs *flagSet, takes bool) *kindFlags {
@@ -43,7 +44,9 @@ func addKindFlags(fs *flagSet, takes bool) *kindFlags {
 		semaphoreDef: fs.Var(sem, "semaphore", "", "N", "the semaphore TYPE/TARGET of N permits (N used when Redis keeps none yet)"),
 	}
 	if takes {
-		k.permits = fs.Int("permits", 0, "with --semaphore: the permits to take (default 1)")
+		n := &intValue{n: 1}
+		k.permits = &n.n
+		k.permitsDef = fs.Var(n, "permits", "", "N", "with --semaphore: the permits to take")
 	}
 	return k
 }
@@ -65,9 +68,11 @@ func (k *kindFlags) check() error {
 		return usageErrorf("--shared, --exclusive and --semaphore name different locks: give one")
 	case k.semaphoreDef.seen && *k.semaphore < 1:
 		return usageErrorf("--semaphore %d: a semaphore has at least 1 permit", *k.semaphore)
-	case k.permits != nil && *k.permits != 0 && !k.semaphoreDef.seen:
+	case k.permitsDef != nil && k.permitsDef.seen && !k.semaphoreDef.seen:
 		return usageErrorf("--permits needs --semaphore K (the semaphore's size)")
-	case k.permits != nil && (*k.permits < 0 || *k.permits > *k.semaphore):
+	case k.permitsDef != nil && k.permitsDef.seen && *k.permits < 1:
+		return usageErrorf("--permits %d: take at least 1 permit", *k.permits)
+	case k.permitsDef != nil && k.permitsDef.seen && *k.permits > *k.semaphore:
 		return usageErrorf("--permits %d of a semaphore of %d", *k.permits, *k.semaphore)
 	}
 	return nil
@@ -100,8 +105,8 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 			c.close()
 			return nil, guarded{}, c.classify(err)
 		}
-		n := 1
-		if k.permits != nil && *k.permits > 0 {
+		n := 1 // status and release take nothing
+		if k.permits != nil {
 			n = *k.permits
 		}
 		g = guarded{Part: s.Permits(n), shared: s.State, force: s.ForceRelease}

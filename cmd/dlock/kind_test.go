@@ -73,14 +73,17 @@ func TestExecPermits(t *testing.T) {
 	}
 }
 
-// TestKindFlagsContradict: flags naming two locks, permits without a semaphore, or a semaphore
-// of no permits, are usage errors, and nothing runs.
+// TestKindFlagsContradict: flags naming two locks, permits without a semaphore, a semaphore of
+// no permits, or fewer than one permit to take, are usage errors, and nothing runs.
 func TestKindFlagsContradict(t *testing.T) {
 	for _, args := range [][]string{
 		{"--shared", "--exclusive"},
 		{"--shared", "--semaphore", "2"},
 		{"--permits", "2"},
+		{"--permits", "0"},
 		{"--semaphore", "2", "--permits", "3"},
+		{"--semaphore", "2", "--permits", "0"}, // (it took 1 permit, as if --permits were not given)
+		{"--semaphore", "2", "--permits", "-1"},
 		{"--semaphore", "-1"},
 		{"--semaphore", "0"}, // (not the mutex: a release --force of it would remove the mutex's holder)
 	} {
