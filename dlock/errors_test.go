@@ -172,6 +172,8 @@ func TestWrongTypeAtTheKeyEndsTheWait(t *testing.T) {
 // Lock returns at once with ErrNotObtained and an error that names the counter, takes
 // nothing, and once the counter is deleted the lock works. It used to fail inside the script
 // with a raw Lua error ("bad argument #1 to 'max'"), and Lock retried it until its deadline.
+// State names the counter too, rather than report it as absent (it said "no counter kept"
+// while every request failed on it, and "dlock status" printed "fence: none kept").
 func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
 	g, c := newGen(t)
 	ctx := context.Background()
@@ -181,13 +183,17 @@ func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
 		rw, _ := g.GenRW("BADFENCE", fmt.Sprint(tg, i, "-rw"))
 		sem, _ := g.GenSemaphore("BADFENCE", fmt.Sprint(tg, i, "-sem"), 2)
 		cases := []struct {
-			name string
-			key  string
-			lock func(context.Context) (*dlock.Owner, error)
+			name  string
+			key   string
+			lock  func(context.Context) (*dlock.Owner, error)
+			state func(context.Context) error
 		}{
-			{"mutex", "{" + key(l) + "}:fence", l.Lock},
-			{"read side", "{" + rw.Config().UniqueKey() + "}:shared:fence", rw.RLock},
-			{"semaphore", "{" + sem.Config().UniqueKey() + "}:shared:fence", func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+			{"mutex", "{" + key(l) + "}:fence", l.Lock,
+				func(ctx context.Context) error { _, err := l.State(ctx); return err }},
+			{"read side", "{" + rw.Config().UniqueKey() + "}:shared:fence", rw.RLock,
+				func(ctx context.Context) error { _, err := rw.State(ctx); return err }},
+			{"semaphore", "{" + sem.Config().UniqueKey() + "}:shared:fence", func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+				func(ctx context.Context) error { _, err := sem.State(ctx); return err }},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name+" "+v, func(t *testing.T) {
@@ -207,6 +213,9 @@ func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
 				}
 				if got, _ := c.Get(ctx, tc.key).Result(); got != v {
 					t.Fatalf("counter %q after the refusal, want it left as it was (%q)", got, v)
+				}
+				if err := tc.state(ctxT(t, 5*time.Second)); !errors.As(err, &pe) || !strings.Contains(err.Error(), "fencing counter "+tc.key) {
+					t.Fatalf("State = %v; want a *RedisProcessError naming the counter", err)
 				}
 				if tc.name == "mutex" && c.Exists(ctx, key(l)).Val() != 0 {
 					t.Fatal("the refused Lock took the key")

@@ -4,7 +4,9 @@
 -- counter or '', the processes of the first max_listed entries of the line that are live
 -- (isLive: the ones a release would grant the key to; not those whose time ran out, nor those
 -- whose process stopped listening or, without listening, stopped renewing), first in line
--- first}.
+-- first}. A counter no script writes is refused here as by every other script (counter), not
+-- shown as absent.
+counter()
 local waitingList = {}
 for _, m in ipairs(redis.call('zrange', LINE, 0, tonumber(A.max_listed) - 1)) do
     local locker, lease, _, renewed, _, listened = waiting(m)

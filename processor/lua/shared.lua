@@ -350,9 +350,9 @@ local function serve()
     if A.op ~= 'inspect' and kd ~= A.kind then
         return {-2, kd}
     end
+    checkCounter(FENCE) -- (inspect too: State names such a counter rather than show it absent)
     local freed = false
     if A.op ~= 'inspect' then
-        checkCounter(FENCE)
         freed = prune()
     end
 
