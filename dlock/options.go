@@ -66,8 +66,9 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 	})
 }
 
-// WithLogger logs through l: lost locks at Warn, failed polls and releases at Debug. The
-// default logs nothing.
+// WithLogger logs through l: an Owner the garbage collector released (dropped without its
+// final Unlock) at Error, lost locks at Warn, failed polls and releases at Debug. The default
+// logs nothing.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(o *options) error {
 		if l == nil {

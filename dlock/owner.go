@@ -18,9 +18,10 @@ import (
 // ErrLockLost) or closed (the cause is ErrClosed).
 //
 // An Owner that the program drops without its final Unlock is found by the garbage collector
-// and released, with an error logged that names the key: a forgotten Unlock costs the lock
-// until the next collection, not for the life of the process. (A context derived from an
-// Owner and never cancelled keeps it reachable, so cancel what you derive.)
+// and released, with an error logged that names the key (WithLogger; by default nothing is
+// logged): a forgotten Unlock costs the lock until the next collection, not for the life of
+// the process. (A context derived from an Owner and never cancelled keeps it reachable, so
+// cancel what you derive.)
 //
 // A nil *Owner, or a zero one, is a context that is never done and owns nothing.
 type Owner struct {
