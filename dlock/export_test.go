@@ -190,7 +190,7 @@ func (g *Generator) SharedBelief(key string) map[string]SharedHeld {
 		st.mu.Lock()
 		for _, h := range st.holds {
 			if h.ctx.Err() == nil && !h.idle() {
-				out[h.locker] = SharedHeld{Until: h.valid, DownTo: h.downTo}
+				out[h.locker] = SharedHeld{Until: h.valid, DownTo: h.downTo, N: h.n}
 			}
 		}
 		st.mu.Unlock()
@@ -202,4 +202,19 @@ func (g *Generator) SharedBelief(key string) map[string]SharedHeld {
 type SharedHeld struct {
 	Until  time.Time
 	DownTo string
+	N      int64 // permits it holds in Redis (processor.RWPermits: a write-hold)
+}
+
+// SharedOwned reports, for an Owner of a read-write lock or a semaphore, the holding it borrows:
+// its locker, the locker of a downgrade on its way or "", until when its generator counts it
+// held, and whether it is live (not ended); ok is false for another Owner.
+func SharedOwned(o *Owner) (locker, downTo string, until time.Time, live, ok bool) {
+	if o == nil || o.sh == nil {
+		return "", "", time.Time{}, false, false
+	}
+	so := o.sh
+	so.st.mu.Lock()
+	defer so.st.mu.Unlock()
+	h := so.hold
+	return h.locker, h.downTo, h.valid, h.ctx.Err() == nil, true
 }

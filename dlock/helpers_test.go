@@ -1422,6 +1422,13 @@ func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// setPct sets the share of writes faulted from now on.
+func (h *chaosHook) setPct(pct int) {
+	h.mu.Lock()
+	h.pct = pct
+	h.mu.Unlock()
+}
+
 // quiet stops the faults and waits for every copy still on its way.
 func (h *chaosHook) quiet() {
 	h.stop.Store(true)

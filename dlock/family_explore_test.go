@@ -1,0 +1,1047 @@
+package dlock_test
+
+// The explorer of the family's Go driver: random, seeded schedules of requests of a read-write
+// lock or a semaphore — RLock, Lock, tries, re-entries, downgrades, Acquire and Release of n
+// permits, an operator's ForceRelease, Close in the middle (and a new process in its place),
+// short and already-ended contexts, waits cancelled — by several Generators ("processes") on
+// one Redis, each behind a faulty network (chaosHook: copies delivered twice, replies lost,
+// requests kept on the wire and run late, requests slowed; now and then every write of one
+// process faulted for a lease, a storm). It checks:
+//   - after every step, what the processes count held against each other (never a writer
+//     beside another holding, never more permits out than the semaphore has) and against
+//     Redis (each holding there at least until its process counts it held);
+//   - each fresh acquisition: counted held at least half a lease past the call, held so in
+//     Redis, a writer's fencing token above every token released before it asked, never
+//     an Owner for a context ended before the call;
+//   - errors: only documented ones (ErrClosed only once Close began), an upgrade refused, a
+//     re-entry refused only for a holding that ended, a second Unlock ErrNotHeld, no loss
+//     without a fault, a force or a stall of the machine;
+//   - Close: every Owner of the process ended;
+//   - at the end: every wait comes home once everyone lets go (none waits its ten seconds in
+//     vain), every goroutine ends, no key is left without a time to live, and a new process
+//     takes the key whole within seconds.
+//
+// internal/explore explores the scripts with a model of the Go side; this runs the Go side
+// itself. A failure prints the seed: DLOCK_EXPLORE_SEED=<seed> replays the schedule (the same
+// steps, faults drawn from the same seeds; the goroutines' interleaving is the machine's).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// famProc is one process of an exploration: a Generator on a client of its own behind a
+// chaosHook.
+type famProc struct {
+	id      int
+	g       *dlock.Generator
+	h       *chaosHook
+	closing atomic.Bool // Close began: ErrClosed is an expected answer
+	rw      *dlock.RWLock
+	sem     *dlock.Semaphore
+	close   func() // closes the client (after the hook is quiet)
+}
+
+// famHeld is an acquisition the schedule holds.
+type famHeld struct {
+	p     *famProc
+	o     *dlock.Owner
+	write bool
+	down  bool // a downgrade's read side (its context carries the write owner too)
+	n     int
+	count int       // holds not released yet
+	tok   uint64    // its fencing token (0: its holding ended before it was read)
+	at    time.Time // when it was acquired
+}
+
+// token returns o's fencing token.
+func (p *famProc) token(o *dlock.Owner) (uint64, bool) {
+	if p.sem != nil {
+		return p.sem.FencingToken(o)
+	}
+	return p.rw.FencingToken(o)
+}
+
+// famExplorer runs one schedule.
+type famExplorer struct {
+	t     *testing.T
+	seed  uint64
+	rng   *rand.Rand // the scheduler's
+	sem   bool
+	hoard bool // unlocks half as often
+	k     int
+	lease time.Duration
+	pct   int
+	tg    string
+	key   string
+	op    *dlock.Generator // the operator's (no faults): State and ForceRelease
+	opRW  *dlock.RWLock
+	opSem *dlock.Semaphore
+
+	mu      sync.Mutex
+	procs   []*famProc // live, by slot
+	all     []*famProc // every process made
+	held    []*famHeld
+	ended   []*dlock.Owner // released to the end: a further Unlock says ErrNotHeld
+	waits   map[int]context.CancelCauseFunc
+	forced  map[string]bool
+	steps   []string
+	floor   uint64 // the highest token of an owner released to the end without error
+	nextID  int
+	waitSeq int
+
+	stallMu sync.Mutex
+	stalls  []time.Time // when the test process was found held up (stallWatch)
+
+	wg      sync.WaitGroup
+	winding atomic.Bool
+	fails   atomic.Int64
+	stats   famStats
+}
+
+type famStats struct {
+	steps, checks, acquired, reentered, downgraded, released, forced, closed, cancelled            atomic.Int64
+	tries, refused, short, ended, emptyHanded, upgrades, lostSeen, redisErrs, doubleUnlock, storms atomic.Int64
+}
+
+func (x *famExplorer) logf(format string, args ...any) {
+	x.mu.Lock()
+	x.steps = append(x.steps, fmt.Sprintf("%6dms ", time.Now().UnixMilli()%1000000)+fmt.Sprintf(format, args...))
+	x.mu.Unlock()
+}
+
+func (x *famExplorer) fail(format string, args ...any) {
+	if x.fails.Add(1) <= 10 {
+		x.t.Errorf("seed %d: "+format, append([]any{x.seed}, args...)...)
+	}
+}
+
+// newProc makes a process (slot id).
+func (x *famExplorer) newProc() *famProc {
+	x.mu.Lock()
+	id := x.nextID
+	x.nextID++
+	x.mu.Unlock()
+	h := newChaosHook(x.lease, x.pct, x.seed*131+uint64(id))
+	c := srv.Client()
+	c.AddHook(h)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(x.lease))
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	p := &famProc{id: id, g: g, h: h, close: func() { h.quiet(); c.Close() }}
+	if x.sem {
+		p.sem = semOf(x.t, g, x.tg, x.k)
+	} else {
+		p.rw = rwOf(x.t, g, x.tg)
+	}
+	x.mu.Lock()
+	x.all = append(x.all, p)
+	x.mu.Unlock()
+	return p
+}
+
+// expected reports whether err is an answer the schedule may get from p: a documented error,
+// ErrClosed only once p's Close began.
+func (x *famExplorer) expected(p *famProc, err error) bool {
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, dlock.ErrClosed) {
+		return p.closing.Load()
+	}
+	var rpe *dlock.RedisProcessError
+	if errors.As(err, &rpe) {
+		x.stats.redisErrs.Add(1)
+	}
+	return documentedErr(err) && !errors.Is(err, dlock.ErrInvalidConfig)
+}
+
+// TestFamilyExplore runs random schedules of the family's driver under a faulty network, a
+// few seconds' worth (-short too); DLOCK_SOAK=<duration> runs them that long, and
+// DLOCK_EXPLORE_SEED=<seed> replays one.
+func TestFamilyExplore(t *testing.T) {
+	if v := os.Getenv("DLOCK_EXPLORE_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("DLOCK_EXPLORE_SEED=%q: %v", v, err)
+		}
+		exploreFamily(t, seed)
+		return
+	}
+	d := 4 * time.Second
+	if os.Getenv("DLOCK_SOAK") != "" {
+		d = soakFor(t)
+	}
+	base := uint64(time.Now().UnixNano())
+	var total famStats
+	n := 0
+	for end := time.Now().Add(d); n == 0 || time.Now().Before(end); n++ {
+		seed := base + uint64(n)
+		var st *famStats
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { st = exploreFamily(t, seed) })
+		if st != nil {
+			total.steps.Add(st.steps.Load())
+			total.checks.Add(st.checks.Load())
+			total.acquired.Add(st.acquired.Load())
+			total.forced.Add(st.forced.Load())
+			total.closed.Add(st.closed.Load())
+		}
+		if t.Failed() {
+			break
+		}
+	}
+	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle",
+		n, total.steps.Load(), total.checks.Load(), total.acquired.Load(), total.forced.Load(), total.closed.Load())
+}
+
+// exploreFamily runs the schedule of seed.
+func exploreFamily(t *testing.T, seed uint64) *famStats {
+	before := goleak.IgnoreCurrent()
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	x := &famExplorer{t: t, seed: seed, rng: rng, waits: map[int]context.CancelCauseFunc{}, forced: map[string]bool{}}
+	x.sem = rng.IntN(2) == 0
+	x.k = 1 + rng.IntN(4)
+	x.lease = []time.Duration{300 * time.Millisecond, 500 * time.Millisecond}[rng.IntN(2)]
+	x.pct = []int{0, 5, 10, 20}[rng.IntN(4)]
+	x.tg = "explore-" + strconv.FormatUint(seed, 36)
+	nprocs := 2 + rng.IntN(3)
+	nsteps := 40 + rng.IntN(80)
+	x.hoard = rng.IntN(3) == 0
+	kind := "rw"
+	if x.sem {
+		kind = fmt.Sprintf("sem k=%d", x.k)
+	}
+	t.Logf("seed %d: %s, %d processes, lease %v, %d%% of writes faulted, %d steps, hoarding %v", seed, kind, nprocs, x.lease, x.pct, nsteps, x.hoard)
+	defer func() {
+		if t.Failed() {
+			x.mu.Lock()
+			steps := x.steps[max(0, len(x.steps)-60):]
+			x.mu.Unlock()
+			t.Logf("the schedule's last steps:\n%s", strings.Join(steps, "\n"))
+			t.Logf("replay: DLOCK_EXPLORE_SEED=%d go test -race -count=1 -run 'TestFamilyExplore$' ./dlock", seed)
+		}
+	}()
+
+	c := srv.Client()
+	op, err := dlock.NewGenerator(c, dlock.WithDefaultLease(x.lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.op = op
+	if x.sem {
+		x.opSem = semOf(t, op, x.tg, x.k)
+		x.key = x.opSem.Config().UniqueKey()
+	} else {
+		x.opRW = rwOf(t, op, x.tg)
+		x.key = x.opRW.Config().UniqueKey()
+	}
+	for range nprocs {
+		x.procs = append(x.procs, x.newProc())
+	}
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { defer close(watched); x.stallWatch(stopWatch) }()
+	var unwatch sync.Once
+	endWatch := func() { unwatch.Do(func() { close(stopWatch); <-watched }) }
+	defer endWatch()
+
+	for i := range nsteps {
+		x.stats.steps.Add(1)
+		x.step(i)
+		if d := rng.IntN(12); d > 0 {
+			time.Sleep(time.Duration(d) * time.Millisecond)
+		}
+		x.check(fmt.Sprintf("after step %d", i))
+		if x.fails.Load() > 0 {
+			break
+		}
+	}
+	x.windDown()
+
+	_ = op.Close(context.Background())
+	c.Close()
+	x.freshTakes()
+
+	endWatch()
+	err = goleak.Find(before)
+	for i := 0; err != nil && i < 20; i++ {
+		time.Sleep(250 * time.Millisecond)
+		err = goleak.Find(before)
+	}
+	if err != nil {
+		x.fail("goroutines left: %v", err)
+	}
+	t.Logf("%d steps, %d checks; %d acquired (%d tries, %d refused), %d re-entered, %d downgraded, %d released, %d forced, %d closed, %d waits cancelled, %d short waits ran out, %d ended contexts refused, %d upgrades refused, %d losses seen, %d Redis errors, %d storms; faults: %s",
+		x.stats.steps.Load(), x.stats.checks.Load(), x.stats.acquired.Load(), x.stats.tries.Load(), x.stats.refused.Load(), x.stats.reentered.Load(),
+		x.stats.downgraded.Load(), x.stats.released.Load(), x.stats.forced.Load(), x.stats.closed.Load(), x.stats.cancelled.Load(),
+		x.stats.short.Load(), x.stats.ended.Load(), x.stats.upgrades.Load(), x.stats.lostSeen.Load(), x.stats.redisErrs.Load(), x.stats.storms.Load(), x.faults())
+	return &x.stats
+}
+
+func (x *famExplorer) faults() string {
+	var n [5]int64
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, p := range x.all {
+		for i := range n {
+			n[i] += p.h.count[i].Load()
+		}
+	}
+	return fmt.Sprintf("dup at once %d, dup later %d, reply lost %d, on the wire %d, slowed %d", n[0], n[1], n[2], n[3], n[4])
+}
+
+// step runs step i of the schedule.
+func (x *famExplorer) step(i int) {
+	rng := x.rng
+	x.mu.Lock()
+	p := x.procs[rng.IntN(len(x.procs))]
+	nheld := len(x.held)
+	var r *famHeld
+	if nheld > 0 {
+		r = x.held[rng.IntN(nheld)]
+	}
+	inflight := len(x.waits)
+	x.mu.Unlock()
+	c := rng.IntN(100)
+	if r == nil && c >= 35 && c < 74 {
+		c = 0 // nothing held: acquire instead
+	}
+	if x.hoard && c >= 35 && c < 60 && rng.IntN(2) == 0 {
+		c = 91 // a hoarding schedule: holders keep longer (a sleep), waiters queue in line
+	}
+	switch {
+	case c < 35 && inflight >= 10:
+		x.cancelWait(i)
+	case c < 35:
+		x.acquire(i, p)
+	case c < 60:
+		x.unlock(i, r)
+	case c < 68:
+		x.reenter(i, r)
+	case c < 74 && r.write:
+		x.downgrade(i, r)
+	case c < 74:
+		x.unlock(i, r)
+	case c < 77:
+		x.force(i)
+	case c < 79:
+		x.closeProc(i, p)
+	case c < 85:
+		x.cancelWait(i)
+	case c < 88:
+		x.doubleUnlock(i)
+	case c < 90:
+		x.storm(i, p)
+	case c < 93:
+		d := x.lease/4 + time.Duration(rng.Int64N(int64(x.lease)))
+		x.logf("step %d: sleep %v", i, d)
+		time.Sleep(d)
+	case inflight < 10:
+		x.acquire(i, p)
+	}
+}
+
+// acquire starts an acquisition of p: its kind, permits and context are the schedule's.
+func (x *famExplorer) acquire(i int, p *famProc) {
+	rng := x.rng
+	try := rng.IntN(4) == 0
+	write := !x.sem && rng.IntN(3) == 0
+	n := 1
+	if x.sem {
+		n = 1 + rng.IntN(x.k)
+	}
+	ctxKind := rng.IntN(100)
+	short := time.Duration(rng.IntN(6)) * time.Millisecond
+	var ctx context.Context
+	var cancel context.CancelCauseFunc
+	what := "long"
+	switch {
+	case ctxKind < 15: // already ended
+		ctx, cancel = context.WithCancelCause(context.Background())
+		cancel(errors.New("ended before the call"))
+		what = "ended"
+	case ctxKind < 35:
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithTimeout(context.Background(), short)
+		ctx, cancel = context.WithCancelCause(ctx)
+		cancel = func(c context.CancelCauseFunc, c2 context.CancelFunc) context.CancelCauseFunc {
+			return func(e error) { c(e); c2() }
+		}(cancel, c2)
+		what = "short " + short.String()
+	default:
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithTimeout(context.Background(), 10*time.Second) // ends only a hang
+		ctx, cancel = context.WithCancelCause(ctx)
+		cancel = func(c context.CancelCauseFunc, c2 context.CancelFunc) context.CancelCauseFunc {
+			return func(e error) { c(e); c2() }
+		}(cancel, c2)
+	}
+	name := fmt.Sprintf("P%d ", p.id)
+	switch {
+	case x.sem && try:
+		name += fmt.Sprintf("TryAcquire(%d)", n)
+	case x.sem:
+		name += fmt.Sprintf("Acquire(%d)", n)
+	case write && try:
+		name += "TryLock"
+	case write:
+		name += "Lock"
+	case try:
+		name += "TryRLock"
+	default:
+		name += "RLock"
+	}
+	x.mu.Lock()
+	x.waitSeq++
+	id := x.waitSeq
+	x.waits[id] = cancel
+	x.mu.Unlock()
+	x.logf("step %d: %s (%s ctx) as wait %d", i, name, what, id)
+	ended := ctx.Err() != nil
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		defer func() {
+			x.mu.Lock()
+			delete(x.waits, id)
+			x.mu.Unlock()
+			cancel(nil)
+		}()
+		x.mu.Lock()
+		floor := x.floor
+		x.mu.Unlock()
+		start := time.Now()
+		var o *dlock.Owner
+		var ok = true
+		var err error
+		switch {
+		case x.sem && try:
+			o, ok, err = p.sem.TryAcquire(ctx, n)
+		case x.sem:
+			o, err = p.sem.Acquire(ctx, n)
+		case write && try:
+			o, ok, err = p.rw.TryLock(ctx)
+		case write:
+			o, err = p.rw.Lock(ctx)
+		case try:
+			o, ok, err = p.rw.TryRLock(ctx)
+		default:
+			o, err = p.rw.RLock(ctx)
+		}
+		if try {
+			x.stats.tries.Add(1)
+		}
+		switch {
+		case err != nil:
+			x.logf("wait %d (%s): %v", id, name, err)
+			if !x.expected(p, err) {
+				x.fail("%s: unexpected error %v", name, err)
+			}
+			if ended {
+				x.stats.ended.Add(1)
+			} else if what != "long" {
+				x.stats.short.Add(1)
+			} else if errors.Is(err, dlock.ErrNotObtained) && errors.Is(err, context.DeadlineExceeded) {
+				x.fail("%s: a wait of 10 s in vain: %v", name, err)
+			} else {
+				x.stats.emptyHanded.Add(1)
+			}
+			return
+		case !ok:
+			x.stats.refused.Add(1)
+			x.logf("wait %d (%s): refused", id, name)
+			return
+		case o == nil:
+			x.fail("%s: no Owner and no error", name)
+			return
+		}
+		x.stats.acquired.Add(1)
+		if ended {
+			x.fail("%s with a context ended before the call returned an Owner", name)
+		}
+		x.checkOwned(name, o, start)
+		// tokens rise: a writer's is above every token of an owner released before it asked
+		// (a reader's or permits' may be an older holding's, which it shares)
+		tok, _ := p.token(o)
+		if write && tok > 0 && tok <= floor {
+			x.fail("%s: fencing token %d, not above %d of an owner released before it asked", name, tok, floor)
+		}
+		x.logf("wait %d (%s): got %s", id, name, x.ownedString(o))
+		hr := &famHeld{p: p, o: o, write: write, n: n, count: 1, tok: tok, at: start}
+		if x.winding.Load() {
+			x.release(hr, "wind-down")
+			return
+		}
+		x.mu.Lock()
+		x.held = append(x.held, hr)
+		x.mu.Unlock()
+	}()
+}
+
+func (x *famExplorer) ownedString(o *dlock.Owner) string {
+	locker, downTo, until, live, _ := dlock.SharedOwned(o)
+	return fmt.Sprintf("%s (down to %q) until +%v live %v", locker, downTo, time.Until(until).Round(time.Millisecond), live)
+}
+
+// checkOwned checks a fresh acquisition asked at start: its holding's lease, as its process
+// counts it, runs at least half a lease past start, and Redis holds it at least that long
+// (unless an operator forced it out meanwhile, or it was lost already).
+func (x *famExplorer) checkOwned(name string, o *dlock.Owner, start time.Time) {
+	locker, downTo, until, live, ok := dlock.SharedOwned(o)
+	if !ok {
+		x.fail("%s: the Owner is not a shared lock's", name)
+		return
+	}
+	if !live {
+		x.stats.lostSeen.Add(1)
+		return
+	}
+	if until.Before(start.Add(x.lease / 2)) {
+		x.fail("%s: returned with its holding counted held until %v after the call began (less than half the lease %v)", name, until.Sub(start), x.lease)
+	}
+	st, err := x.state()
+	got := time.Now()
+	if err != nil {
+		x.t.Logf("State: %v", err)
+		return
+	}
+	// (a downgrade may have replaced the holding's locker meanwhile: any of them)
+	locker2, downTo2, _, live, _ := dlock.SharedOwned(o)
+	names := []string{locker, downTo, locker2, downTo2}
+	if !live || x.isForced(names...) || !until.After(got) {
+		return // (past its lease but not told yet: a late timer of a stalled machine)
+	}
+	i := slices.IndexFunc(st.Holds, func(h dlock.SharedHold) bool { return h.Locker != "" && slices.Contains(names, h.Locker) })
+	if i < 0 {
+		x.fail("%s: its holding %s is not in Redis (holds %v)", name, locker, st.Holds)
+		return
+	}
+	if exp := got.Add(st.Holds[i].TTL + 5*time.Millisecond); exp.Before(until) {
+		x.fail("%s: Redis keeps %s until %v before its process counts it held", name, locker, until.Sub(exp))
+	}
+}
+
+func (x *famExplorer) state() (dlock.SharedState, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if x.sem {
+		return x.opSem.State(ctx)
+	}
+	return x.opRW.State(ctx)
+}
+
+func (x *famExplorer) isForced(lockers ...string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, l := range lockers {
+		if l != "" && x.forced[l] {
+			return true
+		}
+	}
+	return false
+}
+
+// holdLive reports whether o's holding is live.
+func (x *famExplorer) holdLive(o *dlock.Owner) bool {
+	_, _, _, live, _ := dlock.SharedOwned(o)
+	return live
+}
+
+// stallWatch records when this process was held up — its sleeps overran by a tenth of the
+// lease — until stop is closed: a holding lost then, with no fault on the wire, is the
+// machine's doing (its renewal was late), not the driver's.
+func (x *famExplorer) stallWatch(stop <-chan struct{}) {
+	for {
+		t0 := time.Now()
+		select {
+		case <-stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if over := time.Since(t0) - 5*time.Millisecond; over > x.lease/10 {
+			x.stallMu.Lock()
+			x.stalls = append(x.stalls, time.Now())
+			x.stallMu.Unlock()
+		}
+	}
+}
+
+// stalledSince reports whether this process was held up since t.
+func (x *famExplorer) stalledSince(t time.Time) bool {
+	x.stallMu.Lock()
+	defer x.stallMu.Unlock()
+	return len(x.stalls) > 0 && x.stalls[len(x.stalls)-1].After(t)
+}
+
+// lossExplained checks a loss of an owner's holding (locker, down): with no fault on the wire
+// (none drawn, no storm) and no force of it, only a stall of the machine explains it.
+func (x *famExplorer) lossExplained(what string, locker, down string, since time.Time) {
+	if x.pct > 0 || x.stats.storms.Load() > 0 || x.isForced(locker, down) || x.stalledSince(since) {
+		return
+	}
+	x.fail("%s: holding %s lost with no fault on the wire, no force and no stall of the machine", what, locker)
+}
+
+// take removes r from the held ones.
+func (x *famExplorer) take(r *famHeld) {
+	x.mu.Lock()
+	x.held = slices.DeleteFunc(x.held, func(h *famHeld) bool { return h == r })
+	x.mu.Unlock()
+}
+
+// release releases every hold of r.
+func (x *famExplorer) release(r *famHeld, why string) {
+	for r.count > 0 {
+		x.unlockOnce(r, why)
+	}
+}
+
+// unlockOnce releases one hold of r (held by the caller alone).
+func (x *famExplorer) unlockOnce(r *famHeld, why string) {
+	locker, down, _, _, _ := dlock.SharedOwned(r.o)
+	err := r.o.Unlock()
+	if errors.Is(err, dlock.ErrLockLost) {
+		x.lossExplained(fmt.Sprintf("P%d Unlock", r.p.id), locker, down, r.at.Add(-x.lease))
+	}
+	r.count--
+	x.logf("%s: P%d Unlock (%d left): %v", why, r.p.id, r.count, err)
+	if !x.expected(r.p, err) || errors.Is(err, dlock.ErrNotHeld) {
+		x.fail("P%d Unlock: unexpected error %v", r.p.id, err)
+	}
+	if r.count == 0 && err == nil && r.tok > 0 {
+		x.mu.Lock()
+		x.floor = max(x.floor, r.tok)
+		x.mu.Unlock()
+	}
+	if r.count == 0 {
+		x.stats.released.Add(1)
+		if r.o.Err() == nil {
+			x.fail("P%d: the Owner is not done after its last Unlock (%v)", r.p.id, err)
+		}
+		x.mu.Lock()
+		x.ended = append(x.ended, r.o)
+		if len(x.ended) > 16 {
+			x.ended = x.ended[1:]
+		}
+		x.mu.Unlock()
+	}
+}
+
+func (x *famExplorer) unlock(i int, r *famHeld) {
+	x.logf("step %d: unlock a hold of P%d (%s)", i, r.p.id, x.ownedString(r.o))
+	if r.count > 1 {
+		x.unlockOnce(r, fmt.Sprintf("step %d", i))
+		return
+	}
+	x.take(r)
+	if x.rng.IntN(3) > 0 {
+		x.unlockOnce(r, fmt.Sprintf("step %d", i))
+		return
+	}
+	x.wg.Add(1) // (the last hold, released beside the next steps: a Close may come in the middle)
+	go func() {
+		defer x.wg.Done()
+		x.unlockOnce(r, fmt.Sprintf("step %d (async)", i))
+	}()
+}
+
+// reenter takes r's side again through its owner context (for a reader, now and then the
+// write side: an upgrade, refused).
+func (x *famExplorer) reenter(i int, r *famHeld) {
+	ctx, cancel := context.WithTimeout(r.o, 3*time.Second)
+	defer cancel()
+	var o *dlock.Owner
+	var err error
+	upgrade := false
+	switch {
+	case x.sem:
+		o, err = r.p.sem.Acquire(ctx, r.n)
+	case r.write:
+		o, err = r.p.rw.Lock(ctx)
+	case !r.down && x.rng.IntN(3) == 0:
+		upgrade = true
+		o, err = r.p.rw.Lock(ctx)
+	default:
+		o, err = r.p.rw.RLock(ctx)
+	}
+	x.logf("step %d: P%d re-enter (upgrade %v): %v", i, r.p.id, upgrade, err)
+	switch {
+	case upgrade:
+		x.stats.upgrades.Add(1)
+		if err == nil {
+			x.fail("P%d: a reader's Lock returned an Owner (an upgrade)", r.p.id)
+			_ = o.Unlock()
+		} else if !errors.Is(err, dlock.ErrUpgrade) && !x.expected(r.p, err) {
+			x.fail("P%d: upgrade: %v", r.p.id, err)
+		}
+	case err == nil:
+		x.stats.reentered.Add(1)
+		r.count++
+	case !x.expected(r.p, err) || errors.Is(err, dlock.ErrNotObtained):
+		x.fail("P%d: re-entry: %v", r.p.id, err)
+	case x.holdLive(r.o):
+		x.fail("P%d: re-entry failed (%v) while the owner's holding is live", r.p.id, err)
+	}
+}
+
+// downgrade takes the read side through r, a writer.
+func (x *famExplorer) downgrade(i int, r *famHeld) {
+	ctx, cancel := context.WithTimeout(r.o, 3*time.Second)
+	defer cancel()
+	o, err := r.p.rw.RLock(ctx)
+	x.logf("step %d: P%d downgrade: %v", i, r.p.id, err)
+	switch {
+	case err == nil:
+		x.stats.downgraded.Add(1)
+		x.mu.Lock()
+		tok, _ := r.p.token(o)
+		x.held = append(x.held, &famHeld{p: r.p, o: o, down: true, n: 1, count: 1, tok: tok, at: time.Now()})
+		x.mu.Unlock()
+	case !x.expected(r.p, err):
+		x.fail("P%d: downgrade: %v", r.p.id, err)
+	}
+}
+
+// force has the operator force out a holding Redis reports.
+func (x *famExplorer) force(i int) {
+	st, err := x.state()
+	if err != nil || len(st.Holds) == 0 {
+		x.logf("step %d: force: nothing held (%v)", i, err)
+		return
+	}
+	h := st.Holds[x.rng.IntN(len(st.Holds))]
+	x.mu.Lock()
+	x.forced[h.Locker] = true
+	x.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var ok bool
+	if x.sem {
+		ok, err = x.opSem.ForceRelease(ctx, h.Locker)
+	} else {
+		ok, err = x.opRW.ForceRelease(ctx, h.Locker)
+	}
+	x.stats.forced.Add(1)
+	x.logf("step %d: force %s: %v %v", i, h.Locker, ok, err)
+	if err != nil && !documentedErr(err) {
+		x.fail("ForceRelease: %v", err)
+	}
+}
+
+// closeProc closes p in the middle and puts a new process in its place.
+func (x *famExplorer) closeProc(i int, p *famProc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	short := x.rng.IntN(3) == 0
+	if short { // a Close that gives up at once: what is left expires, or is given back meanwhile
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(x.rng.IntN(20))*time.Millisecond)
+		defer cancel()
+	}
+	x.logf("step %d: Close P%d (short %v)", i, p.id, short)
+	p.closing.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- p.g.Close(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil && !(short && errors.Is(err, context.DeadlineExceeded)) {
+			x.fail("Close of P%d: %v", p.id, err)
+		}
+	case <-time.After(20 * time.Second):
+		x.fail("Close of P%d did not return within 20 s", p.id)
+		return
+	}
+	x.stats.closed.Add(1)
+	np := x.newProc()
+	x.mu.Lock()
+	var mine []*famHeld
+	x.held = slices.DeleteFunc(x.held, func(h *famHeld) bool {
+		if h.p == p {
+			mine = append(mine, h)
+			return true
+		}
+		return false
+	})
+	for j, q := range x.procs {
+		if q == p {
+			x.procs[j] = np
+		}
+	}
+	x.mu.Unlock()
+	for _, h := range mine {
+		if !short && x.holdLive(h.o) || !rgWaitUntil(5*time.Second, func() bool { return !x.holdLive(h.o) && h.o.Err() != nil }) {
+			x.fail("P%d: an Owner is live after Close returned", p.id)
+		}
+		if err := h.o.Unlock(); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
+			x.fail("P%d: Unlock after Close: %v", p.id, err)
+		}
+	}
+	x.logf("step %d: P%d closed, P%d in its place", i, p.id, np.id)
+}
+
+// storm faults every write of p for up to a lease and a half: its renewals fail, and its
+// holdings may lapse.
+func (x *famExplorer) storm(i int, p *famProc) {
+	d := x.lease/2 + time.Duration(x.rng.Int64N(int64(x.lease)))
+	x.logf("step %d: storm on P%d for %v", i, p.id, d)
+	x.stats.storms.Add(1)
+	p.h.setPct(100)
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		time.Sleep(d)
+		p.h.setPct(x.pct)
+		x.logf("storm on P%d over", p.id)
+	}()
+}
+
+func (x *famExplorer) cancelWait(i int) {
+	x.mu.Lock()
+	ids := make([]int, 0, len(x.waits))
+	for id := range x.waits {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var cancel context.CancelCauseFunc
+	id := 0
+	if len(ids) > 0 {
+		id = ids[x.rng.IntN(len(ids))]
+		cancel = x.waits[id]
+	}
+	x.mu.Unlock()
+	if cancel != nil {
+		x.logf("step %d: cancel wait %d", i, id)
+		x.stats.cancelled.Add(1)
+		cancel(errors.New("cancelled by the schedule"))
+	}
+}
+
+// doubleUnlock releases an owner released to the end already: ErrNotHeld.
+func (x *famExplorer) doubleUnlock(i int) {
+	x.mu.Lock()
+	var o *dlock.Owner
+	if len(x.ended) > 0 {
+		o = x.ended[x.rng.IntN(len(x.ended))]
+	}
+	x.mu.Unlock()
+	if o == nil {
+		return
+	}
+	err := o.Unlock()
+	x.stats.doubleUnlock.Add(1)
+	x.logf("step %d: Unlock of a released owner: %v", i, err)
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		x.fail("Unlock of an owner released to the end: %v, want ErrNotHeld", err)
+	}
+}
+
+// check compares what the processes believe with each other and with Redis. Each process's
+// beliefs are read twice, in order and then in reverse, around one read of Redis's state: a
+// holding seen live in both reads of its process was live throughout (a holding never comes
+// back), so all those were live together when Redis was read. They must not conflict (a
+// writer beside another holding, more permits than the semaphore has), and Redis must hold
+// each (unless forced out) at least until its process counts it held.
+func (x *famExplorer) check(when string) {
+	x.stats.checks.Add(1)
+	x.mu.Lock()
+	procs := slices.Clone(x.procs)
+	x.mu.Unlock()
+	fwd := make([]map[string]dlock.SharedHeld, len(procs))
+	fwdAt := make([]time.Time, len(procs))
+	for i, p := range procs {
+		fwd[i] = p.g.SharedBelief(x.key)
+		fwdAt[i] = time.Now()
+	}
+	st, err := x.state()
+	got := time.Now()
+	rev := make([]map[string]dlock.SharedHeld, len(procs))
+	for i := len(procs) - 1; i >= 0; i-- {
+		rev[i] = procs[i].g.SharedBelief(x.key)
+	}
+	if err != nil {
+		x.t.Logf("%s: State: %v", when, err)
+		return
+	}
+	type belief struct {
+		p      int
+		locker string
+		h      dlock.SharedHeld
+	}
+	var live []belief
+	for i := range procs {
+		// within a process a read is one instant: its holdings do not conflict
+		if b := conflict(fwd[i], x.sem, int64(x.k), func(l string, h dlock.SharedHeld) bool {
+			return x.isForced(l, h.DownTo) || !h.Until.After(fwdAt[i])
+		}); b != "" {
+			x.fail("%s: P%d believes %s", when, procs[i].id, b)
+		}
+		for l, h := range fwd[i] {
+			// (one past its lease but not told yet — a late timer of a stalled machine — is
+			// no longer counted held by its process)
+			if r, ok := rev[i][l]; ok && h.Until.After(got) && !x.isForced(l, h.DownTo, r.DownTo) {
+				live = append(live, belief{i, l, r})
+				if j := slices.IndexFunc(st.Holds, func(s dlock.SharedHold) bool {
+					return s.Locker == l || (h.DownTo != "" && s.Locker == h.DownTo) || (r.DownTo != "" && s.Locker == r.DownTo)
+				}); j < 0 {
+					x.fail("%s: P%d lends %s (until +%v) that Redis does not hold (holds %+v)", when, procs[i].id, l, time.Until(h.Until), st.Holds)
+				} else if exp := got.Add(st.Holds[j].TTL + 5*time.Millisecond); exp.Before(h.Until) {
+					x.fail("%s: Redis keeps %s %v less than P%d counts it held", when, l, h.Until.Sub(exp), procs[i].id)
+				}
+			}
+		}
+	}
+	all := map[string]dlock.SharedHeld{}
+	owner := map[string]int{}
+	for _, b := range live {
+		all[b.locker] = b.h
+		owner[b.locker] = procs[b.p].id
+	}
+	if b := conflict(all, x.sem, int64(x.k), nil); b != "" {
+		x.fail("%s: the processes together believe %s (by process: %v)", when, b, owner)
+	}
+	// Redis itself
+	var sum int64
+	writers := 0
+	for _, h := range st.Holds {
+		sum += h.Permits
+		if h.Write {
+			writers++
+		}
+	}
+	if x.sem && sum > st.Permits {
+		x.fail("%s: Redis has %d permits out of %d: %+v", when, sum, st.Permits, st.Holds)
+	}
+	if !x.sem && writers > 0 && len(st.Holds) > 1 {
+		x.fail("%s: Redis has a writer beside another holding: %+v", when, st.Holds)
+	}
+}
+
+// conflict describes holdings held together that conflict, or returns "".
+func conflict(hs map[string]dlock.SharedHeld, sem bool, k int64, skip func(l string, h dlock.SharedHeld) bool) string {
+	var sum int64
+	var writers []string
+	n := 0
+	for l, h := range hs {
+		if skip != nil && skip(l, h) {
+			continue
+		}
+		n++
+		sum += h.N
+		if h.N == processor.RWPermits && h.DownTo == "" { // (a write-hold being downgraded lends to readers only)
+			writers = append(writers, l)
+		}
+	}
+	switch {
+	case sem && sum > k:
+		return fmt.Sprintf("%d permits of %d held: %+v", sum, k, hs)
+	case !sem && len(writers) > 0 && n > 1:
+		return fmt.Sprintf("a writer (%v) beside another holding: %+v", writers, hs)
+	}
+	return ""
+}
+
+// windDown stops the schedule: every hold is released, every wait must come home (a wait
+// of the ten seconds in vain is a lost wake-up), the processes close.
+func (x *famExplorer) windDown() {
+	x.winding.Store(true)
+	x.logf("wind-down")
+	x.mu.Lock()
+	held := x.held
+	x.held = nil
+	x.mu.Unlock()
+	for _, r := range held {
+		x.release(r, "wind-down")
+	}
+	done := make(chan struct{})
+	go func() { x.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		x.fail("waits still out 30 s after the wind-down began")
+		x.mu.Lock()
+		for _, c := range x.waits {
+			c(errors.New("wind-down gave up"))
+		}
+		x.mu.Unlock()
+		<-done
+	}
+	x.mu.Lock()
+	held = x.held // (none: acquisitions of the wind-down release at once)
+	x.mu.Unlock()
+	for _, r := range held {
+		x.release(r, "wind-down")
+	}
+	x.check("after the wind-down")
+	for _, p := range x.procs {
+		p.closing.Store(true)
+		if err := p.g.Close(context.Background()); err != nil {
+			x.fail("Close of P%d: %v", p.id, err)
+		}
+	}
+	for _, p := range x.all {
+		p.close()
+	}
+}
+
+// freshTakes checks that a new process takes the key within a few seconds of everyone's
+// Close, whole (the write side; every permit), and that no key is left without a time to
+// live.
+func (x *famExplorer) freshTakes() {
+	c := srv.Client()
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(x.lease))
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	var o *dlock.Owner
+	if x.sem {
+		o, err = semOf(x.t, g, x.tg, x.k).Acquire(ctx, x.k)
+	} else {
+		o, err = rwOf(x.t, g, x.tg).Lock(ctx)
+	}
+	if err != nil {
+		x.fail("a new process could not take the key whole within 5 s of everyone's Close: %v", err)
+		st, _ := x.stateOf(g)
+		x.t.Logf("state: %+v", st)
+		return
+	}
+	x.logf("a new process took it in %v", time.Since(start))
+	_ = o.Unlock()
+	var left []string
+	for _, k := range keysWithoutTTL(x.t, c) {
+		if strings.Contains(k, x.tg) {
+			left = append(left, k)
+		}
+	}
+	if len(left) > 0 {
+		x.fail("keys without a time to live: %v", left)
+	}
+}
+
+func (x *famExplorer) stateOf(g *dlock.Generator) (dlock.SharedState, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if x.sem {
+		return semOf(x.t, g, x.tg, x.k).State(ctx)
+	}
+	return rwOf(x.t, g, x.tg).State(ctx)
+}
