@@ -395,13 +395,33 @@ func TestGrantSkipsAStaleEntry(t *testing.T) {
 	la, _ := a.lock(t, slow, true, 1)
 	b.lock(t, lc, true, 1) // fresh for 100 ms
 	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond)
-	ld, _ := d.lock(t, lc, true, 1)
+	ld, _ := d.lock(t, slow, true, 1)
 	if r := a.release(t, slow, la); r.Next != ld {
 		t.Fatalf("release = %+v, want granted to %s (pb- stopped renewing its entry)", r, ld)
 	}
 	// (Inspect lists pb- no more: a release passes it over. Its place is in the line's key.)
-	if line, err := c.ZRange(context.Background(), processor.LineKey(lc), 0, -1).Result(); err != nil || !slices.Equal(line, []string{"pb-"}) {
+	ctx := context.Background()
+	if line, err := c.ZRange(ctx, processor.LineKey(lc), 0, -1).Result(); err != nil || !slices.Equal(line, []string{"pb-"}) {
 		t.Fatalf("line %v (%v), want pb- still in it", line, err)
+	}
+	// A release that finds nobody to grant the key to tells every process in line that it is
+	// free: pb-, passed over, listens now (it did not as it renewed its entry), and may take it.
+	sub := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.release(t, slow, ld); r.Outcome != processor.Released || r.Next != "" {
+		t.Fatalf("release = %+v, want the key left free (pb- is still not renewed)", r)
+	}
+	hear, cancel := context.WithTimeout(ctx, 5*time.Second) // (a hang made a failure)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(hear)
+	if err != nil {
+		t.Fatalf("pb- heard nothing (%v), want the key left free", err)
+	}
+	if m, ok := processor.ParseMessage(msg.Payload); !ok || !m.Released || m.From != ld {
+		t.Fatalf("pb- heard %q, want the key left free by %s", msg.Payload, ld)
 	}
 }
 
