@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +248,31 @@ func TestSharedHoldingsExpire(t *testing.T) {
 	}
 	if r := a.take(t, lc, sem3, l, 1, true); r.Outcome != processor.Settled {
 		t.Fatalf("a late take of an expired holding: %+v", r)
+	}
+}
+
+// A waiter's line entry lives an entry's time (EntryTTL: at least two seconds) unless renewed,
+// however short its lease: a request in between keeps it in line.
+func TestSharedLineEntriesLiveAnEntrysTime(t *testing.T) {
+	c := srv.Client() // real time
+	defer c.Close()
+	ctx := context.Background()
+	lc, _ := domain.NewDLockConfig("PROC", fresh("entrylife"), 150*time.Millisecond)
+	long, _ := lc.WithLease(20 * time.Second)
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	la := a.locker()
+	if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Taken {
+		t.Fatalf("3 of 3: %+v", r)
+	}
+	if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("1 more: %+v", r)
+	}
+	time.Sleep(500 * time.Millisecond) // past its lease, well within processor.EntryTTL(lc)
+	if r, err := a.SharedRenew(ctx, long, sem3, la); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("renewal = %+v, %v", r, err)
+	}
+	if line := c.ZRange(ctx, processor.SharedKeys(lc)[2], 0, -1).Val(); !slices.Equal(line, []string{"B-"}) {
+		t.Fatalf("line %v, want B- still in it (its entry lives %v)", line, processor.EntryTTL(lc))
 	}
 }
 
