@@ -276,6 +276,34 @@ func TestSharedLineEntriesLiveAnEntrysTime(t *testing.T) {
 	}
 }
 
+// A holding's renewals (and copies of its take) only ever lengthen its life: a late copy of one
+// with a shorter lease, after an Extend with a longer one, cuts nothing short.
+func TestSharedRenewalsNeverShorten(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "noshorten") // 1 s
+		long, _ := lc.WithLease(30 * time.Second)
+		a := newProc(t, c, "A-")
+		la := a.locker()
+		if r := a.take(t, lc, sem3, la, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("take: %+v", r)
+		}
+		if r, err := a.SharedRenew(ctx, long, sem3, la); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("renewal with 30 s = %+v, %v", r, err)
+		}
+		if r, err := a.SharedRenew(ctx, lc, sem3, la); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("late renewal with 1 s = %+v, %v", r, err)
+		}
+		if r := a.take(t, lc, sem3, la, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("late copy of the take: %+v", r)
+		}
+		in, err := a.SharedInspect(ctx, lc, sem3)
+		if err != nil || len(in.Holdings) != 1 || in.Holdings[0].TTL < 20*time.Second {
+			t.Fatalf("after the late copies: %+v, %v; want the holding to live about 30 s", in, err)
+		}
+	})
+}
+
 func TestSharedMessages(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
