@@ -245,3 +245,105 @@ func TestRingWithEveryShardDownDoesNotPanic(t *testing.T) {
 		t.Fatalf("Lock with every shard down: %v, want ErrNotObtained", err)
 	}
 }
+
+// dialGate holds up the client's new connections while shut: a subscription connection
+// dialled meanwhile subscribes only once it opens.
+type dialGate struct {
+	shut atomic.Bool
+	open chan struct{}
+}
+
+func (d *dialGate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if d.shut.Load() {
+			select {
+			case <-d.open:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (d *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (d *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A read-write lock's or semaphore's waiter whose first take puts its process in line before
+// its channel is subscribed cannot hear what a release publishes meanwhile: the subscription's
+// confirmation makes it ask again at once. Here the confirmation comes while that take's reply
+// is still on its way, and the holder let go in between. The reply set the next ask a sixth
+// of the lease on (10 s here) over the confirmation's, and the waiter — and every process in
+// line behind it — waited that long with the lock free.
+func TestFamilyWaiterAsksOnceSubscribedWhileItsTakeWasOnItsWay(t *testing.T) {
+	const lease = time.Minute
+	for _, kind := range []string{"RW", "Semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			tg := uniqueTarget(t)
+			ga, _ := newGen(t, dlock.WithDefaultLease(lease))
+			ctx := ctxT(t, 30*time.Second)
+			hold := func(g *dlock.Generator) (*dlock.Owner, error) {
+				if kind == "RW" {
+					return rwOf(t, g, tg).RLock(ctx)
+				}
+				return semOf(t, g, tg, 1).Acquire(ctx, 1)
+			}
+			want := func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error) {
+				if kind == "RW" {
+					return rwOf(t, g, tg).Lock(ctx)
+				}
+				return semOf(t, g, tg, 1).Acquire(ctx, 1)
+			}
+			oa, err := hold(ga)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			c := srv.Client()
+			preload(t, c)
+			if err := c.Ping(ctx).Err(); err != nil { // (a pooled connection for the take)
+				t.Fatal(err)
+			}
+			gate := &dialGate{open: make(chan struct{})}
+			gate.shut.Store(true)
+			c.AddHook(gate)
+			ran, replied := make(chan struct{}), make(chan struct{})
+			var first atomic.Bool
+			c.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if sharedArg(cmd.Args(), "op") == "take" && first.CompareAndSwap(false, true) {
+					close(ran)
+					<-replied // the reply comes after the subscription's confirmation
+				}
+				return err
+			}})
+			gw := genOn(t, c, dlock.WithDefaultLease(lease))
+			got := make(chan error, 1)
+			go func() {
+				o, err := want(gw, ctxT(t, 20*time.Second))
+				if err == nil {
+					err = o.Unlock()
+				}
+				got <- err
+			}()
+			recv(t, ran, "the waiter's take")
+			if err := oa.Unlock(); err != nil { // its message to the waiter is not heard
+				t.Fatal(err)
+			}
+			close(gate.open)
+			waitFor(t, func() bool { return gw.Confirmed() > 0 })
+			close(replied)
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter did not ask again once its channel was subscribed: it waits for its next poll with the lock free")
+			}
+		})
+	}
+}

@@ -44,7 +44,7 @@ type sharedState struct {
 	closed  []ReleaseEvent // Close's, for the driver to tell the Observer; guarded by mu
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
 	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
-	heardF  uint64         // F messages heard: likewise for the attempt's pace; guarded by mu
+	heardF  uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced  string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
@@ -236,10 +236,12 @@ func (st *sharedState) hear(payload string) {
 }
 
 // subscribed runs when this process's channel of the lock is (again) subscribed: a message
-// published before went unheard, so the attempt asks again at once (an F) and the holdings
-// renew at once (a W: the renewal's reply says whether anyone waits).
+// published before went unheard, so the attempt asks again at once (an F, counted as one: the
+// reply to a take on its way then does not put the next ask off) and the holdings renew at
+// once (a W: the renewal's reply says whether anyone waits).
 func (st *sharedState) subscribed() {
 	st.mu.Lock()
+	st.heardF++
 	if st.attempt != nil {
 		st.attempt.pollAt = time.Time{}
 	}
