@@ -962,3 +962,163 @@ func churnLate(err error) bool {
 	var rpe *dlock.RedisProcessError
 	return errors.As(err, &rpe) && errors.Is(err, context.DeadlineExceeded)
 }
+
+// Hundreds of processes come and go on one client while one holds the family's locks: each
+// waits in line for what a holding keeps it from (the write side behind a reader, every permit
+// behind one, a MultiLock of both) and ends its wait as a user may — its wait is cancelled and
+// its Generator left open, its Generator closes as it waits, or both. Under a 30 s lease, so
+// that nothing they leave could pass for a slow moment: once the holder lets go, a new process
+// gets in at once (within 10 s, a hang otherwise); the Generators keep no state or
+// subscription of the locks once done with them; and once every Generator is closed no
+// goroutine is left. (A Generator closed with a context that has ended sends no give-back:
+// its entry goes at once only if its process listened when it last asked, else a third of a
+// lease later, as a process's without notifications; docs/design.md.)
+func TestChurnOfWaitingProcessesLeavesNothingInTheWay(t *testing.T) {
+	srv.NeedReal(t)
+	const lease = 30 * time.Second
+	for _, kind := range []string{"RW", "Semaphore", "Multi"} {
+		t.Run(kind, func(t *testing.T) {
+			before := goleak.IgnoreCurrent()
+			tg := churnTarget(t)
+			// hold takes what stands in the way of want; both name 8 targets, each process one
+			hold := func(g *dlock.Generator, ctx context.Context, i int) (*dlock.Owner, error) {
+				tg := fmt.Sprint(tg, i%8)
+				switch kind {
+				case "RW":
+					l, err := g.GenRW("CHURNWAIT", tg)
+					if err != nil {
+						return nil, err
+					}
+					return l.RLock(ctx)
+				case "Semaphore":
+					s, err := g.GenSemaphore("CHURNWAIT", tg, 4)
+					if err != nil {
+						return nil, err
+					}
+					return s.Acquire(ctx, 1)
+				}
+				s, err := g.GenSemaphore("CHURNWAIT", tg+".s", 1)
+				if err != nil {
+					return nil, err
+				}
+				return s.Acquire(ctx, 1)
+			}
+			want := func(g *dlock.Generator, ctx context.Context, i int) (*dlock.Owner, error) {
+				tg := fmt.Sprint(tg, i%8)
+				switch kind {
+				case "RW":
+					l, err := g.GenRW("CHURNWAIT", tg)
+					if err != nil {
+						return nil, err
+					}
+					return l.Lock(ctx)
+				case "Semaphore":
+					s, err := g.GenSemaphore("CHURNWAIT", tg, 4)
+					if err != nil {
+						return nil, err
+					}
+					return s.Acquire(ctx, 4)
+				}
+				s, err := g.GenSemaphore("CHURNWAIT", tg+".s", 1)
+				if err != nil {
+					return nil, err
+				}
+				l, err := g.GenRW("CHURNWAIT", tg+".r")
+				if err != nil {
+					return nil, err
+				}
+				m, err := g.MultiOf(l.WriteSide(), s.Permits(1))
+				if err != nil {
+					return nil, err
+				}
+				return m.Lock(ctx)
+			}
+			c := srv.Client()
+			defer c.Close()
+			holder, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close(context.Background())
+			ctx := ctxT(t, time.Minute)
+			var held []*dlock.Owner
+			for i := range 8 {
+				o, err := hold(holder, ctx, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, o)
+			}
+			var left []*dlock.Generator // left open
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for i := range 240 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					wctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					got := make(chan error, 1)
+					go func() {
+						o, err := want(g, wctx, i)
+						if err == nil {
+							err = fmt.Errorf("got in beside the holder: %v", o.Unlock())
+						}
+						got <- err
+					}()
+					time.Sleep(time.Duration(20+i%100) * time.Millisecond) // (in line, mostly)
+					switch i % 3 {
+					case 0:
+						cancel()
+						mu.Lock()
+						left = append(left, g)
+						mu.Unlock()
+					case 1:
+						if err := g.Close(context.Background()); err != nil {
+							t.Errorf("Close: %v", err)
+						}
+					case 2:
+						cancel()
+						if err := g.Close(context.Background()); err != nil {
+							t.Errorf("Close: %v", err)
+						}
+					}
+					if err := <-got; !errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrClosed) {
+						t.Errorf("a waiter that gave up or was closed: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+			for _, o := range held {
+				if err := o.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 8 {
+				o, err := want(g, ctxT(t, 10*time.Second), i)
+				if err != nil {
+					t.Fatalf("a new process after the churn: %v", err)
+				}
+				if err := o.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, func() bool { return holder.SharedInUse() == 0 && holder.Subscribed() == 0 && g.SharedInUse() == 0 })
+			for _, g := range append(left, g, holder) {
+				if err := g.Close(context.Background()); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}
+			churnLeaks(t, before)
+		})
+	}
+}

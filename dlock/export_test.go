@@ -12,6 +12,13 @@ func (g *Generator) InUse() int {
 	return len(g.states)
 }
 
+// SharedInUse reports how many read-write lock and semaphore states the generator keeps.
+func (g *Generator) SharedInUse() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.shares)
+}
+
 // Subscribed reports how many release channels the generator is subscribed to.
 func (g *Generator) Subscribed() int {
 	if g.notes == nil {

@@ -1789,6 +1789,137 @@ func TestFamilyWaiterGetsInBesideBusyHolders(t *testing.T) {
 	}
 }
 
+// Every process is served by the family in its turn, as by the mutex (TestEveryProcessServed):
+// over two seconds of contention (and at least 40 turns a process), processes that do the
+// same get shares of the turns within a quarter of their mean — writers passing one write-hold
+// among several goroutines of their process, readers and writers of three processes side by
+// side, a process that asks 3 of 4 permits among processes that ask 1 (the line serves
+// processes in order: the smaller asks behind it wait), MultiLocks of a permit and the write
+// side beside single-part callers on the same keys — and no wait outlasts the test (a hang).
+// Shares compare turns, not speed.
+func TestFamilyEveryProcessServed(t *testing.T) {
+	type proc struct {
+		role       string // processes of one role are compared
+		goroutines int
+		lock       func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error)
+	}
+	write := func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+		return rwOf(t, g, tg).Lock
+	}
+	read := func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+		return rwOf(t, g, tg).RLock
+	}
+	permits := func(k, n int) func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+		return func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+			s := semOf(t, g, tg, k)
+			return func(ctx context.Context) (*dlock.Owner, error) { return s.Acquire(ctx, n) }
+		}
+	}
+	multi := func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+		m, err := g.MultiOf(semOf(t, g, tg+"-s", 1).Permits(1), rwOf(t, g, tg+"-r").WriteSide())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Lock
+	}
+	onKey := func(suffix string, f func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error)) func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+		return func(g *dlock.Generator, tg string) func(ctx context.Context) (*dlock.Owner, error) {
+			return f(g, tg+suffix)
+		}
+	}
+	cases := []struct {
+		name  string
+		procs [][]proc // each process's goroutines
+	}{
+		{"Writers", [][]proc{{{"w", 2, write}}, {{"w", 2, write}}, {{"w", 2, write}}, {{"w", 2, write}}}},
+		{"ReadersAndWriters", [][]proc{
+			{{"r", 2, read}, {"w", 1, write}}, {{"r", 2, read}, {"w", 1, write}}, {{"r", 2, read}, {"w", 1, write}},
+		}},
+		{"ThreeOfFourPermitsAmongOnes", [][]proc{
+			{{"p", 1, permits(4, 3)}}, {{"p", 2, permits(4, 1)}}, {{"p", 2, permits(4, 1)}}, {{"p", 2, permits(4, 1)}},
+		}},
+		{"MultiLocksBesideSingleParts", [][]proc{
+			{{"p", 1, multi}}, {{"p", 1, multi}}, {{"p", 1, onKey("-s", permits(1, 1))}}, {{"p", 1, onKey("-r", write)}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 40*time.Second)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			type count struct {
+				role  string
+				turns atomic.Int64
+			}
+			var counts []*count
+			for _, p := range c.procs {
+				g, _ := newGen(t)
+				for _, r := range p {
+					n := &count{role: r.role}
+					counts = append(counts, n)
+					lock := r.lock(g, tg)
+					for range r.goroutines {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for {
+								select {
+								case <-stop:
+									return
+								default:
+								}
+								o, err := lock(ctx)
+								if err != nil {
+									t.Errorf("a %s of a process: %v", r.role, err)
+									return
+								}
+								n.turns.Add(1)
+								time.Sleep(time.Millisecond)
+								if err := o.Unlock(); err != nil {
+									t.Errorf("Unlock: %v", err)
+								}
+							}
+						}()
+					}
+				}
+			}
+			// two seconds, and on a loaded machine until each role has had 40 turns a
+			// process (a share of a handful of turns says little), 15 s at most
+			for start := time.Now(); time.Since(start) < 15*time.Second; {
+				time.Sleep(100 * time.Millisecond)
+				total, procs := map[string]int64{}, map[string]int64{}
+				for _, n := range counts {
+					total[n.role] += n.turns.Load()
+					procs[n.role]++
+				}
+				enough := time.Since(start) >= 2*time.Second
+				for role := range total {
+					enough = enough && total[role] >= 40*procs[role]
+				}
+				if enough {
+					break
+				}
+			}
+			close(stop)
+			wg.Wait()
+			total, procs := map[string]int64{}, map[string]int64{}
+			var shares []string
+			for _, n := range counts {
+				total[n.role] += n.turns.Load()
+				procs[n.role]++
+				shares = append(shares, n.role+"="+strconv.FormatInt(n.turns.Load(), 10))
+			}
+			t.Logf("turns by process: %v", shares)
+			for _, n := range counts {
+				if mean := total[n.role] / procs[n.role]; n.turns.Load() < mean/4 || mean == 0 {
+					t.Errorf("a process had %d turns as %s, the mean is %d", n.turns.Load(), n.role, mean)
+				}
+			}
+		})
+	}
+}
+
 // rwSpan is a time an owner of a read-write lock held it, live from start to end.
 type rwSpan struct {
 	from, to time.Time
