@@ -429,6 +429,134 @@ func TestCancellationStorm(t *testing.T) {
 	}
 }
 
+// The read-write lock's two sides and a semaphore's permits under a storm of waits and tries
+// cut short at random moments (deadlines, cancels from another goroutine, some before the
+// first request is sent), in two processes, while holders come and go: every call returns,
+// no writer overlaps anyone and no more than k permits are out, and once the storm ends, with
+// both processes still open, nothing is held in Redis: no holding of a call that gave up is
+// left behind and renewed, so a third process takes the whole lock at once. Ports Redisson's
+// RedissonLockExpirationRenewalTest.testWatchdogDoesNotOutliveInterruptedAcquire and
+// testCancelledTryLockAsyncDoesNotLeaveWatchdog (interrupted acquires whose renewal outlived
+// them), for the lock family as TestCancellationStorm does for the mutex.
+func TestFamilyCancellationStorm(t *testing.T) {
+	const k = 2
+	for _, kind := range []string{"read-write", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			// A long lease: a holding left behind would stay for all of it.
+			ga, _ := newGen(t, dlock.WithDefaultLease(30*time.Second))
+			gb, _ := newGen(t, dlock.WithDefaultLease(30*time.Second))
+			gt, _ := newGen(t, dlock.WithDefaultLease(30*time.Second))
+			tg := uniqueTarget(t)
+			// take returns what worker i takes in round r, and how many permits (k for a writer).
+			take := func(g *dlock.Generator, i, r int) (dlock.Part, int) {
+				if kind == "semaphore" {
+					n := 1 + (i+r)%k
+					return semOf(t, g, tg, k).Permits(n), n
+				}
+				if (i+r)%3 == 0 {
+					return rwOf(t, g, tg).WriteSide(), k
+				}
+				return rwOf(t, g, tg).ReadSide(), 1
+			}
+			var out atomic.Int64 // permits out; a reader counts 1, a writer 1<<20
+			var got, gaveUp, refused atomic.Int64
+			end := time.Now().Add(2 * time.Second)
+			var wg sync.WaitGroup
+			for i := range 8 {
+				g := []*dlock.Generator{ga, gb}[i%2]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := 0; time.Now().Before(end); r++ {
+						p, n := take(g, i, r)
+						weight := int64(n)
+						if kind == "read-write" && n == k {
+							weight = 1 << 20 // a writer: alone
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(30))*time.Millisecond)
+						if rand.IntN(3) == 0 {
+							go func() {
+								time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
+								cancel()
+							}()
+						}
+						var o *dlock.Owner
+						var err error
+						if r%4 == 0 {
+							var ok bool
+							o, ok, err = p.TryLock(ctx)
+							if err == nil && !ok {
+								refused.Add(1)
+								cancel()
+								continue
+							}
+						} else {
+							o, err = p.Lock(ctx)
+						}
+						cancel()
+						if err != nil {
+							if !errors.Is(err, dlock.ErrNotObtained) {
+								t.Errorf("worker %d: %v", i, err)
+								return
+							}
+							gaveUp.Add(1)
+							continue
+						}
+						got.Add(1)
+						now := out.Add(weight)
+						if kind == "semaphore" && now > k {
+							t.Errorf("%d permits out of %d", now, k)
+						}
+						if kind == "read-write" && now > 1<<20 {
+							t.Errorf("a writer beside others (weight %d)", now)
+						}
+						time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+						out.Add(-weight)
+						if err := o.Unlock(); err != nil {
+							t.Errorf("worker %d's Unlock: %v", i, err)
+						}
+					}
+				}()
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("a call never returned")
+			}
+			t.Logf("%d acquisitions, %d gave up, %d tries refused", got.Load(), gaveUp.Load(), refused.Load())
+			// Takes that landed after their callers gave up are given back in the background,
+			// within a round trip or two; a holding left behind would keep the third process
+			// out for its 30 s lease, renewed.
+			all := rwOf(t, gt, tg).WriteSide()
+			if kind == "semaphore" {
+				all = semOf(t, gt, tg, k).Permits(k)
+			}
+			var o *dlock.Owner
+			if !rgWaitUntil(5*time.Second, func() bool {
+				var ok bool
+				o, ok, _ = all.TryLock(context.Background())
+				return ok
+			}) {
+				st, err := semOrRWState(t, gt, kind, tg, k)
+				t.Fatalf("a third process cannot take the whole lock after the storm: %+v %v", st, err)
+			}
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// semOrRWState is the State of the read-write lock, or of the semaphore of k, of target tg.
+func semOrRWState(t *testing.T, g *dlock.Generator, kind, tg string, k int) (dlock.SharedState, error) {
+	if kind == "semaphore" {
+		return semOf(t, g, tg, k).State(context.Background())
+	}
+	return rwOf(t, g, tg).State(context.Background())
+}
+
 func TestExclusionSoak(t *testing.T) {
 	cases := []struct {
 		name               string
@@ -1770,6 +1898,88 @@ func TestWaitersServedAfterRedisRestarts(t *testing.T) {
 	wg.Wait()
 	if most.Load() > 1 {
 		t.Fatalf("%d owners at once after the restart", most.Load())
+	}
+}
+
+// The read-write lock's write side and a one-permit semaphore through a Redis restart, as the
+// mutex above: Redis killed while a goroutine holds and others wait (in its process and in
+// another), started again empty; the holder learns its holding ended, every waiter gets in,
+// one at a time, and the waiters take turns again afterwards. Ports Curator's
+// TestInterProcessSemaphore.testAcquireAfterLostServer (acquisitions go on as normal once the
+// server is back).
+func TestFamilyWaitersServedAfterRedisRestarts(t *testing.T) {
+	s := ownServer(t)
+	if !s.CanRestart() {
+		t.Skip("needs a redis-server it can restart")
+	}
+	for _, kind := range []string{"semaphore", "write side"} {
+		t.Run(kind, func(t *testing.T) {
+			ga := genOn(t, s.Client())
+			gb := genOn(t, s.Client())
+			tg := uniqueTarget(t)
+			part := func(g *dlock.Generator) dlock.Part {
+				if kind == "semaphore" {
+					return semOf(t, g, tg, 1).Permits(1)
+				}
+				return rwOf(t, g, tg).WriteSide()
+			}
+			pa, pb := part(ga), part(gb)
+			ctx := ctxT(t, 60*time.Second)
+			holder, err := pa.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inside, most atomic.Int32
+			var wg sync.WaitGroup
+			served := make(chan string, 2)
+			for name, p := range map[string]dlock.Part{"its own process's": pa, "another process's": pb} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for round := range 3 { // the first round waits through the restart
+						o, err := p.Lock(ctx)
+						if err != nil {
+							t.Errorf("%s waiter, round %d: %v", name, round, err)
+							return
+						}
+						if n := inside.Add(1); n > most.Load() {
+							most.Store(n)
+						}
+						time.Sleep(20 * time.Millisecond)
+						inside.Add(-1)
+						if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+							t.Errorf("%s waiter's Unlock, round %d: %v", name, round, err)
+						}
+					}
+					served <- name
+				}()
+			}
+			time.Sleep(100 * time.Millisecond) // the waiters wait
+			s.Kill()
+			time.Sleep(300 * time.Millisecond)
+			if err := s.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-holder.Done():
+				if !errors.Is(context.Cause(holder), dlock.ErrLockLost) {
+					t.Fatalf("the holder's cause: %v", context.Cause(holder))
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the holder was never told that its holding was gone")
+			}
+			var rpe *dlock.RedisProcessError
+			if err := holder.Unlock(); !errors.Is(err, dlock.ErrLockLost) && !errors.As(err, &rpe) {
+				t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
+			}
+			for range 2 {
+				recv(t, served, "a waiter served three times after the restart")
+			}
+			wg.Wait()
+			if most.Load() > 1 {
+				t.Fatalf("%d owners at once after the restart", most.Load())
+			}
+		})
 	}
 }
 

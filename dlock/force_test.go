@@ -437,6 +437,83 @@ func TestForceReleaseOfTheLockFamily(t *testing.T) {
 	}
 }
 
+// ForceRelease removes the one holding it names and nothing else: on a free read-write lock
+// or semaphore it reports false; of two processes' read-holds, the one named goes (its holder
+// in this Generator is told at once) and the other stays, still keeping writers out; a locker
+// that holds nothing now (the removed one) removes nothing, and a write-hold taken since stays. Ports Redisson's RedissonReadWriteLockTest.testForceUnlock (a
+// forced unlock of the side not held leaves the held side locked) and testMultiRead (a forced
+// unlock of a free lock reports false).
+func TestForceReleaseRemovesOnlyTheHoldingItNames(t *testing.T) {
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gc, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb, lc := rwOf(t, ga, tg), rwOf(t, gb, tg), rwOf(t, gc, tg)
+	sem := semOf(t, ga, tg, 2)
+	for name, force := range map[string]func(string) (bool, error){
+		"read-write lock": func(h string) (bool, error) { return la.ForceRelease(ctx, h) },
+		"semaphore":       func(h string) (bool, error) { return sem.ForceRelease(ctx, h) },
+	} {
+		if removed, err := force("127.0.0.1-1-0123456789ab-1"); removed || err != nil {
+			t.Fatalf("ForceRelease on a free %s = %v %v, want false", name, removed, err)
+		}
+	}
+	ra, err := la.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := lb.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := lc.State(ctx)
+	if err != nil || len(st.Readers()) != 2 {
+		t.Fatalf("State with two processes reading = %+v %v", st, err)
+	}
+	var lockerA string
+	for _, h := range st.Holds {
+		if _, mine := ga.SharedBelief(la.Config().UniqueKey())[h.Locker]; mine {
+			lockerA = h.Locker
+		}
+	}
+	if lockerA == "" {
+		t.Fatalf("no holding of State %+v is the first process's", st)
+	}
+	if removed, err := la.ForceRelease(ctx, lockerA); !removed || err != nil {
+		t.Fatalf("ForceRelease of the first process's read-hold = %v %v", removed, err)
+	}
+	waitFor(t, func() bool { return errors.Is(context.Cause(ra), dlock.ErrLockLost) })
+	if rb.Err() != nil {
+		t.Fatalf("the other process's reader ended with the first's holding: %v", context.Cause(rb))
+	}
+	if o, ok, err := lc.TryLock(ctx); ok || err != nil {
+		t.Fatalf("a writer got in beside the read-hold left = %v %v %v", o, ok, err)
+	}
+	if removed, err := la.ForceRelease(ctx, lockerA); removed || err != nil {
+		t.Fatalf("ForceRelease of the removed holding again = %v %v, want false", removed, err)
+	}
+	if err := ra.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the removed reader's Unlock = %v, want ErrLockLost", err)
+	}
+	if err := rb.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := lc.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := lc.ForceRelease(ctx, lockerA); removed || err != nil {
+		t.Fatalf("ForceRelease of a reader gone, beside a writer = %v %v, want false", removed, err)
+	}
+	if o, ok, err := la.TryRLock(ctx); ok || err != nil || w.Err() != nil {
+		t.Fatalf("after a ForceRelease that named no holding: a reader got in (%v %v %v) or the writer ended (%v)", o, ok, err, w.Err())
+	}
+	if err := w.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An operator's ForceRelease whose reply is lost (the script ran; the caller sees a timeout)
 // and which is then repeated — the second copy finds the holder gone — still tells a holder of
 // the same Generator at once, as a ForceRelease that was answered does: not at its next

@@ -1568,6 +1568,172 @@ func TestProcessesServedInArrivalOrder(t *testing.T) {
 	}
 }
 
+// The write side and a semaphore's permits serve their waiters in arrival order, as the mutex
+// does: goroutines of one process, each queued after the one before, and processes, each in
+// line after the one before, get in one after another in that order once the holder (of
+// another process) lets go. Ports RedissonFairLockTest's testConcurrency_MultiInstance_Ordering
+// to the lock family (RWLock and Semaphore say: processes in their order in the line, the
+// goroutines of a process in their order of arrival).
+func TestFamilyServesInArrivalOrder(t *testing.T) {
+	for _, kind := range []string{"write side", "permits"} {
+		for _, where := range []string{"goroutines of one process", "processes"} {
+			t.Run(kind+"/"+where, func(t *testing.T) {
+				tg := uniqueTarget(t)
+				ctx := ctxT(t, 30*time.Second)
+				part := func(g *dlock.Generator) (dlock.Part, func() int) {
+					if kind == "permits" {
+						s := semOf(t, g, tg, 2)
+						return s.Permits(2), func() int {
+							st, err := s.State(ctx)
+							if err != nil {
+								t.Fatal(err)
+							}
+							return len(st.Waiting)
+						}
+					}
+					l := rwOf(t, g, tg)
+					return l.WriteSide(), func() int {
+						st, err := l.State(ctx)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return len(st.Waiting)
+					}
+				}
+				gh, _ := newGen(t)
+				h, _ := part(gh)
+				held, err := h.Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gw, _ := newGen(t) // the waiters' process, when they are goroutines of one
+				const n = 5
+				served := make(chan int, n)
+				var inside atomic.Int32
+				var wg sync.WaitGroup
+				for i := range n {
+					g := gw
+					if where == "processes" {
+						g, _ = newGen(t)
+					}
+					p, inLine := part(g)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						o, err := p.Lock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if inside.Add(1) != 1 {
+							t.Error("two owners at once")
+						}
+						served <- i
+						inside.Add(-1)
+						if err := o.Unlock(); err != nil {
+							t.Error(err)
+						}
+					}()
+					if where == "processes" {
+						waitFor(t, func() bool { return inLine() == i+1 })
+					} else {
+						waitFor(t, func() bool { return gw.SharedWaiters(p.Config().UniqueKey()) == i+1 })
+					}
+				}
+				notYet(t, served, "a waiter served while the holder held")
+				if err := held.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				close(served)
+				next := 0
+				for i := range served {
+					if i != next {
+						t.Fatalf("waiter %d served when waiter %d was due (arrival order)", i, next)
+					}
+					next++
+				}
+				if next != n {
+					t.Fatalf("%d of %d waiters served", next, n)
+				}
+			})
+		}
+	}
+}
+
+// Readers and writers queued in one process, behind another process's writer, are served in
+// their order of arrival: a reader queued after a writer never gets in before that writer
+// has let go (nor beside it), and readers queued together after it read together. Ports
+// Curator's fairness of InterProcessReadWriteLock (its lock nodes are served in sequence
+// order) and RedissonFairLockTest's ordering, for goroutines of one process.
+func TestRWGoroutinesOfAProcessServedInArrivalOrder(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	held, err := rwOf(t, ga, tg).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := rwOf(t, gb, tg)
+	writes := []bool{false, true, false, false, true, false}
+	type event struct {
+		i  int
+		in bool // entered, else left
+	}
+	events := make(chan event, 2*len(writes))
+	release := make([]chan struct{}, len(writes))
+	var wg sync.WaitGroup
+	for i, w := range writes {
+		release[i] = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := lockSide(ctx, lb, w)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			events <- event{i, true}
+			<-release[i]
+			events <- event{i, false}
+			if err := o.Unlock(); err != nil {
+				t.Error(err)
+			}
+		}()
+		waitFor(t, func() bool { return gb.SharedWaiters(lb.Config().UniqueKey()) == i+1 })
+	}
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	// Each batch — a reader, a writer, two readers, a writer, a reader — gets in whole, and
+	// nobody else until it is let go.
+	for _, batch := range [][]int{{0}, {1}, {2, 3}, {4}, {5}} {
+		want := map[int]bool{}
+		for _, i := range batch {
+			want[i] = true
+		}
+		for range batch {
+			e := recv(t, events, "the next batch in arrival order")
+			if !e.in || !want[e.i] {
+				t.Fatalf("waiter %d (entered %v) when the batch %v was due", e.i, e.in, batch)
+			}
+		}
+		select {
+		case e := <-events:
+			t.Fatalf("waiter %d (entered %v) while the batch %v held", e.i, e.in, batch)
+		case <-time.After(30 * time.Millisecond): // (only gives a defect the chance to show)
+		}
+		for _, i := range batch {
+			close(release[i])
+			if e := recv(t, events, "a waiter leaving"); e.in || e.i != i {
+				t.Fatalf("waiter %d (entered %v) as %d left", e.i, e.in, i)
+			}
+		}
+	}
+	wg.Wait()
+}
+
 // A waiting process that dies while first in line (kill -9: its connections close) holds up
 // nobody behind it: as the holder lets go, the next process is served, not once the dead one's
 // line entry expired. Ports RedissonFairLockTest's testFirstThreadDeathTimeoutDrift and

@@ -1481,3 +1481,30 @@ func keysWithoutTTL(t testing.TB, c *redis.Client) []string {
 	}
 	return out
 }
+
+// keptThrough waits d while o holds, and reports whether o held all along. A holding may lapse
+// when the whole process stops running for longer than its renewal's spare time (a quarter of
+// the lease, less the drift allowance: README's first Limit), as on a machine loaded far past
+// its CPUs; such a loss — one that a stall of the process's timers at least a fifth of the
+// lease long came before — is logged and reported as false. Any other end of o fails the test.
+func keptThrough(t testing.TB, o *dlock.Owner, d, lease time.Duration, what string) bool {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(d)
+	last, worst := time.Now(), time.Duration(0)
+	for {
+		select {
+		case <-tick.C:
+			worst, last = max(worst, time.Since(last)), time.Now()
+		case <-end:
+			return true
+		case <-o.Done():
+			if g := max(worst, time.Since(last)); errors.Is(context.Cause(o), dlock.ErrLockLost) && g >= lease/5 {
+				t.Logf("%s: lost in a stall of the process of %v (lease %v): %v", what, g, lease, context.Cause(o))
+				return false
+			}
+			t.Fatalf("%s: the holding ended while held: %v", what, context.Cause(o))
+		}
+	}
+}

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -545,6 +546,150 @@ func TestHolderRenewsOnceSubscribedAgain(t *testing.T) {
 	}
 	if err := o.Unlock(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A holding lost when Redis restarts empty — a mutex's, a read-hold, a write-hold, a
+// semaphore's — is told to its holder (its Unlock says ErrLockLost, or names the Redis failure
+// of a release sent as Redis came back), and the same process takes the lock again at once,
+// keeps it past two leases, renewed, and lets it go cleanly; and again. Ports Redisson's
+// RedissonLockExpirationRenewalTest.testLockAfterTimeout, testReadLockAfterTimeout and
+// testWriteLockAfterTimeout, and RedissonExpirationRenewalTest.testExpirationRenewal (the
+// renewal failed by a restart, then the lock held anew past its watchdog timeout).
+func TestEveryKindHeldAgainAfterARestartLostIt(t *testing.T) {
+	s := ownServer(t)
+	if !s.CanRestart() {
+		t.Skip("needs a redis-server it can restart")
+	}
+	const lease = time.Second // (a renewal has 250 ms to spare on a loaded machine)
+	g := genOn(t, s.Client(), dlock.WithDefaultLease(lease))
+	other := genOn(t, s.Client(), dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	_, sem, rw := everyKind(t, g, tg, 1)
+	_, osem, orw := everyKind(t, other, tg, 1)
+	mu, omu := mustGen(t, g, "PMA", tg, lease), mustGen(t, other, "PMA", tg, lease)
+	ctx := ctxT(t, 60*time.Second)
+	for _, c := range []struct {
+		name       string
+		part, shut dlock.Part // the lock, and what another process could take beside no holder
+	}{
+		{"mutex", mu, omu},
+		{"read side", rw.ReadSide(), orw.WriteSide()},
+		{"write side", rw.WriteSide(), orw.ReadSide()},
+		{"permits", sem.Permits(1), osem.Permits(1)},
+	} {
+		held, err := c.part.Lock(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		s.Kill()
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-held.Done():
+			if !errors.Is(context.Cause(held), dlock.ErrLockLost) {
+				t.Fatalf("%s: the holder's cause: %v", c.name, context.Cause(held))
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the holder was never told that the restart took its holding", c.name)
+		}
+		var rpe *dlock.RedisProcessError
+		if err := held.Unlock(); !errors.Is(err, dlock.ErrLockLost) && !errors.As(err, &rpe) {
+			t.Fatalf("%s: the lost holder's Unlock = %v, want ErrLockLost", c.name, err)
+		}
+		for round, hold := range []time.Duration{5 * lease / 2, 0} {
+			o, err := c.part.Lock(ctx)
+			if err != nil {
+				t.Fatalf("%s, round %d after the restart: %v", c.name, round, err)
+			}
+			if !keptThrough(t, o, hold, lease, fmt.Sprintf("%s, round %d", c.name, round)) { // renewed all along
+				_ = o.Unlock()
+				continue
+			}
+			if x, ok, err := c.shut.TryLock(ctx); ok || err != nil {
+				t.Fatalf("%s, round %d: another process's try beside the holding = %v %v %v", c.name, round, x, ok, err)
+			}
+			if err := o.Unlock(); err != nil {
+				t.Fatalf("%s, round %d: Unlock: %v", c.name, round, err)
+			}
+		}
+		x, ok, err := c.shut.TryLock(ctx)
+		if !ok || err != nil {
+			t.Fatalf("%s: another process's try once it was let go = %v %v %v", c.name, x, ok, err)
+		}
+		_ = x.Unlock()
+	}
+}
+
+// A holding taken right after a re-entered one was let go, of every kind, is renewed past
+// two leases: the re-entries left nothing that stops or confuses its renewals. The next holding
+// is a goroutine's that queued behind the re-entered one, so that it comes by a pass within
+// the process (a reader, which would get in beside it, takes the read side afterwards). Ports
+// Redisson's RedissonLockExpirationRenewalTest.testLockReentrantRenew.
+func TestRenewedAfterAReenteredHoldingWasLetGo(t *testing.T) {
+	const lease = time.Second // (a renewal has 250 ms to spare on a loaded machine)
+	g, _ := newGen(t, dlock.WithDefaultLease(lease))
+	other, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	_, sem, rw := everyKind(t, g, tg, 1)
+	_, osem, orw := everyKind(t, other, tg, 1)
+	mu, omu := mustGen(t, g, "PMA", tg, lease), mustGen(t, other, "PMA", tg, lease)
+	ctx := ctxT(t, 60*time.Second)
+	for _, c := range []struct {
+		name       string
+		part, shut dlock.Part
+		queues     bool // the next holder can queue behind the re-entered one
+	}{
+		{"mutex", mu, omu, true},
+		{"read side", rw.ReadSide(), orw.WriteSide(), false},
+		{"write side", rw.WriteSide(), orw.ReadSide(), true},
+		{"permits", sem.Permits(1), osem.Permits(1), true},
+	} {
+		first, err := c.part.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if o, err := c.part.Lock(first); err != nil || o != first {
+				t.Fatalf("%s: re-entry = %v %v", c.name, o, err)
+			}
+		}
+		next := make(chan *dlock.Owner, 1)
+		take := func() {
+			o, err := c.part.Lock(ctx)
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			next <- o
+		}
+		key := c.part.Config().UniqueKey()
+		if c.queues {
+			go take()
+			waitFor(t, func() bool { return g.Waiters(key) || g.SharedWaiters(key) == 1 })
+		}
+		for range 3 {
+			if err := first.Unlock(); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		if !c.queues {
+			go take()
+		}
+		o := recv(t, next, "the next holding")
+		if o == nil {
+			t.FailNow()
+		}
+		if !keptThrough(t, o, 5*lease/2, lease, c.name) {
+			_ = o.Unlock()
+			continue
+		}
+		if x, ok, err := c.shut.TryLock(ctx); ok || err != nil {
+			t.Fatalf("%s: another process's try beside the renewed holding = %v %v %v", c.name, x, ok, err)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
 	}
 }
 

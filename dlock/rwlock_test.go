@@ -1007,6 +1007,75 @@ func TestRWDowngradeKeepsWritersOut(t *testing.T) {
 	_ = o.Unlock()
 }
 
+// A writer that reads on under its write (a downgrade) keeps both past two leases, renewed;
+// once it lets the write side go its read goes on, renewed past two more leases, keeping other
+// processes' writers out but not their readers, and its Unlock then frees the lock. Ports
+// Redisson's RedissonReadWriteLockTest.testReadWriteTTL (both sides keep their time to live
+// while held, the read side after the write side's unlock).
+func TestRWDowngradedReadIsRenewedPastTheWrite(t *testing.T) {
+	const lease = time.Second // (a renewal has 250 ms to spare on a loaded machine)
+	ga, _ := newGen(t, dlock.WithDefaultLease(lease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	w, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := la.RLock(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, readersIn bool) {
+		t.Helper()
+		if o, ok, err := lb.TryLock(ctx); ok || err != nil {
+			t.Fatalf("%s: another process's writer got in = %v %v %v", when, o, ok, err)
+		}
+		o, ok, err := lb.TryRLock(ctx)
+		if err != nil || ok != readersIn {
+			t.Fatalf("%s: another process's TryRLock = %v %v, want %v", when, ok, err, readersIn)
+		}
+		if ok {
+			_ = o.Unlock()
+		}
+		st, err := lb.State(ctx)
+		if err != nil || len(st.Holds) == 0 {
+			t.Fatalf("%s: State = %+v %v, want a holding", when, st, err)
+		}
+		for _, h := range st.Holds {
+			if h.TTL <= 0 {
+				t.Fatalf("%s: a holding with no time to live: %+v", when, h)
+			}
+		}
+	}
+	if !keptThrough(t, w, 5*lease/2, lease, "the write") {
+		t.Skip("lost in a stall of the process")
+	}
+	if r.Err() != nil {
+		t.Fatalf("the read under the write ended: %v", context.Cause(r))
+	}
+	check("write and read held", false)
+	if err := w.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if !keptThrough(t, r, 5*lease/2, lease, "the downgraded read") {
+		t.Skip("lost in a stall of the process")
+	}
+	if la.HoldCount(r) != 1 {
+		t.Fatalf("the downgraded read, two leases after the write's Unlock: HoldCount %d", la.HoldCount(r))
+	}
+	check("the downgraded read held", true)
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := lb.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("another process's TryLock once the read was let go = %v %v %v", o, ok, err)
+	}
+	_ = o.Unlock()
+}
+
 // Both sides re-enter, and a writer reads on under its write; each Unlock gives up one hold of
 // the innermost side, and the lock is free after the last. Ports Redisson's
 // RedissonReadWriteLockTest.testReentrancy, testHoldCount and testWR.
