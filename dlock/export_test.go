@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// ErrUnanswered is the cause of a family request's *RedisProcessError when Redis did not answer
+// within the request's bound.
+var ErrUnanswered = errUnanswered
+
 // InUse reports how many lock states the generator keeps (tests check they are dropped).
 func (g *Generator) InUse() int {
 	g.mu.Lock()
