@@ -1835,90 +1835,30 @@ func TestAttemptNeverSentSendsNothing(t *testing.T) {
 // Redis killed while a goroutine holds the lock and others wait — in its process and in
 // another — and started again, empty: every call returns, the holder learns that its holding
 // ended (or its Unlock reports the failure), and each waiter gets the lock in turn, one at a
-// time, once Redis is back. Ports Curator's TestInterProcessMutexBase.testWaitingProcessKilledServer
-// and testKilledSession (Curator's session expiry: here the holding's loss).
+// time, once Redis is back, and again afterwards. For the mutex, the write side of a
+// read-write lock and a one-permit semaphore. Ports Curator's
+// TestInterProcessMutexBase.testWaitingProcessKilledServer and testKilledSession (Curator's
+// session expiry: here the holding's loss), and TestInterProcessSemaphore.
+// testAcquireAfterLostServer (acquisitions go on as normal once the server is back).
 func TestWaitersServedAfterRedisRestarts(t *testing.T) {
 	s := ownServer(t)
 	if !s.CanRestart() {
 		t.Skip("needs a redis-server it can restart")
 	}
-	ga := genOn(t, s.Client())
-	gb := genOn(t, s.Client())
-	la, _ := ga.Gen("RESTART", target(t))
-	lb, _ := gb.Gen("RESTART", target(t))
-	ctx := ctxT(t, 60*time.Second)
-	holder, err := la.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inside, most atomic.Int32
-	var wg sync.WaitGroup
-	served := make(chan string, 2)
-	for name, l := range map[string]*dlock.DistributedReentrantLock{"its own process's": la, "another process's": lb} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o, err := l.Lock(ctx)
-			if err != nil {
-				t.Errorf("%s waiter: %v", name, err)
-				return
-			}
-			if n := inside.Add(1); n > most.Load() {
-				most.Store(n)
-			}
-			time.Sleep(20 * time.Millisecond)
-			inside.Add(-1)
-			if err := o.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
-				t.Errorf("%s waiter's Unlock: %v", name, err)
-			}
-			served <- name
-		}()
-	}
-	time.Sleep(100 * time.Millisecond) // the waiters wait
-	s.Kill()
-	time.Sleep(300 * time.Millisecond)
-	if err := s.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-holder.Done():
-		if !errors.Is(context.Cause(holder), dlock.ErrLockLost) {
-			t.Fatalf("the holder's cause: %v", context.Cause(holder))
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the holder was never told that its key was gone")
-	}
-	var rpe *dlock.RedisProcessError
-	if err := holder.Unlock(); !errors.Is(err, dlock.ErrLockLost) && !errors.As(err, &rpe) {
-		t.Fatalf("the holder's Unlock = %v, want ErrLockLost", err)
-	}
-	for range 2 {
-		recv(t, served, "a waiter served after the restart")
-	}
-	wg.Wait()
-	if most.Load() > 1 {
-		t.Fatalf("%d owners at once after the restart", most.Load())
-	}
-}
-
-// The read-write lock's write side and a one-permit semaphore through a Redis restart, as the
-// mutex above: Redis killed while a goroutine holds and others wait (in its process and in
-// another), started again empty; the holder learns its holding ended, every waiter gets in,
-// one at a time, and the waiters take turns again afterwards. Ports Curator's
-// TestInterProcessSemaphore.testAcquireAfterLostServer (acquisitions go on as normal once the
-// server is back).
-func TestFamilyWaitersServedAfterRedisRestarts(t *testing.T) {
-	s := ownServer(t)
-	if !s.CanRestart() {
-		t.Skip("needs a redis-server it can restart")
-	}
-	for _, kind := range []string{"semaphore", "write side"} {
+	for _, kind := range []string{"mutex", "semaphore", "write side"} {
 		t.Run(kind, func(t *testing.T) {
 			ga := genOn(t, s.Client())
 			gb := genOn(t, s.Client())
 			tg := uniqueTarget(t)
 			part := func(g *dlock.Generator) dlock.Part {
-				if kind == "semaphore" {
+				switch kind {
+				case "mutex":
+					l, err := g.Gen("RESTART", tg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return l
+				case "semaphore":
 					return semOf(t, g, tg, 1).Permits(1)
 				}
 				return rwOf(t, g, tg).WriteSide()
