@@ -980,58 +980,51 @@ func TestChurnOfWaitingProcessesLeavesNothingInTheWay(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			before := goleak.IgnoreCurrent()
 			tg := churnTarget(t)
-			// hold takes what stands in the way of want; both name 8 targets, each process one
-			hold := func(g *dlock.Generator, ctx context.Context, i int) (*dlock.Owner, error) {
+			// locks returns what stands in the way (hold) and what waits for it (want) on process
+			// g's target i of 8
+			locks := func(g *dlock.Generator, i int) (hold, want func(context.Context) (*dlock.Owner, error), err error) {
 				tg := fmt.Sprint(tg, i%8)
 				switch kind {
 				case "RW":
 					l, err := g.GenRW("CHURNWAIT", tg)
 					if err != nil {
-						return nil, err
+						return nil, nil, err
 					}
-					return l.RLock(ctx)
+					return l.RLock, l.Lock, nil
 				case "Semaphore":
 					s, err := g.GenSemaphore("CHURNWAIT", tg, 4)
 					if err != nil {
-						return nil, err
+						return nil, nil, err
 					}
-					return s.Acquire(ctx, 1)
+					return s.Permits(1).Lock, s.Permits(4).Lock, nil
 				}
 				s, err := g.GenSemaphore("CHURNWAIT", tg+".s", 1)
 				if err != nil {
-					return nil, err
-				}
-				return s.Acquire(ctx, 1)
-			}
-			want := func(g *dlock.Generator, ctx context.Context, i int) (*dlock.Owner, error) {
-				tg := fmt.Sprint(tg, i%8)
-				switch kind {
-				case "RW":
-					l, err := g.GenRW("CHURNWAIT", tg)
-					if err != nil {
-						return nil, err
-					}
-					return l.Lock(ctx)
-				case "Semaphore":
-					s, err := g.GenSemaphore("CHURNWAIT", tg, 4)
-					if err != nil {
-						return nil, err
-					}
-					return s.Acquire(ctx, 4)
-				}
-				s, err := g.GenSemaphore("CHURNWAIT", tg+".s", 1)
-				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				l, err := g.GenRW("CHURNWAIT", tg+".r")
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				m, err := g.MultiOf(l.WriteSide(), s.Permits(1))
 				if err != nil {
+					return nil, nil, err
+				}
+				return s.Permits(1).Lock, m.Lock, nil
+			}
+			hold := func(g *dlock.Generator, ctx context.Context, i int) (*dlock.Owner, error) {
+				h, _, err := locks(g, i)
+				if err != nil {
 					return nil, err
 				}
-				return m.Lock(ctx)
+				return h(ctx)
+			}
+			want := func(g *dlock.Generator, ctx context.Context, i int) (*dlock.Owner, error) {
+				_, w, err := locks(g, i)
+				if err != nil {
+					return nil, err
+				}
+				return w(ctx)
 			}
 			c := srv.Client()
 			defer c.Close()
