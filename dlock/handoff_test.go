@@ -1555,6 +1555,13 @@ func TestProcessesServedInArrivalOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	servedInOrder(t, served, n)
+}
+
+// servedInOrder checks that served, once its senders are done, holds waiters 0 to n-1 in
+// that order.
+func servedInOrder(t *testing.T, served chan int, n int) {
+	t.Helper()
 	close(served)
 	next := 0
 	for i := range served {
@@ -1645,17 +1652,7 @@ func TestFamilyServesInArrivalOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 				wg.Wait()
-				close(served)
-				next := 0
-				for i := range served {
-					if i != next {
-						t.Fatalf("waiter %d served when waiter %d was due (arrival order)", i, next)
-					}
-					next++
-				}
-				if next != n {
-					t.Fatalf("%d of %d waiters served", next, n)
-				}
+				servedInOrder(t, served, n)
 			})
 		}
 	}
