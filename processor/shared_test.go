@@ -1304,6 +1304,17 @@ func TestSharedBlocksOfTokens(t *testing.T) {
 		if o, err := w.SharedReleaseBlock(ctx, lc, rw, wl, ahead+12, ahead+15); err != nil || o.Outcome != processor.Released || counter() != ahead+12 {
 			t.Fatalf("release of an unused block = %+v, %v, counter %d; want released, the counter at %d", o, err, counter(), ahead+12)
 		}
+		// and so does a downgrade of one: its read holding's token is the write holding's first
+		wl = w.locker()
+		if got, err := w.SharedTake(ctx, lc, rw, processor.TakeRequest{Locker: wl, N: processor.RWPermits, Tokens: 3}); err != nil || got.Token != ahead+13 {
+			t.Fatalf("write take = %+v, %v; want token %d", got, err, ahead+13)
+		}
+		dl = w.locker()
+		down = processor.TakeRequest{Locker: dl, N: 1, Replaces: wl, Last: ahead + 12, BlockEnd: ahead + 15}
+		if d, err := w.SharedTake(ctx, lc, rw, down); err != nil || d.Outcome != processor.Taken || d.Token != ahead+13 || counter() != ahead+13 {
+			t.Fatalf("downgrade of an unused block = %+v, %v, counter %d; want token %d, the counter at it", d, err, counter(), ahead+13)
+		}
+		w.letGo(t, lc, rw, dl)
 		// nothing goes back once another holding reserved since (two holdings of a semaphore)
 		sl := cfg(t, "block-sem")
 		sfence := processor.SharedKeys(sl)[5]
