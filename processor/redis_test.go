@@ -1010,7 +1010,8 @@ func TestTokensIncreaseWhenCounterIsLost(t *testing.T) {
 
 // A window for processes not in line (Java DLock): once every GapEvery a release leaves the key
 // free for GapWindow instead of granting it; a process in line cannot take it meanwhile (it
-// stays in line), one that does not wait can.
+// stays in line), one that does not wait can. The next window is due a period later: until
+// then releases grant the key.
 func TestGapLeavesTheKeyFree(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -1024,6 +1025,9 @@ func TestGapLeavesTheKeyFree(t *testing.T) {
 		lb, _ := b.lock(t, lc, true, 1)
 		if r, err := gapped.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la}); err != nil || r.Outcome != processor.Released || r.Next != "" {
 			t.Fatalf("release = %+v, %v; want the key left free", r, err)
+		}
+		if left := c.PTTL(ctx, processor.GapKey(lc)).Val(); left <= 5*time.Second {
+			t.Fatalf("the window's mark lives %v; want the period (a minute): the next window is due only then", left)
 		}
 		if r := b.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Held || r.Seen.Holder != "" || r.Seen.Life <= 0 {
 			t.Fatalf("pb- in the window = %+v, want held (the window) and in line", r)
