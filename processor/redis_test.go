@@ -847,9 +847,10 @@ func TestYieldCheck(t *testing.T) {
 
 // A check's mark lives as long as the key holds the tenure's locker: a copy of a check that
 // found nobody in line, arriving after the tenure outlived the mark's own life (two leases of
-// its lock.lua; here an Extend made the lease longer), still cannot give the key away. A copy
-// of the acquiring request that renews the key keeps the mark as long. Real time: miniredis's
-// TIME does not follow FastForward.
+// its lock.lua; here an Extend made the lease longer), still cannot give the key away. A
+// renewal with a lease shorter than the key's life (an Extend to a shorter one), and a copy
+// of the acquiring request that renews the key, keep the mark as long as the key. Real time:
+// miniredis's TIME does not follow FastForward.
 func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
@@ -876,7 +877,12 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 		t.Fatalf("renewal to %v = %+v, %v", long.Lease(), r, err)
 	}
 	outlives("a renewal")
-	c.PExpire(ctx, processor.CheckKey(short, "pa-"), 600*time.Millisecond)   // the mark's own life again
+	c.PExpire(ctx, processor.CheckKey(short, "pa-"), 600*time.Millisecond) // the mark's own life again
+	if r, err := a.ExpandLease(ctx, short, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("renewal to %v = %+v, %v", short.Lease(), r, err)
+	}
+	outlives("a renewal shorter than the key's life")
+	c.PExpire(ctx, processor.CheckKey(short, "pa-"), 600*time.Millisecond)
 	if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Taken { // a copy of the acquiring request
 		t.Fatalf("a copy of the take = %+v", r)
 	}
