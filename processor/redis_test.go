@@ -883,7 +883,7 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 	}
 	outlives("a renewal shorter than the key's life")
 	c.PExpire(ctx, processor.CheckKey(short, "pa-"), 600*time.Millisecond)
-	if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Taken { // a copy of the acquiring request
+	if r := a.lockWith(t, short, la, true, 1); r.Outcome != processor.Taken { // a copy of the acquiring request
 		t.Fatalf("a copy of the take = %+v", r)
 	}
 	outlives("a copy of the take")
@@ -1378,8 +1378,8 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 			t.Fatalf("b's attempt on a free key = %+v", r)
 		}
 		ld, _ := d.lock(t, lc, true, 1) // d waits
-		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb}); err != nil {
-			t.Fatal(err)
+		if r, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb}); err != nil || r.Outcome != processor.Released || r.Next != ld || r.Token == 0 {
+			t.Fatalf("b's leave = %+v, %v; want the key it held passed on to %s", r, err, ld)
 		}
 		if in := inspect(t, a, lc); in.Holder != ld {
 			t.Fatalf("after b left, the key holds %q, want it granted to %s", in.Holder, ld)
@@ -1387,8 +1387,8 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 		// A leave that comes after its process waits again, with a later attempt, leaves the
 		// later entry in line.
 		la2, _ := a.lock(t, lc, true, 1)
-		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: la}); err != nil {
-			t.Fatal(err)
+		if r, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: la}); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("a's late leave = %+v, %v; want gone (it held nothing to pass on)", r, err)
 		}
 		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pa-"}) {
 			t.Fatalf("line %v: a late leave removed the entry of %s", in.Waiting, la2)
