@@ -1397,7 +1397,8 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 }
 
 // A request older than the acquisition of its owner that holds the key is a stale copy: it is
-// refused (settled), and does not put its process in line behind itself.
+// refused (settled), and does not put its process in line behind itself, nor take the key
+// once that holding is gone.
 func TestStaleAttemptIsRefused(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -1410,6 +1411,10 @@ func TestStaleAttemptIsRefused(t *testing.T) {
 		}
 		if in := inspect(t, a, lc); in.Holder != la || len(in.Waiting) != 0 {
 			t.Fatalf("after the stale copy: %+v", in)
+		}
+		c.Del(ctx, lc.UniqueKey()) // the holding expires (its process died): nothing is newer now
+		if r, _ := a.Lock(ctx, lc, old); r.Outcome != processor.Settled {
+			t.Fatalf("a second copy of the older attempt, once the key is free = %+v, want settled", r)
 		}
 	})
 }
