@@ -800,7 +800,8 @@ func TestRenewalNamesTheHoldingItBeganWith(t *testing.T) {
 
 // A hand-off limit's check (renew, and yield if another process waits) marks its own number:
 // a copy of a check that found nobody in line cannot give the key away later. A yield grants
-// the key to the first in line and puts the yielding process back in line with its next attempt.
+// the key to the first in line, for the lease it waits with, and puts the yielding process back
+// in line with its next attempt.
 func TestYieldCheck(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -811,7 +812,8 @@ func TestYieldCheck(t *testing.T) {
 		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("check with nobody in line = %+v, %v", r, err)
 		}
-		lb, _ := b.lock(t, lc, true, 1)
+		long, _ := lc.WithLease(10 * time.Second)
+		lb, _ := b.lock(t, long, true, 1) // pb- waits with a lease of its own
 		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Settled {
 			t.Fatalf("a copy of the check = %+v, want settled", r)
 		}
@@ -830,8 +832,8 @@ func TestYieldCheck(t *testing.T) {
 			t.Fatalf("the yield answers %+v, want pa- first in line again, and heard", r.Seen)
 		}
 		in := inspect(t, a, lc)
-		if in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
-			t.Fatalf("after the yield: %+v", in)
+		if in.Holder != lb || in.TTL <= 5*time.Second || !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("after the yield: %+v; want the key granted to %s for its lease (%v)", in, lb, long.Lease())
 		}
 		if in.Fence <= r.Token+7 {
 			t.Fatalf("fence %d after the yield, want above pa-'s block, which ends at %d", in.Fence, r.Token+7)
