@@ -900,6 +900,30 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 	a.release(t, short, la)
 }
 
+// A yield goes to another process, never back to its own: a late check of a tenure its process
+// gave up, arriving while the process stands in line with a newer attempt (the key still holds
+// the older acquisition, not yet passed on), grants the key to the next process in line, and
+// the yielding process stands in line behind it.
+func TestYieldPassesOverItsOwnProcess(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "yieldown")
+		la, _ := a.lock(t, lc, true, 1)
+		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1} // late
+		if r := a.lockWith(t, lc, a.locker(), true, 1); r.Outcome != processor.Held {
+			t.Fatalf("the newer attempt = %+v, want held (by %s)", r, la)
+		}
+		lb, _ := b.lock(t, lc, true, 1)
+		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Yielded || r.Next != lb {
+			t.Fatalf("the late check = %+v, %v; want yielded to %s", r, err, lb)
+		}
+		if in := inspect(t, a, lc); in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("after the yield: %+v; want %s holding, pa- in line", in, lb)
+		}
+	})
+}
+
 // A block of tokens: the counter holds the end of the block while it is held, and the last
 // token handed out once it is let go, so the next holder's tokens follow on (the counter runs
 // ahead of the clock only as far as holders use tokens).
