@@ -1025,12 +1025,16 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 	if err != nil || len(vals) == 0 {
 		return Result{}, processErr("leave", cfg.UniqueKey(), cmp.Or(err, errors.New("leave.lua returned nothing")))
 	}
-	if code, _ := vals[0].(int64); code == 2 {
+	switch code, _ := vals[0].(int64); code {
+	case 2:
 		r := Result{Outcome: Released}
 		grantOf(vals, &r)
 		return r, nil
+	case 1:
+		return Result{Outcome: Gone}, nil
+	default:
+		return Result{}, processErr("leave", cfg.UniqueKey(), fmt.Errorf("leave.lua returned code %v", vals[0]))
 	}
-	return Result{Outcome: Gone}, nil
 }
 
 // Preload loads the scripts into the server so that the first acquisition does not pay for an
