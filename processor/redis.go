@@ -864,9 +864,11 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
+	case 0:
+		vals, _ := res.Slice()
+		return Result{Outcome: Held, Seen: sighting(vals)}, nil
 	}
-	vals, _ := res.Slice()
-	return Result{Outcome: Held, Seen: sighting(vals)}, nil
+	return Result{}, processErr("lock", cfg.UniqueKey(), unknownCode("lock", code))
 }
 
 // grantOf reads what a script that let the key go answered after its code: {locker granted or
@@ -961,8 +963,10 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
+	case 0:
+		return Result{Outcome: Gone}, nil
 	}
-	return Result{Outcome: Gone}, nil
+	return Result{}, processErr("renew", cfg.UniqueKey(), unknownCode("renew", code))
 }
 
 // last formats the last token handed out for a script (empty for none).
@@ -1000,8 +1004,10 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
+	case 0:
+		return Result{Outcome: Gone}, nil
 	}
-	return Result{Outcome: Gone}, nil
+	return Result{}, processErr("unlock", cfg.UniqueKey(), unknownCode("release", code))
 }
 
 // Leave implements DLockProcessor with leave.lua (one EVALSHA).
@@ -1033,8 +1039,15 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 	case 1:
 		return Result{Outcome: Gone}, nil
 	default:
-		return Result{}, processErr("leave", cfg.UniqueKey(), fmt.Errorf("leave.lua returned code %v", vals[0]))
+		code, _ := vals[0].(int64)
+		return Result{}, processErr("leave", cfg.UniqueKey(), unknownCode("leave", code))
 	}
+}
+
+// unknownCode is the error of a script's reply whose code the script never gives (a script
+// replaced by hand, or mutated): refused rather than read as some outcome.
+func unknownCode(script string, code int64) error {
+	return fmt.Errorf("%s.lua returned code %d, which it never gives", script, code)
 }
 
 // Preload loads the scripts into the server so that the first acquisition does not pay for an

@@ -2028,3 +2028,34 @@ func TestCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 		}
 	}
 }
+
+// A reply whose code its script never gives (a script replaced by hand, or broken) is an
+// error, a *RedisProcessError, never read as one of the outcomes: not held, gone, released.
+func TestUnknownReplyCodeIsAnError(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "unknown-code")
+	for _, code := range []string{"7", "-9"} {
+		p, err := processor.NewRedisLockProcessor(c, processor.Options{Mark: "pu-", Scripts: map[string]string{
+			"lock": "return {" + code + ", 0}", "renew": "return {" + code + ", 0}",
+			"release": "return {" + code + ", ''}", "leave": "return {" + code + "}",
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, f := range map[string]func() (processor.Result, error){
+			"Lock": func() (processor.Result, error) { return p.Lock(ctx, lc, processor.LockRequest{Locker: "pu-1"}) },
+			"ExpandLease": func() (processor.Result, error) {
+				return p.ExpandLease(ctx, lc, processor.RenewRequest{Locker: "pu-1"})
+			},
+			"Unlock": func() (processor.Result, error) { return p.Unlock(ctx, lc, processor.ReleaseRequest{Locker: "pu-1"}) },
+			"Leave":  func() (processor.Result, error) { return p.Leave(ctx, lc, processor.LeaveRequest{Last: "pu-1"}) },
+		} {
+			var pe *dlerrors.RedisProcessError
+			if r, err := f(); !errors.As(err, &pe) || !strings.Contains(err.Error(), "never gives") {
+				t.Errorf("%s answered {%s, ...}: %+v, %v; want a *RedisProcessError", name, code, r, err)
+			}
+		}
+	}
+}
