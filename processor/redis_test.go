@@ -2030,16 +2030,19 @@ func TestCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 }
 
 // A reply whose code its script never gives (a script replaced by hand, or broken) is an
-// error, a *RedisProcessError, never read as one of the outcomes: not held, gone, released.
+// error, a *RedisProcessError, never read as one of the outcomes: not held, gone, released
+// (the lock family's shared.lua too).
 func TestUnknownReplyCodeIsAnError(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
 	lc := cfg(t, "unknown-code")
+	sem := processor.Shared{Kind: processor.KindSem, Permits: 3}
 	for _, code := range []string{"7", "-9"} {
 		p, err := processor.NewRedisLockProcessor(c, processor.Options{Mark: "pu-", Scripts: map[string]string{
 			"lock": "return {" + code + ", 0}", "renew": "return {" + code + ", 0}",
 			"release": "return {" + code + ", ''}", "leave": "return {" + code + "}",
+			"shared": "return {" + code + ", {" + code + "}}",
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -2051,6 +2054,18 @@ func TestUnknownReplyCodeIsAnError(t *testing.T) {
 			},
 			"Unlock": func() (processor.Result, error) { return p.Unlock(ctx, lc, processor.ReleaseRequest{Locker: "pu-1"}) },
 			"Leave":  func() (processor.Result, error) { return p.Leave(ctx, lc, processor.LeaveRequest{Last: "pu-1"}) },
+			"SharedRenew": func() (processor.Result, error) {
+				r, err := p.SharedRenew(ctx, lc, sem, "pu-1")
+				return processor.Result{Outcome: r.Outcome}, err
+			},
+			"SharedRelease": func() (processor.Result, error) {
+				r, err := p.SharedRelease(ctx, lc, sem, "pu-1")
+				return processor.Result{Outcome: r.Outcome}, err
+			},
+			"SharedReleaseThenTake": func() (processor.Result, error) {
+				r, err := p.SharedReleaseThenTake(ctx, lc, sem, "pu-1", 0, 0, processor.TakeRequest{Locker: "pu-2", N: 1})
+				return processor.Result{Outcome: r.Outcome}, err
+			},
 		} {
 			var pe *dlerrors.RedisProcessError
 			if r, err := f(); !errors.As(err, &pe) || !strings.Contains(err.Error(), "never gives") {

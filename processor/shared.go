@@ -303,8 +303,10 @@ func (p *RedisLockProcessor) SharedRenewOf(ctx context.Context, cfg domain.DLock
 		return r, nil
 	case -1:
 		return SharedResult{Outcome: Settled}, nil
+	case 0:
+		return SharedResult{Outcome: Gone}, nil
 	}
-	return SharedResult{Outcome: Gone}, nil
+	return SharedResult{}, processErr("renew", cfg.UniqueKey(), unknownCode("shared", code))
 }
 
 // SharedRelease lets the holding of locker go, or takes its attempt out of line, and settles
@@ -330,8 +332,10 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 		return SharedResult{Outcome: Released}, nil
 	case -1:
 		return SharedResult{Outcome: Settled}, nil
+	case 0:
+		return SharedResult{Outcome: Gone}, nil
 	}
-	return SharedResult{Outcome: Gone}, nil
+	return SharedResult{}, processErr("release", cfg.UniqueKey(), unknownCode("shared", code))
 }
 
 // SharedReleaseThenTake is SharedReleaseBlock of locker followed, in the same script, by
@@ -356,12 +360,16 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 	if err != nil {
 		return SharedResult{}, err
 	}
-	let := Gone
+	var let Outcome
 	switch code {
 	case 1:
 		let = Released
 	case -1:
 		let = Settled
+	case 0:
+		let = Gone
+	default:
+		return SharedResult{}, processErr("release", cfg.UniqueKey(), unknownCode("shared", code))
 	}
 	take, ok := vals[len(vals)-1].([]any)
 	if len(vals) != 2 || !ok || len(take) == 0 {
