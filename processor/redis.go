@@ -1039,7 +1039,6 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 	case 1:
 		return Result{Outcome: Gone}, nil
 	default:
-		code, _ := vals[0].(int64)
 		return Result{}, processErr("leave", cfg.UniqueKey(), unknownCode("leave", code))
 	}
 }
