@@ -512,9 +512,7 @@ func (st *sharedState) planOther(now time.Time) action {
 	g := st.g
 	lease := st.cfg.Lease()
 	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !o.failed }); i >= 0 {
-		o := st.owed[i]
-		st.owed = slices.Delete(st.owed, i, i+1)
-		return action{do: st.pay(o)}
+		return st.payOwed(i)
 	}
 	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
 	// whose readers remain is downgraded when nobody waits elsewhere)
@@ -571,9 +569,7 @@ func (st *sharedState) planOther(now time.Time) action {
 		// releases that Redis failed go again once nothing else is due: a take is never
 		// held up by them (it goes, and fails or not on its own, as the mutex's does while
 		// its give-back is retried in the background)
-		o := st.owed[0]
-		st.owed = st.owed[1:]
-		return action{do: st.pay(o)}
+		return st.payOwed(0)
 	}
 	next := time.Time{}
 	if st.attempt == nil && len(st.waiters) > 0 && st.growAt.After(now) {
@@ -846,6 +842,14 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 			st.mu.Unlock()
 		}
 	}}
+}
+
+// payOwed takes the i-th owed release out of owed and returns the action that pays it. The
+// caller holds mu.
+func (st *sharedState) payOwed(i int) action {
+	o := st.owed[i]
+	st.owed = slices.Delete(st.owed, i, i+1)
+	return action{do: st.pay(o)}
 }
 
 // reowe owes o again, whose release failed with err (oweAgain). One cut short for a renewal
