@@ -41,7 +41,7 @@
 //	-x, --exclusive     its write side: no other holder, reader or writer
 //	--semaphore K       the semaphore TYPE/TARGET of K permits (K is used while Redis keeps no
 //	                    count for it yet): at most K permits out across all processes
-//	--permits N         exec only, with --semaphore: the permits to take (default 1, at most K)
+//	--permits N         exec only, with --semaphore: the permits to take (default 1; at least 1, at most K)
 //
 // Only one of the three names the lock; --semaphore 0 and --permits without --semaphore are
 // usage errors, and so is, for exec, status and release alike, a read-write lock asked for as
