@@ -706,13 +706,13 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.fired <- struct{}{}
 			return injectedTimeout{}
 		case holdOnWire:
+			h.wg.Add(1) // before fired: a test that heard it may wait for the copy
 			h.fired <- struct{}{}
 			select {
 			case <-ctx.Done():
 			case <-time.After(holdCap):
 			}
 			clone := redis.NewCmd(context.WithoutCancel(ctx), cmd.Args()...)
-			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
 				time.Sleep(time.Duration(h.late.Load()))
@@ -1340,8 +1340,8 @@ type chaosHook struct {
 
 	mu    sync.Mutex
 	rng   *rand.Rand
-	wg    sync.WaitGroup
-	stop  atomic.Bool     // once set, nothing more is faulted
+	stop  bool            // under mu; once set, nothing more is faulted
+	wg    sync.WaitGroup  // copies on their way; Add only under mu while !stop, so never beside Wait
 	count [5]atomic.Int64 // by fault
 }
 
@@ -1363,14 +1363,19 @@ func (h *chaosHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return next
 }
 
-// draw returns the fault for a request (-1 for none) and a delay within two leases.
+// draw returns the fault for a request (-1 for none) and a delay within two leases. A fault
+// that sends a copy later counts the copy in wg before it returns.
 func (h *chaosHook) draw() (int, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stop.Load() || h.rng.IntN(100) >= h.pct {
+	if h.stop || h.rng.IntN(100) >= h.pct {
 		return -1, 0
 	}
-	return h.rng.IntN(5), time.Duration(h.rng.Int64N(int64(2 * h.lease)))
+	fault := h.rng.IntN(5)
+	if fault == chaosDupLater || fault == chaosOnWire {
+		h.wg.Add(1)
+	}
+	return fault, time.Duration(h.rng.Int64N(int64(2 * h.lease)))
 }
 
 func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -1385,8 +1390,7 @@ func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		h.count[fault].Add(1)
 		args := append([]any(nil), cmd.Args()...)
-		later := func(d time.Duration) {
-			h.wg.Add(1)
+		later := func(d time.Duration) { // draw counted it in wg
 			go func() {
 				defer h.wg.Done()
 				time.Sleep(d)
@@ -1431,7 +1435,9 @@ func (h *chaosHook) setPct(pct int) {
 
 // quiet stops the faults and waits for every copy still on its way.
 func (h *chaosHook) quiet() {
-	h.stop.Store(true)
+	h.mu.Lock()
+	h.stop = true
+	h.mu.Unlock()
 	h.wg.Wait()
 }
 
