@@ -229,7 +229,9 @@ const (
 // a lease. The copy's reply is read by nobody.
 type dupHook struct {
 	lease  time.Duration
-	wg     sync.WaitGroup
+	mu     sync.Mutex
+	done   bool           // under mu: wait has begun, no more copies
+	wg     sync.WaitGroup // copies on their way; Add only under mu while !done, so never beside Wait
 	copies atomic.Int64
 }
 
@@ -246,8 +248,14 @@ func (d *dupHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if name := processor.ScriptName(cmd.Args()); name != "" && name != "inspect" && rand.IntN(100) < dupPercent {
 			args := append([]any(nil), cmd.Args()...)
 			delay := randDuration(0, d.lease/2)
+			d.mu.Lock()
+			if d.done {
+				d.mu.Unlock()
+				return err
+			}
 			d.copies.Add(1)
 			d.wg.Add(1)
+			d.mu.Unlock()
 			go func() {
 				defer d.wg.Done()
 				time.Sleep(delay)
@@ -262,6 +270,9 @@ func (d *dupHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // wait waits for the copies still on their way and returns how many were sent.
 func (d *dupHook) wait() int64 {
+	d.mu.Lock()
+	d.done = true
+	d.mu.Unlock()
 	d.wg.Wait()
 	return d.copies.Load()
 }
