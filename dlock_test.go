@@ -99,11 +99,23 @@ func TestNestedLockUnlock(t *testing.T) {
 	}
 }
 
-// critical runs goroutines, spread over servers, each holding the lock once for a random time
-// up to maxHold, and fails if two are ever inside together.
+// critical runs goroutines spread over servers, each holding the lock once for up to maxHold
+// (the servers' lease is 1 s, so longer holds need renewals). No two owners whose holdings are
+// live are ever inside at once, and no holding is lost — unless the whole test process stalled
+// for a fifth of the lease or more during the earlier hold (a machine loaded far past its CPUs
+// can stop the timers of renewals and of the lease's end for longer than their spare time, as
+// README's first Limit says): such a loss is logged, and its owner stops working at once, as a
+// user's code would.
 func critical(t *testing.T, servers []*dlock.Generator, target string, goroutines int, maxHold time.Duration) {
-	var inside, trips atomic.Int64
-	var wg sync.WaitGroup
+	const lease = time.Second
+	stalls := watchStalls(t, lease/5)
+	var (
+		mu      sync.Mutex
+		inside  = map[context.Context]time.Time{} // owner context: when it came in
+		trips   atomic.Int64
+		stalled atomic.Int64
+		wg      sync.WaitGroup
+	)
 	ctx := deadline(t, 10*time.Minute)
 	for i := 0; i < goroutines; i++ {
 		wg.Add(1)
@@ -115,26 +127,87 @@ func critical(t *testing.T, servers []*dlock.Generator, target string, goroutine
 				return
 			}
 			err = l.Do(ctx, func(owned context.Context) error {
-				if inside.Add(1) != 1 {
-					t.Error("two owners inside at once")
+				from := time.Now()
+				mu.Lock()
+				for other, since := range inside {
+					if other.Err() == nil && owned.Err() == nil && !stalls.since(since) {
+						t.Error("two owners inside at once, both live")
+					}
 				}
-				time.Sleep(rand.N(maxHold))
-				if owned.Err() != nil {
-					t.Errorf("lock lost while held: %v", context.Cause(owned))
+				inside[owned] = from
+				mu.Unlock()
+				defer func() {
+					mu.Lock()
+					delete(inside, owned)
+					mu.Unlock()
+				}()
+				select {
+				case <-time.After(rand.N(maxHold)):
+				case <-owned.Done():
 				}
-				inside.Add(-1)
-				trips.Add(1)
+				if owned.Err() == nil {
+					trips.Add(1)
+					return nil
+				}
+				if stalls.since(from) {
+					t.Logf("lost in a stall of the process: %v", context.Cause(owned))
+					stalled.Add(1)
+					return errStalled
+				}
+				t.Errorf("lock lost while held: %v", context.Cause(owned))
 				return nil
 			})
-			if err != nil {
+			if err != nil && !errors.Is(err, errStalled) {
 				t.Error(err)
 			}
 		}(i)
 	}
 	wg.Wait()
-	if trips.Load() != int64(goroutines) {
-		t.Fatalf("%d trips, want %d", trips.Load(), goroutines)
+	if trips.Load()+stalled.Load() != int64(goroutines) {
+		t.Fatalf("%d trips and %d losses in stalls, want %d in all", trips.Load(), stalled.Load(), goroutines)
 	}
+}
+
+// errStalled is what critical's holders return for a holding lost in a stall of the process.
+var errStalled = errors.New("lost in a stall")
+
+// stallWatch notes when the test process last stopped running for at least its threshold.
+type stallWatch struct {
+	threshold  time.Duration
+	tick, last atomic.Int64 // the watch's last tick and the end of the last stall, in Unix ns
+}
+
+// watchStalls watches the process's timers until t ends.
+func watchStalls(t *testing.T, threshold time.Duration) *stallWatch {
+	w := &stallWatch{threshold: threshold}
+	w.tick.Store(time.Now().UnixNano())
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				if now.Sub(last) >= threshold {
+					w.last.Store(now.UnixNano())
+				}
+				last = now
+				w.tick.Store(now.UnixNano())
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
+	return w
+}
+
+// since reports whether a stall ended at or after from, or one is under way now.
+func (w *stallWatch) since(from time.Time) bool {
+	return w.last.Load() >= from.UnixNano() || time.Since(time.Unix(0, w.tick.Load())) >= w.threshold
 }
 
 // (b) One process, 50 goroutines, holds up to 2 s under a 1 s lease (renewals needed).
