@@ -229,3 +229,29 @@ func SharedOwned(o *Owner) (locker, downTo string, until time.Time, live, ok boo
 	h := so.hold
 	return h.locker, h.downTo, h.valid, h.ctx.Err() == nil, true
 }
+
+// Lapse makes every holding of unique key key in this generator — the mutex's tenure, a
+// read-write lock's or semaphore's holdings — count its lease as run out now, by this
+// process's clock, without telling its lease thread or expiry timer: as when those run late (a
+// busy machine) and have not said so yet (they do at the lease's real end).
+func (g *Generator) Lapse(key string) {
+	now := time.Now()
+	if st := g.lookup(key); st != nil {
+		st.mu.Lock()
+		if st.ten != nil {
+			st.ten.until = now
+		}
+		st.mu.Unlock()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, st := range g.shares {
+		if strings.HasSuffix(k, "|"+key) {
+			st.mu.Lock()
+			for _, h := range st.holds {
+				h.valid = now
+			}
+			st.mu.Unlock()
+		}
+	}
+}

@@ -149,7 +149,8 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 
 // Unlock releases one hold of the side that owned (an owner context of this lock) holds, the
 // innermost when it carries both: ErrNotHeld if none, or the cause (ErrLockLost, ErrClosed)
-// if the holding ended. When the hold it gives up is the last of its holding's, it returns once
+// if the holding ended — every Unlock of a lost holding says so, also when its lease ran out
+// by this process's clock before its timer said so, as the mutex's. When the hold it gives up is the last of its holding's, it returns once
 // the holding is let go in Redis (or lent again), as the mutex's Unlock does: a
 // *RedisProcessError when Redis could not let it go while its lease lasted (the local hold is
 // released all the same; the holding expires in Redis with its lease).
@@ -814,7 +815,16 @@ func (so *shareOwner) unlock() error {
 	st.mu.Lock()
 	if so.done {
 		st.mu.Unlock()
+		if cause := context.Cause(so.ctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+			return cause // a lost (or closed) holding stays so for its owner, as the mutex's does
+		}
 		return ErrNotHeld
+	}
+	if h := so.hold; h.ctx.Err() == nil && !time.Now().Before(h.valid) {
+		// its lease ran out by this process's clock and its timer, running late, has not said
+		// so yet: lost now, as the timer would end it (the driver then gives it back)
+		h.stop(errHoldingLapsed)
+		defer st.poke()
 	}
 	if so.count--; so.count > 0 {
 		cause := so.lostLocked() // (every Unlock of a lost holding says so, as the mutex's)

@@ -14,8 +14,9 @@ package dlock_test
 //     Redis, a writer's fencing token above every token released before it asked, never
 //     an Owner for a context ended before the call;
 //   - errors: only documented ones (ErrClosed only once Close began), an upgrade refused, a
-//     re-entry refused only for a holding that ended, a second Unlock ErrNotHeld, no loss
-//     without a fault, a force or a stall of the machine;
+//     re-entry refused only for a holding that ended, a second Unlock ErrNotHeld (or the loss
+//     or Close its holding ended with), no loss without a fault, a force or a stall of the
+//     machine;
 //   - Close: every Owner of the process ended;
 //   - at the end: every wait comes home once everyone lets go (none waits its ten seconds in
 //     vain), every goroutine ends, no key is left without a time to live, and a new process
@@ -97,7 +98,7 @@ type famExplorer struct {
 	procs   []*famProc // live, by slot
 	all     []*famProc // every process made
 	held    []*famHeld
-	ended   []*dlock.Owner // released to the end: a further Unlock says ErrNotHeld
+	ended   []*dlock.Owner // released to the end: a further Unlock says ErrNotHeld, or the loss
 	waits   map[int]context.CancelCauseFunc
 	forced  map[string]bool
 	steps   []string
@@ -831,7 +832,8 @@ func (x *famExplorer) cancelWait(i int) {
 	}
 }
 
-// doubleUnlock releases an owner released to the end already: ErrNotHeld.
+// doubleUnlock releases an owner released to the end already: ErrNotHeld, or the loss (or
+// Close) its holding ended with.
 func (x *famExplorer) doubleUnlock(i int) {
 	x.mu.Lock()
 	var o *dlock.Owner
@@ -845,8 +847,12 @@ func (x *famExplorer) doubleUnlock(i int) {
 	err := o.Unlock()
 	x.stats.doubleUnlock.Add(1)
 	x.logf("step %d: Unlock of a released owner: %v", i, err)
-	if !errors.Is(err, dlock.ErrNotHeld) {
-		x.fail("Unlock of an owner released to the end: %v, want ErrNotHeld", err)
+	want := dlock.ErrNotHeld
+	if cause := context.Cause(o); errors.Is(cause, dlock.ErrLockLost) || errors.Is(cause, dlock.ErrClosed) {
+		want = cause // a lost (or closed) holding stays so for its owner
+	}
+	if !errors.Is(err, want) {
+		x.fail("Unlock of an owner released to the end: %v, want %v", err, want)
 	}
 }
 

@@ -320,7 +320,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no
 // more holds); ErrClosed when the Generator closed and released it; an error matching
-// ErrLockLost when the holding was lost (every Unlock of a lost holding says so); a
+// ErrLockLost when the holding was lost (every Unlock of a lost holding says so), also when its
+// lease ran out by this process's clock before its lease thread said so (nothing is sent
+// then but the give-back of the key, which Redis may keep a little longer); a
 // *RedisProcessError when Redis could not be reached (the local hold is released all the same,
 // and the release is retried in the background until the lease runs out; on a Cluster client
 // whose master was replaced by a completed failover the release goes to the new master within
@@ -340,6 +342,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		}
 		return ErrNotHeld
 	}
+	h.st.lapse(h)
 	h.mu.Lock()
 	switch h.state {
 	case holdLost:

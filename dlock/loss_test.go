@@ -371,6 +371,64 @@ func TestUnlockBeforeTheLossWasNoticedSaysLost(t *testing.T) {
 	}
 }
 
+// A holding whose lease ran out by its process's own clock before its lease thread (or the
+// family's expiry timer) said so — a busy machine runs them late — is lost, of every kind: its
+// Unlock returns an error matching ErrLockLost (not a *RedisProcessError about a release it
+// never sent, nor nil), also the Unlock of a re-entry, and so does every later Unlock; the owner
+// context ends with that cause; and the key, which Redis keeps a little longer than the
+// holder counts it held, is given back: another process gets it at once.
+func TestUnlockAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
+	g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second)) // (its lease thread renews at 3.75 s)
+	other, _ := newGen(t, dlock.WithDefaultLease(5*time.Second))
+	tg := uniqueTarget(t)
+	mu, sem, rw := everyKind(t, g, tg, 1)
+	omu, osem, orw := everyKind(t, other, tg, 1)
+	ctx := ctxT(t, 30*time.Second)
+	for _, c := range []struct {
+		name       string
+		part, shut dlock.Part // the lock, and what another process can take once it is let go
+	}{
+		{"mutex", mu, omu},
+		{"read side", rw.ReadSide(), orw.WriteSide()},
+		{"write side", rw.WriteSide(), orw.ReadSide()},
+		{"permits", sem.Permits(1), osem.Permits(1)},
+	} {
+		for _, reentered := range []bool{false, true} {
+			name := fmt.Sprintf("%s (re-entered %v)", c.name, reentered)
+			o, err := c.part.Lock(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if reentered {
+				if _, err := c.part.Lock(o); err != nil {
+					t.Fatalf("%s: re-entry: %v", name, err)
+				}
+			}
+			g.Lapse(c.part.Config().UniqueKey())
+			for i := range 3 { // a lost holding stays lost
+				if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+					t.Fatalf("%s: Unlock %d after the lease ran out unseen = %v, want ErrLockLost", name, i+1, err)
+				}
+			}
+			if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+				t.Fatalf("%s: the owner's cause = %v, want ErrLockLost", name, context.Cause(o))
+			}
+			if !rgWaitUntil(3*time.Second, func() bool {
+				x, ok, err := c.shut.TryLock(ctx)
+				if ok {
+					err = x.Unlock()
+				}
+				if err != nil {
+					t.Errorf("%s: the other process: %v", name, err)
+				}
+				return ok
+			}) {
+				t.Fatalf("%s: the key was not given back after the loss", name)
+			}
+		}
+	}
+}
+
 // Leases under MinLease (30 ms) or not whole milliseconds are refused with ErrInvalidConfig;
 // a 30 ms lease works: taken, renewed, released (on a loaded machine a loss is reported as
 // ErrLockLost, a release that came too late as a *RedisProcessError; never silently). A

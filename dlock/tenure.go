@@ -213,6 +213,18 @@ func (st *lockState) loseLocked(t *tenure, cause error) {
 	st.signalLocked(HowRetry)
 }
 
+// lapse ends the tenure h holds under as lost if its lease ran out by this process's clock
+// and its lease thread, running late, has not said so yet: as that thread would, now. An
+// Unlock then reports the loss, as every later call does, rather than a release sent too late
+// to count, and nothing is passed on.
+func (st *lockState) lapse(h *holding) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if t := h.ten; st.ten == t && st.owner == h && !time.Now().Before(t.until) {
+		st.loseLocked(t, errHoldingLapsed)
+	}
+}
+
 // unlock lets the lock go after h's final Unlock (h has ended and its owner context has been
 // told): to the next goroutine of this process that waits, with no word to Redis, if the
 // tenure may go on; else the key is let go in Redis (release.lua: to the first process in
