@@ -347,3 +347,76 @@ func TestFamilyWaiterAsksOnceSubscribedWhileItsTakeWasOnItsWay(t *testing.T) {
 		})
 	}
 }
+
+// A holder of a read-write lock is told that another process waits (W) by message, or by a
+// renewal's reply; one whose subscription drops misses the message, so the subscription's
+// confirmation has its holdings renew at once. Here the confirmation comes while a renewal is
+// on its way, one that ran in Redis before the writer stood in line (and so answers that
+// nobody waits), and the writer stood in line while the holder was deaf. The renewal's reply
+// put the next renewal three quarters of the lease on over the confirmation's: the holder went
+// on letting its own new readers in beside the waiting writer for that long (45 s here).
+func TestFamilyHolderRenewsOnceSubscribedWhileARenewalWasOnItsWay(t *testing.T) {
+	const lease = time.Minute
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := srv.Client()
+	preload(t, c)
+	gate := &dialGate{open: make(chan struct{})}
+	c.AddHook(gate)
+	ran, replied := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	c.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if sharedArg(cmd.Args(), "op") == "renew" && armed.CompareAndSwap(true, false) {
+			close(ran)
+			<-replied // the reply comes after the second subscription's confirmation
+		}
+		return err
+	}})
+	ga := genOn(t, c, dlock.WithDefaultLease(lease))
+	la := rwOf(t, ga, tg)
+	held, err := la.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return ga.Confirmed() > 0 })
+	raw := rawClient(t)
+	armed.Store(true)
+	killPubSub(t, raw) // subscribed again at once: the holding renews, and its reply is held up
+	recv(t, ran, "the holding's renewal")
+	gate.shut.Store(true)
+	confirmed := ga.Confirmed()
+	killPubSub(t, raw) // deaf until the gate opens
+	gw, _ := newGen(t, dlock.WithDefaultLease(lease))
+	lw := rwOf(t, gw, tg)
+	wrote := make(chan error, 1)
+	go func() {
+		o, err := lw.Lock(ctx)
+		if err == nil {
+			err = o.Unlock()
+		}
+		wrote <- err
+	}()
+	waitFor(t, func() bool { s, err := lw.State(ctx); return err == nil && len(s.Waiting) == 1 })
+	close(gate.open)
+	waitFor(t, func() bool { return ga.Confirmed() > confirmed })
+	close(replied)
+	if !rgWaitUntil(5*time.Second, func() bool {
+		r, ok, err := la.TryRLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			_ = r.Unlock()
+		}
+		return !ok
+	}) {
+		t.Fatal("the holder lets its new readers in beside the waiting writer: it did not renew once subscribed again, and does not know the writer waits")
+	}
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, wrote, "the writer"); err != nil {
+		t.Fatal(err)
+	}
+}

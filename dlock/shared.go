@@ -45,6 +45,7 @@ type sharedState struct {
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
 	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
 	heardF  uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
+	subAt   time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
 	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced  string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
@@ -238,14 +239,16 @@ func (st *sharedState) hear(payload string) {
 // subscribed runs when this process's channel of the lock is (again) subscribed: a message
 // published before went unheard, so the attempt asks again at once (an F, counted as one: the
 // reply to a take on its way then does not put the next ask off) and the holdings renew at
-// once (a W: the renewal's reply says whether anyone waits).
+// once (a W: the renewal's reply says whether anyone waits) — also one whose renewal (or take)
+// is on its way, once it is answered (subAt): that request may have run before the W.
 func (st *sharedState) subscribed() {
 	st.mu.Lock()
+	now := time.Now()
 	st.heardF++
+	st.subAt = now
 	if st.attempt != nil {
 		st.attempt.pollAt = time.Time{}
 	}
-	now := time.Now()
 	for _, h := range st.holds {
 		if h.ctx.Err() == nil && h.renewAt.After(now) {
 			h.renewAt = now
@@ -962,12 +965,17 @@ func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.T
 }
 
 // renewed counts h's lease from sent, the send time of a request that found it held, less the
-// drift allowance.
+// drift allowance. The next renewal is due at three quarters of the lease, or at once when the
+// channel was subscribed again after sent (a W may have gone unheard after the request ran).
+// The caller holds mu.
 func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 	h.answer()
 	lease := st.cfg.Lease()
 	h.valid = domain.HeldUntil(sent, lease) // (the drift allowance, as the mutex's tenure)
 	h.renewAt = sent.Add(lease * 3 / 4)
+	if st.subAt.After(sent) {
+		h.renewAt = time.Now()
+	}
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
