@@ -474,8 +474,9 @@ func TestSemaphoreLendsAgainOnceALoweredCountIsRaisedBack(t *testing.T) {
 	_ = sa.Release(o3)
 }
 
-// Bad input is refused with ErrInvalidConfig, re-entry takes no more permits, and a
-// read-write lock and a semaphore of one name refuse each other.
+// Bad input is refused with ErrInvalidConfig, by a re-entry too (which keeps its holding as
+// it was), re-entry takes no more permits, and a read-write lock and a semaphore of one name
+// refuse each other.
 func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
 	g, _ := newGen(t)
 	tg := uniqueTarget(t)
@@ -504,6 +505,19 @@ func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
 	o, err := s.Acquire(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// a re-entry is refused what a fresh Acquire is (more than k, fewer than one), and its
+	// holding stays as it was
+	for _, n := range []int{3, 0, -1} {
+		if o2, err := s.Acquire(o, n); !errors.Is(err, dlock.ErrInvalidConfig) || o2 != nil {
+			t.Fatalf("re-entry with %d of 2: %v %v", n, o2, err)
+		}
+		if o2, ok, err := s.TryAcquire(o, n); !errors.Is(err, dlock.ErrInvalidConfig) || ok || o2 != nil {
+			t.Fatalf("re-entering try with %d of 2: %v %v %v", n, o2, ok, err)
+		}
+	}
+	if c := s.HoldCount(o); c != 1 || o.Err() != nil {
+		t.Fatalf("after refused re-entries: HoldCount %d, %v", c, o.Err())
 	}
 	if o2, err := s.Acquire(o, 2); err != nil || o2 != o {
 		t.Fatalf("re-entry: %v %v", o2, err)
