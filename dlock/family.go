@@ -148,12 +148,14 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 }
 
 // Unlock releases one hold of the side that owned (an owner context of this lock) holds, the
-// innermost when it carries both: ErrNotHeld if none, or the cause (ErrLockLost, ErrClosed)
-// if the holding ended — every Unlock of a lost holding says so, also when its lease ran out
-// by this process's clock before its timer said so, as the mutex's. When the hold it gives up is the last of its holding's, it returns once
-// the holding is let go in Redis (or lent again), as the mutex's Unlock does: a
-// *RedisProcessError when Redis could not let it go while its lease lasted (the local hold is
-// released all the same; the holding expires in Redis with its lease).
+// innermost when it carries both: ErrNotHeld if none (ErrClosed once the Generator closed;
+// ErrInvalidConfig for a nil context or on a lock not made by a Generator), or the cause
+// (ErrLockLost, ErrClosed) if the holding ended — every Unlock of a lost holding says so, also
+// when its lease ran out by this process's clock before its timer said so, as the mutex's. When
+// the hold it gives up is the last of its holding's, it returns once the holding is let go in
+// Redis (or lent again), as the mutex's Unlock does: a *RedisProcessError when Redis could not let
+// it go while its lease lasted (the local hold is released all the same; the holding expires in
+// Redis with its lease).
 func (l *RWLock) Unlock(owned context.Context) error {
 	return l.WriteSide().Unlock(owned) // (either side's: the innermost owner of this lock)
 }

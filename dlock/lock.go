@@ -312,22 +312,22 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 	}
 }
 
-// Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it ends
-// the owner context, then passes the lock to the next goroutine of this process that waits (no
-// Redis command), or lets the key go in Redis, only if it still holds this acquisition's
-// locker: granted to the first live process in line, which is told, or left free. Unlock works
-// with an owner context that has been cancelled; the Redis call is bounded by the lease.
+// Unlock releases one hold of the lock owned by ctx. When the hold count reaches zero it ends the
+// owner context, then passes the lock to the next goroutine of this process that waits (no Redis
+// command), or lets the key go in Redis, only if it still holds this acquisition's locker: granted
+// to the first live process in line, which is told, or left free. Unlock works with an owner
+// context that has been cancelled; the Redis call is bounded by the lease.
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no
-// more holds); ErrClosed when the Generator closed and released it; an error matching
-// ErrLockLost when the holding was lost (every Unlock of a lost holding says so), also when its
-// lease ran out by this process's clock before its lease thread said so (nothing is sent
-// then but the give-back of the key, which Redis may keep a little longer); a
-// *RedisProcessError when Redis could not be reached (the local hold is released all the same,
-// and the release is retried in the background until the lease runs out; on a Cluster client
-// whose master was replaced by a completed failover the release goes to the new master within
-// the call instead); ErrInvalidConfig on
-// a lock not made by a Generator. Safe for concurrent use.
+// more holds), ErrClosed for that once the Generator closed (Close released what ctx held); an
+// error matching ErrLockLost when the holding was lost (every Unlock of a lost holding says so),
+// also when its lease ran out by this process's clock before its lease thread said so (nothing is
+// sent then but the give-back of the key, which Redis may keep a little longer); a
+// *RedisProcessError when Redis could not be reached (the local hold is released all the same, and
+// the release is retried in the background until the lease runs out; on a Cluster client whose
+// master was replaced by a completed failover the release goes to the new master within the call
+// instead); ErrInvalidConfig for a nil context or on a lock not made by a Generator. Safe for
+// concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)

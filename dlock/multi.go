@@ -441,9 +441,18 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 
 // Unlock releases one hold of every part of owned, in reverse order, and returns their
 // errors joined (as each part's Unlock returns them). The Owner ends with context.Canceled
-// once the last hold is released.
+// once the last hold is released. As a part's Unlock, it returns ErrNotHeld, releasing
+// nothing, when owned is not an Owner of this MultiLock (a nil Owner included), ErrClosed
+// then once the Generator closed, and ErrInvalidConfig on a MultiLock not made by
+// Generator.Multi.
 func (m *MultiLock) Unlock(owned *Owner) error {
-	if owned == nil || owned.multi != m || m == nil {
+	if m == nil || len(m.parts) == 0 {
+		return fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
+	}
+	if owned == nil || owned.multi != m {
+		if m.parts[0].generator().isClosed() {
+			return ErrClosed
+		}
 		return ErrNotHeld
 	}
 	var errs []error

@@ -412,3 +412,73 @@ func TestUnlockThroughAnotherHandleOfTheKey(t *testing.T) {
 		}
 	}
 }
+
+// Every kind's Unlock — the mutex's, the read-write lock's, the semaphore's Release and the
+// MultiLock's — answers alike what it cannot release, and never panics: ErrInvalidConfig for a
+// nil context or on a lock not made by a Generator (a zero or nil one), ErrNotHeld for what
+// owns nothing of it (a bare context, a nil or zero Owner, another lock's Owner), and
+// ErrClosed for that once the Generator closed.
+func TestEveryUnlockRefusesAlike(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 10*time.Second)
+	mu, sem, rw := everyKind(t, g, tg, 2)
+	m, err := g.MultiOf(mu, sem.Permits(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := mustLock(t, mustGen(t, g, "OTHER", tg, time.Second), ctx) // another lock's Owner
+	var (
+		zmu dlock.DistributedReentrantLock
+		nrw *dlock.RWLock
+		zs  dlock.Semaphore
+		zm  dlock.MultiLock
+		nm  *dlock.MultiLock
+	)
+	kinds := []struct {
+		name   string
+		unlock func(*dlock.Owner) error
+		zero   map[string]func(*dlock.Owner) error // of a zero or a nil lock
+	}{
+		{"mutex", func(o *dlock.Owner) error { return mu.Unlock(o) },
+			map[string]func(*dlock.Owner) error{"zero": func(o *dlock.Owner) error { return zmu.Unlock(o) }}},
+		{"read-write lock", func(o *dlock.Owner) error { return rw.Unlock(o) },
+			map[string]func(*dlock.Owner) error{"nil": func(o *dlock.Owner) error { return nrw.Unlock(o) }}},
+		{"semaphore", func(o *dlock.Owner) error { return sem.Release(o) },
+			map[string]func(*dlock.Owner) error{"zero": func(o *dlock.Owner) error { return zs.Release(o) }}},
+		{"MultiLock", m.Unlock, map[string]func(*dlock.Owner) error{"zero": zm.Unlock, "nil": nm.Unlock}},
+	}
+	owners := map[string]*dlock.Owner{"a nil Owner": nil, "a zero Owner": {}, "another lock's Owner": elsewhere}
+	check := func(what string, f func() error, want error) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panics: %v", what, r)
+			}
+		}()
+		if err := f(); !errors.Is(err, want) {
+			t.Errorf("%s = %v, want %v", what, err, want)
+		}
+	}
+	for _, closed := range []bool{false, true} {
+		notHeld := dlock.ErrNotHeld
+		if closed {
+			if err := g.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			notHeld = dlock.ErrClosed
+		}
+		for _, k := range kinds {
+			for name, o := range owners {
+				check(fmt.Sprintf("%s's Unlock of %s (closed %v)", k.name, name, closed), func() error { return k.unlock(o) }, notHeld)
+				for which, zero := range k.zero {
+					check(fmt.Sprintf("a %s %s's Unlock of %s (closed %v)", which, k.name, name, closed), func() error { return zero(o) }, dlock.ErrInvalidConfig)
+				}
+			}
+		}
+		for name, unlock := range map[string]func(context.Context) error{"mutex": mu.Unlock, "read-write lock": rw.Unlock, "semaphore": sem.Release} {
+			check(fmt.Sprintf("%s's Unlock of a bare context (closed %v)", name, closed), func() error { return unlock(context.Background()) }, notHeld)
+			check(fmt.Sprintf("%s's Unlock of a nil context (closed %v)", name, closed), func() error { return unlock(nil) }, dlock.ErrInvalidConfig) //nolint:staticcheck // a nil context is what is tested
+		}
+	}
+}
