@@ -384,6 +384,19 @@ func TestUnlockAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 	mu, sem, rw := everyKind(t, g, tg, 1)
 	omu, osem, orw := everyKind(t, other, tg, 1)
 	ctx := ctxT(t, 30*time.Second)
+	// The family's channels subscribed for good first: a confirmation has the holdings renew
+	// at once, which would count a lease anew after Lapse.
+	g.SetLinger(time.Hour)
+	for _, p := range []dlock.Part{rw.ReadSide(), sem.Permits(1)} {
+		o, err := p.Lock(ctx)
+		if err == nil {
+			err = o.Unlock()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return g.Confirmed() >= 2 })
 	for _, c := range []struct {
 		name       string
 		part, shut dlock.Part // the lock, and what another process can take once it is let go
