@@ -11,8 +11,8 @@ package dlock_test
 //     beside another holding, never more permits out than the semaphore has) and against
 //     Redis (each holding there at least until its process counts it held);
 //   - each fresh acquisition: counted held at least half a lease past the call, held so in
-//     Redis, a writer's fencing token above every token released before it asked, never
-//     an Owner for a context ended before the call;
+//     Redis, a writer's fencing token above every token released before it asked (unless
+//     an operator forced its holding out), never an Owner for a context ended before the call;
 //   - errors: only documented ones (ErrClosed only once Close began), an upgrade refused, a
 //     re-entry refused only for a holding that ended, a second Unlock ErrNotHeld (or the loss
 //     or Close its holding ended with), no loss without a fault, a force or a stall of the
@@ -478,9 +478,12 @@ func (x *famExplorer) acquire(i int, p *famProc) {
 		}
 		x.checkOwned(name, o, start)
 		// tokens rise: a writer's is above every token of an owner released before it asked
-		// (a reader's or permits' may be an older holding's, which it shares)
+		// (a reader's or permits' may be an older holding's, which it shares; and a holding
+		// an operator forced out is lent on with its own tokens until its process learns of
+		// it, at its next renewal or release, as ForceRelease says)
 		tok, _ := p.token(o)
-		if write && tok > 0 && tok <= floor {
+		locker, _, _, _, _ := dlock.SharedOwned(o)
+		if write && tok > 0 && tok <= floor && !x.isForced(locker) {
 			x.fail("%s: fencing token %d, not above %d of an owner released before it asked", name, tok, floor)
 		}
 		x.logf("wait %d (%s): got %s", id, name, x.ownedString(o))
