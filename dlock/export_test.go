@@ -255,3 +255,16 @@ func (g *Generator) Lapse(key string) {
 		}
 	}
 }
+
+// MultiParts returns the Owners of a MultiLock's Owner's parts, in the MultiLock's order (nil
+// for another Owner).
+func MultiParts(o *Owner) []*Owner {
+	if o == nil {
+		return nil
+	}
+	return o.parts
+}
+
+// LockerPrefix returns what every locker this generator makes begins with: a holding in Redis
+// whose locker has it is this process's.
+func (g *Generator) LockerPrefix() string { return g.prefix }

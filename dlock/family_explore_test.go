@@ -2,14 +2,23 @@ package dlock_test
 
 // The explorer of the family's Go driver: random, seeded schedules of requests of a read-write
 // lock or a semaphore — RLock, Lock, tries, re-entries, downgrades, Acquire and Release of n
-// permits, an operator's ForceRelease, Close in the middle (and a new process in its place),
-// short and already-ended contexts, waits cancelled — by several Generators ("processes") on
-// one Redis, each behind a faulty network (chaosHook: copies delivered twice, replies lost,
-// requests kept on the wire and run late, requests slowed; now and then every write of one
-// process faulted for a lease, a storm). It checks:
+// permits, SetPermits raising and lowering the count (by the operator, or by a process behind
+// its faulty network), MultiLocks of a side or permits with a mutex beside the lock, an
+// operator's ForceRelease, Close in the middle (and a new process in its place), short and
+// already-ended contexts, waits cancelled — by several Generators ("processes") on one Redis,
+// each behind a faulty network (chaosHook: copies delivered twice, replies lost, requests kept
+// on the wire and run late, requests slowed; now and then every write of one process faulted
+// for a lease, a storm). It checks:
 //   - after every step, what the processes count held against each other (never a writer
-//     beside another holding, never more permits out than the semaphore has) and against
-//     Redis (each holding there at least until its process counts it held);
+//     beside another holding, never more permits out than the semaphore ever had, at most one
+//     process in the mutex) and against Redis (each holding there at least until its process
+//     counts it held); in Redis, permits out above the count only once it was lowered below
+//     them, and no holding granted until they fit again;
+//   - a semaphore's grant: once the count has stood for half a lease, no permits are handed
+//     out — from Redis or lent within a process — while more than it are out (SetPermits);
+//   - a MultiLock that gave up: its process lends neither part to anyone once Lock returned,
+//     and with no fault on the wire keeps nothing of them in Redis once its driver let go
+//     what it took as the wait ended;
 //   - each fresh acquisition: counted held at least half a lease past the call, held so in
 //     Redis, a writer's fencing token above every token released before it asked (unless
 //     an operator forced its holding out), never an Owner for a context ended before the call;
@@ -55,13 +64,18 @@ type famProc struct {
 	closing atomic.Bool // Close began: ErrClosed is an expected answer
 	rw      *dlock.RWLock
 	sem     *dlock.Semaphore
-	close   func() // closes the client (after the hook is quiet)
+	mutex   *dlock.DistributedReentrantLock // beside the lock: only MultiLocks take it
+	ops     atomic.Int64                    // acquisitions begun (a MultiLock that gave up knows whether another began)
+	close   func()                          // closes the client (after the hook is quiet)
 }
 
 // famHeld is an acquisition the schedule holds.
 type famHeld struct {
 	p     *famProc
-	o     *dlock.Owner
+	o     *dlock.Owner     // what Unlock releases
+	sh    *dlock.Owner     // the lock's own: o, or a MultiLock's part of it
+	multi *dlock.MultiLock // o is this MultiLock's (its other part the mutex)
+	mtok  uint64           // a MultiLock's mutex token
 	write bool
 	down  bool // a downgrade's read side (its context carries the write owner too)
 	n     int
@@ -90,9 +104,12 @@ type famExplorer struct {
 	pct   int
 	tg    string
 	key   string
-	op    *dlock.Generator // the operator's (no faults): State and ForceRelease
+	mkey  string           // the mutex's, beside the lock
+	mtype string           // its lock type (its key sorts before or after the lock's)
+	op    *dlock.Generator // the operator's (no faults): State, ForceRelease and SetPermits
 	opRW  *dlock.RWLock
 	opSem *dlock.Semaphore
+	opMu  *dlock.DistributedReentrantLock
 
 	mu      sync.Mutex
 	procs   []*famProc // live, by slot
@@ -100,11 +117,21 @@ type famExplorer struct {
 	held    []*famHeld
 	ended   []*dlock.Owner // released to the end: a further Unlock says ErrNotHeld, or the loss
 	waits   map[int]context.CancelCauseFunc
+	waitOf  map[int]*famProc
+	freeing map[*famProc]int // Unlocks on their way beside the steps
 	forced  map[string]bool
 	steps   []string
 	floor   uint64 // the highest token of an owner released to the end without error
+	mfloor  uint64 // the same of the mutex
 	nextID  int
 	waitSeq int
+
+	// the semaphore's count (SetPermits)
+	kChanges []kChange
+	kSeq     int      // changes begun
+	kKnown   int      // Redis's count while no change is on its way (0: not known)
+	kCeil    int      // the largest count the semaphore had
+	prev     *semRead // the last read of Redis with the count known
 
 	stallMu sync.Mutex
 	stalls  []time.Time // when the test process was found held up (stallWatch)
@@ -118,6 +145,30 @@ type famExplorer struct {
 type famStats struct {
 	steps, checks, acquired, reentered, downgraded, released, forced, closed, cancelled            atomic.Int64
 	tries, refused, short, ended, emptyHanded, upgrades, lostSeen, redisErrs, doubleUnlock, storms atomic.Int64
+	setPermits, multis, multiGaveUp, noneHeldChecked, grantsOver, overK                            atomic.Int64
+}
+
+// kChange is a SetPermits of the schedule.
+type kChange struct {
+	to    int
+	until time.Time // zero while the call runs; then until when its change may still land (a call that failed: a copy on the wire runs up to two leases later)
+}
+
+// kSnap is what the schedule knows of the semaphore's count at a moment.
+type kSnap struct {
+	vals  []int     // the counts Redis may have (nil: any)
+	seq   int       // changes begun before it
+	open  bool      // a change is on its way
+	calm  bool      // none is, and the count is known: vals[0]
+	since time.Time // when the last change could last land
+}
+
+// semRead is a read of Redis with the count known.
+type semRead struct {
+	seq     int
+	permits int64
+	out     int64
+	lockers []string
 }
 
 func (x *famExplorer) logf(format string, args ...any) {
@@ -146,6 +197,9 @@ func (x *famExplorer) newProc() *famProc {
 		x.t.Fatal(err)
 	}
 	p := &famProc{id: id, g: g, h: h, close: func() { h.quiet(); c.Close() }}
+	if p.mutex, err = g.Gen(x.mtype, x.tg); err != nil {
+		x.t.Fatal(err)
+	}
 	if x.sem {
 		p.sem = semOf(x.t, g, x.tg, x.k)
 	} else {
@@ -171,6 +225,133 @@ func (x *famExplorer) expected(p *famProc, err error) bool {
 		x.stats.redisErrs.Add(1)
 	}
 	return documentedErr(err) && !errors.Is(err, dlock.ErrInvalidConfig)
+}
+
+// expectedN is expected for an acquisition of n permits begun at s: ErrInvalidConfig too if n
+// is more than a count the semaphore may have had meanwhile.
+func (x *famExplorer) expectedN(p *famProc, err error, n int, s kSnap) bool {
+	if x.sem && errors.Is(err, dlock.ErrInvalidConfig) {
+		low := x.kLow(s)
+		return low == 0 || n > low
+	}
+	return x.expected(p, err)
+}
+
+// kSnapshot returns what the schedule knows of the semaphore's count now.
+func (x *famExplorer) kSnapshot() kSnap {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := time.Now()
+	s := kSnap{seq: x.kSeq}
+	if x.kKnown > 0 {
+		// (and the count the semaphore is made with: a semaphore nobody used for two leases
+		// has it again)
+		s.vals = []int{x.kKnown, x.k}
+	}
+	for _, c := range x.kChanges {
+		if c.until.IsZero() || c.until.After(now) {
+			s.open = true
+			if s.vals != nil {
+				s.vals = append(s.vals, c.to)
+			}
+		} else if c.until.After(s.since) {
+			s.since = c.until
+		}
+	}
+	s.calm = !s.open && x.kKnown > 0
+	return s
+}
+
+// kLow returns the lowest count the semaphore may have had since s (0: any).
+func (x *famExplorer) kLow(s kSnap) int {
+	if s.vals == nil {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	low := slices.Min(s.vals)
+	for j := s.seq; j < len(x.kChanges); j++ {
+		low = min(low, x.kChanges[j].to)
+	}
+	return low
+}
+
+// setPermits changes the semaphore's count while permits are out and processes wait: as the
+// operator (no faults), or through p, whose writes are faulted as all of p's are (a copy may
+// land again, or late; a call that failed may still land up to two leases later).
+func (x *famExplorer) setPermits(i int, p *famProc) {
+	k := 1 + x.rng.IntN(x.k+2)
+	byOp := x.rng.IntN(2) == 0
+	x.mu.Lock()
+	j := len(x.kChanges)
+	x.kChanges = append(x.kChanges, kChange{to: k})
+	x.kSeq++
+	x.kCeil = max(x.kCeil, k)
+	x.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	who := "the operator"
+	if byOp {
+		err = x.opSem.SetPermits(ctx, k)
+	} else {
+		who = fmt.Sprintf("P%d", p.id)
+		err = p.sem.SetPermits(ctx, k)
+	}
+	x.stats.setPermits.Add(1)
+	x.logf("step %d: %s SetPermits(%d): %v", i, who, k, err)
+	x.mu.Lock()
+	now := time.Now()
+	until := now
+	if err != nil {
+		until = now.Add(2*x.lease + 250*time.Millisecond)
+	}
+	x.kChanges[j].until = until
+	x.kKnown = k
+	for jj, c := range x.kChanges {
+		if err != nil || jj != j && (c.until.IsZero() || c.until.After(now)) {
+			x.kKnown = 0 // (learnt again from Redis once no change is on its way: check)
+		}
+	}
+	x.mu.Unlock()
+	switch {
+	case err == nil:
+	case byOp || errors.Is(err, dlock.ErrOptimisticLocking) || !x.expected(p, err):
+		x.fail("%s SetPermits(%d): %v", who, k, err)
+	}
+}
+
+// checkGrant checks a fresh acquisition of permits asked at start (s: the count then): if the
+// count had stood for half a lease by then (time for its holders to be told of it), and stands
+// still as Redis is read, Redis has no more permits out than it. More out would have been out
+// since the count was set (no take is granted while more than it are out, so once fewer
+// were, more never are again), so this acquisition, or another since, was handed permits
+// while more than the count were out.
+func (x *famExplorer) checkGrant(name string, s kSnap, start time.Time) {
+	told := start.Add(-x.lease / 2)
+	if !s.calm || s.since.After(told) {
+		return
+	}
+	st, err := x.state()
+	after := x.kSnapshot()
+	if err != nil || after.seq != s.seq || !after.calm || st.Permits != int64(s.vals[0]) {
+		return
+	}
+	x.stats.grantsOver.Add(1)
+	var out int64
+	for _, h := range st.Holds {
+		out += h.Permits
+	}
+	if out > st.Permits && !x.stalledSince(told) {
+		x.fail("%s: %d permits out of %d after it was granted, with the count standing since %v before the call: %+v",
+			name, out, st.Permits, start.Sub(s.since), st.Holds)
+	}
+}
+
+func (x *famExplorer) mutexState() (dlock.State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return x.opMu.State(ctx)
 }
 
 // TestFamilyExplore runs random schedules of the family's driver under a faulty network, a
@@ -202,22 +383,31 @@ func TestFamilyExplore(t *testing.T) {
 			total.acquired.Add(st.acquired.Load())
 			total.forced.Add(st.forced.Load())
 			total.closed.Add(st.closed.Load())
+			total.setPermits.Add(st.setPermits.Load())
+			total.multis.Add(st.multis.Load())
+			total.multiGaveUp.Add(st.multiGaveUp.Load())
+			total.noneHeldChecked.Add(st.noneHeldChecked.Load())
+			total.grantsOver.Add(st.grantsOver.Load())
 		}
 		if t.Failed() {
 			break
 		}
 	}
-	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle",
-		n, total.steps.Load(), total.checks.Load(), total.acquired.Load(), total.forced.Load(), total.closed.Load())
+	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle, %d SetPermits, %d MultiLocks (%d gave up, %d of them checked alone), %d grants checked with the count standing",
+		n, total.steps.Load(), total.checks.Load(), total.acquired.Load(), total.forced.Load(), total.closed.Load(),
+		total.setPermits.Load(), total.multis.Load(), total.multiGaveUp.Load(), total.noneHeldChecked.Load(), total.grantsOver.Load())
 }
 
 // exploreFamily runs the schedule of seed.
 func exploreFamily(t *testing.T, seed uint64) *famStats {
 	before := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	x := &famExplorer{t: t, seed: seed, rng: rng, waits: map[int]context.CancelCauseFunc{}, forced: map[string]bool{}}
+	x := &famExplorer{t: t, seed: seed, rng: rng, waits: map[int]context.CancelCauseFunc{}, waitOf: map[int]*famProc{},
+		freeing: map[*famProc]int{}, forced: map[string]bool{}}
 	x.sem = rng.IntN(2) == 0
 	x.k = 1 + rng.IntN(4)
+	x.kKnown, x.kCeil = x.k, x.k
+	x.mtype = []string{"MA", "TM"}[rng.IntN(2)] // (DLOCK_MA_… sorts before the lock's key, DLOCK_TM_… after)
 	x.lease = []time.Duration{300 * time.Millisecond, 500 * time.Millisecond}[rng.IntN(2)]
 	x.pct = []int{0, 5, 10, 20}[rng.IntN(4)]
 	x.tg = "explore-" + strconv.FormatUint(seed, 36)
@@ -252,6 +442,10 @@ func exploreFamily(t *testing.T, seed uint64) *famStats {
 		x.opRW = rwOf(t, op, x.tg)
 		x.key = x.opRW.Config().UniqueKey()
 	}
+	if x.opMu, err = op.Gen(x.mtype, x.tg); err != nil {
+		t.Fatal(err)
+	}
+	x.mkey = x.opMu.Config().UniqueKey()
 	for range nprocs {
 		x.procs = append(x.procs, x.newProc())
 	}
@@ -288,10 +482,11 @@ func exploreFamily(t *testing.T, seed uint64) *famStats {
 	if err != nil {
 		x.fail("goroutines left: %v", err)
 	}
-	t.Logf("%d steps, %d checks; %d acquired (%d tries, %d refused), %d re-entered, %d downgraded, %d released, %d forced, %d closed, %d waits cancelled, %d short waits ran out, %d ended contexts refused, %d upgrades refused, %d losses seen, %d Redis errors, %d storms; faults: %s",
+	t.Logf("%d steps, %d checks; %d acquired (%d tries, %d refused), %d re-entered, %d downgraded, %d released, %d forced, %d closed, %d waits cancelled, %d short waits ran out, %d ended contexts refused, %d upgrades refused, %d losses seen, %d Redis errors, %d storms, %d SetPermits (%d reads with more out than the count), %d MultiLocks (%d gave up, %d checked alone), %d grants checked with the count standing; faults: %s",
 		x.stats.steps.Load(), x.stats.checks.Load(), x.stats.acquired.Load(), x.stats.tries.Load(), x.stats.refused.Load(), x.stats.reentered.Load(),
 		x.stats.downgraded.Load(), x.stats.released.Load(), x.stats.forced.Load(), x.stats.closed.Load(), x.stats.cancelled.Load(),
-		x.stats.short.Load(), x.stats.ended.Load(), x.stats.upgrades.Load(), x.stats.lostSeen.Load(), x.stats.redisErrs.Load(), x.stats.storms.Load(), x.faults())
+		x.stats.short.Load(), x.stats.ended.Load(), x.stats.upgrades.Load(), x.stats.lostSeen.Load(), x.stats.redisErrs.Load(), x.stats.storms.Load(),
+		x.stats.setPermits.Load(), x.stats.overK.Load(), x.stats.multis.Load(), x.stats.multiGaveUp.Load(), x.stats.noneHeldChecked.Load(), x.stats.grantsOver.Load(), x.faults())
 	return &x.stats
 }
 
@@ -330,7 +525,7 @@ func (x *famExplorer) step(i int) {
 	case c < 35 && inflight >= 10:
 		x.cancelWait(i)
 	case c < 35:
-		x.acquire(i, p)
+		x.acquire(i, p, rng.IntN(3) == 0)
 	case c < 60:
 		x.unlock(i, r)
 	case c < 68:
@@ -353,19 +548,24 @@ func (x *famExplorer) step(i int) {
 		d := x.lease/4 + time.Duration(rng.Int64N(int64(x.lease)))
 		x.logf("step %d: sleep %v", i, d)
 		time.Sleep(d)
+	case c < 98 && x.sem:
+		x.setPermits(i, p)
 	case inflight < 10:
-		x.acquire(i, p)
+		x.acquire(i, p, false)
 	}
 }
 
-// acquire starts an acquisition of p: its kind, permits and context are the schedule's.
-func (x *famExplorer) acquire(i int, p *famProc) {
+// acquire starts an acquisition of p, of the lock or (multi) of a MultiLock of a part of it
+// and the mutex: its kind, permits and context are the schedule's.
+func (x *famExplorer) acquire(i int, p *famProc, multi bool) {
 	rng := x.rng
 	try := rng.IntN(4) == 0
 	write := !x.sem && rng.IntN(3) == 0
 	n := 1
 	if x.sem {
-		n = 1 + rng.IntN(x.k)
+		x.mu.Lock()
+		n = 1 + rng.IntN(x.kCeil)
+		x.mu.Unlock()
 	}
 	ctxKind := rng.IntN(100)
 	short := time.Duration(rng.IntN(6)) * time.Millisecond
@@ -394,25 +594,50 @@ func (x *famExplorer) acquire(i int, p *famProc) {
 		}(cancel, c2)
 	}
 	name := fmt.Sprintf("P%d ", p.id)
+	var part dlock.Part
 	switch {
 	case x.sem && try:
 		name += fmt.Sprintf("TryAcquire(%d)", n)
+		part = p.sem.Permits(n)
 	case x.sem:
 		name += fmt.Sprintf("Acquire(%d)", n)
+		part = p.sem.Permits(n)
 	case write && try:
 		name += "TryLock"
+		part = p.rw.WriteSide()
 	case write:
 		name += "Lock"
+		part = p.rw.WriteSide()
 	case try:
 		name += "TryRLock"
+		part = p.rw.ReadSide()
 	default:
 		name += "RLock"
+		part = p.rw.ReadSide()
+	}
+	var m *dlock.MultiLock
+	if multi {
+		name += " with the mutex"
+		var err error
+		if m, err = p.g.MultiOf(part, p.mutex); err != nil {
+			x.logf("step %d: %s: %v", i, name, err)
+			if !x.expected(p, err) {
+				x.fail("%s: MultiOf: %v", name, err)
+			}
+			cancel(nil)
+			return
+		}
+		x.stats.multis.Add(1)
 	}
 	x.mu.Lock()
 	x.waitSeq++
 	id := x.waitSeq
 	x.waits[id] = cancel
+	alone := !x.busyLocked(p)
+	x.waitOf[id] = p
 	x.mu.Unlock()
+	ops := p.ops.Add(1)
+	snap := x.kSnapshot()
 	x.logf("step %d: %s (%s ctx) as wait %d", i, name, what, id)
 	ended := ctx.Err() != nil
 	x.wg.Add(1)
@@ -421,37 +646,38 @@ func (x *famExplorer) acquire(i int, p *famProc) {
 		defer func() {
 			x.mu.Lock()
 			delete(x.waits, id)
+			delete(x.waitOf, id)
 			x.mu.Unlock()
 			cancel(nil)
 		}()
 		x.mu.Lock()
-		floor := x.floor
+		floor, mfloor := x.floor, x.mfloor
 		x.mu.Unlock()
 		start := time.Now()
 		var o *dlock.Owner
 		var ok = true
 		var err error
 		switch {
-		case x.sem && try:
-			o, ok, err = p.sem.TryAcquire(ctx, n)
-		case x.sem:
-			o, err = p.sem.Acquire(ctx, n)
-		case write && try:
-			o, ok, err = p.rw.TryLock(ctx)
-		case write:
-			o, err = p.rw.Lock(ctx)
+		case multi && try:
+			o, ok, err = m.TryLock(ctx)
+		case multi:
+			o, err = m.Lock(ctx)
 		case try:
-			o, ok, err = p.rw.TryRLock(ctx)
+			o, ok, err = part.TryLock(ctx)
 		default:
-			o, err = p.rw.RLock(ctx)
+			o, err = part.Lock(ctx)
 		}
 		if try {
 			x.stats.tries.Add(1)
 		}
+		if multi && (err != nil || !ok) {
+			x.stats.multiGaveUp.Add(1)
+			x.noneHeld(name, p, alone, ops)
+		}
 		switch {
 		case err != nil:
 			x.logf("wait %d (%s): %v", id, name, err)
-			if !x.expected(p, err) {
+			if !x.expectedN(p, err, n, snap) {
 				x.fail("%s: unexpected error %v", name, err)
 			}
 			if ended {
@@ -476,18 +702,26 @@ func (x *famExplorer) acquire(i int, p *famProc) {
 		if ended {
 			x.fail("%s with a context ended before the call returned an Owner", name)
 		}
-		x.checkOwned(name, o, start)
+		hr := &famHeld{p: p, o: o, sh: o, write: write, n: n, count: 1, at: start}
+		if multi {
+			hr.multi = m
+			x.multiOwned(name, hr, start, mfloor)
+		}
+		x.checkOwned(name, hr.sh, start)
+		if x.sem {
+			x.checkGrant(name, snap, start)
+		}
 		// tokens rise: a writer's is above every token of an owner released before it asked
 		// (a reader's or permits' may be an older holding's, which it shares; and a holding
 		// an operator forced out is lent on with its own tokens until its process learns of
 		// it, at its next renewal or release, as ForceRelease says)
-		tok, _ := p.token(o)
-		locker, _, _, _, _ := dlock.SharedOwned(o)
+		tok, _ := p.token(hr.sh)
+		locker, _, _, _, _ := dlock.SharedOwned(hr.sh)
 		if write && tok > 0 && tok <= floor && !x.isForced(locker) {
 			x.fail("%s: fencing token %d, not above %d of an owner released before it asked", name, tok, floor)
 		}
-		x.logf("wait %d (%s): got %s", id, name, x.ownedString(o))
-		hr := &famHeld{p: p, o: o, write: write, n: n, count: 1, tok: tok, at: start}
+		hr.tok = tok
+		x.logf("wait %d (%s): got %s", id, name, x.ownedString(hr))
 		if x.winding.Load() {
 			x.release(hr, "wind-down")
 			return
@@ -498,9 +732,124 @@ func (x *famExplorer) acquire(i int, p *famProc) {
 	}()
 }
 
-func (x *famExplorer) ownedString(o *dlock.Owner) string {
-	locker, downTo, until, live, _ := dlock.SharedOwned(o)
-	return fmt.Sprintf("%s (down to %q) until +%v live %v", locker, downTo, time.Until(until).Round(time.Millisecond), live)
+// busyLocked reports whether anything of the schedule's borrows from p: a holding, a wait or
+// an Unlock on its way. The caller holds mu.
+func (x *famExplorer) busyLocked(p *famProc) bool {
+	for _, q := range x.waitOf {
+		if q == p {
+			return true
+		}
+	}
+	return x.freeing[p] > 0 || slices.ContainsFunc(x.held, func(h *famHeld) bool { return h.p == p })
+}
+
+// multiOwned checks a fresh MultiLock acquisition r asked at start: its Owner carries the
+// lock's part (r.sh, checked as any acquisition is) and the mutex, which p counts held at least
+// half a lease past start, and Redis holds so, with a token above every one of an owner
+// released before it asked (mfloor).
+func (x *famExplorer) multiOwned(name string, r *famHeld, start time.Time, mfloor uint64) {
+	parts := dlock.MultiParts(r.o)
+	var mo *dlock.Owner
+	for j, pt := range r.multi.Parts() {
+		if j >= len(parts) {
+			x.fail("%s: the Owner has %d parts, the MultiLock %d", name, len(parts), len(r.multi.Parts()))
+			return
+		}
+		if pt.Kind() == dlock.KindMutex {
+			mo = parts[j]
+		} else {
+			r.sh = parts[j]
+		}
+	}
+	if mo == nil || r.sh == r.o {
+		x.fail("%s: the Owner lacks a part (%v)", name, parts)
+		return
+	}
+	tok, ok := r.p.mutex.FencingToken(r.o)
+	if !ok {
+		if r.o.Err() == nil && !rgWaitUntil(time.Second, func() bool { return r.o.Err() != nil }) {
+			x.fail("%s: no mutex token while the Owner is live", name)
+		}
+		return
+	}
+	r.mtok = tok
+	if tok <= mfloor {
+		x.fail("%s: mutex token %d, not above %d of an owner released before it asked", name, tok, mfloor)
+	}
+	locker, until, ok := r.p.g.Belief(x.mkey)
+	if !ok || mo.Err() != nil {
+		return // (lost already)
+	}
+	if until.Before(start.Add(x.lease / 2)) {
+		x.fail("%s: returned with the mutex counted held until %v after the call began (less than half the lease %v)", name, until.Sub(start), x.lease)
+	}
+	ms, err := x.mutexState()
+	got := time.Now()
+	if err != nil || mo.Err() != nil || !until.After(got) {
+		return
+	}
+	if ms.Holder != locker {
+		x.fail("%s: its mutex holding %s is not in Redis (holder %q)", name, locker, ms.Holder)
+	} else if exp := got.Add(ms.LeaseLeft + 5*time.Millisecond); exp.Before(until) {
+		x.fail("%s: Redis keeps the mutex %v less than P%d counts it held", name, until.Sub(exp), r.p.id)
+	}
+}
+
+// noneHeld checks p after a MultiLock of it gave up. If nothing else of the schedule's borrowed
+// from p as the MultiLock began (alone), and no acquisition of p's began since (ops), p lends
+// neither part to anyone now that Lock returned: the parts it took are let go, and the part it
+// waited for was given back as the wait ended. With no fault on the wire, nothing of p's is
+// left in Redis either once its driver gave back what a take whose answer was on its way got
+// (the parts Lock let go were released in Redis before it returned).
+func (x *famExplorer) noneHeld(name string, p *famProc, alone bool, ops int64) {
+	quiet := func() bool { return p.ops.Load() == ops && !p.closing.Load() && !x.winding.Load() }
+	if !alone || !quiet() {
+		return
+	}
+	lent := p.g.SharedBelief(x.key)
+	_, _, mine := p.g.Belief(x.mkey)
+	if !quiet() {
+		return // (read after: an acquisition that began meanwhile may lend)
+	}
+	x.stats.noneHeldChecked.Add(1)
+	if len(lent) > 0 || mine {
+		x.fail("%s gave up, yet its process, which nothing else borrowed from, lends %v of the lock, the mutex %v", name, lent, mine)
+		return
+	}
+	if x.pct > 0 || x.stats.storms.Load() > 0 {
+		return
+	}
+	prefix := p.g.LockerPrefix()
+	var left []string
+	kept := func() bool {
+		left = nil
+		st, err := x.state()
+		ms, merr := x.mutexState()
+		if err != nil || merr != nil {
+			return true
+		}
+		for _, h := range st.Holds {
+			if strings.HasPrefix(h.Locker, prefix) {
+				left = append(left, h.Locker)
+			}
+		}
+		if strings.HasPrefix(ms.Holder, prefix) {
+			left = append(left, ms.Holder)
+		}
+		return len(left) > 0
+	}
+	if !rgWaitUntil(2*time.Second, func() bool { return !quiet() || !kept() }) {
+		x.fail("%s gave up, and 2 s on, with no fault on the wire, its process keeps %v in Redis", name, left)
+	}
+}
+
+func (x *famExplorer) ownedString(r *famHeld) string {
+	locker, downTo, until, live, _ := dlock.SharedOwned(r.sh)
+	s := fmt.Sprintf("%s (down to %q) until +%v live %v", locker, downTo, time.Until(until).Round(time.Millisecond), live)
+	if r.multi != nil {
+		s += fmt.Sprintf(", with the mutex (token %d, live %v)", r.mtok, r.o.Err() == nil)
+	}
+	return s
 }
 
 // checkOwned checks a fresh acquisition asked at start: its holding's lease, as its process
@@ -618,7 +967,7 @@ func (x *famExplorer) release(r *famHeld, why string) {
 
 // unlockOnce releases one hold of r (held by the caller alone).
 func (x *famExplorer) unlockOnce(r *famHeld, why string) {
-	locker, down, _, _, _ := dlock.SharedOwned(r.o)
+	locker, down, _, _, _ := dlock.SharedOwned(r.sh)
 	err := r.o.Unlock()
 	if errors.Is(err, dlock.ErrLockLost) {
 		x.lossExplained(fmt.Sprintf("P%d Unlock", r.p.id), locker, down, r.at.Add(-x.lease))
@@ -628,9 +977,10 @@ func (x *famExplorer) unlockOnce(r *famHeld, why string) {
 	if !x.expected(r.p, err) || errors.Is(err, dlock.ErrNotHeld) {
 		x.fail("P%d Unlock: unexpected error %v", r.p.id, err)
 	}
-	if r.count == 0 && err == nil && r.tok > 0 {
+	if r.count == 0 && err == nil {
 		x.mu.Lock()
 		x.floor = max(x.floor, r.tok)
+		x.mfloor = max(x.mfloor, r.mtok)
 		x.mu.Unlock()
 	}
 	if r.count == 0 {
@@ -648,7 +998,7 @@ func (x *famExplorer) unlockOnce(r *famHeld, why string) {
 }
 
 func (x *famExplorer) unlock(i int, r *famHeld) {
-	x.logf("step %d: unlock a hold of P%d (%s)", i, r.p.id, x.ownedString(r.o))
+	x.logf("step %d: unlock a hold of P%d (%s)", i, r.p.id, x.ownedString(r))
 	if r.count > 1 {
 		x.unlockOnce(r, fmt.Sprintf("step %d", i))
 		return
@@ -658,10 +1008,16 @@ func (x *famExplorer) unlock(i int, r *famHeld) {
 		x.unlockOnce(r, fmt.Sprintf("step %d", i))
 		return
 	}
+	x.mu.Lock()
+	x.freeing[r.p]++
+	x.mu.Unlock()
 	x.wg.Add(1) // (the last hold, released beside the next steps: a Close may come in the middle)
 	go func() {
 		defer x.wg.Done()
 		x.unlockOnce(r, fmt.Sprintf("step %d (async)", i))
+		x.mu.Lock()
+		x.freeing[r.p]--
+		x.mu.Unlock()
 	}()
 }
 
@@ -674,6 +1030,8 @@ func (x *famExplorer) reenter(i int, r *famHeld) {
 	var err error
 	upgrade := false
 	switch {
+	case r.multi != nil: // (with the Owner itself: one more hold of every part)
+		o, err = r.multi.Lock(r.o)
 	case x.sem:
 		o, err = r.p.sem.Acquire(ctx, r.n)
 	case r.write:
@@ -697,9 +1055,17 @@ func (x *famExplorer) reenter(i int, r *famHeld) {
 	case err == nil:
 		x.stats.reentered.Add(1)
 		r.count++
+		if o != r.o && r.multi != nil {
+			x.fail("P%d: a MultiLock's re-entry returned another Owner", r.p.id)
+		}
 	case !x.expected(r.p, err) || errors.Is(err, dlock.ErrNotObtained):
 		x.fail("P%d: re-entry: %v", r.p.id, err)
-	case x.holdLive(r.o):
+	case r.multi != nil:
+		// a part's holding ended (lost, or closed): the Owner ends with it
+		if !rgWaitUntil(time.Second, func() bool { return r.o.Err() != nil }) {
+			x.fail("P%d: a MultiLock's re-entry failed (%v) while its Owner is live", r.p.id, err)
+		}
+	case x.holdLive(r.sh):
 		x.fail("P%d: re-entry failed (%v) while the owner's holding is live", r.p.id, err)
 	}
 }
@@ -715,7 +1081,7 @@ func (x *famExplorer) downgrade(i int, r *famHeld) {
 		x.stats.downgraded.Add(1)
 		x.mu.Lock()
 		tok, _ := r.p.token(o)
-		x.held = append(x.held, &famHeld{p: r.p, o: o, down: true, n: 1, count: 1, tok: tok, at: time.Now()})
+		x.held = append(x.held, &famHeld{p: r.p, o: o, sh: o, down: true, n: 1, count: 1, tok: tok, at: time.Now()})
 		x.mu.Unlock()
 	case !x.expected(r.p, err):
 		x.fail("P%d: downgrade: %v", r.p.id, err)
@@ -748,6 +1114,14 @@ func (x *famExplorer) force(i int) {
 	}
 }
 
+// releaseFailed reports whether err, Close's, says that Redis failed a release of the mutex
+// (Close returns what the mutex's releases returned; the family's drivers give back what is
+// held on their own, and Close does not report their failures).
+func (x *famExplorer) releaseFailed(err error) bool {
+	var rpe *dlock.RedisProcessError
+	return errors.As(err, &rpe) && strings.Contains(err.Error(), x.mkey)
+}
+
 // closeProc closes p in the middle and puts a new process in its place.
 func (x *famExplorer) closeProc(i int, p *famProc) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -763,7 +1137,7 @@ func (x *famExplorer) closeProc(i int, p *famProc) {
 	go func() { done <- p.g.Close(ctx) }()
 	select {
 	case err := <-done:
-		if err != nil && !(short && errors.Is(err, context.DeadlineExceeded)) {
+		if err != nil && !(short && errors.Is(err, context.DeadlineExceeded)) && !x.releaseFailed(err) {
 			x.fail("Close of P%d: %v", p.id, err)
 		}
 	case <-time.After(20 * time.Second):
@@ -788,7 +1162,7 @@ func (x *famExplorer) closeProc(i int, p *famProc) {
 	}
 	x.mu.Unlock()
 	for _, h := range mine {
-		if !short && x.holdLive(h.o) || !rgWaitUntil(5*time.Second, func() bool { return !x.holdLive(h.o) && h.o.Err() != nil }) {
+		if !short && x.holdLive(h.sh) || !rgWaitUntil(5*time.Second, func() bool { return !x.holdLive(h.sh) && h.o.Err() != nil }) {
 			x.fail("P%d: an Owner is live after Close returned", p.id)
 		}
 		if err := h.o.Unlock(); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
@@ -863,28 +1237,64 @@ func (x *famExplorer) doubleUnlock(i int) {
 // beliefs are read twice, in order and then in reverse, around one read of Redis's state: a
 // holding seen live in both reads of its process was live throughout (a holding never comes
 // back), so all those were live together when Redis was read. They must not conflict (a
-// writer beside another holding, more permits than the semaphore has), and Redis must hold
-// each (unless forced out) at least until its process counts it held.
+// writer beside another holding, more permits than the semaphore ever had, two processes in
+// the mutex), and Redis must hold each (unless forced out) at least until its process counts
+// it held.
 func (x *famExplorer) check(when string) {
 	x.stats.checks.Add(1)
 	x.mu.Lock()
 	procs := slices.Clone(x.procs)
+	k := int64(x.kCeil) // (permits held together were all out at the last one's grant, under a count the semaphore had)
 	x.mu.Unlock()
+	type mutexBelief struct {
+		locker string
+		until  time.Time
+		ok     bool
+	}
 	fwd := make([]map[string]dlock.SharedHeld, len(procs))
 	fwdAt := make([]time.Time, len(procs))
+	mfwd := make([]mutexBelief, len(procs))
 	for i, p := range procs {
 		fwd[i] = p.g.SharedBelief(x.key)
 		fwdAt[i] = time.Now()
+		mfwd[i].locker, mfwd[i].until, mfwd[i].ok = p.g.Belief(x.mkey)
 	}
+	s1 := x.kSnapshot()
 	st, err := x.state()
 	got := time.Now()
+	s2 := x.kSnapshot()
+	ms, merr := x.mutexState()
+	mgot := time.Now()
 	rev := make([]map[string]dlock.SharedHeld, len(procs))
+	mrev := make([]mutexBelief, len(procs))
 	for i := len(procs) - 1; i >= 0; i-- {
+		mrev[i].locker, mrev[i].until, mrev[i].ok = procs[i].g.Belief(x.mkey)
 		rev[i] = procs[i].g.SharedBelief(x.key)
+	}
+	if merr != nil {
+		x.t.Logf("%s: the mutex's State: %v", when, merr)
+	} else {
+		var in []int
+		for i := range procs {
+			if f, r := mfwd[i], mrev[i]; f.ok && r.ok && f.locker == r.locker && f.until.After(mgot) {
+				in = append(in, procs[i].id)
+				if ms.Holder != f.locker {
+					x.fail("%s: P%d counts the mutex held by %s (until +%v), Redis by %q", when, procs[i].id, f.locker, time.Until(f.until), ms.Holder)
+				} else if exp := mgot.Add(ms.LeaseLeft + 5*time.Millisecond); exp.Before(f.until) {
+					x.fail("%s: Redis keeps the mutex %v less than P%d counts it held", when, f.until.Sub(exp), procs[i].id)
+				}
+			}
+		}
+		if len(in) > 1 {
+			x.fail("%s: processes %v all count the mutex held", when, in)
+		}
 	}
 	if err != nil {
 		x.t.Logf("%s: State: %v", when, err)
 		return
+	}
+	if x.sem {
+		x.checkCount(when, st, s1, s2)
 	}
 	type belief struct {
 		p      int
@@ -894,7 +1304,7 @@ func (x *famExplorer) check(when string) {
 	var live []belief
 	for i := range procs {
 		// within a process a read is one instant: its holdings do not conflict
-		if b := conflict(fwd[i], x.sem, int64(x.k), func(l string, h dlock.SharedHeld) bool {
+		if b := conflict(fwd[i], x.sem, k, func(l string, h dlock.SharedHeld) bool {
 			return x.isForced(l, h.DownTo) || !h.Until.After(fwdAt[i])
 		}); b != "" {
 			x.fail("%s: P%d believes %s", when, procs[i].id, b)
@@ -920,23 +1330,58 @@ func (x *famExplorer) check(when string) {
 		all[b.locker] = b.h
 		owner[b.locker] = procs[b.p].id
 	}
-	if b := conflict(all, x.sem, int64(x.k), nil); b != "" {
+	if b := conflict(all, x.sem, k, nil); b != "" {
 		x.fail("%s: the processes together believe %s (by process: %v)", when, b, owner)
 	}
 	// Redis itself
-	var sum int64
-	writers := 0
-	for _, h := range st.Holds {
-		sum += h.Permits
-		if h.Write {
-			writers++
-		}
-	}
-	if x.sem && sum > st.Permits {
-		x.fail("%s: Redis has %d permits out of %d: %+v", when, sum, st.Permits, st.Holds)
-	}
-	if !x.sem && writers > 0 && len(st.Holds) > 1 {
+	if !x.sem && len(st.Writers()) > 0 && len(st.Holds) > 1 {
 		x.fail("%s: Redis has a writer beside another holding: %+v", when, st.Holds)
+	}
+}
+
+// checkCount checks the semaphore's permits out in Redis, read as st between s1 and s2, against
+// its count. While the count stands (no change on its way from the last read to this one),
+// no more than it are out, but for permits out beyond a lowered count, which stay out until
+// released while none is granted: so more are out than the count only if they were at the
+// last read too, and every holding now was there then.
+func (x *famExplorer) checkCount(when string, st dlock.SharedState, s1, s2 kSnap) {
+	var out int64
+	var lockers []string
+	for _, h := range st.Holds {
+		out += h.Permits
+		lockers = append(lockers, h.Locker)
+	}
+	if out > st.Permits {
+		x.stats.overK.Add(1)
+	}
+	still := !s1.open && !s2.open && s1.seq == s2.seq
+	x.mu.Lock()
+	prev, known := x.prev, x.kKnown
+	x.prev = nil
+	if still {
+		x.kKnown = int(st.Permits)
+		x.prev = &semRead{seq: s2.seq, permits: st.Permits, out: out, lockers: lockers}
+	}
+	x.mu.Unlock()
+	// with no change on its way, the count is the last one set (a copy of a change that
+	// landed, or of an older one, sets nothing), or, on a semaphore nobody used for two
+	// leases, the one it is made with
+	if still && s1.calm && known > 0 && st.Permits != int64(known) && st.Permits != int64(x.k) {
+		x.fail("%s: Redis has a count of %d, with none on its way since it was %d", when, st.Permits, known)
+	}
+	switch {
+	case out <= st.Permits:
+	case s2.seq == 0 && !s2.open && st.Permits == int64(x.k): // (never changed)
+		x.fail("%s: Redis has %d permits out of %d: %+v", when, out, st.Permits, st.Holds)
+	case !still || prev == nil || prev.seq != s2.seq || prev.permits != st.Permits:
+	case prev.out <= st.Permits:
+		x.fail("%s: Redis has %d permits out of %d, with the count standing since the last read, which had %d out: %+v", when, out, st.Permits, prev.out, st.Holds)
+	default:
+		for _, l := range lockers {
+			if !slices.Contains(prev.lockers, l) {
+				x.fail("%s: Redis granted %s with %d permits out of %d (standing since the last read): %+v", when, l, out, st.Permits, st.Holds)
+			}
+		}
 	}
 }
 
@@ -998,18 +1443,25 @@ func (x *famExplorer) windDown() {
 	x.check("after the wind-down")
 	for _, p := range x.procs {
 		p.closing.Store(true)
-		if err := p.g.Close(context.Background()); err != nil {
+		if err := p.g.Close(context.Background()); err != nil && !x.releaseFailed(err) {
 			x.fail("Close of P%d: %v", p.id, err)
 		}
 	}
 	for _, p := range x.all {
 		p.close()
 	}
+	if x.sem && x.kSeq > 0 { // (every copy on its way delivered: the count goes back to the one the semaphore is made with)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := x.opSem.SetPermits(ctx, x.k); err != nil {
+			x.fail("SetPermits(%d) after the wind-down: %v", x.k, err)
+		}
+	}
 }
 
 // freshTakes checks that a new process takes the key within a few seconds of everyone's
-// Close, whole (the write side; every permit), and that no key is left without a time to
-// live.
+// Close, whole (the write side; every permit), and the mutex, and that no key is left without
+// a time to live.
 func (x *famExplorer) freshTakes() {
 	c := srv.Client()
 	defer c.Close()
@@ -1034,6 +1486,15 @@ func (x *famExplorer) freshTakes() {
 		return
 	}
 	x.logf("a new process took it in %v", time.Since(start))
+	_ = o.Unlock()
+	mu, err := g.Gen(x.mtype, x.tg)
+	if err == nil {
+		o, err = mu.Lock(ctx)
+	}
+	if err != nil {
+		x.fail("a new process could not take the mutex within 5 s of everyone's Close: %v", err)
+		return
+	}
 	_ = o.Unlock()
 	var left []string
 	for _, k := range keysWithoutTTL(x.t, c) {
