@@ -549,8 +549,14 @@ type ownKey struct {
 	side int // 0 read, 1 write, 2 the innermost
 }
 
+// ownerIn returns the owner of the lock of key (in g) that ctx carries, of side, or nil.
+// Every call of an owner finds it here, and a holding whose lease ran out unseen is found
+// lost (lapse).
 func ownerIn(ctx context.Context, g *Generator, key string, side int) *shareOwner {
 	so, _ := ctx.Value(ownKey{g, key, side}).(*shareOwner)
+	if so != nil {
+		so.st.lapse(so.hold)
+	}
 	return so
 }
 
@@ -821,6 +827,7 @@ func (so *shareOwner) reenter() *Owner {
 // unlock releases one hold of so.
 func (so *shareOwner) unlock() error {
 	st := so.st
+	st.lapse(so.hold) // (its Owner's Unlock comes here without ownerIn)
 	st.mu.Lock()
 	if so.done {
 		st.mu.Unlock()
@@ -828,12 +835,6 @@ func (so *shareOwner) unlock() error {
 			return cause // a lost (or closed) holding stays so for its owner, as the mutex's does
 		}
 		return ErrNotHeld
-	}
-	if h := so.hold; h.ctx.Err() == nil && !time.Now().Before(h.valid) {
-		// its lease ran out by this process's clock and its timer, running late, has not said
-		// so yet: lost now, as the timer would end it (the driver then gives it back)
-		h.stop(errHoldingLapsed)
-		defer st.poke()
 	}
 	if so.count--; so.count > 0 {
 		cause := so.lostLocked() // (every Unlock of a lost holding says so, as the mutex's)

@@ -33,9 +33,11 @@ import (
 // (context.Cause is context.Canceled), lost (the cause matches ErrLockLost) or closed (the cause
 // is ErrClosed).
 //
-// A lost lock stays lost: from the moment the loss is known, every call with its owner context
-// reports it — Lock, TryLock and Unlock return an error matching ErrLockLost, HoldCount returns
-// 0 and FencingToken returns ok false — and no other lock inherits it.
+// A lost lock stays lost: from the moment the loss is known (a lease that ran out by this
+// process's clock is, whether or not its lease thread has said so yet), every call with its
+// owner context reports it — Lock, TryLock, Unlock and Extend return an error matching
+// ErrLockLost, HoldCount returns 0 and FencingToken returns ok false — and no other lock
+// inherits it.
 type DistributedReentrantLock struct {
 	g   *Generator
 	cfg domain.DLockConfig
@@ -172,12 +174,17 @@ func (l *DistributedReentrantLock) sameKey(o *DistributedReentrantLock) bool {
 	return o != nil && o.g == l.g && o.cfg.UniqueKey() == l.cfg.UniqueKey()
 }
 
-// holdingOf returns the acquisition of l's key that ctx carries, or nil.
+// holdingOf returns the acquisition of l's key that ctx carries, or nil. Every call of an
+// owner finds its holding here, and a holding whose lease ran out unseen is found lost
+// (lapse).
 func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 	if ctx == nil || l == nil || l.g == nil {
 		return nil
 	}
 	h, _ := ctx.Value(ownerKey{l.g, l.cfg.UniqueKey()}).(*holding)
+	if h != nil {
+		h.st.lapse(h)
+	}
 	return h
 }
 
@@ -342,7 +349,6 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		}
 		return ErrNotHeld
 	}
-	h.st.lapse(h)
 	h.mu.Lock()
 	switch h.state {
 	case holdLost:

@@ -372,18 +372,21 @@ func TestUnlockBeforeTheLossWasNoticedSaysLost(t *testing.T) {
 }
 
 // A holding whose lease ran out by its process's own clock before its lease thread (or the
-// family's expiry timer) said so — a busy machine runs them late — is lost, of every kind: its
-// Unlock returns an error matching ErrLockLost (not a *RedisProcessError about a release it
-// never sent, nor nil), also the Unlock of a re-entry, and so does every later Unlock; the owner
-// context ends with that cause; and the key, which Redis keeps a little longer than the
-// holder counts it held, is given back: another process gets it at once.
+// family's expiry timer) said so — a busy machine runs them late — is lost, of every kind, for
+// every call of its owner: its Unlock returns an error matching ErrLockLost (not a
+// *RedisProcessError about a release it never sent, nor nil), also the Unlock of a re-entry, and
+// so does every later Unlock; a re-entry (Lock, TryLock), a downgrade (RLock with the write
+// owner) and the mutex's Extend return the loss too, counting no hold and lending the holding to
+// no new Owner; HoldCount says 0 and FencingToken ok false; the owner context ends with that
+// cause; and the key, which Redis keeps a little longer than the holder counts it held, is
+// given back: another process gets it at once.
 func TestUnlockAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 	g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second)) // (its lease thread renews at 3.75 s)
 	other, _ := newGen(t, dlock.WithDefaultLease(5*time.Second))
 	tg := uniqueTarget(t)
 	mu, sem, rw := everyKind(t, g, tg, 1)
 	omu, osem, orw := everyKind(t, other, tg, 1)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 60*time.Second)
 	// The family's channels subscribed for good first: a confirmation has the holdings renew
 	// at once, which would count a lease anew after Lapse.
 	g.SetLinger(time.Hour)
@@ -397,46 +400,94 @@ func TestUnlockAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return g.Confirmed() >= 2 })
+	// noOwner says what is wrong with a call that should have returned the loss.
+	noOwner := func(x *dlock.Owner, err error) error {
+		if x != nil || !errors.Is(err, dlock.ErrLockLost) {
+			return fmt.Errorf("%v, %v; want no Owner and ErrLockLost", x, err)
+		}
+		return nil
+	}
+	type call struct {
+		name string
+		do   func(o *dlock.Owner) error // nil when the call reported the loss
+	}
 	for _, c := range []struct {
 		name       string
 		part, shut dlock.Part // the lock, and what another process can take once it is let go
+		count      func(context.Context) int
+		more       []call // calls of this kind only
 	}{
-		{"mutex", mu, omu},
-		{"read side", rw.ReadSide(), orw.WriteSide()},
-		{"write side", rw.WriteSide(), orw.ReadSide()},
-		{"permits", sem.Permits(1), osem.Permits(1)},
+		{"mutex", mu, omu, mu.HoldCount, []call{{"Extend", func(o *dlock.Owner) error {
+			if err := mu.Extend(o, 5*time.Second); !errors.Is(err, dlock.ErrLockLost) {
+				return fmt.Errorf("%v, want ErrLockLost", err)
+			}
+			return nil
+		}}}},
+		{"read side", rw.ReadSide(), orw.WriteSide(), rw.HoldCount, nil},
+		{"write side", rw.WriteSide(), orw.ReadSide(), rw.HoldCount, []call{{"downgrade", func(o *dlock.Owner) error {
+			return noOwner(rw.RLock(o))
+		}}}},
+		{"permits", sem.Permits(1), osem.Permits(1), sem.HoldCount, nil},
 	} {
-		for _, reentered := range []bool{false, true} {
-			name := fmt.Sprintf("%s (re-entered %v)", c.name, reentered)
-			o, err := c.part.Lock(ctx)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if reentered {
-				if _, err := c.part.Lock(o); err != nil {
-					t.Fatalf("%s: re-entry: %v", name, err)
+		// What the owner calls first after the lapse, before its Unlocks.
+		firsts := append([]call{
+			{"Unlock", nil},
+			{"Lock", func(o *dlock.Owner) error { return noOwner(c.part.Lock(o)) }},
+			{"TryLock", func(o *dlock.Owner) error {
+				x, _, err := c.part.TryLock(o)
+				return noOwner(x, err)
+			}},
+			{"HoldCount", func(o *dlock.Owner) error {
+				if n := c.count(o); n != 0 {
+					return fmt.Errorf("%d, want 0", n)
 				}
-			}
-			g.Lapse(c.part.Config().UniqueKey())
-			for i := range 3 { // a lost holding stays lost
-				if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
-					t.Fatalf("%s: Unlock %d after the lease ran out unseen = %v, want ErrLockLost", name, i+1, err)
+				return nil
+			}},
+			{"FencingToken", func(o *dlock.Owner) error {
+				if tok, ok := c.part.FencingToken(o); ok {
+					return fmt.Errorf("%d, true; want false", tok)
 				}
-			}
-			if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
-				t.Fatalf("%s: the owner's cause = %v, want ErrLockLost", name, context.Cause(o))
-			}
-			if !rgWaitUntil(3*time.Second, func() bool {
-				x, ok, err := c.shut.TryLock(ctx)
-				if ok {
-					err = x.Unlock()
-				}
+				return nil
+			}},
+		}, c.more...)
+		for _, first := range firsts {
+			for _, reentered := range []bool{false, true} {
+				name := fmt.Sprintf("%s (re-entered %v, then %s)", c.name, reentered, first.name)
+				o, err := c.part.Lock(ctx)
 				if err != nil {
-					t.Errorf("%s: the other process: %v", name, err)
+					t.Fatalf("%s: %v", name, err)
 				}
-				return ok
-			}) {
-				t.Fatalf("%s: the key was not given back after the loss", name)
+				if reentered {
+					if _, err := c.part.Lock(o); err != nil {
+						t.Fatalf("%s: re-entry: %v", name, err)
+					}
+				}
+				g.Lapse(c.part.Config().UniqueKey())
+				if first.do != nil {
+					if err := first.do(o); err != nil {
+						t.Fatalf("%s: %s after the lease ran out unseen = %v", name, first.name, err)
+					}
+				}
+				for i := range 3 { // a lost holding stays lost
+					if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+						t.Fatalf("%s: Unlock %d after the lease ran out unseen = %v, want ErrLockLost", name, i+1, err)
+					}
+				}
+				if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+					t.Fatalf("%s: the owner's cause = %v, want ErrLockLost", name, context.Cause(o))
+				}
+				if !rgWaitUntil(3*time.Second, func() bool {
+					x, ok, err := c.shut.TryLock(ctx)
+					if ok {
+						err = x.Unlock()
+					}
+					if err != nil {
+						t.Errorf("%s: the other process: %v", name, err)
+					}
+					return ok
+				}) {
+					t.Fatalf("%s: the key was not given back after the loss", name)
+				}
 			}
 		}
 	}

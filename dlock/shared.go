@@ -612,6 +612,23 @@ func (st *sharedState) stale(h *shareHold, now time.Time) bool {
 	return h.valid.Sub(now) < st.cfg.Lease()/2
 }
 
+// lapse ends h as lost if its lease ran out by this process's clock and its expiry timer,
+// running late, has not said so yet: as the timer would, now (the driver then gives it back).
+//
+// No goroutine is lent, keeps, or is told it has a holding whose lease ran out by this
+// process's clock: a new borrower needs half the lease left (holdFor, stale), and every call of
+// an owner (Unlock, a re-entry, a downgrade, HoldCount, FencingToken) finds its owner through
+// ownerIn, which checks here before anything else (an Owner's own Unlock, through unlock). It
+// then reports the loss, as every later call does.
+func (st *sharedState) lapse(h *shareHold) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if h.ctx.Err() == nil && !time.Now().Before(h.valid) {
+		h.stop(errHoldingLapsed)
+		st.poke()
+	}
+}
+
 // awaited reports whether h would serve a waiter if it were renewed. The caller holds mu.
 func (st *sharedState) awaited(h *shareHold) bool {
 	return slices.ContainsFunc(st.waiters, func(w *shareWaiter) bool { return st.holdFor(w, time.Time{}) == h })

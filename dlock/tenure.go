@@ -214,9 +214,14 @@ func (st *lockState) loseLocked(t *tenure, cause error) {
 }
 
 // lapse ends the tenure h holds under as lost if its lease ran out by this process's clock
-// and its lease thread, running late, has not said so yet: as that thread would, now. An
-// Unlock then reports the loss, as every later call does, rather than a release sent too late
-// to count, and nothing is passed on.
+// and its lease thread, running late, has not said so yet: as that thread would, now.
+//
+// No goroutine is handed, keeps, or is told it has a tenure whose lease ran out by this
+// process's clock: a pass needs half the taker's lease left (mustRenew), and every call of an
+// owner (Unlock, a re-entry, Extend, HoldCount, FencingToken) finds its holding through
+// holdingOf, which checks here before anything else. It then reports the loss, as every later
+// call does — not a release sent too late to count, nor one more hold — and nothing is passed
+// on.
 func (st *lockState) lapse(h *holding) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
