@@ -132,7 +132,6 @@ type shareWaiter struct {
 	n      int64 // permits: 1 to read, processor.RWPermits to write, or a semaphore's n
 	write  bool
 	try    bool          // TryLock: one request, no line
-	down   *shareOwner   // rw: the write owner this read downgrades, if any
 	done   chan struct{} // closed when decided: hold set (lent), or err, or neither (not obtained)
 	hold   *shareHold
 	token  uint64    // the holding's token when lent
@@ -351,9 +350,6 @@ func (st *sharedState) lendLocked() {
 // renews it first: stale); with now zero, holdFor tells the holding that would serve w if it
 // were renewed.
 func (st *sharedState) holdFor(w *shareWaiter, now time.Time) *shareHold {
-	if w.down != nil { // a downgrade reads on its own write-hold, wanted or not
-		return w.down.hold
-	}
 	for _, h := range st.holds {
 		if h.ctx.Err() != nil || (st.wanted && !h.fresh) || (!now.IsZero() && st.stale(h, now)) {
 			continue
