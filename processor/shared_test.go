@@ -252,14 +252,16 @@ func TestSharedHoldingsExpire(t *testing.T) {
 }
 
 // A waiter's line entry lives an entry's time (EntryTTL: at least two seconds) unless renewed,
-// however short its lease: a request in between keeps it in line.
+// however short its lease: a request in between keeps it in line. Past that time it holds off
+// no one, though its process still listens (it stopped asking).
 func TestSharedLineEntriesLiveAnEntrysTime(t *testing.T) {
 	c := srv.Client() // real time
 	defer c.Close()
 	ctx := context.Background()
 	lc, _ := domain.NewDLockConfig("PROC", fresh("entrylife"), 150*time.Millisecond)
 	long, _ := lc.WithLease(20 * time.Second)
-	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	listen(t, c, lc, "B-") // (B- listens throughout: its entry counts while it lives)
 	la := a.locker()
 	if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Taken {
 		t.Fatalf("3 of 3: %+v", r)
@@ -273,6 +275,11 @@ func TestSharedLineEntriesLiveAnEntrysTime(t *testing.T) {
 	}
 	if line := c.ZRange(ctx, processor.SharedKeys(lc)[2], 0, -1).Val(); !slices.Equal(line, []string{"B-"}) {
 		t.Fatalf("line %v, want B- still in it (its entry lives %v)", line, processor.EntryTTL(lc))
+	}
+	time.Sleep(processor.EntryTTL(lc)) // past B-'s entry's time, B- unheard since
+	a.letGo(t, long, sem3, la)
+	if r := d.take(t, lc, sem3, d.locker(), 3, false); r.Outcome != processor.Taken {
+		t.Fatalf("every permit, asked past B-'s entry that ran out: %+v", r)
 	}
 }
 
@@ -421,8 +428,8 @@ func TestSharedLeavesNoTrace(t *testing.T) {
 	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
 		t.Fatalf("%+v", r)
 	}
-	if n, m := c.ZCard(ctx, keys[2]).Val(), c.HLen(ctx, keys[3]).Val(); n != 0 || m != 0 {
-		t.Fatalf("a served attempt left %d line entries and %d wants", n, m)
+	if n, m, h := c.ZCard(ctx, keys[2]).Val(), c.HLen(ctx, keys[3]).Val(), c.HLen(ctx, keys[7]).Val(); n != 0 || m != 0 || h != 0 {
+		t.Fatalf("a served attempt left %d line entries, %d wants and %d facts heard", n, m, h)
 	}
 	if c.ZScore(ctx, keys[4], la).Err() != nil {
 		t.Fatal("the release did not settle its locker")
