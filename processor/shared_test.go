@@ -1128,12 +1128,15 @@ func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
 
 // Every key of a shared lock expires, and lives at least as long as what it keeps: the
 // holdings' leases, the line entries' and the settled lockers' times — after every kind of
-// request, each run when the keys' lives set before have shortened.
+// request, each run when the keys' lives set before have shortened, and after a request whose
+// lease is shorter than a holding's (SET rewrites the kind key's life: it must not come down
+// to the request's times, or the lock forgets its kind and count while the holding lives).
 func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
 	lc := cfg(t, "lives")
+	long, _ := lc.WithLease(20 * time.Second) // past every time a request of lc's sets
 	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
 	la := a.locker()
 	lb, ld := b.locker(), d.locker()
@@ -1157,6 +1160,8 @@ func TestSharedKeysOutliveWhatTheyKeep(t *testing.T) {
 		{"a setting of k", func() { _ = a.SetPermits(ctx, lc, 3) }},
 		{"a refused change of k", func() { _, _, _ = a.ChangePermits(ctx, lc, "", 5, 4) }},
 		{"a force", func() { _, _ = d.SharedForce(ctx, lc, sem3, lb) }},
+		{"a take with a longer lease", func() { a.take(t, long, sem3, a.locker(), 1, true) }},
+		{"a request with a shorter lease than a holding's", func() { d.take(t, lc, sem3, d.locker(), 3, false) }},
 	}
 	for _, s := range steps {
 		time.Sleep(60 * time.Millisecond) // the lives set before shorten
