@@ -407,8 +407,9 @@ func TestSharedWaitingCountsOnlyWhoDoesNotFit(t *testing.T) {
 	})
 }
 
-// What a served attempt and a settled locker leave behind goes: the line entry when the
-// attempt is served, the settled mark once its time ran out.
+// What a served attempt and a settled locker leave behind goes: the line entry and what Redis
+// heard of its process when the attempt is served, the settled mark once its time ran out, and
+// any facts heard once no one is in line.
 func TestSharedLeavesNoTrace(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
@@ -434,12 +435,18 @@ func TestSharedLeavesNoTrace(t *testing.T) {
 	if c.ZScore(ctx, keys[4], la).Err() != nil {
 		t.Fatal("the release did not settle its locker")
 	}
+	// what Redis heard of a process whose entry a version before the facts dropped (it leaves
+	// them): they go with the line
+	c.HSet(ctx, keys[7], "O-", "1|1|150|1|1|O-1")
 	time.Sleep(a.MarkLife(lc) + 100*time.Millisecond)
 	if r, _ := b.SharedRenew(ctx, lc, sem3, lb); r.Outcome != processor.Settled && r.Outcome != processor.Renewed {
 		t.Fatalf("%+v", r)
 	}
 	if err := c.ZScore(ctx, keys[4], la).Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("a settled locker kept past its time: %v", err)
+	}
+	if h := c.HGetAll(ctx, keys[7]).Val(); len(h) != 0 {
+		t.Fatalf("facts heard %v kept with no one in line", h)
 	}
 }
 
