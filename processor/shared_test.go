@@ -172,7 +172,8 @@ func TestSharedLateAndRepeatedRequests(t *testing.T) {
 		}
 		// a waiting attempt given back is settled and out of line
 		w := a.locker()
-		b.take(t, lc, sem3, b.locker(), 3, true)
+		hold = b.locker()
+		b.take(t, lc, sem3, hold, 3, true)
 		a.take(t, lc, sem3, w, 1, true)
 		if a.letGo(t, lc, sem3, w) != processor.Gone {
 			t.Fatal("give back")
@@ -182,6 +183,16 @@ func TestSharedLateAndRepeatedRequests(t *testing.T) {
 		}
 		if in, _ := a.SharedInspect(context.Background(), lc, sem3); len(in.Waiting) != 0 {
 			t.Fatalf("still in line: %+v", in.Waiting)
+		}
+		// an attempt whose place in line a later one of its process took is settled
+		before, after := a.locker(), a.locker()
+		a.take(t, lc, sem3, before, 1, true)
+		if r := a.take(t, lc, sem3, after, 1, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("a later attempt of the process in line: %+v", r)
+		}
+		b.letGo(t, lc, sem3, hold)
+		if r := a.take(t, lc, sem3, before, 1, true); r.Outcome != processor.Settled {
+			t.Fatalf("a late copy of the attempt the later one took the place of: %+v", r)
 		}
 	})
 }
@@ -586,8 +597,8 @@ func TestSharedTakeReplacesOnlyItsOwn(t *testing.T) {
 	})
 }
 
-// A take that replaces a holding of its own skips the line only when it shrinks it: one that
-// grows it waits behind the processes in line like any other.
+// A take that replaces a holding of its own skips the line unless it grows it (it shrinks it,
+// or keeps its size): one that grows it waits behind the processes in line like any other.
 func TestSharedReplacingTakeSkipsTheLineOnlyToShrink(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		lc := cfg(t, "grow")
@@ -597,7 +608,12 @@ func TestSharedReplacingTakeSkipsTheLineOnlyToShrink(t *testing.T) {
 		if r := b.take(t, lc, sem3, b.locker(), 3, true); r.Outcome != processor.Held {
 			t.Fatalf("3 beside 1: %+v", r)
 		}
-		r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Wait: true, Replaces: al})
+		same := a.locker()
+		r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: same, N: 1, Wait: true, Replaces: al})
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("replacing 1 by 1 past a process in line: %+v %v", r, err)
+		}
+		r, err = a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Wait: true, Replaces: same})
 		if err != nil || r.Outcome != processor.Held {
 			t.Fatalf("growing 1 to 2 past a process in line: %+v %v", r, err)
 		}
