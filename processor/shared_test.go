@@ -515,6 +515,38 @@ func TestSharedLoweredPermitsTellTheHoldersOfAWaiterLeftWithoutRoom(t *testing.T
 	}
 }
 
+// A changed count tells the holders what changed for them, and only that: W when more is held
+// than the new count or a process in line no longer fits; F when the count was raised (a
+// goroutine asking for more, not in line, asks now) or lowered (one asking for more than the
+// new count is refused as it asks). A count set to what it is tells them nothing.
+func TestSharedPermitsChangeTellsTheHoldersWhatChanged(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "holderstold")
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	a.take(t, lc, sem3, a.locker(), 2, true)
+	h := listen(t, c, lc, "A-")
+	if err := a.SetPermits(ctx, lc, 2); err != nil { // all A holds, and nobody waits
+		t.Fatal(err)
+	}
+	h.next("A-", "F")
+	h.quiet("A-")
+	if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
+		t.Fatalf("B beside 2 of 2 held: %+v", r)
+	}
+	h.next("A-", "W")
+	if err := a.SetPermits(ctx, lc, 2); err != nil { // what it is, B waiting
+		t.Fatal(err)
+	}
+	h.quiet("A-")
+	if err := a.SetPermits(ctx, lc, 4); err != nil {
+		t.Fatal(err)
+	}
+	h.next("A-", "F")
+	h.quiet("A-")
+}
+
 // A change of the permits with a locker of its own runs once: a copy of it that comes after a
 // later change brought the count back to the one it names changes nothing (3 -> 5, 5 -> 3, then
 // a copy of 3 -> 5), and every copy answers as its first did, applied or refused.
