@@ -1037,7 +1037,11 @@ func TestSharedInspectShowsOnlyTheLive(t *testing.T) {
 	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
 	a.take(t, lc, sem3, a.locker(), 3, true)
 	b.take(t, lc, sem3, b.locker(), 1, true)
-	time.Sleep(processor.EntryTTL(lc) + 100*time.Millisecond)
+	time.Sleep(lc.Lease() + 100*time.Millisecond) // (B-'s entry keeps the keys: no request since)
+	if in, err := a.SharedInspect(context.Background(), lc, sem3); err != nil || len(in.Holdings) != 0 {
+		t.Fatalf("inspection after the lease ran out: %+v, %v", in, err)
+	}
+	time.Sleep(processor.EntryTTL(lc))
 	in, err := a.SharedInspect(context.Background(), lc, sem3)
 	if err != nil {
 		t.Fatal(err)
