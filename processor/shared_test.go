@@ -610,8 +610,8 @@ func TestSharedPermitsChangeNamesTheCountItChanges(t *testing.T) {
 	})
 }
 
-// A take may replace only a holding of its own process: one naming another's is settled and
-// takes nothing.
+// A take may replace only a holding of its own process that is there: one naming another's,
+// or none, is settled and takes nothing.
 func TestSharedTakeReplacesOnlyItsOwn(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		lc := cfg(t, "replace")
@@ -625,6 +625,18 @@ func TestSharedTakeReplacesOnlyItsOwn(t *testing.T) {
 		}
 		if r, _ := a.SharedRenew(context.Background(), lc, rw, al); r.Outcome != processor.Renewed {
 			t.Fatalf("the other's holding after it: %+v", r)
+		}
+		// one naming a holding that is not there is settled too: a copy of it that comes once
+		// that holding is taken takes nothing
+		early, later := a.locker(), a.locker()
+		for i, want := range []string{"before", "after"} {
+			if i == 1 {
+				a.take(t, lc, rw, early, 1, true)
+			}
+			r, err := a.SharedTake(context.Background(), lc, rw, processor.TakeRequest{Locker: later, N: 1, Replaces: early})
+			if err != nil || r.Outcome != processor.Settled {
+				t.Fatalf("a take replacing a holding not there, %s that holding was taken: %+v %v", want, r, err)
+			}
 		}
 	})
 }
