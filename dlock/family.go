@@ -569,11 +569,11 @@ func (so *shareOwner) lostCause() error {
 }
 
 // lostLocked is lostCause; the caller holds st.mu.
-func (so *shareOwner) lostLocked() error {
-	if so.hold.ctx.Err() == nil {
-		return nil
-	}
-	if cause := context.Cause(so.hold.ctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+func (so *shareOwner) lostLocked() error { return lossOf(so.hold.ctx) }
+
+// lossOf returns why ctx ended if it was lost or closed (ErrLockLost, ErrClosed), else nil.
+func lossOf(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
 		return cause
 	}
 	return nil
@@ -827,11 +827,11 @@ func (so *shareOwner) reenter() *Owner {
 // unlock releases one hold of so.
 func (so *shareOwner) unlock() error {
 	st := so.st
-	st.lapse(so.hold) // (its Owner's Unlock comes here without ownerIn)
 	st.mu.Lock()
+	st.lapseLocked(so.hold) // (its Owner's Unlock comes here without ownerIn)
 	if so.done {
 		st.mu.Unlock()
-		if cause := context.Cause(so.ctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+		if cause := lossOf(so.ctx); cause != nil {
 			return cause // a lost (or closed) holding stays so for its owner, as the mutex's does
 		}
 		return ErrNotHeld

@@ -619,6 +619,11 @@ func (st *sharedState) stale(h *shareHold, now time.Time) bool {
 func (st *sharedState) lapse(h *shareHold) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.lapseLocked(h)
+}
+
+// lapseLocked is lapse; the caller holds mu.
+func (st *sharedState) lapseLocked(h *shareHold) {
 	if h.ctx.Err() == nil && !time.Now().Before(h.valid) {
 		h.stop(errHoldingLapsed)
 		st.poke()
