@@ -212,8 +212,8 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 // first waiter has waited that long, so permits that another process lets go can take up to a
 // sixth of the lease to reach it (SetPermits raising the count tells it at once). With an owner
 // of this semaphore it re-enters the same permits (no more are taken); a re-entry asks Redis
-// nothing, so it refuses n above the k the semaphore was made with (ErrInvalidConfig, the
-// holding kept as it was).
+// nothing, so it refuses n above both the k the semaphore was made with and the permits the
+// owner holds (ErrInvalidConfig, the holding kept as it was).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 	return s.Permits(n).Lock(ctx)
 }
@@ -659,9 +659,10 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		side = 1
 	}
 	if so := ownerIn(ctx, g, key, side); so != nil {
-		if spec.Kind == processor.KindSem && n > spec.Permits {
+		if spec.Kind == processor.KindSem && n > spec.Permits && n > so.n {
 			// refused, as a fresh Acquire is by Redis; a re-entry sends nothing, so it checks
-			// the k the semaphore was made with
+			// the k the semaphore was made with, or the permits the owner holds (Redis granted
+			// them under its count, which SetPermits may have raised above that k)
 			return nil, false, fmt.Errorf("%w: %d permits asked of %s, a semaphore of %d", ErrInvalidConfig, n, cfg.UniqueKey(), spec.Permits)
 		}
 		if o := so.reenter(); o != nil {

@@ -693,6 +693,10 @@ func TestSemaphoreSetPermitsChangesWhatMayBeAsked(t *testing.T) {
 	if err != nil {
 		t.Fatalf("3 permits once k is 3: %v", err)
 	}
+	if o, err := sa.Acquire(o3, 3); err != nil || o != o3 { // and so may its re-entry
+		t.Fatalf("a re-entry of the 3 permits once k is 3: %v %v", o, err)
+	}
+	_ = o3.Unlock()
 	_ = o3.Unlock()
 }
 
