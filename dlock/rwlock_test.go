@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -1005,6 +1006,83 @@ func TestRWDowngradeKeepsWritersOut(t *testing.T) {
 		t.Fatalf("TryLock once everyone let go = %v %v %v", o, ok, err)
 	}
 	_ = o.Unlock()
+}
+
+// A reader of another process that waits while the write owner reads on under its write gets
+// in as soon as the write side lets go, while the downgraded read lasts: the write-hold that
+// only its downgraded readers borrow is turned into a read-hold even though someone waits (a
+// process that kept it until they let go would keep a waiting reader out for as long as they
+// read, for ever if they wait for it). Curator's testThatDowngradingRespectsThreads and
+// Redisson's testReadLockIsLocked, with the reader already waiting.
+func TestRWDowngradeLetsInAReaderThatWaitedElsewhere(t *testing.T) {
+	for _, ownWriter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("a writer of its own waits too=%v", ownWriter), func(t *testing.T) {
+			ga, _ := newGen(t)
+			gb, _ := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+			w, err := la.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := la.RLock(w)
+			if err != nil {
+				t.Fatalf("downgrade: %v", err)
+			}
+			var reading atomic.Int32 // the downgraded reader and the other process's
+			reading.Store(1)
+			var own <-chan error
+			if ownWriter {
+				done := make(chan error, 1)
+				own = done
+				go func() {
+					o, err := la.Lock(ctx)
+					if err == nil {
+						if n := reading.Load(); n != 0 {
+							err = fmt.Errorf("this process's writer got in beside %d readers", n)
+						}
+						err = errors.Join(err, o.Unlock())
+					}
+					done <- err
+				}()
+				time.Sleep(20 * time.Millisecond) // (it queues: only gives a defect the chance to show)
+			}
+			in := make(chan error, 1)
+			go func() {
+				o, err := lb.RLock(ctx)
+				if err == nil {
+					reading.Add(1)
+					if r.Err() != nil {
+						err = errors.New("the downgraded read ended before the other reader got in")
+					}
+					reading.Add(-1)
+					err = errors.Join(err, o.Unlock())
+				}
+				in <- err
+			}()
+			waitFor(t, func() bool { st, err := lb.State(ctx); return err == nil && len(st.Waiting) == 1 })
+			notYet(t, in, "another process's reader got in beside the write")
+			if err := w.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if err := recv(t, in, "the other process's reader"); err != nil {
+				t.Fatal(err)
+			}
+			if ownWriter {
+				notYet(t, own, "this process's writer got in while its downgraded read lasts")
+			}
+			reading.Add(-1)
+			if err := r.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if ownWriter {
+				if err := recv(t, own, "this process's writer"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // A writer that reads on under its write (a downgrade) keeps both past two leases, renewed;

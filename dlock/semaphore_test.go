@@ -1157,6 +1157,61 @@ func TestSemaphoreFillsUpAsPermitsComeBackInChunks(t *testing.T) {
 	}
 }
 
+// A holding larger than what its owners use now (one goroutine's 3 permits, lent on to another
+// that asked 1) gives back what they do not use once another process waits: that process's
+// waiter for 2 gets them while the other goroutine keeps its 1, however long it keeps it (it
+// may wait for that very waiter), as the permits Redis keeps are the permits in use.
+func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	const k = 3
+	sa, sb := semOf(t, ga, tg, k), semOf(t, gb, tg, k)
+	key := sa.Config().UniqueKey()
+	all, err := sa.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		one <- o
+	}()
+	waitFor(t, func() bool { return ga.SharedWaiters(key) == 1 })
+	if err := all.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o1 := recv(t, one, "the waiter for 1")
+	if o1 == nil {
+		t.FailNow()
+	}
+	two := make(chan error, 1)
+	go func() {
+		o, err := sb.Acquire(ctx, 2)
+		if err == nil {
+			if o1.Err() != nil {
+				err = errors.New("the other process's 1 permit ended before the waiter for 2 got in")
+			}
+			err = errors.Join(err, o.Unlock())
+		}
+		two <- err
+	}()
+	if err := recv(t, two, "the other process's waiter for 2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.State(ctx)
+	if err != nil || len(st.Holds) != 0 {
+		t.Fatalf("State once everyone let go = %+v %v", st, err)
+	}
+}
+
 // n > 1 permits at once; a try for more than are free fails at once and takes none; asking for
 // more than k is refused; a waiter for n gets them once they come back. Ports Redisson's
 // RedissonSemaphoreTest.testBlockingNAcquire and testTryNAcquire, and

@@ -76,9 +76,10 @@ type shareHold struct {
 	writers  int       // rw: write borrowers (0 or 1)
 	lent     int64     // sem: permits lent
 	fresh    bool      // taken for the front waiters and not lent yet: it serves them even when wanted
-	downAt   time.Time // rw: a downgrade may be tried from then (after one Redis failed)
-	downing  bool      // rw: a downgrade is on its way or unresolved: no writer may borrow (it would end a reader)
-	downTo   string    // rw: the locker of a downgrade whose outcome is unknown, sent again until known
+	downAt   time.Time // a downgrade may be tried from then (after one Redis failed)
+	downing  bool      // a downgrade is on its way or unresolved: nobody may borrow what it gives back (a writer, permits)
+	downTo   string    // the locker of a downgrade whose outcome is unknown, sent again until known ...
+	downN    int64     // ... and the permits it keeps (see shrinkTo)
 	passes   int       // rw: writers lent in a row past a queued reader
 	renewAt  time.Time
 	soonest  time.Time       // a renewal to lend it (stale) may be sent from then
@@ -356,7 +357,7 @@ func (st *sharedState) holdFor(w *shareWaiter, now time.Time) *shareHold {
 		}
 		switch {
 		case st.spec.Kind == processor.KindSem:
-			if h.n-h.lent >= w.n {
+			if h.n-h.lent >= w.n && !h.downing {
 				return h
 			}
 		case w.write:
@@ -513,8 +514,8 @@ func (st *sharedState) planOther(now time.Time) action {
 	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !o.failed }); i >= 0 {
 		return st.payOwed(i)
 	}
-	// a holding nobody borrows goes back, unless it serves the front waiter (a write-hold
-	// whose readers remain is downgraded when nobody waits elsewhere)
+	// a holding nobody borrows goes back, unless it serves the front waiter; one that lends
+	// less than it holds may keep just that (shrinkTo)
 	for _, h := range st.holds {
 		if h.downTo != "" && h.ctx.Err() == nil {
 			if now.Before(h.downAt) {
@@ -528,8 +529,8 @@ func (st *sharedState) planOther(now time.Time) action {
 		if h.idle() && h.ctx.Err() == nil {
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
 		}
-		if st.spec.Kind == processor.KindRW && h.write() && h.writers == 0 && !st.wanted && h.ctx.Err() == nil && !now.Before(h.downAt) &&
-			!slices.ContainsFunc(st.waiters, func(x *shareWaiter) bool { return x.write }) {
+		if n := st.shrinkTo(h, now); n > 0 {
+			h.downN = n
 			return action{do: st.downgrade(h)}
 		}
 	}
@@ -1308,21 +1309,43 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	}
 }
 
-// downgrade returns the request that turns the write-hold h, which only readers borrow now,
-// into a read-hold, in one step: no writer can come between.
+// shrinkTo returns the permits that h, in use, is to keep in Redis in place of all it holds
+// (0: all). Its owners may keep what they borrow for as long as they like, perhaps until a
+// waiter of another process gets in, so what they do not use goes back whenever it may serve
+// one: a write-hold that only readers borrow becomes a read-hold (a downgrade), unless a
+// writer of this process waits for it and nobody waits elsewhere (wanted, it lends to no new
+// writer); a semaphore's holding keeps the permits it lends once another process waits. The
+// caller holds mu.
+func (st *sharedState) shrinkTo(h *shareHold, now time.Time) int64 {
+	if h.ctx.Err() != nil || h.idle() || now.Before(h.downAt) {
+		return 0
+	}
+	switch {
+	case st.spec.Kind == processor.KindRW:
+		if h.write() && h.writers == 0 && (st.wanted || !slices.ContainsFunc(st.waiters, func(x *shareWaiter) bool { return x.write })) {
+			return 1
+		}
+	case st.wanted && h.lent < h.n:
+		return h.lent
+	}
+	return 0
+}
+
+// downgrade returns the request that replaces h, in use, with a holding of h.downN permits, in
+// one step: nobody can come between. h lends to nobody new until its outcome is known.
 func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 	old := h.locker
 	if h.downTo == "" {
 		h.downTo = st.g.newLocker()
 	}
-	locker := h.downTo
+	locker, n := h.downTo, h.downN
 	h.downing = true
 	w := st.heardW // (the caller holds mu)
 	last, end := st.unused(h)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: 1, Replaces: old, Last: last, BlockEnd: end})
+			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: n, Replaces: old, Last: last, BlockEnd: end})
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -1337,7 +1360,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 				st.owe(locker) // lost meanwhile: give back what may have been taken
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
-			h.locker, h.n, h.token, h.origin, h.downTo, h.downing = locker, 1, r.Token, r.Token, "", false // (a read-hold: next, tokEnd and spare are a write-hold's)
+			h.locker, h.n, h.token, h.origin, h.downTo, h.downing = locker, n, r.Token, r.Token, "", false // (next, tokEnd and spare are a write-hold's)
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()

@@ -136,11 +136,18 @@ type sproc struct {
 	unknown map[string]bool    // lockers whose take went unanswered: to give back
 	letting map[string]bool    // lockers whose release has not run yet (the library sends it again)
 	gaveUp  map[string]bool    // lockers it sent a release for: a late reply for them is ignored
-	downs   map[string]string  // rw: downgrades whose reply went unheard (new -> old): sent again
+	downs   map[string]down    // downgrades whose reply went unheard, by their locker: sent again
 	// listening says the process is subscribed to its channel of the lock (Redis counts it);
 	// unlisten ends that.
 	listening bool
 	unlisten  func()
+}
+
+// down is a downgrade: the holding it replaces and the permits it keeps (a write-hold's 1, or
+// part of a semaphore's holding).
+type down struct {
+	old string
+	n   int64
 }
 
 type belief struct {
@@ -159,7 +166,7 @@ type sreq struct {
 	locker string
 	n      int64
 	wait   bool
-	old    string // down: the write-hold it replaces
+	old    string // down: the holding it replaces
 	next   string // release: the locker of the take, with wait, that runs right after it (SharedReleaseThenTake), n its permits
 	last   uint64 // release, down: the last token the write-hold let go handed out ...
 	end    uint64 // ... and its block's end (0: nothing to give back)
@@ -171,7 +178,7 @@ func (r *sreq) String() string {
 	case "take":
 		return fmt.Sprintf("%s take %s n=%d wait=%v", r.p.name, r.locker, r.n, r.wait)
 	case "down":
-		return fmt.Sprintf("%s downgrade %s -> %s", r.p.name, r.old, r.locker)
+		return fmt.Sprintf("%s downgrade %s -> %s n=%d", r.p.name, r.old, r.locker, r.n)
 	case "release":
 		if r.next != "" {
 			return fmt.Sprintf("%s release %s then take %s n=%d wait=true", r.p.name, r.locker, r.next, r.n)
@@ -198,7 +205,7 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		if err != nil {
 			return nil, err
 		}
-		sp := &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]string{}}
+		sp := &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]down{}}
 		if i == opt.Procs {
 			w.op = sp
 		} else {
@@ -278,8 +285,8 @@ func (w *sworld) step(rng *rand.Rand) {
 		w.usedOf(rng, l, p.holds[l], r)
 		delete(p.holds, l) // it stops using the permits as it sends the release
 		w.send(r)
-		for nl, old := range p.downs {
-			if old == l { // and gives back what an unresolved downgrade of it may have taken
+		for nl, d := range p.downs {
+			if d.old == l { // and gives back what an unresolved downgrade of it may have taken
 				delete(p.downs, nl)
 				w.send(&sreq{p: p, op: "release", locker: nl})
 			}
@@ -289,17 +296,21 @@ func (w *sworld) step(rng *rand.Rand) {
 		delete(p.unknown, l)
 		delete(p.holds, l)
 		w.send(&sreq{p: p, op: "release", locker: l})
-	case c < 50 && w.opt.Kind == processor.KindRW && len(p.downs) > 0:
+	case c < 50 && len(p.downs) > 0:
 		l := pickKey(rng, p.downs)
-		w.send(&sreq{p: p, op: "down", locker: l, n: 1, old: p.downs[l]}) // the same request again (giving nothing back: its first may have)
-	case c < 50 && w.opt.Kind == processor.KindRW:
+		w.send(&sreq{p: p, op: "down", locker: l, n: p.downs[l].n, old: p.downs[l].old}) // the same request again (giving nothing back: its first may have)
+	case c < 50:
+		// a write-hold turns into a read-hold; a semaphore's holding keeps part of its permits
 		for _, l := range slices.Sorted(maps.Keys(p.holds)) {
-			if b := p.holds[l]; b.n == processor.RWPermits {
+			if b := p.holds[l]; b.n == processor.RWPermits || w.opt.Kind == processor.KindSem && b.n > 1 {
 				r := &sreq{p: p, op: "down", n: 1, old: l}
+				if w.opt.Kind == processor.KindSem {
+					r.n = 1 + rng.Int64N(b.n-1)
+				}
 				w.usedOf(rng, l, b, r)
-				b.n = 1 // it stops writing as it sends the downgrade
+				b.n = r.n // it stops using the rest as it sends the downgrade
 				r.locker = p.locker()
-				p.downs[r.locker] = l // unresolved until its reply is heard
+				p.downs[r.locker] = down{l, r.n} // unresolved until its reply is heard
 				w.send(r)
 				break
 			}
@@ -373,8 +384,8 @@ func (w *sworld) forget() {
 			if !w.now().Before(b.valid) {
 				delete(p.holds, l)
 				p.unknown[l] = true // (its process gives it back once it knows it lost it)
-				for nl, old := range p.downs {
-					if old == l {
+				for nl, d := range p.downs {
+					if d.old == l {
 						delete(p.downs, nl)
 						p.unknown[nl] = true
 					}
@@ -756,7 +767,7 @@ func (w *sworld) finish() {
 		for _, l := range slices.Sorted(maps.Keys(p.downs)) {
 			w.deliver(&sreq{p: p, op: "release", locker: l, sent: w.now()}, true)
 		}
-		p.downs = map[string]string{}
+		p.downs = map[string]down{}
 		for _, l := range slices.Sorted(maps.Keys(p.letting)) {
 			w.deliver(&sreq{p: p, op: "release", locker: l, sent: w.now()}, true)
 		}
