@@ -664,6 +664,42 @@ func TestSharedReplacingTakeSkipsTheLineOnlyToShrink(t *testing.T) {
 	})
 }
 
+// A take that replaces a holding of its own by fewer permits (a semaphore's downgrade) is taken
+// whatever the count: lowered below what is held, or below the permits it keeps. It takes
+// none, and what is held comes nearer the count. One that would grow past the count is not.
+func TestSharedDowngradeFitsUnderALoweredCount(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "shrink")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		al := a.locker()
+		a.take(t, lc, sem3, al, 2, true)
+		b.take(t, lc, sem3, b.locker(), 1, true)
+		if err := a.SetPermits(context.Background(), lc, 1); err != nil {
+			t.Fatal(err)
+		}
+		two := a.locker()
+		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: two, N: 2, Replaces: al}); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("replacing 2 by 2 under a count of 1: %+v %v", r, err)
+		}
+		one := a.locker()
+		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: one, N: 1, Replaces: two}); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("replacing 2 by 1 under a count of 1 with another's 1 held: %+v %v", r, err)
+		}
+		in, err := a.SharedInspect(context.Background(), lc, sem3)
+		if err != nil || len(in.Holdings) != 2 {
+			t.Fatalf("held after the downgrades: %+v %v", in, err)
+		}
+		for _, h := range in.Holdings {
+			if h.Permits != 1 {
+				t.Fatalf("held after the downgrades: %+v", in)
+			}
+		}
+		if _, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Replaces: one}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("replacing 1 by 2 under a count of 1: %v, want ErrInvalidConfig", err)
+		}
+	})
+}
+
 // Every key of a shared lock lives as long as its settled lockers (MarkLife), longer than a
 // line entry: a late copy of a released take is refused for all that time.
 func TestSharedKeysLiveAsLongAsTheSettledLockers(t *testing.T) {

@@ -797,7 +797,7 @@ var SharedMutants = []Mutant{
 	{"a failed try is not settled", "shared",
 		"        if A.wait ~= '1' then\n            settle(A.locker)", "        if A.wait ~= '1' then"},
 	{"a take passes the line (the permits asked ahead are not counted)", "shared",
-		"        fits = sum + ahead(A.owner) + n <= k", "        fits = true"},
+		"        local fits = shrinks or sum + ahead(A.owner) + n <= k", "        local fits = shrinks or sum + n <= k"},
 	{"the attempt a waiting take replaces in line is not settled", "shared",
 		"        settle(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
 	{"a forced holding is not settled (its late take takes it back)", "shared",

@@ -22,7 +22,9 @@
 --                                   expires, as that version does).
 --
 -- Invariants (the explorer, internal/explore, checks them under late and repeated requests):
---   * the permits in HELD never exceed k (KIND's): a take is refused unless they fit;
+--   * the permits in HELD never exceed k (KIND's): a take is refused unless they fit (a downgrade,
+--     which replaces a holding of its process by no more permits, takes none: a lowered k may
+--     be below what is held, and a downgrade lowers what is held towards it);
 --   * a settled locker (released, given back, failed without waiting, expired, replaced) never
 --     holds again: every take of it answers -1 while GONE keeps it (gone_ttl, at least as long
 --     as any copy of a request can be on its way);
@@ -358,7 +360,14 @@ local function serve()
 
     if A.op == 'take' then
         local n = tonumber(A.n)
-        if n > k then -- never fits: settled, and out of line (k may have been lowered while it waited)
+        local old = nil
+        if A.replaces ~= '' then
+            old = holding(A.replaces)
+        end
+        -- a take that replaces a holding of its process by no more permits (a downgrade) takes
+        -- none: it fits whatever the count, though a lowered one may be below what is held
+        local shrinks = old ~= nil and old.owner == A.owner and n <= old.n
+        if n > k and not shrinks then -- never fits: settled, and out of line (k may have been lowered while it waited)
             local e = entry(A.owner)
             if e and e.locker == A.locker then
                 drop(A.owner)
@@ -381,9 +390,7 @@ local function serve()
             keep(k, kd)
             return {1, mine.token, waiting(A.owner, k)}
         end
-        local old = nil
         if A.replaces ~= '' then
-            old = holding(A.replaces)
             if not old or old.owner ~= A.owner then
                 -- what it replaces is gone (a late copy, or it expired): a take of its own, settled
                 settle(A.locker)
@@ -393,10 +400,7 @@ local function serve()
             end
         end
         local sum, owners = used(A.replaces)
-        local fits = sum + n <= k
-        if fits and not (old and n <= old.n) then
-            fits = sum + ahead(A.owner) + n <= k
-        end
+        local fits = shrinks or sum + ahead(A.owner) + n <= k
         if fits then
             if old then
                 giveBack(old.token)
