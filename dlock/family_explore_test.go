@@ -27,6 +27,8 @@ package dlock_test
 //     or Close its holding ended with), no loss without a fault, a force or a stall of the
 //     machine;
 //   - Close: every Owner of the process ended;
+//   - progress: with every wait ended, a process that owns nothing gets what fits beside the
+//     live owners' holds while they hold on (what they do not use is not kept from it);
 //   - at the end: every wait comes home once everyone lets go (none waits its ten seconds in
 //     vain), every goroutine ends, no key is left without a time to live, and a new process
 //     takes the key whole within seconds.
@@ -146,6 +148,7 @@ type famStats struct {
 	steps, checks, acquired, reentered, downgraded, released, forced, closed, cancelled            atomic.Int64
 	tries, refused, short, ended, emptyHanded, upgrades, lostSeen, redisErrs, doubleUnlock, storms atomic.Int64
 	setPermits, multis, multiGaveUp, noneHeldChecked, grantsOver, overK                            atomic.Int64
+	progress                                                                                       atomic.Int64
 }
 
 // kChange is a SetPermits of the schedule.
@@ -388,14 +391,15 @@ func TestFamilyExplore(t *testing.T) {
 			total.multiGaveUp.Add(st.multiGaveUp.Load())
 			total.noneHeldChecked.Add(st.noneHeldChecked.Load())
 			total.grantsOver.Add(st.grantsOver.Load())
+			total.progress.Add(st.progress.Load())
 		}
 		if t.Failed() {
 			break
 		}
 	}
-	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle, %d SetPermits, %d MultiLocks (%d gave up, %d of them checked alone), %d grants checked with the count standing",
+	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle, %d SetPermits, %d MultiLocks (%d gave up, %d of them checked alone), %d grants checked with the count standing, %d waiters that fit beside the owners got in",
 		n, total.steps.Load(), total.checks.Load(), total.acquired.Load(), total.forced.Load(), total.closed.Load(),
-		total.setPermits.Load(), total.multis.Load(), total.multiGaveUp.Load(), total.noneHeldChecked.Load(), total.grantsOver.Load())
+		total.setPermits.Load(), total.multis.Load(), total.multiGaveUp.Load(), total.noneHeldChecked.Load(), total.grantsOver.Load(), total.progress.Load())
 }
 
 // exploreFamily runs the schedule of seed.
@@ -544,6 +548,8 @@ func (x *famExplorer) step(i int) {
 		x.doubleUnlock(i)
 	case c < 90:
 		x.storm(i, p)
+	case c < 91 || c < 93 && r != nil && rng.IntN(2) == 0:
+		x.progress(i)
 	case c < 93:
 		d := x.lease/4 + time.Duration(rng.Int64N(int64(x.lease)))
 		x.logf("step %d: sleep %v", i, d)
@@ -1086,6 +1092,123 @@ func (x *famExplorer) downgrade(i int, r *famHeld) {
 	case !x.expected(r.p, err):
 		x.fail("P%d: downgrade: %v", r.p.id, err)
 	}
+}
+
+// progress checks that a waiter gets in when it fits beside what the live owners use, however
+// long they hold: with every wait of the schedule ended and nothing on its way, a process that
+// owns nothing asks for what fits (a reader beside readers, anything beside nobody, permits
+// within the lowest count the semaphore may have), while every owner keeps its hold. It must
+// get in within 10 s (Redis may keep what owners let go, or what a closed process held, for a
+// lease; a wait behind the faults polls every sixth of one), unless the machine stalled.
+func (x *famExplorer) progress(i int) {
+	for _, c := range x.waitsNow() {
+		c(errors.New("ended for a progress check"))
+	}
+	calm := rgWaitUntil(5*time.Second, func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		busy := len(x.waits) > 0
+		for _, n := range x.freeing {
+			busy = busy || n > 0
+		}
+		return !busy
+	})
+	if !calm {
+		x.logf("step %d: progress: waits or Unlocks still on their way", i)
+		return
+	}
+	s := x.kSnapshot()
+	x.mu.Lock()
+	var write, read bool
+	var used int
+	owners := map[*famProc]bool{}
+	for _, r := range x.held {
+		if r.sh.Err() != nil {
+			continue
+		}
+		owners[r.p] = true
+		write = write || r.write
+		read = read || !r.write
+		used += r.n
+	}
+	var q *famProc
+	for _, p := range x.procs {
+		if !owners[p] && !p.closing.Load() {
+			q = p
+			break
+		}
+	}
+	x.mu.Unlock()
+	if q == nil || (!x.sem && write) || (x.sem && !s.calm) {
+		x.logf("step %d: progress: nothing fits, or nobody to ask", i)
+		return
+	}
+	var part, more dlock.Part // what fits, and what does not
+	name := fmt.Sprintf("P%d ", q.id)
+	switch {
+	case x.sem:
+		room := slices.Min(s.vals) - used
+		if room < 1 {
+			x.logf("step %d: progress: no permit free beside %d used", i, used)
+			return
+		}
+		n := 1 + x.rng.IntN(room)
+		part, name = q.sem.Permits(n), name+fmt.Sprintf("Acquire(%d)", n)
+		if used > 0 {
+			more = q.sem.Permits(slices.Min(s.vals))
+		}
+	case read || x.rng.IntN(2) == 0:
+		part, name = q.rw.ReadSide(), name+"RLock"
+		if read {
+			more = q.rw.WriteSide()
+		}
+	default:
+		part, name = q.rw.WriteSide(), name+"Lock"
+	}
+	if more != nil && x.rng.IntN(2) == 0 {
+		// first it waits a while for what does not fit: the owners' processes learn that
+		// someone waits (and, the wait given up, only at their next renewal that nobody does)
+		ctx, cancel := context.WithTimeout(context.Background(), x.lease/2)
+		o, err := more.Lock(ctx)
+		cancel()
+		x.logf("step %d: progress: P%d first waits for what does not fit: %v", i, q.id, err)
+		if err == nil { // (an owner's holding was forced out, or lost unseen)
+			_ = o.Unlock()
+			return
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) && !x.expected(q, err) {
+			x.fail("P%d, waiting for what does not fit: %v", q.id, err)
+		}
+	}
+	x.logf("step %d: progress: %s beside %d owners (write %v, read %v, %d permits)", i, name, len(owners), write, read, used)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	o, err := part.Lock(ctx)
+	x.logf("step %d: progress: %s: %v after %v", i, name, err, time.Since(start).Round(time.Millisecond))
+	switch {
+	case err == nil:
+		x.stats.progress.Add(1)
+		if err := o.Unlock(); !x.expected(q, err) {
+			x.fail("%s: Unlock: %v", name, err)
+		}
+	case errors.Is(err, context.DeadlineExceeded) && !x.stalledSince(start):
+		st, serr := x.state()
+		x.fail("%s, which fits beside the live owners' holds, did not get in within 10 s: %v; Redis: %+v %v", name, err, st, serr)
+	case !x.expected(q, err):
+		x.fail("%s: %v", name, err)
+	}
+}
+
+// waitsNow returns the cancel functions of the waits on their way.
+func (x *famExplorer) waitsNow() []context.CancelCauseFunc {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]context.CancelCauseFunc, 0, len(x.waits))
+	for _, c := range x.waits {
+		out = append(out, c)
+	}
+	return out
 }
 
 // force has the operator force out a holding Redis reports.
