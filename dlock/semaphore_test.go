@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -1157,6 +1158,36 @@ func TestSemaphoreFillsUpAsPermitsComeBackInChunks(t *testing.T) {
 	}
 }
 
+// lentOn returns the Owner of 1 permit of s (of g) that a holding of n permits, taken for
+// another goroutine, was lent on to as that goroutine let it go.
+func lentOn(ctx context.Context, t *testing.T, g *dlock.Generator, s *dlock.Semaphore, n int) *dlock.Owner {
+	t.Helper()
+	first, err := s.Acquire(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		one <- o
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(s.Config().UniqueKey()) == 1 })
+	if err := first.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, one, "the waiter for 1")
+	if o == nil {
+		t.FailNow()
+	}
+	if held := g.SharedBelief(s.Config().UniqueKey()); len(held) != 1 || slices.Collect(maps.Values(held))[0].N != int64(n) {
+		t.Fatalf("the waiter for 1 borrows from %+v, not the holding of %d", held, n)
+	}
+	return o
+}
+
 // A holding larger than what its owners use now (one goroutine's 3 permits, lent on to another
 // that asked 1) gives back what they do not use once another process waits: that process's
 // waiter for 2 gets them while the other goroutine keeps its 1, however long it keeps it (it
@@ -1168,27 +1199,7 @@ func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere(t *tes
 	ctx := ctxT(t, 30*time.Second)
 	const k = 3
 	sa, sb := semOf(t, ga, tg, k), semOf(t, gb, tg, k)
-	key := sa.Config().UniqueKey()
-	all, err := sa.Acquire(ctx, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := sa.Acquire(ctx, 1)
-		if err != nil {
-			t.Error(err)
-		}
-		one <- o
-	}()
-	waitFor(t, func() bool { return ga.SharedWaiters(key) == 1 })
-	if err := all.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	o1 := recv(t, one, "the waiter for 1")
-	if o1 == nil {
-		t.FailNow()
-	}
+	o1 := lentOn(ctx, t, ga, sa, k)
 	two := make(chan error, 1)
 	go func() {
 		o, err := sb.Acquire(ctx, 2)
@@ -1222,31 +1233,11 @@ func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseUnderALoweredCount(t *tes
 	tg := uniqueTarget(t)
 	ctx := ctxT(t, 30*time.Second)
 	sa, sb := semOf(t, ga, tg, 3), semOf(t, gb, tg, 3)
-	key := sa.Config().UniqueKey()
 	ob, err := sb.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := sa.Acquire(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := sa.Acquire(ctx, 1)
-		if err != nil {
-			t.Error(err)
-		}
-		one <- o
-	}()
-	waitFor(t, func() bool { return ga.SharedWaiters(key) == 1 })
-	if err := two.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	o1 := recv(t, one, "the waiter for 1")
-	if o1 == nil {
-		t.FailNow()
-	}
+	o1 := lentOn(ctx, t, ga, sa, 2)
 	if err := sb.SetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
