@@ -1017,11 +1017,7 @@ func TestRWDowngradeKeepsWritersOut(t *testing.T) {
 func TestRWDowngradeLetsInAReaderThatWaitedElsewhere(t *testing.T) {
 	for _, ownWriter := range []bool{false, true} {
 		t.Run(fmt.Sprintf("a writer of its own waits too=%v", ownWriter), func(t *testing.T) {
-			ga, _ := newGen(t)
-			gb, _ := newGen(t)
-			tg := uniqueTarget(t)
-			ctx := ctxT(t, 30*time.Second)
-			la, lb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+			ctx, la, lb := rwPair(t)
 			w, err := la.Lock(ctx)
 			if err != nil {
 				t.Fatal(err)

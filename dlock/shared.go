@@ -530,7 +530,7 @@ func (st *sharedState) planOther(now time.Time) action {
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
 		}
 		if n := st.shrinkTo(h, now); n > 0 {
-			h.downN = n
+			h.downTo, h.downN = st.g.newLocker(), n
 			return action{do: st.downgrade(h)}
 		}
 	}
@@ -1331,14 +1331,11 @@ func (st *sharedState) shrinkTo(h *shareHold, now time.Time) int64 {
 	return 0
 }
 
-// downgrade returns the request that replaces h, in use, with a holding of h.downN permits, in
-// one step: nobody can come between. h lends to nobody new until its outcome is known.
+// downgrade returns the request that replaces h, in use, with a holding of h.downN permits
+// under h.downTo, in one step: nobody can come between. h lends to nobody new until its
+// outcome is known.
 func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
-	old := h.locker
-	if h.downTo == "" {
-		h.downTo = st.g.newLocker()
-	}
-	locker, n := h.downTo, h.downN
+	old, locker, n := h.locker, h.downTo, h.downN
 	h.downing = true
 	w := st.heardW // (the caller holds mu)
 	last, end := st.unused(h)
