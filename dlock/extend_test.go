@@ -230,8 +230,9 @@ func TestExtendOutlastsARenewalInFlight(t *testing.T) {
 	}
 }
 
-// An Extend whose renewal gets no answer within the lease returns a *RedisProcessError that
-// says so on one line, matching the deadline.
+// An Extend whose renewal gets no answer within the lease finds its holding lost (its lease ran
+// out) and says why on one line: its error matches ErrLockLost, and the *RedisProcessError of
+// the renewal, matching the deadline. The owner context ends too.
 func TestExtendUnansweredWithinTheLease(t *testing.T) {
 	g, c := newGen(t)
 	l, _ := g.GenWithLease("UNANSWERED", target(t), 300*time.Millisecond)
@@ -246,6 +247,12 @@ func TestExtendUnansweredWithinTheLease(t *testing.T) {
 	var pe *dlock.RedisProcessError
 	if !errors.As(err, &pe) || pe.Op != "renew" || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Extend without an answer within the lease = %v, want a *RedisProcessError of renew matching the deadline", err)
+	}
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Extend without an answer within the lease = %v, want it to match ErrLockLost: the lease ran out", err)
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+		t.Fatalf("the owner context after the lease ran out unanswered: %v, want lost", context.Cause(o))
 	}
 	if strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Extend's error spans lines: %q", err)

@@ -75,8 +75,9 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 // lease (outside [domain.MinLease, domain.MaxLease], or not whole milliseconds), ErrNotHeld
 // when owned does not own the lock, an error matching ErrLockLost when the holding was lost
 // (including when this renewal finds the key gone or taken: the holding is then lost, as on
-// any renewal), ErrClosed after Close, and a *RedisProcessError when Redis failed (the
-// holding keeps its lease and renewals). Safe for concurrent use.
+// any renewal, or when its lease runs out before Redis answers: the error then matches the
+// *RedisProcessError too), ErrClosed after Close, and a *RedisProcessError when Redis failed
+// within the lease (the holding keeps its lease and renewals). Safe for concurrent use.
 func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
 	if owned == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
@@ -119,13 +120,19 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if errors.Is(err, errLate) {
+		err = &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
+	}
 	switch {
 	case st.ten != t:
 		// lost (or ended) meanwhile
-	case errors.Is(err, errLate):
-		return &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 	case err != nil:
-		return err
+		if time.Now().Before(until) {
+			return err
+		}
+		// The lease ran out by this process's clock before an answer came: the holding is
+		// lost, as its lease thread is about to say, whatever Redis did with the renewal.
+		st.loseLocked(t, errHoldingLapsed)
 	case res.Outcome == processor.Renewed:
 		// The renewals go on with the new lease, unless the lock passed on meanwhile (the
 		// next owner's lease stays) or a newer setting was made since this one was sent.
@@ -133,10 +140,13 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	default:
 		st.loseLocked(t, fmt.Errorf("%w: renewal found the key gone or taken (Extend)", ErrLockLost))
 	}
-	if err := h.heldErr(); err != nil {
-		return err
+	if herr := h.heldErr(); herr != nil {
+		if err != nil {
+			return fmt.Errorf("%w (Extend: %w)", herr, err)
+		}
+		return herr
 	}
-	return nil
+	return err
 }
 
 // ForceRelease lets the lock's key go if it is still held by holder — the locker State
