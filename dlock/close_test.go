@@ -161,6 +161,50 @@ func TestCloseAfterTheClientClosed(t *testing.T) {
 	}
 }
 
+// A Close whose release of a held lock Redis fails says so: for the mutex, the read-write lock
+// and the semaphore alike, its error is a *RedisProcessError wrapping the failure (the key stays held in Redis until its lease runs out). The family's driver sends the
+// release again until the lease ends, then reports it.
+func TestCloseReportsAReleaseRedisFailed(t *testing.T) {
+	errDown := errors.New("release refused: injected")
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			var failing atomic.Bool
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if failing.Load() && (scriptIs("release")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "release") {
+					cmd.SetErr(errDown)
+					return errDown
+				}
+				return next(ctx, cmd)
+			}})
+			defer c.Close()
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t, 20*time.Second)
+			tg := uniqueTarget(t)
+			switch kind {
+			case "mutex":
+				_, err = mustGen(t, g, "CLOSEFAIL", tg, 300*time.Millisecond).Lock(ctx)
+			case "rw":
+				_, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				_, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			failing.Store(true)
+			err = g.Close(ctx)
+			var pe *dlock.RedisProcessError
+			if !errors.As(err, &pe) || !errors.Is(err, errDown) {
+				t.Fatalf("Close with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
+			}
+		})
+	}
+}
+
 // The read-write lock and the semaphore end a wait on a failing Redis as the mutex's Lock does:
 // on a closed client at once, with ErrNotObtained and the client's failure (no later request
 // can be sent), even with no deadline; with Redis unreachable at the end of the context, with

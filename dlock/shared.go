@@ -50,6 +50,7 @@ type sharedState struct {
 	forced  string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	owed    []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
+	lapsed  []error        // releases of holdings given up once the Generator closed (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
 	exited  chan struct{}  // closed when the driver ended
 }
 
@@ -769,13 +770,14 @@ type owedRelease struct {
 	last, end uint64       // the tokens it gives back (unused)
 	until     time.Time    // its lease's end: a release that failed is owed again until then
 	failed    bool         // Redis failed it: it goes after any take due (reowe)
+	held      bool         // of a holding this process knew it held (not a give-back of what may hold)
 	fate      []chan error // told what became of it
 }
 
 // letGo returns the release of h, which left the holdings. The caller holds mu.
 func (st *sharedState) letGo(h *shareHold) owedRelease {
 	last, end := st.unused(h)
-	return owedRelease{locker: h.locker, last: last, end: end, until: h.valid, fate: h.takeFate()}
+	return owedRelease{locker: h.locker, last: last, end: end, until: h.valid, fate: h.takeFate(), held: true}
 }
 
 // owe adds a release of locker, which may hold in Redis unknown to this process. The caller
@@ -803,6 +805,15 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			st.reowe(o, err)
 			st.mu.Unlock()
 			return
+		}
+		if err != nil && o.held && !errors.Is(err, errGone) && st.g.done.Err() != nil {
+			var pe *RedisProcessError
+			if !errors.As(err, &pe) {
+				err = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: err}
+			}
+			st.mu.Lock()
+			st.lapsed = append(st.lapsed, err)
+			st.mu.Unlock()
 		}
 		if err == nil || errors.Is(err, errGone) {
 			// permits of this process are free in Redis: a goroutine of it waiting for more
