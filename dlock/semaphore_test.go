@@ -1253,6 +1253,107 @@ func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseUnderALoweredCount(t *tes
 	}
 }
 
+// A holding that is giving back part of its permits lends none of them while it does, even once
+// nobody waits elsewhere any more: were it to lend them, its process would count more permits in
+// use than its holding keeps once the give-back lands, and another process would get them too.
+// Here the give-back goes unanswered until a renewal of another holding of the process says that
+// nobody waits (the waiter elsewhere left); a goroutine of the process then asks for 1.
+func TestSemaphoreHoldingGivingBackLendsNothing(t *testing.T) {
+	const lease = 4 * time.Second
+	var (
+		downSeen, bLeft, cleared atomic.Bool
+		third                    = make(chan struct{})
+	)
+	c := srv.Client()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		switch {
+		case sharedArg(a, "op") == "take" && sharedArg(a, "replaces") != "":
+			downSeen.Store(true)
+			if !cleared.Load() {
+				<-ctx.Done() // unanswered: the driver sends it again
+				return ctx.Err()
+			}
+			select { // (a bound, not an assertion: the goroutine below may wait, as it should)
+			case <-third:
+			case <-time.After(300 * time.Millisecond):
+			}
+		case sharedArg(a, "op") == "renew" && bLeft.Load():
+			err := next(ctx, cmd)
+			cleared.Store(err == nil)
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	ga := genOn(t, c, dlock.WithDefaultLease(lease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, 4), semOf(t, gb, tg, 4)
+	o2, err := sa.Acquire(ctx, 1) // a holding whose renewal comes while the other is fresh
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease * 2 / 5)
+	first, err := sa.Acquire(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		one <- o
+	}()
+	waitFor(t, func() bool { return ga.SharedWaiters(sa.Config().UniqueKey()) == 1 })
+	if err := first.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o1 := recv(t, one, "the waiter for 1")
+	if o1 == nil {
+		t.FailNow()
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	bdone := make(chan error, 1)
+	go func() { _, err := sb.Acquire(bctx, 2); bdone <- err }() // waits: 4 of 4 held
+	waitFor(t, downSeen.Load)
+	bcancel()
+	if err := recv(t, bdone, "the other process's waiter"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the other process's waiter = %v, want it cancelled", err)
+	}
+	waitFor(t, func() bool { st, err := sb.State(ctx); return err == nil && len(st.Waiting) == 0 })
+	bLeft.Store(true)
+	waitFor(t, cleared.Load)
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		close(third)
+		got <- o
+	}()
+	o3 := recv(t, got, "the third goroutine's 1 permit")
+	if o3 == nil {
+		t.FailNow()
+	}
+	waitFor(t, func() bool { // the give-back answered
+		held := ga.SharedBelief(sa.Config().UniqueKey())
+		return !slices.ContainsFunc(slices.Collect(maps.Values(held)), func(h dlock.SharedHeld) bool { return h.DownTo != "" })
+	})
+	if o, ok, err := sb.TryAcquire(ctx, 2); ok || err != nil {
+		st, _ := sb.State(ctx)
+		t.Fatalf("with 3 of 4 permits in use, another process's TryAcquire(2) = %v %v %v (Redis: %+v)", o, ok, err, st.Holds)
+	}
+	for _, o := range []*dlock.Owner{o1, o2, o3} {
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // n > 1 permits at once; a try for more than are free fails at once and takes none; asking for
 // more than k is refused; a waiter for n gets them once they come back. Ports Redisson's
 // RedissonSemaphoreTest.testBlockingNAcquire and testTryNAcquire, and
