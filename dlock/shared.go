@@ -1376,7 +1376,7 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 			st.owe(locker)
 		default:
 			h.downTo, h.downing = "", false
-			h.stop(errHoldingGone) // the write-hold was gone already
+			h.stop(errHoldingGone) // the holding was gone already (under any count)
 		}
 	}
 }

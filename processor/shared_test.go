@@ -697,6 +697,13 @@ func TestSharedDowngradeFitsUnderALoweredCount(t *testing.T) {
 		if _, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Replaces: one}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("replacing 1 by 2 under a count of 1: %v, want ErrInvalidConfig", err)
 		}
+		// a downgrade whose holding is gone (let go by a copy of its release, removed by an
+		// operator, expired) is settled, as under any count: its process learns of the loss now,
+		// not a refusal it would send again until the lease ran out
+		a.letGo(t, lc, sem3, one)
+		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Replaces: one}); err != nil || r.Outcome != processor.Settled {
+			t.Fatalf("replacing a gone holding by 2 under a count of 1: %+v %v, want settled", r, err)
+		}
 	})
 }
 

@@ -365,9 +365,10 @@ local function serve()
             old = holding(A.replaces)
         end
         -- a take that replaces a holding of its process by no more permits (a downgrade) takes
-        -- none: it fits whatever the count, though a lowered one may be below what is held
+        -- none: it fits whatever the count, though a lowered one may be below what is held; one
+        -- whose holding is gone is settled below, whatever the count
         local shrinks = old ~= nil and old.owner == A.owner and n <= old.n
-        if n > k and not shrinks then -- never fits: settled, and out of line (k may have been lowered while it waited)
+        if n > k and not shrinks and (A.replaces == '' or old) then -- never fits: settled, and out of line (k may have been lowered while it waited)
             local e = entry(A.owner)
             if e and e.locker == A.locker then
                 drop(A.owner)
