@@ -2,7 +2,7 @@ package dlock_test
 
 // The explorer of the family's Go driver: random, seeded schedules of requests of a read-write
 // lock or a semaphore — RLock, Lock, tries, re-entries, downgrades, Acquire and Release of n
-// permits, SetPermits raising and lowering the count (by the operator, or by a process behind
+// permits (a holding lent on to a waiter of its process for fewer), SetPermits raising and lowering the count (by the operator, or by a process behind
 // its faulty network), MultiLocks of a side or permits with a mutex beside the lock, an
 // operator's ForceRelease, Close in the middle (and a new process in its place), short and
 // already-ended contexts, waits cancelled — by several Generators ("processes") on one Redis,
@@ -148,7 +148,7 @@ type famStats struct {
 	steps, checks, acquired, reentered, downgraded, released, forced, closed, cancelled            atomic.Int64
 	tries, refused, short, ended, emptyHanded, upgrades, lostSeen, redisErrs, doubleUnlock, storms atomic.Int64
 	setPermits, multis, multiGaveUp, noneHeldChecked, grantsOver, overK                            atomic.Int64
-	progress                                                                                       atomic.Int64
+	progress, lentOn                                                                               atomic.Int64
 }
 
 // kChange is a SetPermits of the schedule.
@@ -392,14 +392,15 @@ func TestFamilyExplore(t *testing.T) {
 			total.noneHeldChecked.Add(st.noneHeldChecked.Load())
 			total.grantsOver.Add(st.grantsOver.Load())
 			total.progress.Add(st.progress.Load())
+			total.lentOn.Add(st.lentOn.Load())
 		}
 		if t.Failed() {
 			break
 		}
 	}
-	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle, %d SetPermits, %d MultiLocks (%d gave up, %d of them checked alone), %d grants checked with the count standing, %d waiters that fit beside the owners got in",
+	t.Logf("%d schedules, %d steps, %d checks, %d acquisitions, %d forced, %d closed in the middle, %d SetPermits, %d MultiLocks (%d gave up, %d of them checked alone), %d grants checked with the count standing, %d waiters that fit beside the owners got in, %d holdings lent on to a waiter for fewer permits",
 		n, total.steps.Load(), total.checks.Load(), total.acquired.Load(), total.forced.Load(), total.closed.Load(),
-		total.setPermits.Load(), total.multis.Load(), total.multiGaveUp.Load(), total.noneHeldChecked.Load(), total.grantsOver.Load(), total.progress.Load())
+		total.setPermits.Load(), total.multis.Load(), total.multiGaveUp.Load(), total.noneHeldChecked.Load(), total.grantsOver.Load(), total.progress.Load(), total.lentOn.Load())
 }
 
 // exploreFamily runs the schedule of seed.
@@ -530,6 +531,8 @@ func (x *famExplorer) step(i int) {
 		x.cancelWait(i)
 	case c < 35:
 		x.acquire(i, p, rng.IntN(3) == 0)
+	case c < 60 && x.sem && r.n > 1 && r.count == 1 && r.multi == nil && rng.IntN(3) == 0:
+		x.lendOn(i, r)
 	case c < 60:
 		x.unlock(i, r)
 	case c < 68:
@@ -573,8 +576,13 @@ func (x *famExplorer) acquire(i int, p *famProc, multi bool) {
 		n = 1 + rng.IntN(x.kCeil)
 		x.mu.Unlock()
 	}
-	ctxKind := rng.IntN(100)
-	short := time.Duration(rng.IntN(6)) * time.Millisecond
+	x.start(i, p, multi, try, write, n, rng.IntN(100), time.Duration(rng.IntN(6))*time.Millisecond)
+}
+
+// start starts an acquisition of p as acquire chose it: a MultiLock with the mutex (multi), a
+// try, the write side, n permits, the context's kind (below 15 ended before the call, below 35
+// short: it ends after short, else long: ten seconds).
+func (x *famExplorer) start(i int, p *famProc, multi, try, write bool, n, ctxKind int, short time.Duration) {
 	var ctx context.Context
 	var cancel context.CancelCauseFunc
 	what := "long"
@@ -1200,6 +1208,29 @@ func (x *famExplorer) progress(i int) {
 	}
 }
 
+// lendOn has a goroutine of r's process wait for fewer permits than r holds, then lets r go:
+// the waiter borrows from r's holding (unless someone waits elsewhere, or the holding went
+// back first), which is then lent in part — the case a holding's give-back (shrinkTo) is for,
+// which later progress checks meet.
+func (x *famExplorer) lendOn(i int, r *famHeld) {
+	n := 1 + x.rng.IntN(r.n-1)
+	key := r.p.sem.Config().UniqueKey()
+	before := r.p.g.SharedWaiters(key)
+	x.logf("step %d: P%d lends its %d permits on to a waiter for %d", i, r.p.id, r.n, n)
+	x.start(i, r.p, false, false, false, n, 99, 0)
+	if rgWaitUntil(time.Second, func() bool { return r.p.g.SharedWaiters(key) > before || x.lent(r.p, n) }) {
+		x.stats.lentOn.Add(1)
+	}
+	x.unlock(i, r)
+}
+
+// lent reports whether the schedule holds an acquisition of n permits of p.
+func (x *famExplorer) lent(p *famProc, n int) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.ContainsFunc(x.held, func(h *famHeld) bool { return h.p == p && h.n == n && h.count == 1 })
+}
+
 // waitsNow returns the cancel functions of the waits on their way.
 func (x *famExplorer) waitsNow() []context.CancelCauseFunc {
 	x.mu.Lock()
@@ -1237,12 +1268,11 @@ func (x *famExplorer) force(i int) {
 	}
 }
 
-// releaseFailed reports whether err, Close's, says that Redis failed a release of the mutex
-// (Close returns what the mutex's releases returned; the family's drivers give back what is
-// held on their own, and Close does not report their failures).
+// releaseFailed reports whether err, Close's, says that Redis failed a release of the mutex or
+// of a holding of the lock (one that its driver sent until the holding's lease ran out).
 func (x *famExplorer) releaseFailed(err error) bool {
 	var rpe *dlock.RedisProcessError
-	return errors.As(err, &rpe) && strings.Contains(err.Error(), x.mkey)
+	return errors.As(err, &rpe) && (strings.Contains(err.Error(), x.mkey) || strings.Contains(err.Error(), x.key))
 }
 
 // closeProc closes p in the middle and puts a new process in its place.
