@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,8 +232,8 @@ func TestExtendOutlastsARenewalInFlight(t *testing.T) {
 	}
 }
 
-// An Extend whose renewal gets no answer within the lease finds its holding lost (its lease ran
-// out) and says why on one line: its error matches ErrLockLost, and the *RedisProcessError of
+// An Extend whose renewal gets no answer within the lease, nor any other renewal, finds its
+// holding lost (its lease ran out) and says why on one line: its error matches ErrLockLost, and the *RedisProcessError of
 // the renewal, matching the deadline. The owner context ends too.
 func TestExtendUnansweredWithinTheLease(t *testing.T) {
 	g, c := newGen(t)
@@ -241,7 +243,14 @@ func TestExtendUnansweredWithinTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	var on atomic.Bool
-	c.AddHook(unanswered("renew", &on))
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !on.Load() || processor.ScriptName(cmd.Args()) != "renew" {
+			return next(ctx, cmd)
+		}
+		<-ctx.Done() // every renewal, Extend's and the lease thread's
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}})
 	on.Store(true)
 	err = l.Extend(o, time.Second)
 	var pe *dlock.RedisProcessError
@@ -256,6 +265,48 @@ func TestExtendUnansweredWithinTheLease(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Extend's error spans lines: %q", err)
+	}
+}
+
+// An Extend whose renewal goes unanswered past the lease it was sent under, while the
+// holding's own renewal lengthened that lease meanwhile, loses nothing: it returns the
+// *RedisProcessError alone, and the holding keeps its lease and its renewals.
+func TestExtendUnansweredWhileARenewalLengthensTheLease(t *testing.T) {
+	const lease = time.Second
+	var renewed atomic.Bool // a renewal with the old lease was answered
+	c := srv.Client()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		if processor.ScriptName(a) != "renew" {
+			return next(ctx, cmd)
+		}
+		keys, _ := strconv.Atoi(fmt.Sprint(a[2])) // EVALSHA, its SHA, the key count, the keys, then ARGV (the lease third)
+		if fmt.Sprint(a[3+keys+2]) == "5000" {    // Extend's
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		err := next(ctx, cmd)
+		renewed.Store(renewed.Load() || err == nil)
+		return err
+	}})
+	g := genOn(t, c)
+	l := mustGen(t, g, "EXTRENEWED", target(t), lease)
+	ctx := ctxT(t, 10*time.Second)
+	o := mustLock(t, l, ctx)
+	err := l.Extend(o, 5*time.Second)
+	if !renewed.Load() {
+		t.Skip("no renewal was answered within the lease: the machine stalled")
+	}
+	var pe *dlock.RedisProcessError
+	if !errors.As(err, &pe) || errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Extend unanswered while a renewal lengthened the lease = %v, want a *RedisProcessError, not a loss", err)
+	}
+	if err := context.Cause(o); err != nil {
+		t.Fatalf("the holding after the unanswered Extend: %v", err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
 	}
 }
 

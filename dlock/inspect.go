@@ -127,7 +127,7 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 	case st.ten != t:
 		// lost (or ended) meanwhile
 	case err != nil:
-		if time.Now().Before(until) {
+		if time.Now().Before(t.until) { // (a renewal may have lengthened it meanwhile)
 			return err
 		}
 		// The lease ran out by this process's clock before an answer came: the holding is
