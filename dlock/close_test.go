@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,11 +88,14 @@ func TestCloseBoundedByCtx(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t, 20*time.Second)
+	var owners []*dlock.Owner // (kept: an Owner dropped is released, perhaps before the pause)
 	for i := 0; i < 2; i++ {
 		l, _ := g.Gen("RVCLOSE", target(t)+string(rune('a'+i)))
-		if _, err := l.Lock(ctx); err != nil {
+		o, err := l.Lock(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
+		owners = append(owners, o)
 	}
 	admin := srv.Client()
 	defer admin.Close()
@@ -111,6 +115,11 @@ func TestCloseBoundedByCtx(t *testing.T) {
 	if err == nil {
 		t.Fatal("Close gave up at its deadline but reported no error")
 	}
+	for _, o := range owners {
+		if !errors.Is(context.Cause(o), dlock.ErrClosed) {
+			t.Fatalf("an Owner after Close: %v, want ErrClosed", context.Cause(o))
+		}
+	}
 }
 
 // A Close whose context ends while Redis has not answered a release says that the context
@@ -123,8 +132,9 @@ func TestCloseCtxEndingIsNotALeaseRunOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := g.Gen("RVCLOSE", target(t))
-	if _, err := l.Lock(ctxT(t, 20*time.Second)); err != nil {
+	l, _ := g.Gen("RVCLOSE", uniqueTarget(t)) // (its key stays held after the test for the 30 s lease)
+	o, err := l.Lock(ctxT(t, 20*time.Second)) // (kept: an Owner dropped is released, perhaps before the stall)
+	if err != nil {
 		t.Fatal(err)
 	}
 	w.stall("release", 1)
@@ -134,6 +144,9 @@ func TestCloseCtxEndingIsNotALeaseRunOut(t *testing.T) {
 	err = g.Close(cctx)
 	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "lease") {
 		t.Fatalf("Close(200ms) with the release unanswered: %v", err)
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrClosed) {
+		t.Fatalf("the Owner after Close: %v, want ErrClosed", context.Cause(o))
 	}
 }
 
@@ -565,11 +578,12 @@ func TestFamilyCloseCountsNoRedisError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var o *dlock.Owner
 			if op == "take" {
 				slow.Store(true)
 				go func() { _, _ = semOf(t, g, tg, 1).Acquire(ctx, 1) }() // it waits
 			} else {
-				if _, err := semOf(t, g, tg+"-2", 1).Acquire(ctx, 1); err != nil {
+				if o, err = semOf(t, g, tg+"-2", 1).Acquire(ctx, 1); err != nil { // (kept: an Owner dropped is released)
 					t.Fatal(err)
 				}
 				slow.Store(true) // its renewal comes at three quarters of the lease
@@ -577,6 +591,9 @@ func TestFamilyCloseCountsNoRedisError(t *testing.T) {
 			waitFor(t, func() bool { return sent.Load() > 0 })
 			if err := g.Close(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if o != nil && !errors.Is(context.Cause(o), dlock.ErrClosed) {
+				t.Fatalf("the Owner after Close: %v, want ErrClosed", context.Cause(o))
 			}
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
@@ -691,8 +708,11 @@ func TestFamilyLockThatLosesTheRaceToCloseReturnsErrClosed(t *testing.T) {
 			return func(context.Context) (*dlock.Owner, error) { return k.rw.RLock(w) }, err
 		}, 1},
 		{"Acquire more permits than the process holds", func(ctx context.Context, k everyLock) (acquire, error) {
-			_, err := k.sem.Acquire(ctx, 1)
-			return k.sem.Permits(2).Lock, err
+			held, err := k.sem.Acquire(ctx, 1)
+			return func(ctx context.Context) (*dlock.Owner, error) {
+				defer runtime.KeepAlive(held) // (an Owner dropped is released: it must hold as the row races)
+				return k.sem.Permits(2).Lock(ctx)
+			}, err
 		}, 1},
 		{"RLock re-entered", func(ctx context.Context, k everyLock) (acquire, error) {
 			r, err := k.rw.RLock(ctx)
@@ -1006,7 +1026,7 @@ func TestCloseAfterOneThatGaveUpSaysSo(t *testing.T) {
 	raw := rawClient(t)
 	ctx := ctxT(t, 30*time.Second)
 	l := mustGen(t, g, "CLOSEAGAIN", target(t), 5*time.Second)
-	mustLock(t, l, ctx)
+	o := mustLock(t, l, ctx) // (kept: an Owner dropped is released, perhaps before the partition)
 	holder := raw.Get(ctx, key(l)).Val()
 	p.Blackhole(true)
 	first, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -1022,6 +1042,9 @@ func TestCloseAfterOneThatGaveUpSaysSo(t *testing.T) {
 	}
 	if err := g.Close(ctx); err == nil {
 		t.Error("a Close after one that gave up returned nil")
+	}
+	if !errors.Is(context.Cause(o), dlock.ErrClosed) {
+		t.Errorf("the Owner after Close: %v, want ErrClosed", context.Cause(o))
 	}
 	if got, err := raw.Get(ctx, key(l)).Result(); got != holder {
 		// (what Redis keeps of the lock tells a release that reached it from an expiry)

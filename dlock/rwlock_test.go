@@ -2359,7 +2359,8 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testin
 	g := genOn(t, c, dlock.WithDefaultLease(lease))
 	l := rwOf(t, g, uniqueTarget(t))
 	ctx := ctxT(t, 60*time.Second)
-	if _, err := l.RLock(ctx); err != nil {
+	r, err := l.RLock(ctx) // (kept: an Owner dropped is released, and the writer would not wait)
+	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, giveUp := context.WithCancel(ctx)
@@ -2381,6 +2382,9 @@ func TestRWWriterThatGivesUpLeavesTheLineWhenCloseCutsItsGiveBackShort(t *testin
 	recv(t, blocked, "the give-back on its way")
 	if err := g.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(r), dlock.ErrClosed) {
+		t.Fatalf("the reader after Close: %v, want ErrClosed", context.Cause(r))
 	}
 	recv(t, gb.cut, "the give-back cut short")
 	if gb.giveBacks.Load() == 0 {
