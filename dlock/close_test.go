@@ -218,6 +218,53 @@ func TestCloseReportsAReleaseRedisFailed(t *testing.T) {
 	}
 }
 
+// A Close after a holding was lost (its lease ran out while Redis failed every request) reports
+// no failed release of it, for the mutex, the read-write lock and the semaphore alike: its owner
+// was told of the loss, and its lease has run out, so nothing it held stays held in Redis.
+func TestCloseReportsNoReleaseOfAHoldingLostBefore(t *testing.T) {
+	errDown := errors.New("down: injected")
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			var failing atomic.Bool
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if failing.Load() {
+					cmd.SetErr(errDown)
+					return errDown
+				}
+				return next(ctx, cmd)
+			}})
+			defer c.Close()
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t, 20*time.Second)
+			tg := uniqueTarget(t)
+			var owned context.Context
+			switch kind {
+			case "mutex":
+				owned, err = mustGen(t, g, "CLOSELOST", tg, 300*time.Millisecond).Lock(ctx)
+			case "rw":
+				owned, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				owned, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			failing.Store(true)
+			recv(t, owned.Done(), "the loss of the holding")
+			if cause := context.Cause(owned); !errors.Is(cause, dlock.ErrLockLost) {
+				t.Fatalf("the holding ended with %v, want lost", cause)
+			}
+			if err := g.Close(ctx); err != nil {
+				t.Fatalf("Close after the holding was lost = %v, want nil: nothing of it is held to report", err)
+			}
+		})
+	}
+}
+
 // The read-write lock and the semaphore end a wait on a failing Redis as the mutex's Lock does:
 // on a closed client at once, with ErrNotObtained and the client's failure (no later request
 // can be sent), even with no deadline; with Redis unreachable at the end of the context, with

@@ -732,7 +732,11 @@ func (st *sharedState) planClose() action {
 	if len(st.holds) > 0 {
 		h := st.holds[0]
 		st.holds = st.holds[1:]
-		return action{closing: true, do: st.pay(st.letGo(h))}
+		o := st.letGo(h)
+		// one lost before (its lease ran out, or found gone) holds nothing for Close to report:
+		// its owners were told of the loss, as the mutex's
+		o.held = !errors.Is(context.Cause(h.ctx), ErrLockLost)
+		return action{closing: true, do: st.pay(o)}
 	}
 	return st.drop()
 }
