@@ -265,6 +265,61 @@ func TestCloseReportsNoReleaseOfAHoldingLostBefore(t *testing.T) {
 	}
 }
 
+// A release that an Unlock sent before Close and waits for is reported to that Unlock, not by
+// Close too, for the read-write lock and the semaphore as for the mutex (whose Unlock's
+// release goes on in the background): Close reports the releases it made itself.
+func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
+	errDown := errors.New("release refused: injected")
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			var failing atomic.Bool
+			var failed atomic.Int32
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if failing.Load() && (scriptIs("release")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "release") {
+					failed.Add(1)
+					cmd.SetErr(errDown)
+					return errDown
+				}
+				return next(ctx, cmd)
+			}})
+			defer c.Close()
+			const lease = 2 * time.Second // (the Unlock's release is sent again until it runs out)
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t, 20*time.Second)
+			tg := uniqueTarget(t)
+			var owned *dlock.Owner
+			switch kind {
+			case "mutex":
+				owned, err = mustGen(t, g, "CLOSEUNLOCK", tg, lease).Lock(ctx)
+			case "rw":
+				owned, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				owned, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			failing.Store(true)
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- owned.Unlock() }()
+			waitFor(t, func() bool { return failed.Load() > 0 })
+			closed := make(chan error, 1)
+			go func() { closed <- g.Close(ctx) }()
+			var pe *dlock.RedisProcessError
+			if err := recv(t, unlocked, "the Unlock"); !errors.As(err, &pe) || !errors.Is(err, errDown) {
+				t.Fatalf("Unlock with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
+			}
+			if err := recv(t, closed, "Close"); err != nil {
+				t.Fatalf("Close = %v, want nil: the failed release was the Unlock's, and it said so", err)
+			}
+		})
+	}
+}
+
 // The read-write lock and the semaphore end a wait on a failing Redis as the mutex's Lock does:
 // on a closed client at once, with ErrNotObtained and the client's failure (no later request
 // can be sent), even with no deadline; with Redis unreachable at the end of the context, with

@@ -232,9 +232,10 @@ func (g *Generator) lookup(key string) *lockState {
 // goroutine. It does not close the Redis client. Close is idempotent and safe for concurrent
 // use: a second call waits for the first (or for its own ctx) and returns what the first
 // returned, so that a Close that gave up is never followed by one that says all went well.
-// A release that Redis failed is reported in Close's error, as a *RedisProcessError (a
-// read-write lock's or semaphore's once it was sent again until its lease ran out): the lock
-// stays held in Redis until then.
+// A release of Close's own that Redis failed is reported in Close's error, as a
+// *RedisProcessError (a read-write lock's or semaphore's once it was sent again until its
+// lease ran out): the lock stays held in Redis until then. (One an Unlock waits for is that
+// Unlock's error; a holding lost before Close is not reported again.)
 // ctx bounds the releases and the waits: if it ends first, Close returns ctx's error at once;
 // what is left expires in Redis with its lease, and goroutines still waiting for a Redis reply
 // (or for a connection being dialled) end when the client returns it. A nil ctx is taken as

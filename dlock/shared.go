@@ -810,7 +810,8 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			st.mu.Unlock()
 			return
 		}
-		if err != nil && o.held && !errors.Is(err, errGone) && st.g.done.Err() != nil {
+		if err != nil && o.held && len(o.fate) == 0 && !errors.Is(err, errGone) && st.g.done.Err() != nil {
+			// (Close's own release: one an Unlock waits for is that Unlock's to report, as the mutex's)
 			var pe *RedisProcessError
 			if !errors.As(err, &pe) {
 				err = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: err}
