@@ -681,6 +681,11 @@ func TestSharedDowngradeFitsUnderALoweredCount(t *testing.T) {
 		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: two, N: 2, Replaces: al}); err != nil || r.Outcome != processor.Taken {
 			t.Fatalf("replacing 2 by 2 under a count of 1: %+v %v", r, err)
 		}
+		// a copy of that downgrade (its reply lost, sent again) finds what it replaced gone and
+		// itself holding: the same holding, under the lowered count too (not refused, nor settled)
+		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: two, N: 2, Replaces: al}); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("a copy of the downgrade that ran, under a count of 1: %+v %v, want taken", r, err)
+		}
 		one := a.locker()
 		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: one, N: 1, Replaces: two}); err != nil || r.Outcome != processor.Taken {
 			t.Fatalf("replacing 2 by 1 under a count of 1 with another's 1 held: %+v %v", r, err)
