@@ -712,6 +712,33 @@ func TestSharedDowngradeFitsUnderALoweredCount(t *testing.T) {
 	})
 }
 
+// A copy of a take that ran, delivered late or twice after the count was lowered below its
+// permits, answers with the holding it took, as under any count: it is not refused as asking
+// too many, and the holding is not settled (its renewals go on; only its release ends it).
+func TestSharedTakeCopyUnderALoweredCountFindsItsHolding(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "copy")
+		a := newProc(t, c, "A-")
+		l := a.locker()
+		first := a.take(t, lc, sem3, l, 3, true)
+		if first.Outcome != processor.Taken {
+			t.Fatalf("the take of 3: %+v", first)
+		}
+		if err := a.SetPermits(context.Background(), lc, 1); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: l, N: 3, Wait: true}); err != nil || r.Outcome != processor.Taken || r.Token != first.Token {
+			t.Fatalf("a copy of the take of 3 under a count of 1: %+v %v, want its holding (token %d)", r, err, first.Token)
+		}
+		if r, err := a.SharedRenew(context.Background(), lc, sem3, l); err != nil || r.Outcome != processor.Renewed {
+			t.Fatalf("the holding's renewal after the copy: %+v %v", r, err)
+		}
+		if got := a.letGo(t, lc, sem3, l); got != processor.Released {
+			t.Fatalf("its release: %v", got)
+		}
+	})
+}
+
 // Every key of a shared lock lives as long as its settled lockers (MarkLife), longer than a
 // line entry: a late copy of a released take is refused for all that time.
 func TestSharedKeysLiveAsLongAsTheSettledLockers(t *testing.T) {

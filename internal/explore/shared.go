@@ -2,6 +2,7 @@ package explore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/domain"
+	dlerrors "github.com/dlockgo/dlock/errors"
 	"github.com/dlockgo/dlock/processor"
 )
 
@@ -30,9 +32,10 @@ type SharedOptions struct {
 
 // RunShared explores schedules of shared.lua's requests from a few simulated processes, each
 // request run by Redis in order, late (up to the settled lockers' life), twice, or never,
-// its reply heard or lost, while the explorer's clock (miniredis) lets leases run out and
+// its reply heard or lost, while the explorer's clock (miniredis) lets leases run out,
 // processes start or stop listening on their channels (a subscription made, or dropped as its
-// process dies). After every step it checks:
+// process dies), and an operator forces holdings out or changes a semaphore's count (lowered
+// below what is held, or raised again). After every step it checks:
 //
 //   - permits: the permits of the holdings Redis keeps never exceed k;
 //   - beliefs: the permits the processes believe they hold (each from the send time of the
@@ -42,8 +45,9 @@ type SharedOptions struct {
 //   - settled: a locker whose release (or failed try, or replaced holding, or force) ran never
 //     holds again, whatever copy of a take arrives late;
 //   - tokens: every new holding's fencing token is above every earlier one's;
-//   - line-order: a take that succeeds fits with what every live entry ahead of its process
-//     asks (live: its process listened on its channel when it last renewed the entry and
+//   - line-order: a take that succeeds fits, under the count Redis keeps, with what every live
+//     entry ahead of its process asks, and only a take of more than the count is refused for
+//     it — never a downgrade (live: its process listened on its channel when it last renewed the entry and
 //     listens still, or did not and renewed it within a third of its lease);
 //   - line-dead: after a request ran, no entry of a process that listened when it last
 //     renewed it and does not now is left in line, but the request's own process's;
@@ -168,6 +172,7 @@ type sreq struct {
 	wait   bool
 	old    string // down: the holding it replaces
 	next   string // release: the locker of the take, with wait, that runs right after it (SharedReleaseThenTake), n its permits
+	from   int64  // permits: the count the operator saw, which the change replaces (n the new one)
 	last   uint64 // release, down: the last token the write-hold let go handed out ...
 	end    uint64 // ... and its block's end (0: nothing to give back)
 	sent   time.Time
@@ -183,6 +188,8 @@ func (r *sreq) String() string {
 		if r.next != "" {
 			return fmt.Sprintf("%s release %s then take %s n=%d wait=true", r.p.name, r.locker, r.next, r.n)
 		}
+	case "permits":
+		return fmt.Sprintf("%s permits %s %d -> %d", r.p.name, r.locker, r.from, r.n)
 	}
 	return fmt.Sprintf("%s %s %s", r.p.name, r.op, r.locker)
 }
@@ -337,6 +344,10 @@ func (w *sworld) step(rng *rand.Rand) {
 		if held, _ := w.held(); len(held) > 0 {
 			w.send(&sreq{p: w.op, op: "force", locker: pickKey(rng, held)})
 		}
+	case c < 91 && w.opt.Kind == processor.KindSem:
+		// an operator changes the count from the one it read (a copy that runs late, or after
+		// another change, changes nothing): lowered below what is held, or raised again
+		w.send(&sreq{p: w.op, op: "permits", locker: w.op.locker(), from: w.count(), n: 1 + rng.Int64N(w.opt.Permits)})
 	default:
 		d := []time.Duration{time.Millisecond, w.opt.Lease / 4, w.opt.Lease / 2, w.opt.Lease + time.Millisecond}[rng.IntN(4)]
 		before, _ := w.held()
@@ -404,6 +415,9 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		before, _ := w.held()
 		line := w.line()
 		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
+		if w.tooMany(r, r.locker, err) {
+			return
+		}
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -434,6 +448,13 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 				delete(p.holds, r.locker)
 			}
 		}
+	case "permits":
+		changed, now, err := p.p.ChangePermits(ctx, w.cfg, r.locker, r.from, r.n)
+		if err != nil {
+			w.fail("error", "%v: %v", r, err)
+			return
+		}
+		w.note("ran: %v -> changed %v (count %d)", r, changed, now)
 	case "force":
 		res, err := p.p.SharedForce(ctx, w.cfg, w.spec, r.locker)
 		if err != nil {
@@ -450,6 +471,11 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			before, _ := w.held()
 			line := w.line()
 			res, err := p.p.SharedReleaseThenTake(ctx, w.cfg, w.spec, r.locker, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
+			if w.tooMany(r, r.next, err) { // (the release ran)
+				w.ran[r.locker] = true
+				delete(p.letting, r.locker)
+				return
+			}
 			if err != nil {
 				w.fail("error", "%v: %v", r, err)
 				return
@@ -499,8 +525,8 @@ func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before ma
 		for _, h := range after {
 			sum += h[0]
 		}
-		if ahead := line.ahead(p.name); sum+ahead > uint64(w.opt.Permits) {
-			w.fail("line-order", "%v took permits past the line: %d held and %d asked ahead of it, of %d", r, sum, ahead, w.opt.Permits)
+		if k, ahead := w.count(), line.ahead(p.name); sum+ahead > uint64(k) {
+			w.fail("line-order", "%v took permits past the line or the count: %d held and %d asked ahead of it, of %d", r, sum, ahead, k)
 		}
 	}
 	if p.gaveUp[r.locker] {
@@ -541,6 +567,35 @@ func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before ma
 			p.unknown[r.old] = true
 		}
 	}
+}
+
+// tooMany reports whether err is Redis refusing r's take of locker for asking more permits than
+// a lowered count, as it must only for a take of more than the count that replaces nothing: the
+// take is settled, and its process's waiter fails (nothing to give back). Any other refusal is
+// a failure (a downgrade fits whatever the count).
+func (w *sworld) tooMany(r *sreq, locker string, err error) bool {
+	if !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		return false
+	}
+	if k := w.count(); r.op == "down" || r.n <= k {
+		w.fail("error", "%v refused under a count of %d: %v", r, k, err)
+		return true
+	}
+	w.note("ran: %v -> refused: more than the count", r)
+	w.ran[locker] = true
+	delete(r.p.unknown, locker)
+	return true
+}
+
+// count returns the count Redis keeps (a semaphore's k: the operator's last change that ran, or
+// the configured one once every key expired and a take made them again).
+func (w *sworld) count() int64 {
+	in, err := w.op.p.SharedInspect(context.Background(), w.cfg, w.spec)
+	if err != nil {
+		w.fail("error", "inspect: %v", err)
+		return w.opt.Permits
+	}
+	return in.Permits
 }
 
 func later(a, b time.Time) time.Time {
@@ -816,4 +871,6 @@ var SharedMutants = []Mutant{
 		"return not e.renewed or e.listened or", "return not e.renewed or"},
 	{"a dead process's entry stays in line", "shared",
 		"        elseif (owner ~= A.owner or A.op == 'force') and died(e) then", "        elseif false then"},
+	{"a copy of a take that ran is refused under a lowered count (its holding settled)", "shared",
+		"and not shrinks and not mine and", "and not shrinks and"},
 }

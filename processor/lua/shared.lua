@@ -368,7 +368,9 @@ local function serve()
         -- none: it fits whatever the count, though a lowered one may be below what is held; one
         -- whose holding is gone is settled below, whatever the count
         local shrinks = old ~= nil and old.owner == A.owner and n <= old.n
-        if n > k and not shrinks and (A.replaces == '' or old) then -- never fits: settled, and out of line (k may have been lowered while it waited)
+        -- a copy of a take that was answered finds its holding below, whatever the count
+        local mine = holding(A.locker)
+        if n > k and not shrinks and not mine and (A.replaces == '' or old) then -- never fits: settled, and out of line (k may have been lowered while it waited)
             local e = entry(A.owner)
             if e and e.locker == A.locker then
                 drop(A.owner)
@@ -384,7 +386,6 @@ local function serve()
             keep(k, kd)
             return {-1}
         end
-        local mine = holding(A.locker)
         if mine then -- a copy of a take that was answered: the same holding, renewed
             lengthen(A.locker)
             if freed then wake(k) end
