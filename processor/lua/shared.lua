@@ -27,7 +27,8 @@
 --     be below what is held, and a downgrade lowers what is held towards it);
 --   * a settled locker (released, given back, failed without waiting, expired, replaced) never
 --     holds again: every take of it answers -1 while GONE keeps it (gone_ttl, at least as long
---     as any copy of a request can be on its way);
+--     as any copy of a request can be on its way); and a locker that holds is settled only by
+--     what lets it go: a copy of its take answers its holding, whatever the count is now;
 --   * a process in line is passed only by a request that fits with everything ahead of it in
 --     line counted as taken (so a writer in line holds off readers that come after it), but
 --     for the entries of processes that are not live (the mutex's rule, prelude.lua's live):
