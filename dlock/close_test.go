@@ -175,116 +175,84 @@ func TestCloseAfterTheClientClosed(t *testing.T) {
 }
 
 // A Close whose release of a held lock Redis fails says so: for the mutex, the read-write lock
-// and the semaphore alike, its error is a *RedisProcessError wrapping the failure (the key stays held in Redis until its lease runs out). The family's driver sends the
-// release again until the lease ends, then reports it.
+// and the semaphore alike, its error is a *RedisProcessError wrapping the failure (the key
+// stays held in Redis until its lease runs out). The family's driver sends the release again
+// until the lease ends, then reports it.
 func TestCloseReportsAReleaseRedisFailed(t *testing.T) {
-	errDown := errors.New("release refused: injected")
-	for _, kind := range []string{"mutex", "rw", "sem"} {
-		t.Run(kind, func(t *testing.T) {
-			c := srv.Client()
-			var failing atomic.Bool
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				if failing.Load() && (scriptIs("release")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "release") {
-					cmd.SetErr(errDown)
-					return errDown
-				}
-				return next(ctx, cmd)
-			}})
-			defer c.Close()
-			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := ctxT(t, 20*time.Second)
-			tg := uniqueTarget(t)
-			switch kind {
-			case "mutex":
-				_, err = mustGen(t, g, "CLOSEFAIL", tg, 300*time.Millisecond).Lock(ctx)
-			case "rw":
-				_, err = rwOf(t, g, tg).Lock(ctx)
-			default:
-				_, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			failing.Store(true)
-			err = g.Close(ctx)
-			var pe *dlock.RedisProcessError
-			if !errors.As(err, &pe) || !errors.Is(err, errDown) {
-				t.Fatalf("Close with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
-			}
-		})
-	}
+	heldOfEachKind(t, 300*time.Millisecond, isRelease, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
+		failing.Store(1)
+		err := g.Close(ctxT(t, 20*time.Second))
+		var pe *dlock.RedisProcessError
+		if !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+			t.Fatalf("Close with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
+		}
+		if !errors.Is(context.Cause(owned), dlock.ErrClosed) {
+			t.Fatalf("the Owner after Close: %v, want ErrClosed", context.Cause(owned))
+		}
+	})
 }
 
 // A Close after a holding was lost (its lease ran out while Redis failed every request) reports
 // no failed release of it, for the mutex, the read-write lock and the semaphore alike: its owner
 // was told of the loss, and its lease has run out, so nothing it held stays held in Redis.
 func TestCloseReportsNoReleaseOfAHoldingLostBefore(t *testing.T) {
-	errDown := errors.New("down: injected")
-	for _, kind := range []string{"mutex", "rw", "sem"} {
-		t.Run(kind, func(t *testing.T) {
-			c := srv.Client()
-			var failing atomic.Bool
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				if failing.Load() {
-					cmd.SetErr(errDown)
-					return errDown
-				}
-				return next(ctx, cmd)
-			}})
-			defer c.Close()
-			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(300*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := ctxT(t, 20*time.Second)
-			tg := uniqueTarget(t)
-			var owned context.Context
-			switch kind {
-			case "mutex":
-				owned, err = mustGen(t, g, "CLOSELOST", tg, 300*time.Millisecond).Lock(ctx)
-			case "rw":
-				owned, err = rwOf(t, g, tg).Lock(ctx)
-			default:
-				owned, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			failing.Store(true)
-			recv(t, owned.Done(), "the loss of the holding")
-			if cause := context.Cause(owned); !errors.Is(cause, dlock.ErrLockLost) {
-				t.Fatalf("the holding ended with %v, want lost", cause)
-			}
-			if err := g.Close(ctx); err != nil {
-				t.Fatalf("Close after the holding was lost = %v, want nil: nothing of it is held to report", err)
-			}
-		})
-	}
+	heldOfEachKind(t, 300*time.Millisecond, func([]any) bool { return true }, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
+		failing.Store(1)
+		recv(t, owned.Done(), "the loss of the holding")
+		if cause := context.Cause(owned); !errors.Is(cause, dlock.ErrLockLost) {
+			t.Fatalf("the holding ended with %v, want lost", cause)
+		}
+		if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+			t.Fatalf("Close after the holding was lost = %v, want nil: nothing of it is held to report", err)
+		}
+	})
 }
 
 // A release that an Unlock sent before Close and waits for is reported to that Unlock, not by
 // Close too, for the read-write lock and the semaphore as for the mutex (whose Unlock's
 // release goes on in the background): Close reports the releases it made itself.
 func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
-	errDown := errors.New("release refused: injected")
+	const lease = 2 * time.Second // (the Unlock's release is sent again until it runs out)
+	heldOfEachKind(t, lease, isRelease, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
+		failing.Store(1)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- owned.Unlock() }()
+		waitFor(t, func() bool { return failing.Load() > 1 })
+		closed := make(chan error, 1)
+		go func() { closed <- g.Close(ctxT(t, 20*time.Second)) }()
+		var pe *dlock.RedisProcessError
+		if err := recv(t, unlocked, "the Unlock"); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+			t.Fatalf("Unlock with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
+		}
+		if err := recv(t, closed, "Close"); err != nil {
+			t.Fatalf("Close = %v, want nil: the failed release was the Unlock's, and it said so", err)
+		}
+	})
+}
+
+var errInjected = errors.New("refused: injected")
+
+// isRelease reports whether a is a release: the mutex's release.lua or shared.lua's.
+func isRelease(a []any) bool { return scriptIs("release")(a) || sharedArg(a, "op") == "release" }
+
+// heldOfEachKind runs f for each kind — the mutex, the read-write lock's write side, a
+// semaphore's permit — with a Generator of lease on a client of its own and an Owner of that
+// kind (kept by f: an Owner dropped is released). Once f sets failing, each command that fail
+// picks fails with errInjected, and failing counts them (from 1).
+func heldOfEachKind(t *testing.T, lease time.Duration, fail func(args []any) bool, f func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32)) {
 	for _, kind := range []string{"mutex", "rw", "sem"} {
 		t.Run(kind, func(t *testing.T) {
 			c := srv.Client()
-			var failing atomic.Bool
-			var failed atomic.Int32
+			var failing atomic.Int32
 			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				if failing.Load() && (scriptIs("release")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "release") {
-					failed.Add(1)
-					cmd.SetErr(errDown)
-					return errDown
+				if failing.Load() > 0 && fail(cmd.Args()) {
+					failing.Add(1)
+					cmd.SetErr(errInjected)
+					return errInjected
 				}
 				return next(ctx, cmd)
 			}})
 			defer c.Close()
-			const lease = 2 * time.Second // (the Unlock's release is sent again until it runs out)
 			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
 			if err != nil {
 				t.Fatal(err)
@@ -294,7 +262,7 @@ func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
 			var owned *dlock.Owner
 			switch kind {
 			case "mutex":
-				owned, err = mustGen(t, g, "CLOSEUNLOCK", tg, lease).Lock(ctx)
+				owned, err = mustGen(t, g, "CLOSEKINDS", tg, lease).Lock(ctx)
 			case "rw":
 				owned, err = rwOf(t, g, tg).Lock(ctx)
 			default:
@@ -303,19 +271,7 @@ func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			failing.Store(true)
-			unlocked := make(chan error, 1)
-			go func() { unlocked <- owned.Unlock() }()
-			waitFor(t, func() bool { return failed.Load() > 0 })
-			closed := make(chan error, 1)
-			go func() { closed <- g.Close(ctx) }()
-			var pe *dlock.RedisProcessError
-			if err := recv(t, unlocked, "the Unlock"); !errors.As(err, &pe) || !errors.Is(err, errDown) {
-				t.Fatalf("Unlock with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
-			}
-			if err := recv(t, closed, "Close"); err != nil {
-				t.Fatalf("Close = %v, want nil: the failed release was the Unlock's, and it said so", err)
-			}
+			f(t, g, owned, &failing)
 		})
 	}
 }
