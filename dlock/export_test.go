@@ -268,3 +268,6 @@ func MultiParts(o *Owner) []*Owner {
 // LockerPrefix returns what every locker this generator makes begins with: a holding in Redis
 // whose locker has it is this process's.
 func (g *Generator) LockerPrefix() string { return g.prefix }
+
+// Generator returns the Generator s belongs to.
+func (s *Semaphore) Generator() *Generator { return s.g }

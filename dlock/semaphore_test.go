@@ -1158,10 +1158,11 @@ func TestSemaphoreFillsUpAsPermitsComeBackInChunks(t *testing.T) {
 	}
 }
 
-// lentOn returns the Owner of 1 permit of s (of g) that a holding of n permits, taken for
+// lentOn returns the Owner of 1 permit of s that a holding of n permits, taken for
 // another goroutine, was lent on to as that goroutine let it go.
-func lentOn(ctx context.Context, t *testing.T, g *dlock.Generator, s *dlock.Semaphore, n int) *dlock.Owner {
+func lentOn(ctx context.Context, t *testing.T, s *dlock.Semaphore, n int) *dlock.Owner {
 	t.Helper()
+	g := s.Generator()
 	first, err := s.Acquire(ctx, n)
 	if err != nil {
 		t.Fatal(err)
@@ -1194,13 +1195,9 @@ func lentOn(ctx context.Context, t *testing.T, g *dlock.Generator, s *dlock.Sema
 // waiter for 2 gets them while the other goroutine keeps its 1, however long it keeps it (it
 // may wait for that very waiter), as the permits Redis keeps are the permits in use.
 func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
-	tg := uniqueTarget(t)
-	ctx := ctxT(t, 30*time.Second)
 	const k = 3
-	sa, sb := semOf(t, ga, tg, k), semOf(t, gb, tg, k)
-	o1 := lentOn(ctx, t, ga, sa, k)
+	ctx, sa, sb := semPair(t, k)
+	o1 := lentOn(ctx, t, sa, k)
 	two := make(chan error, 1)
 	go func() {
 		o, err := sb.Acquire(ctx, 2)
@@ -1238,7 +1235,7 @@ func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseUnderALoweredCount(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	o1 := lentOn(ctx, t, ga, sa, 2)
+	o1 := lentOn(ctx, t, sa, 2)
 	if err := sb.SetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -1296,7 +1293,7 @@ func TestSemaphoreHoldingGivingBackLendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(lease * 2 / 5)
-	o1 := lentOn(ctx, t, ga, sa, 3)
+	o1 := lentOn(ctx, t, sa, 3)
 	bctx, bcancel := context.WithCancel(ctx)
 	bdone := make(chan error, 1)
 	go func() { _, err := sb.Acquire(bctx, 2); bdone <- err }() // waits: 4 of 4 held

@@ -50,7 +50,7 @@ type sharedState struct {
 	forced  string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	owed    []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
-	lapsed  []error        // releases of holdings given up once the Generator closed (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
+	lapsed  []error        // Close's releases of holdings given up (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
 	exited  chan struct{}  // closed when the driver ended
 }
 
@@ -733,9 +733,7 @@ func (st *sharedState) planClose() action {
 		h := st.holds[0]
 		st.holds = st.holds[1:]
 		o := st.letGo(h)
-		// one lost before (its lease ran out, or found gone) holds nothing for Close to report:
-		// its owners were told of the loss, as the mutex's
-		o.held = !errors.Is(context.Cause(h.ctx), ErrLockLost)
+		o.byClose = !errors.Is(context.Cause(h.ctx), ErrLockLost) // (not one lost before: its owners were told)
 		return action{closing: true, do: st.pay(o)}
 	}
 	return st.drop()
@@ -774,14 +772,14 @@ type owedRelease struct {
 	last, end uint64       // the tokens it gives back (unused)
 	until     time.Time    // its lease's end: a release that failed is owed again until then
 	failed    bool         // Redis failed it: it goes after any take due (reowe)
-	held      bool         // of a holding this process knew it held (not a give-back of what may hold)
+	byClose   bool         // Close lets go of a holding this process held to the end: a failure is Close's to report
 	fate      []chan error // told what became of it
 }
 
 // letGo returns the release of h, which left the holdings. The caller holds mu.
 func (st *sharedState) letGo(h *shareHold) owedRelease {
 	last, end := st.unused(h)
-	return owedRelease{locker: h.locker, last: last, end: end, until: h.valid, fate: h.takeFate(), held: true}
+	return owedRelease{locker: h.locker, last: last, end: end, until: h.valid, fate: h.takeFate()}
 }
 
 // owe adds a release of locker, which may hold in Redis unknown to this process. The caller
@@ -810,8 +808,8 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			st.mu.Unlock()
 			return
 		}
-		if err != nil && o.held && len(o.fate) == 0 && !errors.Is(err, errGone) && st.g.done.Err() != nil {
-			// (Close's own release: one an Unlock waits for is that Unlock's to report, as the mutex's)
+		if err != nil && o.byClose && len(o.fate) == 0 && !errors.Is(err, errGone) {
+			// (one an Unlock waits for is that Unlock's to report, as the mutex's)
 			var pe *RedisProcessError
 			if !errors.As(err, &pe) {
 				err = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: err}
