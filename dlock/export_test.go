@@ -271,3 +271,20 @@ func (g *Generator) LockerPrefix() string { return g.prefix }
 
 // Generator returns the Generator s belongs to.
 func (s *Semaphore) Generator() *Generator { return s.g }
+
+// Relock has every final Unlock of the generator stand in line again when it grants the key
+// to another process (as if its goroutines locked again at once), lingering that long for a
+// goroutine to come.
+func (g *Generator) Relock(linger time.Duration) { g.relockTest.Store(int64(linger)) }
+
+// Lingering reports whether the generator stands in key's line with no goroutine waiting,
+// after a release that stood in line again.
+func (g *Generator) Lingering(key string) bool {
+	st := g.lookup(key)
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.line.lingering
+}

@@ -48,13 +48,18 @@ type Generator struct {
 	group       threads.Group // every background goroutine
 	notes       *notifier     // nil when notifications are off
 
-	mu      sync.Mutex
-	states  map[string]*lockState   // by unique key, while in use; guarded by mu
-	shares  map[string]*sharedState // read-write locks and semaphores by sharedKey, while in use; guarded by mu
-	closed  bool                    // guarded by mu
-	drained chan struct{}           // closed when Close waits and the last state is dropped; guarded by mu
-	shut    chan struct{}           // closed when Close has finished
-	shutErr error                   // what the first Close returned; written before shut is closed
+	mu     sync.Mutex
+	states map[string]*lockState // by unique key, while in use; guarded by mu
+	// relockBy keeps, by unique key, a dropped state's lockState.relockBy while it is to
+	// come, for the key's next state; guarded by mu.
+	relockBy map[string]time.Time
+	// relockTest, when positive (tests only), has every Unlock relock and linger that long.
+	relockTest atomic.Int64
+	shares     map[string]*sharedState // read-write locks and semaphores by sharedKey, while in use; guarded by mu
+	closed     bool                    // guarded by mu
+	drained    chan struct{}           // closed when Close waits and the last state is dropped; guarded by mu
+	shut       chan struct{}           // closed when Close has finished
+	shutErr    error                   // what the first Close returned; written before shut is closed
 }
 
 // NewGenerator returns a Generator over client. A nil client or an invalid option is an error
@@ -193,6 +198,10 @@ func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
 	if st == nil {
 		st = newLockState(g, cfg)
 		g.states[cfg.UniqueKey()] = st
+		if by, ok := g.relockBy[cfg.UniqueKey()]; ok {
+			delete(g.relockBy, cfg.UniqueKey())
+			st.relockBy = by // (nobody else has st yet)
+		}
 	}
 	st.refs++
 	return st, nil
@@ -212,11 +221,31 @@ func (g *Generator) unref(st *lockState) {
 	defer g.mu.Unlock()
 	if st.refs--; st.refs == 0 && g.states[st.cfg.UniqueKey()] == st {
 		delete(g.states, st.cfg.UniqueKey())
+		g.keepRelockLocked(st)
 		if len(g.states) == 0 && len(g.shares) == 0 && g.drained != nil {
 			close(g.drained)
 			g.drained = nil
 		}
 	}
+}
+
+// keepRelockLocked keeps the relockBy of st, a state being dropped, for the key's next state,
+// if it is to come; entries past are pruned as others are kept. The caller holds mu, and st
+// has no user left (its relockBy is not written any more).
+func (g *Generator) keepRelockLocked(st *lockState) {
+	now := time.Now()
+	if !now.Before(st.relockBy) {
+		return
+	}
+	if g.relockBy == nil {
+		g.relockBy = make(map[string]time.Time)
+	}
+	for k, by := range g.relockBy {
+		if !now.Before(by) {
+			delete(g.relockBy, k)
+		}
+	}
+	g.relockBy[st.cfg.UniqueKey()] = st.relockBy
 }
 
 // lookup returns the state of key if it is in use.

@@ -2177,3 +2177,158 @@ func waitPastTheLimit(t *testing.T, ctx context.Context, ga, gb *dlock.Generator
 	time.Sleep(20 * time.Millisecond)                                            // past the hand-off limit
 	return a2, b
 }
+
+// relockPair gives two processes on one key, a with a counter of its scripts; a holds the
+// key and relocks: its final Unlock stands in line again when it grants the key, and lingers
+// up to linger for a goroutine to come.
+func relockPair(t *testing.T, linger time.Duration) (la, lb *dlock.DistributedReentrantLock, ga *dlock.Generator, ca *counter, a *dlock.Owner) {
+	t.Helper()
+	ca = &counter{}
+	ga, cla := newGen(t)
+	gb, _ := newGen(t)
+	cla.AddHook(ca)
+	ga.Relock(linger)
+	la = mustGen(t, ga, "RELOCK", target(t), 5*time.Second)
+	lb = mustGen(t, gb, "RELOCK", target(t), 5*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	b, err := lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aOwner := lockLater(t, ctx, la)
+	inLine(t, ctx, la, 1)
+	if err := b.Unlock(); err != nil { // a waited: it watches its channel
+		t.Fatal(err)
+	}
+	return la, lb, ga, ca, recv(t, aOwner, "a's Lock")
+}
+
+// lockLater locks l in a goroutine and sends its Owner once it has it.
+func lockLater(t *testing.T, ctx context.Context, l *dlock.DistributedReentrantLock) <-chan *dlock.Owner {
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	return got
+}
+
+// inLine waits until n processes stand in l's line.
+func inLine(t *testing.T, ctx context.Context, l *dlock.DistributedReentrantLock, n int) {
+	t.Helper()
+	waitFor(t, func() bool { st, _ := l.State(ctx); return len(st.Waiting) == n })
+}
+
+// A process whose goroutines lock again at once stands in line again in the release that
+// grants the key to the next process: its next Lock waits for the grant without a request of
+// its own, and gets the key after the other process.
+func TestRelockWaitsForItsGrantWithoutARequest(t *testing.T) {
+	la, lb, ga, ca, a := relockPair(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	bOwner := lockLater(t, ctx, lb)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	b := recv(t, bOwner, "b's Lock")
+	if st, err := la.State(ctx); err != nil || st.Mine || len(st.Waiting) != 1 || !ga.Lingering(key(la)) {
+		t.Fatalf("after a's release: %+v, %v, lingering %v; want the key granted to b and a in line, lingering", st, err, ga.Lingering(key(la)))
+	}
+	asked := ca.script("lock")
+	got := lockOnce(ctx, la)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, "a's second Lock"); err != nil {
+		t.Fatal(err)
+	}
+	if n := ca.script("lock") - asked; n != 0 {
+		t.Fatalf("a's second Lock sent %d lock.lua; want none (its release put it in line)", n)
+	}
+	waitFor(t, func() bool { st, _ := la.State(ctx); return st.Holder == "" && len(st.Waiting) == 0 })
+}
+
+// A process that stood in line in its release, and whose goroutines do not come back, leaves
+// the line when its linger ends: the next release leaves the key free.
+func TestRelockNobodyComesLeavesTheLine(t *testing.T) {
+	la, lb, ga, _, a := relockPair(t, 50*time.Millisecond)
+	ctx := ctxT(t, 30*time.Second)
+	bGot := lockOnce(ctx, lb)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { st, _ := la.State(ctx); return len(st.Waiting) == 0 && ga.InUse() == 0 })
+	if err := recv(t, bGot, "b's Lock"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { st, _ := lb.State(ctx); return st.Holder == "" })
+}
+
+// A grant to a process that stood in line in its release, and in which no goroutine came, is
+// passed on at once to the next in line, not held for a lease.
+func TestRelockGrantNobodyWantsIsPassedOn(t *testing.T) {
+	la, lb, ga, _, a := relockPair(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	bOwner := lockLater(t, ctx, lb)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	b := recv(t, bOwner, "b's Lock")
+	gc, _ := newGen(t)
+	lc := mustGen(t, gc, "RELOCK", target(t), 5*time.Second)
+	cGot := lockOnce(ctx, lc)
+	inLine(t, ctx, la, 2) // a (lingering), then c
+	if !ga.Lingering(key(la)) {
+		t.Fatal("a does not linger in line")
+	}
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, cGot, "c's Lock"); err != nil {
+		t.Fatal(err)
+	}
+	if ga.Lingering(key(la)) {
+		t.Fatal("a still lingers in line after it passed its grant on")
+	}
+	waitFor(t, func() bool { return ga.InUse() == 0 })
+}
+
+// Close ends a linger: the process leaves the line, and the next release leaves the key free.
+func TestRelockCloseLeavesTheLine(t *testing.T) {
+	la, lb, ga, _, a := relockPair(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	bOwner := lockLater(t, ctx, lb)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	b := recv(t, bOwner, "b's Lock")
+	if !ga.Lingering(key(la)) {
+		t.Fatal("a does not linger in line")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ga.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second): // (the linger lasts 10 s)
+		t.Fatal("Close waits for the linger to end")
+	}
+	if st, err := lb.State(ctx); err != nil || len(st.Waiting) != 0 {
+		t.Fatalf("after a's Close: %+v, %v; want nobody in line", st, err)
+	}
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := lb.State(ctx); err != nil || st.Holder != "" {
+		t.Fatalf("after b let go: %+v, %v; want the key free", st, err)
+	}
+}

@@ -50,6 +50,62 @@ type line struct {
 	// gapUntil is the end of a window in which the key is left free for processes not in line.
 	gapUntil time.Time
 	watching bool // the release channel is watched for this state
+	// quiet is the state's epoch + 1 when the last answer about the open attempt was a
+	// release that stood in line again with it (relock), and no signal came since: a goroutine
+	// that wants the key then waits for the grant without asking Redis. 0 otherwise.
+	quiet uint64
+	// lingering says the process stands in line with no goroutine waiting (yet), after a
+	// release that stood in line again: until one comes, its grant comes, or lingerFor ends.
+	// The linger holds a reference to the state.
+	lingering bool
+	linger    *time.Timer
+}
+
+// relockWindow is how soon after the key's release in this process a Lock must come for the
+// process to count as taking the key again at once (lockState.relock).
+const relockWindow = time.Millisecond
+
+// lingerFor is how long a process stands in line after a release that stood in line again,
+// with no goroutine waiting, before it leaves (lease is the attempt's): short, since a
+// goroutine that takes the key again at once comes within microseconds, and a grant that
+// comes first to a process nobody in which wants the key is passed on at a round trip's cost
+// to the next process; within a sixth of the lease, the bound on a grant whose message is
+// lost (no poller runs while nobody waits: the leave passes such a grant on).
+func lingerFor(lease time.Duration) time.Duration { return min(2*time.Millisecond, lease/6) }
+
+// lingerLocked begins the linger after a release that stood in line again with the open
+// attempt, unless goroutines wait already or the Generator closes. The caller holds mu.
+func (st *lockState) lingerLocked() {
+	if st.line.lingering || st.q.HasWaiters() || st.barging > 0 || st.g.isClosed() {
+		return
+	}
+	st.line.lingering = true
+	st.g.hold(st)
+	d := lingerFor(st.line.attempt.cfg.Lease())
+	if test := st.g.relockTest.Load(); test > 0 {
+		d = time.Duration(test)
+	}
+	st.line.linger = time.AfterFunc(d, func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.endLingerLocked(true)
+	})
+}
+
+// endLingerLocked ends the linger, if there is one: a goroutine came, or (wasted) none came
+// before the grant or the linger's end, and the process stops expecting one (relock off) and
+// lets go of what nobody waits for. The caller holds mu.
+func (st *lockState) endLingerLocked(wasted bool) {
+	if !st.line.lingering {
+		return
+	}
+	st.line.lingering = false
+	st.line.linger.Stop()
+	if wasted {
+		st.relock = false
+		st.settleLocked()
+	}
+	st.g.unref(st) // (after settleLocked: its background work holds the state first)
 }
 
 // attempt is an acquisition a process waits with.
@@ -178,7 +234,14 @@ func (st *lockState) beginGrantLocked(a *attempt, g grant) *tenure {
 // waiter takes it; a grant nobody here waits for any more is passed on at once. The caller
 // holds mu, in phase idle.
 func (st *lockState) startGrantLocked(a *attempt, g grant) {
-	if st.beginGrantLocked(a, g) == nil {
+	t := st.beginGrantLocked(a, g)
+	if st.line.lingering {
+		// No goroutine came for the key the release stood in line for: the grant is passed
+		// on (or, unusable, left with the line), and the process stops expecting one.
+		st.endLingerLocked(true)
+		return
+	}
+	if t == nil {
 		return
 	}
 	if !st.q.HasWaiters() && st.barging == 0 {
@@ -206,7 +269,7 @@ func (st *lockState) heardGrant(g grant) {
 		return // not ours, or not any more (a leave on its way lets it go)
 	}
 	switch st.phase {
-	case asking, renewing: // a request of the attempt (or the yield that opened it) is on its way: its answer decides
+	case asking, renewing, releasing: // a request of the attempt (or the yield or release that opened it) is on its way: its answer decides
 		st.line.granted = &g
 	case idle:
 		st.startGrantLocked(a, g)

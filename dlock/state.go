@@ -108,6 +108,13 @@ type lockState struct {
 	asking   string // the locker of the lock.lua in flight (phase asking)
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)
+	// relock says that goroutines of this process take the key again at once after it lets
+	// it go (a Lock came within relockWindow of the last release, relockBy): an Unlock that
+	// grants the key to another process then stands in line again in the same script, so
+	// that the next Lock waits for its grant without a request (line.lingering). It turns
+	// off when no goroutine came for such a place in line.
+	relock   bool
+	relockBy time.Time
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
@@ -152,6 +159,9 @@ func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried boo
 			return stepRenew, nil, st.epoch
 		}
 	case idle:
+		if st.line.attempt != nil && st.line.quiet == st.epoch+1 {
+			break // a release just put this process in line: it waits for the grant
+		}
 		if (!tried || st.epoch != triedAt) && !time.Now().Before(st.line.gapUntil) {
 			st.phase = asking
 			return stepAsk, nil, st.epoch
@@ -175,6 +185,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		unbind  func()      // ... once made (a pass within the process makes none)
 	)
 	st.mu.Lock()
+	st.endLingerLocked(false) // (the caller holds a reference to st)
+	if !st.relock && st.ten == nil && time.Now().Before(st.relockBy) {
+		st.relock = true
+	}
 	barge := st.mayBarge()
 	how := HowAttempt
 	if st.q.HasWaiters() {
@@ -607,8 +621,8 @@ func (st *lockState) left() {
 // settleLocked lets go what nobody waits for any more: a free tenure, the process's place in
 // the line (its open attempt settled), the watch. The caller holds mu.
 func (st *lockState) settleLocked() {
-	if st.q.HasWaiters() || st.barging > 0 {
-		return // (a barging goroutine settles when it queues or returns)
+	if st.q.HasWaiters() || st.barging > 0 || st.line.lingering {
+		return // (a barging goroutine settles when it queues or returns; a linger when it ends)
 	}
 	switch st.phase {
 	case free:

@@ -252,44 +252,76 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 		st.mu.Unlock()
 		return nil
 	}
-	release := st.releaseLocked()
+	// (Only a process that watches its channel of the key hears its grant at once.)
+	relock := (st.relock || st.g.relockTest.Load() > 0) && st.line.watching && st.g.opts.handOff > 0
+	release := st.releaseLocked(relock)
 	st.mu.Unlock()
 	return release(ctx)
 }
 
 // releaseLocked begins letting the tenure go (phase releasing: no renewal, no pass) and
-// returns the Redis part, to run once mu is unlocked. The caller holds mu, in phase held (its
-// owner gone) or free.
-func (st *lockState) releaseLocked() func(ctx context.Context) error {
+// returns the Redis part, to run once mu is unlocked. With stay (relock), a release that
+// grants the key to another process also puts this one back in line with a new attempt. The
+// caller holds mu, in phase held (its owner gone) or free.
+func (st *lockState) releaseLocked(stay bool) func(ctx context.Context) error {
 	t := st.ten
 	st.phase, st.owner = releasing, nil
 	t.over = true
 	t.exp.Stop()
 	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
+	var next *attempt
+	if stay {
+		next = &attempt{locker: st.g.newLocker(), cfg: t.cfg, tokens: 1, sent: true} // (release.lua may put it in line)
+		req.Next, req.NextLease, req.NextTokens = next.locker, t.cfg.Lease(), next.tokens
+		// The release may put this process back in line with next, whatever becomes of its
+		// reply (an answer other than released counts it in line: release).
+		st.line.attempt = next
+		st.line.forget()
+	}
 	cfg, until := t.cfg, t.until
-	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until) }
+	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until, next) }
 }
 
 // releaseInBackground lets the tenure go without waiting. The caller holds mu.
 func (st *lockState) releaseInBackground() {
-	release := st.releaseLocked()
+	release := st.releaseLocked(false)
 	st.background(func() { _ = release(st.g.clean) })
 }
 
 // release sends release.lua for t, bounded by ctx and the lease, then leaves phase releasing.
 // A release whose outcome is unknown is retried in the background until the lease runs out.
-func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time) error {
+// next is the attempt the release may stand in line with again (nil for none).
+func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time, next *attempt) error {
 	rctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
+	sent := time.Now()
 	res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
 		return st.g.proc.Unlock(ctx, cfg, req)
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.relockBy = time.Now().Add(relockWindow)
 	if err == nil && res.Outcome != processor.Released {
 		// The key left this tenure before its release (or Redis restarted empty): a copy of
 		// the request that took it may have found it held since and put this process in line.
 		st.line.queued = true
+	}
+	queued := false // in line again with next, as the answer says
+	if next != nil && st.line.attempt == next && err == nil && res.Outcome == processor.Released {
+		// (Only this answer tells: a release answered settled or gone may have run before,
+		// and put the process in line; the attempt then stays open, and is left.)
+		if res.Queued {
+			// It ran before any grant to next could (whose token is above the one it granted).
+			st.line.queued = true
+			st.line.waiting(sent, res.Token, &res.Seen)
+			// Redis heard the process listen: it hears its grant, and may wait for it without
+			// asking (else it asks, or leaves if nobody waits).
+			if queued = res.Seen.Heard; queued {
+				st.lingerLocked()
+			}
+		} else {
+			st.closeAttempt() // nothing of next reached Redis, nor can a copy of the release put it there
+		}
 	}
 	st.dropTenureLocked(t)
 	switch {
@@ -308,6 +340,10 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 		return fmt.Errorf("%w: found at release: the key was gone or held by another", ErrLockLost)
 	}
 	st.signalLocked(HowRetry)
+	if queued {
+		st.line.quiet = st.epoch + 1 // the waiters wait for the grant, unless news comes
+		st.grantedLocked(next)
+	}
 	st.settleLocked()
 	return nil
 }
@@ -370,11 +406,12 @@ func (st *lockState) close(ctx context.Context) error {
 		st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
 		defer st.g.unref(st) // the holding's reference, once the release is done
 	}
+	st.endLingerLocked(true) // (the waiters have ended: nobody will take what the linger waits for)
 	if st.ten == nil || (st.phase != held && st.phase != free) {
 		st.mu.Unlock()
 		return nil // nothing held, or a goroutine of this process is at work on it and will see Close
 	}
-	release := st.releaseLocked()
+	release := st.releaseLocked(false)
 	st.mu.Unlock()
 	if err := release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
 		return err

@@ -107,7 +107,12 @@ type Result struct {
 	// Yielded), 0 for none.
 	Gap time.Duration
 	// Seen is what the request found under the key when it was held (Held): see Sighting.
+	// Its Rank and Heard also tell the place in line of a yield (Yielded) and of a release
+	// that stood in line again (Queued).
 	Seen Sighting
+	// Queued reports a release (Released) that granted the key to another process and put
+	// this one in line with ReleaseRequest.Next.
+	Queued bool
 }
 
 // Sighting is what a request found under a held key.
@@ -162,6 +167,13 @@ type RenewRequest struct {
 type ReleaseRequest struct {
 	Locker string
 	Last   uint64 // the last token handed out (its block's first less one if none; 0 if unknown)
+	// Next, when set, is a fresh locker of the same owner that this process stands in line
+	// with again at the end of the line if the key is granted to another process (not when
+	// it is left free), with its lease and tokens: a goroutine of the process is expected to
+	// want the key again at once (Result.Queued). Ignored without a mark (Options.Mark).
+	Next       string
+	NextLease  time.Duration
+	NextTokens int
 }
 
 // LeaveRequest takes a process out of the line.

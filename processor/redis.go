@@ -988,6 +988,12 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 	}
 	owner, seq := SplitLocker(req.Locker)
 	a.locker, a.seq, a.last = req.Locker, seq, req.Last
+	if req.Next != "" && p.opts.Mark != "" {
+		if nextOwner, _ := SplitLocker(req.Next); nextOwner != owner || req.NextLease <= 0 {
+			return Result{}, fmt.Errorf("%w: next attempt %q is not a fresh locker of %q", dlerrors.ErrInvalidConfig, req.Next, owner)
+		}
+		a.next, a.nextLease, a.nextTokens = req.Next, req.NextLease, max(req.NextTokens, 1)
+	}
 	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner), a.list()...)
 	var code int64
 	if err == nil {
@@ -1001,6 +1007,8 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		r := Result{Outcome: Released}
 		vals, _ := res.Slice()
 		grantOf(vals, &r)
+		placeOf(vals, &r.Seen)
+		r.Queued = len(vals) >= 7 && a.next != ""
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil

@@ -847,6 +847,66 @@ func TestYieldCheck(t *testing.T) {
 	})
 }
 
+// A release with a next attempt that grants the key to another process puts its own process
+// back at the end of the line with that attempt, and says where it stands; one that leaves
+// the key free puts nobody in line; a copy of it, late or repeated, changes nothing; a next
+// attempt of another owner is refused.
+func TestReleaseStandsInLineAgain(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "stay")
+		la, _ := a.lock(t, lc, true, 1)
+		stay := processor.ReleaseRequest{Locker: la, Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
+		if r, err := a.Unlock(ctx, lc, stay); err != nil || r.Outcome != processor.Released || r.Next != "" || r.Queued {
+			t.Fatalf("a release with nobody in line = %+v, %v; want the key left free, pa- not in line", r, err)
+		}
+		if in := inspect(t, a, lc); in.Holder != "" || len(in.Waiting) != 0 {
+			t.Fatalf("after it: %+v; want the key free and nobody in line", in)
+		}
+
+		la, _ = a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pa-")) // pa- listens as it stands in line again
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bad := processor.ReleaseRequest{Locker: la, Next: b.locker(), NextLease: lc.Lease()}
+		if _, err := a.Unlock(ctx, lc, bad); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("a release naming another owner's attempt = %v, want ErrInvalidConfig", err)
+		}
+		stay = processor.ReleaseRequest{Locker: la, Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
+		r, err := a.Unlock(ctx, lc, stay)
+		if err != nil || r.Outcome != processor.Released || r.Next != lb || !r.Queued || r.Seen.Rank != 0 || !r.Seen.Heard {
+			t.Fatalf("a release with pb- in line = %+v, %v; want granted to %s, pa- first in line again and heard", r, err, lb)
+		}
+		if in := inspect(t, a, lc); in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
+			t.Fatalf("after it: %+v; want the key granted to %s and pa- in line", in, lb)
+		}
+		if r, err := a.Unlock(ctx, lc, stay); err != nil || r.Outcome != processor.Settled || r.Queued {
+			t.Fatalf("a copy of the release = %+v, %v; want settled", r, err)
+		}
+		if g := b.release(t, lc, lb); g.Next != stay.Next {
+			t.Fatalf("pb-'s release = %+v, want granted to pa-'s next attempt %s", g, stay.Next)
+		}
+		// The next attempt, granted the key, lets it go with nobody in line: a copy of the
+		// first release, after a leave settled the next attempt too, puts nobody back.
+		if g := a.release(t, lc, stay.Next); g.Next != "" {
+			t.Fatalf("pa-'s second release = %+v, want the key left free", g)
+		}
+		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last()}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := a.Unlock(ctx, lc, stay); err != nil || r.Queued {
+			t.Fatalf("a late copy of the first release = %+v, %v; want nothing done", r, err)
+		}
+		if in := inspect(t, a, lc); in.Holder != "" || len(in.Waiting) != 0 {
+			t.Fatalf("at the end: %+v; want the key free and nobody in line", in)
+		}
+	})
+}
+
 // A check's mark lives as long as the key holds the tenure's locker: a copy of a check that
 // found nobody in line, arriving after the tenure outlived the mark's own life (two leases of
 // its lock.lua; here an Extend made the lease longer), still cannot give the key away. A

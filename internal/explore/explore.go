@@ -245,7 +245,8 @@ const (
 	kClose
 	kExtend
 	kTry
-	kMixed // a second handle with another lease
+	kMixed  // a second handle with another lease
+	kRelock // an Unlock that stands in line again
 	nKinds
 )
 
@@ -257,7 +258,7 @@ func newSwarm(r *rand.Rand, owned bool, lease time.Duration) swarm {
 		sw.handOff = lease / 10
 	}
 	base := [nKinds]float64{kProc: 5, kWant: 1.5, kNet: 5, kGiveUp: 0.5, kTick: 1, kForce: 0.2, kRestart: 0.1, kCrash: 0.1,
-		kClose: 0.1, kExtend: 0.5, kTry: 0.3, kMixed: 0.3}
+		kClose: 0.1, kExtend: 0.5, kTry: 0.3, kMixed: 0.3, kRelock: 2}
 	for k := range base {
 		sw.weights[k] = base[k]
 		// Each optional kind is left out of a third of the schedules (swarm testing): a
@@ -356,10 +357,16 @@ func (w *world) enabled() []action {
 		}
 		if p.owner != nil && p.phase == held {
 			add(kProc, p.name+": the owner unlocks", 1, p.unlock)
+			if p.w.sw.handOff > 0 {
+				add(kRelock, p.name+": the owner unlocks, expecting to lock again (relock)", 1, p.relock)
+			}
 			if p.extending == nil {
 				add(kExtend, p.name+": the owner extends to twice the lease", 1, func() { p.extend(2 * lease) })
 				add(kExtend, p.name+": the owner extends to half the lease", 1, func() { p.extend(lease / 2) })
 			}
+		}
+		if p.lingering {
+			add(kProc, p.name+": the linger ends", 0.3, p.endLinger)
 		}
 		if p.phase == free && len(p.waiters) > 0 {
 			add(kProc, p.name+": the first waiter takes the free tenure", 1, p.take)
@@ -600,6 +607,9 @@ func (w *world) drain() {
 			}
 			for len(p.waiters) > 0 {
 				p.giveUp()
+			}
+			if p.lingering {
+				p.endLinger() // (its timer runs out)
 			}
 			for len(p.giveBacks) > 0 {
 				p.retryGiveBack(0)

@@ -58,6 +58,9 @@ type proc struct {
 	// a release may grant it the key however old its entry); unlisten ends that.
 	listening bool
 	unlisten  func()
+	// lingering says it stands in line with no goroutine waiting, after a release that stood
+	// in line again (relock): until a goroutine comes, the grant comes, or the linger ends.
+	lingering bool
 }
 
 type phase uint8
@@ -195,12 +198,18 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	return r
 }
 
-func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure) {
+func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure, next string) {
 	cfg := p.cfg(lease)
-	r := p.request(pur, fmt.Sprintf("release.lua(%s)", locker))
-	r.ten, r.locker, r.lease = t, locker, lease
+	req := processor.ReleaseRequest{Locker: locker, Last: last}
+	what := "release.lua(" + locker
+	if next != "" {
+		req.Next, req.NextLease, req.NextTokens = next, lease, 1
+		what += ", next " + next
+	}
+	r := p.request(pur, what+")")
+	r.ten, r.locker, r.lease, r.next = t, locker, lease, next
 	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker, Last: last})
+		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}
 	}
 	p.w.send(r)
@@ -224,6 +233,7 @@ func (p *proc) sendLeave() {
 // want: a goroutine calls Lock with a handle of the given lease.
 func (p *proc) want(lease time.Duration) {
 	p.stopped, p.leaveSent, p.leaveLanded = false, false, false
+	p.lingering = false // (the goroutine waits for the grant the linger stood in line for)
 	p.waiters = append(p.waiters, lease)
 	p.w.note("%s: a goroutine calls Lock (lease %v)", p.name, lease)
 }
@@ -250,7 +260,7 @@ func (p *proc) abandon() {
 
 // left is lockState.left: once nobody waits, a free tenure is let go and the line left.
 func (p *proc) left() {
-	if len(p.waiters) > 0 || p.tryer {
+	if len(p.waiters) > 0 || p.tryer || p.lingering {
 		return
 	}
 	if !p.stopped {
@@ -296,8 +306,13 @@ func (p *proc) grantStart(g heard) time.Time {
 // passed on at once. An unusable grant is left for the next attempt (lock.lua finds the key
 // its own).
 func (p *proc) startGrant(a *attempt, g heard) {
+	lingered := p.lingering
+	p.lingering = false
 	if !p.grantUsable(a, g) {
 		p.granted = nil
+		if lingered {
+			p.left() // nobody waits: the leave lets the grant go
+		}
 		return
 	}
 	start, token, at := p.grantStart(g), g.token, g.at
@@ -335,7 +350,7 @@ func (p *proc) hear(m processor.Message, at int) {
 			return
 		}
 		switch p.phase {
-		case asking, renewing:
+		case asking, renewing, releasing:
 			p.granted = &heard{locker: m.Locker, token: m.Token, server: m.At, heard: p.w.now(), at: at}
 		case idle:
 			p.startGrant(p.attempt, heard{locker: m.Locker, token: m.Token, server: m.At, heard: p.w.now(), at: at})
@@ -369,6 +384,7 @@ func (p *proc) ask() {
 // of its own, settled if the key is held.
 func (p *proc) try() {
 	p.phase, p.tryer = asking, true
+	p.lingering = false // (dlock's TryLock ends a linger; it leaves the line once it returns)
 	if a := p.attempt; a != nil {
 		p.sendLock(pTry, a.locker, a.lease, true, a.tokens)
 		return
@@ -387,6 +403,32 @@ func (p *proc) unlock() {
 		return
 	}
 	p.releaseTenure()
+}
+
+// relock: the owner's final Unlock in a process whose goroutines take the key again at once
+// (lockState.relock): with no goroutine waiting, the release stands in line again with a new
+// attempt if it grants the key to another process.
+func (p *proc) relock() {
+	p.w.note("%s: the owner (token %d) unlocks, expecting to lock again", p.name, p.owner.token)
+	p.owner = nil
+	if len(p.waiters) > 0 {
+		p.phase = free
+		return
+	}
+	t := p.ten
+	p.phase, p.owner = releasing, nil
+	t.over = true
+	p.stopped, p.leaveSent, p.leaveLanded = false, false, false // (it means to want the key again)
+	locker, _ := p.newLocker()
+	p.attempt, p.waited, p.seen, p.granted = &attempt{locker: locker, lease: t.lease, tokens: 1}, time.Time{}, 0, nil
+	p.sendRelease(pRelease, t.locker, t.lease, t.last, t, locker)
+}
+
+// endLinger: no goroutine came before the linger's end: the process leaves the line.
+func (p *proc) endLinger() {
+	p.w.note("%s: the linger ends", p.name)
+	p.lingering = false
+	p.left()
 }
 
 // take: the first waiter takes the free tenure, or renews it first.
@@ -453,7 +495,7 @@ func (p *proc) watchdog() {
 // crash: the process dies (kill -9). Its requests on the wire may still arrive.
 func (p *proc) crash() {
 	p.w.note("%s crashes", p.name)
-	p.dead = true
+	p.dead, p.lingering = true, false
 	p.owner, p.ten, p.waiters = nil, nil, nil
 	p.deaf() // Redis drops the subscription with the connection
 }
@@ -473,12 +515,12 @@ func (p *proc) close() {
 		// The flaw of the second review: the key let go before the owner is told.
 		t := p.ten
 		p.phase, t.over = releasing, true
-		p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
+		p.sendRelease(pRelease, t.locker, t.lease, t.last, t, "")
 		p.closed = true
 		return
 	}
 	p.owner = nil
-	p.closed = true
+	p.closed, p.lingering = true, false
 	if p.ten != nil && (p.phase == held || p.phase == free) {
 		p.releaseTenure()
 	}
@@ -558,7 +600,7 @@ func (p *proc) releaseTenure() {
 	t := p.ten
 	p.phase, p.owner = releasing, nil
 	t.over = true
-	p.sendRelease(pRelease, t.locker, t.lease, t.last, t)
+	p.sendRelease(pRelease, t.locker, t.lease, t.last, t, "")
 }
 
 // endTenure ends t without a word to Redis: the phase goes back to idle.
@@ -633,6 +675,17 @@ func (p *proc) onReply(r *request, out outcome) {
 		if out.err == nil && out.res.Outcome != processor.Released {
 			p.queued = true // a copy of the lock.lua that took it may have put it in line since
 		}
+		next := p.attempt
+		stood := false // in line again with r.next (relock), as the answer says
+		if r.next != "" && next != nil && next.locker == r.next && out.err == nil && out.res.Outcome == processor.Released {
+			if stood = out.res.Queued; stood {
+				p.queued = true
+				p.waiting(r.sent, out.res.Token)
+				p.lingering = len(p.waiters) == 0 && p.live()
+			} else {
+				p.closeAttempt()
+			}
+		}
 		// (its tombstone lives as long as a settled mark: a release later than that is the
 		// documented window of requests later than their marks)
 		// (nor is a release after an empty restart since: its marks are gone)
@@ -645,6 +698,9 @@ func (p *proc) onReply(r *request, out outcome) {
 		}
 		if out.err != nil {
 			p.giveBack(t.locker, t.lease)
+		}
+		if stood {
+			p.grantedNow(next)
 		}
 		p.left()
 	case pLeave:

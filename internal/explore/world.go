@@ -71,7 +71,7 @@ type request struct {
 	owner  *holding // Extend: the holding that asked
 	wait   bool     // lock: stand in line
 	seq    int      // leave: the newest number it settles
-	next   string   // yield: the attempt the process waits with next
+	next   string   // yield, or a release that stands in line again (relock): the attempt the process waits with next
 
 	// its plan, in a random walk
 	fate      fate
@@ -483,13 +483,15 @@ type entry struct {
 }
 
 // renewedEntry records that r, run by Redis with outcome out, made or renewed an entry in the
-// line: a waiting attempt that found the key held, or a yield with the attempt it waits with next.
+// line: a waiting attempt that found the key held, or a yield or a release (relock) with the
+// attempt it waits with next.
 func (w *world) renewedEntry(r *request, out outcome) {
 	switch {
 	case out.err != nil:
 	case (r.purpose == pAsk || r.purpose == pTry) && r.wait && out.res.Outcome == processor.Held:
 		w.entries[r.locker] = entry{w.now(), r.lease, w.listens(r.locker)}
-	case r.purpose == pTake && r.yield && out.res.Outcome == processor.Yielded:
+	case r.purpose == pTake && r.yield && out.res.Outcome == processor.Yielded,
+		r.purpose == pRelease && r.next != "" && out.res.Queued:
 		w.entries[r.next] = entry{w.now(), r.lease, w.listens(r.next)}
 	}
 }

@@ -208,6 +208,18 @@ local function enqueue(mark, locker, lease, n)
     return heard
 end
 
+-- standAgain puts the request's process (A.mark) back at the end of the line with A.next, its
+-- lease and tokens, after a script that let the key go granted it to another process (a yield,
+-- a release of a process that takes the key again at once): reply, the script's, then also
+-- carries the process's place in line and 1 if it listens on its channel (else 0).
+local function standAgain(reply)
+    local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens)
+    local rank = redis.pcall('zrank', LINE, A.mark) -- (a user not allowed it: the place is unknown)
+    reply[6] = type(rank) == 'number' and rank or -1
+    reply[7] = heard and 1 or 0
+    return reply
+end
+
 -- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
 -- entry, when the entry expires unless renewed again (server ms), and whether its process
 -- listened on its channel then; nil when it has none. (An entry of a version before the

@@ -4,10 +4,17 @@
 -- gives back an acquisition whose outcome is unknown (its reply was lost, or its caller gave
 -- up): settled either way, and let go if it holds the key. (An attempt that waits in line is
 -- never given back: its process waits with it, and settles it by leaving.)
--- Arguments: locker, seq, mark, last, fence_ttl, done_ttl, gap_every, gap_window, channel,
--- publish.
+-- With next, a release that grants the key to another process also puts this one back in
+-- line, at its end, with next (a fresh acquisition of the same owner), as a yield does: a
+-- goroutine of the process is expected to want the key again at once, and waits for its grant
+-- without a request of its own. Only a release of the held key does so: a late or repeated
+-- copy finds the acquisition settled and changes nothing.
+-- Arguments: locker, seq, mark, last, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window,
+-- channel, publish, next, next_lease, next_tokens.
 -- Returns {1, the locker the key was granted to or '', the first token of its block or 0, the
--- window left free in ms or 0, the server µs of the grant or 0} when let go, {-1, ''} when settled already (this release ran
+-- window left free in ms or 0, the server µs of the grant or 0} when let go, with two more
+-- when it stood in line again with next: the process's place in line and 1 if it listens on
+-- its channel (else 0); {-1, ''} when settled already (this release ran
 -- before and its reply was lost), {0, ''} when the key is gone or holds another locker (an
 -- operator's removal of it included).
 counter() -- (first: a counter dlock never wrote stops the script before it writes)
@@ -21,4 +28,8 @@ if redis.call('get', K) ~= locker then
 end
 unreserve(locker, A.last)
 settle(seq)
-return passed(1, locker, '')
+local reply = passed(1, locker, '')
+if A.next ~= '' and A.mark ~= '' and reply[2] ~= '' then
+    return standAgain(reply)
+end
+return reply

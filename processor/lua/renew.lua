@@ -49,12 +49,7 @@ if yield then
     if live() or (A.gap_every ~= '' and not redis.call('get', GAP)) then -- (pass opens a window due)
         unreserve(locker, A.last)
         settle(seq)
-        local reply = passed(2, locker, '')
-        local heard = enqueue(mark, A.next, A.next_lease, A.next_tokens)
-        local rank = redis.pcall('zrank', LINE, mark)
-        reply[6] = type(rank) == 'number' and rank or -1
-        reply[7] = heard and 1 or 0
-        return reply
+        return standAgain(passed(2, locker, ''))
     end
 end
 lengthen(K, A.lease)
