@@ -146,7 +146,7 @@ func (st *lockState) closeAttempt() {
 
 // forget forgets what the process learnt of its place in line with an attempt.
 func (l *line) forget() {
-	l.waited, l.seen, l.granted = time.Time{}, 0, nil
+	l.waited, l.seen, l.granted, l.quiet = time.Time{}, 0, nil, 0
 	l.rank, l.heard, l.holderUntil, l.firstAt = -1, false, time.Time{}, time.Time{}
 }
 
