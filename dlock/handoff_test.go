@@ -2195,7 +2195,7 @@ func relockPair(t *testing.T, linger time.Duration) (la, lb *dlock.DistributedRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	aOwner := lockLater(t, ctx, la)
+	aOwner := lockAsync(t, la, ctx)
 	inLine(t, ctx, la, 1)
 	if err := b.Unlock(); err != nil { // a waited: it watches its channel
 		t.Fatal(err)
@@ -2203,17 +2203,17 @@ func relockPair(t *testing.T, linger time.Duration) (la, lb *dlock.DistributedRe
 	return la, lb, ga, ca, recv(t, aOwner, "a's Lock")
 }
 
-// lockLater locks l in a goroutine and sends its Owner once it has it.
-func lockLater(t *testing.T, ctx context.Context, l *dlock.DistributedReentrantLock) <-chan *dlock.Owner {
-	got := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := l.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
-	return got
+
+// relockTo has b's process wait for the key, then a let it go: the key is granted to b, and
+// a's process stands in line again. It returns b's Owner.
+func relockTo(t *testing.T, ctx context.Context, la, lb *dlock.DistributedReentrantLock, a *dlock.Owner) *dlock.Owner {
+	t.Helper()
+	bOwner := lockAsync(t, lb, ctx)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	return recv(t, bOwner, "b's Lock")
 }
 
 // inLine waits until n processes stand in l's line.
@@ -2228,12 +2228,7 @@ func inLine(t *testing.T, ctx context.Context, l *dlock.DistributedReentrantLock
 func TestRelockWaitsForItsGrantWithoutARequest(t *testing.T) {
 	la, lb, ga, ca, a := relockPair(t, 10*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	bOwner := lockLater(t, ctx, lb)
-	inLine(t, ctx, la, 1)
-	if err := a.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	b := recv(t, bOwner, "b's Lock")
+	b := relockTo(t, ctx, la, lb, a)
 	if st, err := la.State(ctx); err != nil || st.Mine || len(st.Waiting) != 1 || !ga.Lingering(key(la)) {
 		t.Fatalf("after a's release: %+v, %v, lingering %v; want the key granted to b and a in line, lingering", st, err, ga.Lingering(key(la)))
 	}
@@ -2274,12 +2269,7 @@ func TestRelockNobodyComesLeavesTheLine(t *testing.T) {
 func TestRelockGrantNobodyWantsIsPassedOn(t *testing.T) {
 	la, lb, ga, _, a := relockPair(t, 10*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	bOwner := lockLater(t, ctx, lb)
-	inLine(t, ctx, la, 1)
-	if err := a.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	b := recv(t, bOwner, "b's Lock")
+	b := relockTo(t, ctx, la, lb, a)
 	gc, _ := newGen(t)
 	lc := mustGen(t, gc, "RELOCK", target(t), 5*time.Second)
 	cGot := lockOnce(ctx, lc)
@@ -2303,12 +2293,7 @@ func TestRelockGrantNobodyWantsIsPassedOn(t *testing.T) {
 func TestRelockCloseLeavesTheLine(t *testing.T) {
 	la, lb, ga, _, a := relockPair(t, 10*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	bOwner := lockLater(t, ctx, lb)
-	inLine(t, ctx, la, 1)
-	if err := a.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	b := recv(t, bOwner, "b's Lock")
+	b := relockTo(t, ctx, la, lb, a)
 	if !ga.Lingering(key(la)) {
 		t.Fatal("a does not linger in line")
 	}
