@@ -278,8 +278,8 @@ func (st *lockState) releaseLocked(stay bool) func(ctx context.Context) error {
 		st.line.attempt = next
 		st.line.forget()
 	}
-	cfg, until := t.cfg, t.until
-	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until, next) }
+	cfg, until, epoch := t.cfg, t.until, st.epoch
+	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until, next, epoch) }
 }
 
 // releaseInBackground lets the tenure go without waiting. The caller holds mu.
@@ -290,8 +290,9 @@ func (st *lockState) releaseInBackground() {
 
 // release sends release.lua for t, bounded by ctx and the lease, then leaves phase releasing.
 // A release whose outcome is unknown is retried in the background until the lease runs out.
-// next is the attempt the release may stand in line with again (nil for none).
-func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time, next *attempt) error {
+// next is the attempt the release may stand in line with again (nil for none), epoch the
+// state's epoch as the release was sent.
+func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time, next *attempt, epoch uint64) error {
 	rctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	sent := time.Now()
@@ -300,6 +301,10 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// A signal while the release was on its way (a new subscription, a message that the key
+	// was let go, a ForceRelease) is news the release's answer does not cover: the waiters
+	// then ask, rather than wait for the grant without a request (quiet).
+	news := st.epoch != epoch
 	st.relockBy = time.Now().Add(relockWindow)
 	if err == nil && res.Outcome != processor.Released {
 		// The key left this tenure before its release (or Redis restarted empty): a copy of
@@ -341,7 +346,9 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 	}
 	st.signalLocked(HowRetry)
 	if queued {
-		st.line.quiet = st.epoch + 1 // the waiters wait for the grant, unless news comes
+		if !news {
+			st.line.quiet = st.epoch + 1 // the waiters wait for the grant, unless news comes
+		}
 		st.grantedLocked(next)
 	}
 	st.settleLocked()
