@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,8 +73,9 @@ func TestRelockNewsDuringTheReleaseIsNotSwallowed(t *testing.T) {
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- a.Unlock() }()
 	recv(t, ran, "a's release") // granted to b; a stands in line again, heard
-	_ = recv(t, bOwner, "b's Lock")
-	got := lockOnce(ctx, la) // a goroutine of a comes back while the release's reply is on its way
+	b = recv(t, bOwner, "b's Lock")
+	defer runtime.KeepAlive(b) // (a dropped Owner is released: b holds the key until Redis loses it)
+	got := lockOnce(ctx, la)   // a goroutine of a comes back while the release's reply is on its way
 	waitFor(t, func() bool { return ga.Waiters(key(la)) })
 
 	wipeKey(t, raw, la) // Redis restarts empty: the key and the line are gone ...
