@@ -96,3 +96,35 @@ func TestRelockNewsDuringTheReleaseIsNotSwallowed(t *testing.T) {
 		t.Fatal("a's goroutine still waits for a grant that cannot come: the signal of its new subscription was swallowed")
 	}
 }
+
+// A release that stands in line again does so with the lease of the handle that let go, not
+// one an Extend set for that holding: the goroutine that comes back is granted the key for
+// its own lease, and a process that dies holding it does not keep the key for the extended
+// one (a grant is an acquisition from Redis: the key lives at most its lease).
+func TestRelockStandsInLineWithTheHandlesLease(t *testing.T) {
+	const lease, extended = 5 * time.Second, 10 * time.Minute
+	raw := rawClient(t)
+	la, lb, ga, _, a := relockPair(t, 10*time.Second)
+	_ = lb
+	ctx := ctxT(t, 30*time.Second)
+	if la.Config().Lease() != lease {
+		t.Fatalf("relockPair's lease is %v", la.Config().Lease())
+	}
+	if err := la.Extend(a, extended); err != nil {
+		t.Fatal(err)
+	}
+	bOwner := lockLater(t, ctx, lb)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	b := recv(t, bOwner, "b's Lock")
+	wOwner := lockLater(t, ctx, la) // a goroutine of a comes back, with the handle's lease
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w := recv(t, wOwner, "a's second Lock")
+	defer la.Unlock(w) //nolint:errcheck
+	checkPTTL(t, raw, key(la), lease, true, "a's grant after its release stood in line again")
+}

@@ -254,25 +254,29 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	}
 	// (Only a process that watches its channel of the key hears its grant at once.)
 	relock := (st.relock || st.g.relockTest.Load() > 0) && st.line.watching && st.g.opts.handOff > 0
-	release := st.releaseLocked(relock)
+	var stay *domain.DLockConfig
+	if relock {
+		stay = &h.cfg // (its handle's lease, not one an Extend set for the tenure: the goroutine that comes back takes it anew)
+	}
+	release := st.releaseLocked(stay)
 	st.mu.Unlock()
 	return release(ctx)
 }
 
 // releaseLocked begins letting the tenure go (phase releasing: no renewal, no pass) and
 // returns the Redis part, to run once mu is unlocked. With stay (relock), a release that
-// grants the key to another process also puts this one back in line with a new attempt. The
-// caller holds mu, in phase held (its owner gone) or free.
-func (st *lockState) releaseLocked(stay bool) func(ctx context.Context) error {
+// grants the key to another process also puts this one back in line with a new attempt of
+// stay's lease. The caller holds mu, in phase held (its owner gone) or free.
+func (st *lockState) releaseLocked(stay *domain.DLockConfig) func(ctx context.Context) error {
 	t := st.ten
 	st.phase, st.owner = releasing, nil
 	t.over = true
 	t.exp.Stop()
 	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
 	var next *attempt
-	if stay {
-		next = &attempt{locker: st.g.newLocker(), cfg: t.cfg, tokens: 1, sent: true} // (release.lua may put it in line)
-		req.Next, req.NextLease, req.NextTokens = next.locker, t.cfg.Lease(), next.tokens
+	if stay != nil {
+		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: 1, sent: true} // (release.lua may put it in line)
+		req.Next, req.NextLease, req.NextTokens = next.locker, stay.Lease(), next.tokens
 		// The release may put this process back in line with next, whatever becomes of its
 		// reply (an answer other than released counts it in line: release).
 		st.line.attempt = next
@@ -284,7 +288,7 @@ func (st *lockState) releaseLocked(stay bool) func(ctx context.Context) error {
 
 // releaseInBackground lets the tenure go without waiting. The caller holds mu.
 func (st *lockState) releaseInBackground() {
-	release := st.releaseLocked(false)
+	release := st.releaseLocked(nil)
 	st.background(func() { _ = release(st.g.clean) })
 }
 
@@ -418,7 +422,7 @@ func (st *lockState) close(ctx context.Context) error {
 		st.mu.Unlock()
 		return nil // nothing held, or a goroutine of this process is at work on it and will see Close
 	}
-	release := st.releaseLocked(false)
+	release := st.releaseLocked(nil)
 	st.mu.Unlock()
 	if err := release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
 		return err
