@@ -2427,3 +2427,60 @@ func TestRelockStandsInLineWithTheHandlesLease(t *testing.T) {
 	defer la.Unlock(w) //nolint:errcheck
 	checkPTTL(t, raw, key(la), lease, true, "a's grant after its release stood in line again")
 }
+
+// A process that stood in line in its release learns from that release when the key it
+// granted expires: if the new holder dies, the waiter that came asks once that holder's lease
+// has run out, not at its own slower pace (half its own lease, first in line).
+func TestRelockWaiterAsksWhenTheGrantedKeyExpires(t *testing.T) {
+	const long, short = 60 * time.Second, 2 * time.Second
+	ga, _ := newGen(t)
+	gb, clb := newGen(t)
+	ga.Relock(10 * time.Second)
+	var dead atomic.Bool
+	clb.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if dead.Load() && processor.ScriptName(cmd.Args()) != "" {
+			return errors.New("b died")
+		}
+		return next(ctx, cmd)
+	}})
+	la := mustGen(t, ga, "RELOCK", target(t), long)
+	lb := mustGen(t, gb, "RELOCK", target(t), short)
+	ctx := ctxT(t, 60*time.Second)
+	b := mustLock(t, lb, ctx)
+	aOwner := lockAsync(t, la, ctx)
+	inLine(t, ctx, la, 1)
+	if err := b.Unlock(); err != nil { // a waited: it watches its channel
+		t.Fatal(err)
+	}
+	b = relockTo(t, ctx, la, lb, recv(t, aOwner, "a's Lock"))
+	defer runtime.KeepAlive(b) // (a dropped Owner is released: b holds the key until it dies)
+	dead.Store(true)           // b dies holding the key: it neither renews nor lets go
+	got := lockOnce(ctx, la)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second): // (b's key expires 2 s after its grant; a asks once it may have)
+		t.Fatal("a's goroutine still waits: it did not learn when the key it granted expires")
+	}
+}
+
+// A TryLock while the process stands in line after its release asks Redis (the key may have
+// been granted to it already); it finds the key held by the other process.
+func TestRelockTryLockAsks(t *testing.T) {
+	la, lb, ga, ca, a := relockPair(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	b := relockTo(t, ctx, la, lb, a)
+	defer lb.Unlock(b) //nolint:errcheck
+	if !ga.Lingering(key(la)) {
+		t.Fatal("a does not linger in line")
+	}
+	asked := ca.script("lock")
+	if o, ok, err := la.TryLock(ctx); err != nil || ok || o != nil {
+		t.Fatalf("TryLock while b holds = %v, %v, %v; want not obtained", o, ok, err)
+	}
+	if n := ca.script("lock") - asked; n != 1 {
+		t.Fatalf("the TryLock sent %d lock.lua; want 1", n)
+	}
+}

@@ -85,11 +85,15 @@ func (st *lockState) lingerLocked() {
 	if test := st.g.relockTest.Load(); test > 0 {
 		d = time.Duration(test)
 	}
-	st.line.linger = time.AfterFunc(d, func() {
+	var linger *time.Timer
+	linger = time.AfterFunc(d, func() {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		st.endLingerLocked(true)
+		if st.line.linger == linger { // (not a later linger's)
+			st.endLingerLocked(true)
+		}
 	})
+	st.line.linger = linger
 }
 
 // endLingerLocked ends the linger, if there is one: a goroutine came, or (wasted) none came

@@ -147,8 +147,9 @@ const (
 
 // next decides, under mu, what a goroutine wanting the lock with cfg does: take a free
 // tenure (or renew it first), ask Redis if the key may be this process's, or wait. tried and
-// triedAt say whether, and at which epoch, this goroutine last failed in Redis.
-func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried bool, triedAt uint64) (step, *holding, uint64) {
+// triedAt say whether, and at which epoch, this goroutine last failed in Redis; wait, that
+// it waits (Lock) rather than tries (TryLock).
+func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried bool, triedAt uint64, wait bool) (step, *holding, uint64) {
 	switch st.phase {
 	case free:
 		if !st.ten.mustRenew(cfg) {
@@ -159,8 +160,8 @@ func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried boo
 			return stepRenew, nil, st.epoch
 		}
 	case idle:
-		if st.line.attempt != nil && st.line.quiet == st.epoch+1 {
-			break // a release just put this process in line: it waits for the grant
+		if wait && st.line.attempt != nil && st.line.quiet == st.epoch+1 {
+			break // a release just put this process in line: it waits for the grant (a TryLock asks: it may have come)
 		}
 		if (!tried || st.epoch != triedAt) && !time.Now().Before(st.line.gapUntil) {
 			st.phase = asking
@@ -231,7 +232,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		}
 		if n == nil || st.q.IsFirst(n) {
 			st.mu.Lock()
-			s, h, e := st.next(wctx, cfg, tried, triedAt)
+			s, h, e := st.next(wctx, cfg, tried, triedAt, wait)
 			if n != nil {
 				how = st.wokenBy
 			}

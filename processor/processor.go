@@ -107,8 +107,8 @@ type Result struct {
 	// Yielded), 0 for none.
 	Gap time.Duration
 	// Seen is what the request found under the key when it was held (Held): see Sighting.
-	// Its Rank and Heard also tell the place in line of a yield (Yielded) and of a release
-	// that stood in line again (Queued).
+	// Its Rank, Heard, Holder and Life also tell the place in line of a yield (Yielded) and of a
+	// release that stood in line again (Queued), and the key granted.
 	Seen Sighting
 	// Queued reports a release (Released) that granted the key to another process and put
 	// this one in line with ReleaseRequest.Next.

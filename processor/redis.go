@@ -891,7 +891,8 @@ func grantOf(vals []any, r *Result) {
 }
 
 // placeOf reads the process's place in line and whether it is heard from the last two of a
-// script's answers (lock.lua's six when held, renew.lua's seven when yielded) into s; unknown
+// script's answers (lock.lua's six when held, eight when a yield or release stood in line
+// again) into s; unknown
 // (Rank -1) otherwise.
 func placeOf(vals []any, s *Sighting) {
 	s.Rank = -1
@@ -900,6 +901,18 @@ func placeOf(vals []any, s *Sighting) {
 			s.Rank = int(r)
 		}
 		s.Heard = vals[n-1] == int64(1)
+	}
+}
+
+// grantLife reads, from the answer of a script that granted the key to another process and
+// stood in line again (a yield, a release with next: {code, locker, first, gap, at, life,
+// rank, heard}), what the process then knows of the key: its holder (r.Next) and its life.
+func grantLife(vals []any, r *Result) {
+	if len(vals) < 8 || r.Next == "" {
+		return
+	}
+	if n, ok := vals[5].(int64); ok && (n > 0 || n == -1) {
+		r.Seen.Holder, r.Seen.Life = r.Next, time.Duration(n)*time.Millisecond
 	}
 }
 
@@ -960,6 +973,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		vals, _ := res.Slice()
 		grantOf(vals, &r)
 		placeOf(vals, &r.Seen)
+		grantLife(vals, &r)
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil
@@ -1008,7 +1022,8 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		vals, _ := res.Slice()
 		grantOf(vals, &r)
 		placeOf(vals, &r.Seen)
-		r.Queued = len(vals) >= 7 && a.next != ""
+		r.Queued = len(vals) >= 8 && a.next != ""
+		grantLife(vals, &r)
 		return r, nil
 	case -1:
 		return Result{Outcome: Settled}, nil

@@ -828,8 +828,8 @@ func TestYieldCheck(t *testing.T) {
 		}
 		if r, _ := a.ExpandLease(ctx, lc, check); r.Outcome != processor.Yielded {
 			t.Fatalf("check with pb- in line = %+v, want yielded", r)
-		} else if r.Seen.Rank != 0 || !r.Seen.Heard {
-			t.Fatalf("the yield answers %+v, want pa- first in line again, and heard", r.Seen)
+		} else if r.Seen.Rank != 0 || !r.Seen.Heard || r.Seen.Holder != lb || r.Seen.Life <= 5*time.Second {
+			t.Fatalf("the yield answers %+v, want pa- first in line again, and heard, the key granted to %s for its lease", r.Seen, lb)
 		}
 		in := inspect(t, a, lc)
 		if in.Holder != lb || in.TTL <= 5*time.Second || !slices.Equal(in.Waiting, []string{"pa-"}) {
@@ -878,8 +878,9 @@ func TestReleaseStandsInLineAgain(t *testing.T) {
 		}
 		stay = processor.ReleaseRequest{Locker: la, Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
 		r, err := a.Unlock(ctx, lc, stay)
-		if err != nil || r.Outcome != processor.Released || r.Next != lb || !r.Queued || r.Seen.Rank != 0 || !r.Seen.Heard {
-			t.Fatalf("a release with pb- in line = %+v, %v; want granted to %s, pa- first in line again and heard", r, err, lb)
+		if err != nil || r.Outcome != processor.Released || r.Next != lb || !r.Queued || r.Seen.Rank != 0 || !r.Seen.Heard ||
+			r.Seen.Holder != lb || r.Seen.Life <= lc.Lease()/2 || r.Seen.Life > lc.Lease() {
+			t.Fatalf("a release with pb- in line = %+v, %v; want granted to %s for its lease, pa- first in line again and heard", r, err, lb)
 		}
 		if in := inspect(t, a, lc); in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
 			t.Fatalf("after it: %+v; want the key granted to %s and pa- in line", in, lb)

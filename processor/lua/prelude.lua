@@ -211,12 +211,14 @@ end
 -- standAgain puts the request's process (A.mark) back at the end of the line with A.next, its
 -- lease and tokens, after a script that let the key go granted it to another process (a yield,
 -- a release of a process that takes the key again at once): reply, the script's, then also
--- carries the process's place in line and 1 if it listens on its channel (else 0).
+-- carries the key's life (ms: the grant's lease, when its holder would let it expire), the
+-- process's place in line and 1 if it listens on its channel (else 0).
 local function standAgain(reply)
     local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens)
     local rank = redis.pcall('zrank', LINE, A.mark) -- (a user not allowed it: the place is unknown)
-    reply[6] = type(rank) == 'number' and rank or -1
-    reply[7] = heard and 1 or 0
+    reply[6] = redis.call('pttl', K)
+    reply[7] = type(rank) == 'number' and rank or -1
+    reply[8] = heard and 1 or 0
     return reply
 end
 

@@ -12,9 +12,9 @@
 -- Arguments: locker, seq, mark, last, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window,
 -- channel, publish, next, next_lease, next_tokens.
 -- Returns {1, the locker the key was granted to or '', the first token of its block or 0, the
--- window left free in ms or 0, the server µs of the grant or 0} when let go, with two more
--- when it stood in line again with next: the process's place in line and 1 if it listens on
--- its channel (else 0); {-1, ''} when settled already (this release ran
+-- window left free in ms or 0, the server µs of the grant or 0} when let go, with three more
+-- when it stood in line again with next: the key's life in ms (the grant's lease), the
+-- process's place in line and 1 if it listens on its channel (else 0); {-1, ''} when settled already (this release ran
 -- before and its reply was lost), {0, ''} when the key is gone or holds another locker (an
 -- operator's removal of it included).
 counter() -- (first: a counter dlock never wrote stops the script before it writes)

@@ -13,8 +13,8 @@
 -- Arguments: locker, seq, lease, mark, tokens, last, yield, check, next, next_lease,
 -- next_tokens, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window, channel, publish, origin.
 -- Returns {1, first token of the new block or 0} when renewed, {2, the locker granted, its
--- first token, 0, the server µs of the grant, the process's place in line, 1 if it listens on
--- its channel else 0} when yielded, {0, 0}
+-- first token, 0, the server µs of the grant, the key's life in ms, the process's place in
+-- line, 1 if it listens on its channel else 0} when yielded, {0, 0}
 -- when the key no longer holds the locker, or holds it again in a holding the tenure did not
 -- begin with (origin: then let go), {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before.
