@@ -340,6 +340,13 @@ func (c *counter) script(name string) int {
 	return c.scripts[name]
 }
 
+// String lists the scripts counted so far (background work may still send some).
+func (c *counter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprint(c.scripts)
+}
+
 // unanswered returns a hook under which, once on is set, Redis does not answer the next
 // script named name ("" for any script) before the request's context ends, and the client
 // returns only a little after that (as one that does not honour the context at once); the
