@@ -2192,17 +2192,20 @@ func relockPair(t *testing.T, linger time.Duration) (la, lb *dlock.DistributedRe
 	ga.Relock(linger)
 	la = mustGen(t, ga, "RELOCK", target(t), 5*time.Second)
 	lb = mustGen(t, gb, "RELOCK", target(t), 5*time.Second)
-	ctx := ctxT(t, 30*time.Second)
-	b, err := lb.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return la, lb, ga, ca, takeAfterWaiting(t, ctxT(t, 30*time.Second), la, lb)
+}
+
+// takeAfterWaiting has a's process take the key after it waited for it behind b's (so that
+// it watches its channel, as a relock needs), and returns a's Owner.
+func takeAfterWaiting(t *testing.T, ctx context.Context, la, lb *dlock.DistributedReentrantLock) *dlock.Owner {
+	t.Helper()
+	b := mustLock(t, lb, ctx)
 	aOwner := lockAsync(t, la, ctx)
 	inLine(t, ctx, la, 1)
-	if err := b.Unlock(); err != nil { // a waited: it watches its channel
+	if err := b.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	return la, lb, ga, ca, recv(t, aOwner, "a's Lock")
+	return recv(t, aOwner, "a's Lock")
 }
 
 // relockTo has b's process wait for the key, then a let it go: the key is granted to b, and
@@ -2365,13 +2368,7 @@ func TestRelockNewsDuringTheReleaseIsNotSwallowed(t *testing.T) {
 	lb := mustGen(t, gb, "RELOCK", target(t), lease)
 	ctx := ctxT(t, 60*time.Second)
 
-	b := mustLock(t, lb, ctx)
-	aOwner := lockAsync(t, la, ctx)
-	inLine(t, ctx, la, 1)
-	if err := b.Unlock(); err != nil { // a waited: it watches its channel
-		t.Fatal(err)
-	}
-	a := recv(t, aOwner, "a's Lock")
+	a := takeAfterWaiting(t, ctx, la, lb)
 	bOwner := lockAsync(t, lb, ctx)
 	inLine(t, ctx, la, 1)
 
@@ -2379,7 +2376,7 @@ func TestRelockNewsDuringTheReleaseIsNotSwallowed(t *testing.T) {
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- a.Unlock() }()
 	recv(t, ran, "a's release") // granted to b; a stands in line again, heard
-	b = recv(t, bOwner, "b's Lock")
+	b := recv(t, bOwner, "b's Lock")
 	defer runtime.KeepAlive(b) // (a dropped Owner is released: b holds the key until Redis loses it)
 	got := lockOnce(ctx, la)   // a goroutine of a comes back while the release's reply is on its way
 	waitFor(t, func() bool { return ga.Waiters(key(la)) })
@@ -2447,13 +2444,7 @@ func TestRelockWaiterAsksWhenTheGrantedKeyExpires(t *testing.T) {
 	la := mustGen(t, ga, "RELOCK", target(t), long)
 	lb := mustGen(t, gb, "RELOCK", target(t), short)
 	ctx := ctxT(t, 60*time.Second)
-	b := mustLock(t, lb, ctx)
-	aOwner := lockAsync(t, la, ctx)
-	inLine(t, ctx, la, 1)
-	if err := b.Unlock(); err != nil { // a waited: it watches its channel
-		t.Fatal(err)
-	}
-	b = relockTo(t, ctx, la, lb, recv(t, aOwner, "a's Lock"))
+	b := relockTo(t, ctx, la, lb, takeAfterWaiting(t, ctx, la, lb))
 	defer runtime.KeepAlive(b) // (a dropped Owner is released: b holds the key until it dies)
 	dead.Store(true)           // b dies holding the key: it neither renews nor lets go
 	got := lockOnce(ctx, la)
