@@ -36,6 +36,8 @@ type Row struct {
 	WriteWaitP99Us   float64 `json:"write_wait_p99_us,omitempty"` // rw: the p99 wait of the write side's acquisitions
 	WriteWaitMaxUs   float64 `json:"write_wait_max_us,omitempty"` // rw: the longest wait of a write-side acquisition
 	WaitP99Us        float64 `json:"wait_p99_us"`                 // loop rows: p99 over all processes of the wait of the window's acquisitions, from calling Lock (the first call, if failed calls were retried) to its return
+	WaitP50Us        float64 `json:"wait_p50_us,omitempty"`       // loop rows: the same waits' median
+	WaitP999Us       float64 `json:"wait_p999_us,omitempty"`      // loop rows: the same waits' 99.9th percentile
 	RTTIdleP50Us     float64 `json:"rtt_idle_p50_us,omitempty"`   // handoff: PING round trip after rttIdle of idleness, just before the row
 	RTTIdleP99Us     float64 `json:"rtt_idle_p99_us,omitempty"`
 	HandoffMeanUs    float64 `json:"handoff_mean_us,omitempty"`
@@ -304,6 +306,7 @@ func summarize(s spec, results []workerResult, calls int64, window time.Duration
 		row.Overlaps = overlaps(results)
 	}
 	row.WaitP99Us = waits.quantile(0.99)
+	row.WaitP50Us, row.WaitP999Us = waits.quantile(0.50), waits.quantile(0.999)
 	if s.Scenario == "rw" {
 		row.WriteWaitP99Us = writeWaits.quantile(0.99)
 	}

@@ -18,6 +18,14 @@ import (
 // commandstats, and the server's CPU time, from INFO cpu), so that the scripts' cost can be
 // compared across versions without the noise of whole processes.
 func BenchmarkGrantCycle(b *testing.B) {
+	b.Run("release+lock", func(b *testing.B) { grantCycle(b, false) })
+	b.Run("relock", func(b *testing.B) { grantCycle(b, true) })
+}
+
+// grantCycle runs BenchmarkGrantCycle; with relock, each turn is one script: the release
+// that grants the key also stands the releaser in line again (ReleaseRequest.Next), as a
+// process whose goroutine wants the key again at once does.
+func grantCycle(b *testing.B, relock bool) {
 	ctx := context.Background()
 	c := srv.Client()
 	defer c.Close()
@@ -91,11 +99,20 @@ func BenchmarkGrantCycle(b *testing.B) {
 	b.ResetTimer()
 	script0, cpu0 := usec()
 	for range b.N {
-		r, err := procs[holder].Unlock(ctx, cfg, processor.ReleaseRequest{Locker: open[holder]})
+		req := processor.ReleaseRequest{Locker: open[holder]}
+		if relock {
+			req.Next, req.NextLease, req.NextTokens = locker(holder), cfg.Lease(), 1
+		}
+		r, err := procs[holder].Unlock(ctx, cfg, req)
 		if err != nil || r.Outcome != processor.Released || r.Next == "" {
 			b.Fatalf("release: %+v %v", r, err)
 		}
-		if ask(holder).Outcome != processor.Held {
+		if relock {
+			if !r.Queued {
+				b.Fatalf("the releaser did not stand in line again: %+v", r)
+			}
+			open[holder] = req.Next
+		} else if ask(holder).Outcome != processor.Held {
 			b.Fatal("the releaser took the key back")
 		}
 		next := -1
