@@ -2183,10 +2183,10 @@ func waitPastTheLimit(t *testing.T, ctx context.Context, ga, gb *dlock.Generator
 // relockPair gives two processes on one key, a with a counter of its scripts; a holds the
 // key and relocks: its final Unlock stands in line again when it grants the key, and lingers
 // up to linger for a goroutine to come.
-func relockPair(t *testing.T, linger time.Duration) (la, lb *dlock.DistributedReentrantLock, ga *dlock.Generator, ca *counter, a *dlock.Owner) {
+func relockPair(t *testing.T, linger time.Duration, opts ...dlock.Option) (la, lb *dlock.DistributedReentrantLock, ga *dlock.Generator, ca *counter, a *dlock.Owner) {
 	t.Helper()
 	ca = &counter{}
-	ga, cla := newGen(t)
+	ga, cla := newGen(t, opts...)
 	gb, _ := newGen(t)
 	cla.AddHook(ca)
 	ga.Relock(linger)
@@ -2218,6 +2218,47 @@ func relockTo(t *testing.T, ctx context.Context, la, lb *dlock.DistributedReentr
 		t.Fatal(err)
 	}
 	return recv(t, bOwner, "b's Lock")
+}
+
+// A process whose goroutines passed the lock among themselves stands in line again for a
+// block of fencing tokens: when several of them come back for the grant, the tenure passes
+// the lock among them without renewing the key for tokens. (A process whose goroutine takes
+// single turns stands in line for one token: nothing to give back at its next release.)
+func TestRelockForSeveralGoroutinesBringsABlockOfTokens(t *testing.T) {
+	la, lb, ga, ca, a := relockPair(t, 10*time.Second, dlock.WithLocalHandOff(time.Hour))
+	ctx := ctxT(t, 30*time.Second)
+	passed := lockAsync(t, la, ctx) // a second goroutine of a's process: a passes the lock to it
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	b := relockTo(t, ctx, la, lb, recv(t, passed, "the pass"))
+	renewals := ca.script("renew")
+	got := []<-chan *dlock.Owner{lockAsync(t, la, ctx), lockAsync(t, la, ctx)} // two come back
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for range got {
+		var o *dlock.Owner
+		select { // (whichever took the grant; the other waits for the pass)
+		case o = <-got[0]:
+			got[0] = nil
+		case o = <-got[1]:
+			got[1] = nil
+		case <-ctx.Done():
+			t.Fatal("a's goroutines did not get the lock")
+		}
+		if o == nil {
+			t.FailNow() // (Lock failed; lockAsync reported it)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ca.script("renew") - renewals; n != 0 {
+		t.Fatalf("a renewed the key %d times to pass the lock between its two goroutines; want 0 (%v)", n, ca)
+	}
 }
 
 // inLine waits until n processes stand in l's line.

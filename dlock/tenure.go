@@ -275,7 +275,14 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) func(ctx context.Co
 	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
 	var next *attempt
 	if stay != nil {
-		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: 1, sent: true} // (release.lua may put it in line)
+		// The grant brings a block of tokens when the tenure passed the lock among goroutines
+		// (several are expected back: no renewal for tokens at the first pass), else one (no
+		// tokens to give back at the next release).
+		tokens := 1
+		if t.last > t.entity.Token {
+			tokens = blockSize
+		}
+		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: tokens, sent: true} // (release.lua may put it in line)
 		req.Next, req.NextLease, req.NextTokens = next.locker, stay.Lease(), next.tokens
 		// The release may put this process back in line with next, whatever becomes of its
 		// reply (an answer other than released counts it in line: release).
