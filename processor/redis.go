@@ -947,8 +947,8 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 	if req.Yield {
 		checkOwner, check := SplitLocker(req.Check)
 		nextOwner, _ := SplitLocker(req.Next)
-		if checkOwner != owner || check == "" || nextOwner != owner || req.NextLease <= 0 {
-			return Result{}, fmt.Errorf("%w: yield check %q and next attempt %q are not fresh lockers of %q", dlerrors.ErrInvalidConfig, req.Check, req.Next, owner)
+		if checkOwner != owner || check == "" || nextOwner != owner || owner != p.opts.Mark || req.NextLease <= 0 {
+			return Result{}, fmt.Errorf("%w: yield check %q and next attempt %q are not fresh lockers of %q, this process's mark %q", dlerrors.ErrInvalidConfig, req.Check, req.Next, owner, p.opts.Mark)
 		}
 		a.yield, a.check, a.next, a.nextLease, a.nextTokens = true, check, req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
@@ -1003,8 +1003,8 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 	owner, seq := SplitLocker(req.Locker)
 	a.locker, a.seq, a.last = req.Locker, seq, req.Last
 	if req.Next != "" && p.opts.Mark != "" {
-		if nextOwner, _ := SplitLocker(req.Next); nextOwner != owner || req.NextLease <= 0 {
-			return Result{}, fmt.Errorf("%w: next attempt %q is not a fresh locker of %q", dlerrors.ErrInvalidConfig, req.Next, owner)
+		if nextOwner, _ := SplitLocker(req.Next); nextOwner != owner || owner != p.opts.Mark || req.NextLease <= 0 {
+			return Result{}, fmt.Errorf("%w: next attempt %q is not a fresh locker of %q, this process's mark %q", dlerrors.ErrInvalidConfig, req.Next, owner, p.opts.Mark)
 		}
 		a.next, a.nextLease, a.nextTokens = req.Next, req.NextLease, max(req.NextTokens, 1)
 	}

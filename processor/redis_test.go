@@ -114,6 +114,33 @@ func (p *proc) release(t *testing.T, lc domain.DLockConfig, locker string) proce
 	return r
 }
 
+// entryOf returns the locker the process named mark waits with in lc's line ("" for none).
+func entryOf(t *testing.T, c *redis.Client, lc domain.DLockConfig, mark string) string {
+	t.Helper()
+	e, err := c.HGet(context.Background(), processor.WantKey(lc), mark).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	locker, _, _ := strings.Cut(e, "|")
+	return locker
+}
+
+// wipeKeys deletes every key of lc's lock, as Redis restarting empty would.
+func wipeKeys(t *testing.T, c *redis.Client, lc domain.DLockConfig) {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*"+lc.UniqueKey()+"*").Result()
+	if err == nil && len(keys) > 0 {
+		err = c.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func inspect(t *testing.T, p *proc, lc domain.DLockConfig) processor.Inspection {
 	t.Helper()
 	in, err := p.Inspect(context.Background(), lc)
@@ -808,6 +835,16 @@ func TestYieldCheck(t *testing.T) {
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "yield")
 		la, r := a.lock(t, lc, true, 8)
+		for _, bad := range []processor.RenewRequest{
+			{Locker: la, Yield: true, Check: a.locker(), Next: b.locker(), NextLease: lc.Lease()}, // another owner's next
+			{Locker: la, Yield: true, Next: a.locker(), NextLease: lc.Lease()},                    // no check
+			{Locker: "px-1", Yield: true, Check: "px-2", Next: "px-3", NextLease: lc.Lease()},     // not this process's mark
+			{Locker: la, Yield: true, Check: a.locker(), Next: a.locker()},                        // no lease
+		} {
+			if _, err := a.ExpandLease(ctx, lc, bad); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("yield check %+v = %v, want ErrInvalidConfig", bad, err)
+			}
+		}
 		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
 		if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Renewed {
 			t.Fatalf("check with nobody in line = %+v, %v", r, err)
@@ -876,6 +913,10 @@ func TestReleaseStandsInLineAgain(t *testing.T) {
 		if _, err := a.Unlock(ctx, lc, bad); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("a release naming another owner's attempt = %v, want ErrInvalidConfig", err)
 		}
+		bad = processor.ReleaseRequest{Locker: "px-1", Next: "px-2", NextLease: lc.Lease()}
+		if _, err := a.Unlock(ctx, lc, bad); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("a release standing in line for an owner not its process's mark = %v, want ErrInvalidConfig", err)
+		}
 		stay = processor.ReleaseRequest{Locker: la, Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
 		r, err := a.Unlock(ctx, lc, stay)
 		if err != nil || r.Outcome != processor.Released || r.Next != lb || !r.Queued || r.Seen.Rank != 0 || !r.Seen.Heard ||
@@ -904,6 +945,92 @@ func TestReleaseStandsInLineAgain(t *testing.T) {
 		}
 		if in := inspect(t, a, lc); in.Holder != "" || len(in.Waiting) != 0 {
 			t.Fatalf("at the end: %+v; want the key free and nobody in line", in)
+		}
+	})
+}
+
+// A release stands its process in line again only with a next that may wait there: not one
+// that is settled — here by a failed TryLock numbered after it, and in the second part by a
+// give-back after an empty restart, which a late copy of the release then follows (a late copy
+// of the take revived its released acquisition) — and not when it grants the key to its own
+// process (an attempt of it that asked while the release was on its way), nor in place of a
+// newer attempt its process waits with.
+func TestReleaseStandsInLineOnlyWithAWaitingNext(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		lc := cfg(t, "standnext")
+		la, _ := a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
+		next := a.locker()
+		if _, r := a.lock(t, lc, false, 1); r.Outcome != processor.Held { // a TryLock: settles pa- up to it
+			t.Fatalf("the TryLock = %+v, want held", r)
+		}
+		r, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Next: next, NextLease: lc.Lease(), NextTokens: 1})
+		if err != nil || r.Outcome != processor.Released || r.Next != lb || r.Queued {
+			t.Fatalf("a release with a settled next = %+v, %v; want granted to %s, pa- not in line", r, err, lb)
+		}
+		if e := entryOf(t, c, lc, "pa-"); e != "" {
+			t.Fatalf("pa- stands in line with %s, settled", e)
+		}
+		b.release(t, lc, lb)
+
+		// Late copies across an empty restart.
+		take := processor.LockRequest{Locker: a.locker(), Wait: true, Tokens: 1}
+		if r, err := a.Lock(ctx, lc, take); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v, %v", r, err)
+		}
+		lb, _ = b.lock(t, lc, true, 1)
+		rel := processor.ReleaseRequest{Locker: take.Locker, Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1}
+		if r, err := a.Unlock(ctx, lc, rel); err != nil || r.Next != lb || !r.Queued {
+			t.Fatalf("release with next = %+v, %v; want granted to %s, pa- in line", r, err, lb)
+		}
+		if g := b.release(t, lc, lb); g.Next != rel.Next {
+			t.Fatalf("pb-'s release = %+v, want granted to %s", g, rel.Next)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		if r, err := a.Lock(ctx, lc, take); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("the late copy of the take = %+v, %v; want taken anew (the restart's window)", r, err)
+		}
+		if g := a.release(t, lc, rel.Next); g.Outcome != processor.Gone { // the holding of next is gone: given back, settled
+			t.Fatalf("give-back of %s = %+v", rel.Next, g)
+		}
+		ld, _ := d.lock(t, lc, true, 1)
+		if r, err := a.Unlock(ctx, lc, rel); err != nil || r.Next != ld || r.Queued { // the late copy of the release
+			t.Fatalf("the late copy of the release = %+v, %v; want granted to %s, pa- not in line", r, err, ld)
+		}
+		if g := d.release(t, lc, ld); g.Next == rel.Next {
+			t.Fatalf("pd-'s release granted the key to %s, settled", rel.Next)
+		}
+
+		// A release that grants the key to its own process.
+		la, _ = a.lock(t, lc, true, 1)
+		next = a.locker()
+		if r := a.lockWith(t, lc, next, true, 1); r.Outcome != processor.Held { // next asks while the release is on its way
+			t.Fatalf("next's ask = %+v, want held", r)
+		}
+		r, err = a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Next: next, NextLease: lc.Lease(), NextTokens: 1})
+		if err != nil || r.Outcome != processor.Released || r.Next != next || r.Queued {
+			t.Fatalf("a release granting its own next = %+v, %v; want granted to %s, not queued", r, err, next)
+		}
+		if in := inspect(t, a, lc); in.Holder != next || len(in.Waiting) != 0 {
+			t.Fatalf("after it: %+v; want %s holding, nobody in line", in, next)
+		}
+
+		// A (late) release whose next is older than the attempt its process waits with.
+		la = next
+		lb, _ = b.lock(t, lc, true, 1)
+		next = a.locker()
+		newer := a.locker()
+		if r := a.lockWith(t, lc, newer, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("the newer attempt = %+v, want held", r)
+		}
+		r, err = a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Next: next, NextLease: lc.Lease(), NextTokens: 1})
+		if err != nil || r.Next != lb || r.Queued {
+			t.Fatalf("a release with an older next = %+v, %v; want granted to %s, not queued", r, err, lb)
+		}
+		if e := entryOf(t, c, lc, "pa-"); e != newer {
+			t.Fatalf("pa- waits with %q, want its newer attempt %s", e, newer)
 		}
 	})
 }
@@ -964,15 +1091,16 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 // A yield goes to another process, never back to its own: a late check of a tenure its process
 // gave up, arriving while the process stands in line with a newer attempt (the key still holds
 // the older acquisition, not yet passed on), grants the key to the next process in line, and
-// the yielding process stands in line behind it.
+// the yielding process stays in line with its newer attempt — not the check's older next.
 func TestYieldPassesOverItsOwnProcess(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "yieldown")
 		la, _ := a.lock(t, lc, true, 1)
-		check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1} // late
-		if r := a.lockWith(t, lc, a.locker(), true, 1); r.Outcome != processor.Held {
+		check := processor.RenewRequest{Locker: la, Yield: true, Next: a.locker(), Check: a.locker(), NextLease: lc.Lease(), NextTokens: 1} // late (next numbered first, as dlock does)
+		newer := a.locker()
+		if r := a.lockWith(t, lc, newer, true, 1); r.Outcome != processor.Held {
 			t.Fatalf("the newer attempt = %+v, want held (by %s)", r, la)
 		}
 		lb, _ := b.lock(t, lc, true, 1)
@@ -981,6 +1109,12 @@ func TestYieldPassesOverItsOwnProcess(t *testing.T) {
 		}
 		if in := inspect(t, a, lc); in.Holder != lb || !slices.Equal(in.Waiting, []string{"pa-"}) {
 			t.Fatalf("after the yield: %+v; want %s holding, pa- in line", in, lb)
+		}
+		if e := entryOf(t, c, lc, "pa-"); e != newer {
+			t.Fatalf("pa- waits with %s, want its newer attempt %s", e, newer)
+		}
+		if g := b.release(t, lc, lb); g.Next != newer {
+			t.Fatalf("pb-'s release = %+v, want granted to pa-'s newer attempt %s", g, newer)
 		}
 	})
 }

@@ -17,7 +17,7 @@ const (
 	ruleMargin    = "drift allowance"   // a holder believes past what Redis keeps minus the drift allowance
 	ruleFencing   = "fencing"           // a token not above every earlier one
 	ruleRevived   = "revived"           // a settled or removed acquisition holds the key again
-	ruleLine      = "line"              // a process without a waiter stands in line after it left
+	ruleLine      = "line"              // a process without a waiter stands in line after it left, or an entry waits with an acquisition that ended
 	ruleSetting   = "lease setting"     // the tenure renews with another lease than its newest setting
 	ruleTold      = "told first"        // the key let go while its holder still believes it holds it
 	ruleTTL       = "every key expires" // a key of the lock without a time to live
@@ -119,9 +119,21 @@ func (w *world) check(s snapshot) {
 		}
 	}
 
+	// No entry in the line waits with an acquisition that ended (outside the documented
+	// window): a grant would go to it.
+	want := s.keys[processor.WantKey(w.cfg)]
+	for mark, v := range want.hash {
+		if entryExpires(v) <= now.UnixMilli() {
+			continue
+		}
+		l := entryLocker(v)
+		if e, ok := w.ended[l]; ok && !w.outlived(e.step, e.at, e.life) {
+			w.fail(ruleLine, "%s waits in line with %s, which ended at step %d (%s)", mark, l, e.step, e.why)
+		}
+	}
+
 	// The line: a process whose waiters all left, and whose leave ran, neither stands in
 	// line nor has the key reserved for it.
-	want := s.keys[processor.WantKey(w.cfg)]
 	for _, p := range w.procs {
 		if p.dead || len(p.waiters) > 0 || p.tryer || !p.leaveLanded || w.outlived(p.leaveStep, p.leaveAt, p.leaveLife) || p.restartLeak {
 			continue // (a request later than its process's settled mark lives: the documented window)
@@ -196,6 +208,16 @@ func (w *world) residue() {
 // lives life, would have expired by now.
 func (w *world) outlived(step int, at time.Time, life time.Duration) bool {
 	return step <= w.restarted || w.now().Sub(at) >= life
+}
+
+// entryLocker reads the locker an entry of the want hash ("<locker>|<lease>|<tokens>|<renewed
+// ms>|<expires ms>|<listened>") waits with.
+func entryLocker(v string) string {
+	f := strings.Split(v, "|")
+	if len(f) < 6 {
+		return ""
+	}
+	return strings.Join(f[:len(f)-5], "|")
 }
 
 // entryExpires reads when an entry of the want hash ("...|<expires ms>|<listened>") expires.

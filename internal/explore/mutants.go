@@ -57,7 +57,7 @@ var Mutants = []Mutant{
 	{"a renewal of a locker that lost the key renews another's (renew.lua does not compare the holder)", "renew",
 		"if redis.call('get', K) ~= locker then\n    if settled(seq) and not forced(locker) then", "if not redis.call('get', K) then\n    if settled(seq) and not forced(locker) then"},
 	{"a grant goes to a process that stopped renewing its entry (pass ignores its freshness)", "prelude",
-		"elseif isLive(m, lease, renewed, listened) then", "else"},
+		"elseif m ~= skip and isLive(m, lease, renewed, listened) then", "elseif m ~= skip then"},
 	{"a waiting attempt's answer hides what it saw of the tokens (a late grant message is counted from it)", "lock",
 		"local seen = math.max(counter(), NOW_US)", "local seen = 0"},
 	{"a release lowers the counter below its holding (unreserve trusts a stale last token)", "prelude",
@@ -68,6 +68,8 @@ var Mutants = []Mutant{
 		"    if listened then\n        return hears(m)", "    if listened then\n        return true"},
 	{"a grant reserves no tokens (the grantee's tokens repeat)", "prelude",
 		"        local first = tokens(n, locker)", "        local first = counter()"},
+	{"a late copy of a relocking release stands in line with a settled next (mayStand ignores the settled mark)", "prelude",
+		"return n ~= nil and done ~= nil and n > done and (had == nil or had <= n)", "return n ~= nil and done ~= nil and (had == nil or had <= n)"},
 }
 
 // Scripts returns the scripts with the mutant applied, for Options.Scripts. The prelude is

@@ -210,9 +210,9 @@ end
 
 -- standAgain puts the request's process (A.mark) back at the end of the line with A.next, its
 -- lease and tokens, after a script that let the key go granted it to another process (a yield,
--- a release of a process that takes the key again at once): reply, the script's, then also
--- carries the key's life (ms: the grant's lease, when its holder would let it expire), the
--- process's place in line and 1 if it listens on its channel (else 0).
+-- a release of a process that takes the key again at once), when mayStand allows: reply, the
+-- script's, then also carries the key's life (ms: the grant's lease, when its holder would let
+-- it expire), the process's place in line and 1 if it listens on its channel (else 0).
 local function standAgain(reply)
     local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens)
     local rank = redis.pcall('zrank', LINE, A.mark) -- (a user not allowed it: the place is unknown)
@@ -267,16 +267,17 @@ local function isLive(m, lease, renewed, listened)
     return NOW_MS - renewed <= math.floor(tonumber(lease) / 3)
 end
 
--- live returns the first process in line that is live (isLive) and what it waits with. On the
--- way it drops the entries whose time ran out (their processes stopped renewing them). Entries
--- that are alive but not live stay in their place.
-local function live()
+-- live returns the first process in line that is live (isLive) and what it waits with,
+-- passing over the process named skip (nil for none). On the way it drops the entries whose
+-- time ran out (their processes stopped renewing them). Entries that are alive but not live
+-- stay in their place.
+local function live(skip)
     local marks = redis.call('zrange', LINE, 0, 15)
     for i, m in ipairs(marks) do
         local locker, lease, n, renewed, _, listened = waiting(m)
         if not locker then
             dequeue(m)
-        elseif isLive(m, lease, renewed, listened) then
+        elseif m ~= skip and isLive(m, lease, renewed, listened) then
             return m, locker, lease, n, marks, i
         end
     end
@@ -287,12 +288,14 @@ end
 -- rises, and each settle makes it live at least a mark's life more — and takes the owner's
 -- entry out of the line if it waits with an acquisition that is settled now (or its time ran
 -- out): no entry in the line ever waits with a settled acquisition, so a grant never goes to
--- one.
+-- one. It returns what standing does, after it (nothing for a locker of another form).
 local function settle(seq)
     if seq == '' then
-        return
+        return nil
     end
-    if tonumber(seq) > tonumber(redis.call('get', DONE) or '-1') then
+    local done = tonumber(redis.call('get', DONE) or '-1')
+    if tonumber(seq) > done then
+        done = tonumber(seq)
         redis.call('set', DONE, seq, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
     else
         lengthen(DONE, A.done_ttl)
@@ -301,7 +304,37 @@ local function settle(seq)
     local n = numberOf(locker, OWNER)
     if expires and (expires <= NOW_MS or (n and n <= tonumber(seq))) then
         dequeue(OWNER)
+        return done, nil
     end
+    return done, expires and (n or math.huge) or nil
+end
+
+-- standing returns the settled mark of the request's owner (OWNER) and the number of the
+-- acquisition its process waits with in line (nil for none; math.huge for a locker of
+-- another form, which no acquisition of the owner's replaces).
+local function standing()
+    local done = tonumber(redis.call('get', DONE) or '-1')
+    local locker, _, _, _, expires = entry(OWNER)
+    if not expires or expires <= NOW_MS then
+        return done, nil
+    end
+    return done, numberOf(locker, OWNER) or math.huge
+end
+
+-- mayStand reports whether the request's process may stand in line again with A.next, given
+-- what standing returns (done, had): next is its owner's, not settled, and the process waits
+-- with no newer acquisition — a request whose next is older is a late copy, which must not
+-- put its process back in line behind itself (lock.lua refuses one so). An empty restart may
+-- erase the marks a late copy's other checks read; these it reads as they stand now.
+local function mayStand(done, had)
+    local n = numberOf(A.next, OWNER)
+    return n ~= nil and done ~= nil and n > done and (had == nil or had <= n)
+end
+
+-- grantedOwn reports whether reply, a script's that let the key go, granted it to the
+-- request's own process (an entry of it in line).
+local function grantedOwn(reply)
+    return numberOf(reply[2], OWNER) ~= nil
 end
 
 -- tell publishes message to each process named in marks once: every process hears the key's
@@ -360,8 +393,9 @@ local function firstNow(from, marks, start, held)
 end
 
 -- pass lets the key go after its holder (from) gave it up: granted to the first process in line
--- that is live (one that may have died is passed over), which then holds it with the locker it
--- waits with, its lease and a block of fencing tokens, without a further request:
+-- that is live (one that may have died is passed over, and so is the process named skip),
+-- which then holds it with the locker it waits with, its lease and a block of fencing tokens,
+-- without a further request:
 -- 'G|at=<µs>|<from>|<locker>|<first token>' tells it, where at is this server's clock as it
 -- ran the grant: the process counts the lease from its last request that showed it waiting
 -- plus the time from that request's run (no later than the clock or counter its answer
@@ -372,14 +406,14 @@ end
 -- removal), and it is told the grant in its older form, 'G|<from>|<locker>|<first token>', in
 -- which a version before the time finds from. It returns the locker granted (or ''), the
 -- first token of its block (or 0), the window (ms, 0 for none) and at (or 0).
-local function pass(from, fromMark)
+local function pass(from, fromMark, skip)
     if A.gap_every ~= '' and not redis.call('get', GAP) then
         redis.call('set', GAP, NOW_MS + tonumber(A.gap_window), 'PX', A.gap_every)
         redis.call('del', K)
         tell('R|' .. from .. '|' .. A.gap_window, inLine(fromMark))
         return '', 0, tonumber(A.gap_window), 0
     end
-    local m, locker, lease, n, marks, at = live()
+    local m, locker, lease, n, marks, at = live(skip)
     if m then
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
@@ -398,7 +432,7 @@ local function pass(from, fromMark)
 end
 
 -- passed is the reply of a script that let the key go: code, then what pass returned.
-local function passed(code, from, fromMark)
-    local locker, first, gap, at = pass(from, fromMark)
+local function passed(code, from, fromMark, skip)
+    local locker, first, gap, at = pass(from, fromMark, skip)
     return {code, locker, first, gap, at}
 end

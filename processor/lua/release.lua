@@ -7,8 +7,11 @@
 -- With next, a release that grants the key to another process also puts this one back in
 -- line, at its end, with next (a fresh acquisition of the same owner), as a yield does: a
 -- goroutine of the process is expected to want the key again at once, and waits for its grant
--- without a request of its own. Only a release of the held key does so: a late or repeated
--- copy finds the acquisition settled and changes nothing.
+-- without a request of its own. Only a release of the held key does so, and not with a next
+-- that is settled or older than what the process waits with (mayStand): a late or repeated
+-- copy finds the acquisition settled and changes nothing. A release that grants the key to
+-- its own process (an attempt of it that asked while the release was on its way) does not
+-- stand in line again.
 -- Arguments: locker, seq, mark, last, fence_ttl, entry_ttl, done_ttl, gap_every, gap_window,
 -- channel, publish, next, next_lease, next_tokens.
 -- Returns {1, the locker the key was granted to or '', the first token of its block or 0, the
@@ -27,9 +30,9 @@ if redis.call('get', K) ~= locker then
     return {0, ''}
 end
 unreserve(locker, A.last)
-settle(seq)
+local done, had = settle(seq)
 local reply = passed(1, locker, '')
-if A.next ~= '' and A.mark ~= '' and reply[2] ~= '' then
+if A.next ~= '' and A.mark ~= '' and reply[2] ~= '' and not grantedOwn(reply) and mayStand(done, had) then
     return standAgain(reply)
 end
 return reply

@@ -2,7 +2,8 @@
 -- Extend, or a renewal before a pass within this process), reserving a new block of fencing
 -- tokens if asked. With yield, and another live process in line, give the key to it instead
 -- (the hand-off limit is reached) and stand in line again at its end with the locker next:
--- this process still has goroutines that want the key. A window for processes not in line
+-- this process still has goroutines that want the key (unless next is settled, or older than
+-- the attempt the process waits with: a late copy's; mayStand). A window for processes not in line
 -- that is due (gap_every) is opened the same way, though nobody stands in line: a process
 -- whose goroutines never stop wanting the key lets it go at every window. A renewal only ever lengthens the
 -- key's life, so copies of it that arrive late or twice cut nothing short. A yield check
@@ -45,11 +46,25 @@ if began ~= '' and began ~= tonumber(A.origin) then
     return {0, 0}
 end
 if yield then
-    dequeue(mark)
-    if live() or (A.gap_every ~= '' and not redis.call('get', GAP)) then -- (pass opens a window due)
+    -- The yield passes over its own process: out of the line, to stand again at its end with
+    -- next — but a process that waits with a newer attempt than next (this check is a late
+    -- copy) keeps that attempt in its place.
+    local done, had = standing()
+    local n = numberOf(A.next, OWNER)
+    local skip = nil
+    if had and n and had > n then
+        skip = mark
+    else
+        dequeue(mark)
+    end
+    if live(skip) or (A.gap_every ~= '' and not redis.call('get', GAP)) then -- (pass opens a window due)
         unreserve(locker, A.last)
         settle(seq)
-        return standAgain(passed(2, locker, ''))
+        local reply = passed(2, locker, '', skip)
+        if mayStand(done, had) then
+            return standAgain(reply)
+        end
+        return reply
     end
 end
 lengthen(K, A.lease)
