@@ -954,7 +954,7 @@ func TestReleaseStandsInLineAgain(t *testing.T) {
 // give-back after an empty restart, which a late copy of the release then follows (a late copy
 // of the take revived its released acquisition) — and not when it grants the key to its own
 // process (an attempt of it that asked while the release was on its way), nor in place of a
-// newer attempt its process waits with.
+// newer attempt its process waits with, nor with a next numbered below what it lets go.
 func TestReleaseStandsInLineOnlyWithAWaitingNext(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -1031,6 +1031,17 @@ func TestReleaseStandsInLineOnlyWithAWaitingNext(t *testing.T) {
 		}
 		if e := entryOf(t, c, lc, "pa-"); e != newer {
 			t.Fatalf("pa- waits with %q, want its newer attempt %s", e, newer)
+		}
+
+		// A release whose next is numbered below the acquisition it lets go (which settles
+		// next too).
+		below := cfg(t, "standbelow")
+		older := a.locker()
+		la, _ = a.lock(t, below, true, 1)
+		lb, _ = b.lock(t, below, true, 1)
+		r, err = a.Unlock(ctx, below, processor.ReleaseRequest{Locker: la, Next: older, NextLease: below.Lease(), NextTokens: 1})
+		if err != nil || r.Next != lb || r.Queued || entryOf(t, c, below, "pa-") != "" {
+			t.Fatalf("a release with a next numbered below it = %+v, %v, pa- in line with %q; want granted to %s, pa- not in line", r, err, entryOf(t, c, below, "pa-"), lb)
 		}
 	})
 }
