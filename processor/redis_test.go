@@ -1033,6 +1033,21 @@ func TestReleaseStandsInLineOnlyWithAWaitingNext(t *testing.T) {
 			t.Fatalf("pa- waits with %q, want its newer attempt %s", e, newer)
 		}
 
+		// A release whose next waits in line already (it asked while the release was on its
+		// way), behind another process: the key goes to that process, and the releaser stays
+		// in line with next, as the answer says.
+		same := cfg(t, "standsame")
+		la, _ = a.lock(t, same, true, 1)
+		lb, _ = b.lock(t, same, true, 1)
+		next = a.locker()
+		if r := a.lockWith(t, same, next, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("next's ask = %+v, want held", r)
+		}
+		r, err = a.Unlock(ctx, same, processor.ReleaseRequest{Locker: la, Next: next, NextLease: same.Lease(), NextTokens: 1})
+		if err != nil || r.Next != lb || !r.Queued || entryOf(t, c, same, "pa-") != next {
+			t.Fatalf("a release whose next waits already = %+v, %v, pa- in line with %q; want granted to %s, pa- queued with %s", r, err, entryOf(t, c, same, "pa-"), lb, next)
+		}
+
 		// A release whose next is numbered below the acquisition it lets go (which settles
 		// next too).
 		below := cfg(t, "standbelow")
