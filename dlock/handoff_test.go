@@ -2517,3 +2517,43 @@ func TestRelockTryLockAsks(t *testing.T) {
 		t.Fatalf("the TryLock sent %d lock.lua; want 1", n)
 	}
 }
+
+// A TryLock that finds the key held while its process lingers in line after a release keeps
+// the process's place: it lingers again, and a Lock that follows gets the key after the
+// holder, with no leave and no new place at the end of the line.
+func TestRelockTryLockKeepsThePlaceInLine(t *testing.T) {
+	la, lb, ga, ca, a := relockPair(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	b := relockTo(t, ctx, la, lb, a)
+	if o, ok, err := la.TryLock(ctx); err != nil || ok || o != nil {
+		t.Fatalf("TryLock while b holds = %v, %v, %v; want not obtained", o, ok, err)
+	}
+	if !ga.Lingering(key(la)) {
+		t.Fatal("after the TryLock a's process no longer lingers in line: it left its place")
+	}
+	gc, _ := newGen(t)
+	lc := mustGen(t, gc, "RELOCK", target(t), 5*time.Second)
+	cGot := lockOnce(ctx, lc)
+	inLine(t, ctx, la, 2) // a (lingering), then c
+	left := ca.script("leave")
+	aGot := lockAsync(t, la, ctx)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	if err := lb.Unlock(b); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, aGot, "a's Lock")
+	select {
+	case err := <-cGot:
+		t.Fatalf("c got the key (%v) before a, which stood before it in line", err)
+	default:
+	}
+	if n := ca.script("leave") - left; n != 0 {
+		t.Fatalf("a's process sent %d leave.lua; want none (it kept its place)", n)
+	}
+	if err := la.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, cGot, "c's Lock"); err != nil {
+		t.Fatal(err)
+	}
+}

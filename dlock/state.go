@@ -186,6 +186,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		unbind  func()      // ... once made (a pass within the process makes none)
 	)
 	st.mu.Lock()
+	lingered := st.line.lingering
 	st.endLingerLocked(false) // (the caller holds a reference to st)
 	if !st.relock && st.ten == nil && time.Now().Before(st.relockBy) {
 		st.relock = true
@@ -206,7 +207,9 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	}
 	barging := barge // counted in st.barging until it queues or returns
 	if barging {
-		defer st.unbarge(&barging)
+		// (A TryLock that ended the linger and found the key held keeps the place in line
+		// for a Lock that follows: it lingers again.)
+		defer func() { st.unbarge(&barging, lingered && held) }()
 	}
 	bind := func() {
 		if unbind == nil {
@@ -225,7 +228,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 			n = queue.NewNode()
 			n.Lease = cfg.Lease()
 			st.q.Enqueue(n)
-			st.unbarge(&barging)
+			st.unbarge(&barging, false)
 		}
 		if wctx.Err() != nil {
 			break
@@ -296,8 +299,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 }
 
 // unbarge ends a barge that *barging says is still counted: the goroutine queued, or is about
-// to return. What nobody wants once no goroutine barges or waits is let go (settleLocked).
-func (st *lockState) unbarge(barging *bool) {
+// to return. With linger, the process lingers in line again if it still waits there with an
+// attempt (lingerLocked). What nobody wants once no goroutine barges, waits or lingers is let
+// go (settleLocked).
+func (st *lockState) unbarge(barging *bool, linger bool) {
 	if !*barging {
 		return
 	}
@@ -305,6 +310,9 @@ func (st *lockState) unbarge(barging *bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.barging--
+	if linger && st.phase == idle && st.line.attempt != nil {
+		st.lingerLocked()
+	}
 	st.settleLocked()
 }
 
@@ -483,8 +491,9 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		}
 	}
 	if st.epoch != epoch || !wait {
-		// a signal came while we were asking, or a TryLock asked while goroutines queued
-		// behind it that have not asked themselves: pass it on
+		// A signal came while we were asking, or a TryLock asked with an acquisition of its
+		// own while goroutines queued behind it that have not asked themselves: pass it on.
+		// (A TryLock that asked with the open attempt asked for them too: wait was set.)
 		st.q.Wake()
 	}
 	return nil, nil

@@ -60,7 +60,9 @@ type proc struct {
 	unlisten  func()
 	// lingering says it stands in line with no goroutine waiting, after a release that stood
 	// in line again (relock): until a goroutine comes, the grant comes, or the linger ends.
-	lingering bool
+	// A TryLock ends it; tryLingered says that the TryLock on its way did, and that it
+	// lingers again if it finds the key held elsewhere (its place is kept for a Lock).
+	lingering, tryLingered bool
 }
 
 type phase uint8
@@ -384,7 +386,7 @@ func (p *proc) ask() {
 // of its own, settled if the key is held.
 func (p *proc) try() {
 	p.phase, p.tryer = asking, true
-	p.lingering = false // (dlock's TryLock ends a linger; it leaves the line once it returns)
+	p.tryLingered, p.lingering = p.lingering, false // (dlock's TryLock ends a linger)
 	if a := p.attempt; a != nil {
 		p.sendLock(pTry, a.locker, a.lease, true, a.tokens)
 		return
@@ -745,6 +747,9 @@ func (p *proc) onAsk(r *request, out outcome) {
 			p.queued = true
 			p.waiting(r.sent, out.res.Seen.Fence)
 			p.grantedNow(a)
+			if try && p.tryLingered && p.attempt == a && p.phase == idle && len(p.waiters) == 0 && p.live() {
+				p.lingering = true // found held: it lingers again in its place
+			}
 		} else if mine && out.res.Outcome == processor.Settled {
 			p.closeAttempt()
 		}
