@@ -1114,6 +1114,64 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 	a.release(t, short, la)
 }
 
+// An entry in line counts as expired from the millisecond its expiry names on, in every
+// script that reads it: a release or a yield that finds its own process's entry expiring now
+// drops it, and stands the process in line again with its next even when that entry waited
+// with a newer attempt. (On miniredis, whose clock the test stops.)
+func TestAnEntryExpiresAtItsExpiryMillisecond(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	if got := c.Time(ctx).Val(); !got.Equal(now) {
+		t.Fatalf("miniredis TIME = %v, want the stopped clock %v", got, now)
+	}
+	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	// expiringNow has pa- wait with a newer attempt than next, whose entry expires now.
+	expiringNow := func(lc domain.DLockConfig) (next string) {
+		t.Helper()
+		next = a.locker()
+		newer := a.locker()
+		if r := a.lockWith(t, lc, newer, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("the newer attempt = %+v, want held", r)
+		}
+		e := c.HGet(ctx, processor.WantKey(lc), "pa-").Val()
+		f := strings.Split(e, "|")
+		if len(f) != 6 {
+			t.Fatalf("pa-'s entry %q", e)
+		}
+		f[4] = strconv.FormatInt(now.UnixMilli(), 10)
+		c.HSet(ctx, processor.WantKey(lc), "pa-", strings.Join(f, "|"))
+		return next
+	}
+
+	lc := cfg(t, "expiry-release")
+	la, _ := a.lock(t, lc, true, 1)
+	lb, _ := b.lock(t, lc, true, 1)
+	next := expiringNow(lc)
+	r, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Next: next, NextLease: lc.Lease(), NextTokens: 1})
+	if err != nil || r.Next != lb || !r.Queued {
+		t.Fatalf("the release = %+v, %v; want granted to %s, pa- in line again", r, err, lb)
+	}
+	if e := entryOf(t, c, lc, "pa-"); e != next {
+		t.Fatalf("pa- waits with %q, want %s (its entry with a newer attempt had expired)", e, next)
+	}
+
+	lc = cfg(t, "expiry-yield")
+	la, _ = a.lock(t, lc, true, 8)
+	lb, _ = b.lock(t, lc, true, 1)
+	next = expiringNow(lc)
+	check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: next, NextLease: lc.Lease(), NextTokens: 1}
+	if r, err := a.ExpandLease(ctx, lc, check); err != nil || r.Outcome != processor.Yielded || r.Seen.Rank != 0 {
+		t.Fatalf("the yield = %+v, %v; want yielded to %s, pa- first in line again", r, err, lb)
+	}
+	if e := entryOf(t, c, lc, "pa-"); e != next {
+		t.Fatalf("pa- waits with %q, want %s (its entry with a newer attempt had expired)", e, next)
+	}
+}
+
 // A yield goes to another process, never back to its own: a late check of a tenure its process
 // gave up, arriving while the process stands in line with a newer attempt (the key still holds
 // the older acquisition, not yet passed on), grants the key to the next process in line, and

@@ -219,6 +219,12 @@ func (e *Explorer) Replay(seed uint64, keys []string) (*Violation, []string, err
 // or lost — and so is each reply as Redis answers. A random walk then delivers what is due in
 // its turn. So a copy held back for twenty steps, while other processes go on, is as likely as
 // one delivered at once: chosen step by step, it almost never would be.
+//
+// A third of the swarms hold requests, replies and messages back for up to a hundred steps
+// instead of twenty, a quarter walk three times as long, and a quarter of those that restart
+// Redis do so ten times as often: a copy can then come back after several tenures, or across
+// several empty restarts. (These draws come after the others, so that a kept schedule's swarm
+// is what it was.)
 type swarm struct {
 	procs   int
 	handOff time.Duration
@@ -227,9 +233,9 @@ type swarm struct {
 
 	late, copies, drop   float64 // the chances of a request's fates
 	lateReply, loseReply float64 // and of a reply's
+	lateMax              int     // how many steps at most a late request, reply or message is held back
+	long                 bool    // the walk takes three times the Options' steps
 }
-
-const lateMax = 20
 
 type kind uint8
 
@@ -279,6 +285,14 @@ func newSwarm(r *rand.Rand, owned bool, lease time.Duration) swarm {
 	sw.late, sw.copies, sw.drop = chance(0.15), chance(0.15), chance(0.04)
 	sw.lateReply, sw.loseReply = chance(0.15), chance(0.05)
 	sw.ticks = []time.Duration{time.Millisecond, lease / 10, lease / 4, lease / 2, lease}
+	sw.lateMax = 20
+	if r.IntN(3) == 0 {
+		sw.lateMax = 100
+	}
+	sw.long = r.IntN(4) == 0
+	if r.IntN(4) == 0 {
+		sw.weights[kRestart] *= 10
+	}
 	return sw
 }
 
@@ -292,10 +306,10 @@ func (w *world) plan(r *request) {
 	case x < w.sw.drop:
 		r.fate = fateDrop
 	case x < w.sw.drop+w.sw.copies:
-		r.fate, r.copyDelay = fateCopy, 1+w.rng.IntN(lateMax)
+		r.fate, r.copyDelay = fateCopy, 1+w.rng.IntN(w.sw.lateMax)
 	}
 	if w.rng.Float64() < w.sw.late {
-		r.due = w.step + 1 + w.rng.IntN(lateMax)
+		r.due = w.step + 1 + w.rng.IntN(w.sw.lateMax)
 	}
 }
 
@@ -308,7 +322,7 @@ func (w *world) planReply(rp *reply) {
 		rp.lost = true
 	}
 	if w.rng.Float64() < w.sw.lateReply {
-		rp.due = w.step + 1 + w.rng.IntN(lateMax)
+		rp.due = w.step + 1 + w.rng.IntN(w.sw.lateMax)
 	}
 }
 
@@ -507,7 +521,7 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 			if a == nil {
 				continue
 			}
-		case walk != nil && len(w.chosen) < e.opt.Steps:
+		case walk != nil && len(w.chosen) < w.steps():
 			if a = pick(walk, acts, w.sw.weights); a == nil {
 				break
 			}
@@ -529,6 +543,14 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 		w.residue()
 	}
 	return w, nil
+}
+
+// steps is how long a random walk goes on before everyone leaves.
+func (w *world) steps() int {
+	if w.sw.long {
+		return 3 * w.opt.Steps
+	}
+	return w.opt.Steps
 }
 
 // pick chooses a kind by the swarm's weights among the kinds with an action of positive

@@ -45,7 +45,7 @@ var Mutants = []Mutant{
 	{"a give-back does not settle (release.lua of a locker that does not hold the key)", "release",
 		"    settle(seq)\n    return {0, ''}", "    return {0, ''}"},
 	{"a settled acquisition stays in line (settle does not take its entry out)", "prelude",
-		"if expires and (expires <= NOW_MS or (n and n <= tonumber(seq))) then", "if expires and expires <= NOW_MS then"},
+		"if expires and (expires <= NOW_MS or n <= tonumber(seq)) then", "if expires and expires <= NOW_MS then"},
 	{"a holder an operator removed is not told at its release (release.lua ignores {K}:forced)", "release",
 		"if settled(seq) and not forced(locker) then", "if settled(seq) then"},
 	{"the fencing counter is not kept (tokens repeat)", "prelude",

@@ -284,6 +284,17 @@ local function live(skip)
     return nil
 end
 
+-- own returns the number of the acquisition the request's owner (OWNER) waits with in line
+-- (math.huge for a locker of another form, which no acquisition of the owner's replaces) and
+-- when its entry expires; nil when it has no entry.
+local function own()
+    local locker, _, _, _, expires = entry(OWNER)
+    if not expires then
+        return nil
+    end
+    return numberOf(locker, OWNER) or math.huge, expires
+end
+
 -- settle raises the settled mark of the request's owner (OWNER) to seq — the mark only
 -- rises, and each settle makes it live at least a mark's life more — and takes the owner's
 -- entry out of the line if it waits with an acquisition that is settled now (or its time ran
@@ -300,25 +311,23 @@ local function settle(seq)
     else
         lengthen(DONE, A.done_ttl)
     end
-    local locker, _, _, _, expires = entry(OWNER)
-    local n = numberOf(locker, OWNER)
-    if expires and (expires <= NOW_MS or (n and n <= tonumber(seq))) then
+    local n, expires = own()
+    if expires and (expires <= NOW_MS or n <= tonumber(seq)) then
         dequeue(OWNER)
         return done, nil
     end
-    return done, expires and (n or math.huge) or nil
+    return done, n
 end
 
 -- standing returns the settled mark of the request's owner (OWNER) and the number of the
--- acquisition its process waits with in line (nil for none; math.huge for a locker of
--- another form, which no acquisition of the owner's replaces).
+-- acquisition its process waits with in line (as own; nil for none or an expired entry).
 local function standing()
     local done = tonumber(redis.call('get', DONE) or '-1')
-    local locker, _, _, _, expires = entry(OWNER)
+    local n, expires = own()
     if not expires or expires <= NOW_MS then
         return done, nil
     end
-    return done, numberOf(locker, OWNER) or math.huge
+    return done, n
 end
 
 -- mayStand reports whether the request's process may stand in line again with A.next, given
