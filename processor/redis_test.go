@@ -884,6 +884,37 @@ func TestYieldCheck(t *testing.T) {
 	})
 }
 
+// renew.lua itself treats a yield without a check number as a plain renewal: the check's mark
+// is what keeps a copy of a yield from giving the key away later, so a yield that cannot mark
+// one does not yield. (The processor refuses to send one, above; another client could.)
+func TestYieldWithoutACheckOnlyRenews(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "nocheck")
+		la, _ := a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1) // pb- waits in line: a yield would give it the key
+		byName := map[string]string{"locker": la, "seq": strings.TrimPrefix(la, "pa-"),
+			"lease": strconv.FormatInt(lc.Lease().Milliseconds(), 10), "mark": "pa-", "wait": "0", "tokens": "0",
+			"fence_ttl": "2000", "entry_ttl": "2000", "done_ttl": "2000", "yield": "1", "check": "",
+			"next": a.locker(), "next_lease": strconv.FormatInt(lc.Lease().Milliseconds(), 10), "next_tokens": "1"}
+		var argv []any
+		for _, name := range processor.ArgNames() {
+			argv = append(argv, byName[name])
+		}
+		src := processor.Sources()["prelude"] + "\n" + processor.Sources()["renew"]
+		keys := []string{lc.UniqueKey(), processor.FenceKey(lc), processor.LineKey(lc), processor.DoneKey(lc, "pa-"),
+			processor.CheckKey(lc, "pa-"), processor.ForcedKey(lc, "pa-"), processor.WantKey(lc), processor.GapKey(lc), processor.FirstKey(lc)}
+		got, err := c.Eval(ctx, src, keys, argv...).Slice()
+		if err != nil || len(got) == 0 || got[0] != int64(1) {
+			t.Fatalf("renew.lua with yield and no check = %v, %v; want renewed {1, 0}", got, err)
+		}
+		if in := inspect(t, a, lc); in.Holder != la || !slices.Equal(in.Waiting, []string{"pb-"}) {
+			t.Fatalf("after it: %+v; want %s holding, pb- waiting", in, la)
+		}
+	})
+}
+
 // A release with a next attempt that grants the key to another process puts its own process
 // back at the end of the line with that attempt, and says where it stands; one that leaves
 // the key free puts nobody in line; a copy of it, late or repeated, changes nothing; a next
