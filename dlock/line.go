@@ -55,8 +55,9 @@ type line struct {
 	// that wants the key then waits for the grant without asking Redis. 0 otherwise.
 	quiet uint64
 	// lingering says the process stands in line with no goroutine waiting (yet), after a
-	// release that stood in line again: until one comes, its grant comes, or lingerFor ends.
-	// The linger holds a reference to the state.
+	// release that stood in line again (or a TryLock that ended such a linger and found the
+	// key held): until one comes, its grant comes, or lingerFor ends. The linger holds a
+	// reference to the state.
 	lingering bool
 	linger    *time.Timer
 }
@@ -74,7 +75,8 @@ const relockWindow = time.Millisecond
 func lingerFor(lease time.Duration) time.Duration { return min(2*time.Millisecond, lease/6) }
 
 // lingerLocked begins the linger after a release that stood in line again with the open
-// attempt, unless goroutines wait already or the Generator closes. The caller holds mu.
+// attempt (or again after a TryLock that ended it, unbarge), unless goroutines wait already,
+// another barges, or the Generator closes. The caller holds mu.
 func (st *lockState) lingerLocked() {
 	if st.line.lingering || st.q.HasWaiters() || st.barging > 0 || st.g.isClosed() {
 		return

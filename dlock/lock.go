@@ -216,7 +216,8 @@ func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 // passed (WithFIFO, or the first has waited over 1 ms, as for Lock) — then without asking
 // Redis — or if the lock it got was lost before it could return it (Lock then waits on: neither
 // returns an Owner whose holding was lost as it was taken). It leaves no trace for other
-// processes to see. A Redis failure is returned as a *RedisProcessError (an attempt whose
+// processes to see (a place in line that the process held already, after a release that
+// expected a goroutine back, is kept for that release's short linger). A Redis failure is returned as a *RedisProcessError (an attempt whose
 // reply was lost is given back in the background); re-entry on a lost holding returns an
 // error matching ErrLockLost. When ctx ends before the attempt's answer (or had ended before
 // the call), the error matches both ErrNotObtained and the context's error, as Lock's does.

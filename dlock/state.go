@@ -299,9 +299,11 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 }
 
 // unbarge ends a barge that *barging says is still counted: the goroutine queued, or is about
-// to return. With linger, the process lingers in line again if it still waits there with an
-// attempt (lingerLocked). What nobody wants once no goroutine barges, waits or lingers is let
-// go (settleLocked).
+// to return. With linger (a TryLock that ended a linger found the key held), the process
+// lingers again while it still waits in line as the linger did: with its attempt, heard by
+// Redis, and with nothing new since the release that stood it there (quiet; a grant heard and
+// found unusable, for one, is news, and the leave passes it on at once). What nobody wants
+// once no goroutine barges, waits or lingers is let go (settleLocked).
 func (st *lockState) unbarge(barging *bool, linger bool) {
 	if !*barging {
 		return
@@ -310,7 +312,7 @@ func (st *lockState) unbarge(barging *bool, linger bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.barging--
-	if linger && st.phase == idle && st.line.attempt != nil {
+	if linger && st.phase == idle && st.line.attempt != nil && st.line.heard && st.line.quiet == st.epoch+1 {
 		st.lingerLocked()
 	}
 	st.settleLocked()

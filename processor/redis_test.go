@@ -1145,10 +1145,10 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 	a.release(t, short, la)
 }
 
-// An entry in line counts as expired from the millisecond its expiry names on, in every
-// script that reads it: a release or a yield that finds its own process's entry expiring now
-// drops it, and stands the process in line again with its next even when that entry waited
-// with a newer attempt. (On miniredis, whose clock the test stops.)
+// An entry in line counts as expired from the millisecond its expiry names on: a release or a
+// yield that finds its own process's entry expiring now (settle, standing) drops it, and stands
+// the process in line again with its next even when that entry waited with a newer attempt.
+// (On miniredis, whose clock the test stops.)
 func TestAnEntryExpiresAtItsExpiryMillisecond(t *testing.T) {
 	m := miniredis.RunT(t)
 	now := time.UnixMilli(1_800_000_000_000)

@@ -746,9 +746,10 @@ func (p *proc) onAsk(r *request, out outcome) {
 		if mine && out.res.Outcome == processor.Held {
 			p.queued = true
 			p.waiting(r.sent, out.res.Seen.Fence)
+			news := p.granted != nil // (a grant heard on the way: taken, or found unusable, it is news)
 			p.grantedNow(a)
-			if try && p.tryLingered && p.attempt == a && p.phase == idle && len(p.waiters) == 0 && p.live() {
-				p.lingering = true // found held: it lingers again in its place
+			if try && p.tryLingered && !news && out.res.Seen.Heard && p.attempt == a && p.phase == idle && len(p.waiters) == 0 && p.live() {
+				p.lingering = true // found held: it lingers again in its place (unbarge)
 			}
 		} else if mine && out.res.Outcome == processor.Settled {
 			p.closeAttempt()
