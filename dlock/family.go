@@ -69,18 +69,20 @@ func (g *Generator) GenRW(lockType, lockTarget string) (*RWLock, error) {
 }
 
 // maxPermits is the largest permit count of a semaphore: Redis's scripts count in Lua
-// numbers (doubles), which hold every whole number up to 2^53 and lose units above it.
-const maxPermits int64 = 1 << 53
+// numbers (doubles), which hold every whole number up to 2^53 and lose units above it. A
+// count of 2^53 itself would let permits out past it (2^53 + 1 rounds to 2^53, which fits);
+// below it, a sum that passes the count never rounds down to it.
+const maxPermits int64 = 1<<53 - 1
 
 // GenSemaphore returns the semaphore of lockType and lockTarget with permits permits (from 1
-// to 2^53, the counts Redis's scripts keep exactly) and the type's lease.
+// to 2^53 − 1, the counts Redis's scripts keep exactly) and the type's lease.
 func (g *Generator) GenSemaphore(lockType, lockTarget string, permits int) (*Semaphore, error) {
 	cfg, err := g.config(lockType, lockTarget)
 	if err != nil {
 		return nil, err
 	}
 	if permits < 1 || int64(permits) > maxPermits {
-		return nil, fmt.Errorf("%w: a semaphore of %d permits (it has from 1 to 2^53)", ErrInvalidConfig, permits)
+		return nil, fmt.Errorf("%w: a semaphore of %d permits (it has from 1 to 2^53 - 1)", ErrInvalidConfig, permits)
 	}
 	return &Semaphore{g: g, cfg: cfg, permits: int64(permits)}, nil
 }
@@ -244,7 +246,7 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // earlier SetPermits) that reaches Redis late cannot set an older count again, even when the
 // count went back to the one it names; SetPermits calls made at once from several places still
 // leave whichever ran last.
-// It returns ErrInvalidConfig for k < 1 or k > 2^53, ErrClosed after Close, a *RedisProcessError when
+// It returns ErrInvalidConfig for k < 1 or k > 2^53 − 1, ErrClosed after Close, a *RedisProcessError when
 // Redis fails, ctx's error when ctx ends first (the change may then still reach Redis), and an
 // error matching ErrOptimisticLocking when other changes of the count kept landing between its
 // read and its change (ten times in a row): it changed nothing, and the count is theirs.
@@ -256,7 +258,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
 	if k < 1 || int64(k) > maxPermits {
-		return fmt.Errorf("%w: %d permits (a semaphore has from 1 to 2^53)", ErrInvalidConfig, k)
+		return fmt.Errorf("%w: %d permits (a semaphore has from 1 to 2^53 - 1)", ErrInvalidConfig, k)
 	}
 	for range 10 {
 		st, err := s.State(ctx)

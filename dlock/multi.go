@@ -175,7 +175,7 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 	if m == nil || len(m.parts) == 0 {
 		return nil, fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
 	}
-	if o, ok := ctx.(*Owner); ok && o.multi == m { // re-entry: one more hold of every part
+	if o, ok := ctx.(*Owner); ok && o != nil && o.multi == m { // re-entry: one more hold of every part (a nil *Owner is a context that owns nothing)
 		for i, l := range m.parts {
 			if _, err := l.Lock(o); err != nil {
 				for j := i - 1; j >= 0; j-- {

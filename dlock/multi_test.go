@@ -342,7 +342,8 @@ func TestMultiLockTokensAndReentry(t *testing.T) {
 }
 
 // Bad input gets a clear error: no lock, a nil lock, a lock of another Generator, a zero
-// MultiLock, a nil context, an Owner of something else.
+// MultiLock, a nil context, an Owner of something else; a nil *Owner is a context that owns
+// nothing, as for every lock.
 func TestMultiLockZeroValues(t *testing.T) {
 	ga, _ := newGen(t)
 	gb, _ := newGen(t)
@@ -375,6 +376,17 @@ func TestMultiLockZeroValues(t *testing.T) {
 	}
 	if err := m.Unlock(nil); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Unlock(nil): %v", err)
+	}
+	var none *dlock.Owner // a context that is never done and owns nothing
+	if o, ok, err := m.TryLock(none); !ok || err != nil {
+		t.Errorf("TryLock with a nil *Owner as its context = %v, %v", ok, err)
+	} else if err := m.Unlock(o); err != nil {
+		t.Error(err)
+	}
+	if o, err := m.Lock(none); err != nil {
+		t.Errorf("Lock with a nil *Owner as its context: %v", err)
+	} else if err := m.Unlock(o); err != nil {
+		t.Error(err)
 	}
 	o, err := la.Lock(ctxT(t, 10*time.Second))
 	if err != nil {

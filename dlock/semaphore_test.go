@@ -541,16 +541,17 @@ func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
 	}
 }
 
-// A permit count Redis's scripts cannot keep exactly (above 2^53, where a Lua number loses
-// units; math.MaxInt64 came back from State negative) is refused by GenSemaphore and
-// SetPermits with ErrInvalidConfig; the largest one kept is read back as it was given.
+// A permit count Redis's scripts cannot keep exactly, or cannot bound (2^53 and above, where a
+// Lua number loses units; math.MaxInt64 came back from State negative) is refused by
+// GenSemaphore and SetPermits with ErrInvalidConfig; the largest one kept is read back as it
+// was given.
 func TestSemaphorePermitCountsRedisKeepsExactly(t *testing.T) {
 	if strconv.IntSize < 64 {
 		t.Skip("an int holds no count above 2^53 here")
 	}
 	g, _ := newGen(t)
 	ctx := ctxT(t, 30*time.Second)
-	const most int64 = 1 << 53
+	const most int64 = 1<<53 - 1
 	for _, k := range []int64{math.MaxInt64, most + 1} {
 		if _, err := g.GenSemaphore("SEM", uniqueTarget(t), int(k)); !errors.Is(err, dlock.ErrInvalidConfig) {
 			t.Errorf("GenSemaphore of %d permits: %v", k, err)
@@ -573,6 +574,45 @@ func TestSemaphorePermitCountsRedisKeepsExactly(t *testing.T) {
 	if st, err := s.State(ctx); err != nil || st.Permits != most {
 		t.Fatalf("State after refused SetPermits: permits %d, %v", st.Permits, err)
 	}
+}
+
+// The largest count a semaphore may have keeps its bound: with every permit out, no other
+// process gets one more (at 2^53 a Lua number would round the sum that passes the count back
+// down to it).
+func TestSemaphoreOfTheLargestCountKeepsItsBound(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("an int holds no count of 2^53 here")
+	}
+	most := 1 << 53
+	ga, _ := newGen(t)
+	if _, err := ga.GenSemaphore("SEM", uniqueTarget(t), most); err != nil {
+		most-- // (the largest count GenSemaphore takes)
+	}
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	tg := uniqueTarget(t)
+	sa, sb := semOf(t, ga, tg, most), semOf(t, gb, tg, most)
+	all, err := sa.Acquire(ctx, most)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Unlock() //nolint:errcheck
+	for _, n := range []int{1, 2, 3} {
+		if o, ok, err := sb.TryAcquire(ctx, n); err != nil || ok {
+			if ok {
+				_ = o.Unlock()
+			}
+			t.Fatalf("with all %d permits out, another process's TryAcquire(%d) = %v, %v; want not obtained", most, n, ok, err)
+		}
+	}
+	if err := all.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	one, ok, err := sb.TryAcquire(ctx, 1)
+	if err != nil || !ok {
+		t.Fatalf("TryAcquire(1) once they are back = %v, %v", ok, err)
+	}
+	_ = one.Unlock()
 }
 
 // Unlock returns once what it let go is free in Redis, as the mutex's does: another process's
