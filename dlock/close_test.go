@@ -1155,3 +1155,31 @@ func TestCloseLeavesTheLineWhenRedisComesBack(t *testing.T) {
 		t.Fatalf("after A's Close returned nil A (%s) still waits in line: %v", a, w)
 	}
 }
+
+// A Lock that gives up stops its process's retry poller once nobody there waits: its timer
+// does not keep the dropped state, nor fire after Close.
+func TestGivenUpLockLeavesNoPollerTimer(t *testing.T) {
+	const lease = time.Hour
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	la := mustGen(t, ga, "POLLSTOP", target(t), lease)
+	lb := mustGen(t, gb, "POLLSTOP", target(t), lease)
+	b := mustLock(t, lb, ctxT(t, 5*time.Second))
+	defer lb.Unlock(b) //nolint:errcheck
+	got := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _, err := la.Lock(ctx); got <- err }()
+	waitFor(t, func() bool { _, ok := ga.NextPoll(key(la)); return ok })
+	due := ga.PollDue(key(la))
+	cancel()
+	if err := recv(t, got, "a's Lock"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a's Lock: %v", err)
+	}
+	waitFor(t, func() bool { return ga.InUse() == 0 })
+	if err := ga.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if at, set := due(); set {
+		t.Errorf("after the state was dropped and its Generator closed, its poller's timer is still set to fire in %v", time.Until(at).Round(time.Second))
+	}
+}

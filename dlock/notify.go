@@ -37,7 +37,8 @@ import (
 // of one lock's channels share its tag), made with its first channel.
 //
 // A subscription must hear what releases publish, whatever happens to the deployment: a
-// connection that has heard nothing for probeEvery publishes a probe on one of its channels,
+// connection that has heard nothing for probeEvery publishes a probe on one of its watched
+// channels (with none watched, it only pings),
 // and one that does not hear its probe within the next probeEvery is replaced (reset): a new
 // connection, dialled to wherever the client now sends commands (the master after a Sentinel
 // failover, the slot's new owner in a Cluster), subscribes every channel again, and each
@@ -397,7 +398,9 @@ func (n *notifier) probe(c *psConn, ps *redis.PubSub) {
 	}
 	channel := ""
 	for ch, sub := range n.byChannel {
-		if sub.conn == c && !sub.leaving {
+		// (Only a channel someone watches: one that lingers may be unsubscribed before its
+		// probe arrives, which would make a healthy connection look deaf.)
+		if sub.conn == c && !sub.leaving && sub.users > 0 {
 			channel = ch
 			break
 		}

@@ -104,6 +104,50 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 	}
 }
 
+// A silent subscription connection probes itself on a channel a lock watches, never on one
+// that only lingers after its last watcher: that one may be unsubscribed before its probe
+// arrives, and the healthy connection would then look deaf and be replaced.
+func TestProbeGoesOnAWatchedChannel(t *testing.T) {
+	var probes atomic.Value // []string: the channels probed
+	probes.Store([]string(nil))
+	ga, ca := newGen(t)
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if args := cmd.Args(); len(args) == 3 && fmt.Sprint(args[0]) == "publish" && strings.HasPrefix(fmt.Sprint(args[2]), "P|") {
+			probes.Store(append(probes.Load().([]string), fmt.Sprint(args[1])))
+		}
+		return next(ctx, cmd)
+	}})
+	ga.SetLinger(time.Minute) // channels linger long after their last watcher
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 60*time.Second)
+	const lease = 30 * time.Second
+	tg := target(t)
+	for i := range 5 { // five channels that linger: a waited, took the key and let it go
+		la, lb := mustGen(t, ga, "PROBE", fmt.Sprint(tg, "x", i), lease), mustGen(t, gb, "PROBE", fmt.Sprint(tg, "x", i), lease)
+		b := mustLock(t, lb, ctx)
+		got := lockAsync(t, la, ctx)
+		inLine(t, ctx, la, 1)
+		if err := b.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, got, "a's Lock").Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ly, by := mustGen(t, ga, "PROBE", tg+"y", lease), mustGen(t, gb, "PROBE", tg+"y", lease)
+	hy := mustLock(t, by, ctx) // b holds y for long; a waits for it, watching y's channel
+	defer by.Unlock(hy)        //nolint:errcheck
+	_ = lockOnce(ctx, ly)
+	inLine(t, ctx, ly, 1)
+	start := len(probes.Load().([]string))
+	waitFor(t, func() bool { return len(probes.Load().([]string)) >= start+3 }) // a probe a second
+	for _, ch := range probes.Load().([]string)[start:] {
+		if !strings.Contains(ch, tg+"y") {
+			t.Fatalf("a probe went on %s, a channel nobody watches (y's is the one watched)", ch)
+		}
+	}
+}
+
 // With a Cluster client a subscription connection is dialled by its first SSUBSCRIBE, to the
 // node that owns the channel's slot (a receiver started before it would dial a random node,
 // and the SSUBSCRIBE would get MOVED). Healthy cluster, nothing moves: no subscription ends on

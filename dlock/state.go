@@ -289,6 +289,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		st.q.Cancel(n, woken)
 	}
 	st.left()
+	// Nobody here may wait any more: the poller's timer would hold the state (and the
+	// Generator) until it fires, after the state is dropped and after Close. (Outside mu:
+	// the poller's lock comes first.)
+	st.poller.StopIdle()
 	switch {
 	case processor.ClientClosed(lastErr), processor.Refused(lastErr):
 		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, lastErr)
