@@ -2557,3 +2557,18 @@ func TestRelockTryLockKeepsThePlaceInLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A TryLock that asks with the process's open attempt (its place in line after a relock
+// release) and finds the key held leaves no retry poller running: nobody in the process waits.
+func TestRelockTryLockLeavesNoPollerRunning(t *testing.T) {
+	la, lb, ga, _, a := relockPair(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	b := relockTo(t, ctx, la, lb, a)
+	defer lb.Unlock(b) //nolint:errcheck
+	if o, ok, err := la.TryLock(ctx); err != nil || ok || o != nil {
+		t.Fatalf("TryLock while b holds = %v, %v, %v; want not obtained", o, ok, err)
+	}
+	if at, set := ga.PollDue(key(la))(); set {
+		t.Fatalf("after the TryLock, with no goroutine waiting, the poller is set to ask in %v", time.Until(at).Round(time.Millisecond))
+	}
+}

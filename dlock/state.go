@@ -185,6 +185,11 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		wctx    = ctx       // the wait and its requests, which a Close ends too ...
 		unbind  func()      // ... once made (a pass within the process makes none)
 	)
+	// However it returns (the lock, a TryLock's "held", giving up), once nobody here waits the
+	// retry poller stops: an answer may have started it, and its timer would hold the state
+	// (and the Generator) until it fires, after the state is dropped and after Close. (Run
+	// last, after the barge's settle; outside mu: the poller's lock comes first.)
+	defer st.poller.StopIdle()
 	st.mu.Lock()
 	lingered := st.line.lingering
 	st.endLingerLocked(false) // (the caller holds a reference to st)
@@ -289,10 +294,6 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		st.q.Cancel(n, woken)
 	}
 	st.left()
-	// Nobody here may wait any more: the poller's timer would hold the state (and the
-	// Generator) until it fires, after the state is dropped and after Close. (Outside mu:
-	// the poller's lock comes first.)
-	st.poller.StopIdle()
 	switch {
 	case processor.ClientClosed(lastErr), processor.Refused(lastErr):
 		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, lastErr)
