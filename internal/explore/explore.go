@@ -306,12 +306,16 @@ func (w *world) plan(r *request) {
 	case x < w.sw.drop:
 		r.fate = fateDrop
 	case x < w.sw.drop+w.sw.copies:
-		r.fate, r.copyDelay = fateCopy, 1+w.rng.IntN(w.sw.lateMax)
+		r.fate, r.copyDelay = fateCopy, w.later()-w.step
 	}
 	if w.rng.Float64() < w.sw.late {
-		r.due = w.step + 1 + w.rng.IntN(w.sw.lateMax)
+		r.due = w.later()
 	}
 }
+
+// later is the step a late request, reply or message is due at, during a random walk: from
+// the next step to the swarm's lateMax steps on.
+func (w *world) later() int { return w.step + 1 + w.rng.IntN(w.sw.lateMax) }
 
 // planReply gives a reply its fate, during a random walk.
 func (w *world) planReply(rp *reply) {
@@ -322,7 +326,7 @@ func (w *world) planReply(rp *reply) {
 		rp.lost = true
 	}
 	if w.rng.Float64() < w.sw.lateReply {
-		rp.due = w.step + 1 + w.rng.IntN(w.sw.lateMax)
+		rp.due = w.later()
 	}
 }
 

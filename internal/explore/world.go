@@ -399,7 +399,7 @@ func (w *world) published(r *request, out outcome) {
 		if w.rng != nil {
 			n.lost = w.rng.Float64() < w.sw.loseReply
 			if w.rng.Float64() < w.sw.lateReply {
-				n.due = w.step + 1 + w.rng.IntN(w.sw.lateMax)
+				n.due = w.later()
 			}
 		}
 		w.msgs = append(w.msgs, n)
