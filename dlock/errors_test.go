@@ -178,7 +178,7 @@ func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
 	g, c := newGen(t)
 	ctx := context.Background()
 	tg := target(t)
-	for i, v := range []string{"abc", "9007199254740993"} {
+	for i, v := range []string{"abc", "9007199254740993", "9007198180999168"} { // (the last: 2^53 - 2^30, no room for a block)
 		l, _ := g.Gen("BADFENCE", fmt.Sprint(tg, i))
 		rw, _ := g.GenRW("BADFENCE", fmt.Sprint(tg, i, "-rw"))
 		sem, _ := g.GenSemaphore("BADFENCE", fmt.Sprint(tg, i, "-sem"), 2)

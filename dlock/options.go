@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // Option configures a Generator.
@@ -136,8 +137,8 @@ func WithLocalHandOff(max time.Duration) Option {
 // every. The default is no window.
 func WithForeignWindow(every, window time.Duration) Option {
 	return optionFunc(func(o *options) error {
-		if window <= 0 || window >= every || every%time.Millisecond != 0 || window%time.Millisecond != 0 {
-			return fmt.Errorf("%w: a window of %v every %v for processes not in line", ErrInvalidConfig, window, every)
+		if err := processor.CheckWindow(every, window); err != nil {
+			return err
 		}
 		o.gapEvery, o.gapWindow = every, window
 		return nil

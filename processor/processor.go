@@ -138,11 +138,17 @@ type Sighting struct {
 	Heard bool
 }
 
+// MaxTokens is the most fencing tokens one request may reserve (Tokens, NextTokens): the
+// scripts refuse a request that asks for more, before they read or write anything, and count
+// a line entry that waits with more (written by no script of dlock's) as expired. It keeps
+// every token below 2^53, where Lua's numbers stop being exact.
+const MaxTokens = 1 << 30
+
 // LockRequest is an attempt to take the key.
 type LockRequest struct {
 	Locker string // <owner><sequence number>: unique to this acquisition
 	Wait   bool   // stand in line (or renew the entry) when the key is held
-	Tokens int    // fencing tokens to reserve (≥ 1): more than one for passes within this process
+	Tokens int    // fencing tokens to reserve (1 to MaxTokens): more than one for passes within this process
 }
 
 // RenewRequest renews a held key.

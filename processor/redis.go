@@ -181,7 +181,8 @@ type Options struct {
 	ReplicaTimeout time.Duration
 	// GapEvery, when > 0, makes a release leave the key free for GapWindow at most once every
 	// GapEvery, instead of granting it to the first process in line: a window in which
-	// processes that never stand in line (Java DLock) can take it. Default 0: never.
+	// processes that never stand in line (Java DLock) can take it. Default 0: never. Both
+	// are whole milliseconds, and 0 < GapWindow < GapEvery when set (CheckWindow).
 	GapEvery  time.Duration
 	GapWindow time.Duration
 	// Scripts replaces the text of scripts by name (as Sources names them; the prelude is
@@ -290,6 +291,17 @@ func (p *RedisLockProcessor) check(ctx context.Context, cfg domain.DLockConfig) 
 	return nil
 }
 
+// CheckWindow returns an error wrapping errors.ErrInvalidConfig unless a window of length
+// window every period every, for processes that never stand in line (Options.GapEvery), is
+// one the scripts can keep: both whole milliseconds (Redis keeps them so; a window under a
+// millisecond would be sent as 0, which Redis refuses as a time to live), 0 < window < every.
+func CheckWindow(every, window time.Duration) error {
+	if window <= 0 || window >= every || every%time.Millisecond != 0 || window%time.Millisecond != 0 {
+		return fmt.Errorf("%w: a window of %v every %v for processes not in line", dlerrors.ErrInvalidConfig, window, every)
+	}
+	return nil
+}
+
 // NewRedisLockProcessor returns a processor over client. A nil client is an error wrapping
 // errors.ErrInvalidConfig.
 func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLockProcessor, error) {
@@ -299,8 +311,10 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
 	}
-	if opts.GapEvery < 0 || opts.GapWindow < 0 || (opts.GapEvery > 0 && (opts.GapWindow <= 0 || opts.GapWindow >= opts.GapEvery)) {
-		return nil, fmt.Errorf("%w: a window of %v every %v for processes not in line", dlerrors.ErrInvalidConfig, opts.GapWindow, opts.GapEvery)
+	if opts.GapEvery != 0 || opts.GapWindow != 0 {
+		if err := CheckWindow(opts.GapEvery, opts.GapWindow); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout <= 0) {
 		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)

@@ -668,7 +668,10 @@ func TestLineEntriesOfTheVersionBefore(t *testing.T) {
 }
 
 // A process that listened on its channel when it renewed its entry, and does not listen any
-// more (its connection closed: it died), is passed over however fresh its entry.
+// more (its connection closed: it died), is passed over however fresh its entry — even when a
+// request of its runs after Redis dropped its subscription (on its way as the process died,
+// or a client's copy): that renewal counts only once the process asks again, which a dead
+// one never does.
 func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -679,13 +682,85 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 		if _, err := ps.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, r := d.lock(t, lc, true, 1); !r.Seen.Heard {
+		ld, r := d.lock(t, lc, true, 1)
+		if !r.Seen.Heard {
 			t.Fatalf("pd- waits with %+v, want heard", r.Seen)
 		}
 		ps.Close()
 		waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+		if r := d.lockWith(t, lc, ld, true, 1); r.Outcome != processor.Held || r.Seen.Heard {
+			t.Fatalf("pd-'s late ask = %+v, want held, not heard", r)
+		}
 		if r := a.release(t, lc, la); r.Next != "" {
-			t.Fatalf("release = %+v, want pd- passed over: it listened, and does not now", r)
+			t.Fatalf("release = %+v, want pd- passed over: it listened, and does not now (its late ask does not count)", r)
+		}
+		// A live process asks again: from then on its entry counts as renewed (without
+		// listening), and the next release grants it the key.
+		la, _ = a.lock(t, lc, true, 1)
+		if r := d.lockWith(t, lc, ld, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("pd- asks again = %+v, want held", r)
+		}
+		if r := a.release(t, lc, la); r.Next != ld {
+			t.Fatalf("release = %+v, want granted to %s: it asked again after it stopped listening", r, ld)
+		}
+	})
+}
+
+// A line entry that no script of dlock's writes (another client's: a lease under a
+// millisecond or over domain.MaxLease, a block of more than processor.MaxTokens tokens) counts
+// as expired: a release passes it over to the next live process and drops it, rather than
+// fail halfway (after it settled the releaser) on every try, or push the fencing counter past
+// 2^53. A request for more than MaxTokens tokens is refused before it reads or writes anything.
+func TestGrantPassesOverAnEntryNoScriptWrites(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, f := newProc(t, c, "pa-"), newProc(t, c, "pf-")
+		lc := cfg(t, "malformed")
+		la, _ := a.lock(t, lc, true, 1)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := now.UnixMilli()
+		bad := map[string]string{
+			"pb-": "pb-7|0|1", "pc-": "pc-7|604800001|1", "pd-": "pd-7|1000|1073741825", "pe-": "pe-7|1000|73786976294838206464",
+		}
+		for m, w := range bad {
+			c.ZAdd(ctx, processor.LineKey(lc), redis.Z{Score: float64(now.UnixMicro() - 1000), Member: m})
+			c.HSet(ctx, processor.WantKey(lc), m, fmt.Sprintf("%s|%d|%d|0", w, ms, ms+60000))
+		}
+		lf, _ := f.lock(t, lc, true, 1)
+		r, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la})
+		if err != nil || r.Outcome != processor.Released || r.Next != lf {
+			t.Fatalf("release = %+v, %v; want granted to %s past the entries no script writes", r, err, lf)
+		}
+		if line := c.ZRange(ctx, processor.LineKey(lc), 0, -1).Val(); len(line) != 0 {
+			t.Fatalf("line %v, want the malformed entries dropped", line)
+		}
+		if _, err := f.ExpandLease(ctx, lc, processor.RenewRequest{Locker: lf, Tokens: processor.MaxTokens}); err != nil {
+			t.Fatalf("the grantee's renewal with a block of MaxTokens: %v", err)
+		}
+		before := c.Get(ctx, processor.FenceKey(lc)).Val()
+		for name, do := range map[string]func() error{
+			"lock": func() error {
+				_, err := f.Lock(ctx, lc, processor.LockRequest{Locker: f.locker(), Tokens: processor.MaxTokens + 1})
+				return err
+			},
+			"renew": func() error {
+				_, err := f.ExpandLease(ctx, lc, processor.RenewRequest{Locker: lf, Tokens: processor.MaxTokens + 1})
+				return err
+			},
+			"release": func() error {
+				_, err := f.Unlock(ctx, lc, processor.ReleaseRequest{Locker: lf, Next: f.locker(), NextLease: lc.Lease(), NextTokens: processor.MaxTokens + 1})
+				return err
+			},
+		} {
+			if err := do(); err == nil || !strings.Contains(err.Error(), "fencing tokens") {
+				t.Fatalf("%s asking for MaxTokens+1 tokens: %v, want refused", name, err)
+			}
+		}
+		if got := c.Get(ctx, lc.UniqueKey()).Val(); got != lf || c.Get(ctx, processor.FenceKey(lc)).Val() != before {
+			t.Fatalf("after the refusals the key holds %q and the counter %q, want %q and %q", got, c.Get(ctx, processor.FenceKey(lc)).Val(), lf, before)
 		}
 	})
 }
@@ -1379,8 +1454,12 @@ func TestGapLeavesTheKeyFree(t *testing.T) {
 		if ok, err := java.SetNX(ctx, lc.UniqueKey(), "java-7", time.Second).Result(); err != nil || !ok {
 			t.Fatalf("a SET NX in the window = %v, %v", ok, err)
 		}
-		if _, err := processor.NewRedisLockProcessor(c, processor.Options{GapEvery: time.Second, GapWindow: time.Second}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
-			t.Fatalf("a window as long as its period: %v", err)
+		for _, w := range [][2]time.Duration{{time.Second, time.Second}, {900 * time.Microsecond, 100 * time.Microsecond}, {time.Second, 1500 * time.Microsecond}, {0, time.Millisecond}} {
+			// (A window under a millisecond would be sent as 0, a time to live Redis refuses:
+			// every release would fail after it settled its acquisition.)
+			if _, err := processor.NewRedisLockProcessor(c, processor.Options{GapEvery: w[0], GapWindow: w[1]}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("a window of %v every %v: %v, want ErrInvalidConfig", w[1], w[0], err)
+			}
 		}
 	})
 }

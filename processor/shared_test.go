@@ -1526,7 +1526,9 @@ func TestSharedRefillWaitsForReplicas(t *testing.T) {
 // the holder lets go, the process behind it is told and takes, rather than waiting for the
 // dead entry to expire (a minute here). A read-write lock's dead writer before a reader, a
 // semaphore's dead waiter for every permit before a waiter for one; on a Cluster client too,
-// where processes listen by sharded pub/sub (SSUBSCRIBE).
+// where processes listen by sharded pub/sub (SSUBSCRIBE). So too when a request of the dead
+// process runs after Redis dropped its subscription (on its way as it died, or a client's
+// copy): that ask counts only once the process asks again, which a dead one never does.
 func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 	for _, s := range []struct {
 		name string
@@ -1537,19 +1539,28 @@ func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 		{"sem", sem3, 3},
 	} {
 		t.Run(s.name, func(t *testing.T) {
-			backends(t, func(t *testing.T, c *redis.Client) { passesTheDead(t, c, s.spec, s.all) })
+			for _, late := range []bool{false, true} {
+				t.Run(fmt.Sprint("late ask ", late), func(t *testing.T) {
+					backends(t, func(t *testing.T, c *redis.Client) { passesTheDead(t, c, s.spec, s.all, late) })
+				})
+			}
 			t.Run("sharded", func(t *testing.T) {
 				srv.NeedReal(t)
 				cc := shardedClient()
 				defer cc.Close()
-				passesTheDead(t, cc, s.spec, s.all)
+				passesTheDead(t, cc, s.spec, s.all, true)
 			})
 		})
 	}
 }
 
-func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared, all int64) {
+func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared, all int64, late bool) {
 	x := deadAhead(t, c, spec, all, all)
+	if late {
+		if r := x.d.take(t, x.lc, spec, x.ld, all, true); r.Outcome != processor.Held {
+			t.Fatalf("the dead D-'s late ask: %+v, want held", r)
+		}
+	}
 	if o := x.a.letGo(t, x.lc, spec, x.la); o != processor.Released {
 		t.Fatalf("release: %v", o)
 	}

@@ -54,6 +54,15 @@ local A = {
     origin = ARGV[22] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
 }
 
+-- MAX_LEASE_MS and MAX_TOKENS bound what a request and a line entry may ask for
+-- (domain.MaxLease, processor.MaxTokens): a request for more tokens is refused before anything
+-- is read, and an entry beyond them (or with a lease under a millisecond), which no script of
+-- dlock's writes, counts as expired (entry), so that no grant fails halfway on it.
+local MAX_LEASE_MS, MAX_TOKENS = 604800000, 1073741824
+if (tonumber(A.tokens) or 0) > MAX_TOKENS or (tonumber(A.next_tokens) or 0) > MAX_TOKENS then
+    error('dlock: a block of more than 2^30 fencing tokens asked for', 0)
+end
+
 -- OWNER is the owner of the request's locker (the process it comes from), or its mark.
 local OWNER = A.mark
 if A.seq ~= '' then
@@ -101,19 +110,20 @@ end
 
 -- counter returns the fencing counter (0 when absent), read once per script. Each script that
 -- may write reads it first, so that it stops before it writes anything when the counter holds
--- what no script of dlock's writes: not a whole number below 2^53 (the numbers a Lua number
--- holds exactly), e.g. a value set by hand. With the counter unknown a token could repeat one
--- handed out before, so the lock refuses rather than guess. Its error names the key, and
--- processor.Refused knows it: a refusal that no retry mends, as a key of another kind is
--- (WRONGTYPE), until the counter is deleted or set right. (A plain string: Redis 7 would pass
--- a table's err as the reply, but Redis 6 and miniredis would not.)
+-- what no script of dlock's writes: not a whole number below 2^53 - 2^30 (the numbers a Lua
+-- number holds exactly, less room for a block of MAX_TOKENS, so that no block a script
+-- reserves reaches 2^53), e.g. a value set by hand. With the counter unknown a token could
+-- repeat one handed out before, so the lock refuses rather than guess. Its error names the
+-- key, and processor.Refused knows it: a refusal that no retry mends, as a key of another kind
+-- is (WRONGTYPE), until the counter is deleted or set right. (A plain string: Redis 7 would
+-- pass a table's err as the reply, but Redis 6 and miniredis would not.)
 local fence
 local function counter()
     if not fence then
         local v = redis.call('get', FENCE)
-        if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007199254740992) then
+        if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007198180999168) then
             error('dlock: fencing counter ' .. FENCE .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
-                ', not a fencing token (a whole number below 2^53)', 0)
+                ', not a fencing token (a whole number below 2^53 - 2^30)', 0)
         end
         fence = tonumber(v or '0')
     end
@@ -195,33 +205,6 @@ local function hears(m)
     return type(r) == 'table' and tonumber(r[2] or 0) > 0 -- (a user not allowed it: nobody is heard)
 end
 
--- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
--- locker (its lease and tokens): the acquisition a release grants the key to. The entry notes
--- whether the process listens on its channel now; enqueue returns that.
-local function enqueue(mark, locker, lease, n)
-    local heard = hears(mark)
-    local listens = heard and '1' or '0'
-    redis.call('zadd', LINE, 'NX', NOW_US, mark)
-    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. NOW_MS .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. listens)
-    lengthen(LINE, A.entry_ttl)
-    lengthen(WANT, A.entry_ttl)
-    return heard
-end
-
--- standAgain puts the request's process (A.mark) back at the end of the line with A.next, its
--- lease and tokens, after a script that let the key go granted it to another process (a yield,
--- a release of a process that takes the key again at once), when mayStand allows: reply, the
--- script's, then also carries the key's life (ms: the grant's lease, when its holder would let
--- it expire), the process's place in line and 1 if it listens on its channel (else 0).
-local function standAgain(reply)
-    local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens)
-    local rank = redis.pcall('zrank', LINE, A.mark) -- (a user not allowed it: the place is unknown)
-    reply[6] = redis.call('pttl', K)
-    reply[7] = type(rank) == 'number' and rank or -1
-    reply[8] = heard and 1 or 0
-    return reply
-end
-
 -- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
 -- entry, when the entry expires unless renewed again (server ms), and whether its process
 -- listened on its channel then; nil when it has none. (An entry of a version before the
@@ -242,7 +225,12 @@ local function entry(mark)
     else
         locker, lease, n, renewed, expires = string.match(w, '^(.*)|(%d+)|(%d+)|(%d+)|(%d+)$')
     end
-    return locker, lease, n, tonumber(renewed), tonumber(expires), listens == '1'
+    local ms, k = tonumber(lease), tonumber(n)
+    renewed, expires = tonumber(renewed), tonumber(expires)
+    if not (ms and k and renewed and expires) or ms < 1 or ms > MAX_LEASE_MS or k > MAX_TOKENS then
+        return nil -- (no script of dlock's wrote it: it counts as expired, see MAX_TOKENS)
+    end
+    return locker, lease, n, renewed, expires, listens == '1'
 end
 
 -- waiting returns what mark waits with, as entry does, when its entry is alive; else nil.
@@ -252,6 +240,42 @@ local function waiting(mark)
         return nil
     end
     return locker, lease, n, renewed, expires, listened
+end
+
+-- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
+-- locker (its lease and tokens): the acquisition a release grants the key to. The entry notes
+-- whether the process listens on its channel now; enqueue returns that. An entry that said
+-- the process listened, of a process that listens no more, is renewed as of long ago (0): the
+-- process may have died with this request on its way (Redis dropped its subscription first,
+-- or a client sent a copy), and no grant goes to it (isLive) until it asks again, which only
+-- a live process does.
+local function enqueue(mark, locker, lease, n)
+    local heard = hears(mark)
+    local listens, renewed = '0', NOW_MS
+    if heard then
+        listens = '1'
+    elseif select(6, waiting(mark)) then
+        renewed = 0
+    end
+    redis.call('zadd', LINE, 'NX', NOW_US, mark)
+    redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. renewed .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. listens)
+    lengthen(LINE, A.entry_ttl)
+    lengthen(WANT, A.entry_ttl)
+    return heard
+end
+
+-- standAgain puts the request's process (A.mark) back at the end of the line with A.next, its
+-- lease and tokens, after a script that let the key go granted it to another process (a yield,
+-- a release of a process that takes the key again at once), when mayStand allows: reply, the
+-- script's, then also carries the key's life (ms: the grant's lease, when its holder would let
+-- it expire), the process's place in line and 1 if it listens on its channel (else 0).
+local function standAgain(reply)
+    local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens)
+    local rank = redis.pcall('zrank', LINE, A.mark) -- (a user not allowed it: the place is unknown)
+    reply[6] = redis.call('pttl', K)
+    reply[7] = type(rank) == 'number' and rank or -1
+    reply[8] = heard and 1 or 0
+    return reply
 end
 
 -- isLive reports whether the process named m, whose entry is alive and says it was renewed at

@@ -72,6 +72,9 @@ local A = {
     next_tokens = ARGV[22] or '',      -- ... and the fencing tokens it reserves
 }
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+if (tonumber(A.tokens) or 0) > 1073741824 or (tonumber(A.next_tokens) or 0) > 1073741824 then
+    error('dlock: a block of more than 2^30 fencing tokens asked for', 0) -- (processor.MaxTokens)
+end
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local NOW_MS = math.floor(NOW_US / 1000)
@@ -320,9 +323,9 @@ end
 -- what no script of dlock's writes: as the prelude's of the mutex's scripts (prelude.lua).
 local function checkCounter(key)
     local v = redis.call('get', key)
-    if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007199254740992) then
+    if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007198180999168) then
         error('dlock: fencing counter ' .. key .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
-            ', not a fencing token (a whole number below 2^53)', 0)
+            ', not a fencing token (a whole number below 2^53 - 2^30)', 0)
     end
 end
 
@@ -438,8 +441,14 @@ local function serve()
         local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
         redis.call('hset', WANT, A.owner, want)
         if HEARD then
-            local listens = hears(A.owner) and '1' or '0'
-            redis.call('hset', HEARD, A.owner, NOW_MS .. '|' .. listens .. '|' .. A.lease .. '|' .. want)
+            -- (An entry that said its process listened, of a process that listens no more,
+            -- counts from its next ask: as the mutex's enqueue, prelude.lua.)
+            local heard = hears(A.owner)
+            local renewed = NOW_MS
+            if heard == false and e and e.listened then
+                renewed = 0
+            end
+            redis.call('hset', HEARD, A.owner, renewed .. '|' .. (heard and '1' or '0') .. '|' .. A.lease .. '|' .. want)
         end
         if new then
             for owner in pairs(owners) do
