@@ -45,6 +45,16 @@ func TestReentry(t *testing.T) {
 	if o4, err := l2nd.Lock(o1); err != nil || o4 != o1 {
 		t.Fatalf("re-entry through another handle: %v", err)
 	}
+	// A context of the owner's that ended before the call re-enters nothing: it would return
+	// an Owner done at once while the hold it counted lives on.
+	ended, cancel := context.WithCancel(o1)
+	cancel()
+	if o, err := l.Lock(ended); err == nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with an ended context of the owner's = %v, %v; want ErrNotObtained and the context's error", o, err)
+	}
+	if o, ok, err := l.TryLock(ended); ok || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryLock with an ended context of the owner's = %v, %v, %v; want ErrNotObtained and the context's error", o, ok, err)
+	}
 	if n := l.HoldCount(o1); n != 4 {
 		t.Fatalf("hold count %d, want 4", n)
 	}

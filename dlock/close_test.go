@@ -1183,3 +1183,59 @@ func TestGivenUpLockLeavesNoPollerTimer(t *testing.T) {
 		t.Errorf("after the state was dropped and its Generator closed, its poller's timer is still set to fire in %v", time.Until(at).Round(time.Second))
 	}
 }
+
+// A process told it is first in line (F) while no goroutine of it waits — it lingers in line
+// after a release that stood it there again — starts no retry poller: its timer would keep
+// the state, dropped as the linger ends, and fire after Close (up to half a lease later).
+func TestFirstInLineWhileLingeringStartsNoPoller(t *testing.T) {
+	srv.NeedReal(t)
+	const lease = 6 * time.Second
+	gA, _ := newGen(t, dlock.WithDefaultLease(lease))
+	gB, _ := newGen(t, dlock.WithDefaultLease(lease))
+	gC, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := target(t)
+	lA, _ := gA.Gen("POLLSTOP", tg)
+	lB, _ := gB.Gen("POLLSTOP", tg)
+	lC, _ := gC.Gen("POLLSTOP", tg)
+	k := key(lA)
+	bg := context.Background()
+	// C holds; A waits in Redis, then is granted the key; B, then C, wait behind A.
+	oC := mustLock(t, lC, ctxT(t, 5*time.Second))
+	chA := lockAsync(t, lA, ctxT(t, 10*time.Second))
+	waitFor(t, func() bool { s, _ := lA.State(bg); return len(s.Waiting) == 1 })
+	if err := oC.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	oA := recv(t, chA, "A's lock")
+	chB := lockAsync(t, lB, ctxT(t, 10*time.Second))
+	waitFor(t, func() bool { s, _ := lA.State(bg); return len(s.Waiting) == 1 })
+	cctx, ccancel := context.WithCancel(bg)
+	defer ccancel()
+	cDone := make(chan error, 1)
+	go func() { _, err := lC.Lock(cctx); cDone <- err }()
+	waitFor(t, func() bool { s, _ := lA.State(bg); return len(s.Waiting) == 2 })
+	gA.Relock(400 * time.Millisecond) // A's Unlock stands in line again (after C) and lingers
+	if err := oA.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	oB := recv(t, chB, "B's lock (granted by A's release)")
+	defer oB.Unlock() //nolint:errcheck
+	if !gA.Lingering(k) {
+		t.Fatal("A does not linger after its release")
+	}
+	due := gA.PollDue(k)
+	heard := gA.Heard()
+	ccancel() // C gives up: its leave tells A, first in line now, F
+	<-cDone
+	waitFor(t, func() bool { return gA.Heard() > heard })
+	if at, set := due(); set && gA.Lingering(k) {
+		t.Errorf("A lingers with no goroutine waiting, and its poller is set to fire in %v", time.Until(at).Round(time.Millisecond))
+	}
+	waitFor(t, func() bool { return gA.InUse() == 0 }) // the linger ends, A leaves the line
+	if err := gA.Close(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if at, set := due(); set {
+		t.Errorf("after A's state was dropped and its Generator closed, its poller is set to fire in %v", time.Until(at).Round(time.Millisecond))
+	}
+}

@@ -667,11 +667,17 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 			// them under its count, which SetPermits may have raised above that k)
 			return nil, false, fmt.Errorf("%w: %d permits asked of %s, a semaphore of %d", ErrInvalidConfig, n, cfg.UniqueKey(), spec.Permits)
 		}
+		if cause := so.lostCause(); cause != nil {
+			return nil, false, cause // a lost (or closed) holding stays lost for its owner
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (an ended context counts no hold)
+		}
 		if o := so.reenter(); o != nil {
 			return o, true, nil
 		}
 		if cause := so.lostCause(); cause != nil {
-			return nil, false, cause // a lost (or closed) holding stays lost for its owner
+			return nil, false, cause
 		}
 	}
 	var down *shareOwner

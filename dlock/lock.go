@@ -242,14 +242,16 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 		return nil, false, errZeroLock
 	}
 	if h := l.holdingOf(ctx); h != nil {
+		reenter := ctx.Err() == nil // (an ended context counts no hold: refused below)
 		h.mu.Lock()
 		state, cause := h.state, h.cause
-		if state == holdHeld {
+		reenter = reenter && state == holdHeld
+		if reenter {
 			h.count++
 		}
 		h.mu.Unlock()
-		switch state {
-		case holdHeld:
+		switch {
+		case reenter:
 			// ctx itself only if it is this lock's own Owner: the Owner of a MultiLock, of a
 			// shared lock or of another key that carries this holding would, on its Unlock,
 			// let go of what it holds itself rather than this one hold.
@@ -257,9 +259,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 				return o, false, nil
 			}
 			return &Owner{ctx: ctx, l: l}, false, nil
-		case holdLost:
+		case state == holdLost:
 			return nil, false, cause
-		case holdClosed:
+		case state == holdClosed:
 			return nil, false, ErrClosed
 		}
 		// released: acquire anew (with a context that is still live)

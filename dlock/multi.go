@@ -176,6 +176,9 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 		return nil, fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
 	}
 	if o, ok := ctx.(*Owner); ok && o != nil && o.multi == m { // re-entry: one more hold of every part (a nil *Owner is a context that owns nothing)
+		if cause := context.Cause(o); o.Err() != nil && (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed)) {
+			return nil, cause // (a part lost or closed: the parts, an ended context each, would say only that)
+		}
 		for i, l := range m.parts {
 			if _, err := l.Lock(o); err != nil {
 				for j := i - 1; j >= 0; j-- {

@@ -1116,6 +1116,14 @@ func TestSemaphoreReentry(t *testing.T) {
 	if o2, err := s.Acquire(o, 1); err != nil || o2 != o {
 		t.Fatalf("re-entry: %v, %v", o2, err)
 	}
+	ended, cancel := context.WithCancel(o) // (an ended context counts no hold)
+	cancel()
+	if o2, err := s.Acquire(ended, 1); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with an ended context of the owner's = %v, %v; want ErrNotObtained and the context's error", o2, err)
+	}
+	if o2, ok, err := s.TryAcquire(ended, 1); ok || !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryAcquire with an ended context of the owner's = %v, %v, %v; want ErrNotObtained", o2, ok, err)
+	}
 	if n := s.HoldCount(o); n != 2 {
 		t.Fatalf("HoldCount = %d, want 2", n)
 	}

@@ -25,8 +25,8 @@ type PollTarget interface {
 	Poll(ctx context.Context) time.Duration
 }
 
-// Poller is the retry poller: started, it runs Poll after first and then every every (or what
-// Poll asks for), for as long as Waiting holds. It is Java DLock's RetryLockThread (lease/10,
+// Poller is the retry poller: started (only while Waiting holds), it runs Poll after first and
+// then every every (or what Poll asks for), for as long as Waiting holds. It is Java DLock's RetryLockThread (lease/10,
 // then lease/6). Between polls it is a timer, not a goroutine: a wait that ends before its
 // first poll, as most waits for a key passed on by a release do, starts no goroutine and wakes
 // none.
@@ -121,11 +121,12 @@ func (p *Poller) Reset(pace func() time.Duration) {
 }
 
 // setLocked sets the next poll at at: only sooner than the one set unless either, starting
-// the loop if none runs (a poll running then polls again by at). It reports whether it
-// started a loop. The caller holds mu.
+// the loop if none runs (a poll running then polls again by at) and the target waits: a loop
+// started for nobody would keep its timer, and what the timer holds, until it fires. It
+// reports whether it started a loop. The caller holds mu.
 func (p *Poller) setLocked(at time.Time, either bool) bool {
 	started := !p.armed
-	if started && (p.ctx == nil || p.target == nil || p.group == nil || p.ctx.Err() != nil || p.group.isClosed()) {
+	if started && (p.ctx == nil || p.target == nil || p.group == nil || p.ctx.Err() != nil || p.group.isClosed() || !p.target.Waiting()) {
 		return false
 	}
 	p.armed = true
