@@ -137,12 +137,21 @@ func (c *conn) ctx() (context.Context, context.CancelFunc) {
 }
 
 // ping checks that Redis answers, so that an unreachable Redis (69) or refused credentials
-// (77) are reported as such before anything else is tried.
+// (77) are reported as such before anything else is tried. A Cluster node named as a single
+// server is refused too (69), whichever node holds the key's slot: one that holds it would
+// answer, but its releases would go on plain channels and a Cluster client's on sharded ones,
+// and neither side would hear the other's (a waiter would learn of each release only by its
+// poll). It asks INFO for that, and goes on when a user may not run it (ACL).
 func (c *conn) ping() error {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	if err := c.client.Ping(ctx).Err(); err != nil {
 		return redisFailure(c.ep, c.timeout, err)
+	}
+	if c.ep.kind == "" {
+		if info, err := c.client.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (cluster_enabled:1): add --cluster, or name several nodes", c.ep))
+		}
 	}
 	return nil
 }

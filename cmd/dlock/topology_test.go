@@ -45,9 +45,26 @@ func TestCluster(t *testing.T) {
 			}
 		})
 	}
-	r := runBin(t, nil, "status", "--redis", addrs[0], "CLI", tg)
-	if r.code != exitUnavailable || !strings.Contains(r.stderr, "is part of a Redis Cluster") || !strings.Contains(r.stderr, "--cluster") {
-		t.Fatal(r)
+	// A single node named without --cluster is refused whichever node holds the key: one that
+	// holds it would answer, on plain channels where the Cluster's processes use sharded ones.
+	var here string // a target whose key lives on the first node
+	for i := 0; ; i++ {
+		here = target(t) + "here" + strconv.Itoa(i)
+		if c.MasterFor("DLOCK_CLI_"+here) == addrs[0] {
+			break
+		}
+	}
+	for _, tg := range []string{tg, here} {
+		for _, cmd := range [][]string{{"status"}, {"exec", "-n"}} {
+			args := append(append([]string{}, cmd...), "--redis", addrs[0], "CLI", tg)
+			if cmd[0] == "exec" {
+				args = append(args, "true")
+			}
+			r := runBin(t, nil, args...)
+			if r.code != exitUnavailable || !strings.Contains(r.stderr, "is part of a Redis Cluster") || !strings.Contains(r.stderr, "--cluster") {
+				t.Fatalf("%v on %s: %+v", cmd, tg, r)
+			}
+		}
 	}
 }
 
