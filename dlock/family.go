@@ -410,6 +410,20 @@ func (p sharedPart) Kind() LockKind { return kindOf(p.spec, p.write) }
 func (p sharedPart) generator() *Generator { return p.g }
 func (p sharedPart) order() string         { return p.cfg.UniqueKey() + "|" + string(p.Kind()) }
 
+func (p sharedPart) lostIn(ctx context.Context) error {
+	if p.g == nil {
+		return nil
+	}
+	side := 0
+	if p.write {
+		side = 1
+	}
+	if so := ownerIn(ctx, p.g, sharedKey(p.cfg, p.spec), side); so != nil {
+		return so.lostCause()
+	}
+	return nil
+}
+
 // Lock takes the side or the permits, waiting while ctx allows.
 func (p sharedPart) Lock(ctx context.Context) (*Owner, error) {
 	if err := p.check(); err != nil {
@@ -695,6 +709,9 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		default:
 			down = other
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (a downgrade lends no hold to it either)
 	}
 	if down != nil {
 		if o := down.st.downgrade1(ctx, down); o != nil {

@@ -26,6 +26,22 @@ func (l *DistributedReentrantLock) generator() *Generator {
 }
 func (l *DistributedReentrantLock) order() string { return l.Config().UniqueKey() + "|mutex" }
 
+func (l *DistributedReentrantLock) lostIn(ctx context.Context) error {
+	h := l.holdingOf(ctx)
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state {
+	case holdLost:
+		return h.cause
+	case holdClosed:
+		return ErrClosed
+	}
+	return nil
+}
+
 // MultiLock is several locks taken together, all or none, as Curator's InterProcessMultiLock
 // and Redisson's RedissonMultiLock: Lock returns once it holds every one of them, and holds none
 // of them if it gives up. The locks are taken one at a time in one global order — by unique
@@ -56,6 +72,9 @@ type Part interface {
 	FencingToken(owned context.Context) (uint64, bool)
 	generator() *Generator
 	order() string // the global order: the unique key, then the kind
+	// lostIn returns why the holding of the part that ctx carries was lost or closed
+	// (ErrLockLost, ErrClosed), else nil.
+	lostIn(ctx context.Context) error
 }
 
 // Multi returns the MultiLock over locks, which must be handles of this Generator. The same
@@ -175,10 +194,16 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 	if m == nil || len(m.parts) == 0 {
 		return nil, fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
 	}
-	if o, ok := ctx.(*Owner); ok && o != nil && o.multi == m { // re-entry: one more hold of every part (a nil *Owner is a context that owns nothing)
-		if cause := context.Cause(o); o.Err() != nil && (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed)) {
-			return nil, cause // (a part lost or closed: the parts, an ended context each, would say only that)
+	if ctx.Err() != nil {
+		// An ended context takes and re-enters nothing (each part refuses it); one that
+		// carries a part lost or closed says so, as a part's own Lock would.
+		for _, l := range m.parts {
+			if cause := l.lostIn(ctx); cause != nil {
+				return nil, cause
+			}
 		}
+	}
+	if o, ok := ctx.(*Owner); ok && o != nil && o.multi == m { // re-entry: one more hold of every part (a nil *Owner is a context that owns nothing)
 		for i, l := range m.parts {
 			if _, err := l.Lock(o); err != nil {
 				for j := i - 1; j >= 0; j-- {

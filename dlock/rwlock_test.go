@@ -2466,3 +2466,29 @@ func TestRWWriterThatGivesUpLetsGoWhenItsGiveBackFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A context of the write owner's that ended re-enters nothing: neither the write side nor,
+// through a downgrade, the read side (which would lend a hold to an Owner done at once).
+func TestRWDowngradeWithAnEndedContextLendsNothing(t *testing.T) {
+	g, _ := newGen(t)
+	rw, err := g.GenRW("REV", target(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rw.Unlock(w) }()
+	ended, cancel := context.WithCancel(w)
+	cancel()
+	if _, err := rw.Lock(ended); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("write re-entry with an ended context = %v; want ErrNotObtained", err)
+	}
+	r, err := rw.RLock(ended)
+	if err == nil {
+		defer func() { _ = rw.Unlock(r) }()
+		t.Fatalf("RLock (downgrade) with an ended context of the write owner's succeeded (Owner ended at once: %v); re-entry with the same context is refused", r.Err() != nil)
+	}
+}
