@@ -138,10 +138,11 @@ type Sighting struct {
 	Heard bool
 }
 
-// MaxTokens is the most fencing tokens one request may reserve (Tokens, NextTokens): the
-// scripts refuse a request that asks for more, before they read or write anything, and count
-// a line entry that waits with more (written by no script of dlock's) as expired. It keeps
-// every token below 2^53, where Lua's numbers stop being exact.
+// MaxTokens is the most fencing tokens one request may reserve (Tokens, NextTokens): a request
+// for more is refused (ErrInvalidConfig) before it is sent, and the scripts count a line entry
+// that waits with more (written by no script of dlock's) as expired. With the fencing counter
+// below 2^53 − MaxTokens (or refused) it keeps every token below 2^53, where Lua's numbers
+// stop being exact.
 const MaxTokens = 1 << 30
 
 // LockRequest is an attempt to take the key.

@@ -281,12 +281,24 @@ func (p *RedisLockProcessor) ready(ctx context.Context) error {
 }
 
 // check is ready that also refuses a zero cfg (the zero DLockConfig, which names no key).
-func (p *RedisLockProcessor) check(ctx context.Context, cfg domain.DLockConfig) error {
+func (p *RedisLockProcessor) check(ctx context.Context, cfg domain.DLockConfig, tokens ...int) error {
 	if err := p.ready(ctx); err != nil {
 		return err
 	}
 	if cfg.IsZero() {
 		return fmt.Errorf("%w: zero lock configuration", dlerrors.ErrInvalidConfig)
+	}
+	return checkTokens(tokens...)
+}
+
+// checkTokens returns an error wrapping errors.ErrInvalidConfig for a block of more than
+// MaxTokens fencing tokens (the scripts would refuse it too, but as an error no caller tells
+// from a fault).
+func checkTokens(tokens ...int) error {
+	for _, n := range tokens {
+		if n > MaxTokens {
+			return fmt.Errorf("%w: a block of %d fencing tokens (at most %d)", dlerrors.ErrInvalidConfig, n, MaxTokens)
+		}
 	}
 	return nil
 }
@@ -845,7 +857,7 @@ func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (
 
 // Lock implements DLockProcessor with lock.lua (one EVALSHA).
 func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, req LockRequest) (Result, error) {
-	if err := p.check(ctx, cfg); err != nil {
+	if err := p.check(ctx, cfg, req.Tokens); err != nil {
 		return Result{}, err
 	}
 	p.raise(cfg)
@@ -949,7 +961,7 @@ func sighting(vals []any) Sighting {
 
 // ExpandLease implements DLockProcessor with renew.lua (one EVALSHA).
 func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockConfig, req RenewRequest) (Result, error) {
-	if err := p.check(ctx, cfg); err != nil {
+	if err := p.check(ctx, cfg, req.Tokens, req.NextTokens); err != nil {
 		return Result{}, err
 	}
 	a, err := p.base(ctx, cfg)
@@ -1007,7 +1019,7 @@ func last(t uint64) string {
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
 func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig, req ReleaseRequest) (Result, error) {
-	if err := p.check(ctx, cfg); err != nil {
+	if err := p.check(ctx, cfg, req.NextTokens); err != nil {
 		return Result{}, err
 	}
 	a, err := p.base(ctx, cfg)

@@ -710,7 +710,7 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 // millisecond or over domain.MaxLease, a block of more than processor.MaxTokens tokens) counts
 // as expired: a release passes it over to the next live process and drops it, rather than
 // fail halfway (after it settled the releaser) on every try, or push the fencing counter past
-// 2^53. A request for more than MaxTokens tokens is refused before it reads or writes anything.
+// 2^53. A request for more than MaxTokens tokens is refused (ErrInvalidConfig) before it is sent.
 func TestGrantPassesOverAnEntryNoScriptWrites(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -755,8 +755,8 @@ func TestGrantPassesOverAnEntryNoScriptWrites(t *testing.T) {
 				return err
 			},
 		} {
-			if err := do(); err == nil || !strings.Contains(err.Error(), "fencing tokens") {
-				t.Fatalf("%s asking for MaxTokens+1 tokens: %v, want refused", name, err)
+			if err := do(); !errors.Is(err, dlerrors.ErrInvalidConfig) || !strings.Contains(err.Error(), "fencing tokens") {
+				t.Fatalf("%s asking for MaxTokens+1 tokens: %v, want refused as ErrInvalidConfig", name, err)
 			}
 		}
 		if got := c.Get(ctx, lc.UniqueKey()).Val(); got != lf || c.Get(ctx, processor.FenceKey(lc)).Val() != before {

@@ -173,6 +173,13 @@ func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s
 	if err := p.checkShared(ctx, cfg, s); err != nil {
 		return 0, nil, 0, err
 	}
+	next := 0
+	if o.next != nil {
+		next = o.next.Tokens
+	}
+	if err := checkTokens(o.tokens, next); err != nil {
+		return 0, nil, 0, err
+	}
 	vals, acked, err := p.shared(ctx, cfg, s, o)
 	if err != nil {
 		return 0, nil, 0, processErr(o.op, cfg.UniqueKey(), err)

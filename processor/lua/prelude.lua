@@ -54,14 +54,11 @@ local A = {
     origin = ARGV[22] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
 }
 
--- MAX_LEASE_MS and MAX_TOKENS bound what a request and a line entry may ask for
--- (domain.MaxLease, processor.MaxTokens): a request for more tokens is refused before anything
--- is read, and an entry beyond them (or with a lease under a millisecond), which no script of
--- dlock's writes, counts as expired (entry), so that no grant fails halfway on it.
+-- MAX_LEASE_MS and MAX_TOKENS bound what a line entry may ask for (domain.MaxLease, and
+-- processor.MaxTokens, beyond which the processor sends no request): an entry beyond them (or
+-- with a lease under a millisecond), which no script of dlock's writes, counts as expired
+-- (entry), so that no grant fails halfway on it.
 local MAX_LEASE_MS, MAX_TOKENS = 604800000, 1073741824
-if (tonumber(A.tokens) or 0) > MAX_TOKENS or (tonumber(A.next_tokens) or 0) > MAX_TOKENS then
-    error('dlock: a block of more than 2^30 fencing tokens asked for', 0)
-end
 
 -- OWNER is the owner of the request's locker (the process it comes from), or its mark.
 local OWNER = A.mark

@@ -72,9 +72,6 @@ local A = {
     next_tokens = ARGV[22] or '',      -- ... and the fencing tokens it reserves
 }
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-if (tonumber(A.tokens) or 0) > 1073741824 or (tonumber(A.next_tokens) or 0) > 1073741824 then
-    error('dlock: a block of more than 2^30 fencing tokens asked for', 0) -- (processor.MaxTokens)
-end
 local clock = redis.call('time')
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local NOW_MS = math.floor(NOW_US / 1000)
