@@ -762,6 +762,29 @@ func TestGrantPassesOverAnEntryNoScriptWrites(t *testing.T) {
 		if got := c.Get(ctx, lc.UniqueKey()).Val(); got != lf || c.Get(ctx, processor.FenceKey(lc)).Val() != before {
 			t.Fatalf("after the refusals the key holds %q and the counter %q, want %q and %q", got, c.Get(ctx, processor.FenceKey(lc)).Val(), lf, before)
 		}
+		// Entries at the bounds are dlock's own: the longest lease, the largest block, a lease
+		// of one millisecond (listening processes: live whenever they last renewed).
+		lc2 := cfg(t, "bounds")
+		la, _ = a.lock(t, lc2, true, 1)
+		for i, w := range []string{"ph-7|604800000|1", "pi-7|1000|1073741824", "pg-7|1|1"} {
+			m := w[:3]
+			ps := c.Subscribe(ctx, processor.ProcessChannel(lc2, m))
+			defer ps.Close()
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c.ZAdd(ctx, processor.LineKey(lc2), redis.Z{Score: float64(now.UnixMicro() + int64(i)), Member: m})
+			c.HSet(ctx, processor.WantKey(lc2), m, fmt.Sprintf("%s|%d|%d|1", w, ms, ms+60000))
+		}
+		holder := la
+		for _, want := range []string{"ph-7", "pi-7", "pg-7"} {
+			p := newProc(t, c, holder[:3])
+			r, err := p.Unlock(ctx, lc2, processor.ReleaseRequest{Locker: holder})
+			if err != nil || r.Next != want {
+				t.Fatalf("release of %s = %+v, %v; want granted to %s, an entry at the bounds", holder, r, err, want)
+			}
+			holder = want
+		}
 	})
 }
 
@@ -2349,11 +2372,19 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 // time to live lengthened), with a holder and a process in line.
 func TestCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 	srv.NeedReal(t)
+	// (2^53 - 2^30 is a whole number, but leaves no room for the largest block a request may
+	// reserve: a script would hand out tokens past 2^53.)
+	for _, v := range []string{"abc", "9007198180999168"} {
+		t.Run(v, func(t *testing.T) { corruptCounterRefuses(t, v) })
+	}
+}
+
+func corruptCounterRefuses(t *testing.T, v string) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
 	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
-	lc, _ := domain.NewDLockConfig("PROC", fresh("corrupt-"+t.Name()), time.Minute)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("corrupt-"+v+t.Name()), time.Minute)
 	la, r := a.lock(t, lc, false, 1)
 	if r.Outcome != processor.Taken {
 		t.Fatalf("first lock: %+v", r)
@@ -2362,7 +2393,7 @@ func TestCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 	if r.Outcome != processor.Held {
 		t.Fatalf("second lock: %+v", r)
 	}
-	if err := c.Set(ctx, processor.FenceKey(lc), "abc", redis.KeepTTL).Err(); err != nil {
+	if err := c.Set(ctx, processor.FenceKey(lc), v, redis.KeepTTL).Err(); err != nil {
 		t.Fatal(err)
 	}
 	type state struct {
