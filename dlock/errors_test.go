@@ -236,7 +236,8 @@ func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
 }
 
 // A nil *RedisProcessError (as errors.As leaves its target when nothing matches) prints and
-// unwraps without a panic, as a nil error would.
+// unwraps without a panic, as a nil error would; one without a key names none ("" read as a
+// key of that name).
 func TestNilRedisProcessError(t *testing.T) {
 	var pe *dlock.RedisProcessError
 	if errors.As(errors.New("not a Redis failure"), &pe) {
@@ -252,6 +253,14 @@ func TestNilRedisProcessError(t *testing.T) {
 	}
 	if err := pe.Unwrap(); err != nil {
 		t.Errorf("Unwrap() = %v", err)
+	}
+	// One that names no key (a request of the servers', not of a lock) names none.
+	cause := errors.New("dial tcp: connection refused")
+	if msg := (&dlock.RedisProcessError{Op: "command-info", Err: cause}).Error(); msg != "dlock: redis command-info: dial tcp: connection refused" {
+		t.Errorf("Error() without a key = %q", msg)
+	}
+	if msg := (&dlock.RedisProcessError{Op: "lock", Key: "DLOCK_A_b", Err: cause}).Error(); msg != `dlock: redis lock "DLOCK_A_b": dial tcp: connection refused` {
+		t.Errorf("Error() = %q", msg)
 	}
 }
 

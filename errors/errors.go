@@ -44,6 +44,9 @@ func (e *RedisProcessError) Error() string {
 	if e == nil {
 		return "<nil>"
 	}
+	if e.Key == "" { // (a request of no one key: the servers' COMMAND INFO)
+		return fmt.Sprintf("dlock: redis %s: %v", e.Op, e.Err)
+	}
 	return fmt.Sprintf("dlock: redis %s %q: %v", e.Op, e.Key, e.Err)
 }
 
