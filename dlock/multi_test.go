@@ -200,8 +200,10 @@ func TestMultiLockOrderIsByKey(t *testing.T) {
 }
 
 // The Owner of a MultiLock ends when any part's holding ends: here an operator removes one
-// part, and the Owner's cause matches ErrLockLost. Its Unlock then reports the loss and
-// releases the other parts.
+// part, and the Owner's cause matches ErrLockLost. A re-entry through a context made from the
+// Owner (a request's deadline over it), ended with it, reports the loss, as the Owner's own
+// does (the parts still held would refuse it as ended before the lost part is reached). Its
+// Unlock then reports the loss and releases the other parts.
 func TestMultiLockOwnerEndsWhenAPartIsLost(t *testing.T) {
 	g, _ := newGen(t)
 	tg := target(t)
@@ -211,6 +213,8 @@ func TestMultiLockOwnerEndsWhenAPartIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	derived, cancel := context.WithTimeout(o, time.Hour)
+	defer cancel()
 	st, err := parts[1].State(ctx)
 	if err != nil || !st.Mine {
 		t.Fatalf("State of a part: %+v, %v", st, err)
@@ -225,6 +229,11 @@ func TestMultiLockOwnerEndsWhenAPartIsLost(t *testing.T) {
 	}
 	if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
 		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	for name, c := range map[string]context.Context{"the Owner": o, "a context made from it": derived} {
+		if o2, err := m.Lock(c); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("re-entry through %s after a part's loss = %v, %v; want ErrLockLost", name, o2, err)
+		}
 	}
 	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Unlock after the loss: %v; want the loss reported", err)
@@ -1921,40 +1930,5 @@ func TestMultiLockReturnsWhileAPartsDowngradeIsUnresolved(t *testing.T) {
 	}
 	if err := rw.Unlock(r); err != nil {
 		t.Error(err)
-	}
-}
-
-// A context made from a MultiLock's Owner (a request's deadline over it) that ended because a
-// part was lost re-enters nothing and reports the loss, as the Owner itself does: the parts
-// still held would refuse it as ended before the lost part is reached.
-func TestMultiLockReentryThroughAContextOfItsOwnerReportsALostPart(t *testing.T) {
-	g, _ := newGen(t)
-	tg := target(t)
-	m, parts := multiOf(t, g, "MULTI", 5*time.Second, tg+"-a", tg+"-b")
-	ctx := ctxT(t, 30*time.Second)
-	o, err := m.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	derived, cancel := context.WithTimeout(o, time.Hour)
-	defer cancel()
-	st, err := parts[1].State(ctx)
-	if err != nil || !st.Mine {
-		t.Fatalf("State of a part: %+v, %v", st, err)
-	}
-	if removed, err := parts[1].ForceRelease(ctx, st.Holder); err != nil || !removed {
-		t.Fatalf("ForceRelease: %v, %v", removed, err)
-	}
-	select {
-	case <-derived.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("the derived context did not end when a part was lost")
-	}
-	if cause := context.Cause(derived); !errors.Is(cause, dlock.ErrLockLost) {
-		t.Fatalf("derived cause %v, want ErrLockLost", cause)
-	}
-	o2, err := m.Lock(derived)
-	if !errors.Is(err, dlock.ErrLockLost) {
-		t.Fatalf("MultiLock.Lock(derived context of the Owner) after a part's loss = %v, %v; want ErrLockLost (the loss), as Lock(o) reports", o2, err)
 	}
 }
