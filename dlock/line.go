@@ -220,9 +220,12 @@ func (l *line) grantStart(g grant) time.Time {
 // this process, if it can be counted: from the send of the last request of the attempt that
 // showed it waiting, and not removed by a ForceRelease of this Generator. Otherwise it returns
 // nil, and the first waiter asks again (lock.lua finds the key its own and renews it for its
-// lease, or finds the attempt settled). The caller holds mu, in phase idle.
+// lease, or finds the attempt settled). With WithReplicaAck a grant is never used as heard:
+// the script of another process wrote it and no replica was waited for, so the first waiter
+// asks, and that renewal of the key, its own, holds only once replicas acknowledged it. The
+// caller holds mu, in phase idle.
 func (st *lockState) beginGrantLocked(a *attempt, g grant) *tenure {
-	if !st.line.grantUsable(a, g) || st.forced == a.locker {
+	if !st.line.grantUsable(a, g) || st.forced == a.locker || st.g.opts.replicas > 0 {
 		st.line.granted = nil
 		st.signalLocked(HowNotified)
 		return nil

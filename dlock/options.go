@@ -47,10 +47,13 @@ func WithObserver(o Observer) Option {
 
 // WithReplicaAck makes every acquisition and every renewal wait until n replicas of the
 // key's master have acknowledged it (Redis WAIT, sent with the write on the same connection),
-// for at most timeout. An acquisition not acknowledged in time is given back and counts as a
-// failed attempt: Lock goes on waiting, TryLock returns a *RedisProcessError matching
-// ErrNotReplicated. A renewal not acknowledged in time is retried as a failed renewal, and
-// the holding is lost if none is acknowledged before its lease runs out.
+// for at most timeout. A key granted by another process's release is no exception: it is
+// held only once this process's own renewal of it is acknowledged. An acquisition not
+// acknowledged in time counts as a failed attempt: TryLock gives it back and returns a
+// *RedisProcessError matching ErrNotReplicated; Lock goes on waiting, and the key stays its
+// attempt's (each ask renews it and waits for the replicas again) until it is acknowledged or
+// Lock gives up, when it is given back. A renewal not acknowledged in time is retried as a
+// failed renewal, and the holding is lost if none is acknowledged before its lease runs out.
 //
 // It narrows, but does not close, the window in which a failover to a replica that had not
 // received the acquisition lets a second owner in (see docs/deployments.md): Redis

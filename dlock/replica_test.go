@@ -119,6 +119,59 @@ func masterAndReplica(t *testing.T, ctx context.Context) (*redis.Client, *redist
 
 // ackGen returns a Generator on c whose writes wait for one replica (200 ms at most), with a
 // 600 ms lease, closed with the test.
+// WithReplicaAck and a key granted by another process's release (whose script waits for no
+// replica): the grantee holds it only once its own renewal of it is acknowledged. With the
+// replica up a cross-process hand-off works; with it gone the waiter is not handed an Owner
+// of a write no replica has — its Lock goes on waiting, and gives up with the replicas'
+// failure.
+func TestReplicaAckGrantFromAnotherProcess(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c, replica := masterAndReplica(t, ctx)
+	mk := func() *dlock.Generator {
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(4*time.Second), dlock.WithReplicaAck(1, 200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close(context.Background()) })
+		return g
+	}
+	ga, gb := mk(), mk()
+	tg := target(t)
+	la, _ := ga.Gen("ACK", tg)
+	lb, _ := gb.Gen("ACK", tg)
+	handOff := func(wait time.Duration) (*dlock.Owner, error) {
+		owned, err := la.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		got := make(chan error, 1)
+		var ob *dlock.Owner
+		go func() { o, err := lb.Lock(wctx); ob = o; got <- err }()
+		waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) == 1 })
+		if wait < 10*time.Second { // (the replica goes as the other process waits in line)
+			replica.Kill()
+			waitFor(t, func() bool { info, _ := c.Info(ctx, "replication").Result(); return !strings.Contains(info, "slave0:") })
+		}
+		if err := la.Unlock(owned); err != nil {
+			t.Fatal(err)
+		}
+		err = recv(t, got, "the waiter's Lock")
+		return ob, err
+	}
+	ob, err := handOff(30 * time.Second)
+	if err != nil {
+		t.Fatalf("hand-off with the replica up: %v", err)
+	}
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if ob, err := handOff(3 * time.Second); err == nil || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("the waiter's Lock after a release with no replica = %v, %v; want ErrNotObtained and ErrNotReplicated (no Owner of a write no replica acknowledged)", ob, err)
+	}
+}
+
 func ackGen(t *testing.T, c *redis.Client) *dlock.Generator {
 	t.Helper()
 	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
