@@ -230,6 +230,27 @@ func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
 	})
 }
 
+// An Unlock whose release Redis keeps failing, overtaken by a Close that gives up (its
+// context ends first), does not report the holding let go, for the read-write lock and the
+// semaphore as for the mutex: the release was never answered, and Redis may hold it until its
+// lease runs out.
+func TestUnlockCutShortByACloseThatGaveUpSaysSo(t *testing.T) {
+	const lease = 10 * time.Second
+	heldOfEachKind(t, lease, isRelease, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
+		failing.Store(1)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- owned.Unlock() }()
+		waitFor(t, func() bool { return failing.Load() > 1 })
+		cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		cerr := g.Close(cctx)
+		var pe *dlock.RedisProcessError
+		if err := recv(t, unlocked, "the Unlock"); !errors.As(err, &pe) {
+			t.Fatalf("Unlock = %v, want a *RedisProcessError: its release was never answered (Close gave up: %v)", err, cerr)
+		}
+	})
+}
+
 var errInjected = errors.New("refused: injected")
 
 // isRelease reports whether a is a release: the mutex's release.lua or shared.lua's.

@@ -892,6 +892,11 @@ func (so *shareOwner) unlock() error {
 				cause = err
 			}
 		case <-st.g.clean.Done():
+			select {
+			case cause = <-fate:
+			default: // Close gave up before the release was answered: Redis may hold it still
+				cause = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: errCloseGaveUp}
+			}
 		}
 	}
 	st.g.observer.Released(so.event(cause))

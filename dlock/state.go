@@ -357,6 +357,10 @@ func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wa
 // Redis failure (the deadline may simply have been short), but worth saying.
 var errNoAnswer = errors.New("the attempt got no answer from Redis in time")
 
+// errCloseGaveUp says that Close gave up (its context ended) before a release it waited for
+// was answered: the holding may stay in Redis until its lease runs out.
+var errCloseGaveUp = errors.New("Close gave up before the release was answered")
+
 // notObtained is a Lock's error when its context ended: ErrNotObtained and the context's
 // error, with the last Redis failure when there was one (or that the last attempt got no
 // answer).
