@@ -38,11 +38,10 @@ import (
 //
 // A subscription must hear what releases publish, whatever happens to the deployment: a
 // connection that has heard nothing for probeEvery publishes a probe on one of its watched
-// channels (with none watched, it only pings),
-// and one that does not hear its probe within the next probeEvery is replaced (reset): a new
-// connection, dialled to wherever the client now sends commands (the master after a Sentinel
-// failover, the slot's new owner in a Cluster), subscribes every channel again, and each
-// confirmation wakes its lock. The same happens when Redis drops a sharded subscription
+// channels (with none watched, it only pings), and one that does not hear its probe within the
+// next probeEvery is replaced (reset): a new connection, dialled to wherever the client now
+// sends commands (the master after a Sentinel failover, the slot's new owner in a Cluster),
+// subscribes every channel again, and each confirmation wakes its lock. The same happens when Redis drops a sharded subscription
 // itself (its slot moved).
 //
 // SUBSCRIBE and UNSUBSCRIBE are sent, in order, by one goroutine per connection, so no caller

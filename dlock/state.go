@@ -186,9 +186,10 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		unbind  func()      // ... once made (a pass within the process makes none)
 	)
 	// However it returns (the lock, a TryLock's "held", giving up), once nobody here waits the
-	// retry poller stops: an answer may have started it, and its timer would hold the state
-	// (and the Generator) until it fires, after the state is dropped and after Close. (Run
-	// last, after the barge's settle; outside mu: the poller's lock comes first.)
+	// retry poller stops: it ran for this goroutine or for others that left, and its timer
+	// would hold the state (and the Generator) until it fires, after the state is dropped and
+	// after Close. (Run last, after the barge's settle; outside mu: the poller's lock comes
+	// first.)
 	defer st.poller.StopIdle()
 	st.mu.Lock()
 	lingered := st.line.lingering
@@ -323,13 +324,12 @@ func (st *lockState) unbarge(barging *bool, linger bool) {
 	st.settleLocked()
 }
 
-// won makes the goroutine at n (nil for a barge) the queue's head as it returns h. The process
-// holds the key: its poller is not needed until it waits in Redis again (Waiting).
+// won makes the goroutine at n (nil for a barge) the queue's head as it returns h. (The process
+// holds the key: acquire's deferred StopIdle stops the poller as it returns.)
 func (st *lockState) won(n *queue.Node, h *holding) *holding {
 	if n != nil {
 		st.q.SetHead(n)
 	}
-	st.poller.StopIdle()
 	return h
 }
 

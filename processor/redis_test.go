@@ -688,6 +688,10 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 		}
 		ps.Close()
 		waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+		if r := a.release(t, lc, la); r.Next != "" {
+			t.Fatalf("release = %+v, want pd- passed over: it listened, and does not now", r)
+		}
+		la, _ = a.lock(t, lc, true, 1)
 		if r := d.lockWith(t, lc, ld, true, 1); r.Outcome != processor.Held || r.Seen.Heard {
 			t.Fatalf("pd-'s late ask = %+v, want held, not heard", r)
 		}

@@ -1418,6 +1418,10 @@ func TestSharedBlocksOfTokens(t *testing.T) {
 		if f, err := w.SharedRefill(ctx, lc, rw, wl, 5); err != nil || f.Outcome != processor.Renewed || f.Token != ahead+6 || counter() != ahead+10 {
 			t.Fatalf("refill = %+v, %v, counter %d; want a block from %d", f, err, counter(), ahead+6)
 		}
+		// (a block of more than MaxTokens is refused before it is sent)
+		if _, err := w.SharedRefill(ctx, lc, rw, wl, processor.MaxTokens+1); !errors.Is(err, dlerrors.ErrInvalidConfig) || counter() != ahead+10 {
+			t.Fatalf("a refill of MaxTokens+1 tokens = %v, counter %d; want ErrInvalidConfig, the counter at %d", err, counter(), ahead+10)
+		}
 		if f, err := w.SharedRenew(ctx, lc, rw, wl); err != nil || f.Outcome != processor.Renewed || f.Token != 0 || counter() != ahead+10 {
 			t.Fatalf("renewal = %+v, %v, counter %d; want no block", f, err, counter())
 		}

@@ -26,8 +26,8 @@ type PollTarget interface {
 }
 
 // Poller is the retry poller: started (only while Waiting holds), it runs Poll after first and
-// then every every (or what Poll asks for), for as long as Waiting holds. It is Java DLock's RetryLockThread (lease/10,
-// then lease/6). Between polls it is a timer, not a goroutine: a wait that ends before its
+// then every every (or what Poll asks for), for as long as Waiting holds. It is Java DLock's
+// RetryLockThread (lease/10, then lease/6). Between polls it is a timer, not a goroutine: a wait that ends before its
 // first poll, as most waits for a key passed on by a release do, starts no goroutine and wakes
 // none.
 //
