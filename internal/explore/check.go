@@ -24,6 +24,7 @@ const (
 	ruleResidue   = "nothing left"      // a key left after everyone left, beyond the documented windows
 	ruleLossTold  = "loss told"         // a holder whose key an operator removed is not told at its release
 	ruleGrant     = "grant"             // the key granted to an acquisition that ended
+	ruleServe     = "served"            // the key let go free while a live process waits in line
 )
 
 // fail records the first violation of a schedule.

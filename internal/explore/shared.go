@@ -51,6 +51,10 @@ type SharedOptions struct {
 //     listens still, or did not and renewed it within a third of its lease);
 //   - line-dead: after a request ran, no entry of a process that listened when it last
 //     renewed it and does not now is left in line, but the request's own process's;
+//   - line-serve: a waiting take is put in line only when it does not fit, under the count, with
+//     what is held and what every live entry ahead of its process asks (a take of a process
+//     that stopped listening since its entry said it listened renews it as of long ago: its
+//     process may have died with the take on its way, and counts from its next);
 //
 // and at the end, once every process let go of all it holds or asked for, that no holding is
 // left and that every key expires.
@@ -511,10 +515,26 @@ func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before ma
 		w.ran[r.old] = true
 	}
 	if res.Outcome == processor.Held && r.wait {
-		if e, ok := line.entry(p.name); ok && e.locker != r.locker {
+		e, inLine := line.entry(p.name)
+		if inLine && e.locker != r.locker {
 			w.ran[e.locker] = true // the attempt this one took the place of in line
 		}
-		w.heard[p.name] = heardOf{w.now(), p.listening}
+		h := heardOf{w.now(), p.listening}
+		if prev, ok := w.heard[p.name]; ok && inLine && prev.listened && !p.listening {
+			h.at = time.Time{} // (it may have died with this take on its way: it counts from its next)
+		}
+		w.heard[p.name] = h
+		if r.old == "" {
+			// served when there is room: put in line only when what is held and what every
+			// live entry ahead of its process asks leave too little
+			var sum uint64
+			for _, b := range before {
+				sum += b[0]
+			}
+			if k, ahead := w.count(), line.ahead(p.name); sum+ahead+uint64(r.n) <= uint64(k) {
+				w.fail("line-serve", "%v was put in line though it fits: %d held and %d asked ahead of it, of %d", r, sum, ahead, k)
+			}
+		}
 	}
 	w.noDeadEntry(p)
 	if res.Outcome == processor.Taken && !repeat && r.old == "" {
@@ -871,6 +891,10 @@ var SharedMutants = []Mutant{
 		"return not e.renewed or e.listened or", "return not e.renewed or"},
 	{"a dead process's entry stays in line", "shared",
 		"        elseif (owner ~= A.owner or A.op == 'force') and died(e) then", "        elseif false then"},
+	{"a dead process's late take counts it ahead (its entry renewed as of now)", "shared",
+		"            if heard == false and e and e.listened then", "            if false then"},
+	{"a take that fits exactly is put in line", "shared",
+		"        local fits = shrinks or sum + ahead(A.owner) + n <= k", "        local fits = shrinks or sum + ahead(A.owner) + n < k"},
 	{"a copy of a take that ran is refused under a lowered count (its holding settled)", "shared",
 		"and not shrinks and not mine and", "and not shrinks and"},
 }

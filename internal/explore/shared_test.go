@@ -67,12 +67,14 @@ var keptShared = map[string]uint64{
 	"a fresh entry of a process that does not listen is passed over":                      8,
 	"an entry of a process that listens is passed over once it is a third of a lease old": 1,
 	"a dead process's entry stays in line":                                                8,
+	"a take that fits exactly is put in line":                                             2,
 }
 
 // keptSharedSem is the same for the mutants only a semaphore's schedules show, in the shape of
 // semShape (a count lowered below a holding's permits).
 var keptSharedSem = map[string]uint64{
 	"a copy of a take that ran is refused under a lowered count (its holding settled)": 164,
+	"a dead process's late take counts it ahead (its entry renewed as of now)":         203,
 }
 
 var semShape = explore.SharedOptions{Kind: processor.KindSem, Permits: 3, Procs: 2, Steps: 80}

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/domain"
@@ -171,6 +172,7 @@ func (w *world) note(format string, args ...any) {
 func (w *world) deliver(i int, keep bool) {
 	r := w.flight[i]
 	w.flight = append(w.flight[:i:i], w.flight[i+1:]...)
+	prior := w.entryBefore(r)
 	out := r.run(context.Background())
 	if r.p != nil && r.order <= w.restartOrder {
 		r.p.restartLeak = true // a request from before an empty restart ran after it: its marks are gone
@@ -184,7 +186,7 @@ func (w *world) deliver(i int, keep bool) {
 	if r.purpose == pForce && out.res.Outcome == processor.Released {
 		w.forcedRemoved(r.locker)
 	}
-	w.renewedEntry(r, out)
+	w.renewedEntry(r, out, prior)
 	w.published(r, out)
 	if r.p != nil && r.purpose == pLeave && r.p.stopped && r.order > r.p.stopOrder {
 		r.p.leaveLanded, r.p.leaveStep, r.p.leaveAt, r.p.leaveUp = true, w.step, w.now(), r.seq
@@ -381,6 +383,9 @@ func (w *world) published(r *request, out outcome) {
 		w.granted(r, res.Next)
 	case res.Outcome == processor.Released:
 		m = processor.Message{Released: true, From: r.locker, Gap: res.Gap}
+		if res.Gap == 0 {
+			w.leftFree(r)
+		}
 	default:
 		return
 	}
@@ -458,8 +463,36 @@ func (w *world) granted(r *request, locker string) {
 		w.fail(ruleGrant, "%s granted the key to %s, which has no entry in line", r.id, locker)
 	case e.listened && !w.listens(locker):
 		w.fail(ruleGrant, "%s granted the key to %s, whose process listened when it renewed its entry and does not now (it died)", r.id, locker)
+	case !e.listened && e.at.IsZero():
+		w.fail(ruleGrant, "%s granted the key to %s, whose process stopped listening since it renewed its entry, and has not asked since (it may have died with that ask on its way)", r.id, locker)
 	case !e.listened && w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3:
 		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v) and whose process did not listen", r.id, locker, w.now().Sub(e.at), e.lease)
+	}
+}
+
+// leftFree checks a key r let go with no grant and no window for processes not in line:
+// nobody in line was live (as granted judges it), but r's own process (a release or a leave
+// passes over it; an operator's removal, over the removed holder's).
+func (w *world) leftFree(r *request) {
+	self, _ := processor.SplitLocker(r.locker)
+	if r.p != nil {
+		self = r.p.mark
+	}
+	want, err := w.be.client().HGetAll(context.Background(), processor.WantKey(w.cfg)).Result()
+	if err != nil {
+		w.fail(ruleServe, "reading the line: %v", err)
+		return
+	}
+	for mark, v := range want {
+		locker := entryLocker(v)
+		e, ok := w.entries[locker]
+		if mark == self || !ok || entryExpires(v) <= w.now().UnixMilli() {
+			continue
+		}
+		if (e.listened && w.listens(locker)) || (!e.listened && !e.at.IsZero() && w.now().Sub(e.at).Milliseconds() <= e.lease.Milliseconds()/3) {
+			w.fail(ruleServe, "%s let the key go free while %s waits in line with %s, live", r.id, mark, locker)
+			return
+		}
 	}
 }
 
@@ -484,14 +517,35 @@ type entry struct {
 
 // renewedEntry records that r, run by Redis with outcome out, made or renewed an entry in the
 // line: a waiting attempt that found the key held, or a yield or a release (relock) with the
-// attempt it waits with next.
-func (w *world) renewedEntry(r *request, out outcome) {
+// attempt it waits with next. prior is the process's entry as r found it (entryBefore): one
+// that is alive and says its process listened, of a process that does not listen now, is
+// renewed as of long ago — the process may have died with r on its way — and no grant may go
+// to it until it asks again.
+func (w *world) renewedEntry(r *request, out outcome, prior string) {
+	var locker string
 	switch {
 	case out.err != nil:
+		return
 	case (r.purpose == pAsk || r.purpose == pTry) && r.wait && out.res.Outcome == processor.Held:
-		w.entries[r.locker] = entry{w.now(), r.lease, w.listens(r.locker)}
+		locker = r.locker
 	case r.purpose == pTake && r.yield && out.res.Outcome == processor.Yielded,
 		r.purpose == pRelease && r.next != "" && out.res.Queued:
-		w.entries[r.next] = entry{w.now(), r.lease, w.listens(r.next)}
+		locker = r.next
+	default:
+		return
 	}
+	e := entry{w.now(), r.lease, w.listens(locker)}
+	if !e.listened && strings.HasSuffix(prior, "|1") && entryExpires(prior) > w.now().UnixMilli() {
+		e.at = time.Time{}
+	}
+	w.entries[locker] = e
+}
+
+// entryBefore returns the entry of r's process in the line as r finds it (empty for none).
+func (w *world) entryBefore(r *request) string {
+	if r.p == nil || !w.be.owned() {
+		return ""
+	}
+	v, _ := w.be.client().HGet(context.Background(), processor.WantKey(w.cfg), r.p.mark).Result()
+	return v
 }
