@@ -212,8 +212,8 @@ func HeldUntil(sent time.Time, lease time.Duration) time.Time {
 // GrantedFrom is when a process counts a key granted to it from (its lease then runs as from
 // a request sent at that time, HeldUntil): waited, the send time of its last request whose
 // answer showed it waiting, plus the time Redis's clock ran from that request to the grant,
-// less 1 % of it for the clocks' rates. seen is what that answer carried (the fencing counter
-// or Redis's clock in µs, the larger: no earlier than the request ran), at is Redis's clock in
+// less 1 % of it for the clocks' rates. seen is what that answer carried (Redis's clock in µs,
+// or the fencing counter where it runs ahead: no earlier than the request ran), at is Redis's clock in
 // µs as it ran the grant (0: not told), and heard when the grant's message came. A grant that
 // Redis's clock puts further from the request than has passed here by the message's arrival
 // is counted from waited: that clock ran fast or jumped, or the two readings came from two

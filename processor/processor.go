@@ -124,10 +124,11 @@ type Sighting struct {
 	// Holder is the locker under the key; "" inside a window left free for processes not
 	// in line.
 	Holder string
-	// Fence is the fencing counter as the request found it, or the server clock in µs if
-	// larger: every grant made before the request ran carried a token below it, every grant
-	// after, a token above. A process that hears a grant tells by it whether its request
-	// that showed it waiting ran before that grant.
+	// Fence is the server clock in µs as the request ran, or the fencing counter if larger
+	// (but not above the first token of the key's holding less one: a release lowers the
+	// counter that far): every grant made before the request ran carried a token at or below
+	// it, every grant after, a token above. A process that hears a grant tells by it whether
+	// its request that showed it waiting ran before that grant.
 	Fence uint64
 	// Rank is the process's place in line after a waiting attempt (0 for first), -1 when it
 	// does not stand in line.

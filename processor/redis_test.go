@@ -2226,16 +2226,36 @@ func TestWaiterThatTakesAFreeKeyLeavesTheLine(t *testing.T) {
 	}
 }
 
-// A waiting attempt's answer carries the fencing counter when it runs ahead of the clock: the
-// process tells by it a grant that came before its request from one after.
-func TestHeldAnswerCarriesTheCounterAheadOfTheClock(t *testing.T) {
+// A waiting attempt's answer (Seen.Fence) tells the grants made before it from those made
+// after: every grant before carried a token at or below it, every grant after, one above —
+// also when the holder reserved a block far ahead of the clock and used little of it (its
+// release gives the rest back before the grant reserves its block).
+func TestHeldAnswerTellsGrantsBeforeItFromGrantsAfter(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
-		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		ctx := context.Background()
+		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
 		lc := cfg(t, "seen")
 		const many = 1_000_000_000 // 1000 s of µs ahead of the clock
-		_, r := a.lock(t, lc, true, many)
-		if _, rb := b.lock(t, lc, true, 1); rb.Seen.Fence < r.Token+many-1 {
-			t.Fatalf("held answer's fence %d, below the counter %d", rb.Seen.Fence, r.Token+many-1)
+		la, r := a.lock(t, lc, true, many)
+		lb, rb := b.lock(t, lc, true, 1)
+		if rb.Outcome != processor.Held || rb.Seen.Fence < r.Token {
+			t.Fatalf("the waiter's answer = %+v, want held, at least the holding's first token %d", rb, r.Token)
+		}
+		g, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Last: r.Token}) // one token used
+		if err != nil || g.Next != lb {
+			t.Fatalf("release = %+v, %v; want granted to %s", g, err, lb)
+		}
+		if g.Token <= rb.Seen.Fence {
+			t.Fatalf("the grant after the waiter's request carries %d, not above its answer's %d: taken for a grant that went unheard", g.Token, rb.Seen.Fence)
+		}
+		// pb- never hears its grant; the key runs out, pd- takes it with a block far ahead,
+		// and pb- asks again: that grant came before this answer.
+		c.Del(ctx, lc.UniqueKey())
+		if _, rd := d.lock(t, lc, true, many); rd.Outcome != processor.Taken {
+			t.Fatalf("pd- on the free key: %+v", rd)
+		}
+		if again := b.lockWith(t, lc, lb, true, 1); again.Outcome != processor.Held || again.Seen.Fence < g.Token {
+			t.Fatalf("the waiter's next answer = %+v; want held, at or above the grant it missed (%d)", again, g.Token)
 		}
 	})
 }

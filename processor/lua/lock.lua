@@ -13,7 +13,8 @@
 -- key was granted to this locker, or taken by an earlier copy of this request: the holding
 -- began with that grant's or copy's block); {0, life, holder, seen, rank, heard} when held by
 -- another: the key's remaining life in milliseconds (-1 when it has no expiry), the value
--- under it, the fencing counter or the server clock in µs, the larger, and for a waiting
+-- under it, seen (below: the server clock in µs, or the fencing counter when it runs ahead
+-- beneath the holding's block), and for a waiting
 -- attempt its process's place in line (0 for first; -1 when not in line) and 1 if the process
 -- listens on its channel of the key (else 0); {-1, 0} when this acquisition was settled
 -- already, or is stale.
@@ -64,7 +65,15 @@ local life = redis.call('pttl', K)
 if not holder then
     holder, life = '', tonumber(redis.call('get', GAP)) - NOW_MS -- the window left free
 end
--- Every grant made before this request carried a token below seen; every grant after it, a
--- token above: the process tells a grant it hears from one that came and went unheard.
-local seen = math.max(counter(), NOW_US)
+-- Every grant made before this request carried a token at or below seen; every grant after
+-- it, a token above: the process tells a grant it hears from one that came and went unheard.
+-- seen is the clock, or the counter when it runs ahead — but no higher than the holding's
+-- first token less one: a release lowers the counter to that at most (unreserve), and a grant
+-- after it reserves from there.
+local seen = counter()
+local first = string.match(redis.call('get', FIRST) or '', '^(%d+)|')
+if first then
+    seen = math.min(seen, tonumber(first) - 1)
+end
+seen = math.max(seen, NOW_US)
 return {0, life, holder, string.format('%.0f', seen), rank, heard}
