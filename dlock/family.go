@@ -138,8 +138,9 @@ func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 }
 
 // RLock takes the read side, waiting while ctx allows, and fails as Lock does. With an owner of
-// the read side it re-enters; with an owner of the write side it takes the read side at once
-// (a downgrade).
+// the read side it re-enters; with an owner of the write side it takes the read side without
+// waiting for anyone (a downgrade), after one renewal when the write-hold has less than half
+// its lease left (then a failed or late renewal is ErrNotObtained, with its cause).
 func (l *RWLock) RLock(ctx context.Context) (*Owner, error) {
 	return l.ReadSide().Lock(ctx)
 }
@@ -714,7 +715,11 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (a downgrade lends no hold to it either)
 	}
 	if down != nil {
-		if o := down.st.downgrade1(ctx, down); o != nil {
+		o, err := down.st.downgrade1(ctx, down)
+		if err != nil {
+			return nil, false, err
+		}
+		if o != nil {
 			if !o.sh.lostAsLent() {
 				return o, true, nil
 			}
@@ -759,21 +764,33 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 	}
 }
 
-// downgrade1 lends the read side of down's write-hold to a new owner at once (it does not
-// queue: the writer's own read must not wait behind the writers it holds off).
-func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) *Owner {
-	st.mu.Lock()
-	if down.done || down.hold.ctx.Err() != nil {
+// downgrade1 lends the read side of down's write-hold to a new owner (it does not queue: the
+// writer's own read must not wait behind the writers it holds off), once the holding has half
+// its lease left, as every new borrower has: it renews it first when it has less (freshen). It
+// returns nil when down or its holding ended, and an error when ctx ended or the renewal failed
+// or came late first (nothing is lent then).
+func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) (*Owner, error) {
+	for renewed := false; ; renewed = true {
+		st.mu.Lock()
+		if down.done || down.hold.ctx.Err() != nil {
+			st.mu.Unlock()
+			return nil, nil
+		}
+		if !renewed && st.stale(down.hold, time.Now()) {
+			st.mu.Unlock()
+			if err := st.freshen(ctx, down.hold); err != nil && down.hold.ctx.Err() == nil {
+				return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)
+			}
+			continue
+		}
+		down.hold.readers++
+		token := down.hold.token
 		st.mu.Unlock()
-		return nil
+		if f := st.g.opts.lent; f != nil {
+			f()
+		}
+		return st.newOwner(ctx, down.hold, token, 1, false), nil
 	}
-	down.hold.readers++
-	token := down.hold.token
-	st.mu.Unlock()
-	if f := st.g.opts.lent; f != nil {
-		f()
-	}
-	return st.newOwner(ctx, down.hold, token, 1, false)
 }
 
 // newOwner makes the Owner of a fresh acquisition lent from h.

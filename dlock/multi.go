@@ -343,7 +343,7 @@ func freshen(parts []Part, owners []*Owner) error {
 				d, err := st.left(h)
 				return d, st.cfg.Lease() / 2, err
 			}
-			pt.renew = func() error { return st.freshen(h) }
+			pt.renew = func() error { return st.freshen(context.Background(), h) }
 		default:
 			continue
 		}

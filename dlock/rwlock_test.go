@@ -1709,8 +1709,9 @@ func TestFarProcessFamily(t *testing.T) {
 
 // A holding of the read-write lock with less than half its lease left is renewed before it
 // serves another goroutine, so that every acquisition starts with at least half its lease, as
-// a mutex's Lock does: a second reader on a read-hold, and a reader on an idle write-hold that
-// its writer lets go. (The semaphore lends its holdings through the same step.)
+// a mutex's Lock does: a second reader on a read-hold, a reader on an idle write-hold that
+// its writer lets go, and the writer's own reader (a downgrade). (The semaphore lends its
+// holdings through the same step.)
 func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 	const lease = 2 * time.Second
 	left := func(g *dlock.Generator, l *dlock.RWLock) time.Duration {
@@ -1722,7 +1723,7 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 		}
 		return least
 	}
-	for _, first := range []string{"reader", "writer"} {
+	for _, first := range []string{"reader", "writer", "downgrade"} {
 		t.Run(first, func(t *testing.T) {
 			g, _ := newGen(t, dlock.WithDefaultLease(lease))
 			l := rwOf(t, g, target(t))
@@ -1750,10 +1751,16 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 			}
 			// Past half the lease, before the renewal at three quarters of it.
 			waitFor(t, func() bool { d := left(g, l); return d > 0 && d < lease/2-300*time.Millisecond })
-			if first == "reader" {
+			switch first {
+			case "reader":
 				go rlock()
-			} else if err := l.Unlock(o1); err != nil {
-				t.Fatal(err)
+			case "writer":
+				if err := l.Unlock(o1); err != nil {
+					t.Fatal(err)
+				}
+			case "downgrade":
+				o, err := l.RLock(o1)
+				second <- got{o, err}
 			}
 			r := recv(t, second, "the second acquisition")
 			if r.err != nil {
@@ -1765,7 +1772,7 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 			if err := l.Unlock(r.o); err != nil {
 				t.Fatal(err)
 			}
-			if first == "reader" {
+			if first != "writer" {
 				if err := l.Unlock(o1); err != nil {
 					t.Fatal(err)
 				}

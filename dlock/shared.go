@@ -1028,10 +1028,11 @@ func (h *shareHold) answer() {
 }
 
 // freshen renews h at once and waits for the answer (or for h to end, at the latest as its
-// lease runs out): a MultiLock's part taken before the last, whose lease the wait for the
-// later parts used up, is renewed before Lock returns, as a mutex part is. It returns nil
-// when h has half its lease left after the renewal, else why not.
-func (st *sharedState) freshen(h *shareHold) error {
+// lease runs out, or for ctx to end): a MultiLock's part taken before the last, whose lease
+// the wait for the later parts used up, is renewed before Lock returns, as a mutex part is,
+// and a write-hold before a downgrade lends its read side. It returns nil when h has half its
+// lease left after the renewal, else why not.
+func (st *sharedState) freshen(ctx context.Context, h *shareHold) error {
 	st.mu.Lock()
 	if h.ctx.Err() != nil {
 		st.mu.Unlock()
@@ -1047,6 +1048,8 @@ func (st *sharedState) freshen(h *shareHold) error {
 	select {
 	case <-answered:
 	case <-h.ctx.Done():
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
