@@ -285,9 +285,17 @@ func (n *notifier) send(c *psConn) {
 			n.g.group.Go(func() { n.receive(c, ps) })
 		}
 		if err != nil && n.g.done.Err() == nil {
-			n.g.log.Debug("dlock: (un)subscribe failed; the poller covers", zap.String("channel", o.channel), zap.Error(err))
+			// go-redis dialled again inside the failed call and subscribed again only the
+			// channels it had before it: this SUBSCRIBE was never sent, or this UNSUBSCRIBE's
+			// confirmation will never come. Start afresh: every channel still wanted is
+			// subscribed again on a new connection, and its confirmation wakes its lock.
+			n.g.log.Debug("dlock: (un)subscribe failed; subscribing again, the poller covers meanwhile", zap.String("channel", o.channel), zap.Error(err))
 			n.report("subscribe", o.channel, err)
+			n.reset(c, ps)
+			pause()
+			continue
 		}
+		backoff = 10 * time.Millisecond
 	}
 }
 

@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,90 @@ func TestDeafSubscriptionIsReplaced(t *testing.T) {
 			t.Fatalf("round %d: the waiter acquired by %v, want by a release message", round, how)
 		}
 	}
+}
+
+// A SUBSCRIBE whose write fails, on a connection that died just before it (a CLIENT KILL, a
+// reset) while its reader had not noticed yet, is sent again. (go-redis dials again inside the
+// failed call and subscribes again only the channels it had before it.) Here the connection
+// keeps hearing another channel, so no probe finds it deaf: without the new SUBSCRIBE the
+// waiter's channel would stay unsubscribed while the notifier counts it watched, and every
+// grant to the process would wait for a poll.
+func TestFailedSubscribeIsSentAgain(t *testing.T) {
+	srv.NeedReal(t)
+	const lease = 30 * time.Second
+	raw := rawClient(t)
+	var arm atomic.Pointer[string]
+	cb := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return failingSubscribe{Conn: c, arm: &arm}, nil
+	}})
+	t.Cleanup(func() { cb.Close() })
+	ga, _ := newGen(t)
+	gb := genOn(t, cb)
+	tg := rgTarget(t, 0)
+	a1, a2 := mustGen(t, ga, "SUBF", tg+".one", lease), mustGen(t, ga, "SUBF", tg+".two", lease)
+	b1, b2 := mustGen(t, gb, "SUBF", tg+".one", lease), mustGen(t, gb, "SUBF", tg+".two", lease)
+	ctx := ctxT(t, 60*time.Second)
+
+	// B waits for key one: its subscription connection is up.
+	o1 := mustLock(t, a1, ctx)
+	d1 := rgLockAsync(b1, ctx)
+	waitFor(t, func() bool { _, heard, ok := gb.Place(key(b1)); return ok && heard })
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // key one's channels hear a message every 300 ms: no probe
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			for _, ch := range raw.PubSubChannels(context.Background(), "{"+key(b1)+"}:released:*").Val() {
+				raw.Publish(context.Background(), ch, "x")
+			}
+		}
+	}()
+
+	// B comes to wait for key two as its connection dies under the SUBSCRIBE.
+	o2 := mustLock(t, a2, ctx)
+	tag := "{" + key(b2) + "}:released"
+	arm.Store(&tag)
+	d2 := rgLockAsync(b2, ctx)
+	waitFor(t, func() bool { return arm.Load() == nil })
+	waitFor(t, func() bool { return len(raw.PubSubChannels(context.Background(), tag+":*").Val()) == 1 })
+	waitFor(t, func() bool { _, heard, ok := gb.Place(key(b2)); return ok && heard })
+
+	if err := a2.Unlock(o2); err != nil { // grants key two to B
+		t.Fatal(err)
+	}
+	r := rgRecv(t, d2, 20*time.Second, "B's Lock of key two")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = b2.Unlock(r.owned)
+	_ = a1.Unlock(o1)
+	if r := rgRecv(t, d1, 20*time.Second, "B's Lock of key one"); r.err == nil {
+		_ = b1.Unlock(r.owned)
+	}
+}
+
+// failingSubscribe fails (and closes) the first write of a SUBSCRIBE of a channel that contains
+// *arm, as a connection that died just before it.
+type failingSubscribe struct {
+	net.Conn
+	arm *atomic.Pointer[string]
+}
+
+func (c failingSubscribe) Write(b []byte) (int, error) {
+	if p := c.arm.Load(); p != nil && bytes.Contains(bytes.ToLower(b), []byte("\r\nsubscribe\r\n")) && bytes.Contains(b, []byte(*p)) && c.arm.CompareAndSwap(p, nil) {
+		c.Conn.Close()
+		return 0, errors.New("write: connection reset by peer (injected)")
+	}
+	return c.Conn.Write(b)
 }
 
 // A silent subscription connection probes itself on a channel a lock watches, never on one
