@@ -240,9 +240,12 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // SetPermits changes the semaphore's permit count to k in Redis, for every process, for as
 // long as the semaphore is in use (afterwards the k it is made with counts again). A raise
 // serves at once the waiters it makes room for, in line or in a process that holds permits. Permits
-// held beyond a lowered k stay out until released; none is handed out until fewer than k are,
-// in any process: the processes that hold more than k are told, lend no more from their
-// holdings and give them back as they come free.
+// held beyond a lowered k stay out until released; Redis hands none out until fewer than k
+// are, and the processes that hold more than k are told (W), lend no more from their holdings
+// and give them back as they come free. A process hears of the change by that message (at once
+// with notifications, and without, at its holding's next renewal: within three quarters of
+// the lease); until then it may still lend permits it holds already to its own goroutines, as
+// under the old count.
 // The change names the count it replaces, read first, and runs once: a copy of it (or of an
 // earlier SetPermits) that reaches Redis late cannot set an older count again, even when the
 // count went back to the one it names; SetPermits calls made at once from several places still

@@ -1269,6 +1269,53 @@ func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere(t *tes
 	}
 }
 
+// The same for a waiter of the holding's own process that no holding serves: k = 3, a holding
+// of 2 lends 1 to a goroutine, another holding of 1 went back, and a goroutine that asks 2
+// gets the permit the holding keeps unused and the one nobody holds, while the other keeps its
+// 1, however long it keeps it.
+func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterOfItsProcess(t *testing.T) {
+	g, _ := newGen(t)
+	s := semOf(t, g, uniqueTarget(t), 3)
+	ctx := ctxT(t, 30*time.Second)
+	two, err := s.Acquire(ctx, 2) // a holding of 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	third, err := s.Acquire(ctx, 1) // and one of 1: all 3 are out
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(s.Config().UniqueKey()) == 1 })
+	if err := two.Unlock(); err != nil { // the holding of 2 lends 1 to the waiter
+		t.Fatal(err)
+	}
+	one := recv(t, got, "the waiter for 1")
+	if one == nil {
+		t.FailNow()
+	}
+	if err := third.Unlock(); err != nil { // 1 of 3 in use now
+		t.Fatal(err)
+	}
+	more, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatalf("Acquire(2) with 1 of 3 permits in use: %v", err)
+	}
+	if one.Err() != nil {
+		t.Fatalf("the goroutine's 1 permit ended before the waiter for 2 got in: %v", context.Cause(one))
+	}
+	if err := errors.Join(more.Unlock(), one.Unlock()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The same under a count lowered below what is held: the holding that lends part of its
 // permits keeps just those (Redis takes a downgrade whatever the count), renewed as before, and
 // the goroutine that borrows them goes on.

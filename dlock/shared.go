@@ -1331,8 +1331,8 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 // waiter of another process gets in, so what they do not use goes back whenever it may serve
 // one: a write-hold that only readers borrow becomes a read-hold (a downgrade), unless a
 // writer of this process waits for it and nobody waits elsewhere (wanted, it lends to no new
-// writer); a semaphore's holding keeps the permits it lends once another process waits. The
-// caller holds mu.
+// writer); a semaphore's holding keeps the permits it lends once another process waits, or a
+// waiter of this process that no holding serves (starved). The caller holds mu.
 func (st *sharedState) shrinkTo(h *shareHold, now time.Time) int64 {
 	if h.ctx.Err() != nil || h.idle() || now.Before(h.downAt) {
 		return 0
@@ -1342,10 +1342,18 @@ func (st *sharedState) shrinkTo(h *shareHold, now time.Time) int64 {
 		if h.write() && h.writers == 0 && (st.wanted || !slices.ContainsFunc(st.waiters, func(x *shareWaiter) bool { return x.write })) {
 			return 1
 		}
-	case st.wanted && h.lent < h.n:
+	case h.lent < h.n && (st.wanted || st.starved()):
 		return h.lent
 	}
 	return 0
+}
+
+// starved reports whether this process's front waiter (one that waits: not a try) is served
+// by none of its holdings, however fresh: what a holding keeps beyond what it lends may be
+// just what that waiter needs from Redis. The caller holds mu.
+func (st *sharedState) starved() bool {
+	w := st.front()
+	return w != nil && !w.try && st.holdFor(w, time.Time{}) == nil
 }
 
 // downgrade returns the request that replaces h, in use, with a holding of h.downN permits
