@@ -159,9 +159,13 @@
 //
 // A key with characters a shell treats specially (a space, ; $ ' and so on) is printed in
 // single quotes, so the line is always safe to eval. DLOCK_HOLDER is the locker that status shows and that release --force --holder takes. A
-// script can hold the lock across several steps, and learns of a loss by waiting on dlock:
+// script can hold the lock across several steps, and learns of a loss by waiting on dlock.
+// dlock holds the lock until it is signalled, whatever became of the script that started it:
+// the trap releases it when the script exits early (without it, dlock would hold the lock on
+// in the background, renewing it):
 //
 //	coproc dlock lock --wait 30 DEPLOY prod
+//	trap 'kill "$COPROC_PID" 2>/dev/null' EXIT   # a script that exits early releases too
 //	read -r line <&"${COPROC[0]}" || exit 75     # dlock exited: not obtained (see its message)
 //	eval "$line"                                 # DLOCK_KEY, DLOCK_HOLDER, DLOCK_FENCING_TOKEN
 //	./step1 && ./step2

@@ -343,9 +343,9 @@ func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, s
 			signalGroup(pgid, s.(syscall.Signal))
 		case <-loss:
 			loss, lost = nil, true
-			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %s; sending SIGTERM, SIGKILL after %v\n",
+			signalGroup(pgid, syscall.SIGTERM) // first: nothing may delay it
+			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %s; SIGTERM sent, SIGKILL after %v\n",
 				lockName(l), lossCause(owned), grace)
-			signalGroup(pgid, syscall.SIGTERM)
 			stopped = "SIGTERM sent"
 			t := time.NewTimer(grace)
 			defer t.Stop()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -329,6 +331,54 @@ while :; do sleep 0.02; done`, dir)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "got")); string(b) != "TERM\n" {
 		t.Fatalf("the command did not get SIGTERM (%q); %v", b, r)
+	}
+	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
+}
+
+// TestExecLostWithNobodyReadingItsErrors: the same when nobody reads dlock's standard error any
+// more (a log shipper that died, "dlock exec ... 2>&1 | head"): writing the loss's message must
+// not kill dlock (SIGPIPE) before it stops the command, which would run on without the lock.
+func TestExecLostWithNobodyReadingItsErrors(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	killLater(t, filepath.Join(dir, "pids"))
+	script := fmt.Sprintf(`exec 2>/dev/null # (sh's own notices would die of the broken pipe)
+trap 'touch %[1]s/got; exit 9' TERM
+echo $$ > %[1]s/pids
+touch %[1]s/ready
+while :; do sleep 0.02; done`, dir)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // nobody reads dlock's standard error
+	cmd := exec.Command(bin, "exec", "--redis", srv.Addr, "--lease", "1s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}()
+	waitFile(t, filepath.Join(dir, "ready"))
+	holder := lockStatusOf(t, tg).Holder
+	if res := runIn("release", "--force", "--holder", holder, "--redis", srv.Addr, "CLI", tg); res.code != 0 {
+		t.Fatal(res)
+	}
+	select {
+	case <-done:
+	case <-time.After(patience):
+		t.Fatalf("dlock exec did not end within %v of the loss", patience)
+	}
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != exitLost {
+		t.Errorf("dlock exec ended with %v, want exit status %d", cmd.ProcessState, exitLost)
+	}
+	if !exists(filepath.Join(dir, "got")) {
+		t.Errorf("the command never got SIGTERM")
 	}
 	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
@@ -25,9 +24,11 @@ prints one line on standard output, for a script to read:
 A key with characters a shell treats specially (a space, ; $ ' and so on) is printed in single
 quotes, so the line is always safe to eval. DLOCK_HOLDER is the locker "dlock status" shows and "dlock release --force --holder" takes;
 DLOCK_FENCING_TOKEN is larger than every token handed out before for the key. A script can
-hold a lock across several steps:
+hold a lock across several steps (dlock holds it until signalled, whatever became of the script
+that started it: the trap releases it when the script exits early):
 
   coproc dlock lock --wait 30 DEPLOY prod
+  trap 'kill "$COPROC_PID" 2>/dev/null' EXIT
   read -r line <&"${COPROC[0]}" || exit 75   # dlock exited: not obtained (see its message)
   eval "$line"                               # sets DLOCK_KEY, DLOCK_HOLDER, DLOCK_FENCING_TOKEN
   ./step1 && ./step2
@@ -99,11 +100,6 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, released...)
 	defer signal.Stop(sigs)
-	// A reader that went away makes the write below fail instead of killing dlock, which
-	// then releases the lock rather than leave it to its lease.
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
 
 	g := mutexLock(l)
 	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs, out.stderr)

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,6 +70,43 @@ func TestLockLineEvals(t *testing.T) {
 			t.Fatal(r)
 		}
 	}
+}
+
+// TestLockScriptThatExitsEarlyReleases: the script of lock's usage, its steps replaced by one
+// that fails and exits, lets the lock go as it exits (its trap), rather than leave dlock
+// holding it in the background.
+func TestLockScriptThatExitsEarlyReleases(t *testing.T) {
+	needReal(t)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash for coproc")
+	}
+	var script []string
+	for _, l := range strings.Split(lockUsage, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "coproc ") || strings.HasPrefix(l, "trap ") || strings.HasPrefix(l, "read ") || strings.HasPrefix(l, "eval ") {
+			script = append(script, l)
+		}
+	}
+	if len(script) != 4 {
+		t.Fatalf("the usage's script has changed: %q", script)
+	}
+	tg := target(t)
+	script[0] = strings.Replace(script[0], "DEPLOY prod", "--redis "+srv.Addr+" --lease 2s CLI "+tg, 1)
+	script = append(script, `echo "$COPROC_PID $DLOCK_HOLDER"`, "false || exit 1 # a step fails")
+	cmd := exec.Command("bash", "-c", strings.Join(script, "\n"))
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout // (not its standard error: a dlock left behind would keep that pipe open)
+	err := cmd.Run()
+	out := stdout.Bytes()
+	if pid, err := strconv.Atoi(strings.Fields(string(out) + " 0")[0]); err == nil && pid > 0 {
+		defer syscall.Kill(pid, syscall.SIGKILL) // a dlock left behind, if the trap failed
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.TrimSpace(string(out)) == "" { // (it held the lock: its holder was set)
+		t.Fatalf("the script: %v, output %q", err, out)
+	}
+	waitFor(t, "the lock to be let go after its script exited", func() bool { return !lockStatusOf(t, tg).Held })
 }
 
 // TestLockLost: when another operator releases the lock by force, naming its holder, dlock

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
@@ -54,6 +56,11 @@ func commands() []*command {
 func main() {
 	// go-redis logs failed dials on stderr by itself; dlock reports errors in its own words.
 	redis.SetLogger(&logging.VoidLogger{})
+	// A reader of dlock's output or errors that went away makes a write fail rather than kill
+	// dlock (Go dies of SIGPIPE on standard output and error): a held lock is still released,
+	// a command run under it still stopped when it is lost, and the exit status still says what
+	// happened. (Notify, not Ignore, which a command that exec runs would inherit.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(os.Args[1:], cli{stdout: os.Stdout, stderr: os.Stderr}))
 }
 
