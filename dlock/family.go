@@ -722,11 +722,11 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		if err != nil {
 			return nil, false, err
 		}
-		if o != nil {
-			if !o.sh.lostAsLent() {
-				return o, true, nil
-			}
-			return nil, false, down.lostCause()
+		if o != nil && !o.sh.lostAsLent() {
+			return o, true, nil
+		}
+		if cause := down.lostCause(); cause != nil || o != nil {
+			return nil, false, cause // (the write side lost as it was lent, or before: lost it stays)
 		}
 	}
 	for {

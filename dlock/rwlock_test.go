@@ -1781,6 +1781,49 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 	}
 }
 
+// A downgrade whose renewal (the write-hold had less than half its lease) finds the write-hold
+// gone reports the loss, as a downgrade of an owner known lost does, through the owner or a
+// context that keeps its values but not its end: it takes no read side afresh.
+func TestRWDowngradeThatFindsTheWriteHoldLostSaysSo(t *testing.T) {
+	for _, mode := range []string{"owner", "without its end"} {
+		t.Run(mode, func(t *testing.T) {
+			const lease = 2 * time.Second
+			g, c := newGen(t, dlock.WithDefaultLease(lease))
+			tg := uniqueTarget(t)
+			l := rwOf(t, g, tg)
+			ctx := context.Background()
+			w, err := l.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := func() time.Duration {
+				var least time.Duration = -1
+				for _, b := range g.SharedBelief(l.Config().UniqueKey()) {
+					if d := time.Until(b.Until); least < 0 || d < least {
+						least = d
+					}
+				}
+				return least
+			}
+			waitFor(t, func() bool { d := left(); return d > 0 && d < lease/2-300*time.Millisecond })
+			keys, _ := c.Keys(ctx, "{"+l.Config().UniqueKey()+"}:shared:*").Result()
+			c.Del(ctx, keys...) // the write-hold is gone in Redis: its renewal says so
+			rctx := context.Context(w)
+			if mode != "owner" {
+				rctx = context.WithoutCancel(w)
+			}
+			r, err := l.RLock(rctx)
+			if err == nil {
+				_ = l.Unlock(r)
+				t.Fatalf("the downgrade took a read side (the write side: %v), want ErrLockLost", context.Cause(w))
+			}
+			if !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("downgrade = %v, want ErrLockLost", err)
+			}
+		})
+	}
+}
+
 // After a restart that lost a read-write lock's holding, a late copy of its take (go-redis
 // sends a request again after a read timeout) takes it anew under the same locker, though a
 // writer of another process held the lock in between: the holder's next renewal names the
