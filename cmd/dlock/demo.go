@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -96,7 +97,8 @@ type demoResult struct {
 
 // demo runs the demonstration; it returns an error when Redis cannot be reached, when dlock's
 // exclusion did not hold, or when dlock acquired nothing.
-func demo(out io.Writer, o demoOpts) error {
+func demo(w io.Writer, o demoOpts) error {
+	out := &stickyWriter{w: w}
 	if *o.procs < 1 || *o.goroutines < 1 || *o.duration <= 0 {
 		return usageErrorf("--procs and --goroutines must be at least 1, --duration more than 0")
 	}
@@ -139,6 +141,9 @@ func demo(out io.Writer, o demoOpts) error {
 	var results []demoResult
 	for _, s := range shapes {
 		for _, impl := range []string{"naive", "dlock"} {
+			if out.err != nil { // nobody reads what demo says (demo | head): no more runs
+				return withStatus(128+int(syscall.SIGPIPE), nil)
+			}
 			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease)
 			if isRedisReply(err) {
 				return redisFailure(ep, timeout, err) // a refused key or command (ACL): 77
@@ -448,4 +453,19 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		c.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// stickyWriter writes to w until a write fails, and fails every write after.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"io"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runDemo runs "dlock demo args" in this process.
@@ -24,6 +26,26 @@ func TestDemo(t *testing.T) {
 	}
 	checkDemoRows(t, out.String(), "2 × 4", "3 × 1")
 }
+
+// TestDemoWithNobodyReading: once nobody reads what demo writes (dlock demo | head), it runs
+// no more rows and ends as a write to a closed pipe ends a program (status 141).
+func TestDemoWithNobodyReading(t *testing.T) {
+	done := make(chan error, 1)
+	go func() { done <- runDemo([]string{"--duration", "1h"}, closedPipe{}) }()
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 128+int(syscall.SIGPIPE) {
+			t.Fatalf("demo = %v (status %d), want status %d", err, code, 128+int(syscall.SIGPIPE))
+		}
+	case <-time.After(patience):
+		t.Fatalf("demo still runs %v after its first write failed", patience)
+	}
+}
+
+// closedPipe is standard output whose reader has gone.
+type closedPipe struct{}
+
+func (closedPipe) Write([]byte) (int, error) { return 0, syscall.EPIPE }
 
 // checkDemoRows checks that out has a row for each shape and lock, with the shape's layout,
 // some acquisitions, commands counted and no errors.

@@ -135,7 +135,11 @@
 //     exits 76.
 //   - When dlock's standard input is a terminal whose foreground process group is dlock's, the
 //     command's group is made the foreground group while it runs (as a shell does for a job),
-//     so the command can read the terminal and Ctrl-C reaches it directly.
+//     so the command can read the terminal and Ctrl-C reaches it directly. Ctrl-Z stops the
+//     command and dlock both, giving the shell its terminal back; fg or bg goes on with both
+//     (the lock is not renewed while dlock is stopped: found lost as it goes on, it is handled
+//     as above). Without a shell to go on with them (dlock leads its session), the command
+//     goes on at once.
 //   - If dlock itself is killed with SIGKILL, nothing can stop COMMAND: it goes on without
 //     the lock, which expires when its lease runs out. Fencing tokens are the defence.
 //

@@ -47,6 +47,9 @@ COMMAND runs in a process group of its own, and signals go to the whole group:
     whatever COMMAND's own status.
 When dlock runs in the foreground of a terminal (its standard input), COMMAND's group is made
 the terminal's foreground group, so it can read the terminal and Ctrl-C reaches it directly.
+Ctrl-Z stops COMMAND and dlock both, giving the shell its terminal back; fg or bg goes on with
+both (the lock is not renewed while dlock is stopped: found lost as it goes on, it is handled
+as above). Without a shell to go on with them (dlock leads its session), COMMAND goes on at once.
 If dlock itself is killed with SIGKILL, COMMAND goes on unguarded and the lock expires when
 its lease runs out.
 
@@ -206,10 +209,16 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 		}
 		return withStatus(exitCannotExec, err)
 	}
+	// In a terminal: the command stopped or went on (SIGCHLD), or a stop came to dlock
+	// (SIGTSTP: a Ctrl-Z as dlock still had the terminal, or a kill).
+	var stops chan os.Signal
 	if term {
 		defer takeTerminal()
+		stops = make(chan os.Signal, 2)
+		signal.Notify(stops, syscall.SIGCHLD, syscall.SIGTSTP)
+		defer signal.Stop(stops)
 	}
-	return supervise(out, c, l, owned, cmd, sigs, *o.grace)
+	return supervise(out, c, l, owned, cmd, sigs, stops, *o.grace)
 }
 
 // acquire takes l: TryLock when wait is 0, else Lock bounded by wait (not at all when wait is
@@ -324,7 +333,7 @@ func heldBy(c *conn, l guarded) string {
 
 // supervise waits for cmd to exit while passing on sigs and watching the lock; it stops cmd
 // if the lock is lost, then releases the lock and returns the exit status.
-func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, sigs <-chan os.Signal, grace time.Duration) error {
+func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, sigs, stops <-chan os.Signal, grace time.Duration) error {
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is named after the command
 	exited := make(chan struct{})
 	go func() {
@@ -341,6 +350,13 @@ func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, s
 		select {
 		case s := <-sigs:
 			signalGroup(pgid, s.(syscall.Signal))
+		case s := <-stops:
+			switch {
+			case s == syscall.SIGTSTP:
+				signalGroup(pgid, syscall.SIGTSTP) // the command stops first (then SIGCHLD)
+			case isStopped(pgid): // (Ctrl-Z: a terminal's stop goes to its foreground group, the command's)
+				suspend(pgid)
+			}
 		case <-loss:
 			loss, lost = nil, true
 			signalGroup(pgid, syscall.SIGTERM) // first: nothing may delay it
