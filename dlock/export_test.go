@@ -1,8 +1,11 @@
 package dlock
 
 import (
+	"context"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrUnanswered is the cause of a family request's *RedisProcessError when Redis did not answer
@@ -288,3 +291,6 @@ func (g *Generator) Lingering(key string) bool {
 	defer st.mu.Unlock()
 	return st.line.lingering
 }
+
+// ReceiveOne is receiveOne.
+func ReceiveOne(ctx context.Context, ps *redis.PubSub) (any, error) { return receiveOne(ctx, ps) }

@@ -313,7 +313,7 @@ func (n *notifier) report(op, channel string, err error) {
 func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 	backoff := 10 * time.Millisecond
 	for n.g.done.Err() == nil {
-		m, err := ps.ReceiveTimeout(n.g.done, probeEvery)
+		m, err := receiveOne(n.g.done, ps)
 		if err != nil {
 			if n.g.done.Err() != nil || errors.Is(err, redis.ErrClosed) || !n.current(c, ps) {
 				return
@@ -337,6 +337,18 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 		backoff = 10 * time.Millisecond
 		n.handle(c, ps, m)
 	}
+}
+
+// receiveOne is ps.ReceiveTimeout, bounded by probeEvery, with a panic of go-redis's (a
+// server that answers a subscription with what it cannot read) turned into an error: the
+// connection failed, as far as the notifier can tell.
+func receiveOne(ctx context.Context, ps *redis.PubSub) (m any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			m, err = nil, fmt.Errorf("dlock: a subscription's reply could not be read: %v", p)
+		}
+	}()
+	return ps.ReceiveTimeout(ctx, probeEvery)
 }
 
 // ringSubscribe makes a Ring's subscription connection with its first channel. go-redis

@@ -174,6 +174,52 @@ func TestFailedSubscribeIsSentAgain(t *testing.T) {
 	}
 }
 
+// A subscription reply that go-redis cannot read (a server that is not quite Redis answers
+// SUBSCRIBE with an empty array) makes go-redis panic; in the notifier's own goroutine that
+// would end the process. It is a failed connection instead.
+func TestUnreadableSubscriptionReplyIsAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := conn.Read(buf)
+					if err != nil {
+						return
+					}
+					reply, req := "+OK\r\n", bytes.ToLower(buf[:n])
+					switch {
+					case bytes.Contains(req, []byte("hello")):
+						reply = "-ERR unknown command 'HELLO'\r\n"
+					case bytes.Contains(req, []byte("subscribe")):
+						reply = "*0\r\n" // no kind, no channel
+					}
+					if _, err := conn.Write([]byte(reply)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), DisableIdentity: true})
+	defer c.Close()
+	ps := c.Subscribe(context.Background(), "x")
+	defer ps.Close()
+	if _, err := dlock.ReceiveOne(context.Background(), ps); err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Fatalf("receive = %v, want an error saying the reply could not be read", err)
+	}
+}
+
 // failingSubscribe fails (and closes) the first write of a SUBSCRIBE of a channel that contains
 // *arm, as a connection that died just before it.
 type failingSubscribe struct {

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	"go.uber.org/zap"
@@ -37,8 +38,8 @@ type options struct {
 // WithObserver reports what the locks do to o (see Observer). The default reports nothing.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(opts *options) error {
-		if o == nil {
-			return fmt.Errorf("%w: nil observer", ErrInvalidConfig)
+		if v := reflect.ValueOf(o); o == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+			return fmt.Errorf("%w: nil observer", ErrInvalidConfig) // (its methods would panic in the library's goroutines)
 		}
 		opts.observer = o
 		return nil
@@ -59,10 +60,11 @@ func WithObserver(o Observer) Option {
 // received the acquisition lets a second owner in (see docs/deployments.md): Redis
 // replication stays asynchronous, and WAIT does not make a write durable. n must be ≥ 1 and
 // at most the number of replicas the master has (else nothing is ever acknowledged); timeout
-// must be > 0 and below the client's ReadTimeout.
+// must be at least a millisecond (WAIT counts whole milliseconds, and takes 0 as no bound)
+// and below the client's ReadTimeout.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) error {
-		if n < 1 || timeout <= 0 {
+		if n < 1 || timeout < time.Millisecond {
 			return fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", ErrInvalidConfig, n, timeout)
 		}
 		o.replicas, o.replicaWait = n, timeout

@@ -83,10 +83,13 @@ func TestNewAPIOnZeroValues(t *testing.T) {
 	}
 	c := srv.Client()
 	defer c.Close()
-	if _, err := dlock.NewGenerator(c, dlock.WithObserver(nil)); !errors.Is(err, dlock.ErrInvalidConfig) {
-		t.Fatalf("nil observer: %v", err)
+	for _, o := range []dlock.Observer{nil, (*dlock.NopObserver)(nil)} {
+		if _, err := dlock.NewGenerator(c, dlock.WithObserver(o)); !errors.Is(err, dlock.ErrInvalidConfig) {
+			t.Fatalf("nil observer %#v: %v", o, err)
+		}
 	}
-	for _, bad := range [][2]any{{0, time.Second}, {1, time.Duration(0)}, {-1, time.Second}} {
+	// (WAIT counts whole milliseconds, and would take a bound under one as none)
+	for _, bad := range [][2]any{{0, time.Second}, {1, time.Duration(0)}, {-1, time.Second}, {1, time.Millisecond - 1}} {
 		if _, err := dlock.NewGenerator(c, dlock.WithReplicaAck(bad[0].(int), bad[1].(time.Duration))); !errors.Is(err, dlock.ErrInvalidConfig) {
 			t.Fatalf("WithReplicaAck%v: %v", bad, err)
 		}

@@ -177,7 +177,8 @@ type Options struct {
 	// RedisProcessError wrapping errors.ErrNotReplicated: its write stays in Redis, and the
 	// caller treats it as an outcome it cannot rely on (gives it back, or retries the renewal).
 	Replicas int
-	// ReplicaTimeout bounds the wait for Replicas; it must be > 0 when Replicas is.
+	// ReplicaTimeout bounds the wait for Replicas; it must be at least a millisecond when
+	// Replicas is > 0 (WAIT counts whole milliseconds, and takes 0 as no bound).
 	ReplicaTimeout time.Duration
 	// GapEvery, when > 0, makes a release leave the key free for GapWindow at most once every
 	// GapEvery, instead of granting it to the first process in line: a window in which
@@ -328,7 +329,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 			return nil, err
 		}
 	}
-	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout <= 0) {
+	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout < time.Millisecond) {
 		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)
 	}
 	set := defaults
@@ -860,6 +861,9 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	if err := p.check(ctx, cfg, req.Tokens); err != nil {
 		return Result{}, err
 	}
+	if req.Locker == "" {
+		return Result{}, fmt.Errorf("%w: an empty locker (a key holding one reads as free)", dlerrors.ErrInvalidConfig)
+	}
 	p.raise(cfg)
 	a, err := p.base(ctx, cfg)
 	if err != nil {
@@ -1168,6 +1172,9 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error) {
 	if err := p.check(ctx, cfg); err != nil {
 		return Result{}, err
+	}
+	if holder == "" {
+		return Result{}, fmt.Errorf("%w: ForceRelease needs the holder to remove", dlerrors.ErrInvalidConfig)
 	}
 	a, err := p.base(ctx, cfg)
 	if err != nil {

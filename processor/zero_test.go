@@ -123,6 +123,19 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 			t.Errorf("a refused request wrote: %+v, %v", in, err)
 		}
 	})
+	t.Run("empty locker", func(t *testing.T) { // (a key holding one would read as free)
+		call(t, "Lock", func() error {
+			_, err := p.Lock(ctx, lc, processor.LockRequest{Tokens: 1})
+			return err
+		})
+		call(t, "ForceRelease", func() error {
+			_, err := p.ForceRelease(ctx, lc, "")
+			return err
+		})
+		if in, err := p.Inspect(ctx, lc); err != nil || in.Holder != "" || in.Fence != 0 {
+			t.Errorf("a refused request wrote: %+v, %v", in, err)
+		}
+	})
 
 	// A refusal whose reason the script could not name (Lua drops a trailing nil: {-2, nil}
 	// arrives as {-2}) is an error, not an index out of range.
