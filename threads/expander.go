@@ -18,7 +18,8 @@ type Schedule struct {
 	// RenewAt is when to renew: Java DLock renews at 75 % of the lease.
 	RenewAt time.Time
 	// Retry is the time between attempts after a renewal failed for a reason other than an
-	// optimistic-locking failure (Redis unreachable), until the lease runs out.
+	// optimistic-locking failure (Redis unreachable), until the lease runs out; at least
+	// minPollPause (a millisecond), whatever it says.
 	Retry time.Duration
 }
 
@@ -170,7 +171,7 @@ func (e *Expander) run(ctx context.Context, l Lease) {
 			e.lost(l, fmt.Errorf("%w: renewal found the key gone or taken: %w", dlerrors.ErrLockLost, err))
 			return
 		default:
-			lastErr, failedUntil, retryAt = err, s.Until, time.Now().Add(s.Retry)
+			lastErr, failedUntil, retryAt = err, s.Until, time.Now().Add(max(s.Retry, minPollPause))
 		}
 	}
 }

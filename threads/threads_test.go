@@ -259,6 +259,7 @@ type fakeLease struct {
 	errs  []error     // what the next renewals return, in order; nil afterwards
 	times []time.Time // when each renewal was sent
 	hang  bool        // renewals wait for their context to end
+	down  error       // when set, what every renewal returns after errs, with no pause asked (Retry 0)
 	lost  chan error
 }
 
@@ -269,7 +270,11 @@ func newLease(lease time.Duration, errs ...error) *fakeLease {
 func (l *fakeLease) Schedule() threads.Schedule {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return threads.Schedule{Until: l.until, RenewAt: l.until.Add(-l.lease / 4), Retry: l.lease / 10}
+	retry := l.lease / 10
+	if l.down != nil {
+		retry = 0
+	}
+	return threads.Schedule{Until: l.until, RenewAt: l.until.Add(-l.lease / 4), Retry: retry}
 }
 
 func (l *fakeLease) Renew(ctx context.Context) error {
@@ -280,6 +285,8 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	var err error
 	if len(l.errs) > 0 {
 		err, l.errs = l.errs[0], l.errs[1:]
+	} else if l.down != nil {
+		err = l.down
 	}
 	l.mu.Unlock()
 	if hang {
@@ -374,6 +381,20 @@ func TestExpanderReportsLoss(t *testing.T) {
 				t.Fatalf("%d renewals: a failed renewal was not retried before the lease ran out", l.count())
 			}
 		})
+	}
+}
+
+// A schedule that asks for no pause between failed renewals gets one of a millisecond: no
+// busy loop while Redis is unreachable.
+func TestExpanderPausesBetweenFailedRenewals(t *testing.T) {
+	var wg threads.Group
+	l := newLease(200 * time.Millisecond)
+	l.down = errors.New("connection refused")
+	threads.StartExpander(context.Background(), l, &wg)
+	awaitLoss(t, l, l.down)
+	waitFor(t, &wg)
+	if n := l.count(); n > 100 { // (a quarter of the lease, 50 ms, at one a millisecond: 50)
+		t.Fatalf("%d renewals in the last quarter of a 200ms lease", n)
 	}
 }
 
