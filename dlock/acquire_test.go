@@ -1482,7 +1482,11 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return waitKind{hold: rw.RLock, wait: m.Lock, try: m.TryLock, beside: rest.TryLock, inLine: sharedLine(rw.Config())}
+			// (every part's line: a part let go as others of the process still waited for it
+			// stood in line again, and leaves it as they give up, in the background)
+			semLine, rwLine := sharedLine(sem.Config()), sharedLine(rw.Config())
+			inLine := func(ctx context.Context) int { return len(stateOf(t, mu).Waiting) + semLine(ctx) + rwLine(ctx) }
+			return waitKind{hold: rw.RLock, wait: m.Lock, try: m.TryLock, beside: rest.TryLock, inLine: inLine}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
