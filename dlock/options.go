@@ -38,12 +38,20 @@ type options struct {
 // WithObserver reports what the locks do to o (see Observer). The default reports nothing.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(opts *options) error {
-		if v := reflect.ValueOf(o); o == nil || v.Kind() == reflect.Pointer && v.IsNil() {
-			return fmt.Errorf("%w: nil observer", ErrInvalidConfig) // (its methods would panic in the library's goroutines)
+		if o == nil || nilValueReceiver(o) {
+			return fmt.Errorf("%w: nil observer", ErrInvalidConfig)
 		}
 		opts.observer = o
 		return nil
 	})
+}
+
+// nilValueReceiver reports whether o is a nil pointer to a type whose Observer methods take
+// it by value: each call would panic, in the library's goroutines too. (A nil pointer whose
+// methods take the pointer may handle nil, as otelobs's Observer does.)
+func nilValueReceiver(o Observer) bool {
+	v := reflect.ValueOf(o)
+	return v.Kind() == reflect.Pointer && v.IsNil() && v.Type().Elem().Implements(reflect.TypeFor[Observer]())
 }
 
 // WithReplicaAck makes every acquisition and every renewal wait until n replicas of the
