@@ -41,8 +41,9 @@ import (
 // channels (with none watched, it only pings), and one that does not hear its probe within the
 // next probeEvery is replaced (reset): a new connection, dialled to wherever the client now
 // sends commands (the master after a Sentinel failover, the slot's new owner in a Cluster),
-// subscribes every channel again, and each confirmation wakes its lock. The same happens when Redis drops a sharded subscription
-// itself (its slot moved).
+// subscribes every channel again, and each confirmation wakes its lock. The same happens when
+// Redis drops a sharded subscription itself (its slot moved), and when a SUBSCRIBE or
+// UNSUBSCRIBE fails to be sent (send).
 //
 // SUBSCRIBE and UNSUBSCRIBE are sent, in order, by one goroutine per connection, so no caller
 // waits for them: a connection being dialled during a partition holds up nobody.

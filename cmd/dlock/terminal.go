@@ -17,13 +17,8 @@ func foregroundTerminal() bool {
 }
 
 // takeTerminal makes dlock's process group the terminal's foreground group again, after its
-// command (which had it) exited. A background group that does so gets SIGTTOU unless it
-// ignores it.
-func takeTerminal() {
-	signal.Ignore(syscall.SIGTTOU)
-	defer signal.Reset(syscall.SIGTTOU)
-	_ = unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, syscall.Getpgrp())
-}
+// command (which had it) exited or stopped.
+func takeTerminal() { giveTerminal(syscall.Getpgrp()) }
 
 // isStopped reports whether process pid (a child of dlock) is stopped now, leaving it to be
 // reaped by its Wait (WNOWAIT).
@@ -65,7 +60,8 @@ func stopSelf() {
 	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.SIGSTOP)
 }
 
-// giveTerminal makes pgid the terminal's foreground group (dlock's group has the terminal).
+// giveTerminal makes pgid the terminal's foreground group. A background group that does so
+// gets SIGTTOU unless it ignores it.
 func giveTerminal(pgid int) {
 	signal.Ignore(syscall.SIGTTOU)
 	defer signal.Reset(syscall.SIGTTOU)
