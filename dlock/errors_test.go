@@ -235,6 +235,54 @@ func TestCorruptFencingCounterEndsTheWait(t *testing.T) {
 	}
 }
 
+// A fencing counter just below the bound a script accepts (2^53 - 2^30), set there by hand,
+// leaves no room for the next token. No script hands one out there: the counter it would write
+// is one every later script refuses, so the key would be held by a holding that can neither
+// renew nor release it, and the lock refused until the counter expired. A take is refused at
+// once, naming the counter, with nothing written (a release then grants nothing either:
+// TestFencingCounterWithNoRoomLeftReservesNothing).
+func TestFencingCounterWithNoRoomLeftRefusesBeforeTaking(t *testing.T) {
+	const full = "9007198180999167" // 2^53 - 2^30 - 1: a token, but the last one
+	g, c := newGen(t)
+	ctx := context.Background()
+	tg := target(t)
+	l, _ := g.Gen("FULLFENCE", tg)
+	rw, _ := g.GenRW("FULLFENCE", tg+"-rw")
+	sem, _ := g.GenSemaphore("FULLFENCE", tg+"-sem", 2)
+	for _, tc := range []struct {
+		name, key string
+		lock      func(context.Context) (*dlock.Owner, error)
+	}{
+		{"mutex", "{" + key(l) + "}:fence", l.Lock},
+		{"read side", "{" + rw.Config().UniqueKey() + "}:shared:fence", rw.RLock},
+		{"write side", "{" + rw.Config().UniqueKey() + "}:shared:fence", rw.Lock},
+		{"semaphore", "{" + sem.Config().UniqueKey() + "}:shared:fence", func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := c.Set(ctx, tc.key, full, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rawClient(t).Del(context.Background(), tc.key) })
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second) // turns a hang into a failure
+			defer cancel()
+			o, err := tc.lock(wctx)
+			if err == nil {
+				_ = o.Unlock()
+				t.Fatalf("Lock took a token past the last one (counter now %s)", c.Get(ctx, tc.key).Val())
+			}
+			if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "fencing counter "+tc.key) || wctx.Err() != nil {
+				t.Fatalf("Lock = %v; want ErrNotObtained at once, naming the counter", err)
+			}
+			if got := c.Get(ctx, tc.key).Val(); got != full {
+				t.Fatalf("counter %q after the refusal, want it left as it was", got)
+			}
+			if tc.name == "mutex" && c.Exists(ctx, key(l)).Val() != 0 {
+				t.Fatal("the refused Lock took the key")
+			}
+		})
+	}
+}
+
 // A nil *RedisProcessError (as errors.As leaves its target when nothing matches) prints and
 // unwraps without a panic, as a nil error would; one without a key names none ("" read as a
 // key of that name).

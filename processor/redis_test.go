@@ -2479,6 +2479,59 @@ func corruptCounterRefuses(t *testing.T, v string) {
 	}
 }
 
+// A fencing counter one token short of the bound (2^53 - 2^30, set there by hand) leaves no
+// room for a block: no script reserves one, since the counter it would write is one every
+// script refuses (a holding that could neither renew nor release). A take and a renewal that
+// asks for tokens are refused before they write anything; a release, which reserves nothing,
+// goes through, and rather than grant the key to the process in line it leaves it free.
+func TestFencingCounterWithNoRoomLeftReservesNothing(t *testing.T) {
+	srv.NeedReal(t)
+	const full = "9007198180999167" // 2^53 - 2^30 - 1
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	lc := cfg(t, "full-fence")
+	la, r := a.lock(t, lc, false, 1)
+	if r.Outcome != processor.Taken {
+		t.Fatalf("first lock: %+v", r)
+	}
+	lb, r := b.lock(t, lc, true, 1)
+	if r.Outcome != processor.Held {
+		t.Fatalf("second lock: %+v", r)
+	}
+	if err := c.Set(ctx, processor.FenceKey(lc), full, redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []struct {
+		name string
+		do   func() (processor.Result, error)
+	}{
+		{"renew with tokens", func() (processor.Result, error) {
+			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Tokens: 1})
+		}},
+		{"lock again", func() (processor.Result, error) {
+			return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 1})
+		}},
+	} {
+		if r, err := op.do(); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+processor.FenceKey(lc)) {
+			t.Fatalf("%s with no room left = %+v, %v; want the refusal naming the counter", op.name, r, err)
+		}
+		if got := c.Get(ctx, processor.FenceKey(lc)).Val(); got != full {
+			t.Fatalf("%s left the counter at %s", op.name, got)
+		}
+	}
+	if r := a.release(t, lc, la); r.Outcome != processor.Released || r.Next != "" {
+		t.Fatalf("release with no room left = %+v; want released, granted to nobody", r)
+	}
+	if got := c.Get(ctx, lc.UniqueKey()).Val(); got != "" {
+		t.Fatalf("the key holds %q after the release; want it free", got)
+	}
+	if got := c.Get(ctx, processor.FenceKey(lc)).Val(); got != full {
+		t.Fatalf("the release left the counter at %s", got)
+	}
+}
+
 // A reply whose code its script never gives (a script replaced by hand, or broken) is an
 // error, a *RedisProcessError, never read as one of the outcomes: not held, gone, released
 // (the lock family's shared.lua too).

@@ -18,7 +18,8 @@
 -- attempt its process's place in line (0 for first; -1 when not in line) and 1 if the process
 -- listens on its channel of the key (else 0); {-1, 0} when this acquisition was settled
 -- already, or is stale.
-counter() -- (first: a counter dlock never wrote stops the script before it writes)
+exhausted(A.tokens) -- (first: a counter dlock never wrote, or one with no room left for this
+-- take's block, stops the script before it writes)
 local locker, seq, mark = A.locker, A.seq, A.mark
 if settled(seq) then
     lengthen(DONE, A.done_ttl) -- a copy came: others may follow; the mark outlives the last by its life

@@ -114,17 +114,32 @@ end
 -- key, and processor.Refused knows it: a refusal that no retry mends, as a key of another kind
 -- is (WRONGTYPE), until the counter is deleted or set right. (A plain string: Redis 7 would
 -- pass a table's err as the reply, but Redis 6 and miniredis would not.)
+local FENCE_BOUND = 9007198180999168 -- 2^53 - 2^30
 local fence
 local function counter()
     if not fence then
         local v = redis.call('get', FENCE)
-        if v and not (string.match(v, '^%d+$') and tonumber(v) < 9007198180999168) then
+        if v and not (string.match(v, '^%d+$') and tonumber(v) < FENCE_BOUND) then
             error('dlock: fencing counter ' .. FENCE .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
                 ', not a fencing token (a whole number below 2^53 - 2^30)', 0)
         end
         fence = tonumber(v or '0')
     end
     return fence
+end
+
+-- room reports whether a block of n tokens fits below FENCE_BOUND; a script that would reserve
+-- one that does not fit stops (exhausted) before it writes, or a release leaves the key free
+-- rather than grant it (pass), so that no script writes a counter that the next one refuses.
+local function room(n)
+    return math.max(counter() + 1, NOW_US) + math.max(tonumber(n) or 1, 1) - 1 < FENCE_BOUND
+end
+
+local function exhausted(n)
+    if not room(n) then
+        error('dlock: fencing counter ' .. FENCE .. ' holds ' .. string.format('%.0f', counter()) ..
+            ': no room for ' .. n .. ' more tokens below 2^53 - 2^30 (set it lower or delete it)', 0)
+    end
 end
 
 -- tokens reserves n fencing tokens and returns the first: max(counter + 1, server clock in
@@ -444,7 +459,7 @@ local function pass(from, fromMark, skip)
         return '', 0, tonumber(A.gap_window), 0
     end
     local m, locker, lease, n, marks, at = live(skip)
-    if m then
+    if m and room(n) then -- (without room, the key is left free: the next take says why)
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
         dequeue(m)

@@ -20,6 +20,9 @@
 -- begin with (origin: then let go), {-1, 0} when this request came late or twice: the
 -- locker was settled (let go already), or this very yield check ran before.
 counter() -- (first: a counter dlock never wrote stops the script before it writes)
+if tonumber(A.tokens) > 0 then
+    exhausted(A.tokens)
+end
 local locker, seq, mark = A.locker, A.seq, A.mark
 local yield = A.yield == '1' and A.check ~= ''
 if yield then

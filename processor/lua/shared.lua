@@ -326,6 +326,17 @@ local function checkCounter(key)
     end
 end
 
+-- roomFor stops the script, before it writes anything, when a block of n fencing tokens would
+-- not fit below 2^53 - 2^30 (the counter was set near it by hand): a script never writes a
+-- counter that the next one refuses (checkCounter).
+local function roomFor(n)
+    local v = tonumber(redis.call('get', FENCE) or '0')
+    if math.max(v + 1, NOW_US) + math.max(tonumber(n) or 1, 1) - 1 >= 9007198180999168 then
+        error('dlock: fencing counter ' .. FENCE .. ' holds ' .. string.format('%.0f', v) ..
+            ': no room for ' .. n .. ' more tokens below 2^53 - 2^30 (set it lower or delete it)', 0)
+    end
+end
+
 -- reserve reserves a block of n fencing tokens (at least one) and returns the first. The
 -- counter keeps the last. Tokens run on the server clock in µs, above every token reserved
 -- before; a release gives back what its holding did not hand out (when nobody reserved since),
@@ -354,6 +365,9 @@ local function serve()
         return {-2, kd}
     end
     checkCounter(FENCE) -- (inspect too: State names such a counter rather than show it absent)
+    if A.op == 'take' or A.op == 'renew' then
+        roomFor(A.tokens)
+    end
     local freed = false
     if A.op ~= 'inspect' then
         freed = prune()
@@ -618,6 +632,7 @@ end
 -- keeps its turn in line as a near one does (taking the permits at once if they fit). Each half
 -- answers as it would alone, and a late or repeated copy of the pair is one of each.
 if A.op == 'release' and A.next ~= '' then
+    roomFor(A.next_tokens) -- (before the release writes: the take after it must not fail halfway)
     local let = serve()
     if let[1] == -2 then
         return let
