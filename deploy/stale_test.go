@@ -273,7 +273,7 @@ func replicaAckAfterFailover(t *testing.T, mode afterFailover) {
 			})
 			reloads = append(reloads, func() { client.ReloadState(ctx) })
 		}
-		g := generatorOn(t, client, lease, dlock.WithReplicaAck(1, 5*time.Second))
+		g := generatorOn(t, client, lease, dlock.WithReplicaAck(1, 4*time.Second)) // (below the ReadTimeout, 5 s)
 		t.Cleanup(func() { met.Do(func() { close(answer) }) }) // (before the client closes)
 		return g
 	}

@@ -308,7 +308,7 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // quarters of its lease) or release, so until then it may act as if it held — use fencing
 // tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
-// ctx's error when ctx ended first.
+// ctx's error when ctx ended first, and ErrClosed after Close.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
 	return l.side(true).forceRelease(ctx, holder)
 }

@@ -48,8 +48,8 @@ func (s State) Held() bool { return s.Holder != "" }
 // what this Generator knows. It is safe for concurrent use and changes nothing; it lists the
 // waiting processes a release would grant the key to (State.Waiting), leaving out the dead and
 // the expired, as the read-write lock's and the semaphore's State do. It returns a
-// *RedisProcessError when Redis fails, and ctx's error (the call abandoned) when ctx ends
-// first.
+// *RedisProcessError when Redis fails, ctx's error (the call abandoned) when ctx ends first,
+// and ErrClosed after Close.
 func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 	if err := l.check(ctx); err != nil {
 		return State{}, err
@@ -162,7 +162,7 @@ func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Dura
 // next renewal (within three quarters of its lease) or release, as of any loss, so until then
 // two processes may act as owners — use fencing tokens downstream. It returns ErrInvalidConfig
 // for an empty holder, a *RedisProcessError when Redis failed, ctx's error when ctx ended
-// first. Safe for concurrent use.
+// first, and ErrClosed after Close. Safe for concurrent use.
 func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err

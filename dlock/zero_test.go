@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,20 @@ func TestNewAPIOnZeroValues(t *testing.T) {
 		if _, err := dlock.NewGenerator(c, dlock.WithReplicaAck(bad[0].(int), bad[1].(time.Duration))); !errors.Is(err, dlock.ErrInvalidConfig) {
 			t.Fatalf("WithReplicaAck%v: %v", bad, err)
 		}
+	}
+	// A wait for replicas as long as the client's ReadTimeout: the client would give up
+	// reading WAIT's answer first, and the caller get a timeout, never ErrNotReplicated.
+	short := redis.NewClient(&redis.Options{Addr: c.Options().Addr, ReadTimeout: 500 * time.Millisecond})
+	defer short.Close()
+	for _, wait := range []time.Duration{500 * time.Millisecond, 2 * time.Second} {
+		if _, err := dlock.NewGenerator(short, dlock.WithReplicaAck(1, wait)); !errors.Is(err, dlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "ReadTimeout") {
+			t.Fatalf("WithReplicaAck(1, %v) on a client with a 500 ms ReadTimeout: %v", wait, err)
+		}
+	}
+	if g, err := dlock.NewGenerator(short, dlock.WithReplicaAck(1, 100*time.Millisecond)); err != nil {
+		t.Fatalf("WithReplicaAck(1, 100ms) on a client with a 500 ms ReadTimeout: %v", err)
+	} else {
+		_ = g.Close(context.Background())
 	}
 }
 

@@ -138,8 +138,12 @@ func (c DLockConfig) UniqueKey() string { return c.uniqueKey }
 // Lease returns how long the key lives in Redis unless renewed.
 func (c DLockConfig) Lease() time.Duration { return c.lease }
 
-// WithLease returns c with another lease, validated as NewDLockConfig does.
+// WithLease returns c with another lease, validated as NewDLockConfig does. The zero
+// DLockConfig, which names no lock, is refused too.
 func (c DLockConfig) WithLease(lease time.Duration) (DLockConfig, error) {
+	if c.IsZero() {
+		return DLockConfig{}, fmt.Errorf("%w: a zero DLockConfig names no lock (build one with NewDLockConfig)", dlerrors.ErrInvalidConfig)
+	}
 	if err := ValidateLease(lease); err != nil {
 		return DLockConfig{}, err
 	}

@@ -50,6 +50,17 @@ func TestNewDLockConfig(t *testing.T) {
 	if !(domain.DLockConfig{}).IsZero() {
 		t.Error("zero config not IsZero")
 	}
+	// WithLease validates as NewDLockConfig does: the lease, and a receiver that names a lock.
+	if c, err := (domain.DLockConfig{}).WithLease(time.Second); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		t.Errorf("zero config's WithLease = %+v, %v; want ErrInvalidConfig", c, err)
+	}
+	c, _ := domain.NewDLockConfig("ORDER", "42", time.Second)
+	if _, err := c.WithLease(domain.MinLease - time.Millisecond); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		t.Errorf("WithLease below the minimum = %v; want ErrInvalidConfig", err)
+	}
+	if c2, err := c.WithLease(2 * time.Second); err != nil || c2.Lease() != 2*time.Second || c2.UniqueKey() != c.UniqueKey() {
+		t.Errorf("WithLease(2s) = %+v, %v", c2, err)
+	}
 }
 
 func TestStatusString(t *testing.T) {

@@ -178,7 +178,8 @@ type Options struct {
 	// caller treats it as an outcome it cannot rely on (gives it back, or retries the renewal).
 	Replicas int
 	// ReplicaTimeout bounds the wait for Replicas; it must be at least a millisecond when
-	// Replicas is > 0 (WAIT counts whole milliseconds, and takes 0 as no bound).
+	// Replicas is > 0 (WAIT counts whole milliseconds, and takes 0 as no bound), and below the
+	// client's ReadTimeout (else the client gives up reading its answer first).
 	ReplicaTimeout time.Duration
 	// GapEvery, when > 0, makes a release leave the key free for GapWindow at most once every
 	// GapEvery, instead of granting it to the first process in line: a window in which
@@ -332,6 +333,10 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout < time.Millisecond) {
 		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)
 	}
+	if rt := readTimeout(client); opts.Replicas > 0 && rt > 0 && opts.ReplicaTimeout >= rt {
+		// (the client would give up reading WAIT's answer first: a timeout, never ErrNotReplicated)
+		return nil, fmt.Errorf("%w: replica acknowledgement within %v, not below the client's ReadTimeout (%v)", dlerrors.ErrInvalidConfig, opts.ReplicaTimeout, rt)
+	}
 	set := defaults
 	if opts.Scripts != nil {
 		for name := range opts.Scripts {
@@ -342,6 +347,20 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 		set = newScripts(opts.Scripts)
 	}
 	return &RedisLockProcessor{client: client, opts: opts, scripts: set}, nil
+}
+
+// readTimeout returns how long client waits for a reply (0 for no bound, or a client whose
+// options it cannot read).
+func readTimeout(client redis.UniversalClient) time.Duration {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	case *redis.Ring:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
 
 // Sharded reports whether release messages go by sharded pub/sub (SPUBLISH, to be received
