@@ -1,6 +1,11 @@
 package dlock
 
-import dlerrors "github.com/dlockgo/dlock/errors"
+import (
+	"errors"
+	"strings"
+
+	dlerrors "github.com/dlockgo/dlock/errors"
+)
 
 // The error vocabulary, re-exported from package errors so that users need import only dlock.
 // Test with errors.Is and errors.As.
@@ -27,3 +32,24 @@ var (
 
 // RedisProcessError reports a failed Redis round trip, naming the operation and the key.
 type RedisProcessError = dlerrors.RedisProcessError
+
+// lockError names the lock an error is about, for whoever reads it in a log: ErrNotObtained
+// and ErrLockLost come from deep in the library, and most of their causes (a context's end,
+// "the key was gone or held by another") do not say which lock. errors.Is and errors.As see
+// the error it wraps as before.
+type lockError struct {
+	err error
+	key string
+}
+
+func (e *lockError) Error() string { return e.err.Error() + " (lock " + e.key + ")" }
+func (e *lockError) Unwrap() error { return e.err }
+
+// named returns err naming the lock key, when it is one of ErrNotObtained and ErrLockLost and
+// does not name the key already; any other error as it is.
+func named(err error, key string) error {
+	if err == nil || !(errors.Is(err, ErrNotObtained) || errors.Is(err, ErrLockLost)) || strings.Contains(err.Error(), key) {
+		return err
+	}
+	return &lockError{err: err, key: key}
+}

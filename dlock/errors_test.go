@@ -46,21 +46,41 @@ func TestDocumentedErrors(t *testing.T) {
 			cancel()
 			_, err := l.Lock(ctx)
 			return err
-		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled"},
+		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled (lock DLOCK_ERR_TestDocumentedErrors)"},
 		{"RLock with an ended context", func() error { // (one line, as the mutex's)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			rw, _ := g.GenRW("ERR", target(t))
 			_, err := rw.RLock(ctx)
 			return err
-		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled"},
+		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled (lock DLOCK_ERR_TestDocumentedErrors)"},
 		{"Acquire with an ended context", func() error {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			sem, _ := g.GenSemaphore("ERR", target(t)+"-sem", 2)
 			_, err := sem.Acquire(ctx, 1)
 			return err
-		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled"},
+		}, []error{dlock.ErrNotObtained, context.Canceled}, "lock not obtained: context canceled (lock DLOCK_ERR_TestDocumentedErrors-sem)"},
+		{"Acquire of no permits", func() error {
+			sem, _ := g.GenSemaphore("ERR", target(t)+"-sem", 2)
+			_, err := sem.Acquire(context.Background(), 0)
+			return err
+		}, []error{dlock.ErrInvalidConfig}, "0 permits of semaphore DLOCK_ERR_TestDocumentedErrors-sem"},
+		{"Unlock of a holding removed by force", func() error {
+			forced, _ := g.Gen("ERR", target(t)+"-forced")
+			o, err := forced.Lock(ctxT(t, 5*time.Second))
+			if err != nil {
+				return err
+			}
+			st, err := forced.State(ctxT(t, 5*time.Second))
+			if err != nil {
+				return err
+			}
+			if _, err := forced.ForceRelease(ctxT(t, 5*time.Second), st.Holder); err != nil {
+				return err
+			}
+			return o.Unlock()
+		}, []error{dlock.ErrLockLost}, "(lock DLOCK_ERR_TestDocumentedErrors-forced)"},
 		{"Unlock by a non-owner", func() error { return l.Unlock(context.Background()) }, []error{dlock.ErrNotHeld}, ""},
 		{"Unlock with nil context", func() error { return l.Unlock(nil) }, []error{dlock.ErrInvalidConfig}, "nil context"}, //nolint:staticcheck
 		{"Do with nil function", func() error { return l.Do(context.Background(), nil) }, []error{dlock.ErrInvalidConfig}, ""},

@@ -449,7 +449,7 @@ func (p sharedPart) check() error {
 		return errZeroShared
 	}
 	if p.spec.Kind == processor.KindSem && p.n < 1 {
-		return fmt.Errorf("%w: %d permits", ErrInvalidConfig, p.n)
+		return fmt.Errorf("%w: %d permits of semaphore %s", ErrInvalidConfig, p.n, p.cfg.UniqueKey())
 	}
 	return nil
 }
@@ -644,7 +644,7 @@ func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, s
 			return nil, false, ErrClosed
 		}
 	}
-	return o, ok, err
+	return o, ok, named(err, cfg.UniqueKey())
 }
 
 // closedMeanwhile reports whether Close began before so, a fresh acquisition, could be
@@ -872,6 +872,10 @@ func (so *shareOwner) reenter() *Owner {
 
 // unlock releases one hold of so.
 func (so *shareOwner) unlock() error {
+	return named(so.unlock1(), so.st.cfg.UniqueKey())
+}
+
+func (so *shareOwner) unlock1() error {
 	st := so.st
 	st.mu.Lock()
 	st.lapseLocked(so.hold) // (its Owner's Unlock comes here without ownerIn)

@@ -79,6 +79,10 @@ func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 // *RedisProcessError too), ErrClosed after Close, and a *RedisProcessError when Redis failed
 // within the lease (the holding keeps its lease and renewals). Safe for concurrent use.
 func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
+	return l.named(l.extend(owned, lease))
+}
+
+func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Duration) error {
 	if owned == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}

@@ -207,7 +207,15 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 	owned, _, err := l.acquire(ctx, true)
-	return owned, err
+	return owned, l.named(err)
+}
+
+// named returns err naming l's key, when it is one of ErrNotObtained and ErrLockLost.
+func (l *DistributedReentrantLock) named(err error) error {
+	if err == nil || l == nil {
+		return err
+	}
+	return named(err, l.cfg.UniqueKey())
 }
 
 // TryLock makes one attempt: it returns an owner context and true if it got the lock (or
@@ -229,7 +237,7 @@ func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, e
 	case errors.Is(err, ErrOptimisticLocking) && !errors.Is(err, ErrLockLost):
 		return nil, false, nil // (taken, and removed by ForceRelease as it was)
 	}
-	return nil, false, err
+	return nil, false, l.named(err)
 }
 
 // acquire is Lock (wait) and TryLock: it returns the new Owner, or held for a TryLock that
@@ -357,7 +365,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	case holdLost:
 		cause := h.cause
 		h.mu.Unlock()
-		return cause
+		return l.named(cause)
 	case holdClosed:
 		h.mu.Unlock()
 		return ErrClosed
@@ -371,7 +379,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	}
 	h.state = holdReleased
 	h.mu.Unlock()
-	return h.release(context.WithoutCancel(ctx), context.Canceled)
+	return l.named(h.release(context.WithoutCancel(ctx), context.Canceled))
 }
 
 // Do runs fn while holding the lock and always releases it, even if fn panics. fn receives the

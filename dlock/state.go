@@ -132,8 +132,9 @@ func (st *lockState) mayBarge() bool {
 	return f == nil || time.Since(f.Since()) < starvation
 }
 
-// errLateReply reports an acquisition whose reply came after its lease had run out.
-var errLateReply = errors.New("the reply came after the lease had run out")
+// errLateReply reports a request whose reply did not come (or came late) before its lease ran
+// out.
+var errLateReply = errors.New("no reply came before the lease ran out")
 
 // step is what a goroutine that may take the lock does next, decided under mu.
 type step uint8

@@ -1482,7 +1482,7 @@ func TestHistoryRules(t *testing.T) {
 				histCall{Kind: "extend", Start: 4 * ms, End: 5 * ms, Outcome: "error", Err: "not held"})
 		})}, nil, nil, []string{"extend-error"}},
 		{"extend past the lease", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) {
-			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 9 * ms, Outcome: "timeout", Err: "the reply came after the lease had run out"})
+			r.Calls = append(r.Calls, histCall{Kind: "extend", Start: 2 * ms, End: 9 * ms, Outcome: "timeout", Err: "no reply came before the lease ran out"})
 		})}, nil, nil, nil},
 		{"no token", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.NoToken = true })}, nil, nil, []string{"no-token"}},
 		{"no token: lost as it was taken", []*histRecord{hold("a", "k", 1, 0, 1, 10, lostAt(1), func(r *histRecord) { r.NoToken = true })}, nil, nil, nil},

@@ -730,7 +730,7 @@ func (p *proc) onAsk(r *request, out outcome) {
 	mine := a != nil && a.locker == r.locker // a request of the open attempt
 	taken := out.err == nil && out.res.Outcome == processor.Taken
 	if taken && !p.w.now().Before(p.until(r.sent, r.lease)) {
-		taken, out.err = false, fmt.Errorf("the reply came after the lease had run out")
+		taken, out.err = false, fmt.Errorf("no reply came before the lease ran out")
 	}
 	switch {
 	case out.err != nil:
