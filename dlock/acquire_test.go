@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
 )
@@ -1140,6 +1141,86 @@ func TestAmbiguousReplyLeavesNothingHeld(t *testing.T) {
 			if !becomesFree(t, lC, 3*time.Second) {
 				t.Fatalf("the lock stayed held after the ambiguous reply: key holds %s", holderOf(raw, key))
 			}
+		})
+	}
+}
+
+// A process whose answers never reach it in time — far from Redis, every reply later than its
+// client's ReadTimeout, so that go-redis sends each script again and every copy runs — may
+// take the key without learning so, and its later asks with the same attempt find the key its
+// own and renew it. The attempt is given back once a lease has passed without an answer, so
+// another process gets the key within about a lease; before, the far process kept it from
+// everyone for as long as it waited (here 20 s), never owning it. Each kind alike.
+func TestAttemptWithoutAnswersDoesNotKeepTheKey(t *testing.T) {
+	const lease = 500 * time.Millisecond
+	for _, kind := range []string{"mutex", "rw", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			p, err := faultproxy.New(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fc := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 50 * time.Millisecond})
+			t.Cleanup(func() { _ = fc.Close(); _ = p.Close() })
+			far := genOn(t, fc, dlock.WithDefaultLease(lease))
+			near, _ := newGen(t, dlock.WithDefaultLease(lease))
+			tg := uniqueTarget(t)
+			lock := func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error) {
+				switch kind {
+				case "rw":
+					return rwOf(t, g, tg).Lock(ctx)
+				case "semaphore":
+					return semOf(t, g, tg, 1).Acquire(ctx, 1)
+				}
+				l, err := g.Gen("NOANSWER", tg)
+				if err != nil {
+					return nil, err
+				}
+				return l.Lock(ctx)
+			}
+			farHolds := func() bool {
+				switch kind {
+				case "rw", "semaphore":
+					var s dlock.SharedState
+					var err error
+					if kind == "rw" {
+						s, err = rwOf(t, near, tg).State(ctxT(t, 5*time.Second))
+					} else {
+						s, err = semOf(t, near, tg, 1).State(ctxT(t, 5*time.Second))
+					}
+					return err == nil && len(s.Holds) == 1 && strings.HasPrefix(s.Holds[0].Locker, far.LockerPrefix())
+				}
+				l, _ := near.Gen("NOANSWER", tg)
+				s, err := l.State(ctxT(t, 5*time.Second))
+				return err == nil && strings.HasPrefix(s.Holder, far.LockerPrefix())
+			}
+			// Every reply to a request (a RESP array) comes 200 ms late, past the ReadTimeout.
+			p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+				if !toTarget && len(chunk) > 0 && chunk[0] == '*' {
+					return 200 * time.Millisecond
+				}
+				return 0
+			})
+			farCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			farDone := make(chan error, 1)
+			go func() {
+				o, err := lock(far, farCtx)
+				if err == nil {
+					err = o.Unlock()
+				}
+				farDone <- err
+			}()
+			waitFor(t, farHolds)
+			o, err := lock(near, ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Fatalf("the near process's Lock = %v: the far process's attempt, which never answered, kept the key", err)
+			}
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			<-farDone
+			p.SetShaper(nil)
 		})
 	}
 }

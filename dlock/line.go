@@ -122,6 +122,24 @@ type attempt struct {
 	// sent says that a request of the attempt may have reached Redis; until then there is
 	// nothing of it to settle (no entry in line, no key). Guarded by the state's mu.
 	sent bool
+	// unanswered is the send time of the first of its requests since its last answer that got
+	// none (zero when the last one was answered): see abandoned. Guarded by the state's mu.
+	unanswered time.Time
+}
+
+// abandoned records that a request of a, sent at sent, got no answer, and reports whether
+// none has come for a lease since the first such request: the attempt is then given back and
+// the process asks with a new one. Each request of the attempt that reached Redis may have
+// taken the key, or found it taken by the attempt and renewed it, without the process
+// knowing; a process whose answers never reach it in time (far from Redis, its client giving
+// up reading before they come and sending each request again) would so keep the key from
+// everyone for as long as it waits. The give-back settles the attempt: no copy of its
+// requests takes the key after it.
+func (a *attempt) abandoned(sent time.Time) bool {
+	if a.unanswered.IsZero() {
+		a.unanswered = sent
+	}
+	return time.Since(a.unanswered) >= a.cfg.Lease()
 }
 
 // grant is a grant of the key to an attempt: the first of its block of fencing tokens,

@@ -152,6 +152,11 @@ type shareAttempt struct {
 	w      *shareWaiter // ... that one's (a try asks for itself: another's answer may be older than it)
 	pollAt time.Time    // when to ask again (it renews the line entry)
 	sent   bool         // asked at least once: its outcome may be a holding
+	// unanswered is the send time of the first of its takes since its last answer that got
+	// none (zero when the last one was answered); abandoned, that none came for a lease since:
+	// it is given back, and the waiters ask with a new attempt (as the mutex's, attempt.abandoned).
+	unanswered time.Time
+	abandoned  bool
 }
 
 // serves reports whether a asks for what w waits for, so that its answer is w's: the same
@@ -537,8 +542,8 @@ func (st *sharedState) planOther(now time.Time) action {
 	}
 	if a := st.attempt; a != nil {
 		front := st.front()
-		if !a.serves(front) {
-			return st.giveBack(a) // nobody wants what it asks for any more
+		if !a.serves(front) || a.abandoned {
+			return st.giveBack(a) // nobody wants what it asks for any more, or it got no answer for a lease
 		}
 		if !now.Before(a.pollAt) {
 			return action{do: st.take(a)}
@@ -1093,6 +1098,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	if st.attempt != a {
 		return
 	}
+	if err == nil {
+		a.unanswered = time.Time{}
+	}
 	lease := st.cfg.Lease()
 	switch {
 	case err != nil && errors.Is(err, ErrInvalidConfig):
@@ -1104,6 +1112,10 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
 	case err != nil:
 		st.redisError("take", err)
+		if a.unanswered.IsZero() {
+			a.unanswered = sent
+		}
+		a.abandoned = time.Since(a.unanswered) >= lease
 		front := st.front()
 		switch {
 		case front != nil && front.try && a.serves(front):

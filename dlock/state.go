@@ -441,6 +441,10 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 				return st.takeNew(ctx, cfg, t)
 			}
 		}
+		if st.line.attempt == a && err != nil && a.abandoned(sent) {
+			st.closeAttempt()
+			st.giveBackLocked(a.locker, a.cfg) // (the next ask opens a new attempt, at the back of the line)
+		}
 		if redisFault(err) && ctx.Err() == nil {
 			// Redis failed (down, out of memory, a user not allowed a command): the first
 			// waiter asks again after a pause, so that a lasting failure is no busy loop.
@@ -456,6 +460,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		}
 		return nil, err
 	}
+	a.unanswered = time.Time{}
 	switch res.Outcome {
 	case processor.Taken:
 		st.closeAttempt()
