@@ -273,7 +273,8 @@ func replicaAckAfterFailover(t *testing.T, mode afterFailover) {
 			})
 			reloads = append(reloads, func() { client.ReloadState(ctx) })
 		}
-		g := generatorOn(t, client, lease, dlock.WithReplicaAck(1, 4*time.Second)) // (below the ReadTimeout, 5 s)
+		// (a replica wait below the client's ReadTimeout, 5 s)
+		g := generatorOn(t, client, lease, dlock.WithReplicaAck(1, 4*time.Second))
 		t.Cleanup(func() { met.Do(func() { close(answer) }) }) // (before the client closes)
 		return g
 	}
