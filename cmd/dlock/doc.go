@@ -117,7 +117,7 @@
 //
 // When the lock is not obtained COMMAND does not run, and dlock says who holds it. Its status
 // is then 75 unless -E says otherwise (-E 0 makes "already running elsewhere" a success, for
-// cron jobs). -n with a --wait other than 0 is a usage error. A wait goes on through a Redis
+// cron jobs, and then dlock says nothing). -n with a --wait other than 0 is a usage error. A wait goes on through a Redis
 // outage, for as long as --wait allows (by default until Redis answers again); the first
 // failure is told on standard error, once.
 //

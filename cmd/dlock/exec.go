@@ -63,7 +63,7 @@ COMMAND's environment adds:
 exit status:
   N        COMMAND exited with N; 128+S when it was killed by signal S
   75       the lock was not obtained within --wait, or at once with -n (COMMAND did not
-           run); --conflict-exit-code changes it
+           run); --conflict-exit-code changes it (0: and dlock says nothing)
   76       the lock was lost while COMMAND ran (COMMAND was stopped)
   69       Redis unreachable, not serving (out of memory, loading, read-only), not the
            kind the address names (Sentinels, Cluster, one server), or no answer within
@@ -298,6 +298,9 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		within := "within --wait " + wait.String()
 		if wait == 0 {
 			within = "in one attempt (-n)"
+		}
+		if conflict == exitOK {
+			return nil, withStatus(exitOK, nil) // -E 0: "held elsewhere" is a success, said by nothing (cron mails what is said)
 		}
 		return nil, withStatus(conflict, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, held))
 	}

@@ -42,7 +42,7 @@ lock expires when its lease runs out.
 exit status:
   0        the lock was held, and released after SIGINT, SIGTERM, SIGHUP or SIGQUIT
   75       the lock was not obtained within --wait, or at once with -n; --conflict-exit-code
-           changes it
+           changes it (0: and dlock says nothing)
   76       the lock was lost while held (or found lost at the release)
   128+S    signal S came while still waiting: nothing is held
   69       Redis unreachable, not serving (out of memory, loading, read-only), not the

@@ -162,7 +162,7 @@ exit status:
            kind the address names (Sentinels, Cluster, one server), or no answer within
            --timeout
   75       exec, lock: the lock was not obtained within --wait (or -n); --conflict-exit-code
-           changes it
+           changes it (0: and dlock says nothing)
   76       exec, lock: the lock was lost while held (exec: the command was stopped)
   77       Redis refused the user or password, or a command (ACL)
   126      exec: the command could not be started
