@@ -58,7 +58,8 @@ func TestExecPermits(t *testing.T) {
 		t.Fatalf("a third permit of 2: %v", r)
 	}
 	s := runBin(t, nil, "status", "--redis", srv.Addr, "--semaphore", "2", "CLI", tg)
-	if s.code != 0 || !strings.Contains(s.stdout, "semaphore of 2 permits") || strings.Count(s.stdout, "holding:") != 2 {
+	// (it names the keys the semaphore is kept in: none under DLOCK_CLI_<target> itself)
+	if s.code != 0 || !strings.Contains(s.stdout, "semaphore of 2 permits, keys {DLOCK_CLI_"+tg+"}:shared:*") || strings.Count(s.stdout, "holding:") != 2 {
 		t.Fatalf("status --semaphore: %v", s)
 	}
 	for _, d := range []string{d1, d2} {

@@ -144,7 +144,7 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 	ctx, cancel := c.ctx()
 	defer cancel()
 	cfg := g.Config()
-	name := fmt.Sprintf("%s/%s (key %s)", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
+	name := fmt.Sprintf("%s/%s (keys %s)", cfg.LockType(), cfg.LockTarget(), sharedKeys(cfg))
 	victims := []string{holder}
 	if holder == "" { // --any
 		st, err := g.shared(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/dlockgo/dlock/domain"
 	"io"
 	"time"
 
@@ -143,6 +144,10 @@ type sharedWaitJSON struct {
 	Write   bool   `json:"write"`
 }
 
+// sharedKeys names the Redis keys of cfg's read-write lock or semaphore, for an operator: it
+// keeps none under cfg's own key.
+func sharedKeys(cfg domain.DLockConfig) string { return cfg.SideKey("shared:*") }
+
 // sharedStatus prints the state of typ/target's read-write lock or semaphore.
 func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, target string) error {
 	c, g, err := kind.open(r, typ, target, inspectLease)
@@ -173,7 +178,7 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 	if st.Kind == "sem" {
 		name = fmt.Sprintf("semaphore of %d permits", st.Permits)
 	}
-	fmt.Fprintf(w, "lock:        %s/%s (%s, key %s)\n", cfg.LockType(), cfg.LockTarget(), name, cfg.UniqueKey())
+	fmt.Fprintf(w, "lock:        %s/%s (%s, keys %s)\n", cfg.LockType(), cfg.LockTarget(), name, sharedKeys(cfg))
 	if len(st.Holds) == 0 {
 		fmt.Fprintf(w, "state:       free\n")
 	}
