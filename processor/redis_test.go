@@ -2413,19 +2413,8 @@ func corruptCounterRefuses(t *testing.T, v string) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
-	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 	lc, _ := domain.NewDLockConfig("PROC", fresh("corrupt-"+v+t.Name()), time.Minute)
-	la, r := a.lock(t, lc, false, 1)
-	if r.Outcome != processor.Taken {
-		t.Fatalf("first lock: %+v", r)
-	}
-	lb, r := b.lock(t, lc, true, 1)
-	if r.Outcome != processor.Held {
-		t.Fatalf("second lock: %+v", r)
-	}
-	if err := c.Set(ctx, processor.FenceKey(lc), v, redis.KeepTTL).Err(); err != nil {
-		t.Fatal(err)
-	}
+	a, b, la, lb := heldWithOneInLine(t, c, lc, v)
 	type state struct {
 		dump string
 		pttl time.Duration
@@ -2479,6 +2468,25 @@ func corruptCounterRefuses(t *testing.T, v string) {
 	}
 }
 
+// heldWithOneInLine has process pa- take lc's key and pb- stand in line for it, then sets
+// the fencing counter to counter (keeping its life).
+func heldWithOneInLine(t *testing.T, c *redis.Client, lc domain.DLockConfig, counter string) (a, b *proc, la, lb string) {
+	t.Helper()
+	a, b = newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	la, r := a.lock(t, lc, false, 1)
+	if r.Outcome != processor.Taken {
+		t.Fatalf("first lock: %+v", r)
+	}
+	lb, r = b.lock(t, lc, true, 1)
+	if r.Outcome != processor.Held {
+		t.Fatalf("second lock: %+v", r)
+	}
+	if err := c.Set(context.Background(), processor.FenceKey(lc), counter, redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, la, lb
+}
+
 // A fencing counter one token short of the bound (2^53 - 2^30, set there by hand) leaves no
 // room for a block: no script reserves one, since the counter it would write is one every
 // script refuses (a holding that could neither renew nor release). A take and a renewal that
@@ -2490,19 +2498,8 @@ func TestFencingCounterWithNoRoomLeftReservesNothing(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
-	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 	lc := cfg(t, "full-fence")
-	la, r := a.lock(t, lc, false, 1)
-	if r.Outcome != processor.Taken {
-		t.Fatalf("first lock: %+v", r)
-	}
-	lb, r := b.lock(t, lc, true, 1)
-	if r.Outcome != processor.Held {
-		t.Fatalf("second lock: %+v", r)
-	}
-	if err := c.Set(ctx, processor.FenceKey(lc), full, redis.KeepTTL).Err(); err != nil {
-		t.Fatal(err)
-	}
+	a, b, la, lb := heldWithOneInLine(t, c, lc, full)
 	for _, op := range []struct {
 		name string
 		do   func() (processor.Result, error)
