@@ -423,7 +423,7 @@ func (p sharedPart) lostIn(ctx context.Context) error {
 		side = 1
 	}
 	if so := ownerIn(ctx, p.g, sharedKey(p.cfg, p.spec), side); so != nil {
-		return so.lostCause()
+		return named(so.lostCause(), p.cfg.UniqueKey())
 	}
 	return nil
 }

@@ -142,6 +142,17 @@ func (a *attempt) abandoned(sent time.Time) bool {
 	return time.Since(a.unanswered) >= a.cfg.Lease()
 }
 
+// deadline is when a request of a sent at sent stops waiting for its answer: a lease after the
+// first request since the last answer (this one, when the last was answered). The caller
+// holds the state's mu, or owns a.
+func (a *attempt) deadline(sent time.Time) time.Time {
+	first := sent
+	if !a.unanswered.IsZero() {
+		first = a.unanswered
+	}
+	return first.Add(a.cfg.Lease())
+}
+
 // grant is a grant of the key to an attempt: the first of its block of fencing tokens,
 // Redis's clock (µs) as it ran the grant (0: not told), and when its message came.
 type grant struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +36,7 @@ func (l *DistributedReentrantLock) lostIn(ctx context.Context) error {
 	defer h.mu.Unlock()
 	switch h.state {
 	case holdLost:
-		return h.cause
+		return l.named(h.cause)
 	case holdClosed:
 		return ErrClosed
 	}
@@ -487,7 +488,10 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 	for i := len(m.parts) - 1; i >= 0; i-- {
 		p := m.parts[i]
 		if err := p.Unlock(owned); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.Config().UniqueKey(), err))
+			if key := p.Config().UniqueKey(); !strings.Contains(err.Error(), key) {
+				err = fmt.Errorf("%s: %w", key, err)
+			}
+			errs = append(errs, err)
 		}
 	}
 	if owned.holds.Add(-1) == 0 {

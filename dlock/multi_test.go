@@ -1932,3 +1932,48 @@ func TestMultiLockReturnsWhileAPartsDowngradeIsUnresolved(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A MultiLock's errors name the part they are about, once: Unlock after a part's key was
+// removed by hand (the loss found at release), and Lock with an Owner one of whose parts was
+// lost (as the part's own Lock says it).
+func TestMultiLockErrorsNameThePartOnce(t *testing.T) {
+	g, c := newGen(t, dlock.WithDefaultLease(10*time.Second))
+	tg := uniqueTarget(t)
+	a, _ := g.Gen("MULTINAME", tg+"-a")
+	b, _ := g.Gen("MULTINAME", tg+"-b")
+	m, err := g.Multi(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := m.Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Del(context.Background(), key(a)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(o); !errors.Is(err, dlock.ErrLockLost) || strings.Count(err.Error(), key(a)) != 1 {
+		t.Fatalf("Unlock after a's key was removed = %v; want ErrLockLost naming %s once", err, key(a))
+	}
+
+	o, err = m.Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.State(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.ForceRelease(ctxT(t, 5*time.Second), s.Holder); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	waitFor(t, func() bool { return o.Err() != nil })
+	_, partErr := a.Lock(o)
+	_, multiErr := m.Lock(o)
+	for _, err := range []error{partErr, multiErr} {
+		if !errors.Is(err, dlock.ErrLockLost) || strings.Count(err.Error(), key(a)) != 1 {
+			t.Fatalf("Lock with an Owner whose part %s was lost = %v; want ErrLockLost naming it once", key(a), err)
+		}
+	}
+	_ = m.Unlock(o)
+}

@@ -69,7 +69,8 @@ func nilValueReceiver(o Observer) bool {
 // replication stays asynchronous, and WAIT does not make a write durable. n must be ≥ 1 and
 // at most the number of replicas the master has (else nothing is ever acknowledged); timeout
 // must be at least a millisecond (WAIT counts whole milliseconds, and takes 0 as no bound)
-// and below the client's ReadTimeout.
+// and below the client's ReadTimeout — well below: the client reads the script's reply and
+// WAIT's under one deadline, which must also cover the round trip and the script.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if n < 1 || timeout < time.Millisecond {

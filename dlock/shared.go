@@ -1098,7 +1098,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	if st.attempt != a {
 		return
 	}
-	if err == nil {
+	if err == nil || answered(err) {
 		a.unanswered = time.Time{}
 	}
 	lease := st.cfg.Lease()
@@ -1112,10 +1112,12 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
 	case err != nil:
 		st.redisError("take", err)
-		if a.unanswered.IsZero() {
-			a.unanswered = sent
+		if !answered(err) {
+			if a.unanswered.IsZero() {
+				a.unanswered = sent
+			}
+			a.abandoned = time.Since(a.unanswered) >= lease
 		}
-		a.abandoned = time.Since(a.unanswered) >= lease
 		front := st.front()
 		switch {
 		case front != nil && front.try && a.serves(front):

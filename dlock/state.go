@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
@@ -396,12 +397,29 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
 	st.asking = a.locker
+	sent := time.Now()
+	until := a.deadline(sent)
 	st.mu.Unlock()
 
-	sent := time.Now()
-	res, err := call(st.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
+	actx := byCaller(ctx)
+	if wait {
+		// A waiting attempt's ask ends a lease after its first request since the last answer
+		// at the latest: its client may send it again and again (each copy may take or renew
+		// the key unheard), and the attempt is given back once a lease has passed (abandoned).
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadlineCause(actx, until, errAskBound)
+		defer cancel()
+	}
+	res, err := call(st.g, actx, func(ctx context.Context) (processor.Result, error) {
 		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Tokens: a.tokens})
 	})
+	if errors.Is(err, errLate) && ctx.Err() == nil { // (the bound above, not the caller)
+		cause := errNoAnswer
+		if errors.Is(err, errNotSent) {
+			cause = fmt.Errorf("%w: %w", errNoAnswer, errNotSent)
+		}
+		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: cause}
+	}
 	if err == nil && res.Outcome == processor.Taken && !time.Now().Before(domain.HeldUntil(sent, a.cfg.Lease())) {
 		// The reply came after the lease, counted from the request, had run out: the key may
 		// be someone else's by now. Not an acquisition.
@@ -423,6 +441,9 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		return nil, notTakenErr(ctx.Err(), fmt.Errorf("%w: %w", errNoAnswer, errNotSent))
 	}
 	a.sent = true
+	if err == nil || answered(err) {
+		a.unanswered = time.Time{}
+	}
 	if err != nil || ctx.Err() != nil {
 		// Unknown outcome, or the caller is gone: the attempt may hold the key or stand in line.
 		st.line.queued = true
@@ -441,7 +462,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 				return st.takeNew(ctx, cfg, t)
 			}
 		}
-		if st.line.attempt == a && err != nil && a.abandoned(sent) {
+		if st.line.attempt == a && err != nil && !answered(err) && !errors.Is(err, errNotSent) && a.abandoned(sent) {
 			st.closeAttempt()
 			st.giveBackLocked(a.locker, a.cfg) // (the next ask opens a new attempt, at the back of the line)
 		}
@@ -460,7 +481,6 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		}
 		return nil, err
 	}
-	a.unanswered = time.Time{}
 	switch res.Outcome {
 	case processor.Taken:
 		st.closeAttempt()
@@ -764,6 +784,17 @@ func (st *lockState) retryLaterLocked(lease time.Duration) {
 		st.signalLocked(HowRetry)
 		st.mu.Unlock()
 	})
+}
+
+// errAskBound ends a waiting attempt's ask that got no answer for a lease (attempt.deadline).
+var errAskBound = errors.New("dlock: no answer for a lease")
+
+// answered reports whether err is an answer of Redis's: its own error reply (the script did
+// not run, or failed), or WAIT's count of too few replicas (ErrNotReplicated: the process
+// learnt the outcome, which it does not rely on) — not none.
+func answered(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) || errors.Is(err, ErrNotReplicated)
 }
 
 // redisFault reports whether err says that Redis failed — not merely that the caller's

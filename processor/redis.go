@@ -179,7 +179,9 @@ type Options struct {
 	Replicas int
 	// ReplicaTimeout bounds the wait for Replicas; it must be at least a millisecond when
 	// Replicas is > 0 (WAIT counts whole milliseconds, and takes 0 as no bound), and below the
-	// client's ReadTimeout (else the client gives up reading its answer first).
+	// client's ReadTimeout (else the client gives up reading its answer first) — well below:
+	// the client reads the script's reply and WAIT's under one deadline, which must also cover
+	// the round trip and the script.
 	ReplicaTimeout time.Duration
 	// GapEvery, when > 0, makes a release leave the key free for GapWindow at most once every
 	// GapEvery, instead of granting it to the first process in line: a window in which
@@ -350,15 +352,24 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 }
 
 // readTimeout returns how long client waits for a reply (0 for no bound, or a client whose
-// options it cannot read).
+// options it cannot read): a client's and a Cluster client's options hold go-redis's default
+// already; a Ring's do not, and its shards' clients fill in the same default (5 s). A type
+// that embeds one of them is read as that one.
 func readTimeout(client redis.UniversalClient) time.Duration {
 	switch c := client.(type) {
-	case *redis.Client:
+	case interface{ Options() *redis.Options }:
 		return c.Options().ReadTimeout
-	case *redis.ClusterClient:
+	case interface{ Options() *redis.ClusterOptions }:
 		return c.Options().ReadTimeout
-	case *redis.Ring:
-		return c.Options().ReadTimeout
+	case interface{ Options() *redis.RingOptions }:
+		switch rt := c.Options().ReadTimeout; {
+		case rt == 0:
+			return 5 * time.Second
+		case rt < 0:
+			return 0
+		default:
+			return rt
+		}
 	}
 	return 0
 }

@@ -2490,8 +2490,9 @@ func heldWithOneInLine(t *testing.T, c *redis.Client, lc domain.DLockConfig, cou
 // A fencing counter one token short of the bound (2^53 - 2^30, set there by hand) leaves no
 // room for a block: no script reserves one, since the counter it would write is one every
 // script refuses (a holding that could neither renew nor release). A take and a renewal that
-// asks for tokens are refused before they write anything; a release, which reserves nothing,
-// goes through, and rather than grant the key to the process in line it leaves it free.
+// asks for tokens are refused before they write anything; a renewal that asks for none and a
+// release, which reserve nothing, go through, and rather than grant the key to the process in
+// line the release leaves it free; a take whose block fits exactly gets the last token.
 func TestFencingCounterWithNoRoomLeftReservesNothing(t *testing.T) {
 	srv.NeedReal(t)
 	const full = "9007198180999167" // 2^53 - 2^30 - 1
@@ -2500,23 +2501,32 @@ func TestFencingCounterWithNoRoomLeftReservesNothing(t *testing.T) {
 	ctx := context.Background()
 	lc := cfg(t, "full-fence")
 	a, b, la, lb := heldWithOneInLine(t, c, lc, full)
-	for _, op := range []struct {
-		name string
-		do   func() (processor.Result, error)
-	}{
-		{"renew with tokens", func() (processor.Result, error) {
-			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Tokens: 1})
-		}},
-		{"lock again", func() (processor.Result, error) {
-			return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 1})
-		}},
-	} {
-		if r, err := op.do(); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+processor.FenceKey(lc)) {
-			t.Fatalf("%s with no room left = %+v, %v; want the refusal naming the counter", op.name, r, err)
+	// room for two tokens, not for four; then for none
+	for _, counter := range []string{"9007198180999165", full} {
+		if err := c.Set(ctx, processor.FenceKey(lc), counter, redis.KeepTTL).Err(); err != nil {
+			t.Fatal(err)
 		}
-		if got := c.Get(ctx, processor.FenceKey(lc)).Val(); got != full {
-			t.Fatalf("%s left the counter at %s", op.name, got)
+		for _, op := range []struct {
+			name string
+			do   func() (processor.Result, error)
+		}{
+			{"renew with tokens", func() (processor.Result, error) {
+				return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Tokens: 4})
+			}},
+			{"lock again", func() (processor.Result, error) {
+				return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 4})
+			}},
+		} {
+			if r, err := op.do(); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+processor.FenceKey(lc)) {
+				t.Fatalf("%s with the counter at %s = %+v, %v; want the refusal naming the counter", op.name, counter, r, err)
+			}
+			if got := c.Get(ctx, processor.FenceKey(lc)).Val(); got != counter {
+				t.Fatalf("%s left the counter at %s", op.name, got)
+			}
 		}
+	}
+	if r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("a renewal asking for no tokens, with no room left = %+v, %v; want renewed", r, err)
 	}
 	if r := a.release(t, lc, la); r.Outcome != processor.Released || r.Next != "" {
 		t.Fatalf("release with no room left = %+v; want released, granted to nobody", r)
@@ -2526,6 +2536,13 @@ func TestFencingCounterWithNoRoomLeftReservesNothing(t *testing.T) {
 	}
 	if got := c.Get(ctx, processor.FenceKey(lc)).Val(); got != full {
 		t.Fatalf("the release left the counter at %s", got)
+	}
+	// room for exactly one: a take of one token gets the last
+	if err := c.Set(ctx, processor.FenceKey(lc), "9007198180999166", redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.lockWith(t, lc, lb, true, 1); r.Outcome != processor.Taken || r.Token != 9007198180999167 {
+		t.Fatalf("a take of the last token = %+v; want taken with token 9007198180999167", r)
 	}
 }
 

@@ -1381,6 +1381,51 @@ func TestSharedCopyOfATakeRenewsIt(t *testing.T) {
 	})
 }
 
+// A fencing counter near its bound (2^53 - 2^30, set there by hand) leaves no room for a block
+// that would reach it: a take or a renewal asking for one is refused before it writes, naming
+// the counter; a take whose block fits exactly gets the last tokens, and a renewal that asks
+// for none goes through.
+func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
+	srv.NeedReal(t)
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	a := newProc(t, c, "A-")
+	lc := cfg(t, "shared-full-fence")
+	fence := processor.SharedKeys(lc)[5]
+	held := a.locker()
+	if r := a.take(t, lc, sem3, held, 1, true); r.Outcome != processor.Taken {
+		t.Fatalf("take: %+v", r)
+	}
+	set := func(v string) {
+		if err := c.Set(ctx, fence, v, redis.KeepTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("9007198180999165") // room for two tokens
+	for name, do := range map[string]func() (processor.SharedResult, error){
+		"a take of three tokens": func() (processor.SharedResult, error) {
+			return a.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 1, Wait: true, Tokens: 3})
+		},
+		"a renewal asking for three": func() (processor.SharedResult, error) {
+			return a.SharedRefill(ctx, lc, sem3, held, 3)
+		},
+	} {
+		if r, err := do(); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) {
+			t.Fatalf("%s with room for two = %+v, %v; want the refusal naming the counter", name, r, err)
+		}
+		if got := c.Get(ctx, fence).Val(); got != "9007198180999165" {
+			t.Fatalf("%s left the counter at %s", name, got)
+		}
+	}
+	if r, err := a.SharedRenew(ctx, lc, sem3, held); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("a renewal asking for no tokens = %+v, %v; want renewed", r, err)
+	}
+	if r, err := a.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 1, Wait: true, Tokens: 2}); err != nil || r.Outcome != processor.Taken || r.Token != 9007198180999166 {
+		t.Fatalf("a take of the last two tokens = %+v, %v; want taken from 9007198180999166", r, err)
+	}
+}
+
 // A take reserves the block of fencing tokens it asks for: its token is the first, a copy of it
 // answers the same, and the next holding's token is above the whole block; a refill (a renewal
 // with tokens) reserves another above it. A release, or a downgrade, gives back the tokens after

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlockgo/dlock/domain"
 	dlerrors "github.com/dlockgo/dlock/errors"
 	"github.com/dlockgo/dlock/processor"
+	"github.com/redis/go-redis/v9"
 )
 
 // requests calls every exported method of p that sends a request with ctx, lc and s: each
@@ -152,5 +154,39 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 	// the processor still works after all that
 	if r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil || r.Outcome != processor.Taken {
 		t.Fatalf("Lock after refusals: %v, %v", r, err)
+	}
+}
+
+// wrappedClient is a client wrapped to add behaviour, as instrumentation wrappers are.
+type wrappedClient struct{ *redis.Client }
+
+// A replica wait not below the ReadTimeout the client reads WAIT's answer with is refused: the
+// client would give up first, and the caller get a timeout, never ErrNotReplicated. The
+// ReadTimeout is read from a client, a Cluster client, a Ring (whose options keep 0 for
+// go-redis's default, 5 s, that its shards read with) and a type that embeds one of them.
+func TestReplicaWaitBelowTheReadTimeout(t *testing.T) {
+	short := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: 100 * time.Millisecond})
+	defer short.Close()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: 100 * time.Millisecond})
+	defer cluster.Close()
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		wait   time.Duration
+		ok     bool
+	}{
+		{"client", short, time.Second, false},
+		{"client, below", short, 50 * time.Millisecond, true},
+		{"wrapped client", wrappedClient{short}, time.Second, false},
+		{"cluster", cluster, time.Second, false},
+		{"ring of defaults", ring, 6 * time.Second, false},
+		{"ring of defaults, below", ring, time.Second, true},
+	} {
+		_, err := processor.NewRedisLockProcessor(tc.client, processor.Options{Replicas: 1, ReplicaTimeout: tc.wait})
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, dlerrors.ErrInvalidConfig)) {
+			t.Errorf("%s, a replica wait of %v: %v", tc.name, tc.wait, err)
+		}
 	}
 }

@@ -437,6 +437,10 @@ func lostReason(err error) string {
 		return "the key is held by another process"
 	}
 	msg := strings.TrimPrefix(plain(err), "lock lost: ")
+	// The library names the lock's key at the end; the message names the lock already.
+	if i := strings.LastIndex(msg, " (lock DLOCK_"); i >= 0 && strings.HasSuffix(msg, ")") {
+		msg = msg[:i]
+	}
 	// The library's optimistic-locking detail names the script and the locker: noise here.
 	msg, _, _ = strings.Cut(msg, ": "+plain(dlock.ErrOptimisticLocking))
 	return msg

@@ -441,3 +441,23 @@ while :; do sleep 0.02; done`, dir)
 	}
 	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
 }
+
+// TestExecFoundLostAtRelease: a key removed by hand while the command ran is found lost at the
+// release: exec exits 76 and says so, naming the lock once (as TYPE/TARGET).
+func TestExecFoundLostAtRelease(t *testing.T) {
+	needReal(t)
+	dir, tg := t.TempDir(), target(t)
+	a := holder(t, dir, tg, "--lease", "20s")
+	c := srv.Client()
+	defer c.Close()
+	if err := c.Del(context.Background(), "DLOCK_CLI_"+tg).Err(); err != nil { // an operator removes it by hand
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := a.wait(t)
+	if r.code != exitLost || !strings.Contains(r.stderr, "lock CLI/"+tg+" was found lost at release") || strings.Contains(r.stderr, "DLOCK_CLI_"+tg) {
+		t.Fatalf("exec whose key was removed: want status %d and the lock named once; %v", exitLost, r)
+	}
+}

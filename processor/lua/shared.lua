@@ -330,6 +330,7 @@ end
 -- not fit below 2^53 - 2^30 (the counter was set near it by hand): a script never writes a
 -- counter that the next one refuses (checkCounter).
 local function roomFor(n)
+    checkCounter(FENCE) -- (first: a counter that holds no number is refused by name)
     local v = tonumber(redis.call('get', FENCE) or '0')
     if math.max(v + 1, NOW_US) + math.max(tonumber(n) or 1, 1) - 1 >= 9007198180999168 then
         error('dlock: fencing counter ' .. FENCE .. ' holds ' .. string.format('%.0f', v) ..
