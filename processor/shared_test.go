@@ -1424,8 +1424,16 @@ func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
 	if r, err := a.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 1, Wait: true, Tokens: 2}); err != nil || r.Outcome != processor.Taken || r.Token != 9007198180999166 {
 		t.Fatalf("a take of the last two tokens = %+v, %v; want taken from 9007198180999166", r, err)
 	}
-	// a counter that holds no number: a release that stands in line again (a take after it in
-	// the same script) is refused by name too, before it writes
+	// a release that stands in line again (a take after it in the same script) whose take has
+	// no room is refused before the release writes: the holding is still held
+	set("9007198180999167")
+	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) {
+		t.Fatalf("a release and take with no room left = %+v, %v; want the refusal", r, err)
+	}
+	if r, err := a.SharedRenew(ctx, lc, sem3, held); err != nil || r.Outcome != processor.Renewed {
+		t.Fatalf("the holding after the refused release and take = %+v, %v; want it still held", r, err)
+	}
+	// a counter that holds no number: such a release is refused by name too, before it writes
 	set("abc")
 	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) {
 		t.Fatalf("a release and take with a counter of %q = %+v, %v; want the refusal naming the counter", "abc", r, err)

@@ -366,7 +366,7 @@ local function serve()
         return {-2, kd}
     end
     checkCounter(FENCE) -- (inspect too: State names such a counter rather than show it absent)
-    if A.op == 'take' or A.op == 'renew' then
+    if A.op == 'take' or A.op == 'renew' and (tonumber(A.tokens) or 0) > 0 then -- (what reserves tokens)
         roomFor(A.tokens)
     end
     local freed = false
