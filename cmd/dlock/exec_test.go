@@ -105,9 +105,7 @@ func TestExecStatus(t *testing.T) {
 			if r.code != tc.code {
 				t.Fatalf("want exit status %d; %v", tc.code, r)
 			}
-			if st := lockStatusOf(t, tg); st.Held {
-				t.Fatalf("held after exec ended: %+v", st)
-			}
+			checkFreed(t, tg)
 		})
 	}
 }
@@ -299,9 +297,7 @@ while :; do sleep 0.02; done`, dir)
 				t.Fatal("the command's trap did not run")
 			}
 			checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
-			if st := lockStatusOf(t, tg); st.Held {
-				t.Fatalf("held after exec ended: %+v", st)
-			}
+			checkFreed(t, tg)
 		})
 	}
 }

@@ -195,6 +195,14 @@ func target(t *testing.T) string {
 // needReal skips (or, with DLOCK_REQUIRE_REDIS=1, fails) t without a real redis-server.
 func needReal(t *testing.T) { t.Helper(); srv.NeedReal(t) }
 
+// checkFreed fails t if CLI/target's lock is still held once exec ended.
+func checkFreed(t *testing.T, target string) {
+	t.Helper()
+	if st := lockStatusOf(t, target); st.Held {
+		t.Fatalf("held after exec ended: %+v", st)
+	}
+}
+
 // lockStatusOf returns "dlock status --json" of CLI/target.
 func lockStatusOf(t *testing.T, target string) lockStatus {
 	t.Helper()
