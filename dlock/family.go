@@ -545,21 +545,20 @@ func (g *Generator) sharedState(ctx context.Context, cfg domain.DLockConfig, spe
 
 // shareOwner is one acquisition of a shared lock: the permits it borrows from a holding.
 type shareOwner struct {
-	st     *sharedState
-	hold   *shareHold
-	n      int64
-	write  bool
-	token  uint64
-	count  int  // holds (re-entries), guarded by st.mu
-	done   bool // released or ended, guarded by st.mu
-	slot   int  // its index in hold.owners, -1 when not there; guarded by st.mu
-	fresh  bool // not reported to the Observer yet (set by the acquiring goroutine only)
-	queued bool // it waited in this process's queue
-	at     time.Time
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   func() bool
-	public weak.Pointer[Owner]
+	st       *sharedState
+	hold     *shareHold
+	n        int64
+	write    bool
+	token    uint64
+	count    int  // holds (re-entries), guarded by st.mu
+	done     bool // released or ended, guarded by st.mu
+	slot     int  // its index in hold.owners, -1 when not there; guarded by st.mu
+	fresh    bool // not reported to the Observer yet (set by the acquiring goroutine only)
+	queued   bool // it waited in this process's queue
+	at       time.Time
+	endsWith // its owner context
+	stop     func() bool
+	public   weak.Pointer[Owner]
 }
 
 // ownKey finds a shared owner in a context: by Generator, lock and side (last: the innermost).
@@ -800,7 +799,7 @@ func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) (*Owner
 func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64, n int64, write bool) *Owner {
 	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1, fresh: true, at: time.Now(), slot: -1}
 	var cctx context.Context
-	cctx, so.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	cctx, so.cancelCtx = context.WithCancelCause(context.WithoutCancel(ctx))
 	so.stop = context.AfterFunc(h.ctx, func() {
 		cause := context.Cause(h.ctx)
 		so.cancel(cause) // first: a slow observer must not delay the owner's notice

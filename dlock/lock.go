@@ -72,13 +72,12 @@ const (
 // it out of held (the final Unlock, a loss, Close, the garbage collector finding its Owner
 // dropped) tells its owner context first and drops its reference to the state.
 type holding struct {
-	st     *lockState
-	ten    *tenure            // the tenure it was acquired under
-	cfg    domain.DLockConfig // of the handle it was made with
-	token  uint64
-	at     time.Time // when it got the lock
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	st       *lockState
+	ten      *tenure            // the tenure it was acquired under
+	cfg      domain.DLockConfig // of the handle it was made with
+	token    uint64
+	at       time.Time // when it got the lock
+	endsWith           // its owner context
 
 	how How // how it was acquired; set before the acquiring call returns
 
@@ -93,7 +92,7 @@ type holding struct {
 func newHolding(st *lockState, t *tenure, cfg domain.DLockConfig, parent context.Context, token uint64) *holding {
 	h := &holding{st: st, ten: t, cfg: cfg, token: token, at: time.Now(), count: 1}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	h.ctx, h.cancel = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
+	h.ctx, h.cancelCtx = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
 	return h
 }
 

@@ -97,8 +97,8 @@ func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error
 // A lock named twice with the same kind is taken once; one read-write lock's two sides, two
 // kinds of lock over one key, or one semaphore with two counts of permits, are refused
 // (ErrInvalidConfig): the second would wait for the first, or one count would be dropped; so
-// are fewer than one permit of a semaphore, which no Lock could take.
-// After Close it returns ErrClosed.
+// are fewer than one permit of a semaphore, which no Lock could take, and a Part not made by
+// this package's handles (a type that embeds Part). After Close it returns ErrClosed.
 func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 	if g == nil || g.proc == nil {
 		return nil, errZeroGenerator
@@ -111,7 +111,12 @@ func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 	}
 	out := make([]Part, 0, len(parts))
 	for _, p := range parts {
-		if p == nil || p.generator() == nil {
+		switch p.(type) {
+		case *DistributedReentrantLock, sharedPart: // (a type that embeds Part skips their checks)
+		default:
+			return nil, errZeroLock
+		}
+		if p.generator() == nil {
 			return nil, errZeroLock
 		}
 		if p.generator() != g {
@@ -459,11 +464,17 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 	o := &Owner{ctx: ctx, multi: m, parts: parts, end: cancel}
 	o.holds.Store(1)
 	for _, p := range parts {
-		held := p.ctx
-		if h := p.l.holdingOf(p); h != nil {
-			held = h.ctx
+		var stop func()
+		if p.sh != nil {
+			stop = p.sh.alsoEnd(cancel)
+		} else if h := p.l.holdingOf(p); h != nil {
+			stop = h.alsoEnd(cancel)
+		} else { // (a part that ended already)
+			held := p.ctx
+			f := context.AfterFunc(held, func() { cancel(context.Cause(held)) })
+			stop = func() { f() }
 		}
-		o.stops = append(o.stops, context.AfterFunc(held, func() { cancel(context.Cause(held)) }))
+		o.stops = append(o.stops, stop)
 	}
 	return o
 }
@@ -484,6 +495,12 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 		}
 		return ErrNotHeld
 	}
+	if owned.holds.Add(-1) == 0 { // told before any part is let go
+		for _, stop := range owned.stops {
+			stop()
+		}
+		owned.end(context.Canceled)
+	}
 	var errs []error
 	for i := len(m.parts) - 1; i >= 0; i-- {
 		p := m.parts[i]
@@ -493,12 +510,6 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 			}
 			errs = append(errs, err)
 		}
-	}
-	if owned.holds.Add(-1) == 0 {
-		for _, stop := range owned.stops {
-			stop()
-		}
-		owned.end(context.Canceled)
 	}
 	return errors.Join(errs...)
 }

@@ -3,7 +3,9 @@ package dlock
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +34,7 @@ type Owner struct {
 	// times it holds them (it ends when its last hold is released).
 	multi *MultiLock
 	parts []*Owner
-	stops []func() bool
+	stops []func()
 	end   context.CancelCauseFunc
 	holds atomic.Int32
 
@@ -126,4 +128,48 @@ func (st *lockState) dropped(h *holding) {
 	st.g.log.Error("dlock: lock released by the garbage collector: its owner was dropped without Unlock",
 		zap.String("key", h.cfg.UniqueKey()), zap.Uint64("token", h.token))
 	st.background(func() { _ = h.release(st.g.clean, context.Canceled) })
+}
+
+// endsWith is an acquisition's owner context, its cancellation and what ends with it on the
+// same goroutine: the Owners of the MultiLocks it is a part of. (context.AfterFunc would tell
+// them a goroutine's hop later: after the release that follows had been sent.)
+type endsWith struct {
+	ctx       context.Context // the owner context
+	cancelCtx context.CancelCauseFunc
+
+	endMu sync.Mutex
+	also  []*context.CancelCauseFunc // guarded by endMu
+	ended bool                       // guarded by endMu
+}
+
+// cancel ends the owner context with cause (the first cause stays) and, before it returns,
+// what ends with it.
+func (e *endsWith) cancel(cause error) {
+	e.cancelCtx(cause)
+	e.endMu.Lock()
+	also := e.also
+	e.also, e.ended = nil, true
+	e.endMu.Unlock()
+	for _, f := range also {
+		(*f)(context.Cause(e.ctx))
+	}
+}
+
+// alsoEnd makes f end with the owner context (at once if it has ended), until the returned
+// function is called.
+func (e *endsWith) alsoEnd(f context.CancelCauseFunc) (remove func()) {
+	e.endMu.Lock()
+	if e.ended {
+		e.endMu.Unlock()
+		f(context.Cause(e.ctx))
+		return func() {}
+	}
+	p := &f
+	e.also = append(e.also, p)
+	e.endMu.Unlock()
+	return func() {
+		e.endMu.Lock()
+		e.also = slices.DeleteFunc(e.also, func(q *context.CancelCauseFunc) bool { return q == p })
+		e.endMu.Unlock()
+	}
 }

@@ -165,6 +165,12 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 	call("State(nil)", func() error { _, err := l.State(nil); return err })                    //nolint:staticcheck
 	call("ForceRelease(nil)", func() error { _, err := l.ForceRelease(nil, "x"); return err }) //nolint:staticcheck
 	call("Do(nil fn)", func() error { return l.Do(ctx, nil) })
+	// Part has unexported methods: a type of the program's that embeds one (nil or not) is no
+	// handle of this package's, and would skip a MultiLock's checks of its parts.
+	type wrapped struct{ dlock.Part }
+	call("MultiOf(a type embedding a nil Part)", func() error { _, err := g.MultiOf(wrapped{}); return err })
+	call("MultiOf(a type embedding a Part)", func() error { _, err := g.MultiOf(wrapped{l}); return err })
+	call("MultiOf(nil)", func() error { _, err := g.MultiOf(nil); return err })
 }
 
 // A zero Owner (not one Lock returned) is a context that never ends and owns nothing: as a
