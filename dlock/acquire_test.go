@@ -1228,6 +1228,65 @@ func TestAttemptWithoutAnswersDoesNotKeepTheKey(t *testing.T) {
 	}
 }
 
+// A waiting acquisition whose asks fail at once for longer than a lease (Redis refuses the
+// connection) asks again when Redis is back, and takes the free key. Before, the give-back of
+// an attempt without answers came only from an ask that was sent: the next ask's bound lay a
+// lease after the first failure, in the past, so every later ask ended before it was sent and
+// none gave the attempt back; the process asked Redis nothing for as long as it waited.
+func TestWaiterAsksAgainAfterRedisRefusedItForALease(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	for _, kind := range []string{"mutex", "rw", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			var down atomic.Bool
+			var sent atomic.Int64
+			c := srv.Client()
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if name := fmt.Sprint(cmd.Args()[0]); name == "evalsha" || name == "eval" {
+					if down.Load() {
+						cmd.SetErr(refused{})
+						return cmd.Err()
+					}
+					sent.Add(1)
+				}
+				return next(ctx, cmd)
+			}})
+			g := genOn(t, c, dlock.WithDefaultLease(lease))
+			tg := uniqueTarget(t)
+			down.Store(true)
+			got := make(chan error, 1)
+			go func() {
+				ctx := ctxT(t, 10*time.Second)
+				var o *dlock.Owner
+				var err error
+				switch kind {
+				case "rw":
+					o, err = rwOf(t, g, tg).Lock(ctx)
+				case "semaphore":
+					o, err = semOf(t, g, tg, 1).Acquire(ctx, 1)
+				default:
+					o, err = mustGen(t, g, "REFUSED", tg, lease).Lock(ctx)
+				}
+				if err == nil {
+					err = o.Unlock()
+				}
+				got <- err
+			}()
+			time.Sleep(3 * lease)
+			down.Store(false)
+			if err := recv(t, got, "the waiting Lock"); err != nil {
+				t.Fatalf("Lock = %v once Redis was back (scripts sent since: %d)", err, sent.Load())
+			}
+		})
+	}
+}
+
+// refused is a network failure that comes at once, as a refused connection does: no answer.
+type refused struct{}
+
+func (refused) Error() string   { return "dial tcp 127.0.0.1:1: connect: connection refused (injected)" }
+func (refused) Timeout() bool   { return false }
+func (refused) Temporary() bool { return true }
+
 func TestNoLeaseLongLockout(t *testing.T) {
 	const typ = "RGLOCKOUT"
 	const lease = 20 * time.Second

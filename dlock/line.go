@@ -128,18 +128,25 @@ type attempt struct {
 }
 
 // abandoned records that a request of a, sent at sent, got no answer, and reports whether
-// none has come for a lease since the first such request: the attempt is then given back and
-// the process asks with a new one. Each request of the attempt that reached Redis may have
-// taken the key, or found it taken by the attempt and renewed it, without the process
-// knowing; a process whose answers never reach it in time (far from Redis, its client giving
-// up reading before they come and sending each request again) would so keep the key from
-// everyone for as long as it waits. The give-back settles the attempt: no copy of its
-// requests takes the key after it.
-func (a *attempt) abandoned(sent time.Time) bool {
-	if a.unanswered.IsZero() {
+// none has come for a lease since the first such request (overdue). A request that was never
+// sent (errNotSent) is no such request, but does not stop the count of one before it.
+func (a *attempt) abandoned(sent time.Time, notSent bool) bool {
+	if a.unanswered.IsZero() && !notSent {
 		a.unanswered = sent
 	}
-	return time.Since(a.unanswered) >= a.cfg.Lease()
+	return a.overdue(time.Now())
+}
+
+// overdue reports whether no request of a has been answered for a lease since the first that
+// got no answer: the attempt is then given back and the process asks with a new one. Each
+// request of the attempt that reached Redis may have taken the key, or found it taken by the
+// attempt and renewed it, without the process knowing; a process whose answers never reach
+// it in time (far from Redis, its client giving up reading before they come and sending each
+// request again) would so keep the key from everyone for as long as it waits. The give-back
+// settles the attempt: no copy of its requests takes the key after it. The caller holds the
+// state's mu.
+func (a *attempt) overdue(now time.Time) bool {
+	return !a.unanswered.IsZero() && now.Sub(a.unanswered) >= a.cfg.Lease()
 }
 
 // deadline is when a request of a sent at sent stops waiting for its answer: a lease after the

@@ -393,6 +393,14 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			tokens = blockSize // for passes to the goroutines that queue
 		}
 		a = st.open(cfg, tokens)
+		if a.overdue(time.Now()) && st.line.granted == nil {
+			// The last ask ended early without an answer (Redis refused the connection, the
+			// client gave up) and a lease has passed since the first unanswered one: this ask
+			// would be cut before it is sent. The attempt is given back; the ask opens a new one.
+			st.closeAttempt()
+			st.giveBackLocked(a.locker, a.cfg)
+			a = st.open(cfg, tokens)
+		}
 	} else {
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
@@ -462,7 +470,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 				return st.takeNew(ctx, cfg, t)
 			}
 		}
-		if st.line.attempt == a && err != nil && !answered(err) && !errors.Is(err, errNotSent) && a.abandoned(sent) {
+		if st.line.attempt == a && err != nil && !answered(err) && a.abandoned(sent, errors.Is(err, errNotSent)) {
 			st.closeAttempt()
 			st.giveBackLocked(a.locker, a.cfg) // (the next ask opens a new attempt, at the back of the line)
 		}
