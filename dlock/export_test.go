@@ -259,6 +259,25 @@ func (g *Generator) Lapse(key string) {
 	}
 }
 
+// EndSharedHoldings ends every read-write lock's or semaphore's holding of unique key key in
+// this generator as its expiry timer does when the lease runs out unrenewed (the driver learns
+// of it after).
+func (g *Generator) EndSharedHoldings(key string) {
+	g.mu.Lock()
+	var hs []*shareHold
+	for k, st := range g.shares {
+		if strings.HasSuffix(k, "|"+key) {
+			st.mu.Lock()
+			hs = append(hs, st.holds...)
+			st.mu.Unlock()
+		}
+	}
+	g.mu.Unlock()
+	for _, h := range hs {
+		h.cancel(errHoldingLapsed)
+	}
+}
+
 // MultiParts returns the Owners of a MultiLock's Owner's parts, in the MultiLock's order (nil
 // for another Owner).
 func MultiParts(o *Owner) []*Owner {

@@ -799,7 +799,9 @@ func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) (*Owner
 func (st *sharedState) newOwner(ctx context.Context, h *shareHold, token uint64, n int64, write bool) *Owner {
 	so := &shareOwner{st: st, hold: h, n: n, write: write, token: token, count: 1, fresh: true, at: time.Now(), slot: -1}
 	var cctx context.Context
-	cctx, so.cancelCtx = context.WithCancelCause(context.WithoutCancel(ctx))
+	// (a child of the holding's context, with ctx's values: it ends with the holding on the
+	// goroutine that ends it, as a mutex's owner does, not a goroutine's hop later)
+	cctx, so.cancelCtx = context.WithCancelCause(layered{Context: h.ctx, under: context.WithoutCancel(ctx)})
 	so.stop = context.AfterFunc(h.ctx, func() {
 		cause := context.Cause(h.ctx)
 		so.cancel(cause) // first: a slow observer must not delay the owner's notice

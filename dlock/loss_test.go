@@ -493,6 +493,52 @@ func TestUnlockAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 	}
 }
 
+// A read-write lock's or semaphore's Owner, and a MultiLock's Owner made of it, ends as its
+// holding is found lost — on the goroutine that finds it (the expiry timer), not a goroutine's
+// hop later, which would eat into the drift allowance the lease is counted with — with a
+// cause that matches ErrLockLost.
+func TestFamilyOwnerEndsAsItsHoldingIsLost(t *testing.T) {
+	for _, kind := range []string{"read", "write", "permits", "multi"} {
+		t.Run(kind, func(t *testing.T) {
+			g, _ := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 10*time.Second)
+			var o *dlock.Owner
+			var err error
+			key := ""
+			switch kind {
+			case "read", "write":
+				rw := rwOf(t, g, tg)
+				key = rw.Config().UniqueKey()
+				if kind == "read" {
+					o, err = rw.RLock(ctx)
+				} else {
+					o, err = rw.Lock(ctx)
+				}
+			case "permits", "multi":
+				sem := semOf(t, g, tg, 2)
+				key = sem.Config().UniqueKey()
+				if kind == "permits" {
+					o, err = sem.Acquire(ctx, 1)
+				} else {
+					var m *dlock.MultiLock
+					if m, err = g.MultiOf(sem.Permits(1)); err == nil {
+						o, err = m.Lock(ctx)
+					}
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Unlock() //nolint:errcheck
+			g.EndSharedHoldings(key)
+			if !errors.Is(context.Cause(o), dlock.ErrLockLost) {
+				t.Fatalf("just after the holding ended its Owner says %v, want a loss", context.Cause(o))
+			}
+		})
+	}
+}
+
 // Leases under MinLease (30 ms) or not whole milliseconds are refused with ErrInvalidConfig;
 // a 30 ms lease works: taken, renewed, released (on a loaded machine a loss is reported as
 // ErrLockLost, a release that came too late as a *RedisProcessError; never silently). A

@@ -428,8 +428,9 @@ func partEnded(p *Owner) error {
 	return context.Cause(held)
 }
 
-// layered is a context whose values are its own, then under's: the ownership of a part over
-// that of the parts taken before it.
+// layered is a context whose values are its own, then under's, and whose cancellation is its
+// own: the ownership of a part over that of the parts taken before it; a family owner's
+// context, a child of its holding's with the values of the context it was asked with.
 type layered struct {
 	context.Context
 	under context.Context
@@ -465,8 +466,9 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 	o.holds.Store(1)
 	for _, p := range parts {
 		var stop func()
-		if p.sh != nil {
-			stop = p.sh.alsoEnd(cancel)
+		if p.sh != nil { // (its holding's loss ends it as a child: not through its cancel)
+			stopOwner, stopHold := p.sh.alsoEnd(cancel), p.sh.hold.alsoEnd(cancel)
+			stop = func() { stopOwner(); stopHold() }
 		} else if h := p.l.holdingOf(p); h != nil {
 			stop = h.alsoEnd(cancel)
 		} else { // (a part that ended already)

@@ -89,8 +89,7 @@ type shareHold struct {
 	answered []chan struct{} // closed by the next renewal's (or downgrade's) answer (freshen waits for it)
 	fate     []chan error    // told once an idle holding is let go in Redis or lent again (Unlock waits)
 	owners   []*shareOwner   // its borrowers' owners, for Close to report released
-	ctx      context.Context
-	end      context.CancelCauseFunc
+	endsWith                 // its context: its owners' contexts are children of it
 }
 
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
@@ -749,7 +748,7 @@ func (h *shareHold) stop(cause error) {
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
-	h.end(cause)
+	h.cancel(cause)
 }
 
 // releaseAction takes h out of the holdings and returns the request that gives it back.
@@ -997,7 +996,7 @@ func retryPause(cfg domain.DLockConfig) time.Duration {
 // token.
 func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.Time) *shareHold {
 	h := &shareHold{locker: locker, n: n, token: token, origin: token, next: token, tokEnd: token + uint64(st.tokens(n)) - 1, fresh: true}
-	h.ctx, h.end = context.WithCancelCause(context.Background())
+	h.ctx, h.cancelCtx = context.WithCancelCause(context.Background())
 	st.renewed(h, sent)
 	return h
 }
@@ -1018,7 +1017,7 @@ func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 		h.expiry.Stop()
 	}
 	h.expiry = time.AfterFunc(time.Until(h.valid), func() {
-		h.end(errHoldingLapsed) // not renewed in time: lost before anyone else can get in
+		h.cancel(errHoldingLapsed) // not renewed in time: lost before anyone else can get in
 		st.poke()
 	})
 }
