@@ -1304,9 +1304,10 @@ func TestWaiterPollsAtItsOwnLeasesPace(t *testing.T) {
 }
 
 // Processes that wait further back in line ask Redis seldom — a third of their entry's 2 s
-// life apart, where the first in line asks every third of the lease — and are still served
-// in the order they came, each by its grant (they listen on their channels, so a release
-// grants them the key however old their entries).
+// life apart, where the first in line asks every third of the lease; the second also once the
+// key it saw held could have expired (once a renewal of the holder's, which keeps it waiting)
+// — and are still served in the order they came, each by its grant (they listen on their
+// channels, so a release grants them the key however old their entries).
 func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	tg := target(t)
@@ -1343,10 +1344,14 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	start := time.Now()
 	time.Sleep(3 * lease)
 	elapsed := time.Since(start)
+	entryPace := 2 * time.Second / 3 // a third of the entry's life (processor.EntryTTL: 2 s)
 	for i := 1; i < waiters; i++ {
-		// a third of the entry's life (processor.EntryTTL: 2 s) apart, and three more for the
-		// edges and a subscription replaced under load
-		bound := 3 + int64(elapsed/(2*time.Second/3))
+		pace := entryPace
+		if i == 1 {
+			pace = lease * 3 / 4 // the holder's renewals
+		}
+		// and three more for the edges and a subscription replaced under load
+		bound := 3 + int64(elapsed/pace)
 		if n := asks[i].Load() - before[i]; n > bound {
 			t.Errorf("process %d in line asked %d times in %v, want at most %d", i+1, n, elapsed, bound)
 		}
@@ -1354,10 +1359,15 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	t.Logf("asks in %v: first %d, then %d and %d", elapsed, asks[0].Load()-before[0], asks[1].Load()-before[1], asks[2].Load()-before[2])
 	for i := 1; i < waiters; i++ {
 		// and between its asks its poller sleeps: it polls next when its next ask is due, a
-		// third of its entry's life after its last answer, not every sixth of the lease
+		// third of its entry's life after its last answer (the second: as the holder's key it
+		// saw could expire, if sooner), not every sixth of the lease
 		after, ok := gens[i].NextPoll(key(locks[i]))
-		if want := 2 * time.Second / 3; !ok || after < want-50*time.Millisecond || after > want+50*time.Millisecond {
-			t.Errorf("process %d in line polls next %v after its last answer (%v), want %v", i+1, after, ok, want)
+		lo, hi := entryPace-50*time.Millisecond, entryPace+50*time.Millisecond
+		if i == 1 {
+			lo = 0 // (the holder's key may have had little left: a renewal late under load)
+		}
+		if !ok || after < lo || after > hi {
+			t.Errorf("process %d in line polls next %v after its last answer (%v), want between %v and %v", i+1, after, ok, lo, hi)
 		}
 	}
 	if err := lh.Unlock(h); err != nil {

@@ -10,8 +10,9 @@ import (
 
 // A waiting process asks again at the pace its last answer sets: a sixth of the lease unless
 // Redis heard it listen (or Java processes share the key, or its place is unknown); first in
-// line, half the lease, or as soon as the key it saw held may have expired; further back, a
-// third of its entry's life.
+// line, half the lease, or as soon as the key it saw held may have expired; second, a third of
+// its entry's life, or as soon as that key may have expired (the first may have died with the
+// holder); further back, a third of its entry's life.
 func TestAskPace(t *testing.T) {
 	const lease, entryTTL = 600 * time.Millisecond, 2 * time.Second
 	waited := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
@@ -27,6 +28,9 @@ func TestAskPace(t *testing.T) {
 		{"Java processes beside", line{rank: 0, heard: true}, true, waited.Add(lease / 6)},
 		{"first", line{rank: 0, heard: true, holderUntil: late}, false, waited.Add(lease / 2)},
 		{"first, the holder's key may expire sooner", line{rank: 0, heard: true, holderUntil: soon}, false, soon},
+		{"second", line{rank: 1, heard: true, holderUntil: late}, false, waited.Add(entryTTL / 3)},
+		{"second, the holder's key may expire sooner", line{rank: 1, heard: true, holderUntil: soon}, false, soon},
+		{"second, the holder's expiry unknown", line{rank: 1, heard: true}, false, waited.Add(entryTTL / 3)},
 		{"further back", line{rank: 2, heard: true, holderUntil: soon}, false, waited.Add(entryTTL / 3)},
 	} {
 		c.l.waited = waited

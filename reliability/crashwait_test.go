@@ -2,6 +2,7 @@ package reliability_test
 
 import (
 	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -106,4 +107,63 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 20 s")
 		}
 	}
+}
+
+// The first waiting process and the holder both killed (kill -9): nobody releases, nobody is
+// told; the key comes free when the holder's lease runs out. The process second in line asks
+// once the key it saw held may have expired, and takes it then — not a third of its own
+// entry's life later (here 40 s: its lease is 2 minutes), which is what a process further back
+// behind a dead first one waited before.
+func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	s := realServer(t)
+	gb, _ := generator(t, s.Addr)
+	lb, _ := gb.GenWithLease("HOLD", "crashboth", 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	raw := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer raw.Close()
+	holder, hout := helper(t, "holder", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashboth", "FENCE": "{crashboth}:fence"})
+	expectLine(t, hout, "token")
+	go func() { // (its writes go on until it is killed: read them so that it never blocks)
+		for hout.Scan() {
+		}
+	}()
+	waiter, wout := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashboth"})
+	expectLine(t, wout, "waiting")
+	var first string
+	waitUntil(t, func() bool {
+		st, err := lb.State(ctx)
+		if err == nil && len(st.Waiting) == 1 {
+			first = st.Waiting[0]
+		}
+		return first != ""
+	})
+	want := processor.WantKey(lb.Config())
+	waitUntil(t, func() bool { return strings.HasSuffix(raw.HGet(ctx, want, first).Val(), "|1") }) // it listens
+	got := make(chan error, 1)
+	go func() {
+		o, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(o)
+		}
+		got <- err
+	}()
+	waitUntil(t, func() bool { st, _ := lb.State(ctx); return len(st.Waiting) == 2 })
+	for _, cmd := range []*exec.Cmd{waiter, holder} {
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+	killed := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the process second in line did not get the key within 20 s of the holder's death (lease 600 ms)")
+	}
+	t.Logf("FIGURE crashed_first_and_holder: the second in line got the key %v after both were killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
 }
