@@ -82,6 +82,7 @@ type conn struct {
 	client  redis.UniversalClient
 	gen     *dlock.Generator
 	notice  *waitNotice
+	quick   bool // close gives nothing back: Redis took no write of this run's
 }
 
 // waitNotice tells, on standard error, of the first Redis failure while a command waits for
@@ -94,6 +95,14 @@ type waitNotice struct {
 	out    io.Writer // while a command waits, its standard error; else nil
 	waited string    // the lock waited for
 	told   bool
+	first  bool // the wait's first attempt runs: a single server's READONLY ends the wait (acquire)
+}
+
+// firstAttempt says that the wait's first attempt begins (true) or has ended.
+func (w *waitNotice) firstAttempt(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.first = on
 }
 
 // waiting begins (out not nil) or ends (nil) a wait for lock name.
@@ -107,7 +116,7 @@ func (w *waitNotice) waiting(out io.Writer, name string) {
 func (w *waitNotice) RedisError(e dlock.RedisErrorEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.out == nil || w.told || refusedCause(e.Err) { // (a refusal ends the wait: it is the error)
+	if w.out == nil || w.told || refusedCause(e.Err) || w.first && w.ep.kind == "" && readOnly(e.Err) { // (these end the wait: they are the error)
 		return
 	}
 	w.told = true
@@ -145,6 +154,11 @@ func (c *conn) ctx() (context.Context, context.CancelFunc) {
 func (c *conn) ping() error {
 	ctx, cancel := c.ctx()
 	defer cancel()
+	return c.pingWithin(ctx)
+}
+
+// pingWithin is ping bounded by ctx.
+func (c *conn) pingWithin(ctx context.Context) error {
 	if err := c.client.Ping(ctx).Err(); err != nil {
 		return redisFailure(c.ep, c.timeout, err)
 	}
@@ -194,6 +208,9 @@ func open(r redisFlags, typ, target string, lease time.Duration) (*conn, *dlock.
 // client.
 func (c *conn) close() {
 	ctx, cancel := c.ctx()
+	if c.quick {
+		cancel()
+	}
 	defer cancel()
 	_ = c.gen.Close(ctx)
 	_ = c.client.Close()

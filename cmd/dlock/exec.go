@@ -97,7 +97,7 @@ func addWaitFlags(fs *flagSet) *waitFlags {
 	w := &waitFlags{wait: waitValue{forever}, conflict: exitCodeValue{exitNotObtained}}
 	w.nonblock = fs.Bool("nonblock", "n", "fail at once if the lock is held (one attempt, as flock -n)")
 	w.waitDef = fs.Var(&w.wait, "wait", "w", "SECONDS",
-		`how long to wait for the lock: seconds (as flock -w; 0 tries once), a duration such as 1m, or "forever"`)
+		`how long to wait for the lock: seconds (as flock -w; 0 tries once), a duration such as 1m, or "forever"; then, if the wait ran out, up to --timeout more to tell a busy lock from a Redis that fails`)
 	fs.Var(&w.conflict, "conflict-exit-code", "E", "N", "exit status when the lock is not obtained (as flock -E)")
 	return w
 }
@@ -242,12 +242,13 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		owned *dlock.Owner
 		held  bool // by someone else: TryLock's false
 		err   error
+		first bool // the answer to the first attempt
 	}
 	done := make(chan result, 1)
 	go func() {
 		if wait == 0 {
 			owned, ok, err := l.TryLock(ctx)
-			done <- result{owned, !ok && err == nil, err}
+			done <- result{owned, !ok && err == nil, err, true}
 			return
 		}
 		// The wait's first failure is told from its first attempt on: what the library does in
@@ -255,17 +256,21 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		// must not be the failure told.
 		c.notice.waiting(stderr, lockName(l))
 		defer c.notice.waiting(nil, "")
+		c.notice.firstAttempt(true)
 		// One attempt first: Lock waits through Redis failures, a refusal (ACL) included,
-		// which no wait mends.
+		// which no wait mends; nor does it mend a single server that is a replica as the wait
+		// begins (a mistyped address). (Later, READONLY may be a managed failover behind one
+		// address: the wait goes on.)
 		tctx, tcancel := context.WithTimeout(ctx, c.timeout) // (within --wait, and ended by a signal)
 		owned, ok, err := l.TryLock(tctx)
 		tcancel()
-		if ok || refused(err) {
-			done <- result{owned, false, err}
+		c.notice.firstAttempt(false)
+		if ok || refused(err) || c.ep.kind == "" && readOnly(err) {
+			done <- result{owned, false, err, true}
 			return
 		}
 		owned, err = l.Lock(ctx)
-		done <- result{owned, false, err}
+		done <- result{owned, false, err, false}
 	}()
 	var r result
 	select {
@@ -282,13 +287,22 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		return r.owned, nil
 	case refused(r.err):
 		return nil, c.classify(r.err)
+	case r.first && c.ep.kind == "" && readOnly(r.err):
+		// A replica named as the server: it refused every write, so nothing is held or in line
+		// there, and nothing need be given back before the exit (Close would try until
+		// --timeout).
+		c.quick = true
+		return nil, c.classify(r.err)
 	case r.held || wait != 0 && errors.Is(r.err, dlock.ErrNotObtained) && errors.Is(r.err, context.DeadlineExceeded):
 		// (-n: a TryLock whose --timeout ran out on its way got no answer: Redis's fault, below)
-		// Lock keeps waiting through Redis failures: tell an outage from a busy lock.
-		if err := c.ping(); err != nil {
+		// Lock keeps waiting through Redis failures: tell an outage from a busy lock, within
+		// one --timeout more.
+		dctx, dcancel := c.ctx()
+		defer dcancel()
+		if err := c.pingWithin(dctx); err != nil {
 			return nil, err
 		}
-		held := heldBy(c, l)
+		held := heldBy(dctx, l)
 		// A Redis that answers but serves no write (a replica: READONLY; out of memory, ...)
 		// is not a busy lock either, when the last attempt failed so and nobody holds it.
 		var pe *dlock.RedisProcessError
@@ -305,6 +319,12 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		return nil, withStatus(conflict, fmt.Errorf("lock %s not obtained %s%s", lockName(l), within, held))
 	}
 	return nil, c.classify(r.err)
+}
+
+// readOnly reports whether err carries Redis's READONLY reply: the server is a replica.
+func readOnly(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(strings.TrimSpace(re.Error()), "READONLY ")
 }
 
 // refused reports whether err carries a refusal that no wait mends: Redis refused the user or
@@ -325,9 +345,7 @@ func refusedCause(err error) bool {
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.
-func heldBy(c *conn, l guarded) string {
-	ctx, cancel := c.ctx()
-	defer cancel()
+func heldBy(ctx context.Context, l guarded) string {
 	if h := l.holders(ctx); h != "" {
 		return ": held by " + h
 	}

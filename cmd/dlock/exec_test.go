@@ -144,12 +144,11 @@ func TestExecNotObtained(t *testing.T) {
 	}
 }
 
-// TestExecOnAReplica: a replica's address given for the master answers every attempt with
-// READONLY; when --wait runs out exec exits 69 (Redis not serving writes), saying it is a
-// read-only replica, not 75 as for a busy lock (nobody holds it), and runs nothing. With -n it
-// exits 69 too. A Sentinel failover shows READONLY for a moment, so the wait itself goes on:
-// its notice tells the first failure, the take's (not the release that gives back the attempt
-// before the wait, whose outcome is unknown), for every kind of lock.
+// TestExecOnAReplica: a replica's address given for the master (a mistyped address) answers
+// the first attempt with READONLY: exec exits 69 at once (Redis not serving writes), whatever
+// --wait allows, forever included, saying it is a read-only replica, not 75 as for a busy lock
+// (nobody holds it), with no "still waiting" notice, and runs nothing; for every kind of lock.
+// (READONLY later in a wait may be a managed failover behind one address: the wait goes on.)
 func TestExecOnAReplica(t *testing.T) {
 	needReal(t)
 	replica, err := redistest.StartReal()
@@ -166,15 +165,14 @@ func TestExecOnAReplica(t *testing.T) {
 	dir, tg := t.TempDir(), target(t)
 	ran := filepath.Join(dir, "ran")
 	for _, kind := range [][]string{nil, {"-s"}, {"-x"}, {"--semaphore", "3"}} {
-		for _, wait := range []string{"1", "0"} {
+		for _, wait := range []string{"forever", "1", "0"} {
 			args := append(append([]string{"exec"}, kind...), "--redis", replica.Addr, "--wait", wait, "CLI", tg, "--", "touch", ran)
 			r := runBin(t, nil, args...)
 			if r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") || strings.Contains(r.stderr, "not obtained") {
 				t.Fatalf("%v: %v", args, r)
 			}
-			if notice := strings.Contains(r.stderr, "failed while waiting"); notice != (wait != "0") ||
-				notice && (strings.Contains(r.stderr, "release") || !strings.Contains(r.stderr, "READONLY")) {
-				t.Fatalf("%v: the wait's notice: %v", args, r)
+			if strings.Contains(r.stderr, "failed while waiting") {
+				t.Fatalf("%v: a notice that the wait goes on: %v", args, r)
 			}
 			if exists(ran) {
 				t.Fatalf("%v: the command ran", args)
