@@ -296,13 +296,21 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 	// A part taken before the last may have waited for the later ones past half its lease:
 	// it is renewed now, as a pass is, so that no part is returned nearly expired. If that
 	// fails, all are let go (and Lock takes them again).
-	if err := freshen(m.parts, owners); err != nil {
+	if err := freshen(ctx, m.parts, owners); err != nil {
+		if ctx.Err() != nil { // (the caller's deadline bounds the wait, the renewal included)
+			letGo()
+			return nil, nil, notObtained(ctx.Err(), nil)
+		}
 		return nil, nil, startOver(err)
 	}
 	// A renewal is a round trip to Redis, during which another part may have been lost (an
 	// operator removed it, or Close began): checked again, as after each part's take.
 	if cause := ended(); cause != nil {
 		return nil, nil, startOver(cause)
+	}
+	if err := ctx.Err(); err != nil { // (a Lock never returns the parts after its deadline)
+		letGo()
+		return nil, nil, notObtained(err, nil)
 	}
 	return owners, values, nil
 }
@@ -317,8 +325,8 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 // nil when at least half of every part's lease is left, else why not. Half the lease the
 // renewal gives is enough when that is shorter: a holding the caller's context carries, whose
 // lease Extend shortened, never has half its handle's lease again (Lock took its parts again
-// and again until its context ended).
-func freshen(parts []Part, owners []*Owner) error {
+// and again until its context ended). The wait for the renewals ends with ctx: ctx's error.
+func freshen(ctx context.Context, parts []Part, owners []*Owner) error {
 	type part struct {
 		key   string
 		left  func() (left, half time.Duration, err error)
@@ -349,7 +357,7 @@ func freshen(parts []Part, owners []*Owner) error {
 				d, err := st.left(h)
 				return d, st.cfg.Lease() / 2, err
 			}
-			pt.renew = func() error { return st.freshen(context.Background(), h) }
+			pt.renew = func() error { return st.freshen(ctx, h) }
 		default:
 			continue
 		}
@@ -372,7 +380,16 @@ func freshen(parts []Part, owners []*Owner) error {
 			errs[i] = p.renew()
 		}()
 	}
-	wg.Wait()
+	renewed := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(renewed)
+	}()
+	select {
+	case <-renewed:
+	case <-ctx.Done(): // (a mutex's renewal is bounded by its lease only: it goes on, and ends)
+		return ctx.Err()
+	}
 	for i, p := range ps {
 		if errs[i] != nil {
 			return errs[i]
@@ -484,7 +501,8 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 // Unlock releases one hold of every part of owned, in reverse order, and returns their
 // errors joined (as each part's Unlock returns them). The Owner ends with context.Canceled
 // once the last hold is released. As a part's Unlock, it returns ErrNotHeld, releasing
-// nothing, when owned is not an Owner of this MultiLock (a nil Owner included), ErrClosed
+// nothing, when owned is not an Owner of this MultiLock (a nil Owner included) or holds
+// nothing any more (its last hold released: a part the caller held itself stays held), ErrClosed
 // then once the Generator closed, and ErrInvalidConfig on a MultiLock not made by
 // Generator.Multi.
 func (m *MultiLock) Unlock(owned *Owner) error {
@@ -497,7 +515,11 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 		}
 		return ErrNotHeld
 	}
-	if owned.holds.Add(-1) == 0 { // told before any part is let go
+	switch n := owned.holds.Add(-1); {
+	case n < 0: // released already: its values still carry the parts the caller holds itself
+		owned.holds.Add(1)
+		return ErrNotHeld
+	case n == 0: // told before any part is let go
 		for _, stop := range owned.stops {
 			stop()
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -530,6 +531,14 @@ func TestMultiLockReentersAPartTheCallerHolds(t *testing.T) {
 		}
 		if st, err := mu.State(ctx); err != nil || st.Held() {
 			t.Fatalf("%s: the mutex after the MultiLock's Unlock: %+v, %v; want it free", name, st, err)
+		}
+		// Unlocked again, the Owner holds nothing: ErrNotHeld, and the caller's own hold stays
+		// (the Owner's values carry it still).
+		if err := m.Unlock(o); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("%s: a second Unlock = %v, want ErrNotHeld", name, err)
+		}
+		if held.Err() != nil {
+			t.Fatalf("%s: a second Unlock of the MultiLock's Owner let go of the caller's own hold: %v", name, context.Cause(held))
 		}
 		if err := held.Unlock(); err != nil {
 			t.Fatalf("%s: the caller's own hold: %v", name, err)
@@ -1779,6 +1788,74 @@ func TestMultiLockFarFromRedisNeverReturnsAPartNearlyExpired(t *testing.T) {
 		if err := m.Unlock(o); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A MultiLock's Lock never returns its parts after its context's deadline: the renewal of a
+// part that waited for the later ones past half its lease is bounded by it too (here its
+// replies come 600 ms late: the Lock returned its parts 400 ms after its deadline before).
+func TestMultiLockReturnsNothingAfterItsDeadline(t *testing.T) {
+	for _, kind := range []string{"mutex", "write side"} {
+		t.Run(kind, func(t *testing.T) {
+			const lease = 2 * time.Second
+			var slow atomic.Bool
+			c := srv.Client()
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if name := fmt.Sprint(cmd.Args()[0]); slow.Load() && (name == "evalsha" || name == "eval") {
+					select { // the reply comes late; the request's own bound still cuts it
+					case <-time.After(600 * time.Millisecond):
+					case <-ctx.Done():
+						cmd.SetErr(ctx.Err())
+						return ctx.Err()
+					}
+				}
+				return err
+			}})
+			g := genOn(t, c, dlock.WithDefaultLease(lease))
+			other, _ := newGen(t, dlock.WithDefaultLease(lease))
+			tg := uniqueTarget(t)
+			var first dlock.Part = mustGen(t, g, "MULTIDL", tg+"-a", lease)
+			if kind == "write side" {
+				first = rwOf(t, g, tg+"-a").WriteSide()
+			}
+			m, err := g.MultiOf(first, mustGen(t, g, "MULTIDL", tg+"-b", lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := mustGen(t, other, "MULTIDL", tg+"-b", lease).Lock(ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 1400*time.Millisecond)
+			defer cancel()
+			type result struct {
+				owned   *dlock.Owner
+				err     error
+				expired bool // ctx had ended as Lock returned
+			}
+			got := make(chan result, 1)
+			go func() {
+				o, err := m.Lock(ctx)
+				got <- result{o, err, ctx.Err() != nil}
+			}()
+			time.Sleep(1200 * time.Millisecond) // the first part has less than half its lease left
+			slow.Store(true)
+			if err := held.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			r := recv(t, got, "the MultiLock's Lock")
+			slow.Store(false)
+			switch {
+			case r.err == nil:
+				_ = m.Unlock(r.owned)
+				if r.expired {
+					t.Fatal("Lock returned the parts after its deadline")
+				}
+			case !errors.Is(r.err, dlock.ErrNotObtained) || !errors.Is(r.err, context.DeadlineExceeded):
+				t.Fatalf("Lock = %v, want ErrNotObtained and the deadline", r.err)
+			}
+		})
 	}
 }
 
