@@ -582,6 +582,55 @@ func TestExitsTellTheHolderBeforeTheKeyGoes(t *testing.T) {
 	}
 }
 
+// Close of a holding whose lease has run out by the process's own clock, unseen so far (a
+// process paused past its lease, closed as it resumes; its timers have not fired yet), tells
+// it that it was lost, not closed: its work during the pause ran without the lock. Its Owner
+// ends with the loss and its Unlock returns it, for every kind; Close reports no Redis
+// failure for it.
+func TestCloseOfAHoldingLostUnseenSaysLost(t *testing.T) {
+	for _, kind := range []string{"mutex", "read", "write", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 10*time.Second)
+			var o *dlock.Owner
+			var err error
+			var key string
+			switch kind {
+			case "mutex":
+				l := mustGen(t, g, "CLOSELOST", tg, 5*time.Second)
+				key = l.Config().UniqueKey()
+				o, err = l.Lock(ctx)
+			case "read", "write":
+				rw := rwOf(t, g, tg)
+				key = rw.Config().UniqueKey()
+				if kind == "read" {
+					o, err = rw.RLock(ctx)
+				} else {
+					o, err = rw.Lock(ctx)
+				}
+			case "permits":
+				sem := semOf(t, g, tg, 2)
+				key = sem.Config().UniqueKey()
+				o, err = sem.Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Lapse(key)
+			if err := g.Close(ctx); err != nil {
+				t.Errorf("Close = %v, want nil: the holding was lost, Redis did not fail", err)
+			}
+			if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
+				t.Errorf("the Owner ended with %v, want the loss", cause)
+			}
+			if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Unlock = %v, want the loss", err)
+			}
+		})
+	}
+}
+
 // Close stops the poller of a process that waits in line: no timer of it is left set (it would
 // keep the Generator's state until it fired, a third of the lease later).
 func TestCloseStopsThePollers(t *testing.T) {

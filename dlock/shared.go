@@ -715,6 +715,7 @@ func (st *sharedState) planClose() action {
 		return act
 	}
 	for _, h := range st.holds {
+		st.lapseLocked(h) // (a holding whose lease ran out by this process's clock was lost, not closed)
 		h.stop(ErrClosed)
 		if errors.Is(context.Cause(h.ctx), ErrClosed) { // (not a holding lost before: its owners were told Lost)
 			for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)

@@ -411,10 +411,15 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
 }
 
 // close ends what this process holds of the key as the Generator closes: the owner is told
-// (ErrClosed) before the key is let go, bounded by ctx.
+// (ErrClosed) before the key is let go, bounded by ctx — unless the lease has run out by this
+// process's clock (a process paused past it, closed as it resumed): that holding was lost, and
+// is told so, as every call of its owner would find (lapse).
 func (st *lockState) close(ctx context.Context) error {
 	st.poller.Stop() // (its timer would find the Generator closed, but only as it fires)
 	st.mu.Lock()
+	if t := st.ten; t != nil && !time.Now().Before(t.until) {
+		st.loseLocked(t, errHoldingLapsed)
+	}
 	if h := st.owner; h != nil {
 		if !h.end(holdClosed, nil) { // its final Unlock runs just now: that lets the tenure go
 			st.mu.Unlock()
