@@ -447,6 +447,9 @@ func (st *lockState) Poll(context.Context) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	every := st.waitLeaseLocked() / 6
+	if st.retrying { // an ask failed in Redis just now: the end of its pause asks again (retryLaterLocked)
+		return every
+	}
 	if d, ok := st.askInLocked(); ok && d > 0 {
 		return d
 	}
