@@ -49,7 +49,9 @@ type RWLock struct {
 // that uses it while it is in use, and SetPermits changes it for everyone. In use means until
 // two leases (at least 2 s) after its last request of any process (a take, refused or not,
 // a renewal, a release): Redis keeps the count that long after the last permit comes back,
-// and a process made with another k sees Redis's (State) and may ask no more than it.
+// and a process made with another k sees Redis's (State) and may ask no more than it. Two
+// handles of one key in one Generator made with different k are as two such processes: the
+// count of the first one used holds, for both, while the semaphore is in use.
 type Semaphore struct {
 	g       *Generator
 	cfg     domain.DLockConfig
@@ -630,6 +632,7 @@ func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, s
 	kind := kindOf(spec, write)
 	o, ok, err := g.acquireShared1(ctx, cfg, spec, n, write, try)
 	switch {
+	case errors.Is(err, ErrUpgrade): // (a call refused, no acquisition: not counted as one that failed)
 	case err != nil:
 		g.observer.NotObtained(NotObtainedEvent{Kind: kind, Config: cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
 	case ok && o.sh.fresh:

@@ -19,7 +19,8 @@ type Observer interface {
 	Acquired(AcquireEvent)
 	// NotObtained: a Lock gave up (deadline, cancellation, Close), or a Lock or TryLock
 	// failed because of Redis. A TryLock that found the lock held is not reported: that is
-	// its answer, not a failure.
+	// its answer, not a failure; nor is a write side asked by an owner of the read side
+	// (ErrUpgrade): a call refused, not an acquisition.
 	NotObtained(NotObtainedEvent)
 	// Released: a holding's final Unlock, or Close, let it go.
 	Released(ReleaseEvent)

@@ -237,7 +237,7 @@ func (r *notObtainedRecorder) reasons() []dlock.Reason {
 
 // An acquisition that did not happen is reported with a bounded reason: a Lock that timed out
 // or was cancelled, one ended by Close, a TryLock that Redis failed. A TryLock that found the
-// lock held is its answer, not a failure.
+// lock held is its answer, not a failure, and an upgrade refused (ErrUpgrade) a call refused.
 func TestObserverSeesWhatWasNotObtained(t *testing.T) {
 	rec := &notObtainedRecorder{}
 	g, _ := newGen(t, dlock.WithObserver(rec))
@@ -253,6 +253,18 @@ func TestObserverSeesWhatWasNotObtained(t *testing.T) {
 	defer held.Unlock() //nolint:errcheck
 	if _, ok, err := l.TryLock(ctx); ok || err != nil {
 		t.Fatalf("TryLock: %v, %v", ok, err)
+	}
+	// Nor is an upgrade refused: a call refused, not an acquisition that failed.
+	rw := rwOf(t, g, tg)
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Lock(r); !errors.Is(err, dlock.ErrUpgrade) {
+		t.Fatalf("upgrade: %v, want ErrUpgrade", err)
+	}
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err = l.Lock(tctx)
