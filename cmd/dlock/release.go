@@ -14,7 +14,8 @@ as a release does. It is an operator's last resort for a lock stuck in an incide
 holder is not asked. The holder learns of the loss at its next renewal (within three
 quarters of its lease) or release; until then two processes may act as owners, so only
 fencing tokens checked downstream keep their writes apart. A "dlock exec" holder stops its
-command and exits 76, as does a "dlock lock".
+command when it learns of the loss and exits 76, as does a "dlock lock"; a command that ends
+before then ran to its end, and its exec exits 76 as it finds the lock lost at release.
 
 Say what to remove:
   --holder LOCKER   the holding of LOCKER, as "dlock status" shows it (or "dlock lock" printed
