@@ -227,8 +227,18 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 			}
 			return nil, ErrClosed
 		}
-		o.holds.Add(1)
-		return o, nil
+		for { // one more hold, unless its final Unlock ran meanwhile (the Owner has ended)
+			n := o.holds.Load()
+			if n <= 0 {
+				for j := len(m.parts) - 1; j >= 0; j-- {
+					_ = m.parts[j].Unlock(o)
+				}
+				return nil, notObtained(context.Cause(o), nil)
+			}
+			if o.holds.CompareAndSwap(n, n+1) {
+				return o, nil
+			}
+		}
 	}
 	for {
 		owners, values, err := m.takeParts(ctx, take)

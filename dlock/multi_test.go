@@ -546,6 +546,46 @@ func TestMultiLockReentersAPartTheCallerHolds(t *testing.T) {
 	}
 }
 
+// A re-entry of a MultiLock that races its Owner's final Unlock either comes first (one more
+// hold, released by one more Unlock) or finds the Owner ended and takes nothing: it never
+// returns an Owner that has ended while it holds the parts, and no part is left held.
+func TestMultiLockReentryRacingTheFinalUnlock(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	a, b := mustGen(t, g, "MULTIRACE", tg+"-a", time.Second), mustGen(t, g, "MULTIRACE", tg+"-b", time.Second)
+	m, err := g.Multi(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	for i := range 300 {
+		o, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var lerr, uerr error
+		wg.Add(2)
+		go func() { defer wg.Done(); uerr = m.Unlock(o) }()
+		go func() { defer wg.Done(); _, lerr = m.Lock(o) }()
+		wg.Wait()
+		if uerr != nil {
+			t.Fatalf("round %d: Unlock = %v", i, uerr)
+		}
+		if lerr == nil {
+			if o.Err() != nil {
+				t.Fatalf("round %d: the re-entry returned an Owner that had ended (%v), holding the parts %d/%d", i, context.Cause(o), a.HoldCount(o), b.HoldCount(o))
+			}
+			if err := m.Unlock(o); err != nil {
+				t.Fatalf("round %d: the final Unlock = %v", i, err)
+			}
+		}
+		if a.HoldCount(o) != 0 || b.HoldCount(o) != 0 {
+			t.Fatalf("round %d: parts left held", i)
+		}
+	}
+}
+
 // MultiOf refuses a nil or zero part of any kind with ErrInvalidConfig, as Multi does, and
 // never panics (a nil *DistributedReentrantLock as a Part did).
 func TestMultiOfZeroParts(t *testing.T) {

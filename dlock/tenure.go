@@ -202,6 +202,8 @@ func (st *lockState) loseLocked(t *tenure, cause error) {
 	if st.phase == releasing {
 		return // being let go already: the release finds out
 	}
+	st.g.hold(st) // (the state stays the Generator's until the give-back below holds it: Close waits for that)
+	defer st.g.unref(st)
 	h := st.owner
 	st.endTenureLocked(t)
 	if h != nil {
