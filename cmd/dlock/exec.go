@@ -300,6 +300,7 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		dctx, dcancel := c.ctx()
 		defer dcancel()
 		if err := c.pingWithin(dctx); err != nil {
+			c.quick = true // (nothing to give back to a Redis that does not answer: the wait's entry expires)
 			return nil, err
 		}
 		held := heldBy(dctx, l)
