@@ -587,14 +587,42 @@ func TestExitsTellTheHolderBeforeTheKeyGoes(t *testing.T) {
 // it that it was lost, not closed: its work during the pause ran without the lock. Its Owner
 // ends with the loss and its Unlock returns it, for every kind; Close reports no Redis
 // failure for it, and gives the key back before it returns (Redis may hold it still: a
-// renewal the process did not hear of, a pause within the drift allowance).
+// renewal the process did not hear of, a pause within the drift allowance). The Observer has
+// heard the loss, once, and no release, by the time Close returns.
 func TestCloseOfAHoldingLostUnseenSaysLost(t *testing.T) {
 	for _, kind := range []string{"mutex", "read", "write", "permits"} {
 		t.Run(kind, func(t *testing.T) {
-			g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second))
+			rec := &recorder{}
+			g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second), dlock.WithObserver(rec))
 			other, _ := newGen(t, dlock.WithDefaultLease(5*time.Second))
 			tg := uniqueTarget(t)
 			ctx := ctxT(t, 10*time.Second)
+			if kind != "mutex" {
+				// The family's channel subscribed for good first: its confirmation has a holding
+				// renew at once, which would count a lease anew after Lapse.
+				g.SetLinger(time.Hour)
+				var o *dlock.Owner
+				var err error
+				if kind == "permits" {
+					o, err = semOf(t, g, tg, 1).Acquire(ctx, 1)
+				} else {
+					o, err = rwOf(t, g, tg).RLock(ctx)
+				}
+				if err == nil {
+					err = o.Unlock()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, func() bool {
+					rec.mu.Lock()
+					defer rec.mu.Unlock()
+					return g.Confirmed() >= 1 && len(rec.released) == 1 // (the driver tells it)
+				})
+				rec.mu.Lock()
+				rec.released = nil
+				rec.mu.Unlock()
+			}
 			var o *dlock.Owner
 			var err error
 			var key string
@@ -635,6 +663,12 @@ func TestCloseOfAHoldingLostUnseenSaysLost(t *testing.T) {
 			g.Lapse(key)
 			if err := g.Close(ctx); err != nil {
 				t.Errorf("Close = %v, want nil: the holding was lost, Redis did not fail", err)
+			}
+			rec.mu.Lock()
+			lost, released := len(rec.lost), len(rec.released)
+			rec.mu.Unlock()
+			if lost != 1 || released != 0 {
+				t.Errorf("at Close's return the Observer heard %d losses and %d releases, want 1 and 0", lost, released)
 			}
 			if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
 				t.Errorf("the Owner ended with %v, want the loss", cause)

@@ -42,6 +42,7 @@ type sharedState struct {
 	holds   []*shareHold   // in Redis, lent or not; guarded by mu
 	waiters []*shareWaiter // first come first; guarded by mu
 	closed  []ReleaseEvent // Close's, for the driver to tell the Observer; guarded by mu
+	lost    []LossEvent    // losses Close found, for the driver to tell the Observer before Close returns; guarded by mu
 	wanted  bool           // another process waits in line: lend no more; guarded by mu
 	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
 	heardF  uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
@@ -428,9 +429,12 @@ func (st *sharedState) drive() {
 	for {
 		a := st.plan()
 		st.mu.Lock()
-		closed := st.closed
-		st.closed = nil
+		closed, lost := st.closed, st.lost
+		st.closed, st.lost = nil, nil
 		st.mu.Unlock()
+		for _, e := range lost {
+			st.g.observer.Lost(e)
+		}
 		for _, e := range closed {
 			st.g.observer.Released(e)
 		}
@@ -717,10 +721,17 @@ func (st *sharedState) planClose() action {
 	for _, h := range st.holds {
 		st.lapseLocked(h) // (a holding whose lease ran out by this process's clock was lost, not closed)
 		h.stop(ErrClosed)
-		if errors.Is(context.Cause(h.ctx), ErrClosed) { // (not a holding lost before: its owners were told Lost)
+		if cause := context.Cause(h.ctx); errors.Is(cause, ErrClosed) { // (not a holding lost before: its owners were told Lost)
 			for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
 				so.cancel(ErrClosed) // (its context ends before Close returns; the hold's callback would end it later)
 				st.closed = append(st.closed, so.event(ErrClosed))
+			}
+		} else {
+			for _, so := range h.owners { // lost: told by the driver before Close returns, unless the hold's callback runs already
+				if so.stop() {
+					so.cancel(cause)
+					st.lost = append(st.lost, LossEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Cause: cause})
+				}
 			}
 		}
 		h.owners = nil
