@@ -358,3 +358,84 @@ func (f onMoved) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 		return err
 	}
 }
+
+// A waiting process's first subscription after a resharding, dialled from its client's stale
+// slot map, reaches the slot's old owner, which refuses it (MOVED) and keeps the connection:
+// the notifier dials again once the map names the new owner, and the waiters hear their
+// grants. Before, the refusal counted as a failed connection that go-redis would mend (it
+// does not, for an error reply); the connection stayed deaf until its probe went unheard, two
+// seconds later, while the holder kept the key from processes it could not tell were there.
+// No process probes its subscription here: none sat deaf for a probe interval.
+func TestClusterWaitersSubscribedFromAStaleMapHearTheirGrants(t *testing.T) {
+	c := redistest.NeedCluster(t, 3, 1)
+	const typ, lease = "STALESUB", 10 * time.Second
+	target := unique("stalesub")
+	key := lockKey(typ, target)
+	var probes atomic.Int64
+	locks := make([]*dlock.DistributedReentrantLock, 4)
+	for p := range locks {
+		client := c.Client()
+		client.AddHook(hookFunc(func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if cmd.Name() == "spublish" || cmd.Name() == "publish" { // (releases publish inside their scripts)
+				probes.Add(1)
+			}
+			return next(ctx, cmd)
+		}))
+		locks[p], _ = generatorOn(t, client, lease).Gen(typ, target)
+		o, err := locks[p].Lock(context.Background()) // (the slot map loaded; the subscription lingers a second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // every lingering subscription gone
+	m, err := c.BeginMigration(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := locks[0].Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes.Store(0)
+	got := make(chan error, 3)
+	for _, l := range locks[1:] {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			o, err := l.Lock(ctx)
+			if err == nil {
+				err = o.Unlock()
+			}
+			got <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // (they subscribe, and stand in line)
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := probes.Load(); n > 0 {
+		t.Fatalf("%d probes sent while the processes waited: a subscription sat deaf after the resharding", n)
+	}
+}
+
+// hookFunc is a go-redis hook that runs f around each command.
+type hookFunc func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
+
+func (hookFunc) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f hookFunc) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return f(ctx, cmd, next) }
+}
+func (hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

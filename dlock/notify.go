@@ -324,6 +324,14 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 				n.probe(c, ps)
 				continue
 			}
+			if ch := n.channelOn(c); ch != "" && slotElsewhere(err) {
+				// Dialled from a stale slot map (a resharding), to a node that does not own the
+				// slot: it refused the subscription, and go-redis keeps the connection (an error
+				// reply is no network error). Dialled again once the map names another master.
+				n.g.log.Debug("dlock: subscription refused by a node that does not own its slot; subscribing again", zap.Error(err))
+				n.moved(c, ps, ch)
+				return
+			}
 			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
 			n.forgetLeaving(c, ps)
 			n.g.redis.Reload() // a Cluster client then dials the slot's new master
@@ -338,6 +346,28 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 		backoff = 10 * time.Millisecond
 		n.handle(c, ps, m)
 	}
+}
+
+// slotElsewhere reports whether err is a Cluster node's MOVED or ASK reply: the slot is
+// served elsewhere.
+func slotElsewhere(err error) bool {
+	if _, moved := redis.IsMovedError(err); moved {
+		return true
+	}
+	_, ask := redis.IsAskError(err)
+	return ask
+}
+
+// channelOn returns a channel that c's connection carries for a lock still watched, or "".
+func (n *notifier) channelOn(c *psConn) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch, sub := range n.byChannel {
+		if sub.conn == c && !sub.leaving {
+			return ch
+		}
+	}
+	return ""
 }
 
 // receiveOne is ps.ReceiveTimeout, bounded by probeEvery, with a panic of go-redis's (a
