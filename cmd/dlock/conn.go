@@ -82,7 +82,7 @@ type conn struct {
 	client  redis.UniversalClient
 	gen     *dlock.Generator
 	notice  *waitNotice
-	quick   bool // close gives nothing back: Redis took no write of this run's, or does not answer
+	quick   bool // close gives nothing back: Redis took no write of this run's
 }
 
 // waitNotice tells, on standard error, of the first Redis failure while a command waits for

@@ -97,7 +97,7 @@ func addWaitFlags(fs *flagSet) *waitFlags {
 	w := &waitFlags{wait: waitValue{forever}, conflict: exitCodeValue{exitNotObtained}}
 	w.nonblock = fs.Bool("nonblock", "n", "fail at once if the lock is held (one attempt, as flock -n)")
 	w.waitDef = fs.Var(&w.wait, "wait", "w", "SECONDS",
-		`how long to wait for the lock: seconds (as flock -w; 0 tries once), a duration such as 1m, or "forever"; then, if the wait ran out, up to --timeout more to tell a busy lock from a Redis that fails`)
+		`how long to wait for the lock: seconds (as flock -w; 0 tries once), a duration such as 1m, or "forever"; then, if the wait ran out, up to --timeout more to tell a busy lock from a Redis that fails, and, if Redis failed, up to --timeout more to give back what the last attempt may have taken`)
 	fs.Var(&w.conflict, "conflict-exit-code", "E", "N", "exit status when the lock is not obtained (as flock -E)")
 	return w
 }
@@ -300,7 +300,6 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		dctx, dcancel := c.ctx()
 		defer dcancel()
 		if err := c.pingWithin(dctx); err != nil {
-			c.quick = true // (nothing to give back to a Redis that does not answer: the wait's entry expires)
 			return nil, err
 		}
 		held := heldBy(dctx, l)
