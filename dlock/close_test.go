@@ -588,11 +588,12 @@ func TestExitsTellTheHolderBeforeTheKeyGoes(t *testing.T) {
 // ends with the loss and its Unlock returns it, for every kind; Close reports no Redis
 // failure for it, and gives the key back before it returns (Redis may hold it still: a
 // renewal the process did not hear of, a pause within the drift allowance). The Observer has
-// heard the loss, once, and no release, by the time Close returns.
+// heard the loss, once, and no release, by the time Close returns (its Lost is slow here: one
+// told by a goroutine of its own would come after).
 func TestCloseOfAHoldingLostUnseenSaysLost(t *testing.T) {
 	for _, kind := range []string{"mutex", "read", "write", "permits"} {
 		t.Run(kind, func(t *testing.T) {
-			rec := &recorder{}
+			rec := &slowLoss{}
 			g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second), dlock.WithObserver(rec))
 			other, _ := newGen(t, dlock.WithDefaultLease(5*time.Second))
 			tg := uniqueTarget(t)
@@ -681,6 +682,14 @@ func TestCloseOfAHoldingLostUnseenSaysLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slowLoss is a recorder whose Lost takes a while before it records.
+type slowLoss struct{ recorder }
+
+func (r *slowLoss) Lost(e dlock.LossEvent) {
+	time.Sleep(100 * time.Millisecond)
+	r.recorder.Lost(e)
 }
 
 // Close stops the poller of a process that waits in line: no timer of it is left set (it would

@@ -719,7 +719,18 @@ func (st *sharedState) planClose() action {
 		return act
 	}
 	for _, h := range st.holds {
-		st.lapseLocked(h) // (a holding whose lease ran out by this process's clock was lost, not closed)
+		// A holding whose lease ran out by this process's clock was lost, not closed: its
+		// owners are told here, by the driver before Close returns, not by their callbacks
+		// (stopped first: ending the holding starts them).
+		var unseen []*shareOwner
+		if h.ctx.Err() == nil && !time.Now().Before(h.valid) {
+			for _, so := range h.owners {
+				if so.stop() {
+					unseen = append(unseen, so)
+				}
+			}
+		}
+		st.lapseLocked(h)
 		h.stop(ErrClosed)
 		if cause := context.Cause(h.ctx); errors.Is(cause, ErrClosed) { // (not a holding lost before: its owners were told Lost)
 			for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
@@ -727,11 +738,9 @@ func (st *sharedState) planClose() action {
 				st.closed = append(st.closed, so.event(ErrClosed))
 			}
 		} else {
-			for _, so := range h.owners { // lost: told by the driver before Close returns, unless the hold's callback runs already
-				if so.stop() {
-					so.cancel(cause)
-					st.lost = append(st.lost, LossEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Cause: cause})
-				}
+			for _, so := range unseen {
+				so.cancel(cause)
+				st.lost = append(st.lost, LossEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Cause: cause})
 			}
 		}
 		h.owners = nil
