@@ -634,10 +634,16 @@ func (st *sharedState) lapse(h *shareHold) {
 
 // lapseLocked is lapse; the caller holds mu.
 func (st *sharedState) lapseLocked(h *shareHold) {
-	if h.ctx.Err() == nil && !time.Now().Before(h.valid) {
+	if h.ranOut(time.Now()) {
 		h.stop(errHoldingLapsed)
 		st.poke()
 	}
+}
+
+// ranOut reports whether h, not ended yet, counts its lease as run out at now by this
+// process's clock. The caller holds mu.
+func (h *shareHold) ranOut(now time.Time) bool {
+	return h.ctx.Err() == nil && !now.Before(h.valid)
 }
 
 // awaited reports whether h would serve a waiter if it were renewed. The caller holds mu.
@@ -723,7 +729,7 @@ func (st *sharedState) planClose() action {
 		// owners are told here, by the driver before Close returns, not by their callbacks
 		// (stopped first: ending the holding starts them).
 		var unseen []*shareOwner
-		if h.ctx.Err() == nil && !time.Now().Before(h.valid) {
+		if h.ranOut(time.Now()) {
 			for _, so := range h.owners {
 				if so.stop() {
 					unseen = append(unseen, so)
