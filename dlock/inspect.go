@@ -281,6 +281,11 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 	case a := <-done:
 		return a.v, a.err
 	case <-ctx.Done():
+		select {
+		case a := <-done: // (an answer that came as the context ended is an answer)
+			return a.v, a.err
+		default:
+		}
 		var zero T
 		return zero, fmt.Errorf("%w: %w", errLate, ctx.Err())
 	}

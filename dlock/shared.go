@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -996,13 +997,20 @@ func requestTimeout(cfg domain.DLockConfig) time.Duration {
 // failure of Redis's: it matches errMakeWay, and its request is sent again after the renewal.
 func (st *sharedState) request(ctx context.Context, op string, f func(context.Context) (processor.SharedResult, error)) (processor.SharedResult, error) {
 	r, err := call(st.g, ctx, f)
-	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && unanswered(err) {
 		if errors.Is(context.Cause(ctx), errMakeWay) {
 			return r, errMakeWay
 		}
 		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: errUnanswered}
 	}
 	return r, err
+}
+
+// unanswered reports whether err, a request's failure once its bound passed, is what the bound
+// made of it (the context's error, a timeout): not an answer or a failure that came before.
+func unanswered(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 var (

@@ -26,7 +26,9 @@ func TestPausedHolder(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	g, c := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	// The new owner's lease is long: its holding must outlast the checks below on a loaded
+	// machine (a lease is per process; the key expires as the stopped holder's says).
+	g, c := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
 	l, _ := g.Gen("HOLD", "paused")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -66,7 +68,10 @@ func TestPausedHolder(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if owned.Err() != nil || c.Exists(ctx, l.Config().UniqueKey()).Val() != 1 {
+	if owned.Err() != nil {
+		t.Fatalf("the new owner's holding ended: %v", context.Cause(owned))
+	}
+	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 1 {
 		t.Fatal("the old holder's Unlock took the new owner's key")
 	}
 	if v, _ := c.Get(ctx, fence).Uint64(); v != newToken {
