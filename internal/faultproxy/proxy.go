@@ -191,32 +191,52 @@ func (p *Proxy) serve(l *link) {
 }
 
 // pump copies src to dst, chunk by chunk, as the faults allow (toTarget: dst is the target's
-// side); when either side ends it closes the link.
+// side); when either side ends it closes the link. A chunk is read as soon as it arrives and
+// stamped, and each is forwarded its latency after its own arrival, in order: chunks sent back
+// to back arrive back to back, as over a real link, rather than each waiting behind the
+// latency of the one before.
 func (p *Proxy) pump(l *link, dst, src net.Conn, toTarget bool) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.pass(l, toTarget, buf[:n]) {
-				break
+	type chunk struct {
+		data []byte
+		at   time.Time
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				select {
+				case chunks <- chunk{data: append([]byte(nil), buf[:n]...), at: time.Now()}:
+				case <-l.done:
+					return
+				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
+			if err != nil {
+				return
 			}
 		}
-		if err != nil {
+	}()
+	for c := range chunks {
+		if !p.pass(l, toTarget, c.data, c.at) {
+			break
+		}
+		if _, werr := dst.Write(c.data); werr != nil {
 			break
 		}
 	}
 	p.mu.Lock()
 	p.closeLink(l, false)
 	p.mu.Unlock()
+	for range chunks { // (the reader ends as the link closes)
+	}
 }
 
-// pass waits until chunk may be forwarded on l (towards the target if toTarget): the black
-// hole is off and the latency has passed. It returns false when l was closed meanwhile.
-func (p *Proxy) pass(l *link, toTarget bool, chunk []byte) bool {
-	delayed := false
+// pass waits until chunk, which arrived at at, may be forwarded on l (towards the target if
+// toTarget): the black hole is off and the latency has passed since at. It returns false when
+// l was closed meanwhile.
+func (p *Proxy) pass(l *link, toTarget bool, chunk []byte, at time.Time) bool {
 	p.mu.Lock()
 	shape := p.shape
 	p.mu.Unlock()
@@ -241,13 +261,13 @@ func (p *Proxy) pass(l *link, toTarget bool, chunk []byte) bool {
 				return false
 			}
 		}
-		if delayed || lat <= 0 {
+		wait := time.Until(at.Add(lat))
+		if wait <= 0 {
 			return true
 		}
-		t := time.NewTimer(lat)
+		t := time.NewTimer(wait)
 		select {
-		case <-t.C:
-			delayed = true // the black hole may have come on meanwhile: look again
+		case <-t.C: // the black hole may have come on meanwhile: look again
 		case <-l.done:
 			t.Stop()
 			return false
