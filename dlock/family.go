@@ -31,7 +31,9 @@ var ErrUpgrade = errors.New("dlock: the write side asked by an owner of only the
 // process, goroutines are served in their order of arrival.
 //
 // Ownership is carried by contexts, as with the mutex: RLock and Lock return an *Owner;
-// passing it (or a context derived from it) re-enters the same side. An owner of the write
+// passing it (or a context derived from it) re-enters the same side (through a derived
+// context, the Owner returned stands for that one hold: its second Unlock is ErrNotHeld, as
+// the mutex's). An owner of the write
 // side may take the read side (a downgrade: unlock the write side and read on); an owner of
 // only the read side asking for the write side gets ErrUpgrade.
 type RWLock struct {
@@ -693,7 +695,7 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		if err := ctx.Err(); err != nil {
 			return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (an ended context counts no hold)
 		}
-		if o := so.reenter(); o != nil {
+		if o := so.reenter(ctx); o != nil {
 			return o, true, nil
 		}
 		if cause := so.lostCause(); cause != nil {
@@ -851,11 +853,12 @@ func (so *shareOwner) lostAsLent() bool {
 	return true
 }
 
-// reenter counts one more hold of so and returns its Owner, or nil when so no longer holds
-// (released, lost, or ended by Close). It checks and counts under mu, which Close's driver
-// takes to end a holding: a re-entry comes wholly before Close ends the holding (and the
-// Owner it returns ends with it), or after it (nil).
-func (so *shareOwner) reenter() *Owner {
+// reenter counts one more hold of so, through ctx, and returns its Owner: so's own when ctx
+// is it, else an Owner of this one hold (oneHold); nil when so no longer holds (released,
+// lost, or ended by Close). It checks and counts under mu, which Close's driver takes to end
+// a holding: a re-entry comes wholly before Close ends the holding (and the Owner it returns
+// ends with it), or after it (nil).
+func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	if f := so.st.g.opts.reentering; f != nil {
 		f()
 	}
@@ -866,20 +869,26 @@ func (so *shareOwner) reenter() *Owner {
 	}
 	so.count++
 	so.st.mu.Unlock()
-	if o := so.public.Value(); o != nil {
+	o := so.public.Value()
+	if o == nil { // (collected, its clean-up not run yet: this Owner takes its place)
+		o = &Owner{ctx: so.ctx, sh: so}
+		so.public = weak.Make(o)
 		return o
 	}
-	o := &Owner{ctx: so.ctx, sh: so}
-	so.public = weak.Make(o)
-	return o
+	if ctx == context.Context(o) {
+		return o
+	}
+	return &Owner{ctx: so.ctx, sh: so, one: &oneHold{key: oneKey{so.st.g, so.st.key}, of: so, outer: o}}
 }
 
 // unlock releases one hold of so.
-func (so *shareOwner) unlock() error {
-	return named(so.unlock1(), so.st.cfg.UniqueKey())
+// unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases its
+// hold once.
+func (so *shareOwner) unlock(ctx context.Context) error {
+	return named(so.unlock1(oneHoldIn(ctx, oneKey{so.st.g, so.st.key}, so)), so.st.cfg.UniqueKey())
 }
 
-func (so *shareOwner) unlock1() error {
+func (so *shareOwner) unlock1(one *oneHold) error {
 	st := so.st
 	st.mu.Lock()
 	st.lapseLocked(so.hold) // (its Owner's Unlock comes here without ownerIn)
@@ -887,6 +896,14 @@ func (so *shareOwner) unlock1() error {
 		st.mu.Unlock()
 		if cause := lossOf(so.ctx); cause != nil {
 			return cause // a lost (or closed) holding stays so for its owner, as the mutex's does
+		}
+		return ErrNotHeld
+	}
+	if !one.spend() { // (an Owner of one hold, released already)
+		cause := so.lostLocked()
+		st.mu.Unlock()
+		if cause != nil {
+			return cause
 		}
 		return ErrNotHeld
 	}
@@ -977,7 +994,7 @@ func (g *Generator) unlockShared(owned context.Context, key string) error {
 		}
 		return ErrNotHeld
 	}
-	return so.unlock()
+	return so.unlock(owned)
 }
 
 func tokenOf(owned context.Context, g *Generator, key string) (uint64, bool) {

@@ -191,7 +191,7 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // on ctx gives a timed acquisition; it bounds the wait only, not the holding. If ctx already
 // owns the lock, Lock re-enters: it raises the hold count and returns ctx itself when ctx is
 // this lock's Owner, else an Owner over ctx whose Unlock releases this one hold (an error
-// matching ErrLockLost if that holding was lost).
+// matching ErrLockLost if that holding was lost), once: its second Unlock is ErrNotHeld.
 //
 // A Lock that gives up returns an error that matches both ErrNotObtained and the context's
 // error (context.DeadlineExceeded or context.Canceled), and leaves nothing behind: it has left
@@ -262,10 +262,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 			// ctx itself only if it is this lock's own Owner: the Owner of a MultiLock, of a
 			// shared lock or of another key that carries this holding would, on its Unlock,
 			// let go of what it holds itself rather than this one hold.
-			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && l.sameKey(o.l) {
+			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && o.one == nil && l.sameKey(o.l) {
 				return o, false, nil
 			}
-			return &Owner{ctx: ctx, l: l}, false, nil
+			return &Owner{ctx: ctx, l: l, one: &oneHold{key: oneKey{l.g, l.cfg.UniqueKey()}, of: h}}, false, nil
 		case state == holdLost:
 			return nil, false, cause
 		case state == holdClosed:
@@ -359,6 +359,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		}
 		return ErrNotHeld
 	}
+	one := oneHoldIn(ctx, oneKey{l.g, l.cfg.UniqueKey()}, h)
 	h.mu.Lock()
 	switch h.state {
 	case holdLost:
@@ -369,6 +370,10 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		h.mu.Unlock()
 		return ErrClosed
 	case holdReleased:
+		h.mu.Unlock()
+		return ErrNotHeld
+	}
+	if !one.spend() { // (an Owner of one hold, released already)
 		h.mu.Unlock()
 		return ErrNotHeld
 	}

@@ -39,7 +39,38 @@ type Owner struct {
 	holds atomic.Int32
 
 	sh *shareOwner // an Owner of a read-write lock's side or of a semaphore's permits
+
+	one *oneHold // an Owner of one re-entry hold (nil for one that stands for all its holds)
 }
+
+// oneHold is what an Owner of one hold carries: the Owner that Lock returns when it re-enters
+// through a context other than the lock's own Owner (one derived from it, or another lock's
+// Owner that carries the holding) stands for that one hold, so that its second Unlock is
+// ErrNotHeld rather than the release of a hold of the Owner outside it.
+type oneHold struct {
+	key   oneKey
+	of    any    // the holding (*holding) or shared owner (*shareOwner) it is a hold of
+	outer *Owner // the family's holding's own Owner, kept reachable (its collection lets the holding go)
+	done  atomic.Bool
+}
+
+// oneKey finds the innermost oneHold of a lock (by Generator and key) in a context.
+type oneKey struct {
+	g   *Generator
+	key string
+}
+
+// oneHoldIn returns the oneHold of of (a holding or shared owner of the lock of k) that ctx
+// is, or is derived from, innermost; nil if there is none.
+func oneHoldIn(ctx context.Context, k oneKey, of any) *oneHold {
+	if oh, _ := ctx.Value(k).(*oneHold); oh != nil && oh.of == of {
+		return oh
+	}
+	return nil
+}
+
+// spend marks the one hold released; false if it was already.
+func (oh *oneHold) spend() bool { return oh == nil || oh.done.CompareAndSwap(false, true) }
 
 // newOwner returns the Owner of a fresh acquisition h, made through l, and arranges for h
 // to be released if the program drops it without Unlock. Nothing the library keeps refers
@@ -79,6 +110,9 @@ func (o *Owner) Value(key any) any {
 	if o == nil || o.ctx == nil {
 		return nil
 	}
+	if k, ok := key.(oneKey); ok && o.one != nil && o.one.key == k {
+		return o.one
+	}
 	return o.ctx.Value(key)
 }
 
@@ -93,7 +127,7 @@ func (o *Owner) Unlock() error {
 		return o.multi.Unlock(o)
 	}
 	if o.sh != nil {
-		return o.sh.unlock()
+		return o.sh.unlock(o)
 	}
 	return o.l.Unlock(o)
 }

@@ -117,3 +117,94 @@ func TestReentryThroughAnotherLocksOwnerUnlocksThisLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An Owner that Lock returns for a re-entry through a context other than the lock's own Owner
+// (one derived from it) stands for that one hold: its second Unlock is ErrNotHeld and lets go
+// of nothing, so the outer holding stays held (the early Unlock and the deferred one of a
+// re-entry). Re-entry through such an Owner returns an Owner of one hold again. For the mutex,
+// the read-write lock's two sides and the semaphore alike.
+func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
+	type kind struct {
+		lock         func(ctx context.Context) (*dlock.Owner, error)
+		unlock       func(ctx context.Context) error
+		holds        func(ctx context.Context) int
+		tryElsewhere func() bool // whether another process gets in now
+	}
+	g, _ := newGen(t)
+	other, _ := newGen(t)
+	tg := uniqueTarget(t)
+	m, mo := mustGen(t, g, "ONEHOLD", tg, 5*time.Second), mustGen(t, other, "ONEHOLD", tg, 5*time.Second)
+	rw, rwo := rwOf(t, g, tg), rwOf(t, other, tg)
+	sem, semo := semOf(t, g, tg, 1), semOf(t, other, tg, 1)
+	kinds := map[string]kind{
+		"mutex": {m.Lock, m.Unlock, m.HoldCount, func() bool {
+			o, ok, _ := mo.TryLock(context.Background())
+			if ok {
+				_ = o.Unlock()
+			}
+			return ok
+		}},
+		"write": {rw.Lock, rw.Unlock, rw.HoldCount, func() bool {
+			o, ok, _ := rwo.TryRLock(context.Background())
+			if ok {
+				_ = o.Unlock()
+			}
+			return ok
+		}},
+		"read": {rw.RLock, rw.Unlock, rw.HoldCount, func() bool {
+			o, ok, _ := rwo.TryLock(context.Background())
+			if ok {
+				_ = o.Unlock()
+			}
+			return ok
+		}},
+		"permits": {func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }, sem.Release, sem.HoldCount, func() bool {
+			o, ok, _ := semo.TryAcquire(context.Background(), 1)
+			if ok {
+				_ = o.Unlock()
+			}
+			return ok
+		}},
+	}
+	for name, k := range kinds {
+		t.Run(name, func(t *testing.T) {
+			outer, err := k.lock(ctxT(t, 20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			derived, cancel := context.WithCancel(outer)
+			defer cancel()
+			inner, err := k.lock(derived)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inner == outer {
+				t.Fatal("re-entry through a derived context returned the outer Owner")
+			}
+			again, err := k.lock(inner) // through the Owner of one hold: another one
+			if err != nil || again == inner || k.holds(outer) != 3 {
+				t.Fatalf("re-entry through an Owner of one hold = %v, %v (the same: %v); %d holds, want 3", again, err, again == inner, k.holds(outer))
+			}
+			if err := errors.Join(again.Unlock(), k.unlock(inner)); err != nil {
+				t.Fatal(err)
+			}
+			for i, second := range []func() error{inner.Unlock, func() error { return k.unlock(inner) }, again.Unlock} {
+				if err := second(); !errors.Is(err, dlock.ErrNotHeld) {
+					t.Fatalf("second Unlock (%d) of an Owner of one hold = %v, want ErrNotHeld", i, err)
+				}
+			}
+			if n := k.holds(outer); n != 1 || outer.Err() != nil {
+				t.Fatalf("the outer Owner after its re-entries' Unlocks: %d holds, %v; want 1, live", n, context.Cause(outer))
+			}
+			if k.tryElsewhere() {
+				t.Fatal("another process got in while the outer Owner holds")
+			}
+			if err := outer.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if !k.tryElsewhere() {
+				t.Fatal("another process did not get in after the outer Unlock")
+			}
+		})
+	}
+}
