@@ -558,7 +558,7 @@ type shareOwner struct {
 	done     bool // released or ended, guarded by st.mu
 	slot     int  // its index in hold.owners, -1 when not there; guarded by st.mu
 	fresh    bool // not reported to the Observer yet (set by the acquiring goroutine only)
-	queued   bool // it waited in this process's queue
+	queued   bool // it waited in this process's queue, and was lent a holding passed on within it
 	at       time.Time
 	endsWith // its owner context
 	stop     func() bool
@@ -766,7 +766,7 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 			}
 			continue
 		}
-		o.sh.queued = w.queued
+		o.sh.queued = w.queued && w.passed
 		return o, true, nil
 	}
 }

@@ -212,6 +212,77 @@ func TestObserverIsToldOfRedisFailingAfterTheCallersDeadline(t *testing.T) {
 	})
 }
 
+// A holding through a Redis that stops answering (a black hole, go-redis's default timeouts,
+// longer than the time a renewal has) is told as RenewalFailed before or as it is lost, for
+// the mutex, the read-write lock and the semaphore: a renewal that got no answer before the
+// lease ran out failed. Before, the Observer heard only the loss, and an alert on renewals
+// failing never fired during a partition.
+func TestObserverToldOfRenewalsUnansweredBeforeTheLoss(t *testing.T) {
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	rec := &renewalRecorder{}
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second), dlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background()) //nolint:errcheck
+	tg := uniqueTarget(t)
+	m := mustGen(t, g, "API", tg, time.Second)
+	rw, sem := rwOf(t, g, tg), semOf(t, g, tg, 2)
+	ctx := ctxT(t, 10*time.Second)
+	var owners []*dlock.Owner
+	for _, lock := range []func(context.Context) (*dlock.Owner, error){
+		m.Lock, rw.Lock, func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+	} {
+		o, err := lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners = append(owners, o)
+	}
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	for _, o := range owners {
+		select {
+		case <-o.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatal("a holding outlived a Redis that does not answer")
+		}
+	}
+	keys := []string{m.Config().UniqueKey(), rw.Config().UniqueKey(), sem.Config().UniqueKey()}
+	waitFor(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, k := range keys {
+			if !rec.failed[k] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// renewalRecorder records which keys RenewalFailed was told of.
+type renewalRecorder struct {
+	dlock.NopObserver
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (r *renewalRecorder) RenewalFailed(e dlock.RenewalEvent) {
+	r.mu.Lock()
+	if r.failed == nil {
+		r.failed = map[string]bool{}
+	}
+	r.failed[e.Config.UniqueKey()] = true
+	r.mu.Unlock()
+}
+
 // notObtainedRecorder records NotObtained events.
 type notObtainedRecorder struct {
 	dlock.NopObserver
@@ -336,17 +407,36 @@ func TestObserverSeesTheLockFamilyByKind(t *testing.T) {
 	if _, err := sem.Acquire(short, 1); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("a second permit of 1: %v", err)
 	}
+	// a goroutine that waits in this process is lent the permit its release passes on
+	passed := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := sem.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		passed <- o
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(sem.Config().UniqueKey()) == 1 })
 	_ = p.Unlock()
+	if o := <-passed; o != nil {
+		_ = o.Unlock()
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	var kinds []dlock.LockKind
+	var hows []dlock.How
 	for _, e := range rec.acquired {
 		kinds = append(kinds, e.Kind)
+		hows = append(hows, e.How)
 	}
-	if len(kinds) != 3 || kinds[0] != dlock.KindWrite || kinds[1] != dlock.KindRead || kinds[2] != dlock.KindPermits {
+	if !slices.Equal(kinds, []dlock.LockKind{dlock.KindWrite, dlock.KindRead, dlock.KindPermits, dlock.KindPermits}) {
 		t.Fatalf("acquired kinds %v", kinds)
 	}
-	if len(rec.released) != 3 || rec.released[0].Kind != dlock.KindWrite || rec.released[2].Kind != dlock.KindPermits {
+	// taken from Redis (or lent at once, the downgrade): attempts; passed on: a hand-over
+	if !slices.Equal(hows, []dlock.How{dlock.HowAttempt, dlock.HowAttempt, dlock.HowAttempt, dlock.HowHandOver}) {
+		t.Fatalf("acquired how %v", hows)
+	}
+	if len(rec.released) != 4 || rec.released[0].Kind != dlock.KindWrite || rec.released[2].Kind != dlock.KindPermits {
 		t.Fatalf("released: %+v", rec.released)
 	}
 }

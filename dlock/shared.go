@@ -139,6 +139,7 @@ type shareWaiter struct {
 	hold   *shareHold
 	token  uint64    // the holding's token when lent
 	queued bool      // it was not served at once
+	passed bool      // lent a holding that had been lent before (a hand-over within the process), not one taken for it
 	since  time.Time // when it began to wait
 	err    error
 	fault  error // the last Redis failure of a take for it, which its error names if it gives up; guarded by st.mu
@@ -345,7 +346,7 @@ func (st *sharedState) lendLocked() {
 		}
 		st.lend(h, w)
 		st.waiters = slices.Delete(st.waiters, i, i+1)
-		w.hold, w.token = h, h.token
+		w.hold, w.token, w.passed = h, h.token, !h.fresh
 		close(w.done)
 	}
 	for _, h := range st.holds {
@@ -1358,12 +1359,16 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		defer h.answer()                         // (whatever it found)
 		h.soonest = sent.Add(st.cfg.Lease() / 4) // (for a waiter, no renewal right after another)
 		switch {
-		case h.ctx.Err() != nil || h.locker != locker:
-		case err != nil:
-			h.renewAt = time.Now().Add(retryPause(st.cfg))
+		case err != nil && h.locker == locker && !errors.Is(err, errMakeWay):
+			// (told also when the holding's lease ran out meanwhile: a Redis that stops
+			// answering made losses with no RenewalFailed before them)
+			if h.ctx.Err() == nil {
+				h.renewAt = time.Now().Add(retryPause(st.cfg))
+			}
 			if st.redisError("renew", err) {
 				st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
 			}
+		case h.ctx.Err() != nil || h.locker != locker:
 		case r.Outcome == processor.Renewed:
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w

@@ -123,7 +123,9 @@ func (t *tenure) Renew(ctx context.Context) error {
 		return st.g.proc.ExpandLease(ctx, cfg, req)
 	})
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			// (a renewal that got no answer before the lease ran out failed too: without this,
+			// a Redis that stops answering made losses with no RenewalFailed before them)
 			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
 		}
 		if check {
