@@ -1022,9 +1022,10 @@ func javaBeside(t *testing.T, lease time.Duration, opts []dlock.Option) (goAcq, 
 	return ga.Load(), ja.Load(), ov.Load()
 }
 
-// javaPoller polls key as Java DLock does until end — SET NX PX with a locker of its own, then
-// again every sixth of lease — and on each acquisition runs held, then lets the key go with a
-// compare-and-delete.
+// javaPoller polls key as Java DLock's retry thread does until end — SET NX PX with a locker of
+// its own, then again every sixth of lease — and on each acquisition runs held, then lets the
+// key go with a compare-and-delete and pauses a sixth of lease too: a Java process that wants
+// the key now and then (one that takes it again at once keeps it: docs/design.md).
 func javaPoller(ctx context.Context, c *redis.Client, key string, lease time.Duration, end time.Time, held func()) {
 	release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
 	for n := 0; time.Now().Before(end); n++ {

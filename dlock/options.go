@@ -147,7 +147,9 @@ func WithLocalHandOff(max time.Duration) Option {
 // period — their poll interval plus a round trip to Redis — gives one of them the key at every
 // window (a Java process then waits at most every, times the number of them that compete); one
 // exactly as long lets a poll miss a window now and then. Each window costs the
-// processes in line up to window of idle key. Both must be whole milliseconds, 0 < window <
+// processes in line up to window of idle key. A Java process that takes the key again as soon
+// as it lets it go keeps it while it wants it: nothing tells this library's processes that it
+// let go, and their polls rarely land in the gap (docs/design.md). Both must be whole milliseconds, 0 < window <
 // every. The default is no window.
 func WithForeignWindow(every, window time.Duration) Option {
 	return optionFunc(func(o *options) error {
