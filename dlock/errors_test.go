@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -377,6 +379,41 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 				t.Fatalf("Lock on a replica = %v; want ErrNotObtained naming the READONLY failure", err)
 			}
 		})
+	}
+}
+
+// A Lock that gives up while Redis refuses connections names the refusal, not only that its
+// last attempt got no answer in time: go-redis retries a dial for longer than an attempt's
+// bound (a lease, 2 s here), so the attempt in flight as the Lock gives up has no answer, and
+// the error said only that ("no answer in time" reads as a slow Redis, not a down one).
+func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
+	// Redis refuses connections for the first second, then a dial hangs: the later attempts
+	// get no answer within their bound, as a dial retried for long does.
+	refusing, hung := time.Now().Add(time.Second), make(chan struct{})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, // (nothing listens there)
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if time.Now().Before(refusing) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-hung:
+				return nil, errors.New("test over")
+			}
+		}})
+	defer c.Close()
+	defer close(hung)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background()) //nolint:errcheck
+	l, _ := g.Gen("REFUSED", target(t))
+	_, err = l.Lock(ctxT(t, 5*time.Second))
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Lock with Redis refusing connections = %v; want ErrNotObtained naming the refusal", err)
 	}
 }
 

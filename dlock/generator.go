@@ -40,6 +40,9 @@ type Generator struct {
 	// tell (Cluster, Ring). A request whose caller leaves while it waits here was never
 	// sent: it has no outcome to settle.
 	gate chan struct{}
+	// fault is the last failure of a request of this Generator's that Redis, or the way to
+	// it, made (call): a Lock whose attempt got no answer before it gave up names it.
+	fault atomic.Pointer[fault]
 
 	done        context.Context // ended by Close: waits, pollers and the subscription end
 	stop        context.CancelFunc

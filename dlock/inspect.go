@@ -264,7 +264,9 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 		}
 	}
 	if ctx.Done() == nil {
-		return f(ctx)
+		v, err := f(ctx)
+		g.noteFault(err)
+		return v, err
 	}
 	type answer struct {
 		v   T
@@ -273,6 +275,7 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 	done := make(chan answer, 1)
 	if !g.group.Go(func() {
 		v, err := f(ctx)
+		g.noteFault(err)
 		done <- answer{v, err}
 	}) {
 		return f(ctx)
@@ -289,6 +292,35 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 		var zero T
 		return zero, fmt.Errorf("%w: %w", errLate, ctx.Err())
 	}
+}
+
+// fault is a failure of a request (Generator.fault) and when it came.
+type fault struct {
+	err error
+	at  time.Time
+}
+
+// noteFault keeps err as the Generator's last fault when it is one of Redis's, or of the way
+// to it: not an answer, nor a context's end.
+func (g *Generator) noteFault(err error) {
+	if err == nil || answered(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	var pe *RedisProcessError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	g.fault.Store(&fault{err: err, at: time.Now()})
+}
+
+// faultSince returns err naming the Generator's last fault, when one came after since and err
+// says only that an attempt got no answer in time (errNoAnswer): a Redis that refuses
+// connections is not then taken for a slow one.
+func (g *Generator) faultSince(err error, since time.Time) error {
+	if f := g.fault.Load(); f != nil && f.at.After(since) && errors.Is(err, errNoAnswer) {
+		return fmt.Errorf("%w (a request of this process failed %v before: %w)", err, time.Since(f.at).Round(time.Millisecond), f.err)
+	}
+	return err
 }
 
 // unlate returns what a caller of the API sees of an error of call: the context's error alone

@@ -178,6 +178,7 @@ func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried boo
 // the queue may be passed), the others wait their turn in the queue. held reports a TryLock
 // that found the lock held, here or elsewhere. The caller holds a reference to st.
 func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait bool) (h *holding, held bool, err error) {
+	start := time.Now()
 	var (
 		n       *queue.Node // this goroutine's place in the queue; nil while it barges
 		tried   bool        // this goroutine failed in Redis ...
@@ -303,7 +304,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	case ctx.Err() == nil:
 		return nil, false, ErrClosed
 	}
-	return nil, false, notObtained(ctx.Err(), lastErr)
+	return nil, false, st.g.faultSince(notObtained(ctx.Err(), lastErr), start)
 }
 
 // unbarge ends a barge that *barging says is still counted: the goroutine queued, or is about
@@ -371,7 +372,7 @@ func notObtained(ctxErr, last error) error {
 	case redisFault(last):
 		return fmt.Errorf("%w: %w (last attempt: %w)", ErrNotObtained, ctxErr, last)
 	case errors.Is(last, errNoAnswer):
-		return fmt.Errorf("%w: %w (%v)", ErrNotObtained, ctxErr, errNoAnswer)
+		return fmt.Errorf("%w: %w (%w)", ErrNotObtained, ctxErr, errNoAnswer)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, ctxErr)
 }

@@ -142,6 +142,10 @@
 //     goes on at once.
 //   - If dlock itself is killed with SIGKILL, nothing can stop COMMAND: it goes on without
 //     the lock, which expires when its lease runs out. Fencing tokens are the defence.
+//   - When COMMAND exits, dlock releases the lock and exits with its status; what COMMAND
+//     left running in the background (sh -c 'job & exit 0') goes on without the lock. Unlike
+//     flock(1), whose lock such children keep through the descriptor they inherit, the lock
+//     guards COMMAND itself: wait for background jobs inside it.
 //
 // COMMAND's environment is dlock's plus:
 //

@@ -51,7 +51,8 @@ Ctrl-Z stops COMMAND and dlock both, giving the shell its terminal back; fg or b
 both (the lock is not renewed while dlock is stopped: found lost as it goes on, it is handled
 as above). Without a shell to go on with them (dlock leads its session), COMMAND goes on at once.
 If dlock itself is killed with SIGKILL, COMMAND goes on unguarded and the lock expires when
-its lease runs out.
+its lease runs out. When COMMAND exits the lock is released: what it left running in the
+background goes on without the lock (unlike flock(1)); wait for such jobs inside COMMAND.
 
 COMMAND's environment adds:
   DLOCK_KEY             the lock's Redis key
