@@ -383,37 +383,54 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 }
 
 // A Lock that gives up while Redis refuses connections names the refusal, not only that its
-// last attempt got no answer in time: go-redis retries a dial for longer than an attempt's
-// bound (a lease, 2 s here), so the attempt in flight as the Lock gives up has no answer, and
-// the error said only that ("no answer in time" reads as a slow Redis, not a down one).
+// last attempt got no answer in time, for the mutex, the read-write lock and the semaphore:
+// go-redis retries a dial for longer than an attempt's bound (here a dial hangs after the
+// first second), so the attempt in flight as the Lock gives up has no answer, and the error
+// said only that ("no answer in time" reads as a slow Redis, not a down one).
 func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
-	// Redis refuses connections for the first second, then a dial hangs: the later attempts
-	// get no answer within their bound, as a dial retried for long does.
-	refusing, hung := time.Now().Add(time.Second), make(chan struct{})
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, // (nothing listens there)
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if time.Now().Before(refusing) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-hung:
-				return nil, errors.New("test over")
-			}
-		}})
-	defer c.Close()
-	defer close(hung)
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
+	kinds := map[string]func(g *dlock.Generator, ctx context.Context) error{
+		"mutex": func(g *dlock.Generator, ctx context.Context) error {
+			l, _ := g.Gen("REFUSED", target(t))
+			_, err := l.Lock(ctx)
+			return err
+		},
+		"read": func(g *dlock.Generator, ctx context.Context) error {
+			_, err := rwOf(t, g, target(t)).RLock(ctx)
+			return err
+		},
+		"permits": func(g *dlock.Generator, ctx context.Context) error {
+			_, err := semOf(t, g, target(t), 2).Acquire(ctx, 1)
+			return err
+		},
 	}
-	defer g.Close(context.Background()) //nolint:errcheck
-	l, _ := g.Gen("REFUSED", target(t))
-	_, err = l.Lock(ctxT(t, 5*time.Second))
-	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("Lock with Redis refusing connections = %v; want ErrNotObtained naming the refusal", err)
+	for name, lock := range kinds {
+		t.Run(name, func(t *testing.T) {
+			refusing, hung := time.Now().Add(time.Second), make(chan struct{})
+			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, // (nothing listens there)
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if time.Now().Before(refusing) {
+						var d net.Dialer
+						return d.DialContext(ctx, network, addr)
+					}
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-hung:
+						return nil, errors.New("test over")
+					}
+				}})
+			defer c.Close()
+			defer close(hung)
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close(context.Background()) //nolint:errcheck
+			err = lock(g, ctxT(t, 5*time.Second))
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("Lock with Redis refusing connections = %v; want ErrNotObtained naming the refusal", err)
+			}
+		})
 	}
 }
 

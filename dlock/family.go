@@ -854,7 +854,8 @@ func (so *shareOwner) lostAsLent() bool {
 }
 
 // reenter counts one more hold of so, through ctx, and returns its Owner: so's own when ctx
-// is it, else an Owner of this one hold (oneHold); nil when so no longer holds (released,
+// is it, ctx when it is an Owner of one hold of so that still holds (it counts one more), else
+// an Owner of this one hold (oneHold); nil when so no longer holds (released,
 // lost, or ended by Close). It checks and counts under mu, which Close's driver takes to end
 // a holding: a re-entry comes wholly before Close ends the holding (and the Owner it returns
 // ends with it), or after it (nil).
@@ -878,14 +879,17 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	if ctx == context.Context(o) {
 		return o
 	}
-	return &Owner{ctx: so.ctx, sh: so, one: &oneHold{key: oneKey{so.st.g, so.st.key}, of: so, outer: o}}
+	if one := oneHoldOf(ctx, so); one != nil && one.add() {
+		return ctx.(*Owner)
+	}
+	return &Owner{ctx: so.ctx, sh: so, one: newOneHold(so, o)}
 }
 
 // unlock releases one hold of so.
-// unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases its
-// hold once.
+// unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only
+// the holds it counts.
 func (so *shareOwner) unlock(ctx context.Context) error {
-	return named(so.unlock1(oneHoldIn(ctx, oneKey{so.st.g, so.st.key}, so)), so.st.cfg.UniqueKey())
+	return named(so.unlock1(oneHoldOf(ctx, so)), so.st.cfg.UniqueKey())
 }
 
 func (so *shareOwner) unlock1(one *oneHold) error {

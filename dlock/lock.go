@@ -250,22 +250,30 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 	}
 	if h := l.holdingOf(ctx); h != nil {
 		reenter := ctx.Err() == nil // (an ended context counts no hold: refused below)
+		one := oneHoldOf(ctx, h)
 		h.mu.Lock()
 		state, cause := h.state, h.cause
 		reenter = reenter && state == holdHeld
 		if reenter {
 			h.count++
+			if !one.add() {
+				one = nil // (released already: a context that carries the holding)
+			}
 		}
 		h.mu.Unlock()
 		switch {
 		case reenter:
-			// ctx itself only if it is this lock's own Owner: the Owner of a MultiLock, of a
-			// shared lock or of another key that carries this holding would, on its Unlock,
-			// let go of what it holds itself rather than this one hold.
+			// ctx itself only if it is this lock's own Owner, or an Owner of one hold of it
+			// that still holds: the Owner of a MultiLock, of a shared lock or of another key
+			// that carries this holding would, on its Unlock, let go of what it holds itself
+			// rather than this one hold.
+			if one != nil {
+				return ctx.(*Owner), false, nil
+			}
 			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && o.one == nil && l.sameKey(o.l) {
 				return o, false, nil
 			}
-			return &Owner{ctx: ctx, l: l, one: &oneHold{key: oneKey{l.g, l.cfg.UniqueKey()}, of: h}}, false, nil
+			return &Owner{ctx: ctx, l: l, one: newOneHold(h, nil)}, false, nil
 		case state == holdLost:
 			return nil, false, cause
 		case state == holdClosed:
@@ -359,7 +367,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		}
 		return ErrNotHeld
 	}
-	one := oneHoldIn(ctx, oneKey{l.g, l.cfg.UniqueKey()}, h)
+	one := oneHoldOf(ctx, h)
 	h.mu.Lock()
 	switch h.state {
 	case holdLost:

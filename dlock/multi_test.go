@@ -2094,3 +2094,46 @@ func TestMultiLockErrorsNameThePartOnce(t *testing.T) {
 	}
 	_ = m.Unlock(o)
 }
+
+// A MultiLock taken through an Owner of one hold of a part (a re-entry through a derived
+// context), and re-entered: its Unlocks release its own holds of the part, not the caller's
+// one hold, and every Unlock after them balances (nothing left held).
+func TestMultiLockOverAnOwnerOfOneHold(t *testing.T) {
+	g, _ := newGen(t)
+	other, _ := newGen(t)
+	tg := uniqueTarget(t)
+	a, ao := mustGen(t, g, "MONE", tg+"a", 5*time.Second), mustGen(t, other, "MONE", tg+"a", 5*time.Second)
+	b := mustGen(t, g, "MONE", tg+"b", 5*time.Second)
+	ml, err := g.Multi(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := a.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, cancel := context.WithCancel(outer)
+	defer cancel()
+	one, err := a.Lock(d) // an Owner of one hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo, err := ml.Lock(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ml.Lock(mo); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(mo.Unlock(), mo.Unlock()); err != nil || a.HoldCount(outer) != 2 {
+		t.Fatalf("the MultiLock's two Unlocks: %v; a held %d times, want 2", err, a.HoldCount(outer))
+	}
+	if err := errors.Join(one.Unlock(), outer.Unlock()); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := ao.TryLock(context.Background())
+	if !ok || err != nil {
+		t.Fatalf("another process's TryLock after every Unlock = %v, %v; want the key free", ok, err)
+	}
+	_ = o.Unlock()
+}

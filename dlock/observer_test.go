@@ -215,8 +215,9 @@ func TestObserverIsToldOfRedisFailingAfterTheCallersDeadline(t *testing.T) {
 // A holding through a Redis that stops answering (a black hole, go-redis's default timeouts,
 // longer than the time a renewal has) is told as RenewalFailed before or as it is lost, for
 // the mutex, the read-write lock and the semaphore: a renewal that got no answer before the
-// lease ran out failed. Before, the Observer heard only the loss, and an alert on renewals
-// failing never fired during a partition.
+// lease ran out failed. Before, the mutex's Observer heard only the loss, and an alert on
+// renewals failing never fired during a partition (the family's renewals are bounded by a
+// third of the lease, and were told).
 func TestObserverToldOfRenewalsUnansweredBeforeTheLoss(t *testing.T) {
 	p, err := faultproxy.New(srv.Addr)
 	if err != nil {

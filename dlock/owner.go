@@ -45,32 +45,59 @@ type Owner struct {
 
 // oneHold is what an Owner of one hold carries: the Owner that Lock returns when it re-enters
 // through a context other than the lock's own Owner (one derived from it, or another lock's
-// Owner that carries the holding) stands for that one hold, so that its second Unlock is
-// ErrNotHeld rather than the release of a hold of the Owner outside it.
+// Owner that carries the holding) stands for that one hold, and for the holds of re-entries
+// through it, so that an Unlock through it once too often is ErrNotHeld rather than the
+// release of a hold of the Owner outside it. Only the Owner itself counts so: a context
+// derived from it, passed to Lock and then to Unlock, re-enters and releases as any context
+// that carries the holding does.
 type oneHold struct {
-	key   oneKey
-	of    any    // the holding (*holding) or shared owner (*shareOwner) it is a hold of
-	outer *Owner // the family's holding's own Owner, kept reachable (its collection lets the holding go)
-	done  atomic.Bool
+	of    any          // the holding (*holding) or shared owner (*shareOwner) it holds
+	outer *Owner       // the family's holding's own Owner, kept reachable (its collection lets the holding go)
+	holds atomic.Int32 // its holds not released yet
 }
 
-// oneKey finds the innermost oneHold of a lock (by Generator and key) in a context.
-type oneKey struct {
-	g   *Generator
-	key string
+// newOneHold returns the oneHold of one hold of of.
+func newOneHold(of any, outer *Owner) *oneHold {
+	oh := &oneHold{of: of, outer: outer}
+	oh.holds.Store(1)
+	return oh
 }
 
-// oneHoldIn returns the oneHold of of (a holding or shared owner of the lock of k) that ctx
-// is, or is derived from, innermost; nil if there is none.
-func oneHoldIn(ctx context.Context, k oneKey, of any) *oneHold {
-	if oh, _ := ctx.Value(k).(*oneHold); oh != nil && oh.of == of {
-		return oh
+// oneHoldOf returns the oneHold of ctx when ctx is an Owner of one hold of of, else nil.
+func oneHoldOf(ctx context.Context, of any) *oneHold {
+	if o, ok := ctx.(*Owner); ok && o.one != nil && o.one.of == of {
+		return o.one
 	}
 	return nil
 }
 
-// spend marks the one hold released; false if it was already.
-func (oh *oneHold) spend() bool { return oh == nil || oh.done.CompareAndSwap(false, true) }
+// add counts one more hold through oh; false if it holds none (released already), or is nil.
+func (oh *oneHold) add() bool {
+	for oh != nil {
+		n := oh.holds.Load()
+		if n <= 0 {
+			return false
+		}
+		if oh.holds.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// spend releases one hold of oh; false if it holds none. A nil oneHold has any number.
+func (oh *oneHold) spend() bool {
+	for oh != nil {
+		n := oh.holds.Load()
+		if n <= 0 {
+			return false
+		}
+		if oh.holds.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+	return true
+}
 
 // newOwner returns the Owner of a fresh acquisition h, made through l, and arranges for h
 // to be released if the program drops it without Unlock. Nothing the library keeps refers
@@ -109,9 +136,6 @@ func (o *Owner) Err() error {
 func (o *Owner) Value(key any) any {
 	if o == nil || o.ctx == nil {
 		return nil
-	}
-	if k, ok := key.(oneKey); ok && o.one != nil && o.one.key == k {
-		return o.one
 	}
 	return o.ctx.Value(key)
 }

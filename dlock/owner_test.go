@@ -119,10 +119,11 @@ func TestReentryThroughAnotherLocksOwnerUnlocksThisLock(t *testing.T) {
 }
 
 // An Owner that Lock returns for a re-entry through a context other than the lock's own Owner
-// (one derived from it) stands for that one hold: its second Unlock is ErrNotHeld and lets go
-// of nothing, so the outer holding stays held (the early Unlock and the deferred one of a
-// re-entry). Re-entry through such an Owner returns an Owner of one hold again. For the mutex,
-// the read-write lock's two sides and the semaphore alike.
+// (one derived from it) stands for that one hold, and for the re-entries made through it: an
+// Unlock through it once too often is ErrNotHeld and lets go of nothing, so the outer holding
+// stays held (the early Unlock and the deferred one of a re-entry). A context derived from
+// it, passed to Lock and then to Unlock, re-enters and releases as any context that carries
+// the holding does. For the mutex, the read-write lock's two sides and the semaphore alike.
 func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 	type kind struct {
 		lock         func(ctx context.Context) (*dlock.Owner, error)
@@ -172,6 +173,7 @@ func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer outer.Unlock() //nolint:errcheck // (released below; this only if the test fails first)
 			derived, cancel := context.WithCancel(outer)
 			defer cancel()
 			inner, err := k.lock(derived)
@@ -181,16 +183,25 @@ func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 			if inner == outer {
 				t.Fatal("re-entry through a derived context returned the outer Owner")
 			}
-			again, err := k.lock(inner) // through the Owner of one hold: another one
-			if err != nil || again == inner || k.holds(outer) != 3 {
-				t.Fatalf("re-entry through an Owner of one hold = %v, %v (the same: %v); %d holds, want 3", again, err, again == inner, k.holds(outer))
+			again, err := k.lock(inner) // through the Owner of one hold: it counts one more
+			if err != nil || again != inner || k.holds(outer) != 3 {
+				t.Fatalf("re-entry through an Owner of one hold = %v, %v (the same: %v); %d holds, want it, and 3", again, err, again == inner, k.holds(outer))
+			}
+			// a helper that re-enters and releases with the context it was given
+			ofInner, cancelInner := context.WithCancel(inner)
+			defer cancelInner()
+			if _, err := k.lock(ofInner); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.unlock(ofInner); err != nil || k.holds(outer) != 3 {
+				t.Fatalf("Lock and Unlock with a context of the Owner of one hold: %v, %d holds, want 3", err, k.holds(outer))
 			}
 			if err := errors.Join(again.Unlock(), k.unlock(inner)); err != nil {
 				t.Fatal(err)
 			}
-			for i, second := range []func() error{inner.Unlock, func() error { return k.unlock(inner) }, again.Unlock} {
+			for i, second := range []func() error{inner.Unlock, func() error { return k.unlock(inner) }} {
 				if err := second(); !errors.Is(err, dlock.ErrNotHeld) {
-					t.Fatalf("second Unlock (%d) of an Owner of one hold = %v, want ErrNotHeld", i, err)
+					t.Fatalf("Unlock (%d) of an Owner of one hold once too often = %v, want ErrNotHeld", i, err)
 				}
 			}
 			if n := k.holds(outer); n != 1 || outer.Err() != nil {

@@ -313,7 +313,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	if st.g.done.Err() != nil {
 		return ErrClosed
 	}
-	return notObtained(ctx.Err(), fault)
+	return st.g.faultSince(notObtained(ctx.Err(), fault), w.since)
 }
 
 var errStateDropped = errors.New("dlock: shared state dropped")
@@ -1358,11 +1358,12 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		defer st.mu.Unlock()
 		defer h.answer()                         // (whatever it found)
 		h.soonest = sent.Add(st.cfg.Lease() / 4) // (for a waiter, no renewal right after another)
+		lapsed := errors.Is(context.Cause(h.ctx), errHoldingLapsed)
 		switch {
-		case err != nil && h.locker == locker && !errors.Is(err, errMakeWay):
-			// (told also when the holding's lease ran out meanwhile: a Redis that stops
-			// answering made losses with no RenewalFailed before them)
-			if h.ctx.Err() == nil {
+		case err != nil && h.locker == locker && (h.ctx.Err() == nil || lapsed):
+			// (told also when the lease ran out meanwhile: a Redis that stops answering made
+			// losses with no RenewalFailed before them)
+			if !lapsed {
 				h.renewAt = time.Now().Add(retryPause(st.cfg))
 			}
 			if st.redisError("renew", err) {

@@ -234,8 +234,8 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, toTarget bool) {
 }
 
 // pass waits until chunk, which arrived at at, may be forwarded on l (towards the target if
-// toTarget): the black hole is off and the latency has passed since at. It returns false when
-// l was closed meanwhile.
+// toTarget): the black hole is off and the latency has passed since at, or since the black
+// hole that held it was turned off. It returns false when l was closed meanwhile.
 func (p *Proxy) pass(l *link, toTarget bool, chunk []byte, at time.Time) bool {
 	p.mu.Lock()
 	shape := p.shape
@@ -256,6 +256,7 @@ func (p *Proxy) pass(l *link, toTarget bool, chunk []byte, at time.Time) bool {
 		if hole {
 			select {
 			case <-changed:
+				at = time.Now() // (held by the black hole: it crosses the link once it heals)
 				continue
 			case <-l.done:
 				return false
