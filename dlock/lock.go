@@ -191,7 +191,8 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // on ctx gives a timed acquisition; it bounds the wait only, not the holding. If ctx already
 // owns the lock, Lock re-enters: it raises the hold count and returns ctx itself when ctx is
 // this lock's Owner, else an Owner over ctx whose Unlock releases this one hold (an error
-// matching ErrLockLost if that holding was lost), once: its second Unlock is ErrNotHeld.
+// matching ErrLockLost if that holding was lost), once: its second Unlock is ErrNotHeld
+// (re-entries through that Owner itself return it, and it counts them as this one does).
 //
 // A Lock that gives up returns an error that matches both ErrNotObtained and the context's
 // error (context.DeadlineExceeded or context.Canceled), and leaves nothing behind: it has left
