@@ -693,6 +693,9 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 			return nil, false, cause // a lost (or closed) holding stays lost for its owner
 		}
 		if err := ctx.Err(); err != nil {
+			if cause := lossOf(ctx); cause != nil {
+				return nil, false, cause // (an Owner ended as its holding was lost or closed meanwhile)
+			}
 			return nil, false, fmt.Errorf("%w: %w", ErrNotObtained, err) // (an ended context counts no hold)
 		}
 		if o := so.reenter(ctx); o != nil {
@@ -864,12 +867,11 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 		f()
 	}
 	so.st.mu.Lock()
+	defer so.st.mu.Unlock() // (an Owner of one hold counts under mu too, as its Unlock spends)
 	if so.done || so.hold.ctx.Err() != nil {
-		so.st.mu.Unlock()
 		return nil
 	}
 	so.count++
-	so.st.mu.Unlock()
 	o := so.public.Value()
 	if o == nil { // (collected, its clean-up not run yet: this Owner takes its place)
 		o = &Owner{ctx: so.ctx, sh: so}
@@ -882,10 +884,10 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	if one := oneHoldOf(ctx, so); one != nil && one.add() {
 		return ctx.(*Owner)
 	}
-	return &Owner{ctx: so.ctx, sh: so, one: newOneHold(so, o)}
+	// (the holding's context, with the values of ctx beneath: other locks ctx owns, its values)
+	return &Owner{ctx: layered{Context: so.ctx, under: ctx}, sh: so, one: newOneHold(so, o)}
 }
 
-// unlock releases one hold of so.
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only
 // the holds it counts.
 func (so *shareOwner) unlock(ctx context.Context) error {

@@ -51,13 +51,13 @@ type Owner struct {
 // derived from it, passed to Lock and then to Unlock, re-enters and releases as any context
 // that carries the holding does.
 type oneHold struct {
-	of    any          // the holding (*holding) or shared owner (*shareOwner) it holds
-	outer *Owner       // the family's holding's own Owner, kept reachable (its collection lets the holding go)
-	holds atomic.Int32 // its holds not released yet
+	of    any             // the holding (*holding) or shared owner (*shareOwner) it holds
+	outer context.Context // what it re-entered through, kept reachable (the collection of the holding's own Owner lets the holding go)
+	holds atomic.Int32    // its holds not released yet
 }
 
-// newOneHold returns the oneHold of one hold of of.
-func newOneHold(of any, outer *Owner) *oneHold {
+// newOneHold returns the oneHold of one hold of of, re-entered through outer.
+func newOneHold(of any, outer context.Context) *oneHold {
 	oh := &oneHold{of: of, outer: outer}
 	oh.holds.Store(1)
 	return oh

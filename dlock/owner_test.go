@@ -219,3 +219,115 @@ func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 		})
 	}
 }
+
+type ownerTestKey struct{}
+
+// The Owner of one hold that a re-entry through a derived context returns is an owner context
+// like any other: it keeps the values of the context given (another lock taken inside, and
+// plain values) but not its deadline or cancellation, and ends only with the holding. For the
+// mutex, the read-write lock's sides and the semaphore alike.
+func TestReentryOwnerKeepsTheValuesNotTheDeadline(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	m := mustGen(t, g, "ONECTX", tg, 5*time.Second)
+	rw, sem, inner := rwOf(t, g, tg), semOf(t, g, tg, 2), semOf(t, g, tg+"-inner", 1)
+	kinds := map[string]func(context.Context) (*dlock.Owner, error){
+		"mutex": m.Lock, "write": rw.Lock, "read": rw.RLock,
+		"permits": func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+	}
+	for name, lock := range kinds {
+		t.Run(name, func(t *testing.T) {
+			outer, err := lock(ctxT(t, 20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer outer.Unlock()                  //nolint:errcheck
+			taken, err := inner.Acquire(outer, 1) // the inner semaphore's only permit, taken inside
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Unlock() //nolint:errcheck
+			given, cancel := context.WithTimeout(context.WithValue(taken, ownerTestKey{}, "v"), 50*time.Millisecond)
+			defer cancel()
+			o, err := lock(given)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Unlock() //nolint:errcheck
+			if _, has := o.Deadline(); has || o.Value(ownerTestKey{}) != "v" {
+				t.Fatalf("the re-entry's Owner: deadline %v, value %v; want none and the given one", has, o.Value(ownerTestKey{}))
+			}
+			<-given.Done()
+			if o.Err() != nil {
+				t.Fatalf("the re-entry's Owner ended with the context given: %v", context.Cause(o))
+			}
+			again, err := inner.Acquire(o, 1) // the permit taken inside, re-entered through it
+			if err != nil || inner.HoldCount(o) != 2 {
+				t.Fatalf("re-entry of the lock taken inside through the Owner = %v (%d holds); want it, 2", err, inner.HoldCount(o))
+			}
+			_ = again.Unlock()
+		})
+	}
+}
+
+// A re-entry through an Owner of one hold racing that Owner's final Unlock either counts one
+// more hold on it (and returns it) or comes after the holding went: never a new Owner that
+// keeps the key held for ever. For every kind.
+func TestReentryThroughAnOwnerOfOneHoldRacingItsFinalUnlock(t *testing.T) {
+	g, _ := newGen(t)
+	other, _ := newGen(t)
+	tg := uniqueTarget(t)
+	m, mo := mustGen(t, g, "ONERACE", tg, 5*time.Second), mustGen(t, other, "ONERACE", tg, 5*time.Second)
+	rw, rwo := rwOf(t, g, tg), rwOf(t, other, tg)
+	sem, semo := semOf(t, g, tg, 1), semOf(t, other, tg, 1)
+	free := func(try func() (*dlock.Owner, bool, error)) bool {
+		o, ok, _ := try()
+		if ok {
+			_ = o.Unlock()
+		}
+		return ok
+	}
+	bg := context.Background()
+	kinds := map[string]struct {
+		lock func(context.Context) (*dlock.Owner, error)
+		free func() bool
+	}{
+		"mutex": {m.Lock, func() bool { return free(func() (*dlock.Owner, bool, error) { return mo.TryLock(bg) }) }},
+		"write": {rw.Lock, func() bool { return free(func() (*dlock.Owner, bool, error) { return rwo.TryRLock(bg) }) }},
+		"permits": {func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+			func() bool { return free(func() (*dlock.Owner, bool, error) { return semo.TryAcquire(bg, 1) }) }},
+	}
+	for name, k := range kinds {
+		t.Run(name, func(t *testing.T) {
+			for i := range 150 {
+				outer, err := k.lock(ctxT(t, 20*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				one, err := k.lock(context.WithValue(outer, ownerTestKey{}, i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := outer.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- one.Unlock() }()
+				if again, err := k.lock(one); err == nil {
+					if again != one {
+						t.Fatalf("round %d: re-entry through an Owner of one hold returned another Owner", i)
+					}
+					if err := again.Unlock(); err != nil {
+						t.Fatalf("round %d: %v", i, err)
+					}
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("round %d: the final Unlock = %v", i, err)
+				}
+				if !k.free() {
+					t.Fatalf("round %d: the key stayed held after every Unlock", i)
+				}
+			}
+		})
+	}
+}
