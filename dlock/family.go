@@ -884,8 +884,7 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	if one := oneHoldOf(ctx, so); one != nil && one.add() {
 		return ctx.(*Owner)
 	}
-	// (the holding's context, with the values of ctx beneath: other locks ctx owns, its values)
-	return &Owner{ctx: layered{Context: so.ctx, under: ctx}, sh: so, one: newOneHold(so, o)}
+	return &Owner{ctx: so.ctx, sh: so, one: newOneHold(so, o)}
 }
 
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only

@@ -274,9 +274,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && o.one == nil && l.sameKey(o.l) {
 				return o, false, nil
 			}
-			// (the holding's context, with the values of ctx beneath: it ends with the
-			// holding, not with ctx, and owns what ctx owns)
-			return &Owner{ctx: layered{Context: h.ctx, under: ctx}, l: l, one: newOneHold(h, ctx)}, false, nil
+			return &Owner{ctx: ctx, l: l, one: newOneHold(h, ctx)}, false, nil
 		case state == holdLost:
 			return nil, false, cause
 		case state == holdClosed:

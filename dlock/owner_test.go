@@ -222,54 +222,6 @@ func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 
 type ownerTestKey struct{}
 
-// The Owner of one hold that a re-entry through a derived context returns is an owner context
-// like any other: it keeps the values of the context given (another lock taken inside, and
-// plain values) but not its deadline or cancellation, and ends only with the holding. For the
-// mutex, the read-write lock's sides and the semaphore alike.
-func TestReentryOwnerKeepsTheValuesNotTheDeadline(t *testing.T) {
-	g, _ := newGen(t)
-	tg := uniqueTarget(t)
-	m := mustGen(t, g, "ONECTX", tg, 5*time.Second)
-	rw, sem, inner := rwOf(t, g, tg), semOf(t, g, tg, 2), semOf(t, g, tg+"-inner", 1)
-	kinds := map[string]func(context.Context) (*dlock.Owner, error){
-		"mutex": m.Lock, "write": rw.Lock, "read": rw.RLock,
-		"permits": func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
-	}
-	for name, lock := range kinds {
-		t.Run(name, func(t *testing.T) {
-			outer, err := lock(ctxT(t, 20*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer outer.Unlock()                  //nolint:errcheck
-			taken, err := inner.Acquire(outer, 1) // the inner semaphore's only permit, taken inside
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer taken.Unlock() //nolint:errcheck
-			given, cancel := context.WithTimeout(context.WithValue(taken, ownerTestKey{}, "v"), 50*time.Millisecond)
-			defer cancel()
-			o, err := lock(given)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer o.Unlock() //nolint:errcheck
-			if _, has := o.Deadline(); has || o.Value(ownerTestKey{}) != "v" {
-				t.Fatalf("the re-entry's Owner: deadline %v, value %v; want none and the given one", has, o.Value(ownerTestKey{}))
-			}
-			<-given.Done()
-			if o.Err() != nil {
-				t.Fatalf("the re-entry's Owner ended with the context given: %v", context.Cause(o))
-			}
-			again, err := inner.Acquire(o, 1) // the permit taken inside, re-entered through it
-			if err != nil || inner.HoldCount(o) != 2 {
-				t.Fatalf("re-entry of the lock taken inside through the Owner = %v (%d holds); want it, 2", err, inner.HoldCount(o))
-			}
-			_ = again.Unlock()
-		})
-	}
-}
-
 // A re-entry through an Owner of one hold racing that Owner's final Unlock either counts one
 // more hold on it (and returns it) or comes after the holding went: never a new Owner that
 // keeps the key held for ever. For every kind.
