@@ -274,7 +274,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && o.one == nil && l.sameKey(o.l) {
 				return o, false, nil
 			}
-			return &Owner{ctx: ctx, l: l, one: newOneHold(h, ctx)}, false, nil
+			return &Owner{ctx: ctx, l: l, one: &oneHold{of: h, holds: 1}}, false, nil
 		case state == holdLost:
 			return nil, false, cause
 		case state == holdClosed:

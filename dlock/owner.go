@@ -51,16 +51,9 @@ type Owner struct {
 // derived from it, passed to Lock and then to Unlock, re-enters and releases as any context
 // that carries the holding does.
 type oneHold struct {
-	of    any             // the holding (*holding) or shared owner (*shareOwner) it holds
-	outer context.Context // what it re-entered through, kept reachable (the collection of the holding's own Owner lets the holding go)
-	holds atomic.Int32    // its holds not released yet
-}
-
-// newOneHold returns the oneHold of one hold of of, re-entered through outer.
-func newOneHold(of any, outer context.Context) *oneHold {
-	oh := &oneHold{of: of, outer: outer}
-	oh.holds.Store(1)
-	return oh
+	of    any    // the holding (*holding) or shared owner (*shareOwner) it holds
+	outer *Owner // the family's holding's own Owner, kept reachable (its collection lets the holding go)
+	holds int    // its holds not released yet; guarded by the holding's mutex (holding.mu, sharedState.mu)
 }
 
 // oneHoldOf returns the oneHold of ctx when ctx is an Owner of one hold of of, else nil.
@@ -72,30 +65,25 @@ func oneHoldOf(ctx context.Context, of any) *oneHold {
 }
 
 // add counts one more hold through oh; false if it holds none (released already), or is nil.
+// The caller holds the holding's mutex.
 func (oh *oneHold) add() bool {
-	for oh != nil {
-		n := oh.holds.Load()
-		if n <= 0 {
-			return false
-		}
-		if oh.holds.CompareAndSwap(n, n+1) {
-			return true
-		}
+	if oh == nil || oh.holds <= 0 {
+		return false
 	}
-	return false
+	oh.holds++
+	return true
 }
 
-// spend releases one hold of oh; false if it holds none. A nil oneHold has any number.
+// spend releases one hold of oh; false if it holds none. A nil oneHold has any number. The
+// caller holds the holding's mutex.
 func (oh *oneHold) spend() bool {
-	for oh != nil {
-		n := oh.holds.Load()
-		if n <= 0 {
-			return false
-		}
-		if oh.holds.CompareAndSwap(n, n-1) {
-			return true
-		}
+	if oh == nil {
+		return true
 	}
+	if oh.holds <= 0 {
+		return false
+	}
+	oh.holds--
 	return true
 }
 

@@ -125,48 +125,7 @@ func TestReentryThroughAnotherLocksOwnerUnlocksThisLock(t *testing.T) {
 // it, passed to Lock and then to Unlock, re-enters and releases as any context that carries
 // the holding does. For the mutex, the read-write lock's two sides and the semaphore alike.
 func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
-	type kind struct {
-		lock         func(ctx context.Context) (*dlock.Owner, error)
-		unlock       func(ctx context.Context) error
-		holds        func(ctx context.Context) int
-		tryElsewhere func() bool // whether another process gets in now
-	}
-	g, _ := newGen(t)
-	other, _ := newGen(t)
-	tg := uniqueTarget(t)
-	m, mo := mustGen(t, g, "ONEHOLD", tg, 5*time.Second), mustGen(t, other, "ONEHOLD", tg, 5*time.Second)
-	rw, rwo := rwOf(t, g, tg), rwOf(t, other, tg)
-	sem, semo := semOf(t, g, tg, 1), semOf(t, other, tg, 1)
-	kinds := map[string]kind{
-		"mutex": {m.Lock, m.Unlock, m.HoldCount, func() bool {
-			o, ok, _ := mo.TryLock(context.Background())
-			if ok {
-				_ = o.Unlock()
-			}
-			return ok
-		}},
-		"write": {rw.Lock, rw.Unlock, rw.HoldCount, func() bool {
-			o, ok, _ := rwo.TryRLock(context.Background())
-			if ok {
-				_ = o.Unlock()
-			}
-			return ok
-		}},
-		"read": {rw.RLock, rw.Unlock, rw.HoldCount, func() bool {
-			o, ok, _ := rwo.TryLock(context.Background())
-			if ok {
-				_ = o.Unlock()
-			}
-			return ok
-		}},
-		"permits": {func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }, sem.Release, sem.HoldCount, func() bool {
-			o, ok, _ := semo.TryAcquire(context.Background(), 1)
-			if ok {
-				_ = o.Unlock()
-			}
-			return ok
-		}},
-	}
+	kinds := reentryKinds(t, "ONEHOLD")
 	for name, k := range kinds {
 		t.Run(name, func(t *testing.T) {
 			outer, err := k.lock(ctxT(t, 20*time.Second))
@@ -207,13 +166,13 @@ func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 			if n := k.holds(outer); n != 1 || outer.Err() != nil {
 				t.Fatalf("the outer Owner after its re-entries' Unlocks: %d holds, %v; want 1, live", n, context.Cause(outer))
 			}
-			if k.tryElsewhere() {
+			if k.free() {
 				t.Fatal("another process got in while the outer Owner holds")
 			}
 			if err := outer.Unlock(); err != nil {
 				t.Fatal(err)
 			}
-			if !k.tryElsewhere() {
+			if !k.free() {
 				t.Fatal("another process did not get in after the outer Unlock")
 			}
 		})
@@ -226,29 +185,8 @@ type ownerTestKey struct{}
 // more hold on it (and returns it) or comes after the holding went: never a new Owner that
 // keeps the key held for ever. For every kind.
 func TestReentryThroughAnOwnerOfOneHoldRacingItsFinalUnlock(t *testing.T) {
-	g, _ := newGen(t)
-	other, _ := newGen(t)
-	tg := uniqueTarget(t)
-	m, mo := mustGen(t, g, "ONERACE", tg, 5*time.Second), mustGen(t, other, "ONERACE", tg, 5*time.Second)
-	rw, rwo := rwOf(t, g, tg), rwOf(t, other, tg)
-	sem, semo := semOf(t, g, tg, 1), semOf(t, other, tg, 1)
-	free := func(try func() (*dlock.Owner, bool, error)) bool {
-		o, ok, _ := try()
-		if ok {
-			_ = o.Unlock()
-		}
-		return ok
-	}
-	bg := context.Background()
-	kinds := map[string]struct {
-		lock func(context.Context) (*dlock.Owner, error)
-		free func() bool
-	}{
-		"mutex": {m.Lock, func() bool { return free(func() (*dlock.Owner, bool, error) { return mo.TryLock(bg) }) }},
-		"write": {rw.Lock, func() bool { return free(func() (*dlock.Owner, bool, error) { return rwo.TryRLock(bg) }) }},
-		"permits": {func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
-			func() bool { return free(func() (*dlock.Owner, bool, error) { return semo.TryAcquire(bg, 1) }) }},
-	}
+	kinds := reentryKinds(t, "ONERACE")
+	delete(kinds, "read") // (the write side's lock)
 	for name, k := range kinds {
 		t.Run(name, func(t *testing.T) {
 			for i := range 150 {
@@ -281,5 +219,39 @@ func TestReentryThroughAnOwnerOfOneHoldRacingItsFinalUnlock(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// reentryKind is one kind of lock the re-entry tests run on: its Lock, its Unlock and
+// HoldCount, and whether another process gets in now (free).
+type reentryKind struct {
+	lock   func(ctx context.Context) (*dlock.Owner, error)
+	unlock func(ctx context.Context) error
+	holds  func(ctx context.Context) int
+	free   func() bool
+}
+
+// reentryKinds returns the mutex, the read-write lock's two sides and a semaphore of one
+// permit, on one target of typ, with another process's handles for free.
+func reentryKinds(t *testing.T, typ string) map[string]reentryKind {
+	g, _ := newGen(t)
+	other, _ := newGen(t)
+	tg := uniqueTarget(t)
+	m, mo := mustGen(t, g, typ, tg, 5*time.Second), mustGen(t, other, typ, tg, 5*time.Second)
+	rw, rwo := rwOf(t, g, tg), rwOf(t, other, tg)
+	sem, semo := semOf(t, g, tg, 1), semOf(t, other, tg, 1)
+	bg := context.Background()
+	free := func(o *dlock.Owner, ok bool, _ error) bool {
+		if ok {
+			_ = o.Unlock()
+		}
+		return ok
+	}
+	return map[string]reentryKind{
+		"mutex": {m.Lock, m.Unlock, m.HoldCount, func() bool { return free(mo.TryLock(bg)) }},
+		"write": {rw.Lock, rw.Unlock, rw.HoldCount, func() bool { return free(rwo.TryRLock(bg)) }},
+		"read":  {rw.RLock, rw.Unlock, rw.HoldCount, func() bool { return free(rwo.TryLock(bg)) }},
+		"permits": {func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }, sem.Release, sem.HoldCount,
+			func() bool { return free(semo.TryAcquire(bg, 1)) }},
 	}
 }
