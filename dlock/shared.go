@@ -1414,14 +1414,14 @@ func (st *sharedState) starved() bool {
 // under h.downTo, in one step: nobody can come between. h lends to nobody new until its
 // outcome is known.
 func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
-	old, locker, n := h.locker, h.downTo, h.downN
+	old, origin, locker, n := h.locker, h.origin, h.downTo, h.downN
 	h.downing = true
 	w := st.heardW // (the caller holds mu)
 	last, end := st.unused(h)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: n, Replaces: old, Last: last, BlockEnd: end})
+			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: locker, N: n, Replaces: old, Origin: origin, Last: last, BlockEnd: end})
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()

@@ -1885,6 +1885,37 @@ func TestStaleAttemptBetweenHolderAndEntryIsRefused(t *testing.T) {
 	})
 }
 
+// A copy of the take of the very acquisition that holds the key is refused when its process
+// stands in line with a newer attempt (it gave that tenure up: a renewal's reply was lost past
+// its lease, and its give-back is on its way): the copy neither lengthens the key nor takes
+// the process out of line, and the give-back grants the key to the newer attempt's process
+// in its turn.
+func TestStaleCopyOfTheHoldersTakeIsRefused(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p, q := newProc(t, c, "pp-"), newProc(t, c, "pq-")
+		lc := cfg(t, "staleheld")
+		held, _ := p.lock(t, lc, true, 1)
+		before := c.PTTL(ctx, lc.UniqueKey()).Val()
+		newer, r := p.lock(t, lc, true, 1)
+		if r.Outcome != processor.Held {
+			t.Fatalf("the newer attempt = %+v, want held (by %s)", r, held)
+		}
+		q.lock(t, lc, true, 1) // behind p
+		time.Sleep(5 * time.Millisecond)
+		if r := p.lockWith(t, lc, held, true, 1); r.Outcome != processor.Settled {
+			t.Fatalf("the copy of %s's take = %+v, want refused (its process waits with %s); entry now %q",
+				held, r, newer, entryOf(t, c, lc, "pp-"))
+		}
+		if e := entryOf(t, c, lc, "pp-"); e != newer {
+			t.Fatalf("the entry after the copy: %q, want %s", e, newer)
+		}
+		if after := c.PTTL(ctx, lc.UniqueKey()).Val(); after > before {
+			t.Fatalf("the copy lengthened the key: %v, before it %v", after, before)
+		}
+	})
+}
+
 // A yield check that arrives after its process left the line (its number settled) changes
 // nothing: it cannot give the key away again and put the process back in line.
 func TestYieldCheckAfterLeaveIsRefused(t *testing.T) {

@@ -76,6 +76,11 @@ type TakeRequest struct {
 	// Last and BlockEnd, with Replaces: the last token the holding replaced handed out, and
 	// the end of its block; the rest goes back first (as SharedReleaseBlock). 0: none.
 	Last, BlockEnd uint64
+	// Origin, with Replaces: the token the holding replaced was taken with (0 if unknown). A
+	// holding under Replaces with another token was taken anew by a late copy of its take
+	// after an empty restart wiped it, while others may have held the permits: it is let go
+	// and the take is Settled, as one whose holding is gone (see SharedRenewOf).
+	Origin uint64
 }
 
 // SharedResult is the answer to a write of a shared lock.
@@ -122,7 +127,7 @@ type sharedOp struct {
 	tokens     int          // take, renew: fencing tokens to reserve
 	last, end  uint64       // release, or a take that replaces: the last token the holding let go handed out, and its block's last
 	from       int64        // permits: the count the change applies to (0 for whatever it is)
-	origin     uint64       // renew: the token the holding was taken with (0 if unknown)
+	origin     uint64       // renew, and a take that replaces: the token the holding (replaced) was taken with (0 if unknown)
 	next       *TakeRequest // release: the take that stands in line as it lets go (nil for none)
 }
 
@@ -247,7 +252,7 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 		return SharedResult{}, fmt.Errorf("%w: %d permits asked", dlerrors.ErrInvalidConfig, req.N)
 	}
 	p.raise(cfg)
-	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "take", locker: req.Locker, n: req.N, wait: req.Wait, replaces: req.Replaces, tokens: req.Tokens, last: req.Last, end: req.BlockEnd})
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "take", locker: req.Locker, n: req.N, wait: req.Wait, replaces: req.Replaces, tokens: req.Tokens, last: req.Last, end: req.BlockEnd, origin: req.Origin})
 	if err != nil {
 		return SharedResult{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/domain"
@@ -259,6 +260,43 @@ func TestSharedHoldingsExpire(t *testing.T) {
 	}
 	if r := a.take(t, lc, sem3, l, 1, true); r.Outcome != processor.Settled {
 		t.Fatalf("a late take of an expired holding: %+v", r)
+	}
+}
+
+// A holding that ran out stays settled as long as a copy of its own process's take may come
+// (that process's mark life), whoever's request finds it run out: processes may give the lock
+// type different leases, and a process with a short one, pruning the holding, must not settle
+// it for its own short mark life only. (On miniredis, whose clock the test moves.)
+func TestSharedExpiredHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	base := cfg(t, "expiredlife")
+	long, _ := base.WithLease(2 * time.Second)
+	short, _ := base.WithLease(200 * time.Millisecond)
+	sem1 := processor.Shared{Kind: processor.KindSem, Permits: 1}
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	la := a.locker()
+	take := processor.TakeRequest{Locker: la, N: 1}
+	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("A's take: %+v, %v", r, err)
+	}
+	tick(long.Lease() + time.Millisecond) // A crashed: its holding ran out
+	lb := b.locker()
+	if r := b.take(t, short, sem1, lb, 1, false); r.Outcome != processor.Taken {
+		t.Fatalf("B's take, which finds A's holding run out: %+v", r)
+	}
+	b.letGo(t, short, sem1, lb)
+	tick(b.MarkLife(short) + time.Millisecond) // past B's mark life, within A's
+	if a.MarkLife(long) <= long.Lease()+b.MarkLife(short)+2*time.Millisecond {
+		t.Fatalf("A's mark life %v: the test needs it past the time it moved", a.MarkLife(long))
+	}
+	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Settled {
+		t.Fatalf("a copy of A's take, within A's mark life of its send, after its holding ran out = %+v, %v; want settled", r, err)
 	}
 }
 
@@ -1088,6 +1126,59 @@ func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
 		}
 		if got, err := b.SharedRenew(ctx, lc, sem3, lb); err != nil || got.Outcome != processor.Renewed {
 			t.Fatalf("a renewal naming no token = %+v, %v", got, err)
+		}
+	})
+}
+
+// A take that replaces a holding (a downgrade) names the token that holding was taken with,
+// as a renewal does: a holding under that locker taken anew by a late copy of its take after an
+// empty restart is let go, and the downgrade is settled as one whose holding is gone — the
+// process did not hold the write side while another did, and learns so; a downgrade naming
+// the right token, or none (an older version's), replaces the holding.
+func TestSharedReplacingTakeNamesTheTokenItReplaces(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "downorigin")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		lw := a.locker()
+		take := processor.TakeRequest{Locker: lw, N: processor.RWPermits, Tokens: 4}
+		r, err := a.SharedTake(ctx, lc, rw, take)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("A's write-hold: %+v, %v", r, err)
+		}
+		wipeKeys(t, c, lc) // an empty restart
+		lb := b.locker()
+		if got := b.take(t, lc, rw, lb, processor.RWPermits, false); got.Outcome != processor.Taken {
+			t.Fatalf("B's write-hold after the restart: %+v", got)
+		}
+		b.letGo(t, lc, rw, lb)
+		time.Sleep(2 * time.Millisecond)             // (the clock moves: tokens are the server's µs)
+		anew, err := a.SharedTake(ctx, lc, rw, take) // a late copy of A's take
+		if err != nil || anew.Outcome != processor.Taken || anew.Token == r.Token {
+			t.Fatalf("the late copy after the restart = %+v, %v; want taken anew", anew, err)
+		}
+		ld := a.locker()
+		down := processor.TakeRequest{Locker: ld, N: 1, Replaces: lw, Origin: r.Token, Last: r.Token, BlockEnd: r.Token + 3}
+		if got, err := a.SharedTake(ctx, lc, rw, down); err != nil || got.Outcome != processor.Settled {
+			t.Fatalf("the downgrade of %s (taken with token %d, held under %d since the copy) = %+v, %v; want settled",
+				lw, r.Token, anew.Token, got, err)
+		}
+		if in, err := a.SharedInspect(ctx, lc, rw); err != nil || len(in.Holdings) != 0 {
+			t.Fatalf("after the downgrade: %+v, %v; want the holding taken anew let go", in, err)
+		}
+		// the same downgrade of a holding that is its own goes through, with its token or none
+		for i, origin := range []func(uint64) uint64{func(tok uint64) uint64 { return tok }, func(uint64) uint64 { return 0 }} {
+			lw := a.locker()
+			w, err := a.SharedTake(ctx, lc, rw, processor.TakeRequest{Locker: lw, N: processor.RWPermits, Tokens: 4})
+			if err != nil || w.Outcome != processor.Taken {
+				t.Fatalf("write-hold %d: %+v, %v", i, w, err)
+			}
+			ld := a.locker()
+			down := processor.TakeRequest{Locker: ld, N: 1, Replaces: lw, Origin: origin(w.Token), Last: w.Token, BlockEnd: w.Token + 3}
+			if got, err := a.SharedTake(ctx, lc, rw, down); err != nil || got.Outcome != processor.Taken {
+				t.Fatalf("downgrade %d (origin %d) = %+v, %v; want taken", i, down.Origin, got, err)
+			}
+			a.letGo(t, lc, rw, ld)
 		}
 	})
 }

@@ -44,6 +44,9 @@ type Options struct {
 	Seed uint64
 	// Corpus are schedules a search starts from besides its own seed corpus (kept ones).
 	Corpus []Schedule
+	// GapEvery and GapWindow, when set, are every processor's window for processes not in
+	// line (WithForeignWindow).
+	GapEvery, GapWindow time.Duration
 }
 
 // Flaws are defects of the Go side that the explorer can put back, to show that it finds them.
@@ -485,7 +488,7 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 		tokens: map[uint64]string{}, states: e.states}
 	w.sw = newSwarm(rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), e.be.owned(), e.opt.Lease)
 	mk := func(mark string) (*processor.RedisLockProcessor, error) {
-		return processor.NewRedisLockProcessor(e.be.client(), processor.Options{Publish: true, Mark: mark, Scripts: e.opt.Scripts})
+		return processor.NewRedisLockProcessor(e.be.client(), processor.Options{Publish: true, Mark: mark, Scripts: e.opt.Scripts, GapEvery: e.opt.GapEvery, GapWindow: e.opt.GapWindow})
 	}
 	if w.op, err = mk(""); err != nil {
 		return nil, err

@@ -91,6 +91,29 @@ func TestScriptsKeepTheInvariants(t *testing.T) {
 	}
 }
 
+// The same with a window left free for processes not in line (WithForeignWindow) every
+// second and every 300 ms.
+func TestScriptsKeepTheInvariantsWithAForeignWindow(t *testing.T) {
+	budget := 5 * time.Second
+	if d := longRun(t); d > 0 {
+		budget = d / 4
+	}
+	for _, every := range []time.Duration{time.Second, 300 * time.Millisecond} {
+		e := explorer(t, explore.Options{GapEvery: every, GapWindow: 100 * time.Millisecond})
+		rep, err := e.Run(context.Background(), budget, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("FIGURE window every %v: explored schedules=%d steps=%d distinct_states=%d", every, rep.Schedules, rep.Steps, rep.States)
+		if rep.Violation != nil {
+			t.Fatalf("window every %v: %v", every, rep.Violation)
+		}
+		if rep.Schedules < 20 {
+			t.Fatalf("window every %v: only %d schedules explored", every, rep.Schedules)
+		}
+	}
+}
+
 // The same scripts on a real redis-server, whose clock the explorer does not own: schedules
 // without ticks, so that whatever differs between miniredis's Lua and Redis's shows.
 func TestScriptsKeepTheInvariantsOnRedisServer(t *testing.T) {

@@ -28,6 +28,9 @@ type SharedOptions struct {
 	Procs   int               // simulated processes. Default 3
 	Scripts map[string]string // mutants (processor.Options.Scripts)
 	Seed    uint64            // the first schedule's seed. Default 1
+	// LongLease, when set, is the lease of the first process's handle (the others use Lease):
+	// processes that configure the lock's type with different leases.
+	LongLease time.Duration
 }
 
 // RunShared explores schedules of shared.lua's requests from a few simulated processes, each
@@ -149,6 +152,7 @@ type sproc struct {
 	// unlisten ends that.
 	listening bool
 	unlisten  func()
+	cfg       domain.DLockConfig // its handle's (lease)
 }
 
 // down is a downgrade: the holding it replaces and the permits it keeps (a write-hold's 1, or
@@ -216,7 +220,10 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		if err != nil {
 			return nil, err
 		}
-		sp := &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]down{}}
+		sp := &sproc{name: name, p: p, holds: map[string]*belief{}, unknown: map[string]bool{}, letting: map[string]bool{}, gaveUp: map[string]bool{}, downs: map[string]down{}, cfg: cfg}
+		if i == 0 && opt.LongLease > 0 {
+			sp.cfg, _ = cfg.WithLease(opt.LongLease)
+		}
 		if i == opt.Procs {
 			w.op = sp
 		} else {
@@ -353,7 +360,11 @@ func (w *sworld) step(rng *rand.Rand) {
 		// another change, changes nothing): lowered below what is held, or raised again
 		w.send(&sreq{p: w.op, op: "permits", locker: w.op.locker(), from: w.count(), n: 1 + rng.Int64N(w.opt.Permits)})
 	default:
-		d := []time.Duration{time.Millisecond, w.opt.Lease / 4, w.opt.Lease / 2, w.opt.Lease + time.Millisecond}[rng.IntN(4)]
+		ds := []time.Duration{time.Millisecond, w.opt.Lease / 4, w.opt.Lease / 2, w.opt.Lease + time.Millisecond}
+		if w.opt.LongLease > 0 {
+			ds = append(ds, w.opt.LongLease+time.Millisecond)
+		}
+		d := ds[rng.IntN(len(ds))]
 		before, _ := w.held()
 		w.be.advance(d)
 		w.note("%v pass", d)
@@ -392,8 +403,7 @@ func (w *sworld) send(r *sreq) {
 // forget drops what no copy can still be: requests as old as the settled lockers' life (a
 // client gives up on a request long before), and beliefs whose lease ran out.
 func (w *sworld) forget() {
-	life := w.procs[0].p.MarkLife(w.cfg)
-	w.flight = slices.DeleteFunc(w.flight, func(r *sreq) bool { return w.now().Sub(r.sent) >= life })
+	w.flight = slices.DeleteFunc(w.flight, func(r *sreq) bool { return w.now().Sub(r.sent) >= r.p.p.MarkLife(r.p.cfg) })
 	for _, p := range w.procs {
 		for l, b := range p.holds {
 			if !w.now().Before(b.valid) {
@@ -418,7 +428,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 	case "take", "down":
 		before, _ := w.held()
 		line := w.line()
-		res, err := p.p.SharedTake(ctx, w.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
+		res, err := p.p.SharedTake(ctx, p.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
 		if w.tooMany(r, r.locker, err) {
 			return
 		}
@@ -433,7 +443,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		if r.op == "refill" {
 			tokens = w.block(processor.RWPermits)
 		}
-		res, err := p.p.SharedRefill(ctx, w.cfg, w.spec, r.locker, tokens)
+		res, err := p.p.SharedRefill(ctx, p.cfg, w.spec, r.locker, tokens)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -442,7 +452,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		w.noDeadEntry(p)
 		if b := p.holds[r.locker]; heard && b != nil {
 			if res.Outcome == processor.Renewed {
-				b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
+				b.valid = later(b.valid, r.sent.Add(p.cfg.Lease()))
 				if res.Token != 0 {
 					b.refills = append(b.refills, res.Token)
 					end := res.Token + uint64(tokens) - 1
@@ -460,7 +470,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		}
 		w.note("ran: %v -> changed %v (count %d)", r, changed, now)
 	case "force":
-		res, err := p.p.SharedForce(ctx, w.cfg, w.spec, r.locker)
+		res, err := p.p.SharedForce(ctx, p.cfg, w.spec, r.locker)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -474,7 +484,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		if r.next != "" {
 			before, _ := w.held()
 			line := w.line()
-			res, err := p.p.SharedReleaseThenTake(ctx, w.cfg, w.spec, r.locker, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
+			res, err := p.p.SharedReleaseThenTake(ctx, p.cfg, w.spec, r.locker, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
 			if w.tooMany(r, r.next, err) { // (the release ran)
 				w.ran[r.locker] = true
 				delete(p.letting, r.locker)
@@ -491,7 +501,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.took(&sreq{p: p, op: "take", locker: r.next, n: r.n, wait: true, sent: r.sent}, res, heard, before, line)
 			return
 		}
-		res, err := p.p.SharedReleaseBlock(ctx, w.cfg, w.spec, r.locker, r.last, r.end)
+		res, err := p.p.SharedReleaseBlock(ctx, p.cfg, w.spec, r.locker, r.last, r.end)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -567,10 +577,10 @@ func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before ma
 	switch res.Outcome {
 	case processor.Taken:
 		if b := p.holds[r.locker]; b != nil { // a copy of a take it heard already
-			b.valid = later(b.valid, r.sent.Add(w.opt.Lease))
+			b.valid = later(b.valid, r.sent.Add(p.cfg.Lease()))
 			return
 		}
-		p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(w.opt.Lease), token: res.Token}
+		p.holds[r.locker] = &belief{n: r.n, valid: r.sent.Add(p.cfg.Lease()), token: res.Token}
 		delete(p.unknown, r.locker)
 		if r.old != "" {
 			delete(p.holds, r.old)
@@ -660,7 +670,7 @@ func (w *sworld) line() sline {
 		if h, ok := w.heard[o]; ok {
 			listens := w.listens(o)
 			e.dead = h.listened && !listens
-			e.counts = (h.listened && listens) || (!h.listened && w.now().Sub(h.at).Milliseconds() <= w.opt.Lease.Milliseconds()/3)
+			e.counts = (h.listened && listens) || (!h.listened && w.now().Sub(h.at).Milliseconds() <= w.leaseOf(o).Milliseconds()/3)
 		}
 		out = append(out, e)
 	}
@@ -812,7 +822,7 @@ func (w *sworld) check() {
 	var who []string
 	for _, p := range w.procs {
 		for l, b := range p.holds {
-			if w.now().Before(b.valid) && !w.forced[l] {
+			if w.now().Before(b.valid) && !w.forced[l] && !w.forcedDown(p, l) {
 				believed += b.n
 				who = append(who, fmt.Sprintf("%s(%d)", l, b.n))
 			}
@@ -821,6 +831,18 @@ func (w *sworld) check() {
 	if believed > w.opt.Permits {
 		w.fail("beliefs", "processes believe they hold %d permits of %d: %v", believed, w.opt.Permits, who)
 	}
+}
+
+// forcedDown reports whether an operator forced the holding that p's unresolved downgrade of
+// l took: p believes it holds l (as downgraded) until the downgrade's reply tells it otherwise,
+// and so believes on in a holding an operator forced to go.
+func (w *sworld) forcedDown(p *sproc, l string) bool {
+	for nl, d := range p.downs {
+		if d.old == l && w.forced[nl] {
+			return true
+		}
+	}
+	return false
 }
 
 // finish lets every process give back all it holds or asked for, runs what is still on its
@@ -852,8 +874,10 @@ func (w *sworld) finish() {
 	if held, err := w.held(); err == nil && len(held) > 0 {
 		w.fail("residue", "holdings left after every process let go: %v", held)
 	}
-	life := max(w.procs[0].p.MarkLife(w.cfg), processor.FenceTTL(w.cfg), processor.EntryTTL(w.cfg), 8*w.opt.Lease) // (8: a forced locker's)
-	w.be.advance(life + w.opt.Lease + time.Second)
+	longest := max(w.opt.Lease, w.opt.LongLease)
+	lc, _ := w.cfg.WithLease(longest)
+	life := max(w.procs[0].p.MarkLife(lc), processor.FenceTTL(lc), processor.EntryTTL(lc), 8*longest) // (8: a forced locker's)
+	w.be.advance(life + longest + time.Second)
 	if keys := w.be.m.Keys(); len(keys) > 0 && w.violation == nil {
 		w.fail("residue", "keys left after every lease and mark ran out: %v", keys)
 	}
@@ -868,7 +892,7 @@ var SharedMutants = []Mutant{
 	{"a release does not settle its locker", "shared",
 		"        settle(A.locker)\n        if h then", "        if h then"},
 	{"a holding let go (expired, replaced or forced) is not settled", "shared",
-		"    redis.call('zrem', EXP, locker)\n    settle(locker)", "    redis.call('zrem', EXP, locker)"},
+		"    redis.call('zrem', EXP, locker)\n    settle(locker, until_ms)", "    redis.call('zrem', EXP, locker)"},
 	{"a failed try is not settled", "shared",
 		"        if A.wait ~= '1' then\n            settle(A.locker)", "        if A.wait ~= '1' then"},
 	{"a take passes the line (the permits asked ahead are not counted)", "shared",
@@ -897,4 +921,14 @@ var SharedMutants = []Mutant{
 		"        local fits = shrinks or sum + ahead(A.owner) + n <= k", "        local fits = shrinks or sum + ahead(A.owner) + n < k"},
 	{"a copy of a take that ran is refused under a lowered count (its holding settled)", "shared",
 		"and not shrinks and not mine and", "and not shrinks and"},
+}
+
+// leaseOf is the lease of the process named owner's handle.
+func (w *sworld) leaseOf(owner string) time.Duration {
+	for _, p := range w.procs {
+		if p.name == owner {
+			return p.cfg.Lease()
+		}
+	}
+	return w.opt.Lease
 }

@@ -21,6 +21,7 @@ func TestSharedScriptKeepsTheInvariants(t *testing.T) {
 		{Kind: processor.KindRW},
 		{Kind: processor.KindSem, Permits: 2},
 		{Kind: processor.KindSem, Permits: 3, Procs: 2, Steps: 80},
+		{Kind: processor.KindSem, Permits: 2, LongLease: 5 * time.Second}, // a process whose handle has a longer lease
 	} {
 		t.Run(string(opt.Kind), func(t *testing.T) {
 			rep, err := explore.RunShared(context.Background(), opt, budget, 0)

@@ -26,6 +26,13 @@ if settled(seq) then
     return {-1, 0}
 end
 local holder = redis.call('get', K)
+local owner = string.sub(locker, 1, #locker - #seq)
+local waits = mark ~= '' and waiting(mark)
+if holder == locker and seq ~= '' and waits and (numberOf(waits, owner) or -1) > tonumber(seq) then
+    -- a copy of the take of a tenure its process has given up (it waits with a newer attempt;
+    -- its give-back lets the key go): refused, the newer attempt keeping its place
+    return {-1, 0}
+end
 if holder == locker then
     lengthen(K, A.lease)
     lengthen(CHECK, redis.call('pttl', K)) -- (as a renewal does)
@@ -35,8 +42,6 @@ if holder == locker then
     local first = tokens(A.tokens)
     return {1, first, origin(locker)}
 end
-local owner = string.sub(locker, 1, #locker - #seq)
-local waits = mark ~= '' and waiting(mark)
 local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
 if own and own > tonumber(seq) then
     settle(seq)

@@ -66,7 +66,7 @@ local A = {
                                        -- handed out of its block ...
     block_end = ARGV[17] or '',        -- ... and the block's last ('' for none: nothing to give back)
     from = ARGV[18] or '',             -- permits: the count the change applies to ('' for whatever it is)
-    origin = ARGV[19] or '',           -- renew: the token the holding was taken with ('' if unknown)
+    origin = ARGV[19] or '',           -- renew, and a take that replaces: the token the holding (replaced) was taken with ('' if unknown)
     next = ARGV[20] or '',             -- release: the locker of the take that stands in line as it lets go ('' for none) ...
     next_n = ARGV[21] or '',           -- ... the permits it asks ...
     next_tokens = ARGV[22] or '',      -- ... and the fencing tokens it reserves
@@ -90,19 +90,26 @@ local function atLeast(key, member, until_ms)
     end
 end
 
-local function settle(locker)
-    atLeast(GONE, locker, NOW_MS + tonumber(A.gone_ttl))
+-- KEPT is GONE's member whose score is the latest that a copy of a take or renewal that ran
+-- may still come (each one's run plus its gone_ttl, the longest of every process's): a holding
+-- that runs out is settled until then at least, whoever's request finds it run out (prune) —
+-- processes may give the lock type different leases, and with them different gone_ttls.
+local KEPT = '|kept'
+
+-- settle settles locker for gone_ttl, and until until_ms (if given) at least.
+local function settle(locker, until_ms)
+    atLeast(GONE, locker, math.max(NOW_MS + tonumber(A.gone_ttl), until_ms or 0))
     if redis.call('zscore', GONE, locker .. '|forced') then
         -- an operator removed it: its release answers gone for as long as it is settled
         atLeast(GONE, locker .. '|forced', tonumber(redis.call('zscore', GONE, locker)))
     end
 end
 
--- unhold lets locker's holding go and settles the locker.
-local function unhold(locker)
+-- unhold lets locker's holding go and settles the locker (until until_ms at least, if given).
+local function unhold(locker, until_ms)
     redis.call('hdel', HELD, locker)
     redis.call('zrem', EXP, locker)
-    settle(locker)
+    settle(locker, until_ms)
 end
 
 local function settled(locker)
@@ -186,7 +193,7 @@ end
 local function prune()
     local dead = redis.call('zrangebyscore', EXP, '-inf', '(' .. NOW_MS)
     for _, locker in ipairs(dead) do
-        unhold(locker)
+        unhold(locker, tonumber(redis.call('zscore', GONE, KEPT)))
     end
     redis.call('zremrangebyscore', GONE, '-inf', '(' .. NOW_MS)
     local moved = false
@@ -304,6 +311,10 @@ local function keep(k, kd)
     if #last > 0 then
         ms = math.max(ms, tonumber(last[2]) - NOW_MS + 1)
     end
+    local kept = tonumber(redis.call('zscore', GONE, KEPT))
+    if kept then
+        ms = math.max(ms, kept - NOW_MS) -- (what another process's longer mark life settles)
+    end
     for _, key in ipairs({HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD}) do
         local left = redis.call('pttl', key)
         if left < ms and left ~= -2 then -- (-2: no such key)
@@ -314,6 +325,7 @@ end
 
 local function lengthen(locker)
     atLeast(EXP, locker, NOW_MS + tonumber(A.lease))
+    atLeast(GONE, KEPT, NOW_MS + tonumber(A.gone_ttl))
 end
 
 -- checkCounter stops the script, before it writes anything, when the fencing counter holds
@@ -379,6 +391,13 @@ local function serve()
         local old = nil
         if A.replaces ~= '' then
             old = holding(A.replaces)
+            if old and A.origin ~= '' and old.token ~= A.origin and old.owner == A.owner then
+                -- taken anew under that locker (a late copy of its take after an empty restart
+                -- wiped the holding): the process did not hold it in between; it is let go, as a
+                -- renewal lets it go, and this take is settled as one whose holding is gone
+                unhold(old.locker)
+                freed, old = true, nil
+            end
         end
         -- a take that replaces a holding of its process by no more permits (a downgrade) takes
         -- none: it fits whatever the count, though a lowered one may be below what is held; one
