@@ -1827,6 +1827,7 @@ func TestNoUpdateLostUnderTheLock(t *testing.T) {
 // lease, hold count 0 at the end). The lease is 2 s, so that a renewal has 500 ms to spare on
 // a loaded machine; the first goroutine of each process holds it 1.25 leases, the others 50 ms.
 func TestContendedHoldsPastTheLeaseLeaveNothingHeld(t *testing.T) {
+	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
 	const lease, perProcess = 2 * time.Second, 4
 	for name, processes := range map[string]int{"one-process": 1, "two-processes": 2} {
 		t.Run(name, func(t *testing.T) {

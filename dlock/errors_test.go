@@ -366,6 +366,7 @@ func onReplica(t *testing.T, lease time.Duration) []replicaKind {
 // a TryLock whose outcome Redis left unknown, whose give-back keeps failing beside the
 // waiter's takes (here: a read-only replica).
 func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
+	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
 	// (each request's bound is a third of the lease: go-redis retries on READONLY)
 	for _, tc := range onReplica(t, 6*time.Second) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,6 +389,7 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 // first second), so the attempt in flight as the Lock gives up has no answer, and the error
 // said only that ("no answer in time" reads as a slow Redis, not a down one).
 func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
+	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
 	kinds := map[string]func(g *dlock.Generator, ctx context.Context) error{
 		"mutex": func(g *dlock.Generator, ctx context.Context) error {
 			l, _ := g.Gen("REFUSED", target(t))
@@ -438,6 +440,7 @@ func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 // read-only replica each TryLock returns the READONLY failure at once, also when an earlier
 // one's give-back (its outcome was unknown) keeps failing too.
 func TestTryLockOnAReplicaFailsAtOnceEveryTime(t *testing.T) {
+	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
 	for _, tc := range onReplica(t, 30*time.Second) { // (a give-back is owed for a lease)
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range 3 {

@@ -284,6 +284,7 @@ func TestProbeGoesOnAWatchedChannel(t *testing.T) {
 // and the SSUBSCRIBE would get MOVED). Healthy cluster, nothing moves: no subscription ends on
 // the wrong node.
 func TestClusterSubscriptionDialsTheSlotsNode(t *testing.T) {
+	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
 	addrs := redistest.NeedCluster(t, 3, 0).Addrs()
 	core, logs := observer.New(zap.DebugLevel)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})

@@ -388,6 +388,7 @@ func TestSemaphoreLoweredCountIsKeptByTheHolders(t *testing.T) {
 // nobody waits — not at A's next renewal (three quarters of a 60 s lease; found by helper-9's
 // review).
 func TestSemaphoreLendsAgainOnceAnotherProcesssWaiterGaveUp(t *testing.T) {
+	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
 	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
 	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
 	tg := uniqueTarget(t)
