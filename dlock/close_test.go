@@ -213,7 +213,7 @@ func TestCloseReportsNoReleaseOfAHoldingLostBefore(t *testing.T) {
 // Close too, for the read-write lock and the semaphore as for the mutex (whose Unlock's
 // release goes on in the background): Close reports the releases it made itself.
 func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()                  // (it waits on its own servers, keys and leases: beside the others)
 	const lease = 2 * time.Second // (the Unlock's release is sent again until it runs out)
 	heldOfEachKind(t, lease, isRelease, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
 		failing.Store(1)

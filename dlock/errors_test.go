@@ -440,7 +440,7 @@ func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 // read-only replica each TryLock returns the READONLY failure at once, also when an earlier
 // one's give-back (its outcome was unknown) keeps failing too.
 func TestTryLockOnAReplicaFailsAtOnceEveryTime(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()                                      // (it waits on its own servers, keys and leases: beside the others)
 	for _, tc := range onReplica(t, 30*time.Second) { // (a give-back is owed for a lease)
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range 3 {

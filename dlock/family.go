@@ -884,7 +884,7 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	if one := oneHoldOf(ctx, so); one != nil && one.add() {
 		return ctx.(*Owner)
 	}
-	return &Owner{ctx: so.ctx, sh: so, one: &oneHold{of: so, outer: o, holds: 1}}
+	return &Owner{ctx: so.ctx, vals: ctx, sh: so, one: &oneHold{of: so, outer: o, holds: 1}}
 }
 
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only

@@ -190,9 +190,10 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // Lock blocks until it holds the lock or ctx ends, and returns the owner context. A deadline
 // on ctx gives a timed acquisition; it bounds the wait only, not the holding. If ctx already
 // owns the lock, Lock re-enters: it raises the hold count and returns ctx itself when ctx is
-// this lock's Owner, else an Owner over ctx whose Unlock releases this one hold (an error
-// matching ErrLockLost if that holding was lost), once: its second Unlock is ErrNotHeld
-// (re-entries through that Owner itself return it, and it counts them as this one does).
+// this lock's Owner, else an Owner of this one hold — with ctx's values, and the holding's
+// deadline (none) and end — whose Unlock releases that hold (an error matching ErrLockLost if
+// the holding was lost), once: its second Unlock is ErrNotHeld (re-entries through that Owner
+// itself return it, and it counts them as this one does).
 //
 // A Lock that gives up returns an error that matches both ErrNotObtained and the context's
 // error (context.DeadlineExceeded or context.Canceled), and leaves nothing behind: it has left
@@ -274,7 +275,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 			if o, ok := ctx.(*Owner); ok && o.multi == nil && o.sh == nil && o.one == nil && l.sameKey(o.l) {
 				return o, false, nil
 			}
-			return &Owner{ctx: ctx, l: l, one: &oneHold{of: h, holds: 1}}, false, nil
+			return &Owner{ctx: h.ctx, vals: ctx, l: l, one: &oneHold{of: h, holds: 1}}, false, nil
 		case state == holdLost:
 			return nil, false, cause
 		case state == holdClosed:
@@ -391,6 +392,7 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 		return nil
 	}
 	h.state = holdReleased
+	h.cancelCtx(context.Canceled) // (with the state: a re-entry through a context of the Owner finds it ended, not free to acquire anew)
 	h.mu.Unlock()
 	return l.named(h.release(context.WithoutCancel(ctx), context.Canceled))
 }

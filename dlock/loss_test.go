@@ -797,7 +797,7 @@ func TestEveryKindHeldAgainAfterARestartLostIt(t *testing.T) {
 // the process (a reader, which would get in beside it, takes the read side afterwards). Ports
 // Redisson's RedissonLockExpirationRenewalTest.testLockReentrantRenew.
 func TestRenewedAfterAReenteredHoldingWasLetGo(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()              // (it waits on its own servers, keys and leases: beside the others)
 	const lease = time.Second // (a renewal has 250 ms to spare on a loaded machine)
 	g, _ := newGen(t, dlock.WithDefaultLease(lease))
 	other, _ := newGen(t, dlock.WithDefaultLease(lease))

@@ -41,6 +41,32 @@ type Owner struct {
 	sh *shareOwner // an Owner of a read-write lock's side or of a semaphore's permits
 
 	one *oneHold // an Owner of one re-entry hold (nil for one that stands for all its holds)
+	// vals, for an Owner of one hold: the context given to Lock, whose values it keeps (it
+	// carries the holding, and what the program added since the holding was taken); ctx, the
+	// holding's, gives its deadline, cancellation and cause.
+	vals context.Context
+}
+
+// cancelCtxKey is the key under which package context finds a context's cancellation
+// (context.Cause and a derived context look it up through Value): an Owner of one hold looks
+// it up in its holding's context, not in vals. Found once by asking Cause of a context that
+// records the key it is asked for.
+var cancelCtxKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	_ = context.Cause(p)
+	return p.key
+}()
+
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Err() error { return context.Canceled }
+
+func (p *keyProbe) Value(key any) any {
+	p.key = key
+	return nil
 }
 
 // oneHold is what an Owner of one hold carries: the Owner that Lock returns when it re-enters
@@ -124,6 +150,9 @@ func (o *Owner) Err() error {
 func (o *Owner) Value(key any) any {
 	if o == nil || o.ctx == nil {
 		return nil
+	}
+	if o.vals != nil && key != cancelCtxKey {
+		return o.vals.Value(key)
 	}
 	return o.ctx.Value(key)
 }

@@ -91,11 +91,14 @@ func TestDroppedOwnerIsReleased(t *testing.T) {
 // A lock re-entered through the Owner of another lock that carries its holding (b taken with
 // a's Owner, then a.Lock(ownerB)) returns an Owner whose Unlock releases that hold of a, not
 // b's Owner, whose Unlock would let go of b.
+// That Owner ends with a's holding, not with b's: b's loss (an operator removed it) is not a
+// loss of a.
 func TestReentryThroughAnotherLocksOwnerUnlocksThisLock(t *testing.T) {
 	g, _ := newGen(t)
 	a := mustGen(t, g, "OWNER", target(t)+"-a", 5*time.Second)
 	b := mustGen(t, g, "OWNER", target(t)+"-b", 5*time.Second)
-	oa, err := a.Lock(ctxT(t, 30*time.Second))
+	ctx := ctxT(t, 30*time.Second)
+	oa, err := a.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +116,26 @@ func TestReentryThroughAnotherLocksOwnerUnlocksThisLock(t *testing.T) {
 	if a.HoldCount(oa) != 1 || b.HoldCount(ob) != 1 {
 		t.Fatalf("after Unlock of a's re-entry: a holds %d, b holds %d; want 1 and 1", a.HoldCount(oa), b.HoldCount(ob))
 	}
-	if err := errors.Join(ob.Unlock(), oa.Unlock()); err != nil {
+	inA, err := a.Lock(ob)
+	if err != nil {
 		t.Fatal(err)
+	}
+	st, err := b.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ForceRelease(ctx, st.Holder); err != nil {
+		t.Fatal(err)
+	}
+	<-ob.Done()
+	if inA.Err() != nil || a.HoldCount(oa) != 2 {
+		t.Fatalf("a's re-entry through b's Owner after b was lost: %v, a holds %d; want it live, and 2", context.Cause(inA), a.HoldCount(oa))
+	}
+	if err := errors.Join(inA.Unlock(), oa.Unlock()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(inA), context.Canceled) {
+		t.Fatalf("a's re-entry Owner after a's release: %v, want ended with it", context.Cause(inA))
 	}
 }
 
@@ -181,9 +202,52 @@ func TestReentryOwnerUnlocksItsOneHoldOnce(t *testing.T) {
 
 type ownerTestKey struct{}
 
+// An Owner of one hold keeps the values of the context it re-entered through — what the
+// program added to the owner context since, as every Owner keeps its context's — but not its
+// deadline or cancellation: it lives and ends with the holding (a helper's timeout around a
+// re-entry does not end it). For every kind.
+func TestReentryOwnerKeepsTheValuesNotTheDeadline(t *testing.T) {
+	for name, k := range reentryKinds(t, "ONEVALUES") {
+		t.Run(name, func(t *testing.T) {
+			outer, err := k.lock(ctxT(t, 20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer outer.Unlock() //nolint:errcheck // (released below; this only if the test fails first)
+			given, cancel := context.WithDeadline(context.WithValue(outer, ownerTestKey{}, "trace"), time.Now().Add(time.Hour))
+			inner, err := k.lock(given)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := inner.Value(ownerTestKey{}); v != "trace" {
+				t.Errorf("the re-entry's Owner has the value %v, want the given context's", v)
+			}
+			if d, ok := inner.Deadline(); ok {
+				t.Errorf("the re-entry's Owner has the given context's deadline %v", d)
+			}
+			cancel()
+			if inner.Err() != nil || k.holds(outer) != 2 {
+				t.Fatalf("the re-entry's Owner after its given context was cancelled: %v, %d holds; want it live, and 2", context.Cause(inner), k.holds(outer))
+			}
+			if again, err := k.lock(inner); err != nil || again != inner {
+				t.Fatalf("re-entry through it after its given context was cancelled: %v, %v (itself: %v)", again, err, again == inner)
+			}
+			if err := errors.Join(inner.Unlock(), inner.Unlock(), outer.Unlock()); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(context.Cause(inner), context.Canceled) {
+				t.Fatalf("the re-entry's Owner after the final Unlock: %v, want ended", context.Cause(inner))
+			}
+		})
+	}
+}
+
 // A re-entry through an Owner of one hold racing that Owner's final Unlock either counts one
 // more hold on it (and returns it) or comes after the holding went: never a new Owner that
-// keeps the key held for ever. For every kind.
+// keeps the key held for ever; a re-entry through a context derived from an Owner racing its
+// final Unlock is never a fresh acquisition that holds the key after every call returned (the
+// mutex's was, 1 round in 300: the holding was released before its context ended). For
+// every kind.
 func TestReentryThroughAnOwnerOfOneHoldRacingItsFinalUnlock(t *testing.T) {
 	kinds := reentryKinds(t, "ONERACE")
 	delete(kinds, "read") // (the write side's lock)
@@ -216,6 +280,28 @@ func TestReentryThroughAnOwnerOfOneHoldRacingItsFinalUnlock(t *testing.T) {
 				}
 				if !k.free() {
 					t.Fatalf("round %d: the key stayed held after every Unlock", i)
+				}
+				// and through a context derived from the Owner: it counts one more hold, or is
+				// refused as the Owner ended — not a fresh acquisition in between
+				outer, err = k.lock(ctxT(t, 20*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				derived, cancel := context.WithCancel(outer)
+				go func() { done <- outer.Unlock() }()
+				if again, err := k.lock(derived); err == nil {
+					if err := again.Unlock(); err != nil {
+						t.Fatalf("round %d: %v", i, err)
+					}
+				} else if !errors.Is(err, dlock.ErrNotObtained) {
+					t.Fatalf("round %d: re-entry through a context of an Owner racing its final Unlock = %v", i, err)
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatalf("round %d: the final Unlock = %v", i, err)
+				}
+				if !k.free() {
+					t.Fatalf("round %d: the key stayed held after every Unlock and re-entry returned", i)
 				}
 			}
 		})
