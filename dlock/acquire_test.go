@@ -97,6 +97,7 @@ func TestReentry(t *testing.T) {
 // DistributedReentrantLockTest.testReentrant (1 s lease, held 1.5 s re-entered, then 1 s);
 // the lease here is 2 s, so that a renewal has 500 ms to spare on a loaded machine.
 func TestReentryOutlastsTheLease(t *testing.T) {
+	t.Parallel()
 	const lease = 2 * time.Second
 	g, c := newGen(t)
 	gr, _ := newGen(t)
@@ -1238,6 +1239,7 @@ func TestAttemptWithoutAnswersDoesNotKeepTheKey(t *testing.T) {
 // line, its pace of asks past, was woken by the poller at once after each failure: thousands of
 // asks a second.
 func TestWaiterAsksAgainAfterRedisRefusedItForALease(t *testing.T) {
+	t.Parallel()
 	const lease = 300 * time.Millisecond
 	for _, kind := range []string{"mutex", "rw", "semaphore"} {
 		for _, heldBefore := range []bool{false, true} {
@@ -1827,7 +1829,7 @@ func TestNoUpdateLostUnderTheLock(t *testing.T) {
 // lease, hold count 0 at the end). The lease is 2 s, so that a renewal has 500 ms to spare on
 // a loaded machine; the first goroutine of each process holds it 1.25 leases, the others 50 ms.
 func TestContendedHoldsPastTheLeaseLeaveNothingHeld(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	const lease, perProcess = 2 * time.Second, 4
 	for name, processes := range map[string]int{"one-process": 1, "two-processes": 2} {
 		t.Run(name, func(t *testing.T) {

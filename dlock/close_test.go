@@ -81,8 +81,9 @@ func TestCloseReleasesAndEndsWaiters(t *testing.T) {
 // (go-redis's default): the server is paused for 6 s, and Close with a 200 ms context returns
 // well before that, with ctx's error.
 func TestCloseBoundedByCtx(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
-	c := srv.Client()
+	t.Parallel()
+	s := ownServer(t) // (it pauses its server's clients)
+	c := s.Client()
 	defer c.Close()
 	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
 	if err != nil {
@@ -98,7 +99,7 @@ func TestCloseBoundedByCtx(t *testing.T) {
 		}
 		owners = append(owners, o)
 	}
-	admin := srv.Client()
+	admin := s.Client()
 	defer admin.Close()
 	if err := admin.Do(ctx, "client", "pause", 6000, "all").Err(); err != nil {
 		t.Skip(err)
@@ -197,6 +198,7 @@ func TestCloseReportsAReleaseRedisFailed(t *testing.T) {
 // no failed release of it, for the mutex, the read-write lock and the semaphore alike: its owner
 // was told of the loss, and its lease has run out, so nothing it held stays held in Redis.
 func TestCloseReportsNoReleaseOfAHoldingLostBefore(t *testing.T) {
+	t.Parallel()
 	heldOfEachKind(t, 300*time.Millisecond, func([]any) bool { return true }, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
 		failing.Store(1)
 		recv(t, owned.Done(), "the loss of the holding")
@@ -304,6 +306,7 @@ func heldOfEachKind(t *testing.T, lease time.Duration, fail func(args []any) boo
 // can be sent), even with no deadline; with Redis unreachable at the end of the context, with
 // the last Redis failure too. The observer's reason says Redis either way.
 func TestFamilyAfterTheClientClosedOrRedisDown(t *testing.T) {
+	t.Parallel()
 	for _, closed := range []bool{true, false} {
 		rec := &notObtainedRecorder{}
 		var c *redis.Client
@@ -775,6 +778,7 @@ func TestCloseDuringAPartitionWhileSubscribing(t *testing.T) {
 // renewal) counts no Redis error: RedisError is for Redis failing, not for a request Close
 // cancelled, as for the mutex.
 func TestFamilyCloseCountsNoRedisError(t *testing.T) {
+	t.Parallel()
 	for _, op := range []string{"take", "renew"} {
 		t.Run(op, func(t *testing.T) {
 			tg := uniqueTarget(t)

@@ -366,7 +366,7 @@ func onReplica(t *testing.T, lease time.Duration) []replicaKind {
 // a TryLock whose outcome Redis left unknown, whose give-back keeps failing beside the
 // waiter's takes (here: a read-only replica).
 func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	// (each request's bound is a third of the lease: go-redis retries on READONLY)
 	for _, tc := range onReplica(t, 6*time.Second) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -389,7 +389,7 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 // first second), so the attempt in flight as the Lock gives up has no answer, and the error
 // said only that ("no answer in time" reads as a slow Redis, not a down one).
 func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	kinds := map[string]func(g *dlock.Generator, ctx context.Context) error{
 		"mutex": func(g *dlock.Generator, ctx context.Context) error {
 			l, _ := g.Gen("REFUSED", target(t))

@@ -110,6 +110,7 @@ func TestExtendOfALostLockSaysLost(t *testing.T) {
 // sends a copy of it after the Extend, waits past the old lease, and checks that another
 // process cannot take the key while the holder still believes it holds it.
 func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
+	t.Parallel()
 	const lease, long = 600 * time.Millisecond, 6 * time.Second
 	setup := func(t *testing.T) (*dlock.DistributedReentrantLock, *dlock.DistributedReentrantLock, *wire) {
 		ga, ca := newGen(t)

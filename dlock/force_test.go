@@ -144,7 +144,7 @@ func TestForceReleaseRepeatedLeavesTheNextHolder(t *testing.T) {
 // the tenure's locker and another process takes the key; the local waiter must not then
 // return from Lock as owner of a key another process holds.
 func TestForceReleaseDuringAPassRenewal(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	ga, ca := newGen(t)
 	gb, _ := newGen(t)
 	preload(t, ca)

@@ -645,6 +645,7 @@ func TestTryLockYieldLeavesNoWaiterStranded(t *testing.T) {
 // and over while goroutines with two leases (so passes renew first) take turns — never crash
 // the process and never leave a goroutine hanging.
 func TestLossesDuringPasses(t *testing.T) {
+	t.Parallel()
 	g, _ := newGen(t)
 	l2, _ := g.GenWithLease("LOSSES", target(t), 2*time.Second)
 	l3, _ := g.GenWithLease("LOSSES", target(t), 3*time.Second)
@@ -1217,6 +1218,7 @@ func TestWaiterWithAShorterLeaseIsServed(t *testing.T) {
 // A key granted to an attempt its process gave up — whose leave failed — is passed on when
 // the process waits again, not held by nobody for its lease.
 func TestGrantToAnAbandonedAttemptIsPassedOn(t *testing.T) {
+	t.Parallel()
 	const lease = 30 * time.Second // (a stranded grant would outlast the waiter's deadline)
 	gq, _ := newGen(t)
 	gp, cp := newGen(t)
@@ -2482,6 +2484,7 @@ func TestRelockStandsInLineWithTheHandlesLease(t *testing.T) {
 // granted expires: if the new holder dies, the waiter that came asks once that holder's lease
 // has run out, not at its own slower pace (half its own lease, first in line).
 func TestRelockWaiterAsksWhenTheGrantedKeyExpires(t *testing.T) {
+	t.Parallel()
 	const long, short = 60 * time.Second, 2 * time.Second
 	ga, _ := newGen(t)
 	gb, clb := newGen(t)

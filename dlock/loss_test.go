@@ -725,7 +725,7 @@ func TestHolderRenewsOnceSubscribedAgain(t *testing.T) {
 // testWriteLockAfterTimeout, and RedissonExpirationRenewalTest.testExpirationRenewal (the
 // renewal failed by a restart, then the lock held anew past its watchdog timeout).
 func TestEveryKindHeldAgainAfterARestartLostIt(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	s := ownServer(t)
 	if !s.CanRestart() {
 		t.Skip("needs a redis-server it can restart")

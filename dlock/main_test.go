@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"testing"
 	"time"
@@ -17,6 +18,15 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
+	// The tests that call t.Parallel use only their own keys (or servers) and wait on leases,
+	// servers and other processes, not on the CPU: four at a time unless -parallel says
+	// otherwise (its default is GOMAXPROCS, 2 on a small CI machine).
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", "4")
+	}
 	code := redistest.Main(m, func(s *redistest.Server) { srv = s })
 	if code == 0 {
 		// A go-redis pool that failed to dial retries in a goroutine that notices the pool's

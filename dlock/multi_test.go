@@ -1181,6 +1181,7 @@ func TestMultiLockLetsGoOfTheEarlierPartsWhenALaterOneFails(t *testing.T) {
 // Owner; a second Unlock and a Lock with the ended Owner return errors (the loss, or
 // ErrNotHeld), never nil, and nothing panics.
 func TestMultiLockAfterAnOperatorRemovedAPart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		lost   string
 		atOnce bool
@@ -1835,6 +1836,7 @@ func TestMultiLockFarFromRedisNeverReturnsAPartNearlyExpired(t *testing.T) {
 // part that waited for the later ones past half its lease is bounded by it too (here its
 // replies come 600 ms late: the Lock returned its parts 400 ms after its deadline before).
 func TestMultiLockReturnsNothingAfterItsDeadline(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mutex", "write side"} {
 		t.Run(kind, func(t *testing.T) {
 			const lease = 2 * time.Second

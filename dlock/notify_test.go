@@ -284,7 +284,7 @@ func TestProbeGoesOnAWatchedChannel(t *testing.T) {
 // and the SSUBSCRIBE would get MOVED). Healthy cluster, nothing moves: no subscription ends on
 // the wrong node.
 func TestClusterSubscriptionDialsTheSlotsNode(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	addrs := redistest.NeedCluster(t, 3, 0).Addrs()
 	core, logs := observer.New(zap.DebugLevel)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
@@ -391,6 +391,7 @@ func TestRingClientNotifies(t *testing.T) {
 // A Ring whose every shard is down (go-redis's Ring.Subscribe panics then) costs a waiter its
 // notifications, never the program: its Lock ends with its context, and nothing panics.
 func TestRingWithEveryShardDownDoesNotPanic(t *testing.T) {
+	t.Parallel()
 	s, err := redistest.StartReal()
 	if err != nil {
 		t.Skip(err)

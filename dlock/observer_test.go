@@ -177,7 +177,7 @@ func TestObserverIsNotToldOfTheCallersDeadline(t *testing.T) {
 // the caller going away. Else a Redis down under Locks with deadlines shorter than the
 // client's timeouts told the Observer of nothing.
 func TestObserverIsToldOfRedisFailingAfterTheCallersDeadline(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	p, err := faultproxy.New(srv.Addr)
 	if err != nil {
 		t.Fatal(err)

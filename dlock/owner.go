@@ -151,7 +151,7 @@ func (o *Owner) Value(key any) any {
 	if o == nil || o.ctx == nil {
 		return nil
 	}
-	if o.vals != nil && key != cancelCtxKey {
+	if o.vals != nil && cancelCtxKey != nil && key != cancelCtxKey { // (no key found: the holding's values, and a test fails)
 		return o.vals.Value(key)
 	}
 	return o.ctx.Value(key)

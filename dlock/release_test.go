@@ -145,7 +145,7 @@ func TestReleaseRetriesLastTheExtendedLease(t *testing.T) {
 func TestNoResidue(t *testing.T) {
 	const typ = "RGRESIDUE"
 	t.Run("2000-targets", func(t *testing.T) {
-		const lease = 200 * time.Millisecond
+		const lease = time.Second // (an Unlock's request is bounded by the lease: a loaded machine's Redis answers 2000 of them late)
 		s := ownRedis(t)
 		raw := s.Client()
 		defer raw.Close()

@@ -798,6 +798,7 @@ func TestRWUnlocksOfReadersTakingTurns(t *testing.T) {
 // up no reader behind it: as the holder lets go, the reader is served, not once the dead
 // writer's line entry expired.
 func TestRWDeadWriterInLineIsPassedOver(t *testing.T) {
+	t.Parallel()
 	tg := uniqueTarget(t)
 	deadWaiterIsPassedOver(t, func(g *dlock.Generator) sharedLock {
 		l := rwOf(t, g, tg)
@@ -1087,6 +1088,7 @@ func TestRWDowngradeLetsInAReaderThatWaitedElsewhere(t *testing.T) {
 // Redisson's RedissonReadWriteLockTest.testReadWriteTTL (both sides keep their time to live
 // while held, the read side after the write side's unlock).
 func TestRWDowngradedReadIsRenewedPastTheWrite(t *testing.T) {
+	t.Parallel()
 	const lease = time.Second // (a renewal has 250 ms to spare on a loaded machine)
 	ga, _ := newGen(t, dlock.WithDefaultLease(lease))
 	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
@@ -1713,6 +1715,7 @@ func TestFarProcessFamily(t *testing.T) {
 // its writer lets go, and the writer's own reader (a downgrade). (The semaphore lends its
 // holdings through the same step.)
 func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
+	t.Parallel()
 	const lease = 2 * time.Second
 	left := func(g *dlock.Generator, l *dlock.RWLock) time.Duration {
 		var least time.Duration = -1

@@ -388,7 +388,7 @@ func TestSemaphoreLoweredCountIsKeptByTheHolders(t *testing.T) {
 // nobody waits — not at A's next renewal (three quarters of a 60 s lease; found by helper-9's
 // review).
 func TestSemaphoreLendsAgainOnceAnotherProcesssWaiterGaveUp(t *testing.T) {
-	t.Parallel() // (it waits on its own servers, keys and leases: beside the others)
+	t.Parallel()
 	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
 	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
 	tg := uniqueTarget(t)
@@ -1145,6 +1145,7 @@ func TestSemaphoreReentry(t *testing.T) {
 // A waiting process that dies (kill -9: its connections close) holds up nobody behind it: as
 // the holder lets go, the next process is served, not once the dead one's line entry expired.
 func TestSemaphoreDeadWaiterIsPassedOver(t *testing.T) {
+	t.Parallel()
 	tg := uniqueTarget(t)
 	deadWaiterIsPassedOver(t, func(g *dlock.Generator) sharedLock {
 		s := semOf(t, g, tg, 2)
@@ -1353,6 +1354,7 @@ func TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseUnderALoweredCount(t *tes
 // Here the give-back goes unanswered until a renewal of another holding of the process says that
 // nobody waits (the waiter elsewhere left); a goroutine of the process then asks for 1.
 func TestSemaphoreHoldingGivingBackLendsNothing(t *testing.T) {
+	t.Parallel()
 	const lease = 4 * time.Second
 	var (
 		downSeen, bLeft, cleared atomic.Bool
@@ -2313,6 +2315,7 @@ func TestSemaphoreUnderDuplicatedLateAndLostWrites(t *testing.T) {
 // renewed gets its answer once the ask is sent again after the renewal, and no Redis error is
 // reported.
 func TestSemaphoreAskCutShortForARenewalIsSentAgain(t *testing.T) {
+	t.Parallel()
 	const lease = 6 * time.Second
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })
