@@ -158,8 +158,9 @@ type sproc struct {
 // down is a downgrade: the holding it replaces and the permits it keeps (a write-hold's 1, or
 // part of a semaphore's holding).
 type down struct {
-	old string
-	n   int64
+	old    string
+	n      int64
+	origin uint64 // the token old was taken with (its belief's)
 }
 
 type belief struct {
@@ -178,7 +179,8 @@ type sreq struct {
 	locker string
 	n      int64
 	wait   bool
-	old    string // down: the holding it replaces
+	old    string // down: the holding it replaces ...
+	origin uint64 // ... and the token that holding was taken with
 	next   string // release: the locker of the take, with wait, that runs right after it (SharedReleaseThenTake), n its permits
 	from   int64  // permits: the count the operator saw, which the change replaces (n the new one)
 	last   uint64 // release, down: the last token the write-hold let go handed out ...
@@ -316,19 +318,20 @@ func (w *sworld) step(rng *rand.Rand) {
 		w.send(&sreq{p: p, op: "release", locker: l})
 	case c < 50 && len(p.downs) > 0:
 		l := pickKey(rng, p.downs)
-		w.send(&sreq{p: p, op: "down", locker: l, n: p.downs[l].n, old: p.downs[l].old}) // the same request again (giving nothing back: its first may have)
+		d := p.downs[l]
+		w.send(&sreq{p: p, op: "down", locker: l, n: d.n, old: d.old, origin: d.origin}) // the same request again (giving nothing back: its first may have)
 	case c < 50:
 		// a write-hold turns into a read-hold; a semaphore's holding keeps part of its permits
 		for _, l := range slices.Sorted(maps.Keys(p.holds)) {
 			if b := p.holds[l]; b.n == processor.RWPermits || w.opt.Kind == processor.KindSem && b.n > 1 {
-				r := &sreq{p: p, op: "down", n: 1, old: l}
+				r := &sreq{p: p, op: "down", n: 1, old: l, origin: b.token}
 				if w.opt.Kind == processor.KindSem {
 					r.n = 1 + rng.Int64N(b.n-1)
 				}
 				w.usedOf(rng, l, b, r)
 				b.n = r.n // it stops using the rest as it sends the downgrade
 				r.locker = p.locker()
-				p.downs[r.locker] = down{l, r.n} // unresolved until its reply is heard
+				p.downs[r.locker] = down{l, r.n, b.token} // unresolved until its reply is heard
 				w.send(r)
 				break
 			}
@@ -428,7 +431,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 	case "take", "down":
 		before, _ := w.held()
 		line := w.line()
-		res, err := p.p.SharedTake(ctx, p.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
+		res, err := p.p.SharedTake(ctx, p.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Origin: r.origin, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
 		if w.tooMany(r, r.locker, err) {
 			return
 		}
