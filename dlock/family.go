@@ -558,7 +558,7 @@ type shareOwner struct {
 	done     bool // released or ended, guarded by st.mu
 	slot     int  // its index in hold.owners, -1 when not there; guarded by st.mu
 	fresh    bool // not reported to the Observer yet (set by the acquiring goroutine only)
-	queued   bool // it waited in this process's queue, and was lent a holding passed on within it
+	how      How  // how it was acquired (Observer): a holding passed on within the process, or what sent the take of its own
 	at       time.Time
 	endsWith // its owner context
 	stop     func() bool
@@ -639,11 +639,7 @@ func (g *Generator) acquireShared(ctx context.Context, cfg domain.DLockConfig, s
 		g.observer.NotObtained(NotObtainedEvent{Kind: kind, Config: cfg, Wait: time.Since(start), Reason: reasonOf(err), Err: err})
 	case ok && o.sh.fresh:
 		o.sh.fresh = false
-		how := HowAttempt
-		if o.sh.queued {
-			how = HowHandOver
-		}
-		g.observer.Acquired(AcquireEvent{Kind: kind, Config: cfg, Wait: time.Since(start), How: how, Token: o.sh.token})
+		g.observer.Acquired(AcquireEvent{Kind: kind, Config: cfg, Wait: time.Since(start), How: o.sh.how, Token: o.sh.token})
 		if o.sh.closedMeanwhile() { // taken as Close ran: given back (as the mutex's acquire does)
 			return nil, false, ErrClosed
 		}
@@ -769,7 +765,7 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 			}
 			continue
 		}
-		o.sh.queued = w.queued && w.passed
+		o.sh.how = w.how()
 		return o, true, nil
 	}
 }

@@ -269,6 +269,46 @@ func TestObserverToldOfRenewalsUnansweredBeforeTheLoss(t *testing.T) {
 	})
 }
 
+// A waiter that gives up while the renewal before its hand-over is on its way (its handle's
+// lease differs from the holding's, so the holding renews first) is not a failed renewal:
+// Redis failed nothing, and nothing is retried; the waiter's own NotObtained tells it.
+func TestObserverNotToldOfARenewalItsWaiterCutShort(t *testing.T) {
+	s := ownServer(t) // (its writes are paused)
+	rec := &renewalRecorder{}
+	g := genOn(t, s.Client(), dlock.WithObserver(rec))
+	tg := uniqueTarget(t)
+	la := mustGen(t, g, "RTCUT", tg, time.Second)
+	lb := mustGen(t, g, "RTCUT", tg, 3*time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	o, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() { _, err := lb.Lock(wctx); got <- err }()
+	waitFor(t, func() bool { return g.Waiters(la.Config().UniqueKey()) })
+	admin := s.Client()
+	defer admin.Close()
+	if err := admin.Do(ctx, "client", "pause", 1500, "write").Err(); err != nil {
+		t.Skip(err)
+	}
+	if err := la.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // (the hand-over's renewal is on its way, held by the pause)
+	cancel()
+	if err := <-got; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter that gave up: %v", err)
+	}
+	_ = admin.Do(ctx, "client", "unpause").Err()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.failed[la.Config().UniqueKey()] {
+		t.Fatal("told of a renewal failure: the waiter gave up while the renewal before its hand-over was on its way")
+	}
+}
+
 // renewalRecorder records which keys RenewalFailed was told of.
 type renewalRecorder struct {
 	dlock.NopObserver
@@ -440,6 +480,64 @@ func TestObserverSeesTheLockFamilyByKind(t *testing.T) {
 	}
 	if len(rec.released) != 4 || rec.released[0].Kind != dlock.KindWrite || rec.released[2].Kind != dlock.KindPermits {
 		t.Fatalf("released: %+v", rec.released)
+	}
+}
+
+// A read-write lock's or semaphore's waiter served by a take of its own after waiting on
+// another process says what sent that take, as the mutex's does: the release's message
+// (notified) or, without notifications, the pace of its asks (polled) — not "attempt".
+func TestObserverToldHowTheFamilyWaitedOnAnotherProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+		want dlock.How
+	}{
+		{"notified", nil, dlock.HowNotified},
+		{"polled", []dlock.Option{dlock.WithNotifications(false)}, dlock.HowPolled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			holder, _ := newGen(t, tc.opts...)
+			waiter, _ := newGen(t, append([]dlock.Option{dlock.WithObserver(rec)}, tc.opts...)...)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			rw, sem := rwOf(t, holder, tg), semOf(t, holder, tg+"-sem", 1)
+			kinds := map[string]struct {
+				hold, wait func(ctx context.Context) (*dlock.Owner, error)
+				state      func(ctx context.Context) (dlock.SharedState, error)
+			}{
+				"write": {rw.Lock, rwOf(t, waiter, tg).Lock, rw.State},
+				"permits": {func(ctx context.Context) (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+					func(ctx context.Context) (*dlock.Owner, error) { return semOf(t, waiter, tg+"-sem", 1).Acquire(ctx, 1) }, sem.State},
+			}
+			for name, k := range kinds {
+				held, err := k.hold(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() {
+					o, err := k.wait(ctx)
+					if err == nil {
+						err = o.Unlock()
+					}
+					got <- err
+				}()
+				waitFor(t, func() bool { st, err := k.state(ctx); return err == nil && len(st.Waiting) == 1 }) // (it stands in line)
+				if err := held.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				rec.mu.Lock()
+				last := rec.acquired[len(rec.acquired)-1]
+				rec.mu.Unlock()
+				if last.How != tc.want {
+					t.Errorf("%s: the waiter served after another process's release was acquired by %v, want %v", name, last.How, tc.want)
+				}
+			}
+		})
 	}
 }
 

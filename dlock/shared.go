@@ -76,6 +76,7 @@ type shareHold struct {
 	spare    uint64    // rw write-hold: the first token of a block a refill reserved, to use next (0: none)
 	refillAt time.Time // rw write-hold: a refill may be sent from then (after one Redis failed)
 	readers  int       // rw: read borrowers; sem: borrowers
+	how      How       // what sent the take that made it (Observer)
 	writers  int       // rw: write borrowers (0 or 1)
 	lent     int64     // sem: permits lent
 	fresh    bool      // taken for the front waiters and not lent yet: it serves them even when wanted
@@ -140,9 +141,22 @@ type shareWaiter struct {
 	token  uint64    // the holding's token when lent
 	queued bool      // it was not served at once
 	passed bool      // lent a holding that had been lent before (a hand-over within the process), not one taken for it
+	took   How       // lent a holding taken for it: what sent its take (HowAttempt for the first)
 	since  time.Time // when it began to wait
 	err    error
 	fault  error // the last Redis failure of a take for it, which its error names if it gives up; guarded by st.mu
+}
+
+// how is how w was served, for the Observer: at once (HowAttempt), by a holding passed on
+// within the process (HowHandOver), or by one taken for it — by what sent that take.
+func (w *shareWaiter) how() How {
+	switch {
+	case !w.queued:
+		return HowAttempt
+	case w.passed:
+		return HowHandOver
+	}
+	return w.took
 }
 
 // shareAttempt is this process's request for permits: in the Redis line (wait), or one try.
@@ -152,7 +166,8 @@ type shareAttempt struct {
 	wait   bool
 	try    bool         // for a TryLock: its answer is the try's ...
 	w      *shareWaiter // ... that one's (a try asks for itself: another's answer may be older than it)
-	pollAt time.Time    // when to ask again (it renews the line entry)
+	pollAt time.Time    // when to ask again (it renews the line entry) ...
+	wake   How          // ... and what that ask is for the Observer: the first (HowAttempt), a message (notified), the pace (polled), a failure's pause (retry)
 	sent   bool         // asked at least once: its outcome may be a holding
 	// unanswered is the send time of the first of its takes since its last answer that got
 	// none (zero when the last one was answered); abandoned, that none came for a lease since:
@@ -236,7 +251,7 @@ func (st *sharedState) hear(payload string) {
 	case "F":
 		st.heardF++
 		if st.attempt != nil {
-			st.attempt.pollAt = time.Time{}
+			st.attempt.pollAt, st.attempt.wake = time.Time{}, HowNotified
 		}
 		st.growAt = time.Time{} // (a raised count: a holder's waiter asks for more now)
 	}
@@ -255,7 +270,7 @@ func (st *sharedState) subscribed() {
 	st.heardF++
 	st.subAt = now
 	if st.attempt != nil {
-		st.attempt.pollAt = time.Time{}
+		st.attempt.pollAt, st.attempt.wake = time.Time{}, HowRetry
 	}
 	for _, h := range st.holds {
 		if h.ctx.Err() == nil && h.renewAt.After(now) {
@@ -346,7 +361,7 @@ func (st *sharedState) lendLocked() {
 		}
 		st.lend(h, w)
 		st.waiters = slices.Delete(st.waiters, i, i+1)
-		w.hold, w.token, w.passed = h, h.token, !h.fresh
+		w.hold, w.token, w.passed, w.took = h, h.token, !h.fresh, h.how
 		close(w.done)
 	}
 	for _, h := range st.holds {
@@ -1114,7 +1129,7 @@ func (st *sharedState) left(h *shareHold) (time.Duration, error) {
 
 // take returns the request that asks for a's permits.
 func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
-	w, f := st.heardW, st.heardF // (the caller holds mu)
+	w, f, how := st.heardW, st.heardF, a.wake // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
@@ -1122,13 +1137,13 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		st.took(a, r, err, sent, w, f)
+		st.took(a, r, err, sent, w, f, how)
 	}
 }
 
-// took applies the answer to a's take, sent at sent when the W and F counts were w and f.
-// The caller holds mu.
-func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64) {
+// took applies the answer to a's take, sent at sent when the W and F counts were w and f,
+// for the reason how. The caller holds mu.
+func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How) {
 	a.sent = true
 	if st.attempt != a {
 		return
@@ -1172,7 +1187,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		case front != nil:
 			front.fault = err
 		}
-		a.pollAt = time.Now().Add(retryPause(st.cfg))
+		a.pollAt, a.wake = time.Now().Add(retryPause(st.cfg)), HowRetry
 	case r.Outcome == processor.Taken && a.locker == st.forced:
 		// An operator's ForceRelease in this Generator removed the holding as this answer
 		// came: nothing to lend; the waiters ask again, with a new attempt.
@@ -1209,7 +1224,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 				}
 			}
 		}
-		st.holds = append(st.holds, st.newHold(a.locker, a.n, r.Token, sent))
+		h := st.newHold(a.locker, a.n, r.Token, sent)
+		h.how = how
+		st.holds = append(st.holds, h)
 		st.lendLocked()
 	case r.Outcome == processor.Held && !a.wait:
 		st.attempt = nil
@@ -1226,8 +1243,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		if r.Rank == 0 && r.Life >= 0 {
 			pace = min(pace, r.Life+time.Millisecond)
 		}
+		a.wake = HowPolled
 		if st.heardF != f {
-			pace = 0 // told the permits fit after this request was sent
+			pace, a.wake = 0, HowNotified // told the permits fit after this request was sent
 		}
 		a.pollAt = time.Now().Add(pace)
 	default: // settled: a fresh attempt next
@@ -1242,7 +1260,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 // release that ran and a take that then failed (its permits above a lowered k): o's Unlocks
 // are told the release's outcome, and only the take's failure is the take's.
 func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx context.Context) {
-	w, f := st.heardW, st.heardF // (the caller holds mu)
+	w, f, how := st.heardW, st.heardF, a.wake // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
@@ -1261,7 +1279,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 		if owed {
 			st.reowe(o, err)
 		}
-		st.took(a, r, err, sent, w, f)
+		st.took(a, r, err, sent, w, f, how)
 		st.mu.Unlock()
 		if !owed {
 			tell(o.fate, fate)

@@ -606,7 +606,9 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		if !redisFault(err) {
 			err = notTakenErr(ctx.Err(), err)
 		}
-		st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+		if redisFault(err) || ctx.Err() == nil { // (not when the waiter gave up: its own NotObtained tells that)
+			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
+		}
 	}
 
 	st.mu.Lock()

@@ -79,6 +79,20 @@ func TestCountersStartAtZero(t *testing.T) {
 	eq(t, "holds", histCounts(t, ms, "dlock.hold"), map[string]uint64{})
 }
 
+// TestRedisErrorsStartAtZero: the first event of all may be a Redis error (a service that
+// starts while Redis is down): every op's series starts at 0 with it, that op's counting it.
+func TestRedisErrorsStartAtZero(t *testing.T) {
+	e := newEnv(t, 10*time.Second)
+	e.obs.RedisError(dlock.RedisErrorEvent{Op: "subscribe", Err: errors.New("connection refused")})
+	want := map[string]map[string]int64{}
+	for _, c := range counters {
+		want[c] = map[string]int64{}
+	}
+	want["dlock.redis.errors"] = atStart("X")["dlock.redis.errors"]
+	want["dlock.redis.errors"]["op=subscribe"] = 1
+	checkCounters(t, e, want)
+}
+
 // TestCountersStartAtZeroOnAcquisition: so does a first acquisition; a second type gets its
 // own.
 func TestCountersStartAtZeroOnAcquisition(t *testing.T) {

@@ -215,11 +215,7 @@ func (o *Observer) ofType(t domain.DLockType) *typeAttrs {
 	}
 	o.losses.Add(ctx, 0, ta.typ)
 	o.renewalFailures.Add(ctx, 0, ta.typ)
-	o.opsOnce.Do(func() {
-		for _, op := range redisOps {
-			o.redisErrors.Add(ctx, 0, o.opAttrs(op))
-		}
-	})
+	o.makeOps(ctx)
 	return ta
 }
 
@@ -316,5 +312,15 @@ func (o *Observer) RedisError(e dlock.RedisErrorEvent) {
 	if !o.made() {
 		return
 	}
+	o.makeOps(context.Background()) // (the first event of all may be a Redis error: every op's series starts at 0 first)
 	o.redisErrors.Add(context.Background(), 1, o.opAttrs(e.Op))
+}
+
+// makeOps adds 0 to dlock.redis.errors for every op, once.
+func (o *Observer) makeOps(ctx context.Context) {
+	o.opsOnce.Do(func() {
+		for _, op := range redisOps {
+			o.redisErrors.Add(ctx, 0, o.opAttrs(op))
+		}
+	})
 }

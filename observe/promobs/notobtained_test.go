@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,21 @@ func TestCountersStartAtZero(t *testing.T) {
 	want := atStart("JOB")
 	want["dlock_not_obtained_total{reason=timeout,type=JOB}"] = 1
 	want["dlock_not_obtained_wait_seconds{reason=timeout,type=JOB}"] = 1 // histograms come with their first observation
+	eq(t, e.allSamples(t), want)
+}
+
+// TestRedisErrorsStartAtZero: the first event of all may be a Redis error (a service that
+// starts while Redis is down): every op's series is made at 0 with it, that op's counting it.
+func TestRedisErrorsStartAtZero(t *testing.T) {
+	e := newEnv(t, 10*time.Second)
+	e.obs.RedisError(dlock.RedisErrorEvent{Op: "subscribe", Err: errors.New("connection refused")})
+	want := map[string]float64{}
+	for k, v := range atStart("X") {
+		if strings.HasPrefix(k, "dlock_redis_errors_total") {
+			want[k] = v
+		}
+	}
+	want["dlock_redis_errors_total{op=subscribe}"] = 1
 	eq(t, e.allSamples(t), want)
 }
 

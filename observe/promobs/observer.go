@@ -155,11 +155,7 @@ func (o *Observer) ofType(t domain.DLockType) *typeMetrics {
 	for _, r := range reasons {
 		tm.notObtained[string(r)] = o.notObtained.WithLabelValues(s, string(r))
 	}
-	o.opsOnce.Do(func() {
-		for _, op := range redisOps {
-			o.redisErrors.WithLabelValues(op)
-		}
-	})
+	o.makeOps()
 	v, _ := o.types.LoadOrStore(t, tm)
 	return v.(*typeMetrics)
 }
@@ -225,7 +221,17 @@ func (o *Observer) RedisError(e dlock.RedisErrorEvent) {
 	if !o.made() {
 		return
 	}
+	o.makeOps() // (the first event of all may be a Redis error: every op's series is born at 0 first)
 	o.redisErrors.WithLabelValues(e.Op).Inc()
+}
+
+// makeOps makes dlock_redis_errors_total for every op, once.
+func (o *Observer) makeOps() {
+	o.opsOnce.Do(func() {
+		for _, op := range redisOps {
+			o.redisErrors.WithLabelValues(op)
+		}
+	})
 }
 
 // made reports whether o was made by New: a nil or zero Observer records nothing.
