@@ -174,8 +174,10 @@ func TestForceReleaseDuringAPassRenewal(t *testing.T) {
 		err   error
 	}
 	waiter := make(chan res, 1)
+	wctx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
 	go func() {
-		o, err := la.Lock(ctx)
+		o, err := la.Lock(wctx)
 		waiter <- res{o, err}
 	}()
 	waitFor(t, func() bool { return ga.Waiters(la.Config().UniqueKey()) })
@@ -205,6 +207,9 @@ func TestForceReleaseDuringAPassRenewal(t *testing.T) {
 	if err := <-unlocked; err != nil {
 		t.Logf("Unlock: %v", err)
 	}
+	// The local waiter would take the deleted key as the renewal's reply comes; given that
+	// time (2 s, generous), it stops waiting: the other process holds the key for its lease.
+	time.AfterFunc(2*time.Second, stopWaiting)
 	r := <-waiter
 	if r.err != nil {
 		return // the local waiter did not get the deleted key: fine

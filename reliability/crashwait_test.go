@@ -163,7 +163,7 @@ func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("the process second in line did not get the key within 20 s of the holder's death (lease 600 ms)")
+		t.Fatalf("the process second in line did not get the key within 20 s of the holder's death (lease %v)", lease)
 	}
 	t.Logf("FIGURE crashed_first_and_holder: the second in line got the key %v after both were killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
 }

@@ -888,6 +888,9 @@ func (w *sworld) finish() {
 
 // SharedMutants are shared.lua with one guard broken; RunShared must find each.
 var SharedMutants = []Mutant{
+	{"a downgrade naming its holding's token is refused as one taken anew (the tokens not compared)", "shared",
+		"            if old and A.origin ~= '' and old.token ~= A.origin and old.owner == A.owner then",
+		"            if old and A.origin ~= '' and old.owner == A.owner then"},
 	{"a settled locker takes permits again (take ignores GONE)", "shared",
 		"        if settled(A.locker) then\n            if freed then wake(k) end", "        if false then\n            if freed then wake(k) end"},
 	{"a take counts no permits already held", "shared",
