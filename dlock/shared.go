@@ -995,8 +995,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // growPatience is how long a semaphore process's first waiter waits for the process's own
-// permits before the process stands in line for more.
-func growPatience(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 6 }
+// permits before the process stands in line for more: half the lease. Its waiters take turns
+// on the process's permits, so the first one's wait grows with their number and with a busy
+// CPU; at a sixth of the lease (10 ms with the bench's 60 ms lease) processes that each held
+// their share stood in line by turns, each telling every holder to give its permits back, and
+// the semaphore row ran at a fifth of its speed in most runs (docs/benchmarks.md).
+func growPatience(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 2 }
 
 // requestTimeout bounds each request of the driver: a reply lost (and sent again by go-redis)
 // must not hold up the renewals of the lock's other holdings.
