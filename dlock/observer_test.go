@@ -269,6 +269,79 @@ func TestObserverToldOfRenewalsUnansweredBeforeTheLoss(t *testing.T) {
 	})
 }
 
+// A semaphore waiter whose process asked for it before, by an attempt that ended, and is
+// served by a later attempt, says what sent that one — the pace of a process's asks for more
+// (polled), a raised count's message (notified), its own release standing in line again
+// (retry) — never "attempt", which is a first ask.
+func TestObserverToldHowASemaphoreWaiterAskedAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want dlock.How
+		let  func(t *testing.T, mine, other *dlock.Owner, otherSem *dlock.Semaphore) // what frees the permits
+		n    int                                                                     // the waiter's ask
+	}{
+		{"more-at-the-pace-of-asks", dlock.HowPolled, func(t *testing.T, _, other *dlock.Owner, _ *dlock.Semaphore) { _ = other.Unlock() }, 1},
+		{"a-raised-count", dlock.HowNotified, func(t *testing.T, _, _ *dlock.Owner, s *dlock.Semaphore) {
+			if err := s.SetPermits(context.Background(), 3); err != nil {
+				t.Error(err)
+			}
+		}, 1},
+		{"its-own-release-in-line-again", dlock.HowRetry, func(t *testing.T, mine, other *dlock.Owner, _ *dlock.Semaphore) {
+			_ = other.Unlock() // (nothing tells a process asking for more of it)
+			_ = mine.Unlock()  // its last holding goes: the release stands in line again for the waiter's 2
+		}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			ga, ca := newGen(t, dlock.WithObserver(rec), dlock.WithDefaultLease(10*time.Second)) // (patience 5 s: the waiter asks for more at its pace)
+			var takes atomic.Int64
+			ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if sharedArg(cmd.Args(), "op") == "take" {
+					takes.Add(1)
+				}
+				return next(ctx, cmd)
+			}})
+			gb, _ := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			sa, sb := semOf(t, ga, tg, 2), semOf(t, gb, tg, 2)
+			mine, err := sa.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := sb.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				o, err := sa.Acquire(ctx, tc.n)
+				if err == nil {
+					err = o.Unlock()
+				}
+				got <- err
+			}()
+			waitFor(t, func() bool { return takes.Load() >= 2 }) // its process asked for it, and was refused
+			time.Sleep(50 * time.Millisecond)                    // (the answer applied)
+			tc.let(t, mine, other, sb)
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			_ = mine.Unlock()
+			_ = other.Unlock()
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			var hows []dlock.How
+			for _, e := range rec.acquired {
+				hows = append(hows, e.How)
+			}
+			if len(hows) != 2 || hows[1] != tc.want {
+				t.Fatalf("acquired how %v, want the waiter's %v", hows, tc.want)
+			}
+		})
+	}
+}
+
 // A waiter that gives up while the renewal before its hand-over is on its way (its handle's
 // lease differs from the holding's, so the holding renews first) is not a failed renewal:
 // Redis failed nothing, and nothing is retried; the waiter's own NotObtained tells it.

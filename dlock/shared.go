@@ -38,22 +38,23 @@ type sharedState struct {
 	channel string // this process's channel of the lock
 	kick    chan struct{}
 
-	mu      sync.Mutex
-	phase   sharedPhase    // guarded by mu
-	holds   []*shareHold   // in Redis, lent or not; guarded by mu
-	waiters []*shareWaiter // first come first; guarded by mu
-	closed  []ReleaseEvent // Close's, for the driver to tell the Observer; guarded by mu
-	lost    []LossEvent    // losses Close found, for the driver to tell the Observer before Close returns; guarded by mu
-	wanted  bool           // another process waits in line: lend no more; guarded by mu
-	heardW  uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
-	heardF  uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
-	subAt   time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
-	attempt *shareAttempt  // this process's request for permits, if any; guarded by mu
-	forced  string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
-	growAt  time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
-	owed    []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
-	lapsed  []error        // Close's releases of holdings given up (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
-	exited  chan struct{}  // closed when the driver ended
+	mu       sync.Mutex
+	phase    sharedPhase    // guarded by mu
+	holds    []*shareHold   // in Redis, lent or not; guarded by mu
+	waiters  []*shareWaiter // first come first; guarded by mu
+	closed   []ReleaseEvent // Close's, for the driver to tell the Observer; guarded by mu
+	lost     []LossEvent    // losses Close found, for the driver to tell the Observer before Close returns; guarded by mu
+	wanted   bool           // another process waits in line: lend no more; guarded by mu
+	heardW   uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
+	heardF   uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
+	subAt    time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
+	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
+	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
+	growAt   time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
+	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry
+	owed     []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
+	lapsed   []error        // Close's releases of holdings given up (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
+	exited   chan struct{}  // closed when the driver ended
 }
 
 // sharedPhase is where a sharedState is in its life.
@@ -142,6 +143,7 @@ type shareWaiter struct {
 	queued bool      // it was not served at once
 	passed bool      // lent a holding that had been lent before (a hand-over within the process), not one taken for it
 	took   How       // lent a holding taken for it: what sent its take (HowAttempt for the first)
+	asked  bool      // an attempt was made for it before (a new one is not its first ask)
 	since  time.Time // when it began to wait
 	err    error
 	fault  error // the last Redis failure of a take for it, which its error names if it gives up; guarded by st.mu
@@ -157,6 +159,14 @@ func (w *shareWaiter) how() How {
 		return HowHandOver
 	}
 	return w.took
+}
+
+// woken records what sends a's next take (Observer). A try's take is its first ask, however
+// often sent.
+func (a *shareAttempt) woken(how How) {
+	if !a.try {
+		a.wake = how
+	}
 }
 
 // shareAttempt is this process's request for permits: in the Redis line (wait), or one try.
@@ -251,9 +261,10 @@ func (st *sharedState) hear(payload string) {
 	case "F":
 		st.heardF++
 		if st.attempt != nil {
-			st.attempt.pollAt, st.attempt.wake = time.Time{}, HowNotified
+			st.attempt.pollAt = time.Time{}
+			st.attempt.woken(HowNotified)
 		}
-		st.growAt = time.Time{} // (a raised count: a holder's waiter asks for more now)
+		st.growAt, st.growWake = time.Time{}, HowNotified // (a raised count: a holder's waiter asks for more now)
 	}
 	st.mu.Unlock()
 	st.poke()
@@ -270,7 +281,8 @@ func (st *sharedState) subscribed() {
 	st.heardF++
 	st.subAt = now
 	if st.attempt != nil {
-		st.attempt.pollAt, st.attempt.wake = time.Time{}, HowRetry
+		st.attempt.pollAt = time.Time{}
+		st.attempt.woken(HowRetry)
 	}
 	for _, h := range st.holds {
 		if h.ctx.Err() == nil && h.renewAt.After(now) {
@@ -582,6 +594,10 @@ func (st *sharedState) planOther(now time.Time) action {
 			a.wait = false
 		}
 		if a.wait || a.try || !now.Before(st.growAt) {
+			if front.asked && !front.try {
+				a.wake = st.growWake // (its first ask was an earlier attempt's: what lets this one be sent)
+			}
+			front.asked, st.growWake = true, HowRetry
 			st.attempt = a
 			return action{do: st.take(a)}
 		}
@@ -806,7 +822,8 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 	if front := st.front(); front != nil && !front.try && len(st.holds) == 0 && st.attempt == nil && st.g.done.Err() == nil {
 		// its goroutines still want permits (another process waits, or the holding cannot
 		// serve them): the process stands in line again as it lets go, in the same request
-		a := &shareAttempt{locker: st.g.newLocker(), n: front.n, wait: true}
+		a := &shareAttempt{locker: st.g.newLocker(), n: front.n, wait: true, wake: HowRetry}
+		front.asked = true
 		st.attempt = a
 		return action{do: st.payThenTake(o, a)}
 	}
@@ -870,7 +887,7 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			// permits of this process are free in Redis: a goroutine of it waiting for more
 			// than its holdings serve asks now (no release tells it, but it knows of its own)
 			st.mu.Lock()
-			st.growAt = time.Time{}
+			st.growAt, st.growWake = time.Time{}, HowRetry
 			st.mu.Unlock()
 		}
 		tell(o.fate, err)
@@ -1191,7 +1208,8 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		case front != nil:
 			front.fault = err
 		}
-		a.pollAt, a.wake = time.Now().Add(retryPause(st.cfg)), HowRetry
+		a.pollAt = time.Now().Add(retryPause(st.cfg))
+		a.woken(HowRetry)
 	case r.Outcome == processor.Taken && a.locker == st.forced:
 		// An operator's ForceRelease in this Generator removed the holding as this answer
 		// came: nothing to lend; the waiters ask again, with a new attempt.
@@ -1236,7 +1254,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		st.attempt = nil
 		st.heldAnswer(r, w)
 		if !a.try && st.heardF == f {
-			st.growAt = time.Now().Add(lease / 6) // no room to grow: ask again later
+			st.growAt, st.growWake = time.Now().Add(lease/6), HowPolled // no room to grow: ask again later
 		} else if front := st.front(); front != nil && front.try && a.serves(front) {
 			st.waiters = st.waiters[1:]
 			close(front.done)
@@ -1247,9 +1265,10 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		if r.Rank == 0 && r.Life >= 0 {
 			pace = min(pace, r.Life+time.Millisecond)
 		}
-		a.wake = HowPolled
+		a.woken(HowPolled)
 		if st.heardF != f {
-			pace, a.wake = 0, HowNotified // told the permits fit after this request was sent
+			pace = 0 // told the permits fit after this request was sent
+			a.woken(HowNotified)
 		}
 		a.pollAt = time.Now().Add(pace)
 	default: // settled: a fresh attempt next
