@@ -294,12 +294,13 @@ func TestObserverToldHowASemaphoreWaiterAskedAgain(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
 			ga, ca := newGen(t, dlock.WithObserver(rec), dlock.WithDefaultLease(10*time.Second)) // (patience 5 s: the waiter asks for more at its pace)
-			var takes atomic.Int64
+			var takes atomic.Int64                                                               // answered
 			ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
 				if sharedArg(cmd.Args(), "op") == "take" {
 					takes.Add(1)
 				}
-				return next(ctx, cmd)
+				return err
 			}})
 			gb, _ := newGen(t)
 			tg := uniqueTarget(t)
@@ -322,7 +323,7 @@ func TestObserverToldHowASemaphoreWaiterAskedAgain(t *testing.T) {
 				got <- err
 			}()
 			waitFor(t, func() bool { return takes.Load() >= 2 }) // its process asked for it, and was refused
-			time.Sleep(50 * time.Millisecond)                    // (the answer applied)
+			time.Sleep(20 * time.Millisecond)                    // (the answer applied)
 			tc.let(t, mine, other, sb)
 			if err := <-got; err != nil {
 				t.Fatal(err)
@@ -571,7 +572,15 @@ func TestObserverToldHowTheFamilyWaitedOnAnotherProcess(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
 			holder, _ := newGen(t, tc.opts...)
-			waiter, _ := newGen(t, append([]dlock.Option{dlock.WithObserver(rec)}, tc.opts...)...)
+			waiter, wc := newGen(t, append([]dlock.Option{dlock.WithObserver(rec)}, tc.opts...)...)
+			var answered atomic.Int64 // the waiter's takes answered
+			wc.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if sharedArg(cmd.Args(), "op") == "take" {
+					answered.Add(1)
+				}
+				return err
+			}})
 			tg := uniqueTarget(t)
 			ctx := ctxT(t, 20*time.Second)
 			rw, sem := rwOf(t, holder, tg), semOf(t, holder, tg+"-sem", 1)
@@ -589,6 +598,7 @@ func TestObserverToldHowTheFamilyWaitedOnAnotherProcess(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := make(chan error, 1)
+				before := answered.Load()
 				go func() {
 					o, err := k.wait(ctx)
 					if err == nil {
@@ -596,7 +606,11 @@ func TestObserverToldHowTheFamilyWaitedOnAnotherProcess(t *testing.T) {
 					}
 					got <- err
 				}()
-				waitFor(t, func() bool { st, err := k.state(ctx); return err == nil && len(st.Waiting) == 1 }) // (it stands in line)
+				// it stands in line, and has asked again since (as its subscription was made, or
+				// at its pace): no take of it is on its way as the holder lets go
+				waitFor(t, func() bool { st, err := k.state(ctx); return err == nil && len(st.Waiting) == 1 })
+				waitFor(t, func() bool { return answered.Load() >= before+2 })
+				time.Sleep(20 * time.Millisecond) // (its answer applied)
 				if err := held.Unlock(); err != nil {
 					t.Fatal(err)
 				}
