@@ -51,7 +51,7 @@ type sharedState struct {
 	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt   time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
-	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry
+	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry; guarded by mu
 	owed     []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
 	lapsed   []error        // Close's releases of holdings given up (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
 	exited   chan struct{}  // closed when the driver ended
@@ -142,7 +142,6 @@ type shareWaiter struct {
 	token  uint64    // the holding's token when lent
 	queued bool      // it was not served at once
 	passed bool      // lent a holding that had been lent before (a hand-over within the process), not one taken for it
-	took   How       // lent a holding taken for it: what sent its take (HowAttempt for the first)
 	asked  bool      // an attempt was made for it before (a new one is not its first ask)
 	since  time.Time // when it began to wait
 	err    error
@@ -158,7 +157,7 @@ func (w *shareWaiter) how() How {
 	case w.passed:
 		return HowHandOver
 	}
-	return w.took
+	return w.hold.how
 }
 
 // woken records what sends a's next take (Observer). A try's take is its first ask, however
@@ -373,7 +372,7 @@ func (st *sharedState) lendLocked() {
 		}
 		st.lend(h, w)
 		st.waiters = slices.Delete(st.waiters, i, i+1)
-		w.hold, w.token, w.passed, w.took = h, h.token, !h.fresh, h.how
+		w.hold, w.token, w.passed = h, h.token, !h.fresh
 		close(w.done)
 	}
 	for _, h := range st.holds {

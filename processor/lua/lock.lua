@@ -28,9 +28,11 @@ end
 local holder = redis.call('get', K)
 local owner = string.sub(locker, 1, #locker - #seq)
 local waits = mark ~= '' and waiting(mark)
-if holder == locker and seq ~= '' and waits and (numberOf(waits, owner) or -1) > tonumber(seq) then
-    -- a copy of the take of a tenure its process has given up (it waits with a newer attempt;
-    -- its give-back lets the key go): refused, the newer attempt keeping its place
+-- (also a copy of the take of the very acquisition that holds the key, whose process has
+-- given it up and waits with a newer attempt: its give-back lets the key go)
+local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
+if own and own > tonumber(seq) then
+    settle(seq)
     return {-1, 0}
 end
 if holder == locker then
@@ -41,11 +43,6 @@ if holder == locker then
     end
     local first = tokens(A.tokens)
     return {1, first, origin(locker)}
-end
-local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
-if own and own > tonumber(seq) then
-    settle(seq)
-    return {-1, 0}
 end
 if not holder and not gapOpen() then
     redis.call('set', K, locker, 'PX', A.lease)
