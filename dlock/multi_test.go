@@ -927,10 +927,12 @@ func TestMultiLockNeverReturnsAPartNearlyExpired(t *testing.T) {
 // go of the other parts and took them again — about a thousand times a second — until its
 // context ended).
 func TestMultiLockReentersAPartWhoseLeaseExtendShortened(t *testing.T) {
+	t.Parallel() // (mostly sleeping, on keys of its own)
 	g, _ := newGen(t)
 	tg := target(t)
-	a := mustGen(t, g, "MULTI", tg+"-a", time.Second)
-	b := mustGen(t, g, "MULTI", tg+"-b", time.Second)
+	// (Leases a loaded machine's renewals keep up with: the handle's 3 s, shortened to 1 s.)
+	a := mustGen(t, g, "MULTI", tg+"-a", 3*time.Second)
+	b := mustGen(t, g, "MULTI", tg+"-b", 3*time.Second)
 	m, err := g.Multi(b, a)
 	if err != nil {
 		t.Fatal(err)
@@ -940,10 +942,10 @@ func TestMultiLockReentersAPartWhoseLeaseExtendShortened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = oa.Unlock() }()
-	if err := a.Extend(oa, 100*time.Millisecond); err != nil {
+	if err := a.Extend(oa, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1200 * time.Millisecond) // (the 1 s lease runs down: renewals now give 100 ms)
+	time.Sleep(3200 * time.Millisecond) // (the 3 s lease runs down: renewals now give 1 s)
 	if oa.Err() != nil {
 		t.Fatalf("the holding ended: %v", context.Cause(oa))
 	}

@@ -142,6 +142,8 @@ func TestRWWriterInLineHoldsOffNewReaders(t *testing.T) {
 		st, err := rwOf(t, ga, tg).State(ctx)
 		return err == nil && len(st.Waiting) == 1
 	})
+	// (The reader's process lends its read-hold until the writer's message reaches it.)
+	waitFor(t, func() bool { return ga.SharedWanted(rwOf(t, ga, tg).Config().UniqueKey()) })
 	for name, l := range map[string]*dlock.RWLock{"another process": rwOf(t, gc, tg), "the reader's process": rwOf(t, ga, tg)} {
 		if o, ok, err := l.TryRLock(ctx); ok || err != nil {
 			t.Fatalf("TryRLock of %s with a writer in line = %v %v %v", name, o, ok, err)
