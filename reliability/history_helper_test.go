@@ -65,6 +65,8 @@ type histWrite struct {
 //	         the holding;
 //	"start": the helper's first line, with its process id;
 //	"force": an operator's ForceRelease of Key (State, then ForceRelease of the holder shown);
+//	"stall": the helper's process ran nothing for a while (a ticker's wake-up came late by at
+//	         least histStallMin: the machine's load, a long GC pause): From, To;
 //	"exit":  the helper's last line, after its generator was closed: Close's error and the
 //	         goroutine-leak check.
 type histRecord struct {
@@ -102,6 +104,10 @@ type histRecord struct {
 
 	// start: the helper's first line: its process id (a locker names its process by it).
 	Pid int `json:"pid,omitempty"`
+
+	// stall: the last wake-up of the watcher before the stall, and the first after it.
+	From int64 `json:"sf,omitempty"`
+	To   int64 `json:"sto,omitempty"`
 
 	// exit
 	CloseErr string `json:"close,omitempty"`
@@ -159,6 +165,7 @@ func historyHelper(g *dlock.Generator, c *redis.Client) int {
 		keys: envInt("KEYS"), lease: envDuration("LEASE"),
 	}
 	w.log.put(&histRecord{T: "start", Proc: w.proc, Pid: os.Getpid()})
+	stopWatch := watchStalls(w.log, w.proc)
 	var wg sync.WaitGroup
 	iters := make([]int64, envInt("GOROUTINES"))
 	for i := range iters {
@@ -172,6 +179,7 @@ func historyHelper(g *dlock.Generator, c *redis.Client) int {
 		}()
 	}
 	wg.Wait()
+	stopWatch()
 	exit := &histRecord{T: "exit", Proc: w.proc}
 	for _, n := range iters {
 		exit.Iters += n
@@ -201,6 +209,32 @@ func historyHelper(g *dlock.Generator, c *redis.Client) int {
 		return 2
 	}
 	return 0
+}
+
+// watchStalls logs a "stall" record whenever a ticker of histStallTick wakes up at least
+// histStallMin after its previous wake-up: the process ran nothing meanwhile, the lease
+// watchdog included. It returns a function that stops the watcher and waits for it.
+func watchStalls(log *histLog, proc string) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(histStallTick)
+		defer tick.Stop()
+		last := monoNow()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now := monoNow()
+			if now-last >= int64(histStallMin) {
+				log.put(&histRecord{T: "stall", Proc: proc, From: last, To: now})
+			}
+			last = now
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 type histWorkload struct {

@@ -83,7 +83,11 @@ import (
 // release, as the contract says); a holding of a process killed
 // (kill -9) before it logged its release (its "begin"
 // line has no "op" line); a holding whose process was SIGSTOPped during its span, the stop
-// having begun no later than the overlap or write in question; a holding that straddles a
+// having begun no later than the overlap or write in question; a holding told of a loss
+// whose process stalled (ran nothing for histStallMin or more: a loaded machine's scheduler
+// or a GC pause, logged by the helper's watchStalls) from no later than the overlap's start
+// into the noticeSlack before it — the lease watchdog, stalled with the rest, told it late
+// (the overlap a SIGSTOP makes, made by the machine); a holding that straddles a
 // restart of the lock's Redis (the restart began during its span and no later than the
 // overlap), provided it was told of the loss (ToldCtx or ToldUnlock) or released within a
 // lease of the restart (or what remains of a lease an Extend set just before it, see
@@ -199,6 +203,8 @@ const (
 	histLease                           = 400 * time.Millisecond
 	histCallSlack                       = 2 * time.Second
 	histNoticeSlack                     = 100 * time.Millisecond
+	histStallTick                       = 5 * time.Millisecond
+	histStallMin                        = 50 * time.Millisecond // a helper that ran nothing this long stalled (see watchStalls)
 	histEndSlack                        = 25 * time.Second
 	histExamples                        = 3
 )
@@ -239,6 +245,7 @@ type histRun struct {
 	current      []*histProc // by slot
 	incarnations []int
 	faults       []histFault
+	stalls       map[string][]histFault // by helper: the stalls it logged (see watchStalls)
 
 	// Leftovers in the lock's Redis: right after the helpers exited, and 3 leases later.
 	leftNow, leftLater []string
@@ -278,6 +285,8 @@ type histStats struct {
 	badLines                              int
 	perKey                                map[string]int
 	forces, forced, copies                int // operators' ForceRelease calls, those that removed a holder; writes sent twice
+	stalls                                int // stalls the helpers logged, and the longest
+	maxStall                              time.Duration
 }
 
 // start starts a helper in slot.
@@ -616,6 +625,17 @@ func (r *histRun) analyse() {
 		}
 		return false
 	}
+	r.stalls = map[string][]histFault{}
+	for _, p := range r.all {
+		lines, _ := readHistLog(p.log)
+		for _, rec := range lines {
+			if rec.T == "stall" {
+				r.stalls[p.id] = append(r.stalls[p.id], histFault{Kind: "stall", Proc: p.id, Start: rec.From, End: rec.To})
+				st.stalls++
+				st.maxStall = max(st.maxStall, time.Duration(rec.To-rec.From))
+			}
+		}
+	}
 
 	// Read the logs.
 	type gid struct {
@@ -879,7 +899,7 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 		default:
 			bound = histCallSlack
 		}
-		if c.Redis && !r.faultNear(p.id, c.Start, c.End) {
+		if c.Redis && !r.faultNear(p.id, c.Start, c.End) && !r.stalledDuring(p.id, c.Start, c.End) {
 			r.violate("redis-error-without-fault", "proc %s g%d #%d %s: %s returned a Redis error with no fault on its process or restart in the two leases before: %s (call %s–%s)",
 				rec.Proc, rec.G, rec.Seq, rec.Key, c.Kind, c.Err, r.rel(c.Start), r.rel(c.End))
 		}
@@ -904,6 +924,32 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 func (r *histRun) faultNear(proc string, from, to int64) bool {
 	for _, f := range r.faults {
 		if (f.Kind == "restart" || f.Proc == proc) && f.Start < to && f.End+int64(2*r.lease) > from {
+			return true
+		}
+	}
+	return false
+}
+
+// stalledDuring reports whether proc logged a stall between from and to.
+func (r *histRun) stalledDuring(proc string, from, to int64) bool {
+	for _, w := range r.stalls[proc] {
+		if w.Start < to && w.End > from {
+			return true
+		}
+	}
+	return false
+}
+
+// stalledAsLost reports whether x's process stalled as x's lease may have run out before
+// another's acquisition at start: a stall that began during x's span, no later than start,
+// and lasted into the noticeSlack before start — its lease watchdog, held up with the rest,
+// told x of the loss late — and x was told of a loss.
+func (r *histRun) stalledAsLost(x *histHolding, start int64) bool {
+	if !x.ToldCtx && !x.ToldUnlock {
+		return false
+	}
+	for _, w := range r.stalls[x.Proc] {
+		if w.Start < x.TRel && w.End > x.CallStart && w.Start <= start && w.End >= start-int64(histNoticeSlack) {
 			return true
 		}
 	}
@@ -967,6 +1013,10 @@ func (r *histRun) checkPair(a, b *histHolding, pausedDuring func(string, int64, 
 	for _, x := range []*histHolding{a, b} {
 		if pausedDuring(x.Proc, x.CallStart, x.TRel, start) {
 			st.excused["paused"]++
+			return false
+		}
+		if r.stalledAsLost(x, start) {
+			st.excused["stalled as its lease ran out"]++
 			return false
 		}
 	}
@@ -1305,6 +1355,7 @@ func (r *histRun) report() {
 	}
 	fmt.Fprintf(&b, "  faults: %d %v; operators' ForceRelease calls %d (%d removed a holder); writes delivered twice %d\n",
 		len(r.faults), faults, st.forces, st.forced, st.copies)
+	fmt.Fprintf(&b, "  helpers' stalls of %v or more: %d, the longest %v\n", histStallMin, st.stalls, st.maxStall.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  told of a loss: by the owner context %d, by Unlock %d; overlaps after a loss notice %d; excused overlaps %v\n",
 		st.toldCtx, st.toldUnlock, st.overlapsTold, st.excused)
 	fmt.Fprintf(&b, "  loss notices later than another's acquisition: %d, the latest by %v (slack %v)\n",
@@ -1401,6 +1452,9 @@ func TestHistoryRules(t *testing.T) {
 			Calls: []histCall{{Kind: "force", D: int64(2 * time.Second), Start: at * ms, End: (at + 1) * ms, Outcome: "ok"}}}
 	}
 	restart := histFault{Kind: "restart", Start: 100 * ms, End: 150 * ms}
+	stall := func(proc string, from, to int64) *histRecord {
+		return &histRecord{T: "stall", Proc: proc, From: from * ms, To: to * ms}
+	}
 	pause := func(proc string, from, to int64) histFault {
 		return histFault{Kind: "stop", Proc: proc, Start: from * ms, End: to * ms}
 	}
@@ -1432,6 +1486,10 @@ func TestHistoryRules(t *testing.T) {
 			[]histFault{pause("a", 100, 900)}, nil, nil},
 		{"paused after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 1000, lostAt(950)), hold("b", "k", 2, 2, 500, 600)},
 			[]histFault{pause("a", 600, 900)}, nil, []string{"overlap"}},
+		{"stalled as the lease ran out, told late", []*histRecord{hold("a", "k", 1, 0, 1, 401, lostAt(400)), hold("b", "k", 2, 2, 150, 500), stall("a", 100, 380)}, nil, nil, nil},
+		{"stalled, never told", []*histRecord{hold("a", "k", 1, 0, 1, 401), hold("b", "k", 2, 2, 150, 500), stall("a", 100, 380)}, nil, nil, []string{"overlap"}},
+		{"stalled long before the overlap", []*histRecord{hold("a", "k", 1, 0, 1, 401, lostAt(400)), hold("b", "k", 2, 2, 150, 500), stall("a", 10, 40)}, nil, nil, []string{"overlap"}},
+		{"stalled after the overlap began", []*histRecord{hold("a", "k", 1, 0, 1, 401, lostAt(400)), hold("b", "k", 2, 2, 150, 500), stall("a", 160, 380)}, nil, nil, []string{"overlap"}},
 		{"paused in Lock", []*histRecord{hold("a", "k", 1, 0, 950, 1000, lostAt(951)), hold("b", "k", 2, 2, 500, 960)},
 			[]histFault{pause("a", 10, 900)}, nil, nil},
 		{"restart, told", []*histRecord{hold("a", "k", 1, 0, 1, 300, lostAt(290)), hold("b", "k", 2, 160, 200, 310)},
@@ -1498,6 +1556,8 @@ func TestHistoryRules(t *testing.T) {
 			nil, nil, []string{"redis-error-without-fault"}},
 		{"Redis error in a black hole", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.Calls[1].Outcome, r.Calls[1].Redis = "redis", true })},
 			[]histFault{{Kind: "blackhole", Proc: "a", Start: 0, End: 5 * ms}}, nil, nil},
+		{"Redis error in a stall", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.Calls[1].Outcome, r.Calls[1].Redis = "redis", true }), stall("a", 8, 70)},
+			nil, nil, nil},
 		{"Unlock not held", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.Calls[1].Outcome = "error" })}, nil, nil, []string{"unlock-error"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
