@@ -886,10 +886,12 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only
 // the holds it counts.
 func (so *shareOwner) unlock(ctx context.Context) error {
-	return named(so.unlock1(oneHoldOf(ctx, so)), so.st.cfg.UniqueKey())
+	return named(so.unlock1(oneHoldOf(ctx, so), nil), so.st.cfg.UniqueKey())
 }
 
-func (so *shareOwner) unlock1(one *oneHold) error {
+// unlock1 releases one hold; the final one waits until what it let go is free in Redis, or
+// lent again — or bound (if not nil) ends: the driver goes on releasing it.
+func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 	st := so.st
 	st.mu.Lock()
 	st.lapseLocked(so.hold) // (its Owner's Unlock comes here without ownerIn)
@@ -931,12 +933,18 @@ func (so *shareOwner) unlock1(one *oneHold) error {
 	}
 	st.mu.Unlock()
 	st.poke()
+	var gaveUp <-chan struct{}
+	if bound != nil {
+		gaveUp = bound.Done()
+	}
 	if fate != nil {
 		select {
 		case err := <-fate:
 			if cause == nil {
 				cause = err
 			}
+		case <-gaveUp:
+			cause = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: fmt.Errorf("%w: %w", errReleaseInBackground, context.Cause(bound))}
 		case <-st.g.clean.Done():
 			select {
 			case cause = <-fate:

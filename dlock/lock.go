@@ -356,6 +356,12 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // instead); ErrInvalidConfig for a nil context or on a lock not made by a Generator. Safe for
 // concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
+	return l.unlock(ctx, nil)
+}
+
+// unlock is Unlock; with bound, the final release to Redis is waited for only while bound
+// lasts (then it goes on in the background, retried until the lease runs out).
+func (l *DistributedReentrantLock) unlock(ctx, bound context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
@@ -394,7 +400,11 @@ func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
 	h.state = holdReleased
 	h.cancelCtx(context.Canceled) // (with the state: a re-entry through a context of the Owner finds it ended, not free to acquire anew)
 	h.mu.Unlock()
-	return l.named(h.release(context.WithoutCancel(ctx), context.Canceled))
+	rctx := context.WithoutCancel(ctx)
+	if bound != nil {
+		rctx = withValues{Context: bound, values: ctx}
+	}
+	return l.named(h.release(rctx, context.Canceled))
 }
 
 // Do runs fn while holding the lock and always releases it, even if fn panics. fn receives the

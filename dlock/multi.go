@@ -161,7 +161,9 @@ func (m *MultiLock) Parts() []Part {
 // FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
 // ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
 // fails, the parts taken so far are released in reverse order and the error returned (as a
-// part's Lock returns it). A part lost while Lock waits for a later one, or renews an earlier
+// part's Lock returns it); Lock waits for those releases up to a sixth of the shortest part's
+// lease past ctx's end, and leaves one Redis has not answered by then to go on in the
+// background (retried until that part's lease runs out). A part lost while Lock waits for a later one, or renews an earlier
 // one (its renewals failed through a failover, or an operator removed it), is not returned as
 // held: Lock lets go of the parts it took and takes them all again, so the Owner it returns
 // holds every part. When a
@@ -264,8 +266,10 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 	owners := make([]*Owner, 0, len(m.parts))
 	values := context.Context(ctx) // carries the parts taken so far
 	letGo := func() {
+		bound, cancel := m.giveUpBound(ctx)
+		defer cancel()
 		for i := len(owners) - 1; i >= 0; i-- {
-			_ = owners[i].Unlock()
+			_ = owners[i].unlockWithin(bound)
 		}
 	}
 	// startOver lets go of every part taken, because of cause (a part lost, or closed, or a
@@ -323,6 +327,23 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		return nil, nil, notObtained(err, nil)
 	}
 	return owners, values, nil
+}
+
+// giveUpBound returns the context within which a Lock or TryLock that gives up waits for the
+// releases of the parts it took: ctx while it lasts; once it has ended, a sixth of the
+// shortest part's lease more (the pace at which a waiter polls). A release Redis answers is
+// waited for, so the parts are free when the call returns; one it does not answer goes on in
+// the background (retried until the part's lease runs out), and the call returns — not a lease
+// after its deadline.
+func (m *MultiLock) giveUpBound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	grace := m.parts[0].Config().Lease()
+	for _, l := range m.parts[1:] {
+		grace = min(grace, l.Config().Lease())
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), grace/6)
 }
 
 // freshen renews the parts of a MultiLock, held by owners, when one of them has less than

@@ -2141,3 +2141,69 @@ func TestMultiLockOverAnOwnerOfOneHold(t *testing.T) {
 	}
 	_ = o.Unlock()
 }
+
+// A MultiLock that gives up returns by its deadline, as a part's own Lock does, also when
+// Redis stops answering once it holds a part: it lets go of the parts it took in the
+// background (it waited for each release, up to the part's lease), and the part is free
+// again soon after Redis answers, not only once its lease runs out.
+func TestMultiLockThatGivesUpInABlackHoleReturnsByItsDeadline(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"mutex", "write side", "permit"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const lease = 20 * time.Second
+			g, p := farGen(t, lease)
+			other, _ := newGen(t, dlock.WithDefaultLease(lease))
+			tg := uniqueTarget(t)
+			part := func(g *dlock.Generator) dlock.Part {
+				switch kind {
+				case "write side":
+					return rwOf(t, g, tg+"-a").WriteSide()
+				case "permit":
+					return semOf(t, g, tg+"-a", 1).Permits(1)
+				}
+				return mustGen(t, g, "MULTIBH", tg+"-a", lease)
+			}
+			held, err := mustGen(t, other, "ZMULTIBH", tg+"-b", lease).Lock(ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Unlock()
+			m, err := g.MultiOf(part(g), mustGen(t, g, "ZMULTIBH", tg+"-b", lease)) // (the part of "-a" comes first in the global order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			got := make(chan error, 1)
+			go func() {
+				o, err := m.Lock(ctx)
+				if err == nil {
+					_ = o.Unlock()
+				}
+				got <- err
+			}()
+			// Once the first part is held (the other process finds it taken), Redis stops
+			// answering this process.
+			first := part(other)
+			waitFor(t, func() bool {
+				o, ok, err := first.TryLock(ctxT(t, 5*time.Second))
+				if ok {
+					_ = o.Unlock()
+				}
+				return err == nil && !ok
+			})
+			p.Blackhole(true)
+			err = rgRecv(t, got, lease/2, "the MultiLock's Lock (a give-up waiting for its releases takes the lease)")
+			p.Blackhole(false)
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Lock = %v, want ErrNotObtained and the deadline", err)
+			}
+			o, err := first.Lock(ctxT(t, lease*3/4))
+			if err != nil {
+				t.Fatalf("the first part after the give-up: %v (its release waits for its lease)", err)
+			}
+			_ = o.Unlock()
+		})
+	}
+}

@@ -173,6 +173,21 @@ func (o *Owner) Unlock() error {
 	return o.l.Unlock(o)
 }
 
+// unlockWithin is Unlock, waiting for what its final hold lets go of only while bound lasts:
+// the release goes on in the background (retried until its lease runs out), and the error
+// says so. A MultiLock that gives up lets go of its parts so, within the caller's deadline.
+func (o *Owner) unlockWithin(bound context.Context) error {
+	switch {
+	case o == nil || (o.ctx == nil && o.multi == nil && o.sh == nil):
+		return ErrNotHeld
+	case o.multi != nil:
+		return o.multi.Unlock(o)
+	case o.sh != nil:
+		return named(o.sh.unlock1(oneHoldOf(o, o.sh), bound), o.sh.st.cfg.UniqueKey())
+	}
+	return o.l.unlock(o, bound)
+}
+
 // String names the context, for logs.
 func (o *Owner) String() string {
 	if o == nil {
