@@ -252,7 +252,9 @@ func (s *Semaphore) FencingToken(owned context.Context) (uint64, bool) {
 // under the old count.
 // The change names the count it replaces, read first, and runs once: a copy of it (or of an
 // earlier SetPermits) that reaches Redis late cannot set an older count again, even when the
-// count went back to the one it names; SetPermits calls made at once from several places still
+// count went back to the one it names — but for a copy that comes after Redis restarted empty
+// (which forgets what ran) and finds the count the change names (the processes' own k, or one
+// set since): it sets its count again; SetPermits calls made at once from several places still
 // leave whichever ran last.
 // It returns ErrInvalidConfig for k < 1 or k > 2^53 − 1, ErrClosed after Close, a *RedisProcessError when
 // Redis fails, ctx's error when ctx ends first (the change may then still reach Redis), and an

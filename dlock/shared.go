@@ -833,6 +833,7 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 // fate, or of a locker that may hold in Redis unknown to this process (mayHold).
 type owedRelease struct {
 	locker    string
+	origin    uint64       // the token the holding was taken with, as its renewals name it (0 if unknown)
 	last, end uint64       // the tokens it gives back (unused)
 	until     time.Time    // its lease's end: a release that failed is owed again until then
 	failed    bool         // Redis failed it: it goes after any take due (reowe)
@@ -843,7 +844,7 @@ type owedRelease struct {
 // letGo returns the release of h, which left the holdings. The caller holds mu.
 func (st *sharedState) letGo(h *shareHold) owedRelease {
 	last, end := st.unused(h)
-	return owedRelease{locker: h.locker, last: last, end: end, until: h.valid, fate: h.takeFate()}
+	return owedRelease{locker: h.locker, origin: h.origin, last: last, end: end, until: h.valid, fate: h.takeFate()}
 }
 
 // owe adds a release of locker, which may hold in Redis unknown to this process. The caller
@@ -865,7 +866,7 @@ func (st *sharedState) mayHold(locker string) owedRelease {
 // with its lease).
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		err := st.release(ctx, o.locker, o.last, o.end)
+		err := st.release(ctx, o.locker, o.origin, o.last, o.end)
 		if st.oweAgain(o, err) {
 			st.mu.Lock()
 			st.reowe(o, err)
@@ -934,7 +935,7 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	}
 	o := st.mayHold(a.locker)
 	return action{do: func(ctx context.Context) {
-		if err := st.release(ctx, a.locker, 0, 0); st.oweAgain(o, err) {
+		if err := st.release(ctx, a.locker, 0, 0, 0); st.oweAgain(o, err) {
 			// failed, or cut short (for a renewal due, or by Close) and perhaps never sent:
 			// owed, as a holding's release is
 			st.mu.Lock()
@@ -963,14 +964,15 @@ func (st *sharedState) reowe(o owedRelease, err error) {
 }
 
 // release lets locker go in Redis, trying a few times while ctx allows. A holding that
-// reserved a block of tokens up to end, of which it handed out up to last, gives back the rest
-// (processor.SharedReleaseBlock). It returns errGone when Redis held nothing of locker (removed
-// by force, or lost by Redis), nil when it let go — also when a copy of this release ran before
+// reserved a block of tokens up to end, of which it handed out up to last, gives back the rest;
+// one taken with the token origin is let go only as that holding (processor.SharedReleaseOf).
+// It returns errGone when Redis held nothing of locker (removed by force, lost by Redis, or
+// taken anew by a late copy of its take after Redis lost it), nil when it let go — also when a copy of this release ran before
 // and its reply was lost (Settled) — else the last failure.
-func (st *sharedState) release(ctx context.Context, locker string, last, end uint64) error {
+func (st *sharedState) release(ctx context.Context, locker string, origin, last, end uint64) error {
 	for i := 0; ; i++ {
 		r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedReleaseBlock(ctx, st.cfg, st.spec, locker, last, end)
+			return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, locker, origin, last, end)
 		})
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
@@ -1286,7 +1288,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedReleaseThenTake(ctx, st.cfg, st.spec, o.locker, o.last, o.end,
+			return st.g.redis.SharedReleaseThenTake(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end,
 				processor.TakeRequest{Locker: a.locker, N: a.n, Tokens: st.tokens(a.n)})
 		})
 		var fate error

@@ -276,7 +276,7 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) func(ctx context.Co
 	st.phase, st.owner = releasing, nil
 	t.over = true
 	t.exp.Stop()
-	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last}
+	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin}
 	var next *attempt
 	if stay != nil {
 		// The grant brings a block of tokens when the tenure passed the lock among goroutines

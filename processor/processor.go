@@ -175,6 +175,10 @@ type RenewRequest struct {
 type ReleaseRequest struct {
 	Locker string
 	Last   uint64 // the last token handed out (its block's first less one if none; 0 if unknown)
+	// Origin is the first token of the holding the tenure began with (as RenewRequest's; 0 if
+	// unknown): a key that holds the locker in another holding (taken anew by a late copy of
+	// its take after an empty restart) is let go and answers Gone, as a renewal does.
+	Origin uint64
 	// Next, when set, is a fresh locker of the same owner that this process stands in line
 	// with again at the end of the line if the key is granted to another process (not when
 	// it is left free), with its lease and tokens: a goroutine of the process is expected to

@@ -1061,7 +1061,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
 	owner, seq := SplitLocker(req.Locker)
-	a.locker, a.seq, a.last = req.Locker, seq, req.Last
+	a.locker, a.seq, a.last, a.origin = req.Locker, seq, req.Last, req.Origin
 	if req.Next != "" && p.opts.Mark != "" {
 		if nextOwner, _ := SplitLocker(req.Next); nextOwner != owner || owner != p.opts.Mark || req.NextLease <= 0 {
 			return Result{}, fmt.Errorf("%w: next attempt %q is not a fresh locker of %q, this process's mark %q", dlerrors.ErrInvalidConfig, req.Next, owner, p.opts.Mark)

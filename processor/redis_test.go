@@ -2611,7 +2611,7 @@ func TestUnknownReplyCodeIsAnError(t *testing.T) {
 				return processor.Result{Outcome: r.Outcome}, err
 			},
 			"SharedReleaseThenTake": func() (processor.Result, error) {
-				r, err := p.SharedReleaseThenTake(ctx, lc, sem, "pu-1", 0, 0, processor.TakeRequest{Locker: "pu-2", N: 1})
+				r, err := p.SharedReleaseThenTake(ctx, lc, sem, "pu-1", 0, 0, 0, processor.TakeRequest{Locker: "pu-2", N: 1})
 				return processor.Result{Outcome: r.Outcome}, err
 			},
 		} {
@@ -2620,5 +2620,83 @@ func TestUnknownReplyCodeIsAnError(t *testing.T) {
 				t.Errorf("%s answered {%s, ...}: %+v, %v; want a *RedisProcessError", name, code, r, err)
 			}
 		}
+	}
+}
+
+// A release names the holding its tenure began with (origin), as a renewal does: after an
+// empty restart, a late copy of the holder's take that took the key anew under its locker
+// (another process held it in between) is let go, and the release answers Gone — the loss
+// Unlock must report, not a silent success.
+func TestReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "relorigin")
+		req := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		r, err := a.Lock(ctx, lc, req)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v, %v", r, err)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		lb, rb := b.lock(t, lc, false, 1)
+		if rb.Outcome != processor.Taken {
+			t.Fatalf("pb- after the restart = %+v", rb)
+		}
+		if rel := b.release(t, lc, lb); rel.Outcome != processor.Released {
+			t.Fatalf("pb- release = %+v", rel)
+		}
+		if again, err := a.Lock(ctx, lc, req); err != nil || again.Outcome != processor.Taken || again.Origin == r.Origin {
+			t.Fatalf("the late copy = %+v, %v; want taken anew", again, err)
+		}
+		rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: req.Locker, Last: r.Token, Origin: r.Origin})
+		if err != nil || rel.Outcome != processor.Gone {
+			t.Fatalf("the tenure's release after its holding was wiped and taken anew by a late copy (pb- held in between) = %+v, %v; want Gone, as its renewal answers", rel, err)
+		}
+	})
+}
+
+// Late copies after an empty restart never re-grant an acquisition that was granted, held and
+// released before it: a copy of a holder's take takes the key anew under its old locker, and
+// a copy of its relock (a release that stands in line again with next) — which, naming no
+// origin, found the key its own, granted it on and stood the process in line with next (its
+// settled mark wiped), for the next release to grant next the key again — finds the key taken
+// anew, and stands nobody in line.
+func TestRelockCopiesAfterAnEmptyRestartNeverRegrantASettledNext(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
+	lc := cfg(t, "relockrestart")
+	take := processor.LockRequest{Locker: a.locker(), Wait: true, Tokens: 1}
+	r, err := a.Lock(ctx, lc, take)
+	if err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("take = %+v, %v", r, err)
+	}
+	lb, _ := b.lock(t, lc, true, 1)
+	next := a.locker()
+	rel := processor.ReleaseRequest{Locker: take.Locker, Last: r.Token, Origin: r.Origin, Next: next, NextLease: lc.Lease(), NextTokens: 1}
+	if g, err := a.Unlock(ctx, lc, rel); err != nil || g.Next != lb || !g.Queued {
+		t.Fatalf("relock = %+v, %v; want granted to %s, pa- in line with %s", g, err, lb, next)
+	}
+	if g := b.release(t, lc, lb); g.Next != next {
+		t.Fatalf("pb- release = %+v, want granted to %s", g, next)
+	}
+	if g := a.release(t, lc, next); g.Outcome != processor.Released {
+		t.Fatalf("pa- release of %s = %+v", next, g)
+	}
+	wipeKeys(t, c, lc) // Redis restarts empty
+	if again, err := a.Lock(ctx, lc, take); err != nil || again.Outcome != processor.Taken {
+		t.Fatalf("late copy of the take = %+v, %v", again, err)
+	}
+	lx, rx := x.lock(t, lc, true, 1)
+	if rx.Outcome != processor.Held {
+		t.Fatalf("px- = %+v, want in line", rx)
+	}
+	if _, err := a.Unlock(ctx, lc, rel); err != nil { // the late copy of the relock
+		t.Fatal(err)
+	}
+	if e := entryOf(t, c, lc, "pa-"); e == next {
+		g := x.release(t, lc, lx)
+		t.Fatalf("pa- stands in line again with %s, which was granted, held and released before the restart; px-'s release then grants it: %+v", next, g)
 	}
 }

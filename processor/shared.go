@@ -335,7 +335,15 @@ func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLock
 // holding go and no holding reserved tokens since, the counter goes back to last, so that the
 // counter runs ahead of the clock only as far as holdings use tokens.
 func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, last, end uint64) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end})
+	return p.SharedReleaseOf(ctx, cfg, s, locker, 0, last, end)
+}
+
+// SharedReleaseOf is SharedReleaseBlock of the holding of locker that was taken with the
+// fencing token origin (0 if unknown): a holding under locker with another token — taken anew
+// by a late copy of its take after an empty restart — is let go and answers Gone, as
+// SharedRenewOf finds it.
+func (p *RedisLockProcessor) SharedReleaseOf(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, origin, last, end uint64) (SharedResult, error) {
+	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end, origin: origin})
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -350,7 +358,7 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 	return SharedResult{}, processErr("release", cfg.UniqueKey(), unknownCode("shared", code))
 }
 
-// SharedReleaseThenTake is SharedReleaseBlock of locker followed, in the same script, by
+// SharedReleaseThenTake is SharedReleaseOf locker followed, in the same script, by
 // SharedTake of next with Wait: a process whose goroutines still want permits that no holding
 // of theirs serves stands in line again as it lets go, as close to its turn as a process next
 // to Redis would. The result is the take's, with Let the release's outcome (Released, Settled
@@ -359,7 +367,7 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 // or the replicas WithReplicaAck asks for not acknowledging it), the error comes with Let set:
 // the release is not owed again. Let is zero when the release did not run, or when its outcome
 // is unknown.
-func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, last, end uint64, next TakeRequest) (SharedResult, error) {
+func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, origin, last, end uint64, next TakeRequest) (SharedResult, error) {
 	if err := p.checkShared(ctx, cfg, s); err != nil {
 		return SharedResult{}, err
 	}
@@ -368,7 +376,7 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 	}
 	p.raise(cfg)
 	next.Wait = true
-	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end, next: &next})
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, origin: origin, last: last, end: end, next: &next})
 	if err != nil {
 		return SharedResult{}, err
 	}

@@ -1025,12 +1025,12 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 		}
 		// A lets its write go and stands in line again, behind B, in one request
 		next := processor.TakeRequest{Locker: a.locker(), N: processor.RWPermits}
-		r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, next)
+		r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, 0, next)
 		if err != nil || r.Let != processor.Released || r.Outcome != processor.Held || r.Rank != 1 {
 			t.Fatalf("release that stands in line again: %+v %v", r, err)
 		}
 		// a copy of it, late: the release is settled, the take renews its entry where it stands
-		if r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, next); err != nil || r.Let != processor.Settled || r.Outcome != processor.Held || r.Rank != 1 {
+		if r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, 0, next); err != nil || r.Let != processor.Settled || r.Outcome != processor.Held || r.Rank != 1 {
 			t.Fatalf("a copy: %+v %v", r, err)
 		}
 		// B goes first; A's place holds
@@ -1046,14 +1046,14 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 		}
 		a.letGo(t, lc, rw, next.Locker)
 		// once the attempt is settled, no copy of the pair puts it in line or takes with it
-		if r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, next); err != nil || r.Let != processor.Settled || r.Outcome != processor.Settled {
+		if r, err := a.SharedReleaseThenTake(ctx, lc, rw, held, 0, 0, 0, next); err != nil || r.Let != processor.Settled || r.Outcome != processor.Settled {
 			t.Fatalf("a copy after both settled: %+v %v", r, err)
 		}
 		if in, err := a.SharedInspect(ctx, lc, rw); err != nil || len(in.Holdings) != 0 || len(in.Waiting) != 0 {
 			t.Fatalf("left: %+v %v", in, err)
 		}
 		h := a.locker()
-		if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, h, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 3}); !errors.Is(err, dlerrors.ErrInvalidConfig) || !strings.Contains(err.Error(), "is a rw lock in Redis") {
+		if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, h, 0, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 3}); !errors.Is(err, dlerrors.ErrInvalidConfig) || !strings.Contains(err.Error(), "is a rw lock in Redis") {
 			t.Fatalf("a semaphore's release then take on a read-write lock's keys: %+v %v", r, err)
 		}
 		// with nobody in the way the take takes at once (a semaphore's permits that fit)
@@ -1062,7 +1062,7 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 			t.Fatalf("semaphore: %+v", r)
 		}
 		h3 := a.locker()
-		r, err = a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{Locker: h3, N: 3, Tokens: 4})
+		r, err = a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, 0, processor.TakeRequest{Locker: h3, N: 3, Tokens: 4})
 		if err != nil || r.Let != processor.Released || r.Outcome != processor.Taken || r.Token == 0 {
 			t.Fatalf("semaphore's release then take, nobody in line: %+v %v", r, err)
 		}
@@ -1070,13 +1070,13 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 			t.Fatalf("the take reserved tokens up to %d, want its block of 4 from %d (%v)", in.Fence, r.Token, err)
 		}
 		// a take of more than k is refused, but its release ran: the error says so (Let)
-		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h3, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 4}); !errors.Is(err, dlerrors.ErrInvalidConfig) || r.Let != processor.Released {
+		if r, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h3, 0, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 4}); !errors.Is(err, dlerrors.ErrInvalidConfig) || r.Let != processor.Released {
 			t.Fatalf("more than k: %+v %v", r, err)
 		}
 		if in, err := a.SharedInspect(ctx, lc2, sem3); err != nil || len(in.Holdings) != 0 || len(in.Waiting) != 0 {
 			t.Fatalf("left after a refused take: %+v %v", in, err)
 		}
-		if _, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, processor.TakeRequest{}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		if _, err := a.SharedReleaseThenTake(ctx, lc2, sem3, h, 0, 0, 0, processor.TakeRequest{}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("a zero take: %v", err)
 		}
 	})
@@ -1518,7 +1518,7 @@ func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
 	// a release that stands in line again (a take after it in the same script) whose take has
 	// no room is refused before the release writes: the holding is still held
 	set("9007198180999167")
-	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) {
+	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) {
 		t.Fatalf("a release and take with no room left = %+v, %v; want the refusal", r, err)
 	}
 	if r, err := a.SharedRenew(ctx, lc, sem3, held); err != nil || r.Outcome != processor.Renewed {
@@ -1526,7 +1526,7 @@ func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
 	}
 	// a counter that holds no number: such a release is refused by name too, before it writes
 	set("abc")
-	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) {
+	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) {
 		t.Fatalf("a release and take with a counter of %q = %+v, %v; want the refusal naming the counter", "abc", r, err)
 	}
 }
@@ -1959,4 +1959,108 @@ func TestSharedLoweredPermitsTellOnlyWhoAsksForMore(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.quiet("B-")
+}
+
+// A holding an operator forced away stays settled as long as one that ran out does: until
+// KEPT, the latest a copy of a take or renewal that ran may still come by its own process's
+// mark life — not only the operator's mark life or eight times the lease it had left (the
+// operator's lease may be far shorter than the holder's). A copy of its take 2.8 s after it
+// was sent (the holder's mark life 4 s, the operator's 400 ms, forced with 100 ms left) is
+// refused, as it is when the holding ran out.
+func TestSharedForcedHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		name := "expired"
+		if force {
+			name = "forced"
+		}
+		t.Run(name, func(t *testing.T) {
+			m := miniredis.RunT(t)
+			now := time.UnixMilli(1_800_000_000_000)
+			m.SetTime(now)
+			tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			defer c.Close()
+			ctx := context.Background()
+			base := cfg(t, "forcekept")
+			long, _ := base.WithLease(2 * time.Second)         // the holder's: mark life 4 s
+			short, _ := base.WithLease(200 * time.Millisecond) // the operator's: mark life 400 ms
+			sem1 := processor.Shared{Kind: processor.KindSem, Permits: 1}
+			a, op := newProc(t, c, "A-"), newProc(t, c, "OP-")
+			la := a.locker()
+			take := processor.TakeRequest{Locker: la, N: 1}
+			if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Taken {
+				t.Fatalf("A's take: %+v, %v", r, err)
+			}
+			tick(long.Lease() - 100*time.Millisecond) // A paused: 100 ms of its lease left
+			if force {
+				if r, err := op.SharedForce(ctx, short, sem1, la); err != nil || r.Outcome != processor.Released {
+					t.Fatalf("force = %+v, %v", r, err)
+				}
+			}
+			tick(900 * time.Millisecond) // 2.8 s after the take: within A's mark life (4 s) of its send
+			r, err := a.SharedTake(ctx, long, sem1, take)
+			if err != nil || r.Outcome != processor.Settled {
+				t.Fatalf("a copy of A's take, 2.8 s after it was sent (A's mark life 4 s) = %+v, %v; want settled", r, err)
+			}
+		})
+	}
+}
+
+// The same on the real server, with real time: A's holding (2 s lease, 4 s mark life) is
+// forced 1.95 s after its take (50 ms of its lease left) by an operator whose lease is 200 ms;
+// a copy of A's take 2.9 s after it was sent (within A's mark life) is refused.
+func TestSharedForcedHoldingStaysSettledForItsOwnMarkLifeOnTheServer(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	base := cfg(t, "forcekeptsrv")
+	long, _ := base.WithLease(2 * time.Second)
+	short, _ := base.WithLease(200 * time.Millisecond)
+	sem1 := processor.Shared{Kind: processor.KindSem, Permits: 1}
+	a, op := newProc(t, c, "A-"), newProc(t, c, "OP-")
+	la := a.locker()
+	take := processor.TakeRequest{Locker: la, N: 1}
+	sent := time.Now()
+	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("A's take: %+v, %v", r, err)
+	}
+	time.Sleep(time.Until(sent.Add(1950 * time.Millisecond)))
+	if r, err := op.SharedForce(ctx, short, sem1, la); err != nil || r.Outcome != processor.Released {
+		t.Fatalf("force = %+v, %v", r, err)
+	}
+	time.Sleep(time.Until(sent.Add(2900 * time.Millisecond)))
+	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Settled {
+		t.Fatalf("a copy of A's forced take, %v after it was sent (A's mark life %v) = %+v, %v; want settled", time.Since(sent).Round(time.Millisecond), a.MarkLife(long), r, err)
+	}
+}
+
+// A release names the token of the holding it lets go, as a renewal does: after an empty
+// restart, a late copy of the holder's take that took its permit anew (another process held it
+// in between) is let go, and the release answers Gone — the loss its Unlock must report, not
+// a silent success.
+func TestSharedReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "shrelorigin")
+		sem1 := processor.Shared{Kind: processor.KindSem, Permits: 1}
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		la := a.locker()
+		take := processor.TakeRequest{Locker: la, N: 1}
+		first, err := a.SharedTake(ctx, lc, sem1, take)
+		if err != nil || first.Outcome != processor.Taken {
+			t.Fatalf("A's take: %+v, %v", first, err)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		lb := b.locker()
+		if r := b.take(t, lc, sem1, lb, 1, false); r.Outcome != processor.Taken {
+			t.Fatalf("B after the restart: %+v", r)
+		}
+		b.letGo(t, lc, sem1, lb)
+		if r, err := a.SharedTake(ctx, lc, sem1, take); err != nil || r.Outcome != processor.Taken || r.Token == first.Token {
+			t.Fatalf("the late copy of A's take: %+v, %v; want taken anew", r, err)
+		}
+		if r, err := a.SharedReleaseOf(ctx, lc, sem1, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("A's release (naming its take's token) of a holding wiped and taken anew by a late copy (B held in between) = %+v, %v; want gone, as its renewal answers", r, err)
+		}
+	})
 }

@@ -180,7 +180,7 @@ type sreq struct {
 	n      int64
 	wait   bool
 	old    string // down: the holding it replaces ...
-	origin uint64 // ... and the token that holding was taken with
+	origin uint64 // ... and the token that holding was taken with (release: the one it lets go)
 	next   string // release: the locker of the take, with wait, that runs right after it (SharedReleaseThenTake), n its permits
 	from   int64  // permits: the count the operator saw, which the change replaces (n the new one)
 	last   uint64 // release, down: the last token the write-hold let go handed out ...
@@ -295,8 +295,8 @@ func (w *sworld) step(rng *rand.Rand) {
 		w.send(&sreq{p: p, op: op, locker: l})
 	case c < 40 && len(p.holds) > 0:
 		l := pickKey(rng, p.holds)
-		r := &sreq{p: p, op: "release", locker: l}
-		if rng.IntN(2) == 0 { // it stands in line again as it lets go (SharedReleaseThenTake)
+		r := &sreq{p: p, op: "release", locker: l, origin: p.holds[l].token} // (naming the holding it believes, as its renewals do)
+		if rng.IntN(2) == 0 {                                                // it stands in line again as it lets go (SharedReleaseThenTake)
 			r.next, r.n = p.locker(), int64(1+rng.IntN(int(min(w.opt.Permits, 3))))
 			if w.opt.Kind == processor.KindRW && rng.IntN(2) == 0 {
 				r.n = processor.RWPermits
@@ -487,7 +487,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		if r.next != "" {
 			before, _ := w.held()
 			line := w.line()
-			res, err := p.p.SharedReleaseThenTake(ctx, p.cfg, w.spec, r.locker, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
+			res, err := p.p.SharedReleaseThenTake(ctx, p.cfg, w.spec, r.locker, r.origin, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
 			if w.tooMany(r, r.next, err) { // (the release ran)
 				w.ran[r.locker] = true
 				delete(p.letting, r.locker)
@@ -504,7 +504,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.took(&sreq{p: p, op: "take", locker: r.next, n: r.n, wait: true, sent: r.sent}, res, heard, before, line)
 			return
 		}
-		res, err := p.p.SharedReleaseBlock(ctx, p.cfg, w.spec, r.locker, r.last, r.end)
+		res, err := p.p.SharedReleaseOf(ctx, p.cfg, w.spec, r.locker, r.origin, r.last, r.end)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
@@ -906,7 +906,7 @@ var SharedMutants = []Mutant{
 	{"the attempt a waiting take replaces in line is not settled", "shared",
 		"        settle(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
 	{"a forced holding is not settled (its late take takes it back)", "shared",
-		"        unhold(A.locker)\n        wake(k)", "        redis.call('hdel', HELD, A.locker)\n        redis.call('zrem', EXP, A.locker)\n        wake(k)"},
+		"        unhold(A.locker, kept)\n        wake(k)", "        redis.call('hdel', HELD, A.locker)\n        redis.call('zrem', EXP, A.locker)\n        wake(k)"},
 	{"tokens repeat (the counter is not raised)", "shared",
 		"    redis.call('set', FENCE, string.format('%.0f', first + math.max(tonumber(n) or 1, 1) - 1))\n", ""},
 	{"a write-hold's block is not reserved (its writers' tokens repeat)", "shared",

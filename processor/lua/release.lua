@@ -29,6 +29,13 @@ if redis.call('get', K) ~= locker then
     settle(seq)
     return {0, ''}
 end
+local began = A.origin ~= '' and origin(locker) or ''
+if began ~= '' and began ~= tonumber(A.origin) then
+    -- taken anew for this locker after it had left it (as renew.lua): the tenure lost it
+    settle(seq)
+    pass(locker, '')
+    return {0, ''}
+end
 unreserve(locker, A.last)
 local done, had = settle(seq)
 local reply = passed(1, locker, '')

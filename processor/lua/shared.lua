@@ -523,6 +523,13 @@ local function serve()
         -- lets the holding go, or takes the attempt out of line; settles the locker either way
         local was = settled(A.locker)
         local h = holding(A.locker)
+        if h and A.origin ~= '' and h.token ~= A.origin then
+            -- taken anew under this locker (a late copy of its take after an empty restart
+            -- wiped the holding): its holder did not hold it in between; let go, and answered
+            -- gone, as a renewal finds it
+            unhold(A.locker)
+            h, was, freed = nil, false, true
+        end
         local e = entry(A.owner)
         if e and e.locker == A.locker then
             drop(A.owner)
@@ -554,8 +561,12 @@ local function serve()
             return {0}
         end
         A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
-        settle(A.locker .. '|forced') -- its release answers gone: its owners are told of the loss
-        unhold(A.locker)
+        -- (and until KEPT at least, as a holding that runs out is settled: a copy of a take or
+        -- renewal of its process may come as late as its own mark life, which the operator
+        -- does not know)
+        local kept = tonumber(redis.call('zscore', GONE, KEPT))
+        settle(A.locker .. '|forced', kept) -- its release answers gone: its owners are told of the loss
+        unhold(A.locker, kept)
         wake(k)
         keep(k, kd)
         return {1}
@@ -657,7 +668,7 @@ if A.op == 'release' and A.next ~= '' then
     if let[1] == -2 then
         return let
     end
-    A.op, A.locker, A.n, A.wait, A.replaces, A.tokens, A.last, A.block_end = 'take', A.next, A.next_n, '1', '', A.next_tokens, '', ''
+    A.op, A.locker, A.n, A.wait, A.replaces, A.tokens, A.last, A.block_end, A.origin = 'take', A.next, A.next_n, '1', '', A.next_tokens, '', '', ''
     return {let[1], serve()}
 end
 return serve()
