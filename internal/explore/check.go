@@ -25,6 +25,8 @@ const (
 	ruleLossTold  = "loss told"         // a holder whose key an operator removed is not told at its release
 	ruleGrant     = "grant"             // the key granted to an acquisition that ended
 	ruleServe     = "served"            // the key let go free while a live process waits in line
+	ruleKept      = "kept in line"      // the entry of the attempt a process waits with left the line, or went back to an older one, unserved and unended
+	ruleRestart   = "restart told"      // a renewal that ran after an empty restart wiped its tenure's holding renewed it
 )
 
 // fail records the first violation of a schedule.
@@ -147,6 +149,73 @@ func (w *world) check(s snapshot) {
 				w.fail(ruleLine, "the key holds %s, an acquisition of %s, which has no goroutine waiting and left", holder, p.name)
 			}
 		}
+	}
+}
+
+// checkKept checks that the entry of the attempt a process waits with stays in the line (or
+// gives way to a newer attempt of its process) from one step to the next, unless the step
+// served it (the key holds its locker now: taken, or granted), ended it (a request of its
+// process settled an acquisition numbered at or above it), its time ran out, or Redis
+// restarted empty. A late copy of an older request of the process — the take of a tenure the
+// process counted lost, say — must not take it out of line, nor put the older one in its place.
+func (w *world) checkKept(s snapshot, prev map[string]string) {
+	if w.restarted == w.step {
+		return
+	}
+	holder, _ := s.get(w.cfg.UniqueKey())
+	want := s.keys[processor.WantKey(w.cfg)].hash
+	for _, p := range w.procs {
+		v, ok := prev[p.mark]
+		if !ok || !p.live() || p.attempt == nil || entryExpires(v) <= s.now.UnixMilli() {
+			continue
+		}
+		l := entryLocker(v)
+		if l != p.attempt.locker || holder == l {
+			continue
+		}
+		n := p.number(l)
+		if now, ok := want[p.mark]; ok {
+			if p.number(entryLocker(now)) >= n {
+				continue
+			}
+			w.fail(ruleKept, "%s waits with %s, but its entry in line waits with %s now", p.name, l, entryLocker(now))
+			continue
+		}
+		if w.settledUpTo(p) >= n {
+			continue
+		}
+		w.fail(ruleKept, "%s waits with %s, whose entry left the line though it was neither served (the key holds %q) nor ended", p.name, l, holder)
+	}
+}
+
+// settledUpTo is the largest number of an acquisition of p that a request Redis ran ended (-1
+// for none): every acquisition of p numbered up to it is settled.
+func (w *world) settledUpTo(p *proc) int {
+	top := -1
+	for l := range w.ended {
+		if n := p.number(l); n > top {
+			top = n
+		}
+	}
+	return top
+}
+
+// checkRenewal runs as Redis runs a renewal r of a tenure: once an empty restart wiped the
+// holding the tenure began with, no renewal that runs after it renews the tenure — the key
+// may hold its locker again (a late copy of its take, or a grant to the entry such a copy
+// made), in a holding it did not begin with, and others may have held the key in between. The
+// tenure learns of the loss at that renewal (renew.lua compares the holding's first token with
+// the renewal's origin). A tenure whose origin is unknown (0) is not checked: its renewals
+// name none.
+func (w *world) checkRenewal(r *request, out outcome) {
+	t := r.ten
+	if t == nil || t.wiped == 0 || t.wiped >= w.step || t.origin == 0 || out.err != nil || out.res.Outcome != processor.Renewed {
+		return
+	}
+	switch r.purpose {
+	case pExpand, pExtend, pTake:
+		w.fail(ruleRestart, "%s renewed %s, though Redis restarted empty at step %d, after its tenure's holding began (token %d): the tenure is not told of the loss",
+			r.id, t.locker, t.wiped, t.origin)
 	}
 }
 

@@ -72,6 +72,21 @@ type Report struct {
 	Steps     int        // steps taken in all
 	States    int        // distinct states seen (server, processes, requests in flight)
 	Violation *Violation // the first violation found, shrunk; nil when none
+	Reached   Reach      // how often the schedules reached situations that few reach
+}
+
+// Reach counts how often schedules reached situations that a random walk seldom does, and
+// that a guard of the scripts is there for (on miniredis; a redis-server's are not counted).
+type Reach struct {
+	// StaleOwnTakes counts copies of the take of the very acquisition that holds the key that
+	// Redis ran while its process waited in line with a newer attempt: the process had counted
+	// that tenure lost (lock.lua must refuse the copy, or it takes the process out of line).
+	StaleOwnTakes int
+	// RenewalsOfRetaken counts renewals Redis ran of a tenure whose holding an empty restart
+	// wiped, while the key held the tenure's locker again (a late copy of its take, or a grant
+	// to the entry such a copy made): renew.lua must find the holding is not the one the
+	// tenure began with.
+	RenewalsOfRetaken int
 }
 
 // Violation is a schedule that breaks an invariant.
@@ -162,6 +177,8 @@ func (e *Explorer) Run(ctx context.Context, budget time.Duration, maxSchedules i
 		}
 		rep.Schedules++
 		rep.Steps += w.step
+		rep.Reached.StaleOwnTakes += w.reach.StaleOwnTakes
+		rep.Reached.RenewalsOfRetaken += w.reach.RenewalsOfRetaken
 		if w.violation != nil {
 			rep.Violation = e.shrink(seed, w)
 			break
@@ -183,7 +200,9 @@ const maxCorpus = 2000
 
 // seedCorpus are the situations a search starts from besides the empty one, as a fuzzer's
 // seed inputs: a holder; a holder with a goroutine of its own waiting; each with another
-// process waiting, before and after the hand-off limit; a yield check on its way. Random
+// process waiting, before and after the hand-off limit; a yield check on its way; a copy of
+// the take of a tenure its process counted lost, arriving as the process waits again; a copy
+// of a take arriving after an empty restart, and a renewal of its tenure after it. Random
 // walks go on from their prefixes, each time in the swarm of the schedule that replays it.
 var seedCorpus = func() [][]string {
 	hold := []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1", "the reply to A1 arrives"}
@@ -198,8 +217,18 @@ var seedCorpus = func() [][]string {
 		return out
 	}
 	check := []string{"A: the owner unlocks", "A: the first waiter takes the free tenure"}
+	// A's tenure counted lost while Redis still holds it (its renewal ran, its reply was
+	// lost, the lease ran out), its goroutine waiting again with a newer attempt, and a copy
+	// of the tenure's own take on the wire.
+	copied := []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1 and a copy stays on the wire", "the reply to A1 arrives"}
+	lost := cat([]string{"A: a goroutine calls Lock"}, copied, []string{"500ms pass", "250ms pass", "A: the expander renews", "Redis runs A2",
+		"the reply to A2 is lost", "250ms pass", "A: the first waiter asks Redis", "Redis runs A4", "Redis runs A1'"})
+	// Redis restarts empty under A's tenure; B takes the key and lets it go; the copy of A's
+	// take takes it anew; A's expander renews.
+	wiped := cat(copied, []string{"Redis restarts empty"}, other, []string{"B: the owner unlocks", "Redis runs B2", "Redis runs A1'",
+		"500ms pass", "250ms pass", "A: the expander renews", "Redis runs A2"})
 	return [][]string{hold, local, cat(hold, other), cat(local, other), cat(local, limit), cat(local, other, limit),
-		cat(local, limit, check)}
+		cat(local, limit, check), lost, wiped}
 }()
 
 // Replay plays one schedule again: the swarm of seed, and the choices keys.
@@ -608,6 +637,8 @@ func (w *world) observe() error {
 		return err
 	}
 	w.check(s)
+	w.checkKept(s, w.lastWant)
+	w.lastWant = s.keys[processor.WantKey(w.cfg)].hash
 	w.states[w.stateHash(s)] = struct{}{}
 	return nil
 }

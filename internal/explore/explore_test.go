@@ -82,7 +82,8 @@ func TestScriptsKeepTheInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("FIGURE explored schedules=%d steps=%d distinct_states=%d in %v", rep.Schedules, rep.Steps, rep.States, time.Since(start).Round(time.Second))
+	t.Logf("FIGURE explored schedules=%d steps=%d distinct_states=%d in %v; reached: stale copies of a holder's own take=%d, renewals of a tenure taken anew after an empty restart=%d",
+		rep.Schedules, rep.Steps, rep.States, time.Since(start).Round(time.Second), rep.Reached.StaleOwnTakes, rep.Reached.RenewalsOfRetaken)
 	if rep.Violation != nil {
 		t.Fatalf("%v", rep.Violation)
 	}

@@ -98,6 +98,7 @@ type tenure struct {
 	removed         string // why Redis no longer holds it behind its back ("": it does)
 	granted         bool   // begun by a grant
 	origin          uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
+	wiped           int    // the step of an empty restart that wiped that holding (0: none): no renewal run after it may renew
 }
 
 // heard is a grant heard: the locker and the first of its tokens.
@@ -152,6 +153,19 @@ func (p *proc) request(pur purpose, what string) *request {
 }
 
 func (p *proc) live() bool { return !p.dead && !p.closed }
+
+// number returns the sequence number of locker if it is one of p's, else -1.
+func (p *proc) number(locker string) int {
+	owner, seq := processor.SplitLocker(locker)
+	if owner != p.mark || seq == "" {
+		return -1
+	}
+	n, err := strconv.Atoi(seq)
+	if err != nil {
+		return -1
+	}
+	return n
+}
 
 // until is when a lease granted by a request sent at sent is counted out.
 func (p *proc) until(sent time.Time, lease time.Duration) time.Time {
@@ -329,6 +343,9 @@ func (p *proc) startGrant(a *attempt, g heard) {
 		t.removed = "an operator's ForceRelease"
 	} else if p.w.restarted >= at {
 		t.removed = "an empty restart"
+	}
+	if p.w.restarted >= at {
+		t.wiped = p.w.restarted
 	}
 	p.ten, p.phase = t, free
 	p.w.note("%s: the key is granted to %s (counted from %v ago)", p.name, a.locker, p.w.now().Sub(start))
@@ -570,6 +587,9 @@ func (p *proc) startTenure(r *request, token uint64) *tenure {
 		t.removed = "an operator's ForceRelease"
 	} else if p.w.restarted >= r.ranAt {
 		t.removed = "an empty restart"
+	}
+	if p.w.restarted >= r.ranAt {
+		t.wiped = p.w.restarted
 	}
 	t.truth.lease, t.truth.order = r.lease, r.order
 	p.ten, p.phase = t, free

@@ -42,6 +42,8 @@ type world struct {
 	entries      map[string]entry    // when each attempt's entry in the line was last renewed
 	restarted    int                 // the last step Redis restarted empty (0: never)
 	restartOrder int                 // how many requests had been sent then
+	lastWant     map[string]string   // the line's entries after the step before (checkKept)
+	reach        Reach               // the rare situations this schedule reached
 	tokens       map[uint64]string   // who got each token
 	states       map[uint64]struct{} // distinct states seen (shared across schedules)
 	chosen       []string            // the keys of the actions taken
@@ -173,6 +175,7 @@ func (w *world) deliver(i int, keep bool) {
 	r := w.flight[i]
 	w.flight = append(w.flight[:i:i], w.flight[i+1:]...)
 	prior := w.entryBefore(r)
+	w.reached(r, prior)
 	out := r.run(context.Background())
 	if r.p != nil && r.order <= w.restartOrder {
 		r.p.restartLeak = true // a request from before an empty restart ran after it: its marks are gone
@@ -187,6 +190,7 @@ func (w *world) deliver(i int, keep bool) {
 		w.forcedRemoved(r.locker)
 	}
 	w.renewedEntry(r, out, prior)
+	w.checkRenewal(r, out)
 	w.published(r, out)
 	if r.p != nil && r.purpose == pLeave && r.p.stopped && r.order > r.p.stopOrder {
 		r.p.leaveLanded, r.p.leaveStep, r.p.leaveAt, r.p.leaveUp = true, w.step, w.now(), r.seq
@@ -207,6 +211,36 @@ func (w *world) deliver(i int, keep bool) {
 		rp := &reply{r: r, out: out}
 		w.planReply(rp)
 		w.replies = append(w.replies, rp)
+	}
+}
+
+// reached counts the situations that few schedules reach, as Redis is about to run r (prior
+// is its process's entry in line, as entryBefore reads it): a copy of the take of the very
+// acquisition that holds the key, whose process waits in line with a newer attempt (it
+// counted that tenure lost); a renewal of a tenure whose holding an empty restart wiped,
+// while the key holds its locker again.
+func (w *world) reached(r *request, prior string) {
+	if r.p == nil || !w.be.owned() {
+		return
+	}
+	switch r.purpose {
+	case pAsk, pTry, pExpand, pExtend, pTake:
+	default:
+		return
+	}
+	holder, _ := w.be.client().Get(context.Background(), w.cfg.UniqueKey()).Result()
+	if holder != r.locker {
+		return
+	}
+	switch r.purpose {
+	case pAsk, pTry:
+		if prior != "" && entryExpires(prior) > w.now().UnixMilli() && r.p.number(entryLocker(prior)) > r.p.number(r.locker) {
+			w.reach.StaleOwnTakes++
+		}
+	default:
+		if t := r.ten; t != nil && t.wiped != 0 && t.wiped < w.step {
+			w.reach.RenewalsOfRetaken++
+		}
 	}
 }
 
@@ -261,6 +295,9 @@ func (w *world) restart() {
 	for _, p := range w.procs {
 		if p.ten != nil && p.ten.removed == "" {
 			p.ten.removed = "an empty restart"
+		}
+		if p.ten != nil {
+			p.ten.wiped = w.step
 		}
 	}
 }
