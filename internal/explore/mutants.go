@@ -17,16 +17,16 @@ type Mutant struct {
 }
 
 // Mutants are the holes the explorer is known to find: the defects of the second and third
-// reviews put back, and the guards the scripts rest on broken one at a time. (Three guards are
-// not here: the refusal of a request older than its owner's holder or entry, a grant taking
-// its grantee out of the line, and a settle dropping its process's expired entry. Settling
-// takes a settled acquisition's entry out of the line, and a grant skips an expired one, so
-// breaking any of them breaks no invariant the explorer checks; processor's
-// TestStaleAttemptIsRefused, TestLineServesInOrder and TestSettleDropsAnExpiredEntry check
-// them directly. Nor is renew.lua's check of the holding a tenure began with (origin): its
-// renewals name it as dlock's do, but 109 054 schedules in 8 minutes never made the state it
-// guards — an empty restart, then a late copy of the tenure's own take, then a renewal —
-// and TestRenewalNamesTheHoldingItBeganWith checks it directly.)
+// reviews put back, and the guards the scripts rest on broken one at a time. (Two guards are
+// not here: a grant taking its grantee out of the line, and a settle dropping its process's
+// expired entry. Settling takes a settled acquisition's entry out of the line, and a grant
+// skips an expired one, so breaking either breaks no invariant the explorer checks;
+// processor's TestLineServesInOrder and TestSettleDropsAnExpiredEntry check them directly.
+// lock.lua's refusal of a copy older than its owner's holder or entry is here: a copy of the
+// take of a tenure its process counted lost, arriving while the key still holds it and the
+// process waits with a newer attempt, takes the process out of line without it (kept in
+// line). So are the guards that outlive an empty restart: renew.lua's check of the holding a
+// tenure began with (origin), and the server clock under the tokens.)
 var Mutants = []Mutant{
 	{"a settled attempt still takes the key (lock.lua ignores the settled mark)", "lock",
 		"if settled(seq) then\n    lengthen(DONE", "if false then\n    lengthen(DONE"},
@@ -74,7 +74,37 @@ var Mutants = []Mutant{
 		"        local first = tokens(n, locker)", "        local first = counter()"},
 	{"a late copy of a relocking release stands in line with a settled next (mayStand ignores the settled mark)", "prelude",
 		"return n ~= nil and done ~= nil and n > done and (had == nil or had <= n)", "return n ~= nil and done ~= nil and (had == nil or had <= n)"},
+	{"a copy of the take of a tenure its process counted lost takes it out of line (lock.lua's stale-copy check after the holder compare)", "lock",
+		staleCopyCheck + heldAgain, heldAgain + staleCopyCheck},
+	{"a stale copy of a take is not refused (lock.lua's stale-copy check gone)", "lock",
+		"if own and own > tonumber(seq) then", "if false then"},
+	{"a renewal after an empty restart renews a holding its tenure did not begin with (renew.lua ignores origin)", "renew",
+		"if began ~= '' and began ~= tonumber(A.origin) then", "if false then"},
+	{"tokens start again from 1 once the counter is gone (an empty restart wiped it: the server clock not used)", "prelude",
+		"local first = math.max(counter() + 1, NOW_US)", "local first = redis.call('exists', FENCE) == 0 and 1 or math.max(counter() + 1, NOW_US)"},
 }
+
+// staleCopyCheck and heldAgain are two blocks of lock.lua, in that order: the refusal of a
+// copy older than its owner's holder or entry, and the branch that finds the key its own
+// already. A mutant swaps them.
+const (
+	staleCopyCheck = `local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
+if own and own > tonumber(seq) then
+    settle(seq)
+    return {-1, 0}
+end
+`
+	heldAgain = `if holder == locker then
+    lengthen(K, A.lease)
+    lengthen(CHECK, redis.call('pttl', K)) -- (as a renewal does)
+    if mark ~= '' then
+        dequeue(mark)
+    end
+    local first = tokens(A.tokens)
+    return {1, first, origin(locker)}
+end
+`
+)
 
 // Scripts returns the scripts with the mutant applied, for Options.Scripts. The prelude is
 // put in front of each script by the processor, so a mutant of the prelude is applied to
