@@ -50,12 +50,13 @@ if began ~= '' and began ~= tonumber(A.origin) then
 end
 if yield then
     -- The yield passes over its own process: out of the line, to stand again at its end with
-    -- next — but a process that waits with a newer attempt than next (this check is a late
-    -- copy) keeps that attempt in its place.
+    -- next — but a process that waits with next already, or a newer attempt (this check is
+    -- late: the process gave its tenure up and asked with next itself), keeps its place,
+    -- whether or not the key is passed (a holder is never in line otherwise).
     local done, had = standing()
     local n = numberOf(A.next, OWNER)
     local skip = nil
-    if had and n and had > n then
+    if had and n and had >= n then
         skip = mark
     else
         dequeue(mark)
