@@ -150,7 +150,9 @@ func (c *conn) ctx() (context.Context, context.CancelFunc) {
 // server is refused too (69), whichever node holds the key's slot: one that holds it would
 // answer, but its releases would go on plain channels and a Cluster client's on sharded ones,
 // and neither side would hear the other's (a waiter would learn of each release only by its
-// poll). It asks INFO for that, and goes on when a user may not run it (ACL).
+// poll). A replica named as a single server is refused too (69): its reads may be behind
+// its master's, and a forced release there may write nothing, so no READONLY would say so.
+// It asks INFO for both, and goes on when a user may not run it (ACL).
 func (c *conn) ping() error {
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -166,8 +168,27 @@ func (c *conn) pingWithin(ctx context.Context) error {
 		if info, err := c.client.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
 			return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (cluster_enabled:1): add --cluster, or name several nodes", c.ep))
 		}
+		// A replica answers status's reads from its own copy, which may be behind its master
+		// or cut off from it (a lock shown free that the master holds), and a forced release
+		// that finds nothing to remove there writes nothing, so no READONLY tells of it.
+		if info, err := c.client.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:slave") {
+			return withStatus(exitUnavailable, fmt.Errorf("%v is a read-only replica (%s): name its master, or the Sentinels with --sentinel-master", c.ep, replicaOf(info)))
+		}
 	}
 	return nil
+}
+
+// replicaOf says whose replica INFO replication's reply info describes, and how its link is.
+func replicaOf(info string) string {
+	field := func(name string) string {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+				return v
+			}
+		}
+		return "?"
+	}
+	return fmt.Sprintf("role:slave of %s:%s, link %s", field("master_host"), field("master_port"), field("master_link_status"))
 }
 
 // lock returns the handle on typ/target with lease; an invalid type or target is a usage

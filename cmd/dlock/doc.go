@@ -93,7 +93,8 @@
 // --timeout D (default 5s) bounds each Redis call the tool makes — the first PING, State,
 // ForceRelease, a single TryLock, the final release and the Generator's Close — so dlock never
 // hangs on a Redis that does not answer. An unreachable Redis is reported in one line naming it,
-// with exit status 69, as is one that answers it is not serving (OOM, LOADING, READONLY, ...);
+// with exit status 69, as is one that answers it is not serving (OOM, LOADING, READONLY, ...)
+// and a replica named as the server (status would read its copy, which may be behind);
 // a refused password or user (WRONGPASS, NOAUTH) or a command the ACL user may not run (NOPERM)
 // with 77; another error reply with 1, such as WRONGTYPE when a key of the lock's name holds a
 // value that is not dlock's (no wait mends it: exec and lock do not wait). An address that
