@@ -216,11 +216,10 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 // order; within a process, goroutines in their order of arrival. A process that holds permits
 // already asks for more without standing in line, and no release of another process tells it
 // (its own releases do): it asks again every sixth of the lease, and stands in line once its
-// first waiter has waited that long, so permits that another process lets go can take up to a
-// sixth of the lease to reach it (SetPermits raising the count tells it at once). With an owner
-// of this semaphore it re-enters the same permits (no more are taken); a re-entry asks Redis
-// nothing, so it refuses n above both the k the semaphore was made with and the permits the
-// owner holds (ErrInvalidConfig, the holding kept as it was).
+// first waiter has waited half the lease, so permits that another process lets go can take up
+// to a sixth of the lease to reach it (SetPermits raising the count tells it at once). With an
+// owner of this semaphore it re-enters the same permits: no more are taken, so it refuses n
+// above the permits the owner holds (ErrInvalidConfig, the holding kept as it was).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 	return s.Permits(n).Lock(ctx)
 }
@@ -681,11 +680,10 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		side = 1
 	}
 	if so := ownerIn(ctx, g, key, side); so != nil {
-		if spec.Kind == processor.KindSem && n > spec.Permits && n > so.n {
-			// refused, as a fresh Acquire is by Redis; a re-entry sends nothing, so it checks
-			// the k the semaphore was made with, or the permits the owner holds (Redis granted
-			// them under its count, which SetPermits may have raised above that k)
-			return nil, false, fmt.Errorf("%w: %d permits asked of %s, a semaphore of %d", ErrInvalidConfig, n, cfg.UniqueKey(), spec.Permits)
+		if spec.Kind == processor.KindSem && n > so.n {
+			// a re-entry takes no more permits: one that asks for more than the owner holds
+			// would count permits nobody took
+			return nil, false, fmt.Errorf("%w: a re-entry of %d permits of %s through an owner of %d (a re-entry takes no more)", ErrInvalidConfig, n, cfg.UniqueKey(), so.n)
 		}
 		if cause := so.lostCause(); cause != nil {
 			return nil, false, cause // a lost (or closed) holding stays lost for its owner

@@ -1117,6 +1117,14 @@ func TestSemaphoreReentry(t *testing.T) {
 	if o2, err := s.Acquire(o, 1); err != nil || o2 != o {
 		t.Fatalf("re-entry: %v, %v", o2, err)
 	}
+	// A re-entry takes no more permits, so it is refused more than the owner holds (here 2
+	// of k = 2, 1 held): else the caller would count 2 while another process takes the other.
+	if o2, err := s.Acquire(o, 2); !errors.Is(err, dlock.ErrInvalidConfig) || o2 != nil {
+		t.Fatalf("re-entry of 2 permits through an owner of 1 = %v, %v; want ErrInvalidConfig", o2, err)
+	}
+	if o2, ok, err := s.TryAcquire(o, 2); !errors.Is(err, dlock.ErrInvalidConfig) || ok || o2 != nil {
+		t.Fatalf("re-entering TryAcquire of 2 permits through an owner of 1 = %v, %v, %v; want ErrInvalidConfig", o2, ok, err)
+	}
 	ended, cancel := context.WithCancel(o) // (an ended context counts no hold)
 	cancel()
 	if o2, err := s.Acquire(ended, 1); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
