@@ -233,6 +233,25 @@ func TestDo(t *testing.T) {
 	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 {
 		t.Fatal("Do left the key behind")
 	}
+	// fn's context ends when Do's does (the caller gave up), while fn still owns the lock.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = l.Do(short, func(owned context.Context) error {
+		<-owned.Done() // (recv's bound turns a context that never ends into a failure: Do's test times out)
+		if cause := context.Cause(owned); !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("fn's context ended with %v, want the deadline of Do's", cause)
+		}
+		if l.HoldCount(owned) != 1 {
+			t.Error("fn's context does not own the lock")
+		}
+		return owned.Err()
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 {
+		t.Fatal("Do left the key behind")
+	}
 }
 
 func TestContendedFIFO(t *testing.T) {

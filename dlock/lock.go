@@ -407,9 +407,10 @@ func (l *DistributedReentrantLock) unlock(ctx, bound context.Context) error {
 	return l.named(h.release(rctx, context.Canceled))
 }
 
-// Do runs fn while holding the lock and always releases it, even if fn panics. fn receives the
-// owner context, which ends if the lock is lost. Do returns Lock's error, or fn's error joined
-// with Unlock's.
+// Do runs fn while holding the lock and always releases it, even if fn panics. fn receives a
+// context of the owner's — it owns the lock (FencingToken, re-entry) — that ends if the lock is
+// lost (its cause matches ErrLockLost) or when ctx ends (ctx's cause): ctx bounds fn as it
+// bounds the wait. Do returns Lock's error, or fn's error joined with Unlock's.
 func (l *DistributedReentrantLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
@@ -421,7 +422,9 @@ func (l *DistributedReentrantLock) Do(ctx context.Context, fn func(ctx context.C
 	defer func() {
 		err = errors.Join(err, l.Unlock(owned))
 	}()
-	return fn(owned)
+	fctx, stop := doCtx(ctx, owned)
+	defer stop()
+	return fn(fctx)
 }
 
 // HoldCount returns how many times ctx holds the lock: 0 if it does not own it, or if its

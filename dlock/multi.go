@@ -586,8 +586,9 @@ func (m *MultiLock) FencingTokens(owned context.Context) (tokens map[string]uint
 	return tokens, true
 }
 
-// Do runs fn while holding every part and always releases them, even if fn panics. It returns
-// Lock's error, or fn's error joined with Unlock's.
+// Do runs fn while holding every part and always releases them, even if fn panics. fn
+// receives a context of the Owner's that also ends when ctx ends, as the mutex's Do gives. It
+// returns Lock's error, or fn's error joined with Unlock's.
 func (m *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
@@ -599,7 +600,9 @@ func (m *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) 
 	defer func() {
 		err = errors.Join(err, m.Unlock(owned))
 	}()
-	return fn(owned)
+	fctx, stop := doCtx(ctx, owned)
+	defer stop()
+	return fn(fctx)
 }
 
 // permitsOf returns the permits a semaphore's part asks for, 0 for any other part.

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"strings"
@@ -186,6 +187,23 @@ func (o *Owner) unlockWithin(bound context.Context) error {
 		return named(o.sh.unlock1(oneHoldOf(o, o.sh), bound), o.sh.st.cfg.UniqueKey())
 	}
 	return o.l.unlock(o, bound)
+}
+
+// doCtx returns the context Do runs its function with: one of owned (it owns what owned
+// holds, and ends when owned does, with its cause) that also ends when ctx does, with ctx's
+// cause — the caller's deadline bounds the function as it bounded the wait. stop lets it go.
+func doCtx(ctx context.Context, owned *Owner) (fctx context.Context, stop func()) {
+	fctx, cancel := context.WithCancelCause(owned)
+	cancelAt := func() {}
+	if d, ok := ctx.Deadline(); ok { // (Err then says DeadlineExceeded, as ctx's does)
+		fctx, cancelAt = context.WithDeadlineCause(fctx, d, context.Cause(ctx))
+	}
+	unwatch := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) { // (else fctx's own deadline ends it, at the same time)
+			cancel(context.Cause(ctx))
+		}
+	})
+	return fctx, func() { unwatch(); cancelAt(); cancel(context.Canceled) }
 }
 
 // String names the context, for logs.
