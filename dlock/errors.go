@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"strings"
 
@@ -45,11 +46,17 @@ type lockError struct {
 func (e *lockError) Error() string { return e.err.Error() + " (lock " + e.key + ")" }
 func (e *lockError) Unwrap() error { return e.err }
 
-// named returns err naming the lock key, when it is one of ErrNotObtained and ErrLockLost and
-// does not name the key already; any other error as it is.
+// named returns err naming the lock key, when it is one of ErrNotObtained, ErrLockLost,
+// ErrNotHeld, ErrUpgrade or a context's error and does not name the key already; any other
+// error as it is (a *RedisProcessError names its key itself).
 func named(err error, key string) error {
-	if err == nil || !(errors.Is(err, ErrNotObtained) || errors.Is(err, ErrLockLost)) || strings.Contains(err.Error(), key) {
+	if err == nil || key == "" || strings.Contains(err.Error(), key) {
 		return err
 	}
-	return &lockError{err: err, key: key}
+	for _, e := range []error{ErrNotObtained, ErrLockLost, ErrNotHeld, ErrUpgrade, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, e) {
+			return &lockError{err: err, key: key}
+		}
+	}
+	return err
 }

@@ -451,3 +451,57 @@ func TestTryLockOnAReplicaFailsAtOnceEveryTime(t *testing.T) {
 		})
 	}
 }
+
+// Errors a call returns about one lock name its key, so that the log line of a service with
+// many locks says which (errors.Is sees what they wrap).
+func TestErrorsNameTheLock(t *testing.T) {
+	g, _ := newGen(t)
+	ctx := ctxT(t, 5*time.Second)
+	tg := target(t)
+	mu := mustGen(t, g, "ERRNAME", tg, time.Second)
+	rw, _ := g.GenRW("ERRNAME", tg+"-rw")
+	sem, _ := g.GenSemaphore("ERRNAME", tg+"-sem", 2)
+	o, err := mu.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = o.Unlock()
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, upErr := rw.Lock(r)
+	_ = r.Unlock()
+	so, err := sem.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = so.Unlock()
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, stErr := mu.State(expired)
+	for name, e := range map[string]struct {
+		err error
+		key string
+	}{
+		"mutex Unlock twice":            {o.Unlock(), mu.Config().UniqueKey()},
+		"mutex Unlock by a non-owner":   {mu.Unlock(ctx), mu.Config().UniqueKey()},
+		"mutex Extend by a non-owner":   {mu.Extend(ctx, time.Second), mu.Config().UniqueKey()},
+		"rw upgrade":                    {upErr, rw.Config().UniqueKey()},
+		"rw Unlock twice":               {r.Unlock(), rw.Config().UniqueKey()},
+		"sem Release twice":             {so.Unlock(), sem.Config().UniqueKey()},
+		"sem Acquire of more than k":    {func() error { _, err := sem.Acquire(ctx, 3); return err }(), sem.Config().UniqueKey()},
+		"sem SetPermits(0)":             {sem.SetPermits(ctx, 0), sem.Config().UniqueKey()},
+		"mutex State, ctx ended":        {stErr, mu.Config().UniqueKey()},
+		"mutex ForceRelease, ctx ended": {func() error { _, err := mu.ForceRelease(expired, "a-1-b-1"); return err }(), mu.Config().UniqueKey()},
+		"sem SetPermits, ctx ended":     {sem.SetPermits(expired, 3), sem.Config().UniqueKey()},
+	} {
+		if e.err == nil {
+			t.Errorf("%s: nil error", name)
+			continue
+		}
+		if !strings.Contains(e.err.Error(), strings.TrimPrefix(strings.TrimPrefix(e.key, "{"), "}")) {
+			t.Errorf("%s: %q does not name %s", name, e.err, e.key)
+		}
+	}
+}

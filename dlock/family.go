@@ -207,7 +207,8 @@ func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 	if l == nil || l.g == nil {
 		return SharedState{}, errZeroShared
 	}
-	return l.g.sharedState(ctx, l.cfg, l.spec())
+	st, err := l.g.sharedState(ctx, l.cfg, l.spec())
+	return st, named(err, l.cfg.UniqueKey())
 }
 
 // Acquire takes n permits (1 ≤ n ≤ k, Redis's k while the semaphore is in use: more is
@@ -267,7 +268,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
 	if k < 1 || int64(k) > maxPermits {
-		return fmt.Errorf("%w: %d permits (a semaphore has from 1 to 2^53 - 1)", ErrInvalidConfig, k)
+		return fmt.Errorf("%w: %d permits for %s (a semaphore has from 1 to 2^53 - 1)", ErrInvalidConfig, k, s.cfg.UniqueKey())
 	}
 	for range 10 {
 		st, err := s.State(ctx)
@@ -283,10 +284,10 @@ func (s *Semaphore) SetPermits(ctx context.Context, k int) error {
 			return change{changed, now}, err
 		})
 		if err != nil || c.changed || c.now == int64(k) {
-			return unlate(err)
+			return named(unlate(err), s.cfg.UniqueKey())
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return named(err, s.cfg.UniqueKey())
 		}
 	}
 	return fmt.Errorf("%w: the permits of %s kept changing under SetPermits", ErrOptimisticLocking, s.cfg.UniqueKey())
@@ -297,7 +298,8 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 	if s == nil || s.g == nil {
 		return SharedState{}, errZeroShared
 	}
-	return s.g.sharedState(ctx, s.cfg, s.spec())
+	st, err := s.g.sharedState(ctx, s.cfg, s.spec())
+	return st, named(err, s.cfg.UniqueKey())
 }
 
 // ForceRelease lets the holding of holder go — a locker State reports in Holds — and tells
@@ -315,14 +317,16 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
 // ctx's error when ctx ended first, and ErrClosed after Close.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
-	return l.side(true).forceRelease(ctx, holder)
+	ok, err := l.side(true).forceRelease(ctx, holder)
+	return ok, named(err, l.cfg.UniqueKey())
 }
 
 // ForceRelease lets the holding of holder go — a locker State reports in Holds — and gives
 // its permits to the processes in line, as the read-write lock's ForceRelease does (see
 // there for what it guarantees and what it cannot).
 func (s *Semaphore) ForceRelease(ctx context.Context, holder string) (bool, error) {
-	return s.part(1).forceRelease(ctx, holder)
+	ok, err := s.part(1).forceRelease(ctx, holder)
+	return ok, named(err, s.cfg.UniqueKey())
 }
 
 // forceRelease removes holder's holding of p's lock (either kind's ForceRelease).
@@ -439,7 +443,7 @@ func (p sharedPart) Lock(ctx context.Context) (*Owner, error) {
 		return nil, err
 	}
 	o, _, err := p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, false)
-	return o, err
+	return o, named(err, p.cfg.UniqueKey())
 }
 
 // TryLock takes the side or the permits if it can at once.
@@ -447,7 +451,8 @@ func (p sharedPart) TryLock(ctx context.Context) (*Owner, bool, error) {
 	if err := p.check(); err != nil {
 		return nil, false, err
 	}
-	return p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, true)
+	o, ok, err := p.g.acquireShared(ctx, p.cfg, p.spec, p.n, p.write, true)
+	return o, ok, named(err, p.cfg.UniqueKey())
 }
 func (p sharedPart) check() error {
 	if p.g == nil {
@@ -464,7 +469,7 @@ func (p sharedPart) Unlock(owned context.Context) error {
 	if p.g == nil {
 		return errZeroShared
 	}
-	return p.g.unlockShared(owned, sharedKey(p.cfg, p.spec))
+	return named(p.g.unlockShared(owned, sharedKey(p.cfg, p.spec)), p.cfg.UniqueKey())
 }
 
 // FencingToken returns the token of owned's holding.

@@ -51,6 +51,11 @@ func (s State) Held() bool { return s.Holder != "" }
 // *RedisProcessError when Redis fails, ctx's error (the call abandoned) when ctx ends first,
 // and ErrClosed after Close.
 func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
+	st, err := l.state(ctx)
+	return st, l.named(err)
+}
+
+func (l *DistributedReentrantLock) state(ctx context.Context) (State, error) {
 	if err := l.check(ctx); err != nil {
 		return State{}, err
 	}
@@ -168,6 +173,11 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 // for an empty holder, a *RedisProcessError when Redis failed, ctx's error when ctx ended
 // first, and ErrClosed after Close. Safe for concurrent use.
 func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
+	removed, err := l.forceRelease(ctx, holder)
+	return removed, l.named(err)
+}
+
+func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder string) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}

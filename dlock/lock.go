@@ -356,7 +356,7 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // instead); ErrInvalidConfig for a nil context or on a lock not made by a Generator. Safe for
 // concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
-	return l.unlock(ctx, nil)
+	return l.named(l.unlock(ctx, nil))
 }
 
 // unlock is Unlock; with bound, the final release to Redis is waited for only while bound

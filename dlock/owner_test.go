@@ -39,8 +39,8 @@ func TestOwnerUnlocks(t *testing.T) {
 	if o.Err() == nil || context.Cause(o) != context.Canceled {
 		t.Fatalf("owner context after the release: %v", context.Cause(o))
 	}
-	if err := o.Unlock(); err != dlock.ErrNotHeld {
-		t.Fatalf("a second Unlock: %v", err)
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), l.Config().UniqueKey()) {
+		t.Fatalf("a second Unlock: %v, want ErrNotHeld naming the lock", err)
 	}
 	var none *dlock.Owner
 	if err := none.Unlock(); err != dlock.ErrNotHeld || none.Err() != nil || none.Done() != nil {
