@@ -317,16 +317,18 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
 // ctx's error when ctx ended first, and ErrClosed after Close.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
-	ok, err := l.side(true).forceRelease(ctx, holder)
-	return ok, named(err, l.cfg.UniqueKey())
+	p := l.side(true)
+	ok, err := p.forceRelease(ctx, holder)
+	return ok, named(err, p.cfg.UniqueKey())
 }
 
 // ForceRelease lets the holding of holder go — a locker State reports in Holds — and gives
 // its permits to the processes in line, as the read-write lock's ForceRelease does (see
 // there for what it guarantees and what it cannot).
 func (s *Semaphore) ForceRelease(ctx context.Context, holder string) (bool, error) {
-	ok, err := s.part(1).forceRelease(ctx, holder)
-	return ok, named(err, s.cfg.UniqueKey())
+	p := s.part(1)
+	ok, err := p.forceRelease(ctx, holder)
+	return ok, named(err, p.cfg.UniqueKey())
 }
 
 // forceRelease removes holder's holding of p's lock (either kind's ForceRelease).

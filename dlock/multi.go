@@ -336,14 +336,29 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 // the background (retried until the part's lease runs out), and the call returns — not a lease
 // after its deadline.
 func (m *MultiLock) giveUpBound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() == nil {
-		return ctx, func() {}
-	}
 	grace := m.parts[0].Config().Lease()
 	for _, l := range m.parts[1:] {
 		grace = min(grace, l.Config().Lease())
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), grace/6)
+	// (ctx may end during the releases, not only before them: the grace runs from its end)
+	bound, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	unwatch := context.AfterFunc(ctx, func() {
+		cause := context.Cause(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(grace/6, func() { cancel(cause) })
+	})
+	return bound, func() {
+		unwatch()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
 }
 
 // freshen renews the parts of a MultiLock, held by owners, when one of them has less than

@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -2205,5 +2206,61 @@ func TestMultiLockThatGivesUpInABlackHoleReturnsByItsDeadline(t *testing.T) {
 			}
 			_ = o.Unlock()
 		})
+	}
+}
+
+// A MultiLock that gives up while its context still lasts (a part found held), whose context
+// ends while it lets go of the parts it took, waits for those releases up to a sixth of the
+// shortest part's lease past the context's end, as it does when the context had ended first:
+// a release Redis answers 200 ms after the context's end (a sixth of the lease: 1 s) is
+// waited for, and the part is free in Redis when TryLock returns.
+func TestMultiLockThatGivesUpWaitsForItsReleasesPastItsContextsEnd(t *testing.T) {
+	t.Parallel()
+	const lease = 6 * time.Second // (a sixth: 1 s, room for a loaded machine)
+	g, p := farGen(t, lease)
+	other, _ := newGen(t)
+	tg := uniqueTarget(t)
+	a := mustGen(t, g, "MULTIGU", tg+"-a", lease)
+	b := mustGen(t, g, "ZMULTIGU", tg+"-b", lease)
+	held, err := mustGen(t, other, "ZMULTIGU", tg+"-b", lease).Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock()
+	m, err := g.MultiOf(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyA, keyB := []byte(a.Config().UniqueKey()), []byte(b.Config().UniqueKey())
+	var seenA atomic.Int32 // (the second request naming part A is its release)
+	p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+		if !toTarget {
+			return 0
+		}
+		switch {
+		case bytes.Contains(chunk, keyB):
+			return 200 * time.Millisecond // part B's TryLock: found held at about 200 ms
+		case bytes.Contains(chunk, keyA) && seenA.Add(1) == 2:
+			return 300 * time.Millisecond // part A's release: answered about 200 ms after ctx's end
+		}
+		return 0
+	})
+	defer p.SetShaper(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	o, ok, err := m.TryLock(ctx)
+	took := time.Since(start)
+	if ok {
+		_ = o.Unlock()
+		t.Fatal("TryLock took every part; part B is held by another process")
+	}
+	direct := srv.Client()
+	defer direct.Close()
+	v, gerr := direct.Get(context.Background(), string(keyA)).Result()
+	if gerr != redis.Nil {
+		t.Fatalf("TryLock returned (%v, err %v) after %v, its context ending at 300 ms, with part A still held in Redis (%q, %v): "+
+			"its release, answered within a sixth of the lease (1 s) past the context's end, was not waited for",
+			ok, err, took.Round(time.Millisecond), v, gerr)
 	}
 }

@@ -2062,5 +2062,8 @@ func TestSharedReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
 		if r, err := a.SharedReleaseOf(ctx, lc, sem1, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("A's release (naming its take's token) of a holding wiped and taken anew by a late copy (B held in between) = %+v, %v; want gone, as its renewal answers", r, err)
 		}
+		if r, err := a.SharedReleaseOf(ctx, lc, sem1, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("a copy of that release = %+v, %v; want gone, as the first (settled would read as let go)", r, err)
+		}
 	})
 }

@@ -10,8 +10,9 @@
 --            line (released, given back, failed, removed by an operator, or left)
 --   KEYS[5]  {K}:check:<owner>, the owner's checked mark: the largest yield check number that
 --            ran (a mark of its own, so that it does not settle the tenure's locker)
---   KEYS[6]  {K}:forced:<owner>, the owner's locker an operator removed last (ForceRelease):
---            its release and renewals answer "gone", so that its holder learns of the loss
+--   KEYS[6]  {K}:forced:<owner>, the owner's locker an operator removed last (ForceRelease),
+--            or a release found the key taken anew for (after an empty restart): its release
+--            and renewals answer "gone", so that its holder learns of the loss
 --   KEYS[7]  {K}:want, what each process in line waits with: mark -> "<locker>|<lease ms>|
 --            <tokens>|<server ms it last renewed its entry>|<server ms it expires unless
 --            renewed>|<1 if it listened on its channel then, else 0>"; a release grants the
