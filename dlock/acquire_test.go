@@ -16,6 +16,8 @@ import (
 	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The owner re-enters (Lock, TryLock, another handle on the key); until its last Unlock
@@ -2337,5 +2339,29 @@ func chaosAtDistance(t *testing.T, pct, workers int, dur time.Duration, opts fun
 		if strings.Contains(k, tg) {
 			t.Errorf("a key without a time to live: %s", k)
 		}
+	}
+}
+
+// A process farther from Redis than half its lease never takes the lock (README, Limits: a
+// Lock returns only with half its lease left) — and says why, once, in a warning naming the
+// key, the round trip and the lease, rather than waiting silently until its deadline.
+func TestLockFartherThanHalfTheLeaseSaysWhy(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
+	const lease = 400 * time.Millisecond
+	g, p := farGen(t, lease, dlock.WithLogger(zap.New(core)))
+	p.SetLatency(130 * time.Millisecond) // (a round trip of 260 ms: more than half the lease)
+	l := mustGen(t, g, "FARHALF", uniqueTarget(t), lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if o, err := l.Lock(ctx); err == nil {
+		_ = o.Unlock()
+		t.Skip("Lock succeeded: the machine answered faster than the proxy's latency allows") // (cannot happen: the latency is added)
+	} else if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock = %v, want ErrNotObtained", err)
+	}
+	warned := logs.FilterMessageSnippet("more than half the lease").FilterField(zap.String("key", l.Config().UniqueKey()))
+	if n := warned.Len(); n != 1 {
+		t.Fatalf("%d warnings that a renewal took more than half the lease, want 1: %v", n, logs.All())
 	}
 }

@@ -116,6 +116,7 @@ type lockState struct {
 	// off when no goroutine came for such a place in line.
 	relock   bool
 	relockBy time.Time
+	slow     bool // a renewal before a take took more than half the lease (warned once)
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
@@ -617,6 +618,14 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if rtt := time.Since(sent); (err == nil || errors.Is(err, errLate)) && rtt > cfg.Lease()/2 && ctx.Err() == nil && !st.slow {
+		// A process whose round trip is this long renews for ever and never takes the lock
+		// (README, Limits: Lock returns only with half its lease left); nothing else says
+		// why — its tenures are lost, or renewed again. Said once.
+		st.slow = true
+		st.g.log.Warn("dlock: a renewal before a take took more than half the lease: this process takes the lock only while Redis answers within half the lease",
+			zap.String("key", cfg.UniqueKey()), zap.Duration("round_trip", rtt), zap.Duration("lease", cfg.Lease()))
+	}
 	if st.ten != t || st.phase != renewing {
 		return nil, err // lost meanwhile: the loss moved the phase on
 	}
