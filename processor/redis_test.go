@@ -2632,6 +2632,7 @@ func TestReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
 		lc := cfg(t, "relorigin")
+		older := a.locker() // an earlier acquisition of the process's, given up before
 		req := processor.LockRequest{Locker: a.locker(), Tokens: 1}
 		r, err := a.Lock(ctx, lc, req)
 		if err != nil || r.Outcome != processor.Taken {
@@ -2653,8 +2654,15 @@ func TestReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
 		if err != nil || rel.Outcome != processor.Gone {
 			t.Fatalf("the tenure's release after its holding was wiped and taken anew by a late copy (pb- held in between) = %+v, %v; want Gone, as its renewal answers", rel, err)
 		}
-		// (go-redis sends a command again whose reply a broken connection lost: settled would
-		// read as let go, and hide the loss again)
+		// The acquisition is settled, with every earlier one of its process: a copy of its
+		// take, or of an earlier take, takes nothing.
+		for _, l := range []string{req.Locker, older} {
+			if again, err := a.Lock(ctx, lc, processor.LockRequest{Locker: l, Tokens: 1}); err != nil || again.Outcome == processor.Taken {
+				t.Fatalf("a copy of the take of %s after the release that answered Gone = %+v, %v; want it refused", l, again, err)
+			}
+		}
+		// A copy of the release (go-redis sends a command again whose reply a broken
+		// connection lost) answers Gone too: settled would read as let go, and hide the loss.
 		if rel, err := a.Unlock(ctx, lc, release); err != nil || rel.Outcome != processor.Gone {
 			t.Fatalf("a copy of that release = %+v, %v; want Gone, as the first", rel, err)
 		}
