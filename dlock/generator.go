@@ -49,6 +49,7 @@ type Generator struct {
 	clean       context.Context // ended only when Close gives up: renewals and background clean-up
 	cancelClean context.CancelFunc
 	group       threads.Group // every background goroutine
+	send        senders       // the goroutines that run requests (call)
 	notes       *notifier     // nil when notifications are off
 
 	mu     sync.Mutex

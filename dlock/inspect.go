@@ -283,7 +283,7 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 		err error
 	}
 	done := make(chan answer, 1)
-	if !g.group.Go(func() {
+	if !g.send.run(g, func() {
 		v, err := f(ctx)
 		g.noteFault(err)
 		done <- answer{v, err}

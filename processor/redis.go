@@ -151,7 +151,17 @@ type RedisLockProcessor struct {
 	scripts *scriptSet
 	shard   atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
 	longest sync.Map     // lock type → the longest lease (time.Duration) of a lock.lua on a key of it
+
+	keysMu sync.Mutex
+	keyMap map[keysOf][]string // the scripts' keys by lock key and owner (keys), at most maxCachedKeys; guarded by keysMu
 }
+
+// keysOf names the keys a script of one lock key sends for one owner.
+type keysOf struct{ key, owner string }
+
+// maxCachedKeys bounds the processor's cache of script keys: past it the cache starts again,
+// so that a process that touches many keys keeps no more than this many sets.
+const maxCachedKeys = 256
 
 const (
 	shardUnknown int32 = iota
@@ -657,6 +667,31 @@ func GapKey(cfg domain.DLockConfig) string { return cfg.SideKey(GapSuffix) }
 // keys returns the eight keys every script takes, with owner's settled, checked and forced
 // marks.
 func keys(cfg domain.DLockConfig, owner string) []string {
+	return newKeys(cfg, owner)
+}
+
+// keys returns the keys of a script of cfg's lock for owner, as the package's keys does, from
+// a small cache: a hot key's requests build them once, not at every request (nine strings
+// each). The slice is shared: no caller may change it.
+func (p *RedisLockProcessor) keys(cfg domain.DLockConfig, owner string) []string {
+	k := keysOf{cfg.UniqueKey(), owner}
+	p.keysMu.Lock()
+	ks, ok := p.keyMap[k]
+	p.keysMu.Unlock()
+	if ok {
+		return ks
+	}
+	ks = newKeys(cfg, owner)
+	p.keysMu.Lock()
+	if p.keyMap == nil || len(p.keyMap) >= maxCachedKeys {
+		p.keyMap = make(map[keysOf][]string)
+	}
+	p.keyMap[k] = ks
+	p.keysMu.Unlock()
+	return ks
+}
+
+func newKeys(cfg domain.DLockConfig, owner string) []string {
 	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DoneKey(cfg, owner),
 		CheckKey(cfg, owner), ForcedKey(cfg, owner), WantKey(cfg), GapKey(cfg), FirstKey(cfg)}
 }
@@ -901,7 +936,7 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	}
 	owner, seq := SplitLocker(req.Locker)
 	a.locker, a.seq, a.lease, a.wait, a.tokens = req.Locker, seq, cfg.Lease(), req.Wait && p.opts.Mark != "", max(req.Tokens, 1)
-	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, keys(cfg, owner), a.list()...)
+	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, p.keys(cfg, owner), a.list()...)
 	var code int64
 	var v any
 	if err == nil {
@@ -1012,7 +1047,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		}
 		a.yield, a.check, a.next, a.nextLease, a.nextTokens = true, check, req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
-	res, acked, err := p.run(ctx, p.scripts.run["renew"], true, keys(cfg, owner), a.list()...)
+	res, acked, err := p.run(ctx, p.scripts.run["renew"], true, p.keys(cfg, owner), a.list()...)
 	var code int64
 	var v any
 	if err == nil {
@@ -1068,7 +1103,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		}
 		a.next, a.nextLease, a.nextTokens = req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
-	res, _, err := p.run(ctx, p.scripts.run["release"], false, keys(cfg, owner), a.list()...)
+	res, _, err := p.run(ctx, p.scripts.run["release"], false, p.keys(cfg, owner), a.list()...)
 	var code int64
 	if err == nil {
 		code, _, err = pair(res)
@@ -1106,7 +1141,7 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 		return Result{}, processErr("leave", cfg.UniqueKey(), err)
 	}
 	_, a.upto = SplitLocker(req.Last)
-	res, _, err := p.run(ctx, p.scripts.run["leave"], false, keys(cfg, p.opts.Mark), a.list()...)
+	res, _, err := p.run(ctx, p.scripts.run["leave"], false, p.keys(cfg, p.opts.Mark), a.list()...)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -1167,7 +1202,7 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 	if sharded {
 		a.publish = "spublish"
 	}
-	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, keys(cfg, p.opts.Mark), a.list()...)
+	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, p.keys(cfg, p.opts.Mark), a.list()...)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -1212,7 +1247,7 @@ func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockC
 	}
 	owner, seq := SplitLocker(holder)
 	a.locker, a.seq = holder, seq
-	res, _, err := p.run(ctx, p.scripts.run["force"], false, keys(cfg, owner), a.list()...)
+	res, _, err := p.run(ctx, p.scripts.run["force"], false, p.keys(cfg, owner), a.list()...)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
