@@ -280,10 +280,18 @@ func (st *lockState) beginGrantLocked(a *attempt, g grant) *tenure {
 }
 
 // startGrantLocked begins the tenure of a grant heard with no goroutine asking: the first
-// waiter takes it; a grant nobody here waits for any more is passed on at once. The caller
-// holds mu, in phase idle.
-func (st *lockState) startGrantLocked(a *attempt, g grant) {
+// waiter takes it; a grant nobody here waits for any more is passed on at once — except one
+// heard while the relocking release that stood in line for it was on its way (keep): the
+// goroutine whose Unlock sent that release has not returned yet, and takes the key again
+// within microseconds, as relock expects. That tenure stays free while the linger lasts (a
+// lingering process settles nothing): a goroutine that comes takes it with no request (a
+// pass), and the linger's end lets it go (settleLocked), at most lingerFor after the
+// release's answer. The caller holds mu, in phase idle.
+func (st *lockState) startGrantLocked(a *attempt, g grant, keep bool) {
 	t := st.beginGrantLocked(a, g)
+	if st.line.lingering && keep && t != nil {
+		return
+	}
 	if st.line.lingering {
 		// No goroutine came for the key the release stood in line for: the grant is passed
 		// on (or, unusable, left with the line), and the process stops expecting one.
@@ -302,9 +310,9 @@ func (st *lockState) startGrantLocked(a *attempt, g grant) {
 
 // grantedLocked acts on a grant to a that was heard while a request was on its way, now that
 // its answer came and the phase is idle. The caller holds mu.
-func (st *lockState) grantedLocked(a *attempt) {
+func (st *lockState) grantedLocked(a *attempt, keep bool) {
 	if g := st.line.granted; g != nil && a != nil && st.line.attempt == a && st.phase == idle {
-		st.startGrantLocked(a, *g)
+		st.startGrantLocked(a, *g, keep)
 	}
 }
 
@@ -321,7 +329,7 @@ func (st *lockState) heardGrant(g grant) {
 	case asking, renewing, releasing: // a request of the attempt (or the yield or release that opened it) is on its way: its answer decides
 		st.line.granted = &g
 	case idle:
-		st.startGrantLocked(a, g)
+		st.startGrantLocked(a, g, false)
 	}
 }
 

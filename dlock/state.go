@@ -469,7 +469,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			// Granted meanwhile: counted from the last answer that showed it waiting (grantStart). The
 			// caller takes it if it still wants it; else the first waiter does, or it is passed on.
 			if ctx.Err() != nil {
-				st.startGrantLocked(a, *g)
+				st.startGrantLocked(a, *g, false)
 				return nil, errors.Join(err, ctx.Err())
 			}
 			if t := st.beginGrantLocked(a, *g); t != nil {
@@ -636,7 +636,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		// key back if it is still ours; the waiters go on with next.
 		st.endTenureLocked(t)
 		st.giveBackLocked(t.entity.Locker, t.cfg)
-		st.grantedLocked(next)
+		st.grantedLocked(next, false)
 		return nil, err
 	case err != nil:
 		st.phase = free
@@ -672,7 +672,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		if res.Gap > 0 { // it opened a window for processes not in line
 			st.gapLocked(res.Gap)
 		}
-		st.grantedLocked(next)
+		st.grantedLocked(next, false)
 		st.q.Wake() // the waiters watch for this process's grant (a TryLock does not)
 		return nil, nil
 	}

@@ -364,7 +364,7 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 		if !news {
 			st.line.quiet = st.epoch + 1 // the waiters wait for the grant, unless news comes
 		}
-		st.grantedLocked(next)
+		st.grantedLocked(next, true) // (the caller, still in Unlock, takes it again at once)
 	}
 	st.settleLocked()
 	return nil
