@@ -2654,8 +2654,12 @@ func TestReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
 		if err != nil || rel.Outcome != processor.Gone {
 			t.Fatalf("the tenure's release after its holding was wiped and taken anew by a late copy (pb- held in between) = %+v, %v; want Gone, as its renewal answers", rel, err)
 		}
-		// The acquisition is settled, with every earlier one of its process: a copy of its
-		// take, or of an earlier take, takes nothing.
+		// The key is let go (nobody waits: left free), and the acquisition is settled, with
+		// every earlier one of its process: a copy of its take, or of an earlier take, takes
+		// nothing.
+		if v, err := c.Get(ctx, lc.UniqueKey()).Result(); err != redis.Nil {
+			t.Fatalf("after the release that answered Gone the key holds %q (%v), want it let go", v, err)
+		}
 		for _, l := range []string{req.Locker, older} {
 			if again, err := a.Lock(ctx, lc, processor.LockRequest{Locker: l, Tokens: 1}); err != nil || again.Outcome == processor.Taken {
 				t.Fatalf("a copy of the take of %s after the release that answered Gone = %+v, %v; want it refused", l, again, err)
