@@ -2065,5 +2065,9 @@ func TestSharedReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
 		if r, err := a.SharedReleaseOf(ctx, lc, sem1, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("a copy of that release = %+v, %v; want gone, as the first (settled would read as let go)", r, err)
 		}
+		// and the permit the late copy took is let go: another process takes it
+		if r := b.take(t, lc, sem1, b.locker(), 1, false); r.Outcome != processor.Taken {
+			t.Fatalf("B after A's release answered gone: %+v, want the permit", r)
+		}
 	})
 }
