@@ -251,6 +251,21 @@ func TestDo(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do = %v, want fn's error", err)
 	}
+	// ... and when Do's context is cancelled, with its cause
+	why := errors.New("the caller went away")
+	gone, cancelGone := context.WithCancelCause(ctx)
+	defer cancelGone(nil)
+	time.AfterFunc(100*time.Millisecond, func() { cancelGone(why) })
+	err = l.Do(gone, func(owned context.Context) error {
+		<-owned.Done()
+		if cause := context.Cause(owned); !errors.Is(cause, why) {
+			t.Errorf("fn's context ended with %v, want Do's cause %v", cause, why)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if c.Exists(ctx, l.Config().UniqueKey()).Val() != 0 {
 		t.Fatal("Do left the key behind")
 	}

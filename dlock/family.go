@@ -687,13 +687,13 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 		side = 1
 	}
 	if so := ownerIn(ctx, g, key, side); so != nil {
+		if cause := so.lostCause(); cause != nil {
+			return nil, false, cause // a lost (or closed) holding stays lost for its owner
+		}
 		if spec.Kind == processor.KindSem && n > so.n {
 			// a re-entry takes no more permits: one that asks for more than the owner holds
 			// would count permits nobody took
 			return nil, false, fmt.Errorf("%w: a re-entry of %d permits of %s through an owner of %d (a re-entry takes no more)", ErrInvalidConfig, n, cfg.UniqueKey(), so.n)
-		}
-		if cause := so.lostCause(); cause != nil {
-			return nil, false, cause // a lost (or closed) holding stays lost for its owner
 		}
 		if err := ctx.Err(); err != nil {
 			if cause := lossOf(ctx); cause != nil {

@@ -409,8 +409,8 @@ func (l *DistributedReentrantLock) unlock(ctx, bound context.Context) error {
 
 // Do runs fn while holding the lock and always releases it, even if fn panics. fn receives a
 // context of the owner's — it owns the lock (FencingToken, re-entry) — that ends if the lock is
-// lost (its cause matches ErrLockLost) or when ctx ends (ctx's cause): ctx bounds fn as it
-// bounds the wait. Do returns Lock's error, or fn's error joined with Unlock's.
+// lost (its cause matches ErrLockLost) or when ctx ends (at its deadline, DeadlineExceeded;
+// cancelled, ctx's cause): ctx bounds fn as it bounds the wait. Do returns Lock's error, or fn's error joined with Unlock's.
 func (l *DistributedReentrantLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidConfig)

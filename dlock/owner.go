@@ -190,13 +190,15 @@ func (o *Owner) unlockWithin(bound context.Context) error {
 }
 
 // doCtx returns the context Do runs its function with: one of owned (it owns what owned
-// holds, and ends when owned does, with its cause) that also ends when ctx does, with ctx's
-// cause — the caller's deadline bounds the function as it bounded the wait. stop lets it go.
+// holds, and ends when owned does, with its cause) that also ends when ctx does — at ctx's
+// deadline with DeadlineExceeded (on a timer of its own, which may fire before ctx's: ctx's
+// own cause for it is not known yet), else with ctx's cause — so the caller's deadline bounds
+// the function as it bounded the wait. stop lets it go.
 func doCtx(ctx context.Context, owned *Owner) (fctx context.Context, stop func()) {
 	fctx, cancel := context.WithCancelCause(owned)
 	cancelAt := func() {}
 	if d, ok := ctx.Deadline(); ok { // (Err then says DeadlineExceeded, as ctx's does)
-		fctx, cancelAt = context.WithDeadlineCause(fctx, d, context.Cause(ctx))
+		fctx, cancelAt = context.WithDeadline(fctx, d)
 	}
 	unwatch := context.AfterFunc(ctx, func() {
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) { // (else fctx's own deadline ends it, at the same time)

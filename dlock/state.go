@@ -618,12 +618,12 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if rtt := time.Since(sent); (err == nil || errors.Is(err, errLate)) && rtt > cfg.Lease()/2 && ctx.Err() == nil && !st.slow {
+	if rtt := time.Since(sent); (err == nil || errors.Is(err, errLate)) && rtt > cfg.Lease()/2-domain.DriftAllowance(cfg.Lease()) && ctx.Err() == nil && !st.slow {
 		// A process whose round trip is this long renews for ever and never takes the lock
-		// (README, Limits: Lock returns only with half its lease left); nothing else says
-		// why — its tenures are lost, or renewed again. Said once.
+		// (README, Limits: Lock returns only with half its lease left, counted less the drift
+		// allowance); nothing else says why — its tenures are lost, or renewed again. Said once.
 		st.slow = true
-		st.g.log.Warn("dlock: a renewal before a take took more than half the lease: this process takes the lock only while Redis answers within half the lease",
+		st.g.log.Warn("dlock: a renewal before a take took more than half the lease (less the drift allowance): this process takes the lock only while Redis answers faster",
 			zap.String("key", cfg.UniqueKey()), zap.Duration("round_trip", rtt), zap.Duration("lease", cfg.Lease()))
 	}
 	if st.ten != t || st.phase != renewing {
