@@ -41,7 +41,7 @@
 -- {1} released (or forced); {0, rank, life, waiting}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
--- {-1} settled already; {-2, kind} the lock is another kind; {-3, k} more permits than k
+-- {-1} settled already, or a stale take (older than its process's entry in line); {-2, kind} the lock is another kind; {-3, k} more permits than k
 -- asked; {release's code, take's reply} for a release that stands in line again (next).
 -- waiting is 1 when another process stands in line whose permits do not fit, or more than k
 -- permits are held (waiting): the holders lend no more and give back what comes free.
@@ -143,6 +143,14 @@ local function entry(owner)
         end
     end
     return e
+end
+
+-- older reports whether locker is an earlier attempt of A.owner than other: a process numbers
+-- its lockers (<owner><sequence number>) in the order it makes them.
+local function older(locker, other)
+    local a = tonumber(string.sub(locker, #A.owner + 1))
+    local b = tonumber(string.sub(other, #A.owner + 1))
+    return a ~= nil and b ~= nil and a < b
 end
 
 local function drop(owner)
@@ -426,6 +434,20 @@ local function serve()
             if freed then wake(k) end
             keep(k, kd)
             return {1, mine.token, waiting(A.owner, k)}
+        end
+        if A.replaces == '' then
+            local e = entry(A.owner)
+            if e and e.locker ~= A.locker and older(A.locker, e.locker) then
+                -- a copy of the take of an attempt its process gave up (it waits in line with a
+                -- newer one; the old one's give-back may not have run yet): stale, refused and
+                -- settled, as lock.lua refuses a copy older than its process's entry. It must not
+                -- take the newer attempt's place, settling it, nor leave the old one in line for
+                -- its give-back to take the process out of line.
+                settle(A.locker)
+                if freed then wake(k) end
+                keep(k, kd)
+                return {-1}
+            end
         end
         if A.replaces ~= '' then
             if not old or old.owner ~= A.owner then
