@@ -58,6 +58,11 @@ type SharedOptions struct {
 //     what is held and what every live entry ahead of its process asks (a take of a process
 //     that stopped listening since its entry said it listened renews it as of long ago: its
 //     process may have died with the take on its way, and counts from its next);
+//   - kept in line: the line entry of the attempt a process waits with (its last take with
+//     wait, not given up) leaves the line, or gives way to an older attempt of its process,
+//     only when that attempt is served (Redis holds its locker) or ended (a release of it ran,
+//     or its take was refused as asking more than the count), its entry expired, or its
+//     process died as far as Redis can tell;
 //
 // and at the end, once every process let go of all it holds or asked for, that no holding is
 // left and that every key expires.
@@ -131,6 +136,12 @@ type sworld struct {
 	// heard is, for each process, what Redis heard of it as a waiting take last wrote its
 	// line entry: when, and whether the process listened on its channel then.
 	heard map[string]heardOf
+	// lastLine is the line after the step before (checkKept): each process in it, its WANT
+	// value.
+	lastLine map[string]string
+	// ended are the lockers a request of their own process ended as it ran: a release (or
+	// a release's first half) of it, or a take of it refused as asking more than the count.
+	ended map[string]bool
 }
 
 type heardOf struct {
@@ -153,6 +164,9 @@ type sproc struct {
 	listening bool
 	unlisten  func()
 	cfg       domain.DLockConfig // its handle's (lease)
+	// waitsWith is the locker of the last take with wait it sent (alone, or after a release):
+	// the attempt it waits with, as the library's process waits with one attempt at a time.
+	waitsWith string
 }
 
 // down is a downgrade: the holding it replaces and the permits it keeps (a write-hold's 1, or
@@ -212,7 +226,7 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 	}
 	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
 		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed,
-		heard: map[string]heardOf{}}
+		heard: map[string]heardOf{}, ended: map[string]bool{}}
 	for i := range opt.Procs + 1 {
 		name := string(rune('A'+i)) + "-"
 		if i == opt.Procs {
@@ -395,6 +409,12 @@ func pickKey[V any](rng *rand.Rand, m map[string]V) string {
 
 func (w *sworld) send(r *sreq) {
 	r.sent = w.now()
+	switch {
+	case r.op == "take" && r.wait:
+		r.p.waitsWith = r.locker
+	case r.op == "release" && r.next != "":
+		r.p.waitsWith = r.next
+	}
 	if r.op == "release" {
 		r.p.letting[r.locker] = true
 		r.p.gaveUp[r.locker] = true
@@ -489,7 +509,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			line := w.line()
 			res, err := p.p.SharedReleaseThenTake(ctx, p.cfg, w.spec, r.locker, r.origin, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
 			if w.tooMany(r, r.next, err) { // (the release ran)
-				w.ran[r.locker] = true
+				w.ran[r.locker], w.ended[r.locker] = true, true
 				delete(p.letting, r.locker)
 				return
 			}
@@ -498,7 +518,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 				return
 			}
 			w.note("ran: %v -> %v then %v (heard %v)", r, res.Let, res.Outcome, heard)
-			w.ran[r.locker] = true
+			w.ran[r.locker], w.ended[r.locker] = true, true
 			delete(p.letting, r.locker)
 			delete(before, r.locker) // (let go before the take ran)
 			w.took(&sreq{p: p, op: "take", locker: r.next, n: r.n, wait: true, sent: r.sent}, res, heard, before, line)
@@ -511,7 +531,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		}
 		w.note("ran: %v -> %v", r, res.Outcome)
 		w.noDeadEntry(p)
-		w.ran[r.locker] = true
+		w.ran[r.locker], w.ended[r.locker] = true, true
 		delete(p.letting, r.locker)
 	}
 }
@@ -616,6 +636,7 @@ func (w *sworld) tooMany(r *sreq, locker string, err error) bool {
 	}
 	w.note("ran: %v -> refused: more than the count", r)
 	w.ran[locker] = true
+	w.ended[locker] = true
 	delete(r.p.unknown, locker)
 	return true
 }
@@ -834,6 +855,83 @@ func (w *sworld) check() {
 	if believed > w.opt.Permits {
 		w.fail("beliefs", "processes believe they hold %d permits of %d: %v", believed, w.opt.Permits, who)
 	}
+	w.checkKept()
+}
+
+// checkKept checks, after every step, that the line entry of the attempt a process waits with
+// stays in the line (or gives way to a newer attempt of its process) unless the step served
+// it (Redis holds its locker now), ended it (a release of it, or its take refused as asking
+// more than the count), its entry expired, or its process died as far as Redis can tell (it
+// listened when it last renewed the entry and does not now). A late copy of an older take of
+// the process — an attempt it gave up, whose give-back has not run — must not take its place,
+// settling the attempt it waits with: the process would ask again with a settled attempt, and
+// lose its place in line as the give-back runs.
+func (w *sworld) checkKept() {
+	ctx := context.Background()
+	keys := processor.SharedKeys(w.cfg)
+	c := w.be.client()
+	cur := map[string]string{}
+	owners, _ := c.ZRange(ctx, keys[2], 0, -1).Result()
+	for _, o := range owners {
+		if v, err := c.HGet(ctx, keys[3], o).Result(); err == nil {
+			cur[o] = v
+		}
+	}
+	prev := w.lastLine
+	w.lastLine = cur
+	for _, p := range w.procs {
+		v, ok := prev[p.name]
+		if !ok || p.waitsWith == "" {
+			continue
+		}
+		_, exp, l := wantOf(v)
+		if l != p.waitsWith || p.gaveUp[l] || exp <= w.now().UnixMilli() || w.ended[l] {
+			continue
+		}
+		if held, _ := c.HExists(ctx, keys[0], l).Result(); held {
+			continue // served
+		}
+		if now, ok := cur[p.name]; ok {
+			if _, _, nl := wantOf(now); p.number(nl) >= p.number(l) {
+				continue
+			}
+			w.fail("kept in line", "%s waits with %s, but its entry in line waits with %s now", p.name, l, wantLocker(now))
+			continue
+		}
+		if h, ok := w.heard[p.name]; ok && h.listened && !p.listening {
+			continue // dropped as dead
+		}
+		w.fail("kept in line", "%s waits with %s, whose entry left the line though it was neither served nor ended", p.name, l)
+	}
+}
+
+// wantOf parses a WANT value: the permits asked, when the entry expires (server ms), its locker.
+func wantOf(v string) (n uint64, expires int64, locker string) {
+	parts := strings.SplitN(v, "|", 3)
+	if len(parts) != 3 {
+		return 0, 0, ""
+	}
+	n, _ = strconv.ParseUint(parts[0], 10, 64)
+	expires, _ = strconv.ParseInt(parts[1], 10, 64)
+	return n, expires, parts[2]
+}
+
+func wantLocker(v string) string {
+	_, _, l := wantOf(v)
+	return l
+}
+
+// number returns the sequence number of locker if it is one of p's, else -1.
+func (p *sproc) number(locker string) int {
+	seq, ok := strings.CutPrefix(locker, p.name)
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(seq)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // forcedDown reports whether an operator forced the holding that p's unresolved downgrade of
@@ -927,6 +1025,8 @@ var SharedMutants = []Mutant{
 		"        local fits = shrinks or sum + ahead(A.owner) + n <= k", "        local fits = shrinks or sum + ahead(A.owner) + n < k"},
 	{"a copy of a take that ran is refused under a lowered count (its holding settled)", "shared",
 		"and not shrinks and not mine and", "and not shrinks and"},
+	{"a late copy of an older take takes the place in line of the attempt its process waits with (no stale-copy check)", "shared",
+		"if e and e.locker ~= A.locker and older(A.locker, e.locker) then", "if false then"},
 }
 
 // leaseOf is the lease of the process named owner's handle.
