@@ -437,6 +437,12 @@ func TestUnlockAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 				x, _, err := c.part.TryLock(o)
 				return noOwner(x, err)
 			}},
+			{"Err", func(o *dlock.Owner) error {
+				if err := o.Err(); err == nil {
+					return fmt.Errorf("nil, want the owner context ended")
+				}
+				return nil
+			}},
 			{"HoldCount", func(o *dlock.Owner) error {
 				if n := c.count(o); n != 0 {
 					return fmt.Errorf("%d, want 0", n)

@@ -139,12 +139,42 @@ func (o *Owner) Done() <-chan struct{} {
 	return o.ctx.Done()
 }
 
-// Err implements context.Context.
+// Err implements context.Context. A holding whose lease ran out by this process's clock is
+// found lost here, as by every call of its owner, also before its timer says so (a loaded
+// machine runs it late): a holder that asks Err before it acts is not told "held" past its
+// lease.
 func (o *Owner) Err() error {
 	if o == nil || o.ctx == nil {
 		return nil
 	}
-	return o.ctx.Err()
+	if err := o.ctx.Err(); err != nil || !o.lapsed() {
+		return err
+	}
+	return context.Canceled // (as o.ctx says once the loss reaches it)
+}
+
+// lapsed finds the holding of o lost if its lease ran out unseen, and reports whether it has
+// ended.
+func (o *Owner) lapsed() bool {
+	switch {
+	case o.multi != nil:
+		for _, p := range o.parts {
+			if p.Err() != nil {
+				return true
+			}
+		}
+		return false
+	case o.sh != nil:
+		st := o.sh.st
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.lapseLocked(o.sh.hold)
+		return o.sh.hold.ctx.Err() != nil
+	case o.l != nil:
+		h := o.l.holdingOf(o)
+		return h != nil && h.ctx.Err() != nil
+	}
+	return false
 }
 
 // Value implements context.Context.
