@@ -143,8 +143,8 @@ func TestHandOver(t *testing.T) {
 func TestRenewal(t *testing.T) {
 	for _, d := range deployments(t) {
 		t.Run(d.name, func(t *testing.T) {
-			t.Parallel() // mostly sleeping
-			const lease = 300 * time.Millisecond
+			t.Parallel()              // mostly sleeping
+			const lease = time.Second // (300 ms: a renewal 75 ms late on a loaded machine lost it)
 			target := unique("renew")
 			holder, err := generator(t, d, lease).Gen("RENEW", target)
 			if err != nil {
