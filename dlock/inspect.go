@@ -49,7 +49,9 @@ func (s State) Held() bool { return s.Holder != "" }
 // waiting processes a release would grant the key to (State.Waiting), leaving out the dead and
 // the expired, as the read-write lock's and the semaphore's State do. It returns a
 // *RedisProcessError when Redis fails, ctx's error (the call abandoned) when ctx ends first,
-// and ErrClosed after Close.
+// and ErrClosed after Close. It reads the server the Generator's client sends to: a client
+// made with a replica's address reads that replica's copy, which may be behind its master's
+// (the CLI's status refuses a replica for that reason).
 func (l *DistributedReentrantLock) State(ctx context.Context) (State, error) {
 	st, err := l.state(ctx)
 	return st, l.named(err)
