@@ -664,15 +664,9 @@ func FirstKey(cfg domain.DLockConfig) string { return cfg.SideKey(FirstSuffix) }
 // GapKey is the key of the window in which cfg's key is left free for processes not in line.
 func GapKey(cfg domain.DLockConfig) string { return cfg.SideKey(GapSuffix) }
 
-// keys returns the eight keys every script takes, with owner's settled, checked and forced
-// marks.
-func keys(cfg domain.DLockConfig, owner string) []string {
-	return newKeys(cfg, owner)
-}
-
-// keys returns the keys of a script of cfg's lock for owner, as the package's keys does, from
-// a small cache: a hot key's requests build them once, not at every request (nine strings
-// each). The slice is shared: no caller may change it.
+// keys returns the keys of a script of cfg's lock for owner (newKeys) from a small cache: a
+// hot key's requests build them once, not at every request (nine strings each). The slice is
+// shared: no caller may change it.
 func (p *RedisLockProcessor) keys(cfg domain.DLockConfig, owner string) []string {
 	k := keysOf{cfg.UniqueKey(), owner}
 	p.keysMu.Lock()
@@ -691,6 +685,8 @@ func (p *RedisLockProcessor) keys(cfg domain.DLockConfig, owner string) []string
 	return ks
 }
 
+// newKeys returns the nine keys every script takes, with owner's settled, checked and forced
+// marks.
 func newKeys(cfg domain.DLockConfig, owner string) []string {
 	return []string{cfg.UniqueKey(), FenceKey(cfg), LineKey(cfg), DoneKey(cfg, owner),
 		CheckKey(cfg, owner), ForcedKey(cfg, owner), WantKey(cfg), GapKey(cfg), FirstKey(cfg)}

@@ -1026,7 +1026,7 @@ var SharedMutants = []Mutant{
 	{"a copy of a take that ran is refused under a lowered count (its holding settled)", "shared",
 		"and not shrinks and not mine and", "and not shrinks and"},
 	{"a late copy of an older take takes the place in line of the attempt its process waits with (no stale-copy check)", "shared",
-		"if e and e.locker ~= A.locker and older(A.locker, e.locker) then", "if false then"},
+		"stale = e and e.locker ~= A.locker and older(A.locker, e.locker)", "stale = false"},
 }
 
 // leaseOf is the lease of the process named owner's handle.

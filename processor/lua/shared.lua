@@ -435,28 +435,24 @@ local function serve()
             keep(k, kd)
             return {1, mine.token, waiting(A.owner, k)}
         end
-        if A.replaces == '' then
-            local e = entry(A.owner)
-            if e and e.locker ~= A.locker and older(A.locker, e.locker) then
-                -- a copy of the take of an attempt its process gave up (it waits in line with a
-                -- newer one; the old one's give-back may not have run yet): stale, refused and
-                -- settled, as lock.lua refuses a copy older than its process's entry. It must not
-                -- take the newer attempt's place, settling it, nor leave the old one in line for
-                -- its give-back to take the process out of line.
-                settle(A.locker)
-                if freed then wake(k) end
-                keep(k, kd)
-                return {-1}
-            end
-        end
+        -- A stale take is refused and settled: one that replaces a holding that is gone (a late
+        -- copy, or it expired); one that replaces nothing, older than the attempt its process
+        -- waits in line with (a copy of the take of an attempt the process gave up, whose
+        -- give-back may not have run yet: as lock.lua refuses a copy older than its process's
+        -- entry, it must not take the newer attempt's place, settling it, nor leave the old
+        -- one in line for its give-back to take the process out of line).
+        local stale
         if A.replaces ~= '' then
-            if not old or old.owner ~= A.owner then
-                -- what it replaces is gone (a late copy, or it expired): a take of its own, settled
-                settle(A.locker)
-                if freed then wake(k) end
-                keep(k, kd)
-                return {-1}
-            end
+            stale = not old or old.owner ~= A.owner
+        else
+            local e = entry(A.owner)
+            stale = e and e.locker ~= A.locker and older(A.locker, e.locker)
+        end
+        if stale then
+            settle(A.locker)
+            if freed then wake(k) end
+            keep(k, kd)
+            return {-1}
         end
         local sum, owners = used(A.replaces)
         local fits = shrinks or sum + ahead(A.owner) + n <= k
