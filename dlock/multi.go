@@ -340,25 +340,13 @@ func (m *MultiLock) giveUpBound(ctx context.Context) (context.Context, context.C
 	for _, l := range m.parts[1:] {
 		grace = min(grace, l.Config().Lease())
 	}
-	// (ctx may end during the releases, not only before them: the grace runs from its end)
+	// (ctx may end during the releases, not only before them: the grace runs from its end; a
+	// timer that fires after the releases cancels a bound that has ended already)
 	bound, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var timer *time.Timer
 	unwatch := context.AfterFunc(ctx, func() {
-		cause := context.Cause(ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		timer = time.AfterFunc(grace/6, func() { cancel(cause) })
+		time.AfterFunc(grace/6, func() { cancel(context.Cause(ctx)) })
 	})
-	return bound, func() {
-		unwatch()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel(context.Canceled)
-	}
+	return bound, func() { unwatch(); cancel(context.Canceled) }
 }
 
 // freshen renews the parts of a MultiLock, held by owners, when one of them has less than
