@@ -25,7 +25,12 @@ func TestLockFamily(t *testing.T) {
 			var readers, writers, permits atomic.Int64
 			var bad atomic.Int64
 			var served atomic.Int64
-			ctx, cancel := context.WithTimeout(context.Background(), soak(t, time.Second))
+			var failed atomic.Pointer[error] // the last error of a Lock, for a run that took nothing
+			// The run lasts its time, and until something was taken (a loaded machine may take
+			// that long to reach the deployment); bound turns a hang into a failure.
+			run, stop := context.WithTimeout(context.Background(), soak(t, time.Second))
+			defer stop()
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
 			var wg sync.WaitGroup
 			for range 3 {
@@ -50,7 +55,7 @@ func TestLockFamily(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						for j := 0; ctx.Err() == nil; j++ {
+						for j := 0; ctx.Err() == nil && (run.Err() == nil || served.Load() == 0); j++ {
 							var o *dlock.Owner
 							var err error
 							write := (i+j)%4 == 0
@@ -64,7 +69,8 @@ func TestLockFamily(t *testing.T) {
 								o, err = rw.RLock(ctx)
 							}
 							if err != nil {
-								continue // (the run's end)
+								failed.Store(&err)
+								continue // (the bound's end, or a fault of the deployment: tried again)
 							}
 							if write {
 								if writers.Add(1) != 1 || readers.Load() != 0 {
@@ -98,7 +104,11 @@ func TestLockFamily(t *testing.T) {
 				t.Fatalf("%d overlaps", bad.Load())
 			}
 			if served.Load() == 0 {
-				t.Fatal("nothing acquired")
+				var last error
+				if e := failed.Load(); e != nil {
+					last = *e
+				}
+				t.Fatalf("nothing acquired within %v (the last Lock's error: %v)", bound, last)
 			}
 			figure(t, "family_"+d.name+"_acquisitions", served.Load())
 		})
