@@ -174,7 +174,7 @@ func TestReplicaAckGrantFromAnotherProcess(t *testing.T) {
 
 func ackGen(t *testing.T, c *redis.Client) *dlock.Generator {
 	t.Helper()
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond), dlock.WithReplicaAck(1, 200*time.Millisecond))
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second), dlock.WithReplicaAck(1, 200*time.Millisecond)) // (a renewal has 250 ms to spare on a loaded machine)
 	if err != nil {
 		t.Fatal(err)
 	}

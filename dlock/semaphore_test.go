@@ -989,7 +989,13 @@ func TestSemaphoreWaitingNoticeOutlivesAnOlderReply(t *testing.T) {
 				_ = ob.Unlock()
 			}
 		}()
-		time.Sleep(150 * time.Millisecond) // B stands in line and its W reaches A
+		// B stands in line (however long a loaded machine takes), and its W reaches A
+		for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+			if st, err := sb.State(ctx); err == nil && len(st.Waiting) >= 1 {
+				break
+			}
+		}
+		time.Sleep(150 * time.Millisecond)
 	}}
 	ca.AddHook(h)
 	h.armed.Store(true)

@@ -71,15 +71,23 @@ func netGenerator(t testing.TB, opt *redis.Options, opts ...dlock.Option) (*dloc
 type netCounts struct {
 	inside       atomic.Int32 // owners inside their critical section now (in this test process)
 	acquisitions atomic.Int64
-	overlaps     atomic.Int64    // entries that found another owner inside
-	rejected     atomic.Int64    // fenced writes refused (a stale token)
-	lost         atomic.Int64    // owner contexts ended with ErrLockLost while held
-	timeouts     atomic.Int64    // Lock calls that ended with their context (ErrNotObtained)
-	lockErrs     atomic.Int64    // Lock calls that ended otherwise
-	unlockLost   atomic.Int64    // Unlock said ErrLockLost
-	unlockErrs   atomic.Int64    // Unlock failed otherwise (Redis unreachable: the key expires)
-	maxWait      atomic.Int64    // longest Lock call, ns
-	byGen        [2]atomic.Int64 // acquisitions by generator A (the proxied one) and B
+	overlaps     atomic.Int64           // entries that found another owner inside
+	rejected     atomic.Int64           // fenced writes refused (a stale token)
+	lost         atomic.Int64           // owner contexts ended with ErrLockLost while held
+	timeouts     atomic.Int64           // Lock calls that ended with their context (ErrNotObtained)
+	lockErrs     atomic.Int64           // Lock calls that ended otherwise
+	unlockLost   atomic.Int64           // Unlock said ErrLockLost
+	unlockErrs   atomic.Int64           // Unlock failed otherwise (Redis unreachable: the key expires)
+	maxWait      atomic.Int64           // longest Lock call, ns
+	byGen        [2]atomic.Int64        // acquisitions by generator A (the proxied one) and B
+	firstErr     atomic.Pointer[string] // the first of the other Lock or Unlock errors, for the report
+}
+
+// otherErr counts err in c and keeps it if it is the first.
+func (n *netCounts) otherErr(c *atomic.Int64, what string, err error) {
+	c.Add(1)
+	s := what + ": " + err.Error()
+	n.firstErr.CompareAndSwap(nil, &s)
 }
 
 func (n *netCounts) String() string {
@@ -87,7 +95,14 @@ func (n *netCounts) String() string {
 		"lost notices %d, Lock timeouts %d, other Lock errors %d, Unlock lost %d, other Unlock errors %d, longest Lock %v",
 		n.acquisitions.Load(), n.byGen[0].Load(), n.byGen[1].Load(), n.overlaps.Load(), n.rejected.Load(),
 		n.lost.Load(), n.timeouts.Load(), n.lockErrs.Load(), n.unlockLost.Load(), n.unlockErrs.Load(),
-		time.Duration(n.maxWait.Load()).Round(time.Millisecond))
+		time.Duration(n.maxWait.Load()).Round(time.Millisecond)) + n.firstError()
+}
+
+func (n *netCounts) firstError() string {
+	if e := n.firstErr.Load(); e != nil {
+		return "; the first other error: " + *e
+	}
+	return ""
 }
 
 // contention describes a run: goroutines in each of two generators lock one key until the
@@ -155,7 +170,7 @@ func (c contention) once(n *netCounts, gi int, l *dlock.DistributedReentrantLock
 		n.timeouts.Add(1)
 		return
 	case err != nil:
-		n.lockErrs.Add(1)
+		n.otherErr(&n.lockErrs, "Lock", err)
 		fmt.Fprintln(os.Stderr, "network test: Lock:", err)
 		return
 	}
@@ -182,7 +197,7 @@ func (c contention) once(n *netCounts, gi int, l *dlock.DistributedReentrantLock
 	case errors.Is(err, dlock.ErrLockLost):
 		n.unlockLost.Add(1)
 	case err != nil:
-		n.unlockErrs.Add(1)
+		n.otherErr(&n.unlockErrs, "Unlock", err)
 	}
 }
 
@@ -199,7 +214,7 @@ func TestLatencyContention(t *testing.T) {
 			s := realServer(t)
 			p := netProxy(t, s.Addr)
 			p.SetLatency(3 * time.Millisecond)
-			const lease = 500 * time.Millisecond
+			const lease = time.Second // (a release or renewal has 250 ms to spare on a loaded machine)
 			opts := append([]dlock.Option{dlock.WithDefaultLease(lease)}, tc.opts...)
 			gp, _ := netGenerator(t, netOptions(p.Addr(), false), opts...)
 			gd, admin := generator(t, s.Addr, opts...)

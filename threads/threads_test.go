@@ -400,7 +400,9 @@ func TestExpanderPausesBetweenFailedRenewals(t *testing.T) {
 
 func TestExpanderRecoversFromOneError(t *testing.T) {
 	var wg threads.Group
-	l := newLease(400*time.Millisecond, errors.New("blip"))
+	// (A lease long enough that a loaded machine's stall between the error and its retry, a
+	// tenth of the lease later, does not outlast what is left of it.)
+	l := newLease(2*time.Second, errors.New("blip"))
 	e := threads.StartExpander(context.Background(), l, &wg)
 	eventually(t, "renewals after the error", func() bool { return l.count() >= 3 })
 	e.Stop()
