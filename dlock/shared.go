@@ -1297,6 +1297,9 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 			fate = errGone
 		case r.Let == 0: // the release did not run, or its outcome is unknown
 			fate = err
+			if pe := (*RedisProcessError)(nil); errors.As(err, &pe) && pe.Op == "take" {
+				fate = &RedisProcessError{Op: "release", Key: pe.Key, Err: pe.Err} // (the Unlock's is the release's half)
+			}
 		}
 		st.mu.Lock()
 		owed := r.Let == 0 && st.oweAgain(o, err)
