@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -272,5 +273,27 @@ func TestNilPartsSayTheirKind(t *testing.T) {
 		if _, err := tc.part.Lock(context.Background()); !errors.Is(err, dlock.ErrInvalidConfig) {
 			t.Errorf("%v: Lock err = %v, want ErrInvalidConfig", tc.want, err)
 		}
+	}
+}
+
+// TestZeroValueClient: a zero go-redis client (not made by redis.NewClient, NewClusterClient
+// or NewRing) is bad input like a nil one: NewGenerator refuses it with ErrInvalidConfig. It
+// panicked with a nil pointer dereference (processor.readTimeout reads its Options, nil).
+func TestZeroValueClient(t *testing.T) {
+	for _, c := range []redis.UniversalClient{&redis.Client{}, &redis.ClusterClient{}, &redis.Ring{}} {
+		t.Run(fmt.Sprintf("%T", c), func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("NewGenerator(zero %T) panics: %v", c, r)
+				}
+			}()
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+			if !errors.Is(err, dlock.ErrInvalidConfig) {
+				if g != nil {
+					_ = g.Close(context.Background())
+				}
+				t.Fatalf("NewGenerator(zero %T) = %v, want ErrInvalidConfig", c, err)
+			}
+		})
 	}
 }

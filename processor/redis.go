@@ -337,6 +337,9 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
 	}
+	if !constructed(client) {
+		return nil, fmt.Errorf("%w: redis client not made by go-redis's constructor (%T with no options: use redis.NewClient, NewClusterClient, NewFailoverClient or NewRing)", dlerrors.ErrInvalidConfig, client)
+	}
 	if opts.GapEvery != 0 || opts.GapWindow != 0 {
 		if err := CheckWindow(opts.GapEvery, opts.GapWindow); err != nil {
 			return nil, err
@@ -365,6 +368,26 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 // options it cannot read): a client's and a Cluster client's options hold go-redis's default
 // already; a Ring's do not, and its shards' clients fill in the same default (5 s). A type
 // that embeds one of them is read as that one.
+// constructed reports whether client, of go-redis's own client types, was made by its
+// constructor: a zero value (&redis.Client{}) has no options (a *redis.Client's Options
+// itself panics then, on its nil embedded base), and panics on its first command.
+func constructed(client redis.UniversalClient) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options() != nil
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options() != nil
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options() != nil
+	}
+	return true
+}
+
 func readTimeout(client redis.UniversalClient) time.Duration {
 	switch c := client.(type) {
 	case interface{ Options() *redis.Options }:
