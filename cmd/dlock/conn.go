@@ -161,18 +161,24 @@ func (c *conn) ping() error {
 
 // pingWithin is ping bounded by ctx.
 func (c *conn) pingWithin(ctx context.Context) error {
-	if err := c.client.Ping(ctx).Err(); err != nil {
-		return redisFailure(c.ep, c.timeout, err)
+	return checkServer(ctx, c.client, c.ep, c.timeout)
+}
+
+// checkServer pings ep through client, and refuses a server that is not the one to lock on:
+// a Cluster node named as a single server, a read-only replica.
+func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint, timeout time.Duration) error {
+	if err := client.Ping(ctx).Err(); err != nil {
+		return redisFailure(ep, timeout, err)
 	}
-	if c.ep.kind == "" {
-		if info, err := c.client.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
-			return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (cluster_enabled:1): add --cluster, or name several nodes", c.ep))
+	if ep.kind == "" {
+		if info, err := client.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (cluster_enabled:1): add --cluster, or name several nodes", ep))
 		}
 		// A replica answers status's reads from its own copy, which may be behind its master
 		// or cut off from it (a lock shown free that the master holds), and a forced release
 		// that finds nothing to remove there writes nothing, so no READONLY tells of it.
-		if info, err := c.client.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:slave") {
-			return withStatus(exitUnavailable, fmt.Errorf("%v is a read-only replica (%s): name its master, or the Sentinels with --sentinel-master", c.ep, replicaOf(info)))
+		if info, err := client.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:slave") {
+			return withStatus(exitUnavailable, fmt.Errorf("%v is a read-only replica (%s): name its master, or the Sentinels with --sentinel-master", ep, replicaOf(info)))
 		}
 	}
 	return nil

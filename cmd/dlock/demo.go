@@ -39,7 +39,8 @@ an embedded miniredis, so it needs nothing installed.
 
 Exit status: 0 when dlock's exclusion held over at least one acquisition; 1 when two dlock
 owners overlapped or dlock acquired nothing (the run proved nothing); 69 when Redis is
-unreachable; 77 when it refuses the user or password, or a command or key to the ACL user (the
+unreachable or not the server to lock on (a read-only replica, a Cluster node without
+--cluster); 77 when it refuses the user or password, or a command or key to the ACL user (the
 naive lock uses the key dlock-demo:naive:order-42, outside dlock's own keys).
 ` + redisSection("an embedded miniredis")
 
@@ -121,14 +122,15 @@ func demo(w io.Writer, o demoOpts) error {
 		}
 		fmt.Fprintf(out, "embedded miniredis on %s\n", m.Addr())
 	} else {
-		// Without this check an unreachable Redis would look like a run with no acquisitions.
+		// Without this check an unreachable Redis, a replica or a Cluster node named as a
+		// single server would look like a run with no acquisitions.
 		c := ep.client(timeout)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		err := c.Ping(ctx).Err()
+		err := checkServer(ctx, c, ep, timeout)
 		cancel()
 		c.Close()
 		if err != nil {
-			return redisFailure(ep, timeout, err)
+			return err
 		}
 	}
 

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"io"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlockgo/dlock/internal/redistest"
 )
 
 // runDemo runs "dlock demo args" in this process.
@@ -95,5 +98,34 @@ func TestDemoUnreachable(t *testing.T) {
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, unreachableAddr) ||
 		strings.Contains(r.stdout, "VIOLATED") || strings.Contains(r.stdout, "exclusion") {
 		t.Fatal(r)
+	}
+}
+
+// TestDemoOnAMisdirectedServer: demo, like every other command, refuses with 69 and one line
+// saying what is wrong a read-only replica named as the server, or a Cluster node named as a
+// single server — not a run whose dlock rows show no acquisitions and no errors (each Lock
+// waits through READONLY or MOVED replies until the run ends) and "the run proved nothing"
+// (status 1).
+func TestDemoOnAMisdirectedServer(t *testing.T) {
+	needReal(t)
+	rep, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	rc := rep.Client()
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "replicaof", "127.0.0.1", "1").Err(); err != nil { // a master that is not there
+		t.Fatal(err)
+	}
+	demoArgs := []string{"--procs", "1", "--goroutines", "2", "--cross-procs", "1", "--duration", "400ms"}
+	r := runBin(t, nil, append([]string{"demo", "--redis", rep.Addr}, demoArgs...)...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") {
+		t.Errorf("demo on a replica: %+v, want 69 naming a read-only replica", r)
+	}
+	c := redistest.NeedCluster(t, 3, 0)
+	r = runBin(t, nil, append([]string{"demo", "--redis", c.Addrs()[0]}, demoArgs...)...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "--cluster") {
+		t.Errorf("demo on one Cluster node without --cluster: %+v, want 69 saying to add --cluster", r)
 	}
 }
