@@ -273,3 +273,23 @@ func TestRedisErrorReply(t *testing.T) {
 		}
 	})
 }
+
+// TestEmptySentinelMaster: an empty --sentinel-master (say "$MASTER" unset in a script) is a
+// usage error, as an empty --redis is — not taken for no flag at all, after which the
+// Sentinels' addresses are dialled as one server and the user who gave --sentinel-master is
+// told "a Sentinel is named with --sentinel-master" (exit 69). The address here need not
+// answer: the flag is refused before Redis is asked.
+func TestEmptySentinelMaster(t *testing.T) {
+	for _, cmd := range [][]string{{"status"}, {"lock", "-n"}, {"exec", "-n"}, {"release", "--force", "--any"}} {
+		args := append(append([]string{}, cmd...), "--sentinel-master", "", "--redis", unreachableAddr, "CLI", "x")
+		if cmd[0] == "exec" {
+			args = append(args, "--", "true")
+		}
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := runIn(args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, "--sentinel-master") || !strings.Contains(r.stderr, "empty") {
+				t.Fatalf("want exit 2 saying --sentinel-master is empty, got %v", r)
+			}
+		})
+	}
+}

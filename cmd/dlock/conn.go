@@ -29,6 +29,7 @@ type redisFlags struct {
 	addrDef *flagDef // tells whether --redis was given
 	cluster *bool
 	master  *string
+	mDef    *flagDef // tells whether --sentinel-master was given
 	timeout *time.Duration
 }
 
@@ -40,7 +41,8 @@ func addRedisFlags(fs *flagSet, where string) redisFlags {
 	r.addrDef = fs.Var((*stringValue)(r.addr), "redis", "", "ADDR",
 		"Redis: HOST:PORT, a redis:// or rediss:// URL, or Cluster nodes (see above); "+where)
 	r.cluster = fs.Bool("cluster", "", "ADDR is a Redis Cluster, even with one node named")
-	r.master = fs.String("sentinel-master", "NAME", "ADDR names Sentinels; NAME is the master they watch")
+	r.master = new(string)
+	r.mDef = fs.Var((*stringValue)(r.master), "sentinel-master", "", "NAME", "ADDR names Sentinels; NAME is the master they watch")
 	r.timeout = fs.Duration("timeout", defaultTimeout, "bound on each Redis call of the tool")
 	fs.checkPos = r.addrsAsType
 	return r
@@ -71,6 +73,9 @@ func (r redisFlags) addrsAsType(pos []string) error {
 func (r redisFlags) endpoint(fallback string) (*endpoint, error) {
 	if *r.timeout <= 0 {
 		return nil, usageErrorf("invalid --timeout %v: must be more than 0", *r.timeout)
+	}
+	if r.mDef.seen && *r.master == "" {
+		return nil, usageErrorf("--sentinel-master is empty") // (not taken for no flag: the Sentinels would be dialled as a server)
 	}
 	return resolveRedis(*r.addr, r.addrDef.seen, *r.cluster, *r.master, fallback)
 }
