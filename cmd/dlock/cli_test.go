@@ -293,3 +293,31 @@ func TestEmptySentinelMaster(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreachableSentinels: with none of several Sentinels listening, every command says so in
+// one line naming them and exits 69, as with one unreachable address (TestUnreachable).
+// go-redis joins one dial error per Sentinel with newlines, and its message came out on two
+// lines.
+func TestUnreachableSentinels(t *testing.T) {
+	two := unreachableAddr + ",127.0.0.1:2"
+	for _, redisArgs := range [][]string{
+		{"--sentinel-master", "m", "--redis", two},
+		{"--redis", "redis://" + unreachableAddr + "?master_name=m&addr=127.0.0.1:2"},
+	} {
+		// (two commands: go-redis takes about 5 s to give up on the Sentinels; every command
+		// reports through the one redisFailure)
+		for _, cmd := range [][]string{{"status"}, {"exec", "-n"}} {
+			args := append(append(append([]string{}, cmd...), redisArgs...), "CLI", "x")
+			if cmd[0] == "exec" {
+				args = append(args, "--", "true")
+			}
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				r := runIn(args...)
+				if r.code != exitUnavailable || !strings.Contains(r.stderr, unreachableAddr) ||
+					strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+					t.Fatalf("want exit 69 and one line naming the Sentinels, got %v", r)
+				}
+			})
+		}
+	}
+}

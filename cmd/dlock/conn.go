@@ -334,7 +334,8 @@ func notServing(reply string) bool {
 }
 
 // plain returns err's message without the library's "dlock: " prefixes and its "invalid
-// configuration: " label, so that a message has one prefix, the command's.
+// configuration: " label, so that a message has one prefix, the command's, on one line (an
+// error joined of several, as go-redis's of unreachable Sentinels, is "; "-separated).
 func plain(err error) string {
 	msg := err.Error()
 	for {
@@ -345,7 +346,13 @@ func plain(err error) string {
 		msg = trimmed
 	}
 	msg = strings.ReplaceAll(msg, ": dlock: ", ": ")
-	return msg
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // redisDefaultDoc is the usage's note on --redis's default, for every command but demo.
