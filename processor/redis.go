@@ -948,12 +948,17 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 	if req.Locker == "" {
 		return Result{}, fmt.Errorf("%w: an empty locker (a key holding one reads as free)", dlerrors.ErrInvalidConfig)
 	}
+	owner, seq := SplitLocker(req.Locker)
+	if req.Wait && p.opts.Mark != "" && owner != p.opts.Mark {
+		// (the line entry is the mark's, every settle finds it under the locker's owner: one
+		// that is not the mark's would stay in line given up, for a release to grant it)
+		return Result{}, fmt.Errorf("%w: a waiting attempt's locker %q is not one of this process's mark %q", dlerrors.ErrInvalidConfig, req.Locker, p.opts.Mark)
+	}
 	p.raise(cfg)
 	a, err := p.base(ctx, cfg)
 	if err != nil {
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
-	owner, seq := SplitLocker(req.Locker)
 	a.locker, a.seq, a.lease, a.wait, a.tokens = req.Locker, seq, cfg.Lease(), req.Wait && p.opts.Mark != "", max(req.Tokens, 1)
 	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, p.keys(cfg, owner), a.list()...)
 	var code int64
@@ -1154,6 +1159,9 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 	}
 	if p.opts.Mark == "" {
 		return Result{Outcome: Gone}, nil
+	}
+	if owner, _ := SplitLocker(req.Last); req.Last != "" && owner != p.opts.Mark {
+		return Result{}, fmt.Errorf("%w: last locker %q is not one of this process's mark %q", dlerrors.ErrInvalidConfig, req.Last, p.opts.Mark)
 	}
 	a, err := p.base(ctx, cfg)
 	if err != nil {

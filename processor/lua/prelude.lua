@@ -463,6 +463,7 @@ local function pass(from, fromMark, skip)
     if m and room(n) then -- (without room, the key is left free: the next take says why)
         redis.call('set', K, locker, 'PX', lease)
         local first = tokens(n, locker)
+        lengthen(FIRST, lease) -- (the grantee's lease may be longer than the releaser's: its restart check needs FIRST while it holds)
         dequeue(m)
         local grant = '|' .. from .. '|' .. locker .. '|' .. string.format('%.0f', first)
         tell('G|at=' .. string.format('%.0f', NOW_US) .. grant, {m})
@@ -475,6 +476,19 @@ local function pass(from, fromMark, skip)
     redis.call('del', K)
     tell('R|' .. from .. '|0', inLine(fromMark))
     return '', 0, 0, 0
+end
+
+-- lostAnew lets the key go when it holds locker (acquisition seq) in a holding the request's
+-- tenure did not begin with: taken anew for it after it had left it (a late copy of the
+-- tenure's own take, or a grant to the entry such a copy made, after an empty restart wiped
+-- the key), while others may have held it in between, unknown to the tenure. The acquisition
+-- is settled, and the locker remembered as a removed one is (FORCED), so that its release and
+-- every copy of this request answer gone: its holder learns of the loss whichever answer it
+-- gets.
+local function lostAnew(locker, seq)
+    settle(seq)
+    redis.call('set', FORCED, locker, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
+    pass(locker, '')
 end
 
 -- passed is the reply of a script that let the key go: code, then what pass returned.

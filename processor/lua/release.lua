@@ -31,11 +31,7 @@ if redis.call('get', K) ~= locker then
 end
 local began = A.origin ~= '' and origin(locker) or ''
 if began ~= '' and began ~= tonumber(A.origin) then
-    -- taken anew for this locker after it had left it (as renew.lua): the tenure lost it;
-    -- remembered as a removal is, so that a copy of this release answers gone too
-    settle(seq)
-    redis.call('set', FORCED, locker, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
-    pass(locker, '')
+    lostAnew(locker, seq)
     return {0, ''}
 end
 unreserve(locker, A.last)

@@ -40,12 +40,7 @@ if redis.call('get', K) ~= locker then
 end
 local began = A.origin ~= '' and origin(locker) or ''
 if began ~= '' and began ~= tonumber(A.origin) then
-    -- The key was taken anew for this locker, after it had left it (a late copy of the
-    -- tenure's own take, or a grant to the entry such a copy made, after an empty restart
-    -- wiped the key): others may have held it in between, unknown to the tenure. It is lost:
-    -- the new holding is let go, and the acquisition settled.
-    settle(seq)
-    pass(locker, '')
+    lostAnew(locker, seq)
     return {0, 0}
 end
 if yield then

@@ -402,7 +402,9 @@ local function serve()
             if old and A.origin ~= '' and old.token ~= A.origin and old.owner == A.owner then
                 -- taken anew under that locker (a late copy of its take after an empty restart
                 -- wiped the holding): the process did not hold it in between; it is let go, as a
-                -- renewal lets it go, and this take is settled as one whose holding is gone
+                -- renewal lets it go, and this take is settled as one whose holding is gone;
+                -- remembered as forced, so that the holding's release answers gone
+                settle(old.locker .. '|forced')
                 unhold(old.locker)
                 freed, old = true, nil
             end
@@ -513,7 +515,10 @@ local function serve()
         local mine = holding(A.locker)
         if mine and A.origin ~= '' and mine.token ~= A.origin then
             -- taken anew under this locker (a late copy of its take after an empty restart wiped
-            -- the holding): the holder did not hold it in between; it is lost, and let go
+            -- the holding): the holder did not hold it in between; it is lost, and let go —
+            -- remembered as forced, so that the holder's release (or a copy of this renewal)
+            -- answers gone, not settled, when this answer is lost
+            settle(A.locker .. '|forced')
             unhold(A.locker)
             wake(k)
             keep(k, kd)

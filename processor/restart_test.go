@@ -1,0 +1,150 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+)
+
+// A renewal that finds its tenure's key taken anew after an empty restart (a late copy of the
+// tenure's own take; another process held the key in between) settles the acquisition, lets the
+// key go, answers gone, and remembers the locker as removed (FORCED), as release.lua's same
+// branch does: with that reply lost (a read timeout, the expander's bound), a copy of the
+// renewal, a later Extend and the holder's release answer gone too — not settled, which the
+// release reads as "let go by an earlier copy" (Unlock nil for a lock that was lost).
+func TestReleaseAfterARenewalFoundTheKeyTakenAnewAnswersGone(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "advrenorigin")
+		take := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		r, err := a.Lock(ctx, lc, take)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v, %v", r, err)
+		}
+		began := r.Origin
+		wipeKeys(t, c, lc) // Redis restarts empty
+		lb, rb := b.lock(t, lc, false, 1)
+		if rb.Outcome != processor.Taken {
+			t.Fatalf("pb- after the restart = %+v", rb)
+		}
+		if rel := b.release(t, lc, lb); rel.Outcome != processor.Released {
+			t.Fatalf("pb- release = %+v", rel)
+		}
+		if again, err := a.Lock(ctx, lc, take); err != nil || again.Outcome != processor.Taken || again.Origin == began {
+			t.Fatalf("the late copy of the take = %+v, %v; want taken anew", again, err)
+		}
+		// The tenure's renewal finds the key taken anew: Gone, the key let go. Its reply is lost.
+		renew := processor.RenewRequest{Locker: take.Locker, Origin: began}
+		if rn, err := a.ExpandLease(ctx, lc, renew); err != nil || rn.Outcome != processor.Gone {
+			t.Fatalf("renewal = %+v, %v; want Gone", rn, err)
+		}
+		// The client sends the renewal again (its reply was lost): it must not read as settled.
+		if rn, err := a.ExpandLease(ctx, lc, renew); err != nil || rn.Outcome != processor.Gone {
+			t.Errorf("a copy of the renewal that answered Gone = %+v, %v; want Gone (Settled reads as a yield check's or release's earlier copy)", rn, err)
+		}
+		// The owner's Unlock: the release of the tenure, naming its origin.
+		rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: take.Locker, Last: r.Token, Origin: began})
+		if err != nil || rel.Outcome != processor.Gone {
+			t.Fatalf("the tenure's release after its renewal found the key taken anew (reply lost) = %+v, %v; want Gone: Settled makes Unlock return nil for a lost lock", rel, err)
+		}
+	})
+}
+
+// The same for the read-write lock's and semaphore's script: shared.lua's renew that finds the
+// holding taken anew under its locker settles it with its '|forced' mark, so that the holder's
+// release, after that renewal's reply was lost, answers gone, not settled.
+func TestSharedReleaseAfterARenewalFoundTheHoldingTakenAnewAnswersGone(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "advshrenorigin")
+		sem1 := processor.Shared{Kind: processor.KindSem, Permits: 1}
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		la := a.locker()
+		take := processor.TakeRequest{Locker: la, N: 1}
+		first, err := a.SharedTake(ctx, lc, sem1, take)
+		if err != nil || first.Outcome != processor.Taken {
+			t.Fatalf("A's take: %+v, %v", first, err)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		lb := b.locker()
+		if r := b.take(t, lc, sem1, lb, 1, false); r.Outcome != processor.Taken {
+			t.Fatalf("B after the restart: %+v", r)
+		}
+		b.letGo(t, lc, sem1, lb)
+		if r, err := a.SharedTake(ctx, lc, sem1, take); err != nil || r.Outcome != processor.Taken || r.Token == first.Token {
+			t.Fatalf("the late copy of A's take: %+v, %v; want taken anew", r, err)
+		}
+		// A's renewal (naming its take's token) finds the holding taken anew: gone. Its reply is lost.
+		if r, err := a.SharedRenewOf(ctx, lc, sem1, la, first.Token, 0); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("A's renewal = %+v, %v; want gone", r, err)
+		}
+		if r, err := a.SharedReleaseOf(ctx, lc, sem1, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("A's release after its renewal found the holding taken anew (reply lost) = %+v, %v; want gone (settled reads as let go: the owners are never told)", r, err)
+		}
+	})
+}
+
+// A grant keeps {K}:first (the holding's first token) for at least the grantee's lease, however
+// short the releaser's lease (whose fencing counter's life a script writes it with): a grantee
+// that did not hear its grant and finds the key its own by its next lock.lua is told the
+// holding's origin, so that its tenure's renewals and release name it, and a late copy of that
+// lock.lua taking the key anew after an empty restart (another process having held it in
+// between) is found a loss by the tenure's next renewal.
+func TestTakeOfAnUnheardGrantKeepsItsOrigin(t *testing.T) {
+	// (a redis-server: {K}:first must expire in real time, which miniredis's clock does not)
+	func(t *testing.T, c *redis.Client) {
+		defer c.Close()
+		ctx := context.Background()
+		a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
+		target := fresh("advfirst-" + t.Name())
+		long, err := domain.NewDLockConfig("PROC", target, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, err := domain.NewDLockConfig("PROC", target, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, rb := b.lock(t, short, false, 1)
+		if rb.Outcome != processor.Taken {
+			t.Fatalf("pb- = %+v", rb)
+		}
+		la := a.locker()
+		if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("pa- = %+v, want in line", r)
+		}
+		g := b.release(t, short, lb)
+		if g.Next != la {
+			t.Fatalf("pb-'s release = %+v, want granted to %s", g, la)
+		}
+		time.Sleep(150 * time.Millisecond) // pa- did not hear the grant; it asks again later
+		take := processor.LockRequest{Locker: la, Wait: true, Tokens: 1}
+		r, err := a.Lock(ctx, long, take)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("pa-'s ask = %+v, %v; want the key its own", r, err)
+		}
+		if r.Origin != g.Token {
+			t.Errorf("pa-'s ask found the granted key its own with origin %d; want the grant's first token %d (0 turns off the restart check for the tenure)", r.Origin, g.Token)
+		}
+		// The consequence: an empty restart, another process holds the key, a late copy of the
+		// ask takes it anew, and the tenure's renewal (naming the origin it has) renews it.
+		wipeKeys(t, c, long)
+		lx, rx := x.lock(t, long, false, 1)
+		if rx.Outcome != processor.Taken {
+			t.Fatalf("px- after the restart = %+v", rx)
+		}
+		x.release(t, long, lx)
+		if again, err := a.Lock(ctx, long, take); err != nil || again.Outcome != processor.Taken {
+			t.Fatalf("late copy = %+v, %v", again, err)
+		}
+		if rn, err := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: la, Origin: r.Origin}); err != nil || rn.Outcome != processor.Gone {
+			t.Fatalf("the tenure's renewal after its key was wiped, held by px- and taken anew = %+v, %v; want Gone", rn, err)
+		}
+	}(t, srv.Client())
+}
