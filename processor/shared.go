@@ -283,7 +283,9 @@ func (p *RedisLockProcessor) taken(cfg domain.DLockConfig, code int64, vals []an
 }
 
 // SharedRenew renews the holding of locker with cfg's lease, never shortening it: Renewed
-// (and whether another process waits), Gone, or Settled when it was let go already.
+// (and whether another process waits), Gone, or Settled when it was let go already. It names
+// no origin: a holding taken anew under locker after an empty restart is renewed as the one
+// taken before (the library renews with SharedRenewOf, which is told of the loss).
 func (p *RedisLockProcessor) SharedRenew(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
 	return p.SharedRefill(ctx, cfg, s, locker, 0)
 }

@@ -85,8 +85,14 @@ type Reach struct {
 	// RenewalsOfRetaken counts renewals Redis ran of a tenure whose holding an empty restart
 	// wiped, while the key held the tenure's locker again (a late copy of its take, or a grant
 	// to the entry such a copy made): renew.lua must find the holding is not the one the
-	// tenure began with.
+	// tenure began with. RunShared counts the renewals, releases and downgrades of a holding
+	// an empty restart wiped that Redis ran while it held the holding's locker again (a late
+	// copy of its take): shared.lua must find the holding's token is not the one they name.
 	RenewalsOfRetaken int
+	// CountsSetAgain counts copies of a semaphore's count change (RunShared) that an empty
+	// restart let set their count again: the known gap of SetPermits, exempt from the rule
+	// permits once.
+	CountsSetAgain int
 }
 
 // Violation is a schedule that breaks an invariant.

@@ -36,8 +36,11 @@ func TestSharedScriptKeepsTheInvariants(t *testing.T) {
 					t.Fatal(err)
 				}
 				rep.Schedules, rep.Steps, rep.Violation = n+rest.Schedules, rep.Steps+rest.Steps, rest.Violation
+				rep.Reached.RenewalsOfRetaken += rest.Reached.RenewalsOfRetaken
+				rep.Reached.CountsSetAgain += rest.Reached.CountsSetAgain
 			}
-			t.Logf("FIGURE shared %s explored schedules=%d steps=%d", opt.Kind, rep.Schedules, rep.Steps)
+			t.Logf("FIGURE shared %s explored schedules=%d steps=%d; reached: renewals, releases and downgrades of a holding taken anew after an empty restart=%d, count changes set again after one=%d",
+				opt.Kind, rep.Schedules, rep.Steps, rep.Reached.RenewalsOfRetaken, rep.Reached.CountsSetAgain)
 			if rep.Violation != nil {
 				t.Fatalf("%v", rep.Violation)
 			}
@@ -75,12 +78,20 @@ var keptShared = map[string]uint64{
 // keptSharedSem is the same for the mutants a semaphore's schedules show first (some only
 // they do: a count lowered below a holding's permits), in the shape of semShape.
 var keptSharedSem = map[string]uint64{
-	"a copy of a take that ran is refused under a lowered count (its holding settled)": 164,
-	"a dead process's late take counts it ahead (its entry renewed as of now)":         469,
-	"the attempt a waiting take replaces in line is not settled":                       678,
+	"a copy of a take that ran is refused under a lowered count (its holding settled)":                                  164,
+	"a dead process's late take counts it ahead (its entry renewed as of now)":                                          469,
+	"a renewal after an empty restart renews a holding taken anew under its locker (shared.lua's renew ignores origin)": 25,
 }
 
 var semShape = explore.SharedOptions{Kind: processor.KindSem, Permits: 3, Procs: 2, Steps: 80}
+
+// keptSharedSemTwo is the same for the semaphore's default shape (2 permits, 3 processes).
+// (Seed 678 of semShape showed the first until a third of the schedules restarted Redis
+// empty, that one among them; 1 to 3 778 of semShape and 1 to 4 235 of the read-write lock's
+// show it no more.)
+var keptSharedSemTwo = map[string]uint64{
+	"the attempt a waiting take replaces in line is not settled": 1896,
+}
 
 // Every guard of shared.lua broken is found.
 func TestSharedExplorerFindsEachMutant(t *testing.T) {
@@ -93,20 +104,17 @@ func TestSharedExplorerFindsEachMutant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if seed, ok := keptSharedSem[m.Name]; ok && long == 0 {
-				opt := semShape
+			for _, kept := range []struct {
+				opt   explore.SharedOptions
+				seeds map[string]uint64
+			}{{semShape, keptSharedSem}, {explore.SharedOptions{Kind: processor.KindSem}, keptSharedSemTwo}, {explore.SharedOptions{Kind: processor.KindRW}, keptShared}} {
+				seed, ok := kept.seeds[m.Name]
+				if !ok || long != 0 {
+					continue
+				}
+				opt := kept.opt
 				opt.Scripts, opt.Seed = scripts, seed
 				rep, err := explore.RunShared(context.Background(), opt, time.Hour, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rep.Violation == nil {
-					t.Fatalf("the kept schedule (seed %d) no longer shows the mutant; search again (DLOCK_EXPLORE=10m)", seed)
-				}
-				return
-			}
-			if seed, ok := keptShared[m.Name]; ok && long == 0 {
-				rep, err := explore.RunShared(context.Background(), explore.SharedOptions{Kind: processor.KindRW, Scripts: scripts, Seed: seed}, time.Hour, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
