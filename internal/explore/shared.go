@@ -1140,6 +1140,8 @@ var SharedMutants = []Mutant{
 		"stale = e and e.locker ~= A.locker and older(A.locker, e.locker)", "stale = false"},
 	{"a renewal after an empty restart renews a holding taken anew under its locker (shared.lua's renew ignores origin)", "shared",
 		"        if mine and A.origin ~= '' and mine.token ~= A.origin then", "        if false then"},
+	{"a release after an empty restart lets go of a holding taken anew under its locker as its own (shared.lua's release ignores origin)", "shared",
+		"        if h and A.origin ~= '' and h.token ~= A.origin then", "        if false then"},
 }
 
 // leaseOf is the lease of the process named owner's handle.
