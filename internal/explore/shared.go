@@ -560,15 +560,17 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			return
 		}
 		w.note("ran: %v -> changed %v (count %d)", r, changed, now)
-		if first, ran := w.changes[r.locker]; !ran {
-			w.changes[r.locker] = w.restarts
-		} else if k := w.count(); k != was && first < w.restarts {
+		first, ran := w.changes[r.locker]
+		w.changes[r.locker] = w.restarts
+		switch k := w.count(); {
+		case !ran || k == was:
+		case first < w.restarts:
 			// Exempt: the known gap (SetPermits's doc, processor.ChangePermits): an empty
 			// restart forgot that the change ran, so its late copy finds the count it names
 			// (the processes' own k, as Redis keeps none) and sets its own again.
 			w.note("  (the count went from %d to %d again: a change's copy after an empty restart, the known gap)", was, k)
 			w.reach.CountsSetAgain++
-		} else if k != was {
+		default:
 			w.fail("permits once", "a copy of %v, which ran before, changed the count from %d to %d", r, was, k)
 		}
 	case "force":
@@ -1142,6 +1144,8 @@ var SharedMutants = []Mutant{
 		"        if mine and A.origin ~= '' and mine.token ~= A.origin then", "        if false then"},
 	{"a release after an empty restart lets go of a holding taken anew under its locker as its own (shared.lua's release ignores origin)", "shared",
 		"        if h and A.origin ~= '' and h.token ~= A.origin then", "        if false then"},
+	{"a copy of a count change that ran changes the count again (permits ignores its settled locker)", "shared",
+		"        if A.locker ~= '' and settled(A.locker) then", "        if false then"},
 }
 
 // leaseOf is the lease of the process named owner's handle.

@@ -82,6 +82,7 @@ var keptSharedSem = map[string]uint64{
 	"a copy of a take that ran is refused under a lowered count (its holding settled)":                                  164,
 	"a dead process's late take counts it ahead (its entry renewed as of now)":                                          469,
 	"a renewal after an empty restart renews a holding taken anew under its locker (shared.lua's renew ignores origin)": 25,
+	"a copy of a count change that ran changes the count again (permits ignores its settled locker)":                    66,
 }
 
 var semShape = explore.SharedOptions{Kind: processor.KindSem, Permits: 3, Procs: 2, Steps: 80}
