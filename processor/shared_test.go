@@ -1166,6 +1166,10 @@ func TestSharedReplacingTakeNamesTheTokenItReplaces(t *testing.T) {
 		if in, err := a.SharedInspect(ctx, lc, rw); err != nil || len(in.Holdings) != 0 {
 			t.Fatalf("after the downgrade: %+v, %v; want the holding taken anew let go", in, err)
 		}
+		// the write-hold's release (its downgrade's answer lost) answers gone, as after a renewal that found it so
+		if got, err := a.SharedReleaseOf(ctx, lc, rw, lw, r.Token, 0, 0); err != nil || got.Outcome != processor.Gone {
+			t.Fatalf("the release of the write-hold the downgrade found taken anew = %+v, %v; want gone", got, err)
+		}
 		// the same downgrade of a holding that is its own goes through, with its token or none
 		for i, origin := range []func(uint64) uint64{func(tok uint64) uint64 { return tok }, func(uint64) uint64 { return 0 }} {
 			lw := a.locker()
