@@ -887,7 +887,15 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	if one := oneHoldOf(ctx, so); one != nil && one.add() {
 		return ctx.(*Owner)
 	}
-	return &Owner{ctx: so.ctx, vals: ctx, sh: so, one: &oneHold{of: so, outer: o, holds: 1}}
+	// (its values are ctx's, but for the lock's own keys: so is its side's owner and the
+	// innermost, whatever hold of the lock ctx carries — a write re-entered through a read
+	// Owner unlocks the write)
+	side := 0
+	if so.write {
+		side = 1
+	}
+	vals := context.WithValue(context.WithValue(ctx, ownKey{so.st.g, so.st.key, side}, so), ownKey{so.st.g, so.st.key, 2}, so)
+	return &Owner{ctx: so.ctx, vals: vals, sh: so, one: &oneHold{of: so, outer: o, holds: 1}}
 }
 
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only

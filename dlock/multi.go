@@ -300,9 +300,11 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 			return nil, nil, err
 		}
 		owners = append(owners, o)
-		// (the holding's own context: nothing the library keeps refers to an Owner; over the
-		// parts before, which a part re-entered through the caller's own Owner does not carry)
-		values = layered{Context: o.ctx, under: values}
+		// (the holding's own context, for its own lock's keys: nothing the library keeps
+		// refers to an Owner; over the parts before, which a part re-entered through the
+		// caller's own Owner does not carry — and which the values of the context the holding
+		// was first taken with, that its context carries too, must not hide)
+		values = partValues{Context: values, part: o.ctx, key: l.Config().UniqueKey()}
 		if cause := ended(); cause != nil {
 			return nil, nil, startOver(cause)
 		}
@@ -492,6 +494,29 @@ func (l layered) Value(key any) any {
 		return v
 	}
 	return l.under.Value(key)
+}
+
+// partValues is the ownership of a MultiLock's part (part, its holding's context) over that of
+// the parts taken before it (the embedded context): the keys of the part's own lock (key)
+// (its configuration's UniqueKey) are found in part, every other value below.
+type partValues struct {
+	context.Context
+	part context.Context
+	key  string
+}
+
+func (p partValues) Value(k any) any {
+	switch k := k.(type) {
+	case ownKey:
+		if _, key, _ := strings.Cut(k.key, "|"); key == p.key { // (sharedKey: the kind, then the lock's key)
+			return p.part.Value(k)
+		}
+	case ownerKey:
+		if k.key == p.key {
+			return p.part.Value(k)
+		}
+	}
+	return p.Context.Value(k)
 }
 
 // withValues is ctx (its deadline and cancellation) with the values of values: a part is

@@ -1,0 +1,268 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/dlock"
+)
+
+// Redisson's write → read → write re-entrancy, unlocked through RWLock.Unlock as the doc
+// says: each Unlock gives up the innermost hold of the Owner it is given. The Owner the
+// write re-entry returned is the write side taken last; RWLock.Unlock(w2) must give up that
+// write hold, not the read hold under it: otherwise the read's own Unlock finds nothing and a
+// write hold is left behind, which keeps every other process out for as long as the process lives.
+func TestRWUnlockOfAWriteReentryThroughAReadOwner(t *testing.T) {
+	tg := uniqueTarget(t)
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	la, _ := ga.GenRW("RW", tg)
+	lb, _ := gb.GenRW("RW", tg)
+	w, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := la.RLock(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := la.Lock(r)
+	if err != nil {
+		t.Fatalf("write re-entry through the read owner: %v", err)
+	}
+	if c := la.HoldCount(w2); c != 2 {
+		t.Errorf("HoldCount of the write re-entry's Owner = %d, want 2 (the write side it holds twice)", c)
+	}
+	if err := la.Unlock(w2); err != nil {
+		t.Fatalf("Unlock(w2): %v", err)
+	}
+	if err := la.Unlock(r); err != nil {
+		t.Errorf("Unlock(r) after Unlock(w2): %v (the read hold was given up by Unlock(w2))", err)
+	}
+	if err := la.Unlock(w); err != nil {
+		t.Fatalf("Unlock(w): %v", err)
+	}
+	// every Lock was matched by one Unlock: the lock is free
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		o, ok, err := lb.TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			_ = o.Unlock()
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := la.State(ctx)
+			t.Fatalf("after an Unlock for each Lock, another process still cannot write: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type ctxKeyReentry struct{}
+
+// Random nests of RLock/Lock through earlier Owners (and contexts derived from them), each
+// Owner unlocked by RWLock.Unlock in reverse order: every Unlock succeeds and the lock is free
+// after the last (a write re-entered through an Owner whose innermost hold is a read included).
+func TestRWRandomReentriesUnlockedInReverse(t *testing.T) {
+	g, _ := newGen(t)
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 60*time.Second)
+	fails := 0
+	for seed := range 30 {
+		tg := uniqueTarget(t) + fmt.Sprint(seed)
+		l, _ := g.GenRW("RW", tg)
+		lb, _ := gb.GenRW("RW", tg)
+		r := rand.New(rand.NewPCG(uint64(seed), 7))
+		type ent struct {
+			o    *dlock.Owner
+			desc string
+		}
+		var stack []ent
+		var log []string
+		bad := ""
+		for step := 0; step < 8 && bad == ""; step++ {
+			var base context.Context = ctx
+			bdesc := "bg"
+			if len(stack) > 0 && r.IntN(4) > 0 {
+				i := len(stack) - 1
+				if r.IntN(3) == 0 {
+					i = r.IntN(len(stack))
+				}
+				base, bdesc = stack[i].o, stack[i].desc
+			}
+			if r.IntN(3) == 0 {
+				base = context.WithValue(base, ctxKeyReentry{}, step)
+				bdesc = "derived(" + bdesc + ")"
+			}
+			var o *dlock.Owner
+			var err error
+			var desc string
+			if r.IntN(2) == 0 {
+				desc = fmt.Sprintf("w%d", step)
+				c, cancel := context.WithTimeout(base, 50*time.Millisecond) // (a wait that cannot be served ends soon: only the outcome counts)
+				o, err = l.Lock(c)
+				cancel()
+			} else {
+				desc = fmt.Sprintf("r%d", step)
+				c, cancel := context.WithTimeout(base, 50*time.Millisecond) // (a wait that cannot be served ends soon: only the outcome counts)
+				o, err = l.RLock(c)
+				cancel()
+			}
+			if errors.Is(err, dlock.ErrUpgrade) || errors.Is(err, dlock.ErrNotObtained) {
+				log = append(log, fmt.Sprintf("%s=%s(%s)->%v", desc, desc[:1], bdesc, err))
+				continue
+			}
+			if err != nil {
+				bad = fmt.Sprintf("%s: %v", desc, err)
+				break
+			}
+			log = append(log, fmt.Sprintf("%s=%s(%s)", desc, desc[:1], bdesc))
+			stack = append(stack, ent{o, desc})
+		}
+		for i := len(stack) - 1; i >= 0 && bad == ""; i-- {
+			if err := l.Unlock(stack[i].o); err != nil {
+				bad = fmt.Sprintf("Unlock(%s): %v", stack[i].desc, err)
+			}
+		}
+		if bad == "" {
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				o, ok, _ := lb.TryLock(ctx)
+				if ok {
+					_ = o.Unlock()
+					break
+				}
+				if time.Now().After(deadline) {
+					bad = "left held"
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		if bad != "" {
+			fails++
+			t.Errorf("seed %d: %v: %v", seed, log, bad)
+			for _, e := range stack {
+				_ = e.o.Unlock()
+			}
+		}
+	}
+	t.Logf("%d fails", fails)
+}
+
+// A MultiLock over a read side and a semaphore's permits, taken through an Owner of those
+// permits that was itself taken under the write side (w → permits → MultiLock(read, permits)):
+// the read part is a downgrade, the permits a re-entry. MultiLock.Unlock gives up what the
+// MultiLock took — the downgraded read and the permits' re-entry — and leaves the caller's write
+// and permits as they were (the permits' holding context carries the write owner it was taken
+// under, which must not shadow the read part): the write's own Unlock then lets go, and no
+// read-hold is left held by nobody.
+func TestMultiLockUnlockGivesUpWhatItTookNotAnOuterOwnersSide(t *testing.T) {
+	tg := uniqueTarget(t)
+	g, _ := newGen(t)
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	l, _ := g.GenRW("RW", tg)
+	lb, _ := gb.GenRW("RW", tg)
+	s := semOf(t, g, tg, 2)
+	ml, err := g.MultiOf(l.ReadSide(), s.Permits(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(w, 1) // permits taken under the write
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo, err := ml.Lock(p)
+	if err != nil {
+		t.Fatalf("MultiLock through the permits' owner: %v", err)
+	}
+	if err := ml.Unlock(mo); err != nil {
+		t.Fatalf("MultiLock.Unlock: %v", err)
+	}
+	if w.Err() != nil || l.HoldCount(w) != 1 {
+		t.Errorf("the caller's write after the MultiLock's Unlock: %v, HoldCount %d; want held once", w.Err(), l.HoldCount(w))
+	}
+	if err := p.Unlock(); err != nil {
+		t.Errorf("the caller's permits: %v", err)
+	}
+	if err := w.Unlock(); err != nil {
+		t.Errorf("the caller's write: %v", err)
+	}
+	// one Unlock for each Lock: everything is free
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		o, ok, err := lb.TryLock(ctx)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+		if ok {
+			_ = o.Unlock()
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := l.State(ctx)
+			t.Fatalf("every Lock unlocked, yet no writer elsewhere gets in: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The same with a mutex part taken under the write side (its key sorts after the read-write
+// lock's, as the permits' did): MultiLock.Unlock gives up the caller's write, not the read it took.
+func TestMultiLockUnlockWithAMutexPartTakenUnderTheWrite(t *testing.T) {
+	tg := uniqueTarget(t)
+	g, _ := newGen(t)
+	gb, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	l, _ := g.GenRW("RW", tg)
+	lb, _ := gb.GenRW("RW", tg)
+	m := mustGen(t, g, "Z", tg, time.Second) // DLOCK_Z_… sorts after DLOCK_RW_…
+	ml, err := g.MultiOf(l.ReadSide(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo, err := m.Lock(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := ml.Lock(mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ml.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	if w.Err() != nil || l.HoldCount(w) != 1 {
+		t.Errorf("the caller's write after the MultiLock's Unlock: %v, HoldCount %d; want held once", w.Err(), l.HoldCount(w))
+	}
+	if err := m.Unlock(mo); err != nil {
+		t.Errorf("the caller's mutex: %v", err)
+	}
+	if err := w.Unlock(); err != nil {
+		t.Errorf("the caller's write: %v", err)
+	}
+	waitFor(t, func() bool {
+		o, ok, _ := lb.TryLock(ctx)
+		if ok {
+			_ = o.Unlock()
+		}
+		return ok
+	})
+}
