@@ -72,11 +72,8 @@ func (g *Generator) GenRW(lockType, lockTarget string) (*RWLock, error) {
 	return &RWLock{g: g, cfg: cfg}, nil
 }
 
-// maxPermits is the largest permit count of a semaphore: Redis's scripts count in Lua
-// numbers (doubles), which hold every whole number up to 2^53 and lose units above it. A
-// count of 2^53 itself would let permits out past it (2^53 + 1 rounds to 2^53, which fits);
-// below it, a sum that passes the count never rounds down to it.
-const maxPermits int64 = 1<<53 - 1
+// maxPermits is the largest permit count of a semaphore (see processor.MaxPermits).
+const maxPermits = processor.MaxPermits
 
 // GenSemaphore returns the semaphore of lockType and lockTarget with permits permits (from 1
 // to 2^53 − 1, the counts Redis's scripts keep exactly) and the type's lease.

@@ -185,6 +185,12 @@ func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s
 	if err := checkTokens(o.tokens, next); err != nil {
 		return 0, nil, 0, err
 	}
+	if o.locker == "" && o.op != "permits" {
+		return 0, nil, 0, fmt.Errorf("%w: an empty locker for %s's %s", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), o.op)
+	}
+	if o.n > MaxPermits {
+		return 0, nil, 0, fmt.Errorf("%w: %d permits asked (at most 2^53 - 1)", dlerrors.ErrInvalidConfig, o.n)
+	}
 	vals, acked, err := p.shared(ctx, cfg, s, o)
 	if err != nil {
 		return 0, nil, 0, processErr(o.op, cfg.UniqueKey(), err)
@@ -214,11 +220,17 @@ func (p *RedisLockProcessor) checkShared(ctx context.Context, cfg domain.DLockCo
 	if err := p.check(ctx, cfg); err != nil {
 		return err
 	}
-	if (s.Kind != KindRW && s.Kind != KindSem) || s.Permits < 1 {
-		return fmt.Errorf("%w: a shared lock of kind %q and %d permits", dlerrors.ErrInvalidConfig, s.Kind, s.Permits)
+	if (s.Kind != KindRW && s.Kind != KindSem) || s.Permits < 1 || s.Permits > MaxPermits {
+		return fmt.Errorf("%w: a shared lock of kind %q and %d permits (from 1 to 2^53 - 1)", dlerrors.ErrInvalidConfig, s.Kind, s.Permits)
 	}
 	return nil
 }
+
+// MaxPermits is the largest permit count of a semaphore, and the most a take may ask for:
+// shared.lua counts in Lua numbers (doubles), which hold every whole number up to 2^53 and
+// lose units above it. A count of 2^53 itself would let permits out past it (2^53 + 1 rounds
+// to 2^53, which fits); below it, a sum that passes the count never rounds down to it.
+const MaxPermits int64 = 1<<53 - 1
 
 // KindMismatch is the error of a request for cfg's shared lock as the kind asked when Redis
 // keeps it as another kind, kept (a read-write lock asked for as a semaphore, or the other way
