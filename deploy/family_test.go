@@ -30,7 +30,7 @@ func TestLockFamily(t *testing.T) {
 			// that long to reach the deployment); bound turns a hang into a failure.
 			run, stop := context.WithTimeout(context.Background(), soak(t, time.Second))
 			defer stop()
-			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			ctx, cancel := context.WithTimeout(context.Background(), soak(t, time.Second)+bound)
 			defer cancel()
 			var wg sync.WaitGroup
 			for range 3 {

@@ -364,10 +364,6 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	return &RedisLockProcessor{client: client, opts: opts, scripts: set}, nil
 }
 
-// readTimeout returns how long client waits for a reply (0 for no bound, or a client whose
-// options it cannot read): a client's and a Cluster client's options hold go-redis's default
-// already; a Ring's do not, and its shards' clients fill in the same default (5 s). A type
-// that embeds one of them is read as that one.
 // constructed reports whether client, of go-redis's own client types, was made by its
 // constructor: a zero value (&redis.Client{}) has no options (a *redis.Client's Options
 // itself panics then, on its nil embedded base), and panics on its first command.
@@ -388,6 +384,10 @@ func constructed(client redis.UniversalClient) (ok bool) {
 	return true
 }
 
+// readTimeout returns how long client waits for a reply (0 for no bound, or a client whose
+// options it cannot read): a client's and a Cluster client's options hold go-redis's default
+// already; a Ring's do not, and its shards' clients fill in the same default (5 s). A type
+// that embeds one of them is read as that one.
 func readTimeout(client redis.UniversalClient) time.Duration {
 	switch c := client.(type) {
 	case interface{ Options() *redis.Options }:

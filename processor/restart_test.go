@@ -148,3 +148,67 @@ func TestTakeOfAnUnheardGrantKeepsItsOrigin(t *testing.T) {
 		}
 	}(t, srv.Client())
 }
+
+// An ask that finds the key granted to its own locker (lock.lua) lengthens {K}:first with the
+// key: a grantee whose first such ask had its reply lost (go-redis sends it again after a read
+// timeout, or the attempt asks again at its next poll) asks again after the first {K}:first
+// would have expired, while the key, lengthened by the first ask, still holds its locker — and
+// is still told the holding's origin, so that its tenure's restart check stays on.
+func TestAskAfterAnUnansweredAskKeepsTheGrantsOrigin(t *testing.T) {
+	func(t *testing.T, c *redis.Client) {
+		defer c.Close()
+		ctx := context.Background()
+		a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
+		target := fresh("revfirst-" + t.Name())
+		long, err := domain.NewDLockConfig("PROC", target, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, err := domain.NewDLockConfig("PROC", target, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, rb := b.lock(t, short, false, 1)
+		if rb.Outcome != processor.Taken {
+			t.Fatalf("pb- = %+v", rb)
+		}
+		la := a.locker()
+		if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("pa- = %+v, want in line", r)
+		}
+		g := b.release(t, short, lb)
+		if g.Next != la {
+			t.Fatalf("pb-'s release = %+v, want granted to %s", g, la)
+		}
+		take := processor.LockRequest{Locker: la, Wait: true, Tokens: 1}
+		time.Sleep(500 * time.Millisecond) // pa- did not hear the grant; it asks at its poll
+		first, err := a.Lock(ctx, long, take)
+		if err != nil || first.Outcome != processor.Taken || first.Origin != g.Token {
+			t.Fatalf("pa-'s first ask = %+v, %v; want taken with origin %d", first, err, g.Token)
+		}
+		// That reply is lost; the request is sent again after {K}:first's life (the grantee's
+		// lease from the grant) but within the key's, which the first ask lengthened.
+		time.Sleep(700 * time.Millisecond)
+		r, err := a.Lock(ctx, long, take)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("pa-'s ask again = %+v, %v; want the key its own", r, err)
+		}
+		if r.Origin != g.Token {
+			t.Errorf("pa-'s second ask found the granted key its own with origin %d; want the grant's first token %d (0 turns off the restart check for the tenure)", r.Origin, g.Token)
+		}
+		// The consequence: an empty restart, another process holds the key, a late copy of the
+		// ask takes it anew, and the tenure's renewal (naming the origin it has) renews it.
+		wipeKeys(t, c, long)
+		lx, rx := x.lock(t, long, false, 1)
+		if rx.Outcome != processor.Taken {
+			t.Fatalf("px- after the restart = %+v", rx)
+		}
+		x.release(t, long, lx)
+		if again, err := a.Lock(ctx, long, take); err != nil || again.Outcome != processor.Taken {
+			t.Fatalf("late copy = %+v, %v", again, err)
+		}
+		if rn, err := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: la, Origin: r.Origin}); err != nil || rn.Outcome != processor.Gone {
+			t.Fatalf("the tenure's renewal after its key was wiped, held by px- and taken anew = %+v, %v; want Gone", rn, err)
+		}
+	}(t, srv.Client())
+}
