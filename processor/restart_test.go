@@ -212,3 +212,43 @@ func TestAskAfterAnUnansweredAskKeepsTheGrantsOrigin(t *testing.T) {
 		}
 	}(t, srv.Client())
 }
+
+// A locker found taken anew is remembered as removed (FORCED) for as long as its owner's
+// settled mark lives, not only for the request's own mark life: a mark that an earlier request
+// of the owner set for longer (another handle of the key, with a longer lease) keeps the
+// acquisition settled that long, and its release must answer gone for as long.
+func TestRemovedLockerIsRememberedAsLongAsItsSettledMark(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "forcedlife")
+		long, err := lc.WithLease(10 * time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		given := a.locker() // given back below, by a handle of the same owner with the long lease
+		take := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		r, err := a.Lock(ctx, lc, take)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v, %v", r, err)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		lb, _ := b.lock(t, lc, false, 1)
+		b.release(t, lc, lb)
+		longHandle := newProc(t, c, "pa-") // (a processor of its own: its mark life follows its own leases)
+		if _, err := longHandle.Unlock(ctx, long, processor.ReleaseRequest{Locker: given}); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := a.Lock(ctx, lc, take); err != nil || again.Outcome != processor.Taken {
+			t.Fatalf("the late copy of the take = %+v, %v; want taken anew", again, err)
+		}
+		if rn, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: take.Locker, Origin: r.Origin}); err != nil || rn.Outcome != processor.Gone {
+			t.Fatalf("renewal = %+v, %v; want Gone", rn, err)
+		}
+		done := c.PTTL(ctx, processor.DoneKey(lc, "pa-")).Val()
+		forced := c.PTTL(ctx, processor.ForcedKey(lc, "pa-")).Val()
+		if done < 10*time.Minute || forced < done-time.Minute {
+			t.Fatalf("the settled mark lives %v, the removed locker's %v: want as long", done, forced)
+		}
+	})
+}
