@@ -178,7 +178,9 @@ type Options struct {
 	// Mark is this process's name in the line of waiting processes: with Lock(Wait) a
 	// process that finds the key held joins the line, and a release grants the key to the
 	// first process in line that renewed its entry lately. Default "": this process never
-	// joins the line (and is never granted the key).
+	// joins the line (and is never granted the key). The lockers of its waiting attempts, its
+	// leaves and the next attempts of its releases are the Mark's: Mark followed by a number
+	// (SplitLocker); others are refused (ErrInvalidConfig).
 	Mark string
 	// Replicas, when > 0, makes every acquisition and renewal wait until that many replicas
 	// have acknowledged it (WAIT, sent with the script on the same connection, since WAIT
