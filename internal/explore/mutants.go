@@ -96,6 +96,9 @@ end
 `
 	heldAgain = `if holder == locker then
     lengthen(K, A.lease)
+    if origin(locker) ~= '' then
+        lengthen(FIRST, redis.call('pttl', K)) -- (the holding's origin lives as long as the key: its tenure's restart check needs it)
+    end
     lengthen(CHECK, redis.call('pttl', K)) -- (as a renewal does)
     if mark ~= '' then
         dequeue(mark)
