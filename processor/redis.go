@@ -52,25 +52,37 @@ var (
 // scriptSet is the set of scripts a processor runs, by name, and their full text (the
 // prelude, then the script).
 type scriptSet struct {
-	run     map[string]*redis.Script
+	run     map[string]*script
 	sources map[string]string
+}
+
+// script is one of the scripts, with its hash as go-redis takes a command's argument (boxed
+// once, not at every request).
+type script struct {
+	*redis.Script
+	hash any
+}
+
+func newScript(src string) *script {
+	s := redis.NewScript(src)
+	return &script{Script: s, hash: s.Hash()}
 }
 
 // newScripts builds the scripts, the bodies of replace taking the place of the module's own.
 func newScripts(replace map[string]string) *scriptSet {
-	set := &scriptSet{run: map[string]*redis.Script{}, sources: map[string]string{}}
+	set := &scriptSet{run: map[string]*script{}, sources: map[string]string{}}
 	for name, body := range bodies {
 		if b, ok := replace[name]; ok {
 			body = b
 		}
 		src := preludeSrc + "\n-- " + name + ".lua\n" + body
-		set.run[name], set.sources[name] = redis.NewScript(src), src
+		set.run[name], set.sources[name] = newScript(src), src
 	}
 	src := sharedSrc // the family's script stands alone
 	if b, ok := replace["shared"]; ok {
 		src = b
 	}
-	set.run["shared"], set.sources["shared"] = redis.NewScript(src), src
+	set.run["shared"], set.sources["shared"] = newScript(src), src
 	return set
 }
 
@@ -153,7 +165,7 @@ type RedisLockProcessor struct {
 	longest sync.Map     // lock type → the longest lease (time.Duration) of a lock.lua on a key of it
 
 	keysMu sync.Mutex
-	keyMap map[keysOf][]string // the scripts' keys by lock key and owner (keys), at most maxCachedKeys; guarded by keysMu
+	keyMap map[keysOf]*keySet // the scripts' keys by lock key and owner (keys), at most maxCachedKeys; guarded by keysMu
 }
 
 // keysOf names the keys a script of one lock key sends for one owner.
@@ -515,24 +527,46 @@ func (p *RedisLockProcessor) Reload() {
 // again. Each copy is the same request (same locker, same arguments): the scripts are safe to
 // run twice, and the last answer says what became of all; the callers count a lease from
 // before the first send.
-func (p *RedisLockProcessor) run(ctx context.Context, s *redis.Script, ack bool, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
+func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
 	cc, ok := p.client.(*redis.ClusterClient)
 	if !ok {
-		return p.send(ctx, s, ack, nil, keys, args...)
+		return p.send(ctx, s, ack, nil, keys, cmd)
 	}
 	node, err := cc.MasterForKey(ctx, keys[0])
 	if err != nil {
 		return nil, 0, err
 	}
-	res, acked, err = p.send(ctx, s, ack, node, keys, args...)
+	res, acked, err = p.send(ctx, s, ack, node, keys, cmd)
 	for range cc.Options().MaxRedirects {
 		if node = p.moved(ctx, cc, keys[0], node.Options().Addr, err); node == nil {
 			break
 		}
-		res, acked, err = p.send(ctx, s, ack, node, keys, args...)
+		res, acked, err = p.send(ctx, s, ack, node, keys, cmd)
 	}
 	return res, acked, err
+}
+
+// command begins the EVALSHA of s with keys as go-redis sends it — "evalsha", the script's
+// hash, the number of keys, the keys (boxed, when not nil, is keys as go-redis takes them,
+// boxed once) — with room for n arguments after them. run sends it whole.
+func command(s *script, keys []string, boxed []any, n int) []any {
+	c := make([]any, 3+len(keys), 3+len(keys)+n)
+	c[0], c[1], c[2] = "evalsha", s.hash, len(keys)
+	if boxed != nil {
+		copy(c[3:], boxed)
+	} else {
+		for i, k := range keys {
+			c[3+i] = k
+		}
+	}
+	return c
+}
+
+// noScript reports whether err is the server's answer to an EVALSHA of a script it does not
+// have.
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
 // reloadWait bounds how long a request on a Cluster client that could not reach the key's
@@ -605,9 +639,19 @@ func unreached(err error) bool {
 // send is run's request: the script, and WAIT after it when asked, on node (a Cluster
 // client's master for the key; nil for other clients). A request without WAIT goes through
 // the client, which routes it (and follows MOVED itself).
-func (p *RedisLockProcessor) send(ctx context.Context, s *redis.Script, ack bool, node *redis.Client, keys []string, args ...any) (res *redis.Cmd, acked int64, err error) {
+func (p *RedisLockProcessor) send(ctx context.Context, s *script, ack bool, node *redis.Client, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
+	args := cmd[3+len(keys):]
 	if !ack || p.opts.Replicas == 0 {
-		res = s.Run(ctx, p.client, keys, args...)
+		// As s.Run, with the command built once: EVALSHA, then EVAL if the server does not
+		// have the script.
+		res = redis.NewCmd(ctx, cmd...)
+		if len(keys) > 0 {
+			res.SetFirstKeyPos(3)
+		}
+		_ = p.client.Process(ctx, res)
+		if noScript(res.Err()) {
+			res = s.Eval(ctx, p.client, keys, args...)
+		}
 		return res, -1, res.Err()
 	}
 	var c redis.Cmdable = p.client
@@ -690,9 +734,9 @@ func FirstKey(cfg domain.DLockConfig) string { return cfg.SideKey(FirstSuffix) }
 func GapKey(cfg domain.DLockConfig) string { return cfg.SideKey(GapSuffix) }
 
 // keys returns the keys of a script of cfg's lock for owner (newKeys) from a small cache: a
-// hot key's requests build them once, not at every request (nine strings each). The slice is
-// shared: no caller may change it.
-func (p *RedisLockProcessor) keys(cfg domain.DLockConfig, owner string) []string {
+// hot key's requests build them once, not at every request (nine strings each), and box them
+// for go-redis once. The set is shared: no caller may change it.
+func (p *RedisLockProcessor) keys(cfg domain.DLockConfig, owner string) *keySet {
 	k := keysOf{cfg.UniqueKey(), owner}
 	p.keysMu.Lock()
 	ks, ok := p.keyMap[k]
@@ -700,14 +744,97 @@ func (p *RedisLockProcessor) keys(cfg domain.DLockConfig, owner string) []string
 	if ok {
 		return ks
 	}
-	ks = newKeys(cfg, owner)
+	ks = &keySet{keys: newKeys(cfg, owner), channel: ReleaseChannel(cfg)}
+	ks.boxed = make([]any, len(ks.keys))
+	for i, key := range ks.keys {
+		ks.boxed[i] = key
+	}
 	p.keysMu.Lock()
 	if p.keyMap == nil || len(p.keyMap) >= maxCachedKeys {
-		p.keyMap = make(map[keysOf][]string)
+		p.keyMap = make(map[keysOf]*keySet)
 	}
 	p.keyMap[k] = ks
 	p.keysMu.Unlock()
 	return ks
+}
+
+// keySet is what the processor keeps of a lock key for one owner (keys): the scripts' keys,
+// the same boxed as go-redis takes a command's arguments, the key's release channel, and the
+// boxed arguments of its last setting (base).
+type keySet struct {
+	keys    []string
+	boxed   []any
+	channel string
+	base    atomic.Pointer[baseArgs]
+}
+
+// baseVals are the arguments of a key's requests that follow from its settings: base's, and
+// the lease of the handle.
+type baseVals struct {
+	lease, fenceTTL, entryTTL, doneTTL, gapEvery, gapWindow time.Duration
+	mark, channel, publish                                  string
+}
+
+// baseArgs are baseVals as go-redis takes a command's arguments, boxed once for as long as the
+// settings stay the same, not at every request.
+type baseArgs struct {
+	of                                                      baseVals
+	lease, fenceTTL, entryTTL, doneTTL, gapEvery, gapWindow any
+	mark, channel, publish                                  any
+}
+
+// boxes returns the boxed arguments of v, kept in ks while v stays the key's setting.
+func (ks *keySet) boxes(v baseVals) *baseArgs {
+	if b := ks.base.Load(); b != nil && b.of == v {
+		return b
+	}
+	b := &baseArgs{of: v, lease: msOrNone(v.lease), fenceTTL: msOrNone(v.fenceTTL), entryTTL: msOrNone(v.entryTTL),
+		doneTTL: msOrNone(v.doneTTL), gapEvery: msOrNone(v.gapEvery), gapWindow: msOrNone(v.gapWindow),
+		mark: v.mark, channel: v.channel, publish: v.publish}
+	ks.base.Store(b)
+	return b
+}
+
+// ms returns d as msOrNone writes it, boxed: from b when it is one of its durations.
+func (b *baseArgs) ms(d time.Duration) any {
+	if d <= 0 {
+		return ""
+	}
+	if b != nil {
+		switch d {
+		case b.of.lease:
+			return b.lease
+		case b.of.fenceTTL:
+			return b.fenceTTL
+		case b.of.entryTTL:
+			return b.entryTTL
+		case b.of.doneTTL:
+			return b.doneTTL
+		case b.of.gapEvery:
+			return b.gapEvery
+		case b.of.gapWindow:
+			return b.gapWindow
+		}
+	}
+	return msOrNone(d)
+}
+
+// str returns s boxed: from b when it is one of its strings.
+func (b *baseArgs) str(s string) any {
+	if s == "" {
+		return ""
+	}
+	if b != nil {
+		switch s {
+		case b.of.mark:
+			return b.mark
+		case b.of.channel:
+			return b.channel
+		case b.of.publish:
+			return b.publish
+		}
+	}
+	return s
 }
 
 // newKeys returns the nine keys every script takes, with owner's settled, checked and forced
@@ -739,6 +866,8 @@ type args struct {
 	upto                string
 	maxListed           int
 	origin              uint64
+
+	boxes *baseArgs // the settings' arguments boxed (base), nil for none
 }
 
 // argNames is the order of the prelude's table A, which list follows.
@@ -748,7 +877,12 @@ var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "las
 
 // list writes the arguments in argNames's order, without the empty ones at the end.
 func (a args) list() []any {
-	l := a.all()
+	return a.appendTo(nil)
+}
+
+// appendTo appends the arguments to l in argNames's order, without the empty ones at the end.
+func (a args) appendTo(l []any) []any {
+	l = a.appendAll(l)
 	for len(l) > 0 && l[len(l)-1] == "" {
 		l = l[:len(l)-1]
 	}
@@ -757,14 +891,22 @@ func (a args) list() []any {
 
 // all writes every argument in argNames's order.
 func (a args) all() []any {
-	return []any{a.locker, a.seq, msOrNone(a.lease), a.mark, flag(a.wait), a.tokens, last(a.last),
-		msOrNone(a.fenceTTL), msOrNone(a.entryTTL), msOrNone(a.doneTTL), a.channel, a.publish,
-		msOrNone(a.gapEvery), msOrNone(a.gapWindow), flagOrNone(a.yield), a.check, a.next,
-		msOrNone(a.nextLease), countOrNone(a.nextTokens), a.upto, countOrNone(a.maxListed), last(a.origin)}
+	return a.appendAll(nil)
+}
+
+// appendAll appends every argument to l in argNames's order, as go-redis takes a command's
+// arguments (numbers sent as their decimal text): those of the settings from a.boxes when
+// they are its own, the rest boxed here.
+func (a args) appendAll(l []any) []any {
+	b := a.boxes
+	return append(l, b.str(a.locker), b.str(a.seq), b.ms(a.lease), b.str(a.mark), flag(a.wait), a.tokens,
+		last(a.last), b.ms(a.fenceTTL), b.ms(a.entryTTL), b.ms(a.doneTTL), b.str(a.channel), b.str(a.publish),
+		b.ms(a.gapEvery), b.ms(a.gapWindow), flagOrNone(a.yield), b.str(a.check), b.str(a.next),
+		b.ms(a.nextLease), countOrNone(a.nextTokens), b.str(a.upto), countOrNone(a.maxListed), last(a.origin))
 }
 
 // flagOrNone writes a flag the scripts read only when it is set: '1', or empty for none.
-func flagOrNone(b bool) string {
+func flagOrNone(b bool) any {
 	if b {
 		return "1"
 	}
@@ -772,14 +914,17 @@ func flagOrNone(b bool) string {
 }
 
 // countOrNone writes a positive count, or empty for none.
-func countOrNone(n int) string {
-	if n <= 0 {
+func countOrNone(n int) any {
+	switch {
+	case n <= 0:
 		return ""
+	case n == 1:
+		return "1"
 	}
 	return strconv.Itoa(n)
 }
 
-func flag(b bool) string {
+func flag(b bool) any {
 	if b {
 		return "1"
 	}
@@ -796,13 +941,26 @@ func msOrNone(d time.Duration) string {
 
 // base returns the arguments every write of cfg's lock carries: the lives of what it keeps
 // beside the key, the window for processes not in line, and how it publishes.
-func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig) (args, error) {
+// ks is the key's set (keys), which keeps them boxed.
+func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig, ks *keySet) (args, error) {
 	pub, err := p.publishCommand(ctx)
 	if err != nil {
 		return args{}, err
 	}
-	return args{mark: p.opts.Mark, fenceTTL: FenceTTL(cfg), entryTTL: EntryTTL(cfg), doneTTL: p.MarkLife(cfg),
-		gapEvery: p.opts.GapEvery, gapWindow: p.opts.GapWindow, channel: p.channel(cfg), publish: pub}, nil
+	channel := ""
+	if p.opts.Publish {
+		channel = ks.channel
+	}
+	v := baseVals{lease: cfg.Lease(), fenceTTL: FenceTTL(cfg), entryTTL: EntryTTL(cfg), doneTTL: p.MarkLife(cfg),
+		gapEvery: p.opts.GapEvery, gapWindow: p.opts.GapWindow, mark: p.opts.Mark, channel: channel, publish: pub}
+	return args{mark: v.mark, fenceTTL: v.fenceTTL, entryTTL: v.entryTTL, doneTTL: v.doneTTL,
+		gapEvery: v.gapEvery, gapWindow: v.gapWindow, channel: v.channel, publish: v.publish, boxes: ks.boxes(v)}, nil
+}
+
+// script runs the script called name with the keys of ks and a's arguments (run).
+func (p *RedisLockProcessor) script(ctx context.Context, name string, ack bool, ks *keySet, a args) (*redis.Cmd, int64, error) {
+	s := p.scripts.run[name]
+	return p.run(ctx, s, ack, ks.keys, a.appendTo(command(s, ks.keys, ks.boxed, len(argNames))))
 }
 
 // SplitLocker splits a locker into its owner (up to and including the last '-') and its
@@ -897,13 +1055,6 @@ func EntryTTL(cfg domain.DLockConfig) time.Duration { return max(cfg.Lease(), 2*
 // it: a third of the lease it waits with.
 func GrantFresh(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 3 }
 
-func (p *RedisLockProcessor) channel(cfg domain.DLockConfig) string {
-	if p.opts.Publish {
-		return ReleaseChannel(cfg)
-	}
-	return ""
-}
-
 func processErr(op, key string, err error) error {
 	return &dlerrors.RedisProcessError{Op: op, Key: key, Err: err}
 }
@@ -957,12 +1108,13 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 		return Result{}, fmt.Errorf("%w: a waiting attempt's locker %q is not one of this process's mark %q", dlerrors.ErrInvalidConfig, req.Locker, p.opts.Mark)
 	}
 	p.raise(cfg)
-	a, err := p.base(ctx, cfg)
+	ks := p.keys(cfg, owner)
+	a, err := p.base(ctx, cfg, ks)
 	if err != nil {
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
 	a.locker, a.seq, a.lease, a.wait, a.tokens = req.Locker, seq, cfg.Lease(), req.Wait && p.opts.Mark != "", max(req.Tokens, 1)
-	res, acked, err := p.run(ctx, p.scripts.run["lock"], true, p.keys(cfg, owner), a.list()...)
+	res, acked, err := p.script(ctx, "lock", true, ks, a)
 	var code int64
 	var v any
 	if err == nil {
@@ -1059,11 +1211,12 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 	if err := p.check(ctx, cfg, req.Tokens, req.NextTokens); err != nil {
 		return Result{}, err
 	}
-	a, err := p.base(ctx, cfg)
+	owner, seq := SplitLocker(req.Locker)
+	ks := p.keys(cfg, owner)
+	a, err := p.base(ctx, cfg, ks)
 	if err != nil {
 		return Result{}, processErr("renew", cfg.UniqueKey(), err)
 	}
-	owner, seq := SplitLocker(req.Locker)
 	a.locker, a.seq, a.lease, a.tokens, a.last, a.origin = req.Locker, seq, cfg.Lease(), req.Tokens, req.Last, req.Origin
 	if req.Yield {
 		checkOwner, check := SplitLocker(req.Check)
@@ -1073,7 +1226,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		}
 		a.yield, a.check, a.next, a.nextLease, a.nextTokens = true, check, req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
-	res, acked, err := p.run(ctx, p.scripts.run["renew"], true, p.keys(cfg, owner), a.list()...)
+	res, acked, err := p.script(ctx, "renew", true, ks, a)
 	var code int64
 	var v any
 	if err == nil {
@@ -1105,11 +1258,11 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 }
 
 // last formats the last token handed out for a script (empty for none).
-func last(t uint64) string {
+func last(t uint64) any {
 	if t == 0 {
 		return ""
 	}
-	return strconv.FormatUint(t, 10)
+	return t // (go-redis writes it in decimal)
 }
 
 // Unlock implements DLockProcessor with release.lua (one EVALSHA).
@@ -1117,11 +1270,12 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 	if err := p.check(ctx, cfg, req.NextTokens); err != nil {
 		return Result{}, err
 	}
-	a, err := p.base(ctx, cfg)
+	owner, seq := SplitLocker(req.Locker)
+	ks := p.keys(cfg, owner)
+	a, err := p.base(ctx, cfg, ks)
 	if err != nil {
 		return Result{}, processErr("unlock", cfg.UniqueKey(), err)
 	}
-	owner, seq := SplitLocker(req.Locker)
 	a.locker, a.seq, a.last, a.origin = req.Locker, seq, req.Last, req.Origin
 	if req.Next != "" && p.opts.Mark != "" {
 		if nextOwner, _ := SplitLocker(req.Next); nextOwner != owner || owner != p.opts.Mark || req.NextLease <= 0 {
@@ -1129,7 +1283,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		}
 		a.next, a.nextLease, a.nextTokens = req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
-	res, _, err := p.run(ctx, p.scripts.run["release"], false, p.keys(cfg, owner), a.list()...)
+	res, _, err := p.script(ctx, "release", false, ks, a)
 	var code int64
 	if err == nil {
 		code, _, err = pair(res)
@@ -1165,12 +1319,13 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 	if owner, _ := SplitLocker(req.Last); req.Last != "" && owner != p.opts.Mark {
 		return Result{}, fmt.Errorf("%w: last locker %q is not one of this process's mark %q", dlerrors.ErrInvalidConfig, req.Last, p.opts.Mark)
 	}
-	a, err := p.base(ctx, cfg)
+	ks := p.keys(cfg, p.opts.Mark)
+	a, err := p.base(ctx, cfg, ks)
 	if err != nil {
 		return Result{}, processErr("leave", cfg.UniqueKey(), err)
 	}
 	_, a.upto = SplitLocker(req.Last)
-	res, _, err := p.run(ctx, p.scripts.run["leave"], false, p.keys(cfg, p.opts.Mark), a.list()...)
+	res, _, err := p.script(ctx, "leave", false, ks, a)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -1231,7 +1386,7 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 	if sharded {
 		a.publish = "spublish"
 	}
-	res, _, err := p.run(ctx, p.scripts.run["inspect"], false, p.keys(cfg, p.opts.Mark), a.list()...)
+	res, _, err := p.script(ctx, "inspect", false, p.keys(cfg, p.opts.Mark), a)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -1270,13 +1425,14 @@ func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockC
 	if holder == "" {
 		return Result{}, fmt.Errorf("%w: ForceRelease needs the holder to remove", dlerrors.ErrInvalidConfig)
 	}
-	a, err := p.base(ctx, cfg)
+	owner, seq := SplitLocker(holder)
+	ks := p.keys(cfg, owner)
+	a, err := p.base(ctx, cfg, ks)
 	if err != nil {
 		return Result{}, processErr("force-release", cfg.UniqueKey(), err)
 	}
-	owner, seq := SplitLocker(holder)
 	a.locker, a.seq = holder, seq
-	res, _, err := p.run(ctx, p.scripts.run["force"], false, p.keys(cfg, owner), a.list()...)
+	res, _, err := p.script(ctx, "force", false, ks, a)
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()

@@ -161,7 +161,8 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	if o.next != nil {
 		args = append(args, o.next.Locker, o.next.N, o.next.Tokens)
 	}
-	res, acked, err := p.run(ctx, p.scripts.run["shared"], ack, SharedKeys(cfg), args...)
+	script, keys := p.scripts.run["shared"], SharedKeys(cfg)
+	res, acked, err := p.run(ctx, script, ack, keys, append(command(script, keys, nil, len(args)), args...))
 	if err != nil {
 		return nil, 0, err
 	}
