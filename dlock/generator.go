@@ -158,7 +158,7 @@ func (g *Generator) GenWithLease(lockType, lockTarget string, lease time.Duratio
 	if g.isClosed() {
 		return nil, ErrClosed
 	}
-	return &DistributedReentrantLock{g: g, cfg: cfg}, nil
+	return &DistributedReentrantLock{g: g, cfg: cfg, key: ownerKey{g, cfg.UniqueKey()}}, nil
 }
 
 var errZeroGenerator = fmt.Errorf("%w: Generator not made by NewGenerator", ErrInvalidConfig)

@@ -41,6 +41,7 @@ import (
 type DistributedReentrantLock struct {
 	g   *Generator
 	cfg domain.DLockConfig
+	key any // ownerKey{g, the unique key}, boxed once: what holdingOf looks up
 }
 
 // Config returns the lock's configuration: type, target, key and the lease every acquisition
@@ -92,7 +93,7 @@ type holding struct {
 func newHolding(st *lockState, t *tenure, cfg domain.DLockConfig, parent context.Context, token uint64) *holding {
 	h := &holding{st: st, ten: t, cfg: cfg, token: token, at: time.Now(), count: 1}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	h.ctx, h.cancelCtx = context.WithValue(ctx, ownerKey{st.g, cfg.UniqueKey()}, h), cancel
+	h.ctx, h.cancelCtx = context.WithValue(ctx, st.key, h), cancel // (st.key: ownerKey{st.g, cfg.UniqueKey()})
 	return h
 }
 
@@ -180,7 +181,11 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 	if ctx == nil || l == nil || l.g == nil {
 		return nil
 	}
-	h, _ := ctx.Value(ownerKey{l.g, l.cfg.UniqueKey()}).(*holding)
+	key := l.key
+	if key == nil {
+		key = ownerKey{l.g, l.cfg.UniqueKey()}
+	}
+	h, _ := ctx.Value(key).(*holding)
 	if h != nil {
 		h.st.lapse(h)
 	}

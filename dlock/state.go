@@ -93,6 +93,7 @@ type lockState struct {
 	g       *Generator
 	cfg     domain.DLockConfig // of the handle that brought the state into use: poll timing, line entries
 	channel string             // this process's release channel of the key
+	key     any                // ownerKey{g, the unique key}, boxed once: the key of its holdings in their owner contexts
 	refs    int                // holdings, tenure, waiters and background jobs; guarded by g.mu
 
 	q      queue.Queue // the goroutines that wait, lock-free
@@ -120,7 +121,7 @@ type lockState struct {
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
-	st := &lockState{g: g, cfg: cfg, channel: processor.ProcessChannel(cfg, g.prefix)}
+	st := &lockState{g: g, cfg: cfg, channel: processor.ProcessChannel(cfg, g.prefix), key: ownerKey{g, cfg.UniqueKey()}}
 	st.poller = threads.NewPoller(g.done, cfg.Lease()/10, cfg.Lease()/6, st, &g.group)
 	return st
 }
