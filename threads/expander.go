@@ -43,14 +43,17 @@ type Lease interface {
 //
 // A nil *Expander, and the zero Expander, are stopped ones: Poke and Stop do nothing.
 type Expander struct {
-	poke chan struct{}
+	poke chan struct{} // made as the loop begins (under mu, before it runs)
 
 	mu       sync.Mutex
-	stopped  bool        // guarded by mu; once set, no loss is reported
-	reported bool        // guarded by mu; a loss is reported once
-	begin    func()      // guarded by mu; starts the loop, nil once it started or was stopped
-	timer    *time.Timer // guarded by mu; calls begin at the first renewal's time
-	cancel   func()      // guarded by mu; ends the loop, once it began
+	stopped  bool            // guarded by mu; once set, no loss is reported
+	reported bool            // guarded by mu; a loss is reported once
+	pending  bool            // guarded by mu; the loop is to begin, and has not begun nor been stopped
+	ctx      context.Context // guarded by mu; while pending: what the loop begins with ...
+	l        Lease           // ...
+	group    *Group          // ... and where it runs
+	timer    *time.Timer     // guarded by mu; begins the loop at the first renewal's time
+	cancel   func()          // guarded by mu; ends the loop, once it began
 }
 
 // StartExpander starts keeping l alive. The loop ends when Stop is called, when ctx ends, or
@@ -66,18 +69,12 @@ func StartExpander(ctx context.Context, l Lease, group *Group) *Expander {
 // no goroutine. first must be no later than the schedule's first RenewAt (it is read at the
 // start: until then nothing watches the lease).
 func StartExpanderAt(ctx context.Context, l Lease, group *Group, first time.Time) *Expander {
-	e := &Expander{poke: make(chan struct{}, 1)}
+	e := &Expander{}
 	if ctx == nil || isNil(l) || group == nil {
 		e.stopped = true
 		return e
 	}
-	e.begin = func() {
-		ctx, cancel := context.WithCancel(ctx)
-		e.cancel = cancel
-		if !group.Go(func() { e.run(ctx, l) }) {
-			cancel()
-		}
-	}
+	e.pending, e.ctx, e.l, e.group = true, ctx, l, group
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if d := time.Until(first); d > 0 {
@@ -96,10 +93,16 @@ func (e *Expander) start() {
 }
 
 func (e *Expander) startLocked() {
-	if e.begin != nil {
-		begin := e.begin
-		e.begin = nil
-		begin()
+	if !e.pending {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	l, group := e.l, e.group
+	e.pending, e.ctx, e.l, e.group = false, nil, nil, nil
+	e.cancel = cancel
+	e.poke = make(chan struct{}, 1)
+	if !group.Go(func() { e.run(ctx, l) }) {
+		cancel()
 	}
 }
 
@@ -111,7 +114,7 @@ func (e *Expander) Poke() {
 		return
 	}
 	e.mu.Lock()
-	waiting := e.begin != nil
+	waiting := e.pending
 	if waiting && e.timer != nil {
 		e.timer.Stop()
 	}
@@ -198,7 +201,7 @@ func (e *Expander) Stop() {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.stopped, e.begin = true, nil
+	e.stopped, e.pending, e.ctx, e.l, e.group = true, false, nil, nil, nil
 	if e.timer != nil {
 		e.timer.Stop()
 	}
