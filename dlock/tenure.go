@@ -264,14 +264,14 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	}
 	release := st.releaseLocked(stay)
 	st.mu.Unlock()
-	return release(ctx)
+	return release.run(ctx)
 }
 
 // releaseLocked begins letting the tenure go (phase releasing: no renewal, no pass) and
 // returns the Redis part, to run once mu is unlocked. With stay (relock), a release that
 // grants the key to another process also puts this one back in line with a new attempt of
 // stay's lease. The caller holds mu, in phase held (its owner gone) or free.
-func (st *lockState) releaseLocked(stay *domain.DLockConfig) func(ctx context.Context) error {
+func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 	t := st.ten
 	st.phase, st.owner = releasing, nil
 	t.over = true
@@ -293,14 +293,29 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) func(ctx context.Co
 		st.line.attempt = next
 		st.line.forget()
 	}
-	cfg, until, epoch := t.cfg, t.until, st.epoch
-	return func(ctx context.Context) error { return st.release(ctx, t, cfg, req, until, next, epoch) }
+	return releaseJob{st: st, t: t, cfg: t.cfg, req: req, until: t.until, next: next, epoch: st.epoch}
+}
+
+// releaseJob is the Redis part of a release (releaseLocked): st.release with what the
+// release began with.
+type releaseJob struct {
+	st    *lockState
+	t     *tenure
+	cfg   domain.DLockConfig
+	req   processor.ReleaseRequest
+	until time.Time
+	next  *attempt
+	epoch uint64
+}
+
+func (r releaseJob) run(ctx context.Context) error {
+	return r.st.release(ctx, r.t, r.cfg, r.req, r.until, r.next, r.epoch)
 }
 
 // releaseInBackground lets the tenure go without waiting. The caller holds mu.
 func (st *lockState) releaseInBackground() {
 	release := st.releaseLocked(nil)
-	st.background(func() { _ = release(st.g.clean) })
+	st.background(func() { _ = release.run(st.g.clean) })
 }
 
 // release sends release.lua for t, bounded by ctx and the lease, then leaves phase releasing.
@@ -440,7 +455,7 @@ func (st *lockState) close(ctx context.Context) error {
 	}
 	release := st.releaseLocked(nil)
 	st.mu.Unlock()
-	if err := release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
+	if err := release.run(ctx); err != nil && !errors.Is(err, ErrLockLost) {
 		return err
 	}
 	return nil
