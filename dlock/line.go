@@ -58,8 +58,9 @@ type line struct {
 	// release that stood in line again (or a TryLock that ended such a linger and found the
 	// key held): until one comes, its grant comes, or lingerFor ends. The linger holds a
 	// reference to the state.
-	lingering bool
-	linger    *time.Timer
+	lingering   bool
+	linger      *time.Timer // the linger's end (lingerOver), made at the state's first linger and set again at each
+	lingerUntil time.Time   // when the linger ends
 }
 
 // relockWindow is how soon after the key's release in this process a Lock must come for the
@@ -87,15 +88,22 @@ func (st *lockState) lingerLocked() {
 	if test := st.g.relockTest.Load(); test > 0 {
 		d = time.Duration(test)
 	}
-	var linger *time.Timer
-	linger = time.AfterFunc(d, func() {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if st.line.linger == linger { // (not a later linger's)
-			st.endLingerLocked(true)
-		}
-	})
-	st.line.linger = linger
+	st.line.lingerUntil = time.Now().Add(d)
+	if st.line.linger == nil {
+		st.line.linger = time.AfterFunc(d, st.lingerOver)
+	} else {
+		st.line.linger.Reset(d)
+	}
+}
+
+// lingerOver ends the linger once its time has come (the timer of an earlier linger, stopped
+// too late, finds a later one not over, or none).
+func (st *lockState) lingerOver() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.line.lingering && !time.Now().Before(st.line.lingerUntil) {
+		st.endLingerLocked(true)
+	}
 }
 
 // endLingerLocked ends the linger, if there is one: a goroutine came, or (wasted) none came
