@@ -46,11 +46,11 @@ type Poller struct {
 	mu      sync.Mutex
 	armed   bool        // a loop runs: a poll is due (timer) or running; guarded by mu
 	running atomic.Bool // armed, read without mu
-	timer   *time.Timer // fires the next poll, while armed and not polling; guarded by mu
+	timer   *time.Timer // fires the next poll (fire); made at the first, set again for each; guarded by mu
+	set     bool        // the timer is set for the next poll, at due (armed and not polling); guarded by mu
 	due     time.Time   // when it fires; guarded by mu
 	polling bool        // a poll runs now; guarded by mu
 	hurry   time.Time   // while polling: the next poll is due no later than this (zero: none); guarded by mu
-	round   uint64      // numbers the timers, so that one stopped as it fired does nothing; guarded by mu
 }
 
 // minPollPause is the least pause between two polls at the poller's own pace: a Poller made
@@ -144,13 +144,12 @@ func (p *Poller) setLocked(at time.Time, either bool) bool {
 
 // armLocked sets the timer of the next poll at at. The caller holds mu.
 func (p *Poller) armLocked(at time.Time) {
-	if p.timer != nil {
-		p.timer.Stop()
+	p.set, p.due = true, at
+	if p.timer == nil {
+		p.timer = time.AfterFunc(time.Until(at), p.fire)
+	} else {
+		p.timer.Reset(time.Until(at))
 	}
-	p.round++
-	round := p.round
-	p.due = at
-	p.timer = time.AfterFunc(time.Until(at), func() { p.fire(round) })
 }
 
 // Stop ends the loop; a poll running finishes, and none follows unless the loop is started
@@ -181,9 +180,8 @@ func (p *Poller) StopIdle() {
 func (p *Poller) stopLocked() {
 	if p.timer != nil {
 		p.timer.Stop()
-		p.timer = nil
 	}
-	p.round++
+	p.set = false
 	p.armed, p.hurry = false, time.Time{}
 	p.running.Store(false)
 }
@@ -212,18 +210,25 @@ func (p *Poller) Locked(f func(running bool)) {
 	f(p.armed && p.ctx.Err() == nil)
 }
 
-// fire runs the poll the timer of round was set for, and sets the next one.
-func (p *Poller) fire(round uint64) {
+// fire runs the poll the timer was set for, and sets the next one. A firing of an earlier
+// setting, stopped or set again as it fired, does nothing: none is set, or the one set is not
+// due yet (the timer is set for it).
+func (p *Poller) fire() {
 	if !p.group.enter() {
 		return // (closed: the owner stopped waiting for its goroutines)
 	}
 	defer p.group.leave()
 	p.mu.Lock()
-	if round != p.round || !p.armed {
+	if !p.set || !p.armed {
 		p.mu.Unlock()
-		return // stopped, or set again, as it fired
+		return // stopped, or polling already, as it fired
 	}
-	p.timer = nil
+	if d := time.Until(p.due); d > 0 {
+		p.timer.Reset(d) // (set again for later as it fired: the timer is set for it already, and stays so)
+		p.mu.Unlock()
+		return
+	}
+	p.set = false
 	if p.ctx.Err() != nil || !p.target.Waiting() {
 		p.stopLocked()
 		p.mu.Unlock()
