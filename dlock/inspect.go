@@ -258,6 +258,7 @@ var errNotSent = errors.New("the request was not sent: every connection of the c
 // have been sent: if ctx ends there, f never runs, and the error matches errNotSent as well (a
 // caller that cannot use that knowledge treats it as any answer that came late).
 func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	r := &request[T]{g: g, ctx: ctx, f: f}
 	if g.gate != nil {
 		if err := ctx.Err(); err != nil {
 			var zero T
@@ -269,41 +270,56 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 			var zero T
 			return zero, fmt.Errorf("%w: %w: %w", errLate, errNotSent, ctx.Err())
 		}
-		send := f
-		f = func(ctx context.Context) (T, error) {
-			defer func() { <-g.gate }()
-			return send(ctx)
-		}
+		r.gated = true
 	}
 	if ctx.Done() == nil {
-		v, err := f(ctx)
+		v, err := r.send()
 		g.noteFault(err)
 		return v, err
 	}
-	type answer struct {
-		v   T
-		err error
-	}
-	done := make(chan answer, 1)
-	if !g.send.run(g, func() {
-		v, err := f(ctx)
-		g.noteFault(err)
-		done <- answer{v, err}
-	}) {
-		return f(ctx)
+	r.done = make(chan struct{})
+	if !g.send.run(g, r) {
+		return r.send()
 	}
 	select {
-	case a := <-done:
-		return a.v, a.err
+	case <-r.done:
+		return r.v, r.err
 	case <-ctx.Done():
 		select {
-		case a := <-done: // (an answer that came as the context ended is an answer)
-			return a.v, a.err
+		case <-r.done: // (an answer that came as the context ended is an answer)
+			return r.v, r.err
 		default:
 		}
 		var zero T
 		return zero, fmt.Errorf("%w: %w", errLate, ctx.Err())
 	}
+}
+
+// request is one request of call's: what it runs, and its answer once done is closed. (One
+// allocation for all, and a channel, per request.)
+type request[T any] struct {
+	g     *Generator
+	ctx   context.Context
+	f     func(context.Context) (T, error)
+	gated bool // it holds a token of the Generator's gate, given back once f returns
+	v     T
+	err   error
+	done  chan struct{}
+}
+
+// send runs f, then gives the gate's token back if it holds one.
+func (r *request[T]) send() (T, error) {
+	if r.gated {
+		defer func() { <-r.g.gate }()
+	}
+	return r.f(r.ctx)
+}
+
+// run runs the request on a sender, and closes done with its answer.
+func (r *request[T]) run() {
+	r.v, r.err = r.send()
+	r.g.noteFault(r.err)
+	close(r.done)
 }
 
 // fault is a failure of a request (Generator.fault) and when it came.

@@ -10,8 +10,11 @@ import "sync"
 // or its context, whichever comes first.
 type senders struct {
 	mu   sync.Mutex
-	idle []chan func() // parked senders, each waiting on its own channel; guarded by mu
+	idle []chan runner // parked senders, each waiting on its own channel; guarded by mu
 }
+
+// runner is a request a sender runs (call's).
+type runner interface{ run() }
 
 // maxIdleSenders is how many senders stay parked between requests: beyond it a sender that
 // finishes its request ends.
@@ -19,7 +22,7 @@ const maxIdleSenders = 4
 
 // run runs f on a parked sender, or on a new one in the Generator's group; it reports false,
 // running nothing, when the group is closed.
-func (s *senders) run(g *Generator, f func()) bool {
+func (s *senders) run(g *Generator, f runner) bool {
 	s.mu.Lock()
 	if n := len(s.idle); n > 0 {
 		ch := s.idle[n-1]
@@ -34,10 +37,10 @@ func (s *senders) run(g *Generator, f func()) bool {
 
 // loop runs f, then parks for the next request until the Generator's background work ends
 // (Close is done with it, or gave up), unless enough senders are parked already.
-func (s *senders) loop(g *Generator, f func()) {
-	ch := make(chan func(), 1)
+func (s *senders) loop(g *Generator, f runner) {
+	ch := make(chan runner, 1)
 	for {
-		f()
+		f.run()
 		s.mu.Lock()
 		if len(s.idle) >= maxIdleSenders || g.clean.Err() != nil {
 			s.mu.Unlock()
