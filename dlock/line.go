@@ -335,7 +335,8 @@ func (st *lockState) heardGrant(g grant) {
 	}
 	switch st.phase {
 	case asking, renewing, releasing: // a request of the attempt (or the yield or release that opened it) is on its way: its answer decides
-		st.line.granted = &g
+		kept := g // (a copy: g itself stays on the stack in the other cases)
+		st.line.granted = &kept
 	case idle:
 		st.startGrantLocked(a, g, false)
 	}
