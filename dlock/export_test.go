@@ -204,7 +204,7 @@ func (g *Generator) SharedBelief(key string) map[string]SharedHeld {
 		st.mu.Lock()
 		for _, h := range st.holds {
 			if h.ctx.Err() == nil && !h.idle() {
-				out[h.locker] = SharedHeld{Until: h.valid, DownTo: h.downTo, N: h.n}
+				out[h.locker] = SharedHeld{Until: h.valid, DownTo: h.downTo, N: h.n, DownN: h.downN}
 			}
 		}
 		st.mu.Unlock()
@@ -217,6 +217,7 @@ type SharedHeld struct {
 	Until  time.Time
 	DownTo string
 	N      int64 // permits it holds in Redis (processor.RWPermits: a write-hold)
+	DownN  int64 // with DownTo: the permits of the downgrade on its way (what the holding lends at most meanwhile)
 }
 
 // SharedOwned reports, for an Owner of a read-write lock or a semaphore, the holding it borrows:
