@@ -1374,7 +1374,9 @@ func (x *famExplorer) doubleUnlock(i int) {
 	if o == nil {
 		return
 	}
-	ended := func(cause error) bool { return errors.Is(cause, dlock.ErrLockLost) || errors.Is(cause, dlock.ErrClosed) }
+	ended := func(cause error) bool {
+		return errors.Is(cause, dlock.ErrLockLost) || errors.Is(cause, dlock.ErrClosed)
+	}
 	before := context.Cause(o)
 	err := o.Unlock()
 	x.stats.doubleUnlock.Add(1)

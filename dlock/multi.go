@@ -304,7 +304,7 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		// refers to an Owner; over the parts before, which a part re-entered through the
 		// caller's own Owner does not carry — and which the values of the context the holding
 		// was first taken with, that its context carries too, must not hide)
-		values = partValues{Context: values, part: o.ctx, key: l.Config().UniqueKey()}
+		values = newPartValues(values, o.ctx, l)
 		if cause := ended(); cause != nil {
 			return nil, nil, startOver(cause)
 		}
@@ -501,18 +501,30 @@ func (l layered) Value(key any) any {
 // (its configuration's UniqueKey) are found in part, every other value below.
 type partValues struct {
 	context.Context
-	part context.Context
-	key  string
+	part   context.Context
+	g      *Generator
+	shared string // the part's sharedKey ("" for a mutex)
+	key    string // the part's unique key, for a mutex
+}
+
+func newPartValues(under, part context.Context, l Part) partValues {
+	p := partValues{Context: under, part: part, g: l.generator()}
+	if sp, ok := l.(sharedPart); ok {
+		p.shared = sharedKey(sp.cfg, sp.spec)
+	} else {
+		p.key = l.Config().UniqueKey()
+	}
+	return p
 }
 
 func (p partValues) Value(k any) any {
 	switch k := k.(type) {
 	case ownKey:
-		if _, key, _ := strings.Cut(k.key, "|"); key == p.key { // (sharedKey: the kind, then the lock's key)
+		if p.shared != "" && k.g == p.g && k.key == p.shared {
 			return p.part.Value(k)
 		}
 	case ownerKey:
-		if k.key == p.key {
+		if p.shared == "" && k.g == p.g && k.key == p.key {
 			return p.part.Value(k)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/dlock"
 )
 
@@ -266,3 +268,96 @@ func TestMultiLockUnlockWithAMutexPartTakenUnderTheWrite(t *testing.T) {
 		return ok
 	})
 }
+
+// A MultiLock's Owner keeps the values of the context given to Lock (Owner's doc): a lock the
+// caller's context carries that is not one of the MultiLock's parts — a read-write lock of a
+// mutex part's name (a different lock, GenRW's doc), another Generator's mutex of that name —
+// stays carried by the MultiLock's Owner when the part of that name is a re-entry (its
+// holding's context was taken without them): only the part's own lock's keys are the part's.
+func TestMultiLockOwnerKeepsTheCallersOtherLocksOfAPartsName(t *testing.T) {
+	t.Run("rw lock of the mutex part's name", func(t *testing.T) {
+		g, _ := newGen(t)
+		tg := uniqueTarget(t)
+		ctx := ctxT(t, 30*time.Second)
+		m := mustGen(t, g, "PV", tg, 5*time.Second)
+		n := mustGen(t, g, "PV", tg+"n", 5*time.Second)
+		rw, err := g.GenRW("PV", tg) // the same unique key as m: a different lock
+		if err != nil {
+			t.Fatal(err)
+		}
+		ml, err := g.Multi(m, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		om, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rw.RLock(om) // carries the mutex
+		if err != nil {
+			t.Fatal(err)
+		}
+		mo, err := ml.Lock(r) // m re-entered through r, n taken
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := rw.HoldCount(mo); c != 1 {
+			t.Errorf("rw.HoldCount(MultiLock Owner taken through the read Owner) = %d, want 1 (the read the caller's context carries)", c)
+		}
+		if _, ok := rw.FencingToken(mo); !ok {
+			t.Errorf("rw.FencingToken(MultiLock Owner) not ok: the Owner lost the read hold of the context it was taken with")
+		}
+		if err := ml.Unlock(mo); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := om.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("another Generator's mutex of the same name", func(t *testing.T) {
+		g, c := newGen(t)
+		// another Redis database: the same name is another lock
+		g2 := genOn(t, redis.NewClient(&redis.Options{Addr: c.Options().Addr, DB: 3}))
+		tg := uniqueTarget(t)
+		ctx := ctxT(t, 30*time.Second)
+		m := mustGen(t, g, "PV", tg, 5*time.Second)
+		n := mustGen(t, g, "PV", tg+"n", 5*time.Second)
+		m2 := mustGen(t, g2, "PV", tg, 5*time.Second)
+		ml, err := g.Multi(m, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		om, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		om2, err := m2.Lock(om) // carries m
+		if err != nil {
+			t.Fatal(err)
+		}
+		mo, err := ml.Lock(om2) // m re-entered through om2, n taken
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := m2.HoldCount(mo); c != 1 {
+			t.Errorf("g2's mutex HoldCount(MultiLock Owner taken through its Owner) = %d, want 1", c)
+		}
+		// a re-entry through the MultiLock's Owner of the mutex its caller holds: not found, it
+		// waits for the caller's own holding (a self-deadlock until the context ends)
+		if o, ok, err := m2.TryLock(mo); err != nil || !ok {
+			t.Errorf("g2's mutex TryLock(MultiLock Owner) = %v, %v: want a re-entry of the hold the caller's context carries", ok, err)
+		} else {
+			_ = o.Unlock()
+		}
+		if err := ml.Unlock(mo); err != nil {
+			t.Fatal(err)
+		}
+		_ = om2.Unlock()
+		_ = om.Unlock()
+	})
+}
+
+var _ = dlock.KindMutex
