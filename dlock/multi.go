@@ -575,7 +575,8 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 // nothing, when owned is not an Owner of this MultiLock (a nil Owner included) or holds
 // nothing any more (its last hold released: a part the caller held itself stays held), ErrClosed
 // then once the Generator closed, and ErrInvalidConfig on a MultiLock not made by
-// Generator.Multi.
+// Generator.Multi. An Owner that ended lost (or closed) says so at every further Unlock, as
+// each part's does.
 func (m *MultiLock) Unlock(owned *Owner) error {
 	if m == nil || len(m.parts) == 0 {
 		return fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
@@ -589,6 +590,9 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 	switch n := owned.holds.Add(-1); {
 	case n < 0: // released already: its values still carry the parts the caller holds itself
 		owned.holds.Add(1)
+		if cause := lossOf(owned.ctx); cause != nil {
+			return cause // a lost (or closed) MultiLock stays so for its owner, as each part does
+		}
 		return ErrNotHeld
 	case n == 0: // told before any part is let go
 		for _, stop := range owned.stops {

@@ -240,6 +240,10 @@ func TestMultiLockOwnerEndsWhenAPartIsLost(t *testing.T) {
 	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Unlock after the loss: %v; want the loss reported", err)
 	}
+	// (a lost holding stays so for its owner, as each part's does: every further Unlock says so)
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("a second Unlock after the loss: %v; want the loss reported again", err)
+	}
 	if st, err := parts[0].State(ctx); err != nil || st.Held() {
 		t.Fatalf("the other part after Unlock: %+v, %v; want it free", st, err)
 	}
