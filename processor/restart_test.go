@@ -97,56 +97,18 @@ func TestSharedReleaseAfterARenewalFoundTheHoldingTakenAnewAnswersGone(t *testin
 // lock.lua taking the key anew after an empty restart (another process having held it in
 // between) is found a loss by the tenure's next renewal.
 func TestTakeOfAnUnheardGrantKeepsItsOrigin(t *testing.T) {
-	// (a redis-server: {K}:first must expire in real time, which miniredis's clock does not)
-	func(t *testing.T, c *redis.Client) {
-		defer c.Close()
-		ctx := context.Background()
-		a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
-		target := fresh("advfirst-" + t.Name())
-		long, err := domain.NewDLockConfig("PROC", target, 2*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, err := domain.NewDLockConfig("PROC", target, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lb, rb := b.lock(t, short, false, 1)
-		if rb.Outcome != processor.Taken {
-			t.Fatalf("pb- = %+v", rb)
-		}
-		la := a.locker()
-		if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Held {
-			t.Fatalf("pa- = %+v, want in line", r)
-		}
-		g := b.release(t, short, lb)
-		if g.Next != la {
-			t.Fatalf("pb-'s release = %+v, want granted to %s", g, la)
-		}
-		time.Sleep(150 * time.Millisecond) // pa- did not hear the grant; it asks again later
-		take := processor.LockRequest{Locker: la, Wait: true, Tokens: 1}
-		r, err := a.Lock(ctx, long, take)
-		if err != nil || r.Outcome != processor.Taken {
-			t.Fatalf("pa-'s ask = %+v, %v; want the key its own", r, err)
-		}
-		if r.Origin != g.Token {
-			t.Errorf("pa-'s ask found the granted key its own with origin %d; want the grant's first token %d (0 turns off the restart check for the tenure)", r.Origin, g.Token)
-		}
-		// The consequence: an empty restart, another process holds the key, a late copy of the
-		// ask takes it anew, and the tenure's renewal (naming the origin it has) renews it.
-		wipeKeys(t, c, long)
-		lx, rx := x.lock(t, long, false, 1)
-		if rx.Outcome != processor.Taken {
-			t.Fatalf("px- after the restart = %+v", rx)
-		}
-		x.release(t, long, lx)
-		if again, err := a.Lock(ctx, long, take); err != nil || again.Outcome != processor.Taken {
-			t.Fatalf("late copy = %+v, %v", again, err)
-		}
-		if rn, err := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: la, Origin: r.Origin}); err != nil || rn.Outcome != processor.Gone {
-			t.Fatalf("the tenure's renewal after its key was wiped, held by px- and taken anew = %+v, %v; want Gone", rn, err)
-		}
-	}(t, srv.Client())
+	c := srv.Client() // (a redis-server: {K}:first must expire in real time, which miniredis's clock does not)
+	defer c.Close()
+	u := grantUnheard(t, c, 2*time.Second)
+	time.Sleep(150 * time.Millisecond) // pa- did not hear the grant; it asks again later
+	r, err := u.a.Lock(context.Background(), u.long, u.take)
+	if err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("pa-'s ask = %+v, %v; want the key its own", r, err)
+	}
+	if r.Origin != u.grant.Token {
+		t.Errorf("pa-'s ask found the granted key its own with origin %d; want the grant's first token %d (0 turns off the restart check for the tenure)", r.Origin, u.grant.Token)
+	}
+	u.restartIsTold(t, c, r.Origin)
 }
 
 // An ask that finds the key granted to its own locker (lock.lua) lengthens {K}:first with the
@@ -155,62 +117,81 @@ func TestTakeOfAnUnheardGrantKeepsItsOrigin(t *testing.T) {
 // would have expired, while the key, lengthened by the first ask, still holds its locker — and
 // is still told the holding's origin, so that its tenure's restart check stays on.
 func TestAskAfterAnUnansweredAskKeepsTheGrantsOrigin(t *testing.T) {
-	func(t *testing.T, c *redis.Client) {
-		defer c.Close()
-		ctx := context.Background()
-		a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
-		target := fresh("revfirst-" + t.Name())
-		long, err := domain.NewDLockConfig("PROC", target, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, err := domain.NewDLockConfig("PROC", target, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lb, rb := b.lock(t, short, false, 1)
-		if rb.Outcome != processor.Taken {
-			t.Fatalf("pb- = %+v", rb)
-		}
-		la := a.locker()
-		if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Held {
-			t.Fatalf("pa- = %+v, want in line", r)
-		}
-		g := b.release(t, short, lb)
-		if g.Next != la {
-			t.Fatalf("pb-'s release = %+v, want granted to %s", g, la)
-		}
-		take := processor.LockRequest{Locker: la, Wait: true, Tokens: 1}
-		time.Sleep(500 * time.Millisecond) // pa- did not hear the grant; it asks at its poll
-		first, err := a.Lock(ctx, long, take)
-		if err != nil || first.Outcome != processor.Taken || first.Origin != g.Token {
-			t.Fatalf("pa-'s first ask = %+v, %v; want taken with origin %d", first, err, g.Token)
-		}
-		// That reply is lost; the request is sent again after {K}:first's life (the grantee's
-		// lease from the grant) but within the key's, which the first ask lengthened.
-		time.Sleep(700 * time.Millisecond)
-		r, err := a.Lock(ctx, long, take)
-		if err != nil || r.Outcome != processor.Taken {
-			t.Fatalf("pa-'s ask again = %+v, %v; want the key its own", r, err)
-		}
-		if r.Origin != g.Token {
-			t.Errorf("pa-'s second ask found the granted key its own with origin %d; want the grant's first token %d (0 turns off the restart check for the tenure)", r.Origin, g.Token)
-		}
-		// The consequence: an empty restart, another process holds the key, a late copy of the
-		// ask takes it anew, and the tenure's renewal (naming the origin it has) renews it.
-		wipeKeys(t, c, long)
-		lx, rx := x.lock(t, long, false, 1)
-		if rx.Outcome != processor.Taken {
-			t.Fatalf("px- after the restart = %+v", rx)
-		}
-		x.release(t, long, lx)
-		if again, err := a.Lock(ctx, long, take); err != nil || again.Outcome != processor.Taken {
-			t.Fatalf("late copy = %+v, %v", again, err)
-		}
-		if rn, err := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: la, Origin: r.Origin}); err != nil || rn.Outcome != processor.Gone {
-			t.Fatalf("the tenure's renewal after its key was wiped, held by px- and taken anew = %+v, %v; want Gone", rn, err)
-		}
-	}(t, srv.Client())
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	u := grantUnheard(t, c, time.Second)
+	time.Sleep(500 * time.Millisecond) // pa- did not hear the grant; it asks at its poll
+	first, err := u.a.Lock(ctx, u.long, u.take)
+	if err != nil || first.Outcome != processor.Taken || first.Origin != u.grant.Token {
+		t.Fatalf("pa-'s first ask = %+v, %v; want taken with origin %d", first, err, u.grant.Token)
+	}
+	// That reply is lost; the request is sent again after {K}:first's life (the grantee's
+	// lease from the grant) but within the key's, which the first ask lengthened.
+	time.Sleep(700 * time.Millisecond)
+	r, err := u.a.Lock(ctx, u.long, u.take)
+	if err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("pa-'s ask again = %+v, %v; want the key its own", r, err)
+	}
+	if r.Origin != u.grant.Token {
+		t.Errorf("pa-'s second ask found the granted key its own with origin %d; want the grant's first token %d (0 turns off the restart check for the tenure)", r.Origin, u.grant.Token)
+	}
+	u.restartIsTold(t, c, r.Origin)
+}
+
+// unheardGrant is a grant to pa-, waiting in line with lease long, by pb-'s release of a 50 ms
+// holding: pa- has not heard it, and finds the key its own by asking again (take).
+type unheardGrant struct {
+	a, x  *proc
+	long  domain.DLockConfig
+	take  processor.LockRequest
+	grant processor.Result
+}
+
+func grantUnheard(t *testing.T, c *redis.Client, lease time.Duration) unheardGrant {
+	t.Helper()
+	a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
+	target := fresh("first-" + t.Name())
+	long, err := domain.NewDLockConfig("PROC", target, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := domain.NewDLockConfig("PROC", target, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, rb := b.lock(t, short, false, 1)
+	if rb.Outcome != processor.Taken {
+		t.Fatalf("pb- = %+v", rb)
+	}
+	la := a.locker()
+	if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Held {
+		t.Fatalf("pa- = %+v, want in line", r)
+	}
+	g := b.release(t, short, lb)
+	if g.Next != la {
+		t.Fatalf("pb-'s release = %+v, want granted to %s", g, la)
+	}
+	return unheardGrant{a: a, x: x, long: long, take: processor.LockRequest{Locker: la, Wait: true, Tokens: 1}, grant: g}
+}
+
+// restartIsTold checks the consequence: after an empty restart, another process's holding and
+// a late copy of the ask that takes the key anew, the tenure's renewal naming origin answers gone.
+func (u unheardGrant) restartIsTold(t *testing.T, c *redis.Client, origin uint64) {
+	t.Helper()
+	ctx := context.Background()
+	wipeKeys(t, c, u.long)
+	lx, rx := u.x.lock(t, u.long, false, 1)
+	if rx.Outcome != processor.Taken {
+		t.Fatalf("px- after the restart = %+v", rx)
+	}
+	u.x.release(t, u.long, lx)
+	if again, err := u.a.Lock(ctx, u.long, u.take); err != nil || again.Outcome != processor.Taken {
+		t.Fatalf("late copy = %+v, %v", again, err)
+	}
+	if rn, err := u.a.ExpandLease(ctx, u.long, processor.RenewRequest{Locker: u.take.Locker, Origin: origin}); err != nil || rn.Outcome != processor.Gone {
+		t.Fatalf("the tenure's renewal after its key was wiped, held by px- and taken anew = %+v, %v; want Gone", rn, err)
+	}
 }
 
 // A locker found taken anew is remembered as removed (FORCED) for as long as its owner's
