@@ -50,21 +50,9 @@ func TestRWUnlockOfAWriteReentryThroughAReadOwner(t *testing.T) {
 		t.Fatalf("Unlock(w): %v", err)
 	}
 	// every Lock was matched by one Unlock: the lock is free
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		o, ok, err := lb.TryLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			_ = o.Unlock()
-			return
-		}
-		if time.Now().After(deadline) {
-			st, _ := la.State(ctx)
-			t.Fatalf("after an Unlock for each Lock, another process still cannot write: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !writerGetsIn(ctx, lb, 3*time.Second) {
+		st, _ := la.State(ctx)
+		t.Fatalf("after an Unlock for each Lock, another process still cannot write: %+v", st)
 	}
 }
 
@@ -135,18 +123,8 @@ func TestRWRandomReentriesUnlockedInReverse(t *testing.T) {
 			}
 		}
 		if bad == "" {
-			deadline := time.Now().Add(2 * time.Second)
-			for {
-				o, ok, _ := lb.TryLock(ctx)
-				if ok {
-					_ = o.Unlock()
-					break
-				}
-				if time.Now().After(deadline) {
-					bad = "left held"
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
+			if !writerGetsIn(ctx, lb, 2*time.Second) {
+				bad = "left held"
 			}
 		}
 		if bad != "" {
@@ -204,21 +182,9 @@ func TestMultiLockUnlockGivesUpWhatItTookNotAnOuterOwnersSide(t *testing.T) {
 		t.Errorf("the caller's write: %v", err)
 	}
 	// one Unlock for each Lock: everything is free
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		o, ok, err := lb.TryLock(ctx)
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatal(err)
-		}
-		if ok {
-			_ = o.Unlock()
-			return
-		}
-		if time.Now().After(deadline) {
-			st, _ := l.State(ctx)
-			t.Fatalf("every Lock unlocked, yet no writer elsewhere gets in: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !writerGetsIn(ctx, lb, 3*time.Second) {
+		st, _ := l.State(ctx)
+		t.Fatalf("every Lock unlocked, yet no writer elsewhere gets in: %+v", st)
 	}
 }
 
@@ -260,13 +226,23 @@ func TestMultiLockUnlockWithAMutexPartTakenUnderTheWrite(t *testing.T) {
 	if err := w.Unlock(); err != nil {
 		t.Errorf("the caller's write: %v", err)
 	}
-	waitFor(t, func() bool {
-		o, ok, _ := lb.TryLock(ctx)
-		if ok {
+	if !writerGetsIn(ctx, lb, 15*time.Second) {
+		t.Fatal("every Lock unlocked, yet no writer elsewhere gets in")
+	}
+}
+
+// writerGetsIn reports whether lb's TryLock (a writer of another process) gets in within d,
+// letting go at once.
+func writerGetsIn(ctx context.Context, lb *dlock.RWLock, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if o, ok, _ := lb.TryLock(ctx); ok {
 			_ = o.Unlock()
+			return true
 		}
-		return ok
-	})
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // A MultiLock's Owner keeps the values of the context given to Lock (Owner's doc): a lock the
