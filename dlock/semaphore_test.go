@@ -1702,6 +1702,73 @@ func TestSemaphoreHoldersWaiterAsksAsItsOwnProcessLetsGo(t *testing.T) {
 	_ = o2.Unlock()
 }
 
+// takesAnswered counts the semaphore takes (asks, and a holding's shrink) c sent that were
+// answered: unlike a count of every script, renewals (one at once after the channel is
+// subscribed) are not among them.
+func takesAnswered(c *redis.Client) *atomic.Int64 {
+	var n atomic.Int64
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if processor.ScriptName(args) == "shared" && len(args) > 3 {
+			if nkeys, _ := args[2].(int); len(args) > 3+nkeys {
+				if op, _ := args[3+nkeys].(string); op == "take" {
+					n.Add(1)
+				}
+			}
+		}
+		return err
+	}})
+	return &n
+}
+
+// A process's goroutine asking for fewer permits than the waiter ahead of it, in the same
+// process, is served as soon as that waiter gives up, when its permits fit: the process knows
+// its own waiter left, and asks for the next one's permits then, not at its next ask for more
+// a sixth of the lease later: the pause after a refused ask for more is for as many permits as
+// were refused (Redisson's fair lock kept waiters waiting for one that had timed out).
+func TestSemaphoreHoldersWaiterAsksOnceTheLargerWaiterAheadGivesUp(t *testing.T) {
+	g, c := newGen(t, dlock.WithDefaultLease(10*time.Minute)) // asks for more 100 s apart: recv's 15 s see none
+	takes := takesAnswered(c)
+	s := semOf(t, g, uniqueTarget(t), 2)
+	key := s.Config().UniqueKey()
+	ctx := ctxT(t, 60*time.Second)
+	o1, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := takes.Load()
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() {
+		o, err := s.Acquire(bctx, 2) // 2 of 2 while 1 is held: refused, and it waits
+		if err == nil {
+			err = errors.Join(errors.New("got 2 permits beside the one held"), o.Unlock())
+		}
+		gaveUp <- err
+	}()
+	waitFor(t, func() bool { return takes.Load() > asked }) // (it asked for 2, and was refused)
+	got := make(chan error, 1)
+	go func() {
+		o, err := s.Acquire(ctx, 1) // the second permit, behind the waiter for 2
+		if err == nil {
+			err = o.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(key) == 2 })
+	notYet(t, got, "a permit for the waiter behind the one asking for 2")
+	cancel()
+	if err := recv(t, gaveUp, "the waiter for 2"); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the waiter for 2: %v, want it to give up", err)
+	}
+	if err := recv(t, got, "the waiter for 1 once the one for 2 ahead of it gave up, 1 of 2 permits free"); err != nil {
+		t.Fatal(err)
+	}
+	_ = o1.Unlock()
+}
+
 // endsAfterCheck is a context that ends just after its first Err: a deadline that passes the
 // moment Acquire has checked it, before any permit is lent.
 type endsAfterCheck struct {

@@ -51,6 +51,7 @@ type sharedState struct {
 	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	growAt   time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
+	growN    int64          // sem: the permits the ask refused that set growAt: a front waiter asking fewer may ask before it; guarded by mu
 	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry; guarded by mu
 	owed     []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
 	lapsed   []error        // Close's releases of holdings given up (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
@@ -592,7 +593,9 @@ func (st *sharedState) planOther(now time.Time) action {
 		if st.spec.Kind == processor.KindSem && len(st.holds) > 0 && !front.try && now.Sub(front.since) < growPatience(st.cfg) {
 			a.wait = false
 		}
-		if a.wait || a.try || !now.Before(st.growAt) {
+		// (The pause after a refused ask for more is for as many permits: the waiter that asked
+		// may have given up, and a smaller ask behind it may fit now.)
+		if a.wait || a.try || !now.Before(st.growAt) || front.n < st.growN {
 			if front.asked && !front.try {
 				a.wake = st.growWake // (its first ask was an earlier attempt's: what lets this one be sent)
 			}
@@ -1255,7 +1258,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		st.attempt = nil
 		st.heldAnswer(r, w)
 		if !a.try && st.heardF == f {
-			st.growAt, st.growWake = time.Now().Add(lease/6), HowPolled // no room to grow: ask again later
+			st.growAt, st.growWake, st.growN = time.Now().Add(lease/6), HowPolled, a.n // no room to grow: ask again later
 		} else if front := st.front(); front != nil && front.try && a.serves(front) {
 			st.waiters = st.waiters[1:]
 			close(front.done)
