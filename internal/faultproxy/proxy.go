@@ -6,6 +6,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"sync"
@@ -32,7 +33,9 @@ type Proxy struct {
 	up, down  time.Duration                                   // added to latency: towards the target, back to the client
 	shape     func(toTarget bool, chunk []byte) time.Duration // added to both, per chunk; nil for none
 	blackhole bool
-	changed   chan struct{} // closed and replaced whenever the black hole is switched
+	subHole   bool          // a black hole on subscription links only (HoldSubscribers)
+	cutNext   bool          // the next chunk back to a client is cut halfway (CutNextReply)
+	changed   chan struct{} // closed and replaced whenever a black hole is switched
 	links     map[*link]struct{}
 	closed    bool
 	stats     Stats
@@ -44,6 +47,7 @@ type link struct {
 	server net.Conn // nil until dialled; guarded by Proxy.mu
 	done   chan struct{}
 	closed bool // guarded by Proxy.mu
+	sub    bool // guarded by Proxy.mu: the client sent a (P|S|UN)SUBSCRIBE on it
 }
 
 // New starts a proxy on 127.0.0.1 with a free port that forwards to target.
@@ -109,6 +113,43 @@ func (p *Proxy) ResetAll() {
 		}
 		p.closeLink(l, true)
 	}
+}
+
+// HoldSubscribers turns on or off a black hole on subscription connections only (those on
+// which the client sent a SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE): they stay open, and the server
+// still counts their subscribers, but nothing crosses them; the other connections work. What
+// was held is delivered when it is turned off, as Blackhole's.
+func (p *Proxy) HoldSubscribers(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.subHole = on
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// ResetSubscribers closes the subscription connections abruptly (as ResetAll does) and leaves
+// the others open. It returns how many it closed.
+func (p *Proxy) ResetSubscribers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if l.sub && !l.closed {
+			p.stats.Resets++
+			n++
+			p.closeLink(l, true)
+		}
+	}
+	return n
+}
+
+// CutNextReply arms a cut: the next chunk of two bytes or more that goes back to a client, on
+// any connection, is forwarded only in part (its first half), and that connection is then
+// closed abruptly on both sides, as a connection that breaks in the middle of a reply.
+func (p *Proxy) CutNextReply() {
+	p.mu.Lock()
+	p.cutNext = true
+	p.mu.Unlock()
 }
 
 // Stats returns the proxy's counters.
@@ -219,7 +260,20 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, toTarget bool) {
 		}
 	}()
 	for c := range chunks {
+		if toTarget && bytes.Contains(bytes.ToLower(c.data), []byte("subscribe")) {
+			p.mu.Lock()
+			l.sub = true
+			p.mu.Unlock()
+		}
 		if !p.pass(l, toTarget, c.data, c.at) {
+			break
+		}
+		if !toTarget && len(c.data) >= 2 && p.takeCut() {
+			_, _ = dst.Write(c.data[:len(c.data)/2])
+			p.mu.Lock()
+			p.stats.Resets++
+			p.closeLink(l, true)
+			p.mu.Unlock()
 			break
 		}
 		if _, werr := dst.Write(c.data); werr != nil {
@@ -231,6 +285,15 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, toTarget bool) {
 	p.mu.Unlock()
 	for range chunks { // (the reader ends as the link closes)
 	}
+}
+
+// takeCut reports whether a cut is armed (CutNextReply), and disarms it.
+func (p *Proxy) takeCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cut := p.cutNext
+	p.cutNext = false
+	return cut
 }
 
 // pass waits until chunk, which arrived at at, may be forwarded on l (towards the target if
@@ -246,7 +309,7 @@ func (p *Proxy) pass(l *link, toTarget bool, chunk []byte, at time.Time) bool {
 	}
 	for {
 		p.mu.Lock()
-		hole, changed, lat := p.blackhole, p.changed, p.latency+extra
+		hole, changed, lat := p.blackhole || (p.subHole && l.sub), p.changed, p.latency+extra
 		if toTarget {
 			lat += p.up
 		} else {

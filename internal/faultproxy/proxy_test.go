@@ -358,3 +358,56 @@ func waitActive(t *testing.T, p *faultproxy.Proxy, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// HoldSubscribers and ResetSubscribers act on the connections that sent a SUBSCRIBE only.
+func TestProxySubscribersOnly(t *testing.T) {
+	p := newProxy(t, echoServer(t))
+	sub, cmd := dial(t, p), dial(t, p)
+	if err := roundTrip(sub, []byte("*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nx\r\n"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(cmd, []byte("PING"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.HoldSubscribers(true)
+	if err := roundTrip(sub, []byte("deaf?"), 100*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("held subscription connection: %v, want a timeout", err)
+	}
+	if err := roundTrip(cmd, []byte("PING"), time.Second); err != nil {
+		t.Fatalf("the command connection while subscribers are held: %v", err)
+	}
+	p.HoldSubscribers(false)
+	_ = sub.SetReadDeadline(time.Now().Add(2 * time.Second))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(sub, got); err != nil || string(got) != "deaf?" {
+		t.Fatalf("held data: %q, %v", got, err)
+	}
+	if n := p.ResetSubscribers(); n != 1 {
+		t.Fatalf("ResetSubscribers closed %d connections, want 1", n)
+	}
+	_ = sub.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := sub.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read after ResetSubscribers: %v, want a connection reset", err)
+	}
+	if err := roundTrip(cmd, []byte("PING"), time.Second); err != nil {
+		t.Fatalf("the command connection after ResetSubscribers: %v", err)
+	}
+}
+
+// CutNextReply forwards half of the next reply and then resets its connection.
+func TestProxyCutNextReply(t *testing.T) {
+	p := newProxy(t, echoServer(t))
+	c := dial(t, p)
+	p.CutNextReply()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if string(got) != "1234" || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("cut reply: %q, %v; want \"1234\" and a connection reset", got, err)
+	}
+	if err := roundTrip(dial(t, p), []byte("whole"), time.Second); err != nil {
+		t.Fatalf("the next connection: %v", err)
+	}
+}
