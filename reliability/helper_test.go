@@ -39,7 +39,11 @@ func envDuration(name string) time.Duration {
 func runHelper(mode string) int {
 	c := redis.NewClient(&redis.Options{Addr: env("ADDR")})
 	defer c.Close()
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(envDuration("LEASE")))
+	opts := []dlock.Option{dlock.WithDefaultLease(envDuration("LEASE"))}
+	if env("NOTIFY") == "off" {
+		opts = append(opts, dlock.WithNotifications(false))
+	}
+	g, err := dlock.NewGenerator(c, opts...)
 	if err != nil {
 		fmt.Println("error", err)
 		return 2
@@ -52,6 +56,8 @@ func runHelper(mode string) int {
 		return holderHelper(g, c)
 	case "history":
 		return historyHelper(g, c)
+	case "distance":
+		return distanceHelper(g, c)
 	case "waiter":
 		return waiterHelper(g)
 	case "family":
@@ -209,7 +215,8 @@ func familyWaiterHelper(g *dlock.Generator) int {
 	return 0
 }
 
-// waiterHelper waits for the lock HOLD/TARGET (to be killed while it waits).
+// waiterHelper waits for the lock HOLD/TARGET (to be killed or stopped while it waits); once
+// it has it, it says "locked <token> <monotonic ns>" and unlocks.
 func waiterHelper(g *dlock.Generator) int {
 	l, err := g.Gen("HOLD", env("TARGET"))
 	if err != nil {
@@ -224,7 +231,8 @@ func waiterHelper(g *dlock.Generator) int {
 		fmt.Println("error", err)
 		return 2
 	}
-	fmt.Println("locked")
+	token, _ := l.FencingToken(owned)
+	fmt.Println("locked", token, monoNow())
 	_ = l.Unlock(owned)
 	return 0
 }

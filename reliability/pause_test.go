@@ -3,6 +3,7 @@ package reliability_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -81,4 +82,104 @@ func TestPausedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("old token %d, new token %d; %d stale writes rejected after SIGCONT", oldToken, newToken, staleWrites)
+}
+
+// A waiting process stopped by SIGSTOP is granted the key by a release (Redis still counts
+// its subscription, so it counts as live) and stays stopped past that grant's lease: the
+// process behind it in line gets the key once the grant runs out. On SIGCONT the stopped
+// process reads the grant's message, long expired: it must not take it as held while the
+// other owns the key — its Lock returns only after the other's Unlock, with a larger token.
+func TestStoppedGranteeDoesNotTakeAnExpiredGrant(t *testing.T) {
+	s := realServer(t)
+	const lease = time.Second
+	cmd, out := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "grantee"})
+	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	// The third process's lease is long: its holding must outlast the checks below.
+	gC, _ := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
+	lA, _ := gA.Gen("HOLD", "grantee")
+	lC, _ := gC.Gen("HOLD", "grantee")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := lA.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := "-" + strconv.Itoa(cmd.Process.Pid) + "-"
+	// (expectLine must not run beside the reads below: one goroutine reads the helper.)
+	expectLine(t, out, "waiting")
+	waitState := func(what string, ok func(dlock.State) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if st, err := lA.State(ctx); err == nil && ok(st) {
+				return
+			}
+			if time.Now().After(deadline) {
+				st, err := lA.State(ctx)
+				t.Fatalf("%s: state %+v, %v", what, st, err)
+			}
+		}
+	}
+	waitState("the helper in line", func(st dlock.State) bool { return len(st.Waiting) == 1 && strings.Contains(st.Waiting[0], pid) })
+	type result struct {
+		o   *dlock.Owner
+		err error
+		at  int64
+	}
+	cGot := make(chan result, 1)
+	go func() { o, err := lC.Lock(ctx); cGot <- result{o, err, monoNow()} }()
+	waitState("the third process in line behind the helper", func(st dlock.State) bool { return len(st.Waiting) == 2 })
+
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := lA.State(ctx); err != nil || !strings.Contains(st.Holder, pid) {
+		t.Fatalf("after the release: %+v, %v; want the key granted to the stopped helper", st, err)
+	}
+	var c result
+	select {
+	case c = <-cGot:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the process behind the stopped grantee did not get the key once the grant ran out")
+	}
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	cToken, _ := lC.FencingToken(c.o)
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	time.Sleep(2 * lease) // the woken helper reads its grant's message, and its poller runs
+	if c.o.Err() != nil {
+		t.Fatalf("the owner's holding ended: %v", context.Cause(c.o))
+	}
+	released := monoNow()
+	if err := lC.Unlock(c.o); err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(expectLine(t, out, "locked"))
+	if len(f) != 2 {
+		t.Fatalf("helper said locked %v", f)
+	}
+	bToken, _ := strconv.ParseUint(f[0], 10, 64)
+	bAt, _ := strconv.ParseInt(f[1], 10, 64)
+	if bAt < released {
+		t.Fatalf("the woken helper's Lock returned %v before the owner's Unlock: two owners (tokens %d and %d)",
+			time.Duration(released-bAt), bToken, cToken)
+	}
+	if bToken <= cToken {
+		t.Fatalf("the woken helper's token %d is not above the owner's %d", bToken, cToken)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
 }
