@@ -46,11 +46,13 @@ import (
 //	kill-first:   the first process in the key's line in Redis killed;
 //	kill-granted: the process named by the next grant message killed as it is sent;
 //	cut-reply:    one process's next reply cut in the middle, its connection reset;
+//	cut-replies:  the same 5–10 times, 5–30 ms apart;
 //	cut-sub:      the first in line's subscription connection reset, its command
 //	              connection left alone;
 //	deaf-sub:     the first in line's subscription connection black-holed for 1–3 s (Redis
 //	              still counts it listening, so grants go to it unheard), its command
 //	              connection left alone;
+//	deaf-all:     every process's subscription connection black-holed for 2–4 s;
 //	restart:      the lock's redis-server killed and restarted empty.
 //
 // Rules, checked from what the helpers report (CLOCK_MONOTONIC, one clock for all processes)
@@ -474,12 +476,12 @@ func (r *distRun) srvNow() int64 {
 }
 
 func (r *distRun) injectFaults() {
-	kinds := []string{"stop-holder", "stop-granted", "kill-holder", "kill-first", "kill-granted", "cut-reply", "cut-sub", "deaf-sub", "restart"}
+	kinds := []string{"stop-holder", "stop-granted", "kill-holder", "kill-first", "kill-granted", "cut-reply", "cut-replies", "cut-sub", "deaf-sub", "deaf-all", "restart"}
 	quiet := int64(4 * r.lease)
 	var order []string
 	for {
 		gap := int64(randDuration(300*time.Millisecond, 800*time.Millisecond))
-		if monoNow()+gap+int64(3*time.Second) > r.end-quiet {
+		if monoNow()+gap+int64(4*time.Second) > r.end-quiet { // (no fault lasts longer than 4 s)
 			return
 		}
 		sleepUntil(monoNow() + gap)
@@ -622,6 +624,25 @@ func (r *distRun) fault(kind string) bool {
 		f.proc = r.current(slot).id
 		r.proxies[slot].CutNextReply()
 		time.Sleep(100 * time.Millisecond)
+	case "cut-replies":
+		slot := rand.IntN(len(r.slots))
+		f.proc = r.current(slot).id
+		n := 5 + rand.IntN(6)
+		for range n {
+			r.proxies[slot].CutNextReply()
+			time.Sleep(randDuration(5*time.Millisecond, 30*time.Millisecond))
+		}
+		f.detail = fmt.Sprintf("%d cuts", n)
+	case "deaf-all":
+		d := randDuration(2*time.Second, 4*time.Second)
+		for _, p := range r.proxies {
+			p.HoldSubscribers(true)
+		}
+		time.Sleep(d)
+		for _, p := range r.proxies {
+			p.HoldSubscribers(false)
+		}
+		f.detail = d.Round(time.Millisecond).String()
 	case "cut-sub":
 		slot := r.firstSlot()
 		if slot < 0 {
@@ -863,7 +884,11 @@ func (r *distRun) analyse() {
 	for _, f := range r.faults {
 		fs = append(fs, fmt.Sprintf("%s %s %s at %s", f.kind, f.proc, f.detail, rel(f.start)))
 	}
-	_ = os.WriteFile(filepath.Join(r.dir, "faults.log"), []byte(strings.Join(fs, "\n")+"\n"), 0o644)
+	var flog []string
+	for _, f := range r.faults {
+		flog = append(flog, fmt.Sprintf("%d %d %s %s %s", f.startSrv, f.endSrv, f.kind, f.proc, f.detail))
+	}
+	_ = os.WriteFile(filepath.Join(r.dir, "faults.log"), []byte(strings.Join(flog, "\n")+"\n"), 0o644)
 	t.Logf("holdings by kind %v, %d found stale by a register and %d of them told; of the mutex by slot (0, 1, 5, 20 ms away): %v acquisitions, longest waits (less others' long holds) %v", perKind, stale, told, acq, longestWait)
 	t.Logf("the longest waits: %s", strings.Join(waitEx, "; "))
 	t.Logf("longest gaps between holdings: %s", strings.Join(top, "; "))

@@ -787,3 +787,118 @@ func TestResetsDuringContention(t *testing.T) {
 		t.Errorf("the lock key is held by %q (PTTL %v) %v after everyone unlocked", holder, ttl, lease/2)
 	}
 }
+
+// A waiting process whose subscription connection goes deaf (it stays open: Redis counts it
+// listening, or, once the notifier has replaced it, hears a SUBSCRIBE that never arrives)
+// while its command connection works is granted the key by a release, or told it is free,
+// and hears neither: its poll finds the key its own or free, within about half a lease
+// (lease/2 is the pace of the first in line), and it takes the key before the process behind
+// it in line — the line is not blocked, and the deaf process keeps its turn.
+func TestDeafSubscriptionGrantIsTakenByThePoll(t *testing.T) {
+	for _, tc := range []struct {
+		held, deaf time.Duration
+		local      bool
+	}{{0, 0, false}, {0, 3 * time.Second, false}, {time.Second, 500 * time.Millisecond, false}, {time.Second, 500 * time.Millisecond, true}} {
+		name := fmt.Sprintf("held-%v-deaf-%v-before-the-release", tc.held, tc.deaf)
+		if tc.local {
+			name += "-a-local-waiter"
+		}
+		t.Run(name, func(t *testing.T) { deafGrantRounds(t, tc.held, tc.deaf, tc.local) })
+	}
+}
+
+// deafGrantRounds: the holder holds for held once two processes wait, then the first's
+// subscription goes deaf for deafBefore before the release.
+func deafGrantRounds(t *testing.T, held, deafBefore time.Duration, localWaiter bool) {
+	s := realServer(t)
+	const lease = time.Second
+	p := netProxy(t, s.Addr)
+	t.Cleanup(func() { p.HoldSubscribers(false) })
+	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	gB, _ := netGenerator(t, &redis.Options{Addr: p.Addr()}, dlock.WithDefaultLease(lease))
+	gC, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	lA, _ := gA.Gen("DEAF", "grant")
+	lB, _ := gB.Gen("DEAF", "grant")
+	lC, _ := gC.Gen("DEAF", "grant")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		o   *dlock.Owner
+		err error
+		at  time.Time
+	}
+	lockAt := func(l *dlock.DistributedReentrantLock) chan result {
+		got := make(chan result, 1)
+		go func() { o, err := l.Lock(ctx); got <- result{o, err, time.Now()} }()
+		return got
+	}
+	inLine := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if st, err := lA.State(ctx); err == nil && len(st.Waiting) == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d processes not in line", n)
+			}
+		}
+	}
+	for round := range 4 {
+		a, err := lA.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotB := lockAt(lB)
+		inLine(1)
+		gotC := lockAt(lC)
+		inLine(2)
+		var gotA2 chan result
+		if localWaiter { // a goroutine of the holder's process waits: the release is a yield
+			gotA2 = lockAt(lA)
+		}
+		time.Sleep(held + time.Duration(round)*lease/8) // its ask and the holder's renewal at various points
+		p.HoldSubscribers(true)
+		time.Sleep(deafBefore)
+		released := time.Now()
+		if err := a.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		var b, c result
+		select {
+		case b = <-gotB:
+		case c = <-gotC:
+			t.Fatalf("round %d: the process behind the deaf one took the key first, %v after the release (%v)",
+				round, c.at.Sub(released).Round(time.Millisecond), c.err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the deaf waiter never took the key")
+		}
+		p.HoldSubscribers(false)
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		t.Logf("round %d: the deaf waiter took the key %v after the release (lease %v)", round, b.at.Sub(released).Round(time.Millisecond), lease)
+		if err := b.o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case c = <-gotC:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the process behind never took the key")
+		}
+		if c.err != nil {
+			t.Fatal(c.err)
+		}
+		if err := c.o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if gotA2 != nil {
+			a2 := <-gotA2
+			if a2.err != nil {
+				t.Fatal(a2.err)
+			}
+			if err := a2.o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
