@@ -58,6 +58,8 @@ func runHelper(mode string) int {
 		return historyHelper(g, c)
 	case "distance":
 		return distanceHelper(g, c)
+	case "pausedpair":
+		return pausedPairHelper(g)
 	case "waiter":
 		return waiterHelper(g)
 	case "family":
@@ -280,4 +282,77 @@ func expectLine(t *testing.T, sc *bufio.Scanner, prefix string) string {
 	}
 	t.Fatalf("helper ended without a %q line", prefix)
 	return ""
+}
+
+// pausedPairPart returns the part of PAIR/TARGET that KIND names: the mutex ("mutex"), the
+// read side of the read-write lock ("read"), a permit of the semaphore of one ("permit").
+func pausedPairPart(g *dlock.Generator, kind, target string) (dlock.Part, error) {
+	switch kind {
+	case "read":
+		rw, err := g.GenRW("PAIR", target)
+		if err != nil {
+			return nil, err
+		}
+		return rw.ReadSide(), nil
+	case "permit":
+		sem, err := g.GenSemaphore("PAIR", target, 1)
+		if err != nil {
+			return nil, err
+		}
+		return sem.Permits(1), nil
+	}
+	return g.Gen("PAIR", target)
+}
+
+// pausedPairHelper: a goroutine takes the KIND part of PAIR/TARGET and says "held"; a second
+// goroutine waits for the same part (the mutex and the permit: at once, behind the first; the
+// read side: once the process wakes, when the first's read-hold could lend to it). The first
+// sleeps in 1 ms steps; when a step took longer than the lease (the process was stopped), it
+// says "woke" and unlocks at once, before anything else. The second says "locked <token>
+// <monotonic ns>" when it has the part, and unlocks.
+func pausedPairHelper(g *dlock.Generator) int {
+	kind, lease := env("KIND"), envDuration("LEASE")
+	l, err := pausedPairPart(g, kind, env("TARGET"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	fmt.Println("held")
+	second := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		<-second
+		o, err := l.Lock(ctx)
+		if err != nil {
+			fmt.Println("error", err)
+			done <- 2
+			return
+		}
+		token, _ := l.FencingToken(o)
+		fmt.Println("locked", token, monoNow())
+		_ = l.Unlock(o)
+		done <- 0
+	}()
+	if kind != "read" {
+		close(second)
+	}
+	for last := monoNow(); ; last = monoNow() {
+		time.Sleep(time.Millisecond)
+		if monoNow()-last > int64(lease) {
+			break
+		}
+	}
+	_ = l.Unlock(owned)
+	if kind == "read" {
+		close(second)
+	}
+	fmt.Println("woke")
+	return <-done
 }

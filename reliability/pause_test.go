@@ -183,3 +183,85 @@ func TestStoppedGranteeDoesNotTakeAnExpiredGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A process stopped by SIGSTOP past its lease while one goroutine holds and another of its
+// goroutines waits for the same lock (the mutex, a permit of a semaphore of one) or would
+// share its holding (the read side): another process takes the key meanwhile (the write
+// side, for the read side). On SIGCONT the holding goroutine unlocks at once, before the
+// lease watchdog may have run: its process must not pass the expired tenure to the other
+// goroutine, nor lend it the expired read-hold — that goroutine gets the lock only after
+// the other process's Unlock.
+func TestStoppedProcessDoesNotPassAnExpiredHolding(t *testing.T) {
+	for _, kind := range []string{"mutex", "permit", "read"} {
+		t.Run(kind, func(t *testing.T) { stoppedPair(t, kind) })
+	}
+}
+
+func stoppedPair(t *testing.T, kind string) {
+	s := realServer(t)
+	const lease = time.Second
+	cmd, out := helper(t, "pausedpair", map[string]string{
+		"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "pair-" + kind, "KIND": kind,
+	})
+	expectLine(t, out, "held")
+	time.Sleep(200 * time.Millisecond) // the second goroutine waits
+	// The other process's lease is long: its holding must outlast the checks below.
+	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
+	var other dlock.Part
+	switch kind {
+	case "mutex":
+		other, _ = g.Gen("PAIR", "pair-"+kind)
+	case "permit":
+		sem, _ := g.GenSemaphore("PAIR", "pair-"+kind, 1)
+		other = sem.Permits(1)
+	case "read":
+		rw, _ := g.GenRW("PAIR", "pair-"+kind)
+		other = rw.WriteSide()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	owned, err := other.Lock(ctx) // once the stopped process's lease runs out
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := other.FencingToken(owned)
+	time.Sleep(lease / 2) // stopped past its lease by more than half a lease
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	expectLine(t, out, "woke")
+	time.Sleep(2 * lease) // the woken process learns, from its renewal or its watchdog
+	if owned.Err() != nil {
+		t.Fatalf("the other process's holding ended: %v", context.Cause(owned))
+	}
+	released := monoNow()
+	if err := other.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(expectLine(t, out, "locked"))
+	if len(f) != 2 {
+		t.Fatalf("helper said locked %v", f)
+	}
+	bToken, _ := strconv.ParseUint(f[0], 10, 64)
+	bAt, _ := strconv.ParseInt(f[1], 10, 64)
+	if bAt < released {
+		t.Fatalf("the woken process's second goroutine got the %s %v before the other process's Unlock: two owners (tokens %d and %d)",
+			kind, time.Duration(released-bAt), bToken, token)
+	}
+	if kind == "mutex" && bToken <= token {
+		t.Fatalf("the woken process's token %d is not above the other's %d", bToken, token)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
