@@ -129,7 +129,7 @@ const (
 	distNoNotify   = 2 // the slot whose process runs WithNotifications(false)
 	distFamily     = 2 // goroutines on the read-write lock and the semaphore
 	distPermits    = 2
-	distLockWait   = 20 * time.Second
+	distLockWait   = 30 * time.Second
 	// distWindowSlack: how late a helper may read the clock after its Lock returned (a
 	// loaded machine, -race), taken from the half lease a holding surely holds.
 	distWindowSlack = 100 * time.Millisecond
