@@ -2547,3 +2547,93 @@ func TestRWDowngradeWithAnEndedContextLendsNothing(t *testing.T) {
 		t.Fatalf("RLock (downgrade) with an ended context of the write owner's succeeded (Owner ended at once: %v); re-entry with the same context is refused", r.Err() != nil)
 	}
 }
+
+// A fresh write-hold that serves a reader of its process first (the writer it was asked for
+// gave up while its take was on its way) gives that reader its first token; the writer it
+// serves next must not get the same one: every acquisition's token is above every earlier
+// one's (fencing.md), and a reader that noted its token must see a later write as later.
+func TestRWWriterAfterAReaderOfAFreshWriteHoldHasALargerToken(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	c := srv.Client()
+	var armed atomic.Bool
+	ran, gate := make(chan struct{}), make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if processor.ScriptName(args) != "shared" || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		nkeys, _ := args[2].(int)
+		if op, _ := args[3+nkeys].(string); op != "take" || !armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd) // the write-hold is taken in Redis; its answer held back
+		close(ran)
+		<-gate
+		return err
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+	l := rwOf(t, g, uniqueTarget(t))
+
+	armed.Store(true)
+	wctx, wcancel := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() {
+		o, err := l.Lock(wctx)
+		if err == nil {
+			_ = o.Unlock()
+		}
+		werr <- err
+	}()
+	<-ran
+	wcancel() // the writer gives up while its take's answer is on its way
+	if err := <-werr; err == nil {
+		t.Fatal("the writer got the lock after its context ended")
+	}
+	type got struct {
+		o   *dlock.Owner
+		err error
+	}
+	reader := make(chan got, 1)
+	go func() {
+		o, err := l.RLock(ctx)
+		reader <- got{o, err}
+	}()
+	for g.SharedWaiters(l.Config().UniqueKey()) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the reader never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	writer := make(chan got, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		writer <- got{o, err}
+	}()
+	for g.SharedWaiters(l.Config().UniqueKey()) < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the second writer never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate) // the write-hold comes: to the reader, first in the process's queue
+	r := <-reader
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rtok, ok := l.FencingToken(r.o)
+	if !ok {
+		t.Fatal("the reader holds no token")
+	}
+	if err := r.o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w := <-writer
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	defer w.o.Unlock()
+	wtok, _ := l.FencingToken(w.o)
+	if wtok <= rtok {
+		t.Fatalf("the writer after the reader has token %d, the reader had %d", wtok, rtok)
+	}
+}

@@ -421,6 +421,9 @@ func (st *sharedState) lend(h *shareHold, w *shareWaiter) {
 		h.next++
 	default:
 		h.readers++
+		if h.write() && h.next == h.token { // a fresh write-hold's first token, now a reader's: the next writer's is above it
+			h.next++
+		}
 	}
 }
 
