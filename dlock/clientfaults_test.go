@@ -13,12 +13,13 @@ package dlock_test
 //     out than the semaphore's count ever was (the holdings of a process whose holding a
 //     force may have removed aside, while it may not know);
 //   - every holding counted held by its process (its Owner live before and after the read)
-//     is held in Redis by that process;
+//     is held in Redis by that process, and its FencingToken(s) says it is held;
 //   - each fresh writer's and mutex owner's fencing token above every token of the key handed
 //     out to an acquisition that returned before it began;
 //   - a ForceRelease of a holding of its own process ends its borrowers there at once;
-//   - only documented errors (ErrClosed only once Close began), a refused re-entry leaving
-//     the hold count as it was, every call back by its deadline plus seconds;
+//   - only documented errors (ErrClosed only once Close began), a re-entry adding one to the
+//     hold count and a refused one leaving it as it was, every call back by its deadline plus
+//     seconds;
 //   - Close: every Owner of the process ended, and Redis holds nothing of it, nor has it in
 //     line;
 //   - between rounds, with every call returned and every holding let go: Redis holds nothing
@@ -473,6 +474,9 @@ func (f *ffFuzz) single(p *ffProc, rng *rand.Rand) {
 	f.stats[0].Add(1)
 	at := time.Now()
 	tok, held := tk.token(o)
+	if !held && o.Err() == nil {
+		f.fail("%s: FencingToken says not held while its Owner is live", what)
+	}
 	if held && (tk.kind == ffMutex || tk.kind == ffWrite) && tok <= floor && o.Err() == nil && !f.taintedNow(tk.key, p) {
 		f.fail("%s: token %d not above %d, the largest of an acquisition that returned before it began (now %s)", what, tok, floor, f.whoOf(tk.key))
 	}
@@ -514,6 +518,9 @@ func (f *ffFuzz) hold(p *ffProc, rng *rand.Rand, tk ffTake, o *dlock.Owner, e *f
 				continue
 			}
 			f.stats[2].Add(1)
+			if after := hc(); after != before+1 && ro.Err() == nil {
+				f.fail("%s: a re-entry took the hold count from %d to %d", e.what, before, after)
+			}
 			extra = append(extra, func() { f.unlock(p, ro, e.what+" re-entry unlock") })
 		case r == 1 && tk.kind == ffMutex: // Extend
 			l := tk.part.(*dlock.DistributedReentrantLock)
@@ -633,6 +640,9 @@ func (f *ffFuzz) multi(p *ffProc, rng *rand.Rand) {
 	f.stats[5].Add(1)
 	at := time.Now()
 	toks, held := m.FencingTokens(o)
+	if !held && o.Err() == nil {
+		f.fail("%s: FencingTokens says not held while its Owner is live", what)
+	}
 	var ids []int
 	for _, tk := range chosen {
 		if held && (tk.kind == ffMutex || tk.kind == ffWrite) && toks[tk.key] <= floors[tk.key] && o.Err() == nil && !f.taintedNow(tk.key, p) {
