@@ -1769,6 +1769,68 @@ func TestSemaphoreHoldersWaiterAsksOnceTheLargerWaiterAheadGivesUp(t *testing.T)
 	_ = o1.Unlock()
 }
 
+// The same once a holding of the process gives back permits its owners do not use (it keeps
+// what it lends, shrinkTo) while a goroutine of it waits for more than that holding serves,
+// refused a moment before: the permits its own holding gave back are free in Redis, as those of
+// a holding it lets go (whose release lets its waiter ask at once), so the waiter asks at once,
+// not at its next ask for more a sixth of the lease later.
+func TestSemaphoreHoldersWaiterAsksOnceItsOwnHoldingGivesBackWhatItDoesNotUse(t *testing.T) {
+	const lease = 10 * time.Minute // asks for more 100 s apart: recv's 15 s see none
+	g, c := newGen(t, dlock.WithDefaultLease(lease))
+	takes := takesAnswered(c)
+	g2, _ := newGen(t, dlock.WithDefaultLease(lease))
+	const k = 4
+	tg := uniqueTarget(t)
+	s, s2 := semOf(t, g, tg, k), semOf(t, g2, tg, k)
+	key := s.Config().UniqueKey()
+	ctx := ctxT(t, 60*time.Second)
+	o0, err := s.Acquire(ctx, 1) // a holding of 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	o1 := lentOn(ctx, t, s, 3)          // a holding of 3 lends 1 (its waiter's ask for 1 refused: all 4 out)
+	if err := o0.Unlock(); err != nil { // the holding of 1 goes back: its waiters may ask at once
+		t.Fatal(err)
+	}
+	other, err := s2.Acquire(ctx, 1) // another process takes it: 3 + 1 of 4 out
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, err := s.Acquire(ctx, 1) // the holding of 3 lends 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := takes.Load()
+	got := make(chan error, 1)
+	go func() {
+		o, err := s.Acquire(ctx, 2) // the holding keeps the 2 it lends: 3 of 4 out, so refused
+		if err == nil {
+			err = o.Unlock()
+		}
+		got <- err
+	}()
+	// (the holding gives back the permit it does not lend, then the waiter asks for 2 and is refused)
+	waitFor(t, func() bool { return takes.Load() >= asked+2 })
+	waitFor(t, func() bool {
+		for _, h := range g.SharedBelief(key) {
+			if h.N == 2 && h.DownTo == "" {
+				return true
+			}
+		}
+		return false
+	})
+	notYet(t, got, "2 permits while 3 of 4 are out")
+	if err := o1.Unlock(); err != nil { // the holding keeps 1 now: 2 of 4 free in Redis
+		t.Fatal(err)
+	}
+	if err := recv(t, got, "the waiter for 2 once its own holding kept only the 1 permit it lends, 2 of 4 free"); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(o2.Unlock(), other.Unlock()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // endsAfterCheck is a context that ends just after its first Err: a deadline that passes the
 // moment Acquire has checked it, before any permit is lent.
 type endsAfterCheck struct {

@@ -1488,6 +1488,9 @@ func (st *sharedState) downgrade(h *shareHold) func(ctx context.Context) {
 			}
 		case r.Outcome == processor.Taken && h.ctx.Err() == nil:
 			h.locker, h.n, h.token, h.origin, h.downTo, h.downing = locker, n, r.Token, r.Token, "", false // (next, tokEnd and spare are a write-hold's)
+			// what it gave back is free in Redis: a goroutine of this process waiting for more
+			// than its holdings serve asks now, as after a release of its own (pay)
+			st.growAt, st.growWake = time.Time{}, HowRetry
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()
