@@ -1249,7 +1249,8 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 
 // An entry in line counts as expired from the millisecond its expiry names on: a release or a
 // yield that finds its own process's entry expiring now (settle, standing) drops it, and stands
-// the process in line again with its next even when that entry waited with a newer attempt.
+// the process in line again with its next even when that entry waited with a newer attempt;
+// a release grants the key to no other process's entry expiring now (waiting), and drops it.
 // (On miniredis, whose clock the test stops.)
 func TestAnEntryExpiresAtItsExpiryMillisecond(t *testing.T) {
 	m := miniredis.RunT(t)
@@ -1262,6 +1263,17 @@ func TestAnEntryExpiresAtItsExpiryMillisecond(t *testing.T) {
 		t.Fatalf("miniredis TIME = %v, want the stopped clock %v", got, now)
 	}
 	a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+	// expiresNow makes mark's entry expire at this very millisecond.
+	expiresNow := func(lc domain.DLockConfig, mark string) {
+		t.Helper()
+		e := c.HGet(ctx, processor.WantKey(lc), mark).Val()
+		f := strings.Split(e, "|")
+		if len(f) != 6 {
+			t.Fatalf("%s's entry %q", mark, e)
+		}
+		f[4] = strconv.FormatInt(now.UnixMilli(), 10)
+		c.HSet(ctx, processor.WantKey(lc), mark, strings.Join(f, "|"))
+	}
 	// expiringNow has pa- wait with a newer attempt than next, whose entry expires now.
 	expiringNow := func(lc domain.DLockConfig) (next string) {
 		t.Helper()
@@ -1270,13 +1282,7 @@ func TestAnEntryExpiresAtItsExpiryMillisecond(t *testing.T) {
 		if r := a.lockWith(t, lc, newer, true, 1); r.Outcome != processor.Held {
 			t.Fatalf("the newer attempt = %+v, want held", r)
 		}
-		e := c.HGet(ctx, processor.WantKey(lc), "pa-").Val()
-		f := strings.Split(e, "|")
-		if len(f) != 6 {
-			t.Fatalf("pa-'s entry %q", e)
-		}
-		f[4] = strconv.FormatInt(now.UnixMilli(), 10)
-		c.HSet(ctx, processor.WantKey(lc), "pa-", strings.Join(f, "|"))
+		expiresNow(lc, "pa-")
 		return next
 	}
 
@@ -1302,6 +1308,18 @@ func TestAnEntryExpiresAtItsExpiryMillisecond(t *testing.T) {
 	}
 	if e := entryOf(t, c, lc, "pa-"); e != next {
 		t.Fatalf("pa- waits with %q, want %s (its entry with a newer attempt had expired)", e, next)
+	}
+
+	// A release grants the key to no entry that expires at this millisecond: it is dropped.
+	lc = cfg(t, "expiry-grant")
+	la, _ = a.lock(t, lc, true, 1)
+	b.lock(t, lc, true, 1)
+	expiresNow(lc, "pb-")
+	if r := a.release(t, lc, la); r.Outcome != processor.Released || r.Next != "" {
+		t.Fatalf("the release = %+v, want the key left free (pb-'s entry had expired)", r)
+	}
+	if e := entryOf(t, c, lc, "pb-"); e != "" {
+		t.Fatalf("pb- waits with %q, want its expired entry dropped", e)
 	}
 }
 
