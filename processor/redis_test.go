@@ -562,6 +562,48 @@ func TestFirstInLineIsTold(t *testing.T) {
 	})
 }
 
+// After a grant, the process told it is first is the first behind the grantee whose entry is
+// alive and listened: an entry whose time ran out, though its process listens now, is passed
+// over (and the release goes through: the grant is not left half told).
+func TestFirstInLineIsToldPastAnExpiredEntry(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "first-expired")
+		a, b, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"))
+		defer ps.Close()
+		for range 2 {
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		la, _ := a.lock(t, lc, true, 1)
+		lb, _ := b.lock(t, lc, true, 1)
+		d.lock(t, lc, true, 1)
+		e.lock(t, lc, true, 1)
+		w := c.HGet(ctx, processor.WantKey(lc), "pd-").Val()
+		f := strings.Split(w, "|")
+		if len(f) != 6 || f[5] != "1" {
+			t.Fatalf("pd-'s entry %q, want one that listens", w)
+		}
+		f[4] = "1" // (its time ran out long ago)
+		c.HSet(ctx, processor.WantKey(lc), "pd-", strings.Join(f, "|"))
+		r, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la})
+		if err != nil || r.Next != lb {
+			t.Fatalf("the release = %+v, %v; want granted to %s", r, err, lb)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if to := strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"); to != "pe-" || msg.Payload[:1] != "F" {
+			t.Fatalf("told %s %q, want pe- told it is first (pd-'s entry expired)", to, msg.Payload)
+		}
+	})
+}
+
 // After a grant, the next process in line that listens is not told it is first when its pace
 // further back is the first's already: its entry lives no longer than its lease (a lease of
 // 2 s or more: it asks every third of its lease either way) and the key was granted for more
