@@ -1551,6 +1551,25 @@ func TestGapLeavesTheKeyFree(t *testing.T) {
 	})
 }
 
+// A window left free for processes not in line ends at the millisecond its mark names: a take
+// then finds the key free. (On miniredis, whose clock the test stops.)
+func TestWindowEndsAtItsEndMillisecond(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	a := newProc(t, c, "pa-")
+	lc := cfg(t, "gap-end")
+	if err := c.Set(ctx, processor.GapKey(lc), strconv.FormatInt(now.UnixMilli(), 10), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := a.lock(t, lc, true, 1); r.Outcome != processor.Taken {
+		t.Fatalf("a take as the window ends = %+v, want taken", r)
+	}
+}
+
 // A hand-off limit's check opens a window that is due even with nobody in line: a process
 // whose goroutines never stop wanting the key lets it go for the window, and stands in line
 // again with its next attempt; while the window's period runs, its checks renew.
