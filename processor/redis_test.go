@@ -2376,6 +2376,31 @@ func TestHeldAnswerTellsGrantsBeforeItFromGrantsAfter(t *testing.T) {
 	})
 }
 
+// A waiting attempt's answer (Seen.Fence) is never below Redis's clock as the request ran,
+// even when the counter and the holding's first token are behind it: the process counts a
+// grant's lease from that request plus the grant's time less Seen.Fence (domain.GrantedFrom),
+// so a Fence below the clock would count the lease from after the grant.
+func TestHeldAnswerIsNotBelowTheServersClock(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "seen-clock")
+		la, r := a.lock(t, lc, true, 1)
+		defer a.release(t, lc, la)
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := uint64(now.UnixMicro())
+		if r.Token > clock {
+			t.Fatalf("the take's token %d is ahead of the clock %d", r.Token, clock)
+		}
+		if _, rb := b.lock(t, lc, true, 1); rb.Outcome != processor.Held || rb.Seen.Fence < clock {
+			t.Fatalf("the waiter's answer = %+v, want held, at or above Redis's clock before it ran (%d)", rb, clock)
+		}
+	})
+}
+
 // A yield gives back the tokens its holder did not use before it reserves the grantee's, and
 // says whether Redis hears the yielding process (here it does not listen).
 func TestYieldGivesUnusedTokensBack(t *testing.T) {
