@@ -1402,7 +1402,9 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		recs[want].mu.Lock()
 		how := recs[want].how
 		recs[want].mu.Unlock()
-		if len(how) != 1 || how[0] != dlock.HowNotified {
+		// (The first in line asks at the holder's pace: under load its ask's answer can bring
+		// its grant before the grant's message is read — a grant found by its poll.)
+		if len(how) != 1 || (how[0] != dlock.HowNotified && (want > 0 || how[0] != dlock.HowPolled)) {
 			t.Errorf("process %d acquired by %v, want by its grant", want+1, how)
 		}
 	}
