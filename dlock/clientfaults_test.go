@@ -28,7 +28,9 @@ package dlock_test
 //     times the forced key's life), no goroutine left.
 //
 // It runs 3 s, or DLOCK_SOAK; DLOCK_FUZZ_SEED replays a seed's choices (the goroutines'
-// interleaving is the machine's), DLOCK_FUZZ_LEASE sets the lease (1 s by default).
+// interleaving is the machine's), DLOCK_FUZZ_LEASE sets the lease (1 s by default),
+// DLOCK_FUZZ_SHAPE varies its shape (ffShape: more processes, a fault rate, a semaphore-,
+// MultiLock- or force-heavy mix, no notifications anywhere, Redis restarted empty).
 
 import (
 	"context"
@@ -47,6 +49,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 )
 
@@ -167,12 +170,47 @@ type ffEntry struct {
 	what   string
 }
 
+// ffShape varies the fuzz's shape (DLOCK_FUZZ_SHAPE, comma-separated): procs=N, workers=N,
+// pct=N (fault rate), mix=sem|multi|force (what workers mostly do), nonotify (no process
+// listens for notifications), restart (Redis killed and restarted empty now and then).
+type ffShape struct {
+	procs, workers, pct int
+	mix                 string
+	nonotify, restart   bool
+}
+
+func parseShape(v string) ffShape {
+	s := ffShape{procs: 3, workers: 8}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		n, _ := strconv.Atoi(val)
+		switch k {
+		case "procs":
+			s.procs = n
+		case "workers":
+			s.workers = n
+		case "pct":
+			s.pct = n
+		case "mix":
+			s.mix = val
+		case "nonotify":
+			s.nonotify = true
+		case "restart":
+			s.restart = true
+		}
+	}
+	return s
+}
+
 type ffFuzz struct {
-	t     *testing.T
-	seed  uint64
-	lease time.Duration
-	pct   int
-	tg    string
+	t         *testing.T
+	shape     ffShape
+	srv       *redistest.Server
+	restarted time.Time // when Redis was last back from a restart (an hour ahead while it is down)
+	seed      uint64
+	lease     time.Duration
+	pct       int
+	tg        string
 
 	mu      sync.Mutex
 	procs   []*ffProc
@@ -207,9 +245,12 @@ func (f *ffFuzz) newProc(slot int) *ffProc {
 	n := len(f.all)
 	f.mu.Unlock()
 	h := &ffHook{lease: f.lease, pct: f.pct, rng: rand.New(rand.NewPCG(f.seed, uint64(n)+77))}
-	c := srv.Client()
+	c := f.srv.Client()
 	c.AddHook(h)
 	opts := []dlock.Option{dlock.WithDefaultLease(f.lease)}
+	if f.shape.nonotify {
+		opts = append(opts, dlock.WithNotifications(false))
+	}
 	var kinds []string
 	r := rand.New(rand.NewPCG(f.seed, uint64(n)+1000))
 	if slot >= 0 { // (the operator's is plain)
@@ -412,8 +453,14 @@ func (f *ffFuzz) takes(p *ffProc, rng *rand.Rand) []ffTake {
 		{key: f.keys[1], kind: ffWrite, part: p.rw.WriteSide(), token: p.rw.FencingToken},
 		{key: f.keys[1], kind: ffRead, part: p.rw.ReadSide(), token: p.rw.FencingToken},
 	}
-	n := 1 + rng.IntN(3)
-	all = append(all, ffTake{key: f.keys[2], kind: ffSem, n: n, part: p.sem.Permits(n), token: p.sem.FencingToken})
+	reps := 1
+	if f.shape.mix == "sem" {
+		reps = 6
+	}
+	for range reps {
+		n := 1 + rng.IntN(3)
+		all = append(all, ffTake{key: f.keys[2], kind: ffSem, n: n, part: p.sem.Permits(n), token: p.sem.FencingToken})
+	}
 	return all
 }
 
@@ -425,7 +472,14 @@ func kindName(k, n int) string {
 func (f *ffFuzz) work(rng *rand.Rand, until time.Time) {
 	for time.Now().Before(until) && f.fails.Load() == 0 {
 		p := f.proc(rng)
-		switch r := rng.IntN(40); {
+		r := rng.IntN(40)
+		switch f.shape.mix {
+		case "multi":
+			r = []int{0, 30, 30, 30, 36, 38}[rng.IntN(6)]
+		case "force":
+			r = []int{0, 30, 36, 36, 36, 38}[rng.IntN(6)]
+		}
+		switch {
 		case r < 26:
 			f.single(p, rng)
 		case r < 35:
@@ -735,8 +789,12 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	})
 	f.expected(p, err, "force")
 	f.mu.Lock()
-	if mine && err == nil {
-		f.taint[tk] = time.Now() // its own holders lose it at once
+	// Its own holders lose it at once — unless it was what a downgrade (a write-hold become
+	// a read-hold, permits given back) put in place while the downgrade's answer was lost: a
+	// holding caught in its downgrade learns of the force at its next renewal (ForceRelease's
+	// doc), and lends meanwhile.
+	if mine && err == nil && (i == 0 || i == 3 || hwrite) {
+		f.taint[tk] = time.Now()
 	} else {
 		f.taint[tk] = time.Now().Add(3*f.lease + time.Second) // (copies run up to two leases later; the holder learns within 3/4 of its lease)
 	}
@@ -795,6 +853,37 @@ func (f *ffFuzz) closer(rng *rand.Rand, until time.Time) {
 	}
 }
 
+// restart kills Redis after d and starts it again, empty: every holding of every process
+// may be gone, each learning it at its tenure's next renewal (3/4 of its lease, Extend's
+// longer leases included) or by its Unlock.
+func (f *ffFuzz) restart(d time.Duration) {
+	time.Sleep(d)
+	f.mu.Lock()
+	f.restarted = time.Now().Add(time.Hour) // (until it is back)
+	for _, p := range f.all {
+		for _, k := range f.keys {
+			f.taint[k+"|"+p.g.LockerPrefix()] = time.Now().Add(time.Hour)
+		}
+	}
+	f.mu.Unlock()
+	f.logf("redis killed")
+	f.srv.Kill()
+	time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+	if err := f.srv.Restart(); err != nil {
+		f.fail("restart: %v", err)
+	}
+	f.logf("redis restarted")
+	f.mu.Lock()
+	f.restarted = time.Now()
+	for _, p := range f.all {
+		for _, k := range f.keys {
+			f.taint[k+"|"+p.g.LockerPrefix()] = time.Now().Add(3*f.lease + time.Second)
+		}
+	}
+	f.mu.Unlock()
+	f.stats[12].Add(1)
+}
+
 func (f *ffFuzz) closeProc(p *ffProc) {
 	p.closed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*f.lease+5*time.Second)
@@ -813,7 +902,12 @@ func (f *ffFuzz) closeProc(p *ffProc) {
 		}
 	}
 	f.logf("closed proc%d (%s): %v", p.slot, p.g.LockerPrefix(), err)
-	if err == nil {
+	f.mu.Lock()
+	// (a copy of a request sent before an empty restart, delivered after it, may put the
+	// process back in line or take a key for it: nothing in Redis tells it from a new one)
+	recent := !f.restarted.IsZero() && time.Since(f.restarted) < 3*f.lease+6*time.Second
+	f.mu.Unlock()
+	if err == nil && !recent {
 		f.heldByNone(p, "after its Close")
 	}
 }
@@ -848,7 +942,9 @@ func (f *ffFuzz) inRedis() {
 	for i, l := range []*dlock.DistributedReentrantLock{f.op.mA, f.op.mD} {
 		st, err := l.State(ctx)
 		if err != nil {
-			f.fail("State: %v", err)
+			if !f.shape.restart { // (Redis may be down)
+				f.fail("State: %v", err)
+			}
 			return
 		}
 		if st.Holder != "" {
@@ -859,7 +955,9 @@ func (f *ffFuzz) inRedis() {
 	for i, get := range []func(context.Context) (dlock.SharedState, error){f.op.rw.State, f.op.sem.State} {
 		st, err := get(ctx)
 		if err != nil {
-			f.fail("State: %v", err)
+			if !f.shape.restart { // (Redis may be down)
+				f.fail("State: %v", err)
+			}
 			return
 		}
 		for _, h := range st.Holds {
@@ -950,7 +1048,9 @@ func (f *ffFuzz) heldByNone(p *ffProc, when string) {
 	for _, l := range []*dlock.DistributedReentrantLock{f.op.mA, f.op.mD} {
 		st, err := l.State(ctx)
 		if err != nil {
-			f.fail("State: %v", err)
+			if !f.shape.restart { // (Redis may be down)
+				f.fail("State: %v", err)
+			}
 			return
 		}
 		if strings.HasPrefix(st.Holder, pre) {
@@ -960,7 +1060,9 @@ func (f *ffFuzz) heldByNone(p *ffProc, when string) {
 	for _, get := range []func(context.Context) (dlock.SharedState, error){f.op.rw.State, f.op.sem.State} {
 		st, err := get(ctx)
 		if err != nil {
-			f.fail("State: %v", err)
+			if !f.shape.restart { // (Redis may be down)
+				f.fail("State: %v", err)
+			}
 			return
 		}
 		for _, h := range st.Holds {
@@ -989,11 +1091,20 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 	if v := os.Getenv("DLOCK_FUZZ_LEASE"); v != "" {
 		lease, _ = time.ParseDuration(v)
 	}
+	shape := parseShape(os.Getenv("DLOCK_FUZZ_SHAPE"))
+	s := srv
+	if shape.restart {
+		s = ownServer(t)
+	}
 	before := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	f := &ffFuzz{t: t, seed: seed, lease: lease, pct: []int{3, 10, 25}[rng.IntN(3)], tg: "ff-" + strconv.FormatUint(seed, 36),
-		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, kCeil: 3}
-	t.Logf("seed %d, %d%% of commands faulted, for %v", seed, f.pct, d)
+		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, kCeil: 3,
+		shape: shape, srv: s}
+	if shape.pct > 0 {
+		f.pct = shape.pct
+	}
+	t.Logf("seed %d, %d%% of commands faulted, for %v, shape %+v", seed, f.pct, d, shape)
 	defer func() {
 		if t.Failed() {
 			f.mu.Lock()
@@ -1006,7 +1117,7 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 	f.mu.Lock()
 	f.all = f.all[:0]
 	f.mu.Unlock()
-	for i := range 3 {
+	for i := range shape.procs {
 		f.procs = append(f.procs, f.newProc(i))
 	}
 	f.keys = [4]string{f.procs[0].mA.Config().UniqueKey(), f.procs[0].rw.Config().UniqueKey(), f.procs[0].sem.Config().UniqueKey(), f.procs[0].mD.Config().UniqueKey()}
@@ -1025,7 +1136,7 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 		}
 	}()
 	var rngs []*rand.Rand
-	for w := range 8 {
+	for w := range shape.workers {
 		rngs = append(rngs, rand.New(rand.NewPCG(seed, uint64(w))))
 	}
 	crng := rand.New(rand.NewPCG(seed, 99))
@@ -1037,6 +1148,11 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 		for _, rng := range rngs {
 			wg.Add(1)
 			go func() { defer wg.Done(); f.work(rng, until) }()
+		}
+		if shape.restart && crng.IntN(3) == 0 {
+			wg.Add(1)
+			d := time.Duration(crng.IntN(1200)) * time.Millisecond
+			go func() { defer wg.Done(); f.restart(d) }()
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); f.closer(crng, until) }()
@@ -1065,11 +1181,12 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 			counts[i] += p.h.count[i].Load()
 		}
 	}
-	t.Logf("acquired %d (%d not), re-entries %d, extends %d, downgrades %d, multis %d (%d not), forces %d, SetPermits %d, closes %d; faults: lost %d, dup %d, dup later %d, late %d, failed %d",
+	t.Logf("acquired %d (%d not), re-entries %d, extends %d, downgrades %d, multis %d (%d not), forces %d, SetPermits %d, closes %d, restarts %d; faults: lost %d, dup %d, dup later %d, late %d, failed %d",
 		f.stats[0].Load(), f.stats[1].Load(), f.stats[2].Load(), f.stats[3].Load(), f.stats[4].Load(), f.stats[5].Load(), f.stats[6].Load(),
-		f.stats[7].Load(), f.stats[8].Load(), f.stats[9].Load(), counts[0], counts[1], counts[2], counts[3], counts[4])
+		f.stats[7].Load(), f.stats[8].Load(), f.stats[9].Load(), f.stats[12].Load(), counts[0], counts[1], counts[2], counts[3], counts[4])
 	// Every key of the locks gone within a few leases.
-	c := rawClient(t)
+	c := f.srv.Client()
+	defer c.Close()
 	deadline := time.Now().Add(6*f.lease + 3*time.Second)
 	for {
 		var left []string
