@@ -102,6 +102,9 @@ func main() {
 }
 
 func run(scripts, stages []string, from int, since string, timeout time.Duration) error {
+	if err := checkStages(stages); err != nil {
+		return err
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		return err
@@ -195,6 +198,18 @@ func linesOfDiff(diff string) map[int]bool {
 		}
 	}
 	return changed
+}
+
+// checkStages refuses a stage with quotes: passes splits a stage at spaces, without a shell,
+// so a quoted pattern (-run 'A|B') would reach go test with its quotes, match no test, and
+// the stage would pass whatever the mutant.
+func checkStages(stages []string) error {
+	for _, s := range stages {
+		if strings.ContainsAny(s, `'"`) {
+			return fmt.Errorf("stage %q: stages are split at spaces, without a shell: write patterns unquoted (-run A|B)", s)
+		}
+	}
+	return nil
 }
 
 // passes runs one stage in dir and reports whether it passed within timeout.

@@ -50,3 +50,12 @@ func TestChangedLines(t *testing.T) {
 		}
 	}
 }
+
+func TestQuotedStagesAreRefused(t *testing.T) {
+	if err := checkStages([]string{"go test -run 'A|B' ./processor"}); err == nil {
+		t.Fatal("a stage with quotes was accepted: go test would get them as part of the pattern")
+	}
+	if err := checkStages([]string{"go test -count=1 -skip Shared|Cluster ./processor", "env X=1 go test ./dlock"}); err != nil {
+		t.Fatal(err)
+	}
+}
