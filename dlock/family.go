@@ -357,6 +357,8 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 		}
 		for _, h := range st.holds {
 			switch {
+			case removed && h.downTo == holder && h.ctx.Err() == nil:
+				h.stop(errForced) // (the read-hold of its downgrade, whose answer was lost)
 			case h.locker != holder || h.ctx.Err() != nil:
 			case removed:
 				h.stop(errForced)

@@ -1923,6 +1923,81 @@ func TestRWLossStaysLostForTheOtherSide(t *testing.T) {
 	}
 }
 
+// A ForceRelease of the read-hold a downgrade made, while the downgrade's answer is lost (its
+// outcome unknown to the process, sent again until known), ends the downgraded reader at once,
+// as it ends any holding it names: the holding's pending locker is the one removed.
+func TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c := srv.Client()
+	var armed atomic.Int32 // 1: lose the next take's reply; 2: hold back the takes after it
+	gate := make(chan struct{})
+	defer close(gate)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if processor.ScriptName(args) != "shared" || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		nkeys, _ := args[2].(int)
+		if op, _ := args[3+nkeys].(string); op != "take" {
+			return next(ctx, cmd)
+		}
+		switch armed.Load() {
+		case 1:
+			err := next(ctx, cmd)
+			if err == nil {
+				armed.Store(2)
+				err = errors.New("i/o timeout (reply lost)") // the downgrade ran; its reply is lost
+				cmd.SetErr(err)
+			}
+			return err
+		case 2:
+			select { // the downgrade sent again: held back, its outcome stays unknown
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart: the test's 15 s see none
+	l := rwOf(t, g, uniqueTarget(t))
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RLock(w) // a read of the write owner's: no request yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(1)
+	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
+		t.Fatal(err)
+	}
+	var downTo string
+	waitFor(t, func() bool {
+		_, downTo, _, _, _ = dlock.SharedOwned(r)
+		return downTo != "" && armed.Load() == 2
+	})
+	st, err := l.State(ctx)
+	if err != nil || len(st.Holds) != 1 || st.Holds[0].Locker != downTo {
+		t.Fatalf("State %+v, %v: want the downgrade's read-hold under %q", st, err, downTo)
+	}
+	if ok, err := l.ForceRelease(ctx, downTo); !ok || err != nil {
+		t.Fatalf("ForceRelease(%q) = %v, %v", downTo, ok, err)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the downgraded reader was not told its holding was removed")
+	}
+	if cause := context.Cause(r); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("the reader's context ended with %v, want ErrLockLost", cause)
+	}
+	if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+	}
+}
+
 // A process whose ask does not fit gets in beside processes that each keep their holding busy
 // (a goroutine on it, another queued: no holding ever goes idle unless its process is told that
 // someone waits). Holders that do not listen hear no W: only the waiting flag of their renewals'
