@@ -2712,3 +2712,79 @@ func TestRWWriterAfterAReaderOfAFreshWriteHoldHasALargerToken(t *testing.T) {
 		t.Fatalf("the writer after the reader has token %d, the reader had %d", wtok, rtok)
 	}
 }
+
+// The same when the force lands while the downgrade's answer is on its way (it ran in Redis):
+// the reader is told at once, the answer that comes after (taken) takes nothing back, and
+// once the reader lets go nothing of the process is left in Redis: a writer elsewhere gets in.
+func TestRWForceOfADowngradeWhoseAnswerIsOnItsWayEndsItsReaderAndLeavesNothingHeld(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c := srv.Client()
+	var armed atomic.Int32 // 1: hold back the next take's reply (it ran); 2: done
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if processor.ScriptName(args) != "shared" || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		nkeys, _ := args[2].(int)
+		if op, _ := args[3+nkeys].(string); op != "take" || !armed.CompareAndSwap(1, 2) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		select { // the downgrade ran; its reply is on its way
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return err
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	l, l2 := rwOf(t, g, tg), rwOf(t, g2, tg)
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RLock(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(1)
+	if err := l.Unlock(w); err != nil {
+		t.Fatal(err)
+	}
+	var downTo string
+	waitFor(t, func() bool {
+		_, downTo, _, _, _ = dlock.SharedOwned(r)
+		return downTo != "" && armed.Load() == 2
+	})
+	waitFor(t, func() bool { // (the take ran before the hook holds its reply)
+		st, err := l.State(ctx)
+		return err == nil && len(st.Holds) == 1 && st.Holds[0].Locker == downTo
+	})
+	if ok, err := l.ForceRelease(ctx, downTo); !ok || err != nil {
+		t.Fatalf("ForceRelease(%q) = %v, %v", downTo, ok, err)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the downgraded reader was not told its holding was removed")
+	}
+	open() // the downgrade's answer (taken) comes after the force
+	if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+	}
+	w2, err := l2.Lock(ctx) // nothing of the first process is left in Redis
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := l.State(ctx); err != nil || len(st.Holds) != 1 || st.Holds[0].Locker == downTo {
+		t.Fatalf("State %+v, %v: want the other process's write-hold only", st, err)
+	}
+	if err := l2.Unlock(w2); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2783,3 +2783,91 @@ func TestSemaphoreProcessesHoldingTheirShareStayOutOfLine(t *testing.T) {
 		t.Fatalf("%d takes stood in line in 3 s, by processes that held their share", n)
 	}
 }
+
+// A ForceRelease of the permits a holding's shrink kept (shrinkTo), its answer lost and its
+// re-send held back, ends the holding's owners at once, as the read-write lock's downgrade
+// (TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader); the permits are all free for
+// another process once they let go.
+func TestSemaphoreForceOfAShrinkWhoseAnswerWasLostEndsItsOwners(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c := srv.Client()
+	var armed atomic.Int32 // 1: lose the next take's reply; 2: hold back the takes after it
+	gate := make(chan struct{})
+	defer close(gate)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if processor.ScriptName(args) != "shared" || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		nkeys, _ := args[2].(int)
+		if op, _ := args[3+nkeys].(string); op != "take" {
+			return next(ctx, cmd)
+		}
+		switch armed.Load() {
+		case 1:
+			err := next(ctx, cmd)
+			if err == nil {
+				armed.Store(2)
+				err = errors.New("i/o timeout (reply lost)")
+				cmd.SetErr(err)
+			}
+			return err
+		case 2:
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	const k = 3
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	s, s2 := semOf(t, g, tg, k), semOf(t, g2, tg, k)
+	o := lentOn(ctx, t, s, k) // a holding of 3 lends 1
+	armed.Store(1)
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o2, err := s2.Acquire(ctx, 1) // waits elsewhere: the holding keeps the 1 it lends
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o2
+	}()
+	var downTo string
+	waitFor(t, func() bool {
+		_, downTo, _, _, _ = dlock.SharedOwned(o)
+		return downTo != "" && armed.Load() == 2
+	})
+	st, err := s.State(ctx)
+	if err != nil || !slices.ContainsFunc(st.Holds, func(h dlock.SharedHold) bool { return h.Locker == downTo }) {
+		t.Fatalf("State %+v, %v: want the shrink's holding under %q", st, err, downTo)
+	}
+	if ok, err := s.ForceRelease(ctx, downTo); !ok || err != nil {
+		t.Fatalf("ForceRelease(%q) = %v, %v", downTo, ok, err)
+	}
+	select {
+	case <-o.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the owner of the shrunk holding was not told it was removed")
+	}
+	if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("the owner's context ended with %v, want ErrLockLost", cause)
+	}
+	if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock of the removed owner: %v, want ErrLockLost", err)
+	}
+	o2 := recv(t, got, "the waiter elsewhere")
+	if o2 == nil {
+		t.FailNow()
+	}
+	rest, err := s2.Acquire(ctx, k-1) // nothing of the first process is left in Redis
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(rest.Unlock(), o2.Unlock()); err != nil {
+		t.Fatal(err)
+	}
+}
