@@ -306,11 +306,13 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // it safe to repeat, and no copy of the holder's own requests takes the holding back.
 //
 // The holding's borrowers in this Generator lose it at once (their contexts end with
-// ErrLockLost), unless the holding is being downgraded at that very moment (one whose take's
-// answer is on its way is dropped as the answer comes: its waiters ask again); a holder
-// elsewhere, or one caught in that moment, learns of it at its next renewal (within three
-// quarters of its lease) or release, so until then it may act as if it held — use fencing
-// tokens downstream.
+// ErrLockLost), also when holder is the locker of the holding's downgrade (a write-hold
+// becoming a read-hold, or permits given back) whose answer is on its way or was lost; a
+// holding whose take's answer is on its way is dropped as the answer comes (its waiters ask
+// again). When ForceRelease's own answer is lost, the holding asks Redis whether it still
+// holds: at once, or at its downgrade's next try (a moment later). A holder elsewhere learns
+// of it at its next renewal (within three quarters of its lease), its downgrade's next try,
+// or its release, so until then it may act as if it held — use fencing tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
 // ctx's error when ctx ended first, and ErrClosed after Close.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
@@ -346,7 +348,8 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 	})
 	removed := err == nil && res.Outcome == processor.Released
 	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil {
-		// A holding of this Generator under holder ends at once if it was removed; if the
+		// A holding of this Generator under holder (or whose downgrade's take, its answer on
+		// its way or lost, is holder's) ends at once if it was removed; if the
 		// outcome is unknown (a reply lost), or the holding was gone already — perhaps removed
 		// by an earlier copy of this request whose reply was lost — it renews at once, and
 		// learns whether it still holds.
