@@ -2,7 +2,7 @@ package dlock_test
 
 // Every kind of lock together under a faulty client: several Generators ("processes") on one
 // Redis, each on a client whose hook (ffHook) loses a script's reply after Redis ran it, runs
-// it twice (at once, or a copy up to two leases later), delays it, or fails it before it is
+// it twice (at once, or a copy up to a lease later), delays it, or fails it before it is
 // sent; goroutines of every process take and let go, with random short deadlines, two
 // mutexes, a read-write lock and a semaphore, alone and in MultiLocks of mixed parts, with
 // re-entries, Extend (to longer and shorter leases), downgrades and refused upgrades, while
@@ -54,7 +54,7 @@ import (
 )
 
 // ffHook faults pct percent of the library's scripts (the read-only inspection included): the
-// reply lost after Redis ran it, a copy run twice (at once or up to two leases later), the
+// reply lost after Redis ran it, a copy run twice (at once or up to a lease after the original was sent), the
 // request delayed before it is sent, or failed before it is sent.
 type ffHook struct {
 	lease time.Duration
@@ -66,6 +66,29 @@ type ffHook struct {
 	wg    sync.WaitGroup
 	count [5]atomic.Int64
 }
+
+// ffSeq numbers the faulted client's script requests, for ffTrace.
+var ffSeq atomic.Int64
+
+// ffTrace writes a line to the file DLOCK_FUZZ_TRACE names (nothing without it): each shared
+// lock request's op and locker, when it was sent and what came back, and each copy's delay
+// from its original — to follow a locker's history when a run fails.
+var ffTrace = func() func(format string, args ...any) {
+	path := os.Getenv("DLOCK_FUZZ_TRACE")
+	if path == "" {
+		return func(string, ...any) {}
+	}
+	fl, err := os.Create(path)
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	return func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(fl, time.Now().UTC().Format("15:04:05.000000")+" "+format+"\n", args...)
+	}
+}()
 
 func (h *ffHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *ffHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -91,6 +114,17 @@ func (h *ffHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		f, d := h.draw()
+		id, sent, all := ffSeq.Add(1), time.Now(), cmd.Args()
+		if nk, _ := all[2].(int); processor.ScriptName(all) == "shared" && len(all) >= 7+nk {
+			ffTrace("req #%d fault %d d %v: %v %v %v", id, f, d, all[3+nk], all[4+nk], all[6+nk])
+			defer func() {
+				var v any
+				if c, ok := cmd.(interface{ Val() any }); ok {
+					v = c.Val()
+				}
+				ffTrace("req #%d done after %v: %v, err %v", id, time.Since(sent), v, cmd.Err())
+			}()
+		}
 		if f < 0 {
 			return next(ctx, cmd)
 		}
@@ -107,15 +141,30 @@ func (h *ffHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			err := next(ctx, cmd)
 			c := redis.NewCmd(context.WithoutCancel(ctx), args...)
 			_ = next(context.WithoutCancel(ctx), c)
+			ffTrace("copy of #%d at once done: %v, err %v", id, c.Val(), c.Err())
 			return err
 		case 2: // a copy later
+			// Within a lease of the original's sending, and never past a lease and a half of
+			// it (the process may stall): a settled mark lives two leases after the settle
+			// (processor.MarkLife), and a copy later than that is the documented limit — it
+			// may take its locker anew, unrenewed till it expires (a copy drawn 1.6 leases
+			// late woke half a lease later still in a stall of the process, and took anew the
+			// locker of a release-then-take whose holding was given back right after: past
+			// the mark's life).
 			err := next(ctx, cmd)
 			go func() {
 				defer h.wg.Done()
-				time.Sleep(d)
+				time.Sleep(time.Until(sent.Add(d / 2)))
+				if late := time.Since(sent); late > 3*h.lease/2 {
+					ffTrace("copy of #%d dropped: %v after the original was sent", id, late)
+					return
+				}
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = next(cctx, redis.NewCmd(cctx, args...))
+				c := redis.NewCmd(cctx, args...)
+				ffTrace("copy of #%d sent %v after the original was sent", id, time.Since(sent))
+				_ = next(cctx, c)
+				ffTrace("copy of #%d done: %v, err %v", id, c.Val(), c.Err())
 			}()
 			return err
 		case 3: // late
@@ -796,7 +845,7 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	if mine && err == nil && (i == 0 || i == 3 || hwrite) {
 		f.taint[tk] = time.Now()
 	} else {
-		f.taint[tk] = time.Now().Add(3*f.lease + time.Second) // (copies run up to two leases later; the holder learns within 3/4 of its lease)
+		f.taint[tk] = time.Now().Add(3*f.lease + time.Second) // (copies run up to a lease and a half later; the holder learns within 3/4 of its lease)
 	}
 	f.mu.Unlock()
 	f.logf("proc%d (%s) forced %s (%s) of %s: %v %v", p.slot, p.g.LockerPrefix(), holder, desc, key, removed, err)
@@ -889,6 +938,8 @@ func (f *ffFuzz) closeProc(p *ffProc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*f.lease+5*time.Second)
 	defer cancel()
 	var err error
+	ffTrace("Close of proc%d (%s) begins", p.slot, p.g.LockerPrefix())
+	defer func() { ffTrace("Close of proc%d (%s) returned %v", p.slot, p.g.LockerPrefix(), err) }()
 	f.timed(fmt.Sprintf("Close of proc%d", p.slot), 3*f.lease+6*time.Second, func() { err = p.g.Close(ctx) })
 	if err != nil && !documentedErr(err) {
 		f.fail("Close: %v", err)
