@@ -402,6 +402,51 @@ func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
+// isSharedTake reports whether a command is shared.lua's take (an ask, a downgrade, a shrink).
+func isSharedTake(args []any) bool {
+	if processor.ScriptName(args) != "shared" || len(args) < 4 {
+		return false
+	}
+	nkeys, _ := args[2].(int)
+	if len(args) <= 3+nkeys {
+		return false
+	}
+	op, _ := args[3+nkeys].(string)
+	return op == "take"
+}
+
+// loseThenHoldTakes adds a hook to c: once armed is set to 1, the next shared.lua take runs and
+// its reply is lost (armed becomes 2); every take after it is held back until open is called
+// (deferred by the test, before its Generators close), so the process's outcome of the first
+// stays unknown.
+func loseThenHoldTakes(c *redis.Client) (armed *atomic.Int32, open func()) {
+	armed = new(atomic.Int32)
+	gate := make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !isSharedTake(cmd.Args()) {
+			return next(ctx, cmd)
+		}
+		switch armed.Load() {
+		case 1:
+			err := next(ctx, cmd)
+			if err == nil {
+				armed.Store(2)
+				err = errors.New("i/o timeout (reply lost)") // the take ran; its reply is lost
+				cmd.SetErr(err)
+			}
+			return err
+		case 2:
+			select { // sent again: held back, its outcome stays unknown
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	return armed, func() { close(gate) }
+}
+
 type lostReplyHook struct{ match func(args []any) bool }
 
 func (h lostReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -1929,36 +1929,8 @@ func TestRWLossStaysLostForTheOtherSide(t *testing.T) {
 func TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	c := srv.Client()
-	var armed atomic.Int32 // 1: lose the next take's reply; 2: hold back the takes after it
-	gate := make(chan struct{})
-	defer close(gate)
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		args := cmd.Args()
-		if processor.ScriptName(args) != "shared" || len(args) < 4 {
-			return next(ctx, cmd)
-		}
-		nkeys, _ := args[2].(int)
-		if op, _ := args[3+nkeys].(string); op != "take" {
-			return next(ctx, cmd)
-		}
-		switch armed.Load() {
-		case 1:
-			err := next(ctx, cmd)
-			if err == nil {
-				armed.Store(2)
-				err = errors.New("i/o timeout (reply lost)") // the downgrade ran; its reply is lost
-				cmd.SetErr(err)
-			}
-			return err
-		case 2:
-			select { // the downgrade sent again: held back, its outcome stays unknown
-			case <-gate:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return next(ctx, cmd)
-	}})
+	armed, open := loseThenHoldTakes(c) // the downgrade's reply lost, its re-sends held back
+	defer open()
 	g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart: the test's 15 s see none
 	l := rwOf(t, g, uniqueTarget(t))
 	w, err := l.Lock(ctx)
@@ -2633,12 +2605,7 @@ func TestRWWriterAfterAReaderOfAFreshWriteHoldHasALargerToken(t *testing.T) {
 	var armed atomic.Bool
 	ran, gate := make(chan struct{}), make(chan struct{})
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		args := cmd.Args()
-		if processor.ScriptName(args) != "shared" || len(args) < 4 {
-			return next(ctx, cmd)
-		}
-		nkeys, _ := args[2].(int)
-		if op, _ := args[3+nkeys].(string); op != "take" || !armed.CompareAndSwap(true, false) {
+		if !isSharedTake(cmd.Args()) || !armed.CompareAndSwap(true, false) {
 			return next(ctx, cmd)
 		}
 		err := next(ctx, cmd) // the write-hold is taken in Redis; its answer held back
@@ -2725,12 +2692,7 @@ func TestRWForceOfADowngradeWhoseAnswerIsOnItsWayEndsItsReaderAndLeavesNothingHe
 	open := func() { once.Do(func() { close(gate) }) }
 	defer open()
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		args := cmd.Args()
-		if processor.ScriptName(args) != "shared" || len(args) < 4 {
-			return next(ctx, cmd)
-		}
-		nkeys, _ := args[2].(int)
-		if op, _ := args[3+nkeys].(string); op != "take" || !armed.CompareAndSwap(1, 2) {
+		if !isSharedTake(cmd.Args()) || !armed.CompareAndSwap(1, 2) {
 			return next(ctx, cmd)
 		}
 		err := next(ctx, cmd)

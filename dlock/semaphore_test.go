@@ -1709,13 +1709,8 @@ func takesAnswered(c *redis.Client) *atomic.Int64 {
 	var n atomic.Int64
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		err := next(ctx, cmd)
-		args := cmd.Args()
-		if processor.ScriptName(args) == "shared" && len(args) > 3 {
-			if nkeys, _ := args[2].(int); len(args) > 3+nkeys {
-				if op, _ := args[3+nkeys].(string); op == "take" {
-					n.Add(1)
-				}
-			}
+		if isSharedTake(cmd.Args()) {
+			n.Add(1)
 		}
 		return err
 	}})
@@ -2791,36 +2786,8 @@ func TestSemaphoreProcessesHoldingTheirShareStayOutOfLine(t *testing.T) {
 func TestSemaphoreForceOfAShrinkWhoseAnswerWasLostEndsItsOwners(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	c := srv.Client()
-	var armed atomic.Int32 // 1: lose the next take's reply; 2: hold back the takes after it
-	gate := make(chan struct{})
-	defer close(gate)
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		args := cmd.Args()
-		if processor.ScriptName(args) != "shared" || len(args) < 4 {
-			return next(ctx, cmd)
-		}
-		nkeys, _ := args[2].(int)
-		if op, _ := args[3+nkeys].(string); op != "take" {
-			return next(ctx, cmd)
-		}
-		switch armed.Load() {
-		case 1:
-			err := next(ctx, cmd)
-			if err == nil {
-				armed.Store(2)
-				err = errors.New("i/o timeout (reply lost)")
-				cmd.SetErr(err)
-			}
-			return err
-		case 2:
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return next(ctx, cmd)
-	}})
+	armed, open := loseThenHoldTakes(c) // the shrink's reply lost, its re-sends held back
+	defer open()
 	const k = 3
 	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
 	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
