@@ -545,6 +545,28 @@ func (r *distRun) kill(slot int, f *distFault) {
 	f.detail += " replaced by " + r.current(slot).id
 }
 
+// nextGranted waits up to 2 s for a grant's message ("G|…|…|locker") to a process of the run,
+// and returns its slot and the locker granted, or -1 if none came.
+func (r *distRun) nextGranted() (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ps := r.admin.PSubscribe(ctx, "{"+distKey+"}:released:*")
+	defer ps.Close()
+	for {
+		m, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			return -1, ""
+		}
+		parts := strings.Split(m.Payload, "|")
+		if parts[0] != "G" || len(parts) < 4 {
+			continue
+		}
+		if slot := r.byLocker(parts[3]); slot >= 0 {
+			return slot, parts[3]
+		}
+	}
+}
+
 func (r *distRun) fault(kind string) bool {
 	f := distFault{kind: kind, start: monoNow(), startSrv: r.srvNow()}
 	defer func() {
@@ -566,30 +588,17 @@ func (r *distRun) fault(kind string) bool {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		f.detail = d.Round(time.Millisecond).String()
 	case "stop-granted":
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		ps := r.admin.PSubscribe(ctx, "{"+distKey+"}:released:*")
-		defer ps.Close()
-		for {
-			m, err := ps.ReceiveMessage(ctx)
-			if err != nil {
-				f.detail = "no grant heard"
-				return true
-			}
-			parts := strings.Split(m.Payload, "|")
-			if parts[0] != "G" || len(parts) < 4 {
-				continue
-			}
-			if slot := r.byLocker(parts[3]); slot >= 0 {
-				p := r.current(slot)
-				d := randDuration(r.lease/2, r.lease*2)
-				_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-				time.Sleep(d)
-				_ = p.cmd.Process.Signal(syscall.SIGCONT)
-				f.proc, f.detail = p.id, fmt.Sprintf("granted %s, stopped %v", parts[3], d.Round(time.Millisecond))
-				return true
-			}
+		slot, locker := r.nextGranted()
+		if slot < 0 {
+			f.detail = "no grant heard"
+			return true
 		}
+		p := r.current(slot)
+		d := randDuration(r.lease/2, r.lease*2)
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(d)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		f.proc, f.detail = p.id, fmt.Sprintf("granted %s, stopped %v", locker, d.Round(time.Millisecond))
 	case "kill-holder":
 		if slot := r.holderSlot(); slot >= 0 {
 			r.kill(slot, &f)
@@ -599,26 +608,13 @@ func (r *distRun) fault(kind string) bool {
 			r.kill(slot, &f)
 		}
 	case "kill-granted":
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		ps := r.admin.PSubscribe(ctx, "{"+distKey+"}:released:*")
-		defer ps.Close()
-		for {
-			m, err := ps.ReceiveMessage(ctx)
-			if err != nil {
-				f.detail = "no grant heard"
-				return true
-			}
-			parts := strings.Split(m.Payload, "|")
-			if parts[0] != "G" || len(parts) < 4 {
-				continue
-			}
-			if slot := r.byLocker(parts[3]); slot >= 0 {
-				f.detail = "granted " + parts[3]
-				r.kill(slot, &f)
-				return true
-			}
+		slot, locker := r.nextGranted()
+		if slot < 0 {
+			f.detail = "no grant heard"
+			return true
 		}
+		f.detail = "granted " + locker
+		r.kill(slot, &f)
 	case "cut-reply":
 		slot := rand.IntN(len(r.slots))
 		f.proc = r.current(slot).id
