@@ -321,3 +321,30 @@ func TestUnreachableSentinels(t *testing.T) {
 		}
 	}
 }
+
+// TestURLPoolSizesOutOfRange: a URL's pool_size below 0, or a connection count parameter past
+// what a pool can be made with, is a usage error naming the parameter, for every kind of URL —
+// not a Go panic from go-redis (exit 2 with a stack trace) for a negative pool_size or one past
+// 2^31 - 1, nor minutes of filling a pool of 2^31 - 1 before --timeout applies.
+func TestURLPoolSizesOutOfRange(t *testing.T) {
+	for _, param := range []string{"pool_size=-1", "pool_size=2147483647", "pool_size=2147483648", "min_idle_conns=99999999999",
+		"max_idle_conns=99999999999", "max_active_conns=99999999999", "pipeline_pool_size=2147483647"} {
+		name, _, _ := strings.Cut(param, "=")
+		for _, url := range []string{
+			"redis://" + unreachableAddr + "?" + param,
+			"redis://" + unreachableAddr + "?addr=127.0.0.1:2&" + param,
+			"redis://" + unreachableAddr + "?master_name=m&" + param,
+		} {
+			if strings.HasSuffix(param, "=2147483647") && strings.Contains(url, "&") {
+				continue // (one hang, of patience, is enough)
+			}
+			t.Run(url, func(t *testing.T) {
+				r := runBin(t, nil, "status", "--redis", url, "--timeout", "1s", "CLI", "x")
+				if r.code != exitUsage || !strings.HasPrefix(r.stderr, `dlock status: invalid --redis "`+url+`": `+name+" ") ||
+					strings.Contains(r.stderr, "goroutine") || strings.Count(r.stderr, "\n") != 2 {
+					t.Fatalf("want a usage error naming %s, got %v", name, r)
+				}
+			})
+		}
+	}
+}

@@ -195,6 +195,9 @@ func (s redisSpec) parseURL() (redisOptions, error) {
 		}
 	}
 	q := u.Query()
+	if err := checkPoolParams(q); err != nil {
+		return redisOptions{}, err
+	}
 	master := q.Get("master_name")
 	switch {
 	case master != "" && s.master != "" && master != s.master:
@@ -238,6 +241,31 @@ func checkHostPort(u *url.URL) error {
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("port %q is not a number from 1 to 65535", p)
+		}
+	}
+	return nil
+}
+
+// maxPoolParam bounds a URL's connection counts (pool_size and the like): go-redis makes a
+// pool's bookkeeping for pool_size connections at once, and panics past 2^31 - 1.
+const maxPoolParam = 65535
+
+// poolParams are the URL parameters that count a pool's connections.
+var poolParams = []string{"pool_size", "pipeline_pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns"}
+
+// checkPoolParams refuses connection counts go-redis cannot make a pool with — a negative
+// pool_size or a count past 2^31 - 1 panics in go-redis, and pool_size=2147483647 takes
+// minutes to set up before any call, out of --timeout's reach — and, with them, any count
+// above maxPoolParam, more connections than one address can open to a server. A count that
+// is not a number is left to go-redis's parser.
+func checkPoolParams(q url.Values) error {
+	for _, name := range poolParams {
+		if !q.Has(name) {
+			continue
+		}
+		n, err := strconv.Atoi(q.Get(name))
+		if err == nil && (n > maxPoolParam || n < 0 && name == "pool_size") {
+			return fmt.Errorf("%s %s is not a number from 0 (go-redis's default) to %d", name, q.Get(name), maxPoolParam)
 		}
 	}
 	return nil
