@@ -98,6 +98,7 @@ type waitNotice struct {
 	ep     *endpoint
 	mu     sync.Mutex
 	out    io.Writer // while a command waits, its standard error; else nil
+	cmd    string    // the command that waits, for the message's prefix
 	waited string    // the lock waited for
 	told   bool
 	first  bool // the wait's first attempt runs: a single server's READONLY ends the wait (acquire)
@@ -110,11 +111,11 @@ func (w *waitNotice) firstAttempt(on bool) {
 	w.first = on
 }
 
-// waiting begins (out not nil) or ends (nil) a wait for lock name.
-func (w *waitNotice) waiting(out io.Writer, name string) {
+// waiting begins (out not nil) or ends (nil) command cmd's wait for lock name.
+func (w *waitNotice) waiting(out io.Writer, cmd, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.out, w.waited = out, name
+	w.out, w.cmd, w.waited = out, cmd, name
 }
 
 // RedisError implements dlock.Observer.
@@ -125,7 +126,7 @@ func (w *waitNotice) RedisError(e dlock.RedisErrorEvent) {
 		return
 	}
 	w.told = true
-	fmt.Fprintf(w.out, "dlock: %v failed while waiting for lock %s (%s); still waiting, as --wait allows\n", w.ep, w.waited, plain(e.Err))
+	fmt.Fprintf(w.out, "dlock %s: %v failed while waiting for lock %s (%s); still waiting, as --wait allows\n", w.cmd, w.ep, w.waited, plain(e.Err))
 }
 
 // connect checks r, makes a client for the Redis it names and a Generator whose default

@@ -184,7 +184,7 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs, out.stderr)
+	owned, err := acquire(c, l, wait, o.wait.conflict.n, sigs, out.stderr, "exec")
 	if err != nil {
 		return err
 	}
@@ -224,8 +224,9 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 
 // acquire takes l: TryLock when wait is 0, else Lock bounded by wait (not at all when wait is
 // forever). A signal from sigs ends the wait (status 128+signal); a lock held elsewhere until
-// the wait ends is status conflict. The first Redis failure while it waits is told on stderr.
-func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan os.Signal, stderr io.Writer) (*dlock.Owner, error) {
+// the wait ends is status conflict. The first Redis failure while it waits is told on stderr,
+// in a line starting "dlock NAME: " (name is the command's).
+func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan os.Signal, stderr io.Writer, name string) (*dlock.Owner, error) {
 	var (
 		ctx    context.Context
 		cancel context.CancelFunc
@@ -255,8 +256,8 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		// The wait's first failure is told from its first attempt on: what the library does in
 		// the background after it (giving back an attempt whose outcome is unknown: a release)
 		// must not be the failure told.
-		c.notice.waiting(stderr, lockName(l))
-		defer c.notice.waiting(nil, "")
+		c.notice.waiting(stderr, name, lockName(l))
+		defer c.notice.waiting(nil, "", "")
 		c.notice.firstAttempt(true)
 		// One attempt first: Lock waits through Redis failures, a refusal (ACL) included,
 		// which no wait mends; nor does it mend a single server that is a replica as the wait

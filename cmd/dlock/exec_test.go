@@ -223,7 +223,7 @@ func TestExecSignalWhileWaiting(t *testing.T) {
 }
 
 // TestExecWaitThroughAnOutageIsTold: Redis dying while exec waits (by default for ever) is
-// told on stderr once, and the wait goes on until it ends (here by a signal): nothing runs.
+// told on stderr once, in a line starting "dlock exec: ", and the wait goes on until it ends (here by a signal): nothing runs.
 func TestExecWaitThroughAnOutageIsTold(t *testing.T) {
 	needReal(t)
 	s, err := redistest.StartReal()
@@ -245,7 +245,8 @@ func TestExecWaitThroughAnOutageIsTold(t *testing.T) {
 		return n > 0
 	})
 	s.Kill()
-	told := "failed while waiting for lock CLI/" + tg
+	// (one line starting "dlock exec: ", as every message of exec's)
+	told := "dlock exec: Redis at " + s.Addr + " failed while waiting for lock CLI/" + tg
 	waitFor(t, "the outage to be told", func() bool { return strings.Contains(b.stderr.String(), told) })
 	if r := a.wait(t); r.code != exitLost {
 		t.Fatalf("the holder: %v", r)

@@ -102,7 +102,7 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	defer signal.Stop(sigs)
 
 	g := mutexLock(l)
-	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs, out.stderr)
+	owned, err := acquire(c, g, wait, o.wait.conflict.n, sigs, out.stderr, "lock")
 	if err != nil {
 		return err
 	}
