@@ -517,7 +517,7 @@ func (s SharedState) filter(write bool) []SharedHold {
 // SharedHold is one holding.
 type SharedHold struct {
 	Locker  string
-	Permits int64  // a semaphore's permits; 1 for a read-hold
+	Permits int64  // a semaphore's permits; 1 for a read-hold, processor.RWPermits (2^40) for a write-hold
 	Write   bool   // a write-hold
 	Token   uint64 // the holding's: a write-hold's first (its writers have the next ones of its block)
 	TTL     time.Duration
@@ -526,7 +526,7 @@ type SharedHold struct {
 // SharedWaits is a process in line.
 type SharedWaits struct {
 	Process string
-	Permits int64
+	Permits int64 // the permits it asks for: a semaphore's; 1 for a reader, processor.RWPermits (2^40) for a writer
 	Write   bool
 }
 

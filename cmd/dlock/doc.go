@@ -56,7 +56,7 @@
 // ask for;
 // with --json one object with the fields type, target, key, kind ("rw" or "sem"), permits,
 // holds [{locker, permits, write, token, lease_left_ms}], waiting [{process, permits, write}]
-// and fence. release --force --holder removes the holding of that locker, and --any every
+// (a holding's or waiter's permits are 1 for a read-write lock, read or write) and fence. release --force --holder removes the holding of that locker, and --any every
 // holding status lists.
 //
 // # Redis

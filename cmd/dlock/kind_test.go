@@ -183,6 +183,56 @@ func TestKindMismatchIsRefused(t *testing.T) {
 	}
 }
 
+// TestStatusSharedWriteCountsOne: status --json of a read-write lock gives a write-hold and a
+// writer in line 1 permit each, as a read-hold, not the library's internal weight of a write
+// (2^40), which a script summing permits would take for a count.
+func TestStatusSharedWriteCountsOne(t *testing.T) {
+	needReal(t)
+	tg := target(t)
+	gens := make([]*dlock.Generator, 2)
+	for i := range gens {
+		c := srv.Client()
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+		gens[i] = g
+	}
+	ctx := context.Background()
+	rw, err := gens[0].GenRW("CLI", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = owned.Unlock() })
+	other, err := gens[1].GenRW("CLI", tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		if o, err := other.Lock(wctx); err == nil {
+			_ = o.Unlock()
+		}
+	}()
+	t.Cleanup(func() { stop(); <-waited })
+	var st sharedJSON
+	waitFor(t, "the second writer to stand in line", func() bool {
+		r := runIn("status", "--json", "--exclusive", "--redis", srv.Addr, "CLI", tg)
+		st = sharedJSON{}
+		return json.Unmarshal([]byte(r.stdout), &st) == nil && len(st.Waiting) == 1
+	})
+	if len(st.Holds) != 1 || !st.Holds[0].Write || st.Holds[0].Permits != 1 || !st.Waiting[0].Write || st.Waiting[0].Permits != 1 {
+		t.Fatalf("status --exclusive --json: %+v, want the write-hold and the writer in line at 1 permit each", st)
+	}
+}
+
 // TestSemaphoreZeroIsUsage: --semaphore 0 names no lock in any command: status and release
 // refuse it too, and the mutex of the same name keeps its holder.
 func TestSemaphoreZeroIsUsage(t *testing.T) {

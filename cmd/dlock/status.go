@@ -42,6 +42,8 @@ the processes waiting in line with what they wait for. --json then prints:
   permits               a semaphore's permit count (Redis's while in use); 0 for "rw"
   holds                 [{locker, permits, write, token, lease_left_ms}]
   waiting               [{process, permits, write}], first in line first
+                        (a holding's or waiter's permits: a semaphore's; 1 for "rw", read
+                        or write)
   fence                 the last fencing token handed out
 A read-write lock asked for with --semaphore, or a semaphore with --shared or --exclusive, is
 refused as exec and release refuse it (status 2), while Redis keeps what the lock is.
@@ -164,11 +166,19 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 	cfg := g.Config()
 	j := sharedJSON{Type: string(cfg.LockType()), Target: cfg.LockTarget(), Key: cfg.UniqueKey(), Kind: st.Kind,
 		Permits: st.Permits, Fence: st.Fence, Holds: []sharedHoldJSON{}, Waiting: []sharedWaitJSON{}}
+	// A read-write lock's holding or waiter counts 1, a write too: the library reports a
+	// write's internal weight (processor.RWPermits), which is no count of anything.
+	permits := func(n int64) int64 {
+		if st.Kind == "rw" {
+			return 1
+		}
+		return n
+	}
 	for _, h := range st.Holds {
-		j.Holds = append(j.Holds, sharedHoldJSON{h.Locker, h.Permits, h.Write, h.Token, h.TTL.Milliseconds()})
+		j.Holds = append(j.Holds, sharedHoldJSON{h.Locker, permits(h.Permits), h.Write, h.Token, h.TTL.Milliseconds()})
 	}
 	for _, w := range st.Waiting {
-		j.Waiting = append(j.Waiting, sharedWaitJSON{w.Process, w.Permits, w.Write})
+		j.Waiting = append(j.Waiting, sharedWaitJSON{w.Process, permits(w.Permits), w.Write})
 	}
 	if asJSON {
 		return json.NewEncoder(out.stdout).Encode(j)
