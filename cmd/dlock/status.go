@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/dlockgo/dlock/domain"
 	"io"
+	"strings"
 	"time"
+
+	"github.com/dlockgo/dlock/domain"
 
 	"github.com/dlockgo/dlock/dlock"
 )
@@ -116,8 +118,7 @@ func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
 	if asJSON {
 		return printStatusJSON(out.stdout, st)
 	}
-	printStatus(out.stdout, st)
-	return nil
+	return printStatus(out.stdout, st)
 }
 
 // sharedJSON is the JSON form of a dlock.SharedState; its field names are part of the interface.
@@ -183,7 +184,7 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 	if asJSON {
 		return json.NewEncoder(out.stdout).Encode(j)
 	}
-	w := out.stdout
+	w := new(strings.Builder) // written at once, so that a failed write is told (as --json's)
 	name := "read-write lock"
 	if st.Kind == "sem" {
 		name = fmt.Sprintf("semaphore of %d permits", st.Permits)
@@ -209,7 +210,8 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 	if st.Fence > 0 {
 		fmt.Fprintf(w, "fence:       %d (the last fencing token handed out)\n", st.Fence)
 	}
-	return nil
+	_, err = io.WriteString(out.stdout, w.String())
+	return err
 }
 
 // printStatusJSON writes st as one lockStatus object on one line.
@@ -229,8 +231,9 @@ func printStatusJSON(w io.Writer, st dlock.State) error {
 	})
 }
 
-// printStatus writes st for a person to read.
-func printStatus(w io.Writer, st dlock.State) {
+// printStatus writes st for a person to read, at once; it returns the write's error.
+func printStatus(out io.Writer, st dlock.State) error {
+	w := new(strings.Builder)
 	cfg := st.Config
 	fmt.Fprintf(w, "lock:        %s/%s (key %s)\n", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
 	switch {
@@ -258,4 +261,6 @@ func printStatus(w io.Writer, st dlock.State) {
 			fmt.Fprintf(w, "             %d. %s\n", i+1, p)
 		}
 	}
+	_, err := io.WriteString(out, w.String())
+	return err
 }

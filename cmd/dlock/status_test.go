@@ -54,6 +54,31 @@ func TestStatusFree(t *testing.T) {
 	}
 }
 
+// TestStatusUnwritten: a status that cannot be written (a full disk) is a failure, in text as
+// in JSON, for every kind of lock: exit 1 and one line saying why, not exit 0 with nothing
+// written.
+func TestStatusUnwritten(t *testing.T) {
+	tg := target(t)
+	for _, args := range [][]string{
+		{"status"}, {"status", "--json"},
+		{"status", "--shared"}, {"status", "--shared", "--json"},
+		{"status", "--semaphore", "2"}, {"status", "--semaphore", "2", "--json"},
+	} {
+		args := append(args, "--redis", srv.Addr, "CLI", tg)
+		var stderr strings.Builder
+		code := run(args, cli{stdout: fullDisk{}, stderr: &stderr})
+		if code != exitError || !strings.HasPrefix(stderr.String(), "dlock status: ") || !strings.Contains(stderr.String(), "no space left") ||
+			strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v with standard output full: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}
+
+// fullDisk is standard output on a full disk.
+type fullDisk struct{}
+
+func (fullDisk) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
 // TestStatusHeld: a lock held by another process shows its holder, lease and fence, in text
 // and in JSON with stable field names.
 func TestStatusHeld(t *testing.T) {
