@@ -214,6 +214,23 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestURLDialTimeoutIsNamed: a URL's dial_timeout too short to connect is named as what gave
+// up (exit 69), not reported as "did not answer within 5s (--timeout)" half a second after the
+// start; a negative dial_timeout, which no dial can meet, is a usage error.
+func TestURLDialTimeoutIsNamed(t *testing.T) {
+	url := "redis://" + srv.Addr + "?dial_timeout=1ns"
+	r := runBin(t, nil, "status", "--redis", url, "CLI", "x")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "dial_timeout 1ns") || strings.Contains(r.stderr, "--timeout") ||
+		strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("want exit 69 naming the URL's dial_timeout, got %v", r)
+	}
+	url = "redis://" + srv.Addr + "?dial_timeout=-1s"
+	r = runBin(t, nil, "status", "--redis", url, "CLI", "x")
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `dlock status: invalid --redis "`+url+`": dial_timeout -1s `) {
+		t.Fatalf("want a usage error naming dial_timeout, got %v", r)
+	}
+}
+
 // TestRedisErrorReply: a Redis that answers with an error is not reported unreachable. A key
 // of the lock's that holds another kind of value (WRONGTYPE) is an error no wait mends: every
 // command says what Redis answered and exits 1 at once, waiting or not, and exec runs

@@ -283,7 +283,11 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		cause = pe.Err
 	}
 	reply := strings.TrimSpace(plain(cause))
+	var oe *net.OpError
 	switch {
+	case errors.As(err, &oe) && oe.Op == "dial" && oe.Timeout() && ep.urlDialTimeout() > 0 && ep.urlDialTimeout() < timeout:
+		// (the URL's dial_timeout gave up, before --timeout)
+		return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: no connection within its dial_timeout %v", ep, ep.urlDialTimeout()))
 	case errors.Is(err, context.DeadlineExceeded):
 		return withStatus(exitUnavailable, fmt.Errorf("%v did not answer within %v (--timeout)", ep, timeout))
 	case redis.IsAuthError(err) && strings.HasPrefix(reply, "NOAUTH"):

@@ -133,9 +133,36 @@ func orDefault[T comparable](v, def T) T {
 // never quote a password.
 func (s redisSpec) parse() (redisOptions, error) {
 	if strings.Contains(s.value, "://") {
-		return s.parseURL()
+		o, err := s.parseURL()
+		if err == nil && o.dialTimeout() < 0 { // (the URL parsed: so does its query)
+			u, _ := url.Parse(s.value)
+			return redisOptions{}, fmt.Errorf("dial_timeout %s is negative: no connection can be made within it", u.Query().Get("dial_timeout"))
+		}
+		return o, err
 	}
 	return s.parseAddrs()
+}
+
+// dialTimeout returns the dial timeout the options set (a URL's dial_timeout), 0 if none.
+func (o redisOptions) dialTimeout() time.Duration {
+	switch {
+	case o.single != nil:
+		return o.single.DialTimeout
+	case o.cluster != nil:
+		return o.cluster.DialTimeout
+	case o.failover != nil:
+		return o.failover.DialTimeout
+	}
+	return 0
+}
+
+// urlDialTimeout returns the dial timeout e's URL sets (dial_timeout), 0 if none.
+func (e *endpoint) urlDialTimeout() time.Duration {
+	o, err := e.spec.parse()
+	if err != nil {
+		return 0
+	}
+	return o.dialTimeout()
 }
 
 // parseAddrs parses host:port[,host:port...] with go-redis's UniversalOptions: one address is
