@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,6 +230,58 @@ func TestURLDialTimeoutIsNamed(t *testing.T) {
 	r = runBin(t, nil, "status", "--redis", url, "CLI", "x")
 	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `dlock status: invalid --redis "`+url+`": dial_timeout -1s `) {
 		t.Fatalf("want a usage error naming dial_timeout, got %v", r)
+	}
+}
+
+// TestQuitNeverDumps: SIGQUIT (Ctrl-\ at a terminal) ends status, release and demo as it ends
+// exec and lock, with status 128+SIGQUIT and never a Go stack dump (whose exit status, 2,
+// would read as a usage error), here while each waits for a Redis that does not answer.
+func TestQuitNeverDumps(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case accepted <- c: // held open, never answered
+			default:
+				c.Close()
+			}
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	silent := ln.Addr().String()
+	for _, args := range [][]string{
+		{"status", "--redis", silent, "--timeout", "1m", "CLI", "x"},
+		{"release", "--force", "--any", "--redis", silent, "--timeout", "1m", "CLI", "x"},
+		{"demo", "--redis", silent, "--timeout", "1m"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			p := start(t, nil, args...)
+			select {
+			case c := <-accepted:
+				defer c.Close()
+			case <-time.After(patience):
+				t.Fatal("dlock never connected")
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+				t.Fatal(err)
+			}
+			if r := p.wait(t); r.code != 128+int(syscall.SIGQUIT) || strings.Contains(r.stderr, "goroutine") {
+				t.Fatalf("want exit %d without a stack dump, got %v", 128+int(syscall.SIGQUIT), r)
+			}
+		})
 	}
 }
 

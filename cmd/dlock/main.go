@@ -61,6 +61,17 @@ func main() {
 	// a command run under it still stopped when it is lost, and the exit status still says what
 	// happened. (Notify, not Ignore, which a command that exec runs would inherit.)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// SIGQUIT (Ctrl-\) ends every command as exec and lock end on it (they handle it
+	// themselves: exec passes it on, lock releases), with 128+SIGQUIT and not the runtime's
+	// goroutine dump, whose exit status 2 would read as a usage error.
+	if len(os.Args) < 2 || os.Args[1] != "exec" && os.Args[1] != "lock" {
+		quit := make(chan os.Signal, 1)
+		signal.Notify(quit, syscall.SIGQUIT)
+		go func() {
+			<-quit
+			os.Exit(128 + int(syscall.SIGQUIT))
+		}()
+	}
 	os.Exit(run(os.Args[1:], cli{stdout: os.Stdout, stderr: os.Stderr}))
 }
 
