@@ -107,6 +107,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, "no command given"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"help", "exec", "extra"}, `unexpected argument "extra"`},
 		{[]string{"status", "--bogus", "CLI", "x"}, "unknown flag --bogus"},
 		{[]string{"status", "-bogus=1", "CLI", "x"}, "unknown flag -bogus"},
 		{[]string{"status", "CLI"}, "2 arguments expected (TYPE TARGET), got 1"},

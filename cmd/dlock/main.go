@@ -83,6 +83,9 @@ func run(args []string, out cli) int {
 	name := args[0]
 	switch name {
 	case "-h", "-help", "--help", "help":
+		if name == "help" && len(args) > 2 {
+			return usageError(out, "dlock help", "", fmt.Errorf("unexpected argument %q", args[2]))
+		}
 		if name == "help" && len(args) > 1 {
 			if c := lookup(args[1]); c != nil {
 				fs := newFlagSet(c.name)
