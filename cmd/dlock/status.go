@@ -242,8 +242,11 @@ func printStatus(out io.Writer, st dlock.State) error {
 	default:
 		fmt.Fprintf(w, "state:       free\n")
 	}
-	if st.LeaseLeft > 0 {
+	switch {
+	case st.LeaseLeft > 0:
 		fmt.Fprintf(w, "lease left:  %v\n", st.LeaseLeft.Round(time.Millisecond))
+	case st.Held(): // (State's LeaseLeft is 0 for a key without expiry)
+		fmt.Fprintf(w, "lease left:  none: the key has no expiry (not set by dlock); it never comes free by itself\n")
 	}
 	if st.Fence > 0 {
 		fmt.Fprintf(w, "fence:       %d (the last fencing token handed out)\n", st.Fence)

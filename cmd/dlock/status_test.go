@@ -79,6 +79,23 @@ type fullDisk struct{}
 
 func (fullDisk) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
+// TestStatusHeldWithoutExpiry: a key of the lock's name set without an expiry (not by dlock)
+// is shown held with no expiry, which never comes free by itself, not held with no word on
+// its lease.
+func TestStatusHeldWithoutExpiry(t *testing.T) {
+	tg := target(t)
+	c := srv.Client()
+	defer c.Close()
+	if err := c.Set(context.Background(), "DLOCK_CLI_"+tg, "set-by-hand", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Del(context.Background(), "DLOCK_CLI_"+tg)
+	r := runIn("status", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder:      set-by-hand") || !strings.Contains(r.stdout, "lease left:  none: the key has no expiry") {
+		t.Fatal(r)
+	}
+}
+
 // TestStatusHeld: a lock held by another process shows its holder, lease and fence, in text
 // and in JSON with stable field names.
 func TestStatusHeld(t *testing.T) {
