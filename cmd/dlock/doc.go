@@ -246,7 +246,8 @@
 //	77       Redis refused the user or password, or a command to the ACL user (EX_NOPERM)
 //	126      exec: COMMAND was found but could not be run
 //	127      exec: COMMAND was not found
-//	128+S    exec, lock: signal S came while waiting for the lock
+//	128+S    exec, lock: signal S came while waiting for the lock; status, release, demo,
+//	         help: SIGQUIT (Ctrl-\) ends them with 131, with no stack dump
 //	N        exec: COMMAND exited with N, or was killed by signal S and N is 128+S
 //
 // exec passes COMMAND's status through, so a command that itself exits 69, 75, 76 or 77 cannot
