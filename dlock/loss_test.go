@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/domain"
@@ -930,5 +935,80 @@ func TestHoldingLostAsItIsTakenIsNotReturned(t *testing.T) {
 	}
 	if arm.Load() {
 		t.Fatal("the hook did not run")
+	}
+}
+
+// An Unlock whose release failed (never sent: the outcome unknown, a *RedisProcessError) and
+// whose retry in the background then finds the key gone before its lease ran out reports the
+// loss once it is known, as a release that found it gone at once does: a LossEvent of the
+// holding (after its ReleaseEvent) and "lock lost before release" logged at Warn. A retry that
+// comes after the lease ran out and finds the key expired is no loss: the key went with its
+// lease, as it would have had the release gone through, and nothing is reported.
+func TestReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
+	for _, when := range []string{"within the lease", "after the lease"} {
+		t.Run(when, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			admin := rawClient(t)
+			var k string
+			var armed atomic.Bool
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !scriptIs("release")(cmd.Args()) || !armed.Load() {
+					return next(ctx, cmd)
+				}
+				if when == "within the lease" { // removed behind its back, then the release fails once
+					admin.Del(ctx, k)
+					armed.Store(false)
+				} else if n, _ := admin.Exists(ctx, k).Result(); n == 0 { // failed until the key expired
+					armed.Store(false)
+				}
+				cmd.SetErr(errInjected)
+				return errInjected
+			}})
+			rec := &recorder{}
+			core, logs := zapobserver.New(zap.WarnLevel)
+			lease := 2 * time.Second
+			if when == "after the lease" {
+				lease = 300 * time.Millisecond
+			}
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _ := g.Gen("RETRYGONE", uniqueTarget(t))
+			k = key(l)
+			o, err := l.Lock(ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			token, _ := l.FencingToken(o)
+			armed.Store(true)
+			var pe *dlock.RedisProcessError
+			if err := l.Unlock(o); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+				t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+			}
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil { // (it waits for the retry)
+				t.Fatalf("Close = %v", err)
+			}
+			if armed.Load() {
+				t.Fatal("setup: the release was never retried")
+			}
+			rec.mu.Lock()
+			lost := slices.Clone(rec.lost)
+			rec.mu.Unlock()
+			warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+			if when == "after the lease" {
+				if len(lost) != 0 || warned != 0 {
+					t.Fatalf("a retry that found the key expired with its lease reported %d losses (%v), %d warnings; want none", len(lost), lost, warned)
+				}
+				return
+			}
+			if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) || lost[0].Kind != dlock.KindMutex {
+				t.Fatalf("losses reported: %+v; want one of the holding (token %d), matching ErrLockLost", lost, token)
+			}
+			if warned != 1 {
+				t.Fatalf("%d warnings %q of the key; want 1", warned, "dlock: lock lost before release")
+			}
+		})
 	}
 }

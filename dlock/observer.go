@@ -25,7 +25,9 @@ type Observer interface {
 	// Released: a holding's final Unlock, or Close, let it go.
 	Released(ReleaseEvent)
 	// Lost: a holding learnt it had lost the lock. It is reported just after the owner's
-	// context ends (a slow observer never delays the holder's notice).
+	// context ends (a slow observer never delays the holder's notice), or, for a loss found
+	// only when a mutex's failed release was retried in the background, once that retry finds
+	// it (see LossEvent).
 	Lost(LossEvent)
 	// RenewalFailed: a renewal could not be made (Redis failed or did not answer in time); it
 	// is retried until the lease runs out.
@@ -166,7 +168,11 @@ type ReleaseEvent struct {
 
 // LossEvent describes a holding that learnt it had lost the lock. A loss found by the final
 // Unlock is followed by a ReleaseEvent; one found otherwise (a renewal, the lease running out,
-// ForceRelease in this Generator) is not.
+// ForceRelease in this Generator) is not. A mutex's final Unlock whose release failed (its
+// ReleaseEvent carries the *RedisProcessError) has the release retried in the background: if
+// the retry finds the key gone or another's before the lease ran out, the loss is reported
+// then, after that ReleaseEvent (a retry after the lease ran out that finds the key expired
+// is no loss).
 type LossEvent struct {
 	Kind   LockKind
 	Config domain.DLockConfig

@@ -239,7 +239,8 @@ func (st *lockState) lapse(h *holding) {
 // tenure may go on; else the key is let go in Redis (release.lua: to the first process in
 // line, or free), bounded by ctx and the lease. It returns an error matching ErrLockLost when
 // the tenure was lost before h let go, a *RedisProcessError when the release's outcome is
-// unknown (it is retried in the background until the lease runs out).
+// unknown (it is retried in the background until the lease runs out; a loss the retry finds
+// is told then: retryReleaseLocked).
 func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	st.mu.Lock()
 	if st.owner != h || st.ten != h.ten {
@@ -263,6 +264,9 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 		stay = &h.cfg // (its handle's lease, not one an Extend set for the tenure: the goroutine that comes back takes it anew)
 	}
 	release := st.releaseLocked(stay)
+	release.lost = func(cause error) { // (h has ended: no call of its owner reads it any more)
+		st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+	}
 	st.mu.Unlock()
 	return release.run(ctx)
 }
@@ -306,10 +310,13 @@ type releaseJob struct {
 	until time.Time
 	next  *attempt
 	epoch uint64
+	// lost, if set (an Unlock's release), tells the Observer of the holding's loss when the
+	// release failed and its retry found the key gone (after the Unlock returned).
+	lost func(cause error)
 }
 
 func (r releaseJob) run(ctx context.Context) error {
-	return r.st.release(ctx, r.t, r.cfg, r.req, r.until, r.next, r.epoch)
+	return r.st.release(ctx, r)
 }
 
 // releaseInBackground lets the tenure go without waiting. The caller holds mu.
@@ -322,7 +329,8 @@ func (st *lockState) releaseInBackground() {
 // A release whose outcome is unknown is retried in the background until the lease runs out.
 // next is the attempt the release may stand in line with again (nil for none), epoch the
 // state's epoch as the release was sent.
-func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockConfig, req processor.ReleaseRequest, until time.Time, next *attempt, epoch uint64) error {
+func (st *lockState) release(ctx context.Context, r releaseJob) error {
+	t, cfg, req, until, next, epoch := r.t, r.cfg, r.req, r.until, r.next, r.epoch
 	rctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	sent := time.Now()
@@ -361,7 +369,7 @@ func (st *lockState) release(ctx context.Context, t *tenure, cfg domain.DLockCon
 	st.dropTenureLocked(t)
 	switch {
 	case err != nil:
-		st.giveBackLocked(req.Locker, cfg) // retried; signals once done
+		st.retryReleaseLocked(r) // signals once done
 		switch {
 		case errors.Is(err, errLate) && ctx.Err() != nil:
 			// The caller's context (Close's) ended first, not the lease.
@@ -396,34 +404,73 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 	// nobody waits (leave.lua settles the acquisition first, so that no copy comes after).
 	st.line.queued = true
 	st.background(func() {
-		st.giveBack(locker, cfg)
+		_ = st.giveBack(locker, cfg, time.Time{}) // (its caller was told the outcome was unknown; Gone tells nothing)
 		st.signal(HowRetry)
 	})
 	st.settleLocked()
 }
 
+// retryReleaseLocked gives back, in the background, the tenure of r, whose release failed
+// (its outcome unknown). The retry's outcome is told where it matters: a key found gone while
+// its lease lasted is a loss — logged at Warn and, for an Unlock's release, told to the
+// Observer (after the holding's ReleaseEvent, which the Unlock reported with the failure).
+// The line is left once the retry is answered, not beside it: a leave that came first would
+// settle the locker, and the retry, answered settled, could not tell a loss. The caller holds
+// mu, in phase idle.
+func (st *lockState) retryReleaseLocked(r releaseJob) {
+	locker, cfg, until := r.req.Locker, r.cfg, r.until
+	st.background(func() {
+		err := st.giveBack(locker, cfg, until)
+		if errors.Is(err, ErrLockLost) {
+			st.g.log.Warn("dlock: lock lost before release", zap.String("key", cfg.UniqueKey()),
+				zap.String("locker", locker), zap.Error(err))
+			if r.lost != nil {
+				r.lost(err)
+			}
+		}
+		st.mu.Lock()
+		st.line.queued = true // (as giveBackLocked: a copy of a request of the tenure may have put the process in line)
+		st.settleLocked()
+		st.signalLocked(HowRetry)
+		st.mu.Unlock()
+	})
+}
+
+// errLostBeforeRelease is what a retried release that found the key gone while its lease
+// lasted returns (giveBack).
+var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: the key was gone or held by another before its lease ran out", ErrLockLost)
+
 // giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
 // then the key has expired, since every request of the locker was sent before), and not on a
-// closed client. Close waits for it, unless Close's own context ends first.
-func (st *lockState) giveBack(locker string, cfg domain.DLockConfig) {
+// closed client. Close waits for it, unless Close's own context ends first. It returns nil
+// when Redis answered (the key let go, or not the locker's), the last failure when it gave up,
+// and errLostBeforeRelease when the locker held the key until held by this process's clock
+// (a tenure whose release failed; zero for none) and an answer to a request sent before then
+// found the key gone or another's.
+func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.Time) error {
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
-		_, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
+		sent := time.Now()
+		res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
 			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
 		})
 		cancel()
 		if err == nil {
-			return
+			if res.Outcome == processor.Gone && sent.Before(held) {
+				return errLostBeforeRelease
+			}
+			return nil
 		}
 		if time.Now().After(until) || processor.ClientClosed(err) || processor.Refused(err) {
-			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.Error(err))
-			return
+			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.String("key", cfg.UniqueKey()),
+				zap.String("locker", locker), zap.Error(err))
+			return err
 		}
 		select {
 		case <-st.g.clean.Done():
-			return
+			return err
 		case <-time.After(lease / 10):
 		}
 	}
