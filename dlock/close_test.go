@@ -234,6 +234,43 @@ func TestCloseLeavesAnUnlocksFailedReleaseToTheUnlock(t *testing.T) {
 	})
 }
 
+// A Close whose own release failed once reports what its retry found, for the mutex, the
+// read-write lock and the semaphore alike: nothing when the retry let the key go, and nothing
+// when it found the key gone (removed before Close: nothing of it stays held). Close waits
+// for that retry anyway; the mutex's Close used to report the first failure, saying the key
+// stayed held until its lease ran out while it was free as Close returned.
+func TestCloseReportsWhatTheRetryOfItsReleaseFound(t *testing.T) {
+	t.Parallel()
+	admin := rawClient(t)
+	for _, found := range []string{"let go", "gone"} {
+		t.Run(found, func(t *testing.T) {
+			var first atomic.Bool // the release that fails: the first after failing is set
+			failFirst := func(args []any) bool {
+				if !isRelease(args) || !first.CompareAndSwap(true, false) {
+					return false
+				}
+				if found == "gone" { // the holding was removed before Close's release
+					n, _ := args[2].(int)
+					for _, k := range args[3 : 3+n] {
+						admin.Del(context.Background(), fmt.Sprint(k))
+					}
+				}
+				return true
+			}
+			heldOfEachKind(t, 2*time.Second, failFirst, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
+				first.Store(true)
+				failing.Store(1)
+				if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+					t.Fatalf("Close = %v, want nil: the retry of its release found the key %s", err, found)
+				}
+				if failing.Load() != 2 {
+					t.Fatalf("setup: %d releases failed, want 1", failing.Load()-1)
+				}
+			})
+		})
+	}
+}
+
 // An Unlock whose release Redis keeps failing, overtaken by a Close that gives up (its
 // context ends first), does not report the holding let go, for the read-write lock and the
 // semaphore as for the mutex: the release was never answered, and Redis may hold it until its

@@ -266,9 +266,11 @@ func (g *Generator) lookup(key string) *lockState {
 // use: a second call waits for the first (or for its own ctx) and returns what the first
 // returned, so that a Close that gave up is never followed by one that says all went well.
 // A release of Close's own that Redis failed is reported in Close's error, as a
-// *RedisProcessError (a read-write lock's or semaphore's once it was sent again until its
-// lease ran out): the lock stays held in Redis until then. (One an Unlock waits for is that
-// Unlock's error; a holding lost before Close is not reported again.)
+// *RedisProcessError, once it was sent again until its lease ran out or Redis refused it for
+// good (every kind of lock alike): the lock stayed held in Redis until its lease ran out. One
+// that a later try got through, or that found the key gone (lost before Close: logged at
+// Warn), is not reported. (One an Unlock waits for is that Unlock's error; a holding lost
+// before Close is not reported again.)
 // ctx bounds the releases and the waits: if it ends first, Close returns ctx's error at once;
 // what is left expires in Redis with its lease, and goroutines still waiting for a Redis reply
 // (or for a connection being dialled) end when the client returns it. A nil ctx is taken as
@@ -352,24 +354,34 @@ const closeParallel = 64
 // closeStates closes states side by side (at most closeParallel at once, and no more requests
 // than the gate lets through): one after another, a process holding many keys would take a
 // round trip per key to close, and with a bounded ctx leave the keys it did not reach locked
-// for a lease. It returns their errors.
+// for a lease. It returns their errors: of a release that failed and is retried in the
+// background, what the retry comes to (nil once Redis answered it: the key was let go, or
+// was not this process's any more), or the first failure if ctx ends first.
 func closeStates(ctx context.Context, states []*lockState) []error {
+	type retry struct {
+		first error
+		out   <-chan error
+	}
 	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-		next = make(chan *lockState)
+		mu      sync.Mutex
+		errs    []error
+		retries []retry
+		wg      sync.WaitGroup
+		next    = make(chan *lockState)
 	)
 	for range min(len(states), closeParallel) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for st := range next {
-				if err := st.close(ctx); err != nil {
-					mu.Lock()
+				retried, err := st.close(ctx)
+				mu.Lock()
+				if retried != nil {
+					retries = append(retries, retry{err, retried})
+				} else if err != nil {
 					errs = append(errs, err)
-					mu.Unlock()
 				}
+				mu.Unlock()
 			}
 		}()
 	}
@@ -378,5 +390,15 @@ func closeStates(ctx context.Context, states []*lockState) []error {
 	}
 	close(next)
 	wg.Wait()
+	for _, r := range retries {
+		select {
+		case err := <-r.out:
+			if err != nil && !errors.Is(err, ErrLockLost) { // (a holding found lost is not Close's to report)
+				errs = append(errs, err)
+			}
+		case <-ctx.Done():
+			errs = append(errs, r.first)
+		}
+	}
 	return errs
 }

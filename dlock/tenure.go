@@ -313,6 +313,9 @@ type releaseJob struct {
 	// lost, if set (an Unlock's release), tells the Observer of the holding's loss when the
 	// release failed and its retry found the key gone (after the Unlock returned).
 	lost func(cause error)
+	// retried, if set (Close's release), is told what became of a release that failed: its
+	// retry's outcome (retryReleaseLocked).
+	retried chan error
 }
 
 func (r releaseJob) run(ctx context.Context) error {
@@ -413,10 +416,10 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 // retryReleaseLocked gives back, in the background, the tenure of r, whose release failed
 // (its outcome unknown). The retry's outcome is told where it matters: a key found gone while
 // its lease lasted is a loss — logged at Warn and, for an Unlock's release, told to the
-// Observer (after the holding's ReleaseEvent, which the Unlock reported with the failure).
-// The line is left once the retry is answered, not beside it: a leave that came first would
-// settle the locker, and the retry, answered settled, could not tell a loss. The caller holds
-// mu, in phase idle.
+// Observer (after the holding's ReleaseEvent, which the Unlock reported with the failure) —
+// and Close's release is told the outcome (retried). The line is left once the retry is
+// answered, not beside it: a leave that came first would settle the locker, and the retry,
+// answered settled, could not tell a loss. The caller holds mu, in phase idle.
 func (st *lockState) retryReleaseLocked(r releaseJob) {
 	locker, cfg, until := r.req.Locker, r.cfg, r.until
 	st.background(func() {
@@ -427,6 +430,9 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 			if r.lost != nil {
 				r.lost(err)
 			}
+		}
+		if r.retried != nil {
+			r.retried <- err
 		}
 		st.mu.Lock()
 		st.line.queued = true // (as giveBackLocked: a copy of a request of the tenure may have put the process in line)
@@ -479,8 +485,11 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.T
 // close ends what this process holds of the key as the Generator closes: the owner is told
 // (ErrClosed) before the key is let go, bounded by ctx — unless the lease has run out by this
 // process's clock (a process paused past it, closed as it resumed): that holding was lost, and
-// is told so, as every call of its owner would find (lapse).
-func (st *lockState) close(ctx context.Context) error {
+// is told so, as every call of its owner would find (lapse). It returns the release's failure
+// and, when the release failed while ctx lasts, retried: where its retry in the background
+// tells what it came to (giveBack: nil when Redis answered it), for Close to wait for — not
+// here, so that the other keys' releases are not held up.
+func (st *lockState) close(ctx context.Context) (retried <-chan error, err error) {
 	st.poller.Stop() // (its timer would find the Generator closed, but only as it fires)
 	st.mu.Lock()
 	if t := st.ten; t != nil && !time.Now().Before(t.until) {
@@ -489,7 +498,7 @@ func (st *lockState) close(ctx context.Context) error {
 	if h := st.owner; h != nil {
 		if !h.end(holdClosed, nil) { // its final Unlock runs just now: that lets the tenure go
 			st.mu.Unlock()
-			return nil
+			return nil, nil
 		}
 		h.cancel(ErrClosed)
 		st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
@@ -498,12 +507,18 @@ func (st *lockState) close(ctx context.Context) error {
 	st.endLingerLocked(true) // (the waiters have ended: nobody will take what the linger waits for)
 	if st.ten == nil || (st.phase != held && st.phase != free) {
 		st.mu.Unlock()
-		return nil // nothing held, or a goroutine of this process is at work on it and will see Close
+		return nil, nil // nothing held, or a goroutine of this process is at work on it and will see Close
 	}
 	release := st.releaseLocked(nil)
+	release.retried = make(chan error, 1)
 	st.mu.Unlock()
-	if err := release.run(ctx); err != nil && !errors.Is(err, ErrLockLost) {
-		return err
+	err = release.run(ctx)
+	var pe *RedisProcessError
+	if errors.As(err, &pe) && ctx.Err() == nil {
+		return release.retried, err // (retried in the background: retryReleaseLocked)
 	}
-	return nil
+	if err != nil && !errors.Is(err, ErrLockLost) {
+		return nil, err
+	}
+	return nil, nil
 }
