@@ -933,11 +933,16 @@ func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 		return cause
 	}
 	if so.hold.ctx.Err() != nil {
-		// lost or closed before this Unlock: that was told then (Lost, or Released by Close's driver)
+		// lost or closed before this Unlock: that was told then (Lost, or Released by Close's
+		// driver) — but a loss whose callback had not run yet (stopped here) is told here
 		cause := context.Cause(so.hold.ctx)
+		untold := so.stop()
 		so.end(cause) // (the owner context may not have heard yet: it ends with the loss, not Canceled)
 		st.mu.Unlock()
 		st.poke()
+		if untold && errors.Is(cause, ErrLockLost) {
+			st.g.observer.Lost(so.loss(cause))
+		}
 		return cause
 	}
 	cause := error(nil)
@@ -970,6 +975,9 @@ func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 			}
 		}
 	}
+	if errors.Is(cause, ErrLockLost) { // found by the release: a loss, then the release, as the mutex's
+		st.g.observer.Lost(so.loss(cause))
+	}
 	st.g.observer.Released(so.event(cause))
 	return cause
 }
@@ -977,6 +985,11 @@ func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 // event is the ReleaseEvent of so's end with err.
 func (so *shareOwner) event(err error) ReleaseEvent {
 	return ReleaseEvent{Kind: kindOf(so.st.spec, so.write), Config: so.st.cfg, Token: so.token, Held: time.Since(so.at), Err: err}
+}
+
+// loss is the LossEvent of so's loss with cause.
+func (so *shareOwner) loss(cause error) LossEvent {
+	return LossEvent{Kind: kindOf(so.st.spec, so.write), Config: so.st.cfg, Token: so.token, Held: time.Since(so.at), Cause: cause}
 }
 
 // end ends so with cause and returns its borrowing. The caller holds st.mu.

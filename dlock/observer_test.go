@@ -689,6 +689,53 @@ func TestObserverSeesEveryKindEndOnce(t *testing.T) {
 	}
 }
 
+// A loss that the final Unlock's release finds (the holding removed from Redis unseen) is
+// reported as a loss and a release, for every kind as for the mutex: one LossEvent and one
+// ReleaseEvent carrying the loss, so that dlock_losses_total counts it (docs/observability.md:
+// "one whose loss its release found is in both"). The read-write lock and the semaphore
+// reported the release only.
+func TestObserverToldOfALossTheReleaseFound(t *testing.T) {
+	for _, kind := range []string{"mutex", "read", "write", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			rec := &recorder{}
+			g, c := newGen(t, dlock.WithDefaultLease(time.Minute), dlock.WithObserver(rec))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			var o *dlock.Owner
+			var err error
+			switch kind {
+			case "mutex":
+				l, _ := g.Gen("OBSFOUND", tg)
+				o, err = l.Lock(ctx)
+			case "read":
+				o, err = rwOf(t, g, tg).RLock(ctx)
+			case "write":
+				o, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, _ := c.Keys(ctx, "*"+tg+"*").Result()
+			if err := c.Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Unlock of a holding removed from Redis = %v, want ErrLockLost", err)
+			}
+			if err := g.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if len(rec.lost) != 1 || len(rec.released) != 1 || !errors.Is(rec.lost[0].Cause, dlock.ErrLockLost) || !errors.Is(rec.released[0].Err, dlock.ErrLockLost) {
+				t.Fatalf("lost %d, released %d (%+v); want one loss and one release, both matching ErrLockLost", len(rec.lost), len(rec.released), rec.released)
+			}
+		})
+	}
+}
+
 // slowObserver takes its time over every release (an exporter, say).
 type slowObserver struct{ recorder }
 
