@@ -360,13 +360,16 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 		}
 		for _, h := range st.holds {
 			switch {
-			case removed && h.downTo == holder && h.ctx.Err() == nil:
-				h.stop(errForced) // (the read-hold of its downgrade, whose answer was lost)
-			case h.locker != holder || h.ctx.Err() != nil:
+			case h.ctx.Err() != nil || h.locker != holder && h.downTo != holder:
 			case removed:
-				h.stop(errForced)
-			case h.renewAt.After(now):
-				h.renewAt = now
+				h.stop(errForced) // (or the read-hold of its downgrade, whose answer is on its way or was lost)
+			default:
+				// also after the answer of a renewal (or of its downgrade) sent before, which
+				// may have run before the force and says nothing of it
+				h.check = true
+				if h.renewAt.After(now) {
+					h.renewAt = now
+				}
 			}
 		}
 		st.mu.Unlock()

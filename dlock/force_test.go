@@ -628,6 +628,122 @@ func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
 	}
 }
 
+// A ForceRelease in the holder's own Generator whose reply is lost (the script ran) tells the
+// holding at once also when a renewal of it is on its way that ran before the force: that
+// renewal's answer (renewed) says nothing of the force, and the holding must still ask Redis
+// again, not believe itself held until its next renewal (45 s on, with a minute's lease) while
+// another process takes what the force let go. The renewal here is the one a first
+// ForceRelease sends for, whose request failed before it reached Redis.
+func TestForceReleaseWhoseReplyIsLostTellsAHolderWhoseRenewalWasOnItsWay(t *testing.T) {
+	type kind struct {
+		name  string
+		hold  func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
+		state func(ctx context.Context, g *dlock.Generator, tg string) (dlock.SharedState, error)
+		force func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error)
+		other func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, bool, error)
+	}
+	kinds := []kind{{
+		name: "read side",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return rwOf(t, g, tg).RLock(ctx)
+		},
+		state: func(ctx context.Context, g *dlock.Generator, tg string) (dlock.SharedState, error) {
+			return rwOf(t, g, tg).State(ctx)
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return rwOf(t, g, tg).ForceRelease(ctx, holder)
+		},
+		other: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, bool, error) {
+			return rwOf(t, g, tg).TryLock(ctx)
+		},
+	}, {
+		name: "permits",
+		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+			return semOf(t, g, tg, 2).Acquire(ctx, 2)
+		},
+		state: func(ctx context.Context, g *dlock.Generator, tg string) (dlock.SharedState, error) {
+			return semOf(t, g, tg, 2).State(ctx)
+		},
+		force: func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error) {
+			return semOf(t, g, tg, 2).ForceRelease(ctx, holder)
+		},
+		other: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, bool, error) {
+			return semOf(t, g, tg, 2).TryAcquire(ctx, 2)
+		},
+	}}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c := srv.Client()
+			var forces atomic.Int32
+			var holdRenewal atomic.Bool
+			renewalRan := make(chan struct{}, 1)
+			gate := make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(gate) }) }
+			defer open()
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				switch {
+				case isSharedOp(cmd.Args(), "force"):
+					if forces.Add(1) == 1 {
+						cmd.SetErr(injectedTimeout{}) // the first never reaches Redis
+						return cmd.Err()
+					}
+					if err := next(ctx, cmd); err != nil {
+						return err
+					}
+					cmd.SetErr(injectedTimeout{}) // the second ran; its reply is lost
+					return cmd.Err()
+				case isSharedOp(cmd.Args(), "renew") && holdRenewal.CompareAndSwap(true, false):
+					err := next(ctx, cmd) // the renewal ran; its reply is on its way
+					renewalRan <- struct{}{}
+					select {
+					case <-gate:
+					case <-ctx.Done():
+					}
+					return err
+				}
+				return next(ctx, cmd)
+			}})
+			g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart
+			g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 40*time.Second)
+			owned, err := k.hold(ctx, g, tg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := k.state(ctx, g, tg)
+			if err != nil || len(st.Holds) != 1 {
+				t.Fatalf("State %+v, %v: want one holding", st, err)
+			}
+			holder := st.Holds[0].Locker
+			holdRenewal.Store(true)
+			if _, err := k.force(ctx, g, tg, holder); err == nil { // unknown outcome: the holding renews at once
+				t.Fatal("setup: the first ForceRelease did not fail")
+			}
+			recv(t, renewalRan, "the renewal the first ForceRelease asked for")
+			if _, err := k.force(ctx, g, tg, holder); err == nil {
+				t.Fatal("setup: the second ForceRelease's reply was not lost")
+			}
+			if st, err := k.state(ctx, g, tg); err != nil || len(st.Holds) != 0 {
+				t.Fatalf("State %+v, %v: want the holding removed", st, err)
+			}
+			o2, ok, err := k.other(ctx, g2, tg) // another process takes what the force let go
+			if err != nil || !ok {
+				t.Fatalf("the other process's try = %v, %v", ok, err)
+			}
+			defer o2.Unlock()
+			open() // the renewal's answer (renewed: it ran before the force) comes now
+			if !rgWaitUntil(15*time.Second, func() bool { return errors.Is(context.Cause(owned), dlock.ErrLockLost) }) {
+				t.Fatalf("the holding removed by its own Generator's ForceRelease still counts itself held beside another process's (cause %v)", context.Cause(owned))
+			}
+			if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("the removed holder's Unlock: %v", err)
+			}
+		})
+	}
+}
+
 // A process told that an operator removed its acquisition (ForceRelease from another
 // process, whose message names the acquisition's locker) while the request that took the key
 // for it is still on its way back does not count the key its own when the answer comes: the

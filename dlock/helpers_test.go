@@ -403,7 +403,11 @@ func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // isSharedTake reports whether a command is shared.lua's take (an ask, a downgrade, a shrink).
-func isSharedTake(args []any) bool {
+func isSharedTake(args []any) bool { return isSharedOp(args, "take") }
+
+// isSharedOp reports whether a command is shared.lua's request op (take, renew, release,
+// force, ...).
+func isSharedOp(args []any, op string) bool {
 	if processor.ScriptName(args) != "shared" || len(args) < 4 {
 		return false
 	}
@@ -411,8 +415,8 @@ func isSharedTake(args []any) bool {
 	if len(args) <= 3+nkeys {
 		return false
 	}
-	op, _ := args[3+nkeys].(string)
-	return op == "take"
+	got, _ := args[3+nkeys].(string)
+	return got == op
 }
 
 // loseThenHoldTakes adds a hook to c: once armed is set to 1, the next shared.lua take runs and

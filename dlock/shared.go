@@ -88,6 +88,7 @@ type shareHold struct {
 	downN    int64     // ... and the permits it keeps (see shrinkTo)
 	passes   int       // rw: writers lent in a row past a queued reader
 	renewAt  time.Time
+	check    bool            // a ForceRelease here may have removed it unheard: renew at once, also after the answer of a renewal (or downgrade) sent before
 	soonest  time.Time       // a renewal to lend it (stale) may be sent from then
 	valid    time.Time       // the lease runs out (from the send time of the last take or renewal)
 	expiry   *time.Timer     // ends the holding at valid, whatever the driver is doing
@@ -1089,7 +1090,7 @@ func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 	lease := st.cfg.Lease()
 	h.valid = domain.HeldUntil(sent, lease) // (the drift allowance, as the mutex's tenure)
 	h.renewAt = sent.Add(lease * 3 / 4)
-	if st.subAt.After(sent) {
+	if st.subAt.After(sent) || h.check {
 		h.renewAt = time.Now()
 	}
 	if h.expiry != nil {
@@ -1369,7 +1370,8 @@ func (st *sharedState) mustRefill(h *shareHold, now time.Time) bool {
 // refill returns the request that renews the write-hold h with a new block of tokens.
 func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 	locker, origin := h.locker, h.origin
-	w := st.heardW // (the caller holds mu)
+	h.check = false // (the caller holds mu)
+	w := st.heardW  // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
@@ -1399,7 +1401,8 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 // renew returns the request that renews h.
 func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	locker, origin := h.locker, h.origin
-	w := st.heardW // (the caller holds mu)
+	h.check = false // (the caller holds mu)
+	w := st.heardW  // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
