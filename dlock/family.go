@@ -310,7 +310,8 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // becoming a read-hold, or permits given back) whose answer is on its way or was lost; a
 // holding whose take's answer is on its way is dropped as the answer comes (its waiters ask
 // again). When ForceRelease's own answer is lost, the holding asks Redis whether it still
-// holds: at once, or at its downgrade's next try (a moment later). A holder elsewhere learns
+// holds: at once, or at its downgrade's next try (a moment later) — also one whose take, renewal
+// or downgrade was answered after, which says nothing of the force. A holder elsewhere learns
 // of it at its next renewal (within three quarters of its lease), its downgrade's next try,
 // or its release, so until then it may act as if it held — use fencing tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
@@ -355,8 +356,12 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 		// learns whether it still holds.
 		st.mu.Lock()
 		now := time.Now()
-		if removed && st.attempt != nil && st.attempt.locker == holder {
-			st.forced = holder // taken, its answer on its way: took drops it
+		if st.attempt != nil && st.attempt.locker == holder {
+			if removed {
+				st.forced = holder // taken, its answer on its way: took drops it
+			} else {
+				st.unsure = holder // perhaps taken, its answer on its way: the holding checks at once
+			}
 		}
 		for _, h := range st.holds {
 			switch {

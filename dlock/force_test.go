@@ -712,6 +712,9 @@ func TestForceReleaseWhoseReplyIsLostTellsAHolderWhoseRenewalWasOnItsWay(t *test
 			if err != nil {
 				t.Fatal(err)
 			}
+			// (subscribed first: a subscription confirmed while the renewal is on its way
+			// would renew the holding again at once)
+			waitFor(t, func() bool { return g.Confirmed() >= 1 })
 			st, err := k.state(ctx, g, tg)
 			if err != nil || len(st.Holds) != 1 {
 				t.Fatalf("State %+v, %v: want one holding", st, err)
@@ -741,6 +744,96 @@ func TestForceReleaseWhoseReplyIsLostTellsAHolderWhoseRenewalWasOnItsWay(t *test
 				t.Fatalf("the removed holder's Unlock: %v", err)
 			}
 		})
+	}
+}
+
+// A ForceRelease in this Generator whose reply is lost (the script ran) of the locker of a take
+// whose answer is on its way (taken: it ran before the force) has the holding that answer makes
+// ask Redis at once whether it still holds, as a holding already made does: it is not lent, or
+// its owner is told, rather than counted held until its first renewal (45 s on) while another
+// process holds the write side the force let go.
+func TestForceReleaseWhoseReplyIsLostTellsAHoldingWhoseTakeWasOnItsWay(t *testing.T) {
+	c := srv.Client()
+	preload(t, c) // (each request one EVALSHA that runs)
+	var forces atomic.Int32
+	var holdTake atomic.Bool
+	takeRan := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch {
+		case isSharedOp(cmd.Args(), "force") && forces.Add(1) == 1:
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			cmd.SetErr(injectedTimeout{}) // it ran; its reply is lost
+			return cmd.Err()
+		case isSharedTake(cmd.Args()) && holdTake.CompareAndSwap(true, false):
+			err := next(ctx, cmd) // the take ran; its answer is on its way
+			takeRan <- struct{}{}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart
+	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	l, l2 := rwOf(t, g, tg), rwOf(t, g2, tg)
+	ctx := ctxT(t, 40*time.Second)
+	// The process reads once, so that it is subscribed to its channel (and stays so): a
+	// subscription confirmed while the take is on its way would renew the holding at once.
+	g.SetLinger(time.Minute)
+	r0, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.Confirmed() >= 1 })
+	if err := r0.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	holdTake.Store(true)
+	type res struct {
+		o   *dlock.Owner
+		ok  bool
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		o, ok, err := l.TryRLock(ctx)
+		got <- res{o, ok, err}
+	}()
+	recv(t, takeRan, "the reader's take")
+	st, err := l.State(ctx)
+	if err != nil || len(st.Holds) != 1 {
+		t.Fatalf("State %+v, %v: want the reader's holding", st, err)
+	}
+	if _, err := l.ForceRelease(ctx, st.Holds[0].Locker); err == nil {
+		t.Fatal("setup: the ForceRelease's reply was not lost")
+	}
+	w2, ok, err := l2.TryLock(ctx) // another process takes the write side the force let go
+	if err != nil || !ok {
+		t.Fatalf("the other process's TryLock = %v, %v", ok, err)
+	}
+	defer w2.Unlock()
+	open() // the take's answer (taken: it ran before the force) comes now
+	r := recv(t, got, "the reader's TryRLock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.ok {
+		return // (the holding was found removed before it was lent)
+	}
+	if !rgWaitUntil(15*time.Second, func() bool { return errors.Is(context.Cause(r.o), dlock.ErrLockLost) }) {
+		t.Fatalf("a reader holds beside another process's writer: its holding, removed by its own Generator's ForceRelease, still counts itself held (cause %v)", context.Cause(r.o))
+	}
+	if err := r.o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the removed reader's Unlock: %v", err)
 	}
 }
 

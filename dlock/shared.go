@@ -50,6 +50,7 @@ type sharedState struct {
 	subAt    time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
 	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
+	unsure   string         // the attempt's locker a ForceRelease here may have removed (its outcome unknown) while its take's answer was on its way: the holding it makes checks at once; guarded by mu
 	growAt   time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	growN    int64          // sem: the permits the ask refused that set growAt: a front waiter asking fewer may ask before it; guarded by mu
 	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry; guarded by mu
@@ -1256,6 +1257,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		}
 		h := st.newHold(a.locker, a.n, r.Token, sent)
 		h.how = how
+		if a.locker == st.unsure { // (a ForceRelease here whose outcome is unknown: ask Redis at once)
+			h.check, h.renewAt, st.unsure = true, time.Now(), ""
+		}
 		st.holds = append(st.holds, h)
 		st.lendLocked()
 	case r.Outcome == processor.Held && !a.wait:
