@@ -2750,3 +2750,78 @@ func TestRWForceOfADowngradeWhoseAnswerIsOnItsWayEndsItsReaderAndLeavesNothingHe
 		t.Fatal(err)
 	}
 }
+
+// A ForceRelease in this Generator whose reply is lost (the script ran), of the read-hold a
+// downgrade made while the downgrade's answer (taken: it ran before the force) is on its way,
+// has the downgraded holding ask Redis at once once that answer comes: the answer says nothing
+// of the force, and the reader must not count itself held until the holding's next renewal
+// (45 s on) beside a writer of another process.
+func TestRWForceWhoseReplyIsLostOfADowngradeWhoseAnswerIsOnItsWayEndsItsReader(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c := srv.Client()
+	var armed atomic.Int32 // 1: hold back the next take's reply (it ran); 2: done
+	var forces atomic.Int32
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open()
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if isSharedOp(cmd.Args(), "force") && forces.Add(1) == 1 {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			cmd.SetErr(injectedTimeout{}) // it ran; its reply is lost
+			return cmd.Err()
+		}
+		if !isSharedTake(cmd.Args()) || !armed.CompareAndSwap(1, 2) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		select { // the downgrade ran; its reply is on its way
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return err
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	l, l2 := rwOf(t, g, tg), rwOf(t, g2, tg)
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.Confirmed() >= 1 }) // (a confirmation later would renew at once)
+	r, err := l.RLock(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(1)
+	if err := l.Unlock(w); err != nil {
+		t.Fatal(err)
+	}
+	var downTo string
+	waitFor(t, func() bool {
+		_, downTo, _, _, _ = dlock.SharedOwned(r)
+		return downTo != "" && armed.Load() == 2
+	})
+	waitFor(t, func() bool { // (the take ran before the hook holds its reply)
+		st, err := l.State(ctx)
+		return err == nil && len(st.Holds) == 1 && st.Holds[0].Locker == downTo
+	})
+	if _, err := l.ForceRelease(ctx, downTo); err == nil {
+		t.Fatal("setup: the ForceRelease's reply was not lost")
+	}
+	w2, ok, err := l2.TryLock(ctx) // a writer of another process gets in
+	if err != nil || !ok {
+		t.Fatalf("the other process's TryLock = %v, %v", ok, err)
+	}
+	defer w2.Unlock()
+	open() // the downgrade's answer (taken) comes after the force
+	if !rgWaitUntil(15*time.Second, func() bool { return errors.Is(context.Cause(r), dlock.ErrLockLost) }) {
+		t.Fatalf("the downgraded reader still counts itself held beside another process's writer (cause %v)", context.Cause(r))
+	}
+	if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+	}
+}
