@@ -683,7 +683,7 @@ func TestForceReleaseWhoseReplyIsLostTellsAHolderWhoseRenewalWasOnItsWay(t *test
 			defer open()
 			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 				switch {
-				case isSharedOp(cmd.Args(), "force"):
+				case sharedArg(cmd.Args(), "op") == "force":
 					if forces.Add(1) == 1 {
 						cmd.SetErr(injectedTimeout{}) // the first never reaches Redis
 						return cmd.Err()
@@ -693,7 +693,7 @@ func TestForceReleaseWhoseReplyIsLostTellsAHolderWhoseRenewalWasOnItsWay(t *test
 					}
 					cmd.SetErr(injectedTimeout{}) // the second ran; its reply is lost
 					return cmd.Err()
-				case isSharedOp(cmd.Args(), "renew") && holdRenewal.CompareAndSwap(true, false):
+				case sharedArg(cmd.Args(), "op") == "renew" && holdRenewal.CompareAndSwap(true, false):
 					err := next(ctx, cmd) // the renewal ran; its reply is on its way
 					renewalRan <- struct{}{}
 					select {
@@ -764,7 +764,7 @@ func TestForceReleaseWhoseReplyIsLostTellsAHoldingWhoseTakeWasOnItsWay(t *testin
 	defer open()
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		switch {
-		case isSharedOp(cmd.Args(), "force") && forces.Add(1) == 1:
+		case sharedArg(cmd.Args(), "op") == "force" && forces.Add(1) == 1:
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}

@@ -2766,7 +2766,7 @@ func TestRWForceWhoseReplyIsLostOfADowngradeWhoseAnswerIsOnItsWayEndsItsReader(t
 	open := func() { once.Do(func() { close(gate) }) }
 	defer open()
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if isSharedOp(cmd.Args(), "force") && forces.Add(1) == 1 {
+		if sharedArg(cmd.Args(), "op") == "force" && forces.Add(1) == 1 {
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}
