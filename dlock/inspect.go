@@ -193,7 +193,13 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	if !removed {
 		// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
 		// removed by an earlier copy of this request whose reply was lost: a tenure of this
-		// Generator under holder renews at once, and learns whether it still holds.
+		// Generator under holder renews at once, and learns whether it still holds — also one
+		// whose take's (or grant's) answer is on its way, once it begins (unsure).
+		if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
+			st.mu.Lock()
+			st.unsure = holder
+			st.mu.Unlock()
+		}
 		l.g.checkTenure(l.cfg.UniqueKey(), holder)
 	}
 	if err != nil {

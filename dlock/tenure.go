@@ -44,6 +44,12 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 	st.ten, st.phase = t, free
 	st.g.hold(st)                                                                            // the tenure keeps the state alive until it ends
 	t.exp = threads.StartExpanderAt(st.g.clean, t, &st.g.group, t.until.Add(-cfg.Lease()/4)) // (Schedule's RenewAt)
+	if st.unsure == ent.Locker {
+		// taken (or granted) as a ForceRelease here of its locker ran, whose outcome is
+		// unknown: its answer says nothing of the force, so it asks Redis at once
+		st.unsure, t.checkNow = "", true
+		t.exp.Poke()
+	}
 	return t
 }
 
