@@ -838,11 +838,10 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	})
 	f.expected(p, err, "force")
 	f.mu.Lock()
-	// Its own holders lose it at once — unless it was what a downgrade (a write-hold become
-	// a read-hold, permits given back) put in place while the downgrade's answer was lost: a
-	// holding caught in its downgrade learns of the force at its next renewal (ForceRelease's
-	// doc), and lends meanwhile.
-	if mine && err == nil && (i == 0 || i == 3 || hwrite) {
+	// Its own holders lose it at once (a downgrade's or a shrink's read-hold too, its answer
+	// on its way or lost). A force of its own whose reply was lost has them ask Redis at once,
+	// after any answer on its way: told within a round trip or two, not at once.
+	if mine && err == nil {
 		f.taint[tk] = time.Now()
 	} else {
 		f.taint[tk] = time.Now().Add(3*f.lease + time.Second) // (copies run up to a lease and a half later; the holder learns within 3/4 of its lease)
