@@ -1917,6 +1917,33 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 	})
 }
 
+// A leave that arrives late, after its process took the key with a later attempt, settles only
+// the attempts it numbered: the later holding keeps the key. A leave of a process that
+// numbered no attempt ("" for Last) settles nothing and lets nothing go.
+func TestLateLeaveKeepsTheKeyOfALaterAttempt(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		lc := cfg(t, "lateleave")
+		given := a.locker() // an attempt given up; its leave is on its way
+		later, r := a.lock(t, lc, true, 1)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("the later attempt = %+v, want taken", r)
+		}
+		for _, last := range []string{given, ""} {
+			if r, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: last}); err != nil || r.Outcome != processor.Gone {
+				t.Fatalf("a leave up to %q, while %s holds the key = %+v, %v; want gone (nothing of it to let go)", last, later, r, err)
+			}
+			if in := inspect(t, a, lc); in.Holder != later {
+				t.Fatalf("after a leave up to %q the key holds %q, want %s", last, in.Holder, later)
+			}
+		}
+		if r := a.release(t, lc, later); r.Outcome != processor.Released {
+			t.Fatalf("the later attempt's release = %+v, want released", r)
+		}
+	})
+}
+
 // A request older than the acquisition of its owner that holds the key is a stale copy: it is
 // refused (settled), and does not put its process in line behind itself, nor take the key
 // once that holding is gone.
