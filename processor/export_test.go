@@ -7,3 +7,6 @@ func ArgNames() []string {
 	}
 	return argNames
 }
+
+// MaxListed is how many waiting processes Inspect lists at most.
+const MaxListed = maxListed

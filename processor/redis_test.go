@@ -1688,6 +1688,33 @@ func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 	}
 }
 
+// Inspect lists the first MaxListed live processes of a longer line, first in line first.
+func TestInspectListsTheFirstOfALongLine(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc, _ := domain.NewDLockConfig("PROC", fresh("inspect-long-"+t.Name()), 30*time.Second) // fresh for 10 s
+		a := newProc(t, c, "pa-")
+		a.lock(t, lc, true, 1)
+		var marks []string
+		for i := range processor.MaxListed + 1 {
+			p := newProc(t, c, fmt.Sprintf("p%d-", i))
+			if _, r := p.lock(t, lc, true, 1); r.Outcome != processor.Held {
+				t.Fatalf("%s: %+v, want held", p.mark, r)
+			}
+			marks = append(marks, p.mark)
+		}
+		ends := func(ms []string) string {
+			if len(ms) == 0 {
+				return "none"
+			}
+			return fmt.Sprintf("%q to %q", ms[0], ms[len(ms)-1])
+		}
+		if in, want := inspect(t, a, lc), marks[:processor.MaxListed]; !slices.Equal(in.Waiting, want) {
+			t.Fatalf("Inspect lists %d processes (%s), want the first %d of the %d in line (%s)",
+				len(in.Waiting), ends(in.Waiting), len(want), len(marks), ends(want))
+		}
+	})
+}
+
 // On a Cluster client (sharded pub/sub) Inspect lists a waiting process that listens with
 // SSUBSCRIBE, however old its entry.
 func TestInspectHearsShardedListeners(t *testing.T) {
@@ -2561,7 +2588,8 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 // A fencing counter that holds what no script writes stops every writing script before it
 // writes: the holder's renewal and release, the waiter's leave and lock, an operator's force
 // each answer the refusal, and every key of the lock is left as it was (no value changed, no
-// time to live lengthened), with a holder and a process in line.
+// time to live lengthened), with a holder and a process in line. Inspect, which writes
+// nothing, refuses it too rather than show it.
 func TestCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 	srv.NeedReal(t)
 	// (2^53 - 2^30 is a whole number, but leaves no room for the largest block a request may
@@ -2613,6 +2641,7 @@ func corruptCounterRefuses(t *testing.T, v string) {
 			return b.Leave(ctx, lc, processor.LeaveRequest{Last: lb})
 		}},
 		{"force", func() (processor.Result, error) { return b.ForceRelease(ctx, lc, la) }},
+		{"inspect", func() (processor.Result, error) { _, err := b.Inspect(ctx, lc); return processor.Result{}, err }},
 	} {
 		r, err := op.do()
 		if err == nil || !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter") {
