@@ -1633,15 +1633,17 @@ func TestLineEntriesExpire(t *testing.T) {
 }
 
 // Inspect lists, first in line first, the processes that a release would grant the key to,
-// and changes nothing: not one whose entry expired, nor one that listened on its channel as it
-// last renewed its entry and does not now (it died), nor one that did not listen and has not
-// renewed its entry within a third of its lease; one that listens is listed however old its
-// entry. A processor that does not publish lists the same.
+// and changes nothing: not one whose entry expired (even one that listens), nor one that
+// listened on its channel as it last renewed its entry and does not now (it died), nor one
+// that did not listen and has not renewed its entry within a third of its lease; one that
+// listens is listed however old its entry, while the entry lives. A processor that does not
+// publish lists the same.
 func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 	c := srv.Client() // real time
 	defer c.Close()
 	ctx := context.Background()
 	a, e, q, l, d, f := newProc(t, c, "pa-"), newProc(t, c, "pe-"), newProc(t, c, "pq-"), newProc(t, c, "pl-"), newProc(t, c, "pd-"), newProc(t, c, "pf-")
+	m := newProc(t, c, "pm-")
 	quiet, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: false, Mark: "po-"})
 	if err != nil {
 		t.Fatal(err)
@@ -1660,14 +1662,16 @@ func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 	}
 	listen("pl-")
 	dead := listen("pd-")
+	listen("pm-")
 	e.lock(t, short, true, 1) // its entry expires
+	m.lock(t, short, true, 1) // its entry expires, though it listens
 	q.lock(t, lc, true, 1)    // does not listen, and stops renewing its entry
 	for _, p := range []*proc{l, d} {
 		if _, r := p.lock(t, lc, true, 1); !r.Seen.Heard {
 			t.Fatalf("%s waits with %+v, want heard", p.mark, r.Seen)
 		}
 	}
-	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pe-", "pq-", "pl-", "pd-"}) {
+	if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pe-", "pm-", "pq-", "pl-", "pd-"}) {
 		t.Fatalf("line %v, want every process at first", in.Waiting)
 	}
 	time.Sleep(processor.EntryTTL(short) + 200*time.Millisecond)
@@ -1683,7 +1687,7 @@ func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 			t.Errorf("line %v, want pl- (listens) and pf- (renewed just now)", in.Waiting)
 		}
 	}
-	if line, err := c.ZRange(ctx, processor.LineKey(lc), 0, -1).Result(); err != nil || !slices.Equal(line, []string{"pe-", "pq-", "pl-", "pd-", "pf-"}) {
+	if line, err := c.ZRange(ctx, processor.LineKey(lc), 0, -1).Result(); err != nil || !slices.Equal(line, []string{"pe-", "pm-", "pq-", "pl-", "pd-", "pf-"}) {
 		t.Fatalf("line's key %v (%v), want every entry kept: Inspect changes nothing", line, err)
 	}
 }
