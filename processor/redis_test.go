@@ -1872,6 +1872,73 @@ func TestForceReleaseNamesTheHolder(t *testing.T) {
 	})
 }
 
+// An operator's removal grants the key to the first live process in line even when that is
+// the removed holder's own process, waiting with a later attempt: it wants the key still.
+func TestForceReleaseGrantsTheRemovedHoldersLaterAttempt(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
+		lc := cfg(t, "forceown")
+		la, _ := a.lock(t, lc, true, 1)
+		later, r := a.lock(t, lc, true, 1)
+		if r.Outcome != processor.Held {
+			t.Fatalf("the later attempt = %+v, want held (by %s)", r, la)
+		}
+		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Released || r.Next != later {
+			t.Fatalf("ForceRelease of %s = %+v, %v; want granted to its process's later attempt %s", la, r, err, later)
+		}
+		if in := inspect(t, a, lc); in.Holder != later || len(in.Waiting) != 0 {
+			t.Fatalf("after the force: %+v, want %s holding and nobody in line", in, later)
+		}
+	})
+}
+
+// An operator's removal of a locker of another form (of no process of dlock's: it has no
+// settled mark nor channel) tells the processes in line, as a release does, and nobody else:
+// not the operator's own process.
+func TestForceReleaseOfALockerOfAnotherFormTellsNoOtherProcess(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		op, b := newProc(t, c, "op-"), newProc(t, c, "pb-")
+		lc := cfg(t, "forceforeign")
+		ps := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+":*")
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
+			t.Fatal(err)
+		}
+		const foreign = "javaholder"
+		if r, err := op.Lock(ctx, lc, processor.LockRequest{Locker: foreign, Tokens: 1}); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("Lock with %q = %+v, %v; want taken", foreign, r, err)
+		}
+		lb, _ := b.lock(t, lc, true, 1)
+		if r, err := op.ForceRelease(ctx, lc, foreign); err != nil || r.Next != lb {
+			t.Fatalf("ForceRelease = %+v, %v; want granted to %s", r, err, lb)
+		}
+		// (then a message of the test's own to op-: what the force told it comes before it)
+		if err := c.Publish(ctx, processor.ProcessChannel(lc, "op-"), "R|end-of-test|0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, want := range []string{"pb-", "op-"} {
+			msg, err := ps.ReceiveMessage(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to := strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":")
+			m, _ := processor.ParseMessage(msg.Payload)
+			switch {
+			case to != want:
+				t.Fatalf("%q told to %s, want a message to %s", msg.Payload, to, want)
+			case want == "pb-" && (!m.Granted || m.Locker != lb):
+				t.Fatalf("pb- told %q, want the grant", msg.Payload)
+			case want == "op-" && m.From != "end-of-test":
+				t.Fatalf("op- told %q by the force, want nothing", msg.Payload)
+			}
+		}
+	})
+}
+
 // An acquisition an operator removed is settled: a late copy of the request that took the key
 // cannot take it back once it is free again, and the holder's renewals and release say the key
 // is gone, so that it learns of the loss.
