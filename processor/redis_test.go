@@ -2042,6 +2042,29 @@ func TestLateLeaveKeepsTheKeyOfALaterAttempt(t *testing.T) {
 	})
 }
 
+// A leave of a process that waits again, with a later attempt, while an attempt it settles
+// holds the key (a grant it no longer wanted) lets the key go to the first in line as a release
+// does: to that later attempt, when it is first.
+func TestLeaveGrantsTheProcesssLaterAttempt(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		b, d := newProc(t, c, "pb-"), newProc(t, c, "pd-")
+		lc := cfg(t, "leaveown")
+		lb, _ := b.lock(t, lc, true, 1)
+		later, r := b.lock(t, lc, true, 1)
+		if r.Outcome != processor.Held {
+			t.Fatalf("the later attempt = %+v, want held (by %s)", r, lb)
+		}
+		ld, _ := d.lock(t, lc, true, 1) // behind it
+		if r, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: lb}); err != nil || r.Outcome != processor.Released || r.Next != later {
+			t.Fatalf("the leave up to %s = %+v, %v; want the key granted to the later attempt %s", lb, r, err, later)
+		}
+		if in := inspect(t, b, lc); in.Holder != later || !slices.Equal(in.Waiting, []string{"pd-"}) {
+			t.Fatalf("after the leave: %+v, want %s holding and %s in line", in, later, ld)
+		}
+	})
+}
+
 // A request older than the acquisition of its owner that holds the key is a stale copy: it is
 // refused (settled), and does not put its process in line behind itself, nor take the key
 // once that holding is gone.
