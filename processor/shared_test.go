@@ -1506,8 +1506,8 @@ func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
 			return a.SharedRefill(ctx, lc, sem3, held, 3)
 		},
 	} {
-		if r, err := do(); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) {
-			t.Fatalf("%s with room for two = %+v, %v; want the refusal naming the counter", name, r, err)
+		if r, err := do(); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) || !strings.Contains(err.Error(), "no room for 3 more tokens") || !strings.Contains(err.Error(), "set it lower or delete it") {
+			t.Fatalf("%s with room for two = %+v, %v; want the refusal naming the counter, saying there is no room and what to do", name, r, err)
 		}
 		if got := c.Get(ctx, fence).Val(); got != "9007198180999165" {
 			t.Fatalf("%s left the counter at %s", name, got)
@@ -1532,6 +1532,71 @@ func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
 	set("abc")
 	if r, err := a.SharedReleaseThenTake(ctx, lc, sem3, held, 0, 0, 0, processor.TakeRequest{Locker: a.locker(), N: 1, Tokens: 1}); !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) {
 		t.Fatalf("a release and take with a counter of %q = %+v, %v; want the refusal naming the counter", "abc", r, err)
+	}
+}
+
+// A fencing counter that holds what no script writes (a word, or 2^53 - 2^30 itself: a whole
+// number, but past the last token a script hands out) is refused by every request of the
+// family, before it writes, the refusal naming the counter and saying it holds no fencing
+// token: a renewal and a release that reserve nothing, an operator's force, a change of the
+// count and an inspection too, not only what reserves tokens. Every key is left as it was.
+func TestSharedCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
+	srv.NeedReal(t)
+	for _, v := range []string{"abc", "9007198180999168"} {
+		t.Run(v, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			ctx := context.Background()
+			lc := cfg(t, "shared-corrupt")
+			a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+			la, lb := a.locker(), b.locker()
+			if r := a.take(t, lc, sem3, la, 2, true); r.Outcome != processor.Taken {
+				t.Fatalf("A's take: %+v", r)
+			}
+			if r := b.take(t, lc, sem3, lb, 2, true); r.Outcome != processor.Held {
+				t.Fatalf("B's take: %+v", r)
+			}
+			fence := processor.SharedKeys(lc)[5]
+			if err := c.Set(ctx, fence, v, redis.KeepTTL).Err(); err != nil {
+				t.Fatal(err)
+			}
+			type state struct {
+				dump string
+				pttl time.Duration
+			}
+			snapshot := func() map[string]state {
+				out := map[string]state{}
+				for _, k := range processor.SharedKeys(lc) {
+					out[k] = state{c.Dump(ctx, k).Val(), c.PTTL(ctx, k).Val()}
+				}
+				return out
+			}
+			before := snapshot()
+			for _, op := range []struct {
+				name string
+				do   func() error
+			}{
+				{"renew", func() error { _, err := a.SharedRenew(ctx, lc, sem3, la); return err }},
+				{"release", func() error { _, err := a.SharedRelease(ctx, lc, sem3, la); return err }},
+				{"take", func() error {
+					_, err := b.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: lb, N: 2, Wait: true})
+					return err
+				}},
+				{"force", func() error { _, err := b.SharedForce(ctx, lc, sem3, la); return err }},
+				{"set permits", func() error { return b.SetPermits(ctx, lc, 4) }},
+				{"inspect", func() error { _, err := b.SharedInspect(ctx, lc, sem3); return err }},
+			} {
+				err := op.do()
+				if !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) || !strings.Contains(err.Error(), "not a fencing token") {
+					t.Fatalf("%s with a counter of %s: %v; want the refusal naming the counter, which holds no fencing token", op.name, v, err)
+				}
+				for k, s := range before {
+					if got := snapshot()[k]; got.dump != s.dump || got.pttl > s.pttl {
+						t.Fatalf("%s changed %s: %+v, before %+v", op.name, k, got, s)
+					}
+				}
+			}
+		})
 	}
 }
 
