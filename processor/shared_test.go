@@ -332,6 +332,47 @@ func TestSharedLineEntriesLiveAnEntrysTime(t *testing.T) {
 	}
 }
 
+// A line entry counts through the millisecond its expiry names (as a holding does, and as
+// Redis keeps a key through its own): at that millisecond it still holds off a take that
+// does not fit behind it, and an inspection shows it; from the next it is dropped. (On
+// miniredis, whose clock the test stops; the waiter listens, so its entry counts however long
+// ago it was renewed.)
+func TestSharedLineEntryCountsThroughItsExpiryMillisecond(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "entryexpiry") // 1 s: an entry lives 2 s
+	long, _ := lc.WithLease(20 * time.Second)
+	a, b, d := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+	listen(t, c, lc, "B-")
+	la := a.locker()
+	if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Taken {
+		t.Fatalf("3 of 3: %+v", r)
+	}
+	if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("1 more: %+v", r)
+	}
+	tick(processor.EntryTTL(lc)) // B-'s entry expires at this very millisecond
+	a.letGo(t, long, sem3, la)
+	if in, err := d.SharedInspect(ctx, lc, sem3); err != nil || len(in.Waiting) != 1 || in.Waiting[0].Owner != "B-" {
+		t.Fatalf("inspection at the entry's expiry millisecond = %+v, %v; want B- in line", in, err)
+	}
+	if r := d.take(t, lc, sem3, d.locker(), 3, false); r.Outcome != processor.Held {
+		t.Fatalf("every permit, asked at the expiry millisecond of B-'s entry: %+v; want held off by it", r)
+	}
+	tick(time.Millisecond)
+	if in, err := d.SharedInspect(ctx, lc, sem3); err != nil || len(in.Waiting) != 0 {
+		t.Fatalf("inspection a millisecond past the entry's expiry = %+v, %v; want nobody in line", in, err)
+	}
+	if r := d.take(t, lc, sem3, d.locker(), 3, false); r.Outcome != processor.Taken {
+		t.Fatalf("every permit, asked a millisecond past B-'s entry's expiry: %+v", r)
+	}
+}
+
 // A holding's renewals (and copies of its take) only ever lengthen its life: a late copy of one
 // with a shorter lease, after an Extend with a longer one, cuts nothing short.
 func TestSharedRenewalsNeverShorten(t *testing.T) {
@@ -1999,6 +2040,55 @@ func TestSharedLineJudgesAProcessThatDoesNotListenByItsRenewals(t *testing.T) {
 			t.Fatalf("B- passed the entry of a version before the facts: %+v", r)
 		}
 	})
+}
+
+// An entry of a process that does not listen counts through the very millisecond a third of
+// its lease after it was renewed (within a third of its lease, counts): at that millisecond it
+// still holds off a process behind it, and an inspection shows it; from the next it is passed
+// over. (On miniredis, whose clock the test stops.)
+func TestSharedUnheardEntryCountsThroughAThirdOfItsLease(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	lc, err := domain.NewDLockConfig("PROC", fresh("third-"+t.Name()), 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, _ := lc.WithLease(20 * time.Second)
+	quiet, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: false, Mark: "Q-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, q, b := newProc(t, c, "A-"), &proc{RedisLockProcessor: quiet, mark: "Q-"}, newProc(t, c, "B-")
+	listen(t, c, lc, "B-") // (B- listens: its own entry counts throughout)
+	la := a.locker()
+	if r := a.take(t, long, sem3, la, 3, true); r.Outcome != processor.Taken {
+		t.Fatalf("3 of 3: %+v", r)
+	}
+	if r := q.take(t, lc, sem3, q.locker(), 3, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("Q-: %+v", r)
+	}
+	tick(time.Millisecond) // (B- joins the line after Q-)
+	lb := b.locker()
+	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+		t.Fatalf("B- behind Q-: %+v", r)
+	}
+	tick(499 * time.Millisecond) // exactly a third of Q-'s lease since it renewed its entry
+	a.letGo(t, long, sem3, la)
+	if in, err := b.SharedInspect(ctx, lc, sem3); err != nil || len(in.Waiting) != 2 || in.Waiting[0].Owner != "Q-" {
+		t.Fatalf("inspection a third of Q-'s lease after its renewal = %+v, %v; want Q- first in line", in, err)
+	}
+	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held {
+		t.Fatalf("B- a third of Q-'s lease after Q- renewed: %+v; want held behind Q-", r)
+	}
+	tick(time.Millisecond)
+	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Taken {
+		t.Fatalf("B- a millisecond later: %+v; want Q- passed over", r)
+	}
 }
 
 // A lowered count tells F to each process in line that asks for more than the new count (it
