@@ -195,6 +195,24 @@ func TestSharedLateAndRepeatedRequests(t *testing.T) {
 		if r := a.take(t, lc, sem3, before, 1, true); r.Outcome != processor.Settled {
 			t.Fatalf("a late copy of the attempt the later one took the place of: %+v", r)
 		}
+		// and so is its first copy that comes after the later attempt took its permits and left
+		// the line
+		if r := a.take(t, lc, sem3, after, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("the later attempt: %+v", r)
+		}
+		a.letGo(t, lc, sem3, after)
+		before, after = a.locker(), a.locker()
+		hold = b.locker()
+		b.take(t, lc, sem3, hold, 3, true)
+		a.take(t, lc, sem3, before, 1, true)
+		a.take(t, lc, sem3, after, 1, true)
+		b.letGo(t, lc, sem3, hold)
+		if r := a.take(t, lc, sem3, after, 1, true); r.Outcome != processor.Taken {
+			t.Fatalf("the later attempt: %+v", r)
+		}
+		if r := a.take(t, lc, sem3, before, 1, true); r.Outcome != processor.Settled {
+			t.Fatalf("a late copy of the attempt the later one took the place of, once the later one holds: %+v", r)
+		}
 	})
 }
 
