@@ -281,6 +281,40 @@ func TestSharedHoldingsExpire(t *testing.T) {
 	}
 }
 
+// A holding counts through the millisecond its lease ends (as Redis keeps a key through its
+// own expiry): at that millisecond an inspection shows it, with nothing left of its lease, and
+// its permits hold off a take; from the next it is gone, and its permits are free. (On
+// miniredis, whose clock the test stops.)
+func TestSharedHoldingCountsThroughItsExpiryMillisecond(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "holdingexpiry") // 1 s
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	la := a.locker()
+	if r := a.take(t, lc, sem3, la, 3, true); r.Outcome != processor.Taken {
+		t.Fatalf("3 of 3: %+v", r)
+	}
+	tick(lc.Lease()) // A-'s holding expires at this very millisecond
+	if in, err := b.SharedInspect(ctx, lc, sem3); err != nil || len(in.Holdings) != 1 || in.Holdings[0].Locker != la || in.Holdings[0].TTL != 0 {
+		t.Fatalf("inspection at the holding's expiry millisecond = %+v, %v; want A-'s holding, with nothing left", in, err)
+	}
+	if r := b.take(t, lc, sem3, b.locker(), 1, false); r.Outcome != processor.Held {
+		t.Fatalf("a permit asked at the expiry millisecond of the holding of all 3: %+v; want held off", r)
+	}
+	tick(time.Millisecond)
+	if in, err := b.SharedInspect(ctx, lc, sem3); err != nil || len(in.Holdings) != 0 {
+		t.Fatalf("inspection a millisecond past the holding's expiry = %+v, %v; want no holding", in, err)
+	}
+	if r := b.take(t, lc, sem3, b.locker(), 3, false); r.Outcome != processor.Taken {
+		t.Fatalf("every permit, a millisecond past the holding's expiry: %+v", r)
+	}
+}
+
 // A holding that ran out stays settled as long as a copy of its own process's take may come
 // (that process's mark life), whoever's request finds it run out: processes may give the lock
 // type different leases, and a process with a short one, pruning the holding, must not settle
@@ -1345,6 +1379,29 @@ func TestSharedDowngradeTellsTheReadersInLine(t *testing.T) {
 	if exp := c.ZRange(ctx, processor.SharedKeys(lc)[1], 0, -1).Val(); len(exp) != 1 || exp[0] != rl {
 		t.Fatalf("the holdings' leases after a downgrade: %v, want the read-hold's alone", exp)
 	}
+}
+
+// A take that replaces a holding of its process by as many permits frees none: it tells no
+// one in line (a process whose permits fit was told as they came free, and is not told again).
+func TestSharedReplacingTakeOfAsManyPermitsTellsNobody(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := context.Background()
+	lc := cfg(t, "sametell")
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	la, lx := a.locker(), a.locker()
+	a.take(t, lc, sem3, la, 2, true)
+	a.take(t, lc, sem3, lx, 1, true)
+	h := listen(t, c, lc, "B-")
+	if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held {
+		t.Fatalf("B- beside 3 of 3 held: %+v", r)
+	}
+	a.letGo(t, lc, sem3, lx)
+	h.next("B-", "F") // its permit fits now
+	if r, err := a.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 2, Replaces: la}); err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("A-'s 2 permits replaced by 2: %+v, %v", r, err)
+	}
+	h.quiet("B-")
 }
 
 // Permits that came free when a holding's lease ran out are told to the line by whatever
