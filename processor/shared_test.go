@@ -1183,7 +1183,7 @@ func TestSharedReleaseStandsInLineAgain(t *testing.T) {
 func TestSharedRenewalNamesTheTokenItWasTakenWith(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		lc := cfg(t, "origin")
+		lc, _ := cfg(t, "origin").WithLease(5 * time.Second) // (no holding runs out in a stall)
 		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
 		l := a.locker()
 		r := a.take(t, lc, sem3, l, 2, true)
@@ -1387,7 +1387,7 @@ func TestSharedReplacingTakeOfAsManyPermitsTellsNobody(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
-	lc := cfg(t, "sametell")
+	lc, _ := cfg(t, "sametell").WithLease(10 * time.Second) // (no holding runs out, freeing permits, in a stall)
 	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
 	la, lx := a.locker(), a.locker()
 	a.take(t, lc, sem3, la, 2, true)
@@ -1664,7 +1664,7 @@ func TestSharedCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 			c := srv.Client()
 			defer c.Close()
 			ctx := context.Background()
-			lc := cfg(t, "shared-corrupt")
+			lc, _ := cfg(t, "shared-corrupt").WithLease(10 * time.Second) // (no key runs out in a stall)
 			a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
 			la, lb := a.locker(), b.locker()
 			if r := a.take(t, lc, sem3, la, 2, true); r.Outcome != processor.Taken {
