@@ -885,6 +885,57 @@ func TestForceReleaseWhoseReplyIsLostTellsATenureWhoseTakeWasOnItsWay(t *testing
 	}
 }
 
+// A ForceRelease of another locker of the same key in this Generator (one that holds
+// nothing: an operator forcing a stale holder), answered between the lost-reply force of a
+// take's locker and that take's answer, does not let the tenure the answer begins count the
+// key its own until its first renewal (45 s on) while another process holds it.
+func TestForceReleaseWhoseReplyIsLostTellsATenureWhoseTakeWasOnItsWayDespiteAForceOfAnother(t *testing.T) {
+	c := srv.Client()
+	preload(t, c) // (each request one EVALSHA that runs)
+	arm, ran, open := gateScript(c, "lock")
+	defer open()
+	var forces atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && scriptIs("force")(cmd.Args()) && forces.Add(1) == 1 {
+			cmd.SetErr(injectedTimeout{}) // it ran; its reply is lost
+			return cmd.Err()
+		}
+		return err
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart
+	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	l, l2 := mustGen(t, g, "FORCE", tg, time.Minute), mustGen(t, g2, "FORCE", tg, time.Minute)
+	ctx := ctxT(t, 40*time.Second)
+	arm()
+	got := rgLockAsync(l, ctx)
+	recv(t, ran, "the take")
+	st, err := l.State(ctx)
+	if err != nil || st.Holder == "" {
+		t.Fatalf("State %+v, %v: want the key held", st, err)
+	}
+	if _, err := l.ForceRelease(ctx, st.Holder); err == nil {
+		t.Fatal("setup: the ForceRelease's reply was not lost")
+	}
+	if removed, err := l.ForceRelease(ctx, st.Holder+"-stale"); removed || err != nil {
+		t.Fatalf("setup: the force of a locker that holds nothing = %v, %v", removed, err)
+	}
+	o2, ok, err := l2.TryLock(ctx) // another process takes the key the force let go
+	if err != nil || !ok {
+		t.Fatalf("the other process's TryLock = %v, %v", ok, err)
+	}
+	defer o2.Unlock()
+	open() // the take's answer (taken: it ran before the force) comes now
+	r := rgRecv(t, got, 15*time.Second, "the Lock")
+	if r.err != nil {
+		return // (refused: the tenure found removed before Lock returned)
+	}
+	if !rgWaitUntil(15*time.Second, func() bool { return errors.Is(context.Cause(r.owned), dlock.ErrLockLost) }) {
+		t.Fatalf("two owners: the tenure removed by its own Generator's ForceRelease still counts the key held beside another process (cause %v)", context.Cause(r.owned))
+	}
+}
+
 // A process told that an operator removed its acquisition (ForceRelease from another
 // process, whose message names the acquisition's locker) while the request that took the key
 // for it is still on its way back does not count the key its own when the answer comes: the

@@ -194,10 +194,14 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 		// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
 		// removed by an earlier copy of this request whose reply was lost: a tenure of this
 		// Generator under holder renews at once, and learns whether it still holds — also one
-		// whose take's (or grant's) answer is on its way, once it begins (unsure).
+		// whose take's (or grant's) answer is on its way, once it begins (unsure). Only a locker
+		// that may still begin a tenure here is recorded (the open attempt's, or the ask's in
+		// flight): a force of another (a stale holder, another process's) must not replace it.
 		if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
 			st.mu.Lock()
-			st.unsure = holder
+			if a := st.line.attempt; a != nil && a.locker == holder || st.phase == asking && st.asking == holder {
+				st.unsure = holder
+			}
 			st.mu.Unlock()
 		}
 		l.g.checkTenure(l.cfg.UniqueKey(), holder)
