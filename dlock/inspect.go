@@ -169,7 +169,9 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 // request, sent again by the client after a lost reply, finds the holder gone and cannot
 // remove the key of whoever acquired after it.
 //
-// A holder in this Generator learns of its loss at once; one elsewhere learns of it at its
+// A holder in this Generator learns of its loss at once (when the force's outcome is unknown —
+// Redis failed, ctx ended — it asks Redis at once, after any answer of its own on its way, and
+// so does a holding an answer on its way begins with holder); one elsewhere learns of it at its
 // next renewal (within three quarters of its lease) or release, as of any loss, so until then
 // two processes may act as owners — use fencing tokens downstream. It returns ErrInvalidConfig
 // for an empty holder, a *RedisProcessError when Redis failed, ctx's error when ctx ended
