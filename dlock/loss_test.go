@@ -1012,3 +1012,65 @@ func TestReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
 		})
 	}
 }
+
+// A release retried in the background whose request was sent while the lease lasted but ran in
+// Redis only after the key had expired with it (held up on its way: a slow network, a busy
+// server, a connection being dialled) finds the key gone: that is no loss — the key went with
+// its lease, as it would have had the release gone through — and nothing is reported. Only an
+// answer that came before the lease ran out tells that the key was taken from the holding.
+func TestReleaseRetryThatRanAfterTheLeaseRanOutReportsNoLoss(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	admin := rawClient(t)
+	var k string
+	var releases atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !scriptIs("release")(cmd.Args()) {
+			return next(ctx, cmd)
+		}
+		switch releases.Add(1) {
+		case 1: // the Unlock's: it fails after a while (the retry is sent with half the lease left)
+			time.Sleep(time.Second)
+			cmd.SetErr(errInjected)
+			return errInjected
+		case 2: // the retry: on its way until the key has expired with its lease
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if n, _ := admin.Exists(context.Background(), k).Result(); n == 0 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	rec := &recorder{}
+	core, logs := zapobserver.New(zap.WarnLevel)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := g.Gen("RETRYLATE", uniqueTarget(t))
+	k = key(l)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *dlock.RedisProcessError
+	if err := l.Unlock(o); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+		t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+	}
+	if err := g.Close(ctxT(t, 20*time.Second)); err != nil { // (it waits for the retry)
+		t.Fatalf("Close = %v", err)
+	}
+	if n := releases.Load(); n != 2 {
+		t.Fatalf("setup: %d releases sent, want 2 (the Unlock's and its retry)", n)
+	}
+	rec.mu.Lock()
+	lost := slices.Clone(rec.lost)
+	rec.mu.Unlock()
+	warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+	if len(lost) != 0 || warned != 0 {
+		t.Fatalf("a retry that ran after the key expired with its lease reported %d losses (%+v), %d warnings; want none", len(lost), lost, warned)
+	}
+}

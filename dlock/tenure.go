@@ -457,20 +457,21 @@ var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: t
 // closed client. Close waits for it, unless Close's own context ends first. It returns nil
 // when Redis answered (the key let go, or not the locker's), the last failure when it gave up,
 // and errLostBeforeRelease when the locker held the key until held by this process's clock
-// (a tenure whose release failed; zero for none) and an answer to a request sent before then
-// found the key gone or another's.
+// (a tenure whose release failed; zero for none) and an answer that came before then found the
+// key gone or another's (Redis ran it while the lease lasted).
 func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.Time) error {
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
-		sent := time.Now()
 		res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
 			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
 		})
 		cancel()
 		if err == nil {
-			if res.Outcome == processor.Gone && sent.Before(held) {
+			// (Judged by the answer's arrival, not the request's send: a request sent in time
+			// may have run after the key expired with its lease, held up on its way.)
+			if res.Outcome == processor.Gone && time.Now().Before(held) {
 				return errLostBeforeRelease
 			}
 			return nil
