@@ -1445,3 +1445,53 @@ func TestFirstInLineWhileLingeringStartsNoPoller(t *testing.T) {
 		t.Errorf("after A's state was dropped and its Generator closed, its poller is set to fire in %v", time.Until(at).Round(time.Millisecond))
 	}
 }
+
+// A Close whose release Redis never answers (nor the retries of it, until its lease ran out)
+// reports a *RedisProcessError naming the key, for the mutex, the read-write lock and the
+// semaphore alike: not a bare deadline, which says nothing of Redis and reads as Close's own
+// context ending.
+func TestCloseReportsAReleaseRedisNeverAnswered(t *testing.T) {
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			var silent atomic.Bool
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !silent.Load() || !isRelease(cmd.Args()) {
+					return next(ctx, cmd)
+				}
+				<-ctx.Done() // no answer, and the client gives up a little after the request's context
+				time.Sleep(50 * time.Millisecond)
+				cmd.SetErr(ctx.Err())
+				return ctx.Err()
+			}})
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t, 30*time.Second)
+			tg := uniqueTarget(t)
+			var owned *dlock.Owner
+			switch kind {
+			case "mutex":
+				owned, err = mustGen(t, g, "CLOSESILENT", tg, time.Second).Lock(ctx)
+			case "rw":
+				owned, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				owned, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			silent.Store(true)
+			err = g.Close(ctx)
+			var pe *dlock.RedisProcessError
+			if !errors.As(err, &pe) || ctx.Err() != nil {
+				t.Fatalf("Close with its release never answered = %v (%T), want a *RedisProcessError", err, err)
+			}
+			if !errors.Is(context.Cause(owned), dlock.ErrClosed) {
+				t.Fatalf("the Owner after Close: %v, want ErrClosed", context.Cause(owned))
+			}
+		})
+	}
+}

@@ -438,6 +438,13 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 			}
 		}
 		if r.retried != nil {
+			var pe *RedisProcessError
+			switch {
+			case errors.Is(err, errLate): // (no answer within a lease: Close's error names Redis and the key)
+				err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
+			case err != nil && !errors.Is(err, ErrLockLost) && !errors.As(err, &pe):
+				err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: err}
+			}
 			r.retried <- err
 		}
 		st.mu.Lock()
