@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -2587,5 +2588,61 @@ func TestRelockTryLockLeavesNoPollerRunning(t *testing.T) {
 	}
 	if at, set := ga.PollDue(key(la))(); set {
 		t.Fatalf("after the TryLock, with no goroutine waiting, the poller is set to ask in %v", time.Until(at).Round(time.Millisecond))
+	}
+}
+
+// A relocking release whose reply is lost (it ran: the key went to the next process, and this
+// one stood in line again) is retried in the background; while the retry's replies keep
+// being lost, the process, in which no goroutine wants the key, leaves the line at once (the
+// release's end settles the attempt it stood in line with), not once the retry is answered:
+// else the key would be granted to its place when the next holder lets go, and nobody would
+// pass it on until the retry gave up — a lease (30 s here) in which the process after it
+// waits for a key nobody holds.
+func TestRelockWhoseReleaseReplyIsLostLeavesTheLine(t *testing.T) {
+	const lease = 30 * time.Second
+	ga, cla := newGen(t)
+	gb, _ := newGen(t)
+	gc, _ := newGen(t)
+	ga.Relock(10 * time.Second)
+	la := mustGen(t, ga, "RELOCK", target(t), lease)
+	lb := mustGen(t, gb, "RELOCK", target(t), 5*time.Second)
+	lc := mustGen(t, gc, "RELOCK", target(t), 5*time.Second)
+	ctx := ctxT(t, 60*time.Second)
+	a := takeAfterWaiting(t, ctx, la, lb)
+	bOwner := lockAsync(t, lb, ctx)
+	inLine(t, ctx, la, 1)
+
+	var lost atomic.Bool // a's releases run, and their replies are lost
+	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && lost.Load() && scriptIs("release")(cmd.Args()) {
+			err = errors.New("i/o timeout (reply lost)")
+			cmd.SetErr(err)
+		}
+		return err
+	}})
+	lost.Store(true)
+	defer lost.Store(false) // (so that the Generator's Close at the end finds the retry answered)
+	var pe *dlock.RedisProcessError
+	if err := a.Unlock(); !errors.As(err, &pe) {
+		t.Fatalf("a's Unlock with its reply lost = %v, want a *RedisProcessError", err)
+	}
+	b := recv(t, bOwner, "b's Lock") // granted to b by a's release, which stood a in line again
+	cGot := lockOnce(ctx, lc)
+	waitFor(t, func() bool {
+		st, _ := lc.State(ctx)
+		return slices.Contains(st.Waiting, gc.LockerPrefix())
+	})
+	if err := lb.Unlock(b); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cGot:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // (within milliseconds when a is out of line)
+		st, _ := la.State(ctx)
+		t.Fatalf("c still waits: the key was granted to a's place in line (holder %q, a's prefix %q), which nobody in a wants", st.Holder, ga.LockerPrefix())
 	}
 }
