@@ -86,6 +86,11 @@ type holding struct {
 	state holdState // guarded by mu
 	count int       // holds while held; guarded by mu
 	cause error     // why it was lost; guarded by mu
+
+	// released, set by its final Unlock's release (lockState.unlock) on the goroutine that
+	// runs release, is closed once the ReleaseEvent was reported: a loss the release's
+	// background retry finds is reported after it.
+	released chan struct{}
 }
 
 // newHolding makes the holding of an acquisition made with cfg under t, with token. The
@@ -162,6 +167,9 @@ func (h *holding) release(ctx context.Context, cause error) error {
 		st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: err})
 	}
 	st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: err})
+	if h.released != nil {
+		close(h.released)
+	}
 	st.g.unref(st)
 	if err != nil && !errors.Is(err, ErrLockLost) {
 		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))

@@ -1074,3 +1074,79 @@ func TestReleaseRetryThatRanAfterTheLeaseRanOutReportsNoLoss(t *testing.T) {
 		t.Fatalf("a retry that ran after the key expired with its lease reported %d losses (%+v), %d warnings; want none", len(lost), lost, warned)
 	}
 }
+
+// releaseThenLoss is an Observer whose Released takes its time (an exporter, say): up to wait,
+// or until a loss is reported meanwhile. It records what it was told, in order, each event
+// once its call returned.
+type releaseThenLoss struct {
+	recorder
+	wait     time.Duration
+	lostCame chan struct{}
+	once     sync.Once
+	mu2      sync.Mutex
+	order    []string
+}
+
+func (o *releaseThenLoss) Released(e dlock.ReleaseEvent) {
+	select {
+	case <-o.lostCame:
+	case <-time.After(o.wait):
+	}
+	o.recorder.Released(e)
+	o.mu2.Lock()
+	o.order = append(o.order, "released")
+	o.mu2.Unlock()
+}
+
+func (o *releaseThenLoss) Lost(e dlock.LossEvent) {
+	o.once.Do(func() { close(o.lostCame) })
+	o.recorder.Lost(e)
+	o.mu2.Lock()
+	o.order = append(o.order, "lost")
+	o.mu2.Unlock()
+}
+
+// The loss that the background retry of an Unlock's failed release finds is reported after
+// that Unlock's ReleaseEvent, as LossEvent's doc says, even when the Observer takes its time
+// over the release: the retry does not tell the Observer of the loss while it is still being
+// told of the release (an Observer that keeps a holding's events in order would see the loss
+// of a holding it has not seen released yet).
+func TestReleaseRetryReportsTheLossAfterTheRelease(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	admin := rawClient(t)
+	var k string
+	var armed atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !scriptIs("release")(cmd.Args()) || !armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		admin.Del(ctx, k) // removed behind its back, then the release fails once
+		cmd.SetErr(errInjected)
+		return errInjected
+	}})
+	obs := &releaseThenLoss{wait: 2 * time.Second, lostCame: make(chan struct{})}
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second), dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := g.Gen("RETRYORDER", uniqueTarget(t))
+	k = key(l)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	var pe *dlock.RedisProcessError
+	if err := l.Unlock(o); !errors.As(err, &pe) {
+		t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError", err)
+	}
+	if err := g.Close(ctxT(t, 20*time.Second)); err != nil { // (it waits for the retry)
+		t.Fatalf("Close = %v", err)
+	}
+	obs.mu2.Lock()
+	defer obs.mu2.Unlock()
+	if !slices.Equal(obs.order, []string{"released", "lost"}) {
+		t.Fatalf("the Observer was told %v; want the release, then the loss its retry found", obs.order)
+	}
+}

@@ -270,7 +270,10 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 		stay = &h.cfg // (its handle's lease, not one an Extend set for the tenure: the goroutine that comes back takes it anew)
 	}
 	release := st.releaseLocked(stay)
+	released := make(chan struct{})
+	h.released = released              // (closed by h.release once the ReleaseEvent was reported)
 	release.lost = func(cause error) { // (h has ended: no call of its owner reads it any more)
+		<-released // after the ReleaseEvent, which the Unlock reports once this release returns
 		st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
 	}
 	st.mu.Unlock()
