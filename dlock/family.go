@@ -942,15 +942,11 @@ func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 	}
 	if so.hold.ctx.Err() != nil {
 		// lost or closed before this Unlock: that was told then (Lost, or Released by Close's
-		// driver) — but a loss whose callback had not run yet (stopped here) is told here
+		// driver; the holding's callback, started as its context ended, tells the loss)
 		cause := context.Cause(so.hold.ctx)
-		untold := so.stop()
 		so.end(cause) // (the owner context may not have heard yet: it ends with the loss, not Canceled)
 		st.mu.Unlock()
 		st.poke()
-		if untold && errors.Is(cause, ErrLockLost) {
-			st.g.observer.Lost(so.loss(cause))
-		}
 		return cause
 	}
 	cause := error(nil)
