@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -142,8 +143,9 @@ import (
 //	    *RedisProcessError in its chain, a Lock's last attempt included, whose cause is not the
 //	    call's own deadline running out first on a loaded machine) although no restart
 //	    and no fault aimed at its process was under way from two leases before the call to
-//	    its end, nor — for an answer that came too late — a stall of its process during the
-//	    call. no-progress: a helper that ran 5 s or more without acquiring once. hang: a
+//	    its end, nor — for an answer that came too late — a stall of its process, or of the
+//	    way to Redis (this process's proxies, redis-server: watchPath), during the call.
+//	    no-progress: a helper that ran 5 s or more without acquiring once. hang: a
 //	    helper still running endSlack (25 s) after the end (it gets SIGQUIT, so its goroutines
 //	    are dumped, then SIGKILL); helper-failed: a helper that exited with an error or without
 //	    its exit line; close-error: its Generator's Close failed.
@@ -190,11 +192,13 @@ func TestHistory(t *testing.T) {
 	r.end = r.t0 + int64(dur)
 	r.current = make([]*histProc, r.procs)
 	r.incarnations = make([]int, r.procs)
+	stopPath := r.watchPath()
 	for slot := range r.procs {
 		r.start(slot)
 	}
 	r.injectFaults()
 	r.waitHelpers()
+	stopPath()
 	r.checkLeftovers()
 	r.analyse()
 	r.report()
@@ -248,6 +252,7 @@ type histRun struct {
 	incarnations []int
 	faults       []histFault
 	stalls       map[string][]histFault // by helper: the stalls it logged (see watchStalls)
+	pathStalls   []histFault            // stalls of the way to the lock's Redis (see watchPath)
 
 	// Leftovers in the lock's Redis: right after the helpers exited, and 3 leases later.
 	leftNow, leftLater []string
@@ -901,7 +906,7 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 		default:
 			bound = histCallSlack
 		}
-		if c.Redis && !r.faultNear(p.id, c.Start, c.End) && !(timeError(c.Err) && r.stalledDuring(p.id, c.Start, c.End)) {
+		if c.Redis && !r.faultNear(p.id, c.Start, c.End) && !(timeError(c.Err) && (r.stalledDuring(p.id, c.Start, c.End) || r.pathStalledDuring(c.Start, c.End))) {
 			r.violate("redis-error-without-fault", "proc %s g%d #%d %s: %s returned a Redis error with no fault on its process or restart in the two leases before: %s (call %s–%s)",
 				rec.Proc, rec.G, rec.Seq, rec.Key, c.Kind, c.Err, r.rel(c.Start), r.rel(c.End))
 		}
@@ -941,6 +946,62 @@ func timeError(err string) bool {
 		}
 	}
 	return false
+}
+
+// pathStalledDuring reports whether the way to the lock's Redis stalled between from and to.
+func (r *histRun) pathStalledDuring(from, to int64) bool {
+	for _, w := range r.pathStalls {
+		if w.Start < to && w.End > from {
+			return true
+		}
+	}
+	return false
+}
+
+// watchPath logs the stalls of the helpers' way to the lock's Redis, which their own
+// watchStalls does not see: this process (it runs their fault proxies) running nothing for
+// histStallMin or more, or the lock's redis-server taking that long to answer a PING sent
+// from here every histStallTick. On a loaded machine a family request (bounded by a third of
+// the lease, 133 ms) got no answer in time while its helper ran on: rule (4) took it for a
+// Redis error without a fault. It returns a function that stops the watcher and waits for it.
+func (r *histRun) watchPath() (stop func()) {
+	c := redis.NewClient(&redis.Options{Addr: r.lockSrv.Addr, MaxRetries: -1, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	done, stopped := make(chan struct{}), make(chan struct{})
+	var stalls []histFault
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(histStallTick)
+		defer tick.Stop()
+		last := monoNow()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now := monoNow()
+			if now-last >= int64(histStallMin) { // this process, the proxies with it, ran nothing
+				stalls = append(stalls, histFault{Kind: "stall", Start: last, End: now})
+			}
+			err := c.Ping(context.Background()).Err()
+			last = monoNow()
+			if err == nil && last-now >= int64(histStallMin) { // Redis (or the way to it) was slow
+				stalls = append(stalls, histFault{Kind: "stall", Start: now, End: last})
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(done)
+			<-stopped
+			_ = c.Close()
+			r.pathStalls = stalls
+		})
+	}
+	r.t.Cleanup(stop) // (also on a Fatal before the test stops it)
+	return stop
 }
 
 // stalledDuring reports whether proc logged a stall between from and to.
@@ -1372,6 +1433,11 @@ func (r *histRun) report() {
 	fmt.Fprintf(&b, "  faults: %d %v; operators' ForceRelease calls %d (%d removed a holder); writes delivered twice %d\n",
 		len(r.faults), faults, st.forces, st.forced, st.copies)
 	fmt.Fprintf(&b, "  helpers' stalls of %v or more: %d, the longest %v\n", histStallMin, st.stalls, st.maxStall.Round(time.Millisecond))
+	var maxPath time.Duration
+	for _, w := range r.pathStalls {
+		maxPath = max(maxPath, time.Duration(w.End-w.Start))
+	}
+	fmt.Fprintf(&b, "  stalls of the way to the lock's Redis (this process, redis-server) of %v or more: %d, the longest %v\n", histStallMin, len(r.pathStalls), maxPath.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  told of a loss: by the owner context %d, by Unlock %d; overlaps after a loss notice %d; excused overlaps %v\n",
 		st.toldCtx, st.toldUnlock, st.overlapsTold, st.excused)
 	fmt.Fprintf(&b, "  loss notices later than another's acquisition: %d, the latest by %v (slack %v)\n",
