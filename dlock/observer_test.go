@@ -701,19 +701,38 @@ func TestObserverToldOfALossTheReleaseFound(t *testing.T) {
 			g, c := newGen(t, dlock.WithDefaultLease(time.Minute), dlock.WithObserver(rec))
 			tg := uniqueTarget(t)
 			ctx := ctxT(t, 20*time.Second)
-			var o *dlock.Owner
-			var err error
-			switch kind {
-			case "mutex":
-				l, _ := g.Gen("OBSFOUND", tg)
-				o, err = l.Lock(ctx)
-			case "read":
-				o, err = rwOf(t, g, tg).RLock(ctx)
-			case "write":
-				o, err = rwOf(t, g, tg).Lock(ctx)
-			default:
-				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			hold := func() (*dlock.Owner, error) {
+				switch kind {
+				case "mutex":
+					l, _ := g.Gen("OBSFOUND", tg)
+					return l.Lock(ctx)
+				case "read":
+					return rwOf(t, g, tg).RLock(ctx)
+				case "write":
+					return rwOf(t, g, tg).Lock(ctx)
+				default:
+					return semOf(t, g, tg, 2).Acquire(ctx, 1)
+				}
 			}
+			if kind != "mutex" {
+				// The process is subscribed (and stays so) before the holding is taken: a
+				// subscription confirmed after its take was sent renews the holding at once,
+				// and under load that renewal found the keys deleted below before the Unlock
+				// did — a loss while held (a LossEvent only), not the one the release finds.
+				g.SetLinger(time.Minute)
+				o, err := hold()
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, func() bool { return g.Confirmed() >= 1 })
+				if err := o.Unlock(); err != nil {
+					t.Fatal(err)
+				}
+				rec.mu.Lock()
+				rec.lost, rec.released = nil, nil
+				rec.mu.Unlock()
+			}
+			o, err := hold()
 			if err != nil {
 				t.Fatal(err)
 			}
