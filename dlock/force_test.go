@@ -840,78 +840,21 @@ func TestForceReleaseWhoseReplyIsLostTellsAHoldingWhoseTakeWasOnItsWay(t *testin
 // The mutex's counterpart: a ForceRelease in this Generator whose reply is lost (the script
 // ran), of the locker of a take whose answer is on its way (it ran before the force), has the
 // tenure that answer begins ask Redis at once, not count the key its own until its first
-// renewal (45 s on) while another process holds it.
+// renewal (45 s on) while another process holds it — also when a ForceRelease of another
+// locker of the key (one that holds nothing: an operator forcing a stale holder) is answered
+// between that force and the take's answer.
 func TestForceReleaseWhoseReplyIsLostTellsATenureWhoseTakeWasOnItsWay(t *testing.T) {
-	c := srv.Client()
-	preload(t, c) // (each request one EVALSHA that runs)
-	arm, ran, open := gateScript(c, "lock")
-	defer open()
-	var forces atomic.Int32
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		err := next(ctx, cmd)
-		if err == nil && scriptIs("force")(cmd.Args()) && forces.Add(1) == 1 {
-			cmd.SetErr(injectedTimeout{}) // it ran; its reply is lost
-			return cmd.Err()
+	for _, staleForce := range []bool{false, true} {
+		name := "alone"
+		if staleForce {
+			name = "then-a-force-of-another-locker"
 		}
-		return err
-	}})
-	g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart
-	g2, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
-	tg := uniqueTarget(t)
-	l, l2 := mustGen(t, g, "FORCE", tg, time.Minute), mustGen(t, g2, "FORCE", tg, time.Minute)
-	ctx := ctxT(t, 40*time.Second)
-	arm()
-	got := rgLockAsync(l, ctx)
-	recv(t, ran, "the take")
-	st, err := l.State(ctx)
-	if err != nil || st.Holder == "" {
-		t.Fatalf("State %+v, %v: want the key held", st, err)
-	}
-	if _, err := l.ForceRelease(ctx, st.Holder); err == nil {
-		t.Fatal("setup: the ForceRelease's reply was not lost")
-	}
-	o2, ok, err := l2.TryLock(ctx) // another process takes the key the force let go
-	if err != nil || !ok {
-		t.Fatalf("the other process's TryLock = %v, %v", ok, err)
-	}
-	defer o2.Unlock()
-	open() // the take's answer (taken: it ran before the force) comes now
-	// The tenure that answer begins asks Redis before its first owner takes it, or after.
-	// Either the Lock returns (a holding, told below) or, the check having come first (so
-	// under load), it finds the tenure removed and waits again in line for the key the other
-	// process holds: it does not return then (its deadline is 25 s away), so the test waits
-	// for either, not for a return.
-	var r rgLockResult
-	returned := false
-	if !rgWaitUntil(15*time.Second, func() bool {
-		select {
-		case r = <-got:
-			returned = true
-			return true
-		default:
-		}
-		st, err := l2.State(ctx)
-		return err == nil && st.Mine && len(st.Waiting) > 0 // (the other process holds; this one is in line)
-	}) {
-		t.Fatal("the Lock neither returned nor waited again in line within 15s")
-	}
-	if !returned {
-		t.Log("the tenure was found removed before the Lock returned: it waits again in line")
-		return
-	}
-	if r.err != nil {
-		return // (refused: the tenure found removed before Lock returned)
-	}
-	if !rgWaitUntil(15*time.Second, func() bool { return errors.Is(context.Cause(r.owned), dlock.ErrLockLost) }) {
-		t.Fatalf("two owners: the tenure removed by its own Generator's ForceRelease still counts the key held beside another process (cause %v)", context.Cause(r.owned))
+		t.Run(name, func(t *testing.T) { forceOfATakeOnItsWay(t, staleForce) })
 	}
 }
 
-// A ForceRelease of another locker of the same key in this Generator (one that holds
-// nothing: an operator forcing a stale holder), answered between the lost-reply force of a
-// take's locker and that take's answer, does not let the tenure the answer begins count the
-// key its own until its first renewal (45 s on) while another process holds it.
-func TestForceReleaseWhoseReplyIsLostTellsATenureWhoseTakeWasOnItsWayDespiteAForceOfAnother(t *testing.T) {
+// forceOfATakeOnItsWay runs TestForceReleaseWhoseReplyIsLostTellsATenureWhoseTakeWasOnItsWay.
+func forceOfATakeOnItsWay(t *testing.T, staleForce bool) {
 	c := srv.Client()
 	preload(t, c) // (each request one EVALSHA that runs)
 	arm, ran, open := gateScript(c, "lock")
@@ -940,8 +883,10 @@ func TestForceReleaseWhoseReplyIsLostTellsATenureWhoseTakeWasOnItsWayDespiteAFor
 	if _, err := l.ForceRelease(ctx, st.Holder); err == nil {
 		t.Fatal("setup: the ForceRelease's reply was not lost")
 	}
-	if removed, err := l.ForceRelease(ctx, st.Holder+"-stale"); removed || err != nil {
-		t.Fatalf("setup: the force of a locker that holds nothing = %v, %v", removed, err)
+	if staleForce {
+		if removed, err := l.ForceRelease(ctx, st.Holder+"-stale"); removed || err != nil {
+			t.Fatalf("setup: the force of a locker that holds nothing = %v, %v", removed, err)
+		}
 	}
 	o2, ok, err := l2.TryLock(ctx) // another process takes the key the force let go
 	if err != nil || !ok {
