@@ -286,12 +286,7 @@ func TestSharedHoldingsExpire(t *testing.T) {
 // its permits hold off a take; from the next it is gone, and its permits are free. (On
 // miniredis, whose clock the test stops.)
 func TestSharedHoldingCountsThroughItsExpiryMillisecond(t *testing.T) {
-	m := miniredis.RunT(t)
-	now := time.UnixMilli(1_800_000_000_000)
-	m.SetTime(now)
-	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer c.Close()
+	c, tick := stoppedClock(t)
 	ctx := context.Background()
 	lc := cfg(t, "holdingexpiry") // 1 s
 	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
@@ -320,12 +315,7 @@ func TestSharedHoldingCountsThroughItsExpiryMillisecond(t *testing.T) {
 // type different leases, and a process with a short one, pruning the holding, must not settle
 // it for its own short mark life only. (On miniredis, whose clock the test moves.)
 func TestSharedExpiredHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
-	m := miniredis.RunT(t)
-	now := time.UnixMilli(1_800_000_000_000)
-	m.SetTime(now)
-	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer c.Close()
+	c, tick := stoppedClock(t)
 	ctx := context.Background()
 	base := cfg(t, "expiredlife")
 	long, _ := base.WithLease(2 * time.Second)
@@ -390,12 +380,7 @@ func TestSharedLineEntriesLiveAnEntrysTime(t *testing.T) {
 // miniredis, whose clock the test stops; the waiter listens, so its entry counts however long
 // ago it was renewed.)
 func TestSharedLineEntryCountsThroughItsExpiryMillisecond(t *testing.T) {
-	m := miniredis.RunT(t)
-	now := time.UnixMilli(1_800_000_000_000)
-	m.SetTime(now)
-	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer c.Close()
+	c, tick := stoppedClock(t)
 	ctx := context.Background()
 	lc := cfg(t, "entryexpiry") // 1 s: an entry lives 2 s
 	long, _ := lc.WithLease(20 * time.Second)
@@ -2123,12 +2108,7 @@ func TestSharedLineJudgesAProcessThatDoesNotListenByItsRenewals(t *testing.T) {
 // still holds off a process behind it, and an inspection shows it; from the next it is passed
 // over. (On miniredis, whose clock the test stops.)
 func TestSharedUnheardEntryCountsThroughAThirdOfItsLease(t *testing.T) {
-	m := miniredis.RunT(t)
-	now := time.UnixMilli(1_800_000_000_000)
-	m.SetTime(now)
-	tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer c.Close()
+	c, tick := stoppedClock(t)
 	ctx := context.Background()
 	lc, err := domain.NewDLockConfig("PROC", fresh("third-"+t.Name()), 1500*time.Millisecond)
 	if err != nil {
@@ -2209,12 +2189,7 @@ func TestSharedForcedHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
 			name = "forced"
 		}
 		t.Run(name, func(t *testing.T) {
-			m := miniredis.RunT(t)
-			now := time.UnixMilli(1_800_000_000_000)
-			m.SetTime(now)
-			tick := func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
-			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			defer c.Close()
+			c, tick := stoppedClock(t)
 			ctx := context.Background()
 			base := cfg(t, "forcekept")
 			long, _ := base.WithLease(2 * time.Second)         // the holder's: mark life 4 s
@@ -2347,4 +2322,15 @@ func TestSharedStaleCopyOfAnOlderTakeKeepsTheLine(t *testing.T) {
 			t.Errorf("A asks again with the attempt it waits with: %+v, want held, first in line", r)
 		}
 	})
+}
+
+// stoppedClock returns a client of a miniredis whose clock stands still until tick moves it on
+// by d (TIME and key expiries alike), for checks at an exact millisecond; both end with t.
+func stoppedClock(t *testing.T) (c *redis.Client, tick func(d time.Duration)) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	m.SetTime(now)
+	c = redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return c, func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
 }
