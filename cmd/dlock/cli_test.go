@@ -219,16 +219,23 @@ func TestUnreachable(t *testing.T) {
 
 // TestURLDialTimeoutIsNamed: a URL's dial_timeout too short to connect is named as what gave
 // up (exit 69), not reported as "did not answer within 5s (--timeout)" half a second after the
-// start; a negative dial_timeout, which no dial can meet, is a usage error.
+// start, for one server as for Sentinels (whose dial failures go-redis reports as a bare
+// "context deadline exceeded"); a negative dial_timeout, which no dial can meet, is a usage
+// error.
 func TestURLDialTimeoutIsNamed(t *testing.T) {
-	url := "redis://" + srv.Addr + "?dial_timeout=1ns"
-	r := runBin(t, nil, "status", "--redis", url, "CLI", "x")
-	if r.code != exitUnavailable || !strings.Contains(r.stderr, "dial_timeout 1ns") || strings.Contains(r.stderr, "--timeout") ||
-		strings.Count(r.stderr, "\n") != 1 {
-		t.Fatalf("want exit 69 naming the URL's dial_timeout, got %v", r)
+	for _, redisArgs := range [][]string{
+		{"--redis", "redis://" + srv.Addr + "?dial_timeout=1ns"},
+		{"--redis", "redis://" + srv.Addr + "?master_name=m&dial_timeout=1ns"},
+		{"--sentinel-master", "m", "--redis", "redis://" + srv.Addr + "?dial_timeout=1ns"},
+	} {
+		r := runBin(t, nil, append(append([]string{"status"}, redisArgs...), "CLI", "x")...)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "dial_timeout 1ns") || strings.Contains(r.stderr, "--timeout") ||
+			strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: want exit 69 naming the URL's dial_timeout, got %v", redisArgs, r)
+		}
 	}
-	url = "redis://" + srv.Addr + "?dial_timeout=-1s"
-	r = runBin(t, nil, "status", "--redis", url, "CLI", "x")
+	url := "redis://" + srv.Addr + "?dial_timeout=-1s"
+	r := runBin(t, nil, "status", "--redis", url, "CLI", "x")
 	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `dlock status: invalid --redis "`+url+`": dial_timeout -1s `) {
 		t.Fatalf("want a usage error naming dial_timeout, got %v", r)
 	}

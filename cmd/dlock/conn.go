@@ -174,6 +174,12 @@ func (c *conn) pingWithin(ctx context.Context) error {
 // a Cluster node named as a single server, a read-only replica.
 func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint, timeout time.Duration) error {
 	if err := client.Ping(ctx).Err(); err != nil {
+		if d := ep.urlDialTimeout(); d > 0 && d < timeout && errors.Is(err, context.DeadlineExceeded) && !expired(ctx) {
+			// A deadline that is not ctx's: the URL's dial_timeout gave up. (go-redis reports
+			// a Sentinel deployment's dial failures as a bare "context deadline exceeded",
+			// which redisFailure would take for --timeout's.)
+			return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: no connection within its dial_timeout %v", ep, d))
+		}
 		return redisFailure(ep, timeout, err)
 	}
 	if ep.kind == "" {
@@ -188,6 +194,13 @@ func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint
 		}
 	}
 	return nil
+}
+
+// expired reports whether ctx has ended or its deadline has passed (a deadline may pass a
+// moment before ctx's own timer ends it).
+func expired(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // replicaOf says whose replica INFO replication's reply info describes, and how its link is.
