@@ -141,7 +141,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"exec", "--timeout", "0", "CLI", "x", "true"}, "invalid --timeout 0s: must be more than 0"},
 		{[]string{"lock", "--lease", "1", "CLI", "x"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
 		{[]string{"lock", "CLI", "x", "sleep"}, `unexpected argument "sleep"`},
-		{[]string{"demo", "--procs", "0"}, "--procs and --goroutines must be at least 1, --duration more than 0"},
+		{[]string{"demo", "--procs", "0"}, "invalid --procs 0: must be at least 1"},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
 		{[]string{"status", "--redis", "", "CLI", "x"}, "--redis is empty"},
 		{[]string{"status", "--redis", "redis://localhost:6379:bad", "CLI", "x"}, `invalid --redis "redis://localhost:6379:bad": not a valid URL: invalid port ":bad" after host`},

@@ -31,7 +31,9 @@ and once with dlock (DLOCK_DEMO_order-42), in two shapes:
   cross   --cross-procs processes with one goroutine each: every acquisition goes from
           process to process
 
-Every holder stays --hold inside the critical section. The four runs share --duration. For
+Every holder stays --hold inside the critical section. The four runs share --duration.
+--procs and --cross-procs are 1 to 1000, --procs × --goroutines at most 10000, --duration 4ms
+to 24h, and --hold at most a quarter of it (one run); other values are usage errors. For
 each it prints acquisitions/s, the Redis commands sent per acquisition (counted by a hook on
 every client; Pub/Sub traffic excluded) and the acquisitions of the least and the most served
 process, then whether exclusion held. Without --redis, $DLOCK_REDIS and $REDIS_URL it starts
@@ -41,7 +43,8 @@ Exit status: 0 when dlock's exclusion held over at least one acquisition; 1 when
 owners overlapped or dlock acquired nothing (the run proved nothing); 69 when Redis is
 unreachable or not the server to lock on (a read-only replica, a Cluster node without
 --cluster); 77 when it refuses the user or password, or a command or key to the ACL user (the
-naive lock uses the key dlock-demo:naive:order-42, outside dlock's own keys).
+naive lock uses the key dlock-demo:naive:order-42, outside dlock's own keys); 2 for a usage
+error.
 ` + redisSection("an embedded miniredis")
 
 // demoCommand is "dlock demo".
@@ -52,11 +55,11 @@ func demoCommand() *command {
 		usage:   demoUsage,
 		define: func(fs *flagSet) runner {
 			var o demoOpts
-			o.procs = fs.Int("procs", 4, "hot: simulated processes (separate clients and generators)")
-			o.goroutines = fs.Int("goroutines", 16, "hot: goroutines per process")
-			o.crossProcs = fs.Int("cross-procs", 8, "cross: simulated processes, one goroutine each")
-			o.duration = fs.Duration("duration", 10*time.Second, "how long to run in all (four runs of a quarter each)")
-			o.hold = fs.Duration("hold", 100*time.Microsecond, "time spent inside the critical section")
+			o.procs = fs.Int("procs", 4, "hot: simulated processes (separate clients and generators), 1 to 1000")
+			o.goroutines = fs.Int("goroutines", 16, "hot: goroutines per process, at least 1; --procs × --goroutines at most 10000")
+			o.crossProcs = fs.Int("cross-procs", 8, "cross: simulated processes, one goroutine each, 1 to 1000")
+			o.duration = fs.Duration("duration", 10*time.Second, "how long to run in all (four runs of a quarter each), 4ms to 24h")
+			o.hold = fs.Duration("hold", 100*time.Microsecond, "time spent inside the critical section, at most a run (--duration/4)")
 			o.lease = fs.Lease("lease", 2*time.Second, "lock lease")
 			o.redis = addRedisFlags(fs, "default $DLOCK_REDIS, else $REDIS_URL, else an embedded miniredis")
 			return func(out cli, args []string) error {
@@ -75,6 +78,41 @@ type demoOpts struct {
 	procs, goroutines, crossProcs *int
 	duration, hold                *time.Duration
 	lease                         *time.Duration
+}
+
+// The bounds of demo's flags: beyond them a run allocates absurdly (a client per process, a
+// goroutine per holder) or never ends in a demo's time.
+const (
+	maxDemoProcs      = 1000                 // --procs, --cross-procs
+	maxDemoGoroutines = 10000                // --procs × --goroutines, and so --goroutines
+	minDemoDuration   = 4 * time.Millisecond // four runs of a millisecond
+	maxDemoDuration   = 24 * time.Hour
+)
+
+// check refuses flags out of their bounds, as usage errors naming the flag.
+func (o demoOpts) check() error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"--procs", *o.procs}, {"--goroutines", *o.goroutines}, {"--cross-procs", *o.crossProcs}} {
+		if f.n < 1 {
+			return usageErrorf("invalid %s %d: must be at least 1", f.name, f.n)
+		}
+	}
+	switch {
+	case *o.procs > maxDemoProcs:
+		return usageErrorf("invalid --procs %d: at most %d processes", *o.procs, maxDemoProcs)
+	case *o.crossProcs > maxDemoProcs:
+		return usageErrorf("invalid --cross-procs %d: at most %d processes", *o.crossProcs, maxDemoProcs)
+	case *o.goroutines > maxDemoGoroutines / *o.procs:
+		return usageErrorf("invalid --goroutines %d: --procs × --goroutines is at most %d goroutines in all (%d each with --procs %d)",
+			*o.goroutines, maxDemoGoroutines, maxDemoGoroutines / *o.procs, *o.procs)
+	case *o.duration < minDemoDuration || *o.duration > maxDemoDuration:
+		return usageErrorf("invalid --duration %s: from %v (four runs of 1ms) to %s", shortDuration(*o.duration), minDemoDuration, shortDuration(maxDemoDuration))
+	case *o.hold > *o.duration/4:
+		return usageErrorf("invalid --hold %s: at most one run, a quarter of --duration %s (%v)", shortDuration(*o.hold), shortDuration(*o.duration), *o.duration/4)
+	}
+	return nil
 }
 
 // demoShape is one contention pattern: procs processes of goroutines goroutines each.
@@ -100,11 +138,8 @@ type demoResult struct {
 // exclusion did not hold, or when dlock acquired nothing.
 func demo(w io.Writer, o demoOpts) error {
 	out := &stickyWriter{w: w}
-	if *o.procs < 1 || *o.goroutines < 1 || *o.duration <= 0 {
-		return usageErrorf("--procs and --goroutines must be at least 1, --duration more than 0")
-	}
-	if *o.crossProcs < 1 {
-		return usageErrorf("--cross-procs must be at least 1")
+	if err := o.check(); err != nil {
+		return err
 	}
 	ep, err := o.redis.endpoint("")
 	if err != nil {

@@ -70,14 +70,37 @@ func checkDemoRows(t *testing.T, out, hot, cross string) {
 	}
 }
 
-// TestDemoRejectsBadFlags: nonsense flags are refused.
+// TestDemoRejectsBadFlags: counts and durations out of range — none or less (no process, no
+// run), or so large that the demo would allocate absurdly (a million clients, a billion
+// goroutines) or hang (a run of centuries, a holder that outstays its run) — are refused as
+// any other usage error: one line naming the flag, where the usage is, exit 2, before Redis
+// is contacted (an unreachable one here: 69 would say the values were taken).
 func TestDemoRejectsBadFlags(t *testing.T) {
-	var out strings.Builder
-	if err := runDemo([]string{"--procs", "0"}, &out); err == nil {
-		t.Fatal("--procs 0 accepted")
-	}
-	if err := runDemo([]string{"--cross-procs", "0"}, &out); err == nil || !strings.Contains(err.Error(), "--cross-procs") {
-		t.Fatalf("--cross-procs 0: %v", err)
+	for _, tc := range []struct {
+		args []string
+		flag string // the flag the message names
+	}{
+		{[]string{"--procs", "0"}, "--procs"},
+		{[]string{"--procs", "-1"}, "--procs"},
+		{[]string{"--procs", "1000000"}, "--procs"},
+		{[]string{"--goroutines", "0"}, "--goroutines"},
+		{[]string{"--goroutines", "2000000000"}, "--goroutines"},
+		{[]string{"--procs", "1000", "--goroutines", "1000"}, "--goroutines"}, // a million goroutines in all
+		{[]string{"--cross-procs", "0"}, "--cross-procs"},
+		{[]string{"--cross-procs", "1000000"}, "--cross-procs"},
+		{[]string{"--duration", "0s"}, "--duration"},
+		{[]string{"--duration", "1ns"}, "--duration"},      // four runs of no time
+		{[]string{"--duration", "2000000h"}, "--duration"}, // centuries
+		{[]string{"--hold", "1h"}, "--hold"},               // longer than a run (--duration 10s: 2.5s each)
+		{[]string{"--duration", "1s", "--hold", "300ms"}, "--hold"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runIn(append([]string{"demo", "--redis", unreachableAddr}, tc.args...)...)
+			if r.code != exitUsage || !strings.HasPrefix(r.stderr, "dlock demo: ") || !strings.Contains(r.stderr, tc.flag) ||
+				!strings.HasSuffix(r.stderr, "\nrun 'dlock demo --help' for usage\n") || strings.Count(r.stderr, "\n") != 2 || r.stdout != "" {
+				t.Fatalf("want a usage error naming %s, got %v", tc.flag, r)
+			}
+		})
 	}
 }
 

@@ -220,7 +220,9 @@
 // release) and once with dlock, in two shapes: "hot", --procs simulated processes (each its own
 // Redis client and Generator) of --goroutines goroutines each, and "cross", --cross-procs
 // processes of one goroutine each, so that every acquisition goes from process to process.
-// Every holder stays --hold in the critical section; the four runs share --duration (10s). For
+// Every holder stays --hold in the critical section; the four runs share --duration (10s).
+// --procs and --cross-procs are 1 to 1000, --procs × --goroutines at most 10000, --duration
+// 4ms to 24h and --hold at most a quarter of it (one run); other values are usage errors. For
 // each run it prints acquisitions/s, the commands sent per acquisition (counted by a go-redis
 // hook on every client; Pub/Sub traffic is not counted) and the acquisitions of the least and
 // the most served process, then whether dlock's exclusion held. Without --redis, $DLOCK_REDIS
