@@ -191,7 +191,10 @@
 // local_waiters. Durations are whole milliseconds. waiting lists every process waiting in line
 // that a release would grant the lock to (their locker prefixes; not one that died or stopped
 // renewing its place), first in line first: always a list, [] when none. mine and
-// local_waiters are always false: the tool holds and waits for nothing itself.
+// local_waiters are always false: the tool holds and waits for nothing itself. JSON strings
+// are Unicode: in a field that is not valid UTF-8 (a target so named, a key set by hand)
+// --json writes each invalid byte as U+FFFD, and says on standard error which fields it could
+// not give byte for byte; the text form prints them as they are.
 //
 // # release
 //

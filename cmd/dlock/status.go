@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockgo/dlock/domain"
 
@@ -49,6 +50,10 @@ the processes waiting in line with what they wait for. --json then prints:
   fence                 the last fencing token handed out
 A read-write lock asked for with --semaphore, or a semaphore with --shared or --exclusive, is
 refused as exec and release refuse it (status 2), while Redis keeps what the lock is.
+
+JSON strings are Unicode: in a field that is not valid UTF-8 (a target so named, a key set by
+hand) --json writes each invalid byte as U+FFFD, and says on standard error which fields it
+could not give byte for byte; the text form prints them as they are.
 ` + redisHelp + `
 exit status:
   0        the state was read (whether held or not)
@@ -116,9 +121,34 @@ func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
 		return c.classify(err)
 	}
 	if asJSON {
-		return printStatusJSON(out.stdout, st)
+		cfg := st.Config
+		fields := []string{"type", string(cfg.LockType()), "target", cfg.LockTarget(), "key", cfg.UniqueKey(), "holder", st.Holder}
+		for i, w := range st.Waiting {
+			fields = append(fields, fmt.Sprintf("waiting[%d]", i), w)
+		}
+		if err := printStatusJSON(out.stdout, st); err != nil {
+			return err
+		}
+		tellNotUTF8(out.stderr, fields...)
+		return nil
 	}
 	return printStatus(out.stdout, st)
+}
+
+// tellNotUTF8 says on w which of the named strings (name, value, name, value, ...) are not
+// valid UTF-8: JSON strings are Unicode, and encoding/json writes each invalid byte as U+FFFD,
+// so those fields of status --json are not the bytes Redis holds.
+func tellNotUTF8(w io.Writer, named ...string) {
+	var bad []string
+	for i := 0; i+1 < len(named); i += 2 {
+		if !utf8.ValidString(named[i+1]) {
+			bad = append(bad, named[i])
+		}
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(w, "dlock status: %s not valid UTF-8: the JSON shows each invalid byte as U+FFFD, not the bytes Redis holds (the text form prints them as they are)\n",
+			strings.Join(bad, ", "))
+	}
 }
 
 // sharedJSON is the JSON form of a dlock.SharedState; its field names are part of the interface.
@@ -182,7 +212,18 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 		j.Waiting = append(j.Waiting, sharedWaitJSON{w.Process, permits(w.Permits), w.Write})
 	}
 	if asJSON {
-		return json.NewEncoder(out.stdout).Encode(j)
+		fields := []string{"type", j.Type, "target", j.Target, "key", j.Key}
+		for i, h := range j.Holds {
+			fields = append(fields, fmt.Sprintf("holds[%d].locker", i), h.Locker)
+		}
+		for i, q := range j.Waiting {
+			fields = append(fields, fmt.Sprintf("waiting[%d].process", i), q.Process)
+		}
+		if err := json.NewEncoder(out.stdout).Encode(j); err != nil {
+			return err
+		}
+		tellNotUTF8(out.stderr, fields...)
+		return nil
 	}
 	w := new(strings.Builder) // written at once, so that a failed write is told (as --json's)
 	name := "read-write lock"

@@ -136,6 +136,52 @@ func TestStatusHeld(t *testing.T) {
 	}
 }
 
+// TestStatusJSONNotUTF8: a target, key or holder that is not valid UTF-8 (a lock a Go program
+// named so, a key set by hand) leaves --json valid JSON, and dlock says on standard error
+// which fields it could not give byte for byte (JSON strings are Unicode: each invalid byte
+// shows as U+FFFD), rather than hand a script a key or holder that is not Redis's; the text
+// form prints the bytes as they are.
+func TestStatusJSONNotUTF8(t *testing.T) {
+	tg := target(t) + "\xff"
+	key := "DLOCK_CLI_" + tg
+	c := srv.Client()
+	defer c.Close()
+	if err := c.Set(context.Background(), key, "holder-\xfe", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Del(context.Background(), key)
+	for _, tc := range []struct {
+		args   []string
+		fields []string // named on stderr
+	}{
+		{[]string{"status", "--json"}, []string{"target", "key", "holder"}},
+		{[]string{"status", "--json", "--shared"}, []string{"target", "key"}},
+		{[]string{"status", "--json", "--semaphore", "2"}, []string{"target", "key"}},
+	} {
+		r := runIn(append(tc.args, "--redis", srv.Addr, "CLI", tg)...)
+		if r.code != 0 || !json.Valid([]byte(r.stdout)) || !strings.Contains(r.stdout, `\ufffd`) {
+			t.Errorf("%v: want exit 0 and valid JSON, got %v", tc.args, r)
+			continue
+		}
+		if !strings.HasPrefix(r.stderr, "dlock status: ") || !strings.Contains(r.stderr, "U+FFFD") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: want one line on stderr saying what the JSON replaced, got %v", tc.args, r)
+		}
+		for _, f := range tc.fields {
+			if !strings.Contains(r.stderr, f) {
+				t.Errorf("%v: stderr does not name %s: %q", tc.args, f, r.stderr)
+			}
+		}
+	}
+	r := runIn("status", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder:      holder-\xfe\n") || !strings.Contains(r.stdout, "key "+key+")") || r.stderr != "" {
+		t.Errorf("text status: want the bytes as they are, got %q", r)
+	}
+	r = runIn("status", "--json", "--redis", srv.Addr, "CLI", "valid")
+	if r.code != 0 || r.stderr != "" {
+		t.Errorf("status --json of a valid name says something on stderr: %v", r)
+	}
+}
+
 // TestStatusByEnv: $DLOCK_REDIS is the default of --redis.
 func TestStatusByEnv(t *testing.T) {
 	t.Setenv("DLOCK_REDIS", srv.Addr)
