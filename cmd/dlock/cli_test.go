@@ -41,6 +41,25 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// TestHelpUnwritten: a usage that cannot be written is not shown with status 0: on a full
+// disk, status 1 and one line on standard error; to a closed pipe, 141 and nothing said, as a
+// write to a closed pipe ends a program (and demo).
+func TestHelpUnwritten(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "exec"}, {"status", "--help"}, {"release", "-h"}} {
+		var stderr strings.Builder
+		code := run(args, cli{stdout: fullDisk{}, stderr: &stderr})
+		if code != exitError || !strings.HasPrefix(stderr.String(), "dlock") || !strings.Contains(stderr.String(), "no space left") ||
+			strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v with standard output full: exit %d, stderr %q", args, code, stderr.String())
+		}
+		stderr.Reset()
+		code = run(args, cli{stdout: closedPipe{}, stderr: &stderr})
+		if code != 128+int(syscall.SIGPIPE) || stderr.Len() != 0 {
+			t.Errorf("%v with standard output closed: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}
+
 // TestHelpIsTheManual: the usage lists every command, exit status and flag it documents, and
 // shows no value taken from the environment (it may hold a password).
 func TestHelpIsTheManual(t *testing.T) {

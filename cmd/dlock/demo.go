@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -44,7 +43,8 @@ owners overlapped or dlock acquired nothing (the run proved nothing); 69 when Re
 unreachable or not the server to lock on (a read-only replica, a Cluster node without
 --cluster); 77 when it refuses the user or password, or a command or key to the ACL user (the
 naive lock uses the key dlock-demo:naive:order-42, outside dlock's own keys); 2 for a usage
-error.
+error. Output that cannot be written ends the demo: 141 when nobody reads it (dlock demo |
+head), 1, saying so, on another failure (a full disk).
 ` + redisSection("an embedded miniredis")
 
 // demoCommand is "dlock demo".
@@ -179,7 +179,7 @@ func demo(w io.Writer, o demoOpts) error {
 	for _, s := range shapes {
 		for _, impl := range []string{"naive", "dlock"} {
 			if out.err != nil { // nobody reads what demo says (demo | head): no more runs
-				return withStatus(128+int(syscall.SIGPIPE), nil)
+				return unwritten(out.err)
 			}
 			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease)
 			if isRedisReply(err) {
@@ -226,6 +226,9 @@ func demo(w io.Writer, o demoOpts) error {
 		return errors.New("no acquisitions: the run proved nothing")
 	}
 	fmt.Fprintf(out, "exclusion:        held (dlock never had two owners at once, over %d acquisitions)\n", n)
+	if out.err != nil { // the verdict is not shown: no success
+		return unwritten(out.err)
+	}
 	return nil
 }
 

@@ -45,6 +45,55 @@ func TestDemoWithNobodyReading(t *testing.T) {
 	}
 }
 
+// TestDemoUnwritten: a demo whose report cannot be written is no success: a write that
+// fails for another reason than a closed pipe (a full disk), from the first line or only at
+// the verdict, ends it with status 1 and one line saying so; a closed pipe at the verdict
+// ends it with 141, as at any other line.
+func TestDemoUnwritten(t *testing.T) {
+	args := []string{"demo", "--procs", "1", "--goroutines", "2", "--cross-procs", "2", "--duration", "200ms"}
+	for _, tc := range []struct {
+		name   string
+		stdout io.Writer
+		code   int
+		stderr string // in stderr; "" for nothing at all
+	}{
+		{"full disk", fullDisk{}, exitError, "no space left"},
+		{"full disk at the verdict", &failingAt{text: "exclusion:", err: syscall.ENOSPC}, exitError, "no space left"},
+		{"closed pipe at the verdict", &failingAt{text: "exclusion:", err: syscall.EPIPE}, 128 + int(syscall.SIGPIPE), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr strings.Builder
+			code := run(args, cli{stdout: tc.stdout, stderr: &stderr})
+			ok := code == tc.code
+			if tc.stderr == "" {
+				ok = ok && stderr.Len() == 0
+			} else {
+				ok = ok && strings.HasPrefix(stderr.String(), "dlock demo: ") && strings.Contains(stderr.String(), tc.stderr) &&
+					strings.Count(stderr.String(), "\n") == 1
+			}
+			if !ok {
+				t.Fatalf("exit %d, stderr %q; want exit %d, stderr with %q", code, stderr.String(), tc.code, tc.stderr)
+			}
+		})
+	}
+}
+
+// failingAt is standard output that takes every write until one holding text, and fails that
+// and every later one with err.
+type failingAt struct {
+	text   string
+	err    error
+	failed bool
+}
+
+func (f *failingAt) Write(p []byte) (int, error) {
+	if f.failed || strings.Contains(string(p), f.text) {
+		f.failed = true
+		return 0, f.err
+	}
+	return len(p), nil
+}
+
 // closedPipe is standard output whose reader has gone.
 type closedPipe struct{}
 

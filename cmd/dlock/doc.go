@@ -21,6 +21,11 @@
 // -w VALUE and -wVALUE. -h or --help on dlock or on any command prints its usage on standard
 // output and exits 0.
 //
+// Output that cannot be written is no success: status, release, the usage and demo's verdict
+// exit 1 when standard output fails (a full disk), saying so in one line on standard error
+// (release: with what it removed); the usage and demo exit 141 (128+SIGPIPE), saying nothing,
+// when its reader has gone (dlock demo | head).
+//
 // A usage error — an unknown command or flag, a bad value, a bad Redis address, an invalid
 // TYPE, TARGET or lease — prints two lines on standard error, what is wrong and where the
 // usage is, and exits 2:
@@ -214,7 +219,8 @@
 //
 // release prints the holder it removed, or that the holder was already gone (the lock free,
 // reserved for a waiting process, or held by another locker, which is left alone); both exit
-// 0. Without --force, or without one of --holder and --any, it refuses with a usage error.
+// 0 (1 when that cannot be written: it is said on standard error instead). Without --force, or
+// without one of --holder and --any, it refuses with a usage error.
 //
 // # demo
 //
@@ -238,7 +244,8 @@
 // # Exit status
 //
 //	0        success; for exec, COMMAND exited 0; for lock, released after a signal
-//	1        any other error (demo: exclusion violated, or no acquisitions)
+//	1        any other error (demo: exclusion violated, or no acquisitions; status,
+//	         release, demo, help: standard output could not be written)
 //	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
 //	         TARGET or lease, release without --force or without --holder/--any, a
 //	         read-write lock asked for as a semaphore or the other way round
@@ -252,7 +259,8 @@
 //	126      exec: COMMAND was found but could not be run
 //	127      exec: COMMAND was not found
 //	128+S    exec, lock: signal S came while waiting for the lock; status, release, demo,
-//	         help: SIGQUIT (Ctrl-\) ends them with 131, with no stack dump
+//	         help: SIGQUIT (Ctrl-\) ends them with 131, with no stack dump; demo, help: 141
+//	         when standard output is a pipe nobody reads
 //	N        exec: COMMAND exited with N, or was killed by signal S and N is 128+S
 //
 // exec passes COMMAND's status through, so a command that itself exits 69, 75, 76 or 77 cannot

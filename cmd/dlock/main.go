@@ -90,13 +90,11 @@ func run(args []string, out cli) int {
 			if c := lookup(args[1]); c != nil {
 				fs := newFlagSet(c.name)
 				c.define(fs)
-				commandUsage(out.stdout, c, fs)
-				return exitOK
+				return usageShown(out, "dlock help", commandUsage(out.stdout, c, fs))
 			}
 			return usageError(out, "dlock help", "", fmt.Errorf("unknown command %q", args[1]))
 		}
-		topUsage(out.stdout)
-		return exitOK
+		return usageShown(out, "dlock", topUsage(out.stdout))
 	}
 	c := lookup(name)
 	if c == nil {
@@ -105,8 +103,7 @@ func run(args []string, out cli) int {
 	fs := newFlagSet(c.name)
 	err := c.define(fs)(out, args[1:])
 	if errors.Is(err, errHelp) {
-		commandUsage(out.stdout, c, fs)
-		return exitOK
+		return usageShown(out, "dlock "+name, commandUsage(out.stdout, c, fs))
 	}
 	code := exitCode(err)
 	var es *exitStatus
@@ -133,6 +130,29 @@ func usageError(out cli, prefix, command string, err error) int {
 	return exitUsage
 }
 
+// usageShown returns the exit status of a usage written with err: 0 when written; when not,
+// the status of an unwritten output (see unwritten), its message printed after prefix.
+func usageShown(out cli, prefix string, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	err = unwritten(err)
+	if msg := (err.(*exitStatus)).err; msg != nil {
+		fmt.Fprintf(out.stderr, "%s: %s\n", prefix, plain(msg))
+	}
+	return exitCode(err)
+}
+
+// unwritten is the error for output that could not be written (err, the write's): to a closed
+// pipe (dlock ... | head), 128+SIGPIPE and nothing said, as SIGPIPE ends a program; else
+// (a full disk) status 1 saying so.
+func unwritten(err error) error {
+	if errors.Is(err, syscall.EPIPE) {
+		return withStatus(128+int(syscall.SIGPIPE), nil)
+	}
+	return withStatus(exitError, fmt.Errorf("cannot write to standard output: %s", plain(err)))
+}
+
 // lookup returns the command called name, or nil.
 func lookup(name string) *command {
 	for _, c := range commands() {
@@ -143,8 +163,8 @@ func lookup(name string) *command {
 	return nil
 }
 
-// topUsage prints the usage of dlock itself.
-func topUsage(w io.Writer) {
+// topUsage prints the usage of dlock itself and returns the write's error.
+func topUsage(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(`usage: dlock COMMAND [flags] ARGS...
 
@@ -170,7 +190,7 @@ other users of the machine.
 
 exit status:
   0        success (exec: the command's own status, see below)
-  1        any other error
+  1        any other error (status, release, demo, help: output that could not be written)
   2        usage error: bad command, flags or Redis address, invalid TYPE, TARGET or lease
   69       Redis unreachable, not serving (out of memory, loading, read-only), not the
            kind the address names (Sentinels, Cluster, one server), or no answer within
@@ -181,19 +201,24 @@ exit status:
   77       Redis refused the user or password, or a command (ACL)
   126      exec: the command could not be started
   127      exec: the command was not found
-  128+S    exec, lock: signal S came while waiting for the lock (nothing run or held)
+  128+S    exec, lock: signal S came while waiting for the lock (nothing run or held);
+           demo, help: 141 when nobody reads their output (a closed pipe)
   N        exec: the command exited with N (128+S when it was killed by signal S)
 `)
-	io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
-// commandUsage prints the usage of c, with the flags of fs.
-func commandUsage(w io.Writer, c *command, fs *flagSet) {
-	io.WriteString(w, strings.TrimLeft(c.usage, "\n"))
+// commandUsage prints the usage of c, with the flags of fs, and returns the write's error.
+func commandUsage(w io.Writer, c *command, fs *flagSet) error {
+	var b strings.Builder
+	b.WriteString(strings.TrimLeft(c.usage, "\n"))
 	if fs.hasFlags() {
-		io.WriteString(w, "\nflags:\n")
-		fs.printFlags(w)
+		b.WriteString("\nflags:\n")
+		fs.printFlags(&b)
 	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // exitStatus is an error that carries the exit status it calls for. err, when not nil, is

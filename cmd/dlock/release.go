@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"strings"
 )
 
 var releaseUsage = `
@@ -37,8 +39,9 @@ copy of their process's requests takes them back. The processes in line are told
 release.
 
 It prints the holder it removed, or that the holder was already gone (the lock free, or held
-by another locker, which is left alone); both exit 0. Without --force, or without one of
---holder and --any, release refuses with a usage error (status 2).
+by another locker, which is left alone); both exit 0 (1 when that cannot be written: it is
+said on standard error instead). Without --force, or without one of --holder and --any,
+release refuses with a usage error (status 2).
 ` + redisHelp + `
 exit status:
   0        removed, or nothing to remove (the message says which)
@@ -46,7 +49,7 @@ exit status:
            kind the address names (Sentinels, Cluster, one server), or no answer within
            --timeout
   77       Redis refused the user or password, or a command (ACL)
-  2        usage error; 1 any other error
+  2        usage error; 1 any other error (standard output could not be written, too)
 `
 
 // releaseCommand is "dlock release".
@@ -90,12 +93,15 @@ func releaseCommand() *command {
 
 // release removes holder's holding of typ/target ("" for whoever holds it) and prints what
 // it removed.
-func release(out cli, r redisFlags, holder, typ, target string) error {
+func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 	c, l, err := inspect(r, typ, target)
 	if err != nil {
 		return err
 	}
 	defer c.close()
+	var said []string // what it did, written at the end
+	say := func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) }
+	defer func() { err = tell(out.stdout, said, err) }()
 	ctx, cancel := c.ctx()
 	defer cancel()
 	cfg := l.Config()
@@ -107,7 +113,7 @@ func release(out cli, r redisFlags, holder, typ, target string) error {
 			return c.classify(err)
 		}
 		if st.Holder == "" {
-			fmt.Fprintf(out.stdout, "%s is not held: nothing removed\n", name)
+			say("%s is not held: nothing removed", name)
 			return nil
 		}
 		victim = st.Holder
@@ -117,18 +123,18 @@ func release(out cli, r redisFlags, holder, typ, target string) error {
 		return c.classify(err)
 	}
 	if removed {
-		fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, victim)
+		say("released %s: removed holder %s", name, victim)
 		return nil
 	}
 	// Say what is there instead; a failure to look is no failure of the release.
 	st, err := l.State(ctx)
 	switch {
 	case err != nil:
-		fmt.Fprintf(out.stdout, "%s: holder %s was already gone: nothing removed\n", name, victim)
+		say("%s: holder %s was already gone: nothing removed", name, victim)
 	case st.Holder == "":
-		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock is not held: nothing removed\n", name, victim)
+		say("%s: holder %s was already gone, the lock is not held: nothing removed", name, victim)
 	default:
-		fmt.Fprintf(out.stdout, "%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed\n",
+		say("%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed",
 			name, victim, st.Holder)
 	}
 	return nil
@@ -136,12 +142,15 @@ func release(out cli, r redisFlags, holder, typ, target string) error {
 
 // releaseShared removes holder's holding of typ/target's read-write lock or semaphore (every
 // holding, for "") and prints what it removed.
-func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target string) error {
+func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target string) (err error) {
 	c, g, err := kind.open(r, typ, target, inspectLease)
 	if err != nil {
 		return err
 	}
 	defer c.close()
+	var said []string // what it did, written at the end
+	say := func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) }
+	defer func() { err = tell(out.stdout, said, err) }()
 	ctx, cancel := c.ctx()
 	defer cancel()
 	cfg := g.Config()
@@ -153,7 +162,7 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 			return c.classify(err)
 		}
 		if len(st.Holds) == 0 {
-			fmt.Fprintf(out.stdout, "%s is not held: nothing removed\n", name)
+			say("%s is not held: nothing removed", name)
 			return nil
 		}
 		victims = victims[:0]
@@ -167,10 +176,27 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 			return c.classify(err)
 		}
 		if removed {
-			fmt.Fprintf(out.stdout, "released %s: removed holder %s\n", name, v)
+			say("released %s: removed holder %s", name, v)
 		} else {
-			fmt.Fprintf(out.stdout, "%s: holder %s was already gone: nothing removed\n", name, v)
+			say("%s: holder %s was already gone: nothing removed", name, v)
 		}
 	}
 	return nil
+}
+
+// tell writes what release did, lines, at once, and returns err (the release's outcome). When
+// they cannot be written, the operator learns what was done from the error instead (status 1,
+// or err's when the release failed too).
+func tell(w io.Writer, lines []string, err error) error {
+	if len(lines) == 0 {
+		return err
+	}
+	_, werr := io.WriteString(w, strings.Join(lines, "\n")+"\n")
+	switch {
+	case werr == nil:
+		return err
+	case err != nil:
+		return withStatus(exitCode(err), fmt.Errorf("%s (not written to standard output: %s); then: %s", strings.Join(lines, "; "), plain(werr), plain(err)))
+	}
+	return withStatus(exitError, fmt.Errorf("%s (not written to standard output: %s)", strings.Join(lines, "; "), plain(werr)))
 }

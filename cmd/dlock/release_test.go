@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,52 @@ func TestReleaseRefuses(t *testing.T) {
 		if st := lockStatusOf(t, tg); !st.Held {
 			t.Fatalf("%v deleted the lock", args)
 		}
+	}
+}
+
+// TestReleaseUnwritten: a release whose report cannot be written (standard output on a full
+// disk, or closed) is not a silent success: exit 1 and one line on standard error saying what
+// was done and that it could not be written; the removal itself is done all the same.
+func TestReleaseUnwritten(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string // before the Redis flags and TYPE TARGET; "HOLDER" is the holder's locker
+		held   bool     // the lock is held before
+		stdout io.Writer
+		wants  string // in the message
+	}{
+		{"holder", []string{"--force", "--holder", "HOLDER"}, true, fullDisk{}, "removed holder "},
+		{"any", []string{"--force", "--any"}, true, closedPipe{}, "removed holder "},
+		{"any of a free lock", []string{"--force", "--any"}, false, fullDisk{}, "is not held: nothing removed"},
+		{"holder gone", []string{"--force", "--holder", "HOLDER"}, false, closedPipe{}, "was already gone"},
+		{"shared any of a free lock", []string{"--force", "--any", "--shared"}, false, fullDisk{}, "is not held: nothing removed"},
+		{"shared holder gone", []string{"--force", "--holder", "HOLDER", "--semaphore", "2"}, false, closedPipe{}, "was already gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := target(t)
+			holder := "10.0.0.9-9-gone-1"
+			if tc.held {
+				l, _, _ := holdLock(t, tg, 5*time.Second)
+				st, err := l.State(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				holder = st.Holder
+			}
+			args := []string{"release"}
+			for _, a := range tc.args {
+				args = append(args, strings.ReplaceAll(a, "HOLDER", holder))
+			}
+			args = append(args, "--redis", srv.Addr, "CLI", tg)
+			var stderr strings.Builder
+			code := run(args, cli{stdout: tc.stdout, stderr: &stderr})
+			if code != exitError || !strings.HasPrefix(stderr.String(), "dlock release: ") || !strings.Contains(stderr.String(), tc.wants) ||
+				!strings.Contains(stderr.String(), "standard output") || strings.Count(stderr.String(), "\n") != 1 {
+				t.Errorf("%v with standard output %T: exit %d, stderr %q", args, tc.stdout, code, stderr.String())
+			}
+			if st := lockStatusOf(t, tg); st.Held {
+				t.Fatalf("held after release --force: %+v", st)
+			}
+		})
 	}
 }
