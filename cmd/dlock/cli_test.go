@@ -18,6 +18,7 @@ func TestHelp(t *testing.T) {
 	cases := [][]string{
 		{"--help"}, {"-h"}, {"-help"}, {"help"},
 		{"help", "exec"}, {"help", "lock"}, {"help", "status"}, {"help", "release"}, {"help", "demo"},
+		{"help", "--help"}, {"help", "-h"}, {"help", "help"}, // help is a command too (the usage lists it)
 	}
 	for _, c := range commands() {
 		cases = append(cases, []string{c.name, "--help"}, []string{c.name, "-h"})

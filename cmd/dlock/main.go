@@ -87,6 +87,10 @@ func run(args []string, out cli) int {
 			return usageError(out, "dlock help", "", fmt.Errorf("unexpected argument %q", args[2]))
 		}
 		if name == "help" && len(args) > 1 {
+			switch args[1] {
+			case "-h", "-help", "--help", "help": // the usage of help is dlock's
+				return usageShown(out, "dlock help", topUsage(out.stdout))
+			}
 			if c := lookup(args[1]); c != nil {
 				fs := newFlagSet(c.name)
 				c.define(fs)
