@@ -315,8 +315,8 @@ func TestQuitNeverDumps(t *testing.T) {
 
 // TestRedisErrorReply: a Redis that answers with an error is not reported unreachable. A key
 // of the lock's that holds another kind of value (WRONGTYPE) is an error no wait mends: every
-// command says what Redis answered and exits 1 at once, waiting or not, and exec runs
-// nothing. A Redis out of memory (maxmemory reached) is not serving: 69, naming the reply.
+// command says what Redis answered, naming the lock's keys for the operator to look at, and
+// exits 1 at once, waiting or not, and exec runs nothing. A Redis out of memory (maxmemory reached) is not serving: 69, naming the reply.
 func TestRedisErrorReply(t *testing.T) {
 	needReal(t)
 	admin := srv.Client()
@@ -340,7 +340,7 @@ func TestRedisErrorReply(t *testing.T) {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			start := time.Now()
 			r := runBin(t, []string{"DLOCK_REDIS=" + srv.Addr}, args...)
-			if r.code != exitError || !strings.Contains(r.stderr, "WRONGTYPE") || strings.Contains(r.stderr, "cannot reach") ||
+			if r.code != exitError || !strings.Contains(r.stderr, "WRONGTYPE") || !strings.Contains(r.stderr, "DLOCK_CLI_"+tg) || strings.Contains(r.stderr, "cannot reach") ||
 				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stdout != "" {
 				t.Fatal(r)
 			}

@@ -87,7 +87,8 @@ type conn struct {
 	client  redis.UniversalClient
 	gen     *dlock.Generator
 	notice  *waitNotice
-	quick   bool // close gives nothing back: Redis took no write of this run's
+	quick   bool   // close gives nothing back: Redis took no write of this run's
+	keys    string // the Redis keys of the lock the command works on, for messages; "" before it is made
 }
 
 // waitNotice tells, on standard error, of the first Redis failure while a command waits for
@@ -223,6 +224,8 @@ func (c *conn) lock(typ, target string, lease time.Duration) (*dlock.Distributed
 	if err != nil {
 		return nil, c.classify(err)
 	}
+	cfg := l.Config()
+	c.keys = cfg.UniqueKey() + ", " + cfg.SideKey("*")
 	return l, nil
 }
 
@@ -271,10 +274,22 @@ func (c *conn) classify(err error) error {
 		return nil
 	case errors.Is(err, dlock.ErrInvalidConfig):
 		return withStatus(exitUsage, errors.New(plain(err)))
+	case wrongType(err) && c.keys != "":
+		var re redis.Error
+		errors.As(err, &re)
+		return withStatus(exitError, fmt.Errorf("%v answered with an error (one of the lock's keys, %s, holds a value that is not dlock's): %s",
+			c.ep, c.keys, strings.TrimSpace(re.Error())))
 	case errors.As(err, &pe), errors.Is(err, context.DeadlineExceeded), isRedisReply(err):
 		return redisFailure(c.ep, c.timeout, err)
 	}
 	return errors.New(plain(err))
+}
+
+// wrongType reports whether err carries Redis's WRONGTYPE reply: a key holds another kind of
+// value than the script expects.
+func wrongType(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(strings.TrimSpace(re.Error()), "WRONGTYPE")
 }
 
 // isRedisReply reports whether err is an error reply from Redis.

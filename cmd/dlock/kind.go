@@ -112,6 +112,7 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 		g = guarded{Part: s.Permits(n), shared: s.State, force: s.ForceRelease}
 	}
 	if g.shared != nil {
+		c.keys = sharedKeys(g.Config())
 		g.shared = sameKind(g.Config(), g.Kind(), g.shared)
 		state := g.shared
 		g.holders = func(ctx context.Context) string {
