@@ -199,7 +199,10 @@
 // local_waiters are always false: the tool holds and waits for nothing itself. JSON strings
 // are Unicode: in a field that is not valid UTF-8 (a target so named, a key set by hand)
 // --json writes each invalid byte as U+FFFD, and says on standard error which fields it could
-// not give byte for byte; the text form prints them as they are.
+// not give byte for byte; the text form shows them as they are. A holder or waiting process
+// with control characters or bytes that are not UTF-8 (a key set by hand) is shown quoted as
+// a Go string ("\x1b..."), in status's text and in every message, so that it can neither forge
+// lines nor drive the terminal.
 //
 // # release
 //

@@ -152,7 +152,7 @@ func mutexLock(l *dlock.DistributedReentrantLock) guarded {
 		if err != nil || !st.Held() {
 			return ""
 		}
-		return st.Holder
+		return shown(st.Holder)
 	}}
 }
 
@@ -162,11 +162,11 @@ func describeHolds(st dlock.SharedState) string {
 	for _, h := range st.Holds {
 		switch {
 		case st.Kind == "rw" && h.Write:
-			parts = append(parts, h.Locker+" (write)")
+			parts = append(parts, shown(h.Locker)+" (write)")
 		case st.Kind == "rw":
-			parts = append(parts, h.Locker+" (read)")
+			parts = append(parts, shown(h.Locker)+" (read)")
 		default:
-			parts = append(parts, fmt.Sprintf("%s (%d permits)", h.Locker, h.Permits))
+			parts = append(parts, fmt.Sprintf("%s (%d permits)", shown(h.Locker), h.Permits))
 		}
 	}
 	return strings.Join(parts, ", ")

@@ -123,19 +123,19 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 		return c.classify(err)
 	}
 	if removed {
-		say("released %s: removed holder %s", name, victim)
+		say("released %s: removed holder %s", name, shown(victim))
 		return nil
 	}
 	// Say what is there instead; a failure to look is no failure of the release.
 	st, err := l.State(ctx)
 	switch {
 	case err != nil:
-		say("%s: holder %s was already gone: nothing removed", name, victim)
+		say("%s: holder %s was already gone: nothing removed", name, shown(victim))
 	case st.Holder == "":
-		say("%s: holder %s was already gone, the lock is not held: nothing removed", name, victim)
+		say("%s: holder %s was already gone, the lock is not held: nothing removed", name, shown(victim))
 	default:
 		say("%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed",
-			name, victim, st.Holder)
+			name, shown(victim), shown(st.Holder))
 	}
 	return nil
 }
@@ -176,9 +176,9 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 			return c.classify(err)
 		}
 		if removed {
-			say("released %s: removed holder %s", name, v)
+			say("released %s: removed holder %s", name, shown(v))
 		} else {
-			say("%s: holder %s was already gone: nothing removed", name, v)
+			say("%s: holder %s was already gone: nothing removed", name, shown(v))
 		}
 	}
 	return nil

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlockgo/dlock/domain"
@@ -53,7 +55,9 @@ refused as exec and release refuse it (status 2), while Redis keeps what the loc
 
 JSON strings are Unicode: in a field that is not valid UTF-8 (a target so named, a key set by
 hand) --json writes each invalid byte as U+FFFD, and says on standard error which fields it
-could not give byte for byte; the text form prints them as they are.
+could not give byte for byte; the text form shows them as they are. A holder or waiting
+process there with control characters or bytes that are not UTF-8 (a key set by hand) is
+shown quoted as a Go string, "\x1b...".
 ` + redisHelp + `
 exit status:
   0        the state was read (whether held or not)
@@ -135,6 +139,16 @@ func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
 	return printStatus(out.stdout, st)
 }
 
+// shown returns a locker read from Redis as text for a person: as it is, or quoted as a Go
+// string when it holds a control character or bytes that are not UTF-8 (a key set by hand),
+// which would otherwise forge lines or drive the terminal.
+func shown(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
 // tellNotUTF8 says on w which of the named strings (name, value, name, value, ...) are not
 // valid UTF-8: JSON strings are Unicode, and encoding/json writes each invalid byte as U+FFFD,
 // so those fields of status --json are not the bytes Redis holds.
@@ -146,7 +160,7 @@ func tellNotUTF8(w io.Writer, named ...string) {
 		}
 	}
 	if len(bad) > 0 {
-		fmt.Fprintf(w, "dlock status: %s not valid UTF-8: the JSON shows each invalid byte as U+FFFD, not the bytes Redis holds (the text form prints them as they are)\n",
+		fmt.Fprintf(w, "dlock status: %s not valid UTF-8: the JSON shows each invalid byte as U+FFFD, not the bytes Redis holds (the text form shows them as they are)\n",
 			strings.Join(bad, ", "))
 	}
 }
@@ -239,14 +253,14 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 		if st.Kind == "rw" {
 			what = map[bool]string{true: "write", false: "read"}[h.Write]
 		}
-		fmt.Fprintf(w, "holding:     %s (%s), token %d, lease left %v\n", h.Locker, what, h.Token, time.Duration(h.LeaseLeftMS)*time.Millisecond)
+		fmt.Fprintf(w, "holding:     %s (%s), token %d, lease left %v\n", shown(h.Locker), what, h.Token, time.Duration(h.LeaseLeftMS)*time.Millisecond)
 	}
 	for i, q := range j.Waiting {
 		what := fmt.Sprintf("%d permits", q.Permits)
 		if st.Kind == "rw" {
 			what = map[bool]string{true: "write", false: "read"}[q.Write]
 		}
-		fmt.Fprintf(w, "waiting:     %d. %s (%s)\n", i+1, q.Process, what)
+		fmt.Fprintf(w, "waiting:     %d. %s (%s)\n", i+1, shown(q.Process), what)
 	}
 	if st.Fence > 0 {
 		fmt.Fprintf(w, "fence:       %d (the last fencing token handed out)\n", st.Fence)
@@ -279,7 +293,7 @@ func printStatus(out io.Writer, st dlock.State) error {
 	fmt.Fprintf(w, "lock:        %s/%s (key %s)\n", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
 	switch {
 	case st.Held():
-		fmt.Fprintf(w, "state:       held\nholder:      %s\n", st.Holder)
+		fmt.Fprintf(w, "state:       held\nholder:      %s\n", shown(st.Holder))
 	default:
 		fmt.Fprintf(w, "state:       free\n")
 	}
@@ -298,11 +312,11 @@ func printStatus(out io.Writer, st dlock.State) error {
 	case 0:
 		fmt.Fprintf(w, "waiting:     none recorded\n")
 	case 1:
-		fmt.Fprintf(w, "waiting:     1 process: %s\n", st.Waiting[0])
+		fmt.Fprintf(w, "waiting:     1 process: %s\n", shown(st.Waiting[0]))
 	default:
 		fmt.Fprintf(w, "waiting:     %d processes, first in line first:\n", len(st.Waiting))
 		for i, p := range st.Waiting {
-			fmt.Fprintf(w, "             %d. %s\n", i+1, p)
+			fmt.Fprintf(w, "             %d. %s\n", i+1, shown(p))
 		}
 	}
 	_, err := io.WriteString(out, w.String())

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,7 +141,7 @@ func TestStatusHeld(t *testing.T) {
 // named so, a key set by hand) leaves --json valid JSON, and dlock says on standard error
 // which fields it could not give byte for byte (JSON strings are Unicode: each invalid byte
 // shows as U+FFFD), rather than hand a script a key or holder that is not Redis's; the text
-// form prints the bytes as they are.
+// form shows the bytes as they are (a holder quoted as a Go string).
 func TestStatusJSONNotUTF8(t *testing.T) {
 	tg := target(t) + "\xff"
 	key := "DLOCK_CLI_" + tg
@@ -173,12 +174,38 @@ func TestStatusJSONNotUTF8(t *testing.T) {
 		}
 	}
 	r := runIn("status", "--redis", srv.Addr, "CLI", tg)
-	if r.code != 0 || !strings.Contains(r.stdout, "holder:      holder-\xfe\n") || !strings.Contains(r.stdout, "key "+key+")") || r.stderr != "" {
-		t.Errorf("text status: want the bytes as they are, got %q", r)
+	if r.code != 0 || !strings.Contains(r.stdout, `holder:      "holder-\xfe"`+"\n") || !strings.Contains(r.stdout, "key "+key+")") || r.stderr != "" {
+		t.Errorf("text status: want the bytes as they are (the holder quoted), got %q", r)
 	}
 	r = runIn("status", "--json", "--redis", srv.Addr, "CLI", "valid")
 	if r.code != 0 || r.stderr != "" {
 		t.Errorf("status --json of a valid name says something on stderr: %v", r)
+	}
+}
+
+// TestStatusTextQuotesAHolderWithControlCharacters: a holder that no locker has — a key set by
+// hand holding control characters (a newline, a terminal's escape sequence), or bytes that
+// are not UTF-8 — is shown quoted as a Go string, byte for byte, in status's text and
+// release's report, rather than written to the operator's terminal as it is, where it could
+// forge lines ("state: free") or drive the terminal.
+func TestStatusTextQuotesAHolderWithControlCharacters(t *testing.T) {
+	tg := target(t)
+	key := "DLOCK_CLI_" + tg
+	holder := "evil\nstate:       free\x1b[2J"
+	c := srv.Client()
+	defer c.Close()
+	if err := c.Set(context.Background(), key, holder, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Del(context.Background(), key)
+	r := runIn("status", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder:      "+strconv.Quote(holder)+"\n") || strings.Contains(r.stdout, "\x1b") ||
+		strings.Contains(r.stdout, "\nstate:       free") {
+		t.Errorf("status: want the holder quoted, got %q", r)
+	}
+	r = runIn("release", "--force", "--any", "--redis", srv.Addr, "CLI", tg)
+	if r.code != 0 || !strings.Contains(r.stdout, "removed holder "+strconv.Quote(holder)) || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("release --force --any: want the holder quoted, got %q", r)
 	}
 }
 
