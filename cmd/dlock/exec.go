@@ -65,7 +65,8 @@ exit status:
   N        COMMAND exited with N; 128+S when it was killed by signal S
   75       the lock was not obtained within --wait, or at once with -n (COMMAND did not
            run); --conflict-exit-code changes it (0: and dlock says nothing)
-  76       the lock was lost while COMMAND ran (COMMAND was stopped)
+  76       the lock was lost while COMMAND ran (COMMAND was stopped), or found lost at the
+           release once COMMAND had exited (it may have run without the lock)
   69       Redis unreachable, not serving (out of memory, loading, read-only), not the
            kind the address names (Sentinels, Cluster, one server), or no answer within
            --timeout
