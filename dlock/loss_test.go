@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1148,5 +1149,83 @@ func TestReleaseRetryReportsTheLossAfterTheRelease(t *testing.T) {
 	defer obs.mu2.Unlock()
 	if !slices.Equal(obs.order, []string{"released", "lost"}) {
 		t.Fatalf("the Observer was told %v; want the release, then the loss its retry found", obs.order)
+	}
+}
+
+// An Unlock that relocks (its release stands the process in line again with a new attempt,
+// next) and whose release fails, its outcome unknown, reports the loss that the release's
+// retry then finds as a plain Unlock's does: a LossEvent after its ReleaseEvent, and "lock
+// lost before release" at Warn. The process leaves the line once nobody waits — after the
+// retry was answered, not beside it: a leave that came first settled the tenure's locker, and
+// the retry, answered settled, told nothing. Here the leave is let go first whenever it is
+// sent beside the retry.
+func TestRelockReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
+	rec := &recorder{}
+	core, logs := zapobserver.New(zap.WarnLevel)
+	admin := rawClient(t)
+	ga, cla := newGen(t, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+	gb, _ := newGen(t)
+	var k string
+	var armed atomic.Bool
+	var releases atomic.Int32
+	var next atomic.Value       // the first release's next attempt ("" for none)
+	left := make(chan struct{}) // closed once a leave of a's was answered
+	var leftOnce sync.Once
+	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
+		switch processor.ScriptName(cmd.Args()) {
+		case "leave":
+			err := nextHook(ctx, cmd)
+			leftOnce.Do(func() { close(left) })
+			return err
+		case "release":
+			if !armed.Load() {
+				return nextHook(ctx, cmd)
+			}
+			switch releases.Add(1) {
+			case 1: // the Unlock's: the key is removed behind its back, then the release fails unsent
+				a := cmd.Args()
+				keys, _ := strconv.Atoi(fmt.Sprint(a[2]))
+				if j := 3 + keys + 17 - 1; j < len(a) { // (ARGV[17]: next)
+					next.Store(fmt.Sprint(a[j]))
+				}
+				admin.Del(ctx, k)
+				cmd.SetErr(errInjected)
+				return errInjected
+			case 2: // its retry: a leave sent beside it goes first
+				select {
+				case <-left:
+				case <-time.After(time.Second):
+				}
+			}
+		}
+		return nextHook(ctx, cmd)
+	}})
+	ga.Relock(10 * time.Second)
+	la := mustGen(t, ga, "RELOCKGONE", target(t), 5*time.Second)
+	lb := mustGen(t, gb, "RELOCKGONE", target(t), 5*time.Second)
+	k = key(la)
+	ctx := ctxT(t, 30*time.Second)
+	a := takeAfterWaiting(t, ctx, la, lb) // (a watches its channel: its Unlock relocks)
+	token, _ := la.FencingToken(a)
+	armed.Store(true)
+	var pe *dlock.RedisProcessError
+	if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+		t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+	}
+	if n, _ := next.Load().(string); n == "" {
+		t.Fatal("setup: the Unlock's release did not stand in line again (no next)")
+	}
+	waitFor(t, func() bool { return releases.Load() >= 2 && ga.InUse() == 0 }) // retried, and let go of the key
+	if st, err := la.State(ctx); err != nil || len(st.Waiting) != 0 || st.Holder != "" {
+		t.Fatalf("after the retry: %+v, %v; want the key free and nobody in line", st, err)
+	}
+	rec.mu.Lock()
+	lost := slices.Clone(rec.lost)
+	rec.mu.Unlock()
+	if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+		t.Fatalf("losses reported: %+v; want one of the holding (token %d), matching ErrLockLost", lost, token)
+	}
+	if n := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len(); n != 1 {
+		t.Fatalf("%d warnings %q of the key; want 1", n, "dlock: lock lost before release")
 	}
 }

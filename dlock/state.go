@@ -111,6 +111,9 @@ type lockState struct {
 	asking   string // the locker of the lock.lua in flight (phase asking)
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)
+	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
+	// first try is on its way: the line is left after it, not beside it (settleLocked).
+	unreleased int
 	// relock says that goroutines of this process take the key again at once after it lets
 	// it go (a Lock came within relockWindow of the last release, relockBy): an Unlock that
 	// grants the key to another process then stands in line again in the same script, so
@@ -514,7 +517,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			// The key holds an acquisition this process gave up (granted to an attempt whose
 			// leave failed, or taken by a late copy): it is given back, not left for a lease.
 			st.background(func() {
-				_ = st.giveBack(h, st.cfg, time.Time{})
+				_ = st.giveBack(h, st.cfg, time.Time{}, nil)
 				st.signal(HowRetry)
 			})
 		}
@@ -701,6 +704,9 @@ func (st *lockState) settleLocked() {
 	case free:
 		st.releaseInBackground()
 	case idle:
+		if st.unreleased > 0 {
+			return // (settled after the retry's first try: a leave that came first would settle its locker, and the retry could not tell a loss)
+		}
 		if a := st.line.attempt; a != nil && !a.sent && !st.line.queued {
 			st.closeAttempt() // never sent: nothing of it in Redis
 		}

@@ -378,10 +378,12 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 			st.closeAttempt() // nothing of next reached Redis, nor can a copy of the release put it there
 		}
 	}
+	if err != nil {
+		st.retryReleaseLocked(r) // signals once done (first: the settle below leaves the line only after it)
+	}
 	st.dropTenureLocked(t)
 	switch {
 	case err != nil:
-		st.retryReleaseLocked(r) // signals once done
 		switch {
 		case errors.Is(err, errLate) && ctx.Err() != nil:
 			// The caller's context (Close's) ended first, not the lease.
@@ -416,7 +418,7 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 	// nobody waits (leave.lua settles the acquisition first, so that no copy comes after).
 	st.line.queued = true
 	st.background(func() {
-		_ = st.giveBack(locker, cfg, time.Time{}) // (its caller was told the outcome was unknown; Gone tells nothing)
+		_ = st.giveBack(locker, cfg, time.Time{}, nil) // (its caller was told the outcome was unknown; Gone tells nothing)
 		st.signal(HowRetry)
 	})
 	st.settleLocked()
@@ -426,13 +428,23 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 // (its outcome unknown). The retry's outcome is told where it matters: a key found gone while
 // its lease lasted is a loss — logged at Warn and, for an Unlock's release, told to the
 // Observer (after the holding's ReleaseEvent, which the Unlock reported with the failure) —
-// and Close's release is told the outcome (retried). The line is left once the retry is
-// answered, not beside it: a leave that came first would settle the locker, and the retry,
-// answered settled, could not tell a loss. The caller holds mu, in phase idle.
+// and Close's release is told the outcome (retried). The line is left once the retry's first
+// try is answered or failed, not beside it (unreleased): a leave that came first would settle
+// the locker, and the retry, answered settled, could not tell a loss; nor later, while tries
+// keep failing: the process would stay in line, and a grant to it that nobody here wants
+// could not be counted (its place unknown: the release's reply was lost) nor passed on but by
+// the leave. The caller holds mu, in phase idle, before the release's end settles.
 func (st *lockState) retryReleaseLocked(r releaseJob) {
 	locker, cfg, until := r.req.Locker, r.cfg, r.until
+	st.unreleased++
+	tried := func() {
+		st.mu.Lock()
+		st.unreleased--
+		st.settleLocked()
+		st.mu.Unlock()
+	}
 	st.background(func() {
-		err := st.giveBack(locker, cfg, until)
+		err := st.giveBack(locker, cfg, until, tried)
 		if errors.Is(err, ErrLockLost) {
 			st.g.log.Warn("dlock: lock lost before release", zap.String("key", cfg.UniqueKey()),
 				zap.String("locker", locker), zap.Error(err))
@@ -468,8 +480,9 @@ var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: t
 // when Redis answered (the key let go, or not the locker's), the last failure when it gave up,
 // and errLostBeforeRelease when the locker held the key until held by this process's clock
 // (a tenure whose release failed; zero for none) and an answer that came before then found the
-// key gone or another's (Redis ran it while the lease lasted).
-func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.Time) error {
+// key gone or another's (Redis ran it while the lease lasted). tried, if set, runs once the
+// first try was answered or failed.
+func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.Time, tried func()) error {
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
 	for {
@@ -478,6 +491,10 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.T
 			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
 		})
 		cancel()
+		if tried != nil {
+			tried()
+			tried = nil
+		}
 		if err == nil {
 			// (Judged by the answer's arrival, not the request's send: a request sent in time
 			// may have run after the key expired with its lease, held up on its way.)
