@@ -319,8 +319,9 @@ type releaseJob struct {
 	until time.Time
 	next  *attempt
 	epoch uint64
-	// lost, if set (an Unlock's release), tells the Observer of the holding's loss when the
-	// release failed and its retry found the key gone (after the Unlock returned).
+	// lost, if set (the release of a holding: an Unlock's, Close's), tells the Observer of the
+	// holding's loss when the release failed and its retry found the key gone (after the
+	// holding's ReleaseEvent).
 	lost func(cause error)
 	// retried, if set (Close's release), is told what became of a release that failed: its
 	// retry's outcome (retryReleaseLocked).
@@ -519,7 +520,9 @@ func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.T
 // close ends what this process holds of the key as the Generator closes: the owner is told
 // (ErrClosed) before the key is let go, bounded by ctx — unless the lease has run out by this
 // process's clock (a process paused past it, closed as it resumed): that holding was lost, and
-// is told so, as every call of its owner would find (lapse). It returns the release's failure
+// is told so, as every call of its owner would find (lapse). A release (or its retry) that
+// finds the key gone or another's while the lease lasted is a loss: logged at Warn and told to
+// the Observer after the holding's ReleaseEvent, not returned. It returns the release's failure
 // and, when the release failed while ctx lasts, retried: where its retry in the background
 // tells what it came to (giveBack: nil when Redis answered it), for Close to wait for — not
 // here, so that the other keys' releases are not held up.
@@ -529,7 +532,8 @@ func (st *lockState) close(ctx context.Context) (retried <-chan error, err error
 	if t := st.ten; t != nil && !time.Now().Before(t.until) {
 		st.loseLocked(t, errHoldingLapsed)
 	}
-	if h := st.owner; h != nil {
+	h := st.owner
+	if h != nil {
 		if !h.end(holdClosed, nil) { // its final Unlock runs just now: that lets the tenure go
 			st.mu.Unlock()
 			return nil, nil
@@ -545,8 +549,20 @@ func (st *lockState) close(ctx context.Context) (retried <-chan error, err error
 	}
 	release := st.releaseLocked(nil)
 	release.retried = make(chan error, 1)
+	if h != nil {
+		release.lost = func(cause error) { // (after its ReleaseEvent, reported above)
+			st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+		}
+	}
 	st.mu.Unlock()
 	err = release.run(ctx)
+	if errors.Is(err, ErrLockLost) { // (as a loss its retry finds: retryReleaseLocked)
+		st.g.log.Warn("dlock: lock lost before release", zap.String("key", release.cfg.UniqueKey()),
+			zap.String("locker", release.req.Locker), zap.Error(err))
+		if release.lost != nil {
+			release.lost(err)
+		}
+	}
 	var pe *RedisProcessError
 	if errors.As(err, &pe) && ctx.Err() == nil {
 		return release.retried, err // (retried in the background: retryReleaseLocked)
