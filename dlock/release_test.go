@@ -482,3 +482,70 @@ func TestEveryUnlockRefusesAlike(t *testing.T) {
 		}
 	}
 }
+
+// A release retried in the background after a failure (an Unlock's, or Close's own) that Redis
+// then refuses for good (here a fencing counter set by hand to what dlock never writes) stops
+// at once, and says so: the refusal is reported to the Observer as a Redis error of the
+// unlock, Close's own retry comes back from Close as a *RedisProcessError naming it, and
+// nothing waits for the lease (a minute) to run out. No loss is reported: the key stays held
+// until its lease runs out.
+func TestReleaseRetryRefusedByRedisStopsAndSaysSo(t *testing.T) {
+	for _, by := range []string{"Unlock", "Close"} {
+		t.Run(by, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			admin := rawClient(t)
+			var fence string
+			var armed atomic.Bool
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !scriptIs("release")(cmd.Args()) || !armed.CompareAndSwap(true, false) {
+					return next(ctx, cmd)
+				}
+				admin.Set(ctx, fence, "abc", 0) // the retry is refused
+				cmd.SetErr(errInjected)
+				return errInjected
+			}})
+			rec := &recorder{}
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute), dlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _ := g.Gen("RETRYREFUSED", uniqueTarget(t))
+			fence = "{" + key(l) + "}:fence"
+			t.Cleanup(func() { admin.Del(context.Background(), key(l), fence) })
+			o, err := l.Lock(ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(true)
+			var pe *dlock.RedisProcessError
+			if by == "Unlock" {
+				if err := l.Unlock(o); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+					t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+				}
+			}
+			cctx := ctxT(t, 20*time.Second) // (turns a retry that waits for the lease into a failure)
+			err = g.Close(cctx)
+			if cctx.Err() != nil {
+				t.Fatalf("Close = %v: it waited for a retry Redis refused", err)
+			}
+			if by == "Unlock" && err != nil {
+				t.Fatalf("Close = %v, want nil: the failed release was the Unlock's, and it said so", err)
+			}
+			if by == "Close" && (!errors.As(err, &pe) || !strings.Contains(err.Error(), "fencing counter "+fence)) {
+				t.Fatalf("Close = %v, want a *RedisProcessError naming the refused counter", err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			refused := 0
+			for _, e := range rec.redisErrs {
+				if e.Op == "unlock" && strings.Contains(e.Err.Error(), "fencing counter "+fence) {
+					refused++
+				}
+			}
+			if refused != 1 || len(rec.lost) != 0 {
+				t.Fatalf("the Observer was told of %d refused unlocks (%+v) and %d losses; want 1 and none", refused, rec.redisErrs, len(rec.lost))
+			}
+		})
+	}
+}
