@@ -1498,63 +1498,91 @@ func TestCloseReportsAReleaseRedisNeverAnswered(t *testing.T) {
 
 // A Close that finds the holding it closes gone from Redis before its lease ran out (removed
 // behind its back: an operator's removal, an empty restart) reports the loss as an Unlock that
-// finds it does, whether its release finds it at once or when retried after a failure: the
-// Observer is told of the loss after the holding's release (ErrClosed), and "lock lost before
-// release" is logged at Warn. Close itself returns nil: nothing of the holding stays held.
+// finds it does, whether its release finds it at once or when sent again after a failure, for
+// the mutex, the read-write lock and the semaphore alike: the Observer is told of the loss
+// after the holding's release (ErrClosed), and the loss is logged at Warn. Close itself
+// returns nil: nothing of the holding stays held.
 func TestCloseThatFindsTheHoldingGoneReportsTheLoss(t *testing.T) {
-	for _, when := range []string{"at once", "when retried"} {
-		t.Run(when, func(t *testing.T) {
-			c := srv.Client()
-			defer c.Close()
-			admin := rawClient(t)
-			var k string
-			var armed atomic.Bool
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				if !scriptIs("release")(cmd.Args()) || !armed.CompareAndSwap(true, false) {
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		for _, when := range []string{"at once", "when retried"} {
+			t.Run(kind+" "+when, func(t *testing.T) {
+				c := srv.Client()
+				defer c.Close()
+				admin := rawClient(t)
+				var armed atomic.Bool
+				c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+					args := cmd.Args()
+					if !isRelease(args) || !armed.CompareAndSwap(true, false) {
+						return next(ctx, cmd)
+					}
+					n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+					for _, k := range args[3 : 3+n] { // removed behind its back as Close lets it go
+						admin.Del(ctx, fmt.Sprint(k))
+					}
+					if when == "when retried" {
+						cmd.SetErr(errInjected) // (unsent: sent again)
+						return errInjected
+					}
 					return next(ctx, cmd)
+				}})
+				obs := &releaseThenLoss{lostCame: make(chan struct{})}
+				core, logs := zapobserver.New(zap.WarnLevel)
+				g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second), dlock.WithObserver(obs), dlock.WithLogger(zap.New(core)))
+				if err != nil {
+					t.Fatal(err)
 				}
-				admin.Del(ctx, k) // removed behind its back as Close lets it go
-				if when == "when retried" {
-					cmd.SetErr(errInjected) // (unsent: retried in the background)
-					return errInjected
+				ctx := ctxT(t, 10*time.Second)
+				tg := uniqueTarget(t)
+				var o *dlock.Owner
+				var token func() (uint64, bool)
+				switch kind {
+				case "mutex":
+					l := mustGen(t, g, "CLOSEGONE", tg, 5*time.Second)
+					if o, err = l.Lock(ctx); err == nil {
+						token = func() (uint64, bool) { return l.FencingToken(o) }
+					}
+				case "rw":
+					rw := rwOf(t, g, tg)
+					if o, err = rw.Lock(ctx); err == nil {
+						token = func() (uint64, bool) { return rw.FencingToken(o) }
+					}
+				default:
+					sem := semOf(t, g, tg, 2)
+					if o, err = sem.Acquire(ctx, 1); err == nil {
+						token = func() (uint64, bool) { return sem.FencingToken(o) }
+					}
 				}
-				return next(ctx, cmd)
-			}})
-			obs := &releaseThenLoss{lostCame: make(chan struct{})}
-			core, logs := zapobserver.New(zap.WarnLevel)
-			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second), dlock.WithObserver(obs), dlock.WithLogger(zap.New(core)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, _ := g.Gen("CLOSEGONE", uniqueTarget(t))
-			k = key(l)
-			o, err := l.Lock(ctxT(t, 10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			token, _ := l.FencingToken(o)
-			armed.Store(true)
-			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
-				t.Fatalf("Close = %v, want nil: nothing of the holding stays held", err)
-			}
-			if armed.Load() {
-				t.Fatal("setup: Close sent no release")
-			}
-			if cause := context.Cause(o); !errors.Is(cause, dlock.ErrClosed) {
-				t.Fatalf("the owner context ended with %v, want ErrClosed", cause)
-			}
-			obs.mu2.Lock()
-			order := slices.Clone(obs.order)
-			obs.mu2.Unlock()
-			obs.mu.Lock()
-			lost := slices.Clone(obs.lost)
-			obs.mu.Unlock()
-			if !slices.Equal(order, []string{"released", "lost"}) || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
-				t.Fatalf("the Observer was told %v (losses %+v); want the release, then the loss of the holding (token %d) matching ErrLockLost", order, lost, token)
-			}
-			if n := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len(); n != 1 {
-				t.Fatalf("%d warnings %q of the key; want 1", n, "dlock: lock lost before release")
-			}
-		})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok, _ := token()
+				armed.Store(true)
+				if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+					t.Fatalf("Close = %v, want nil: nothing of the holding stays held", err)
+				}
+				if armed.Load() {
+					t.Fatal("setup: Close sent no release")
+				}
+				if cause := context.Cause(o); !errors.Is(cause, dlock.ErrClosed) {
+					t.Fatalf("the owner context ended with %v, want ErrClosed", cause)
+				}
+				obs.mu2.Lock()
+				order := slices.Clone(obs.order)
+				obs.mu2.Unlock()
+				obs.mu.Lock()
+				lost := slices.Clone(obs.lost)
+				obs.mu.Unlock()
+				if !slices.Equal(order, []string{"released", "lost"}) || lost[0].Token != tok || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+					t.Fatalf("the Observer was told %v (losses %+v); want the release, then the loss of the holding (token %d) matching ErrLockLost", order, lost, tok)
+				}
+				warning := "dlock: lock lost before release"
+				if kind != "mutex" {
+					warning = "dlock: shared holding lost"
+				}
+				if n := logs.FilterMessage(warning).Len(); n != 1 {
+					t.Fatalf("%d warnings %q; want 1", n, warning)
+				}
+			})
+		}
 	}
 }

@@ -27,7 +27,7 @@ type Observer interface {
 	// Lost: a holding learnt it had lost the lock. It is reported just after the owner's
 	// context ends (a slow observer never delays the holder's notice), or, for a loss found
 	// only when a mutex's failed release was retried in the background, or by the release of
-	// a mutex holding Close ended, once that release finds it (see LossEvent).
+	// a holding Close ended, once that release finds it (see LossEvent).
 	Lost(LossEvent)
 	// RenewalFailed: a renewal could not be made (Redis failed or did not answer in time); it
 	// is retried until the lease runs out.
@@ -172,8 +172,8 @@ type ReleaseEvent struct {
 // ReleaseEvent carries the *RedisProcessError) has the release retried in the background: if
 // the retry finds the key gone or another's before the lease ran out, the loss is reported
 // then, after that ReleaseEvent (a retry after the lease ran out that finds the key expired
-// is no loss). So is a mutex holding that Close ended (its ReleaseEvent carries ErrClosed)
-// whose release, or its retry, finds the key gone or another's before the lease ran out.
+// is no loss). So is a holding of any kind that Close ended (its ReleaseEvent carries
+// ErrClosed) whose release, or its retry, finds it gone from Redis before the lease ran out.
 type LossEvent struct {
 	Kind   LockKind
 	Config domain.DLockConfig

@@ -96,6 +96,7 @@ type shareHold struct {
 	answered []chan struct{} // closed by the next renewal's (or downgrade's) answer (freshen waits for it)
 	fate     []chan error    // told once an idle holding is let go in Redis or lent again (Unlock waits)
 	owners   []*shareOwner   // its borrowers' owners, for Close to report released
+	closed   []*shareOwner   // those Close ended (reported released): told of a loss its release finds
 	endsWith                 // its context: its owners' contexts are children of it
 }
 
@@ -783,6 +784,7 @@ func (st *sharedState) planClose() action {
 				so.cancel(ErrClosed) // (its context ends before Close returns; the hold's callback would end it later)
 				st.closed = append(st.closed, so.event(ErrClosed))
 			}
+			h.closed = append(h.closed, h.owners...)
 		} else {
 			for _, so := range unseen {
 				so.cancel(cause)
@@ -805,6 +807,7 @@ func (st *sharedState) planClose() action {
 		st.holds = st.holds[1:]
 		o := st.letGo(h)
 		o.byClose = !errors.Is(context.Cause(h.ctx), ErrLockLost) // (not one lost before: its owners were told)
+		o.closed = h.closed
 		return action{closing: true, do: st.pay(o)}
 	}
 	return st.drop()
@@ -841,12 +844,13 @@ func (st *sharedState) releaseAction(h *shareHold) action {
 // fate, or of a locker that may hold in Redis unknown to this process (mayHold).
 type owedRelease struct {
 	locker    string
-	origin    uint64       // the token the holding was taken with, as its renewals name it (0 if unknown)
-	last, end uint64       // the tokens it gives back (unused)
-	until     time.Time    // its lease's end: a release that failed is owed again until then
-	failed    bool         // Redis failed it: it goes after any take due (reowe)
-	byClose   bool         // Close lets go of a holding this process held to the end: a failure is Close's to report
-	fate      []chan error // told what became of it
+	origin    uint64        // the token the holding was taken with, as its renewals name it (0 if unknown)
+	last, end uint64        // the tokens it gives back (unused)
+	until     time.Time     // its lease's end: a release that failed is owed again until then
+	failed    bool          // Redis failed it: it goes after any take due (reowe)
+	byClose   bool          // Close lets go of a holding this process held to the end: a failure is Close's to report
+	closed    []*shareOwner // with byClose: the owners Close ended, told of a loss the release finds
+	fate      []chan error  // told what became of it
 }
 
 // letGo returns the release of h, which left the holdings. The caller holds mu.
@@ -889,6 +893,16 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			}
 			st.mu.Lock()
 			st.lapsed = append(st.lapsed, err)
+			st.mu.Unlock()
+		}
+		if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(o.until) {
+			// A loss, as one an Unlock's release finds (an answer after the lease ran out
+			// finds the holding expired: no loss): told after the owners' release (ErrClosed).
+			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", o.locker), zap.Error(err))
+			st.mu.Lock()
+			for _, so := range o.closed {
+				st.lost = append(st.lost, so.loss(err))
+			}
 			st.mu.Unlock()
 		}
 		if err == nil || errors.Is(err, errGone) {
