@@ -427,8 +427,9 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 
 // retryReleaseLocked gives back, in the background, the tenure of r, whose release failed
 // (its outcome unknown). The retry's outcome is told where it matters: a key found gone while
-// its lease lasted is a loss — logged at Warn and, for an Unlock's release, told to the
-// Observer (after the holding's ReleaseEvent, which the Unlock reported with the failure) —
+// its lease lasted is a loss — logged at Warn and, for a holding's release (an Unlock's,
+// Close's), told to the Observer after the holding's ReleaseEvent (which the Unlock reported
+// with the failure, Close with ErrClosed) —
 // and Close's release is told the outcome (retried). The line is left once the retry's first
 // try is answered or failed, not beside it (unreleased): a leave that came first would settle
 // the locker, and the retry, answered settled, could not tell a loss; nor later, while tries
