@@ -435,7 +435,8 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 // the locker, and the retry, answered settled, could not tell a loss; nor later, while tries
 // keep failing: the process would stay in line, and a grant to it that nobody here wants
 // could not be counted (its place unknown: the release's reply was lost) nor passed on but by
-// the leave. The caller holds mu, in phase idle, before the release's end settles.
+// the leave. The caller holds mu, in phase releasing, before the tenure is dropped and the
+// release's end settles.
 func (st *lockState) retryReleaseLocked(r releaseJob) {
 	locker, cfg, until := r.req.Locker, r.cfg, r.until
 	st.unreleased++
