@@ -227,3 +227,56 @@ func TestReplicaAckFamily(t *testing.T) {
 		}
 	}
 }
+
+// WithReplicaAck with the replicas refusing to acknowledge: every goroutine of the process
+// that gives up names the refusal, not only the one its process's attempt asked for. The
+// others wait behind that attempt (the cohort: its failures are theirs), and Lock's doc says
+// that a wait that ends while Redis fails wraps the last failure. (No replica here: WAIT
+// counts none, as with replicas that stopped acknowledging.)
+func TestReplicaAckEveryWaiterOfAProcessNamesTheRefusal(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	g, _ := newGen(t, dlock.WithReplicaAck(1, 50*time.Millisecond))
+	rw, _ := g.GenRW("ACK", target(t)+"-r")
+	rww, _ := g.GenRW("ACK", target(t)+"-w")
+	sem, _ := g.GenSemaphore("ACK", target(t)+"-s", 3)
+	mu, _ := g.Gen("ACK", target(t)+"-m")
+	held := func(s dlock.SharedState, err error) bool { return err == nil && len(s.Holds) > 0 }
+	for _, c := range []struct {
+		name string
+		take func(context.Context) error
+		held func() bool // the first waiter's attempt ran in Redis (unacknowledged)
+	}{
+		{"read", func(ctx context.Context) error { _, err := rw.RLock(ctx); return err }, func() bool { return held(rw.State(ctx)) }},
+		{"write", func(ctx context.Context) error { _, err := rww.Lock(ctx); return err }, func() bool { return held(rww.State(ctx)) }},
+		{"permits", func(ctx context.Context) error { _, err := sem.Acquire(ctx, 2); return err }, func() bool { return held(sem.State(ctx)) }},
+		{"mutex", func(ctx context.Context) error { _, err := mu.Lock(ctx); return err }, func() bool {
+			s, err := mu.State(ctx)
+			return err == nil && s.Held()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// the first waits longest: the others wait behind its attempt all their wait
+			first := make(chan error, 1)
+			fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			go func() { first <- c.take(fctx) }()
+			waitFor(t, c.held)
+			others := make(chan error, 2)
+			for range 2 {
+				go func() {
+					octx, cancel := context.WithTimeout(ctx, time.Second)
+					defer cancel()
+					others <- c.take(octx)
+				}()
+			}
+			for i := range 2 {
+				if err := recv(t, others, "a waiter's Lock"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrNotReplicated) {
+					t.Errorf("waiter %d of the cohort: %v", i, err)
+				}
+			}
+			if err := recv(t, first, "the first waiter's Lock"); !errors.Is(err, dlock.ErrNotReplicated) {
+				t.Errorf("the first waiter: %v", err)
+			}
+		})
+	}
+}

@@ -149,7 +149,7 @@ type shareWaiter struct {
 	asked  bool      // an attempt was made for it before (a new one is not its first ask)
 	since  time.Time // when it began to wait
 	err    error
-	fault  error // the last Redis failure of a take for it, which its error names if it gives up; guarded by st.mu
+	fault  error // the last Redis failure of a take of its process's attempt as it waited, which its error names if it gives up; guarded by st.mu
 }
 
 // how is how w was served, for the Observer: at once (HowAttempt), by a holding passed on
@@ -1228,8 +1228,12 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 			st.attempt = nil
 			st.fail(fmt.Errorf("%w: %w", ErrNotObtained, err))
 			return
-		case front != nil:
-			front.fault = err
+		default:
+			// every waiter waits behind this process's attempt: its failure is theirs, and a
+			// Lock that gives up names it (not only the front's, which the attempt asked for)
+			for _, w := range st.waiters {
+				w.fault = err
+			}
 		}
 		a.pollAt = time.Now().Add(retryPause(st.cfg))
 		a.woken(HowRetry)

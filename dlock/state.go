@@ -122,6 +122,11 @@ type lockState struct {
 	relock   bool
 	relockBy time.Time
 	slow     bool // a renewal before a take took more than half the lease (warned once)
+	// fault is the last Redis failure of an ask or renewal to take (answered since: nil), and
+	// faultAt when it came: a goroutine that waited behind it in the queue, and gives up,
+	// names it, as the one that asked does (Lock's doc).
+	fault   error
+	faultAt time.Time
 }
 
 func newLockState(g *Generator, cfg domain.DLockConfig) *lockState {
@@ -310,6 +315,13 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	case ctx.Err() == nil:
 		return nil, false, ErrClosed
 	}
+	if !redisFault(lastErr) { // (it waited behind the asks of others: their failure is its)
+		st.mu.Lock()
+		if st.fault != nil && st.faultAt.After(start) {
+			lastErr = st.fault
+		}
+		st.mu.Unlock()
+	}
 	return nil, false, st.g.faultSince(notObtained(ctx.Err(), lastErr), start)
 }
 
@@ -358,6 +370,16 @@ func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wa
 	}
 	if redisFault(err) || (err != nil && !redisFault(*lastErr)) {
 		*lastErr = err
+	}
+	switch {
+	case redisFault(err):
+		st.mu.Lock()
+		st.fault, st.faultAt = err, time.Now()
+		st.mu.Unlock()
+	case err == nil:
+		st.mu.Lock()
+		st.fault = nil
+		st.mu.Unlock()
 	}
 	return h, err
 }
