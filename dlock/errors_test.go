@@ -505,3 +505,45 @@ func TestErrorsNameTheLock(t *testing.T) {
 		}
 	}
 }
+
+// A Lock that gives up with its last attempt unanswered names the last failure of a request
+// of its process (of any key), but not a refusal Redis answered — a take of more permits than
+// a semaphore's count, a lock of another kind: that is an answer, not the way to Redis
+// failing, and a Lock whose error matched ErrInvalidConfig for a request it never made would
+// tell its caller to fix a configuration that is fine.
+func TestWaiterGivingUpUnansweredNamesNoRefusalOfAnotherRequest(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	g, c := newGen(t) // a 1 s lease: a take gets no answer within 333 ms
+	gq, _ := newGen(t)
+	w := newWire(t, c)
+	tg := uniqueTarget(t)
+	// another process holds both permits: the waiter's takes are answered held
+	q, err := semOf(t, gq, tg, 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Unlock() //nolint:errcheck
+	// a semaphore Redis keeps with 2 permits, asked for 3 by a handle made with 3
+	if err := semOf(t, gq, tg+"-small", 2).SetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	big := semOf(t, g, tg+"-small", 3)
+
+	w.stall("shared", 1) // the waiter's first take: no answer within its bound
+	defer w.unstall()
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := semOf(t, g, tg, 2).Acquire(wctx, 1)
+		got <- err
+	}()
+	waitFor(t, func() bool { return w.stalledCount() == 1 })
+	if _, err := big.Acquire(ctx, 3); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("Acquire of 3 permits of 2: %v; want ErrInvalidConfig", err)
+	}
+	err = recv(t, got, "the waiter's Acquire")
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("a waiter that gave up: %v; want ErrNotObtained and the deadline, not ErrInvalidConfig", err)
+	}
+}

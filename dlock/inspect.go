@@ -341,9 +341,11 @@ type fault struct {
 }
 
 // noteFault keeps err as the Generator's last fault when it is one of Redis's, or of the way
-// to it: not an answer, nor a context's end.
+// to it: not an answer — a refusal of what a request asked (ErrInvalidConfig: more permits
+// than the count, a lock of another kind) included, which a waiter of another request that
+// names the fault would then match — nor a context's end.
 func (g *Generator) noteFault(err error) {
-	if err == nil || answered(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || answered(err) || errors.Is(err, ErrInvalidConfig) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return
 	}
 	var pe *RedisProcessError
