@@ -1086,10 +1086,23 @@ func (x *famExplorer) reenter(i int, r *famHeld) {
 
 // downgrade takes the read side through r, a writer.
 func (x *famExplorer) downgrade(i int, r *famHeld) {
-	ctx, cancel := context.WithTimeout(r.o, 3*time.Second)
+	d := 3 * time.Second
+	if x.rng.IntN(3) == 0 { // a short one: it may end at any point of the downgrade (a renewal first, on its way)
+		d = time.Duration(x.rng.IntN(6)) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(r.o, d)
 	defer cancel()
 	o, err := r.p.rw.RLock(ctx)
-	x.logf("step %d: P%d downgrade: %v", i, r.p.id, err)
+	x.logf("step %d: P%d downgrade (%v): %v", i, r.p.id, d, err)
+	if err != nil && context.Cause(r.o) == nil {
+		// a downgrade that failed leaves the write side as it was: held, its holds counted
+		x.mu.Lock()
+		want := r.count
+		x.mu.Unlock()
+		if n := r.p.rw.HoldCount(r.o); n != want && context.Cause(r.o) == nil {
+			x.fail("P%d: a failed downgrade (%v) left the write side with %d holds, not %d", r.p.id, err, n, want)
+		}
+	}
 	switch {
 	case err == nil:
 		x.stats.downgraded.Add(1)
