@@ -1444,6 +1444,13 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 			}
 			if st.redisError("renew", err) {
 				st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
+				// the waiters it would serve once renewed (stale) wait on it: its failure
+				// is theirs, as a take's is (a Lock that gives up names it)
+				for _, w := range st.waiters {
+					if st.holdFor(w, time.Time{}) == h {
+						w.fault = err
+					}
+				}
 			}
 		case h.ctx.Err() != nil || h.locker != locker:
 		case r.Outcome == processor.Renewed:
