@@ -1094,7 +1094,7 @@ func (x *famExplorer) downgrade(i int, r *famHeld) {
 	defer cancel()
 	o, err := r.p.rw.RLock(ctx)
 	x.logf("step %d: P%d downgrade (%v): %v", i, r.p.id, d, err)
-	if err != nil && context.Cause(r.o) == nil {
+	if err != nil && r.multi == nil && context.Cause(r.o) == nil { // (a MultiLock's Owner hears of its part's end a goroutine's hop later)
 		// a downgrade that failed leaves the write side as it was: held, its holds counted
 		x.mu.Lock()
 		want := r.count
