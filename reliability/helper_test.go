@@ -74,14 +74,30 @@ func runHelper(mode string) int {
 // soakResult is what a soak helper reports.
 type soakResult struct {
 	Acquisitions int64 `json:"acquisitions"`
+	Losses       int64 `json:"losses"` // holdings whose loss, or late release, the library told (a starved process)
+	Writes       int64 `json:"writes"` // counter writes the fenced counter took
 	Overlaps     int64 `json:"overlaps"`
 	Stuck        int64 `json:"stuck"`
 	Errors       int64 `json:"errors"`
 }
 
+// soakStep is the soak's fenced read-modify-write of a counter (KEYS[2]), fenced by KEYS[1]:
+// with a token (ARGV[1]) lower than the highest that read or wrote it, it does nothing and
+// returns -1 (a holder whose lease ran out does not write over a later holder's count); with
+// a value (ARGV[2]) it writes the counter and returns 1, else it returns the counter.
+var soakStep = redis.NewScript(`
+if tonumber(ARGV[1]) < tonumber(redis.call('get', KEYS[1]) or '0') then return -1 end
+redis.call('set', KEYS[1], ARGV[1])
+if ARGV[2] then redis.call('set', KEYS[2], ARGV[2]) return 1 end
+return tonumber(redis.call('get', KEYS[2]) or '0')`)
+
 // soakHelper runs GOROUTINES goroutines for DURATION over KEYS keys of TARGET. Inside the lock:
-// INCR of an "inside" counter that must read 1, a non-atomic GET, pause, SET of a counter,
-// DECR. A Lock that waits WAIT (far longer than any critical section) counts as stuck.
+// a fenced read, pause and write of a counter (soakStep). A holder whose step was refused (a
+// later token came in meanwhile) and that still holds by its clock after that was an owner at
+// once with another: an overlap. One whose lease ran out (a starved process) and that was told
+// so is no overlap: the library gave the key on after its lease, as it must; its steps run to
+// their end all the same (nothing is left half-done for later holders to trip on). A Lock that
+// waits WAIT (far longer than any critical section) counts as stuck.
 func soakHelper(g *dlock.Generator, c *redis.Client) int {
 	var res soakResult
 	var wg sync.WaitGroup
@@ -100,19 +116,33 @@ func soakHelper(g *dlock.Generator, c *redis.Client) int {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), wait)
 				err = l.Do(ctx, func(owned context.Context) error {
-					if n := c.Incr(owned, "{"+k+"}:inside").Val(); n != 1 {
+					bg := context.WithoutCancel(owned)
+					tok, _ := l.FencingToken(owned) // (0 once lost: its steps are refused)
+					step := []string{"{" + k + "}:fence", "{" + k + "}:counter"}
+					v, err := soakStep.Run(bg, c, step, tok).Int64()
+					if err != nil {
+						atomic.AddInt64(&res.Errors, 1)
+						fmt.Fprintln(os.Stderr, "soak helper:", err)
+						return nil
+					}
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					wrote := v >= 0 && soakStep.Run(bg, c, step, tok, v+1).Val() == int64(1)
+					if wrote {
+						atomic.AddInt64(&res.Writes, 1)
+					} else if _, live := l.FencingToken(owned); live { // (asked last, by the clock: live now, so live since it was granted)
 						atomic.AddInt64(&res.Overlaps, 1)
 					}
-					v, _ := c.Get(owned, "{"+k+"}:counter").Int64()
-					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
-					c.Set(owned, "{"+k+"}:counter", v+1, 0)
-					c.Decr(owned, "{"+k+"}:inside")
 					return nil
 				})
 				cancel()
+				var late *dlock.RedisProcessError
 				switch {
 				case err == nil:
 					atomic.AddInt64(&res.Acquisitions, 1)
+				case errors.Is(err, dlock.ErrLockLost):
+					atomic.AddInt64(&res.Losses, 1)
+				case errors.As(err, &late) && errors.Is(err, context.DeadlineExceeded):
+					atomic.AddInt64(&res.Losses, 1) // (its release's reply came after its lease ran out: a starved process)
 				case errors.Is(err, context.DeadlineExceeded):
 					atomic.AddInt64(&res.Stuck, 1)
 				default:
