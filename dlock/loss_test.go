@@ -89,13 +89,14 @@ func TestLossByAnUnansweredRenewalSaysSo(t *testing.T) {
 // A holding kept longer than its lease is renewed: the key stays and the Owner stays live.
 func TestRenewalKeepsTheLock(t *testing.T) {
 	g, c := newGen(t)
-	l, _ := g.GenWithLease("RENEW", target(t), time.Second) // (its renewal has 250 ms to spare on a loaded machine)
-	ctx := ctxT(t, 10*time.Second)
+	const lease = 3 * time.Second // (its renewal, at 75 %, has 750 ms to spare on a loaded machine)
+	l, _ := g.GenWithLease("RENEW", target(t), lease)
+	ctx := ctxT(t, 20*time.Second)
 	owned, err := l.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond) // two and a half leases
+	time.Sleep(lease * 5 / 2) // two and a half leases
 	if owned.Err() != nil || c.Exists(ctx, l.Config().UniqueKey()).Val() != 1 {
 		t.Fatal("lock not kept by renewals")
 	}
