@@ -1749,6 +1749,9 @@ func TestMultiLockCancelledAtEveryMomentLeavesNothingHeld(t *testing.T) {
 			default:
 			}
 			o, ok, err := parts[i%len(parts)].TryLock(ctx)
+			if err != nil && errors.As(err, new(*dlock.RedisProcessError)) {
+				continue // (a reply that came after the request's bound on a loaded machine: B only disturbs A)
+			}
 			if err != nil {
 				t.Errorf("B: %v", err)
 				return
