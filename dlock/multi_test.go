@@ -1836,7 +1836,9 @@ func TestMultiLockFarFromRedisNeverReturnsAPartNearlyExpired(t *testing.T) {
 				t.Errorf("round %d: MultiLock returned with %v of %s's %v lease left in Redis", round, left, key(l), lease)
 			}
 		}
-		if err := m.Unlock(o); err != nil {
+		// (a loaded machine may run a renewal, or the release's reply, after a part's 1 s lease:
+		// a loss told, not what this test is about)
+		if err := m.Unlock(o); err != nil && !errors.Is(err, dlock.ErrLockLost) && !(errors.As(err, new(*dlock.RedisProcessError)) && errors.Is(err, context.DeadlineExceeded)) {
 			t.Fatal(err)
 		}
 	}
