@@ -1946,7 +1946,7 @@ func TestMultiLockNeverReturnsAFamilyPartNearlyExpired(t *testing.T) {
 			if m.Parts()[0] != first {
 				t.Fatalf("parts in the order %v", m.Parts())
 			}
-			ob, _ := other.Gen("ZMULTI", tg+"-b")
+			ob, _ := other.GenWithLease("ZMULTI", tg+"-b", 10*time.Second) // (the blocker: no renewal of it is due in the test)
 			ctx := ctxT(t, 20*time.Second)
 			held, err := ob.Lock(ctx)
 			if err != nil {
