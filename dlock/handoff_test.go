@@ -1365,17 +1365,25 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	for i := 1; i < waiters; i++ {
 		// and between its asks its poller sleeps: it polls next when its next ask is due, a
 		// third of its entry's life after its last answer (the second: as the holder's key it
-		// saw could expire, if sooner), not every sixth of the lease
-		after, ok := gens[i].NextPoll(key(locks[i]))
+		// saw could expire, if sooner), not every sixth of the lease. (Looked at until seen so,
+		// for 3 s: a loaded machine sets the poll late after the answer, or is read between
+		// the answer and the poll it sets; a wrong pace is never seen so.)
+		var after time.Duration
+		var ok bool
 		lo, hi := entryPace-50*time.Millisecond, entryPace+50*time.Millisecond
 		if i == 1 {
 			lo = 0 // (the holder's key may have had little left: a renewal late under load)
 		}
-		if !ok || after < lo || after > hi {
+		if !rgWaitUntil(3*time.Second, func() bool {
+			after, ok = gens[i].NextPoll(key(locks[i]))
+			return ok && after >= lo && after <= hi
+		}) {
 			t.Errorf("process %d in line polls next %v after its last answer (%v), want between %v and %v", i+1, after, ok, lo, hi)
 		}
 	}
-	if err := lh.Unlock(h); err != nil {
+	// (a loaded machine may run the holder's renewal after its 600 ms lease: a loss told, and
+	// the waiters are served all the same, in order)
+	if err := lh.Unlock(h); err != nil && !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatal(err)
 	}
 	for range waiters {
