@@ -108,6 +108,43 @@ type churnOps struct {
 // churnStats counts what the churn saw.
 type churnStats struct {
 	acquired, tried, gaveUp, closed, lostUnlocks, longTimeouts, slow, late atomic.Int64
+	// stalled is when (Unix ns) the last stall of this process ended: a 5 ms ticker that did
+	// not run for gap (a loaded machine ran nothing of it); ticked, when it last ran.
+	stalled, ticked atomic.Int64
+	gap             time.Duration
+}
+
+// stalledSince reports whether the process stalled since start, or is coming out of a stall
+// that its ticker has not seen end yet.
+func (st *churnStats) stalledSince(start time.Time) bool {
+	return st.stalled.Load() >= start.UnixNano() || time.Now().UnixNano()-st.ticked.Load() > int64(st.gap)
+}
+
+// watchStalls records in st.stalled the end of every stall of the process longer than gap,
+// until stop is closed; done is closed once it has stopped.
+func (st *churnStats) watchStalls(gap time.Duration, stop <-chan struct{}) (done <-chan struct{}) {
+	st.gap = gap
+	st.ticked.Store(time.Now().UnixNano())
+	d := make(chan struct{})
+	go func() {
+		defer close(d)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if now := time.Now(); now.Sub(last) > gap {
+					st.stalled.Store(now.UnixNano())
+				}
+				last = time.Now()
+				st.ticked.Store(last.UnixNano())
+			}
+		}
+	}()
+	return d
 }
 
 type churnCfg struct {
@@ -133,6 +170,9 @@ func churn(t *testing.T, c churnCfg, gd *churnGuard, d time.Duration) *churnStat
 	var wg sync.WaitGroup
 	var closeErrs atomic.Int64
 	stop := make(chan struct{})
+	halt := make(chan struct{})
+	watched := st.watchStalls(c.ops.lease/8, halt)
+	defer func() { close(halt); <-watched }()
 	if c.during != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.during(stop) }()
@@ -278,12 +318,12 @@ func churnWorker(t *testing.T, c churnCfg, g *dlock.Generator, who string, alone
 		lostBefore := errors.Is(context.Cause(o), dlock.ErrLockLost)
 		if reentered {
 			if err := c.ops.unlock(inner); err != nil {
-				churnUnlockErr(t, c, who, st, closing, err)
+				churnUnlockErr(t, c, who, st, closing, start, err)
 			}
 		}
 		err = c.ops.unlock(o)
 		if err != nil {
-			churnUnlockErr(t, c, who, st, closing, err)
+			churnUnlockErr(t, c, who, st, closing, start, err)
 		}
 		// (A holder that passes the lock to another goroutine of its process is not told of a
 		// force from another process before its tenure's next renewal: docs/design.md.)
@@ -296,13 +336,16 @@ func churnWorker(t *testing.T, c churnCfg, g *dlock.Generator, who string, alone
 	}
 }
 
-func churnUnlockErr(t *testing.T, c churnCfg, who string, st *churnStats, closing *atomic.Bool, err error) {
+// churnUnlockErr judges the error of an Unlock of a holding whose take began at start: a loss
+// is expected where connections are cut, a force or a Close may have ended it, or the process
+// stalled since (its renewal ran late: a loaded machine against a 150 ms lease).
+func churnUnlockErr(t *testing.T, c churnCfg, who string, st *churnStats, closing *atomic.Bool, start time.Time, err error) {
 	switch {
 	case churnLate(err):
 		st.late.Add(1)
 	case errors.Is(err, dlock.ErrLockLost):
 		st.lostUnlocks.Add(1)
-		if !c.faulty && c.slots == nil && !closing.Load() {
+		if !c.faulty && c.slots == nil && !closing.Load() && !st.stalledSince(start) {
 			t.Errorf("%s: Unlock: %v (nothing was cut and the Generator was not closing)", who, err)
 		}
 	case errors.Is(err, dlock.ErrClosed):
