@@ -522,7 +522,7 @@ func TestYieldCheckCopyLateCannotTakeAHeldKey(t *testing.T) {
 	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Millisecond))
 	gb, _ := newGen(t)
 	w := newWire(t, ca)
-	const lease = 300 * time.Millisecond
+	const lease = time.Second // (A holds three leases on renewals: a stall of a loaded machine outran a 300 ms one)
 	la, _ := ga.GenWithLease("LATECHECK", target(t), lease)
 	lb, _ := gb.GenWithLease("LATECHECK", target(t), lease)
 	ctx := ctxT(t, 20*time.Second)
