@@ -1230,3 +1230,27 @@ func TestRelockReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
 		t.Fatalf("%d warnings %q of the key; want 1", n, "dlock: lock lost before release")
 	}
 }
+
+// The context Do gives its function, like the Owner, says the holding is lost once its lease
+// ran out by this process's clock, also before its lease thread says so (a loaded machine
+// runs it late): a function that asks its context before it acts is not told "held" past
+// the lease. Do then returns the loss.
+func TestDoContextAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
+	g, _ := newGen(t, dlock.WithDefaultLease(5*time.Second)) // (its lease thread renews at 3.75 s)
+	l, _ := g.Gen("DOLAPSE", uniqueTarget(t))
+	var inside error
+	err := l.Do(ctxT(t, 30*time.Second), func(ctx context.Context) error {
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("the context of Do's function ended at once: %v", err)
+		}
+		g.Lapse(key(l))
+		inside = ctx.Err()
+		return nil
+	})
+	if inside == nil {
+		t.Errorf("the context of Do's function said nothing after its lease ran out by the clock (the Owner's Err says the loss)")
+	}
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Do = %v, want ErrLockLost", err)
+	}
+}

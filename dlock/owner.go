@@ -223,7 +223,8 @@ func (o *Owner) unlockWithin(bound context.Context) error {
 // holds, and ends when owned does, with its cause) that also ends when ctx does — at ctx's
 // deadline with DeadlineExceeded (on a timer of its own, which may fire before ctx's: ctx's
 // own cause for it is not known yet), else with ctx's cause — so the caller's deadline bounds
-// the function as it bounded the wait. stop lets it go.
+// the function as it bounded the wait. Its Err, as owned's, finds the holding lost once its
+// lease ran out by this process's clock. stop lets it go.
 func doCtx(ctx context.Context, owned *Owner) (fctx context.Context, stop func()) {
 	fctx, cancel := context.WithCancelCause(owned)
 	cancelAt := func() {}
@@ -235,7 +236,22 @@ func doCtx(ctx context.Context, owned *Owner) (fctx context.Context, stop func()
 			cancel(context.Cause(ctx))
 		}
 	})
-	return fctx, func() { unwatch(); cancelAt(); cancel(context.Canceled) }
+	return doContext{fctx, owned}, func() { unwatch(); cancelAt(); cancel(context.Canceled) }
+}
+
+// doContext is the context of Do's function: its Err asks owned first whether the holding
+// lapsed (Owner.Err), so that a function that asks before it acts is not told "held" past its
+// lease while the lease thread runs late.
+type doContext struct {
+	context.Context
+	owned *Owner
+}
+
+func (c doContext) Err() error {
+	if err := c.Context.Err(); err != nil || !c.owned.lapsed() {
+		return err
+	}
+	return context.Canceled // (as the context says once the loss reaches it)
 }
 
 // String names the context, for logs.
