@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 )
 
 // Every documented error, from the calls that document it, with Redis down where that is the
@@ -545,5 +547,101 @@ func TestWaiterGivingUpUnansweredNamesNoRefusalOfAnotherRequest(t *testing.T) {
 	err = recv(t, got, "the waiter's Acquire")
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("a waiter that gave up: %v; want ErrNotObtained and the deadline, not ErrInvalidConfig", err)
+	}
+}
+
+// A Lock that gives up names a Redis failure of its process's attempt only if Redis answered
+// no later request of that attempt: once a later one was answered (the key held elsewhere),
+// Redis was reachable again, and a waiter that gives up after that names nothing, as a wait
+// with no failure at all — the goroutine the failed request was for, and one queued behind
+// it alike, of a mutex and of a semaphore.
+func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T) {
+	for _, kind := range []string{"mutex", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := ctxT(t, 30*time.Second)
+			g, c := newGen(t)
+			gq, _ := newGen(t)
+			tg := uniqueTarget(t)
+			injected := errors.New("connection reset by peer (injected)")
+			var armed atomic.Bool
+			var after atomic.Int32 // the process's requests of its attempt answered after the failure
+			fired := make(chan struct{})
+			ours := func(args []any) bool {
+				if kind == "mutex" {
+					return processor.ScriptName(args) == "lock"
+				}
+				return isSharedTake(args)
+			}
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !ours(cmd.Args()) {
+					return next(ctx, cmd)
+				}
+				if armed.CompareAndSwap(true, false) { // not sent: the connection broke
+					cmd.SetErr(injected)
+					close(fired)
+					return injected
+				}
+				err := next(ctx, cmd)
+				select {
+				case <-fired:
+					if err == nil {
+						after.Add(1)
+					}
+				default:
+				}
+				return err
+			}})
+			var take func(context.Context) error
+			var waiting func() int
+			switch kind {
+			case "mutex":
+				lq, _ := gq.Gen("ERR", tg)
+				o, err := lq.Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lq.Unlock(o) //nolint:errcheck
+				l, _ := g.Gen("ERR", tg)
+				take = func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
+				waiting = func() int {
+					if s, err := l.State(ctx); err == nil && s.LocalWaiters {
+						return 2 // (at least one: the second was started after the first queued)
+					}
+					return 0
+				}
+			default:
+				q, err := semOf(t, gq, tg, 2).Acquire(ctx, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer q.Unlock() //nolint:errcheck
+				s := semOf(t, g, tg, 2)
+				take = func(ctx context.Context) error { _, err := s.Acquire(ctx, 1); return err }
+				waiting = func() int { return g.SharedWaiters(s.Config().UniqueKey()) }
+			}
+			got := make(chan error, 2)
+			var cancels []context.CancelFunc
+			for i := range 2 {
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				cancels = append(cancels, cancel)
+				go func() { got <- take(wctx) }()
+				waitFor(t, func() bool { return waiting() > i })
+			}
+			armed.Store(true) // the next request of the attempt fails ...
+			recv(t, fired, "the failed request")
+			// ... and a later one is answered: the second answered is sent once the first's
+			// answer was taken in (one request of the attempt at a time)
+			waitFor(t, func() bool { return after.Load() > 1 })
+			for _, cancel := range cancels {
+				cancel()
+			}
+			for i := range 2 {
+				err := recv(t, got, "a waiter's Lock")
+				if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) || errors.Is(err, injected) {
+					t.Errorf("a waiter that gave up after Redis answered again (%d): %v; want ErrNotObtained and Canceled, not the earlier failure", i, err)
+				}
+			}
+		})
 	}
 }

@@ -149,7 +149,19 @@ type shareWaiter struct {
 	asked  bool      // an attempt was made for it before (a new one is not its first ask)
 	since  time.Time // when it began to wait
 	err    error
-	fault  error // the last Redis failure of a take of its process's attempt as it waited, which its error names if it gives up; guarded by st.mu
+	fault  error // the last Redis failure of a take of its process's attempt (or of a renewal it waits on) as it waited, unless Redis answered one since, which its error names if it gives up; guarded by st.mu
+}
+
+// faultLocked makes err (a Redis failure of a take of this process's attempt, or of the
+// renewal of of) the fault of the waiters that wait on it: all of them, or those that of
+// would serve once renewed. A nil err (Redis answered a take or a renewal) clears the fault of
+// all: a Lock that gives up then names no failure (as the mutex's). The caller holds mu.
+func (st *sharedState) faultLocked(err error, of *shareHold) {
+	for _, w := range st.waiters {
+		if err == nil || of == nil || st.holdFor(w, time.Time{}) == of {
+			w.fault = err
+		}
+	}
 }
 
 // how is how w was served, for the Observer: at once (HowAttempt), by a holding passed on
@@ -297,7 +309,8 @@ func (st *sharedState) subscribed() {
 }
 
 // wait queues w and waits until it is decided or ctx ends: then it returns ErrClosed, or
-// ErrNotObtained with ctx's error and the last Redis failure of a take for w (notObtained).
+// ErrNotObtained with ctx's error and the last Redis failure of a take for w, or of a renewal
+// it waited on, unless Redis answered one since (notObtained).
 // Permits lent to w as ctx ended are given back (lent to the next) and w is not obtained.
 func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	st.mu.Lock()
@@ -1195,6 +1208,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	if err == nil || answered(err) {
 		a.unanswered = time.Time{}
 	}
+	if err == nil {
+		st.faultLocked(nil, nil) // Redis answered: a failure before is over
+	}
 	lease := st.cfg.Lease()
 	switch {
 	case err != nil && errors.Is(err, ErrInvalidConfig):
@@ -1231,9 +1247,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		default:
 			// every waiter waits behind this process's attempt: its failure is theirs, and a
 			// Lock that gives up names it (not only the front's, which the attempt asked for)
-			for _, w := range st.waiters {
-				w.fault = err
-			}
+			st.faultLocked(err, nil)
 		}
 		a.pollAt = time.Now().Add(retryPause(st.cfg))
 		a.woken(HowRetry)
@@ -1446,14 +1460,11 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 				st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
 				// the waiters it would serve once renewed (stale) wait on it: its failure
 				// is theirs, as a take's is (a Lock that gives up names it)
-				for _, w := range st.waiters {
-					if st.holdFor(w, time.Time{}) == h {
-						w.fault = err
-					}
-				}
+				st.faultLocked(err, h)
 			}
 		case h.ctx.Err() != nil || h.locker != locker:
 		case r.Outcome == processor.Renewed:
+			st.faultLocked(nil, nil)
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 		default:

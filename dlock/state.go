@@ -123,8 +123,8 @@ type lockState struct {
 	relockBy time.Time
 	slow     bool // a renewal before a take took more than half the lease (warned once)
 	// fault is the last Redis failure of an ask or renewal to take (answered since: nil), and
-	// faultAt when it came: a goroutine that waited behind it in the queue, and gives up,
-	// names it, as the one that asked does (Lock's doc).
+	// faultAt when it came: a goroutine that gives up names it if it came after the goroutine
+	// did — its own ask's, or one it waited behind in the queue (Lock's doc).
 	fault   error
 	faultAt time.Time
 }
@@ -315,13 +315,16 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 	case ctx.Err() == nil:
 		return nil, false, ErrClosed
 	}
-	if !redisFault(lastErr) { // (it waited behind the asks of others: their failure is its)
-		st.mu.Lock()
-		if st.fault != nil && st.faultAt.After(start) {
-			lastErr = st.fault
-		}
-		st.mu.Unlock()
+	// The last failure of the process's asks since it came (its own, or of those it waited
+	// behind), unless Redis answered one since: then none (st.fault, which act keeps).
+	if redisFault(lastErr) {
+		lastErr = nil
 	}
+	st.mu.Lock()
+	if st.fault != nil && st.faultAt.After(start) {
+		lastErr = st.fault
+	}
+	st.mu.Unlock()
 	return nil, false, st.g.faultSince(notObtained(ctx.Err(), lastErr), start)
 }
 
@@ -356,7 +359,8 @@ func (st *lockState) won(n *queue.Node, h *holding) *holding {
 
 // act carries out a step that talks to Redis (stepAsk, or stepRenew of tenure t, whose phase
 // the caller took) and returns the new owner, if it got the lock. A Redis failure is kept in
-// lastErr unless it was only the caller's context ending first.
+// lastErr (and in st.fault, for the goroutines queued behind) unless it was only the caller's
+// context ending first; an answer clears both.
 func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wait bool, epoch uint64, t *tenure, lastErr *error) (*holding, error) {
 	var h *holding
 	var err error
@@ -368,8 +372,8 @@ func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wa
 	default:
 		return nil, nil
 	}
-	if redisFault(err) || (err != nil && !redisFault(*lastErr)) {
-		*lastErr = err
+	if redisFault(err) || err == nil || !redisFault(*lastErr) {
+		*lastErr = err // (an answer ends the failure before it)
 	}
 	switch {
 	case redisFault(err):
