@@ -645,3 +645,68 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 		})
 	}
 }
+
+// A goroutine queued behind its process's failing asks, which the key is then granted to
+// (heard on its channel: no ask answered), waits from then on behind a goroutine of its own
+// process that holds the key: if it gives up, it names no failure — the attempt that failed
+// took the key.
+func TestWaiterGivingUpAfterItsProcessWasGrantedTheKeyNamesNoEarlierFailure(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	g, c := newGen(t)
+	gq, _ := newGen(t)
+	tg := uniqueTarget(t)
+	injected := errors.New("connection reset by peer (injected)")
+	var failing atomic.Int32 // 1: the next ask runs and its reply is lost; 2: asks fail unsent
+	fired := make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) != "lock" {
+			return next(ctx, cmd)
+		}
+		switch {
+		case failing.CompareAndSwap(1, 2): // (it ran: the entry in line is fresh for the grant)
+			if err := next(ctx, cmd); err != nil {
+				failing.Store(1)
+				return err
+			}
+			cmd.SetErr(injected)
+			close(fired)
+			return injected
+		case failing.Load() == 2:
+			cmd.SetErr(injected)
+			return injected
+		}
+		return next(ctx, cmd)
+	}})
+	defer failing.Store(0)
+	lq, _ := gq.Gen("ERR", tg)
+	oq, err := lq.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := g.Gen("ERR", tg)
+	first := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- o
+	}()
+	waitFor(t, func() bool { return g.Waiters(key(l)) })
+	got := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, err := l.Lock(wctx); got <- err }()
+	time.Sleep(50 * time.Millisecond) // (the second queues: it is not the one that asks)
+	failing.Store(1)
+	recv(t, fired, "the failed ask")
+	if err := lq.Unlock(oq); err != nil { // granted to the process in line
+		t.Fatal(err)
+	}
+	o := recv(t, first, "the first waiter's Lock")
+	defer l.Unlock(o) //nolint:errcheck
+	cancel()
+	if err := recv(t, got, "the queued waiter's Lock"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) || errors.Is(err, injected) {
+		t.Fatalf("a waiter that gave up behind its process's holding: %v; want ErrNotObtained and Canceled, not the failure before the grant", err)
+	}
+}

@@ -122,9 +122,10 @@ type lockState struct {
 	relock   bool
 	relockBy time.Time
 	slow     bool // a renewal before a take took more than half the lease (warned once)
-	// fault is the last Redis failure of an ask or renewal to take (answered since: nil), and
-	// faultAt when it came: a goroutine that gives up names it if it came after the goroutine
-	// did — its own ask's, or one it waited behind in the queue (Lock's doc).
+	// fault is the last Redis failure of an ask or renewal to take (answered since, or a
+	// tenure begun: nil), and faultAt when it came: a goroutine that gives up names it if it
+	// came after the goroutine did — its own ask's, or one it waited behind in the queue
+	// (Lock's doc).
 	fault   error
 	faultAt time.Time
 }
@@ -378,7 +379,9 @@ func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wa
 	switch {
 	case redisFault(err):
 		st.mu.Lock()
-		st.fault, st.faultAt = err, time.Now()
+		if st.ten == nil || st.ten == t { // (not when a tenure began since: a grant heard as it failed)
+			st.fault, st.faultAt = err, time.Now()
+		}
 		st.mu.Unlock()
 	case err == nil:
 		st.mu.Lock()

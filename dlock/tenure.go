@@ -42,6 +42,8 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 	t := &tenure{st: st, entity: ent, cfg: cfg, until: domain.HeldUntil(ent.LockTime, ent.Lease),
 		next: ent.Token, end: ent.Token + uint64(tokens), last: ent.Token - 1, since: time.Now()}
 	st.ten, st.phase = t, free
+	// the attempt took the key: a failure before it is over (a goroutine that gives up names none)
+	st.fault = nil
 	st.g.hold(st)                                                                            // the tenure keeps the state alive until it ends
 	t.exp = threads.StartExpanderAt(st.g.clean, t, &st.g.group, t.until.Add(-cfg.Lease()/4)) // (Schedule's RenewAt)
 	if st.unsure == ent.Locker {
