@@ -232,9 +232,10 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 // key it found held may have expired (a holder that died), and half the lease after that
 // answer at the latest (a grant counted from an old answer, as one whose time is not told or
 // not trusted is, then still leaves about half the lease); further back, a third of its entry's
-// life after it, which keeps the entry alive: it is told when it becomes first. Second in line,
-// it also asks once the key may have expired: the first may have died with the holder, and
-// nobody would tell it (a dead process's entry lives on, and a third of a long lease is long).
+// life after it, which keeps the entry alive: it is told when it becomes first. Further back,
+// it also asks once the key may have expired: every process before it may have died with the
+// holder (all of a fleet but one killed at once), and nobody would tell it (a dead process's
+// entry lives on, and a third of a long lease is long).
 func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	by := l.waited.Add(entryTTL / 3)
 	switch {
@@ -242,8 +243,6 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 		return l.waited.Add(lease / 6)
 	case l.rank == 0:
 		by = l.waited.Add(lease / 2)
-	case l.rank > 1:
-		return by
 	}
 	if !l.holderUntil.IsZero() && l.holderUntil.Before(by) {
 		by = l.holderUntil

@@ -12,7 +12,7 @@ import (
 // Redis heard it listen (or Java processes share the key, or its place is unknown); first in
 // line, half the lease, or as soon as the key it saw held may have expired; second, a third of
 // its entry's life, or as soon as that key may have expired (the first may have died with the
-// holder); further back, a third of its entry's life.
+// holder); further back, the same (all before it may have died with the holder).
 func TestAskPace(t *testing.T) {
 	const lease, entryTTL = 600 * time.Millisecond, 2 * time.Second
 	waited := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
@@ -31,7 +31,8 @@ func TestAskPace(t *testing.T) {
 		{"second", line{rank: 1, heard: true, holderUntil: late}, false, waited.Add(entryTTL / 3)},
 		{"second, the holder's key may expire sooner", line{rank: 1, heard: true, holderUntil: soon}, false, soon},
 		{"second, the holder's expiry unknown", line{rank: 1, heard: true}, false, waited.Add(entryTTL / 3)},
-		{"further back", line{rank: 2, heard: true, holderUntil: soon}, false, waited.Add(entryTTL / 3)},
+		{"further back", line{rank: 2, heard: true, holderUntil: late}, false, waited.Add(entryTTL / 3)},
+		{"further back, the holder's key may expire sooner", line{rank: 2, heard: true, holderUntil: soon}, false, soon},
 	} {
 		c.l.waited = waited
 		if got := c.l.askBy(lease, entryTTL, c.foreign); !got.Equal(c.want) {

@@ -167,3 +167,65 @@ func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
 	}
 	t.Logf("FIGURE crashed_first_and_holder: the second in line got the key %v after both were killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
 }
+
+// The holder and the first two waiting processes all killed (kill -9), as when every process
+// but one goes at once: nobody releases, nobody tells the third in line that it is first now.
+// It takes the key once the holder's lease runs out, as the second in line does behind one dead
+// waiter — not a third of its own entry's life later (here 40 s: its lease is 2 minutes).
+func TestCrashedHolderAndFirstTwoWaitersCostTheHoldersLease(t *testing.T) {
+	const lease = time.Second // (the holder renews with 250 ms to spare on a loaded machine)
+	s := realServer(t)
+	gb, _ := generator(t, s.Addr)
+	lb, _ := gb.GenWithLease("HOLD", "crashthree", 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	raw := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer raw.Close()
+	holder, hout := helper(t, "holder", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashthree", "FENCE": "{crashthree}:fence"})
+	expectLine(t, hout, "token")
+	go func() { // (its writes go on until it is killed: read them so that it never blocks)
+		for hout.Scan() {
+		}
+	}()
+	want := processor.WantKey(lb.Config())
+	killed := []*exec.Cmd{holder}
+	for n := 1; n <= 2; n++ {
+		waiter, wout := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashthree"})
+		expectLine(t, wout, "waiting")
+		killed = append(killed, waiter)
+		var waiting []string
+		waitUntil(t, func() bool {
+			st, err := lb.State(ctx)
+			if err == nil {
+				waiting = st.Waiting
+			}
+			return len(waiting) == n
+		})
+		waitUntil(t, func() bool { return strings.HasSuffix(raw.HGet(ctx, want, waiting[n-1]).Val(), "|1") }) // it listens
+	}
+	got := make(chan error, 1)
+	go func() {
+		o, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(o)
+		}
+		got <- err
+	}()
+	waitUntil(t, func() bool { st, _ := lb.State(ctx); return len(st.Waiting) == 3 })
+	for _, cmd := range killed {
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+	at := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the process third in line did not get the key within 20 s of the deaths of the holder and the two before it (holder's lease %v)", lease)
+	}
+	t.Logf("FIGURE crashed_first_two_and_holder: the third in line got the key %v after the others were killed (holder's lease %v)", time.Since(at).Round(time.Millisecond), lease)
+}
