@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	zapobserver "go.uber.org/zap/zaptest/observer"
@@ -1585,4 +1586,120 @@ func TestCloseThatFindsTheHoldingGoneReportsTheLoss(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A Generator made and Closed hundreds of times in one process, each taking a lock once (a
+// mutex, a read-write lock's write side, a semaphore's permits; some with a context that has
+// already ended): nothing is left of them — no goroutine, no subscription (no channel of the
+// locks has a subscriber), no connection beyond the client's pool.
+func TestGeneratorsMadeAndClosedInALoopLeaveNothing(t *testing.T) {
+	srv.NeedReal(t)
+	const poolSize = 4
+	before := goleak.IgnoreCurrent()
+	name := fmt.Sprintf("genloop-%d", time.Now().UnixNano())
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: poolSize, ClientName: name})
+	defer c.Close()
+	raw := rawClient(t)
+	ctx := ctxT(t, 2*time.Minute) // a hang, not a slow machine
+	conns := func() int {
+		n := 0
+		for _, line := range strings.Split(raw.ClientList(ctx).Val(), "\n") {
+			if strings.Contains(line, " name="+name+" ") {
+				n++
+			}
+		}
+		return n
+	}
+	tg := target(t)
+	// another process holds the lock for a moment in every other round: the round's
+	// Generator waits in line, and subscribes to hear its grant
+	gh, _ := newGen(t)
+	parts := func(g *dlock.Generator, i int) (dlock.Part, error) {
+		switch i % 3 {
+		case 0:
+			return g.Gen("GENLOOP", tg)
+		case 1:
+			l, err := g.GenRW("GENLOOP", tg+".rw")
+			if err != nil {
+				return nil, err
+			}
+			return l.WriteSide(), nil
+		}
+		s, err := g.GenSemaphore("GENLOOP", tg+".sem", 3)
+		if err != nil {
+			return nil, err
+		}
+		return s.Permits(3), nil
+	}
+	subscribed := 0
+	for i := range 300 {
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		if i%5 == 4 {
+			cancel() // a context that ends at once
+		}
+		var o *dlock.Owner
+		if i%2 == 0 {
+			ph, err := parts(gh, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := ph.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.AfterFunc(time.Duration(1+i%5)*time.Millisecond, func() {
+				if err := ph.Unlock(h); err != nil {
+					t.Errorf("the other process's Unlock: %v", err)
+				}
+			})
+		}
+		p, err := parts(g, i)
+		if err == nil {
+			o, err = p.Lock(lctx)
+		}
+		cancel()
+		if g.Subscribed() > 0 {
+			subscribed++
+		}
+		switch {
+		case err == nil:
+			if i%7 != 0 { // (else Close lets it go)
+				if err := o.Unlock(); err != nil {
+					t.Fatalf("round %d: Unlock: %v", i, err)
+				}
+			}
+		case i%5 == 4 && errors.Is(err, dlock.ErrNotObtained):
+		default:
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if err := g.Close(ctx); err != nil {
+			t.Fatalf("round %d: Close: %v", i, err)
+		}
+	}
+	if err := gh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(raw.PubSubChannels(ctx, "*"+tg+"*").Val()) == 0 })
+	if n := conns(); n > poolSize {
+		t.Errorf("%d connections of the client after every Generator closed, its pool holds at most %d", n, poolSize)
+	}
+	churnLeaks(t, before)
+	// (what a Close let go is gone at once; a side key may outlive it by its short life)
+	held := func() (ks []string) {
+		for _, k := range raw.Keys(ctx, "*GENLOOP_"+tg+"*").Val() {
+			if strings.HasPrefix(k, "DLOCK_") || churnHeldSuffix(k) {
+				ks = append(ks, fmt.Sprintf("%s (PTTL %v)", k, raw.PTTL(ctx, k).Val()))
+			}
+		}
+		return ks
+	}
+	t.Logf("%d of 300 Generators subscribed as they closed; %d connections of the client left; right after the last Close: %v", subscribed, conns(), held())
+	if subscribed == 0 {
+		t.Errorf("no Generator waited in line: the rounds test nothing of subscriptions")
+	}
+	waitFor(t, func() bool { return len(held()) == 0 })
 }
