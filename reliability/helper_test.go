@@ -66,6 +66,8 @@ func runHelper(mode string) int {
 		return familyHelper(g)
 	case "familywaiter":
 		return familyWaiterHelper(g)
+	case "churner":
+		return churnerHelper(g, c)
 	}
 	fmt.Println("unknown mode", mode)
 	return 2
