@@ -1305,8 +1305,10 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		}
 	case r.Outcome == processor.Held:
 		st.heldAnswer(r, w)
+		// (first or further back: those before it may have died with the holder, and nobody
+		// would tell it, so it asks once the first holding may have expired)
 		pace := lease / 6
-		if r.Rank == 0 && r.Life >= 0 {
+		if r.Life >= 0 {
 			pace = min(pace, r.Life+time.Millisecond)
 		}
 		a.woken(HowPolled)

@@ -3,6 +3,7 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,58 @@ func TestKilledWaiterOfTheLockFamily(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// The holder of a semaphore's permits and of a read-write lock's write side, and the process
+// waiting first in line for them, both killed (kill -9): nobody releases, nobody tells the
+// second in line that it is first now. It gets both once the holder's lease runs out (the
+// first's entry no longer counts: Redis saw its connection close) — not a sixth of its own
+// lease later (here 20 s: its lease is 2 minutes).
+func TestKilledHolderAndFirstWaiterOfTheLockFamilyCostTheHoldersLease(t *testing.T) {
+	s := realServer(t)
+	const lease = time.Second
+	target := "killedboth-" + time.Now().Format("150405.000000")
+	holder, hout := helper(t, "family", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
+	expectLine(t, hout, "held")
+	waiter, wout := helper(t, "familywaiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
+	expectLine(t, wout, "waiting")
+	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(2*time.Minute))
+	sem, rw, err := familyOf(g, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waitUntil(t, func() bool {
+		a, _ := sem.State(ctx)
+		b, _ := rw.State(ctx)
+		return len(a.Waiting) == 1 && len(b.Waiting) == 1
+	})
+	got := make(chan error, 2)
+	go func() { _, err := sem.Acquire(ctx, 2); got <- err }()
+	go func() { _, err := rw.Lock(ctx); got <- err }()
+	waitUntil(t, func() bool {
+		a, _ := sem.State(ctx)
+		b, _ := rw.State(ctx)
+		return len(a.Waiting) == 2 && len(b.Waiting) == 2
+	})
+	time.Sleep(lease / 2) // (each asked again since: its answers showed it second)
+	for _, cmd := range []*exec.Cmd{waiter, holder} {
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+	killed := time.Now()
+	for range 2 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the process second in line did not get the semaphore's permits and the write side within 10 s of the holder's death (its lease %v)", lease)
+		}
+	}
+	t.Logf("FIGURE killed_family_holder_and_first: the second in line got both %v after both were killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
 }
