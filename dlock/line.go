@@ -232,15 +232,16 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 // key it found held may have expired (a holder that died), and half the lease after that
 // answer at the latest (a grant counted from an old answer, as one whose time is not told or
 // not trusted is, then still leaves about half the lease); further back, a third of its entry's
-// life after it, which keeps the entry alive: it is told when it becomes first. Further back,
-// it also asks once the key may have expired: every process before it may have died with the
-// holder (all of a fleet but one killed at once), and nobody would tell it (a dead process's
-// entry lives on, and a third of a long lease is long).
+// life after it, which keeps the entry alive: it is told when it becomes first. Wherever it
+// stands, it also asks once the key it found held may have expired, if sooner: the holder may
+// have died, and every process before it with it (all of a fleet but one killed at once), and
+// nobody would tell it (a dead process's entry lives on, and a sixth or a third of a long lease
+// is long).
 func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	by := l.waited.Add(entryTTL / 3)
 	switch {
 	case !l.heard || foreign || l.rank < 0:
-		return l.waited.Add(lease / 6)
+		by = l.waited.Add(lease / 6) // (and sooner if the holder's key may expire sooner: it may have died)
 	case l.rank == 0:
 		by = l.waited.Add(lease / 2)
 	}
@@ -452,10 +453,10 @@ func (st *lockState) Waiting() bool {
 	return st.ten == nil && st.q.HasWaiters()
 }
 
-// Poll implements threads.PollTarget. Without notifications it runs every sixth of the lease
-// the process waits with, and the first waiter asks Redis again (lock.lua with the open
-// attempt) each time, as Java DLock's poller does. With them it runs when the pace askBy sets
-// is due, and the first waiter asks then: that keeps the entry alive, and fresh enough to be
+// Poll implements threads.PollTarget. It runs when the pace askBy sets is due, and the first
+// waiter asks Redis again (lock.lua with the open attempt) then — without notifications every
+// sixth of the lease the process waits with, as Java DLock's poller does, and sooner once the
+// key it found held may have expired: that keeps the entry alive, and fresh enough to be
 // granted the key (GrantFresh), finds a grant whose message went unheard, and takes a key that
 // came free without a message (a crashed holder, Java DLock). Everything that changes the pace
 // (an answer, F) tells the poller when it is due, so that between asks it wakes nobody.
@@ -473,7 +474,7 @@ func (st *lockState) Poll(context.Context) time.Duration {
 	return every
 }
 
-// askIn is askInLocked for a caller that does not hold mu (0 without notifications).
+// askIn is askInLocked for a caller that does not hold mu.
 func (st *lockState) askIn() time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -481,12 +482,10 @@ func (st *lockState) askIn() time.Duration {
 	return d
 }
 
-// askInLocked returns how long from now the first waiter asks again at the pace askBy sets,
-// and false without notifications (the process then asks at every poll). The caller holds mu.
+// askInLocked returns how long from now the first waiter asks again at the pace askBy sets
+// (without notifications: a sixth of the lease after its last answer, or once the key that
+// answer found held may have expired, if sooner). The caller holds mu.
 func (st *lockState) askInLocked() (time.Duration, bool) {
-	if st.g.notes == nil {
-		return 0, false
-	}
 	entryTTL := processor.EntryTTL(st.cfg)
 	if a := st.line.attempt; a != nil {
 		entryTTL = processor.EntryTTL(a.cfg)

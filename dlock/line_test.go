@@ -9,7 +9,8 @@ import (
 )
 
 // A waiting process asks again at the pace its last answer sets: a sixth of the lease unless
-// Redis heard it listen (or Java processes share the key, or its place is unknown); first in
+// Redis heard it listen (or Java processes share the key, or its place is unknown), or as soon
+// as the key it saw held may have expired; first in
 // line, half the lease, or as soon as the key it saw held may have expired; second, a third of
 // its entry's life, or as soon as that key may have expired (the first may have died with the
 // holder); further back, the same (all before it may have died with the holder).
@@ -24,6 +25,7 @@ func TestAskPace(t *testing.T) {
 		want    time.Time
 	}{
 		{"not heard", line{rank: 0, heard: false}, false, waited.Add(lease / 6)},
+		{"not heard, the holder's key may expire sooner", line{rank: 0, heard: false, holderUntil: soon}, false, soon},
 		{"place unknown", line{rank: -1, heard: true}, false, waited.Add(lease / 6)},
 		{"Java processes beside", line{rank: 0, heard: true}, true, waited.Add(lease / 6)},
 		{"first", line{rank: 0, heard: true, holderUntil: late}, false, waited.Add(lease / 2)},

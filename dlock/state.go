@@ -553,7 +553,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if st.line.attempt == a {
 			st.line.queued = true
 			st.line.waiting(sent, res.Seen.Fence, &res.Seen)
-			paced = st.g.notes != nil // the next ask is due by the answer's pace (the key it found held may expire)
+			paced = true // the next ask is due by the answer's pace (the key it found held may expire)
 
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
 				st.gapLocked(res.Seen.Life)

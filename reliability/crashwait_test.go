@@ -229,3 +229,45 @@ func TestCrashedHolderAndFirstTwoWaitersCostTheHoldersLease(t *testing.T) {
 	}
 	t.Logf("FIGURE crashed_first_two_and_holder: the third in line got the key %v after the others were killed (holder's lease %v)", time.Since(at).Round(time.Millisecond), lease)
 }
+
+// A holder killed (kill -9) while a process without notifications waits for the key: nobody
+// releases, and the waiter, which Redis never heard listen, asks again at its own pace. It
+// takes the key once the holder's lease runs out, as a listening one does — not a sixth of its
+// own lease later (here 20 s: its lease is 2 minutes).
+func TestCrashedHolderCostsAWaiterWithoutNotificationsTheHoldersLease(t *testing.T) {
+	const lease = time.Second // (the holder renews with 250 ms to spare on a loaded machine)
+	s := realServer(t)
+	gb, _ := generator(t, s.Addr, dlock.WithNotifications(false))
+	lb, _ := gb.GenWithLease("HOLD", "crashquiet", 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder, hout := helper(t, "holder", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashquiet", "FENCE": "{crashquiet}:fence"})
+	expectLine(t, hout, "token")
+	go func() { // (its writes go on until it is killed: read them so that it never blocks)
+		for hout.Scan() {
+		}
+	}()
+	got := make(chan error, 1)
+	go func() {
+		o, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(o)
+		}
+		got <- err
+	}()
+	waitUntil(t, func() bool { st, _ := lb.State(ctx); return len(st.Waiting) == 1 })
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	killed := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the waiter without notifications did not get the key within 10 s of the holder's death (holder's lease %v)", lease)
+	}
+	t.Logf("FIGURE crashed_holder_quiet_waiter: the waiter got the key %v after the holder was killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
+}
