@@ -236,7 +236,9 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 // stands, it also asks once the key it found held may have expired, if sooner: the holder may
 // have died, and every process before it with it (all of a fleet but one killed at once), and
 // nobody would tell it (a dead process's entry lives on, and a sixth or a third of a long lease
-// is long).
+// is long). Further back than second, not sooner than backPace after its last answer: a
+// holder's renewals would have every process in line ask at their pace (short leases), where
+// the first two are what a death the line does not see costs.
 func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	by := l.waited.Add(entryTTL / 3)
 	switch {
@@ -247,9 +249,19 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	}
 	if !l.holderUntil.IsZero() && l.holderUntil.Before(by) {
 		by = l.holderUntil
+		if l.heard && !foreign && l.rank > 1 {
+			if floor := l.waited.Add(backPace); by.Before(floor) {
+				by = floor
+			}
+		}
 	}
 	return by
 }
+
+// backPace is how often a process further back than second in line asks at the most, as the
+// key it found held may expire: a third of the shortest life of a line entry
+// (processor.EntryTTL), the pace of processes further back whose leases are short.
+const backPace = 2 * time.Second / 3
 
 // grantUsable reports whether grant g to the open attempt can be counted from what the
 // process knows: a request of the attempt showed it waiting before the grant, and the lease

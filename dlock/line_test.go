@@ -13,7 +13,8 @@ import (
 // as the key it saw held may have expired; first in
 // line, half the lease, or as soon as the key it saw held may have expired; second, a third of
 // its entry's life, or as soon as that key may have expired (the first may have died with the
-// holder); further back, the same (all before it may have died with the holder).
+// holder); further back, the same (all before it may have died with the holder), but not
+// sooner than backPace after its last answer.
 func TestAskPace(t *testing.T) {
 	const lease, entryTTL = 600 * time.Millisecond, 2 * time.Second
 	waited := time.Date(2026, 11, 25, 3, 0, 0, 0, time.UTC)
@@ -34,11 +35,19 @@ func TestAskPace(t *testing.T) {
 		{"second, the holder's key may expire sooner", line{rank: 1, heard: true, holderUntil: soon}, false, soon},
 		{"second, the holder's expiry unknown", line{rank: 1, heard: true}, false, waited.Add(entryTTL / 3)},
 		{"further back", line{rank: 2, heard: true, holderUntil: late}, false, waited.Add(entryTTL / 3)},
-		{"further back, the holder's key may expire sooner", line{rank: 2, heard: true, holderUntil: soon}, false, soon},
+		{"further back, the holder's key may expire sooner", line{rank: 2, heard: true, holderUntil: soon}, false, waited.Add(backPace)},
 	} {
 		c.l.waited = waited
 		if got := c.l.askBy(lease, entryTTL, c.foreign); !got.Equal(c.want) {
 			t.Errorf("%s: asks at +%v, want +%v", c.name, got.Sub(waited), c.want.Sub(waited))
+		}
+	}
+	// A long lease of its own (an entry of 2 minutes) does not hold a process further back
+	// past the holder's expiry, nor the second, nor (as late as backPace) the first.
+	for rank := 0; rank < 3; rank++ {
+		l := line{rank: rank, heard: true, holderUntil: waited.Add(time.Second), waited: waited}
+		if got := l.askBy(2*time.Minute, 2*time.Minute, false); !got.Equal(waited.Add(time.Second)) {
+			t.Errorf("rank %d, a 2-minute lease, the holder's key expiring in 1s: asks at +%v, want +1s", rank, got.Sub(waited))
 		}
 	}
 }
