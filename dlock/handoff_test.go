@@ -1337,10 +1337,12 @@ func TestWaiterPollsAtItsOwnLeasesPace(t *testing.T) {
 }
 
 // Processes that wait further back in line ask Redis seldom — a third of their entry's 2 s
-// life apart, where the first in line asks every third of the lease; also once the key they
-// saw held could have expired (once a renewal of the holder's, which keeps them waiting: all
-// before them may have died with the holder) — and are still served in the order they came, each by its grant (they listen on their
-// channels, so a release grants them the key however old their entries).
+// life apart, where the first in line asks every third of the lease; the second also once the
+// key it saw held could have expired (once a renewal of the holder's, which keeps it waiting),
+// and further back too, but not sooner than backPace (a third of the shortest entry life: with
+// this short lease, no sooner than the entry's pace) — and are still served in the order they
+// came, each by its grant (they listen on their channels, so a release grants them the key
+// however old their entries).
 func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	tg := target(t)
@@ -1379,7 +1381,10 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	elapsed := time.Since(start)
 	entryPace := 2 * time.Second / 3 // a third of the entry's life (processor.EntryTTL: 2 s)
 	for i := 1; i < waiters; i++ {
-		pace := min(entryPace, lease*3/4) // the holder's renewals
+		pace := entryPace // (further back than second: backPace at the most, the same)
+		if i == 1 {
+			pace = lease * 3 / 4 // the holder's renewals
+		}
 		// and three more for the edges and a subscription replaced under load
 		bound := 3 + int64(elapsed/pace)
 		if n := asks[i].Load() - before[i]; n > bound {
