@@ -2838,3 +2838,45 @@ func TestSemaphoreForceOfAShrinkWhoseAnswerWasLostEndsItsOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Processes that wait further back than second for a semaphore do not ask Redis at the pace
+// of a holder's renewals of a short lease (the first holding's life, which its renewals keep
+// short): no sooner than backPace (667 ms) after their last answer, as a mutex's do — many
+// processes in line would else each ask a few times a second for as long as the holder holds.
+func TestSemaphoreProcessesBackInLineAskSeldomBehindAShortLease(t *testing.T) {
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	gh, _ := newGen(t, dlock.WithDefaultLease(300*time.Millisecond)) // (renewed every 225 ms)
+	hold, err := semOf(t, gh, tg, 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 3
+	var asks [waiters]*atomic.Int64
+	var wg sync.WaitGroup
+	for i := range waiters {
+		g, c := newGen(t, dlock.WithDefaultLease(6*time.Second)) // (a sixth: 1 s)
+		asks[i] = countScript(c, "shared")
+		s := semOf(t, g, tg, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if o, err := s.Acquire(ctx, 1); err == nil {
+				_ = o.Unlock()
+			}
+		}()
+		waitFor(t, func() bool { st, err := s.State(ctx); return err == nil && len(st.Waiting) == i+1 })
+	}
+	before := asks[waiters-1].Load()
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	elapsed := time.Since(start)
+	n := asks[waiters-1].Load() - before
+	t.Logf("the third in line asked %d times in %v (first %d, second %d in all)", n, elapsed, asks[0].Load(), asks[1].Load())
+	// (one a backPace, and three more for the edges and a renewal run late under load)
+	if bound := 3 + int64(elapsed/(2*time.Second/3)); n > bound {
+		t.Errorf("the third process in line asked %d times in %v behind a 300 ms lease, want at most %d", n, elapsed, bound)
+	}
+	_ = hold.Unlock()
+	wg.Wait()
+}

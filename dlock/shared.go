@@ -1306,10 +1306,16 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	case r.Outcome == processor.Held:
 		st.heldAnswer(r, w)
 		// (first or further back: those before it may have died with the holder, and nobody
-		// would tell it, so it asks once the first holding may have expired)
+		// would tell it, so it asks once the first holding may have expired; further back than
+		// second, not sooner than backPace, as a mutex's: a holder's renewals of a short lease
+		// would have every process in line ask at their pace)
 		pace := lease / 6
 		if r.Life >= 0 {
-			pace = min(pace, r.Life+time.Millisecond)
+			life := r.Life + time.Millisecond
+			if r.Rank > 1 {
+				life = max(life, backPace)
+			}
+			pace = min(pace, life)
 		}
 		a.woken(HowPolled)
 		if st.heardF != f {
