@@ -2684,3 +2684,52 @@ func TestRelockWhoseReleaseReplyIsLostLeavesTheLine(t *testing.T) {
 		t.Fatalf("c still waits: the key was granted to a's place in line (holder %q, a's prefix %q), which nobody in a wants", st.Holder, ga.LockerPrefix())
 	}
 }
+
+// Processes without notifications that wait further back than second in line ask Redis a
+// sixth of their lease apart, or once the key they saw held could have expired, but no sooner
+// than backPace after their last answer, as processes that listen do: a holder's renewals of
+// a short lease would else have every process in line ask at their pace.
+func TestProcessesWithoutNotificationsBackInLineAskSeldomBehindAShortLease(t *testing.T) {
+	tg := target(t)
+	gh, _ := newGen(t)
+	lh := mustGen(t, gh, "BACKNONOTE", tg, 300*time.Millisecond) // (renewed every 225 ms)
+	ctx := ctxT(t, 60*time.Second)
+	h, err := lh.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 3
+	var (
+		asks [waiters]*atomic.Int64
+		got  [waiters]<-chan *dlock.Owner
+		ls   [waiters]*dlock.DistributedReentrantLock
+	)
+	for i := range waiters {
+		g, c := newGen(t, dlock.WithNotifications(false))
+		asks[i] = countScript(c, "lock")
+		ls[i] = mustGen(t, g, "BACKNONOTE", tg, 6*time.Second) // (a sixth: 1 s)
+		got[i] = lockAsync(t, ls[i], ctx)
+		waitFor(t, func() bool { st, _ := lh.State(ctx); return len(st.Waiting) == i+1 })
+	}
+	before := asks[waiters-1].Load()
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	elapsed := time.Since(start)
+	n := asks[waiters-1].Load() - before
+	t.Logf("the third in line asked %d times in %v (first %d, second %d in all)", n, elapsed, asks[0].Load(), asks[1].Load())
+	// (one a backPace, and three more for the edges and a renewal run late under load)
+	if bound := 3 + int64(elapsed/(2*time.Second/3)); n > bound {
+		t.Errorf("the third process in line, without notifications, asked %d times in %v behind a 300 ms lease, want at most %d", n, elapsed, bound)
+	}
+	if err := lh.Unlock(h); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatal(err)
+	}
+	for i := range waiters {
+		select {
+		case o := <-got[i]:
+			ls[i].Unlock(o) //nolint:errcheck
+		case <-ctx.Done():
+			t.Fatal("the waiters were not all served")
+		}
+	}
+}

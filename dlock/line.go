@@ -236,9 +236,9 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 // stands, it also asks once the key it found held may have expired, if sooner: the holder may
 // have died, and every process before it with it (all of a fleet but one killed at once), and
 // nobody would tell it (a dead process's entry lives on, and a sixth or a third of a long lease
-// is long). Further back than second, not sooner than backPace after its last answer: a
-// holder's renewals would have every process in line ask at their pace (short leases), where
-// the first two are what a death the line does not see costs.
+// is long). Further back than second (heard or not), not sooner than backPace after its last
+// answer: a holder's renewals would have every process in line ask at their pace (short
+// leases), where the first two are what a death the line does not see costs.
 func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	by := l.waited.Add(entryTTL / 3)
 	switch {
@@ -247,12 +247,14 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 	case l.rank == 0:
 		by = l.waited.Add(lease / 2)
 	}
-	if !l.holderUntil.IsZero() && l.holderUntil.Before(by) {
-		by = l.holderUntil
-		if l.heard && !foreign && l.rank > 1 {
-			if floor := l.waited.Add(backPace); by.Before(floor) {
-				by = floor
+	if until := l.holderUntil; !until.IsZero() && until.Before(by) {
+		if l.rank > 1 { // (heard or not: told it is first, or finding it out at its pace)
+			if floor := l.waited.Add(backPace); until.Before(floor) {
+				until = floor
 			}
+		}
+		if until.Before(by) { // (never later than its own pace: a sixth of a short lease unheard)
+			by = until
 		}
 	}
 	return by

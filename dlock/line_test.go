@@ -27,6 +27,7 @@ func TestAskPace(t *testing.T) {
 	}{
 		{"not heard", line{rank: 0, heard: false}, false, waited.Add(lease / 6)},
 		{"not heard, the holder's key may expire sooner", line{rank: 0, heard: false, holderUntil: soon}, false, soon},
+		{"not heard, further back, the holder's key may expire sooner", line{rank: 2, heard: false, holderUntil: soon}, false, waited.Add(lease / 6)},
 		{"place unknown", line{rank: -1, heard: true}, false, waited.Add(lease / 6)},
 		{"Java processes beside", line{rank: 0, heard: true}, true, waited.Add(lease / 6)},
 		{"first", line{rank: 0, heard: true, holderUntil: late}, false, waited.Add(lease / 2)},
