@@ -261,9 +261,9 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 }
 
 // backPace is how often a process further back than second in line asks at the most, as the
-// key it found held may expire: a third of the shortest life of a line entry
-// (processor.EntryTTL), the pace of processes further back whose leases are short.
-const backPace = 2 * time.Second / 3
+// key it found held may expire: a third of the shortest life of a line entry, the pace of
+// processes further back whose leases are short.
+const backPace = processor.MinEntryTTL / 3
 
 // grantUsable reports whether grant g to the open attempt can be counted from what the
 // process knows: a request of the attempt showed it waiting before the grant, and the lease

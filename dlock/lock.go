@@ -136,8 +136,13 @@ func (h *holding) lose(cause error) {
 		return
 	}
 	h.cancel(cause)
-	h.st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+	h.st.g.observer.Lost(h.loss(cause))
 	h.st.g.unref(h.st)
+}
+
+// loss is the LossEvent of h's loss with cause.
+func (h *holding) loss(cause error) LossEvent {
+	return LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause}
 }
 
 // foundLost records that the final release found the key gone or taken: the holding is lost.
@@ -164,7 +169,7 @@ func (h *holding) release(ctx context.Context, cause error) error {
 	if errors.Is(err, ErrLockLost) {
 		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
 		h.foundLost(err)
-		st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: err})
+		st.g.observer.Lost(h.loss(err))
 	}
 	st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: err})
 	if h.released != nil {

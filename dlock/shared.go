@@ -801,7 +801,7 @@ func (st *sharedState) planClose() action {
 		} else {
 			for _, so := range unseen {
 				so.cancel(cause)
-				st.lost = append(st.lost, LossEvent{Kind: kindOf(st.spec, so.write), Config: st.cfg, Token: so.token, Held: time.Since(so.at), Cause: cause})
+				st.lost = append(st.lost, so.loss(cause))
 			}
 		}
 		h.owners = nil

@@ -276,7 +276,7 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	h.released = released              // (closed by h.release once the ReleaseEvent was reported)
 	release.lost = func(cause error) { // (h has ended: no call of its owner reads it any more)
 		<-released // after the ReleaseEvent, which the Unlock reports once this release returns
-		st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+		st.g.observer.Lost(h.loss(cause))
 	}
 	st.mu.Unlock()
 	return release.run(ctx)
@@ -450,13 +450,7 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 	}
 	st.background(func() {
 		err := st.giveBack(locker, cfg, until, tried)
-		if errors.Is(err, ErrLockLost) {
-			st.g.log.Warn("dlock: lock lost before release", zap.String("key", cfg.UniqueKey()),
-				zap.String("locker", locker), zap.Error(err))
-			if r.lost != nil {
-				r.lost(err)
-			}
-		}
+		st.foundLostLater(r, err)
 		if r.retried != nil {
 			var pe *RedisProcessError
 			switch {
@@ -473,6 +467,20 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 		st.signalLocked(HowRetry)
 		st.mu.Unlock()
 	})
+}
+
+// foundLostLater reports a loss that r, a release that went on after its holding's
+// ReleaseEvent (a retry, Close's), found (err matches ErrLockLost): logged at Warn and told to
+// the Observer (r.lost).
+func (st *lockState) foundLostLater(r releaseJob, err error) {
+	if !errors.Is(err, ErrLockLost) {
+		return
+	}
+	st.g.log.Warn("dlock: lock lost before release", zap.String("key", r.cfg.UniqueKey()),
+		zap.String("locker", r.req.Locker), zap.Error(err))
+	if r.lost != nil {
+		r.lost(err)
+	}
 }
 
 // errLostBeforeRelease is what a retried release that found the key gone while its lease
@@ -555,18 +563,12 @@ func (st *lockState) close(ctx context.Context) (retried <-chan error, err error
 	release.retried = make(chan error, 1)
 	if h != nil {
 		release.lost = func(cause error) { // (after its ReleaseEvent, reported above)
-			st.g.observer.Lost(LossEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Cause: cause})
+			st.g.observer.Lost(h.loss(cause))
 		}
 	}
 	st.mu.Unlock()
 	err = release.run(ctx)
-	if errors.Is(err, ErrLockLost) { // (as a loss its retry finds: retryReleaseLocked)
-		st.g.log.Warn("dlock: lock lost before release", zap.String("key", release.cfg.UniqueKey()),
-			zap.String("locker", release.req.Locker), zap.Error(err))
-		if release.lost != nil {
-			release.lost(err)
-		}
-	}
+	st.foundLostLater(release, err) // (as a loss its retry finds: retryReleaseLocked)
 	var pe *RedisProcessError
 	if errors.As(err, &pe) && ctx.Err() == nil {
 		return release.retried, err // (retried in the background: retryReleaseLocked)

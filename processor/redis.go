@@ -1049,7 +1049,10 @@ func Refused(err error) bool {
 // waiting. So an entry outlives its process by at most that. A release grants the key only to
 // a process whose entry was renewed within a third of its lease (GrantFresh): one that died
 // is skipped, unless it died within that third, and then the key waits for its lease once.
-func EntryTTL(cfg domain.DLockConfig) time.Duration { return max(cfg.Lease(), 2*time.Second) }
+func EntryTTL(cfg domain.DLockConfig) time.Duration { return max(cfg.Lease(), MinEntryTTL) }
+
+// MinEntryTTL is the shortest life of an entry in the line (EntryTTL).
+const MinEntryTTL = 2 * time.Second
 
 // GrantFresh is how recently an entry must have been renewed for a release to grant the key to
 // it: a third of the lease it waits with.
