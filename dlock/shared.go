@@ -805,10 +805,6 @@ func (st *sharedState) planClose() action {
 			}
 		}
 		h.owners = nil
-		if h.downTo != "" {
-			st.owe(h.downTo)
-			h.downTo = ""
-		}
 	}
 	if len(st.owed) > 0 {
 		o := st.owed[0]
@@ -821,6 +817,7 @@ func (st *sharedState) planClose() action {
 		o := st.letGo(h)
 		o.byClose = !errors.Is(context.Cause(h.ctx), ErrLockLost) // (not one lost before: its owners were told)
 		o.closed = h.closed
+		o.downTo = h.downTo // (let go after it: pay)
 		return action{closing: true, do: st.pay(o)}
 	}
 	return st.drop()
@@ -864,6 +861,13 @@ type owedRelease struct {
 	byClose   bool          // Close lets go of a holding this process held to the end: a failure is Close's to report
 	closed    []*shareOwner // with byClose: the owners Close ended, told of a loss the release finds
 	fate      []chan error  // told what became of it
+	// downTo is the locker of a downgrade of the holding whose outcome is unknown (Close's),
+	// let go once the holding's release is done. A release of the holding found settled (the
+	// downgrade ran and replaced it) makes the downgrade's holding the one Close lets go: its
+	// release tells closed of a loss it finds before the holding's lease ran out (heldUntil).
+	downTo    string
+	heldUntil time.Time // a release found gone is a loss only before then (zero: until)
+	tried     bool      // sent before, its outcome unknown: a copy of it may have settled the locker
 }
 
 // letGo returns the release of h, which left the holdings. The caller holds mu.
@@ -891,12 +895,21 @@ func (st *sharedState) mayHold(locker string) owedRelease {
 // with its lease).
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		err := st.release(ctx, o.locker, o.origin, o.last, o.end)
+		replaced, err := st.release(ctx, o.locker, o.origin, o.last, o.end)
 		if st.oweAgain(o, err) {
 			st.mu.Lock()
 			st.reowe(o, err)
 			st.mu.Unlock()
 			return
+		}
+		if o.downTo != "" {
+			d := st.mayHold(o.downTo)
+			if replaced && !o.tried {
+				d.byClose, d.closed, d.heldUntil = o.byClose, o.closed, o.until
+			}
+			st.mu.Lock()
+			st.owed = append(st.owed, d)
+			st.mu.Unlock()
 		}
 		if err != nil && o.byClose && len(o.fate) == 0 && !errors.Is(err, errGone) {
 			// (one an Unlock waits for is that Unlock's to report, as the mutex's)
@@ -908,7 +921,11 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			st.lapsed = append(st.lapsed, err)
 			st.mu.Unlock()
 		}
-		if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(o.until) {
+		lostBy := o.until
+		if !o.heldUntil.IsZero() {
+			lostBy = o.heldUntil
+		}
+		if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(lostBy) {
 			// A loss, as one an Unlock's release finds (an answer after the lease ran out
 			// finds the holding expired: no loss): told after the owners' release (ErrClosed).
 			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", o.locker), zap.Error(err))
@@ -970,7 +987,7 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	}
 	o := st.mayHold(a.locker)
 	return action{do: func(ctx context.Context) {
-		if err := st.release(ctx, a.locker, 0, 0, 0); st.oweAgain(o, err) {
+		if _, err := st.release(ctx, a.locker, 0, 0, 0); st.oweAgain(o, err) {
 			// failed, or cut short (for a renewal due, or by Close) and perhaps never sent:
 			// owed, as a holding's release is
 			st.mu.Lock()
@@ -995,6 +1012,7 @@ func (st *sharedState) payOwed(i int) action {
 // caller holds mu.
 func (st *sharedState) reowe(o owedRelease, err error) {
 	o.failed = !errors.Is(err, errMakeWay)
+	o.tried = true
 	st.owed = append(st.owed, o)
 }
 
@@ -1003,24 +1021,24 @@ func (st *sharedState) reowe(o owedRelease, err error) {
 // one taken with the token origin is let go only as that holding (processor.SharedReleaseOf).
 // It returns errGone when Redis held nothing of locker (removed by force, lost by Redis, or
 // taken anew by a late copy of its take after Redis lost it), nil when it let go — also when a copy of this release ran before
-// and its reply was lost (Settled) — else the last failure.
-func (st *sharedState) release(ctx context.Context, locker string, origin, last, end uint64) error {
+// and its reply was lost, or the holding was let go otherwise (Settled: then settled is set) — else the last failure.
+func (st *sharedState) release(ctx context.Context, locker string, origin, last, end uint64) (settled bool, err error) {
 	for i := 0; ; i++ {
 		r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
 			return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, locker, origin, last, end)
 		})
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
-			return errGone
+			return false, errGone
 		case err == nil:
-			return nil
+			return r.Outcome == processor.Settled && i == 0, nil // (after a failed try, settled may be that try's doing)
 		case !redisFault(err):
-			return err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
+			return false, err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
 		}
 		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
 		st.redisError("release", err)
 		if i == 2 || processor.ClientClosed(err) || !sleep(ctx, retryPause(st.cfg)) { // (a closed client sends nothing more)
-			return err
+			return false, err
 		}
 	}
 }
