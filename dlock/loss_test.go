@@ -1333,3 +1333,100 @@ func TestCloseThatFindsADowngradeWhoseAnswerWasLostRemovedReportsTheLoss(t *test
 		t.Fatalf("%d warnings %q; want 1", n, "dlock: shared holding lost")
 	}
 }
+
+// An Unlock that relocks and whose release fails, its outcome unknown, reports the loss that a
+// later try of the release's retry finds when the retry's first try failed too: the process
+// left the line after that first try (nobody waits), and its leave settled the tenure's locker
+// before the later try ran — which then finds the key removed behind its back while the lease
+// lasted (by an operator's ForceRelease, or lost by Redis: a failover, an empty restart), not
+// a release that ran before. The loss is reported as the first try's would be: a LossEvent of
+// the holding after its ReleaseEvent, and "lock lost before release" at Warn. A key that was
+// not taken from it (the leave let it go) is no loss: nothing is reported.
+func TestRelockReleaseRetryWhoseFirstTryFailedReportsTheLossALaterTryFinds(t *testing.T) {
+	for _, how := range []string{"force released", "lost by Redis", "kept"} {
+		t.Run(how, func(t *testing.T) {
+			rec := &recorder{}
+			core, logs := zapobserver.New(zap.WarnLevel)
+			admin := rawClient(t)
+			ga, cla := newGen(t, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+			gb, _ := newGen(t)
+			var k string
+			var lb *dlock.DistributedReentrantLock
+			var armed atomic.Bool
+			var releases atomic.Int32
+			var setupErr atomic.Value
+			left := make(chan struct{}) // closed once a leave of a's was answered
+			var leftOnce sync.Once
+			cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
+				switch processor.ScriptName(cmd.Args()) {
+				case "leave":
+					err := nextHook(ctx, cmd)
+					leftOnce.Do(func() { close(left) })
+					return err
+				case "release":
+					if !armed.Load() {
+						return nextHook(ctx, cmd)
+					}
+					switch releases.Add(1) {
+					case 1: // the Unlock's: it fails unsent
+						cmd.SetErr(errInjected)
+						return errInjected
+					case 2: // the retry's first try: the key is removed behind its back, then it fails unsent
+						switch how {
+						case "force released":
+							if ok, err := lb.ForceRelease(context.Background(), admin.Get(ctx, k).Val()); !ok || err != nil {
+								setupErr.Store(fmt.Sprintf("ForceRelease = %v, %v", ok, err))
+							}
+						case "lost by Redis":
+							admin.Del(ctx, k)
+						}
+						cmd.SetErr(errInjected)
+						return errInjected
+					case 3: // a later try: the leave sent after the first goes first
+						select {
+						case <-left:
+						case <-time.After(5 * time.Second):
+							setupErr.Store("no leave was answered before the retry's later try")
+						}
+					}
+				}
+				return nextHook(ctx, cmd)
+			}})
+			ga.Relock(10 * time.Second)
+			la := mustGen(t, ga, "RELOCKLATER", target(t), 5*time.Second)
+			lb = mustGen(t, gb, "RELOCKLATER", target(t), 5*time.Second)
+			k = key(la)
+			ctx := ctxT(t, 30*time.Second)
+			a := takeAfterWaiting(t, ctx, la, lb) // (a watches its channel: its Unlock relocks)
+			token, _ := la.FencingToken(a)
+			armed.Store(true)
+			var pe *dlock.RedisProcessError
+			if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+				t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+			}
+			waitFor(t, func() bool { return releases.Load() >= 3 && ga.InUse() == 0 }) // retried, and let go of the key
+			if e, _ := setupErr.Load().(string); e != "" {
+				t.Fatal("setup: " + e)
+			}
+			if st, err := la.State(ctx); err != nil || len(st.Waiting) != 0 || st.Holder != "" {
+				t.Fatalf("after the retry: %+v, %v; want the key free and nobody in line", st, err)
+			}
+			rec.mu.Lock()
+			lost := slices.Clone(rec.lost)
+			rec.mu.Unlock()
+			warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+			if how == "kept" {
+				if len(lost) != 0 || warned != 0 {
+					t.Fatalf("a key the leave let go reported %d losses (%+v), %d warnings; want none", len(lost), lost, warned)
+				}
+				return
+			}
+			if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+				t.Fatalf("losses reported: %+v; want one of the holding (token %d), matching ErrLockLost", lost, token)
+			}
+			if warned != 1 {
+				t.Fatalf("%d warnings %q of the key; want 1", warned, "dlock: lock lost before release")
+			}
+		})
+	}
+}

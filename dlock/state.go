@@ -114,6 +114,10 @@ type lockState struct {
 	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
 	// first try is on its way: the line is left after it, not beside it (settleLocked).
 	unreleased int
+	// retried is the release of the last such retry while it goes on: a leave meanwhile names
+	// its locker (processor.LeaveRequest.Unreleased), so that settling it does not hide a
+	// removal of the key that a later try of the retry would have found (answered settled).
+	retried processor.ReleaseRequest
 	// relock says that goroutines of this process take the key again at once after it lets
 	// it go (a Lock came within relockWindow of the last release, relockBy): an Unlock that
 	// grants the key to another process then stands in line again in the same script, so
@@ -748,7 +752,8 @@ func (st *lockState) settleLocked() {
 			}
 			st.line.queued = false
 			st.closeAttempt()
-			st.background(func() { st.leave(last, cfg) })
+			unreleased := st.retried
+			st.background(func() { st.leave(last, cfg, unreleased) })
 		}
 		if st.line.watching {
 			st.line.watching = false

@@ -437,11 +437,14 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 // the locker, and the retry, answered settled, could not tell a loss; nor later, while tries
 // keep failing: the process would stay in line, and a grant to it that nobody here wants
 // could not be counted (its place unknown: the release's reply was lost) nor passed on but by
-// the leave. The caller holds mu, in phase releasing, before the tenure is dropped and the
-// release's end settles.
+// the leave. A leave while later tries go on names the release (st.retried): it settles the
+// locker too, but a key it finds taken from the locker it marks as removed, so that a later
+// try answers gone, not settled. The caller holds mu, in phase releasing, before the tenure is
+// dropped and the release's end settles.
 func (st *lockState) retryReleaseLocked(r releaseJob) {
 	locker, cfg, until := r.req.Locker, r.cfg, r.until
 	st.unreleased++
+	st.retried = r.req // (a leave while it goes on names it)
 	tried := func() {
 		st.mu.Lock()
 		st.unreleased--
@@ -462,6 +465,9 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 			r.retried <- err
 		}
 		st.mu.Lock()
+		if st.retried.Locker == locker {
+			st.retried = processor.ReleaseRequest{}
+		}
 		st.line.queued = true // (as giveBackLocked: a copy of a request of the tenure may have put the process in line)
 		st.settleLocked()
 		st.signalLocked(HowRetry)

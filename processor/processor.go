@@ -191,6 +191,14 @@ type ReleaseRequest struct {
 // LeaveRequest takes a process out of the line.
 type LeaveRequest struct {
 	Last string // the newest locker this process made (its acquisitions up to it are settled); "" for none
+	// Unreleased, if set, is a locker of this process that held the key and whose release is
+	// unanswered (retried), taken with the token Origin (0 if unknown): a key that no longer
+	// holds it, or holds it anew, while it is not settled was taken from its holder before its
+	// release ran (lost by Redis). The leave, which settles it, remembers it as removed, as a
+	// ForceRelease does, so that its release answers Gone, not Settled: its holder learns of
+	// the loss.
+	Unreleased string
+	Origin     uint64
 }
 
 // Inspection is what Redis holds for a lock, read in one round trip by Inspect.

@@ -1328,6 +1328,13 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 		return Result{}, processErr("leave", cfg.UniqueKey(), err)
 	}
 	_, a.upto = SplitLocker(req.Last)
+	if req.Unreleased != "" {
+		owner, seq := SplitLocker(req.Unreleased)
+		if owner != p.opts.Mark || seq == "" {
+			return Result{}, fmt.Errorf("%w: unreleased locker %q is not one of this process's mark %q", dlerrors.ErrInvalidConfig, req.Unreleased, p.opts.Mark)
+		}
+		a.locker, a.seq, a.origin = req.Unreleased, seq, req.Origin
+	}
 	res, _, err := p.script(ctx, "leave", false, ks, a)
 	var vals []any
 	if err == nil {

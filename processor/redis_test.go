@@ -2015,6 +2015,46 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 	})
 }
 
+// A leave that names an acquisition of its process whose release went unanswered (Unreleased)
+// settles it as any leave does, but one that the key no longer held, unsettled (lost by Redis),
+// it remembers as removed: its release then answers gone, not settled, and its holder learns of
+// the loss. One the key still held it lets go (its release answers settled: no loss), and so
+// it does with one whose release ran before.
+func TestLeaveNamingAnUnansweredReleaseKeepsItsLossKnown(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		for _, how := range []string{"lost", "held", "released"} {
+			lc := cfg(t, "unreleased-"+how)
+			la, r := a.lock(t, lc, false, 1)
+			if r.Outcome != processor.Taken {
+				t.Fatalf("%s: the attempt on a free key = %+v", how, r)
+			}
+			switch how {
+			case "lost":
+				c.Del(ctx, lc.UniqueKey())
+			case "released":
+				if r := a.release(t, lc, la); r.Outcome != processor.Released {
+					t.Fatalf("%s: release = %+v, want released", how, r)
+				}
+			}
+			if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: la, Origin: r.Origin}); err != nil {
+				t.Fatal(err)
+			}
+			want := processor.Settled
+			if how == "lost" {
+				want = processor.Gone
+			}
+			if r := a.release(t, lc, la); r.Outcome != want {
+				t.Fatalf("%s: the release after the leave = %+v, want %v", how, r, want)
+			}
+			if in := inspect(t, a, lc); in.Holder != "" {
+				t.Fatalf("%s: the key holds %q after the leave, want it free", how, in.Holder)
+			}
+		}
+	})
+}
+
 // A leave that arrives late, after its process took the key with a later attempt, settles only
 // the attempts it numbered: the later holding keeps the key. A leave of a process that
 // numbered no attempt ("" for Last) settles nothing and lets nothing go.
