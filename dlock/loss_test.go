@@ -1430,3 +1430,51 @@ func TestRelockReleaseRetryWhoseFirstTryFailedReportsTheLossALaterTryFinds(t *te
 		})
 	}
 }
+
+// A tenure that no goroutine holds (free: its last owner passed it on to a waiter of its
+// process, which then gave up) is let go in the background; a release that finds the key gone
+// or another's before the lease ran out (lost by Redis, removed behind its back) reports the
+// loss at Warn, as its retry, or a renewal of the free tenure, would: the holding before may
+// have held it unknowingly lost (its Unlock, which passed it on without Redis, said nothing),
+// and no holding is left to tell.
+func TestFreeTenureReleaseThatFindsTheKeyGoneSaysSo(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	admin := rawClient(t)
+	var armed atomic.Bool
+	var renewals atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !scriptIs("renew")(cmd.Args()) || !armed.Load() {
+			return next(ctx, cmd)
+		}
+		renewals.Add(1)
+		cmd.SetErr(errInjected) // (unsent)
+		return errInjected
+	}})
+	core, logs := zapobserver.New(zap.WarnLevel)
+	g := genOn(t, c, dlock.WithLogger(zap.New(core)), dlock.WithLocalHandOff(time.Hour)) // (no yield check: the pass renews only)
+	tg := uniqueTarget(t)
+	la, _ := g.GenWithLease("FREEGONE", tg, 10*time.Second)
+	lb, _ := g.GenWithLease("FREEGONE", tg, 12*time.Second) // (another lease: a pass to it renews first)
+	k := key(la)
+	ctx := ctxT(t, 30*time.Second)
+	a := mustLock(t, la, ctx)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b := lockOnce(bctx, lb)
+	waitFor(t, func() bool { return g.Waiters(k) })
+	admin.Del(ctx, k) // lost by Redis while a holds it
+	armed.Store(true) // b's renewals fail: it never takes the tenure
+	if err := a.Unlock(); err != nil {
+		t.Fatalf("a's Unlock (passed on within the process) = %v", err)
+	}
+	waitFor(t, func() bool { return renewals.Load() > 0 }) // b tried to renew the tenure to take it
+	cancel()
+	if err := recv(t, b, "b's Lock"); err == nil {
+		t.Fatal("setup: b took the lock")
+	}
+	waitFor(t, func() bool { return g.InUse() == 0 }) // the free tenure was let go
+	if n := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len(); n != 1 {
+		t.Fatalf("%d warnings %q of the key; want 1", n, "dlock: lock lost before release")
+	}
+}

@@ -334,10 +334,12 @@ func (r releaseJob) run(ctx context.Context) error {
 	return r.st.release(ctx, r)
 }
 
-// releaseInBackground lets the tenure go without waiting. The caller holds mu.
+// releaseInBackground lets the tenure go without waiting (a free tenure: no holding is left to
+// tell). A loss its release finds is logged at Warn, as its retry's (foundLostLater), or a
+// renewal's of the free tenure (loseLocked). The caller holds mu.
 func (st *lockState) releaseInBackground() {
 	release := st.releaseLocked(nil)
-	st.background(func() { _ = release.run(st.g.clean) })
+	st.background(func() { st.foundLostLater(release, release.run(st.g.clean)) })
 }
 
 // release sends release.lua for t, bounded by ctx and the lease, then leaves phase releasing.
@@ -476,8 +478,8 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 }
 
 // foundLostLater reports a loss that r, a release that went on after its holding's
-// ReleaseEvent (a retry, Close's), found (err matches ErrLockLost): logged at Warn and told to
-// the Observer (r.lost).
+// ReleaseEvent (a retry, Close's) or a free tenure's, found (err matches ErrLockLost): logged
+// at Warn and told to the Observer (r.lost, if a holding is left to tell).
 func (st *lockState) foundLostLater(r releaseJob, err error) {
 	if !errors.Is(err, ErrLockLost) {
 		return
