@@ -1260,77 +1260,100 @@ func TestDoContextAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 // does not know yet) and finds that read-hold removed behind its back (an operator's
 // ForceRelease from another process) reports the loss of the downgraded reader, as it does for
 // any holding it finds gone: a LossEvent after the reader's release (ErrClosed), and a Warn.
+// A read-hold that was not removed, or a downgrade that never ran (its request failed unsent),
+// is no loss: nothing is reported.
 func TestCloseThatFindsADowngradeWhoseAnswerWasLostRemovedReportsTheLoss(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	c := srv.Client()
-	defer c.Close()
-	var armed atomic.Int32
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if !isSharedTake(cmd.Args()) || sharedArg(cmd.Args(), "replaces") == "" {
-			return next(ctx, cmd)
-		}
-		switch armed.Load() {
-		case 1: // the downgrade runs; its reply is lost
-			err := next(ctx, cmd)
-			if err == nil {
-				armed.Store(2)
-				err = errors.New("i/o timeout (reply lost)")
-				cmd.SetErr(err)
+	for _, how := range []string{"removed", "kept", "never ran"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			c := srv.Client()
+			defer c.Close()
+			var armed atomic.Int32
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !isSharedTake(cmd.Args()) || sharedArg(cmd.Args(), "replaces") == "" {
+					return next(ctx, cmd)
+				}
+				switch armed.Load() {
+				case 1: // the downgrade runs; its reply is lost
+					if how == "never ran" {
+						armed.Store(2)
+						cmd.SetErr(errInjected)
+						return errInjected
+					}
+					err := next(ctx, cmd)
+					if err == nil {
+						armed.Store(2)
+						err = errors.New("i/o timeout (reply lost)")
+						cmd.SetErr(err)
+					}
+					return err
+				case 2: // sent again: it fails unsent, its outcome stays unknown
+					cmd.SetErr(errInjected)
+					return errInjected
+				}
+				return next(ctx, cmd)
+			}})
+			obs := &releaseThenLoss{lostCame: make(chan struct{})}
+			core, logs := zapobserver.New(zap.WarnLevel)
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute), dlock.WithObserver(obs), dlock.WithLogger(zap.New(core)))
+			if err != nil {
+				t.Fatal(err)
 			}
-			return err
-		case 2: // sent again: it fails unsent, its outcome stays unknown
-			cmd.SetErr(errInjected)
-			return errInjected
-		}
-		return next(ctx, cmd)
-	}})
-	obs := &releaseThenLoss{lostCame: make(chan struct{})}
-	core, logs := zapobserver.New(zap.WarnLevel)
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute), dlock.WithObserver(obs), dlock.WithLogger(zap.New(core)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	operator, _ := newGen(t)
-	tg := uniqueTarget(t)
-	l := rwOf(t, g, tg)
-	w, err := l.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := l.RLock(w) // a read of the write owner's: no request yet
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _ := l.FencingToken(r)
-	armed.Store(1)
-	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
-		t.Fatal(err)
-	}
-	var downTo string
-	waitFor(t, func() bool {
-		_, downTo, _, _, _ = dlock.SharedOwned(r)
-		return downTo != "" && armed.Load() == 2
-	})
-	if ok, err := rwOf(t, operator, tg).ForceRelease(ctx, downTo); !ok || err != nil {
-		t.Fatalf("setup: ForceRelease(%q) = %v, %v", downTo, ok, err)
-	}
-	if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
-		t.Fatalf("Close = %v, want nil: nothing of the holding stays held", err)
-	}
-	if cause := context.Cause(r); !errors.Is(cause, dlock.ErrClosed) {
-		t.Fatalf("setup: the reader's context ended with %v, want ErrClosed (Close, not a loss found before)", cause)
-	}
-	obs.mu2.Lock()
-	order := slices.Clone(obs.order)
-	obs.mu2.Unlock()
-	obs.mu.Lock()
-	lost := slices.Clone(obs.lost)
-	obs.mu.Unlock()
-	if !slices.Equal(order, []string{"released", "released", "lost"}) || lost[0].Token != tok || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
-		t.Fatalf("the Observer was told %v (losses %+v); want the writer's and the reader's releases, then the reader's loss (token %d) matching ErrLockLost", order, lost, tok)
-	}
-	if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 1 {
-		t.Fatalf("%d warnings %q; want 1", n, "dlock: shared holding lost")
+			operator, _ := newGen(t)
+			tg := uniqueTarget(t)
+			l := rwOf(t, g, tg)
+			w, err := l.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := l.RLock(w) // a read of the write owner's: no request yet
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _ := l.FencingToken(r)
+			armed.Store(1)
+			if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
+				t.Fatal(err)
+			}
+			var downTo string
+			waitFor(t, func() bool {
+				_, downTo, _, _, _ = dlock.SharedOwned(r)
+				return downTo != "" && armed.Load() == 2
+			})
+			if how == "removed" {
+				if ok, err := rwOf(t, operator, tg).ForceRelease(ctx, downTo); !ok || err != nil {
+					t.Fatalf("setup: ForceRelease(%q) = %v, %v", downTo, ok, err)
+				}
+			}
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("Close = %v, want nil: nothing of the holding stays held", err)
+			}
+			if cause := context.Cause(r); !errors.Is(cause, dlock.ErrClosed) {
+				t.Fatalf("setup: the reader's context ended with %v, want ErrClosed (Close, not a loss found before)", cause)
+			}
+			if st, err := rwOf(t, operator, tg).State(ctx); err != nil || len(st.Holds) != 0 {
+				t.Fatalf("after Close: %+v, %v; want nothing held", st, err)
+			}
+			obs.mu2.Lock()
+			order := slices.Clone(obs.order)
+			obs.mu2.Unlock()
+			obs.mu.Lock()
+			lost := slices.Clone(obs.lost)
+			obs.mu.Unlock()
+			warned := logs.FilterMessage("dlock: shared holding lost").Len()
+			if how != "removed" {
+				if !slices.Equal(order, []string{"released", "released"}) || warned != 0 {
+					t.Fatalf("the Observer was told %v (losses %+v), %d warnings; want the writer's and the reader's releases, no loss", order, lost, warned)
+				}
+				return
+			}
+			if !slices.Equal(order, []string{"released", "released", "lost"}) || lost[0].Token != tok || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+				t.Fatalf("the Observer was told %v (losses %+v); want the writer's and the reader's releases, then the reader's loss (token %d) matching ErrLockLost", order, lost, tok)
+			}
+			if warned != 1 {
+				t.Fatalf("%d warnings %q; want 1", warned, "dlock: shared holding lost")
+			}
+		})
 	}
 }
 
