@@ -19,6 +19,7 @@ func TestHelp(t *testing.T) {
 		{"--help"}, {"-h"}, {"-help"}, {"help"},
 		{"help", "exec"}, {"help", "lock"}, {"help", "status"}, {"help", "release"}, {"help", "demo"},
 		{"help", "--help"}, {"help", "-h"}, {"help", "help"}, // help is a command too (the usage lists it)
+		{"--help", "exec"}, {"-h", "status"}, // as "dlock help COMMAND"
 	}
 	for _, c := range commands() {
 		cases = append(cases, []string{c.name, "--help"}, []string{c.name, "-h"})
@@ -35,8 +36,11 @@ func TestHelp(t *testing.T) {
 			if r.code != 0 || !strings.HasPrefix(r.stdout, "usage: dlock") || r.stderr != "" {
 				t.Fatal(r)
 			}
-			if len(args) > 1 && args[0] != "help" && !strings.HasPrefix(r.stdout, "usage: dlock "+args[0]) {
+			if len(args) > 1 && lookup(args[0]) != nil && !strings.HasPrefix(r.stdout, "usage: dlock "+args[0]) {
 				t.Fatalf("not the usage of %s: %v", args[0], r)
+			}
+			if len(args) > 1 && lookup(args[0]) == nil && lookup(args[1]) != nil && !strings.HasPrefix(r.stdout, "usage: dlock "+args[1]) {
+				t.Fatalf("not the usage of %s: %v", args[1], r)
 			}
 		})
 	}
@@ -128,6 +132,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"help", "exec", "extra"}, `unexpected argument "extra"`},
+		// --help with arguments reads them as help does, rather than ignoring them
+		{[]string{"--help", "extra"}, `unknown command "extra"`},
+		{[]string{"-h", "exec", "extra"}, `unexpected argument "extra"`},
 		{[]string{"status", "--bogus", "CLI", "x"}, "unknown flag --bogus"},
 		{[]string{"status", "-bogus=1", "CLI", "x"}, "unknown flag -bogus"},
 		{[]string{"status", "CLI"}, "2 arguments expected (TYPE TARGET), got 1"},

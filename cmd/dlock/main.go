@@ -83,20 +83,26 @@ func run(args []string, out cli) int {
 	name := args[0]
 	switch name {
 	case "-h", "-help", "--help", "help":
-		if name == "help" && len(args) > 2 {
-			return usageError(out, "dlock help", "", fmt.Errorf("unexpected argument %q", args[2]))
+		// "dlock --help COMMAND" reads its arguments as "dlock help COMMAND" does, rather than
+		// ignoring them.
+		prefix := "dlock"
+		if name == "help" {
+			prefix = "dlock help"
 		}
-		if name == "help" && len(args) > 1 {
+		if len(args) > 2 {
+			return usageError(out, prefix, "", fmt.Errorf("unexpected argument %q", args[2]))
+		}
+		if len(args) > 1 {
 			switch args[1] {
 			case "-h", "-help", "--help", "help": // the usage of help is dlock's
-				return usageShown(out, "dlock help", topUsage(out.stdout))
+				return usageShown(out, prefix, topUsage(out.stdout))
 			}
 			if c := lookup(args[1]); c != nil {
 				fs := newFlagSet(c.name)
 				c.define(fs)
-				return usageShown(out, "dlock help", commandUsage(out.stdout, c, fs))
+				return usageShown(out, prefix, commandUsage(out.stdout, c, fs))
 			}
-			return usageError(out, "dlock help", "", fmt.Errorf("unknown command %q", args[1]))
+			return usageError(out, prefix, "", fmt.Errorf("unknown command %q", args[1]))
 		}
 		return usageShown(out, "dlock", topUsage(out.stdout))
 	}
