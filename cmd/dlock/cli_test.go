@@ -166,6 +166,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"exec", "--conflict-exit-code", "x", "CLI", "x", "true"}, `invalid --conflict-exit-code "x": an exit status is a whole number from 0 to 255`},
 		{[]string{"exec", "--grace", "-1s", "CLI", "x", "true"}, `invalid --grace "-1s": must not be negative`},
 		{[]string{"exec", "--timeout", "0", "CLI", "x", "true"}, "invalid --timeout 0s: must be more than 0"},
+		// a positive wait or timeout too short for any answer from Redis: not rounded to one
+		// attempt (1e-12 s is 0 ns), nor a sure "not obtained" or "did not answer"
+		{[]string{"exec", "-w", "1e-12", "CLI", "x", "true"}, `invalid -w "1e-12": a wait is 0 (one attempt) or at least 1ms: no attempt is answered within less`},
+		{[]string{"exec", "--wait", "1ns", "CLI", "x", "true"}, `invalid --wait "1ns": a wait is 0 (one attempt) or at least 1ms: no attempt is answered within less`},
+		{[]string{"lock", "-w0.0005", "CLI", "x"}, `invalid -w "0.0005": a wait is 0 (one attempt) or at least 1ms: no attempt is answered within less`},
+		{[]string{"status", "--timeout", "1ns", "CLI", "x"}, "invalid --timeout 1ns: must be at least 1ms: no call is answered within less"},
+		{[]string{"release", "--force", "--any", "--timeout", "999us", "CLI", "x"}, "invalid --timeout 999µs: must be at least 1ms: no call is answered within less"},
 		{[]string{"lock", "--lease", "1", "CLI", "x"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
 		{[]string{"lock", "CLI", "x", "sleep"}, `unexpected argument "sleep"`},
 		{[]string{"demo", "--procs", "0"}, "invalid --procs 0: must be at least 1"},

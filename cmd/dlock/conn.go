@@ -19,6 +19,10 @@ import (
 // defaultTimeout is the default of --timeout.
 const defaultTimeout = 5 * time.Second
 
+// minTimeout is the shortest --timeout: within less, no Redis call is answered (a sure "did not
+// answer"), as no attempt within less than minWait.
+const minTimeout = time.Millisecond
+
 // inspectLease is the lease of the handles status and release make: they take no lock, but
 // the library needs a lease to make a handle.
 const inspectLease = 30 * time.Second
@@ -43,7 +47,7 @@ func addRedisFlags(fs *flagSet, where string) redisFlags {
 	r.cluster = fs.Bool("cluster", "", "ADDR is a Redis Cluster, even with one node named")
 	r.master = new(string)
 	r.mDef = fs.Var((*stringValue)(r.master), "sentinel-master", "", "NAME", "ADDR names Sentinels; NAME is the master they watch")
-	r.timeout = fs.Duration("timeout", defaultTimeout, "bound on each Redis call of the tool")
+	r.timeout = fs.Duration("timeout", defaultTimeout, "bound on each Redis call of the tool, at least 1ms")
 	fs.checkPos = r.addrsAsType
 	return r
 }
@@ -73,6 +77,9 @@ func (r redisFlags) addrsAsType(pos []string) error {
 func (r redisFlags) endpoint(fallback string) (*endpoint, error) {
 	if *r.timeout <= 0 {
 		return nil, usageErrorf("invalid --timeout %v: must be more than 0", *r.timeout)
+	}
+	if *r.timeout < minTimeout {
+		return nil, usageErrorf("invalid --timeout %v: must be at least %v: no call is answered within less", *r.timeout, minTimeout)
 	}
 	if r.mDef.seen && *r.master == "" {
 		return nil, usageErrorf("--sentinel-master is empty") // (not taken for no flag: the Sentinels would be dialled as a server)

@@ -95,7 +95,7 @@
 // prefer $DLOCK_REDIS or $REDIS_URL for it. No message, help text or error shows a password:
 // it appears as xxxxx.
 //
-// --timeout D (default 5s) bounds each Redis call the tool makes — the first PING, State,
+// --timeout D (default 5s, at least 1ms) bounds each Redis call the tool makes — the first PING, State,
 // ForceRelease, a single TryLock, the final release and the Generator's Close — so dlock never
 // hangs on a Redis that does not answer. An unreachable Redis is reported in one line naming it,
 // with exit status 69, as is one that answers it is not serving (OOM, LOADING, READONLY, ...)
@@ -118,7 +118,8 @@
 //
 //	-n, --nonblock             one attempt: fail at once if the lock is held
 //	-w, --wait SECONDS         wait at most this long: seconds (10, 0.5; 0 is one attempt),
-//	                           a Go duration (1m30s), or "forever" (the default)
+//	                           a Go duration (1m30s), or "forever" (the default); a wait
+//	                           other than 0 is at least 1ms (it bounds the first attempt too)
 //	-E, --conflict-exit-code N the exit status when the lock is not obtained (default 75)
 //
 // When the lock is not obtained COMMAND does not run, and dlock says who holds it. Its status

@@ -366,6 +366,9 @@ func (w *waitValue) Set(s string) error {
 		if secs > float64(math.MaxInt64/int64(time.Second)) {
 			return errors.New(`too many seconds (use "forever")`)
 		}
+		if secs > 0 && secs < minWait.Seconds() {
+			return errWaitTooShort
+		}
 		w.d = time.Duration(secs * float64(time.Second))
 		return nil
 	}
@@ -377,10 +380,22 @@ func (w *waitValue) Set(s string) error {
 		return err // negative
 	case err != nil:
 		return errors.New(`want seconds (e.g. 10 or 0.5; 0 tries once), a duration (e.g. 1m) or "forever"`)
+	case d == 0 && strings.ContainsAny(s, "123456789"):
+		return errWaitTooShort // (rounded down to 0: "0.5ns")
+	case d > 0 && d < minWait:
+		return errWaitTooShort
 	}
 	w.d = d
 	return nil
 }
+
+// minWait is the shortest wait but 0: a wait bounds every attempt, the first included, and a
+// shorter one would end before any attempt is answered (a sure "not obtained", on a free lock
+// too), or be rounded to 0, one attempt, without a word.
+const minWait = time.Millisecond
+
+// errWaitTooShort is waitValue's error for a wait shorter than minWait but not 0.
+var errWaitTooShort = fmt.Errorf("a wait is 0 (one attempt) or at least %v: no attempt is answered within less", minWait)
 
 // exitCodeValue is an exit status, 0 to 255.
 type exitCodeValue struct{ n int }
