@@ -182,6 +182,9 @@ func (c *conn) pingWithin(ctx context.Context) error {
 // a Cluster node named as a single server, a read-only replica.
 func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint, timeout time.Duration) error {
 	if err := client.Ping(ctx).Err(); err != nil {
+		if f := ep.failure(timeout); f != nil && unconnected(err) {
+			return withStatus(exitUnavailable, f)
+		}
 		if d := ep.urlDialTimeout(); d > 0 && d < timeout && errors.Is(err, context.DeadlineExceeded) && !expired(ctx) {
 			// A deadline that is not ctx's: the URL's dial_timeout gave up. (go-redis reports
 			// a Sentinel deployment's dial failures as a bare "context deadline exceeded",
@@ -319,6 +322,9 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 	}
 	reply := strings.TrimSpace(plain(cause))
 	var oe *net.OpError
+	if f := ep.failure(timeout); f != nil && unconnected(err) {
+		return withStatus(exitUnavailable, f)
+	}
 	switch {
 	case errors.As(err, &oe) && oe.Op == "dial" && oe.Timeout() && ep.urlDialTimeout() > 0 && ep.urlDialTimeout() < timeout:
 		// (the URL's dial_timeout gave up, before --timeout)
@@ -359,6 +365,14 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		return withStatus(exitError, fmt.Errorf("%v answered with %s: %s", ep, what, reply))
 	}
 	return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: %s", ep, reply))
+}
+
+// unconnected reports whether err may be the failure of a call that found no connection: it
+// ran out of time, or a dial failed (every Sentinel's, say).
+func unconnected(err error) bool {
+	var oe *net.OpError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &oe) && oe.Op == "dial" ||
+		strings.Contains(err.Error(), "all sentinels specified in configuration are unreachable")
 }
 
 // notServing reports whether Redis's error reply says it cannot serve requests for now (out

@@ -25,6 +25,9 @@ type endpoint struct {
 	kind   string // "", "Cluster" or "Sentinel master NAME", for messages
 	shown  string // the address as given, passwords masked
 	master string // the master the Sentinels are asked for; "" when not a Sentinel deployment
+	// sentinels are the Sentinels' addresses, when master is set
+	sentinels []string
+	dials     *dialLog // the last dial of the endpoint's clients, for messages
 }
 
 // redisSpec is what the command line and the environment say about Redis.
@@ -71,13 +74,14 @@ func resolveRedis(value string, given, cluster bool, master string, fallback str
 		}
 		return nil, usageErrorf("invalid %s %q: %v", from, redact(s.value), err)
 	}
-	e := &endpoint{spec: s, shown: redact(s.value)}
+	e := &endpoint{spec: s, shown: redact(s.value), dials: &dialLog{}}
 	switch {
 	case o.cluster != nil:
 		e.kind = "Cluster"
 	case o.failover != nil:
 		e.kind = "Sentinel master " + o.failover.MasterName
 		e.master = o.failover.MasterName
+		e.sentinels = o.failover.SentinelAddrs
 	}
 	return e, nil
 }
@@ -105,18 +109,21 @@ func (e *endpoint) client(timeout time.Duration) redis.UniversalClient {
 		c.DialTimeout = orDefault(c.DialTimeout, timeout)
 		c.DialerRetries = orDefault(c.DialerRetries, 2)
 		c.ContextTimeoutEnabled = true
+		c.Dialer = e.dials.dialer(c.DialTimeout, c.TLSConfig)
 		return redis.NewClusterClient(c)
 	case o.failover != nil:
 		f := o.failover
 		f.DialTimeout = orDefault(f.DialTimeout, timeout)
 		f.DialerRetries = orDefault(f.DialerRetries, 2)
 		f.ContextTimeoutEnabled = true
+		f.Dialer = e.dials.dialer(f.DialTimeout, f.TLSConfig)
 		return redis.NewFailoverClient(f)
 	}
 	s := o.single
 	s.DialTimeout = orDefault(s.DialTimeout, timeout)
 	s.DialerRetries = orDefault(s.DialerRetries, 2)
 	s.ContextTimeoutEnabled = true
+	s.Dialer = e.dials.dialer(s.DialTimeout, s.TLSConfig)
 	return redis.NewClient(s)
 }
 

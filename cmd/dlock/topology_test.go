@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/internal/redistest"
 )
@@ -127,4 +132,80 @@ func TestMisdirectedAddress(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSentinelMasterUnreachable: Sentinels that answer with a master address no connection
+// can be made to (a master down, or announced at an address not reachable from here) are told
+// apart from Sentinels that do not answer and from a master that does not answer: the message
+// names the master's address and the cause — the refusal, the URL's dial_timeout, or --timeout
+// spent dialling it — whatever --timeout allows; and with no Sentinel listening, a short
+// --timeout does not turn their refusals into "did not answer". Exit 69 in each case.
+func TestSentinelMasterUnreachable(t *testing.T) {
+	s := redistest.NeedSentinel(t, 1)
+	sentinel := s.SentinelAddrs()[0]
+	silent := silentAddr(t)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+	defer sc.Close()
+	ctx := context.Background()
+	for name, addr := range map[string]string{"refusing": unreachableAddr, "silent": silent} {
+		host, port, _ := net.SplitHostPort(addr)
+		if err := sc.Monitor(ctx, name, host, port, "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Remove(ctx, name)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string // in the message, all of them
+	}{
+		{[]string{"--sentinel-master", "refusing", "--redis", sentinel}, []string{"master", unreachableAddr, "connection refused"}},
+		{[]string{"--sentinel-master", "refusing", "--redis", sentinel, "--timeout", "300ms"}, []string{"master", unreachableAddr, "connection refused"}},
+		{[]string{"--redis", "redis://" + sentinel + "?master_name=silent&dial_timeout=300ms", "--timeout", "3s"}, []string{"master", silent, "dial_timeout 300ms"}},
+		{[]string{"--sentinel-master", "silent", "--redis", sentinel, "--timeout", "1s"}, []string{"master", silent, "no connection", "1s (--timeout)"}},
+		{[]string{"--sentinel-master", "m", "--redis", unreachableAddr + ",127.0.0.1:2", "--timeout", "300ms"}, []string{"Sentinel", unreachableAddr, "127.0.0.1:2", "connection refused"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runBin(t, nil, append(append([]string{"status"}, tc.args...), "CLI", "x")...)
+			ok := r.code == exitUnavailable && strings.Count(strings.TrimSpace(r.stderr), "\n") == 0 && !strings.Contains(r.stderr, "did not answer")
+			for _, w := range tc.want {
+				ok = ok && strings.Contains(r.stderr, w)
+			}
+			if !ok {
+				t.Fatalf("want exit 69 and one line with %q, got %v", tc.want, r)
+			}
+		})
+	}
+}
+
+// silentAddr returns the address of a listening socket whose backlog is full for as long as t
+// runs: a dial there neither connects nor is refused, as to a host that drops packets.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	for i := 0; ; i++ { // fill the backlog: until a dial no longer connects
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 16 {
+			t.Fatal("the backlog of a listen(0) socket does not fill")
+		}
+	}
+	return addr
 }
