@@ -37,6 +37,49 @@ func TestParseLeases(t *testing.T) {
 	}
 }
 
+// TestParseLeasesReadsJavaProperties: what java.util.Properties.load reads in the common
+// cases — a white-space separator, comments indented or starting with '!', a line continued
+// by a trailing backslash (not a comment's), escapes (\uXXXX, \=, \:), lines ended by CR
+// alone, a comment longer than a buffer — gives the leases Java DLock would take.
+func TestParseLeasesReadsJavaProperties(t *testing.T) {
+	in := "# DLock leases \\\n" + // (a comment is not continued)
+		"A=100\n" +
+		"   ! an indented comment\n" +
+		"ORDER 30000\n" +
+		"USER_LOCK\t:\t500\n" +
+		"BATCH = \\\n" +
+		"    60000\n" +
+		"LONG_\\\n" +
+		"  TYPE=1000\n" +
+		"\\u8BA2\\u5355=2000\n" +
+		"EQ\\=SIGN=300\r" +
+		"CR=400\r\n" +
+		"#" + strings.Repeat("-", 100000) + "\n" +
+		"LAST 50"
+	m, err := dlock.ParseLeases(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{"A": 100 * time.Millisecond, "ORDER": 30 * time.Second, "USER_LOCK": 500 * time.Millisecond,
+		"BATCH": time.Minute, "LONG_TYPE": time.Second, "\u8ba2\u5355": 2 * time.Second, "EQ=SIGN": 300 * time.Millisecond,
+		"CR": 400 * time.Millisecond, "LAST": 50 * time.Millisecond}
+	if fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Fatalf("leases %v, want %v", m, want)
+	}
+	// Errors name the line the entry starts on, and why.
+	for _, tc := range []struct{ in, want string }{
+		{"A=100\nB \\\n  x", "line 2: lease \"x\""},
+		{"A=100\n\n\\uZZ=1", `line 3: malformed \uXXXX escape`},
+		{"# c\nORDER", "line 2: lease \"\""},
+		{"A=100\rB=2x", "line 2: lease \"2x\""},
+	} {
+		_, err := dlock.ParseLeases(strings.NewReader(tc.in))
+		if !errors.Is(err, dlock.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want ErrInvalidConfig naming %q", tc.in, err, tc.want)
+		}
+	}
+}
+
 func TestLoadLeases(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config-dlock.properties")
 	if err := os.WriteFile(path, []byte("ORDER=1000\n"), 0o600); err != nil {
@@ -69,7 +112,7 @@ func FuzzParseLeases(f *testing.F) {
 			if domain.ValidateType(domain.DLockType(typ)) != nil || domain.ValidateLease(d) != nil {
 				t.Fatalf("accepted %q=%v", typ, d)
 			}
-			lines = append(lines, fmt.Sprintf("%s=%d", typ, d.Milliseconds()))
+			lines = append(lines, fmt.Sprintf("%s=%d", propertiesKey(typ), d.Milliseconds()))
 		}
 		sort.Strings(lines)
 		again, err := dlock.ParseLeases(strings.NewReader(strings.Join(lines, "\n")))
@@ -157,4 +200,17 @@ func TestGenTakesTheLeaseOfItsType(t *testing.T) {
 	if _, err := g.Gen("FAKE_LOCK", "A_TARGET"); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("Gen of a type without a lease = %v, want ErrInvalidConfig", err)
 	}
+}
+
+// propertiesKey escapes typ as a key of a properties file, as java.util.Properties.store does:
+// '\\', '=', ':', and a leading '#' or '!'.
+func propertiesKey(typ string) string {
+	var b strings.Builder
+	for i := 0; i < len(typ); i++ { // (bytes: a type need not be UTF-8)
+		if c := typ[i]; strings.IndexByte(`\=:`, c) >= 0 || i == 0 && (c == '#' || c == '!') {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(typ[i])
+	}
+	return b.String()
 }
