@@ -25,23 +25,34 @@ type dialLog struct {
 	cut  bool      // it ended because its context did (--timeout), not by its own timeout
 	own  bool      // a dial to addr ended by its own timeout (dial_timeout) since the last connection
 	at   time.Time // when it failed
-	// dialling counts the dials under way, by address: one the call's deadline ended before
-	// it returned is one that --timeout cut short
-	dialling map[string]int
+	// dialling are the dials under way: one that has gone on for a while when a call ends
+	// is one that --timeout cut short
+	dialling map[*dialling]bool
 }
+
+// dialling is a dial under way.
+type dialling struct {
+	addr  string
+	start time.Time
+}
+
+// hanging is how long a dial goes on before a call that ends meanwhile is taken to have
+// waited for it, rather than for an answer: a refused or failed dial ends at once.
+const hanging = 100 * time.Millisecond
 
 // dialer returns a dialer as go-redis's own (redis.NewDialer) with timeout and tlsConfig, that
 // records each dial's outcome in l.
 func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(context.Context, string, string) (net.Conn, error) {
 	dial := redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: tlsConfig})
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		start := time.Now()
+		d := &dialling{addr: addr, start: start}
 		l.mu.Lock()
 		if l.dialling == nil {
-			l.dialling = make(map[string]int)
+			l.dialling = make(map[*dialling]bool)
 		}
-		l.dialling[addr]++
+		l.dialling[d] = true
 		l.mu.Unlock()
-		start := time.Now()
 		c, err := dial(ctx, network, addr)
 		var ne net.Error
 		timedOut := err != nil && errors.As(err, &ne) && ne.Timeout()
@@ -50,15 +61,19 @@ func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(cont
 		own := timedOut && time.Since(start) >= timeout
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.dialling[addr]--; l.dialling[addr] == 0 {
-			delete(l.dialling, addr)
-		}
+		delete(l.dialling, d)
 		if err == nil {
 			l.addr, l.err, l.own = "", nil, false
 			return c, nil
 		}
 		if l.addr != addr {
 			l.own = false
+		}
+		if cut := timedOut && !own; cut && l.addr == addr && !l.cut && !l.own {
+			// A dial cut short (or begun past the call's deadline, as go-redis may) after
+			// one that said why it failed (refused): the reason stays.
+			l.at = time.Now()
+			return c, err
 		}
 		l.addr, l.err, l.cut, l.at = addr, err, timedOut && !own, time.Now()
 		l.own = l.own || own
@@ -76,9 +91,9 @@ func (e *endpoint) failure(timeout time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	addr, cut := l.addr, l.cut
-	for a := range l.dialling { // a dial under way: the call ended before it did
-		if a != addr || !l.own {
-			addr, cut = a, true
+	for d := range l.dialling { // a dial under way for a while: the call ended before it did
+		if time.Since(d.start) >= hanging && (d.addr != addr || !l.own) {
+			addr, cut = d.addr, true
 			break
 		}
 	}

@@ -191,7 +191,7 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 	}
 	token, ok := l.FencingToken(owned)
 	if !ok { // lost already
-		return withStatus(exitLost, fmt.Errorf("lock %s lost before the command started: %s", lockName(l), lossCause(owned)))
+		return withStatus(exitLost, fmt.Errorf("lock %s lost before the command started: %s", lockName(l), c.lossCause(owned)))
 	}
 	cfg := l.Config()
 	cmd := exec.Command(path, argv[1:]...)
@@ -385,7 +385,7 @@ func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, s
 			loss, lost = nil, true
 			signalGroup(pgid, syscall.SIGTERM) // first: nothing may delay it
 			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %s; SIGTERM sent, SIGKILL after %v\n",
-				lockName(l), lossCause(owned), grace)
+				lockName(l), c.lossCause(owned), grace)
 			stopped = "SIGTERM sent"
 			t := time.NewTimer(grace)
 			defer t.Stop()
@@ -407,12 +407,12 @@ func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, s
 	}
 	if owned.Err() != nil { // lost as the command exited: it may have run unguarded
 		return withStatus(exitLost, fmt.Errorf("lock %s was lost while the command ran: %s (the command exited with status %d)",
-			lockName(l), lossCause(owned), code))
+			lockName(l), c.lossCause(owned), code))
 	}
 	switch err := unlock(c, l, owned); {
 	case errors.Is(err, dlock.ErrLockLost):
 		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release, so the command may have run without it: %s (the command exited with status %d)",
-			lockName(l), lostReason(err), code))
+			lockName(l), c.lostReason(err), code))
 	case err != nil:
 		fmt.Fprintf(out.stderr, "dlock exec: %v\n", err)
 	}
@@ -447,13 +447,13 @@ func unlock(c *conn, l guarded, owned *dlock.Owner) error {
 // lossCause says why owned ended: the cause of its cancellation, without the library's
 // prefixes ("released by force (ForceRelease)", "the lease ran out without a successful
 // renewal").
-func lossCause(owned *dlock.Owner) string {
-	return lostReason(context.Cause(owned))
+func (c *conn) lossCause(owned *dlock.Owner) string {
+	return c.lostReason(context.Cause(owned))
 }
 
 // lostReason says why a lock was lost, err being the loss (matching dlock.ErrLockLost), or nil
 // when the key was found held by another process before the library knew of the loss.
-func lostReason(err error) string {
+func (c *conn) lostReason(err error) string {
 	if err == nil {
 		return "the key is held by another process"
 	}
@@ -464,6 +464,13 @@ func lostReason(err error) string {
 	}
 	// The library's optimistic-locking detail names the script and the locker: noise here.
 	msg, _, _ = strings.Cut(msg, ": "+plain(dlock.ErrOptimisticLocking))
+	// Renewals that found no answer before their deadline may have found no connection: say
+	// where and why (Redis down, refusing).
+	if errors.Is(err, context.DeadlineExceeded) {
+		if f := c.ep.failure(c.timeout); f != nil {
+			msg += " (" + f.Error() + ")"
+		}
+	}
 	return msg
 }
 

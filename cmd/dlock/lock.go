@@ -110,7 +110,7 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	holder, herr := holderOf(c, l)
 	switch {
 	case !ok || herr == nil && holder == "":
-		return withStatus(exitLost, fmt.Errorf("lock %s lost as soon as it was taken: %s", lockName(g), lossCause(owned)))
+		return withStatus(exitLost, fmt.Errorf("lock %s lost as soon as it was taken: %s", lockName(g), c.lossCause(owned)))
 	case herr != nil:
 		_ = unlock(c, g, owned)
 		return herr
@@ -123,10 +123,10 @@ func hold(out cli, o lockOpts, typ, target string) error {
 	select {
 	case <-sigs:
 	case <-owned.Done():
-		return withStatus(exitLost, fmt.Errorf("lock %s lost while held: %s", lockName(g), lossCause(owned)))
+		return withStatus(exitLost, fmt.Errorf("lock %s lost while held: %s", lockName(g), c.lossCause(owned)))
 	}
 	if err := unlock(c, g, owned); errors.Is(err, dlock.ErrLockLost) {
-		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release: %s", lockName(g), lostReason(err)))
+		return withStatus(exitLost, fmt.Errorf("lock %s was found lost at release: %s", lockName(g), c.lostReason(err)))
 	} else if err != nil {
 		return err
 	}
