@@ -94,7 +94,8 @@ func TestLoadLeases(t *testing.T) {
 	}
 }
 
-// FuzzParseLeases: no panic; what parses is valid, and printing it back parses to the same.
+// FuzzParseLeases: no panic; an error names the line; what parses is valid, and printing it
+// back parses to the same.
 func FuzzParseLeases(f *testing.F) {
 	f.Add([]byte("ORDER=30000\nUSER=500\n"))
 	f.Add([]byte("# c\n!c\nA:100\r\n"))
@@ -104,6 +105,9 @@ func FuzzParseLeases(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, dlock.ErrInvalidConfig) {
 				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+			}
+			if !strings.HasPrefix(err.Error(), "dlock: invalid configuration: line ") {
+				t.Fatalf("error %v does not name the line", err)
 			}
 			return
 		}
