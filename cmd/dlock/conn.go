@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -363,6 +364,10 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 			what = "an error (a key of the lock's name holds a value that is not dlock's)"
 		}
 		return withStatus(exitError, fmt.Errorf("%v answered with %s: %s", ep, what, reply))
+	}
+	if (errors.Is(cause, io.EOF) || errors.Is(cause, syscall.ECONNRESET)) && !ep.tls() {
+		// What a TLS port does with a plain request: it closes the connection.
+		return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: it closed the connection without an answer (%s): is it a TLS port? (rediss:// is for TLS)", ep, reply))
 	}
 	return withStatus(exitUnavailable, fmt.Errorf("cannot reach %v: %s", ep, reply))
 }

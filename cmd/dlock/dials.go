@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +27,7 @@ type dialLog struct {
 	cut  bool      // it ended because its context did (--timeout), not by its own timeout
 	own  bool      // a dial to addr ended by its own timeout (dial_timeout) since the last connection
 	at   time.Time // when it failed
+	tls  bool      // it connected, and the TLS handshake failed
 	// dialling are the dials under way: one that has gone on for a while when a call ends
 	// is one that --timeout cut short
 	dialling map[*dialling]bool
@@ -32,8 +35,9 @@ type dialLog struct {
 
 // dialling is a dial under way.
 type dialling struct {
-	addr  string
-	start time.Time
+	addr      string
+	start     time.Time
+	handshake bool // connected: the TLS handshake is under way
 }
 
 // hanging is how long a dial goes on before a call that ends meanwhile is taken to have
@@ -43,7 +47,7 @@ const hanging = 100 * time.Millisecond
 // dialer returns a dialer as go-redis's own (redis.NewDialer) with timeout and tlsConfig, that
 // records each dial's outcome in l.
 func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(context.Context, string, string) (net.Conn, error) {
-	dial := redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: tlsConfig})
+	dial := redis.NewDialer(&redis.Options{DialTimeout: timeout}) // (TCP: the handshake is below)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		start := time.Now()
 		d := &dialling{addr: addr, start: start}
@@ -54,6 +58,28 @@ func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(cont
 		l.dialling[d] = true
 		l.mu.Unlock()
 		c, err := dial(ctx, network, addr)
+		handshake := false // the TLS handshake failed
+		if err == nil && tlsConfig != nil {
+			// As tls.DialWithDialer, which go-redis's dialer calls, within the dial timeout,
+			// and the call's context too.
+			cfg := tlsConfig
+			if cfg.ServerName == "" {
+				cfg = cfg.Clone()
+				cfg.ServerName, _, _ = net.SplitHostPort(addr)
+			}
+			l.mu.Lock()
+			d.handshake = true
+			l.mu.Unlock()
+			hctx, cancel := context.WithTimeout(ctx, timeout-time.Since(start))
+			tc := tls.Client(c, cfg)
+			if err = tc.HandshakeContext(hctx); err != nil {
+				c.Close()
+				handshake = true
+			} else {
+				c = tc
+			}
+			cancel()
+		}
 		var ne net.Error
 		timedOut := err != nil && errors.As(err, &ne) && ne.Timeout()
 		// (go-redis gives the dial a context bounded by the dial timeout too: only the time
@@ -66,9 +92,14 @@ func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(cont
 			l.addr, l.err, l.own = "", nil, false
 			return c, nil
 		}
+		if handshake {
+			l.addr, l.err, l.cut, l.own, l.tls, l.at = addr, err, false, false, true, time.Now()
+			return nil, err
+		}
 		if l.addr != addr {
 			l.own = false
 		}
+		l.tls = false
 		if cut := timedOut && !own; cut && l.addr == addr && !l.cut && !l.own {
 			// A dial cut short (or begun past the call's deadline, as go-redis may) after
 			// one that said why it failed (refused): the reason stays.
@@ -90,14 +121,14 @@ func (e *endpoint) failure(timeout time.Duration) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	addr, cut := l.addr, l.cut
+	addr, cut, handshake, under := l.addr, l.cut, l.tls, false
 	for d := range l.dialling { // a dial under way for a while: the call ended before it did
 		if time.Since(d.start) >= hanging && (d.addr != addr || !l.own) {
-			addr, cut = d.addr, true
+			addr, cut, handshake, under = d.addr, !d.handshake, d.handshake, true
 			break
 		}
 	}
-	if addr == "" || addr == l.addr && !cut && time.Since(l.at) > timeout+time.Second {
+	if addr == "" || !under && time.Since(l.at) > timeout+time.Second {
 		return nil
 	}
 	where := ""
@@ -112,6 +143,21 @@ func (e *endpoint) failure(timeout time.Duration) error {
 	own := addr == l.addr && l.own
 	d := e.urlDialTimeout()
 	switch {
+	case handshake:
+		why := "no answer to it" // (a handshake under way)
+		var ne net.Error
+		var rh tls.RecordHeaderError
+		switch {
+		case addr != l.addr || !l.tls:
+		case errors.Is(l.err, context.DeadlineExceeded) || errors.As(l.err, &ne) && ne.Timeout():
+			why = "no answer to it"
+		case !errors.As(l.err, &rh) && !errors.Is(l.err, io.EOF) && !errors.Is(l.err, syscall.ECONNRESET):
+			// (a certificate refused, say: a TLS server)
+			return fmt.Errorf("cannot reach %v: %sTLS handshake failed: %s", e, where, plain(l.err))
+		default:
+			why = plain(l.err)
+		}
+		return fmt.Errorf("cannot reach %v: %sa connection, but no TLS handshake (%s): is it a plain port? (rediss:// is for TLS, redis:// without)", e, where, why)
 	case own && d > 0 && d < timeout:
 		return fmt.Errorf("cannot reach %v: %sno connection within its dial_timeout %v", e, where, d)
 	case cut || own:

@@ -163,6 +163,22 @@ func (o redisOptions) dialTimeout() time.Duration {
 	return 0
 }
 
+// tls reports whether e is reached over TLS (rediss://).
+func (e *endpoint) tls() bool {
+	o, err := e.spec.parse()
+	switch {
+	case err != nil:
+		return false
+	case o.single != nil:
+		return o.single.TLSConfig != nil
+	case o.cluster != nil:
+		return o.cluster.TLSConfig != nil
+	case o.failover != nil:
+		return o.failover.TLSConfig != nil
+	}
+	return false
+}
+
 // urlDialTimeout returns the dial timeout e's URL sets (dial_timeout), 0 if none.
 func (e *endpoint) urlDialTimeout() time.Duration {
 	o, err := e.spec.parse()

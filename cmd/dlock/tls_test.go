@@ -56,6 +56,14 @@ func TestTLS(t *testing.T) {
 	if r.code != 0 {
 		t.Fatal(r)
 	}
+	// The scheme that does not match the port — rediss:// to a plain server, whose silence
+	// the TLS handshake waits on, or redis:// to a TLS port — is named as the likely cause.
+	for _, url := range []string{"rediss://" + srv.Addr, "redis://:" + authPassword + "@localhost:" + strconv.Itoa(port)} {
+		r := runBin(t, []string{"SSL_CERT_FILE=" + caFile}, "status", "--timeout", "2s", "--redis", url, "CLI", tg)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "TLS") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s: want exit 69 and one line naming TLS, got %v", url, r)
+		}
+	}
 }
 
 // writeCerts writes a CA and a server certificate it signed for localhost and 127.0.0.1, as
