@@ -146,6 +146,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"release", "CLI", "x"}, `refusing without --force: deleting a lock that someone holds is an operator's last resort (the holder goes on until its next renewal, so two may act as owners); look with "dlock status" first`},
 		{[]string{"release", "--force", "CLI", "x"}, `say what to remove: --holder LOCKER (as "dlock status" shows it; removes only that holding) or --any (whoever holds it now, perhaps a healthy holder that just acquired)`},
 		{[]string{"release", "--force", "--any", "--holder", "h", "CLI", "x"}, "give --holder LOCKER or --any, not both"},
+		// an empty --holder ("$HOLDER" unset in a script) is named, not taken for no --holder
+		{[]string{"release", "--force", "--holder", "", "CLI", "x"}, `--holder is empty: give the LOCKER to remove (as "dlock status" shows it)`},
+		{[]string{"release", "--force", "--any", "--holder=", "CLI", "x"}, `--holder is empty: give the LOCKER to remove (as "dlock status" shows it)`},
 		{[]string{"exec", "CLI", "x"}, "no command given"},
 		{[]string{"exec", "CLI", "x", "--"}, "no command given"},
 		{[]string{"exec", "--lease", "1", "CLI", "x", "true"}, `invalid --lease "1": a duration needs a unit, e.g. 30s`},
