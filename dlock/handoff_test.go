@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -2731,5 +2732,57 @@ func TestProcessesWithoutNotificationsBackInLineAskSeldomBehindAShortLease(t *te
 		case <-ctx.Done():
 			t.Fatal("the waiters were not all served")
 		}
+	}
+}
+
+// A process whose every lock.lua reply is lost (a client far from Redis whose read timeout
+// cuts them: the requests run, the answers never come) stands in line all the same, and the
+// grant its turn brings, whose message it hears, is its own: it takes the key with no answer
+// to any of its requests, counting the lease from the first request of its attempt (the grant
+// came after that request ran). It neither asks on until it gives the attempt back, nor leaves
+// the key granted to it unused meanwhile.
+func TestWaiterWhoseAnswersAreLostTakesItsGrant(t *testing.T) {
+	const lease = 4 * time.Second
+	ga, _ := newGen(t)
+	gb, cb := newGen(t)
+	la := mustGen(t, ga, "LOSTANSWERS", target(t), lease)
+	lb := mustGen(t, gb, "LOSTANSWERS", target(t), lease)
+	ctx := ctxT(t, 30*time.Second)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.AddHook(lostReplyHook{match: scriptIs("lock")})
+	bctx, cancel := context.WithTimeout(ctx, 3*lease) // (within milliseconds of a's Unlock when the grant is taken)
+	defer cancel()
+	bGot := make(chan error, 1)
+	var b *dlock.Owner
+	go func() {
+		var err error
+		b, err = lb.Lock(bctx)
+		bGot <- err
+	}()
+	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
+	waitFor(t, func() bool { // (in line, and listening: the grant's message is heard)
+		st, _ := la.State(ctx)
+		n, err := cb.PubSubNumSub(ctx, channel).Result()
+		return slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
+	})
+	if err := la.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, bGot, "b's Lock"); err != nil {
+		st, _ := la.State(ctx)
+		t.Fatalf("b's Lock = %v; the key granted to it (holder now %q, b's prefix %q) was not taken", err, st.Holder, gb.LockerPrefix())
+	}
+	st, err := la.State(ctx)
+	if err != nil || !strings.HasPrefix(st.Holder, gb.LockerPrefix()) {
+		t.Fatalf("b took the lock, but Redis holds %q (err %v), not an acquisition of b's (%q)", st.Holder, err, gb.LockerPrefix())
+	}
+	if o, ok, _ := la.TryLock(ctx); ok {
+		t.Fatalf("a took the lock b holds (%v)", o)
+	}
+	if err := lb.Unlock(b); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -133,6 +133,10 @@ type attempt struct {
 	// unanswered is the send time of the first of its requests since its last answer that got
 	// none (zero when the last one was answered): see abandoned. Guarded by the state's mu.
 	unanswered time.Time
+	// firstSent is when its first request was sent, or a time before (its first ask, or the
+	// release or yield that opened it): a grant to it came after (grantStart). Zero until
+	// then. Guarded by the state's mu.
+	firstSent time.Time
 }
 
 // abandoned records that a request of a, sent at sent, got no answer, and reports whether
@@ -265,16 +269,25 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 // processes further back whose leases are short.
 const backPace = processor.MinEntryTTL / 3
 
-// grantUsable reports whether grant g to the open attempt can be counted from what the
-// process knows: a request of the attempt showed it waiting before the grant, and the lease
-// counted from grantStart leaves more than half of it (else the first waiter asks again,
+// grantUsable reports whether grant g to the open attempt a can be counted from what the
+// process knows (grantStart): the grant came after a request of the attempt that showed it
+// waiting, or, when no answer showed it waiting yet, after the attempt's first request; and
+// the lease counted from then leaves more than half of it (else the first waiter asks again,
 // which finds the key its own and renews it for its lease, or finds the grant gone).
 func (l *line) grantUsable(a *attempt, g grant) bool {
-	return !l.waited.IsZero() && l.seen < g.token && time.Until(domain.HeldUntil(l.grantStart(g), a.cfg.Lease())) >= a.cfg.Lease()/2
+	from := l.grantStart(a, g)
+	return !from.IsZero() && l.seen < g.token && time.Until(domain.HeldUntil(from, a.cfg.Lease())) >= a.cfg.Lease()/2
 }
 
-// grantStart is when the lease of grant g is counted from (domain.GrantedFrom).
-func (l *line) grantStart(g grant) time.Time {
+// grantStart is when the lease of grant g to attempt a is counted from: from the last request
+// of a that showed it waiting (domain.GrantedFrom), or, when none did (every answer was lost:
+// a client whose read timeout cuts them), from the send of a's first request (firstSent) —
+// Redis learns a's locker from a request of a, so a grant to it came after that request ran,
+// and set the key to live a lease from then. Zero when neither is known.
+func (l *line) grantStart(a *attempt, g grant) time.Time {
+	if l.waited.IsZero() {
+		return a.firstSent
+	}
 	return domain.GrantedFrom(l.waited, l.seen, g.at, g.heard)
 }
 
@@ -292,7 +305,7 @@ func (st *lockState) beginGrantLocked(a *attempt, g grant) *tenure {
 		st.signalLocked(HowNotified)
 		return nil
 	}
-	start := st.line.grantStart(g)
+	start := st.line.grantStart(a, g)
 	st.closeAttempt()
 	st.line.queued = false
 	ent := domain.DLockEntity{Locker: a.locker, Status: domain.StatusProcessing, LockTime: start, Lease: a.cfg.Lease(), Token: g.token}

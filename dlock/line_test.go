@@ -95,8 +95,8 @@ func TestGrantCountsRedisTimeFromTheRequest(t *testing.T) {
 	after := 550 * time.Millisecond // Redis's clock from the request to the grant
 	at := seen + uint64(after.Microseconds())
 	g := grant{locker: a.locker, token: at + 1, at: at, heard: heard}
-	if want := sent.Add(after - after/100); !l.grantStart(g).Equal(want) {
-		t.Fatalf("counted from +%v after the request, want +%v", l.grantStart(g).Sub(sent), want.Sub(sent))
+	if want := sent.Add(after - after/100); !l.grantStart(a, g).Equal(want) {
+		t.Fatalf("counted from +%v after the request, want +%v", l.grantStart(a, g).Sub(sent), want.Sub(sent))
 	}
 	if !l.grantUsable(a, g) {
 		t.Fatal("a grant 550 ms after the request by Redis's clock, heard 600 ms after it: not usable")

@@ -450,6 +450,9 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	}
 	st.asking = a.locker
 	sent := time.Now()
+	if a.firstSent.IsZero() {
+		a.firstSent = sent
+	}
 	until := a.deadline(sent)
 	st.mu.Unlock()
 
@@ -632,7 +635,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	}
 	var next *attempt
 	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
-		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize, sent: true} // (renew.lua may put it in line)
+		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize, sent: true, firstSent: time.Now()} // (renew.lua may put it in line)
 		req.Yield, req.Check = true, st.g.newLocker()
 		req.Next, req.NextLease, req.NextTokens = next.locker, cfg.Lease(), next.tokens
 		// A yield may put this process back in line with next, whatever becomes of its reply.

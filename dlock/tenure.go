@@ -301,7 +301,7 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 		if t.last > t.entity.Token {
 			tokens = blockSize
 		}
-		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: tokens, sent: true} // (release.lua may put it in line)
+		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: tokens, sent: true, firstSent: time.Now()} // (release.lua may put it in line)
 		req.Next, req.NextLease, req.NextTokens = next.locker, stay.Lease(), next.tokens
 		// The release may put this process back in line with next, whatever becomes of its
 		// reply (an answer other than released counts it in line: release).
