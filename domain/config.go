@@ -74,7 +74,7 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 	}
 	key := UniqueKey(lockType, target)
 	if HashTag(SideKey(key, "x")) != HashTag(key) {
-		return DLockConfig{}, fmt.Errorf("%w: braces in key %q keep the keys beside it out of its Redis Cluster slot", dlerrors.ErrInvalidConfig, key)
+		return DLockConfig{}, fmt.Errorf("%w: braces in key %q would put the keys beside it in another Redis Cluster slot (refused on every deployment): hash the target, or leave out braces that do not enclose a hash tag such as {acct}", dlerrors.ErrInvalidConfig, key)
 	}
 	return DLockConfig{
 		lockType:   lockType,

@@ -63,6 +63,20 @@ func TestNewDLockConfig(t *testing.T) {
 	}
 }
 
+// A target refused for its braces is refused on every deployment, single servers included:
+// the error says what to do instead, not only what a Redis Cluster would make of it.
+func TestNewDLockConfigBracesRefusalSaysWhatToDo(t *testing.T) {
+	for _, target := range []string{"a}b", "{}", "x}{y"} {
+		_, err := domain.NewDLockConfig("ORDER", target, time.Second)
+		if !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("%q: err = %v, want ErrInvalidConfig", target, err)
+		}
+		if !strings.Contains(err.Error(), "hash the target") {
+			t.Errorf("%q: %v; want it to say what to do (hash the target)", target, err)
+		}
+	}
+}
+
 func TestStatusString(t *testing.T) {
 	if domain.StatusProcessing.String() != "PROCESSING" || domain.StatusInitial.String() != "INITIAL" || domain.DLockStatus(9).String() != "UNKNOWN" {
 		t.Fatal("status names differ from Java DLock's")
