@@ -552,6 +552,55 @@ func TestFamilyOwnerEndsAsItsHoldingIsLost(t *testing.T) {
 	}
 }
 
+// A read-write lock's or a semaphore's holding whose renewals keep failing until its lease runs
+// out is lost, and the cause names the last failure, as a mutex's does: "the lease ran out
+// without a successful renewal" alone tells an operator nothing of what Redis did (a Cluster
+// shard down, say, CLUSTERDOWN).
+func TestFamilyLossByFailedRenewalsNamesTheFailure(t *testing.T) {
+	for _, kind := range []string{"read", "write", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			g, c := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			const failure = "the renewal failed on purpose"
+			var on atomic.Bool
+			defer on.Store(false)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if on.Load() && sharedArg(cmd.Args(), "op") == "renew" {
+					err := errors.New(failure)
+					cmd.SetErr(err)
+					return err
+				}
+				return next(ctx, cmd)
+			}})
+			var o *dlock.Owner
+			var err error
+			switch kind {
+			case "read":
+				o, err = rwOf(t, g, tg).RLock(ctx)
+			case "write":
+				o, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Unlock() //nolint:errcheck
+			on.Store(true)
+			select {
+			case <-o.Done():
+			case <-ctx.Done():
+				t.Fatal("the holding outlived its lease with every renewal failing")
+			}
+			cause := context.Cause(o)
+			if !errors.Is(cause, dlock.ErrLockLost) || !strings.Contains(cause.Error(), failure) {
+				t.Fatalf("cause = %v, want ErrLockLost naming the renewals' failure (%q)", cause, failure)
+			}
+		})
+	}
+}
+
 // Leases under MinLease (30 ms) or not whole milliseconds are refused with ErrInvalidConfig;
 // a 30 ms lease works: taken, renewed, released (on a loaded machine a loss is reported as
 // ErrLockLost, a release that came too late as a *RedisProcessError; never silently). A

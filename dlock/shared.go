@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -98,6 +99,10 @@ type shareHold struct {
 	owners   []*shareOwner   // its borrowers' owners, for Close to report released
 	closed   []*shareOwner   // those Close ended (reported released): told of a loss its release finds
 	endsWith                 // its context: its owners' contexts are children of it
+
+	// the cause it ends with when its lease runs out: errHoldingLapsed with the last renewal's
+	// failure since one was answered (nil: errHoldingLapsed alone); expiry reads it without mu
+	lapse atomic.Pointer[error]
 }
 
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
@@ -689,7 +694,7 @@ func (st *sharedState) lapse(h *shareHold) {
 // lapseLocked is lapse; the caller holds mu.
 func (st *sharedState) lapseLocked(h *shareHold) {
 	if h.ranOut(time.Now()) {
-		h.stop(errHoldingLapsed)
+		h.stop(h.lapsedCause())
 		st.poke()
 	}
 }
@@ -1133,6 +1138,7 @@ func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.T
 // The caller holds mu.
 func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 	h.answer()
+	h.lapse.Store(nil)
 	lease := st.cfg.Lease()
 	h.valid = domain.HeldUntil(sent, lease) // (the drift allowance, as the mutex's tenure)
 	h.renewAt = sent.Add(lease * 3 / 4)
@@ -1143,9 +1149,18 @@ func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 		h.expiry.Stop()
 	}
 	h.expiry = time.AfterFunc(time.Until(h.valid), func() {
-		h.cancel(errHoldingLapsed) // not renewed in time: lost before anyone else can get in
+		h.cancel(h.lapsedCause()) // not renewed in time: lost before anyone else can get in
 		st.poke()
 	})
+}
+
+// lapsedCause is the cause h ends with when its lease runs out unrenewed: errHoldingLapsed,
+// with the last renewal's failure since one was answered.
+func (h *shareHold) lapsedCause() error {
+	if p := h.lapse.Load(); p != nil {
+		return *p
+	}
+	return errHoldingLapsed
 }
 
 // answer tells those waiting for h's next renewal (freshen) that one was answered. The
@@ -1483,6 +1498,8 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 				h.renewAt = time.Now().Add(retryPause(st.cfg))
 			}
 			if st.redisError("renew", err) {
+				cause := fmt.Errorf("%w: %w", errHoldingLapsed, err) // (a lease that runs out now says why, as the mutex's)
+				h.lapse.Store(&cause)
 				st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
 				// the waiters it would serve once renewed (stale) wait on it: its failure
 				// is theirs, as a take's is (a Lock that gives up names it)
