@@ -601,6 +601,53 @@ func TestFamilyLossByFailedRenewalsNamesTheFailure(t *testing.T) {
 	}
 }
 
+// A read-write lock's or a semaphore's holding whose lease runs out while its renewal is on its
+// way unanswered (a Cluster master killed: the dial hangs or is refused again and again) says
+// so, as the mutex's does ("no answer"), rather than the bare "the lease ran out".
+func TestFamilyLossWithARenewalUnansweredSaysSo(t *testing.T) {
+	for _, kind := range []string{"read", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			g, c := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			var on atomic.Bool
+			defer on.Store(false)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if on.Load() && sharedArg(cmd.Args(), "op") == "renew" {
+					<-ctx.Done() // (the driver's bound of a third of the lease)
+					cmd.SetErr(ctx.Err())
+					return ctx.Err()
+				}
+				return next(ctx, cmd)
+			}})
+			var o *dlock.Owner
+			var err error
+			if kind == "read" {
+				o, err = rwOf(t, g, tg).RLock(ctx)
+			} else {
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Unlock() //nolint:errcheck
+			// Past the renewal sent as the channel is subscribed, just after the take: the one
+			// due at three quarters of the 1 s lease is on its way as the lease runs out. (On a
+			// machine so slow that the first falls after this, its failure is named instead.)
+			time.AfterFunc(500*time.Millisecond, func() { on.Store(true) })
+			select {
+			case <-o.Done():
+			case <-ctx.Done():
+				t.Fatal("the holding outlived its lease without a renewal answered")
+			}
+			cause := context.Cause(o)
+			if !errors.Is(cause, dlock.ErrLockLost) || !strings.Contains(cause.Error(), "no answer") {
+				t.Fatalf("cause = %v, want ErrLockLost saying the renewal got no answer", cause)
+			}
+		})
+	}
+}
+
 // Leases under MinLease (30 ms) or not whole milliseconds are refused with ErrInvalidConfig;
 // a 30 ms lease works: taken, renewed, released (on a loaded machine a loss is reported as
 // ErrLockLost, a release that came too late as a *RedisProcessError; never silently). A

@@ -103,6 +103,9 @@ type shareHold struct {
 	// the cause it ends with when its lease runs out: errHoldingLapsed with the last renewal's
 	// failure since one was answered (nil: errHoldingLapsed alone); expiry reads it without mu
 	lapse atomic.Pointer[error]
+	// the send time (unix ns) of its renewal on its way unanswered, 0 when none: a lease that
+	// runs out meanwhile says so (lapsedCause)
+	renewing atomic.Int64
 }
 
 func (h *shareHold) write() bool { return h.n == processor.RWPermits }
@@ -694,7 +697,7 @@ func (st *sharedState) lapse(h *shareHold) {
 // lapseLocked is lapse; the caller holds mu.
 func (st *sharedState) lapseLocked(h *shareHold) {
 	if h.ranOut(time.Now()) {
-		h.stop(h.lapsedCause())
+		h.stop(st.lapsedCause(h))
 		st.poke()
 	}
 }
@@ -1149,16 +1152,22 @@ func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 		h.expiry.Stop()
 	}
 	h.expiry = time.AfterFunc(time.Until(h.valid), func() {
-		h.cancel(h.lapsedCause()) // not renewed in time: lost before anyone else can get in
+		h.cancel(st.lapsedCause(h)) // not renewed in time: lost before anyone else can get in
 		st.poke()
 	})
 }
 
 // lapsedCause is the cause h ends with when its lease runs out unrenewed: errHoldingLapsed,
-// with the last renewal's failure since one was answered.
-func (h *shareHold) lapsedCause() error {
+// with the last renewal's failure since one was answered, or that the renewal on its way got
+// no answer (and the Generator's last failure to reach Redis since it was sent), as the
+// mutex's loss says. It takes no lock (h's expiry timer calls it).
+func (st *sharedState) lapsedCause(h *shareHold) error {
 	if p := h.lapse.Load(); p != nil {
 		return *p
+	}
+	if ns := h.renewing.Load(); ns != 0 {
+		sent := time.Unix(0, ns)
+		return st.g.faultSince(fmt.Errorf("%w: the renewal sent %v before: %w", errHoldingLapsed, time.Since(sent).Round(time.Millisecond), errUnanswered), sent)
 	}
 	return errHoldingLapsed
 }
@@ -1482,11 +1491,13 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	w := st.heardW  // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
+		h.renewing.Store(sent.UnixNano())
 		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
 			return st.g.redis.SharedRenewOf(ctx, st.cfg, st.spec, locker, origin, 0)
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		h.renewing.CompareAndSwap(sent.UnixNano(), 0)
 		defer h.answer()                         // (whatever it found)
 		h.soonest = sent.Add(st.cfg.Lease() / 4) // (for a waiter, no renewal right after another)
 		lapsed := errors.Is(context.Cause(h.ctx), errHoldingLapsed)
