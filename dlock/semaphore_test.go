@@ -1885,6 +1885,82 @@ func TestSemaphoreWaiterEndedAsItIsLentGivesThePermitBack(t *testing.T) {
 	_ = ob.Unlock()
 }
 
+// asksLock is a context whose Err first asks a lock something (ask), as an Owner's and a Do's
+// context do: they ask their lock, under its state's mutex, whether its lease ran out. Once
+// armed, its next Err stops until gate is closed, having closed asked.
+type asksLock struct {
+	context.Context
+	ask   func()
+	armed atomic.Bool
+	asked chan struct{}
+	gate  chan struct{}
+}
+
+func (c *asksLock) Err() error {
+	if c.armed.CompareAndSwap(true, false) {
+		close(c.asked)
+		<-c.gate
+	}
+	c.ask()
+	return c.Context.Err()
+}
+
+// A waiter asks its context whether it ended without holding the semaphore's state: a context
+// whose Err asks a lock of the process (an Owner's, or Do's, of another semaphore) would
+// otherwise be asked under one lock's mutex for another's — two goroutines nested the other way
+// round (one waits on A with B's Owner, the other on B with A's) deadlock so — here the waiter's
+// context asks the very semaphore it waits on, as its permit is lent to it and it ends.
+func TestSemaphoreWaiterAsksItsContextOutsideTheSemaphoresLock(t *testing.T) {
+	g, _ := newGen(t)
+	s := semOf(t, g, uniqueTarget(t), 1)
+	ctx := ctxT(t, 30*time.Second)
+	held, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var underLock atomic.Bool
+	var asking sync.WaitGroup
+	defer asking.Wait()
+	inner, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wctx := &asksLock{Context: inner, asked: make(chan struct{}), gate: make(chan struct{}), ask: func() {
+		// (on a goroutine of its own: under the semaphore's mutex it would wait for ever, and
+		// goes on once Err returns)
+		done := make(chan struct{})
+		asking.Go(func() {
+			defer close(done)
+			s.HoldCount(held) // (takes the semaphore's mutex, as a lock's Owner asks its lock)
+		})
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			underLock.Store(true)
+		}
+	}}
+	res := make(chan error, 1)
+	go func() {
+		o, err := s.Acquire(wctx, 1)
+		if err == nil {
+			_ = o.Unlock()
+		}
+		res <- err
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(s.Config().UniqueKey()) == 1 })
+	wctx.armed.Store(true)
+	if err := held.Unlock(); err != nil { // lent to the waiter, which wakes and asks its context
+		t.Fatal(err)
+	}
+	recv(t, wctx.asked, "the waiter asking its context")
+	cancel() // it ends as the waiter asks
+	close(wctx.gate)
+	if err := recv(t, res, "the waiter's Acquire"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire whose context ended as it was lent: %v", err)
+	}
+	if underLock.Load() {
+		t.Fatal("the waiter asked its context's Err holding the semaphore's mutex: a context that asks a lock (an Owner's, a Do's) deadlocks it")
+	}
+}
+
 // Processes are served in their order of waiting: one asking for fewer permits does not pass
 // one ahead of it that asks for more. Ports Curator's InterProcessSemaphoreV2 fairness and
 // Redisson's RedissonSemaphoreTest blocking acquires (with TestSemaphoreServesProcessesInOrder).

@@ -344,10 +344,14 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	case <-ctx.Done():
 	case <-st.g.done.Done():
 	}
+	// (asked before mu: the Err of an Owner's context, or of Do's, takes its lock's state mutex
+	// to find a lapsed lease — a waiter nested the other way round would hold that one and wait
+	// for this one)
+	live := ctx.Err() == nil
 	st.mu.Lock()
 	select {
 	case <-w.done: // decided meanwhile
-		if w.hold == nil || ctx.Err() == nil {
+		if w.hold == nil || live {
 			st.mu.Unlock()
 			return nil
 		}
