@@ -354,6 +354,7 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 	res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
 		return st.g.proc.Unlock(ctx, cfg, req)
 	})
+	callerEnded := ctx.Err() != nil // (asked before mu: an Owner's or a Do's Err takes its own lock's state mutex)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	// A signal while the release was on its way (a new subscription, a message that the key
@@ -390,7 +391,7 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 	switch {
 	case err != nil:
 		switch {
-		case errors.Is(err, errLate) && ctx.Err() != nil:
+		case errors.Is(err, errLate) && callerEnded:
 			// The caller's context (Close's) ended first, not the lease.
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: unlate(err)}
 		case errors.Is(err, errLate):
