@@ -2055,6 +2055,166 @@ func TestLeaveNamingAnUnansweredReleaseKeepsItsLossKnown(t *testing.T) {
 	})
 }
 
+// A leave that names an acquisition whose release went unanswered, while the key holds that
+// locker in a holding it did not begin with (taken anew: a late copy of its take ran after an
+// empty restart, another process having held the key in between), remembers it as removed:
+// the key is let go, and the release answers gone, as it would have without the leave.
+func TestLeaveNamingAnUnansweredReleaseOfAHoldingTakenAnewKeepsItsLossKnown(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "unreleased-anew")
+		req := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		r, err := a.Lock(ctx, lc, req)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v, %v", r, err)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		lb, rb := b.lock(t, lc, false, 1)
+		if rb.Outcome != processor.Taken {
+			t.Fatalf("pb- after the restart = %+v", rb)
+		}
+		if rel := b.release(t, lc, lb); rel.Outcome != processor.Released {
+			t.Fatalf("pb- release = %+v", rel)
+		}
+		if again, err := a.Lock(ctx, lc, req); err != nil || again.Outcome != processor.Taken || again.Origin == r.Origin {
+			t.Fatalf("the late copy = %+v, %v; want taken anew", again, err)
+		}
+		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: req.Locker, Origin: r.Origin}); err != nil {
+			t.Fatal(err)
+		}
+		if in := inspect(t, a, lc); in.Holder != "" {
+			t.Fatalf("the key holds %q after the leave, want it let go", in.Holder)
+		}
+		release := processor.ReleaseRequest{Locker: req.Locker, Last: r.Token, Origin: r.Origin}
+		if rel, err := a.Unlock(ctx, lc, release); err != nil || rel.Outcome != processor.Gone {
+			t.Fatalf("the release after the leave = %+v, %v; want gone (its holding was taken anew: a loss)", rel, err)
+		}
+	})
+}
+
+// A late or repeated copy of a leave that names an acquisition whose release went unanswered
+// changes nothing for a holding that is live: not who holds the key, nor the answers of its
+// renewals and release; nor does it turn a release that ran (no loss) into a loss, or hide an
+// operator's removal of a later holding of the process.
+func TestLateLeaveNamingAnUnansweredReleaseReportsNoFalseLoss(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		leave := func(p *proc, lc domain.DLockConfig, last, unreleased string, origin uint64) {
+			t.Helper()
+			for range 2 { // (go-redis sends a script again whose reply a read timeout cut)
+				if _, err := p.Leave(ctx, lc, processor.LeaveRequest{Last: last, Unreleased: unreleased, Origin: origin}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		renews := func(p *proc, lc domain.DLockConfig, locker string, origin uint64, want processor.Outcome) {
+			t.Helper()
+			if r, err := p.ExpandLease(ctx, lc, processor.RenewRequest{Locker: locker, Origin: origin}); err != nil || r.Outcome != want {
+				t.Fatalf("renewal of %s = %+v, %v; want %v", locker, r, err, want)
+			}
+		}
+		t.Run("passed on, then copied", func(t *testing.T) {
+			a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+			lc := cfg(t, "unreleased-copy")
+			la, r := a.lock(t, lc, false, 1)
+			lb, _ := b.lock(t, lc, true, 1)
+			leave(a, lc, a.last(), la, r.Origin) // the first copy passes the key to pb-
+			in := inspect(t, a, lc)
+			if in.Holder != lb {
+				t.Fatalf("after the leave the key holds %q, want %s", in.Holder, lb)
+			}
+			renews(b, lc, lb, 0, processor.Renewed)
+			if rel := a.release(t, lc, la); rel.Outcome != processor.Settled {
+				t.Fatalf("the release after the leave let the key go = %+v, want settled (no loss)", rel)
+			}
+		})
+		t.Run("after the release ran and a later attempt took the key", func(t *testing.T) {
+			a := newProc(t, c, "pa-")
+			lc := cfg(t, "unreleased-later")
+			la, r := a.lock(t, lc, false, 1)
+			if rel := a.release(t, lc, la); rel.Outcome != processor.Released {
+				t.Fatalf("release = %+v", rel)
+			}
+			later, rl := a.lock(t, lc, false, 1)
+			if rl.Outcome != processor.Taken {
+				t.Fatalf("the later attempt = %+v", rl)
+			}
+			leave(a, lc, la, la, r.Origin)
+			if in := inspect(t, a, lc); in.Holder != later {
+				t.Fatalf("after the late leave the key holds %q, want %s", in.Holder, later)
+			}
+			renews(a, lc, later, rl.Origin, processor.Renewed)
+			if rel := a.release(t, lc, la); rel.Outcome != processor.Settled {
+				t.Fatalf("a copy of the release that ran = %+v, want settled (no loss)", rel)
+			}
+			if rel := a.release(t, lc, later); rel.Outcome != processor.Released {
+				t.Fatalf("the later attempt's release = %+v, want released", rel)
+			}
+		})
+		t.Run("lost, while a later attempt holds the key", func(t *testing.T) {
+			a := newProc(t, c, "pa-")
+			lc := cfg(t, "unreleased-lostlater")
+			la, r := a.lock(t, lc, false, 1)
+			c.Del(ctx, lc.UniqueKey()) // lost by Redis before any release of it ran
+			later, rl := a.lock(t, lc, false, 1)
+			if rl.Outcome != processor.Taken {
+				t.Fatalf("the later attempt = %+v", rl)
+			}
+			leave(a, lc, la, la, r.Origin)
+			if in := inspect(t, a, lc); in.Holder != later {
+				t.Fatalf("after the late leave the key holds %q, want %s", in.Holder, later)
+			}
+			renews(a, lc, later, rl.Origin, processor.Renewed)
+			if rel := a.release(t, lc, la); rel.Outcome != processor.Gone {
+				t.Fatalf("the lost acquisition's release = %+v, want gone", rel)
+			}
+			if rel := a.release(t, lc, later); rel.Outcome != processor.Released {
+				t.Fatalf("the later attempt's release = %+v, want released", rel)
+			}
+		})
+		t.Run("after an operator removed a later holding", func(t *testing.T) {
+			a := newProc(t, c, "pa-")
+			lc := cfg(t, "unreleased-forced")
+			la, r := a.lock(t, lc, false, 1)
+			c.Del(ctx, lc.UniqueKey())
+			later, rl := a.lock(t, lc, false, 1)
+			if rl.Outcome != processor.Taken {
+				t.Fatalf("the later attempt = %+v", rl)
+			}
+			if _, err := a.ForceRelease(ctx, lc, later); err != nil {
+				t.Fatal(err)
+			}
+			leave(a, lc, la, la, r.Origin)
+			renews(a, lc, later, rl.Origin, processor.Gone) // (the removal stays known)
+			if rel := a.release(t, lc, later); rel.Outcome != processor.Gone {
+				t.Fatalf("the removed holding's release = %+v, want gone", rel)
+			}
+		})
+		t.Run("after an empty restart, a later attempt holding the key", func(t *testing.T) {
+			a := newProc(t, c, "pa-")
+			lc := cfg(t, "unreleased-restart")
+			la, r := a.lock(t, lc, false, 1)
+			if rel := a.release(t, lc, la); rel.Outcome != processor.Released {
+				t.Fatalf("release = %+v", rel)
+			}
+			wipeKeys(t, c, lc) // Redis restarts empty
+			later, rl := a.lock(t, lc, false, 1)
+			if rl.Outcome != processor.Taken {
+				t.Fatalf("the later attempt = %+v", rl)
+			}
+			leave(a, lc, la, la, r.Origin)
+			if in := inspect(t, a, lc); in.Holder != later {
+				t.Fatalf("after the late leave the key holds %q, want %s", in.Holder, later)
+			}
+			renews(a, lc, later, rl.Origin, processor.Renewed)
+			if rel := a.release(t, lc, later); rel.Outcome != processor.Released {
+				t.Fatalf("the later attempt's release = %+v, want released", rel)
+			}
+		})
+	})
+}
+
 // A leave that arrives late, after its process took the key with a later attempt, settles only
 // the attempts it numbered: the later holding keeps the key. A leave of a process that
 // numbered no attempt ("" for Last) settles nothing and lets nothing go.
