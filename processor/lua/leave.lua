@@ -15,9 +15,8 @@
 -- the grant or 0} when a key it held was passed on, else {1}.
 counter() -- (first: a counter dlock never wrote stops the script before it writes)
 if A.locker ~= '' and not settled(A.seq) then -- (before the settle below)
-    local began = A.origin ~= '' and origin(A.locker) or ''
-    if redis.call('get', K) ~= A.locker or began ~= '' and began ~= tonumber(A.origin) then
-        redis.call('set', FORCED, A.locker, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
+    if redis.call('get', K) ~= A.locker or takenAnew(A.locker) then
+        removed(A.locker)
     end
 end
 local mark, upto = A.mark, A.upto

@@ -197,6 +197,21 @@ local function origin(locker)
     return tonumber(first)
 end
 
+-- takenAnew reports whether the key's holding of locker is not the one the request's tenure
+-- began with (A.origin, the first token it was taken with): FIRST names locker with another
+-- first token, so a late copy of the tenure's take (or a grant to the entry such a copy made)
+-- took it anew after Redis lost it. Without A.origin, or FIRST for locker, it cannot tell: false.
+local function takenAnew(locker)
+    local began = A.origin ~= '' and origin(locker) or ''
+    return began ~= '' and began ~= tonumber(A.origin)
+end
+
+-- removed remembers locker as the owner's removed one (FORCED) for as long as the owner's
+-- settled mark lives, a mark's life at least: its release and renewals answer gone.
+local function removed(locker)
+    redis.call('set', FORCED, locker, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
+end
+
 -- dequeue takes mark out of the line.
 local function dequeue(mark)
     redis.call('zrem', LINE, mark)
@@ -489,7 +504,7 @@ end
 -- gets.
 local function lostAnew(locker, seq)
     settle(seq)
-    redis.call('set', FORCED, locker, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
+    removed(locker)
     pass(locker, '')
 end
 

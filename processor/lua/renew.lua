@@ -38,8 +38,7 @@ if redis.call('get', K) ~= locker then
     end
     return {0, 0}
 end
-local began = A.origin ~= '' and origin(locker) or ''
-if began ~= '' and began ~= tonumber(A.origin) then
+if takenAnew(locker) then
     lostAnew(locker, seq)
     return {0, 0}
 end
