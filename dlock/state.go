@@ -553,7 +553,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 			// The key holds an acquisition this process gave up (granted to an attempt whose
 			// leave failed, or taken by a late copy): it is given back, not left for a lease.
 			st.background(func() {
-				_ = st.giveBack(h, st.cfg, time.Time{}, nil)
+				_ = st.giveBack(h, 0, st.cfg, time.Time{}, nil)
 				st.signal(HowRetry)
 			})
 		}

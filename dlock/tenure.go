@@ -424,7 +424,7 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 	// nobody waits (leave.lua settles the acquisition first, so that no copy comes after).
 	st.line.queued = true
 	st.background(func() {
-		_ = st.giveBack(locker, cfg, time.Time{}, nil) // (its caller was told the outcome was unknown; Gone tells nothing)
+		_ = st.giveBack(locker, 0, cfg, time.Time{}, nil) // (its caller was told the outcome was unknown; Gone tells nothing)
 		st.signal(HowRetry)
 	})
 	st.settleLocked()
@@ -455,7 +455,7 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 		st.mu.Unlock()
 	}
 	st.background(func() {
-		err := st.giveBack(locker, cfg, until, tried)
+		err := st.giveBack(locker, r.req.Origin, cfg, until, tried) // (naming its holding, as the release did: one taken anew is a loss)
 		st.foundLostLater(r, err)
 		if r.retried != nil {
 			var pe *RedisProcessError
@@ -503,14 +503,16 @@ var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: t
 // and errLostBeforeRelease when the locker held the key until held by this process's clock
 // (a tenure whose release failed; zero for none) and an answer that came before then found the
 // key gone or another's (Redis ran it while the lease lasted). tried, if set, runs once the
-// first try was answered or failed.
-func (st *lockState) giveBack(locker string, cfg domain.DLockConfig, held time.Time, tried func()) error {
+// first try was answered or failed. origin is the first token of the holding that locker's
+// tenure began with (0 if unknown, for an acquisition given back): a key that holds locker in
+// another holding (taken anew by a late copy of its take) is let go as gone, not released.
+func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConfig, held time.Time, tried func()) error {
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
 		res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
-			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker})
+			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker, Origin: origin})
 		})
 		cancel()
 		if tried != nil {
