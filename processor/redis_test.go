@@ -2129,50 +2129,38 @@ func TestLateLeaveNamingAnUnansweredReleaseReportsNoFalseLoss(t *testing.T) {
 				t.Fatalf("the release after the leave let the key go = %+v, want settled (no loss)", rel)
 			}
 		})
-		t.Run("after the release ran and a later attempt took the key", func(t *testing.T) {
-			a := newProc(t, c, "pa-")
-			lc := cfg(t, "unreleased-later")
-			la, r := a.lock(t, lc, false, 1)
-			if rel := a.release(t, lc, la); rel.Outcome != processor.Released {
-				t.Fatalf("release = %+v", rel)
-			}
-			later, rl := a.lock(t, lc, false, 1)
-			if rl.Outcome != processor.Taken {
-				t.Fatalf("the later attempt = %+v", rl)
-			}
-			leave(a, lc, la, la, r.Origin)
-			if in := inspect(t, a, lc); in.Holder != later {
-				t.Fatalf("after the late leave the key holds %q, want %s", in.Holder, later)
-			}
-			renews(a, lc, later, rl.Origin, processor.Renewed)
-			if rel := a.release(t, lc, la); rel.Outcome != processor.Settled {
-				t.Fatalf("a copy of the release that ran = %+v, want settled (no loss)", rel)
-			}
-			if rel := a.release(t, lc, later); rel.Outcome != processor.Released {
-				t.Fatalf("the later attempt's release = %+v, want released", rel)
-			}
-		})
-		t.Run("lost, while a later attempt holds the key", func(t *testing.T) {
-			a := newProc(t, c, "pa-")
-			lc := cfg(t, "unreleased-lostlater")
-			la, r := a.lock(t, lc, false, 1)
-			c.Del(ctx, lc.UniqueKey()) // lost by Redis before any release of it ran
-			later, rl := a.lock(t, lc, false, 1)
-			if rl.Outcome != processor.Taken {
-				t.Fatalf("the later attempt = %+v", rl)
-			}
-			leave(a, lc, la, la, r.Origin)
-			if in := inspect(t, a, lc); in.Holder != later {
-				t.Fatalf("after the late leave the key holds %q, want %s", in.Holder, later)
-			}
-			renews(a, lc, later, rl.Origin, processor.Renewed)
-			if rel := a.release(t, lc, la); rel.Outcome != processor.Gone {
-				t.Fatalf("the lost acquisition's release = %+v, want gone", rel)
-			}
-			if rel := a.release(t, lc, later); rel.Outcome != processor.Released {
-				t.Fatalf("the later attempt's release = %+v, want released", rel)
-			}
-		})
+		for _, lost := range []bool{false, true} {
+			// the release ran (a copy of it answers settled: no loss), or the acquisition was
+			// lost by Redis before any release of it ran (its release answers gone)
+			t.Run(map[bool]string{false: "after the release ran", true: "lost"}[lost]+", a later attempt holding the key", func(t *testing.T) {
+				a := newProc(t, c, "pa-")
+				lc := cfg(t, "unreleased-later")
+				la, r := a.lock(t, lc, false, 1)
+				want := processor.Gone
+				if lost {
+					c.Del(ctx, lc.UniqueKey())
+				} else if rel := a.release(t, lc, la); rel.Outcome != processor.Released {
+					t.Fatalf("release = %+v", rel)
+				} else {
+					want = processor.Settled
+				}
+				later, rl := a.lock(t, lc, false, 1)
+				if rl.Outcome != processor.Taken {
+					t.Fatalf("the later attempt = %+v", rl)
+				}
+				leave(a, lc, la, la, r.Origin)
+				if in := inspect(t, a, lc); in.Holder != later {
+					t.Fatalf("after the late leave the key holds %q, want %s", in.Holder, later)
+				}
+				renews(a, lc, later, rl.Origin, processor.Renewed)
+				if rel := a.release(t, lc, la); rel.Outcome != want {
+					t.Fatalf("the named acquisition's release = %+v, want %v", rel, want)
+				}
+				if rel := a.release(t, lc, later); rel.Outcome != processor.Released {
+					t.Fatalf("the later attempt's release = %+v, want released", rel)
+				}
+			})
+		}
 		t.Run("after an operator removed a later holding", func(t *testing.T) {
 			a := newProc(t, c, "pa-")
 			lc := cfg(t, "unreleased-forced")
