@@ -1561,3 +1561,30 @@ func keptThrough(t testing.TB, o *dlock.Owner, d, lease time.Duration, what stri
 		}
 	}
 }
+
+// countStalls counts, until t ends, the stalls of this process longer than gap: a 5 ms ticker
+// that did not run for that long (a loaded machine ran nothing of the process). Tests whose
+// counts of requests depend on the process keeping up bound them by what its stalls explain.
+func countStalls(t testing.TB, gap time.Duration) *atomic.Int64 {
+	var n atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				if now = time.Now(); now.Sub(last) > gap {
+					n.Add(1)
+				}
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return &n
+}
