@@ -6,11 +6,13 @@ package dlock_test
 // records who holds what, and servers and clusters of a test's own.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -1587,4 +1589,108 @@ func countStalls(t testing.TB, gap time.Duration) *atomic.Int64 {
 	}()
 	t.Cleanup(func() { close(stop); <-done })
 	return &n
+}
+
+// holderProcess takes the lock typ/target with lease in another process (this test binary run
+// again: runHolder) and returns once it holds it; unlock lets it go there and returns what
+// that process's Unlock returned. A holder whose renewals must not stall with the test's own
+// process (one stopped or starved a moment on a loaded machine), where a short lease is what
+// the test is about: the key it holds looks, to the processes here, as it would behind any
+// holder of that lease.
+func holderProcess(t *testing.T, typ, target string, lease time.Duration) (unlock func() error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DLOCK_TEST_HOLDER=1", "DLOCK_TEST_ADDR="+srv.Addr,
+		"DLOCK_TEST_TYPE="+typ, "DLOCK_TEST_TARGET="+target, "DLOCK_TEST_LEASE="+lease.String())
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 4)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		select {
+		case <-lines:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		for range lines {
+		}
+		_ = cmd.Wait()
+	})
+	if l, ok := <-lines; !ok || l != "held" {
+		t.Fatalf("the holder process: %q, want held", l)
+	}
+	return func() error {
+		if _, err := fmt.Fprintln(in, "unlock"); err != nil {
+			return err
+		}
+		l, ok := <-lines
+		switch {
+		case !ok:
+			return errors.New("the holder process ended without unlocking")
+		case l == "unlocked":
+			return nil
+		case l == "lost":
+			return dlock.ErrLockLost
+		}
+		return errors.New("the holder process's Unlock: " + l)
+	}
+}
+
+// runHolder is the test binary run by holderProcess: it holds the lock it is told to, says
+// "held", and lets it go at the first line on its standard input (or its end), saying
+// "unlocked", "lost" (ErrLockLost) or the error.
+func runHolder() int {
+	lease, err := time.ParseDuration(os.Getenv("DLOCK_TEST_LEASE"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("DLOCK_TEST_ADDR")})
+	defer c.Close()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	defer g.Close(context.Background()) //nolint:errcheck
+	l, err := g.Gen(os.Getenv("DLOCK_TEST_TYPE"), os.Getenv("DLOCK_TEST_TARGET"))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o, err := l.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	fmt.Println("held")
+	bufio.NewScanner(os.Stdin).Scan()
+	switch err := l.Unlock(o); {
+	case err == nil:
+		fmt.Println("unlocked")
+	case errors.Is(err, dlock.ErrLockLost):
+		fmt.Println("lost")
+	default:
+		fmt.Println(err)
+	}
+	return 0
 }

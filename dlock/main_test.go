@@ -18,6 +18,9 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv("DLOCK_TEST_HOLDER") != "" { // (this binary run by holderProcess)
+		os.Exit(runHolder())
+	}
 	// The tests that call t.Parallel use only their own keys (or servers) and wait on leases,
 	// servers and other processes, not on the CPU: four at a time unless -parallel says
 	// otherwise (its default is GOMAXPROCS, 2 on a small CI machine).
