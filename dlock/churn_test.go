@@ -414,10 +414,11 @@ func churnEnd(t *testing.T, admin *redis.Client, typ, target string, lease time.
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// A new process finds the lock free.
+	// A new process finds the lock free. (With a lease of its own of 2 s at least: its request
+	// is bounded by a third of it, and a stall of this process must not cut it short.)
 	c := srv.Client()
 	defer c.Close()
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(max(lease, 2*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
