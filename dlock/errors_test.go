@@ -515,8 +515,8 @@ func TestErrorsNameTheLock(t *testing.T) {
 // tell its caller to fix a configuration that is fine.
 func TestWaiterGivingUpUnansweredNamesNoRefusalOfAnotherRequest(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	g, c := newGen(t) // a 1 s lease: a take gets no answer within 333 ms
-	gq, _ := newGen(t)
+	g, c := newGen(t)                                       // a 1 s lease: a take gets no answer within 333 ms
+	gq, _ := newGen(t, dlock.WithDefaultLease(time.Minute)) // (a stall of this process must not end its holding)
 	w := newWire(t, c)
 	tg := uniqueTarget(t)
 	// another process holds both permits: the waiter's takes are answered held
