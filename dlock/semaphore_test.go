@@ -1064,8 +1064,12 @@ func TestSemaphoreCloseGivesPermitsBack(t *testing.T) {
 
 // A request whose reply is lost on the way holds up the driver only until the next renewal is
 // due, even with a client that ignores the request's deadline (go-redis waits its read
-// timeout, unless ContextTimeoutEnabled): the holdings it renews are not lost for it.
+// timeout, unless ContextTimeoutEnabled): the holdings it renews are not lost for it. (A lease
+// of 2 s: its renewal, due with a quarter of it left, must not be missed by a stall of this
+// process, which would lose the holding whatever the driver does.)
 func TestSemaphoreLostReplyDoesNotCostTheHoldings(t *testing.T) {
+	t.Parallel() // (its own client and key; it waits for leases)
+	const lease = 2 * time.Second
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })
 	var on atomic.Bool
@@ -1082,7 +1086,7 @@ func TestSemaphoreLostReplyDoesNotCostTheHoldings(t *testing.T) {
 		}
 		return next(ctx, cmd)
 	}})
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(600*time.Millisecond))
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1096,7 +1100,7 @@ func TestSemaphoreLostReplyDoesNotCostTheHoldings(t *testing.T) {
 	}
 	on.Store(true)
 	time.Sleep(60 * time.Millisecond)
-	short, cancel := context.WithTimeout(ctx, 2*time.Second) // more than three leases
+	short, cancel := context.WithTimeout(ctx, 7*lease/2) // more than three leases
 	defer cancel()
 	go func() { _, _ = s.Acquire(short, 2) }() // asks Redis again and again; every take is lost
 	select {
