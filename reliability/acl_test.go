@@ -415,9 +415,11 @@ func familyTurns(ctx context.Context, g1, g2 *dlock.Generator, lease time.Durati
 
 // The read-write lock and the semaphore work under the user allowed the mutex's commands and
 // the family's (aclFamilyCommands), without a refusal, and each of the family's commands is
-// needed: without it the same turns are refused it.
+// needed: without it the same turns are refused it. (The turns that must all succeed hold with
+// a 2 s lease, renewed with a quarter of it left: a stall of this process must not lose the
+// reader; those that look for a refusal only, with 300 ms.)
 func TestACLFamilyCommands(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	const lease, short = 2 * time.Second, 300 * time.Millisecond
 	all := append(slices.Clone(aclCommands), aclFamilyCommands...)
 	admin, opt := aclSetup(t, all)
 	g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
@@ -439,11 +441,11 @@ func TestACLFamilyCommands(t *testing.T) {
 	for _, missing := range aclFamilyCommands {
 		t.Run("without "+missing, func(t *testing.T) {
 			admin, opt := aclSetup(t, slices.DeleteFunc(slices.Clone(all), func(c string) bool { return c == missing }))
-			g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
-			g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+			g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(short))
+			g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(short))
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // a refused request may keep a wait going
 			defer cancel()
-			_ = familyTurns(ctx, g1, g2, lease)
+			_ = familyTurns(ctx, g1, g2, short)
 			for _, e := range aclDenials(t, admin) {
 				if strings.HasSuffix(e, ":"+missing) {
 					return
