@@ -216,7 +216,11 @@ func TestLatencyContention(t *testing.T) {
 			p.SetLatency(3 * time.Millisecond)
 			const lease = time.Second // (a release or renewal has 250 ms to spare on a loaded machine)
 			opts := append([]dlock.Option{dlock.WithDefaultLease(lease)}, tc.opts...)
-			gp, _ := netGenerator(t, netOptions(p.Addr(), false), opts...)
+			// (no fault here to feel soon: timeouts that a stall of the process does not
+			// outrun, where 150 ms made a release read in a stall fail its Unlock)
+			opt := netOptions(p.Addr(), false)
+			opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second
+			gp, _ := netGenerator(t, opt, opts...)
 			gd, admin := generator(t, s.Addr, opts...)
 
 			var n netCounts
