@@ -818,7 +818,9 @@ func deafGrantRounds(t *testing.T, held, deafBefore time.Duration, localWaiter b
 	const lease = time.Second
 	p := netProxy(t, s.Addr)
 	t.Cleanup(func() { p.HoldSubscribers(false) })
-	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	// (the holder's lease is two: renewed with 500 ms to spare, it is not lost to a stall of
+	// the process over its holds of up to 3 s, which would leave the key free for C)
+	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(2*lease))
 	gB, _ := netGenerator(t, &redis.Options{Addr: p.Addr()}, dlock.WithDefaultLease(lease))
 	gC, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
 	lA, _ := gA.Gen("DEAF", "grant")
