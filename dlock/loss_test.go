@@ -63,7 +63,7 @@ func TestLostLease(t *testing.T) {
 // what happened without blaming a caller's context: no caller's context bounds a renewal.
 func TestLossByAnUnansweredRenewalSaysSo(t *testing.T) {
 	g, c := newGen(t)
-	l, _ := g.GenWithLease("UNANSWERED", target(t), time.Second) // (its renewal, at 75 %, is sent by a stalled process too: 300 ms let a stall outrun it)
+	l, _ := g.GenWithLease("UNANSWERED", target(t), 2*time.Second) // (its renewal, at 75 %, is sent by a stalled process too: 300 ms, and 1 s, let a stall outrun it)
 	ctx := ctxT(t, 10*time.Second)
 	var on atomic.Bool
 	c.AddHook(unanswered("renew", &on))
