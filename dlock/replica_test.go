@@ -235,7 +235,9 @@ func TestReplicaAckFamily(t *testing.T) {
 // counts none, as with replicas that stopped acknowledging.)
 func TestReplicaAckEveryWaiterOfAProcessNamesTheRefusal(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	g, _ := newGen(t, dlock.WithReplicaAck(1, 50*time.Millisecond))
+	// (a 3 s lease: a take is bounded by a third of it, which a stall of the process must not
+	// outrun, or the last failure a waiter names is that take's, unanswered)
+	g, _ := newGen(t, dlock.WithDefaultLease(3*time.Second), dlock.WithReplicaAck(1, 50*time.Millisecond))
 	rw, _ := g.GenRW("ACK", target(t)+"-r")
 	rww, _ := g.GenRW("ACK", target(t)+"-w")
 	sem, _ := g.GenSemaphore("ACK", target(t)+"-s", 3)
