@@ -111,7 +111,7 @@ func TestExtendOfALostLockSaysLost(t *testing.T) {
 // process cannot take the key while the holder still believes it holds it.
 func TestExtendSurvivesLateAndRepeatedWrites(t *testing.T) {
 	t.Parallel()
-	const lease, long = time.Second, 6 * time.Second // (a renewal held on the wire leaves 250 ms for the next, on a loaded machine)
+	const lease, long = 2 * time.Second, 10 * time.Second // (a renewal held on the wire leaves 500 ms for the next, and a stall of the process must not outrun the first)
 	setup := func(t *testing.T) (*dlock.DistributedReentrantLock, *dlock.DistributedReentrantLock, *wire) {
 		ga, ca := newGen(t)
 		preload(t, ca)
