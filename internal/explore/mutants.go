@@ -79,7 +79,7 @@ var Mutants = []Mutant{
 	{"a stale copy of a take is not refused (lock.lua's stale-copy check gone)", "lock",
 		"if own and own > tonumber(seq) then", "if false then"},
 	{"a renewal after an empty restart renews a holding its tenure did not begin with (renew.lua ignores origin)", "renew",
-		"if began ~= '' and began ~= tonumber(A.origin) then", "if false then"},
+		"if takenAnew(locker) then", "if false then"},
 	{"tokens start again from 1 once the counter is gone (an empty restart wiped it: the server clock not used)", "prelude",
 		"local first = math.max(counter() + 1, NOW_US)", "local first = redis.call('exists', FENCE) == 0 and 1 or math.max(counter() + 1, NOW_US)"},
 }
