@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -251,6 +252,33 @@ func TestUnreachable(t *testing.T) {
 				t.Fatal("exec ran its command without the lock")
 			}
 		})
+	}
+}
+
+// TestUnreachableNamesTheLatestCause: a dial that --timeout cuts short after it hung is named
+// as such, not by the reason an earlier dial to the same address failed for: a Redis that
+// refused connections (restarting, say), then whose host stopped answering (a partition), is
+// not said to refuse them.
+func TestUnreachableNamesTheLatestCause(t *testing.T) {
+	port := freePort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	e, err := resolveRedis(addr, true, false, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := e.dials.dialer(5*time.Second, nil)
+	if c, err := dial(context.Background(), "tcp", addr); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("want a refusal with nothing listening, got %v, %v", c, err)
+	}
+	silentAddrAt(t, port) // the host no longer answers
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if c, err := dial(ctx, "tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("a dial to a full backlog connected")
+	}
+	if f := e.failure(5 * time.Second); f == nil || strings.Contains(f.Error(), "refused") || !strings.Contains(f.Error(), "no connection within") {
+		t.Fatalf("want the dial --timeout cut short named, got %v", f)
 	}
 }
 

@@ -100,9 +100,10 @@ func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(cont
 			l.own = false
 		}
 		l.tls = false
-		if cut := timedOut && !own; cut && l.addr == addr && !l.cut && !l.own {
-			// A dial cut short (or begun past the call's deadline, as go-redis may) after
-			// one that said why it failed (refused): the reason stays.
+		if cut := timedOut && !own; cut && time.Since(start) < hanging && l.addr == addr && !l.cut && !l.own {
+			// A dial cut short at once (begun at or past the call's deadline, as go-redis
+			// may) after one that said why it failed (refused): the reason stays. One that
+			// hung until it was cut short is a new failure, named as such.
 			l.at = time.Now()
 			return c, err
 		}

@@ -181,12 +181,18 @@ func TestSentinelMasterUnreachable(t *testing.T) {
 // runs: a dial there neither connects nor is refused, as to a host that drops packets.
 func silentAddr(t *testing.T) string {
 	t.Helper()
+	return silentAddrAt(t, 0)
+}
+
+// silentAddrAt is silentAddr on loopback port port (0: any free port).
+func silentAddrAt(t *testing.T, port int) string {
+	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port}); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Listen(fd, 0); err != nil {
