@@ -12,9 +12,11 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,4 +115,68 @@ func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 		return p
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
+}
+
+// TestTLSReachesSentinelsAndClusterNodes: rediss:// reaches, over TLS, the Sentinels and the
+// master they name, and a Cluster's nodes at the addresses the Cluster gives (127.0.0.1 for a
+// seed named localhost), the certificate checked against the URL's host, as go-redis's own
+// dialer does.
+func TestTLSReachesSentinelsAndClusterNodes(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeCerts(t, dir)
+	tlsArgs := []string{"--port", "0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}
+	master, node := strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))
+	launchRedis(t, append(tlsArgs, "--tls-port", master)...)
+	launchRedis(t, append(tlsArgs, "--tls-port", node, "--tls-cluster", "yes", "--cluster-enabled", "yes",
+		"--cluster-port", strconv.Itoa(freePort(t)), "--cluster-config-file", filepath.Join(dir, "nodes.conf"))...)
+	sentinel := strconv.Itoa(freePort(t))
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(strings.Join([]string{"bind 127.0.0.1", "port 0", "tls-port " + sentinel,
+		"tls-cert-file " + certFile, "tls-key-file " + keyFile, "tls-ca-cert-file " + caFile, "tls-auth-clients no",
+		"tls-replication yes", "dir " + dir, "sentinel monitor m 127.0.0.1 " + master + " 1"}, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("needs redis-server on PATH") // (launchRedis failed it already under DLOCK_REQUIRE_REDIS=1)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(caFile)
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("CA: %v", err)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	ctx := context.Background()
+	nc := redis.NewClient(&redis.Options{Addr: "localhost:" + node, TLSConfig: cfg, MaxRetries: -1})
+	defer nc.Close()
+	waitFor(t, "the TLS Cluster node to answer", func() bool { return nc.Ping(ctx).Err() == nil })
+	if err := nc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the one-node Cluster to be ok", func() bool {
+		info, err := nc.ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	})
+	sc := redis.NewSentinelClient(&redis.Options{Addr: "localhost:" + sentinel, TLSConfig: cfg, MaxRetries: -1})
+	defer sc.Close()
+	waitFor(t, "the TLS Sentinel to name the master", func() bool { return sc.GetMasterAddrByName(ctx, "m").Err() == nil })
+
+	for _, redisArgs := range [][]string{
+		{"--cluster", "--redis", "rediss://localhost:" + node},
+		{"--redis", "rediss://localhost:" + node + "?addr=127.0.0.1:" + node},
+		{"--redis", "rediss://localhost:" + sentinel + "?master_name=m"},
+		{"--sentinel-master", "m", "--redis", "rediss://127.0.0.1:" + sentinel},
+	} {
+		tg := target(t)
+		if r := runBin(t, []string{"SSL_CERT_FILE=" + caFile}, append(append([]string{"exec", "-n"}, redisArgs...), "CLI", tg, "true")...); r.code != 0 {
+			t.Errorf("%v: %v", redisArgs, r)
+		}
+	}
 }
