@@ -86,6 +86,35 @@ func launchRedis(t *testing.T, args ...string) {
 	})
 }
 
+// launchSentinel starts redis-server --sentinel with a config file in a directory of its own
+// holding lines, and kills it when t ends; the caller waits for it to answer. Without
+// redis-server it skips t (fails it with DLOCK_REQUIRE_REDIS=1).
+func launchSentinel(t *testing.T, lines ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if redistest.Required() {
+			t.Fatal("DLOCK_REQUIRE_REDIS=1 but no redis-server on PATH")
+		}
+		t.Skip("needs redis-server on PATH")
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	lines = append([]string{"bind 127.0.0.1", "dir " + dir}, lines...)
+	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+}
+
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -189,6 +218,30 @@ func TestAuthRefused(t *testing.T) {
 				t.Fatal("exec ran its command without the lock")
 			}
 		})
+	}
+}
+
+// TestAuthRefusedBySentinel: Sentinels that refuse the URL's password are told so, exit 77,
+// also when another Sentinel the URL names is down: its refused connection is not the cause.
+func TestAuthRefusedBySentinel(t *testing.T) {
+	port := strconv.Itoa(freePort(t))
+	host, mport, _ := net.SplitHostPort(srv.Addr)
+	launchSentinel(t, "port "+port, "requirepass "+authPassword, "sentinel monitor m "+host+" "+mport+" 1")
+	sc := redis.NewSentinelClient(&redis.Options{Addr: "127.0.0.1:" + port, Password: authPassword, MaxRetries: -1})
+	defer sc.Close()
+	waitFor(t, "the password-protected Sentinel to name the master", func() bool {
+		return sc.GetMasterAddrByName(context.Background(), "m").Err() == nil
+	})
+	const wrong = "wrong-pw-must-not-show"
+	for _, url := range []string{
+		"redis://:" + wrong + "@127.0.0.1:" + port + "?master_name=m",
+		"redis://:" + wrong + "@127.0.0.1:" + port + "?master_name=m&addr=" + unreachableAddr,
+	} {
+		r := runBin(t, nil, "status", "--redis", url, "CLI", "x")
+		if r.code != exitNoPerm || !strings.Contains(r.stderr, "refused the user or password (") || !strings.Contains(r.stderr, "WRONGPASS") ||
+			strings.Contains(r.stderr, wrong) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s: want exit 77 naming the refused password, got %v", redact(url), r)
+		}
 	}
 }
 

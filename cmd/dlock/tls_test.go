@@ -12,11 +12,9 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,22 +128,8 @@ func TestTLSReachesSentinelsAndClusterNodes(t *testing.T) {
 	launchRedis(t, append(tlsArgs, "--tls-port", node, "--tls-cluster", "yes", "--cluster-enabled", "yes",
 		"--cluster-port", strconv.Itoa(freePort(t)), "--cluster-config-file", filepath.Join(dir, "nodes.conf"))...)
 	sentinel := strconv.Itoa(freePort(t))
-	conf := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(conf, []byte(strings.Join([]string{"bind 127.0.0.1", "port 0", "tls-port " + sentinel,
-		"tls-cert-file " + certFile, "tls-key-file " + keyFile, "tls-ca-cert-file " + caFile, "tls-auth-clients no",
-		"tls-replication yes", "dir " + dir, "sentinel monitor m 127.0.0.1 " + master + " 1"}, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("needs redis-server on PATH") // (launchRedis failed it already under DLOCK_REQUIRE_REDIS=1)
-	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	launchSentinel(t, "port 0", "tls-port "+sentinel, "tls-cert-file "+certFile, "tls-key-file "+keyFile, "tls-ca-cert-file "+caFile,
+		"tls-auth-clients no", "tls-replication yes", "sentinel monitor m 127.0.0.1 "+master+" 1")
 
 	pool := x509.NewCertPool()
 	ca, err := os.ReadFile(caFile)
