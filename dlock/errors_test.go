@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -708,5 +710,84 @@ func TestWaiterGivingUpAfterItsProcessWasGrantedTheKeyNamesNoEarlierFailure(t *t
 	cancel()
 	if err := recv(t, got, "the queued waiter's Lock"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) || errors.Is(err, injected) {
 		t.Fatalf("a waiter that gave up behind its process's holding: %v; want ErrNotObtained and Canceled, not the failure before the grant", err)
+	}
+}
+
+// A waiter that gives up while Redis is down names the failure also when it sent no request
+// during the outage: it stood in line, listening for its grant (its next ask a while off),
+// when the server went away, and only its subscription's reconnection failed. (Its error
+// said only "context deadline exceeded": nothing told that Redis was unreachable.)
+func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T) {
+	type kind struct {
+		hold func(g *dlock.Generator) (*dlock.Owner, error)      // takes the whole key in process A
+		wait func(g *dlock.Generator, ctx context.Context) error // waits for it in process B
+	}
+	kinds := map[string]kind{
+		"mutex": {
+			func(g *dlock.Generator) (*dlock.Owner, error) {
+				l, _ := g.Gen("DOWN", "mutex")
+				return l.Lock(context.Background())
+			},
+			func(g *dlock.Generator, ctx context.Context) error {
+				l, _ := g.Gen("DOWN", "mutex")
+				_, err := l.Lock(ctx)
+				return err
+			},
+		},
+	}
+	for name, k := range kinds {
+		t.Run(name, func(t *testing.T) {
+			s := ownServer(t)
+			var sent, answered atomic.Int64 // B's scripts
+			cb := s.Client()
+			cb.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				counted := processor.ScriptName(cmd.Args()) != ""
+				if counted {
+					sent.Add(1)
+				}
+				err := next(ctx, cmd)
+				if counted {
+					answered.Add(1)
+				}
+				return err
+			}})
+			// A holds for long; B waits with a long lease, so that its next ask (a while after
+			// the answer that stood it in line) comes after it gives up.
+			ga := genOn(t, s.Client(), dlock.WithDefaultLease(60*time.Second))
+			gb := genOn(t, cb, dlock.WithDefaultLease(60*time.Second))
+			gb.SetLinger(time.Hour)
+			held, err := k.hold(ga)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer runtime.KeepAlive(held) // (an Owner dropped is let go)
+			// A first wait subscribes B to the key's releases (kept after it: the linger), so that
+			// the confirmation, which has the waiter ask again, is over before the one that counts.
+			if err := k.wait(gb, ctxT(t, time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("first wait: %v", err)
+			}
+			waitFor(t, func() bool { return gb.Confirmed() > 0 })
+			before := answered.Load()
+			gaveUp := make(chan error, 1)
+			go func() { gaveUp <- k.wait(gb, ctxT(t, 5*time.Second)) }()
+			waitFor(t, func() bool { // B stands in line, listening, and waits for nothing from Redis
+				return answered.Load() > before && sent.Load() == answered.Load()
+			})
+			s.Kill()
+			defer func() { // (A's holding is gone with the server: its Close then finds nothing to release)
+				if err := s.Restart(); err != nil {
+					t.Error(err)
+				}
+			}()
+			err = recv(t, gaveUp, "B's Lock")
+			var pe *dlock.RedisProcessError
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) ||
+				!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, io.EOF) {
+				t.Fatalf("Lock that gave up while Redis was down = %v; want ErrNotObtained naming the failure (the dropped or refused connection)", err)
+			}
+			if errors.Is(err, dlock.ErrInvalidConfig) {
+				t.Fatalf("Lock that gave up while Redis was down = %v; names ErrInvalidConfig", err)
+			}
+		})
 	}
 }

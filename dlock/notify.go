@@ -211,7 +211,7 @@ func (n *notifier) send(c *psConn) {
 			var err error
 			if sharded, err = n.g.redis.Sharded(n.g.done); err != nil {
 				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
-				n.report("subscribe", "", err)
+				n.report(c, "subscribe", "", err)
 				pause()
 				continue
 			}
@@ -235,7 +235,7 @@ func (n *notifier) send(c *psConn) {
 			ps, err := ringSubscribe(n.g.done, n.g.client, o.channel)
 			if err != nil { // every shard is down: the op waits for one, the poller covers
 				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
-				n.report("subscribe", o.channel, err)
+				n.report(c, "subscribe", o.channel, err)
 				n.mu.Lock()
 				c.ops = append([]op{o}, c.ops...)
 				n.mu.Unlock()
@@ -291,7 +291,7 @@ func (n *notifier) send(c *psConn) {
 			// confirmation will never come. Start afresh: every channel still wanted is
 			// subscribed again on a new connection, and its confirmation wakes its lock.
 			n.g.log.Debug("dlock: (un)subscribe failed; subscribing again, the poller covers meanwhile", zap.String("channel", o.channel), zap.Error(err))
-			n.report("subscribe", o.channel, err)
+			n.report(c, "subscribe", o.channel, err)
 			n.reset(c, ps)
 			pause()
 			continue
@@ -300,12 +300,45 @@ func (n *notifier) send(c *psConn) {
 	}
 }
 
-// report tells the observer of a failed subscription request.
-func (n *notifier) report(op, channel string, err error) {
+// report tells the observer of a failed subscription request on c, and makes it the fault of
+// the waiters c listens for (failed).
+func (n *notifier) report(c *psConn, op, channel string, err error) {
 	if errors.Is(err, redis.ErrClosed) || n.g.done.Err() != nil {
 		return
 	}
 	n.g.observer.RedisError(RedisErrorEvent{Op: op, Key: channel, Err: err})
+	n.failed(c, err)
+}
+
+// failed makes err, a failure of the way to Redis of c's connection (it dropped and could not
+// reconnect, a SUBSCRIBE or probe failed), the fault of the waiters of every key c listens
+// for: one that gives up names it, as a failure of an ask of its own, unless Redis answered
+// since (an ask, or the subscription confirmed again). A waiter that sent no request during
+// an outage (its next ask a while off, as it waits for its grant) would else say only that
+// its context ended. An answer (a redis.Error: a MOVED, a refusal) is no such failure.
+func (n *notifier) failed(c *psConn, err error) {
+	if err == nil || answered(err) || errors.Is(err, redis.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || n.g.done.Err() != nil {
+		return
+	}
+	n.g.noteFault(err)
+	n.mu.Lock()
+	var keys []string
+	for _, sub := range n.byChannel {
+		if sub.conn == c && !sub.leaving { // (a lingering one too: its key's waiters may listen on it)
+			keys = append(keys, sub.key)
+		}
+	}
+	n.mu.Unlock()
+	for _, key := range keys {
+		f := &RedisProcessError{Op: "subscribe", Key: key, Err: err}
+		if sh, ok := strings.CutPrefix(key, sharedPrefix); ok {
+			if st := n.g.lookupShared(sh); st != nil {
+				st.subscriptionFailed(f)
+			}
+		} else if st := n.g.lookup(key); st != nil {
+			st.subscriptionFailed(f)
+		}
+	}
 }
 
 // receive reads c's connection ps itself (rather than through go-redis's Channel, which adds
@@ -333,6 +366,7 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 				return
 			}
 			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
+			n.failed(c, err)
 			n.forgetLeaving(c, ps)
 			n.g.redis.Reload() // a Cluster client then dials the slot's new master
 			select {
@@ -475,7 +509,7 @@ func (n *notifier) probe(c *psConn, ps *redis.PubSub) {
 			err = n.g.client.Publish(ctx, channel, payload).Err()
 		}
 		if err != nil {
-			n.report("probe", channel, err)
+			n.report(c, "probe", channel, err)
 		}
 	})
 }

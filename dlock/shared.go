@@ -160,6 +160,17 @@ type shareWaiter struct {
 	fault  error // the last Redis failure of a take of its process's attempt (or of a renewal it waits on) as it waited, unless Redis answered one since, which its error names if it gives up; guarded by st.mu
 }
 
+// subscriptionFailed makes f, a failure of the subscription to the lock's releases
+// (notifier.failed), the fault of its waiters while the process waits in Redis: one that
+// gives up names it, unless Redis answered since (a take, a renewal, the subscription again).
+func (st *sharedState) subscriptionFailed(f error) {
+	st.mu.Lock()
+	if st.attempt != nil { // (the process waits in Redis)
+		st.faultLocked(f, nil)
+	}
+	st.mu.Unlock()
+}
+
 // faultLocked makes err (a Redis failure of a take of this process's attempt, or of the
 // renewal of of) the fault of the waiters that wait on it: all of them, or those that of
 // would serve once renewed. A nil err (Redis answered a take or a renewal) clears the fault of
@@ -300,6 +311,11 @@ func (st *sharedState) hear(payload string) {
 // is on its way, once it is answered (subAt): that request may have run before the W.
 func (st *sharedState) subscribed() {
 	st.mu.Lock()
+	for _, w := range st.waiters {
+		if subscriptionFault(w.fault) { // (Redis answered since)
+			w.fault = nil
+		}
+	}
 	now := time.Now()
 	st.heardF++
 	st.subAt = now

@@ -779,8 +779,30 @@ func (st *lockState) signal(how How) {
 // renews at once (the connection may have dropped as Redis restarted empty, or an operator's
 // ForceRelease went by): its owner learns of a loss then, not at its next renewal.
 func (st *lockState) subscribed() {
+	st.mu.Lock()
+	if subscriptionFault(st.fault) { // (Redis answered since)
+		st.fault = nil
+	}
+	st.mu.Unlock()
 	st.signal(HowRetry)
 	st.renewNow("")
+}
+
+// subscriptionFailed makes f, a failure of the subscription to the key's releases
+// (notifier.failed), the fault of the goroutines that wait while the process waits in Redis:
+// one that gives up names it, unless Redis answered since (an ask, the subscription again).
+func (st *lockState) subscriptionFailed(f error) {
+	st.mu.Lock()
+	if st.ten == nil && st.q.HasWaiters() {
+		st.fault, st.faultAt = f, time.Now()
+	}
+	st.mu.Unlock()
+}
+
+// subscriptionFault reports whether err is a failure of a subscription (subscriptionFailed).
+func subscriptionFault(err error) bool {
+	var pe *RedisProcessError
+	return errors.As(err, &pe) && pe.Op == "subscribe"
 }
 
 // renewNow has the tenure (under locker, when given) renew at once, if this process holds
