@@ -322,21 +322,18 @@ func (n *notifier) failed(c *psConn, err error) {
 	}
 	n.g.noteFault(err)
 	n.mu.Lock()
-	var keys []string
-	for _, sub := range n.byChannel {
+	var channels []string
+	for ch, sub := range n.byChannel {
 		if sub.conn == c && !sub.leaving { // (a lingering one too: its key's waiters may listen on it)
-			keys = append(keys, sub.key)
+			channels = append(channels, ch)
 		}
 	}
 	n.mu.Unlock()
-	for _, key := range keys {
-		f := &RedisProcessError{Op: "subscribe", Key: key, Err: err}
-		if sh, ok := strings.CutPrefix(key, sharedPrefix); ok {
-			if st := n.g.lookupShared(sh); st != nil {
-				st.subscriptionFailed(f)
-			}
-		} else if st := n.g.lookup(key); st != nil {
-			st.subscriptionFailed(f)
+	for _, ch := range channels {
+		if sh := n.lookupShared(ch); sh != nil {
+			sh.subscriptionFailed(&RedisProcessError{Op: "subscribe", Key: sh.cfg.UniqueKey(), Err: err})
+		} else if st := n.lookup(ch); st != nil {
+			st.subscriptionFailed(&RedisProcessError{Op: "subscribe", Key: st.cfg.UniqueKey(), Err: err})
 		}
 	}
 }
