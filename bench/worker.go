@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -126,6 +127,17 @@ func runWorker(args []string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if dir := os.Getenv("DLOCK_BENCH_TRACE"); dir != "" && a.ID == 1 { // one worker's execution trace
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-p%d.trace", a.Mode, a.Impl, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	var res *workerResult
 	if a.Mode == "handoff" {
@@ -260,6 +272,8 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 				holdsMu.Unlock()
 			}()
 			waitUntil(sig.Start)
+			sp := newSplit(a, i)
+			defer sp.write()
 			var asked time.Time // when this goroutine began to want the lock: its first Lock call since the last acquisition
 			for time.Now().Before(end) {
 				if asked.IsZero() {
@@ -268,11 +282,14 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 				read := shared != nil && rng.IntN(100) < a.Reads
 				var unlock func() error
 				var err error
+				sp.enter()
+				reg := trace.StartRegion(ctx, "wait")
 				if read {
 					unlock, err = shared.RLock(ctx)
 				} else {
 					unlock, err = l.Lock(ctx)
 				}
+				reg.End()
 				if err != nil {
 					if ctx.Err() != nil {
 						return
@@ -282,6 +299,7 @@ func loopWorker(a workerArgs, impl Impl, cnt *counter, sig startSignal) *workerR
 					continue
 				}
 				t := time.Now()
+				sp.leave(t, measure, end)
 				wait := t.Sub(asked)
 				asked = time.Time{}
 				switch {
