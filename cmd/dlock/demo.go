@@ -55,9 +55,9 @@ func demoCommand() *command {
 		usage:   demoUsage,
 		define: func(fs *flagSet) runner {
 			var o demoOpts
-			o.procs = fs.Int("procs", 4, "hot: simulated processes (separate clients and generators), 1 to 1000")
-			o.goroutines = fs.Int("goroutines", 16, "hot: goroutines per process, at least 1; --procs × --goroutines at most 10000")
-			o.crossProcs = fs.Int("cross-procs", 8, "cross: simulated processes, one goroutine each, 1 to 1000")
+			o.procs = fs.Int("procs", 4, 1, maxDemoProcs, "hot: simulated processes (separate clients and generators), 1 to 1000")
+			o.goroutines = fs.Int("goroutines", 16, 1, maxDemoGoroutines, "hot: goroutines per process, at least 1; --procs × --goroutines at most 10000")
+			o.crossProcs = fs.Int("cross-procs", 8, 1, maxDemoProcs, "cross: simulated processes, one goroutine each, 1 to 1000")
 			o.duration = fs.Duration("duration", 10*time.Second, "how long to run in all (four runs of a quarter each), 4ms to 24h")
 			o.hold = fs.Duration("hold", 100*time.Microsecond, "time spent inside the critical section, at most a run (--duration/4)")
 			o.lease = fs.Lease("lease", 2*time.Second, "lock lease")
@@ -91,19 +91,7 @@ const (
 
 // check refuses flags out of their bounds, as usage errors naming the flag.
 func (o demoOpts) check() error {
-	for _, f := range []struct {
-		name string
-		n    int
-	}{{"--procs", *o.procs}, {"--goroutines", *o.goroutines}, {"--cross-procs", *o.crossProcs}} {
-		if f.n < 1 {
-			return usageErrorf("invalid %s %d: must be at least 1", f.name, f.n)
-		}
-	}
 	switch {
-	case *o.procs > maxDemoProcs:
-		return usageErrorf("invalid --procs %d: at most %d processes", *o.procs, maxDemoProcs)
-	case *o.crossProcs > maxDemoProcs:
-		return usageErrorf("invalid --cross-procs %d: at most %d processes", *o.crossProcs, maxDemoProcs)
 	case *o.goroutines > maxDemoGoroutines / *o.procs:
 		return usageErrorf("invalid --goroutines %d: --procs × --goroutines is at most %d goroutines in all (%d each with --procs %d)",
 			*o.goroutines, maxDemoGoroutines, maxDemoGoroutines / *o.procs, *o.procs)

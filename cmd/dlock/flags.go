@@ -75,9 +75,9 @@ func (f *flagSet) Lease(name string, def time.Duration, usage string) *time.Dura
 	return &v.d
 }
 
-// Int defines an int flag.
-func (f *flagSet) Int(name string, def int, usage string) *int {
-	v := &intValue{n: def}
+// Int defines an int flag of min to max.
+func (f *flagSet) Int(name string, def int, min, max int64, usage string) *int {
+	v := &intValue{n: def, min: min, max: max}
 	f.define(name, "", "N", usage, v)
 	return &v.n
 }
@@ -263,15 +263,23 @@ func (b *boolValue) Set(v string) error {
 }
 func (b *boolValue) String() string { return "" }
 
-// intValue is an int flag.
-type intValue struct{ n int }
+// intValue is an int flag of min to max (which an int holds).
+type intValue struct {
+	n        int
+	min, max int64
+}
 
 func (i *intValue) Set(v string) error {
-	n, err := strconv.Atoi(v)
-	if err != nil {
+	n, err := strconv.ParseInt(v, 10, 0)
+	switch {
+	case err == nil && n < i.min, errors.Is(err, strconv.ErrRange) && strings.HasPrefix(v, "-"):
+		return fmt.Errorf("too small (at least %d)", i.min)
+	case err == nil && n > i.max, errors.Is(err, strconv.ErrRange):
+		return fmt.Errorf("too large (at most %d)", i.max)
+	case err != nil:
 		return errors.New("not a whole number")
 	}
-	i.n = n
+	i.n = int(n)
 	return nil
 }
 func (i *intValue) String() string { return strconv.Itoa(i.n) }
@@ -396,17 +404,3 @@ const minWait = time.Millisecond
 
 // errWaitTooShort is waitValue's error for a wait shorter than minWait but not 0.
 var errWaitTooShort = fmt.Errorf("a wait is 0 (one attempt) or at least %v: no attempt is answered within less", minWait)
-
-// exitCodeValue is an exit status, 0 to 255.
-type exitCodeValue struct{ n int }
-
-func (e *exitCodeValue) String() string { return strconv.Itoa(e.n) }
-
-func (e *exitCodeValue) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > 255 {
-		return errors.New("an exit status is a whole number from 0 to 255")
-	}
-	e.n = n
-	return nil
-}

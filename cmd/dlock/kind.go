@@ -36,7 +36,7 @@ type kindFlags struct {
 }
 
 func addKindFlags(fs *flagSet, takes bool) *kindFlags {
-	sem := new(intValue)
+	sem := &intValue{min: 1, max: processor.MaxPermits}
 	k := &kindFlags{
 		shared:       fs.Bool("shared", "s", "the read side of the read-write lock TYPE/TARGET (many readers at once; no writer)"),
 		exclusive:    fs.Bool("exclusive", "x", "the write side of the read-write lock TYPE/TARGET (no other reader or writer)"),
@@ -44,7 +44,7 @@ func addKindFlags(fs *flagSet, takes bool) *kindFlags {
 		semaphoreDef: fs.Var(sem, "semaphore", "", "N", "the semaphore TYPE/TARGET of N permits (N used when Redis keeps none yet)"),
 	}
 	if takes {
-		n := &intValue{n: 1}
+		n := &intValue{n: 1, min: 1, max: processor.MaxPermits}
 		k.permits = &n.n
 		k.permitsDef = fs.Var(n, "permits", "", "N", "with --semaphore: the permits to take")
 	}
@@ -66,12 +66,8 @@ func (k *kindFlags) check() error {
 	switch {
 	case kinds > 1:
 		return usageErrorf("--shared, --exclusive and --semaphore name different locks: give one")
-	case k.semaphoreDef.seen && *k.semaphore < 1:
-		return usageErrorf("--semaphore %d: a semaphore has at least 1 permit", *k.semaphore)
 	case k.permitsDef != nil && k.permitsDef.seen && !k.semaphoreDef.seen:
 		return usageErrorf("--permits needs --semaphore K (the semaphore's size)")
-	case k.permitsDef != nil && k.permitsDef.seen && *k.permits < 1:
-		return usageErrorf("--permits %d: take at least 1 permit", *k.permits)
 	case k.permitsDef != nil && k.permitsDef.seen && *k.permits > *k.semaphore:
 		return usageErrorf("--permits %d of a semaphore of %d", *k.permits, *k.semaphore)
 	}
