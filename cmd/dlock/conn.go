@@ -373,15 +373,17 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 }
 
 // unconnected reports whether err may be the failure of a call that found no connection: it
-// ran out of time, or a dial failed (every Sentinel's, say), and no server's reply is in it (a
-// Sentinel refusing the password while another is down: the refusal is the cause).
+// ran out of time, or a dial or its TLS handshake failed (every Sentinel's, say), and no
+// server's reply is in it (a Sentinel refusing the password while another is down: the
+// refusal is the cause).
 func unconnected(err error) bool {
 	var oe *net.OpError
 	var reply redis.Error
+	var he *handshakeError
 	if errors.As(err, &reply) {
 		return false
 	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &oe) && oe.Op == "dial" ||
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &he) ||
 		strings.Contains(err.Error(), "all sentinels specified in configuration are unreachable")
 }
 

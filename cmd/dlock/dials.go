@@ -94,7 +94,7 @@ func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(cont
 		}
 		if handshake {
 			l.addr, l.err, l.cut, l.own, l.tls, l.at = addr, err, false, false, true, time.Now()
-			return nil, err
+			return nil, &handshakeError{addr: addr, err: err}
 		}
 		if l.addr != addr {
 			l.own = false
@@ -112,6 +112,16 @@ func (l *dialLog) dialer(timeout time.Duration, tlsConfig *tls.Config) func(cont
 		return c, err
 	}
 }
+
+// handshakeError is a TLS handshake that failed on a connection made to addr: a dial's
+// failure, though no dial step failed.
+type handshakeError struct {
+	addr string
+	err  error
+}
+
+func (e *handshakeError) Error() string { return "TLS handshake with " + e.addr + ": " + e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
 
 // failure returns why e's last dial, if it failed within the last span, made no connection:
 // nil if it connected, or failed longer ago.
@@ -152,13 +162,16 @@ func (e *endpoint) failure(timeout time.Duration) error {
 		case addr != l.addr || !l.tls:
 		case errors.Is(l.err, context.DeadlineExceeded) || errors.As(l.err, &ne) && ne.Timeout():
 			why = "no answer to it"
-		case !errors.As(l.err, &rh) && !errors.Is(l.err, io.EOF) && !errors.Is(l.err, syscall.ECONNRESET):
+		case errors.Is(l.err, io.EOF) || errors.Is(l.err, syscall.ECONNRESET):
+			// (a plain service that hangs up on what it cannot read, a proxy without a backend)
+			return fmt.Errorf("cannot reach %v: %sTLS handshake with %s: the server closed the connection: is it a TLS port? (rediss:// is for TLS, redis:// without)", e, where, addr)
+		case !errors.As(l.err, &rh):
 			// (a certificate refused, say: a TLS server)
-			return fmt.Errorf("cannot reach %v: %sTLS handshake failed: %s", e, where, plain(l.err))
+			return fmt.Errorf("cannot reach %v: %sTLS handshake with %s failed: %s", e, where, addr, plain(l.err))
 		default:
 			why = plain(l.err)
 		}
-		return fmt.Errorf("cannot reach %v: %sa connection, but no TLS handshake (%s): is it a plain port? (rediss:// is for TLS, redis:// without)", e, where, why)
+		return fmt.Errorf("cannot reach %v: %sa connection to %s, but no TLS handshake (%s): is it a plain port? (rediss:// is for TLS, redis:// without)", e, where, addr, why)
 	case own && d > 0 && d < timeout:
 		return fmt.Errorf("cannot reach %v: %sno connection within its dial_timeout %v", e, where, d)
 	case cut || own:

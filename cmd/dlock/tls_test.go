@@ -164,3 +164,36 @@ func TestTLSReachesSentinelsAndClusterNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSHandshakeClosed: rediss:// to a server that closes each connection at once (a plain
+// TCP service, a proxy without a backend) is named as a TLS handshake with that address that
+// the server closed, exit 69 in one line — not a bare "EOF" or "connection reset by peer" —
+// for one server as for a Cluster node or a Sentinel.
+func TestTLSHandshakeClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	addr := ln.Addr().String()
+	for _, redisArgs := range [][]string{
+		{"--redis", "rediss://" + addr},
+		{"--cluster", "--redis", "rediss://" + addr},
+		{"--sentinel-master", "m", "--redis", "rediss://" + addr},
+	} {
+		r := runBin(t, nil, append(append([]string{"status", "--timeout", "2s"}, redisArgs...), "CLI", "x")...)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "TLS handshake with "+addr) ||
+			!strings.Contains(r.stderr, "closed the connection") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: want exit 69 and one line naming the TLS handshake with %s that the server closed, got %v", redisArgs, addr, r)
+		}
+	}
+}
