@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestUnlockByNonOwnerSendsNothing(t *testing.T) {
@@ -547,5 +550,44 @@ func TestReleaseRetryRefusedByRedisStopsAndSaysSo(t *testing.T) {
 				t.Fatalf("the Observer was told of %d refused unlocks (%+v) and %d losses; want 1 and none", refused, rec.redisErrs, len(rec.lost))
 			}
 		})
+	}
+}
+
+// A release of the lock family that Redis fails again and again, retried within one send and
+// then owed and sent again, logs each failed try with its number over all of them: 1, 2, 3,
+// 4, ... — not a count that starts again at 1 with every send.
+func TestFamilyReleaseRetriesLogTheirTryNumber(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	g, c := newGen(t, dlock.WithLogger(zap.New(core)), dlock.WithDefaultLease(5*time.Second))
+	const failures = 5 // more than one send's tries
+	var fails atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("shared")(cmd.Args()) && slices.Contains(cmd.Args(), any("release")) && fails.Add(-1) >= 0 {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}})
+	o, err := rwOf(t, g, uniqueTarget(t)).RLock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails.Store(failures)
+	if err := o.Unlock(); err != nil {
+		t.Fatalf("Unlock, its release failed %d times and then let go: %v", failures, err)
+	}
+	var tries []int64
+	for _, e := range logs.FilterMessage("dlock: shared release failed").All() {
+		try, _ := e.ContextMap()["try"].(int64)
+		tries = append(tries, try)
+	}
+	// (a try cut short before it reached Redis, on a machine too busy to send it within its
+	// bound, is counted and not logged: numbers may be skipped, never repeated)
+	increasing := len(tries) == failures && tries[0] == 1
+	for i := 1; increasing && i < len(tries); i++ {
+		increasing = tries[i] > tries[i-1]
+	}
+	if !increasing {
+		t.Fatalf("the failed tries of the release were logged as tries %v, want %d increasing numbers from 1", tries, failures)
 	}
 }

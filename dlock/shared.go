@@ -895,7 +895,9 @@ type owedRelease struct {
 	// release tells closed of a loss it finds before the holding's lease ran out (heldUntil).
 	downTo    string
 	heldUntil time.Time // a release found gone is a loss only before then (zero: until)
-	tried     bool      // sent before, its outcome unknown: a copy of it may have settled the locker
+	// tries counts its sends (a release-then-take's too), of which each but the last failed or
+	// went unanswered: a copy of one may have settled the locker
+	tries int
 }
 
 // letGo returns the release of h, which left the holdings. The caller holds mu.
@@ -923,7 +925,7 @@ func (st *sharedState) mayHold(locker string) owedRelease {
 // with its lease).
 func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		replaced, err := st.release(ctx, o.locker, o.origin, o.last, o.end)
+		replaced, err := st.release(ctx, &o)
 		if st.oweAgain(o, err) {
 			st.mu.Lock()
 			st.reowe(o, err)
@@ -932,7 +934,7 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 		}
 		if o.downTo != "" {
 			d := st.mayHold(o.downTo)
-			if replaced && !o.tried {
+			if replaced {
 				d.byClose, d.closed, d.heldUntil = o.byClose, o.closed, o.until
 			}
 			st.mu.Lock()
@@ -1015,7 +1017,7 @@ func (st *sharedState) giveBack(a *shareAttempt) action {
 	}
 	o := st.mayHold(a.locker)
 	return action{do: func(ctx context.Context) {
-		if _, err := st.release(ctx, a.locker, 0, 0, 0); st.oweAgain(o, err) {
+		if _, err := st.release(ctx, &o); st.oweAgain(o, err) {
 			// failed, or cut short (for a renewal due, or by Close) and perhaps never sent:
 			// owed, as a holding's release is
 			st.mu.Lock()
@@ -1040,30 +1042,32 @@ func (st *sharedState) payOwed(i int) action {
 // caller holds mu.
 func (st *sharedState) reowe(o owedRelease, err error) {
 	o.failed = !errors.Is(err, errMakeWay)
-	o.tried = true
 	st.owed = append(st.owed, o)
 }
 
-// release lets locker go in Redis, trying a few times while ctx allows. A holding that
-// reserved a block of tokens up to end, of which it handed out up to last, gives back the rest;
-// one taken with the token origin is let go only as that holding (processor.SharedReleaseOf).
-// It returns errGone when Redis held nothing of locker (removed by force, lost by Redis, or
-// taken anew by a late copy of its take after Redis lost it), nil when it let go — also when a copy of this release ran before
-// and its reply was lost, or the holding was let go otherwise (Settled: then settled is set) — else the last failure.
-func (st *sharedState) release(ctx context.Context, locker string, origin, last, end uint64) (settled bool, err error) {
+// release lets o's locker go in Redis, trying a few times while ctx allows, and counts its
+// sends in o.tries. A holding that reserved a block of tokens up to o.end, of which it handed
+// out up to o.last, gives back the rest; one taken with the token o.origin is let go only as
+// that holding (processor.SharedReleaseOf). It returns errGone when Redis held nothing of the
+// locker (removed by force, lost by Redis, or taken anew by a late copy of its take after
+// Redis lost it), nil when it let go — also when a copy of this release ran before and its
+// reply was lost, or the holding was let go otherwise (Settled: then settled is set, at the
+// first send only) — else the last failure.
+func (st *sharedState) release(ctx context.Context, o *owedRelease) (settled bool, err error) {
 	for i := 0; ; i++ {
+		o.tries++
 		r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, locker, origin, last, end)
+			return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end)
 		})
 		switch {
 		case err == nil && r.Outcome == processor.Gone:
 			return false, errGone
 		case err == nil:
-			return r.Outcome == processor.Settled && i == 0, nil // (after a failed try, settled may be that try's doing)
+			return r.Outcome == processor.Settled && o.tries == 1, nil // (after a failed try, settled may be that try's doing)
 		case !redisFault(err):
 			return false, err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
 		}
-		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", i+1), zap.Error(err))
+		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", o.tries), zap.Error(err))
 		st.redisError("release", err)
 		if i == 2 || processor.ClientClosed(err) || !sleep(ctx, retryPause(st.cfg)) { // (a closed client sends nothing more)
 			return false, err
@@ -1400,6 +1404,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 	w, f, how := st.heardW, st.heardF, a.wake // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
+		o.tries++
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
 			return st.g.redis.SharedReleaseThenTake(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end,
 				processor.TakeRequest{Locker: a.locker, N: a.n, Tokens: st.tokens(a.n)})
