@@ -198,6 +198,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--redis", "http://localhost:6379", "CLI", "x"}, `invalid --redis "http://localhost:6379": the scheme must be redis://, rediss:// (TLS) or unix://, not http://`},
 		{[]string{"status", "--redis", "redis://localhost:6379/x", "CLI", "x"}, `invalid --redis "redis://localhost:6379/x": the path must be a database number, e.g. redis://localhost:6379/0`},
 		{[]string{"status", "--redis", "redis://localhost:6379?bogus=1", "CLI", "x"}, `invalid --redis "redis://localhost:6379?bogus=1": unknown URL parameter bogus (go-redis's ParseURL lists the known ones)`},
+		// a negative database, with which go-redis sends no SELECT (database 0 was used, without
+		// a word), and one past what SELECT takes, are refused as a bad database is
+		{[]string{"status", "--redis", "redis://h:1/-1", "CLI", "x"}, `invalid --redis "redis://h:1/-1": database -1 is negative: a database is a number from 0, e.g. redis://localhost:6379/0`},
+		{[]string{"status", "--redis", "redis://h:1?db=-2", "CLI", "x"}, `invalid --redis "redis://h:1?db=-2": database -2 is negative: a database is a number from 0, e.g. redis://localhost:6379/0`},
+		{[]string{"status", "--redis", "unix:///run/r.sock?db=-1", "CLI", "x"}, `invalid --redis "unix:///run/r.sock?db=-1": database -1 is negative: a database is a number from 0, e.g. redis://localhost:6379/0`},
+		{[]string{"status", "--redis", "redis://h:1/-1?master_name=m", "CLI", "x"}, `invalid --redis "redis://h:1/-1?master_name=m": database -1 is negative: a database is a number from 0, e.g. redis://localhost:6379/0`},
+		{[]string{"status", "--redis", "redis://h:1/99999999999999999999", "CLI", "x"}, `invalid --redis "redis://h:1/99999999999999999999": database 99999999999999999999: too large (at most 2147483647)`},
+		{[]string{"status", "--redis", "redis://h:1?pool_size=99999999999999999999", "CLI", "x"}, `invalid --redis "redis://h:1?pool_size=99999999999999999999": pool_size 99999999999999999999 is not a number from 0 (go-redis's default) to 65535`},
 		{[]string{"status", "--redis", "localhost", "CLI", "x"}, `invalid --redis "localhost": not host:port (e.g. localhost:6379), nor a redis:// URL`},
 		{[]string{"status", "--redis", "h:1,h:x", "CLI", "x"}, `invalid --redis "h:1,h:x": "h:x": port "x" is not a number from 1 to 65535`},
 		{[]string{"status", "--cluster", "--redis", "redis://h:1/2", "CLI", "x"}, `invalid --redis "redis://h:1/2": a Redis Cluster has only database 0, not "2"`},

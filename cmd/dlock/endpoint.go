@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -248,6 +249,9 @@ func (s redisSpec) parseURL() (redisOptions, error) {
 	if err := checkPoolParams(q); err != nil {
 		return redisOptions{}, err
 	}
+	if err := checkDB(u); err != nil {
+		return redisOptions{}, err
+	}
 	master := q.Get("master_name")
 	switch {
 	case master != "" && s.master != "" && master != s.master:
@@ -314,8 +318,29 @@ func checkPoolParams(q url.Values) error {
 			continue
 		}
 		n, err := strconv.Atoi(q.Get(name))
-		if err == nil && (n > maxPoolParam || n < 0 && name == "pool_size") {
+		if errors.Is(err, strconv.ErrRange) || err == nil && (n > maxPoolParam || n < 0 && name == "pool_size") {
 			return fmt.Errorf("%s %s is not a number from 0 (go-redis's default) to %d", name, q.Get(name), maxPoolParam)
+		}
+	}
+	return nil
+}
+
+// checkDB refuses a URL's database number (its path, or for a socket its db= parameter, which
+// go-redis reads for every URL) that go-redis takes but would not select: a negative one, for
+// which it sends no SELECT (the commands would go to database 0), or one past what SELECT
+// takes. A database that is not a number is left to go-redis's parser.
+func checkDB(u *url.URL) error {
+	dbs := []string{u.Query().Get("db")}
+	if u.Scheme != "unix" {
+		dbs = append(dbs, strings.Trim(u.Path, "/"))
+	}
+	for _, db := range dbs {
+		n, err := strconv.ParseInt(db, 10, 32)
+		switch {
+		case err == nil && n < 0, errors.Is(err, strconv.ErrRange) && strings.HasPrefix(db, "-"):
+			return fmt.Errorf("database %s is negative: a database is a number from 0, e.g. redis://localhost:6379/0", db)
+		case errors.Is(err, strconv.ErrRange):
+			return fmt.Errorf("database %s: too large (at most %d)", db, math.MaxInt32)
 		}
 	}
 	return nil
