@@ -242,8 +242,9 @@
 // and $REDIS_URL it starts an embedded miniredis, so it needs nothing installed. With a Redis
 // named it checks that Redis answers first: an unreachable Redis is an error (69), never a
 // verdict, and so is a key or command the ACL user may not use (77; the naive lock uses the
-// key dlock-demo:naive:order-42, outside dlock's own keys). A run in which dlock acquired nothing says so and exits 1, as does an overlap of two
-// dlock owners.
+// key dlock-demo:naive:order-42, outside dlock's own keys). A demo in which dlock acquired nothing
+// in any of its runs says so and exits 1 (it proved nothing), as does an overlap of two dlock
+// owners; a run of its own with no dlock acquisition (one too short: --duration 40ms) shows 0.
 //
 // # Exit status
 //
