@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -2378,5 +2382,195 @@ func TestLockFartherThanHalfTheLeaseSaysWhy(t *testing.T) {
 	warned := logs.FilterMessageSnippet("more than half the lease").FilterField(zap.String("key", l.Config().UniqueKey()))
 	if n := warned.Len(); n != 1 {
 		t.Fatalf("%d warnings that a renewal took more than half the lease, want 1: %v", n, logs.All())
+	}
+}
+
+// A process whose client's read timeout is shorter than its round trip to Redis gets few
+// turns or none (README, Limits): go-redis cuts every request at the timeout. Its callers'
+// errors name an i/o timeout, and the Generator says why at Warn, naming the client's read
+// timeout and how long the failed request waited — at most once an interval (a minute), and
+// again once the interval has passed.
+func TestReadTimeoutShorterThanTheRoundTripIsWarned(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const readTimeout = 100 * time.Millisecond
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second), dlock.WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.SetLatency(0)
+		_ = g.Close(context.Background())
+		_ = c.Close()
+		_ = p.Close()
+	})
+	p.SetLatency(readTimeout) // (each way: every reply comes a read timeout too late)
+	l := mustGen(t, g, "FARREAD", uniqueTarget(t), 2*time.Second)
+	warnings := func() []observer.LoggedEntry { return logs.FilterMessageSnippet("read timeout").All() }
+	tryLock := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		o, ok, err := l.TryLock(ctx)
+		if o != nil || ok || err == nil {
+			t.Fatalf("TryLock through a read timeout shorter than the round trip = %v, %v, %v; want a failure", o, ok, err)
+		}
+		var pe *dlock.RedisProcessError
+		var ne net.Error
+		if !errors.As(err, &pe) || !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "i/o timeout") {
+			t.Fatalf("TryLock = %v, want a *RedisProcessError naming an i/o timeout", err)
+		}
+	}
+	for range 3 {
+		tryLock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if o, err := l.Lock(ctx); err == nil {
+		_ = o.Unlock()
+		t.Fatal("Lock succeeded through a read timeout shorter than the round trip")
+	} else if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "i/o timeout") {
+		t.Fatalf("Lock = %v, want ErrNotObtained naming the i/o timeout of its last attempt", err)
+	}
+	w := warnings()
+	if len(w) != 1 {
+		t.Fatalf("%d warnings that the read timeout cuts the requests after 4 calls that failed by it, want 1 (once a minute): %v", len(w), logs.All())
+	}
+	f := w[0].ContextMap()
+	if f["read_timeout"] != readTimeout {
+		t.Errorf("the warning names read_timeout %v, want the client's %v: %v", f["read_timeout"], readTimeout, f)
+	}
+	if waited, ok := f["waited"].(time.Duration); !ok || waited < readTimeout {
+		t.Errorf("the warning says the request waited %v, want at least the read timeout %v: %v", f["waited"], readTimeout, f)
+	}
+	if !strings.Contains(w[0].Message, "ReadTimeout") || !strings.Contains(w[0].Message, "round trip") {
+		t.Errorf("the warning %q does not say what to do (ReadTimeout beside the round trip)", w[0].Message)
+	}
+
+	g.ExpireTimeoutWarn() // (as if the interval had passed)
+	tryLock()
+	if w := warnings(); len(w) != 2 {
+		t.Fatalf("%d warnings that the read timeout cuts the requests once the interval had passed, want 2: %v", len(w), logs.All())
+	}
+}
+
+// Requests that fail otherwise than by the client's read timeout — a refused connection, a
+// caller's deadline that a client with ContextTimeoutEnabled applies to its reads — are not
+// taken for it: no warning names the read timeout.
+func TestFailuresOtherThanTheReadTimeoutAreNotWarnedAsIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		opts    func(addr string) *redis.Options
+		latency time.Duration // each way, through the proxy
+		bound   time.Duration // each call's deadline
+	}{
+		{"ConnectionRefused", func(string) *redis.Options {
+			return &redis.Options{Addr: "127.0.0.1:1", ReadTimeout: 100 * time.Millisecond, DialTimeout: 100 * time.Millisecond, MaxRetries: -1} // (nothing listens there)
+		}, 0, 2 * time.Second},
+		{"CallersDeadline", func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true}
+		}, 100 * time.Millisecond, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			core, logs := observer.New(zap.WarnLevel)
+			p, err := faultproxy.New(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := redis.NewClient(tc.opts(p.Addr()))
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second), dlock.WithLogger(zap.New(core)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				p.SetLatency(0)
+				_ = g.Close(context.Background())
+				_ = c.Close()
+				_ = p.Close()
+			})
+			p.SetLatency(tc.latency)
+			l := mustGen(t, g, "NOTREAD", uniqueTarget(t), 2*time.Second)
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), tc.bound)
+				o, ok, err := l.TryLock(ctx)
+				cancel()
+				if o != nil || ok || err == nil {
+					t.Fatalf("TryLock = %v, %v, %v; want a failure", o, ok, err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.bound)
+			defer cancel()
+			if o, err := l.Lock(ctx); err == nil {
+				_ = o.Unlock()
+				t.Fatal("Lock succeeded")
+			}
+			if w := logs.FilterMessageSnippet("read timeout"); w.Len() != 0 {
+				t.Fatalf("%d warnings naming the read timeout for failures that are not its: %v", w.Len(), w.All())
+			}
+		})
+	}
+}
+
+// The warning's condition, failure by failure: only a timeout of the network that came after
+// the request waited the client's read timeout is that timeout's, whichever kind of client
+// the Generator has (its read timeout read from its options, go-redis's default included).
+func TestReadTimeoutIsToldApartFromOtherFailures(t *testing.T) {
+	const rt = 100 * time.Millisecond
+	g := genOn(t, redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: rt}))
+	read := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		waited time.Duration
+		want   bool
+	}{
+		{"ReadTimeout", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: os.ErrDeadlineExceeded}, rt, true},
+		{"ReadTimeoutOfAConnection", &dlock.RedisProcessError{Op: "renew", Key: "K", Err: read}, 3 * rt, true},
+		{"TimeoutBeforeTheReadTimeout", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: read}, rt - time.Millisecond, false},
+		{"ContextDeadline", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: context.DeadlineExceeded}, 2 * rt, false},
+		{"DialTimeout", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}}, 2 * rt, false},
+		{"ConnectionRefused", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, 2 * rt, false},
+		{"ConnectionReset", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, 2 * rt, false},
+		{"ConnectionClosed", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: io.EOF}, 2 * rt, false},
+		{"PoolTimeout", &dlock.RedisProcessError{Op: "lock", Key: "K", Err: redis.ErrPoolTimeout}, 2 * rt, false},
+	} {
+		if got := g.CutByReadTimeout(tc.err, tc.waited); got != tc.want {
+			t.Errorf("%s: %v after %v taken for the read timeout: %v, want %v", tc.name, tc.err, tc.waited, got, tc.want)
+		}
+	}
+	none := genOn(t, redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1}))
+	if none.CutByReadTimeout(os.ErrDeadlineExceeded, time.Hour) {
+		t.Error("a timeout taken for the read timeout of a client that has none")
+	}
+
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   time.Duration
+	}{
+		{"Client", redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 250 * time.Millisecond}), 250 * time.Millisecond},
+		{"ClientDefault", redis.NewClient(&redis.Options{Addr: srv.Addr}), 5 * time.Second},
+		{"ClientNone", redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -2}), 0},
+		{"Cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}, ReadTimeout: 250 * time.Millisecond}), 250 * time.Millisecond},
+		{"Failover", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{srv.Addr}, ReadTimeout: 250 * time.Millisecond}), 250 * time.Millisecond},
+		{"Ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, ReadTimeout: 250 * time.Millisecond}), 250 * time.Millisecond},
+		{"RingDefault", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}}), 5 * time.Second},
+	} {
+		g, err := dlock.NewGenerator(tc.client, dlock.WithDefaultLease(time.Second))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := g.ReadTimeout(); got != tc.want {
+			t.Errorf("%s: the generator reads a read timeout of %v, want %v", tc.name, got, tc.want)
+		}
+		_ = g.Close(context.Background())
+		_ = tc.client.Close()
 	}
 }

@@ -314,3 +314,16 @@ func (g *Generator) Lingering(key string) bool {
 
 // ReceiveOne is receiveOne.
 func ReceiveOne(ctx context.Context, ps *redis.PubSub) (any, error) { return receiveOne(ctx, ps) }
+
+// ExpireTimeoutWarn has the generator take the interval between its warnings that the
+// client's read timeout fails its requests as passed.
+func (g *Generator) ExpireTimeoutWarn() { g.timeoutWarned.Store(0) }
+
+// CutByReadTimeout reports whether the generator takes err, the failure of a request that
+// waited that long, for its client's read timeout (the warning's condition).
+func (g *Generator) CutByReadTimeout(err error, waited time.Duration) bool {
+	return g.cutByReadTimeout(err, waited)
+}
+
+// ReadTimeout returns the client's read timeout as the generator read it (0: none).
+func (g *Generator) ReadTimeout() time.Duration { return g.readTimeout }

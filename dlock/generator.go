@@ -43,6 +43,12 @@ type Generator struct {
 	// fault is the last failure of a request of this Generator's that Redis, or the way to
 	// it, made (call): a Lock whose attempt got no answer before it gave up names it.
 	fault atomic.Pointer[fault]
+	// readTimeout is the client's read timeout (0: none, or a client whose options it cannot
+	// read): cutByReadTimeout tells by it whether a request failed by that timeout.
+	readTimeout time.Duration
+	// timeoutWarned is when the Generator last warned that the client's read timeout fails its
+	// requests (warnReadTimeout), in Unix nanoseconds.
+	timeoutWarned atomic.Int64
 
 	done        context.Context // ended by Close: waits, pollers and the subscription end
 	stop        context.CancelFunc
@@ -94,16 +100,17 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		proc = observed{rp, o.observer, boundsByContext(client)}
 	}
 	g := &Generator{
-		client:   client,
-		proc:     proc,
-		redis:    rp,
-		observer: o.observer,
-		opts:     o,
-		log:      o.logger,
-		prefix:   prefix,
-		states:   make(map[string]*lockState),
-		shares:   make(map[string]*sharedState),
-		gate:     gateFor(client),
+		client:      client,
+		proc:        proc,
+		redis:       rp,
+		observer:    o.observer,
+		opts:        o,
+		log:         o.logger,
+		prefix:      prefix,
+		states:      make(map[string]*lockState),
+		shares:      make(map[string]*sharedState),
+		gate:        gateFor(client),
+		readTimeout: processor.ReadTimeout(client),
 	}
 	g.shut = make(chan struct{})
 	g.done, g.stop = context.WithCancel(context.Background())

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
@@ -324,7 +327,12 @@ func (r *request[T]) send() (T, error) {
 	if r.gated {
 		defer func() { <-r.g.gate }()
 	}
-	return r.f(r.ctx)
+	sent := time.Now()
+	v, err := r.f(r.ctx)
+	if err != nil {
+		r.g.warnReadTimeout(err, time.Since(sent))
+	}
+	return v, err
 }
 
 // run runs the request on a sender, and closes done with its answer.
@@ -353,6 +361,42 @@ func (g *Generator) noteFault(err error) {
 		err = pe.Err
 	}
 	g.fault.Store(&fault{err: err, at: time.Now()})
+}
+
+// timeoutWarnEvery is how often at most a Generator warns that its client's read timeout fails
+// its requests (warnReadTimeout).
+const timeoutWarnEvery = time.Minute
+
+// warnReadTimeout warns, at most once every timeoutWarnEvery, that the client's read timeout
+// fails the requests when it failed err, a request that waited that long: an operator would
+// else see only Lock failing, or rarely succeeding (README, Limits: go-redis closes the
+// connection at each read timeout and dials the next under the same timeout, so a timeout near
+// the round trip lets few requests through).
+func (g *Generator) warnReadTimeout(err error, waited time.Duration) {
+	if !g.cutByReadTimeout(err, waited) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := g.timeoutWarned.Load()
+	if now-last < int64(timeoutWarnEvery) || !g.timeoutWarned.CompareAndSwap(last, now) {
+		return
+	}
+	g.log.Warn("dlock: requests to Redis fail by the client's read timeout, and go-redis closes the connection at each one: "+
+		"unless Redis is unreachable, give the client a ReadTimeout of about twice this process's p99 round trip to Redis",
+		zap.Duration("read_timeout", g.readTimeout), zap.Duration("waited", waited), zap.Error(err))
+}
+
+// cutByReadTimeout reports whether err, the failure of a request that waited that long, is the
+// client's read timeout: a timeout of the network after the request waited the read timeout at
+// least — not a dial's, which DialTimeout bounds, nor a context's end (go-redis returns the
+// context's error when a deadline of the request's context cut it; a client with
+// ContextTimeoutEnabled reads up to that deadline when it comes first, and the request then
+// waited less). A write cut by WriteTimeout looks the same.
+func (g *Generator) cutByReadTimeout(err error, waited time.Duration) bool {
+	var ne net.Error
+	var op *net.OpError
+	return g.readTimeout > 0 && waited >= g.readTimeout && errors.As(err, &ne) && ne.Timeout() &&
+		!errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &op) && op.Op == "dial")
 }
 
 // faultSince returns err naming the Generator's last fault, when one came after since and err

@@ -82,8 +82,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 }
 
 // WithLogger logs through l: an Owner the garbage collector released (dropped without its
-// final Unlock) at Error, lost locks at Warn, failed polls and releases at Debug. The default
-// logs nothing.
+// final Unlock) at Error; lost locks, and requests failed by the client's read timeout (at
+// most once a minute), at Warn; failed polls and releases at Debug. The default logs nothing.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(o *options) error {
 		if l == nil {

@@ -362,7 +362,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	if opts.Replicas < 0 || (opts.Replicas > 0 && opts.ReplicaTimeout < time.Millisecond) {
 		return nil, fmt.Errorf("%w: replica acknowledgement of %d replicas within %v", dlerrors.ErrInvalidConfig, opts.Replicas, opts.ReplicaTimeout)
 	}
-	if rt := readTimeout(client); opts.Replicas > 0 && rt > 0 && opts.ReplicaTimeout >= rt {
+	if rt := ReadTimeout(client); opts.Replicas > 0 && rt > 0 && opts.ReplicaTimeout >= rt {
 		// (the client would give up reading WAIT's answer first: a timeout, never ErrNotReplicated)
 		return nil, fmt.Errorf("%w: replica acknowledgement within %v, not below the client's ReadTimeout (%v)", dlerrors.ErrInvalidConfig, opts.ReplicaTimeout, rt)
 	}
@@ -398,27 +398,23 @@ func constructed(client redis.UniversalClient) (ok bool) {
 	return true
 }
 
-// readTimeout returns how long client waits for a reply (0 for no bound, or a client whose
+// ReadTimeout returns how long client waits for a reply (0 for no bound, or a client whose
 // options it cannot read): a client's and a Cluster client's options hold go-redis's default
 // already; a Ring's do not, and its shards' clients fill in the same default (5 s). A type
 // that embeds one of them is read as that one.
-func readTimeout(client redis.UniversalClient) time.Duration {
+func ReadTimeout(client redis.UniversalClient) time.Duration {
+	var rt time.Duration
 	switch c := client.(type) {
 	case interface{ Options() *redis.Options }:
-		return c.Options().ReadTimeout
+		rt = c.Options().ReadTimeout
 	case interface{ Options() *redis.ClusterOptions }:
-		return c.Options().ReadTimeout
+		rt = c.Options().ReadTimeout
 	case interface{ Options() *redis.RingOptions }:
-		switch rt := c.Options().ReadTimeout; {
-		case rt == 0:
-			return 5 * time.Second
-		case rt < 0:
-			return 0
-		default:
-			return rt
+		if rt = c.Options().ReadTimeout; rt == 0 {
+			rt = 5 * time.Second
 		}
 	}
-	return 0
+	return max(rt, 0) // (-1 and -2: none, or no deadline set at all)
 }
 
 // Sharded reports whether release messages go by sharded pub/sub (SPUBLISH, to be received
