@@ -223,12 +223,16 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 }
 
 // TryAcquire takes n permits if they are free at once and no process waits before it.
+// Permits that another process's holding keeps beyond what its goroutines use now are not
+// free: a holding gives them back only once a process waits in line, which TryAcquire does
+// not, so it may find them taken for as long as that holding lasts, where Acquire gets them.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Owner, bool, error) {
 	return s.Permits(n).TryLock(ctx)
 }
 
 // Release gives back the permits of owned (an Owner of this semaphore), one hold of them, and
-// fails as the read-write lock's Unlock does.
+// fails as the read-write lock's Unlock does. An Owner's permits go back together, never part
+// of them: permits that go back apart are taken by separate Acquires.
 func (s *Semaphore) Release(owned context.Context) error {
 	return s.Permits(1).Unlock(owned)
 }

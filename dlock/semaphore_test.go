@@ -1258,6 +1258,36 @@ func lentOn(ctx context.Context, t *testing.T, s *dlock.Semaphore, n int) *dlock
 	return o
 }
 
+// A holding larger than what its owners use keeps the rest while no process waits in line for
+// it (the design: its permits go from goroutine to goroutine without Redis): another process's
+// TryAcquire, which does not stand in line, finds them taken, as its State does, however long
+// (here over two leases: renewals keep them too), where Redisson's and Curator's releases free
+// them for every client at once; its Acquire stands in line and gets them, the other
+// goroutine keeping its 1 (TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere).
+func TestSemaphoreHoldingKeepsWhatItsOwnersDoNotUseFromATryElsewhere(t *testing.T) {
+	const k = 3
+	ctx, sa, sb := semPair(t, k)
+	o1 := lentOn(ctx, t, sa, k)
+	for end := time.Now().Add(2 * sa.Config().Lease()); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if o, ok, err := sb.TryAcquire(ctx, 2); ok || err != nil {
+			t.Fatalf("another process's TryAcquire of the 2 permits nobody uses = %v %v %v: the holding gave them back unasked (update the docs of TryAcquire)", o, ok, err)
+		}
+	}
+	if st, err := sb.State(ctx); err != nil || len(st.Holds) != 1 || st.Holds[0].Permits != k {
+		t.Fatalf("State while 1 of %d permits is used = %+v %v, want the holding of %d", k, st, err, k)
+	}
+	o, err := sb.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o1.Err() != nil {
+		t.Fatalf("the goroutine's 1 permit ended as the other process got 2: %v", context.Cause(o1))
+	}
+	if err := errors.Join(o.Unlock(), o1.Unlock()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A holding larger than what its owners use now (one goroutine's 3 permits, lent on to another
 // that asked 1) gives back what they do not use once another process waits: that process's
 // waiter for 2 gets them while the other goroutine keeps its 1, however long it keeps it (it
