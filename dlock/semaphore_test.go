@@ -1261,16 +1261,21 @@ func lentOn(ctx context.Context, t *testing.T, s *dlock.Semaphore, n int) *dlock
 // A holding larger than what its owners use keeps the rest while no process waits in line for
 // it (the design: its permits go from goroutine to goroutine without Redis): another process's
 // TryAcquire, which does not stand in line, finds them taken, as its State does, however long
-// (here over two leases: renewals keep them too), where Redisson's and Curator's releases free
-// them for every client at once; its Acquire stands in line and gets them, the other
-// goroutine keeping its 1 (TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere).
+// (here over one and a half leases: its renewal keeps them too), where Redisson's and Curator's
+// releases free them for every client at once; its Acquire stands in line and gets them, the
+// other goroutine keeping its 1 (TestSemaphoreHoldingGivesBackWhatItsOwnersDoNotUseToAWaiterElsewhere).
+// The lease is 2 s: with 1 s a stall of the process lost the holding (under load).
 func TestSemaphoreHoldingKeepsWhatItsOwnersDoNotUseFromATryElsewhere(t *testing.T) {
 	const k = 3
-	ctx, sa, sb := semPair(t, k)
+	ga, _ := newGen(t, dlock.WithDefaultLease(2*time.Second))
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	sa, sb := semOf(t, ga, tg, k), semOf(t, gb, tg, k)
 	o1 := lentOn(ctx, t, sa, k)
-	for end := time.Now().Add(2 * sa.Config().Lease()); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	for end := time.Now().Add(3 * sa.Config().Lease() / 2); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if o, ok, err := sb.TryAcquire(ctx, 2); ok || err != nil {
-			t.Fatalf("another process's TryAcquire of the 2 permits nobody uses = %v %v %v: the holding gave them back unasked (update the docs of TryAcquire)", o, ok, err)
+			t.Fatalf("another process's TryAcquire of the 2 permits nobody uses = %v %v %v (the goroutine's 1: %v): the holding gave them back unasked (update the docs of TryAcquire)", o, ok, err, context.Cause(o1))
 		}
 	}
 	if st, err := sb.State(ctx); err != nil || len(st.Holds) != 1 || st.Holds[0].Permits != k {
