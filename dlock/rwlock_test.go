@@ -626,6 +626,66 @@ func TestSharedLossEndsTheOwnerBeforeTheObserver(t *testing.T) {
 	}
 }
 
+// A writer waiting for its own process's readers holds off that process's new readers too, as
+// Curator's and Redisson's writer in line does: the read-hold is live, and lending it on would
+// starve the writer. A new reader's TryRLock is false, its RLock gets in after the writer.
+func TestRWWriterWaitingForItsOwnReadersHoldsOffItsNewReaders(t *testing.T) {
+	ga, _ := newGen(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := rwOf(t, ga, uniqueTarget(t))
+	r, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writerIn, writerOut := make(chan struct{}), make(chan struct{})
+	writer := make(chan error, 1)
+	go func() {
+		w, err := l.Lock(ctx)
+		if err == nil {
+			close(writerIn)
+			<-writerOut
+			err = w.Unlock()
+		}
+		writer <- err
+	}()
+	waitFor(t, func() bool { return ga.SharedWaiters(l.Config().UniqueKey()) == 1 })
+	if o, ok, err := l.TryRLock(ctx); ok || err != nil {
+		t.Fatalf("a new reader's TryRLock with its process's writer waiting = %v %v %v", o, ok, err)
+	}
+	var writing atomic.Bool
+	writing.Store(true)
+	reader := make(chan error, 1)
+	go func() {
+		o, err := l.RLock(ctx)
+		if err == nil {
+			select {
+			case <-writerIn:
+			default:
+				err = errors.New("the new reader got in before the writer that waited first")
+			}
+			if writing.Load() {
+				err = errors.Join(err, errors.New("the new reader got in while the writer held"))
+			}
+			err = errors.Join(err, o.Unlock())
+		}
+		reader <- err
+	}()
+	waitFor(t, func() bool { return ga.SharedWaiters(l.Config().UniqueKey()) == 2 })
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, writerIn, "the writer")
+	notYet(t, reader, "the new reader returned while the writer held")
+	writing.Store(false)
+	close(writerOut)
+	if err := recv(t, writer, "the writer's Unlock"); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, reader, "the new reader"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A writer queued behind its own process's readers stands in line at once, so that the other
 // processes stop letting readers in while its own finish (rather than after).
 func TestRWWriterBehindItsOwnReadersStandsInLineAtOnce(t *testing.T) {
