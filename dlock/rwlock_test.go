@@ -626,6 +626,68 @@ func TestSharedLossEndsTheOwnerBeforeTheObserver(t *testing.T) {
 	}
 }
 
+// A writer is not starved by readers that keep coming (two goroutines in each of two processes,
+// each taking the read side again as soon as it let it go): a writer of a third process, or of
+// one of theirs, gets in, as Curator's and Redisson's does, and the readers go on after it. (A
+// starved writer fails at the generous bound; nothing here is timed.)
+func TestRWWriterNotStarvedByOverlappingReaders(t *testing.T) {
+	for _, writerOf := range []string{"another process", "a reading process"} {
+		t.Run(writerOf, func(t *testing.T) {
+			ga, _ := newGen(t)
+			gb, _ := newGen(t)
+			gw, _ := newGen(t)
+			if writerOf == "a reading process" {
+				gw = ga
+			}
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			stop := make(chan struct{})
+			var reads atomic.Int64
+			var wg sync.WaitGroup
+			for _, g := range []*dlock.Generator{ga, gb} {
+				l := rwOf(t, g, tg)
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							r, err := l.RLock(ctx)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							reads.Add(1)
+							time.Sleep(20 * time.Millisecond)
+							if err := r.Unlock(); err != nil {
+								t.Error(err)
+							}
+						}
+					}()
+				}
+			}
+			waitFor(t, func() bool { return reads.Load() >= 8 })
+			w, err := rwOf(t, gw, tg).Lock(ctxT(t, 15*time.Second))
+			if err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("the writer among overlapping readers: %v", err)
+			}
+			before := reads.Load()
+			if err := w.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return reads.Load() > before }) // the readers go on after it
+			close(stop)
+			wg.Wait()
+		})
+	}
+}
+
 // A writer waiting for its own process's readers holds off that process's new readers too, as
 // Curator's and Redisson's writer in line does: the read-hold is live, and lending it on would
 // starve the writer. A new reader's TryRLock is false, its RLock gets in after the writer.
