@@ -2124,6 +2124,42 @@ func permitsOut(t *testing.T, ctx context.Context, s *dlock.Semaphore) (k, out i
 	return st.Permits, out
 }
 
+// Fencing tokens increase across the semaphore's holdings, whichever process takes them and
+// however many permits each takes; one still held is below every one taken after it, and a
+// released Owner has none (Redisson's RedissonFencedLockTest.testTokenIncrease, for permits).
+func TestSemaphoreFencingTokensIncreaseAcrossProcesses(t *testing.T) {
+	ctx, sa, sb := semPair(t, 3)
+	var last uint64
+	kept, err := sa.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keptTok, _ := sa.FencingToken(kept)
+	last = keptTok
+	for i := range 6 {
+		s := []*dlock.Semaphore{sa, sb}[i%2]
+		o, err := s.Acquire(ctx, 1+i%2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, ok := s.FencingToken(o)
+		if !ok || tok <= last {
+			t.Fatalf("holding %d's token %d (%v) after %d", i, tok, ok, last)
+		}
+		last = tok
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if tok, ok := s.FencingToken(o); ok || tok != 0 {
+			t.Fatalf("a released Owner's token = %d %v", tok, ok)
+		}
+	}
+	if tok, ok := sa.FencingToken(kept); !ok || tok != keptTok {
+		t.Fatalf("the holding kept throughout has token %d (%v), took %d", tok, ok, keptTok)
+	}
+	_ = kept.Unlock()
+}
+
 // State counts the permits out, whoever holds them: permits taken n at a time and one at a
 // time, in one process and in two, are all counted, k stays what it is, and every release
 // gives its permits back. With k out a timed Acquire gives up, and gets in once one comes back.
