@@ -504,6 +504,67 @@ func TestMultiLockOfEveryKind(t *testing.T) {
 	_ = p.Unlock()
 }
 
+// A MultiLock over a read-write lock's write side, taken with an owner of only its read side,
+// is refused as the lock's own Lock refuses the upgrade: ErrUpgrade from Lock and TryLock, at
+// once rather than a wait for itself (the test's bound turns one into a failure), with the part
+// taken before it let go and the read kept. An owner of the write side taken through a
+// MultiLock downgrades as the lock's own does.
+func TestMultiLockOverAWriteSideRefusesAnUpgrade(t *testing.T) {
+	ga, _ := newGen(t)
+	gb, _ := newGen(t)
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	mu := mustGen(t, ga, "A", tg, 5*time.Second) // (its key sorts before the read-write lock's)
+	l := rwOf(t, ga, tg)
+	m, err := ga.MultiOf(l.WriteSide(), mu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded, cancel := context.WithTimeout(r, 15*time.Second)
+	defer cancel()
+	if o, err := m.Lock(bounded); !errors.Is(err, dlock.ErrUpgrade) || o != nil {
+		t.Fatalf("MultiLock.Lock with an owner of the read side = %v %v, want ErrUpgrade", o, err)
+	}
+	if o, ok, err := m.TryLock(r); !errors.Is(err, dlock.ErrUpgrade) || ok || o != nil {
+		t.Fatalf("MultiLock.TryLock with an owner of the read side = %v %v %v, want ErrUpgrade", o, ok, err)
+	}
+	if o, ok, err := mustGen(t, gb, "A", tg, 5*time.Second).TryLock(ctx); !ok || err != nil {
+		t.Fatalf("another process's TryLock of the mutex the refused MultiLock took first = %v %v %v", o, ok, err)
+	} else if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Err() != nil || l.HoldCount(r) != 1 {
+		t.Fatalf("the reader after the refused upgrade: %v, HoldCount %d", context.Cause(r), l.HoldCount(r))
+	}
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := l.RLock(w)
+	if err != nil {
+		t.Fatalf("downgrade through the MultiLock's Owner: %v", err)
+	}
+	if err := m.Unlock(w); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := rwOf(t, gb, tg).TryLock(ctx); ok || err != nil {
+		t.Fatalf("another process's writer beside the downgraded read = %v %v %v", o, ok, err)
+	}
+	if rd.Err() != nil {
+		t.Fatalf("the downgraded read ended with the MultiLock: %v", context.Cause(rd))
+	}
+	if err := rd.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A MultiLock taken with a context that holds one of its parts already re-enters that part
 // and takes the others: its Owner carries every part, whichever of them was re-entered, so
 // FencingTokens reports them all and Unlock lets go of the parts it took (a semaphore's
