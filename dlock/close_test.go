@@ -1706,3 +1706,155 @@ func TestGeneratorsMadeAndClosedInALoopLeaveNothing(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(held()) == 0 })
 }
+
+// After Close every call of every handle of the Generator says ErrClosed — with a context that
+// owned a holding Close ended, and with one that owns nothing, as Unlock's doc says and as
+// every call documents "ErrClosed after Close" — the questions answer "nothing held", the
+// Generator makes no handle, and nothing Close ended is left held or in line in Redis. (Bad
+// arguments are still refused as such, with ErrInvalidConfig.)
+func TestEveryCallAfterCloseSaysClosed(t *testing.T) {
+	g, _ := newGen(t)
+	ctx := ctxT(t, 10*time.Second)
+	tg := uniqueTarget(t)
+	l, _ := g.Gen("CLOSED", tg)
+	rw := rwOf(t, g, tg+"-rw")
+	sem := semOf(t, g, tg+"-sem", 3)
+	m, err := g.MultiOf(l, rw.WriteSide(), sem.Permits(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := g.Gen("CLOSED", tg+"-2")
+	rw2, sem2 := rwOf(t, g, tg+"-rw2"), semOf(t, g, tg+"-sem2", 3)
+	o, err := l2.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := rw2.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	so, err := sem2.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed := func(name string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	_, err = g.Gen("CLOSED", tg)
+	closed("Gen", err)
+	_, err = g.GenWithLease("CLOSED", tg, time.Second)
+	closed("GenWithLease", err)
+	_, err = g.GenRW("CLOSED", tg)
+	closed("GenRW", err)
+	_, err = g.GenSemaphore("CLOSED", tg, 2)
+	closed("GenSemaphore", err)
+	_, err = g.Multi(l)
+	closed("Multi", err)
+	_, err = g.MultiOf(rw.ReadSide())
+	closed("MultiOf", err)
+
+	for name, owned := range map[string]context.Context{"a context that owns nothing": ctx, "the Owner Close ended": o} {
+		_, err = l2.Lock(owned)
+		closed("Lock with "+name, err)
+		_, _, err = l2.TryLock(owned)
+		closed("TryLock with "+name, err)
+		closed("Unlock with "+name, l2.Unlock(owned))
+		closed("Extend with "+name, l2.Extend(owned, time.Second))
+	}
+	closed("Do", l.Do(ctx, func(context.Context) error { t.Error("Do ran fn after Close"); return nil }))
+	_, err = l.State(ctx)
+	closed("State", err)
+	_, err = l.ForceRelease(ctx, "x-1")
+	closed("ForceRelease", err)
+	if _, ok := l2.FencingToken(o); ok || l2.HoldCount(o) != 0 {
+		t.Error("a holding Close ended answers held")
+	}
+
+	for name, owned := range map[string]context.Context{"a context that owns nothing": ctx, "the Owner Close ended": ro} {
+		_, err = rw2.Lock(owned)
+		closed("RWLock.Lock with "+name, err)
+		_, err = rw2.RLock(owned)
+		closed("RWLock.RLock with "+name, err)
+		_, _, err = rw2.TryLock(owned)
+		closed("RWLock.TryLock with "+name, err)
+		_, _, err = rw2.TryRLock(owned)
+		closed("RWLock.TryRLock with "+name, err)
+		closed("RWLock.Unlock with "+name, rw2.Unlock(owned))
+	}
+	_, err = rw.State(ctx)
+	closed("RWLock.State", err)
+	_, err = rw.ForceRelease(ctx, "x-1")
+	closed("RWLock.ForceRelease", err)
+
+	for name, owned := range map[string]context.Context{"a context that owns nothing": ctx, "the Owner Close ended": so} {
+		_, err = sem2.Acquire(owned, 1)
+		closed("Semaphore.Acquire with "+name, err)
+		_, _, err = sem2.TryAcquire(owned, 1)
+		closed("Semaphore.TryAcquire with "+name, err)
+		closed("Semaphore.Release with "+name, sem2.Release(owned))
+	}
+	_, err = sem.State(ctx)
+	closed("Semaphore.State", err)
+	closed("Semaphore.SetPermits", sem.SetPermits(ctx, 2))
+	_, err = sem.ForceRelease(ctx, "x-1")
+	closed("Semaphore.ForceRelease", err)
+	_, rok := rw2.FencingToken(ro)
+	_, sok := sem2.FencingToken(so)
+	_, mok := m.FencingTokens(mo)
+	if rok || sok || mok || rw2.HoldCount(ro) != 0 || sem2.HoldCount(so) != 0 {
+		t.Error("a family holding Close ended answers held")
+	}
+
+	for name, p := range map[string]dlock.Part{"write side": rw.WriteSide(), "read side": rw.ReadSide(), "permits": sem.Permits(1), "mutex": l} {
+		_, err = p.Lock(ctx)
+		closed(name+" Part.Lock", err)
+		_, _, err = p.TryLock(ctx)
+		closed(name+" Part.TryLock", err)
+		closed(name+" Part.Unlock", p.Unlock(ctx))
+	}
+	_, err = m.Lock(ctx)
+	closed("MultiLock.Lock", err)
+	_, _, err = m.TryLock(ctx)
+	closed("MultiLock.TryLock", err)
+	_, err = m.Lock(mo)
+	closed("MultiLock.Lock with its Owner", err)
+	closed("MultiLock.Do", m.Do(ctx, func(context.Context) error { t.Error("Do ran fn after Close"); return nil }))
+	closed("MultiLock.Unlock", m.Unlock(mo))
+	closed("MultiLock.Unlock of a nil Owner", m.Unlock(nil))
+	closed("the MultiLock Owner's Unlock", mo.Unlock())
+
+	// bad arguments are bad arguments still
+	if err := l2.Extend(o, 0); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("Extend of a zero lease after Close: %v", err)
+	}
+	if _, err := sem.Acquire(ctx, 0); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("Acquire of no permits after Close: %v", err)
+	}
+
+	g2, _ := newGen(t)
+	for _, k := range []string{tg, tg + "-2"} {
+		if st := stateOf(t, mustGen(t, g2, "CLOSED", k, time.Second)); st.Held() || len(st.Waiting) != 0 {
+			t.Errorf("%s after Close: %+v", k, st)
+		}
+	}
+	for _, k := range []string{tg + "-rw", tg + "-rw2"} {
+		if st, err := rwOf(t, g2, k).State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+			t.Errorf("%s after Close: %+v, %v", k, st, err)
+		}
+	}
+	for _, k := range []string{tg + "-sem", tg + "-sem2"} {
+		if st, err := semOf(t, g2, k, 3).State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+			t.Errorf("%s after Close: %+v, %v", k, st, err)
+		}
+	}
+}

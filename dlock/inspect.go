@@ -104,6 +104,9 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 		if l == nil || l.g == nil || l.g.proc == nil {
 			return errZeroLock
 		}
+		if l.g.isClosed() {
+			return ErrClosed
+		}
 		return ErrNotHeld
 	}
 	if err := h.heldErr(); err != nil {
