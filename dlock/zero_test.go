@@ -172,6 +172,94 @@ func TestZeroValuesNeverPanic(t *testing.T) {
 	call("MultiOf(a type embedding a nil Part)", func() error { _, err := g.MultiOf(wrapped{}); return err })
 	call("MultiOf(a type embedding a Part)", func() error { _, err := g.MultiOf(wrapped{l}); return err })
 	call("MultiOf(nil)", func() error { _, err := g.MultiOf(nil); return err })
+
+	// the read-write lock, the semaphore and the MultiLock, and the Generator's calls that make
+	// them, as the mutex above
+	for name, g := range map[string]*dlock.Generator{"zero": &zg, "nil": ng} {
+		call(name+" Generator.GenRW", func() error { _, err := g.GenRW("T", "x"); return err })
+		call(name+" Generator.GenSemaphore", func() error { _, err := g.GenSemaphore("T", "x", 1); return err })
+		call(name+" Generator.Multi", func() error { _, err := g.Multi(l); return err })
+		call(name+" Generator.MultiOf", func() error { _, err := g.MultiOf(l); return err })
+	}
+	var nrw *dlock.RWLock
+	for name, rw := range map[string]*dlock.RWLock{"zero": {}, "nil": nrw} {
+		call(name+" RWLock.Lock", func() error { _, err := rw.Lock(ctx); return err })
+		call(name+" RWLock.RLock", func() error { _, err := rw.RLock(ctx); return err })
+		call(name+" RWLock.TryLock", func() error { _, _, err := rw.TryLock(ctx); return err })
+		call(name+" RWLock.TryRLock", func() error { _, _, err := rw.TryRLock(ctx); return err })
+		call(name+" RWLock.Unlock", func() error { return rw.Unlock(ctx) })
+		call(name+" RWLock.State", func() error { _, err := rw.State(ctx); return err })
+		call(name+" RWLock.ForceRelease", func() error { _, err := rw.ForceRelease(ctx, "x"); return err })
+		call(name+" RWLock questions", func() error {
+			if _, ok := rw.FencingToken(ctx); ok || rw.HoldCount(ctx) != 0 || !rw.Config().IsZero() {
+				return errors.New("an answer of a held lock")
+			}
+			return dlock.ErrInvalidConfig
+		})
+	}
+	var nsem *dlock.Semaphore
+	for name, s := range map[string]*dlock.Semaphore{"zero": {}, "nil": nsem} {
+		call(name+" Semaphore.Acquire", func() error { _, err := s.Acquire(ctx, 1); return err })
+		call(name+" Semaphore.TryAcquire", func() error { _, _, err := s.TryAcquire(ctx, 1); return err })
+		call(name+" Semaphore.Release", func() error { return s.Release(ctx) })
+		call(name+" Semaphore.State", func() error { _, err := s.State(ctx); return err })
+		call(name+" Semaphore.SetPermits", func() error { return s.SetPermits(ctx, 2) })
+		call(name+" Semaphore.ForceRelease", func() error { _, err := s.ForceRelease(ctx, "x"); return err })
+		call(name+" Semaphore questions", func() error {
+			if _, ok := s.FencingToken(ctx); ok || s.HoldCount(ctx) != 0 || !s.Config().IsZero() {
+				return errors.New("an answer of a held semaphore")
+			}
+			return dlock.ErrInvalidConfig
+		})
+	}
+	var nm *dlock.MultiLock
+	for name, m := range map[string]*dlock.MultiLock{"zero": {}, "nil": nm} {
+		call(name+" MultiLock.Lock", func() error { _, err := m.Lock(ctx); return err })
+		call(name+" MultiLock.TryLock", func() error { _, _, err := m.TryLock(ctx); return err })
+		call(name+" MultiLock.Unlock", func() error { return m.Unlock(&dlock.Owner{}) })
+		call(name+" MultiLock.Do", func() error { return m.Do(ctx, func(context.Context) error { return nil }) })
+		call(name+" MultiLock questions", func() error {
+			if _, ok := m.FencingTokens(ctx); ok || len(m.Parts()) != 0 {
+				return errors.New("an answer of a held MultiLock")
+			}
+			return dlock.ErrInvalidConfig
+		})
+	}
+
+	// nil contexts, on every kind
+	rw, _ := g.GenRW("ZERO", target(t)+"-rw")
+	sem, _ := g.GenSemaphore("ZERO", target(t)+"-sem", 2)
+	m, _ := g.MultiOf(l, rw.ReadSide(), sem.Permits(1))
+	var nilCtx context.Context
+	call("Extend(nil)", func() error { return l.Extend(nilCtx, time.Second) })
+	call("Do(nil)", func() error { return l.Do(nilCtx, func(context.Context) error { return nil }) })
+	call("RWLock.Lock(nil)", func() error { _, err := rw.Lock(nilCtx); return err })
+	call("RWLock.RLock(nil)", func() error { _, err := rw.RLock(nilCtx); return err })
+	call("RWLock.TryLock(nil)", func() error { _, _, err := rw.TryLock(nilCtx); return err })
+	call("RWLock.TryRLock(nil)", func() error { _, _, err := rw.TryRLock(nilCtx); return err })
+	call("RWLock.Unlock(nil)", func() error { return rw.Unlock(nilCtx) })
+	call("RWLock.State(nil)", func() error { _, err := rw.State(nilCtx); return err })
+	call("RWLock.ForceRelease(nil)", func() error { _, err := rw.ForceRelease(nilCtx, "x"); return err })
+	call("Semaphore.Acquire(nil)", func() error { _, err := sem.Acquire(nilCtx, 1); return err })
+	call("Semaphore.TryAcquire(nil)", func() error { _, _, err := sem.TryAcquire(nilCtx, 1); return err })
+	call("Semaphore.Release(nil)", func() error { return sem.Release(nilCtx) })
+	call("Semaphore.State(nil)", func() error { _, err := sem.State(nilCtx); return err })
+	call("Semaphore.SetPermits(nil)", func() error { return sem.SetPermits(nilCtx, 3) })
+	call("Semaphore.ForceRelease(nil)", func() error { _, err := sem.ForceRelease(nilCtx, "x"); return err })
+	call("MultiLock.Lock(nil)", func() error { _, err := m.Lock(nilCtx); return err })
+	call("MultiLock.TryLock(nil)", func() error { _, _, err := m.TryLock(nilCtx); return err })
+	call("MultiLock.Do(nil)", func() error { return m.Do(nilCtx, func(context.Context) error { return nil }) })
+	call("MultiLock.Do(nil fn)", func() error { return m.Do(ctx, nil) })
+	call("nil context's questions", func() error {
+		_, lok := l.FencingToken(nilCtx)
+		_, rok := rw.FencingToken(nilCtx)
+		_, sok := sem.FencingToken(nilCtx)
+		_, mok := m.FencingTokens(nilCtx)
+		if lok || rok || sok || mok || l.HoldCount(nilCtx)+rw.HoldCount(nilCtx)+sem.HoldCount(nilCtx) != 0 {
+			return errors.New("a nil context owns")
+		}
+		return dlock.ErrInvalidConfig
+	})
 }
 
 // A zero Owner (not one Lock returned) is a context that never ends and owns nothing: as a
