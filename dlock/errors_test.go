@@ -791,3 +791,75 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 		})
 	}
 }
+
+// Every call given a context that has already ended returns its error (context.Canceled; and
+// ErrNotObtained from every acquisition, Try* included), runs no fn, and leaves nothing behind:
+// no holding, no place in line, the lock free for another process.
+func TestEveryCallWithAnEndedContext(t *testing.T) {
+	g, _ := newGen(t)
+	tg := uniqueTarget(t)
+	l, _ := g.Gen("ENDED", tg)
+	rw := rwOf(t, g, tg+"-rw")
+	sem := semOf(t, g, tg+"-sem", 2)
+	m, err := g.MultiOf(l, rw.WriteSide(), sem.Permits(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	fn := func(context.Context) error { t.Error("Do ran fn with an ended context"); return nil }
+	acquisitions := map[string]func() error{
+		"Lock":                 func() error { _, err := l.Lock(ended); return err },
+		"TryLock":              func() error { _, _, err := l.TryLock(ended); return err },
+		"Do":                   func() error { return l.Do(ended, fn) },
+		"RWLock.Lock":          func() error { _, err := rw.Lock(ended); return err },
+		"RWLock.TryLock":       func() error { _, _, err := rw.TryLock(ended); return err },
+		"RWLock.RLock":         func() error { _, err := rw.RLock(ended); return err },
+		"RWLock.TryRLock":      func() error { _, _, err := rw.TryRLock(ended); return err },
+		"Semaphore.Acquire":    func() error { _, err := sem.Acquire(ended, 1); return err },
+		"Semaphore.TryAcquire": func() error { _, _, err := sem.TryAcquire(ended, 1); return err },
+		"MultiLock.Lock":       func() error { _, err := m.Lock(ended); return err },
+		"MultiLock.TryLock":    func() error { _, _, err := m.TryLock(ended); return err },
+		"MultiLock.Do":         func() error { return m.Do(ended, fn) },
+	}
+	others := map[string]func() error{
+		"State":                  func() error { _, err := l.State(ended); return err },
+		"ForceRelease":           func() error { _, err := l.ForceRelease(ended, "x-1"); return err },
+		"RWLock.State":           func() error { _, err := rw.State(ended); return err },
+		"RWLock.ForceRelease":    func() error { _, err := rw.ForceRelease(ended, "x-1"); return err },
+		"Semaphore.State":        func() error { _, err := sem.State(ended); return err },
+		"Semaphore.ForceRelease": func() error { _, err := sem.ForceRelease(ended, "x-1"); return err },
+		"Semaphore.SetPermits":   func() error { return sem.SetPermits(ended, 3) },
+	}
+	for name, call := range acquisitions {
+		if err := call(); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with an ended context: %v, want ErrNotObtained and context.Canceled", name, err)
+		}
+	}
+	for name, call := range others {
+		if err := call(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with an ended context: %v, want context.Canceled", name, err)
+		}
+	}
+
+	ctx := ctxT(t, 10*time.Second)
+	gb, _ := newGen(t)
+	if st := stateOf(t, mustGen(t, gb, "ENDED", tg, time.Second)); st.Held() || len(st.Waiting) != 0 {
+		t.Errorf("the mutex after calls with an ended context: %+v", st)
+	}
+	if st, err := rwOf(t, gb, tg+"-rw").State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+		t.Errorf("the read-write lock after calls with an ended context: %+v, %v", st, err)
+	}
+	if st, err := semOf(t, gb, tg+"-sem", 2).State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+		t.Errorf("the semaphore after calls with an ended context: %+v, %v", st, err)
+	}
+	mb, err := gb.MultiOf(mustGen(t, gb, "ENDED", tg, time.Second), rwOf(t, gb, tg+"-rw").WriteSide(), semOf(t, gb, tg+"-sem", 2).Permits(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok, err := mb.TryLock(ctx); !ok || err != nil {
+		t.Errorf("another process's TryLock of every part: %v, %v", ok, err)
+	} else if err := o.Unlock(); err != nil {
+		t.Error(err)
+	}
+}
