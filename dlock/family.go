@@ -76,7 +76,8 @@ func (g *Generator) GenRW(lockType, lockTarget string) (*RWLock, error) {
 const maxPermits = processor.MaxPermits
 
 // GenSemaphore returns the semaphore of lockType and lockTarget with permits permits (from 1
-// to 2^53 − 1, the counts Redis's scripts keep exactly) and the type's lease.
+// to 2^53 − 1, the counts Redis's scripts keep exactly: any other is ErrInvalidConfig) and the
+// type's lease, and fails as Gen does.
 func (g *Generator) GenSemaphore(lockType, lockTarget string, permits int) (*Semaphore, error) {
 	cfg, err := g.config(lockType, lockTarget)
 	if err != nil {
@@ -133,7 +134,8 @@ func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 
 // TryLock takes the write side if it can at once (one Redis round trip at most, two when this
 // process's write-hold has handed out all its fencing tokens and goes back first): false with
-// a nil error when another holds either side or a process waits in line before it.
+// a nil error when another holds either side or a process waits in line before it. Its errors
+// are DistributedReentrantLock.TryLock's, and ErrUpgrade for an owner of only the read side.
 func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	return l.WriteSide().TryLock(ctx)
 }
@@ -146,7 +148,8 @@ func (l *RWLock) RLock(ctx context.Context) (*Owner, error) {
 	return l.ReadSide().Lock(ctx)
 }
 
-// TryRLock takes the read side if it can at once.
+// TryRLock takes the read side if it can at once, as TryLock takes the write side, with its
+// errors.
 func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 	return l.ReadSide().TryLock(ctx)
 }
@@ -222,10 +225,12 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Owner, error) {
 	return s.Permits(n).Lock(ctx)
 }
 
-// TryAcquire takes n permits if they are free at once and no process waits before it.
-// Permits that another process's holding keeps beyond what its goroutines use now are not
-// free: a holding gives them back only once a process waits in line, which TryAcquire does
-// not, so it may find them taken for as long as that holding lasts, where Acquire gets them.
+// TryAcquire takes n permits if they are free at once and no process waits before it: false
+// with a nil error otherwise. It refuses n as Acquire does, and fails as
+// DistributedReentrantLock.TryLock does. Permits that another process's holding keeps beyond
+// what its goroutines use now are not free: a holding gives them back only once a process waits
+// in line, which TryAcquire does not, so it may find them taken for as long as that holding
+// lasts, where Acquire gets them.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Owner, bool, error) {
 	return s.Permits(n).TryLock(ctx)
 }

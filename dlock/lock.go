@@ -5,6 +5,16 @@
 // grants the key to the first of them and tells it, and a retry poller covers holders that do
 // not publish (Java DLock). Ownership travels in the context an acquire returns; that context
 // ends if the lock is lost.
+//
+// Bad input, for every handle: a Generator, lock, read-write lock, semaphore or MultiLock not
+// made by a Generator (nil or zero), or a nil context, is refused with ErrInvalidConfig (but
+// Generator.Close takes a nil context as context.Background()), and the ownership questions
+// (HoldCount, FencingToken) answer that nothing is held. An acquisition (Try* included), State,
+// ForceRelease or SetPermits given a context that has already ended returns its error (with
+// ErrNotObtained from an acquisition) and leaves nothing held or in line; Unlock and Extend work
+// with a cancelled context derived from an Owner. Once the Generator is closed, every call of its handles
+// returns ErrClosed, whatever context it is given (arguments bad in themselves, such as a lease
+// out of range, may be refused with ErrInvalidConfig first). Nothing panics on bad input.
 package dlock
 
 import (
@@ -248,6 +258,7 @@ func (l *DistributedReentrantLock) named(err error) error {
 // reply was lost is given back in the background); re-entry on a lost holding returns an
 // error matching ErrLockLost. When ctx ends before the attempt's answer (or had ended before
 // the call), the error matches both ErrNotObtained and the context's error, as Lock's does.
+// After Close it returns ErrClosed.
 func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	owned, held, err := l.acquire(ctx, false)
 	switch {
@@ -428,7 +439,8 @@ func (l *DistributedReentrantLock) unlock(ctx, bound context.Context) error {
 // Do runs fn while holding the lock and always releases it, even if fn panics. fn receives a
 // context of the owner's — it owns the lock (FencingToken, re-entry) — that ends if the lock is
 // lost (its cause matches ErrLockLost) or when ctx ends (at its deadline, DeadlineExceeded;
-// cancelled, ctx's cause): ctx bounds fn as it bounds the wait. Do returns Lock's error, or fn's error joined with Unlock's.
+// cancelled, ctx's cause): ctx bounds fn as it bounds the wait. Do returns Lock's error, or
+// fn's error joined with Unlock's; a nil fn is ErrInvalidConfig.
 func (l *DistributedReentrantLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidConfig)

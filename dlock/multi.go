@@ -181,7 +181,8 @@ func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 
 // TryLock tries every part once, in the global order: it returns the Owner and true if it got
 // them all, and false with a nil error if a part was held, or a part it took was lost before
-// it had the rest (the parts it took are released). A Redis failure is returned as a part's TryLock returns it.
+// it had the rest (the parts it took are released). A Redis failure, an ended ctx and Close are
+// returned as a part's TryLock returns them.
 func (m *MultiLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	o, err := m.acquire(ctx, false, func(l Part, ctx context.Context) (*Owner, bool, error) {
 		return l.TryLock(ctx)
@@ -632,7 +633,7 @@ func (m *MultiLock) FencingTokens(owned context.Context) (tokens map[string]uint
 
 // Do runs fn while holding every part and always releases them, even if fn panics. fn
 // receives a context of the Owner's that also ends when ctx ends, as the mutex's Do gives. It
-// returns Lock's error, or fn's error joined with Unlock's.
+// returns Lock's error, or fn's error joined with Unlock's; a nil fn is ErrInvalidConfig.
 func (m *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
