@@ -26,7 +26,8 @@ import (
 // what DLock then fails on or silently drops: the input is UTF-8 (Properties reads ISO-8859-1:
 // \uXXXX means the same in both), a type given twice is an error (not the last one kept),
 // white space after a lease is ignored, and every type and lease is validated. An error names
-// the line its entry starts on and why; a line longer than 1 MiB is refused.
+// the line its entry starts on and why; a line longer than 1 MiB is refused. Every error wraps
+// ErrInvalidConfig (and the reader's own, when reading failed); a nil reader is one.
 func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
 	if r == nil {
 		return nil, fmt.Errorf("%w: nil reader", ErrInvalidConfig)
@@ -218,7 +219,8 @@ func atLine(line int, err error) error {
 	return fmt.Errorf("%w: line %d: %s", ErrInvalidConfig, line, msg)
 }
 
-// LoadLeases reads a config-dlock.properties file with ParseLeases.
+// LoadLeases reads a config-dlock.properties file with ParseLeases. A file that cannot be
+// opened is an error wrapping ErrInvalidConfig and the file's error (fs.ErrNotExist, say).
 func LoadLeases(path string) (map[string]time.Duration, error) {
 	f, err := os.Open(path)
 	if err != nil {

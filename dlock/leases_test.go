@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -89,7 +90,7 @@ func TestLoadLeases(t *testing.T) {
 	if err != nil || m["ORDER"] != time.Second {
 		t.Fatalf("%v %v", m, err)
 	}
-	if _, err := dlock.LoadLeases(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, dlock.ErrInvalidConfig) {
+	if _, err := dlock.LoadLeases(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, dlock.ErrInvalidConfig) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
