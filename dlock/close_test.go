@@ -1858,3 +1858,140 @@ func TestEveryCallAfterCloseSaysClosed(t *testing.T) {
 		}
 	}
 }
+
+// Every kind of call, from a dozen goroutines, while Close runs: none panics, each returns
+// nil or a documented error (ErrClosed only once Close began), Close succeeds, and nothing is
+// left held or in line in Redis. (A goroutine left running fails TestMain's goleak check.)
+func TestEveryCallBesideClose(t *testing.T) {
+	for round := range 6 {
+		lease := 5 * time.Second // (a stall of the process must not outlast a release's bound)
+		g, c := newGen(t, dlock.WithDefaultLease(lease))
+		tg := fmt.Sprintf("%s-%d", uniqueTarget(t), round)
+		l := mustGen(t, g, "BESIDE", tg, lease)
+		rw := rwOf(t, g, tg+"-rw")
+		sem := semOf(t, g, tg+"-sem", 2)
+		m, err := g.MultiOf(l, rw.ReadSide(), sem.Permits(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var closing atomic.Bool
+		var mu sync.Mutex
+		bad := map[string]int{}
+		note := func(what string, err error) {
+			var pe *dlock.RedisProcessError
+			switch {
+			case err == nil, errors.Is(err, dlock.ErrClosed) && closing.Load(),
+				errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrNotObtained),
+				errors.Is(err, dlock.ErrLockLost), errors.As(err, &pe):
+				return // (lost: the ForceRelease below; Redis: a request cut short by Close)
+			}
+			mu.Lock()
+			bad[what+": "+err.Error()]++
+			mu.Unlock()
+		}
+		calls := []func(ctx context.Context){
+			func(ctx context.Context) {
+				o, err := l.Lock(ctx)
+				if note("Lock", err); err != nil {
+					return
+				}
+				if _, err := l.Lock(o); err == nil {
+					note("Unlock of a re-entry", l.Unlock(o))
+				} else {
+					note("re-entry", err)
+				}
+				note("Extend", l.Extend(o, lease))
+				_, err = l.State(ctx)
+				note("State", err)
+				note("Unlock", o.Unlock())
+			},
+			func(ctx context.Context) {
+				st, err := l.State(ctx)
+				if note("State", err); err == nil && st.Holder != "" {
+					_, err = l.ForceRelease(ctx, st.Holder)
+					note("ForceRelease", err)
+				}
+			},
+			func(ctx context.Context) {
+				o, ok, err := rw.TryRLock(ctx)
+				if note("TryRLock", err); ok {
+					note("RUnlock", o.Unlock())
+				}
+			},
+			func(ctx context.Context) {
+				o, err := rw.Lock(ctx)
+				if note("RWLock.Lock", err); err != nil {
+					return
+				}
+				if r, err := rw.RLock(o); err == nil {
+					note("Unlock of a downgrade", r.Unlock())
+				} else {
+					note("downgrade", err)
+				}
+				note("RWLock.Unlock", o.Unlock())
+			},
+			func(ctx context.Context) {
+				o, err := sem.Acquire(ctx, 1)
+				if note("Acquire", err); err == nil {
+					_, err = sem.State(ctx)
+					note("Semaphore.State", err)
+					note("Release", sem.Release(o))
+				}
+			},
+			func(ctx context.Context) { note("SetPermits", sem.SetPermits(ctx, 2)) },
+			func(ctx context.Context) {
+				o, err := m.Lock(ctx)
+				if note("MultiLock.Lock", err); err == nil {
+					note("MultiLock.Unlock", m.Unlock(o))
+				}
+			},
+			func(ctx context.Context) { note("MultiLock.Do", m.Do(ctx, func(context.Context) error { return nil })) },
+			func(context.Context) {
+				_, err := g.GenRW("BESIDE", tg)
+				note("GenRW", err)
+				_, err = g.MultiOf(l)
+				note("MultiOf", err)
+			},
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				for n := i; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					calls[n%len(calls)](ctx)
+					cancel()
+				}
+			})
+		}
+		time.Sleep(time.Duration(20+40*round) * time.Millisecond) // (Close at another moment each round)
+		closing.Store(true)
+		if err := g.Close(ctxT(t, 30*time.Second)); err != nil {
+			t.Errorf("round %d: Close: %v", round, err)
+		}
+		close(stop)
+		wg.Wait()
+		for what, n := range bad {
+			t.Errorf("round %d: %d× %s", round, n, what)
+		}
+		if v, err := c.Get(context.Background(), l.Config().UniqueKey()).Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("round %d: the mutex's key after Close: %q, %v", round, v, err)
+		}
+		ctx := ctxT(t, 10*time.Second)
+		gb, _ := newGen(t)
+		if st, err := rwOf(t, gb, tg+"-rw").State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+			t.Errorf("round %d: the read-write lock after Close: %+v, %v", round, st, err)
+		}
+		if st, err := semOf(t, gb, tg+"-sem", 2).State(ctx); err != nil || len(st.Holds) != 0 || len(st.Waiting) != 0 {
+			t.Errorf("round %d: the semaphore after Close: %+v, %v", round, st, err)
+		}
+		if st := stateOf(t, mustGen(t, gb, "BESIDE", tg, lease)); len(st.Waiting) != 0 {
+			t.Errorf("round %d: the mutex's line after Close: %v", round, st.Waiting)
+		}
+	}
+}
