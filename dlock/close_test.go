@@ -1995,3 +1995,49 @@ func TestEveryCallBesideClose(t *testing.T) {
 		}
 	}
 }
+
+// A Close whose context has already ended returns at once, but not before every holding's
+// Owner has ended with ErrClosed, of every kind, as a Close with time to spare does: an Owner
+// that Close returned past still said "held" (the read-write lock's and the semaphore's, whose
+// drivers ended them a moment later), and its Unlock sent a release.
+func TestCloseWithAnEndedContextEndsEveryOwner(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ctx := ctxT(t, 10*time.Second)
+	tg := uniqueTarget(t)
+	owners := map[string]*dlock.Owner{}
+	ended, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for _, what := range []string{"mutex", "read side", "write side", "permits"} {
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second)) // (one each: Close lets go of one kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o *dlock.Owner
+		switch what {
+		case "mutex":
+			o, err = mustGen(t, g, "ENDEDCLOSE", tg, 5*time.Second).Lock(ctx)
+		case "read side":
+			o, err = rwOf(t, g, tg+"-r").RLock(ctx)
+		case "write side":
+			o, err = rwOf(t, g, tg+"-w").Lock(ctx)
+		case "permits":
+			o, err = semOf(t, g, tg+"-sem", 2).Acquire(ctx, 1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(ended); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close with an ended context: %v", err)
+		}
+		owners[what] = o
+		if cause := context.Cause(o); o.Err() == nil || !errors.Is(cause, dlock.ErrClosed) {
+			t.Errorf("the %s's Owner as Close returned: Err %v, cause %v; want ended with ErrClosed", what, o.Err(), cause)
+		}
+	}
+	for what, o := range owners {
+		if err := o.Unlock(); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("the %s's Unlock after Close: %v, want ErrClosed", what, err)
+		}
+	}
+}

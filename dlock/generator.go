@@ -320,6 +320,9 @@ func (g *Generator) close(ctx context.Context, states []*lockState, shares []*sh
 	g.stop() // waiters return ErrClosed; pollers end
 
 	errs := closeStates(ctx, states)
+	for _, st := range shares {
+		st.closeHolds()
+	}
 	for _, st := range shares { // their drivers give back what they hold, then end
 		select {
 		case <-st.exited:

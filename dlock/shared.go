@@ -790,6 +790,21 @@ func (st *sharedState) drop() action {
 	return action{exit: true}
 }
 
+// closeHolds ends, on Close's goroutine, every holding whose lease has not run out: its owners'
+// contexts end with ErrClosed before Close returns, also when Close's ctx leaves it no time to
+// wait for the driver, which tells them and gives the holdings back (planClose). One whose
+// lease ran out was lost, not closed: the driver tells its owners so.
+func (st *sharedState) closeHolds() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := time.Now()
+	for _, h := range st.holds {
+		if h.ctx.Err() == nil && !h.ranOut(now) {
+			h.stop(ErrClosed)
+		}
+	}
+}
+
 // planClose is the driver's step once the Generator closes: waiters end with ErrClosed, every
 // holding ends (its owners' contexts with ErrClosed) and goes back, and the attempt is given
 // back, with the Generator's clean-up context.
