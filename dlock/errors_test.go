@@ -721,6 +721,9 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 	type kind struct {
 		hold func(g *dlock.Generator) (*dlock.Owner, error)      // takes the whole key in process A
 		wait func(g *dlock.Generator, ctx context.Context) error // waits for it in process B
+		// first subscribes B to the lock's channel, and returns nil if it ended as it should
+		// (nil: a wait, given up)
+		first func(g *dlock.Generator) error
 	}
 	kinds := map[string]kind{
 		"mutex": {
@@ -733,6 +736,7 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 				_, err := l.Lock(ctx)
 				return err
 			},
+			nil,
 		},
 		"read": {
 			func(g *dlock.Generator) (*dlock.Owner, error) {
@@ -744,6 +748,7 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 				_, err := l.RLock(ctx)
 				return err
 			},
+			nil,
 		},
 		"write": {
 			func(g *dlock.Generator) (*dlock.Owner, error) {
@@ -755,6 +760,7 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 				_, err := l.Lock(ctx)
 				return err
 			},
+			nil,
 		},
 		"semaphore": {
 			func(g *dlock.Generator) (*dlock.Owner, error) {
@@ -765,6 +771,28 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 				s, _ := g.GenSemaphore("DOWN", "sem", 2)
 				_, err := s.Acquire(ctx, 1)
 				return err
+			},
+			nil,
+		},
+		// A read-write lock and a semaphore of one name share their channel in a process: the
+		// one that counts here waits on the subscription the other made (refused, its state
+		// gone, its channel kept).
+		"read after a semaphore of its name": {
+			func(g *dlock.Generator) (*dlock.Owner, error) {
+				l, _ := g.GenRW("DOWN", "both")
+				return l.Lock(context.Background())
+			},
+			func(g *dlock.Generator, ctx context.Context) error {
+				l, _ := g.GenRW("DOWN", "both")
+				_, err := l.RLock(ctx)
+				return err
+			},
+			func(g *dlock.Generator) error {
+				s, _ := g.GenSemaphore("DOWN", "both", 2)
+				if _, err := s.Acquire(context.Background(), 1); !errors.Is(err, dlock.ErrInvalidConfig) {
+					return fmt.Errorf("a semaphore's Acquire of a read-write lock = %v; want ErrInvalidConfig", err)
+				}
+				return nil
 			},
 		},
 	}
@@ -794,10 +822,20 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 				t.Fatal(err)
 			}
 			defer runtime.KeepAlive(held) // (an Owner dropped is let go)
-			// A first wait subscribes B to the key's releases (kept after it: the linger), so that
-			// the confirmation, which has the waiter ask again, is over before the one that counts.
-			if err := k.wait(gb, ctxT(t, time.Second)); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("first wait: %v", err)
+			// A first wait (or k.first) subscribes B to the key's releases (kept after it: the
+			// linger), so that the confirmation, which has the waiter ask again, is over before
+			// the one that counts.
+			first := k.first
+			if first == nil {
+				first = func(g *dlock.Generator) error {
+					if err := k.wait(g, ctxT(t, time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+						return fmt.Errorf("first wait: %w", err)
+					}
+					return nil
+				}
+			}
+			if err := first(gb); err != nil {
+				t.Fatal(err)
 			}
 			// Its state is dropped (the attempt given back, in Redis too) before the wait that
 			// counts begins: a wait that found the first one's attempt still open would stand

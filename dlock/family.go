@@ -188,7 +188,7 @@ func (p sharedPart) holdCount(ctx context.Context) int {
 	if p.g == nil || ctx == nil {
 		return 0
 	}
-	so := ownerIn(ctx, p.g, sharedKey(p.cfg, p.spec), 2)
+	so := ownerIn(ctx, p.g, sharedKey(p.cfg.UniqueKey(), p.spec.Kind), 2)
 	if so == nil {
 		return 0
 	}
@@ -357,7 +357,7 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 		return g.redis.SharedForce(ctx, cfg, spec, holder)
 	})
 	removed := err == nil && res.Outcome == processor.Released
-	if st := g.lookupShared(sharedKey(cfg, spec)); st != nil {
+	if st := g.lookupShared(sharedKey(cfg.UniqueKey(), spec.Kind)); st != nil {
 		// A holding of this Generator under holder (or whose downgrade's take, its answer on
 		// its way or lost, is holder's) ends at once if it was removed; if the
 		// outcome is unknown (a reply lost), or the holding was gone already — perhaps removed
@@ -452,7 +452,7 @@ func (p sharedPart) lostIn(ctx context.Context) error {
 	if p.write {
 		side = 1
 	}
-	if so := ownerIn(ctx, p.g, sharedKey(p.cfg, p.spec), side); so != nil {
+	if so := ownerIn(ctx, p.g, sharedKey(p.cfg.UniqueKey(), p.spec.Kind), side); so != nil {
 		return named(so.lostCause(), p.cfg.UniqueKey())
 	}
 	return nil
@@ -490,7 +490,7 @@ func (p sharedPart) Unlock(owned context.Context) error {
 	if p.g == nil {
 		return errZeroShared
 	}
-	return named(p.g.unlockShared(owned, sharedKey(p.cfg, p.spec)), p.cfg.UniqueKey())
+	return named(p.g.unlockShared(owned, sharedKey(p.cfg.UniqueKey(), p.spec.Kind)), p.cfg.UniqueKey())
 }
 
 // FencingToken returns the token of owned's holding.
@@ -498,7 +498,7 @@ func (p sharedPart) FencingToken(owned context.Context) (uint64, bool) {
 	if p.g == nil {
 		return 0, false
 	}
-	return tokenOf(owned, p.g, sharedKey(p.cfg, p.spec))
+	return tokenOf(owned, p.g, sharedKey(p.cfg.UniqueKey(), p.spec.Kind))
 }
 
 // SharedState is what Redis holds for a read-write lock or a semaphore.
@@ -700,7 +700,7 @@ func (so *shareOwner) closedMeanwhile() bool {
 }
 
 func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, spec processor.Shared, n int64, write, try bool) (*Owner, bool, error) {
-	key := sharedKey(cfg, spec)
+	key := sharedKey(cfg.UniqueKey(), spec.Kind)
 	side := 0
 	if write {
 		side = 1

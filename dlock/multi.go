@@ -511,7 +511,7 @@ type partValues struct {
 func newPartValues(under, part context.Context, l Part) partValues {
 	p := partValues{Context: under, part: part, g: l.generator()}
 	if sp, ok := l.(sharedPart); ok {
-		p.shared = sharedKey(sp.cfg, sp.spec)
+		p.shared = sharedKey(sp.cfg.UniqueKey(), sp.spec.Kind)
 	} else {
 		p.key = l.Config().UniqueKey()
 	}

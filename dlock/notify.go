@@ -87,7 +87,7 @@ type op struct {
 // lock's waiters.
 type subscription struct {
 	channel string
-	key     string // the lock key whose state its messages go to
+	key     string // the lock key whose state its messages go to (sharedPrefix and the unique key: a shared lock's states, of either kind)
 	conn    *psConn
 	users   int         // states that watch it; guarded by the notifier's mu
 	idle    *time.Timer // while nobody watches: unsubscribes after linger; guarded by mu
@@ -330,9 +330,10 @@ func (n *notifier) failed(c *psConn, err error) {
 	}
 	n.mu.Unlock()
 	for _, ch := range channels {
-		if sh := n.lookupShared(ch); sh != nil {
+		for _, sh := range n.lookupShared(ch) {
 			sh.subscriptionFailed(&RedisProcessError{Op: "subscribe", Key: sh.cfg.UniqueKey(), Err: err})
-		} else if st := n.lookup(ch); st != nil {
+		}
+		if st := n.lookup(ch); st != nil {
 			st.subscriptionFailed(&RedisProcessError{Op: "subscribe", Key: st.cfg.UniqueKey(), Err: err})
 		}
 	}
@@ -571,7 +572,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			if st := n.lookup(m.Channel); st != nil {
 				st.subscribed()
 			}
-			if sh := n.lookupShared(m.Channel); sh != nil {
+			for _, sh := range n.lookupShared(m.Channel) {
 				sh.subscribed()
 			}
 			n.mu.Lock()
@@ -591,8 +592,10 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			c.probe = "" // the connection hears what is published
 		}
 		n.mu.Unlock()
-		if sh := n.lookupShared(m.Channel); sh != nil {
-			sh.hear(m.Payload)
+		if shs := n.lookupShared(m.Channel); len(shs) > 0 {
+			for _, sh := range shs {
+				sh.hear(m.Payload)
+			}
 			return
 		}
 		msg, ok := processor.ParseMessage(m.Payload)
@@ -631,15 +634,27 @@ func (n *notifier) lookup(channel string) *lockState {
 	return n.g.lookup(sub.key)
 }
 
-// lookupShared returns the live shared lock state whose channel is channel, if any.
-func (n *notifier) lookupShared(channel string) *sharedState {
+// lookupShared returns the live shared lock states whose channel is channel. A read-write
+// lock's and a semaphore's of one name share it (processor.SharedChannel names no kind), and
+// what it carries is for both: Redis keeps one lock of that name, of either kind.
+func (n *notifier) lookupShared(channel string) []*sharedState {
 	n.mu.Lock()
 	sub := n.byChannel[channel]
 	n.mu.Unlock()
-	if sub == nil || !strings.HasPrefix(sub.key, sharedPrefix) {
+	if sub == nil {
 		return nil
 	}
-	return n.g.lookupShared(strings.TrimPrefix(sub.key, sharedPrefix))
+	key, ok := strings.CutPrefix(sub.key, sharedPrefix)
+	if !ok {
+		return nil
+	}
+	var sts []*sharedState
+	for _, kind := range []processor.Kind{processor.KindRW, processor.KindSem} {
+		if st := n.g.lookupShared(sharedKey(key, kind)); st != nil {
+			sts = append(sts, st)
+		}
+	}
+	return sts
 }
 
 // left takes note of an unsubscription of channel confirmed on c: it forgets the channel

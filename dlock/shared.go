@@ -227,14 +227,14 @@ func (a *shareAttempt) serves(w *shareWaiter) bool {
 	return w != nil && w.n == a.n && w.try == a.try && (!a.try || w == a.w)
 }
 
-// sharedKey returns g.shares's key of cfg and spec.
-func sharedKey(cfg domain.DLockConfig, spec processor.Shared) string {
-	return string(spec.Kind) + "|" + cfg.UniqueKey()
+// sharedKey returns g.shares's key of the shared lock of unique key key and kind kind.
+func sharedKey(key string, kind processor.Kind) string {
+	return string(kind) + "|" + key
 }
 
 // shared returns the live state of cfg's shared lock, starting its driver.
 func (g *Generator) shared(cfg domain.DLockConfig, spec processor.Shared) (*sharedState, error) {
-	key := sharedKey(cfg, spec)
+	key := sharedKey(cfg.UniqueKey(), spec.Kind)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -251,7 +251,7 @@ func (g *Generator) shared(cfg domain.DLockConfig, spec processor.Shared) (*shar
 	if st.phase == sharedIdle {
 		st.phase = sharedRunning
 		if g.notes != nil {
-			g.notes.watch(st.channel, sharedPrefix+key)
+			g.notes.watch(st.channel, sharedPrefix+cfg.UniqueKey()) // (of either kind: lookupShared)
 		}
 		if !g.group.Go(st.drive) {
 			st.phase = sharedDropped
