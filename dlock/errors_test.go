@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 )
 
@@ -718,14 +719,64 @@ func TestWaiterGivingUpAfterItsProcessWasGrantedTheKeyNamesNoEarlierFailure(t *t
 // when the server went away, and only its subscription's reconnection failed. (Its error
 // said only "context deadline exceeded": nothing told that Redis was unreachable.)
 func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T) {
-	type kind struct {
-		hold func(g *dlock.Generator) (*dlock.Owner, error)      // takes the whole key in process A
-		wait func(g *dlock.Generator, ctx context.Context) error // waits for it in process B
-		// first subscribes B to the lock's channel, and returns nil if it ended as it should
-		// (nil: a wait, given up)
-		first func(g *dlock.Generator) error
+	for name, k := range subscriberKinds() {
+		t.Run(name, func(t *testing.T) {
+			s := ownServer(t)
+			gaveUp := standInLine(t, s, k)
+			s.Kill()
+			defer func() { // (A's holding is gone with the server: its Close then finds nothing to release)
+				if err := s.Restart(); err != nil {
+					t.Error(err)
+				}
+			}()
+			err := recv(t, gaveUp, "B's wait")
+			var pe *dlock.RedisProcessError
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) ||
+				!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, io.EOF) {
+				t.Fatalf("wait that gave up while Redis was down = %v; want ErrNotObtained naming the failure (the dropped or refused connection)", err)
+			}
+			if errors.Is(err, dlock.ErrInvalidConfig) {
+				t.Fatalf("wait that gave up while Redis was down = %v; names ErrInvalidConfig", err)
+			}
+		})
 	}
-	kinds := map[string]kind{
+}
+
+// A failure of a waiter's subscription is not named once Redis answered since: its
+// connection dropped (CLIENT KILL) and was subscribed again at once, and the waiter that gives
+// up later says only that its context ended.
+func TestWaiterGivingUpAfterItsSubscriptionWasConfirmedAgainNamesNoFailure(t *testing.T) {
+	for name, k := range subscriberKinds() {
+		t.Run(name, func(t *testing.T) {
+			s := ownServer(t)
+			gaveUp := standInLine(t, s, k)
+			c := s.Client()
+			defer c.Close()
+			if err := c.Do(context.Background(), "client", "kill", "type", "pubsub").Err(); err != nil {
+				t.Fatal(err)
+			}
+			err := recv(t, gaveUp, "B's wait")
+			var pe *dlock.RedisProcessError
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pe) || errors.Is(err, io.EOF) {
+				t.Fatalf("wait that gave up after its subscription was confirmed again = %v; want ErrNotObtained naming no failure", err)
+			}
+		})
+	}
+}
+
+// subscriberKind is a way for process A to take a whole key and for process B to wait for
+// it, for the tests of a waiter whose subscription fails.
+type subscriberKind struct {
+	hold func(g *dlock.Generator) (*dlock.Owner, error)      // takes the whole key in process A
+	wait func(g *dlock.Generator, ctx context.Context) error // waits for it in process B
+	// first subscribes B to the lock's channel, and returns nil if it ended as it should
+	// (nil: a wait, given up)
+	first func(g *dlock.Generator) error
+}
+
+// subscriberKinds returns the kinds of lock whose waiters' subscriptions the tests fail.
+func subscriberKinds() map[string]subscriberKind {
+	return map[string]subscriberKind{
 		"mutex": {
 			func(g *dlock.Generator) (*dlock.Owner, error) {
 				l, _ := g.Gen("DOWN", "mutex")
@@ -796,77 +847,63 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 			},
 		},
 	}
-	for name, k := range kinds {
-		t.Run(name, func(t *testing.T) {
-			s := ownServer(t)
-			var sent, answered atomic.Int64 // B's scripts
-			cb := s.Client()
-			cb.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				counted := processor.ScriptName(cmd.Args()) != ""
-				if counted {
-					sent.Add(1)
-				}
-				err := next(ctx, cmd)
-				if counted {
-					answered.Add(1)
-				}
-				return err
-			}})
-			// A holds for long; B waits with a long lease, so that its next ask (a while after
-			// the answer that stood it in line) comes after it gives up.
-			ga := genOn(t, s.Client(), dlock.WithDefaultLease(60*time.Second))
-			gb := genOn(t, cb, dlock.WithDefaultLease(60*time.Second))
-			gb.SetLinger(time.Hour)
-			held, err := k.hold(ga)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer runtime.KeepAlive(held) // (an Owner dropped is let go)
-			// A first wait (or k.first) subscribes B to the key's releases (kept after it: the
-			// linger), so that the confirmation, which has the waiter ask again, is over before
-			// the one that counts.
-			first := k.first
-			if first == nil {
-				first = func(g *dlock.Generator) error {
-					if err := k.wait(g, ctxT(t, time.Second)); !errors.Is(err, context.DeadlineExceeded) {
-						return fmt.Errorf("first wait: %w", err)
-					}
-					return nil
-				}
-			}
-			if err := first(gb); err != nil {
-				t.Fatal(err)
-			}
-			// Its state is dropped (the attempt given back, in Redis too) before the wait that
-			// counts begins: a wait that found the first one's attempt still open would stand
-			// in line on it without a request of its own (the barrier below then met only by
-			// its own give-back, once it had given up, before the outage).
-			waitFor(t, func() bool {
-				return gb.Confirmed() > 0 && gb.InUse() == 0 && gb.SharedInUse() == 0 && sent.Load() == answered.Load()
-			})
-			before := answered.Load()
-			gaveUp := make(chan error, 1)
-			go func() { gaveUp <- k.wait(gb, ctxT(t, 5*time.Second)) }()
-			waitFor(t, func() bool { // B stands in line, listening, and waits for nothing from Redis
-				return answered.Load() > before && sent.Load() == answered.Load()
-			})
-			s.Kill()
-			defer func() { // (A's holding is gone with the server: its Close then finds nothing to release)
-				if err := s.Restart(); err != nil {
-					t.Error(err)
-				}
-			}()
-			err = recv(t, gaveUp, "B's Lock")
-			var pe *dlock.RedisProcessError
-			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &pe) ||
-				!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, io.EOF) {
-				t.Fatalf("Lock that gave up while Redis was down = %v; want ErrNotObtained naming the failure (the dropped or refused connection)", err)
-			}
-			if errors.Is(err, dlock.ErrInvalidConfig) {
-				t.Fatalf("Lock that gave up while Redis was down = %v; names ErrInvalidConfig", err)
-			}
-		})
+}
+
+// standInLine has process B wait, with k, for the key that process A holds on s, and returns
+// once B stands in line, listening for its grant, and waits for no answer from Redis (its next
+// ask after its give-up, 5 s later): the channel of the wait's outcome.
+func standInLine(t *testing.T, s *redistest.Server, k subscriberKind) <-chan error {
+	t.Helper()
+	var sent, answered atomic.Int64 // B's scripts
+	cb := s.Client()
+	cb.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		counted := processor.ScriptName(cmd.Args()) != ""
+		if counted {
+			sent.Add(1)
+		}
+		err := next(ctx, cmd)
+		if counted {
+			answered.Add(1)
+		}
+		return err
+	}})
+	// A holds for long; B waits with a long lease, so that its next ask (a while after the
+	// answer that stood it in line) comes after it gives up.
+	ga := genOn(t, s.Client(), dlock.WithDefaultLease(60*time.Second))
+	gb := genOn(t, cb, dlock.WithDefaultLease(60*time.Second))
+	gb.SetLinger(time.Hour)
+	held, err := k.hold(ga)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { runtime.KeepAlive(held) }) // (an Owner dropped is let go)
+	// A first wait (or k.first) subscribes B to the key's releases (kept after it: the
+	// linger), so that the confirmation, which has the waiter ask again, is over before the
+	// one that counts.
+	first := k.first
+	if first == nil {
+		first = func(g *dlock.Generator) error {
+			if err := k.wait(g, ctxT(t, time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("first wait: %w", err)
+			}
+			return nil
+		}
+	}
+	if err := first(gb); err != nil {
+		t.Fatal(err)
+	}
+	// Its state is dropped (the attempt given back, in Redis too) before the wait that counts
+	// begins: a wait that found the first one's attempt still open would stand in line on it
+	// without a request of its own (the barrier below then met only by its own give-back,
+	// once it had given up).
+	waitFor(t, func() bool {
+		return gb.Confirmed() > 0 && gb.InUse() == 0 && gb.SharedInUse() == 0 && sent.Load() == answered.Load()
+	})
+	before := answered.Load()
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- k.wait(gb, ctxT(t, 5*time.Second)) }()
+	waitFor(t, func() bool { return answered.Load() > before && sent.Load() == answered.Load() })
+	return gaveUp
 }
 
 // Every call given a context that has already ended returns its error (context.Canceled; and
