@@ -331,6 +331,9 @@ func (n *notifier) failed(c *psConn, err error) {
 	n.mu.Unlock()
 	for _, ch := range channels {
 		for _, sh := range n.lookupShared(ch) {
+			if sh == nil {
+				continue
+			}
 			sh.subscriptionFailed(&RedisProcessError{Op: "subscribe", Key: sh.cfg.UniqueKey(), Err: err})
 		}
 		if st := n.lookup(ch); st != nil {
@@ -573,7 +576,9 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 				st.subscribed()
 			}
 			for _, sh := range n.lookupShared(m.Channel) {
-				sh.subscribed()
+				if sh != nil {
+					sh.subscribed()
+				}
 			}
 			n.mu.Lock()
 			n.confirmed++ // after the signal: a test that sees the count sees the wake-up
@@ -592,9 +597,11 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			c.probe = "" // the connection hears what is published
 		}
 		n.mu.Unlock()
-		if shs := n.lookupShared(m.Channel); len(shs) > 0 {
+		if shs := n.lookupShared(m.Channel); shs != [2]*sharedState{} {
 			for _, sh := range shs {
-				sh.hear(m.Payload)
+				if sh != nil {
+					sh.hear(m.Payload)
+				}
 			}
 			return
 		}
@@ -634,25 +641,23 @@ func (n *notifier) lookup(channel string) *lockState {
 	return n.g.lookup(sub.key)
 }
 
-// lookupShared returns the live shared lock states whose channel is channel. A read-write
-// lock's and a semaphore's of one name share it (processor.SharedChannel names no kind), and
-// what it carries is for both: Redis keeps one lock of that name, of either kind.
-func (n *notifier) lookupShared(channel string) []*sharedState {
+// lookupShared returns the live shared lock states whose channel is channel, nil where there is
+// none (an array: it runs for every message, and allocates nothing). A read-write lock's and a
+// semaphore's of one name share it (processor.SharedChannel names no kind), and what it carries
+// is for both: Redis keeps one lock of that name, of either kind.
+func (n *notifier) lookupShared(channel string) (sts [2]*sharedState) {
 	n.mu.Lock()
 	sub := n.byChannel[channel]
 	n.mu.Unlock()
 	if sub == nil {
-		return nil
+		return sts
 	}
 	key, ok := strings.CutPrefix(sub.key, sharedPrefix)
 	if !ok {
-		return nil
+		return sts
 	}
-	var sts []*sharedState
-	for _, kind := range []processor.Kind{processor.KindRW, processor.KindSem} {
-		if st := n.g.lookupShared(sharedKey(key, kind)); st != nil {
-			sts = append(sts, st)
-		}
+	for i, kind := range [2]processor.Kind{processor.KindRW, processor.KindSem} {
+		sts[i] = n.g.lookupShared(sharedKey(key, kind))
 	}
 	return sts
 }
