@@ -2415,6 +2415,11 @@ func TestLockFartherThanHalfTheLeaseSaysWhy(t *testing.T) {
 	if rtt, _ := f["round_trip"].(time.Duration); f["lease"] != lease || rtt <= lease/2 {
 		t.Fatalf("the warning says %v, want the lease (%v) and a round trip over half of it", f, lease)
 	}
+	// Its tenures, begun and run out before any goroutine held them, lost no holding: an
+	// operator is not told of a lost lock.
+	if lost := logs.FilterMessage("dlock: lock lost").All(); len(lost) > 0 {
+		t.Fatalf("%d warnings of a lost lock, though nothing held it: %v", len(lost), lost)
+	}
 }
 
 // A process whose client's read timeout is shorter than its round trip to Redis gets few

@@ -218,9 +218,12 @@ func (st *lockState) loseLocked(t *tenure, cause error) {
 	st.endTenureLocked(t)
 	if h != nil {
 		h.lose(cause)
+		st.g.log.Warn("dlock: lock lost", zap.String("key", t.cfg.UniqueKey()),
+			zap.String("locker", t.entity.Locker), zap.Error(cause))
+	} else { // (a tenure no goroutine held yet, e.g. a far process's renewing before its take: no holding was lost)
+		st.g.log.Debug("dlock: tenure ran out before a goroutine held it", zap.String("key", t.cfg.UniqueKey()),
+			zap.String("locker", t.entity.Locker), zap.Error(cause))
 	}
-	st.g.log.Warn("dlock: lock lost", zap.String("key", t.cfg.UniqueKey()),
-		zap.String("locker", t.entity.Locker), zap.Error(cause))
 	st.giveBackLocked(t.entity.Locker, t.cfg)
 	st.signalLocked(HowRetry)
 }
