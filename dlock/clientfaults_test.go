@@ -268,7 +268,8 @@ type ffFuzz struct {
 	nextID  int
 	maxTok  map[string]uint64
 	maxWho  map[string]string
-	taint   map[string]time.Time // by key|prefix: that process's entries acquired before it are exempt (a force may have removed them)
+	taint   map[string]time.Time // by key|prefix: that process's entries acquired before it are exempt (a force may have removed them); only ever put later (exempt)
+	pending map[string]int       // by key|prefix: forces and restarts under way, each exempting all that process's entries until it ends
 	kCeil   int
 	keys    [4]string
 	op      *ffProc // the operator's: no faults
@@ -407,16 +408,25 @@ func (f *ffFuzz) check(when string) {
 
 // tainted reports whether a force may have removed e's holding (under f.mu).
 func (f *ffFuzz) tainted(e *ffEntry) bool {
-	t, ok := f.taint[e.key+"|"+e.p.g.LockerPrefix()]
-	return ok && e.at.Before(t)
+	tk := e.key + "|" + e.p.g.LockerPrefix()
+	return f.pending[tk] > 0 || e.at.Before(f.taint[tk])
+}
+
+// exempt makes the entries of tk acquired before until exempt (under f.mu). It never shortens
+// an exemption: a force of a process's own holding, which its holders learn at once, comes
+// while another process's force of its holding of the key may still be unknown to it.
+func (f *ffFuzz) exempt(tk string, until time.Time) {
+	if until.After(f.taint[tk]) {
+		f.taint[tk] = until
+	}
 }
 
 // taintedNow reports whether a force of p's holding of key may still be unknown to p.
 func (f *ffFuzz) taintedNow(key string, p *ffProc) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t, ok := f.taint[key+"|"+p.g.LockerPrefix()]
-	return ok && time.Now().Before(t)
+	tk := key + "|" + p.g.LockerPrefix()
+	return f.pending[tk] > 0 || time.Now().Before(f.taint[tk])
 }
 
 func describe(es []*ffEntry) string {
@@ -820,7 +830,7 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	tk := key + "|" + owner
 	mine := owner == p.g.LockerPrefix()
 	f.mu.Lock()
-	f.taint[tk] = time.Now().Add(time.Hour)
+	f.pending[tk]++
 	f.mu.Unlock()
 	var err error
 	var removed bool
@@ -841,10 +851,11 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	// Its own holders lose it at once (a downgrade's or a shrink's read-hold too, its answer
 	// on its way or lost). A force of its own whose reply was lost has them ask Redis at once,
 	// after any answer on its way: told within a round trip or two, not at once.
+	f.pending[tk]--
 	if mine && err == nil {
-		f.taint[tk] = time.Now()
+		f.exempt(tk, time.Now())
 	} else {
-		f.taint[tk] = time.Now().Add(3*f.lease + time.Second) // (copies run up to a lease and a half later; the holder learns within 3/4 of its lease)
+		f.exempt(tk, time.Now().Add(3*f.lease+time.Second)) // (copies run up to a lease and a half later; the holder learns within 3/4 of its lease)
 	}
 	f.mu.Unlock()
 	f.logf("proc%d (%s) forced %s (%s) of %s: %v %v", p.slot, p.g.LockerPrefix(), holder, desc, key, removed, err)
@@ -908,9 +919,11 @@ func (f *ffFuzz) restart(d time.Duration) {
 	time.Sleep(d)
 	f.mu.Lock()
 	f.restarted = time.Now().Add(time.Hour) // (until it is back)
+	var down []string
 	for _, p := range f.all {
 		for _, k := range f.keys {
-			f.taint[k+"|"+p.g.LockerPrefix()] = time.Now().Add(time.Hour)
+			down = append(down, k+"|"+p.g.LockerPrefix())
+			f.pending[down[len(down)-1]]++
 		}
 	}
 	f.mu.Unlock()
@@ -923,9 +936,12 @@ func (f *ffFuzz) restart(d time.Duration) {
 	f.logf("redis restarted")
 	f.mu.Lock()
 	f.restarted = time.Now()
-	for _, p := range f.all {
+	for _, tk := range down {
+		f.pending[tk]--
+	}
+	for _, p := range f.all { // (processes made while it was down too)
 		for _, k := range f.keys {
-			f.taint[k+"|"+p.g.LockerPrefix()] = time.Now().Add(3*f.lease + time.Second)
+			f.exempt(k+"|"+p.g.LockerPrefix(), time.Now().Add(3*f.lease+time.Second))
 		}
 	}
 	f.mu.Unlock()
@@ -1149,7 +1165,7 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	f := &ffFuzz{t: t, seed: seed, lease: lease, pct: []int{3, 10, 25}[rng.IntN(3)], tg: "ff-" + strconv.FormatUint(seed, 36),
-		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, kCeil: 3,
+		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, pending: map[string]int{}, kCeil: 3,
 		shape: shape, srv: s}
 	if shape.pct > 0 {
 		f.pct = shape.pct
