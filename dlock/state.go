@@ -659,7 +659,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if rtt := time.Since(sent); (err == nil || errors.Is(err, errLate)) && rtt > cfg.Lease()/2-domain.DriftAllowance(cfg.Lease()) && ctx.Err() == nil && !st.slow {
+	if rtt := time.Since(sent); err == nil && rtt > cfg.Lease()/2-domain.DriftAllowance(cfg.Lease()) && ctx.Err() == nil && !st.slow {
 		// A process whose round trip is this long renews for ever and never takes the lock
 		// (README, Limits: Lock returns only with half its lease left, counted less the drift
 		// allowance); nothing else says why — its tenures are lost, or renewed again. Said once.
