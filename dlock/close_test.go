@@ -2041,3 +2041,51 @@ func TestCloseWithAnEndedContextEndsEveryOwner(t *testing.T) {
 		}
 	}
 }
+
+// An Owner of the lock family that Close ended, unlocked as Close returns (its context ended:
+// Close waits for no driver), is reported released once, with ErrClosed, as every other Owner
+// Close ends, whether its Unlock comes before or after its driver's turn: the Unlock says
+// ErrClosed and leaves the report to Close. (Rounds: the Unlock races the driver.)
+func TestCloseReportsAnOwnerUnlockedAsCloseReturns(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	ended, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for _, what := range []string{"read side", "write side", "permits"} {
+		for round := range 10 {
+			rec := &recorder{}
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second), dlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t, 10*time.Second)
+			tg := uniqueTarget(t)
+			var o *dlock.Owner
+			switch what {
+			case "read side":
+				o, err = rwOf(t, g, tg).RLock(ctx)
+			case "write side":
+				o, err = rwOf(t, g, tg).Lock(ctx)
+			case "permits":
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Close(ended); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the %s, round %d: Close with an ended context: %v", what, round, err)
+			}
+			if err := o.Unlock(); !errors.Is(err, dlock.ErrClosed) {
+				t.Fatalf("the %s, round %d: Unlock after Close: %v, want ErrClosed", what, round, err)
+			}
+			waitFor(t, func() bool { return g.SharedInUse() == 0 }) // its driver ended
+			rec.mu.Lock()
+			released, lost := rec.released, rec.lost
+			rec.mu.Unlock()
+			if len(released) != 1 || !errors.Is(released[0].Err, dlock.ErrClosed) || len(lost) != 0 {
+				t.Fatalf("the %s, round %d: reported released %d times (%+v), lost %d times; want released once, with ErrClosed",
+					what, round, len(released), released, len(lost))
+			}
+		}
+	}
+}

@@ -792,17 +792,35 @@ func (st *sharedState) drop() action {
 
 // closeHolds ends, on Close's goroutine, every holding whose lease has not run out: its owners'
 // contexts end with ErrClosed before Close returns, also when Close's ctx leaves it no time to
-// wait for the driver, which tells them and gives the holdings back (planClose). One whose
+// wait for the driver, which reports them and gives the holdings back (planClose). One whose
 // lease ran out was lost, not closed: the driver tells its owners so.
 func (st *sharedState) closeHolds() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := time.Now()
 	for _, h := range st.holds {
-		if h.ctx.Err() == nil && !h.ranOut(now) {
-			h.stop(ErrClosed)
+		if !h.ranOut(now) {
+			st.closeHoldLocked(h)
 		}
 	}
+}
+
+// closeHoldLocked ends h with ErrClosed, unless it ended lost before (its owners were told):
+// its owners' contexts end and each is reported released, with ErrClosed, once, as it is
+// ended (the driver sends the reports), so that an Unlock after it, which says ErrClosed,
+// leaves the report to Close; its release tells them of a loss it finds (h.closed). The
+// caller holds mu.
+func (st *sharedState) closeHoldLocked(h *shareHold) {
+	h.stop(ErrClosed)
+	if !errors.Is(context.Cause(h.ctx), ErrClosed) {
+		return
+	}
+	for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed
+		so.cancel(ErrClosed) // (its context ends before Close returns; the hold's callback would end it later)
+		st.closed = append(st.closed, so.event(ErrClosed))
+	}
+	h.closed = append(h.closed, h.owners...)
+	h.owners = nil
 }
 
 // planClose is the driver's step once the Generator closes: waiters end with ErrClosed, every
@@ -834,20 +852,13 @@ func (st *sharedState) planClose() action {
 			}
 		}
 		st.lapseLocked(h)
-		h.stop(ErrClosed)
-		if cause := context.Cause(h.ctx); errors.Is(cause, ErrClosed) { // (not a holding lost before: its owners were told Lost)
-			for _, so := range h.owners { // as the mutex's Close: released, with ErrClosed (told by the driver, before Close returns)
-				so.cancel(ErrClosed) // (its context ends before Close returns; the hold's callback would end it later)
-				st.closed = append(st.closed, so.event(ErrClosed))
-			}
-			h.closed = append(h.closed, h.owners...)
-		} else {
-			for _, so := range unseen {
-				so.cancel(cause)
-				st.lost = append(st.lost, so.loss(cause))
-			}
+		st.closeHoldLocked(h) // (closeHolds did, but for one taken since; a lost one stays lost)
+		for _, so := range unseen {
+			cause := context.Cause(h.ctx)
+			so.cancel(cause)
+			st.lost = append(st.lost, so.loss(cause))
 		}
-		h.owners = nil
+		h.owners = nil // (a holding lost before: its owners were told Lost)
 	}
 	if len(st.owed) > 0 {
 		o := st.owed[0]
