@@ -546,14 +546,17 @@ func (st *sharedState) drive() {
 	}
 }
 
-// plan decides the driver's next step.
+// plan decides the driver's next step. Whether the Generator closed is asked under mu: Close
+// ends holdings with ErrClosed (closeHolds) under mu once it closed, and a step planned as if
+// it had not would take such a holding, idle, for one given back (no release is sent).
 func (st *sharedState) plan() action {
+	st.mu.Lock()
 	if st.g.done.Err() != nil {
+		st.mu.Unlock()
 		return st.planClose()
 	}
-	now := time.Now()
-	st.mu.Lock()
 	defer st.mu.Unlock()
+	now := time.Now()
 	st.holds = slices.DeleteFunc(st.holds, func(h *shareHold) bool {
 		if h.ctx.Err() == nil || !h.idle() {
 			return false
