@@ -1613,3 +1613,40 @@ func TestFreeTenureReleaseThatFindsTheKeyGoneSaysSo(t *testing.T) {
 		t.Fatalf("%d warnings %q of the key; want 1", n, "dlock: lock lost before release")
 	}
 }
+
+// A holding lost in Redis while its goroutine held it, and found lost only once the tenure
+// passed on within the process (the Unlock handed it on with no word to Redis, and the next
+// taker's renewal found the key gone), is a lost lock: logged as one at Warn, though no
+// goroutine holds the tenure as the loss is found.
+func TestLossFoundAsTheTenurePassesIsWarned(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	admin := rawClient(t)
+	core, logs := zapobserver.New(zap.DebugLevel)
+	g := genOn(t, c, dlock.WithLogger(zap.New(core)), dlock.WithLocalHandOff(time.Hour)) // (no yield check: the pass renews only)
+	tg := uniqueTarget(t)
+	la, _ := g.GenWithLease("PASSGONE", tg, 10*time.Second)
+	lb, _ := g.GenWithLease("PASSGONE", tg, 12*time.Second) // (another lease: a pass to it renews first)
+	k := key(la)
+	ctx := ctxT(t, 30*time.Second)
+	a := mustLock(t, la, ctx)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b := lockOnce(bctx, lb)
+	waitFor(t, func() bool { return g.Waiters(k) })
+	admin.Del(ctx, k) // lost by Redis while a holds it
+	if err := a.Unlock(); err != nil {
+		t.Fatalf("a's Unlock (passed on within the process) = %v", err)
+	}
+	ended := func() *zapobserver.ObservedLogs {
+		return logs.Filter(func(e zapobserver.LoggedEntry) bool {
+			return strings.Contains(e.Message, "lost") || strings.Contains(e.Message, "ran out")
+		}).FilterField(zap.String("key", k))
+	}
+	waitFor(t, func() bool { return ended().Len() > 0 }) // b's renewal found the key gone
+	cancel()
+	recv(t, b, "b's Lock") // (it took the key anew, or gave up)
+	if w := ended().FilterMessage("dlock: lock lost").FilterLevelExact(zap.WarnLevel); w.Len() != 1 {
+		t.Fatalf("%d warnings %q of the key; want 1 (logged: %v)", w.Len(), "dlock: lock lost", ended().All())
+	}
+}

@@ -62,6 +62,9 @@ func (t *tenure) nextToken() uint64 {
 	return t.last
 }
 
+// taken reports whether a goroutine took t (it handed out a token). The caller holds mu.
+func (t *tenure) taken() bool { return t.last+1 != t.entity.Token }
+
 // mustRenew reports whether the tenure must be renewed before it is passed to an acquisition
 // made with cfg: another lease, less than half of it left, no token left, or the hand-off
 // limit reached (a renewal that yields if another process waits). The caller holds mu.
@@ -218,6 +221,8 @@ func (st *lockState) loseLocked(t *tenure, cause error) {
 	st.endTenureLocked(t)
 	if h != nil {
 		h.lose(cause)
+	}
+	if t.taken() { // (also when no goroutine holds it now: passed on within the process, it was held as Redis lost it)
 		st.g.log.Warn("dlock: lock lost", zap.String("key", t.cfg.UniqueKey()),
 			zap.String("locker", t.entity.Locker), zap.Error(cause))
 	} else { // (a tenure no goroutine held yet, e.g. a far process's renewing before its take: no holding was lost)
