@@ -1366,19 +1366,30 @@ func TestDoContextAfterTheLeaseRanOutUnseenSaysLost(t *testing.T) {
 // or ran twice (a copy), is no loss: nothing is reported. A write holding removed before its
 // downgrade ran (which then never does) is the loss Close reports, once.
 func TestCloseThatFindsADowngradeWhoseAnswerWasLostRemovedReportsTheLoss(t *testing.T) {
-	for _, how := range []string{"removed", "kept", "never ran", "copied", "writer removed"} {
+	for _, how := range []string{"removed", "kept", "never ran", "copied", "writer removed", "never ran, release's reply lost"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
 			c := srv.Client()
 			defer c.Close()
 			var armed atomic.Int32
+			var releases atomic.Int32
 			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if how == "never ran, release's reply lost" && armed.Load() == 2 && sharedArg(cmd.Args(), "op") == "release" && releases.Add(1) == 1 {
+					// Close's release of the writer's holding runs, its reply lost: the retry's
+					// Settled is that release's doing, not a downgrade's (which never ran)
+					if err := next(ctx, cmd); err != nil {
+						return err
+					}
+					err := errors.New("i/o timeout (reply lost)")
+					cmd.SetErr(err)
+					return err
+				}
 				if !isSharedTake(cmd.Args()) || sharedArg(cmd.Args(), "replaces") == "" {
 					return next(ctx, cmd)
 				}
 				switch armed.Load() {
 				case 1: // the downgrade runs; its reply is lost
-					if how == "never ran" || how == "writer removed" {
+					if how == "never ran" || how == "writer removed" || how == "never ran, release's reply lost" {
 						armed.Store(2)
 						cmd.SetErr(errInjected)
 						return errInjected
