@@ -1527,6 +1527,29 @@ func TestWaiterLearnsItIsFirst(t *testing.T) {
 	}
 }
 
+// A process told it is first hears with it how long the key has to live, a fresh sighting of
+// the holder: told that the key is free (its holder died, and the process before it left), it
+// asks at once and takes it — not at its pace as first, half its 60 s lease after its last
+// answer, nor when the holder that answer saw would have expired, a minute after it.
+func TestFirstToldTheKeyIsFreeTakesIt(t *testing.T) {
+	const lease = time.Minute
+	g, c := newGen(t)
+	l := mustGen(t, g, "FIRSTFREE", target(t), lease)
+	ctx := ctxT(t, 60*time.Second)
+	if err := c.Set(ctx, key(l), "another-holder", lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(t, l, ctx)
+	waitFor(t, func() bool { r, heard, ok := g.Place(key(l)); return ok && heard && r == 0 })
+	c.Del(ctx, key(l)) // (its holder died, and its key expired)
+	if err := c.Publish(ctx, processor.ProcessChannel(l.Config(), g.LockerPrefix()), "F|life=0|another-holder").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(recv(t, got, "the Lock told the key is free")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // tryInBackground runs one TryLock of l (unlocking at once if it got the lock) in a goroutine,
 // and returns a channel closed when it is done.
 func tryInBackground(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan struct{} {

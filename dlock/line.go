@@ -227,15 +227,30 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 	}
 }
 
+// toldFirst records that the process heard at now that it is first in line, the key having
+// life to live as the message was sent (negative: not told). That is a fresh sighting of the
+// holder (the one just granted the key, as a rule), counted from the message's arrival as an
+// answer's is (waiting): with the sighting of its last answer, a cycle of the line longer
+// than the lease would have the process ask as soon as it is told, every time.
+func (l *line) toldFirst(now time.Time, life time.Duration) {
+	l.rank, l.firstAt = 0, now
+	if life >= 0 {
+		l.holderUntil = now.Add(max(life, time.Millisecond))
+	}
+}
+
 // askBy is when a process that waits with an attempt of lease lease, whose entry in line lives
 // entryTTL unless renewed, asks Redis again (lock.lua, by its retry poller) after the last
 // answer that showed it waiting. It asks a sixth of the lease after that answer unless the
 // answer showed Redis that it listens on its channel (it then hears its grant at once, and a
 // release grants it the key however old its entry), or processes not in line share the key
 // (foreign, Java DLock: their releases publish nothing). Else, first in line, it asks once the
-// key it found held may have expired (a holder that died), and half the lease after that
-// answer at the latest (a grant counted from an old answer, as one whose time is not told or
-// not trusted is, then still leaves about half the lease); further back, a third of its entry's
+// key it found held may have expired (a holder that died), and half the lease after that answer
+// or the message that told it it is first, if later (F: a grant it misses then costs half a
+// lease at most), at the latest — but, to keep its entry alive, no later than a third of the
+// entry's life after the answer or half the lease, if later. (A grant is counted from an old
+// answer by Redis's clock, which the grant tells; one whose time is not told or not trusted
+// then leaves too little, and the first waiter asks: grantUsable.) Further back, a third of its entry's
 // life after it, which keeps the entry alive: it is told when it becomes first. Wherever it
 // stands, it also asks once the key it found held may have expired, if sooner: the holder may
 // have died, and every process before it with it (all of a fleet but one killed at once), and
@@ -250,6 +265,9 @@ func (l *line) askBy(lease, entryTTL time.Duration, foreign bool) time.Time {
 		by = l.waited.Add(lease / 6) // (and sooner if the holder's key may expire sooner: it may have died)
 	case l.rank == 0:
 		by = l.waited.Add(lease / 2)
+		if told := l.firstAt.Sub(l.waited); told > 0 {
+			by = l.waited.Add(max(lease/2, min(told+lease/2, entryTTL/3)))
+		}
 	}
 	if until := l.holderUntil; !until.IsZero() && until.Before(by) {
 		if l.rank > 1 { // (heard or not: told it is first, or finding it out at its pace)
@@ -369,16 +387,16 @@ func (st *lockState) heardGrant(g grant) {
 	}
 }
 
-// heardFirst handles a message that this process is first in line now (notifier): it asks
-// again when its pace as first says (askBy), at once if its last answer is older than that
-// allows.
-func (st *lockState) heardFirst() {
+// heardFirst handles a message that this process is first in line now (notifier), which
+// said the key had life to live as it was sent (negative: not said): it asks again when its
+// pace as first says (askBy), at once if the key was free.
+func (st *lockState) heardFirst(life time.Duration) {
 	st.mu.Lock()
 	if st.line.attempt == nil {
 		st.mu.Unlock()
 		return
 	}
-	st.line.rank, st.line.firstAt = 0, time.Now()
+	st.line.toldFirst(time.Now(), life)
 	d, _ := st.askInLocked()
 	st.mu.Unlock()
 	st.poller.StartAfter(d)

@@ -32,6 +32,9 @@ func TestAskPace(t *testing.T) {
 		{"Java processes beside", line{rank: 0, heard: true}, true, waited.Add(lease / 6)},
 		{"first", line{rank: 0, heard: true, holderUntil: late}, false, waited.Add(lease / 2)},
 		{"first, the holder's key may expire sooner", line{rank: 0, heard: true, holderUntil: soon}, false, soon},
+		{"first, told so after its answer", line{rank: 0, heard: true, holderUntil: late, firstAt: waited.Add(100 * time.Millisecond)}, false, waited.Add(100*time.Millisecond + lease/2)},
+		{"first, told so long after its answer", line{rank: 0, heard: true, holderUntil: late, firstAt: waited.Add(time.Second)}, false, waited.Add(entryTTL / 3)},
+		{"first, told so before its answer", line{rank: 0, heard: true, holderUntil: late, firstAt: waited.Add(-time.Second)}, false, waited.Add(lease / 2)},
 		{"second", line{rank: 1, heard: true, holderUntil: late}, false, waited.Add(entryTTL / 3)},
 		{"second, the holder's key may expire sooner", line{rank: 1, heard: true, holderUntil: soon}, false, soon},
 		{"second, the holder's expiry unknown", line{rank: 1, heard: true}, false, waited.Add(entryTTL / 3)},
@@ -70,6 +73,33 @@ func TestAskPaceFollowsTheHoldersExpiry(t *testing.T) {
 	l.waiting(sent.Add(time.Millisecond), 1, &processor.Sighting{Holder: "h1", Life: 100 * time.Millisecond, Rank: 0, Heard: true})
 	if by := l.askBy(lease, entryTTL, false); by.Before(arrived.Add(100 * time.Millisecond)) {
 		t.Fatalf("asks %v after the answer came, before the key it saw could have expired (100 ms)", by.Sub(arrived))
+	}
+}
+
+// Told that it is first, with the life of the key just granted to the process before it, a
+// process whose last answer is older than its pace as first, and than the holder that answer
+// saw, asks again only once that grant may have expired or half its lease after the message
+// (keeping its entry alive): not at once. Told that the key is free, it asks at once; told
+// nothing of the key's life, it keeps what its answer saw.
+func TestAskPaceAfterToldFirst(t *testing.T) {
+	const lease, entryTTL = 600 * time.Millisecond, 2 * time.Second
+	waited := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	told := waited.Add(400 * time.Millisecond) // (a cycle of the line longer than half the lease)
+	for _, c := range []struct {
+		name string
+		life time.Duration
+		want time.Time
+	}{
+		{"the lease just granted", lease, waited.Add(entryTTL / 3)}, // (told + lease/2 is later: the entry's pace)
+		{"a grant of 100 ms", 100 * time.Millisecond, told.Add(100 * time.Millisecond)},
+		{"the key free", 0, told.Add(time.Millisecond)},
+		{"not told", -1, waited.Add(10 * time.Millisecond)}, // (its answer's holder: expired)
+	} {
+		l := line{waited: waited, rank: 1, heard: true, holderUntil: waited.Add(10 * time.Millisecond)}
+		l.toldFirst(told, c.life)
+		if got := l.askBy(lease, entryTTL, false); !got.Equal(c.want) {
+			t.Errorf("%s: asks at +%v after its answer, want +%v", c.name, got.Sub(waited), c.want.Sub(waited))
+		}
 	}
 }
 

@@ -622,7 +622,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		case msg.Released: // (one of ours too: a leave or a force that let go a key an attempt of ours held)
 			st.heardRelease(msg.Gap)
 		case msg.First:
-			st.heardFirst()
+			st.heardFirst(msg.Life)
 		}
 		n.mu.Lock()
 		n.heard++ // after it was handled: a test that sees the count sees its effect

@@ -232,9 +232,13 @@ type Message struct {
 	// left it free for a window of Gap in which only processes not in line may take it.
 	// Published as "R|<From>|<Gap ms>".
 	Released bool
-	// First: a holder (From) granted the key to the process before this one, which is first
-	// in line now. Published as "F|<From>".
+	// First: a holder (From) granted the key to the process before this one, or that process
+	// left the line: this one is first in line now. Life is how long the key had to live as
+	// the message was sent (0: it was free), negative when the message does not say (a
+	// version before it, or a key set with no expiry). Published as "F|life=<ms>|<From>" (a
+	// version before it published "F|<From>").
 	First  bool
+	Life   time.Duration
 	From   string
 	Locker string
 	Token  uint64
@@ -251,7 +255,18 @@ func ParseMessage(payload string) (m Message, ok bool) {
 	}
 	switch kind {
 	case "F":
-		return Message{First: true, From: rest}, true
+		life := time.Duration(-1)
+		if l, more, ok := strings.Cut(rest, "|"); ok && strings.HasPrefix(l, "life=") {
+			ms, err := strconv.ParseInt(l[len("life="):], 10, 64)
+			if err != nil {
+				return Message{}, false
+			}
+			if ms >= 0 {
+				life = time.Duration(ms) * time.Millisecond
+			}
+			rest = more
+		}
+		return Message{First: true, Life: life, From: rest}, true
 	case "R":
 		i := strings.LastIndexByte(rest, '|')
 		if i < 0 {

@@ -509,16 +509,17 @@ func TestGrantGoesToAProcessThatListens(t *testing.T) {
 }
 
 // The first process in line that listens is told so when the process before it leaves the
-// line or is granted the key: 'F'. A process further back is not, nor one that does not
-// listen.
+// line or is granted the key: 'F', with the key's life as it was told (the lease just granted,
+// or what is left of the holding; 0 when the key is free). A process further back is not,
+// nor one that does not listen.
 func TestFirstInLineIsTold(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		lc := cfg(t, "first")
-		a, b, q, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pq-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
-		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"))
+		a, b, q, d, e, f := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pq-"), newProc(t, c, "pd-"), newProc(t, c, "pe-"), newProc(t, c, "pf-")
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pb-"), processor.ProcessChannel(lc, "pd-"), processor.ProcessChannel(lc, "pe-"), processor.ProcessChannel(lc, "pf-"))
 		defer ps.Close()
-		for range 3 {
+		for range 4 {
 			if _, err := ps.Receive(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -542,22 +543,30 @@ func TestFirstInLineIsTold(t *testing.T) {
 			m, _ := processor.ParseMessage(msg.Payload)
 			return strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":"), m
 		}
-		if to, m := next(); to != "pd-" || !m.First || m.From != "pb-" {
-			t.Fatalf("after pb- left: told %s %+v, want pd- told it is first (pq- before it does not listen)", to, m)
+		if to, m := next(); to != "pd-" || !m.First || m.From != "pb-" || m.Life <= 0 || m.Life > lc.Lease() {
+			t.Fatalf("after pb- left: told %s %+v, want pd- told it is first (pq- before it does not listen), with what is left of pa-'s %v", to, m, lc.Lease())
 		}
 		lq := q.last()
 		if r := a.release(t, lc, la); r.Next != lq { // (its entry is fresh)
 			t.Fatalf("release = %+v, want granted to %s", r, lq)
 		}
-		if to, m := next(); to != "pd-" || !m.First || m.From != la {
-			t.Fatalf("told %s %+v, want pd- told again that it is the first that listens", to, m)
+		if to, m := next(); to != "pd-" || !m.First || m.From != la || m.Life != lc.Lease() {
+			t.Fatalf("told %s %+v, want pd- told again that it is the first that listens, with the lease granted (%v)", to, m, lc.Lease())
 		}
 		q.release(t, lc, lq)
 		if to, m := next(); to != "pd-" || !m.Granted || m.Locker != ld {
 			t.Fatalf("told %s %+v, want the grant to pd-", to, m)
 		}
-		if to, m := next(); to != "pe-" || !m.First || m.From != lq {
+		if to, m := next(); to != "pe-" || !m.First || m.From != lq || m.Life != lc.Lease() {
 			t.Fatalf("told %s %+v, want pe- told it is first", to, m)
+		}
+		f.lock(t, lc, true, 1)
+		c.Del(ctx, lc.UniqueKey()) // (pd-'s holding expired, as if it died)
+		if _, err := e.Leave(ctx, lc, processor.LeaveRequest{Last: e.last()}); err != nil {
+			t.Fatal(err)
+		}
+		if to, m := next(); to != "pf-" || !m.First || m.From != "pe-" || m.Life != 0 {
+			t.Fatalf("told %s %+v, want pf- told it is first, the key free", to, m)
 		}
 	})
 }
@@ -2444,6 +2453,12 @@ func TestParseMessage(t *testing.T) {
 		{"G|a-1|b-7|1700000000000001", processor.Message{Granted: true, From: "a-1", Locker: "b-7", Token: 1700000000000001}, true}, // (no time: to the releaser's process, or a version before it)
 		{"G|a-1|b-7|x", processor.Message{}, false},
 		{"G|b-7|1", processor.Message{}, false},
+		{"F|life=60000|a-1", processor.Message{First: true, Life: time.Minute, From: "a-1"}, true},
+		{"F|life=0|a-1", processor.Message{First: true, From: "a-1"}, true},                        // (the key was free)
+		{"F|life=-1|a-1", processor.Message{First: true, Life: -1, From: "a-1"}, true},             // (no expiry: not known)
+		{"F|a-1", processor.Message{First: true, Life: -1, From: "a-1"}, true},                     // (a version before it)
+		{"F|java|thread-7", processor.Message{First: true, Life: -1, From: "java|thread-7"}, true}, // (another holder's value)
+		{"F|life=x|a-1", processor.Message{}, false},
 		{"P|a-7", processor.Message{}, false},
 		{"a-1", processor.Message{}, false},
 	} {

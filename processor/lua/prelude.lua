@@ -430,9 +430,10 @@ end
 
 -- firstNow tells the first process in line that listens on its channel (of the first 16, as
 -- live looks at) that it is first now — a dead one before it is passed over at the next
--- release: 'F|<from>'. It then keeps the pace of the first (it asks again when the key it saw
--- held may have expired, at once if that time passed, and half its lease after its last
--- answer at the latest); a process further back asks seldom. After a grant, marks and start
+-- release: 'F|life=<ms>|<from>', where life is how long the key has to live (0 when free, -1
+-- when it never expires): a fresh sighting of the holder. It then keeps the pace of the first
+-- (it asks again once the key may have expired, at once if free, and half its lease after the
+-- message at the latest); a process further back asks seldom. After a grant, marks and start
 -- are where live stopped (the entries before it do not listen), and held is the lease the key
 -- was granted with (ms): the first is not told when its pace further back is as quick as the
 -- first's — its entry lives no longer than its lease (a lease of 2 s or more: it asks every
@@ -446,7 +447,11 @@ local function firstNow(from, marks, start, held)
         if locker and listened and hears(m) then
             lease = tonumber(lease)
             if not (held and expires - renewed <= lease and 3 * tonumber(held) > lease) then
-                tell('F|' .. from, {m})
+                local life = tonumber(held) or redis.call('pttl', K)
+                if life == -2 then -- (no key)
+                    life = 0
+                end
+                tell('F|life=' .. string.format('%.0f', life) .. '|' .. from, {m})
             end
             return
         end
