@@ -126,6 +126,7 @@ type lockState struct {
 	relock   bool
 	relockBy time.Time
 	slow     bool // a renewal before a take took more than half the lease (warned once)
+	far      bool // an attempt had no answer for a lease and was given back (warned once)
 	// fault is the last Redis failure of an ask or renewal to take (answered since, or a
 	// tenure begun: nil), and faultAt when it came: a goroutine that gives up names it if it
 	// came after the goroutine did — its own ask's, or one it waited behind in the queue
@@ -520,6 +521,13 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		if st.line.attempt == a && err != nil && !answered(err) && a.abandoned(sent, errors.Is(err, errNotSent)) {
 			st.closeAttempt()
 			st.giveBackLocked(a.locker, a.cfg) // (the next ask opens a new attempt, at the back of the line)
+			if errors.Is(err, errNoAnswer) && !errors.Is(err, errNotSent) && !st.far {
+				// Cut by the bound above after it waited a lease: a process this far from Redis
+				// never takes the lock, and its callers' errors say only that it got no answer.
+				st.far = true
+				st.g.log.Warn("dlock: an attempt got no answer from Redis within its lease and was given back: this process takes the lock only while Redis answers within the lease",
+					zap.String("key", cfg.UniqueKey()), zap.Duration("lease", a.cfg.Lease()))
+			}
 		}
 		if redisFault(err) && ctx.Err() == nil {
 			// Redis failed (down, out of memory, a user not allowed a command): the first
