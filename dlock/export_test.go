@@ -317,7 +317,7 @@ func ReceiveOne(ctx context.Context, ps *redis.PubSub) (any, error) { return rec
 
 // ExpireTimeoutWarn has the generator take the interval between its warnings that the
 // client's read timeout fails its requests as passed.
-func (g *Generator) ExpireTimeoutWarn() { g.timeoutWarned.Store(0) }
+func (g *Generator) ExpireTimeoutWarn() { g.timeoutWarned.last.Store(0) }
 
 // CutByReadTimeout reports whether the generator takes err, the failure of a request that
 // waited that long, for its client's read timeout (the warning's condition).

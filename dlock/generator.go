@@ -46,9 +46,9 @@ type Generator struct {
 	// readTimeout is the client's read timeout (0: none, or a client whose options it cannot
 	// read): cutByReadTimeout tells by it whether a request failed by that timeout.
 	readTimeout time.Duration
-	// timeoutWarned is when the Generator last warned that the client's read timeout fails its
-	// requests (warnReadTimeout), in Unix nanoseconds.
-	timeoutWarned atomic.Int64
+	// timeoutWarned paces the warnings that the client's read timeout fails its requests
+	// (warnReadTimeout); releaseWarned those that a release failed (releaseFailed).
+	timeoutWarned, releaseWarned warnPace
 
 	done        context.Context // ended by Close: waits, pollers and the subscription end
 	stop        context.CancelFunc

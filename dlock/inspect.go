@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -366,22 +367,42 @@ func (g *Generator) noteFault(err error) {
 	g.fault.Store(&fault{err: err, at: time.Now()})
 }
 
-// timeoutWarnEvery is how often at most a Generator warns that its client's read timeout fails
-// its requests (warnReadTimeout).
-const timeoutWarnEvery = time.Minute
+// warnEvery is how often at most a Generator logs a Warn that a condition which repeats with
+// every request (a read timeout, a failed release) persists: one line tells the operator, and
+// a line a request would flood the log (the others are at Debug, or not logged).
+const warnEvery = time.Minute
 
-// warnReadTimeout warns, at most once every timeoutWarnEvery, that the client's read timeout
-// fails the requests when it failed err, a request that waited that long: an operator would
-// else see only Lock failing, or rarely succeeding (README, Limits: go-redis closes the
-// connection at each read timeout and dials the next under the same timeout, so a timeout near
-// the round trip lets few requests through).
-func (g *Generator) warnReadTimeout(err error, waited time.Duration) {
-	if !g.cutByReadTimeout(err, waited) {
-		return
-	}
+// warnPace lets one Warn through every warnEvery: it holds when the last went, in Unix
+// nanoseconds (0: never).
+type warnPace struct{ last atomic.Int64 }
+
+// due reports whether a Warn may be logged now, counting it as logged if so. It is safe for
+// concurrent use: of calls at the same moment, one is due.
+func (p *warnPace) due() bool {
 	now := time.Now().UnixNano()
-	last := g.timeoutWarned.Load()
-	if now-last < int64(timeoutWarnEvery) || !g.timeoutWarned.CompareAndSwap(last, now) {
+	last := p.last.Load()
+	return now-last >= int64(warnEvery) && p.last.CompareAndSwap(last, now)
+}
+
+// releaseFailed logs the failure of a release, of any kind of lock, in Redis: at Warn at most
+// once every warnEvery per Generator, else at Debug. A holding whose release fails is released
+// again while its lease lasts, and else expires with it: an operator needs to hear of the
+// outage, not of every try of every holding.
+func (g *Generator) releaseFailed(msg string, fields ...zap.Field) {
+	if g.releaseWarned.due() {
+		g.log.Warn(msg, fields...)
+	} else {
+		g.log.Debug(msg, fields...)
+	}
+}
+
+// warnReadTimeout warns, at most once every warnEvery, that the client's read timeout fails
+// the requests when it failed err, a request that waited that long: an operator would else see
+// only Lock failing, or rarely succeeding (README, Limits: go-redis closes the connection at
+// each read timeout and dials the next under the same timeout, so a timeout near the round
+// trip lets few requests through).
+func (g *Generator) warnReadTimeout(err error, waited time.Duration) {
+	if !g.cutByReadTimeout(err, waited) || !g.timeoutWarned.due() {
 		return
 	}
 	g.log.Warn("dlock: requests to Redis fail by the client's read timeout, and go-redis closes the connection at each one: "+

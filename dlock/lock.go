@@ -187,8 +187,8 @@ func (h *holding) release(ctx context.Context, cause error) error {
 		close(h.released)
 	}
 	st.g.unref(st)
-	if err != nil && !errors.Is(err, ErrLockLost) {
-		st.g.log.Debug("dlock: release failed; retried in the background, else the key expires with its lease", zap.Error(err))
+	if err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrClosed) { // (ErrClosed: Close let it go)
+		st.g.releaseFailed("dlock: release failed; retried in the background, else the key expires with its lease", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
 	}
 	return err
 }

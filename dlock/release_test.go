@@ -557,7 +557,7 @@ func TestReleaseRetryRefusedByRedisStopsAndSaysSo(t *testing.T) {
 // then owed and sent again, logs each failed try with its number over all of them: 1, 2, 3,
 // 4, ... — not a count that starts again at 1 with every send.
 func TestFamilyReleaseRetriesLogTheirTryNumber(t *testing.T) {
-	core, logs := observer.New(zap.WarnLevel)
+	core, logs := observer.New(zap.DebugLevel) // (at Warn once a minute, else at Debug)
 	g, c := newGen(t, dlock.WithLogger(zap.New(core)), dlock.WithDefaultLease(5*time.Second))
 	const failures = 5 // more than one send's tries
 	var fails atomic.Int32
@@ -589,5 +589,54 @@ func TestFamilyReleaseRetriesLogTheirTryNumber(t *testing.T) {
 	}
 	if !increasing {
 		t.Fatalf("the failed tries of the release were logged as tries %v, want %d increasing numbers from 1", tries, failures)
+	}
+}
+
+// Releases that Redis fails, of every kind (a mutex's, a read-write lock's, a semaphore's, and
+// each retried try of them), are said at Warn at most once a minute per Generator, the others
+// at Debug, each naming its key and error: a Redis outage while many locks are held does not
+// flood the log with a Warn per try, and an operator still learns of it.
+func TestFailedReleasesWarnOnceAMinute(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	g, p := partitionable(t, dlock.WithLogger(zap.New(core)))
+	ctx := ctxT(t, 10*time.Second)
+	var owners []*dlock.Owner
+	for i := range 3 {
+		tg := fmt.Sprintf("%s-%d", uniqueTarget(t), i)
+		rw, err := rwOf(t, g, tg).RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sem, err := semOf(t, g, tg, 2).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu, err := mustGen(t, g, "WARNMU", tg, time.Second).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners = append(owners, rw, sem, mu)
+	}
+	_ = p.Close() // Redis refuses every connection: every try of every release fails at once
+	got := make(chan error, len(owners))
+	for _, o := range owners {
+		go func() { got <- o.Unlock() }()
+	}
+	for range owners {
+		if err := recv(t, got, "Unlock"); err == nil {
+			t.Fatal("Unlock with Redis refusing = nil, want its failure")
+		}
+	}
+	failed := logs.FilterMessageSnippet("release failed")
+	warns := failed.FilterLevelExact(zap.WarnLevel).All()
+	debugs := failed.FilterLevelExact(zap.DebugLevel).All()
+	if len(warns) != 1 || len(debugs) < len(owners)-1 {
+		t.Fatalf("%d releases failing gave %d Warn lines and %d Debug lines of a failed release, want 1 Warn (once a minute) and the rest at Debug: %v",
+			len(owners), len(warns), len(debugs), failed.All())
+	}
+	for _, e := range failed.All() {
+		if f := e.ContextMap(); f["key"] == nil || f["error"] == nil {
+			t.Fatalf("the line %q does not name the key and the error: %v", e.Message, f)
+		}
 	}
 }

@@ -1096,7 +1096,7 @@ func (st *sharedState) release(ctx context.Context, o *owedRelease) (settled boo
 		case !redisFault(err):
 			return false, err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
 		}
-		st.g.log.Warn("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", o.tries), zap.Error(err))
+		st.g.releaseFailed("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", o.tries), zap.Error(err))
 		st.redisError("release", err)
 		if i == 2 || processor.ClientClosed(err) || !sleep(ctx, retryPause(st.cfg)) { // (a closed client sends nothing more)
 			return false, err
