@@ -327,3 +327,27 @@ func (g *Generator) CutByReadTimeout(err error, waited time.Duration) bool {
 
 // ReadTimeout returns the client's read timeout as the generator read it (0: none).
 func (g *Generator) ReadTimeout() time.Duration { return g.readTimeout }
+
+// SharedDispatch returns a func that hands the notifier a message of payload on each shared
+// lock channel the generator is subscribed to, as the subscription connection would, and how
+// many channels that is.
+func (g *Generator) SharedDispatch(payload string) (hear func(), channels int) {
+	if g.notes == nil {
+		return func() {}, 0
+	}
+	var conns []*psConn
+	var msgs []*redis.Message
+	g.notes.mu.Lock()
+	for ch, s := range g.notes.byChannel {
+		if strings.HasPrefix(s.key, sharedPrefix) && s.conn != nil {
+			conns = append(conns, s.conn)
+			msgs = append(msgs, &redis.Message{Channel: ch, Payload: payload})
+		}
+	}
+	g.notes.mu.Unlock()
+	return func() {
+		for i, c := range conns {
+			g.notes.handle(c, nil, msgs[i])
+		}
+	}, len(conns)
+}

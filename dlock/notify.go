@@ -87,7 +87,8 @@ type op struct {
 // lock's waiters.
 type subscription struct {
 	channel string
-	key     string // the lock key whose state its messages go to (sharedPrefix and the unique key: a shared lock's states, of either kind)
+	key     string    // the lock key whose state its messages go to (sharedPrefix and the unique key: a shared lock's states, of either kind)
+	shares  [2]string // a shared lock's: the g.shares keys of its states, of either kind (lookupShared); empty for a mutex's
 	conn    *psConn
 	users   int         // states that watch it; guarded by the notifier's mu
 	idle    *time.Timer // while nobody watches: unsubscribes after linger; guarded by mu
@@ -147,7 +148,11 @@ func (n *notifier) watch(channel, key string) {
 	if old := n.byChannel[channel]; old != nil {
 		old.conn.subs-- // replaced while leaving; its confirmation finds the new one
 	}
-	n.byChannel[channel] = &subscription{channel: channel, key: key, conn: c, users: 1}
+	sub := &subscription{channel: channel, key: key, conn: c, users: 1}
+	if k, ok := strings.CutPrefix(key, sharedPrefix); ok {
+		sub.shares = [2]string{sharedKey(k, processor.KindRW), sharedKey(k, processor.KindSem)}
+	}
+	n.byChannel[channel] = sub
 	c.subs++
 	n.queue(c, op{channel: channel, subscribe: true})
 }
@@ -642,22 +647,19 @@ func (n *notifier) lookup(channel string) *lockState {
 }
 
 // lookupShared returns the live shared lock states whose channel is channel, nil where there is
-// none (an array: it runs for every message, and allocates nothing). A read-write lock's and a
-// semaphore's of one name share it (processor.SharedChannel names no kind), and what it carries
-// is for both: Redis keeps one lock of that name, of either kind.
+// none. It runs for every message, and allocates nothing: an array, and the states' keys made
+// once, by watch. A read-write lock's and a semaphore's of one name share the channel
+// (processor.SharedChannel names no kind), and what it carries is for both: Redis keeps one
+// lock of that name, of either kind.
 func (n *notifier) lookupShared(channel string) (sts [2]*sharedState) {
 	n.mu.Lock()
 	sub := n.byChannel[channel]
 	n.mu.Unlock()
-	if sub == nil {
+	if sub == nil || sub.shares[0] == "" {
 		return sts
 	}
-	key, ok := strings.CutPrefix(sub.key, sharedPrefix)
-	if !ok {
-		return sts
-	}
-	for i, kind := range [2]processor.Kind{processor.KindRW, processor.KindSem} {
-		sts[i] = n.g.lookupShared(sharedKey(key, kind))
+	for i, key := range sub.shares {
+		sts[i] = n.g.lookupShared(key)
 	}
 	return sts
 }

@@ -597,3 +597,25 @@ func TestFamilyHolderRenewsOnceSubscribedWhileARenewalWasOnItsWay(t *testing.T) 
 		t.Fatal(err)
 	}
 }
+
+// A message on a read-write lock's or semaphore's channel costs its dispatch no allocation:
+// the notifier handles every message of every watched lock, while holders and waiters wait on
+// them.
+func TestSharedMessageDispatchAllocatesNothing(t *testing.T) {
+	g, _ := newGen(t)
+	o, err := rwOf(t, g, uniqueTarget(t)).RLock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Unlock()
+	hear, n := g.SharedDispatch("(a payload nobody acts on)")
+	for deadline := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(deadline); hear, n = g.SharedDispatch("(a payload nobody acts on)") {
+		time.Sleep(10 * time.Millisecond) // (subscribed in the background)
+	}
+	if n != 1 {
+		t.Fatalf("%d shared channels subscribed while a read-lock is held, want 1", n)
+	}
+	if a := testing.AllocsPerRun(1000, hear); a != 0 {
+		t.Fatalf("a message on a shared lock's channel costs its dispatch %v allocations, want none", a)
+	}
+}
