@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -142,14 +143,22 @@ func (e *endpoint) failure(timeout time.Duration) error {
 	if addr == "" || !under && time.Since(l.at) > timeout+time.Second {
 		return nil
 	}
+	// The message names addr once: e names it already when it is e's one address.
+	said := e.only(addr)
 	where := ""
 	switch {
+	case e.master != "" && slices.Contains(e.sentinels, addr) && said:
+		where = "the Sentinel: "
 	case e.master != "" && slices.Contains(e.sentinels, addr):
 		where = "the Sentinel at " + addr + ": "
 	case e.master != "":
 		where = fmt.Sprintf("the master %q at %s (as the Sentinels name it; is it reachable from here?): ", e.master, addr)
-	case e.kind != "":
+	case e.kind != "" && !said:
 		where = "node " + addr + ": "
+	}
+	with := "" // the handshake's address, when nothing before names it
+	if !said && where == "" {
+		with = " with " + addr
 	}
 	own := addr == l.addr && l.own
 	d := e.urlDialTimeout()
@@ -164,18 +173,35 @@ func (e *endpoint) failure(timeout time.Duration) error {
 			why = "no answer to it"
 		case errors.Is(l.err, io.EOF) || errors.Is(l.err, syscall.ECONNRESET):
 			// (a plain service that hangs up on what it cannot read, a proxy without a backend)
-			return fmt.Errorf("cannot reach %v: %sTLS handshake with %s: the server closed the connection: is it a TLS port? (rediss:// is for TLS, redis:// without)", e, where, addr)
+			return fmt.Errorf("cannot reach %v: %sTLS handshake%s: the server closed the connection: is it a TLS port? (rediss:// is for TLS, redis:// without)", e, where, with)
 		case !errors.As(l.err, &rh):
 			// (a certificate refused, say: a TLS server)
-			return fmt.Errorf("cannot reach %v: %sTLS handshake with %s failed: %s", e, where, addr, plain(l.err))
+			return fmt.Errorf("cannot reach %v: %sTLS handshake%s failed: %s", e, where, with, plain(l.err))
 		default:
 			why = plain(l.err)
 		}
-		return fmt.Errorf("cannot reach %v: %sa connection to %s, but no TLS handshake (%s): is it a plain port? (rediss:// is for TLS, redis:// without)", e, where, addr, why)
+		return fmt.Errorf("cannot reach %v: %sa connection%s, but no TLS handshake (%s): is it a plain port? (rediss:// is for TLS, redis:// without)", e, where, with, why)
 	case own && d > 0 && d < timeout:
 		return fmt.Errorf("cannot reach %v: %sno connection within its dial_timeout %v", e, where, d)
 	case cut || own:
 		return fmt.Errorf("cannot reach %v: %sno connection within %v (--timeout)", e, where, timeout)
 	}
 	return fmt.Errorf("cannot reach %v: %s%s", e, where, plain(l.err))
+}
+
+// only reports whether addr is e's one address, which a message naming e names: its server's,
+// its one Cluster seed's, its one Sentinel's (not an address Redis gave, nor a port left out).
+func (e *endpoint) only(addr string) bool {
+	o, err := e.spec.parse()
+	var addrs []string
+	switch {
+	case err != nil:
+	case o.single != nil:
+		addrs = []string{o.single.Addr}
+	case o.cluster != nil:
+		addrs = o.cluster.Addrs
+	case o.failover != nil:
+		addrs = o.failover.SentinelAddrs
+	}
+	return len(addrs) == 1 && addrs[0] == addr && strings.Contains(e.shown, addr)
 }

@@ -166,9 +166,9 @@ func TestTLSReachesSentinelsAndClusterNodes(t *testing.T) {
 }
 
 // TestTLSHandshakeClosed: rediss:// to a server that closes each connection at once (a plain
-// TCP service, a proxy without a backend) is named as a TLS handshake with that address that
-// the server closed, exit 69 in one line — not a bare "EOF" or "connection reset by peer" —
-// for one server as for a Cluster node or a Sentinel.
+// TCP service, a proxy without a backend) is named as a TLS handshake that the server closed,
+// exit 69 in one line naming the address once — not a bare "EOF" or "connection reset by
+// peer" — for one server as for a Cluster node or a Sentinel.
 func TestTLSHandshakeClosed(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -191,9 +191,9 @@ func TestTLSHandshakeClosed(t *testing.T) {
 		{"--sentinel-master", "m", "--redis", "rediss://" + addr},
 	} {
 		r := runBin(t, nil, append(append([]string{"status", "--timeout", "2s"}, redisArgs...), "CLI", "x")...)
-		if r.code != exitUnavailable || !strings.Contains(r.stderr, "TLS handshake with "+addr) ||
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "TLS handshake") || strings.Count(r.stderr, addr) != 1 ||
 			!strings.Contains(r.stderr, "closed the connection") || strings.Count(r.stderr, "\n") != 1 {
-			t.Errorf("%v: want exit 69 and one line naming the TLS handshake with %s that the server closed, got %v", redisArgs, addr, r)
+			t.Errorf("%v: want exit 69 and one line naming the TLS handshake that the server closed and %s once, got %v", redisArgs, addr, r)
 		}
 	}
 }
