@@ -1,8 +1,15 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRedact: every password is masked, in URLs no parser accepts too.
@@ -109,5 +116,79 @@ func TestRedisForms(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s (cluster %v, master %q):\n got %+v\nwant %+v", tc.value, tc.cluster, tc.master, got, tc.want)
 		}
+	}
+}
+
+// TestClientSendsNoIdentity: the command's clients do not name their library to Redis (CLIENT
+// SETINFO, which go-redis sends on every new connection, a round trip of its own that Redis
+// 7.0 refuses): a run of the command is short-lived, and far from Redis each round trip before
+// its first answer counts. Each kind of client; the single server's by what it sends.
+func TestClientSendsNoIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		cluster bool
+		master  string
+	}{{srv.Addr, false, ""}, {srv.Addr, true, ""}, {srv.Addr, false, "m"}} {
+		e, err := resolveRedis(tc.value, true, tc.cluster, tc.master, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := e.client(5 * time.Second)
+		var off bool
+		switch c := c.(type) {
+		case *redis.Client:
+			off = c.Options().DisableIdentity
+		case *redis.ClusterClient:
+			off = c.Options().DisableIdentity
+		}
+		if !off {
+			t.Errorf("%s (cluster %v, master %q): a %T with identity on", tc.value, tc.cluster, tc.master, c)
+		}
+		_ = c.Close()
+	}
+	e, err := resolveRedis(srv.Addr, true, false, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(5 * time.Second)
+	defer c.Close()
+	var mu sync.Mutex
+	var sent []string
+	c.AddHook(sentHook(func(cmd redis.Cmder) {
+		mu.Lock()
+		sent = append(sent, strings.TrimSpace(fmt.Sprint(cmd.Args()[0], " ", cmd.Args()[1:min(2, len(cmd.Args()))])))
+		mu.Unlock()
+	}))
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range sent {
+		if strings.HasPrefix(strings.ToLower(s), "client [setinfo") {
+			t.Fatalf("sent %q", sent)
+		}
+	}
+	if !slices.ContainsFunc(sent, func(s string) bool { return strings.HasPrefix(s, "hello") }) {
+		t.Fatalf("sent %q: the hook saw no connection's set-up", sent)
+	}
+}
+
+// sentHook calls itself with each command a client sends, the connection's set-up included.
+type sentHook func(redis.Cmder)
+
+func (h sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h(cmd)
+		}
+		return next(ctx, cmds)
 	}
 }
