@@ -1275,6 +1275,9 @@ func TestSemaphoreHoldingKeepsWhatItsOwnersDoNotUseFromATryElsewhere(t *testing.
 	o1 := lentOn(ctx, t, sa, k)
 	for end := time.Now().Add(3 * sa.Config().Lease() / 2); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if o, ok, err := sb.TryAcquire(ctx, 2); ok || err != nil {
+			if ok && o1.Err() != nil { // (asked after the take: a lease that ran out in Redis ran out here first)
+				t.Skipf("the holding lost in a stall of the process, its permits free: %v", context.Cause(o1))
+			}
 			t.Fatalf("another process's TryAcquire of the 2 permits nobody uses = %v %v %v (the goroutine's 1: %v): the holding gave them back unasked (update the docs of TryAcquire)", o, ok, err, context.Cause(o1))
 		}
 	}
@@ -1473,11 +1476,18 @@ func TestSemaphoreHoldingGivingBackLendsNothing(t *testing.T) {
 		held := ga.SharedBelief(sa.Config().UniqueKey())
 		return !slices.ContainsFunc(slices.Collect(maps.Values(held)), func(h dlock.SharedHeld) bool { return h.DownTo != "" })
 	})
+	held := []*dlock.Owner{o1, o2, o3}
 	if o, ok, err := sb.TryAcquire(ctx, 2); ok || err != nil {
+		// (asked after the take: a lease that ran out in Redis ran out here first) The holding
+		// giving back is not renewed until its give-back is answered, which the hook holds back
+		// until the other holding's renewal: a stall of the process of two seconds more loses it
+		if i := slices.IndexFunc(held, func(o *dlock.Owner) bool { return o.Err() != nil }); ok && i >= 0 {
+			t.Skipf("the holding of o%d lost in a stall of the process, its permits free: %v", i+1, context.Cause(held[i]))
+		}
 		st, _ := sb.State(ctx)
 		t.Fatalf("with 3 of 4 permits in use, another process's TryAcquire(2) = %v %v %v (Redis: %+v)", o, ok, err, st.Holds)
 	}
-	for _, o := range []*dlock.Owner{o1, o2, o3} {
+	for _, o := range held {
 		if err := o.Unlock(); err != nil {
 			t.Fatal(err)
 		}
