@@ -1379,12 +1379,19 @@ func TestSemaphoreHoldingKeepsWhatItsOwnersDoNotUseFromATryElsewhere(t *testing.
 	sa, sb := semOf(t, ga, tg, k), semOf(t, gb, tg, k)
 	o1 := lentOn(ctx, t, sa, k)
 	for end := time.Now().Add(3 * sa.Config().Lease() / 2); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if o, ok, err := sb.TryAcquire(ctx, 2); ok || err != nil {
-			if ok && o1.Err() != nil { // (asked after the take: a lease that ran out in Redis ran out here first)
-				t.Skipf("the holding lost in a stall of the process, its permits free: %v", context.Cause(o1))
-			}
+		o, ok, err := sb.TryAcquire(ctx, 2)
+		var pe *dlock.RedisProcessError
+		switch {
+		case ok && o1.Err() != nil: // (asked after the take: a lease that ran out in Redis ran out here first)
+			t.Skipf("the holding lost in a stall of the process, its permits free: %v", context.Cause(o1))
+		case errors.As(err, &pe): // (unanswered within a third of the lease: a stall)
+			t.Log(err)
+		case ok || err != nil:
 			t.Fatalf("another process's TryAcquire of the 2 permits nobody uses = %v %v %v (the goroutine's 1: %v): the holding gave them back unasked (update the docs of TryAcquire)", o, ok, err, context.Cause(o1))
 		}
+	}
+	if o1.Err() != nil {
+		t.Skipf("the holding lost in a stall of the process: %v", context.Cause(o1))
 	}
 	if st, err := sb.State(ctx); err != nil || len(st.Holds) != 1 || st.Holds[0].Permits != k {
 		t.Fatalf("State while 1 of %d permits is used = %+v %v, want the holding of %d", k, st, err, k)
@@ -1586,8 +1593,11 @@ func TestSemaphoreHoldingGivingBackLendsNothing(t *testing.T) {
 		// (asked after the take: a lease that ran out in Redis ran out here first) The holding
 		// giving back is not renewed until its give-back is answered, which the hook holds back
 		// until the other holding's renewal: a stall of the process of two seconds more loses it
+		var pe *dlock.RedisProcessError
 		if i := slices.IndexFunc(held, func(o *dlock.Owner) bool { return o.Err() != nil }); ok && i >= 0 {
 			t.Skipf("the holding of o%d lost in a stall of the process, its permits free: %v", i+1, context.Cause(held[i]))
+		} else if errors.As(err, &pe) {
+			t.Skipf("the try unanswered within a third of the lease (a stall): %v", err)
 		}
 		st, _ := sb.State(ctx)
 		t.Fatalf("with 3 of 4 permits in use, another process's TryAcquire(2) = %v %v %v (Redis: %+v)", o, ok, err, st.Holds)
