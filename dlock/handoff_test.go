@@ -1550,6 +1550,47 @@ func TestFirstToldTheKeyIsFreeTakesIt(t *testing.T) {
 	}
 }
 
+// A grant the first in line cannot count (here its token is at or below what its last answer
+// saw: for all it knows the grant came before that answer, and may have expired) has the first
+// waiter ask at once, which finds the key its own — not at its pace, which F, told a moment
+// before with the holder's whole lease ahead, put half its 60 s lease away. (The pace counted
+// from F leaves a grant whose time is not told or not trusted to this ask: grantUsable.)
+func TestUncountedGrantHasTheFirstWaiterAsk(t *testing.T) {
+	const lease = time.Minute
+	g, c := newGen(t)
+	l := mustGen(t, g, "UNCOUNTED", target(t), lease)
+	ctx := ctxT(t, 60*time.Second)
+	if err := c.Set(ctx, key(l), "another-holder", lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(t, l, ctx)
+	waitFor(t, func() bool { r, heard, ok := g.Place(key(l)); return ok && heard && r == 0 })
+	ch := processor.ProcessChannel(l.Config(), g.LockerPrefix())
+	heard := g.Heard()
+	if err := c.Publish(ctx, ch, "F|life=60000|another-holder").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.Heard() > heard })
+	w, err := c.HGet(ctx, processor.WantKey(l.Config()), g.LockerPrefix()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	locker, _, _ := strings.Cut(w, "|")
+	// (Redis grants it the key, as the holder's release would; the message's token puts the
+	// grant before the process's last answer)
+	if err := c.Set(ctx, key(l), locker, lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.ZRem(ctx, processor.LineKey(l.Config()), g.LockerPrefix())
+	c.HDel(ctx, processor.WantKey(l.Config()), g.LockerPrefix())
+	if err := c.Publish(ctx, ch, "G|at=1|another-holder|"+locker+"|1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(recv(t, got, "the Lock granted a key it cannot count")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // tryInBackground runs one TryLock of l (unlocking at once if it got the lock) in a goroutine,
 // and returns a channel closed when it is done.
 func tryInBackground(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan struct{} {
