@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -2374,15 +2373,7 @@ func TestLockFartherThanHalfTheLeaseSaysWhy(t *testing.T) {
 	const lease = 400 * time.Millisecond
 	g, p := farGen(t, lease, dlock.WithLogger(zap.New(core)))
 	p.SetLatency(130 * time.Millisecond) // (a round trip of 260 ms: more than half the lease)
-	var renewals atomic.Int64            // renew.lua requests that reached the proxy
-	p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
-		const verb = "evalsha\r\n$40\r\n"
-		if i := bytes.Index(chunk, []byte(verb)) + len(verb); toTarget && i >= len(verb) && len(chunk) >= i+40 &&
-			processor.ScriptName([]any{"evalsha", string(chunk[i : i+40])}) == "renew" {
-			renewals.Add(1)
-		}
-		return 0
-	})
+	renewals := sentThrough(p, "renew")
 	l := mustGen(t, g, "FARHALF", uniqueTarget(t), lease)
 	warned := func() *observer.ObservedLogs { // (a filter is a copy of the logs so far)
 		return logs.FilterMessageSnippet("more than half the lease").FilterField(zap.String("key", l.Config().UniqueKey()))
@@ -2432,30 +2423,15 @@ func TestLockFartherThanTheLeaseSaysWhy(t *testing.T) {
 	const lease = 200 * time.Millisecond
 	g, p := farGen(t, lease, dlock.WithLogger(zap.New(core)))
 	p.SetLatency(150 * time.Millisecond) // (a round trip of 300 ms: more than the lease)
-	var asks atomic.Int64                // lock.lua requests by EVALSHA that reached the proxy
-	p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
-		const verb = "evalsha\r\n$40\r\n"
-		if i := bytes.Index(chunk, []byte(verb)) + len(verb); toTarget && i >= len(verb) && len(chunk) >= i+40 &&
-			processor.ScriptName([]any{"evalsha", string(chunk[i : i+40])}) == "lock" {
-			asks.Add(1)
-		}
-		return 0
-	})
+	asks := sentThrough(p, "lock")
 	l := mustGen(t, g, "FARLEASE", uniqueTarget(t), lease)
 	warned := func() *observer.ObservedLogs {
 		return logs.FilterMessageSnippet("no answer from Redis within its lease").FilterField(zap.String("key", l.Config().UniqueKey()))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		o, err := l.Lock(ctx)
-		if err == nil {
-			err = fmt.Errorf("Lock succeeded (Unlock: %v)", o.Unlock())
-		}
-		done <- err
-	}()
-	after := int64(-1) // asks when the warning was seen
+	done := lockOnce(ctx, l) // (nil if it took the lock)
+	after := int64(-1)       // asks when the warning was seen
 	waitFor(t, func() bool {
 		if after < 0 && warned().Len() > 0 {
 			after = asks.Load()
@@ -2465,7 +2441,7 @@ func TestLockFartherThanTheLeaseSaysWhy(t *testing.T) {
 	p.SetLatency(0) // (its give-backs and leave go through)
 	cancel()
 	if err := recv(t, done, "Lock once cancelled"); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("Lock = %v, want ErrNotObtained", err)
+		t.Fatalf("Lock = %v, want ErrNotObtained (nil: it took the lock)", err)
 	}
 	if n := warned().Len(); n != 1 {
 		t.Fatalf("%d warnings that an attempt had no answer within its lease, want 1: %v", n, logs.All())

@@ -7,6 +7,7 @@ package dlock_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1166,6 +1167,21 @@ func lockOnce(ctx context.Context, l *dlock.DistributedReentrantLock) <-chan err
 		got <- err
 	}()
 	return got
+}
+
+// sentThrough counts the requests of the script named name that p passes to Redis by EVALSHA
+// (as a process sends each after its first). It sets p's shaper, which delays nothing.
+func sentThrough(p *faultproxy.Proxy, name string) *atomic.Int64 {
+	var n atomic.Int64
+	p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+		const verb = "evalsha\r\n$40\r\n"
+		if i := bytes.Index(chunk, []byte(verb)) + len(verb); toTarget && i >= len(verb) && len(chunk) >= i+40 &&
+			processor.ScriptName([]any{"evalsha", string(chunk[i : i+40])}) == name {
+			n.Add(1)
+		}
+		return 0
+	})
+	return &n
 }
 
 // stormSize is the number of waiters in the cancellation storm: 2000 by default, 10000 (as the
