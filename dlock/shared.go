@@ -1109,7 +1109,7 @@ var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (remov
 // The causes a holding ends with when it is lost, as the mutex's say them.
 var (
 	errHoldingLapsed = fmt.Errorf("%w: the lease ran out without a successful renewal", ErrLockLost)
-	errHoldingGone   = fmt.Errorf("%w: a renewal found the holding gone from Redis (removed by ForceRelease, or lost by Redis)", ErrLockLost)
+	errHoldingGone   = fmt.Errorf("%w: a renewal found the holding gone from Redis (removed by ForceRelease, lost by Redis, or expired before the renewal ran: a process stalled past its lease)", ErrLockLost)
 	// errHoldingOutTaken ends a read-hold whose process was granted the write side: Redis
 	// grants it only when nothing else is held.
 	errHoldingOutTaken = fmt.Errorf("%w: the holding was gone from Redis when its process was granted the write side (removed by ForceRelease, or lost by Redis)", ErrLockLost)
