@@ -46,6 +46,13 @@ func TestAskPace(t *testing.T) {
 			t.Errorf("%s: asks at +%v, want +%v", c.name, got.Sub(waited), c.want.Sub(waited))
 		}
 	}
+	// Told it is first, a process whose entry lives no longer than its lease (a lease of 3 s)
+	// asks no sooner than half the lease after its answer, as before it was told: a third of
+	// its entry's life is sooner than that.
+	l := line{rank: 0, heard: true, waited: waited, firstAt: waited.Add(100 * time.Millisecond), holderUntil: late}
+	if got := l.askBy(3*time.Second, 3*time.Second, false); !got.Equal(waited.Add(1500 * time.Millisecond)) {
+		t.Errorf("first, a 3 s lease, told so after its answer: asks at +%v, want +1.5s", got.Sub(waited))
+	}
 	// A long lease of its own (an entry of 2 minutes) does not hold a process further back
 	// past the holder's expiry, nor the second, nor (as late as backPace) the first.
 	for rank := 0; rank < 3; rank++ {
