@@ -2468,22 +2468,9 @@ func TestLockFartherThanTheLeaseSaysWhy(t *testing.T) {
 func TestReadTimeoutShorterThanTheRoundTripIsWarned(t *testing.T) {
 	t.Parallel()
 	core, logs := observer.New(zap.WarnLevel)
-	p, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const readTimeout = 100 * time.Millisecond
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: readTimeout})
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second), dlock.WithLogger(zap.New(core)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.SetLatency(0)
-		_ = g.Close(context.Background())
-		_ = c.Close()
-		_ = p.Close()
-	})
+	g, _, p := proxiedGen(t, func(addr string) *redis.Options { return &redis.Options{Addr: addr, ReadTimeout: readTimeout} },
+		dlock.WithDefaultLease(2*time.Second), dlock.WithLogger(zap.New(core)))
 	p.SetLatency(readTimeout) // (each way: every reply comes a read timeout too late)
 	l := mustGen(t, g, "FARREAD", uniqueTarget(t), 2*time.Second)
 	warnings := func() []observer.LoggedEntry { return logs.FilterMessageSnippet("read timeout").All() }
@@ -2555,21 +2542,7 @@ func TestFailuresOtherThanTheReadTimeoutAreNotWarnedAsIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			core, logs := observer.New(zap.WarnLevel)
-			p, err := faultproxy.New(srv.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := redis.NewClient(tc.opts(p.Addr()))
-			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second), dlock.WithLogger(zap.New(core)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				p.SetLatency(0)
-				_ = g.Close(context.Background())
-				_ = c.Close()
-				_ = p.Close()
-			})
+			g, _, p := proxiedGen(t, tc.opts, dlock.WithDefaultLease(2*time.Second), dlock.WithLogger(zap.New(core)))
 			p.SetLatency(tc.latency)
 			l := mustGen(t, g, "NOTREAD", uniqueTarget(t), 2*time.Second)
 			for range 3 {

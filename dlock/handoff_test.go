@@ -1967,20 +1967,9 @@ func TestWaitersThatGiveUpKeepTheLineInOrder(t *testing.T) {
 // ends), with lease as its default lease.
 func farGen(t testing.TB, lease time.Duration, opts ...dlock.Option) (*dlock.Generator, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
-	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(lease)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = g.Close(context.Background())
-		_ = c.Close()
-		_ = p.Close()
-	})
+	g, _, p := proxiedGen(t, func(addr string) *redis.Options {
+		return &redis.Options{Addr: addr, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
+	}, append([]dlock.Option{dlock.WithDefaultLease(lease)}, opts...)...)
 	return g, p
 }
 

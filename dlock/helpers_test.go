@@ -1198,27 +1198,39 @@ func scriptIs(name string) func(args []any) bool {
 	return func(args []any) bool { return processor.ScriptName(args) == name }
 }
 
+// proxiedGen returns a Generator whose client, of options (given the proxy's address), reaches
+// Redis through a fault proxy, with a lease of a second unless opts say otherwise, and the
+// proxy. When t ends the proxy stops delaying and dropping, and all of them are closed.
+func proxiedGen(t testing.TB, options func(addr string) *redis.Options, opts ...dlock.Option) (*dlock.Generator, *redis.Client, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(options(p.Addr()))
+	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.SetLatency(0)
+		p.Blackhole(false)
+		_ = g.Close(context.Background())
+		_ = c.Close()
+		_ = p.Close()
+	})
+	return g, c, p
+}
+
 // partitionable returns a Generator whose client reaches Redis through a fault proxy, and the
 // proxy: its Blackhole is a partition. The client waits a minute to dial and to read, so a
 // request that nothing else bounds is held that long. The client has one connection made
 // before any partition. When t ends the partition heals and all of them are closed.
 func partitionable(t testing.TB, opts ...dlock.Option) (*dlock.Generator, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-	g, err := dlock.NewGenerator(c, append([]dlock.Option{dlock.WithDefaultLease(time.Second)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Blackhole(false)
-		_ = g.Close(context.Background())
-		_ = c.Close()
-		_ = p.Close()
-	})
+	g, c, p := proxiedGen(t, func(addr string) *redis.Options {
+		return &redis.Options{Addr: addr, DialTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	}, opts...)
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
