@@ -1366,6 +1366,60 @@ func TestCloseLeavesTheLineWhenRedisComesBack(t *testing.T) {
 	}
 }
 
+// A Cluster client on a server without Cluster (a newcomer's mistake) fails each request at
+// the question asked before it, whether the servers have sharded pub/sub (COMMAND INFO):
+// nothing of the attempt is sent, so Close has no line to leave and nothing to give back, for
+// any kind. It waited for leaves and give-backs that failed the same way until the entry would
+// have expired: a lease (20 s in a trial; here its 10 s bound ended it first).
+func TestCloseAfterAttemptsNeverSent(t *testing.T) {
+	if !srv.Real {
+		t.Skip(srv.Why)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	defer c.Close()
+	const lease = time.Minute
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+	const cause = "cluster support disabled"
+	m := mustGen(t, g, "NEVERSENT", target(t), lease)
+	if _, err := m.Lock(short()); !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(fmt.Sprint(err), cause) {
+		t.Errorf("Lock: %v, want ErrNotObtained naming %q", err, cause)
+	}
+	if _, ok, err := m.TryLock(ctx); ok || !strings.Contains(fmt.Sprint(err), cause) {
+		t.Errorf("TryLock: %v, %v, want an error naming %q", ok, err, cause)
+	}
+	rw, err := g.GenRW("NEVERSENT", target(t)+"rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Lock(short()); !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(fmt.Sprint(err), cause) {
+		t.Errorf("RWLock.Lock: %v, want ErrNotObtained naming %q", err, cause)
+	}
+	sem, err := g.GenSemaphore("NEVERSENT", target(t)+"sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := sem.TryAcquire(ctx, 1); ok || !strings.Contains(fmt.Sprint(err), cause) {
+		t.Errorf("TryAcquire: %v, %v, want an error naming %q", ok, err, cause)
+	}
+	if _, err := sem.Acquire(short(), 1); !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(fmt.Sprint(err), cause) {
+		t.Errorf("Acquire: %v, want ErrNotObtained naming %q", err, cause)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := g.Close(cctx); err != nil {
+		t.Fatalf("Close: %v, want nil: no request of the Generator was sent", err)
+	}
+}
+
 // A Lock that gives up stops its process's retry poller once nobody there waits: its timer
 // does not keep the dropped state, nor fire after Close.
 func TestGivenUpLockLeavesNoPollerTimer(t *testing.T) {

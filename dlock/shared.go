@@ -1296,7 +1296,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 // took applies the answer to a's take, sent at sent when the W and F counts were w and f,
 // for the reason how. The caller holds mu.
 func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How) {
-	a.sent = true
+	a.sent = a.sent || !processor.Unsent(err) // (one that failed before it was sent: nothing to give back)
 	if st.attempt != a {
 		return
 	}

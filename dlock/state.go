@@ -490,11 +490,18 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.phase = idle
-	if errors.Is(err, errNotSent) && (st.line.attempt != a || !a.sent) {
+	if unsent := processor.Unsent(err); (unsent || errors.Is(err, errNotSent)) && (st.line.attempt != a || !a.sent) {
 		// Nothing of the attempt reached Redis: nothing to give back and no line to leave (an
 		// open attempt never sent is closed without a leave, settleLocked).
+		switch {
+		case !unsent:
+			err = fmt.Errorf("%w: %w", errNoAnswer, errNotSent)
+		case ctx.Err() == nil:
+			st.retryLaterLocked(a.cfg.Lease()) // (Redis failed: a lasting failure is no busy loop)
+			return nil, err
+		}
 		st.signalLocked(HowRetry) // the next waiter, if the caller leaves, asks again
-		return nil, notTakenErr(ctx.Err(), fmt.Errorf("%w: %w", errNoAnswer, errNotSent))
+		return nil, notTakenErr(ctx.Err(), err)
 	}
 	a.sent = true
 	if err == nil || answered(err) {

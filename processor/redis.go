@@ -461,7 +461,7 @@ func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
 	}
 	if err != nil {
 		p.fail(err)
-		return false, processErr("command-info", "", err)
+		return false, processErr(opCommandInfo, "", err)
 	}
 	if len(info) == 1 && info[0] != nil {
 		p.shard.Store(shardSharded)
@@ -1031,6 +1031,24 @@ func (p *RedisLockProcessor) raise(cfg domain.DLockConfig) {
 			return
 		}
 	}
+}
+
+// opCommandInfo names Sharded's question in its errors (Unsent).
+const opCommandInfo = "command-info"
+
+// Unsent reports whether err is a request's failure before it was sent: the question it
+// needs answered first, whether the servers have sharded pub/sub (Sharded), failed (a Cluster
+// client on a server without Cluster, a Cluster it cannot reach). Nothing of the request
+// reached Redis: no attempt stands in line, nor holds, to be given back.
+func Unsent(err error) bool {
+	var pe *dlerrors.RedisProcessError
+	for errors.As(err, &pe) {
+		if pe.Op == opCommandInfo {
+			return true
+		}
+		err = pe.Err
+	}
+	return false
 }
 
 // ClientClosed reports whether err says the Redis client was closed: no later request on it
