@@ -12,6 +12,10 @@ import (
 // within the request's bound.
 var ErrUnanswered = errUnanswered
 
+// ErrLateReply is the cause of a *RedisProcessError when a request's reply did not come before
+// the lease ran out.
+var ErrLateReply = errLateReply
+
 // InUse reports how many lock states the generator keeps (tests check they are dropped).
 func (g *Generator) InUse() int {
 	g.mu.Lock()

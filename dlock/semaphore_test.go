@@ -3023,7 +3023,7 @@ func TestSemaphoreProcessesHoldingTheirShareStayOutOfLine(t *testing.T) {
 	var inLine atomic.Int64
 	tg := uniqueTarget(t)
 	var wg sync.WaitGroup
-	stalls := countStalls(t, lease/4)
+	stalls := watchStalls(t)
 	end := time.Now().Add(3 * time.Second)
 	for range 2 {
 		c := srv.Client()
@@ -3058,9 +3058,9 @@ func TestSemaphoreProcessesHoldingTheirShareStayOutOfLine(t *testing.T) {
 	// more) stretches every waiter's turn past the patience at once: about 20 takes stand in
 	// line after each (seen with the process stopped for 0.3–0.4 s every 1.3–2.5 s); the
 	// bound grants each stall 30, on top of the 30 of a run without.
-	bound := 30 + 30*stalls.Load()
+	bound := 30 + 30*stalls.count(lease/4)
 	if n := inLine.Load(); n > bound {
-		t.Fatalf("%d takes stood in line in 3 s, by processes that held their share (%d stalls: at most %d)", n, stalls.Load(), bound)
+		t.Fatalf("%d takes stood in line in 3 s, by processes that held their share (%d stalls: at most %d)", n, stalls.count(lease/4), bound)
 	}
 }
 
