@@ -1592,6 +1592,11 @@ func keptThrough(t testing.TB, o *dlock.Owner, d, lease time.Duration, what stri
 	}
 }
 
+// stallProofLease is the lease of tests that never wait for one to run out: a stall of the
+// process of seconds (a machine loaded far past its CPUs) does not run it out, so it changes
+// nothing they check, where a second's lease would be lost and fail their Unlock.
+const stallProofLease = 10 * time.Second
+
 // stallWatch records, until its test ends, the stalls of this process: the gaps in which a
 // 5 ms ticker did not run (a machine loaded far past its CPUs ran nothing of the process). A
 // holding's lease may run out in a stall of a fifth of the lease or more (README's first

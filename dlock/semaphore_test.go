@@ -2132,7 +2132,7 @@ func TestSemaphoreWaiterAsksItsContextOutsideTheSemaphoresLock(t *testing.T) {
 // one ahead of it that asks for more. Ports Curator's InterProcessSemaphoreV2 fairness and
 // Redisson's RedissonSemaphoreTest blocking acquires (with TestSemaphoreServesProcessesInOrder).
 func TestSemaphoreSmallerAskDoesNotPassALargerOneAhead(t *testing.T) {
-	ga, _ := newGen(t)
+	ga, _ := newGen(t, dlock.WithDefaultLease(stallProofLease))
 	tg := uniqueTarget(t)
 	ctx := ctxT(t, 30*time.Second)
 	sa := semOf(t, ga, tg, 2)
@@ -2140,7 +2140,7 @@ func TestSemaphoreSmallerAskDoesNotPassALargerOneAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gb, _ := newGen(t)
+	gb, _ := newGen(t, dlock.WithDefaultLease(stallProofLease))
 	second, err := semOf(t, gb, tg, 2).Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -2148,7 +2148,7 @@ func TestSemaphoreSmallerAskDoesNotPassALargerOneAhead(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	wait := func(name string, n int) <-chan error {
-		g, _ := newGen(t)
+		g, _ := newGen(t, dlock.WithDefaultLease(stallProofLease))
 		s := semOf(t, g, tg, 2)
 		done := make(chan error, 1)
 		go func() {
@@ -2440,10 +2440,10 @@ func TestSemaphoreKeepsTheCountOfItsFirstUser(t *testing.T) {
 func TestSemaphoreOneAndAllPermitsTakeTurns(t *testing.T) {
 	for _, twoProcesses := range []bool{false, true} {
 		t.Run(map[bool]string{false: "one process", true: "two processes"}[twoProcesses], func(t *testing.T) {
-			ga, _ := newGen(t)
+			ga, _ := newGen(t, dlock.WithDefaultLease(stallProofLease))
 			gb := ga
 			if twoProcesses {
-				gb, _ = newGen(t)
+				gb, _ = newGen(t, dlock.WithDefaultLease(stallProofLease))
 			}
 			tg := uniqueTarget(t)
 			ctx := ctxT(t, 30*time.Second)
