@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -24,19 +25,29 @@ func TestFencingTokensIncrease(t *testing.T) {
 	lA, lB, lC := mustGen(t, a, typ, target, lease), mustGen(t, b, typ, target, lease), mustGen(t, c, typ, target, lease)
 	gd := newRgGuard(t)
 	ctx := rgCtx(t, 60*time.Second)
+	stalls := watchStalls(t)
 
-	lockEnter := func(l *dlock.DistributedReentrantLock, who string) (context.Context, *rgStay) {
+	// A holding in the guard, and when its Lock began.
+	type stay struct {
+		o     context.Context
+		s     *rgStay
+		since time.Time
+	}
+	lockEnter := func(l *dlock.DistributedReentrantLock, who string) stay {
 		t.Helper()
+		since := time.Now()
 		o, err := l.Lock(ctx)
 		if err != nil {
 			t.Fatalf("%s: Lock: %v", who, err)
 		}
-		return o, gd.enter(key, who, l, o)
+		return stay{o, gd.enter(key, who, l, o), since}
 	}
-	unlockLeave := func(l *dlock.DistributedReentrantLock, o context.Context, s *rgStay, who string) {
+	// unlockLeave leaves the guard and unlocks; a holding lost in a stall of the process (its
+	// lease of a second ran out) is no failure.
+	unlockLeave := func(l *dlock.DistributedReentrantLock, h stay, who string) {
 		t.Helper()
-		gd.leave(s)
-		if err := l.Unlock(o); err != nil {
+		gd.leave(h.s)
+		if err := l.Unlock(h.o); err != nil && !stalls.excused(t, err, h.since, lease, who+": Unlock") {
 			t.Errorf("%s: Unlock: %v", who, err)
 		}
 	}
@@ -45,18 +56,33 @@ func TestFencingTokensIncrease(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			since := time.Now()
 			o, err := l.Lock(rgCtx(t, 20*time.Second))
 			if err != nil {
 				t.Errorf("%s: Lock: %v", who, err)
 				return
 			}
-			s := gd.enter(key, who, l, o)
+			h := stay{o, gd.enter(key, who, l, o), since}
 			time.Sleep(10 * time.Millisecond)
-			gd.leave(s)
-			if err := l.Unlock(o); err != nil {
-				t.Errorf("%s: Unlock: %v", who, err)
-			}
+			unlockLeave(l, h, who)
 		}()
+	}
+
+	// fired reports whether the fault armed for A's Unlock of h was hit, failing the test when
+	// it was not, unless A's holding was lost in a stall of the process first (the Unlock, told
+	// ErrLockLost, then sent nothing to fault: the section has nothing of it to check).
+	fired := func(h stay, err error, what string) bool {
+		t.Helper()
+		if errors.Is(err, dlock.ErrLockLost) && stalls.excused(t, err, h.since, lease, what) {
+			select {
+			case <-hA.fired:
+				return true
+			default:
+				return false
+			}
+		}
+		hA.mustHaveFired(t)
+		return true
 	}
 
 	// Plain acquisitions by three generators.
@@ -64,79 +90,80 @@ func TestFencingTokensIncrease(t *testing.T) {
 		l   *dlock.DistributedReentrantLock
 		who string
 	}{{lA, "A"}, {lB, "B"}, {lC, "C"}, {lA, "A"}} {
-		o, s := lockEnter(p.l, p.who)
-		unlockLeave(p.l, o, s, p.who)
+		unlockLeave(p.l, lockEnter(p.l, p.who), p.who)
 	}
 
 	// Local hand-overs and a hand-off to another generator.
 	{
-		o, s := lockEnter(lA, "A")
+		h := lockEnter(lA, "A")
 		var wg sync.WaitGroup
 		waiter(lA, "A-waiter1", &wg)
 		waiter(lA, "A-waiter2", &wg)
 		waiter(lB, "B-waiter", &wg)
 		time.Sleep(150 * time.Millisecond)
-		unlockLeave(lA, o, s, "A")
+		unlockLeave(lA, h, "A")
 		wg.Wait()
 	}
 
 	// A's Unlock runs on Redis but its reply is lost; B waits in another generator.
 	{
-		o, s := lockEnter(lA, "A")
+		h := lockEnter(lA, "A")
 		var wg sync.WaitGroup
 		seen := hB.seen.Load()
 		waiter(lB, "B-after-lost-unlock-reply", &wg)
 		awaitTry(t, hB, seen)
 		time.Sleep(100 * time.Millisecond)
-		gd.leave(s)
+		gd.leave(h.s)
 		hA.arm(loseReply, key)
-		err := lA.Unlock(o)
+		err := lA.Unlock(h.o)
 		hA.disarm()
-		hA.mustHaveFired(t)
+		fired(h, err, "A's Unlock, its reply to be lost")
 		t.Logf("Unlock with a lost reply: %v", err)
 		wg.Wait()
-		o, s = lockEnter(lA, "A-after")
-		unlockLeave(lA, o, s, "A-after")
+		unlockLeave(lA, lockEnter(lA, "A-after"), "A-after")
 	}
 
 	// A pass to a local waiter whose renewal (for a block of tokens) has its reply lost.
 	{
-		o, s := lockEnter(lA, "A")
+		h := lockEnter(lA, "A")
 		var wg sync.WaitGroup
 		waiter(lA, "A-waiter-after-lost-renewal-reply", &wg)
 		time.Sleep(150 * time.Millisecond)
-		gd.leave(s)
+		gd.leave(h.s)
 		hA.arm(loseReply, key)
-		err := lA.Unlock(o)
+		err := lA.Unlock(h.o)
 		wg.Wait()
 		hA.disarm()
-		hA.mustHaveFired(t)
+		fired(h, err, "A's Unlock, its waiter's renewal reply to be lost")
 		t.Logf("Unlock (local waiter) with a lost renewal reply: %v", err)
-		o, s = lockEnter(lB, "B-after")
-		unlockLeave(lB, o, s, "B-after")
+		unlockLeave(lB, lockEnter(lB, "B-after"), "B-after")
 	}
 
 	// A's Unlock is held on the wire until it times out, and reaches Redis later; B waits.
 	{
-		o, s := lockEnter(lA, "A")
+		h := lockEnter(lA, "A")
 		seen := hB.seen.Load()
+		since := time.Now()
 		got := rgLockAsync(lB, rgCtx(t, 20*time.Second))
 		awaitTry(t, hB, seen)
-		gd.leave(s)
+		gd.leave(h.s)
 		hA.arm(holdOnWire, key)
-		err := lA.Unlock(o)
+		err := lA.Unlock(h.o)
 		hA.disarm()
-		hA.mustHaveFired(t)
+		held := fired(h, err, "A's Unlock, to be held on the wire")
 		t.Logf("Unlock held on the wire: %v", err)
 		r := rgRecv(t, got, 20*time.Second, "B's Lock")
 		if r.err != nil {
 			t.Fatalf("B: Lock: %v", r.err)
 		}
-		sB := gd.enter(key, "B-after-held-unlock", lB, r.owned)
-		hA.awaitLateRun(t) // the old unlock reaches Redis while B holds
-		time.Sleep(2 * lease)
-		if r.owned.Err() != nil {
-			t.Errorf("B's holding ended after A's late unlock reached Redis: %v", context.Cause(r.owned))
+		bStay := stay{r.owned, gd.enter(key, "B-after-held-unlock", lB, r.owned), since}
+		if held {
+			hA.awaitLateRun(t) // the old unlock reaches Redis while B holds
+			time.Sleep(2 * lease)
+			// (B's holding lost in a stall of the process is logged; C may then take the key)
+			if err := context.Cause(r.owned); r.owned.Err() != nil && !stalls.excused(t, err, bStay.since, lease, "B's holding") {
+				t.Errorf("B's holding ended after A's late unlock reached Redis: %v", err)
+			}
 		}
 		o2, ok, err := lC.TryLock(ctx)
 		if ok {
@@ -146,7 +173,7 @@ func TestFencingTokensIncrease(t *testing.T) {
 		} else if err != nil {
 			t.Errorf("C: TryLock: %v", err)
 		}
-		unlockLeave(lB, r.owned, sB, "B-after-held-unlock")
+		unlockLeave(lB, bStay, "B-after-held-unlock")
 	}
 
 	// And everybody again, concurrently.
@@ -156,17 +183,15 @@ func TestFencingTokensIncrease(t *testing.T) {
 		go func(who string, l *dlock.DistributedReentrantLock) {
 			defer wg.Done()
 			for r := 0; r < 15; r++ {
+				since := time.Now()
 				o, err := l.Lock(ctx)
 				if err != nil {
 					t.Errorf("%s: Lock: %v", who, err)
 					return
 				}
-				s := gd.enter(key, who, l, o)
+				h := stay{o, gd.enter(key, who, l, o), since}
 				time.Sleep(time.Millisecond)
-				gd.leave(s)
-				if err := l.Unlock(o); err != nil {
-					t.Errorf("%s: Unlock: %v", who, err)
-				}
+				unlockLeave(l, h, who)
 			}
 		}(fmt.Sprintf("final%d", i), l)
 	}
