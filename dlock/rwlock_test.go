@@ -39,10 +39,10 @@ func rwOf(t testing.TB, g *dlock.Generator, tg string) *dlock.RWLock {
 }
 
 // rwPair returns a context bounded by 30 s and one read-write lock, unique to the test, as two
-// processes make it.
-func rwPair(t *testing.T) (context.Context, *dlock.RWLock, *dlock.RWLock) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
+// processes make it (their Generators made with opts).
+func rwPair(t *testing.T, opts ...dlock.Option) (context.Context, *dlock.RWLock, *dlock.RWLock) {
+	ga, _ := newGen(t, opts...)
+	gb, _ := newGen(t, opts...)
 	tg := uniqueTarget(t)
 	return ctxT(t, 30*time.Second), rwOf(t, ga, tg), rwOf(t, gb, tg)
 }
@@ -1300,7 +1300,7 @@ func TestRWDowngradedReadIsRenewedPastTheWrite(t *testing.T) {
 // the innermost side, and the lock is free after the last. Ports Redisson's
 // RedissonReadWriteLockTest.testReentrancy, testHoldCount and testWR.
 func TestRWUnlockGivesUpTheInnermostHold(t *testing.T) {
-	ctx, l, lb := rwPair(t)
+	ctx, l, lb := rwPair(t, dlock.WithDefaultLease(stallProofLease))
 	r, err := l.RLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1448,7 +1448,7 @@ func TestRWCrashedHoldersLeaseFreesTheLock(t *testing.T) {
 // testIsHeldByCurrentThreadOtherThread, testIsHeldByCurrentThread, testIsLocked and
 // testIsLockedOtherThread.
 func TestRWUnlockByNonOwnerIsRefused(t *testing.T) {
-	ctx, la, lb := rwPair(t)
+	ctx, la, lb := rwPair(t, dlock.WithDefaultLease(stallProofLease))
 	gc, _ := newGen(t)
 	other, err := rwOf(t, gc, uniqueTarget(t)+"-other").RLock(ctx)
 	if err != nil {

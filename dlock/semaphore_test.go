@@ -38,10 +38,10 @@ func semOf(t testing.TB, g *dlock.Generator, tg string, k int) *dlock.Semaphore 
 }
 
 // semPair returns a context bounded by 30 s and one semaphore of k permits, unique to the test,
-// as two processes make it.
-func semPair(t *testing.T, k int) (context.Context, *dlock.Semaphore, *dlock.Semaphore) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
+// as two processes make it (their Generators made with opts).
+func semPair(t *testing.T, k int, opts ...dlock.Option) (context.Context, *dlock.Semaphore, *dlock.Semaphore) {
+	ga, _ := newGen(t, opts...)
+	gb, _ := newGen(t, opts...)
 	tg := uniqueTarget(t)
 	return ctxT(t, 30*time.Second), semOf(t, ga, tg, k), semOf(t, gb, tg, k)
 }
@@ -2191,8 +2191,8 @@ func TestSemaphoreSmallerAskDoesNotPassALargerOneAhead(t *testing.T) {
 // RedissonSemaphoreTest.testReleaseWithoutPermits and
 // RedissonPermitExpirableSemaphoreTest.testReleaseWithoutPermits.
 func TestSemaphoreReleaseByNonOwnerIsRefused(t *testing.T) {
-	ga, _ := newGen(t)
-	gb, _ := newGen(t)
+	ga, _ := newGen(t, dlock.WithDefaultLease(stallProofLease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(stallProofLease))
 	tg := uniqueTarget(t)
 	ctx := ctxT(t, 30*time.Second)
 	sa, sb := semOf(t, ga, tg, 1), semOf(t, gb, tg, 1)
@@ -2297,7 +2297,7 @@ func TestSemaphoreFencingTokensIncreaseAcrossProcesses(t *testing.T) {
 // testAcquiredPermits, testGetPermits, testRelease and testAcquireAsyncMany, and Curator's
 // TestInterProcessSemaphore.testSimple, testSimple2 and testGetParticipantNodes.
 func TestSemaphoreStateCountsThePermitsOut(t *testing.T) {
-	ctx, sa, sb := semPair(t, 10)
+	ctx, sa, sb := semPair(t, 10, dlock.WithDefaultLease(stallProofLease))
 	check := func(what string, wantOut int64) {
 		t.Helper()
 		for _, s := range []*dlock.Semaphore{sa, sb} {
