@@ -219,7 +219,7 @@ func TestWaiterDeadline(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
-	g, c := newGen(t)
+	g, c := newGen(t, dlock.WithDefaultLease(stallProofLease))
 	l, _ := g.Gen("DO", target(t))
 	ctx := ctxT(t, 10*time.Second)
 	boom := errors.New("boom")
