@@ -2875,3 +2875,80 @@ func TestWaiterWhoseAnswersAreLostTakesItsGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A grant heard by a process none of whose requests was answered is counted from the attempt's
+// first request, not from a later one: a request sent after the grant ran, which never reached
+// Redis, neither took nor renewed the key, whose lease runs from the grant. Here the first ask
+// of b runs (its reply lost), a's Unlock grants b the key while the grant's message is held
+// back, every later ask of b is lost on its way, and none of its renewals reaches Redis: when
+// the key expires, a's process takes it, and b's holding must have ended by then (by its own
+// clock, counting from its first ask, which ran before the grant). Counting from its last ask
+// (sent half a second after the grant) b would still hold for nearly that long: two owners.
+func TestGrantHeardWithEveryAnswerLostCountsFromTheFirstRequest(t *testing.T) {
+	const lease = 4 * time.Second
+	ga, c := newGen(t)
+	la := mustGen(t, ga, "LOSTASKS", target(t), lease)
+	gb, cb, p := proxiedGen(t, func(addr string) *redis.Options { return &redis.Options{Addr: addr} })
+	lb := mustGen(t, gb, "LOSTASKS", target(t), lease)
+	preload(t, c)
+	ctx := ctxT(t, 30*time.Second)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Bool      // a lock.lua of b ran (its reply lost): every later one is lost on its way
+	var dropped atomic.Int64 // when the last lost one was sent (unix ns)
+	var renewals atomic.Bool // b's renewals are lost on their way
+	cb.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch processor.ScriptName(cmd.Args()) {
+		case "lock":
+			if ran.Load() {
+				dropped.Store(time.Now().UnixNano())
+				cmd.SetErr(injectedTimeout{})
+				return cmd.Err()
+			}
+			err := next(ctx, cmd)
+			if err == nil {
+				ran.Store(true)
+				cmd.SetErr(injectedTimeout{}) // the script ran; the reply is lost
+				err = cmd.Err()
+			}
+			return err
+		case "renew":
+			if renewals.Load() {
+				cmd.SetErr(injectedTimeout{})
+				return cmd.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	bGot := make(chan error, 1)
+	var b *dlock.Owner
+	go func() {
+		var err error
+		b, err = lb.Lock(ctx)
+		bGot <- err
+	}()
+	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
+	waitFor(t, func() bool { // (in line, and listening: the grant's message is heard)
+		st, _ := la.State(ctx)
+		n, err := c.PubSubNumSub(ctx, channel).Result()
+		return ran.Load() && slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
+	})
+	p.HoldSubscribers(true) // the grant's message waits
+	renewals.Store(true)
+	granted := time.Now()
+	if err := la.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := la.State(ctx); err != nil || !strings.HasPrefix(st.Holder, gb.LockerPrefix()) {
+		t.Fatalf("a's Unlock left the key to %q (%v), not granted to b (%q)", st.Holder, err, gb.LockerPrefix())
+	}
+	waitFor(t, func() bool { return time.Unix(0, dropped.Load()).Sub(granted) > lease/8 }) // b asked again, after the grant
+	p.HoldSubscribers(false)
+	if err := recv(t, bGot, "b's Lock"); err != nil {
+		t.Fatalf("b's Lock = %v; the key granted to it was not taken", err)
+	}
+	waitFor(t, func() bool { return c.Exists(ctx, key(la)).Val() == 0 }) // the grant's lease ran out in Redis
+	checkNoSecondOwner(t, lb, b, la)
+}
