@@ -1645,6 +1645,95 @@ func TestCloseThatFindsTheHoldingGoneReportsTheLoss(t *testing.T) {
 	}
 }
 
+// A Close whose release finds a read-write lock's or semaphore's holding gone only after the
+// holding's lease ran out reports no loss: the release, held up on its way, ran after the
+// lease, and what Redis kept of the holding could have gone with it then (here an empty
+// restart after the lease; Close stopped the renewals; a try cut short by its bound finds it
+// gone when sent again). Nothing is told to the Observer or logged as a loss, as the mutex's
+// retried release judges it (by its answer's arrival). Every renewal fails, and Close comes a
+// second before the lease's end, less than a third of the lease (a family request's bound), so
+// that its release is answered within its bound, after the lease.
+func TestCloseThatFindsTheHoldingGoneAfterItsLeaseReportsNoLoss(t *testing.T) {
+	const lease = 6 * time.Second
+	for _, kind := range []string{"rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			c := srv.Client()
+			defer c.Close()
+			admin := rawClient(t)
+			var armed atomic.Bool
+			var heldUntil atomic.Int64 // the lease's end, by the time the take returned (unix ns)
+			var gone atomic.Bool       // the release, late, ran and found nothing of the holding
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				args := cmd.Args()
+				switch {
+				case armed.Load() && sharedArg(args, "op") == "renew":
+					cmd.SetErr(errInjected) // (unsent)
+					return errInjected
+				case isRelease(args):
+					if armed.CompareAndSwap(true, false) {
+						// held up on its way until the lease has run out, and Redis restarts
+						// empty before it runs (a try it cut short is sent again)
+						time.Sleep(time.Until(time.Unix(0, heldUntil.Load()).Add(50 * time.Millisecond)))
+						n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+						keys := make([]string, 0, n)
+						for _, k := range args[3 : 3+n] {
+							keys = append(keys, fmt.Sprint(k))
+						}
+						admin.Del(context.Background(), keys...)
+					}
+					err := next(ctx, cmd)
+					if rc, ok := cmd.(*redis.Cmd); ok && err == nil && fmt.Sprint(rc.Val()) == "[0]" { // (gone)
+						gone.Store(true)
+					}
+					return err
+				}
+				return next(ctx, cmd)
+			}})
+			obs := &recorder{}
+			core, logs := zapobserver.New(zap.WarnLevel)
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease), dlock.WithObserver(obs), dlock.WithLogger(zap.New(core)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t, 30*time.Second)
+			tg := uniqueTarget(t)
+			var o *dlock.Owner // (kept: an Owner dropped is released)
+			switch kind {
+			case "rw":
+				o, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				o, err = semOf(t, g, tg, 2).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			heldUntil.Store(time.Now().Add(lease).UnixNano()) // (the take was sent and ran before now)
+			armed.Store(true)
+			time.Sleep(time.Until(time.Unix(0, heldUntil.Load()).Add(-time.Second))) // (its release is cut at a third of the lease)
+			_ = g.Close(ctxT(t, 20*time.Second))                                     // (a release answered after the lease may be reported failed)
+			if armed.Load() {
+				t.Fatal("setup: Close sent no release")
+			}
+			if cause := context.Cause(o); !errors.Is(cause, dlock.ErrClosed) {
+				t.Fatalf("the owner context ended with %v, want ErrClosed", cause)
+			}
+			if !gone.Load() {
+				t.Fatal("setup: no release found the holding gone")
+			}
+			obs.mu.Lock()
+			lost := slices.Clone(obs.lost)
+			obs.mu.Unlock()
+			if len(lost) != 0 {
+				t.Fatalf("the Observer was told of %d losses (%+v); want none: the release came after the lease", len(lost), lost)
+			}
+			if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 0 {
+				t.Fatalf("%d warnings of a loss; want none", n)
+			}
+		})
+	}
+}
+
 // A Generator made and Closed hundreds of times in one process, each taking a lock once (a
 // mutex, a read-write lock's write side, a semaphore's permits; some with a context that has
 // already ended): nothing is left of them — no goroutine, no subscription (no channel of the
