@@ -1480,6 +1480,107 @@ func TestCloseThatFindsADowngradeWhoseAnswerWasLostRemovedReportsTheLoss(t *test
 	}
 }
 
+// A Close that lets go of a read-write lock's holding whose downgrade's answer was lost, and
+// finds the read-hold the downgrade made gone only after its lease ran out (its release held
+// up on its way; an empty restart after the lease), reports no loss: the downgraded holding's
+// loss is judged by the lease of the holding it replaced (the downgrade ran after that
+// holding's last renewal), not by how long a release of it is owed.
+func TestCloseThatFindsADowngradedHoldingGoneAfterItsLeaseReportsNoLoss(t *testing.T) {
+	const lease = 6 * time.Second
+	ctx := ctxT(t, 30*time.Second)
+	c := srv.Client()
+	defer c.Close()
+	admin := rawClient(t)
+	var armed atomic.Int32
+	var downTo atomic.Pointer[string]
+	var releasedAfter atomic.Int64 // the downgraded holding's release runs after then (unix ns)
+	var gone atomic.Bool           // ... and found nothing of it
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if d := downTo.Load(); d != nil && sharedArg(args, "op") == "release" && sharedArg(args, "locker") == *d {
+			if releasedAfter.Load() != 0 {
+				time.Sleep(time.Until(time.Unix(0, releasedAfter.Swap(0))))
+				n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+				keys := make([]string, 0, n)
+				for _, k := range args[3 : 3+n] {
+					keys = append(keys, fmt.Sprint(k))
+				}
+				admin.Del(context.Background(), keys...) // Redis restarts empty, after the lease
+			}
+			err := next(ctx, cmd)
+			if rc, ok := cmd.(*redis.Cmd); ok && err == nil && fmt.Sprint(rc.Val()) == "[0]" {
+				gone.Store(true)
+			}
+			return err
+		}
+		if !isSharedTake(args) || sharedArg(args, "replaces") == "" {
+			return next(ctx, cmd)
+		}
+		switch armed.Load() {
+		case 1: // the downgrade runs; its reply is lost
+			err := next(ctx, cmd)
+			if err == nil {
+				armed.Store(2)
+				err = errors.New("i/o timeout (reply lost)")
+				cmd.SetErr(err)
+			}
+			return err
+		case 2: // sent again: it fails unsent, its outcome stays unknown
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}})
+	obs := &recorder{}
+	core, logs := zapobserver.New(zap.WarnLevel)
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease), dlock.WithObserver(obs), dlock.WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := rwOf(t, g, uniqueTarget(t))
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RLock(w) // a read of the write owner's: no request yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(1)
+	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
+		t.Fatal(err)
+	}
+	var valid time.Time
+	waitFor(t, func() bool {
+		_, d, until, _, _ := dlock.SharedOwned(r)
+		if d == "" || armed.Load() != 2 {
+			return false
+		}
+		downTo.Store(&d)
+		valid = until
+		return true
+	})
+	ranOut := time.Now().Add(lease) // (the downgrade ran before now: its holding's lease ends before then)
+	releasedAfter.Store(ranOut.Add(100 * time.Millisecond).UnixNano())
+	time.Sleep(time.Until(valid.Add(-time.Second))) // Close with less than a third of the lease left (a request's bound)
+	_ = g.Close(ctxT(t, 20*time.Second))
+	if cause := context.Cause(r); !errors.Is(cause, dlock.ErrClosed) {
+		t.Fatalf("setup: the reader's context ended with %v, want ErrClosed (Close, not a loss found before)", cause)
+	}
+	if !gone.Load() {
+		t.Fatal("setup: the downgraded holding's release did not find it gone")
+	}
+	obs.mu.Lock()
+	lost := slices.Clone(obs.lost)
+	obs.mu.Unlock()
+	if len(lost) != 0 {
+		t.Fatalf("the Observer was told of %d losses (%+v); want none: the release came after the lease", len(lost), lost)
+	}
+	if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 0 {
+		t.Fatalf("%d warnings of a loss; want none", n)
+	}
+}
+
 // An Unlock that relocks and whose release fails, its outcome unknown, reports the loss that a
 // later try of the release's retry finds when the retry's first try failed too: the process
 // left the line after that first try (nobody waits), and its leave settled the tenure's locker
