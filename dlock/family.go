@@ -162,7 +162,8 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 // the hold it gives up is the last of its holding's, it returns once the holding is let go in
 // Redis (or lent again), as the mutex's Unlock does: a *RedisProcessError when Redis could not let
 // it go while its lease lasted (the local hold is released all the same; the holding expires in
-// Redis with its lease).
+// Redis with its lease), or before owned's deadline, if it has one (the release then goes on in
+// the background).
 func (l *RWLock) Unlock(owned context.Context) error {
 	return l.WriteSide().Unlock(owned) // (either side's: the innermost owner of this lock)
 }
@@ -920,7 +921,9 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only
 // the holds it counts.
 func (so *shareOwner) unlock(ctx context.Context) error {
-	return named(so.unlock1(oneHoldOf(ctx, so), nil), so.st.cfg.UniqueKey())
+	bound, stop := deadlineOf(ctx)
+	defer stop()
+	return named(so.unlock1(oneHoldOf(ctx, so), bound), so.st.cfg.UniqueKey())
 }
 
 // unlock1 releases one hold; the final one waits until what it let go is free in Redis, or

@@ -12,7 +12,8 @@
 // (HoldCount, FencingToken) answer that nothing is held. An acquisition (Try* included), State,
 // ForceRelease or SetPermits given a context that has already ended returns its error (with
 // ErrNotObtained from an acquisition) and leaves nothing held or in line; Unlock and Extend work
-// with a cancelled context derived from an Owner. Once the Generator is closed, every call of
+// with a cancelled context derived from an Owner (Unlock waits for Redis no longer than a
+// deadline it carries, and lets go in the background after it). Once the Generator is closed, every call of
 // its handles returns ErrClosed, whatever context it is given, but one with the Owner of a
 // holding lost before Close, which says ErrLockLost (arguments bad in themselves, such as a
 // lease out of range, may be refused with ErrInvalidConfig first). Nothing panics on bad input.
@@ -373,7 +374,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // owner context, then passes the lock to the next goroutine of this process that waits (no Redis
 // command), or lets the key go in Redis, only if it still holds this acquisition's locker: granted
 // to the first live process in line, which is told, or left free. Unlock works with an owner
-// context that has been cancelled; the Redis call is bounded by the lease.
+// context that has been cancelled; the Redis call is bounded by the lease, and by ctx's deadline
+// if it has one (a context of the owner's made with a timeout): once that passes Unlock returns
+// a *RedisProcessError matching context.DeadlineExceeded, and the release goes on in the
+// background until the lease runs out.
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no
 // more holds), ErrClosed for that once the Generator closed (Close released what ctx held); an
@@ -386,7 +390,9 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // instead); ErrInvalidConfig for a nil context or on a lock not made by a Generator. Safe for
 // concurrent use.
 func (l *DistributedReentrantLock) Unlock(ctx context.Context) error {
-	return l.named(l.unlock(ctx, nil))
+	bound, stop := deadlineOf(ctx)
+	defer stop()
+	return l.named(l.unlock(ctx, bound))
 }
 
 // unlock is Unlock; with bound, the final release to Redis is waited for only while bound

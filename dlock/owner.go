@@ -219,6 +219,21 @@ func (o *Owner) unlockWithin(bound context.Context) error {
 	return o.l.unlock(o, bound)
 }
 
+// deadlineOf returns the bound of an Unlock given ctx: ctx's deadline, if it has one (a context
+// of the owner's made with a timeout), else nil (the lease bounds the wait). Not ctx's
+// cancellation: the final Unlock ends its owner context, and every context made from it,
+// before it lets go in Redis.
+func deadlineOf(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		return nil, func() {}
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return nil, func() {}
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), d)
+}
+
 // doCtx returns the context Do runs its function with: one of owned (it owns what owned
 // holds, and ends when owned does, with its cause) that also ends when ctx does — at ctx's
 // deadline with DeadlineExceeded (on a timer of its own, which may fire before ctx's: ctx's

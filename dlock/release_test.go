@@ -100,6 +100,60 @@ func TestUnlockUnansweredWithinTheLease(t *testing.T) {
 	}
 }
 
+// An Unlock given a context of the owner's with a deadline waits for Redis no longer than
+// that deadline, for every kind: it then says the release was not waited for, and the
+// release goes on — the key is let go once Redis answers, long before the lease of a minute
+// runs out, and another process takes it.
+func TestUnlockWaitsForRedisNoLongerThanItsContextsDeadline(t *testing.T) {
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			slow, _, p := proxiedGen(t, func(addr string) *redis.Options {
+				return &redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+			}, dlock.WithDefaultLease(time.Minute))
+			other, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			take := func(g *dlock.Generator) (*dlock.Owner, error) {
+				switch kind {
+				case "rw":
+					return rwOf(t, g, tg).Lock(ctx)
+				case "sem":
+					return semOf(t, g, tg, 1).Acquire(ctx, 1)
+				}
+				l, err := g.Gen("BOUNDED", tg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l.Lock(ctx)
+			}
+			o, err := take(slow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetLatency(2 * time.Second) // (each way: the release's answer comes 4 s after it is sent)
+			bounded, cancel := context.WithTimeout(o, 200*time.Millisecond)
+			defer cancel()
+			switch kind {
+			case "rw":
+				err = rwOf(t, slow, tg).Unlock(bounded)
+			case "sem":
+				err = semOf(t, slow, tg, 1).Release(bounded)
+			default:
+				l, _ := slow.Gen("BOUNDED", tg)
+				err = l.Unlock(bounded)
+			}
+			var pe *dlock.RedisProcessError
+			if !errors.As(err, &pe) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in the background") {
+				t.Fatalf("Unlock with a deadline of 200 ms, Redis 4 s away = %v, want a *RedisProcessError matching the deadline that says the release goes on", err)
+			}
+			if _, err := take(other); err != nil {
+				t.Fatalf("another process's Lock after the bounded Unlock = %v: the release did not go on", err)
+			}
+		})
+	}
+}
+
 // After Extend to a longer lease, a release whose reply is lost is retried in the background
 // until the extended lease runs out, not only for the handle's original lease: once Redis
 // answers again the key is let go.

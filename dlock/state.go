@@ -404,8 +404,8 @@ var errNoAnswer = errors.New("the attempt got no answer from Redis in time")
 // was answered: the holding may stay in Redis until its lease runs out.
 var errCloseGaveUp = errors.New("Close gave up before the release was answered")
 
-// errReleaseInBackground says that a release was not waited for (a MultiLock that gave up
-// let go of its parts within its deadline): it goes on in the background.
+// errReleaseInBackground says that a release was not waited for (the deadline of its Unlock's
+// context passed first, or a MultiLock gave up): it goes on in the background.
 var errReleaseInBackground = errors.New("not waited for: the release goes on in the background")
 
 // notObtained is a Lock's error when its context ended: ErrNotObtained and the context's

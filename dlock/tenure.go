@@ -399,9 +399,12 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 	switch {
 	case err != nil:
 		switch {
-		case errors.Is(err, errLate) && callerEnded:
-			// The caller's context (Close's) ended first, not the lease.
+		case errors.Is(err, errLate) && callerEnded && r.retried != nil:
+			// Close's context ended first, not the lease (Close says what became of the retry).
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: unlate(err)}
+		case errors.Is(err, errLate) && callerEnded:
+			// The deadline of the Unlock's context passed first.
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w: %w", errReleaseInBackground, unlate(err))}
 		case errors.Is(err, errLate):
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 		}
