@@ -267,6 +267,46 @@ func TestExtendUnansweredWithinTheLease(t *testing.T) {
 	}
 }
 
+// An Extend given a context of the owner's with a deadline waits for Redis no longer than that
+// deadline: the renewal's outcome is then unknown, as after a Redis failure — a
+// *RedisProcessError matching the deadline, not a loss — and the holding keeps its lease and
+// renewals.
+func TestExtendWaitsForRedisNoLongerThanItsContextsDeadline(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("BOUNDED", target(t), 10*time.Second)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !on.Load() || processor.ScriptName(cmd.Args()) != "renew" {
+			return next(ctx, cmd)
+		}
+		<-ctx.Done() // (an unanswered renewal)
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}})
+	on.Store(true)
+	bounded, cancel := context.WithTimeout(o, 200*time.Millisecond)
+	defer cancel()
+	err = l.Extend(bounded, time.Minute)
+	on.Store(false)
+	var pe *dlock.RedisProcessError
+	if !errors.As(err, &pe) || pe.Op != "renew" || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Extend with a deadline of 200 ms, unanswered = %v, want a *RedisProcessError of renew matching the deadline, not a loss", err)
+	}
+	if strings.Contains(err.Error(), "lease ran out") {
+		t.Fatalf("Extend's error after the caller's deadline names the lease: %v", err)
+	}
+	if l.HoldCount(o) != 1 || context.Cause(o) != nil {
+		t.Fatalf("after an Extend cut by its deadline: hold count %d, owner's cause %v; want still held", l.HoldCount(o), context.Cause(o))
+	}
+	if err := l.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An Extend whose renewal goes unanswered past the lease it was sent under does not lose a
 // holding that another renewal kept alive meanwhile (here a second Extend): the lease it counts
 // the key held by did not run out. It returns the *RedisProcessError, not a loss.

@@ -82,13 +82,16 @@ func (l *DistributedReentrantLock) state(ctx context.Context) (State, error) {
 // Extend renews the lease of the acquisition owned by owned at once, with a new length, and
 // keeps renewing it with that length until it is released. A renewal never shortens what
 // Redis holds: an Extend to a shorter lease takes effect as the longer one it replaces runs
-// down. It bounds the Redis call by the current lease. It returns ErrInvalidConfig for a bad
-// lease (outside [domain.MinLease, domain.MaxLease], or not whole milliseconds), ErrNotHeld
-// when owned does not own the lock, an error matching ErrLockLost when the holding was lost
-// (including when this renewal finds the key gone or taken: the holding is then lost, as on
-// any renewal, or when its lease runs out before Redis answers: the error then matches the
+// down. It bounds the Redis call by the current lease, and by owned's deadline if it has one
+// (a context of the owner's made with a timeout: the renewal's outcome is then unknown, as
+// after a Redis failure). It returns ErrInvalidConfig for a bad lease (outside
+// [domain.MinLease, domain.MaxLease], or not whole milliseconds), ErrNotHeld when owned does
+// not own the lock, an error matching ErrLockLost when the holding was lost (including when
+// this renewal finds the key gone or taken: the holding is then lost, as on any renewal, or
+// when its lease runs out before Redis answers: the error then matches the
 // *RedisProcessError too), ErrClosed after Close, and a *RedisProcessError when Redis failed
-// within the lease (the holding keeps its lease and renewals). Safe for concurrent use.
+// within the lease or owned's deadline passed first (the holding keeps its lease and
+// renewals). Safe for concurrent use.
 func (l *DistributedReentrantLock) Extend(owned context.Context, lease time.Duration) error {
 	return l.named(l.extend(owned, lease))
 }
@@ -130,7 +133,11 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 	req, until, order := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin}, t.until, t.order()
 	st.mu.Unlock()
 
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(owned), until)
+	bound := until
+	if d, ok := owned.Deadline(); ok && d.Before(until) {
+		bound = d // (the caller's deadline: the renewal's outcome is then unknown, the holding kept)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(owned), bound)
 	defer cancel()
 	sent := time.Now()
 	res, err := call(l.g, ctx, func(ctx context.Context) (processor.Result, error) {
@@ -138,7 +145,10 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 	})
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if errors.Is(err, errLate) {
+	switch {
+	case errors.Is(err, errLate) && bound.Before(until):
+		err = &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: unlate(err)}
+	case errors.Is(err, errLate):
 		err = &RedisProcessError{Op: "renew", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 	}
 	switch {
