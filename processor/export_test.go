@@ -10,3 +10,9 @@ func ArgNames() []string {
 
 // MaxListed is how many waiting processes Inspect lists at most.
 const MaxListed = maxListed
+
+// ReloadWait bounds how long a request waits for the map to name a new master (moved).
+const ReloadWait = reloadWait
+
+// ReloadEvery is the least time between two asks for a reload of a Cluster client's topology.
+const ReloadEvery = reloadEvery

@@ -162,6 +162,7 @@ type RedisLockProcessor struct {
 	opts    Options
 	scripts *scriptSet
 	shard   atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
+	asked   atomic.Int64 // when a Cluster client was last asked for a reload (Reload): time since epoch, 0 never
 	longest sync.Map     // lock type → the longest lease (time.Duration) of a lock.lua on a key of it
 
 	keysMu sync.Mutex
@@ -489,11 +490,10 @@ func (p *RedisLockProcessor) publishCommand(ctx context.Context) (string, error)
 // fail is told of every failed request. On a Cluster client it asks for the cluster's
 // topology to be reloaded (go-redis does that at once only on MOVED replies, and otherwise
 // every ClusterStateReloadInterval, a minute by default): after a master died, requests and
-// subscriptions then reach the promoted replica as soon as the cluster knows of it. go-redis
-// runs at most one reload at a time, 200 ms apart.
+// subscriptions then reach the promoted replica as soon as the cluster knows of it.
 func (p *RedisLockProcessor) fail(err error) {
-	if cc, ok := p.client.(*redis.ClusterClient); ok && err != nil && !errors.Is(err, redis.Nil) {
-		cc.ReloadState(context.Background())
+	if err != nil && !errors.Is(err, redis.Nil) {
+		p.Reload()
 	}
 }
 
@@ -514,15 +514,33 @@ func (p *RedisLockProcessor) MasterOf(ctx context.Context, key string) string {
 	return node.Options().Addr
 }
 
-// Reload asks a Cluster client to reload the cluster's topology (see fail); other clients
-// ignore it.
+// reloadEvery is the least time between two asks of a processor for a reload (Reload). go-redis
+// runs one reload at a time and pauses 200 ms after one that succeeded, running one more if
+// asked meanwhile; but it ends one that failed (no node answers, or the server has no Cluster)
+// at once, with no pause, and the next ask starts another: asked after every failed request,
+// and every 10 ms by each request waiting for a new master (moved), it sent CLUSTER SLOTS to
+// the seed nodes hundreds of times a second per process while the Cluster was down. Asks
+// 100 ms apart still fall within each of go-redis's pauses, so a failover is followed as soon.
+const reloadEvery = 100 * time.Millisecond
+
+// epoch is what RedisLockProcessor.asked counts from (monotonic).
+var epoch = time.Now()
+
+// Reload asks a Cluster client to reload the cluster's topology (see fail), unless this
+// processor asked less than reloadEvery ago; other clients ignore it. Safe for concurrent use.
 func (p *RedisLockProcessor) Reload() {
 	if p == nil {
 		return
 	}
-	if cc, ok := p.client.(*redis.ClusterClient); ok {
-		cc.ReloadState(context.Background())
+	cc, ok := p.client.(*redis.ClusterClient)
+	if !ok {
+		return
 	}
+	now, last := int64(time.Since(epoch)), p.asked.Load()
+	if last != 0 && now-last < int64(reloadEvery) || !p.asked.CompareAndSwap(last, now) {
+		return
+	}
+	cc.ReloadState(context.Background())
 }
 
 // run runs script s with keys (the lock key first). With replica acknowledgement on and ack

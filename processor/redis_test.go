@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -2879,6 +2880,106 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A Cluster client that cannot work is asked for few reloads of its topology, however many of
+// the processor's requests fail: go-redis ends a reload that fails at once, with no pause
+// before the next, so a reload asked for after every failed request, and every 10 ms while a
+// request waits for the map to name a new master, sent CLUSTER SLOTS without bound while the
+// Cluster was down, or to a server without Cluster. On such a server go-redis itself loads
+// the map once per request (it has none); the processor adds at most one load per ReloadEvery.
+// With a map that names a dead master (and no node answering), one request that waits for a
+// new master asks for at most one load per ReloadEvery of its wait.
+func TestClusterClientThatCannotWorkAsksForFewReloads(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	t.Run("server without Cluster", func(t *testing.T) {
+		var slots atomic.Int64
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: []string{srv.Addr},
+			NewClient: func(o *redis.Options) *redis.Client {
+				c := redis.NewClient(o)
+				c.AddHook(slotsHook{&slots})
+				return c
+			},
+		})
+		defer cc.Close()
+		p := newProc(t, cc, "pa-")
+		lc, err := domain.NewDLockConfig("PROC", fresh("noncluster"), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 100
+		for range n {
+			if r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err == nil {
+				t.Fatalf("lock through a Cluster client on a server without Cluster = %+v, want an error", r)
+			}
+		}
+		// go-redis's own: one per request. The processor's: one per ReloadEvery while they ran
+		// (100 failed requests take well under a second, even under load).
+		if got := slots.Load(); got-n > n/10 {
+			t.Fatalf("%d failed requests sent %d CLUSTER SLOTS: %d beside go-redis's one per request, want at most %d", n, got, got-n, n/10)
+		}
+	})
+	t.Run("dead master", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := l.Addr().String()
+		_ = l.Close()
+		var loads atomic.Int64
+		var down atomic.Bool
+		cc := shardedClient(func(o *redis.ClusterOptions) {
+			o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
+				loads.Add(1)
+				if down.Load() {
+					return nil, errors.New("no node answers")
+				}
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: dead}}}}, nil
+			}
+		})
+		defer cc.Close()
+		// (Without Publish: the request is sent without asking the server about sharded
+		// pub/sub first.)
+		p, err := processor.NewRedisLockProcessor(cc, processor.Options{Mark: "pa-"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc, err := domain.NewDLockConfig("PROC", fresh("deadmaster"), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cc.MasterForKey(ctx, lc.UniqueKey()); err != nil { // the map loaded
+			t.Fatal(err)
+		}
+		down.Store(true)
+		loads.Store(0)
+		r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: "pa-1"})
+		if err == nil {
+			t.Fatalf("lock with the map on a dead master = %+v, want an error", r)
+		}
+		// It waits for at most a second (processor.ReloadWait) for a new master.
+		if most := int64(processor.ReloadWait/processor.ReloadEvery) + 2; loads.Load() > most {
+			t.Fatalf("a request that waited for a new master asked for %d loads, want at most %d", loads.Load(), most)
+		}
+	})
+}
+
+// slotsHook counts the CLUSTER SLOTS a node's client sends.
+type slotsHook struct{ n *atomic.Int64 }
+
+func (h slotsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slotsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slotsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.FullName() == "cluster slots" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
 	}
 }
 
