@@ -22,7 +22,7 @@ const (
 	ruleTold      = "told first"        // the key let go while its holder still believes it holds it
 	ruleTTL       = "every key expires" // a key of the lock without a time to live
 	ruleResidue   = "nothing left"      // a key left after everyone left, beyond the documented windows
-	ruleLossTold  = "loss told"         // a holder whose key an operator removed is not told at its release
+	ruleLossTold  = "loss told"         // a holder whose key an operator removed is not told at its release, nor one whose key Redis lost at its release's retry
 	ruleGrant     = "grant"             // the key granted to an acquisition that ended
 	ruleServe     = "served"            // the key let go free while a live process waits in line
 	ruleKept      = "kept in line"      // the entry of the attempt a process waits with left the line, or went back to an older one, unserved and unended
@@ -62,6 +62,30 @@ func (w *world) checkSetting(p *proc, t *tenure) {
 func (w *world) checkToldFirst(r *request) {
 	if p := r.p; p.owner != nil && p.ten == r.ten && !p.dead {
 		w.fail(ruleTold, "%s's release of %s ran while its owner (token %d) still held the lock", p.name, r.locker, p.owner.token)
+	}
+}
+
+// checkRetryTold runs as the retry of a tenure's release ends with out, while the tenure's
+// lease lasts by the process's clock (after that, the key would have expired anyway): a
+// tenure whose holding an empty restart lost before any release of it ran (another may have
+// taken the key since) is told of the loss — the retry answers gone, not settled — and one
+// whose holding Redis kept until a release (or a leave) let it go is not told of a loss that
+// did not happen. A leave that settled its locker meanwhile names it
+// (LeaveRequest.Unreleased), marking it removed only when the key no longer holds it. A
+// settled answer is excused when a release of the tenure ran before this try (its answer was
+// lost: the documented gap of a repeated release); a gone one after any empty restart or an
+// operator's removal of it.
+func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
+	t := r.back.release
+	if out.err != nil || !w.now().Before(t.until) {
+		return
+	}
+	_, forced := w.forced[t.locker]
+	switch {
+	case out.res.Outcome == processor.Settled && !r.rerun && t.removed == "an empty restart":
+		w.fail(ruleLossTold, "%s's retried release of %s, whose holding an empty restart lost before any release of it ran, answered settled: the loss is not told", p.name, t.locker)
+	case out.res.Outcome == processor.Gone && t.removed == "" && !forced && w.restarted == 0:
+		w.fail(ruleLossTold, "%s's retried release of %s answered gone, though Redis held it until it was let go: a loss told that did not happen", p.name, t.locker)
 	}
 }
 

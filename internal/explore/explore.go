@@ -89,6 +89,10 @@ type Reach struct {
 	// an empty restart wiped that Redis ran while it held the holding's locker again (a late
 	// copy of its take): shared.lua must find the holding's token is not the one they name.
 	RenewalsOfRetaken int
+	// UnreleasedLost counts leaves Redis ran that named a release retried
+	// (LeaveRequest.Unreleased) whose locker no request run had ended, while the key did not
+	// hold it: leave.lua must mark it removed, so that the retry tells the loss.
+	UnreleasedLost int
 	// CountsSetAgain counts copies of a semaphore's count change (RunShared) that an empty
 	// restart let set their count again: the known gap of SetPermits, exempt from the rule
 	// permits once.
@@ -185,6 +189,7 @@ func (e *Explorer) Run(ctx context.Context, budget time.Duration, maxSchedules i
 		rep.Steps += w.step
 		rep.Reached.StaleOwnTakes += w.reach.StaleOwnTakes
 		rep.Reached.RenewalsOfRetaken += w.reach.RenewalsOfRetaken
+		rep.Reached.UnreleasedLost += w.reach.UnreleasedLost
 		if w.violation != nil {
 			rep.Violation = e.shrink(seed, w)
 			break
@@ -208,7 +213,9 @@ const maxCorpus = 2000
 // seed inputs: a holder; a holder with a goroutine of its own waiting; each with another
 // process waiting, before and after the hand-off limit; a yield check on its way; a copy of
 // the take of a tenure its process counted lost, arriving as the process waits again; a copy
-// of a take arriving after an empty restart, and a renewal of its tenure after it. Random
+// of a take arriving after an empty restart, and a renewal of its tenure after it; a release
+// lost, with its retry's first try, under a tenure an empty restart wiped, the process leaving
+// meanwhile (naming the release) and the retry trying again. Random
 // walks go on from their prefixes, each time in the swarm of the schedule that replays it.
 var seedCorpus = func() [][]string {
 	hold := []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1", "the reply to A1 arrives"}
@@ -233,8 +240,14 @@ var seedCorpus = func() [][]string {
 	// take takes it anew; A's expander renews.
 	wiped := cat(copied, []string{"Redis restarts empty"}, other, []string{"B: the owner unlocks", "Redis runs B2", "Redis runs A1'",
 		"500ms pass", "250ms pass", "A: the expander renews", "Redis runs A2"})
+	// Redis restarts empty under A's tenure and B takes the key; A's relocking release is
+	// lost, and so is its retry's first try; A leaves, naming the release (the key holds B's);
+	// the retry tries again.
+	unreleased := cat(hold, []string{"Redis restarts empty"}, other, []string{"A: the owner unlocks, expecting to lock again (relock)",
+		"A2 is lost on the way", "the reply to A2 arrives", "A3 is lost on the way", "the reply to A3 arrives", "Redis runs A4",
+		"A: gives back pa-1 again", "Redis runs A5"})
 	return [][]string{hold, local, cat(hold, other), cat(local, other), cat(local, limit), cat(local, other, limit),
-		cat(local, limit, check), lost, wiped}
+		cat(local, limit, check), lost, wiped, unreleased}
 }()
 
 // Replay plays one schedule again: the swarm of seed, and the choices keys.

@@ -51,6 +51,11 @@ type proc struct {
 	leaveAt     time.Time     // and time
 	leaveLife   time.Duration // how long the settled mark it set lives
 	giveBacks   []giveBack
+	// unreleased counts the releases retried (retryRelease) whose first try is unanswered: the
+	// line is left after it, not beside it; retried is the tenure of the last such retry
+	// while it goes on: a leave meanwhile names its release (LeaveRequest.Unreleased).
+	unreleased  int
+	retried     *tenure
 	restartLeak bool // a request it sent before an empty restart ran after it (the documented window)
 	dead        bool // crashed (kill -9)
 	closed      bool // Generator.Close ran
@@ -99,6 +104,7 @@ type tenure struct {
 	granted         bool   // begun by a grant
 	origin          uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 	wiped           int    // the step of an empty restart that wiped that holding (0: none): no renewal run after it may renew
+	releasedAt      int    // the step Redis first ran a release of it (0: none yet)
 }
 
 // heard is a grant heard: the locker and the first of its tokens.
@@ -128,6 +134,10 @@ type giveBack struct {
 	locker string
 	lease  time.Duration
 	until  time.Time
+	// release is the tenure whose release it retries (retryRelease); nil for an acquisition
+	// given back. tried says its first try was answered or failed.
+	release *tenure
+	tried   bool
 }
 
 // block is how many fencing tokens a tenure reserves for passes (dlock's is 1024: a small one
@@ -235,10 +245,16 @@ func (p *proc) sendLeave() {
 	cfg := p.cfg(p.w.opt.Lease)
 	last := p.mark + strconv.Itoa(p.seq)
 	p.leaveSent = true
-	r := p.request(pLeave, "leave.lua(up to "+last+")")
-	r.seq = p.seq
+	req := processor.LeaveRequest{Last: last}
+	what := "leave.lua(up to " + last
+	if t := p.retried; t != nil {
+		req.Unreleased, req.Origin = t.locker, t.origin
+		what += ", unreleased " + t.locker
+	}
+	r := p.request(pLeave, what+")")
+	r.seq, r.unrel = p.seq, req.Unreleased
 	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.Leave(ctx, cfg, processor.LeaveRequest{Last: last})
+		res, err := p.pr.Leave(ctx, cfg, req)
 		return outcome{res: res, err: err}
 	}
 	p.w.send(r)
@@ -286,6 +302,9 @@ func (p *proc) left() {
 	case free:
 		p.releaseTenure()
 	case idle:
+		if p.unreleased > 0 {
+			return // (left after the retry's first try: a leave beside it would settle its locker)
+		}
 		if p.queued || p.attempt != nil {
 			p.queued = false
 			p.closeAttempt()
@@ -565,15 +584,54 @@ func (p *proc) retryGiveBack(i int) {
 }
 
 func (p *proc) sendGiveBack(g giveBack) {
-	r := p.request(pGiveBack, fmt.Sprintf("release.lua(%s) to give it back", g.locker))
+	req, what := processor.ReleaseRequest{Locker: g.locker}, "release.lua(%s) to give it back"
+	if g.release != nil {
+		req.Origin, what = g.release.origin, "release.lua(%s) again (its release unanswered)"
+	}
+	r := p.request(pGiveBack, fmt.Sprintf(what, g.locker))
 	cfg := p.cfg(g.lease)
-	r.locker, r.lease = g.locker, g.lease
+	r.locker, r.lease, r.back = g.locker, g.lease, g
 	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: g.locker})
+		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}
 	}
-	r.ten = &tenure{locker: g.locker, until: g.until} // carries the retry deadline
 	p.w.send(r)
+}
+
+// retryRelease is lockState.retryReleaseLocked: the release of t got no answer; it is sent
+// again until Redis answers or t's lease is over, and the line is left only after its first
+// try, naming it while it goes on.
+func (p *proc) retryRelease(t *tenure) {
+	p.unreleased++
+	p.retried = t
+	p.sendGiveBack(giveBack{locker: t.locker, lease: t.lease, until: p.w.now().Add(t.lease), release: t})
+}
+
+// onGiveBack handles the answer to a give-back, or to a try of a release retried: once the
+// retry's first try is answered or failed, the process may leave (naming the release); once the
+// retry ends, it counts itself in line (a copy of a request of the tenure may have put it
+// there) and leaves.
+func (p *proc) onGiveBack(r *request, out outcome) {
+	g := r.back
+	if g.release != nil && !g.tried {
+		g.tried = true
+		p.unreleased--
+		p.left()
+	}
+	if out.err != nil && p.w.now().Before(g.until) {
+		p.giveBacks = append(p.giveBacks, g)
+		return
+	}
+	t := g.release
+	if t == nil {
+		return
+	}
+	p.w.checkRetryTold(p, r, out)
+	if p.retried == t {
+		p.retried = nil
+	}
+	p.queued = true
+	p.left()
 }
 
 // ---- tenures ------------------------------------------------------------------------------
@@ -719,7 +777,7 @@ func (p *proc) onReply(r *request, out outcome) {
 			p.ten, p.owner, p.phase = nil, nil, idle
 		}
 		if out.err != nil {
-			p.giveBack(t.locker, t.lease)
+			p.retryRelease(t)
 		}
 		if stood {
 			p.grantedNow(next)
@@ -731,9 +789,7 @@ func (p *proc) onReply(r *request, out outcome) {
 			p.left()
 		}
 	case pGiveBack:
-		if out.err != nil && p.w.now().Before(r.ten.until) {
-			p.giveBacks = append(p.giveBacks, giveBack{locker: r.locker, lease: r.lease, until: r.ten.until})
-		}
+		p.onGiveBack(r, out)
 	}
 }
 
@@ -854,7 +910,8 @@ func (p *proc) onTake(r *request, out outcome) {
 // canonical writes the process's state with times relative to now, for counting states.
 func (p *proc) canonical() string {
 	now := p.w.now()
-	s := fmt.Sprintf("%s/%v/%v/%d/%v/%v/%v/%v/%v;", p.name, p.phase, p.queued, len(p.waiters), p.owner != nil, p.dead, p.closed, p.tryer, p.attempt != nil)
+	s := fmt.Sprintf("%s/%v/%v/%d/%v/%v/%v/%v/%v/%d/%v;", p.name, p.phase, p.queued, len(p.waiters), p.owner != nil, p.dead, p.closed, p.tryer, p.attempt != nil,
+		p.unreleased, p.retried != nil)
 	if t := p.ten; t != nil {
 		s += fmt.Sprintf("t%v/%v/%d/%v;", t.until.Sub(now).Milliseconds(), t.lease, t.end-t.next, t.over)
 	}

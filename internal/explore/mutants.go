@@ -80,6 +80,10 @@ var Mutants = []Mutant{
 		"if own and own > tonumber(seq) then", "if false then"},
 	{"a renewal after an empty restart renews a holding its tenure did not begin with (renew.lua ignores origin)", "renew",
 		"if takenAnew(locker) then", "if false then"},
+	{"a loss found by a release's retry is hidden by a leave beside it (leave.lua does not mark the unreleased locker removed)", "leave",
+		"        removed(A.locker)\n", ""},
+	{"a release's retry tells a loss that did not happen (leave.lua marks the unreleased locker removed while the key holds it)", "leave",
+		"if redis.call('get', K) ~= A.locker or takenAnew(A.locker) then", "if true then"},
 	{"tokens start again from 1 once the counter is gone (an empty restart wiped it: the server clock not used)", "prelude",
 		"local first = math.max(counter() + 1, NOW_US)", "local first = redis.call('exists', FENCE) == 0 and 1 or math.max(counter() + 1, NOW_US)"},
 }

@@ -75,6 +75,10 @@ type request struct {
 	wait   bool     // lock: stand in line
 	seq    int      // leave: the newest number it settles
 	next   string   // yield, or a release that stands in line again (relock): the attempt the process waits with next
+	back   giveBack // a give-back, or a try of a release retried
+	unrel  string   // leave: the release retried it names (LeaveRequest.Unreleased)
+	// rerun says a release of the tenure it releases (the first or a try) ran before Redis ran it
+	rerun bool
 
 	// its plan, in a random walk
 	fate      fate
@@ -181,6 +185,12 @@ func (w *world) deliver(i int, keep bool) {
 		r.p.restartLeak = true // a request from before an empty restart ran after it: its marks are gone
 	}
 	r.ranAt, r.ranTime = w.step, w.now()
+	if t := released(r); t != nil {
+		r.rerun = t.releasedAt != 0
+		if !r.rerun {
+			t.releasedAt = w.step
+		}
+	}
 	copyNote := ""
 	if r.copy {
 		copyNote = " (a copy)"
@@ -214,21 +224,39 @@ func (w *world) deliver(i int, keep bool) {
 	}
 }
 
+// released returns the tenure r releases (a release, or a try of one retried), else nil.
+func released(r *request) *tenure {
+	switch r.purpose {
+	case pRelease:
+		return r.ten
+	case pGiveBack:
+		return r.back.release
+	}
+	return nil
+}
+
 // reached counts the situations that few schedules reach, as Redis is about to run r (prior
 // is its process's entry in line, as entryBefore reads it): a copy of the take of the very
 // acquisition that holds the key, whose process waits in line with a newer attempt (it
 // counted that tenure lost); a renewal of a tenure whose holding an empty restart wiped,
-// while the key holds its locker again.
+// while the key holds its locker again; a leave naming a release retried that no request
+// Redis ran has ended, while the key does not hold it.
 func (w *world) reached(r *request, prior string) {
 	if r.p == nil || !w.be.owned() {
 		return
 	}
 	switch r.purpose {
-	case pAsk, pTry, pExpand, pExtend, pTake:
+	case pAsk, pTry, pExpand, pExtend, pTake, pLeave:
 	default:
 		return
 	}
 	holder, _ := w.be.client().Get(context.Background(), w.cfg.UniqueKey()).Result()
+	if r.purpose == pLeave {
+		if _, ended := w.ended[r.unrel]; r.unrel != "" && holder != r.unrel && !ended {
+			w.reach.UnreleasedLost++
+		}
+		return
+	}
 	if holder != r.locker {
 		return
 	}
