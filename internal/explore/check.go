@@ -73,8 +73,10 @@ func (w *world) checkToldFirst(r *request) {
 // did not happen. A leave that settled its locker meanwhile names it
 // (LeaveRequest.Unreleased), marking it removed only when the key no longer holds it. A
 // settled answer is excused when a release of the tenure ran before this try (its answer was
-// lost: the documented gap of a repeated release); a gone one after any empty restart or an
-// operator's removal of it.
+// lost: the documented gap of a repeated release), or a request of its locker sent before the
+// empty restart ran after it (a late copy of its take settled it: the documented window of
+// requests from before an empty restart); a gone one after any empty restart or an operator's
+// removal of it.
 func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
 	t := r.back.release
 	if out.err != nil || !w.now().Before(t.until) {
@@ -82,7 +84,7 @@ func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
 	}
 	_, forced := w.forced[t.locker]
 	switch {
-	case out.res.Outcome == processor.Settled && !r.rerun && t.removed == "an empty restart":
+	case out.res.Outcome == processor.Settled && !r.rerun && t.removed == "an empty restart" && !w.leaked[t.locker]:
 		w.fail(ruleLossTold, "%s's retried release of %s, whose holding an empty restart lost before any release of it ran, answered settled: the loss is not told", p.name, t.locker)
 	case out.res.Outcome == processor.Gone && t.removed == "" && !forced && w.restarted == 0:
 		w.fail(ruleLossTold, "%s's retried release of %s answered gone, though Redis held it until it was let go: a loss told that did not happen", p.name, t.locker)

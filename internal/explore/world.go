@@ -42,6 +42,7 @@ type world struct {
 	entries      map[string]entry    // when each attempt's entry in the line was last renewed
 	restarted    int                 // the last step Redis restarted empty (0: never)
 	restartOrder int                 // how many requests had been sent then
+	leaked       map[string]bool     // lockers a request of which, sent before an empty restart, ran after it
 	lastWant     map[string]string   // the line's entries after the step before (checkKept)
 	reach        Reach               // the rare situations this schedule reached
 	tokens       map[uint64]string   // who got each token
@@ -183,6 +184,7 @@ func (w *world) deliver(i int, keep bool) {
 	out := r.run(context.Background())
 	if r.p != nil && r.order <= w.restartOrder {
 		r.p.restartLeak = true // a request from before an empty restart ran after it: its marks are gone
+		w.leaked[r.locker] = true
 	}
 	r.ranAt, r.ranTime = w.step, w.now()
 	if t := released(r); t != nil {
