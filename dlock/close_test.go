@@ -1721,15 +1721,7 @@ func TestCloseThatFindsTheHoldingGoneAfterItsLeaseReportsNoLoss(t *testing.T) {
 			if !gone.Load() {
 				t.Fatal("setup: no release found the holding gone")
 			}
-			obs.mu.Lock()
-			lost := slices.Clone(obs.lost)
-			obs.mu.Unlock()
-			if len(lost) != 0 {
-				t.Fatalf("the Observer was told of %d losses (%+v); want none: the release came after the lease", len(lost), lost)
-			}
-			if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 0 {
-				t.Fatalf("%d warnings of a loss; want none", n)
-			}
+			noLossTold(t, obs, logs, "the release came after the lease")
 		})
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 )
 
 // waitFor polls cond until it holds, failing t after 15 s (a hang, not a slow machine).
@@ -1797,4 +1798,19 @@ func runHolder() int {
 		fmt.Println(err)
 	}
 	return 0
+}
+
+// noLossTold fails t if the Observer rec was told of a loss, or a loss of the lock family was
+// logged at Warn (logs), since the test began: why names what makes it no loss.
+func noLossTold(t testing.TB, rec *recorder, logs *zapobserver.ObservedLogs, why string) {
+	t.Helper()
+	rec.mu.Lock()
+	lost := slices.Clone(rec.lost)
+	rec.mu.Unlock()
+	if len(lost) != 0 {
+		t.Fatalf("the Observer was told of %d losses (%+v); want none: %s", len(lost), lost, why)
+	}
+	if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 0 {
+		t.Fatalf("%d warnings of a loss; want none: %s", n, why)
+	}
 }

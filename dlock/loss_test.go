@@ -1570,15 +1570,7 @@ func TestCloseThatFindsADowngradedHoldingGoneAfterItsLeaseReportsNoLoss(t *testi
 	if !gone.Load() {
 		t.Fatal("setup: the downgraded holding's release did not find it gone")
 	}
-	obs.mu.Lock()
-	lost := slices.Clone(obs.lost)
-	obs.mu.Unlock()
-	if len(lost) != 0 {
-		t.Fatalf("the Observer was told of %d losses (%+v); want none: the release came after the lease", len(lost), lost)
-	}
-	if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 0 {
-		t.Fatalf("%d warnings of a loss; want none", n)
-	}
+	noLossTold(t, obs, logs, "the release came after the lease")
 }
 
 // An Unlock that relocks and whose release fails, its outcome unknown, reports the loss that a
