@@ -254,10 +254,7 @@ func TestCloseReportsWhatTheRetryOfItsReleaseFound(t *testing.T) {
 					return false
 				}
 				if found == "gone" { // the holding was removed before Close's release
-					n, _ := args[2].(int)
-					for _, k := range args[3 : 3+n] {
-						admin.Del(context.Background(), fmt.Sprint(k))
-					}
+					wipeScriptKeys(context.Background(), admin, args)
 				}
 				return true
 			}
@@ -1573,10 +1570,7 @@ func TestCloseThatFindsTheHoldingGoneReportsTheLoss(t *testing.T) {
 					if !isRelease(args) || !armed.CompareAndSwap(true, false) {
 						return next(ctx, cmd)
 					}
-					n, _ := strconv.Atoi(fmt.Sprint(args[2]))
-					for _, k := range args[3 : 3+n] { // removed behind its back as Close lets it go
-						admin.Del(ctx, fmt.Sprint(k))
-					}
+					wipeScriptKeys(ctx, admin, args) // removed behind its back as Close lets it go
 					if when == "when retried" {
 						cmd.SetErr(errInjected) // (unsent: sent again)
 						return errInjected
@@ -1675,12 +1669,7 @@ func TestCloseThatFindsTheHoldingGoneAfterItsLeaseReportsNoLoss(t *testing.T) {
 						// held up on its way until the lease has run out, and Redis restarts
 						// empty before it runs (a try it cut short is sent again)
 						time.Sleep(time.Until(time.Unix(0, heldUntil.Load()).Add(50 * time.Millisecond)))
-						n, _ := strconv.Atoi(fmt.Sprint(args[2]))
-						keys := make([]string, 0, n)
-						for _, k := range args[3 : 3+n] {
-							keys = append(keys, fmt.Sprint(k))
-						}
-						admin.Del(context.Background(), keys...)
+						wipeScriptKeys(context.Background(), admin, args)
 					}
 					err := next(ctx, cmd)
 					if rc, ok := cmd.(*redis.Cmd); ok && err == nil && fmt.Sprint(rc.Val()) == "[0]" { // (gone)

@@ -1814,3 +1814,13 @@ func noLossTold(t testing.TB, rec *recorder, logs *zapobserver.ObservedLogs, why
 		t.Fatalf("%d warnings of a loss; want none: %s", n, why)
 	}
 }
+
+// wipeScriptKeys deletes, through admin, the keys a script command (EVALSHA sha numkeys
+// keys... args...) names: the lock's keys removed behind its back, as by an operator or an
+// empty restart of Redis.
+func wipeScriptKeys(ctx context.Context, admin *redis.Client, args []any) {
+	n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	for _, k := range args[3 : 3+n] {
+		admin.Del(ctx, fmt.Sprint(k))
+	}
+}

@@ -13,10 +13,11 @@
 // ForceRelease or SetPermits given a context that has already ended returns its error (with
 // ErrNotObtained from an acquisition) and leaves nothing held or in line; Unlock and Extend work
 // with a cancelled context derived from an Owner (Unlock waits for Redis no longer than a
-// deadline it carries, and lets go in the background after it). Once the Generator is closed, every call of
-// its handles returns ErrClosed, whatever context it is given, but one with the Owner of a
-// holding lost before Close, which says ErrLockLost (arguments bad in themselves, such as a
-// lease out of range, may be refused with ErrInvalidConfig first). Nothing panics on bad input.
+// deadline it carries, and lets go in the background after it). Once the Generator is closed,
+// every call of its handles returns ErrClosed, whatever context it is given, but one with the
+// Owner of a holding lost before Close, which says ErrLockLost (arguments bad in themselves,
+// such as a lease out of range, may be refused with ErrInvalidConfig first). Nothing panics on
+// bad input.
 package dlock
 
 import (

@@ -1500,12 +1500,7 @@ func TestCloseThatFindsADowngradedHoldingGoneAfterItsLeaseReportsNoLoss(t *testi
 		if d := downTo.Load(); d != nil && sharedArg(args, "op") == "release" && sharedArg(args, "locker") == *d {
 			if releasedAfter.Load() != 0 {
 				time.Sleep(time.Until(time.Unix(0, releasedAfter.Swap(0))))
-				n, _ := strconv.Atoi(fmt.Sprint(args[2]))
-				keys := make([]string, 0, n)
-				for _, k := range args[3 : 3+n] {
-					keys = append(keys, fmt.Sprint(k))
-				}
-				admin.Del(context.Background(), keys...) // Redis restarts empty, after the lease
+				wipeScriptKeys(context.Background(), admin, args) // Redis restarts empty, after the lease
 			}
 			err := next(ctx, cmd)
 			if rc, ok := cmd.(*redis.Cmd); ok && err == nil && fmt.Sprint(rc.Val()) == "[0]" {

@@ -550,10 +550,11 @@ func (n *notifier) reset(c *psConn, ps *redis.PubSub) {
 // moved replaces c's connection ps after the server dropped channel, a sharded channel whose
 // slot moved (a Cluster failover, a resharding) — once the client's topology names another
 // master for it than the one ps was dialled to (read every 50 ms and reloaded at most every
-// 100 ms, processor.RedisLockProcessor.Reload, for at most a second), so that the new connection is dialled to the slot's new master. (Dialled from the
-// stale topology it would reach the old master, which after a failover is a replica: it
-// accepts the subscription but hears nothing published on the new master until it syncs, and
-// a grant published meanwhile went unheard until the next poll.)
+// 100 ms, processor.RedisLockProcessor.Reload, for at most a second), so that the new
+// connection is dialled to the slot's new master. (Dialled from the stale topology it would
+// reach the old master, which after a failover is a replica: it accepts the subscription but
+// hears nothing published on the new master until it syncs, and a grant published meanwhile
+// went unheard until the next poll.)
 func (n *notifier) moved(c *psConn, ps *redis.PubSub, channel string) {
 	n.mu.Lock()
 	old := c.node
