@@ -430,12 +430,11 @@ func (st *lockState) gapLocked(gap time.Duration) {
 // granted the key), but not once Close gives up, nor on a closed client or a refusal (ACL, a
 // key of another kind), which no second try mends. Should goroutines wait again, the process
 // counts itself in line and leaves again when they are gone. unreleased is a release of the
-// process's retried in the background meanwhile (none: zero), which the leave names
-// (processor.LeaveRequest.Unreleased).
-func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased processor.ReleaseRequest) {
+// process's retried in the background meanwhile (none: zero), which the leave names.
+func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased processor.Unreleased) {
 	lease := cfg.Lease()
 	until := time.Now().Add(processor.EntryTTL(cfg))
-	req := processor.LeaveRequest{Last: last, Unreleased: unreleased.Locker, Origin: unreleased.Origin}
+	req := processor.LeaveRequest{Last: last, Unreleased: unreleased}
 	for {
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
 		_, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {

@@ -1665,6 +1665,77 @@ func TestRelockReleaseRetryWhoseFirstTryFailedReportsTheLossALaterTryFinds(t *te
 	}
 }
 
+// An Unlock whose release fails, its outcome unknown, of a holding Redis lost (an empty restart
+// wiped the key), reports the loss that its retry finds — also when, while the retry waits to
+// try again, a goroutine of the same process takes the key with a newer acquisition and
+// releases it: that release settles every older acquisition of the process, the lost one
+// included, and the retry, finding it settled, would answer as after a release that ran. The
+// newer requests name the retried release, so the loss stays known: a LossEvent of the first
+// holding after its ReleaseEvent, and "lock lost before release" at Warn.
+func TestReleaseRetryReportsTheLossPastANewerReleaseOfItsProcess(t *testing.T) {
+	rec := &recorder{}
+	core, logs := zapobserver.New(zap.WarnLevel)
+	admin := rawClient(t)
+	g, c := newGen(t, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+	l := mustGen(t, g, "RETRYPAST", target(t), 5*time.Second)
+	k := key(l)
+	var first atomic.Value // the lost holding's locker
+	var tries atomic.Int32
+	var setupErr atomic.Value
+	newer := make(chan struct{}) // closed once the newer holding was released
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
+		locker, _ := first.Load().(string)
+		if processor.ScriptName(cmd.Args()) != "release" || locker == "" || (sentCmd{args: cmd.Args()}).arg(t, "locker") != locker {
+			return nextHook(ctx, cmd)
+		}
+		switch tries.Add(1) {
+		case 1, 2: // the Unlock's, and the retry's first try: they fail unsent
+			cmd.SetErr(errInjected)
+			return errInjected
+		default: // a later try of the retry: after the newer holding's release
+			select {
+			case <-newer:
+			case <-time.After(10 * time.Second):
+				setupErr.Store("the newer holding was not released before the retry's later try")
+			}
+		}
+		return nextHook(ctx, cmd)
+	}})
+	ctx := ctxT(t, 30*time.Second)
+	a := mustLock(t, l, ctx)
+	token, _ := l.FencingToken(a)
+	first.Store(admin.Get(ctx, k).Val())
+	admin.Del(ctx, k) // Redis restarts empty
+	var pe *dlock.RedisProcessError
+	if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+		t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+	}
+	waitFor(t, func() bool { return tries.Load() >= 2 })
+	b := mustLock(t, l, ctx) // a newer acquisition of the same process, while the retry waits
+	if err := b.Unlock(); err != nil {
+		t.Fatalf("the newer holding's Unlock: %v", err)
+	}
+	close(newer)
+	waitFor(t, func() bool { return tries.Load() >= 3 && g.InUse() == 0 })
+	if e, _ := setupErr.Load().(string); e != "" {
+		t.Fatal("setup: " + e)
+	}
+	waitFor(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.lost) > 0
+	})
+	rec.mu.Lock()
+	lost := slices.Clone(rec.lost)
+	rec.mu.Unlock()
+	if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+		t.Fatalf("losses reported: %+v; want one of the first holding (token %d), matching ErrLockLost", lost, token)
+	}
+	if warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len(); warned != 1 {
+		t.Fatalf("%d warnings %q of the key; want 1", warned, "dlock: lock lost before release")
+	}
+}
+
 // A tenure that no goroutine holds (free: its last owner passed it on to a waiter of its
 // process, which then gave up) is let go in the background; a release that finds the key gone
 // or another's before the lease ran out (lost by Redis, removed behind its back) reports the

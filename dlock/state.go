@@ -114,10 +114,10 @@ type lockState struct {
 	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
 	// first try is on its way: the line is left after it, not beside it (settleLocked).
 	unreleased int
-	// retried is the release of the last such retry while it goes on: a leave meanwhile names
-	// its locker (processor.LeaveRequest.Unreleased), so that settling it does not hide a
+	// retried is the holding of the last such retry while it goes on: every request that
+	// settles meanwhile names it (processor.Unreleased), so that settling it does not hide a
 	// removal of the key that a later try of the retry would have found (answered settled).
-	retried processor.ReleaseRequest
+	retried processor.Unreleased
 	// relock says that goroutines of this process take the key again at once after it lets
 	// it go (a Lock came within relockWindow of the last release, relockBy): an Unlock that
 	// grants the key to another process then stands in line again in the same script, so
@@ -450,6 +450,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
 	st.asking = a.locker
+	unreleased := st.retried // (see processor.Unreleased)
 	sent := time.Now()
 	if a.firstSent.IsZero() {
 		a.firstSent = sent
@@ -467,7 +468,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		defer cancel()
 	}
 	res, err := call(st.g, actx, func(ctx context.Context) (processor.Result, error) {
-		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Tokens: a.tokens})
+		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Tokens: a.tokens, Unreleased: unreleased})
 	})
 	if errors.Is(err, errLate) && ctx.Err() == nil { // (the bound above, not the caller)
 		cause := errNoAnswer
@@ -644,7 +645,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		st.mu.Unlock()
 		return nil, nil // lost as this goroutine took the phase: the loss moved it on
 	}
-	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin}, t.order()
+	req, order := processor.RenewRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin, Unreleased: st.unreleasedLocked(t.entity.Locker)}, t.order()
 	if t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}

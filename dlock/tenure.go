@@ -124,7 +124,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 	}
 	cfg, order, check := t.cfg, t.order(), t.checkNow
 	t.checkNow = false
-	req := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin}
+	req := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin, Unreleased: st.unreleasedLocked(t.entity.Locker)}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
 		req.Tokens = blockSize
 	}
@@ -299,7 +299,7 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 	st.phase, st.owner = releasing, nil
 	t.over = true
 	t.exp.Stop()
-	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin}
+	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin, Unreleased: st.unreleasedLocked(t.entity.Locker)}
 	var next *attempt
 	if stay != nil {
 		// The grant brings a block of tokens when the tenure passed the lock among goroutines
@@ -458,7 +458,7 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 func (st *lockState) retryReleaseLocked(r releaseJob) {
 	locker, cfg, until := r.req.Locker, r.cfg, r.until
 	st.unreleased++
-	st.retried = r.req // (a leave while it goes on names it)
+	st.retried = processor.Unreleased{Locker: locker, Origin: r.req.Origin} // (every request that settles while it goes on names it)
 	tried := func() {
 		st.mu.Lock()
 		st.unreleased--
@@ -480,7 +480,7 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 		}
 		st.mu.Lock()
 		if st.retried.Locker == locker {
-			st.retried = processor.ReleaseRequest{}
+			st.retried = processor.Unreleased{}
 		}
 		st.line.queued = true // (as giveBackLocked: a copy of a request of the tenure may have put the process in line)
 		st.settleLocked()
@@ -503,6 +503,15 @@ func (st *lockState) foundLostLater(r releaseJob, err error) {
 	}
 }
 
+// unreleasedLocked names the release retried meanwhile (st.retried) for a request of another
+// locker than own, which may settle it. The caller holds mu.
+func (st *lockState) unreleasedLocked(own string) processor.Unreleased {
+	if st.retried.Locker == own {
+		return processor.Unreleased{}
+	}
+	return st.retried
+}
+
 // errLostBeforeRelease is what a retried release that found the key gone while its lease
 // lasted returns (giveBack).
 var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: the key was gone or held by another before its lease ran out", ErrLockLost)
@@ -521,9 +530,12 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 	lease := cfg.Lease()
 	until := time.Now().Add(lease)
 	for {
+		st.mu.Lock()
+		req := processor.ReleaseRequest{Locker: locker, Origin: origin, Unreleased: st.unreleasedLocked(locker)}
+		st.mu.Unlock()
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
 		res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
-			return st.g.proc.Unlock(ctx, cfg, processor.ReleaseRequest{Locker: locker, Origin: origin})
+			return st.g.proc.Unlock(ctx, cfg, req)
 		})
 		cancel()
 		if tried != nil {

@@ -148,9 +148,22 @@ const MaxTokens = 1 << 30
 
 // LockRequest is an attempt to take the key.
 type LockRequest struct {
-	Locker string // <owner><sequence number>: unique to this acquisition
-	Wait   bool   // stand in line (or renew the entry) when the key is held
-	Tokens int    // fencing tokens to reserve (1 to MaxTokens): more than one for passes within this process
+	Locker     string     // <owner><sequence number>: unique to this acquisition
+	Wait       bool       // stand in line (or renew the entry) when the key is held
+	Tokens     int        // fencing tokens to reserve (1 to MaxTokens): more than one for passes within this process
+	Unreleased Unreleased // the release of the same owner retried meanwhile, if any
+}
+
+// Unreleased names a holding of the request's owner whose release went unanswered and is
+// retried, in every request of that owner while the retry goes on. If no release of it ran
+// and the key no longer holds it (or holds it anew) when Redis runs the request, Redis lost it
+// from its holder; it is remembered as removed, as a ForceRelease does, so that the retried
+// release answers Gone even after a newer acquisition's release, yield or leave, or an
+// operator's removal of a newer holding, settled it: its holder learns of the loss. The zero
+// value names none.
+type Unreleased struct {
+	Locker string // the holding's locker ("" for none)
+	Origin uint64 // the first token it was taken with (0 if unknown)
 }
 
 // RenewRequest renews a held key.
@@ -168,7 +181,8 @@ type RenewRequest struct {
 	// Origin is the first token of the holding the tenure began with (Result.Origin, or a
 	// grant's token; 0 if unknown): a key that holds the locker in another holding (taken
 	// anew by a late copy of its take after an empty restart) is let go and answers Gone.
-	Origin uint64
+	Origin     uint64
+	Unreleased Unreleased // the release of the same owner retried meanwhile, if any
 }
 
 // ReleaseRequest lets a held key go.
@@ -186,19 +200,13 @@ type ReleaseRequest struct {
 	Next       string
 	NextLease  time.Duration
 	NextTokens int
+	Unreleased Unreleased // another release of the same owner retried meanwhile, if any
 }
 
 // LeaveRequest takes a process out of the line.
 type LeaveRequest struct {
-	Last string // the newest locker this process made (its acquisitions up to it are settled); "" for none
-	// Unreleased, if set, is a locker of this process that held the key and whose release is
-	// unanswered (retried), taken with the token Origin (0 if unknown): a key that no longer
-	// holds it, or holds it anew, while it is not settled was taken from its holder before its
-	// release ran (lost by Redis). The leave, which settles it, remembers it as removed, as a
-	// ForceRelease does, so that its release answers Gone, not Settled: its holder learns of
-	// the loss.
-	Unreleased string
-	Origin     uint64
+	Last       string     // the newest locker this process made (its acquisitions up to it are settled); "" for none
+	Unreleased Unreleased // the release of this process retried meanwhile, if any
 }
 
 // Inspection is what Redis holds for a lock, read in one round trip by Inspect.

@@ -71,11 +71,15 @@ func newScript(src string) *script {
 // newScripts builds the scripts, the bodies of replace taking the place of the module's own.
 func newScripts(replace map[string]string) *scriptSet {
 	set := &scriptSet{run: map[string]*script{}, sources: map[string]string{}}
+	prelude := preludeSrc
+	if b, ok := replace["prelude"]; ok {
+		prelude = b
+	}
 	for name, body := range bodies {
 		if b, ok := replace[name]; ok {
 			body = b
 		}
-		src := preludeSrc + "\n-- " + name + ".lua\n" + body
+		src := prelude + "\n-- " + name + ".lua\n" + body
 		set.run[name], set.sources[name] = newScript(src), src
 	}
 	src := sharedSrc // the family's script stands alone
@@ -214,8 +218,8 @@ type Options struct {
 	// are whole milliseconds, and 0 < GapWindow < GapEvery when set (CheckWindow).
 	GapEvery  time.Duration
 	GapWindow time.Duration
-	// Scripts replaces the text of scripts by name (as Sources names them; the prelude is
-	// still put in front of each). It exists so that this module's tests can check that they
+	// Scripts replaces the text of scripts by name (as Sources names them; the prelude, put
+	// in front of each, among them). It exists so that this module's tests can check that they
 	// catch mutants of the scripts; production code leaves it nil. Default nil: the
 	// module's own scripts.
 	Scripts map[string]string
@@ -385,7 +389,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 	set := defaults
 	if opts.Scripts != nil {
 		for name := range opts.Scripts {
-			if _, ok := bodies[name]; !ok && name != "shared" {
+			if _, ok := bodies[name]; !ok && name != "shared" && name != "prelude" {
 				return nil, fmt.Errorf("%w: no script %q to replace", dlerrors.ErrInvalidConfig, name)
 			}
 		}
@@ -895,6 +899,7 @@ type args struct {
 	upto                string
 	maxListed           int
 	origin              uint64
+	unreleased          Unreleased
 
 	boxes *baseArgs // the settings' arguments boxed (base), nil for none
 }
@@ -902,7 +907,7 @@ type args struct {
 // argNames is the order of the prelude's table A, which list follows.
 var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "fence_ttl",
 	"entry_ttl", "done_ttl", "channel", "publish", "gap_every", "gap_window", "yield", "check",
-	"next", "next_lease", "next_tokens", "upto", "max_listed", "origin"}
+	"next", "next_lease", "next_tokens", "upto", "max_listed", "origin", "unreleased", "unreleased_origin"}
 
 // list writes the arguments in argNames's order, without the empty ones at the end.
 func (a args) list() []any {
@@ -931,7 +936,8 @@ func (a args) appendAll(l []any) []any {
 	return append(l, b.str(a.locker), b.str(a.seq), b.ms(a.lease), b.str(a.mark), flag(a.wait), a.tokens,
 		last(a.last), b.ms(a.fenceTTL), b.ms(a.entryTTL), b.ms(a.doneTTL), b.str(a.channel), b.str(a.publish),
 		b.ms(a.gapEvery), b.ms(a.gapWindow), flagOrNone(a.yield), b.str(a.check), b.str(a.next),
-		b.ms(a.nextLease), countOrNone(a.nextTokens), b.str(a.upto), countOrNone(a.maxListed), last(a.origin))
+		b.ms(a.nextLease), countOrNone(a.nextTokens), b.str(a.upto), countOrNone(a.maxListed), last(a.origin),
+		a.unreleased.Locker, last(a.unreleased.Origin))
 }
 
 // flagOrNone writes a flag the scripts read only when it is set: '1', or empty for none.
@@ -990,6 +996,18 @@ func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig, k
 func (p *RedisLockProcessor) script(ctx context.Context, name string, ack bool, ks *keySet, a args) (*redis.Cmd, int64, error) {
 	s := p.scripts.run[name]
 	return p.run(ctx, s, ack, ks.keys, a.appendTo(command(s, ks.keys, ks.boxed, len(argNames))))
+}
+
+// unreleased checks that u names a locker of owner (the request's, whose settled mark its
+// script raises) with a sequence number, or none.
+func unreleased(u Unreleased, owner string) (Unreleased, error) {
+	if u.Locker == "" {
+		return Unreleased{}, nil
+	}
+	if o, seq := SplitLocker(u.Locker); o != owner || seq == "" {
+		return Unreleased{}, fmt.Errorf("%w: unreleased locker %q is not one of %q, the request's owner", dlerrors.ErrInvalidConfig, u.Locker, owner)
+	}
+	return u, nil
 }
 
 // SplitLocker splits a locker into its owner (up to and including the last '-') and its
@@ -1164,6 +1182,9 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
 	a.locker, a.seq, a.lease, a.wait, a.tokens = req.Locker, seq, cfg.Lease(), req.Wait && p.opts.Mark != "", max(req.Tokens, 1)
+	if a.unreleased, err = unreleased(req.Unreleased, owner); err != nil {
+		return Result{}, err
+	}
 	res, acked, err := p.script(ctx, "lock", true, ks, a)
 	var code int64
 	var v any
@@ -1276,6 +1297,9 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 		}
 		a.yield, a.check, a.next, a.nextLease, a.nextTokens = true, check, req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
+	if a.unreleased, err = unreleased(req.Unreleased, owner); err != nil {
+		return Result{}, err
+	}
 	res, acked, err := p.script(ctx, "renew", true, ks, a)
 	var code int64
 	var v any
@@ -1333,6 +1357,9 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 		}
 		a.next, a.nextLease, a.nextTokens = req.Next, req.NextLease, max(req.NextTokens, 1)
 	}
+	if a.unreleased, err = unreleased(req.Unreleased, owner); err != nil {
+		return Result{}, err
+	}
 	res, _, err := p.script(ctx, "release", false, ks, a)
 	var code int64
 	if err == nil {
@@ -1375,12 +1402,8 @@ func (p *RedisLockProcessor) Leave(ctx context.Context, cfg domain.DLockConfig, 
 		return Result{}, processErr("leave", cfg.UniqueKey(), err)
 	}
 	_, a.upto = SplitLocker(req.Last)
-	if req.Unreleased != "" {
-		owner, seq := SplitLocker(req.Unreleased)
-		if owner != p.opts.Mark || seq == "" {
-			return Result{}, fmt.Errorf("%w: unreleased locker %q is not one of this process's mark %q", dlerrors.ErrInvalidConfig, req.Unreleased, p.opts.Mark)
-		}
-		a.locker, a.seq, a.origin = req.Unreleased, seq, req.Origin
+	if a.unreleased, err = unreleased(req.Unreleased, p.opts.Mark); err != nil {
+		return Result{}, err
 	}
 	res, _, err := p.script(ctx, "leave", false, ks, a)
 	var vals []any

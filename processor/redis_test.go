@@ -2048,7 +2048,7 @@ func TestLeaveNamingAnUnansweredReleaseKeepsItsLossKnown(t *testing.T) {
 					t.Fatalf("%s: release = %+v, want released", how, r)
 				}
 			}
-			if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: la, Origin: r.Origin}); err != nil {
+			if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: processor.Unreleased{Locker: la, Origin: r.Origin}}); err != nil {
 				t.Fatal(err)
 			}
 			want := processor.Settled
@@ -2062,6 +2062,113 @@ func TestLeaveNamingAnUnansweredReleaseKeepsItsLossKnown(t *testing.T) {
 				t.Fatalf("%s: the key holds %q after the leave, want it free", how, in.Holder)
 			}
 		}
+	})
+}
+
+// Every request that settles acquisitions of its process (a newer holding's release, a yield,
+// a take that does not wait) while it names one whose release went unanswered (Unreleased)
+// keeps that one's loss known, as a leave does: one the key no longer held, unsettled (lost by
+// Redis), it remembers as removed, so that its retried release answers gone, not settled. One
+// whose release ran before still answers settled, and one the key still holds is released.
+func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		settlers := map[string]func(t *testing.T, a, b *proc, lc domain.DLockConfig, u processor.Unreleased){
+			"a newer holding's release": func(t *testing.T, a, _ *proc, lc domain.DLockConfig, u processor.Unreleased) {
+				l, r := a.lock(t, lc, false, 1)
+				if r.Outcome != processor.Taken {
+					t.Fatalf("the newer take = %+v", r)
+				}
+				if rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: l, Last: r.Token, Origin: r.Origin, Unreleased: u}); err != nil || rel.Outcome != processor.Released {
+					t.Fatalf("the newer release = %+v, %v", rel, err)
+				}
+			},
+			"a take that does not wait": func(t *testing.T, a, b *proc, lc domain.DLockConfig, u processor.Unreleased) {
+				if in := inspect(t, a, lc); in.Holder == "" {
+					if _, r := b.lock(t, lc, false, 1); r.Outcome != processor.Taken {
+						t.Fatalf("pb-'s take = %+v", r)
+					}
+				}
+				if r, err := a.Lock(ctx, lc, processor.LockRequest{Locker: a.locker(), Tokens: 1, Unreleased: u}); err != nil || r.Outcome != processor.Held {
+					t.Fatalf("the take = %+v, %v; want held", r, err)
+				}
+			},
+			"a yield": func(t *testing.T, a, b *proc, lc domain.DLockConfig, u processor.Unreleased) {
+				l, r := a.lock(t, lc, false, 1)
+				if r.Outcome != processor.Taken {
+					t.Fatalf("the newer take = %+v", r)
+				}
+				b.lock(t, lc, true, 1)
+				req := processor.RenewRequest{Locker: l, Origin: r.Origin, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: lc.Lease(), Unreleased: u}
+				if y, err := a.ExpandLease(ctx, lc, req); err != nil || y.Outcome != processor.Yielded {
+					t.Fatalf("the yield = %+v, %v", y, err)
+				}
+			},
+		}
+		for name, settle := range settlers {
+			for _, how := range []string{"lost", "released", "held"} {
+				if how == "held" && name != "a take that does not wait" {
+					continue // (the others need the key free or theirs)
+				}
+				t.Run(name+", "+how, func(t *testing.T) {
+					a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+					lc := cfg(t, "settler")
+					la, r := a.lock(t, lc, false, 1)
+					if r.Outcome != processor.Taken {
+						t.Fatalf("the take on a free key = %+v", r)
+					}
+					want := processor.Released
+					switch how {
+					case "lost":
+						c.Del(ctx, lc.UniqueKey())
+						want = processor.Gone
+					case "released":
+						if r := a.release(t, lc, la); r.Outcome != processor.Released {
+							t.Fatalf("release = %+v", r)
+						}
+						want = processor.Settled
+					}
+					settle(t, a, b, lc, processor.Unreleased{Locker: la, Origin: r.Origin})
+					if rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Origin: r.Origin}); err != nil || rel.Outcome != want {
+						t.Fatalf("the retried release = %+v, %v; want %v", rel, err, want)
+					}
+				})
+			}
+		}
+		t.Run("an operator removed the newer holding", func(t *testing.T) {
+			// The newer take names the lost one, and the operator's removal settles both: both
+			// removals stay known, the newer holding's release answers gone however often it is
+			// sent, and so does the lost one's.
+			a := newProc(t, c, "pa-")
+			lc := cfg(t, "settler-forced")
+			la, r := a.lock(t, lc, false, 1)
+			c.Del(ctx, lc.UniqueKey())
+			u := processor.Unreleased{Locker: la, Origin: r.Origin}
+			later := a.locker()
+			rl, err := a.Lock(ctx, lc, processor.LockRequest{Locker: later, Tokens: 1, Unreleased: u})
+			if err != nil || rl.Outcome != processor.Taken {
+				t.Fatalf("the newer take = %+v, %v", rl, err)
+			}
+			if _, err := a.ForceRelease(ctx, lc, later); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 { // (go-redis sends a script again whose reply a read timeout cut)
+				if rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: later, Origin: rl.Origin, Unreleased: u}); err != nil || rel.Outcome != processor.Gone {
+					t.Fatalf("copy %d of the removed holding's release = %+v, %v; want gone", i+1, rel, err)
+				}
+			}
+			if rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Origin: r.Origin}); err != nil || rel.Outcome != processor.Gone {
+				t.Fatalf("the lost one's release = %+v, %v; want gone", rel, err)
+			}
+		})
+		t.Run("not the request's owner", func(t *testing.T) {
+			a := newProc(t, c, "pa-")
+			lc := cfg(t, "settler-other")
+			u := processor.Unreleased{Locker: "pb-1"}
+			if _, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: a.locker(), Unreleased: u}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("a release naming another process's locker: err = %v, want ErrInvalidConfig", err)
+			}
+		})
 	})
 }
 
@@ -2090,7 +2197,7 @@ func TestLeaveNamingAnUnansweredReleaseOfAHoldingTakenAnewKeepsItsLossKnown(t *t
 		if again, err := a.Lock(ctx, lc, req); err != nil || again.Outcome != processor.Taken || again.Origin == r.Origin {
 			t.Fatalf("the late copy = %+v, %v; want taken anew", again, err)
 		}
-		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: req.Locker, Origin: r.Origin}); err != nil {
+		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: processor.Unreleased{Locker: req.Locker, Origin: r.Origin}}); err != nil {
 			t.Fatal(err)
 		}
 		if in := inspect(t, a, lc); in.Holder != "" {
@@ -2113,7 +2220,7 @@ func TestLateLeaveNamingAnUnansweredReleaseReportsNoFalseLoss(t *testing.T) {
 		leave := func(p *proc, lc domain.DLockConfig, last, unreleased string, origin uint64) {
 			t.Helper()
 			for range 2 { // (go-redis sends a script again whose reply a read timeout cut)
-				if _, err := p.Leave(ctx, lc, processor.LeaveRequest{Last: last, Unreleased: unreleased, Origin: origin}); err != nil {
+				if _, err := p.Leave(ctx, lc, processor.LeaveRequest{Last: last, Unreleased: processor.Unreleased{Locker: unreleased, Origin: origin}}); err != nil {
 					t.Fatal(err)
 				}
 			}

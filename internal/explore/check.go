@@ -70,8 +70,8 @@ func (w *world) checkToldFirst(r *request) {
 // tenure whose holding an empty restart lost before any release of it ran (another may have
 // taken the key since) is told of the loss — the retry answers gone, not settled — and one
 // whose holding Redis kept until a release (or a leave) let it go is not told of a loss that
-// did not happen. A leave that settled its locker meanwhile names it
-// (LeaveRequest.Unreleased), marking it removed only when the key no longer holds it. A
+// did not happen. A request that settled its locker meanwhile names it (processor.Unreleased),
+// marking it removed only when the key no longer holds it. A
 // settled answer is excused when a release of the tenure ran before this try (its answer was
 // lost: the documented gap of a repeated release), or a request of its locker sent before the
 // empty restart ran after it (a late copy of its take settled it: the documented window of

@@ -89,9 +89,10 @@ type Reach struct {
 	// an empty restart wiped that Redis ran while it held the holding's locker again (a late
 	// copy of its take): shared.lua must find the holding's token is not the one they name.
 	RenewalsOfRetaken int
-	// UnreleasedLost counts leaves Redis ran that named a release retried
-	// (LeaveRequest.Unreleased) whose locker no request run had ended, while the key did not
-	// hold it: leave.lua must mark it removed, so that the retry tells the loss.
+	// UnreleasedLost counts requests Redis ran that named a release retried
+	// (processor.Unreleased) whose locker no request run had ended, while the key did not
+	// hold it: the script must mark it removed as it settles it, so that the retry tells the
+	// loss.
 	UnreleasedLost int
 	// CountsSetAgain counts copies of a semaphore's count change (RunShared) that an empty
 	// restart let set their count again: the known gap of SetPermits, exempt from the rule

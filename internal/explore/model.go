@@ -189,10 +189,11 @@ func (p *proc) until(sent time.Time, lease time.Duration) time.Time {
 
 func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bool, tokens int) {
 	cfg := p.cfg(lease)
-	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v)", locker, lease, wait))
-	r.locker, r.lease, r.tokens, r.wait = locker, lease, tokens, wait
+	req := processor.LockRequest{Locker: locker, Wait: wait, Tokens: tokens, Unreleased: p.unreleasedOf(nil)}
+	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v%s)", locker, lease, wait, naming(req.Unreleased)))
+	r.locker, r.lease, r.tokens, r.wait, r.unrel = locker, lease, tokens, wait, req.Unreleased.Locker
 	r.run = func(ctx context.Context) outcome {
-		res, err := p.pr.Lock(ctx, cfg, processor.LockRequest{Locker: locker, Wait: wait, Tokens: tokens})
+		res, err := p.pr.Lock(ctx, cfg, req)
 		return outcome{res: res, err: err}
 	}
 	p.asking = r
@@ -200,8 +201,8 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 }
 
 func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int, yield bool) *request {
-	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last, Origin: t.origin}
-	what := fmt.Sprintf("renew.lua(%s, lease %v", t.locker, lease)
+	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last, Origin: t.origin, Unreleased: p.unreleasedOf(t)}
+	what := fmt.Sprintf("renew.lua(%s, lease %v%s", t.locker, lease, naming(req.Unreleased))
 	if tokens > 0 {
 		what += ", tokens"
 	}
@@ -215,7 +216,7 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	}
 	cfg := p.cfg(lease)
 	r := p.request(pur, what+")")
-	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next = t, t.locker, lease, tokens, yield, req.Next
+	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel = t, t.locker, lease, tokens, yield, req.Next, req.Unreleased.Locker
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.ExpandLease(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -226,14 +227,14 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 
 func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure, next string) {
 	cfg := p.cfg(lease)
-	req := processor.ReleaseRequest{Locker: locker, Last: last}
+	req := processor.ReleaseRequest{Locker: locker, Last: last, Unreleased: p.unreleasedOf(t)}
 	what := "release.lua(" + locker
 	if next != "" {
 		req.Next, req.NextLease, req.NextTokens = next, lease, 1
 		what += ", next " + next
 	}
-	r := p.request(pur, what+")")
-	r.ten, r.locker, r.lease, r.next = t, locker, lease, next
+	r := p.request(pur, what+naming(req.Unreleased)+")")
+	r.ten, r.locker, r.lease, r.next, r.unrel = t, locker, lease, next, req.Unreleased.Locker
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -245,14 +246,9 @@ func (p *proc) sendLeave() {
 	cfg := p.cfg(p.w.opt.Lease)
 	last := p.mark + strconv.Itoa(p.seq)
 	p.leaveSent = true
-	req := processor.LeaveRequest{Last: last}
-	what := "leave.lua(up to " + last
-	if t := p.retried; t != nil {
-		req.Unreleased, req.Origin = t.locker, t.origin
-		what += ", unreleased " + t.locker
-	}
-	r := p.request(pLeave, what+")")
-	r.seq, r.unrel = p.seq, req.Unreleased
+	req := processor.LeaveRequest{Last: last, Unreleased: p.unreleasedOf(nil)}
+	r := p.request(pLeave, "leave.lua(up to "+last+naming(req.Unreleased)+")")
+	r.seq, r.unrel = p.seq, req.Unreleased.Locker
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Leave(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -576,6 +572,23 @@ func (p *proc) tellOwner() {
 	p.left()
 }
 
+// unreleasedOf names the release retried meanwhile (p.retried) for a request of another
+// tenure than t (dlock names it in every request that settles while the retry goes on).
+func (p *proc) unreleasedOf(t *tenure) processor.Unreleased {
+	if p.retried == nil || p.retried == t {
+		return processor.Unreleased{}
+	}
+	return processor.Unreleased{Locker: p.retried.locker, Origin: p.retried.origin}
+}
+
+// naming is how a request's description names the release retried that it carries.
+func naming(u processor.Unreleased) string {
+	if u.Locker == "" {
+		return ""
+	}
+	return ", unreleased " + u.Locker
+}
+
 // retryGiveBack sends a give-back again after it got no answer.
 func (p *proc) retryGiveBack(i int) {
 	g := p.giveBacks[i]
@@ -584,13 +597,13 @@ func (p *proc) retryGiveBack(i int) {
 }
 
 func (p *proc) sendGiveBack(g giveBack) {
-	req, what := processor.ReleaseRequest{Locker: g.locker}, "release.lua(%s) to give it back"
+	req, what := processor.ReleaseRequest{Locker: g.locker, Unreleased: p.unreleasedOf(g.release)}, "release.lua(%s%s) to give it back"
 	if g.release != nil {
-		req.Origin, what = g.release.origin, "release.lua(%s) again (its release unanswered)"
+		req.Origin, what = g.release.origin, "release.lua(%s%s) again (its release unanswered)"
 	}
-	r := p.request(pGiveBack, fmt.Sprintf(what, g.locker))
+	r := p.request(pGiveBack, fmt.Sprintf(what, g.locker, naming(req.Unreleased)))
 	cfg := p.cfg(g.lease)
-	r.locker, r.lease, r.back = g.locker, g.lease, g
+	r.locker, r.lease, r.back, r.unrel = g.locker, g.lease, g, req.Unreleased.Locker
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}

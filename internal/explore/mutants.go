@@ -37,7 +37,7 @@ var Mutants = []Mutant{
 	{"a repeated ForceRelease removes the next holder (force.lua does not check its holder)", "force",
 		"if redis.call('get', K) ~= A.locker then", "if not redis.call('get', K) then"},
 	{"a late copy of an acquisition revives a holder an operator removed (force.lua does not settle)", "force",
-		"settle(A.seq)\nredis.call('set', FORCED", "redis.call('set', FORCED"},
+		"settle(A.seq)\nremoved(A.locker, A.done_ttl)", "removed(A.locker, A.done_ttl)"},
 	{"a waiter that gave up stays in the line (leave.lua does not settle)", "leave",
 		"local mark, upto = A.mark, A.upto\nsettle(upto)", "local mark, upto = A.mark, A.upto"},
 	{"a yield check runs twice (renew.lua ignores the checked mark)", "renew",
@@ -80,10 +80,10 @@ var Mutants = []Mutant{
 		"if own and own > tonumber(seq) then", "if false then"},
 	{"a renewal after an empty restart renews a holding its tenure did not begin with (renew.lua ignores origin)", "renew",
 		"if takenAnew(locker) then", "if false then"},
-	{"a loss found by a release's retry is hidden by a leave beside it (leave.lua does not mark the unreleased locker removed)", "leave",
-		"        removed(A.locker)\n", ""},
-	{"a release's retry tells a loss that did not happen (leave.lua marks the unreleased locker removed while the key holds it)", "leave",
-		"if redis.call('get', K) ~= A.locker or takenAnew(A.locker) then", "if true then"},
+	{"a loss found by a release's retry is hidden by a request beside it (the prelude does not mark the unreleased locker removed)", "prelude",
+		"        removed(A.unreleased)\n", ""},
+	{"a release's retry tells a loss that did not happen (the prelude marks the unreleased locker removed while the key holds it)", "prelude",
+		"(redis.call('get', K) ~= A.unreleased or takenAnew(A.unreleased, A.unreleased_origin))", "true"},
 	{"tokens start again from 1 once the counter is gone (an empty restart wiped it: the server clock not used)", "prelude",
 		"local first = math.max(counter() + 1, NOW_US)", "local first = redis.call('exists', FENCE) == 0 and 1 or math.max(counter() + 1, NOW_US)"},
 }
@@ -113,10 +113,8 @@ end
 `
 )
 
-// Scripts returns the scripts with the mutant applied, for Options.Scripts. The prelude is
-// put in front of each script by the processor, so a mutant of the prelude is applied to
-// every script's copy of it by replacing each script with its own text preceded by the mutated
-// prelude and a marker that ends the original one.
+// Scripts returns the scripts with the mutant applied, for Options.Scripts (a mutant of the
+// prelude replaces it in front of every script).
 func (m Mutant) Scripts() (map[string]string, error) {
 	src := processor.Sources()
 	body, ok := src[m.Script]
@@ -126,16 +124,5 @@ func (m Mutant) Scripts() (map[string]string, error) {
 	if n := strings.Count(body, m.Old); n != 1 {
 		return nil, fmt.Errorf("mutant %q: the text to replace occurs %d times in %s.lua", m.Name, n, m.Script)
 	}
-	mutated := strings.Replace(body, m.Old, m.New, 1)
-	if m.Script != "prelude" {
-		return map[string]string{m.Script: mutated}, nil
-	}
-	// The prelude's functions are local: a script redefines them after the prelude runs.
-	out := map[string]string{}
-	for name, b := range src {
-		if name != "prelude" {
-			out[name] = mutated + "\n" + b
-		}
-	}
-	return out, nil
+	return map[string]string{m.Script: strings.Replace(body, m.Old, m.New, 1)}, nil
 }

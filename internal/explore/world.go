@@ -77,7 +77,7 @@ type request struct {
 	seq    int      // leave: the newest number it settles
 	next   string   // yield, or a release that stands in line again (relock): the attempt the process waits with next
 	back   giveBack // a give-back, or a try of a release retried
-	unrel  string   // leave: the release retried it names (LeaveRequest.Unreleased)
+	unrel  string   // the release retried it names (processor.Unreleased)
 	// rerun says a release of the tenure it releases (the first or a try) ran before Redis ran it
 	rerun bool
 
@@ -241,22 +241,19 @@ func released(r *request) *tenure {
 // is its process's entry in line, as entryBefore reads it): a copy of the take of the very
 // acquisition that holds the key, whose process waits in line with a newer attempt (it
 // counted that tenure lost); a renewal of a tenure whose holding an empty restart wiped,
-// while the key holds its locker again; a leave naming a release retried that no request
+// while the key holds its locker again; a request naming a release retried that no request
 // Redis ran has ended, while the key does not hold it.
 func (w *world) reached(r *request, prior string) {
 	if r.p == nil || !w.be.owned() {
 		return
 	}
-	switch r.purpose {
-	case pAsk, pTry, pExpand, pExtend, pTake, pLeave:
-	default:
-		return
-	}
 	holder, _ := w.be.client().Get(context.Background(), w.cfg.UniqueKey()).Result()
-	if r.purpose == pLeave {
-		if _, ended := w.ended[r.unrel]; r.unrel != "" && holder != r.unrel && !ended {
-			w.reach.UnreleasedLost++
-		}
+	if _, ended := w.ended[r.unrel]; r.unrel != "" && holder != r.unrel && !ended {
+		w.reach.UnreleasedLost++
+	}
+	switch r.purpose {
+	case pAsk, pTry, pExpand, pExtend, pTake:
+	default:
 		return
 	}
 	if holder != r.locker {

@@ -1,8 +1,9 @@
 -- force.lua: an operator's last resort: let the key go if it still holds the locker the
 -- operator saw (as State reports it), as a release does: granted to the first live process in
 -- line, or free. The removed acquisition is settled, so that no late copy of its request can
--- take the key back, and named in {K}:forced:<owner>, so that its holder's next renewal or
--- release answers "gone" (its holder is not told here: it learns of the loss then). A second
+-- take the key back, and named among the removed ones in {K}:forced:<owner>, so that its
+-- holder's next renewal or release answers "gone" (its holder is not told here: it learns of
+-- the loss then). A second
 -- copy of this request finds the locker gone and changes nothing, so it can never remove a
 -- later holder's key. The keys of the owner (KEYS[5] to KEYS[7]) are the removed locker's.
 -- Arguments: locker (the one to remove), seq, fence_ttl, done_ttl, gap_every, gap_window,
@@ -18,7 +19,7 @@ end
 -- the key's remaining life is at least that while it renews (the operator's own is the floor).
 A.done_ttl = math.max(tonumber(A.done_ttl), 8 * redis.call('pttl', K))
 settle(A.seq)
-redis.call('set', FORCED, A.locker, 'PX', A.done_ttl)
+removed(A.locker, A.done_ttl)
 local owner = ''
 if A.seq ~= '' then
     owner = OWNER -- its holder learns of the loss at once

@@ -10,9 +10,10 @@
 --            line (released, given back, failed, removed by an operator, or left)
 --   KEYS[5]  {K}:check:<owner>, the owner's checked mark: the largest yield check number that
 --            ran (a mark of its own, so that it does not settle the tenure's locker)
---   KEYS[6]  {K}:forced:<owner>, the owner's locker an operator removed last (ForceRelease),
---            or a release found the key taken anew for (after an empty restart): its release
---            and renewals answer "gone", so that its holder learns of the loss
+--   KEYS[6]  {K}:forced:<owner>, the owner's lockers removed last (forced): by an operator
+--            (ForceRelease), or found lost by Redis (the key taken anew after an empty
+--            restart, or gone before a retried release ran: settle); their releases and
+--            renewals answer "gone", so that their holders learn of the loss
 --   KEYS[7]  {K}:want, what each process in line waits with: mark -> "<locker>|<lease ms>|
 --            <tokens>|<server ms it last renewed its entry>|<server ms it expires unless
 --            renewed>|<1 if it listened on its channel then, else 0>"; a release grants the
@@ -53,6 +54,8 @@ local A = {
     upto = ARGV[20] or '',          -- leave: the newest number the process gave a locker
     max_listed = ARGV[21] or '',    -- inspect: how many entries of the line to list at most
     origin = ARGV[22] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
+    unreleased = ARGV[23] or '',    -- a locker of the owner that held the key and whose release is unanswered (retried): see settle
+    unreleased_origin = ARGV[24] or '', -- the first token of its holding ('' if unknown)
 }
 
 -- MAX_LEASE_MS and MAX_TOKENS bound what a line entry may ask for (domain.MaxLease, and
@@ -101,9 +104,26 @@ local function numberOf(locker, owner)
     return tonumber(rest)
 end
 
--- forced reports whether locker is the owner's one an operator removed last.
+-- FORCED_KEPT is how many of the owner's removed lockers FORCED remembers (the newest):
+-- besides the holding its process releases, only the release it retries can be unanswered.
+local FORCED_KEPT = 4
+
+-- forced reports whether locker is one of the owner's removed ones FORCED remembers (its
+-- lockers separated by spaces, oldest first: a locker of dlock's has none).
 local function forced(locker)
-    return redis.call('get', FORCED) == locker
+    local v = redis.call('get', FORCED)
+    if not v then
+        return false
+    end
+    if v == locker then
+        return true
+    end
+    for l in string.gmatch(v, '%S+') do
+        if l == locker then
+            return true
+        end
+    end
+    return false
 end
 
 -- counter returns the fencing counter (0 when absent), read once per script. Each script that
@@ -197,19 +217,32 @@ local function origin(locker)
     return tonumber(first)
 end
 
--- takenAnew reports whether the key's holding of locker is not the one the request's tenure
--- began with (A.origin, the first token it was taken with): FIRST names locker with another
--- first token, so a late copy of the tenure's take (or a grant to the entry such a copy made)
--- took it anew after Redis lost it. Without A.origin, or FIRST for locker, it cannot tell: false.
-local function takenAnew(locker)
-    local began = A.origin ~= '' and origin(locker) or ''
-    return began ~= '' and began ~= tonumber(A.origin)
+-- takenAnew reports whether the key's holding of locker is not the one its tenure began with
+-- (began, the first token it was taken with; A.origin unless given): FIRST names locker with
+-- another first token, so a late copy of the tenure's take (or a grant to the entry such a
+-- copy made) took it anew after Redis lost it. Without began, or FIRST for locker, it cannot
+-- tell: false.
+local function takenAnew(locker, began)
+    began = began or A.origin
+    local now = began ~= '' and origin(locker) or ''
+    return now ~= '' and now ~= tonumber(began)
 end
 
--- removed remembers locker as the owner's removed one (FORCED) for as long as the owner's
--- settled mark lives, a mark's life at least: its release and renewals answer gone.
-local function removed(locker)
-    redis.call('set', FORCED, locker, 'PX', math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)))
+-- removed remembers locker among the owner's removed ones (FORCED), the newest FORCED_KEPT,
+-- for ttl ms (as long as the owner's settled mark lives, a mark's life at least, unless
+-- given) and no less than it lives already: its release and renewals answer gone. Another
+-- one remembered still answers gone too: an operator may have removed the holding whose
+-- release is on its way when an older one is found lost (settle).
+local function removed(locker, ttl)
+    ttl = math.max(ttl or math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)), redis.call('pttl', FORCED))
+    local kept = {}
+    for l in string.gmatch(redis.call('get', FORCED) or '', '%S+') do
+        if l ~= locker then
+            kept[#kept + 1] = l
+        end
+    end
+    kept[#kept + 1] = locker
+    redis.call('set', FORCED, table.concat(kept, ' ', math.max(#kept - FORCED_KEPT + 1, 1)), 'PX', ttl)
 end
 
 -- dequeue takes mark out of the line.
@@ -517,4 +550,21 @@ end
 local function passed(code, from, fromMark, skip)
     local locker, first, gap, at = pass(from, fromMark, skip)
     return {code, locker, first, gap, at}
+end
+
+-- A request of a process whose release of a holding went unanswered (it is retried) names
+-- that holding (A.unreleased) while the retry goes on. If it is not settled (no release of
+-- it ran) and the key no longer holds it, or holds it anew (takenAnew), it was taken from its
+-- holder before any release (lost by Redis: a failover, an empty restart). It is remembered
+-- as removed (FORCED), as an operator's removal is, before this request settles anything:
+-- its retried release, which may find it settled by a newer acquisition's release, yield or
+-- leave, or by an operator's removal of a newer holding, answers gone, not settled, and its
+-- holder learns of the loss.
+if A.unreleased ~= '' then
+    counter() -- (a counter dlock never wrote stops the script before it writes)
+    local u = numberOf(A.unreleased, OWNER)
+    if u and u > tonumber(redis.call('get', DONE) or '-1') and
+        (redis.call('get', K) ~= A.unreleased or takenAnew(A.unreleased, A.unreleased_origin)) then
+        removed(A.unreleased)
+    end
 end
