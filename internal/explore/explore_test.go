@@ -82,7 +82,7 @@ func TestScriptsKeepTheInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("FIGURE explored schedules=%d steps=%d distinct_states=%d in %v; reached: stale copies of a holder's own take=%d, renewals of a tenure taken anew after an empty restart=%d, leaves naming a release retried whose key was lost=%d",
+	t.Logf("FIGURE explored schedules=%d steps=%d distinct_states=%d in %v; reached: stale copies of a holder's own take=%d, renewals of a tenure taken anew after an empty restart=%d, requests naming a release retried whose key was lost=%d",
 		rep.Schedules, rep.Steps, rep.States, time.Since(start).Round(time.Second), rep.Reached.StaleOwnTakes, rep.Reached.RenewalsOfRetaken, rep.Reached.UnreleasedLost)
 	if rep.Violation != nil {
 		t.Fatalf("%v", rep.Violation)
