@@ -3096,7 +3096,8 @@ func (h slotsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // A fencing counter that holds what no script writes stops every writing script before it
-// writes: the holder's renewal and release, the waiter's leave and lock, an operator's force
+// writes: the holder's renewal and release, the waiter's leave and lock (each also naming a
+// release of its process retried, which the prelude may mark removed), an operator's force
 // each answer the refusal, and every key of the lock is left as it was (no value changed, no
 // time to live lengthened), with a holder and a process in line. Inspect, which writes
 // nothing, refuses it too rather than show it.
@@ -3151,6 +3152,20 @@ func corruptCounterRefuses(t *testing.T, v string) {
 			return b.Leave(ctx, lc, processor.LeaveRequest{Last: lb})
 		}},
 		{"force", func() (processor.Result, error) { return b.ForceRelease(ctx, lc, la) }},
+		// (each naming a release of its process retried, whose holding the key does not hold:
+		// the mark of it as removed is a write too)
+		{"renew naming a release retried", func() (processor.Result, error) {
+			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Unreleased: processor.Unreleased{Locker: "pa-0"}})
+		}},
+		{"release naming a release retried", func() (processor.Result, error) {
+			return a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Unreleased: processor.Unreleased{Locker: "pa-0"}})
+		}},
+		{"lock naming a release retried", func() (processor.Result, error) {
+			return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 1, Unreleased: processor.Unreleased{Locker: "pb-0"}})
+		}},
+		{"leave naming a release retried", func() (processor.Result, error) {
+			return b.Leave(ctx, lc, processor.LeaveRequest{Last: lb, Unreleased: processor.Unreleased{Locker: "pb-0"}})
+		}},
 		{"inspect", func() (processor.Result, error) { _, err := b.Inspect(ctx, lc); return processor.Result{}, err }},
 	} {
 		r, err := op.do()
