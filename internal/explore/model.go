@@ -201,7 +201,10 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 }
 
 func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int, yield bool) *request {
-	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last, Origin: t.origin, Unreleased: p.unreleasedOf(t)}
+	req := processor.RenewRequest{Locker: t.locker, Tokens: tokens, Last: t.last, Origin: t.origin}
+	if pur != pExtend { // (dlock's Extend names none: it settles only its own holding taken anew, after a take that named it)
+		req.Unreleased = p.unreleasedOf(t)
+	}
 	what := fmt.Sprintf("renew.lua(%s, lease %v%s", t.locker, lease, naming(req.Unreleased))
 	if tokens > 0 {
 		what += ", tokens"
