@@ -20,7 +20,7 @@ import (
 )
 
 // allImpls lists the implementations in the order they are run and drawn.
-var allImpls = []string{"dlock", "dlock-poll", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem", "local-rw", "floor"}
+var allImpls = []string{"dlock", "dlock-poll", "dlock-hold", "tradition", "redislock", "redsync", "dlock-rw", "redisson-rw", "dlock-sem", "redisson-sem", "local-rw", "floor"}
 
 // scenarioImpls lists, for each scenario, the implementations that can run it: the read-write
 // scenario needs a lock with a read side (the mutex runs it with its one side, as a baseline),
@@ -34,8 +34,10 @@ var scenarioImpls = map[string][]string{
 // with none of a lock's safeguards); the plots draw them apart.
 var ceilings = []string{"local-rw", "floor"}
 
-// crossOnly are the implementations that run only with one goroutine per process.
-var crossOnly = []string{"floor"}
+// crossOnly are the implementations that run only with one goroutine per process (the cross
+// and handoff scenarios): floor, and dlock-hold (dlock with WithHoldOver, which changes
+// nothing where a process's goroutines queue for the lock: they pass it among them anyway).
+var crossOnly = []string{"floor", "dlock-hold"}
 
 // runs reports whether implementation impl can run scenario sc.
 func runs(sc, impl string) bool {
@@ -73,10 +75,13 @@ var errRetry = errors.New("lock attempts exhausted; retrying")
 // newImpl sets up implementation name over client for locks with the given lease.
 func newImpl(name string, client *redis.Client, lease time.Duration) (Impl, error) {
 	switch name {
-	case "dlock", "dlock-poll":
+	case "dlock", "dlock-poll", "dlock-hold":
 		opts := []dlock.Option{dlock.WithDefaultLease(lease)}
 		if name == "dlock-poll" {
 			opts = append(opts, dlock.WithNotifications(false))
+		}
+		if name == "dlock-hold" {
+			opts = append(opts, dlock.WithHoldOver(true))
 		}
 		g, err := dlock.NewGenerator(client, opts...)
 		if err != nil {

@@ -3,7 +3,7 @@
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR] [--lease 60ms]
 //	         [--scenarios trip,hot,cross,handoff,rw,sem] [--procs 2,4,8,16]
-//	         [--impls dlock,dlock-poll,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem,local-rw,floor]
+//	         [--impls dlock,dlock-poll,dlock-hold,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem,local-rw,floor]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
 //
 // Two rows are ceilings, not locks: local-rw (the rw scenario in one process on a

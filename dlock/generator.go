@@ -60,9 +60,9 @@ type Generator struct {
 
 	mu     sync.Mutex
 	states map[string]*lockState // by unique key, while in use; guarded by mu
-	// relockBy keeps, by unique key, a dropped state's lockState.relockBy while it is to
-	// come, for the key's next state; guarded by mu.
-	relockBy map[string]time.Time
+	// relockBy keeps, by unique key, a dropped state's lockState.relockBy and holdOverBy
+	// while one is to come, for the key's next state; guarded by mu.
+	relockBy map[string]relockMemo
 	// relockTest, when positive (tests only), has every Unlock relock and linger that long.
 	relockTest atomic.Int64
 	shares     map[string]*sharedState // read-write locks and semaphores by sharedKey, while in use; guarded by mu
@@ -209,9 +209,9 @@ func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
 	if st == nil {
 		st = newLockState(g, cfg)
 		g.states[cfg.UniqueKey()] = st
-		if by, ok := g.relockBy[cfg.UniqueKey()]; ok {
+		if m, ok := g.relockBy[cfg.UniqueKey()]; ok {
 			delete(g.relockBy, cfg.UniqueKey())
-			st.relockBy = by // (nobody else has st yet)
+			st.relockBy, st.holdOverBy = m.relockBy, m.holdOverBy // (nobody else has st yet)
 		}
 	}
 	st.refs++
@@ -240,23 +240,33 @@ func (g *Generator) unref(st *lockState) {
 	}
 }
 
-// keepRelockLocked keeps the relockBy of st, a state being dropped, for the key's next state,
-// if it is to come; entries past are pruned as others are kept. The caller holds mu, and st
-// has no user left (its relockBy is not written any more).
+// relockMemo is what a dropped state keeps for the key's next state: its relockBy and
+// holdOverBy.
+type relockMemo struct{ relockBy, holdOverBy time.Time }
+
+// past reports whether nothing of m is to come at now.
+func (m relockMemo) past(now time.Time) bool {
+	return !now.Before(m.relockBy) && !now.Before(m.holdOverBy)
+}
+
+// keepRelockLocked keeps the relockBy and holdOverBy of st, a state being dropped, for the
+// key's next state, if one is to come; entries past are pruned as others are kept. The caller
+// holds mu, and st has no user left (they are not written any more).
 func (g *Generator) keepRelockLocked(st *lockState) {
 	now := time.Now()
-	if !now.Before(st.relockBy) {
+	m := relockMemo{st.relockBy, st.holdOverBy}
+	if m.past(now) {
 		return
 	}
 	if g.relockBy == nil {
-		g.relockBy = make(map[string]time.Time)
+		g.relockBy = make(map[string]relockMemo)
 	}
-	for k, by := range g.relockBy {
-		if !now.Before(by) {
+	for k, old := range g.relockBy {
+		if old.past(now) {
 			delete(g.relockBy, k)
 		}
 	}
-	g.relockBy[st.cfg.UniqueKey()] = st.relockBy
+	g.relockBy[st.cfg.UniqueKey()] = m
 }
 
 // lookup returns the state of key if it is in use.

@@ -2325,6 +2325,144 @@ func waitPastTheLimit(t *testing.T, ctx context.Context, ga, gb *dlock.Generator
 	return a2, b
 }
 
+// A process with WithHoldOver whose goroutine locks again at once keeps the key for it: its
+// final Unlock lets nothing go in Redis while the goroutine comes back within the linger, so
+// the goroutine takes the lock again at once, though another process waits in line — until
+// the hand-off limit (here an hour) or until it does not come back: then, at the linger's end,
+// the key goes to the process in line.
+func TestHoldOverKeepsTheKeyForTheGoroutineThatComesBack(t *testing.T) {
+	la, lb, _, _, a := relockPair(t, time.Second, dlock.WithHoldOver(true), dlock.WithLocalHandOff(time.Hour))
+	ctx := ctxT(t, 30*time.Second)
+	bOwner := lockAsync(t, lb, ctx)
+	inLine(t, ctx, la, 1)
+	last, _ := la.FencingToken(a)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second) // (were the key granted to b, who holds on, this would wait)
+		o, err := la.Lock(actx)
+		cancel()
+		if err != nil {
+			t.Fatalf("lock %d of the goroutine that came back: %v; want it at once (the key kept for it)", i+2, err)
+		}
+		select {
+		case <-bOwner:
+			t.Fatalf("b took the key as a's goroutine came back for it (lock %d)", i+2)
+		default:
+		}
+		tok, _ := la.FencingToken(o)
+		if tok <= last {
+			t.Fatalf("token %d after %d: want it larger", tok, last)
+		}
+		last = tok
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := recv(t, bOwner, "b's Lock, once a's goroutine no longer came back")
+	if tok, _ := lb.FencingToken(b); tok <= last {
+		t.Fatalf("b's token %d after a's %d: want it larger", tok, last)
+	}
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A process with WithHoldOver whose goroutine never stops locking again still lets the key go
+// to the process in line at the hand-off limit, and the two never hold it at once.
+func TestHoldOverYieldsToTheLineAtTheHandOffLimit(t *testing.T) {
+	la, lb, _, _, a := relockPair(t, time.Second, dlock.WithHoldOver(true), dlock.WithLocalHandOff(20*time.Millisecond))
+	ctx := ctxT(t, 30*time.Second)
+	var inside atomic.Int32
+	bOwner := lockAsync(t, lb, ctx)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			o, err := la.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if inside.Add(1) != 1 {
+				t.Error("two owners: a holds the lock while b does")
+			}
+			n++
+			inside.Add(-1)
+			if err := o.Unlock(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	b := recv(t, bOwner, "b's Lock while a's goroutine keeps coming back")
+	if inside.Add(1) != 1 {
+		t.Error("two owners: b holds the lock while a does")
+	}
+	time.Sleep(5 * time.Millisecond) // (a's goroutine waits meanwhile)
+	inside.Add(-1)
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	if n := <-done; n == 0 {
+		t.Fatal("a's goroutine never took the lock again")
+	}
+}
+
+// The key a process with WithHoldOver keeps after its final Unlock is let go when no goroutine
+// comes back within the linger (and the process keeps none for a while after), and at once
+// when the Generator closes.
+func TestHoldOverLetsTheKeyGoWhenNobodyComesBack(t *testing.T) {
+	for _, how := range []string{"the linger ends", "Close"} {
+		t.Run(how, func(t *testing.T) {
+			linger := 300 * time.Millisecond
+			if how == "Close" {
+				linger = time.Minute
+			}
+			la, lb, ga, _, a := relockPair(t, linger, dlock.WithHoldOver(true))
+			ctx := ctxT(t, 30*time.Second)
+			admin := rawClient(t)
+			if err := a.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if admin.Get(ctx, key(la)).Val() == "" || !ga.Lingering(key(la)) {
+				t.Fatal("the final Unlock let the key go; want it kept for a goroutine that comes back")
+			}
+			if how == "Close" {
+				if err := ga.Close(ctx); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				if v := admin.Get(ctx, key(la)).Val(); v != "" {
+					t.Fatalf("after Close the key holds %q; want it let go", v)
+				}
+				return
+			}
+			waitFor(t, func() bool { return admin.Get(ctx, key(la)).Val() == "" })
+			// Nobody came: the next Unlock, within holdOverPause, keeps nothing (its process
+			// watching its channel again: it waited in line).
+			o := takeAfterWaiting(t, ctx, la, lb)
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if v := admin.Get(ctx, key(la)).Val(); v != "" {
+				t.Fatalf("the Unlock after a hold-over nobody came for left the key holding %q; want it let go", v)
+			}
+		})
+	}
+}
+
 // relockPair gives two processes on one key, a with a counter of its scripts; a holds the
 // key and relocks: its final Unlock stands in line again when it grants the key, and lingers
 // up to linger for a goroutine to come.

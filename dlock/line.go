@@ -63,6 +63,12 @@ type line struct {
 	lingerUntil time.Time   // when the linger ends
 }
 
+// holdOverPause is how long a process whose goroutine did not come back for a hold-over
+// (WithHoldOver) makes none: a process whose goroutines come back only after another process
+// took the key (turns between processes) pays a linger of idle key once per pause, not at every
+// hand-off.
+const holdOverPause = time.Second
+
 // relockWindow is how soon after the key's release in this process a Lock must come for the
 // process to count as taking the key again at once (lockState.relock).
 const relockWindow = time.Millisecond
@@ -78,13 +84,13 @@ func lingerFor(lease time.Duration) time.Duration { return min(2*time.Millisecon
 // lingerLocked begins the linger after a release that stood in line again with the open
 // attempt (or again after a TryLock that ended it, unbarge), unless goroutines wait already,
 // another barges, or the Generator closes. The caller holds mu.
-func (st *lockState) lingerLocked() {
+func (st *lockState) lingerLocked(lease time.Duration) {
 	if st.line.lingering || st.q.HasWaiters() || st.barging > 0 || st.g.isClosed() {
 		return
 	}
 	st.line.lingering = true
 	st.g.hold(st)
-	d := lingerFor(st.line.attempt.cfg.Lease())
+	d := lingerFor(lease)
 	if test := st.g.relockTest.Load(); test > 0 {
 		d = time.Duration(test)
 	}
@@ -117,6 +123,9 @@ func (st *lockState) endLingerLocked(wasted bool) {
 	st.line.linger.Stop()
 	if wasted {
 		st.relock = false
+		if st.phase == free { // a hold-over nobody came for: none again for a while
+			st.holdOverBy = time.Now().Add(holdOverPause)
+		}
 		st.settleLocked()
 	}
 	st.g.unref(st) // (after settleLocked: its background work holds the state first)

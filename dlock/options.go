@@ -23,6 +23,7 @@ type options struct {
 	fifo         bool                               // default false: newcomers may barge
 	notify       bool                               // default true
 	handOff      time.Duration                      // default DefaultHandOff
+	holdOver     bool                               // default false
 	leases       map[domain.DLockType]time.Duration // default none
 	defaultLease time.Duration                      // default 0: unconfigured types are an error
 	observer     Observer                           // default NopObserver
@@ -131,6 +132,26 @@ func WithLocalHandOff(max time.Duration) Option {
 		o.handOff = max
 		return nil
 	})
+}
+
+// WithHoldOver (default off) trades strict turns between processes for throughput on a key
+// that goroutines of several processes lock again and again. Without it, an Unlock with no
+// goroutine of its process waiting lets the key go in Redis: to the first process in line, or
+// free. With it, a process whose goroutines take the key again at once (a Lock came within
+// 1 ms of the key's last release in it, and the process watches its channel of the key: it
+// waited in line before) keeps the key after such an Unlock for up to 2 ms (a sixth of the
+// lease at most), and the goroutine that comes back takes it with no Redis command, as a
+// goroutine that queued would. The process then gives the key to the next process in line at
+// the hand-off limit (WithLocalHandOff), as it does for goroutines that queue; with
+// WithLocalHandOff(0), or notifications off, there is no hold-over.
+//
+// What it costs: a process in line waits up to a hand-off limit for each process before it,
+// rather than one hand-off (a wait tail of the number of processes times the limit, 50 ms by
+// default); and a hold-over that no goroutine comes back for leaves the key idle for its
+// 2 ms, after which the process makes none for a second. Exclusion, fencing and the leases
+// are as without it.
+func WithHoldOver(on bool) Option {
+	return optionFunc(func(o *options) error { o.holdOver = on; return nil })
 }
 
 // WithForeignWindow is for a fleet where Java DLock processes share keys with this library.

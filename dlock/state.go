@@ -125,8 +125,11 @@ type lockState struct {
 	// off when no goroutine came for such a place in line.
 	relock   bool
 	relockBy time.Time
-	slow     bool // a renewal before a take took more than half the lease (warned once)
-	far      bool // an attempt had no answer for a lease and was given back (warned once)
+	// holdOverBy is when an Unlock may keep the tenure for a goroutine that comes back again
+	// (WithHoldOver): holdOverPause after a hold-over no goroutine came for.
+	holdOverBy time.Time
+	slow       bool // a renewal before a take took more than half the lease (warned once)
+	far        bool // an attempt had no answer for a lease and was given back (warned once)
 	// fault is the last Redis failure of an ask or renewal to take (answered since, or a
 	// tenure begun: nil), and faultAt when it came: a goroutine that gives up names it if it
 	// came after the goroutine did — its own ask's, or one it waited behind in the queue
@@ -349,7 +352,7 @@ func (st *lockState) unbarge(barging *bool, linger bool) {
 	defer st.mu.Unlock()
 	st.barging--
 	if linger && st.phase == idle && st.line.attempt != nil && st.line.heard && st.line.quiet == st.epoch+1 {
-		st.lingerLocked()
+		st.lingerLocked(st.line.attempt.cfg.Lease())
 	}
 	st.settleLocked()
 }

@@ -275,6 +275,15 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 	}
 	// (Only a process that watches its channel of the key hears its grant at once.)
 	relock := (st.relock || st.g.relockTest.Load() > 0) && st.line.watching && st.g.opts.handOff > 0
+	if relock && st.g.opts.holdOver && time.Since(h.ten.since) < st.g.opts.handOff && !time.Now().Before(st.holdOverBy) && !st.g.isClosed() {
+		// Hold-over: the tenure is kept, free, for the goroutine expected back (it takes it
+		// as a pass: next), for as long as a linger, whose end lets it go (settleLocked). A
+		// goroutine that barges already takes it, or lets it go as it settles.
+		st.phase = free
+		st.lingerLocked(h.cfg.Lease())
+		st.mu.Unlock()
+		return nil
+	}
 	var stay *domain.DLockConfig
 	if relock {
 		stay = &h.cfg // (its handle's lease, not one an Extend set for the tenure: the goroutine that comes back takes it anew)
@@ -386,7 +395,7 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 			// Redis heard the process listen: it hears its grant, and may wait for it without
 			// asking (else it asks, or leaves if nobody waits).
 			if queued = res.Seen.Heard; queued {
-				st.lingerLocked()
+				st.lingerLocked(st.line.attempt.cfg.Lease())
 			}
 		} else {
 			st.closeAttempt() // nothing of next reached Redis, nor can a copy of the release put it there
@@ -588,7 +597,7 @@ func (st *lockState) close(ctx context.Context) (retried <-chan error, err error
 		st.g.observer.Released(ReleaseEvent{Kind: KindMutex, Config: h.cfg, Token: h.token, Held: time.Since(h.at), Err: ErrClosed})
 		defer st.g.unref(st) // the holding's reference, once the release is done
 	}
-	st.endLingerLocked(true) // (the waiters have ended: nobody will take what the linger waits for)
+	st.endLingerLocked(st.phase != free) // (the waiters have ended: nobody will take what the linger waits for; a tenure kept for one is let go below)
 	if st.ten == nil || (st.phase != held && st.phase != free) {
 		st.mu.Unlock()
 		return nil, nil // nothing held, or a goroutine of this process is at work on it and will see Close
