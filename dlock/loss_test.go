@@ -1044,9 +1044,11 @@ func TestHoldingLostAsItIsTakenIsNotReturned(t *testing.T) {
 // lease, as it would have had the release gone through, and nothing is reported. A retry that
 // finds the key taken anew for its locker (after an empty restart, a late copy of the tenure's
 // take took it again, in a holding the tenure did not begin with) names the holding its tenure
-// began with, as the release did: the key is let go as lost, and the loss reported.
+// began with, as the release did: the key is let go as lost, and the loss reported. So does a
+// retry after a release that ran and found the key gone, its answer lost: the release marked
+// the locker removed, and the retry answers gone, not settled.
 func TestReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
-	for _, when := range []string{"within the lease", "after the lease", "taken anew"} {
+	for _, when := range []string{"within the lease", "after the lease", "taken anew", "found gone, its answer lost"} {
 		t.Run(when, func(t *testing.T) {
 			c := srv.Client()
 			defer c.Close()
@@ -1063,6 +1065,10 @@ func TestReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
 				} else if when == "taken anew" { // FIRST names another first token for the locker
 					admin.Set(ctx, first, "1|"+admin.Get(ctx, k).Val(), time.Minute)
 					armed.Store(false)
+				} else if when == "found gone, its answer lost" { // removed behind its back; the release runs, its answer is lost
+					admin.Del(ctx, k)
+					armed.Store(false)
+					_ = next(ctx, cmd)
 				} else if n, _ := admin.Exists(ctx, k).Result(); n == 0 { // failed until the key expired
 					armed.Store(false)
 				}

@@ -56,6 +56,38 @@ func TestReleaseAfterARenewalFoundTheKeyTakenAnewAnswersGone(t *testing.T) {
 	})
 }
 
+// A release of a holding that names its origin and finds the key gone, no release of it run
+// (Redis lost it: an empty restart), answers gone and remembers the locker as removed: a copy of
+// it (go-redis sends a script again after a read timeout; dlock retries a release whose answer
+// was lost) answers gone too, not settled, which reads as a release that ran. A give-back (no
+// origin: an acquisition whose outcome is unknown) leaves no such mark: its copies answer
+// settled, and the few removed lockers kept are left for the holdings.
+func TestRepeatedReleaseOfAHoldingRedisLostAnswersGone(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a := newProc(t, c, "pa-")
+		for _, how := range []string{"a holding's release", "a give-back"} {
+			lc := cfg(t, "lostrepeat")
+			la, r := a.lock(t, lc, false, 1)
+			if r.Outcome != processor.Taken {
+				t.Fatalf("take = %+v", r)
+			}
+			wipeKeys(t, c, lc) // Redis restarts empty
+			req := processor.ReleaseRequest{Locker: la, Last: r.Token, Origin: r.Origin}
+			want := processor.Gone
+			if how == "a give-back" {
+				req, want = processor.ReleaseRequest{Locker: la}, processor.Settled
+			}
+			if rel, err := a.Unlock(ctx, lc, req); err != nil || rel.Outcome != processor.Gone {
+				t.Fatalf("%s = %+v, %v; want gone", how, rel, err)
+			}
+			if rel, err := a.Unlock(ctx, lc, req); err != nil || rel.Outcome != want {
+				t.Fatalf("a copy of %s = %+v, %v; want %v", how, rel, err, want)
+			}
+		}
+	})
+}
+
 // The same for the read-write lock's and semaphore's script: shared.lua's renew that finds the
 // holding taken anew under its locker settles it with its '|forced' mark, so that the holder's
 // release, after that renewal's reply was lost, answers gone, not settled.

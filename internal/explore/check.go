@@ -71,9 +71,10 @@ func (w *world) checkToldFirst(r *request) {
 // taken the key since) is told of the loss — the retry answers gone, not settled — and one
 // whose holding Redis kept until a release (or a leave) let it go is not told of a loss that
 // did not happen. A request that settled its locker meanwhile names it (processor.Unreleased),
-// marking it removed only when the key no longer holds it. A
-// settled answer is excused when a release of the tenure ran before this try (its answer was
-// lost: the documented gap of a repeated release), or a request of its locker sent before the
+// marking it removed only when the key no longer holds it; a release that names its holding's
+// origin and finds it gone marks it removed too, so that a copy of it answers gone. A settled
+// answer is excused when a release of the tenure that named no origin ran before this try (its
+// answer was lost: a release that cannot tell its holding lost from one released), or a request of its locker sent before the
 // empty restart ran after it (a late copy of its take settled it: the documented window of
 // requests from before an empty restart); a gone one after any empty restart or an operator's
 // removal of it.
@@ -84,7 +85,7 @@ func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
 	}
 	_, forced := w.forced[t.locker]
 	switch {
-	case out.res.Outcome == processor.Settled && !r.rerun && t.removed == "an empty restart" && !w.leaked[t.locker]:
+	case out.res.Outcome == processor.Settled && !(r.rerun && t.releasedBare) && t.removed == "an empty restart" && !w.leaked[t.locker]:
 		w.fail(ruleLossTold, "%s's retried release of %s, whose holding an empty restart lost before any release of it ran, answered settled: the loss is not told", p.name, t.locker)
 	case out.res.Outcome == processor.Gone && t.removed == "" && !forced && w.restarted == 0:
 		w.fail(ruleLossTold, "%s's retried release of %s answered gone, though Redis held it until it was let go: a loss told that did not happen", p.name, t.locker)

@@ -552,6 +552,7 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 		if seed>>(8+i)&1 == 1 { // (bits of the seed, not draws: the swarm's draws stay as they were)
 			p.unlisten, p.listening = e.be.listen(processor.ProcessChannel(cfg, p.mark))
 		}
+		p.originOnRelease = seed>>(12+i)&1 == 1
 		w.procs = append(w.procs, p)
 	}
 	listen := ""

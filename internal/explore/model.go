@@ -62,7 +62,11 @@ type proc struct {
 	// listening says the process is subscribed to its channel of the key (Redis counts it:
 	// a release may grant it the key however old its entry); unlisten ends that.
 	listening bool
-	unlisten  func()
+	// originOnRelease says its releases name the origin of the holding they let go, as dlock's
+	// do; without it (by a bit of the seed), none, as when a take's reply carried no origin (an
+	// older version's): the scripts' guards against a stale holding must hold either way.
+	originOnRelease bool
+	unlisten        func()
 	// lingering says it stands in line with no goroutine waiting, after a release that stood
 	// in line again (relock): until a goroutine comes, the grant comes, or the linger ends.
 	// A TryLock ends it; tryLingered says that the TryLock on its way did, and that it
@@ -105,6 +109,7 @@ type tenure struct {
 	origin          uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 	wiped           int    // the step of an empty restart that wiped that holding (0: none): no renewal run after it may renew
 	releasedAt      int    // the step Redis first ran a release of it (0: none yet)
+	releasedBare    bool   // that release named no origin (its process's releases name none: originOnRelease)
 }
 
 // heard is a grant heard: the locker and the first of its tokens.
@@ -231,13 +236,16 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last uint64, t *tenure, next string) {
 	cfg := p.cfg(lease)
 	req := processor.ReleaseRequest{Locker: locker, Last: last, Unreleased: p.unreleasedOf(t)}
+	if t != nil && p.originOnRelease {
+		req.Origin = t.origin
+	}
 	what := "release.lua(" + locker
 	if next != "" {
 		req.Next, req.NextLease, req.NextTokens = next, lease, 1
 		what += ", next " + next
 	}
 	r := p.request(pur, what+naming(req.Unreleased)+")")
-	r.ten, r.locker, r.lease, r.next, r.unrel = t, locker, lease, next, req.Unreleased.Locker
+	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare = t, locker, lease, next, req.Unreleased.Locker, req.Origin == 0
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}

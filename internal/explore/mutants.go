@@ -82,6 +82,8 @@ var Mutants = []Mutant{
 		"if takenAnew(locker) then", "if false then"},
 	{"a loss found by a release's retry is hidden by a request beside it (the prelude does not mark the unreleased locker removed)", "prelude",
 		"        removed(A.unreleased)\n", ""},
+	{"a repeated release of a holding Redis lost answers settled (release.lua does not mark it removed)", "release",
+		"        removed(locker) -- (a holding lost", "        -- (a holding lost"},
 	{"a release's retry tells a loss that did not happen (the prelude marks the unreleased locker removed while the key holds it)", "prelude",
 		"(redis.call('get', K) ~= A.unreleased or takenAnew(A.unreleased, A.unreleased_origin))", "true"},
 	{"tokens start again from 1 once the counter is gone (an empty restart wiped it: the server clock not used)", "prelude",

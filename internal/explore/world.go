@@ -80,6 +80,7 @@ type request struct {
 	unrel  string   // the release retried it names (processor.Unreleased)
 	// rerun says a release of the tenure it releases (the first or a try) ran before Redis ran it
 	rerun bool
+	bare  bool // a release that names no origin (proc.originOnRelease)
 
 	// its plan, in a random walk
 	fate      fate
@@ -190,7 +191,7 @@ func (w *world) deliver(i int, keep bool) {
 	if t := released(r); t != nil {
 		r.rerun = t.releasedAt != 0
 		if !r.rerun {
-			t.releasedAt = w.step
+			t.releasedAt, t.releasedBare = w.step, r.bare
 		}
 	}
 	copyNote := ""

@@ -26,6 +26,9 @@ if redis.call('get', K) ~= locker then
     if settled(seq) and not forced(locker) then
         return {-1, ''}
     end
+    if A.origin ~= '' then
+        removed(locker) -- (a holding lost before any release of it ran: a copy of this release answers gone too)
+    end
     settle(seq)
     return {0, ''}
 end
