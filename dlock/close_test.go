@@ -2196,7 +2196,9 @@ func TestCloseReportsAnOwnerUnlockedAsCloseReturns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Close(ended); !errors.Is(err, context.DeadlineExceeded) {
+			// (nil when the driver was done before Close looked at the context: Go's select
+			// picks either of two ready cases)
+			if err := g.Close(ended); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("the %s, round %d: Close with an ended context: %v", what, round, err)
 			}
 			if err := o.Unlock(); !errors.Is(err, dlock.ErrClosed) {
