@@ -31,6 +31,9 @@ and once with dlock (DLOCK_DEMO_order-42), in two shapes:
           process to process
 
 Every holder stays --hold inside the critical section. The four runs share --duration.
+With --hold-over, dlock runs with WithHoldOver(true): a process whose goroutine locks again
+at once keeps the key for it, and passes it to the next process at the hand-off limit (50ms),
+not at every acquisition (the cross shape's throughput, at the cost of a longer wait tail).
 --procs and --cross-procs are 1 to 1000, --procs × --goroutines at most 10000, --duration 4ms
 to 24h, and --hold at most a quarter of it (one run); other values are usage errors. For
 each it prints acquisitions/s, the Redis commands sent per acquisition (counted by a hook on
@@ -61,6 +64,7 @@ func demoCommand() *command {
 			o.duration = fs.Duration("duration", 10*time.Second, "how long to run in all (four runs of a quarter each), 4ms to 24h")
 			o.hold = fs.Duration("hold", 100*time.Microsecond, "time spent inside the critical section, at most a run (--duration/4)")
 			o.lease = fs.Lease("lease", 2*time.Second, "lock lease")
+			o.holdOver = fs.Bool("hold-over", "", "run dlock with WithHoldOver(true)")
 			o.redis = addRedisFlags(fs, "default $DLOCK_REDIS, else $REDIS_URL, else an embedded miniredis")
 			return func(out cli, args []string) error {
 				if _, _, err := fs.parse(args, 0, false); err != nil {
@@ -78,6 +82,7 @@ type demoOpts struct {
 	procs, goroutines, crossProcs *int
 	duration, hold                *time.Duration
 	lease                         *time.Duration
+	holdOver                      *bool
 }
 
 // The bounds of demo's flags: beyond them a run allocates absurdly (a client per process, a
@@ -159,8 +164,12 @@ func demo(w io.Writer, o demoOpts) error {
 
 	shapes := []demoShape{{"hot", *o.procs, *o.goroutines}, {"cross", *o.crossProcs, 1}}
 	each := *o.duration / time.Duration(2*len(shapes))
-	fmt.Fprintf(out, "one key, hold %v, lease %v, %v per run; naive = SET NX PX, retry every %v, compare-and-delete release\n\n",
+	fmt.Fprintf(out, "one key, hold %v, lease %v, %v per run; naive = SET NX PX, retry every %v, compare-and-delete release\n",
 		*o.hold, *o.lease, each.Round(time.Millisecond), naiveRetry)
+	if *o.holdOver {
+		fmt.Fprintln(out, "dlock with WithHoldOver(true): a process keeps the key for its goroutine that comes back, up to the hand-off limit")
+	}
+	fmt.Fprintln(out)
 	const row = "%-6s %-9s %-6s %14s %13s %23s %7s\n"
 	fmt.Fprintf(out, row, "shape", "processes", "lock", "acquisitions/s", "commands/acq", "least–most per process", "errors")
 	var results []demoResult
@@ -169,7 +178,7 @@ func demo(w io.Writer, o demoOpts) error {
 			if out.err != nil { // nobody reads what demo says (demo | head): no more runs
 				return unwritten(out.err)
 			}
-			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease)
+			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease, *o.holdOver)
 			if isRedisReply(err) {
 				return redisFailure(ep, timeout, err) // a refused key or command (ACL): 77
 			} else if err != nil {
@@ -276,7 +285,7 @@ type demoLocker interface {
 }
 
 // demoRun runs one shape with one implementation for d and reports what it measured.
-func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, hold, lease time.Duration) (demoResult, error) {
+func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, hold, lease time.Duration, holdOver bool) (demoResult, error) {
 	r := demoResult{shape: s, impl: impl, perProc: make([]int64, s.procs)}
 	counters := make([]*cmdCounter, s.procs)
 	lockers := make([]demoLocker, s.procs)
@@ -291,7 +300,7 @@ func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, h
 		c := ep.client(timeout)
 		counters[p] = &cmdCounter{}
 		var err error
-		if lockers[p], err = newDemoLocker(impl, c, lease, p); err != nil {
+		if lockers[p], err = newDemoLocker(impl, c, lease, p, holdOver); err != nil {
 			c.Close()
 			return r, err
 		}
@@ -365,10 +374,11 @@ func holdFor(d time.Duration) {
 	}
 }
 
-// newDemoLocker sets up simulated process p's lock over its own client c, which it closes.
-func newDemoLocker(impl string, c redis.UniversalClient, lease time.Duration, p int) (demoLocker, error) {
+// newDemoLocker sets up simulated process p's lock over its own client c, which it closes
+// (dlock's with WithHoldOver when holdOver is set).
+func newDemoLocker(impl string, c redis.UniversalClient, lease time.Duration, p int, holdOver bool) (demoLocker, error) {
 	if impl == "dlock" {
-		g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"DEMO": lease}))
+		g, err := dlock.NewGenerator(c, dlock.WithLeases(map[string]time.Duration{"DEMO": lease}), dlock.WithHoldOver(holdOver))
 		if err != nil {
 			return nil, withStatus(exitUsage, err)
 		}

@@ -30,6 +30,19 @@ func TestDemo(t *testing.T) {
 	checkDemoRows(t, out.String(), "2 × 4", "3 × 1")
 }
 
+// TestDemoWithHoldOver: with --hold-over, dlock's runs use WithHoldOver and say so, and
+// exclusion still holds.
+func TestDemoWithHoldOver(t *testing.T) {
+	var out strings.Builder
+	if err := runDemo([]string{"--hold-over", "--procs", "1", "--goroutines", "2", "--cross-procs", "3", "--duration", "800ms"}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "exclusion:        held") || !strings.Contains(out.String(), "WithHoldOver(true)") {
+		t.Fatalf("demo output:\n%s", out.String())
+	}
+	checkDemoRows(t, out.String(), "1 × 2", "3 × 1")
+}
+
 // TestDemoWithNobodyReading: once nobody reads what demo writes (dlock demo | head), it runs
 // no more rows and ends as a write to a closed pipe ends a program (status 141).
 func TestDemoWithNobodyReading(t *testing.T) {
