@@ -28,6 +28,7 @@ import (
 	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 	zapobserver "go.uber.org/zap/zaptest/observer"
 )
 
@@ -1813,6 +1814,16 @@ func noLossTold(t testing.TB, rec *recorder, logs *zapobserver.ObservedLogs, why
 	if n := logs.FilterMessage("dlock: shared holding lost").Len(); n != 0 {
 		t.Fatalf("%d warnings of a loss; want none: %s", n, why)
 	}
+}
+
+// lossesBeforeRelease returns the losses the Observer rec was told of, and how often "dlock:
+// lock lost before release" was logged at Warn (logs) for key k: what a release that found
+// the key gone or another's reports.
+func lossesBeforeRelease(rec *recorder, logs *zapobserver.ObservedLogs, k string) ([]dlock.LossEvent, int) {
+	rec.mu.Lock()
+	lost := slices.Clone(rec.lost)
+	rec.mu.Unlock()
+	return lost, logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
 }
 
 // wipeScriptKeys deletes, through admin, the keys a script command (EVALSHA sha numkeys

@@ -1103,10 +1103,7 @@ func TestReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
 			if armed.Load() {
 				t.Fatal("setup: the release was never retried")
 			}
-			rec.mu.Lock()
-			lost := slices.Clone(rec.lost)
-			rec.mu.Unlock()
-			warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+			lost, warned := lossesBeforeRelease(rec, logs, k)
 			if when == "after the lease" {
 				if len(lost) != 0 || warned != 0 {
 					t.Fatalf("a retry that found the key expired with its lease reported %d losses (%v), %d warnings; want none", len(lost), lost, warned)
@@ -1176,10 +1173,7 @@ func TestReleaseRetryThatRanAfterTheLeaseRanOutReportsNoLoss(t *testing.T) {
 	if n := releases.Load(); n != 2 {
 		t.Fatalf("setup: %d releases sent, want 2 (the Unlock's and its retry)", n)
 	}
-	rec.mu.Lock()
-	lost := slices.Clone(rec.lost)
-	rec.mu.Unlock()
-	warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+	lost, warned := lossesBeforeRelease(rec, logs, k)
 	if len(lost) != 0 || warned != 0 {
 		t.Fatalf("a retry that ran after the key expired with its lease reported %d losses (%+v), %d warnings; want none", len(lost), lost, warned)
 	}
@@ -1328,14 +1322,12 @@ func TestRelockReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
 	if st, err := la.State(ctx); err != nil || len(st.Waiting) != 0 || st.Holder != "" {
 		t.Fatalf("after the retry: %+v, %v; want the key free and nobody in line", st, err)
 	}
-	rec.mu.Lock()
-	lost := slices.Clone(rec.lost)
-	rec.mu.Unlock()
+	lost, warned := lossesBeforeRelease(rec, logs, k)
 	if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
 		t.Fatalf("losses reported: %+v; want one of the holding (token %d), matching ErrLockLost", lost, token)
 	}
-	if n := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len(); n != 1 {
-		t.Fatalf("%d warnings %q of the key; want 1", n, "dlock: lock lost before release")
+	if warned != 1 {
+		t.Fatalf("%d warnings %q of the key; want 1", warned, "dlock: lock lost before release")
 	}
 }
 
@@ -1651,10 +1643,7 @@ func TestRelockReleaseRetryWhoseFirstTryFailedReportsTheLossALaterTryFinds(t *te
 			if st, err := la.State(ctx); err != nil || len(st.Waiting) != 0 || st.Holder != "" {
 				t.Fatalf("after the retry: %+v, %v; want the key free and nobody in line", st, err)
 			}
-			rec.mu.Lock()
-			lost := slices.Clone(rec.lost)
-			rec.mu.Unlock()
-			warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+			lost, warned := lossesBeforeRelease(rec, logs, k)
 			if how == "kept" {
 				if len(lost) != 0 || warned != 0 {
 					t.Fatalf("a key the leave let go reported %d losses (%+v), %d warnings; want none", len(lost), lost, warned)
@@ -1731,13 +1720,11 @@ func TestReleaseRetryReportsTheLossPastANewerReleaseOfItsProcess(t *testing.T) {
 		defer rec.mu.Unlock()
 		return len(rec.lost) > 0
 	})
-	rec.mu.Lock()
-	lost := slices.Clone(rec.lost)
-	rec.mu.Unlock()
+	lost, warned := lossesBeforeRelease(rec, logs, k)
 	if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
 		t.Fatalf("losses reported: %+v; want one of the first holding (token %d), matching ErrLockLost", lost, token)
 	}
-	if warned := logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len(); warned != 1 {
+	if warned != 1 {
 		t.Fatalf("%d warnings %q of the key; want 1", warned, "dlock: lock lost before release")
 	}
 }
