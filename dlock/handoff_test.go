@@ -2463,6 +2463,53 @@ func TestHoldOverLetsTheKeyGoWhenNobodyComesBack(t *testing.T) {
 	}
 }
 
+// An Unlock that keeps the key (WithHoldOver) asks Redis nothing, so it cannot find that the
+// key was removed behind its back before it: the release that lets the kept key go finds it,
+// and that is the loss of the holding the Unlock let go, as a retried release's is: logged at
+// Warn and told to the Observer after the holding's ReleaseEvent — whether the linger's end
+// or Close lets the key go.
+func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
+	for _, how := range []string{"the linger ends", "Close"} {
+		t.Run(how, func(t *testing.T) {
+			linger := 100 * time.Millisecond
+			if how == "Close" {
+				linger = time.Minute
+			}
+			rec := &recorder{}
+			core, logs := observer.New(zap.WarnLevel)
+			la, _, ga, _, a := relockPair(t, linger, dlock.WithHoldOver(true), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+			ctx := ctxT(t, 30*time.Second)
+			tok, _ := la.FencingToken(a)
+			rawClient(t).Del(ctx, key(la)) // (no message: nothing tells the process)
+			if err := a.Unlock(); err != nil {
+				t.Fatalf("Unlock = %v; want nil (the key kept, nothing asked)", err)
+			}
+			if !ga.Lingering(key(la)) {
+				t.Fatal("setup: the Unlock kept nothing")
+			}
+			warning := "dlock: lock lost before release"
+			if how == "the linger ends" {
+				waitFor(t, func() bool { return logs.FilterMessage(warning).Len() > 0 })
+			}
+			if err := ga.Close(ctx); err != nil { // (it waits for the release's background work)
+				t.Fatalf("Close = %v", err)
+			}
+			if n := logs.FilterMessage(warning).Len(); n != 1 {
+				t.Fatalf("%d warnings %q; want 1", n, warning)
+			}
+			rec.mu.Lock()
+			lost, released := slices.Clone(rec.lost), slices.Clone(rec.released)
+			rec.mu.Unlock()
+			if len(lost) != 1 || lost[0].Token != tok || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+				t.Fatalf("the Observer was told of losses %+v; want one, of the holding the Unlock let go (token %d)", lost, tok)
+			}
+			if i := slices.IndexFunc(released, func(e dlock.ReleaseEvent) bool { return e.Token == tok }); i < 0 || released[i].Err != nil {
+				t.Fatalf("ReleaseEvents %+v; want the holding's, without error (its Unlock returned nil)", released)
+			}
+		})
+	}
+}
+
 // relockPair gives two processes on one key, a with a counter of its scripts; a holds the
 // key and relocks: its final Unlock stands in line again when it grants the key, and lingers
 // up to linger for a goroutine to come.

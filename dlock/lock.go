@@ -382,7 +382,8 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no
 // more holds), ErrClosed for that once the Generator closed (Close released what ctx held); an
-// error matching ErrLockLost when the holding was lost (every Unlock of a lost holding says so),
+// error matching ErrLockLost when the holding was lost (every Unlock of a lost holding says so,
+// but one that keeps the key, WithHoldOver, for a loss nothing told the process of yet),
 // also when its lease ran out by this process's clock before its lease thread said so (nothing is
 // sent then but the give-back of the key, which Redis may keep a little longer); a
 // *RedisProcessError when Redis could not be reached (the local hold is released all the same, and

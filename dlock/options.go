@@ -149,7 +149,9 @@ func WithLocalHandOff(max time.Duration) Option {
 // rather than one hand-off (a wait tail of the number of processes times the limit, 50 ms by
 // default); and a hold-over that no goroutine comes back for leaves the key idle for its
 // 2 ms, after which the process makes none for a second. Exclusion, fencing and the leases
-// are as without it.
+// are as without it. An Unlock that keeps the key asks Redis nothing, so it returns nil for a
+// holding whose key was removed behind its back before it: the release that lets the kept key
+// go finds that loss, logs it at Warn and tells the Observer, as a retried release does.
 func WithHoldOver(on bool) Option {
 	return optionFunc(func(o *options) error { o.holdOver = on; return nil })
 }

@@ -629,6 +629,7 @@ func (st *lockState) takeNew(ctx context.Context, cfg domain.DLockConfig, t *ten
 func (st *lockState) take(ctx context.Context, cfg domain.DLockConfig) *holding {
 	t := st.ten
 	h := newHolding(st, t, cfg, ctx, t.nextToken())
+	t.kept = nil // (a loss found from now on is this holding's)
 	h.how = HowHandOver
 	if t.granted {
 		h.how, t.granted = HowNotified, false // the first acquisition of a tenure granted by a message

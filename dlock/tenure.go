@@ -34,6 +34,10 @@ type tenure struct {
 	origin   uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 	granted  bool   // granted by a release, and no goroutine took it yet
 	checkNow bool   // renew at once: a ForceRelease of its locker may have removed it unheard
+	// kept is the holding whose final Unlock kept the tenure (WithHoldOver) while no goroutine
+	// took it since: that Unlock asked Redis nothing, so a loss the tenure's release finds is
+	// that holding's, told then (releaseLocked).
+	kept *holding
 }
 
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
@@ -280,6 +284,7 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 		// as a pass: next), for as long as a linger, whose end lets it go (settleLocked). A
 		// goroutine that barges already takes it, or lets it go as it settles.
 		st.phase = free
+		h.ten.kept, h.released = h, make(chan struct{}) // (closed by h.release once the ReleaseEvent was reported)
 		st.lingerLocked(h.cfg.Lease())
 		st.mu.Unlock()
 		return nil
@@ -325,7 +330,14 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 		st.line.attempt = next
 		st.line.forget()
 	}
-	return releaseJob{st: st, t: t, cfg: t.cfg, req: req, until: t.until, next: next, epoch: st.epoch}
+	r := releaseJob{st: st, t: t, cfg: t.cfg, req: req, until: t.until, next: next, epoch: st.epoch}
+	if h := t.kept; h != nil {
+		r.lost = func(cause error) {
+			<-h.released // after its ReleaseEvent
+			st.g.observer.Lost(h.loss(cause))
+		}
+	}
+	return r
 }
 
 // releaseJob is the Redis part of a release (releaseLocked): st.release with what the
@@ -338,9 +350,9 @@ type releaseJob struct {
 	until time.Time
 	next  *attempt
 	epoch uint64
-	// lost, if set (the release of a holding: an Unlock's, Close's), tells the Observer of the
-	// holding's loss when the release failed and its retry found the key gone (after the
-	// holding's ReleaseEvent).
+	// lost, if set (the release of a holding: an Unlock's, Close's, or of a tenure an Unlock
+	// kept), tells the Observer of the holding's loss when the release, or its retry, found
+	// the key gone (after the holding's ReleaseEvent).
 	lost func(cause error)
 	// retried, if set (Close's release), is told what became of a release that failed: its
 	// retry's outcome (retryReleaseLocked).
@@ -352,8 +364,9 @@ func (r releaseJob) run(ctx context.Context) error {
 }
 
 // releaseInBackground lets the tenure go without waiting (a free tenure: no holding is left to
-// tell). A loss its release finds is logged at Warn, as its retry's (foundLostLater), or a
-// renewal's of the free tenure (loseLocked). The caller holds mu.
+// tell, but the one whose Unlock kept it, tenure.kept). A loss its release finds is logged at
+// Warn, as its retry's (foundLostLater), or a renewal's of the free tenure (loseLocked). The
+// caller holds mu.
 func (st *lockState) releaseInBackground() {
 	release := st.releaseLocked(nil)
 	st.background(func() { st.foundLostLater(release, release.run(st.g.clean)) })
