@@ -2421,6 +2421,27 @@ func TestHoldOverYieldsToTheLineAtTheHandOffLimit(t *testing.T) {
 	}
 }
 
+// An Unlock past the hand-off limit (WithHoldOver) keeps nothing: its release grants the key to
+// the process in line at once, not at the end of a linger (here a minute) nobody comes back for.
+func TestHoldOverPastTheHandOffLimitLetsTheKeyGoAtUnlock(t *testing.T) {
+	la, lb, ga, _, a := relockPair(t, time.Minute, dlock.WithHoldOver(true), dlock.WithLocalHandOff(30*time.Millisecond))
+	ctx := ctxT(t, 30*time.Second)
+	bOwner := lockAsync(t, lb, ctx)
+	inLine(t, ctx, la, 1)
+	time.Sleep(40 * time.Millisecond) // (past a's tenure's hand-off limit)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-bOwner:
+		if err := b.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("b waited on after a's Unlock past the hand-off limit (a kept the key: %v)", ga.Lingering(key(la)))
+	}
+}
+
 // The key a process with WithHoldOver keeps after its final Unlock is let go when no goroutine
 // comes back within the linger (and the process keeps none for a while after), and at once
 // when the Generator closes.
