@@ -159,6 +159,8 @@ type churnCfg struct {
 	slots       *forceSlots                            // a mutex's owners by their tenure's locker, for an operator that forces
 	force       func(g *dlock.Generator, r *rand.Rand) // what a worker does now and then, if set
 	during      func(stop <-chan struct{})
+	opts        []dlock.Option // the Generators' options beside their lease
+	relock      time.Duration  // if set, every final Unlock relocks and lingers that long (Generator.Relock)
 }
 
 // churn runs the churn for d and returns what it saw. Every Generator it made is closed when
@@ -183,9 +185,12 @@ func churn(t *testing.T, c churnCfg, gd *churnGuard, d time.Duration) *churnStat
 		slots <- struct{}{}
 		gen++
 		client := c.dial()
-		g, err := dlock.NewGenerator(client, dlock.WithDefaultLease(c.ops.lease))
+		g, err := dlock.NewGenerator(client, append([]dlock.Option{dlock.WithDefaultLease(c.ops.lease)}, c.opts...)...)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.relock > 0 {
+			g.Relock(c.relock)
 		}
 		var closing atomic.Bool
 		var gwg sync.WaitGroup
@@ -582,7 +587,7 @@ func TestChurn(t *testing.T) {
 	srv.NeedReal(t)
 	const typ = "CHURN"
 	const lease = 150 * time.Millisecond
-	for _, kind := range []string{"Mutex", "RW", "Semaphore", "Multi"} {
+	for _, kind := range []string{"Mutex", "HoldOver", "RW", "Semaphore", "Multi"} {
 		t.Run(kind, func(t *testing.T) {
 			before := goleak.IgnoreCurrent()
 			tg := churnTarget(t)
@@ -592,8 +597,11 @@ func TestChurn(t *testing.T) {
 				dial: func() redis.UniversalClient { return srv.Client() }}
 			var free func(*dlock.Generator) bool
 			switch kind {
-			case "Mutex":
+			case "Mutex", "HoldOver":
 				cfg.ops = mutexChurnOps(typ, tg, lease)
+				if kind == "HoldOver" { // (final Unlocks that keep the key: WithHoldOver, each a relock, one goroutine a process)
+					cfg.opts, cfg.relock, cfg.perGen = []dlock.Option{dlock.WithHoldOver(true)}, 2*time.Millisecond, 1
+				}
 				free = func(g *dlock.Generator) bool {
 					l, _ := g.Gen(typ, tg)
 					o, ok, err := l.TryLock(ctxT(t, 5*time.Second))
