@@ -2486,14 +2486,15 @@ func TestHoldOverLetsTheKeyGoWhenNobodyComesBack(t *testing.T) {
 
 // An Unlock that keeps the key (WithHoldOver) asks Redis nothing, so it cannot find that the
 // key was removed behind its back before it: the release that lets the kept key go finds it,
-// and that is the loss of the holding the Unlock let go, as a retried release's is: logged at
-// Warn and told to the Observer after the holding's ReleaseEvent — whether the linger's end
-// or Close lets the key go.
+// or the renewal of a goroutine that comes back for it, and that is the loss of the holding
+// the Unlock let go, as a retried release's is: logged at Warn and told to the Observer after
+// the holding's ReleaseEvent — whether the linger's end, Close or a goroutine's renewal (one
+// of another lease) finds it.
 func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
-	for _, how := range []string{"the linger ends", "Close"} {
+	for _, how := range []string{"the linger ends", "Close", "a goroutine renews"} {
 		t.Run(how, func(t *testing.T) {
 			linger := 100 * time.Millisecond
-			if how == "Close" {
+			if how != "the linger ends" {
 				linger = time.Minute
 			}
 			rec := &recorder{}
@@ -2509,8 +2510,15 @@ func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
 				t.Fatal("setup: the Unlock kept nothing")
 			}
 			warning := "dlock: lock lost before release"
-			if how == "the linger ends" {
+			switch how {
+			case "the linger ends":
 				waitFor(t, func() bool { return logs.FilterMessage(warning).Len() > 0 })
+			case "a goroutine renews":
+				warning = "dlock: lock lost"
+				o := mustLock(t, mustGen(t, ga, "RELOCK", target(t), 3*time.Second), ctx) // (its lease: it renews first, then asks anew)
+				if err := o.Unlock(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := ga.Close(ctx); err != nil { // (it waits for the release's background work)
 				t.Fatalf("Close = %v", err)

@@ -150,10 +150,9 @@ func WithLocalHandOff(max time.Duration) Option {
 // default); and a hold-over that no goroutine comes back for leaves the key idle for its
 // 2 ms, after which the process makes none for a second. Exclusion, fencing and the leases
 // are as without it. An Unlock that keeps the key asks Redis nothing, so it returns nil for a
-// holding whose key was removed behind its back before it: if no goroutine takes the key
-// then, the release that lets it go finds that loss, logs it at Warn and tells the Observer,
-// as a retried release does (else the loss is the next holding's, or a renewal's, as after
-// a pass).
+// holding whose key was removed behind its back before it: until a goroutine takes the key,
+// the release that lets it go, or a renewal, finds that loss, logs it at Warn and tells the
+// Observer, as a retried release does (once one took it, the loss is that goroutine's).
 func WithHoldOver(on bool) Option {
 	return optionFunc(func(o *options) error { o.holdOver = on; return nil })
 }

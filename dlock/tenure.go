@@ -35,9 +35,22 @@ type tenure struct {
 	granted  bool   // granted by a release, and no goroutine took it yet
 	checkNow bool   // renew at once: a ForceRelease of its locker may have removed it unheard
 	// kept is the holding whose final Unlock kept the tenure (WithHoldOver) while no goroutine
-	// took it since: that Unlock asked Redis nothing, so a loss the tenure's release finds is
-	// that holding's, told then (releaseLocked).
+	// took it since: that Unlock asked Redis nothing, so a loss of the tenure found meanwhile
+	// (by its release, or a renewal: loseLocked) is that holding's (keptLost).
 	kept *holding
+}
+
+// keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
+// nil when no Unlock kept t. The caller holds mu.
+func (t *tenure) keptLost() func(cause error) {
+	h := t.kept
+	if h == nil {
+		return nil
+	}
+	return func(cause error) {
+		<-h.released // (closed by h.release once the ReleaseEvent was reported)
+		t.st.g.observer.Lost(h.loss(cause))
+	}
 }
 
 // startTenure begins a tenure for ent (taken with cfg's lease, tokens reserved from
@@ -225,6 +238,8 @@ func (st *lockState) loseLocked(t *tenure, cause error) {
 	st.endTenureLocked(t)
 	if h != nil {
 		h.lose(cause)
+	} else if tell := t.keptLost(); tell != nil {
+		st.background(func() { tell(cause) })
 	}
 	if t.taken() { // (also when no goroutine holds it now: passed on within the process, it was held as Redis lost it)
 		st.g.log.Warn("dlock: lock lost", zap.String("key", t.cfg.UniqueKey()),
@@ -284,7 +299,7 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 		// as a pass: next), for as long as a linger, whose end lets it go (settleLocked). A
 		// goroutine that barges already takes it, or lets it go as it settles.
 		st.phase = free
-		h.ten.kept, h.released = h, make(chan struct{}) // (closed by h.release once the ReleaseEvent was reported)
+		h.ten.kept, h.released = h, make(chan struct{})
 		st.lingerLocked(h.cfg.Lease())
 		st.mu.Unlock()
 		return nil
@@ -330,14 +345,7 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 		st.line.attempt = next
 		st.line.forget()
 	}
-	r := releaseJob{st: st, t: t, cfg: t.cfg, req: req, until: t.until, next: next, epoch: st.epoch}
-	if h := t.kept; h != nil {
-		r.lost = func(cause error) {
-			<-h.released // after its ReleaseEvent
-			st.g.observer.Lost(h.loss(cause))
-		}
-	}
-	return r
+	return releaseJob{st: st, t: t, cfg: t.cfg, req: req, until: t.until, next: next, epoch: st.epoch, lost: t.keptLost()}
 }
 
 // releaseJob is the Redis part of a release (releaseLocked): st.release with what the
