@@ -12,8 +12,9 @@
 --            ran (a mark of its own, so that it does not settle the tenure's locker)
 --   KEYS[6]  {K}:forced:<owner>, the owner's lockers removed last (forced): by an operator
 --            (ForceRelease), or found lost by Redis (the key taken anew after an empty
---            restart, or gone before a retried release ran: settle); their releases and
---            renewals answer "gone", so that their holders learn of the loss
+--            restart, or gone before any release of it ran: release.lua, and the end of this
+--            prelude for a retried release); their releases and renewals answer "gone", so
+--            that their holders learn of the loss
 --   KEYS[7]  {K}:want, what each process in line waits with: mark -> "<locker>|<lease ms>|
 --            <tokens>|<server ms it last renewed its entry>|<server ms it expires unless
 --            renewed>|<1 if it listened on its channel then, else 0>"; a release grants the
@@ -54,7 +55,7 @@ local A = {
     upto = ARGV[20] or '',          -- leave: the newest number the process gave a locker
     max_listed = ARGV[21] or '',    -- inspect: how many entries of the line to list at most
     origin = ARGV[22] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
-    unreleased = ARGV[23] or '',    -- a locker of the owner that held the key and whose release is unanswered (retried): see settle
+    unreleased = ARGV[23] or '',    -- a locker of the owner that held the key and whose release is unanswered (retried): see the end
     unreleased_origin = ARGV[24] or '', -- the first token of its holding ('' if unknown)
 }
 
@@ -232,7 +233,7 @@ end
 -- for ttl ms (as long as the owner's settled mark lives, a mark's life at least, unless
 -- given) and no less than it lives already: its release and renewals answer gone. Another
 -- one remembered still answers gone too: an operator may have removed the holding whose
--- release is on its way when an older one is found lost (settle).
+-- release is on its way when an older one is found lost (the end of this prelude).
 local function removed(locker, ttl)
     ttl = math.max(ttl or math.max(tonumber(A.done_ttl), redis.call('pttl', DONE)), redis.call('pttl', FORCED))
     local kept = {}

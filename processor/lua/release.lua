@@ -19,7 +19,9 @@
 -- when it stood in line again with next: the key's life in ms (the grant's lease), the
 -- process's place in line and 1 if it listens on its channel (else 0); {-1, ''} when settled already (this release ran
 -- before and its reply was lost), {0, ''} when the key is gone or holds another locker (an
--- operator's removal of it included).
+-- operator's removal of it included). A release that names its holding's origin and finds the
+-- key gone, no release of it run, remembers the locker as removed (FORCED): Redis lost it, and
+-- a copy of this release answers gone too.
 counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local locker, seq = A.locker, A.seq
 if redis.call('get', K) ~= locker then
