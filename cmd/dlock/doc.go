@@ -7,7 +7,7 @@
 //	dlock lock    [-n | -w SECONDS] [-E N] [--lease D] [REDIS] TYPE TARGET
 //	dlock status  [--json] [KIND] [REDIS] TYPE TARGET
 //	dlock release --force (--holder LOCKER | --any) [KIND] [REDIS] TYPE TARGET
-//	dlock demo    [--procs N] [--goroutines N] [--cross-procs N] [--duration D] [--hold D] [--lease D] [REDIS]
+//	dlock demo    [--procs N] [--goroutines N] [--cross-procs N] [--duration D] [--hold D] [--lease D] [--hold-over] [REDIS]
 //	dlock help [COMMAND]
 //
 //	REDIS is [--redis ADDR] [--cluster] [--sentinel-master NAME] [--timeout D]
@@ -234,7 +234,8 @@
 // Redis client and Generator) of --goroutines goroutines each, and "cross", --cross-procs
 // processes of one goroutine each, so that every acquisition goes from process to process.
 // Every holder stays --hold in the critical section; the four runs share --duration (10s).
-// --procs and --cross-procs are 1 to 1000, --procs × --goroutines at most 10000, --duration
+// With --hold-over, dlock runs with WithHoldOver(true): a process whose goroutine locks again
+// at once keeps the key for it, and passes it on at the hand-off limit (50ms). --procs and --cross-procs are 1 to 1000, --procs × --goroutines at most 10000, --duration
 // 4ms to 24h and --hold at most a quarter of it (one run); other values are usage errors. For
 // each run it prints acquisitions/s, the commands sent per acquisition (counted by a go-redis
 // hook on every client; Pub/Sub traffic is not counted) and the acquisitions of the least and
