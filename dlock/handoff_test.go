@@ -2369,6 +2369,36 @@ func TestHoldOverKeepsTheKeyForTheGoroutineThatComesBack(t *testing.T) {
 	}
 }
 
+// WithHoldOver beside WithFIFO: no goroutine of the process queues when the one that comes back
+// locks again, so it takes the key kept for it as without WithFIFO, while the other process
+// waits in line; at the linger's end the key goes to that process.
+func TestHoldOverWithFIFO(t *testing.T) {
+	la, lb, _, _, a := relockPair(t, time.Second, dlock.WithHoldOver(true), dlock.WithFIFO(), dlock.WithLocalHandOff(time.Hour))
+	ctx := ctxT(t, 30*time.Second)
+	bOwner := lockAsync(t, lb, ctx)
+	inLine(t, ctx, la, 1)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second) // (were the key granted to b, who holds on, this would wait)
+	o, err := la.Lock(actx)
+	cancel()
+	if err != nil {
+		t.Fatalf("the goroutine that came back: %v; want the key kept for it", err)
+	}
+	select {
+	case <-bOwner:
+		t.Fatal("b took the key as a's goroutine came back for it")
+	default:
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, bOwner, "b's Lock, once a's goroutine no longer came back").Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A process with WithHoldOver whose goroutine never stops locking again still lets the key go
 // to the process in line at the hand-off limit, and the two never hold it at once.
 func TestHoldOverYieldsToTheLineAtTheHandOffLimit(t *testing.T) {

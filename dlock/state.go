@@ -114,9 +114,10 @@ type lockState struct {
 	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
 	// first try is on its way: the line is left after it, not beside it (settleLocked).
 	unreleased int
-	// retried is the holding of the last such retry while it goes on: every request that
-	// settles meanwhile names it (processor.Unreleased), so that settling it does not hide a
-	// removal of the key that a later try of the retry would have found (answered settled).
+	// retried is the holding of the last such retry while it goes on: every request of the
+	// process meanwhile names it (processor.Unreleased), so that one that settles it does not
+	// hide a removal of the key that a later try of the retry would have found (answered
+	// settled).
 	retried processor.Unreleased
 	// relock says that goroutines of this process take the key again at once after it lets
 	// it go (a Lock came within relockWindow of the last release, relockBy): an Unlock that
