@@ -782,7 +782,8 @@ func TestForeignWindowServesJavaDLock(t *testing.T) {
 // A mixed fleet under continuous contention: Generators of one goroutine each, or of several,
 // with WithForeignWindow, beside a poller of Java DLock's kind. Exclusion holds; no process of
 // this library holds the key while a window is open (Redis's clock is the judge); the poller
-// gets the key window after window; and every goroutine here finishes.
+// gets the key window after window; and every goroutine here finishes. With WithHoldOver a
+// process that keeps the key for its goroutine's next Lock still lets it go for the windows.
 func TestForeignWindowUnderContention(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	gapOpen := redis.NewScript(`local g = redis.call('get', KEYS[1]) local t = redis.call('time')
@@ -791,21 +792,24 @@ return (g and tonumber(g) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 
 		name             string
 		gens, goroutines int
 		opts             []dlock.Option
+		kept             bool // one goroutine each, with hold-over: some take a key kept for them
 	}{
-		{"one goroutine each", 4, 1, nil},
-		{"many goroutines each", 2, 4, nil},
-		{"many goroutines, no hand-off", 3, 3, []dlock.Option{dlock.WithLocalHandOff(0)}},
-		{"no notifications", 2, 3, []dlock.Option{dlock.WithNotifications(false)}},
+		{"one goroutine each", 4, 1, nil, false},
+		{"many goroutines each", 2, 4, nil, false},
+		{"many goroutines, no hand-off", 3, 3, []dlock.Option{dlock.WithLocalHandOff(0)}, false},
+		{"no notifications", 2, 3, []dlock.Option{dlock.WithNotifications(false)}, false},
+		{"hold-over, one goroutine each", 3, 1, []dlock.Option{dlock.WithHoldOver(true)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
+			hows := &howRecorder{}
 			var ins insiders
 			var inWindow, javaAcq atomic.Int64
 			end := time.Now().Add(3 * time.Second)
 			var wg sync.WaitGroup
 			var key string
 			for range tc.gens {
-				g, c := newGen(t, append([]dlock.Option{dlock.WithForeignWindow(lease, lease/6)}, tc.opts...)...)
+				g, c := newGen(t, append([]dlock.Option{dlock.WithForeignWindow(lease, lease/6), dlock.WithObserver(hows)}, tc.opts...)...)
 				l, _ := g.GenWithLease("JAVA", target(t), lease)
 				key = l.Config().UniqueKey()
 				for range tc.goroutines {
@@ -848,6 +852,14 @@ return (g and tonumber(g) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 
 			}
 			if javaAcq.Load() < 2 {
 				t.Fatalf("the Java-like poller got the key %d times in 3 s of windows every %v", javaAcq.Load(), lease)
+			}
+			if tc.kept {
+				hows.mu.Lock()
+				kept := slices.Index(hows.how, dlock.HowHandOver) >= 0
+				hows.mu.Unlock()
+				if !kept {
+					t.Fatal("no goroutine took a key kept for it: the hold-over was not tested")
+				}
 			}
 		})
 	}
