@@ -72,11 +72,15 @@ type Impl interface {
 // (redsync giving up after its tries while the row still runs).
 var errRetry = errors.New("lock attempts exhausted; retrying")
 
-// newImpl sets up implementation name over client for locks with the given lease.
-func newImpl(name string, client *redis.Client, lease time.Duration) (Impl, error) {
+// newImpl sets up implementation name over client for locks with the given lease, and dlock's
+// with the hand-off limit handOff (0: its default).
+func newImpl(name string, client *redis.Client, lease, handOff time.Duration) (Impl, error) {
 	switch name {
 	case "dlock", "dlock-poll", "dlock-hold":
 		opts := []dlock.Option{dlock.WithDefaultLease(lease)}
+		if handOff > 0 {
+			opts = append(opts, dlock.WithLocalHandOff(handOff))
+		}
 		if name == "dlock-poll" {
 			opts = append(opts, dlock.WithNotifications(false))
 		}

@@ -2,7 +2,7 @@
 // and go-redsync on one Redis server, across real OS processes.
 //
 //	go run . [--quick] [--json] [--redis host:port] [--out DIR] [--lease 60ms]
-//	         [--scenarios trip,hot,cross,handoff,rw,sem] [--procs 2,4,8,16]
+//	         [--scenarios trip,hot,cross,handoff,rw,sem] [--procs 2,4,8,16] [--hand-off 50ms]
 //	         [--impls dlock,dlock-poll,dlock-hold,tradition,redislock,redsync,dlock-rw,redisson-rw,dlock-sem,redisson-sem,local-rw,floor]
 //	go run . --plot results.jsonl --out DIR   # redraw plots and tables from saved results
 //
@@ -73,6 +73,7 @@ func run() error {
 		plotFrom  = flag.String("plot", "", "only redraw plots (into --out) and print tables from this results.jsonl")
 		lease     = flag.Duration("lease", defaultLease, "the lease of every lock")
 		procs     = flag.String("procs", "2,4,8,16", "cross: the numbers of processes")
+		handOff   = flag.Duration("hand-off", 0, "dlock's hand-off limit (WithLocalHandOff) in every dlock row; 0 for its default")
 	)
 	flag.Parse()
 	if *plotFrom != "" {
@@ -98,6 +99,9 @@ func run() error {
 	}
 	if *lease <= 0 {
 		return fmt.Errorf("--lease %v: want a positive duration", *lease)
+	}
+	if *handOff < 0 {
+		return fmt.Errorf("--hand-off %v: want a duration, 0 or more", *handOff)
 	}
 	var crossProcs []int
 	for _, f := range split(*procs) {
@@ -145,7 +149,7 @@ func run() error {
 		defer f.Close()
 		results = f
 	}
-	r := &runner{exe: exe, addr: *addr, client: client}
+	r := &runner{exe: exe, addr: *addr, client: client, handOff: *handOff}
 	began := time.Now()
 	var rows []Row
 	for i, s := range specs {

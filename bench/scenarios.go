@@ -25,8 +25,9 @@ type Row struct {
 	Goroutines       int     `json:"goroutines"` // total over the processes
 	WorkMs           float64 `json:"work_ms"`
 	LeaseMs          int64   `json:"lease_ms"`
-	TPS              float64 `json:"tps"`        // acquisitions per second in the window
-	Efficiency       float64 `json:"efficiency"` // tps × work seconds; 1.0 is the ceiling
+	HandOffMs        float64 `json:"hand_off_ms,omitempty"` // dlock rows: the hand-off limit set with --hand-off (absent: dlock's default)
+	TPS              float64 `json:"tps"`                   // acquisitions per second in the window
+	Efficiency       float64 `json:"efficiency"`            // tps × work seconds; 1.0 is the ceiling
 	CmdsPerAcq       float64 `json:"cmds_per_acq"`
 	RedisCallsPerAcq float64 `json:"redis_calls_per_acq"`
 	WorkerCPUPerAcq  float64 `json:"worker_cpu_us_per_acq,omitempty"` // loop rows: the workers' CPU time (user and system, the work included) in the window, µs per acquisition
@@ -77,6 +78,8 @@ type runner struct {
 	exe    string
 	addr   string
 	client *redis.Client // the parent's own client: FLUSHALL and INFO
+	// handOff is the dlock rows' hand-off limit (WithLocalHandOff); 0 for dlock's default.
+	handOff time.Duration
 }
 
 // worker is one started worker process.
@@ -147,7 +150,8 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 	}()
 	for i := range workers {
 		a := workerArgs{Impl: s.Impl, Mode: mode, Redis: r.addr, Goroutines: s.Goroutines / s.Procs,
-			Work: s.Work, Lease: s.Lease, ID: i, Handoffs: s.Handoffs, Reads: s.Reads, Idle: s.Idle}
+			Work: s.Work, Lease: s.Lease, ID: i, Handoffs: s.Handoffs, Reads: s.Reads, Idle: s.Idle,
+			HandOff: r.handOff}
 		cmd := exec.CommandContext(wctx, r.exe, a.flags()...)
 		cmd.Stderr = os.Stderr
 		if extra != nil {
@@ -228,6 +232,9 @@ func (r *runner) run(ctx context.Context, s spec) (Row, error) {
 		}
 	}
 	row := summarize(s, results, after-before, time.Duration(sig.End-sig.Measure))
+	if s.Impl == "dlock" || s.Impl == "dlock-poll" || s.Impl == "dlock-hold" {
+		row.HandOffMs = ms(r.handOff)
+	}
 	row.RTTIdleP50Us, row.RTTIdleP99Us = rtt50, rtt99
 	if mode == "loop" && row.Acquisitions > 0 {
 		row.RedisCPUPerAcq = (cpuAfter - cpuBefore) * 1e6 / float64(row.Acquisitions)

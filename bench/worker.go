@@ -30,17 +30,18 @@ type workerArgs struct {
 	Goroutines int
 	Work       time.Duration
 	Lease      time.Duration
-	ID         int  // index of the process within the row
-	Handoffs   int  // handoff mode: hand-offs to make
-	Reads      int  // loop mode: the percentage of acquisitions that take the read side, where there is one
-	Idle       bool // loop mode: the work is spent waiting (a sleep), not computing
+	ID         int           // index of the process within the row
+	Handoffs   int           // handoff mode: hand-offs to make
+	Reads      int           // loop mode: the percentage of acquisitions that take the read side, where there is one
+	Idle       bool          // loop mode: the work is spent waiting (a sleep), not computing
+	HandOff    time.Duration // dlock's hand-off limit (WithLocalHandOff); 0 for its default
 }
 
 func (a workerArgs) flags() []string {
 	return []string{"--worker", "--impl=" + a.Impl, "--mode=" + a.Mode, "--redis=" + a.Redis,
 		fmt.Sprint("--goroutines=", a.Goroutines), "--work=" + a.Work.String(),
 		"--lease=" + a.Lease.String(), fmt.Sprint("--id=", a.ID), fmt.Sprint("--handoffs=", a.Handoffs),
-		fmt.Sprint("--reads=", a.Reads), fmt.Sprint("--idle=", a.Idle)}
+		fmt.Sprint("--reads=", a.Reads), fmt.Sprint("--idle=", a.Idle), "--hand-off=" + a.HandOff.String()}
 }
 
 func parseWorkerArgs(args []string) (workerArgs, error) {
@@ -57,6 +58,7 @@ func parseWorkerArgs(args []string) (workerArgs, error) {
 	fs.IntVar(&a.Handoffs, "handoffs", 0, "")
 	fs.IntVar(&a.Reads, "reads", 0, "")
 	fs.BoolVar(&a.Idle, "idle", false, "")
+	fs.DurationVar(&a.HandOff, "hand-off", 0, "")
 	return a, fs.Parse(args)
 }
 
@@ -101,7 +103,7 @@ func runWorker(args []string) error {
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		return err
 	}
-	impl, err := newImpl(a.Impl, client, a.Lease)
+	impl, err := newImpl(a.Impl, client, a.Lease, a.HandOff)
 	if err != nil {
 		return err
 	}
