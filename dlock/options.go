@@ -147,12 +147,14 @@ func WithLocalHandOff(max time.Duration) Option {
 //
 // What it costs: a process in line waits up to a hand-off limit for each process before it,
 // rather than one hand-off (a wait tail of the number of processes times the limit, 50 ms by
-// default); and a hold-over that no goroutine comes back for leaves the key idle for its
-// 2 ms, after which the process makes none for a second. Exclusion, fencing and the leases
-// are as without it. An Unlock that keeps the key asks Redis nothing, so it returns nil for a
-// holding whose key was removed behind its back before it: until a goroutine takes the key,
-// the release that lets it go, or a renewal, finds that loss, logs it at Warn and tells the
-// Observer, as a retried release does (once one took it, the loss is that goroutine's).
+// default; a shorter limit, as WithLocalHandOff(20*time.Millisecond), shortens it, at more
+// turns between processes); and a hold-over that no goroutine comes back for leaves the key
+// idle for its 2 ms, after which the process makes none for a second. Exclusion, fencing and
+// the leases are as without it. An Unlock that keeps the key asks Redis nothing, so it
+// returns nil for a holding whose key was removed behind its back before it: until a
+// goroutine takes the key, the release that lets it go, or a renewal, finds that loss, logs
+// it at Warn and tells the Observer, as a retried release does (once one took it, the loss
+// is that goroutine's).
 func WithHoldOver(on bool) Option {
 	return optionFunc(func(o *options) error { o.holdOver = on; return nil })
 }
