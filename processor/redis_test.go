@@ -1856,6 +1856,37 @@ func TestForceMarksOutliveTheRemovedLease(t *testing.T) {
 	})
 }
 
+// A locker removed by ForceRelease makes its own release and renewals answer gone, and only
+// its own: a copy of a later holding's release or renewal, after that holding was released,
+// answers settled, so its holder is not told of a loss that never was.
+func TestForcedLockerAnswersGoneAndNoOtherOfItsOwner(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
+		lc := cfg(t, "forcedonly")
+		la, _ := a.lock(t, lc, true, 1)
+		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("ForceRelease = %+v, %v", r, err)
+		}
+		lb, r := a.lock(t, lc, true, 1)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("the later take = %+v", r)
+		}
+		req := processor.ReleaseRequest{Locker: lb, Last: r.Token, Origin: r.Origin}
+		for i, want := range []processor.Outcome{processor.Released, processor.Settled} {
+			if rel, err := a.Unlock(ctx, lc, req); err != nil || rel.Outcome != want {
+				t.Fatalf("the later holding's release (copy %d) = %+v, %v; want %v", i, rel, err, want)
+			}
+		}
+		if rn, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: lb, Origin: r.Origin}); err != nil || rn.Outcome != processor.Settled {
+			t.Fatalf("a late renewal of the released holding = %+v, %v; want settled", rn, err)
+		}
+		if rel := a.release(t, lc, la); rel.Outcome != processor.Gone {
+			t.Fatalf("the removed holding's release = %+v; want gone", rel)
+		}
+	})
+}
+
 // ForceRelease names the holder it removes: a second copy finds it gone.
 func TestForceReleaseNamesTheHolder(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
