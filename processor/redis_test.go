@@ -1887,6 +1887,40 @@ func TestForcedLockerAnswersGoneAndNoOtherOfItsOwner(t *testing.T) {
 	})
 }
 
+// The owner's removed lockers are remembered up to FORCED_KEPT, the newest: five holdings of
+// one process removed one after another leave the four newest answering gone, and the oldest,
+// forgotten, answers settled (it was let go), as any older settled acquisition does.
+func TestForcedRemembersTheNewestFourLockersOfItsOwner(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
+		lc := cfg(t, "forcedfour")
+		var removed []string
+		for range 5 {
+			l, r := a.lock(t, lc, true, 1)
+			if r.Outcome != processor.Taken {
+				t.Fatalf("take %d = %+v", len(removed), r)
+			}
+			if f, err := op.ForceRelease(ctx, lc, l); err != nil || f.Outcome != processor.Released {
+				t.Fatalf("ForceRelease of %s = %+v, %v", l, f, err)
+			}
+			removed = append(removed, l)
+		}
+		if got, want := c.Get(ctx, processor.ForcedKey(lc, "pa-")).Val(), strings.Join(removed[1:], " "); got != want {
+			t.Fatalf("%s holds %q, want the newest four removed lockers %q", processor.ForcedKey(lc, "pa-"), got, want)
+		}
+		for i, l := range removed {
+			want := processor.Gone
+			if i == 0 {
+				want = processor.Settled
+			}
+			if r := a.release(t, lc, l); r.Outcome != want {
+				t.Fatalf("release of removed holding %d (%s) = %+v; want %v", i, l, r, want)
+			}
+		}
+	})
+}
+
 // ForceRelease names the holder it removes: a second copy finds it gone.
 func TestForceReleaseNamesTheHolder(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
