@@ -86,6 +86,8 @@ var Mutants = []Mutant{
 		"        removed(locker) -- (a holding lost", "        -- (a holding lost"},
 	{"a release's retry tells a loss that did not happen (the prelude marks the unreleased locker removed while the key holds it)", "prelude",
 		"(redis.call('get', K) ~= A.unreleased or takenAnew(A.unreleased, A.unreleased_origin))", "true"},
+	{"a copy of a released holding's release answers gone while another locker of its owner is remembered removed (forced matches any)", "prelude",
+		"    if v == locker then\n        return true", "    if v ~= locker then\n        return true"},
 	{"tokens start again from 1 once the counter is gone (an empty restart wiped it: the server clock not used)", "prelude",
 		"local first = math.max(counter() + 1, NOW_US)", "local first = redis.call('exists', FENCE) == 0 and 1 or math.max(counter() + 1, NOW_US)"},
 }
