@@ -376,10 +376,10 @@ func (l *DistributedReentrantLock) acquire(ctx context.Context, wait bool) (*Own
 // command), or lets the key go in Redis, only if it still holds this acquisition's locker: granted
 // to the first live process in line, which is told, or left free (with WithHoldOver, a process
 // whose goroutines take the lock again at once keeps it a moment for the one that comes back,
-// with no Redis command: see there). Unlock works with an owner
-// context that has been cancelled; the Redis call is bounded by the lease, and by ctx's deadline
-// if it has one (a context of the owner's made with a timeout): once that passes Unlock returns
-// a *RedisProcessError matching context.DeadlineExceeded, and the release goes on in the
+// with no Redis command: see there). Unlock works with an owner context that has been
+// cancelled; the Redis call is bounded by the lease, and by ctx's deadline if it has one (a
+// context of the owner's made with a timeout): once that passes Unlock returns a
+// *RedisProcessError matching context.DeadlineExceeded, and the release goes on in the
 // background until the lease runs out.
 //
 // It returns ErrNotHeld, sending nothing to Redis, when ctx does not own the lock (or holds no

@@ -74,10 +74,10 @@ func (w *world) checkToldFirst(r *request) {
 // marking it removed only when the key no longer holds it; a release that names its holding's
 // origin and finds it gone marks it removed too, so that a copy of it answers gone. A settled
 // answer is excused when a release of the tenure that named no origin ran before this try (its
-// answer was lost: a release that cannot tell its holding lost from one released), or a request of its locker sent before the
-// empty restart ran after it (a late copy of its take settled it: the documented window of
-// requests from before an empty restart); a gone one after any empty restart or an operator's
-// removal of it.
+// answer was lost: a release that cannot tell its holding lost from one released), or a
+// request of its locker sent before the empty restart ran after it (a late copy of its take
+// settled it: the documented window of requests from before an empty restart); a gone one
+// after any empty restart or an operator's removal of it.
 func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
 	t := r.back.release
 	if out.err != nil || !w.now().Before(t.until) {
