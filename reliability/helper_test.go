@@ -43,6 +43,9 @@ func runHelper(mode string) int {
 	if env("NOTIFY") == "off" {
 		opts = append(opts, dlock.WithNotifications(false))
 	}
+	if env("HOLDOVER") == "true" {
+		opts = append(opts, dlock.WithHoldOver(true))
+	}
 	g, err := dlock.NewGenerator(c, opts...)
 	if err != nil {
 		fmt.Println("error", err)

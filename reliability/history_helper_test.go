@@ -164,6 +164,9 @@ func historyHelper(g *dlock.Generator, c *redis.Client) int {
 		g: g, fence: fence, log: &histLog{f: f}, proc: env("PROC"),
 		keys: envInt("KEYS"), lease: envDuration("LEASE"),
 	}
+	if env("HOLDOVER") == "true" {
+		w.again = make([]string, envInt("GOROUTINES")+1)
+	}
 	w.log.put(&histRecord{T: "start", Proc: w.proc, Pid: os.Getpid()})
 	stopWatch := watchStalls(w.log, w.proc)
 	warmUp(c, envInt("GOROUTINES"))
@@ -267,6 +270,9 @@ type histWorkload struct {
 	proc  string
 	keys  int
 	lease time.Duration
+	// again is, in a helper with WithHoldOver, the mutex key each goroutine (from 1) took
+	// last, which half of its mutex iterations take again (see TestHistory); nil elsewhere.
+	again []string
 }
 
 func randDuration(lo, hi time.Duration) time.Duration {
@@ -347,6 +353,12 @@ func (w *histWorkload) iteration(gi int, seq int64) {
 		kind = "s"
 	}
 	key := kind + strconv.Itoa(rand.IntN(w.keys))
+	if w.again != nil && kind == "k" {
+		if k := w.again[gi]; k != "" && rand.IntN(2) == 0 {
+			key = k
+		}
+		w.again[gi] = key
+	}
 	rec := &histRecord{T: "op", Proc: w.proc, G: gi, Seq: seq, Key: key}
 	defer w.log.put(rec)
 	var l dlock.Part
