@@ -84,6 +84,37 @@ func TestForceReleaseWakesWaitersAndTellsTheHolder(t *testing.T) {
 	}
 }
 
+// A ForceRelease that a process sends after one of its final Unlocks kept the key
+// (WithHoldOver) removes a key no goroutine holds: the holding whose Unlock returned nil had
+// let go before the force was sent, so no loss of it is told.
+func TestForceReleaseOfAKeptKeyTellsNoLossOfTheHoldingThatLetGo(t *testing.T) {
+	rec := &recorder{}
+	la, _, ga, _, a := relockPair(t, time.Minute, dlock.WithHoldOver(true), dlock.WithObserver(rec))
+	ctx := ctxT(t, 30*time.Second)
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if !ga.Lingering(key(la)) {
+		t.Fatal("setup: the Unlock kept nothing")
+	}
+	st, err := la.State(ctx)
+	if err != nil || st.Holder == "" {
+		t.Fatalf("State = %+v, %v; want the key held (kept)", st, err)
+	}
+	if removed, err := la.ForceRelease(ctx, st.Holder); err != nil || !removed {
+		t.Fatalf("ForceRelease = %v, %v; want the kept key removed", removed, err)
+	}
+	if err := ga.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	rec.mu.Lock()
+	lost, released := slices.Clone(rec.lost), len(rec.released)
+	rec.mu.Unlock()
+	if len(lost) != 0 || released == 0 {
+		t.Fatalf("losses told %+v after %d releases; want none", lost, released)
+	}
+}
+
 // ForceRelease names the holder it removes, so a second copy of its request (the client
 // sending it again after a lost reply, or a packet delivered late) finds that holder gone and
 // cannot remove the key of the process that acquired after it.

@@ -2581,6 +2581,53 @@ func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
 	}
 }
 
+// The loss of a key an Unlock kept (WithHoldOver) is told too when a goroutine comes back
+// past the hand-off limit and its yield check gets no answer: the kept tenure is then given
+// back as the holding's release is retried, which finds the key gone and tells that holding's
+// loss (the key was removed before the Unlock that kept it).
+func TestHoldOverTellsTheLossTheGiveBackOfAnUnansweredYieldFinds(t *testing.T) {
+	rec := &recorder{}
+	core, logs := observer.New(zap.WarnLevel)
+	var mute atomic.Bool
+	ga, cla := newGen(t, dlock.WithHoldOver(true), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)),
+		dlock.WithLocalHandOff(200*time.Millisecond))
+	gb, _ := newGen(t)
+	cla.AddHook(unanswered("renew", &mute))
+	ga.Relock(time.Minute)
+	la := mustGen(t, ga, "RELOCK", target(t), 5*time.Second)
+	lb := mustGen(t, gb, "RELOCK", target(t), 5*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	a := takeAfterWaiting(t, ctx, la, lb)
+	tok, _ := la.FencingToken(a)
+	rawClient(t).Del(ctx, key(la)) // (no message: nothing tells the process)
+	if err := a.Unlock(); err != nil {
+		t.Fatalf("Unlock = %v; want nil (the key kept, nothing asked)", err)
+	}
+	if !ga.Lingering(key(la)) {
+		t.Fatal("setup: the Unlock kept nothing")
+	}
+	time.Sleep(250 * time.Millisecond) // past the hand-off limit: the goroutine that comes back renews with a yield check
+	mute.Store(true)
+	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := la.Lock(lctx)
+	cancel()
+	if err == nil || mute.Load() {
+		t.Fatalf("setup: Lock = %v, renewal sent %v; want the yield check sent and unanswered", err, !mute.Load())
+	}
+	if err := ga.Close(ctx); err != nil { // (it waits for the give-back)
+		t.Fatalf("Close = %v", err)
+	}
+	if n := logs.FilterMessage("dlock: lock lost before release").Len(); n != 1 {
+		t.Fatalf("%d warnings of the loss; want 1", n)
+	}
+	rec.mu.Lock()
+	lost := slices.Clone(rec.lost)
+	rec.mu.Unlock()
+	if len(lost) != 1 || lost[0].Token != tok || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
+		t.Fatalf("the Observer was told of losses %+v; want one, of the holding the Unlock let go (token %d)", lost, tok)
+	}
+}
+
 // relockPair gives two processes on one key, a with a counter of its scripts; a holds the
 // key and relocks: its final Unlock stands in line again when it grants the key, and lingers
 // up to linger for a goroutine to come.

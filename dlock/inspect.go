@@ -205,6 +205,7 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	if holder == "" {
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
+	sent := time.Now()
 	res, err := call(l.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
@@ -237,6 +238,9 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 			st.line.granted = nil // a grant not yet counted
 		}
 		if t := st.ten; t != nil && t.entity.Locker == holder {
+			if t.kept != nil && sent.After(t.keptAt) {
+				t.kept = nil // (the key was the tenure's after the Unlock that kept it: no loss of that holding)
+			}
 			st.loseLocked(t, errForced)
 		}
 		st.signalLocked(HowRetry)

@@ -150,11 +150,13 @@ func WithLocalHandOff(max time.Duration) Option {
 // default; a shorter limit, as WithLocalHandOff(20*time.Millisecond), shortens it, at more
 // turns between processes); and a hold-over that no goroutine comes back for leaves the key
 // idle for its 2 ms, after which the process makes none for a second. Exclusion, fencing and
-// the leases are as without it. An Unlock that keeps the key asks Redis nothing, so it
-// returns nil for a holding whose key was removed behind its back before it: until a
-// goroutine takes the key, the release that lets it go, or a renewal, finds that loss, logs
-// it at Warn and tells the Observer, as a retried release does (once one took it, the loss
-// is that goroutine's).
+// the leases are as without it (a removal of the key behind the process's back reaches the
+// goroutine that comes back as it would one that queued: README, Limits). An Unlock that keeps
+// the key asks Redis nothing, so it returns nil for a holding whose key was removed behind its
+// back before it: until a goroutine takes the key, the release that lets it go, or a renewal,
+// finds that loss, logs it at Warn and tells the Observer, as a retried release does (once one
+// took it, the loss is that goroutine's; a ForceRelease this process sends after the Unlock is
+// no loss of that holding).
 func WithHoldOver(on bool) Option {
 	return optionFunc(func(o *options) error { o.holdOver = on; return nil })
 }

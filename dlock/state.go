@@ -695,9 +695,16 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	case (err != nil || res.Outcome == processor.Settled) && req.Yield:
 		// (Settled: this very check ran before and its reply was lost: it renewed or yielded.)
 		// Perhaps yielded: the key may be another process's now. End the tenure and give the
-		// key back if it is still ours; the waiters go on with next.
-		st.endTenureLocked(t)
-		st.giveBackLocked(t.entity.Locker, t.cfg)
+		// key back if it is still ours; the waiters go on with next. A tenure an Unlock kept
+		// is given back as that holding's release is retried, which tells its loss.
+		if lost := t.keptLost(); lost != nil {
+			st.retryReleaseLocked(releaseJob{st: st, t: t, cfg: t.cfg, until: t.until, lost: lost,
+				req: processor.ReleaseRequest{Locker: t.entity.Locker, Origin: t.origin}})
+			st.endTenureLocked(t)
+		} else {
+			st.endTenureLocked(t)
+			st.giveBackLocked(t.entity.Locker, t.cfg)
+		}
 		st.grantedLocked(next, false)
 		return nil, err
 	case err != nil:

@@ -34,10 +34,12 @@ type tenure struct {
 	origin   uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 	granted  bool   // granted by a release, and no goroutine took it yet
 	checkNow bool   // renew at once: a ForceRelease of its locker may have removed it unheard
-	// kept is the holding whose final Unlock kept the tenure (WithHoldOver) while no goroutine
-	// took it since: that Unlock asked Redis nothing, so a loss of the tenure found meanwhile
-	// (by its release, or a renewal: loseLocked) is that holding's (keptLost).
-	kept *holding
+	// kept is the holding whose final Unlock kept the tenure (WithHoldOver), at keptAt, while
+	// no goroutine took it since: that Unlock asked Redis nothing, so a loss of the tenure
+	// found meanwhile (by its release, or a renewal: loseLocked) is that holding's (keptLost),
+	// unless a request sent after keptAt found the key still the tenure's.
+	kept   *holding
+	keptAt time.Time
 }
 
 // keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
@@ -299,7 +301,7 @@ func (st *lockState) unlock(ctx context.Context, h *holding) error {
 		// as a pass: next), for as long as a linger, whose end lets it go (settleLocked). A
 		// goroutine that barges already takes it, or lets it go as it settles.
 		st.phase = free
-		h.ten.kept, h.released = h, make(chan struct{})
+		h.ten.kept, h.ten.keptAt, h.released = h, time.Now(), make(chan struct{})
 		st.lingerLocked(h.cfg.Lease())
 		st.mu.Unlock()
 		return nil
