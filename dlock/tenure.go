@@ -37,9 +37,11 @@ type tenure struct {
 	// kept is the holding whose final Unlock kept the tenure (WithHoldOver), at keptAt, while
 	// no goroutine took it since: that Unlock asked Redis nothing, so a loss of the tenure
 	// found meanwhile (by its release, or a renewal: loseLocked) is that holding's (keptLost),
-	// unless a request sent after keptAt found the key still the tenure's.
-	kept   *holding
-	keptAt time.Time
+	// unless a request sent after keptAt found the key still the tenure's. forcing counts
+	// this process's ForceRelease calls of the kept tenure on their way (forceRelease).
+	kept    *holding
+	keptAt  time.Time
+	forcing int
 }
 
 // keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
@@ -106,6 +108,9 @@ func (t *tenure) order() uint64 {
 // lease the tenure renews with (a taker's, Extend) does so unless a renewal sent after it set
 // it first: the reply of an older request never overwrites a newer setting. The caller holds mu.
 func (t *tenure) renewed(sent time.Time, cfg domain.DLockConfig, order uint64, setting bool, first uint64, n int) {
+	if t.kept != nil && sent.After(t.keptAt) {
+		t.kept = nil // (the key was the tenure's after the Unlock that kept it: no loss of that holding)
+	}
 	if u := domain.HeldUntil(sent, cfg.Lease()); u.After(t.until) {
 		t.until = u
 	}
