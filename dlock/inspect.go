@@ -205,31 +205,10 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	if holder == "" {
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
-	// A tenure an Unlock kept (WithHoldOver) that this force names learns what became of it
-	// from the force's answer, not from the release message the force makes (heardOwn): a
-	// force sent after that Unlock that removed the key proves the holding let go unlost.
-	var kept *tenure
-	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
-		st.mu.Lock()
-		if t := st.ten; t != nil && t.kept != nil && t.entity.Locker == holder {
-			kept = t
-			t.forcing++
-		}
-		st.mu.Unlock()
-	}
-	sent := time.Now()
 	res, err := call(l.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
 	removed := err == nil && res.Outcome == processor.Released
-	if kept != nil {
-		kept.st.mu.Lock()
-		kept.forcing--
-		if removed && kept.kept != nil && sent.After(kept.keptAt) {
-			kept.kept = nil
-		}
-		kept.st.mu.Unlock()
-	}
 	if !removed {
 		// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
 		// removed by an earlier copy of this request whose reply was lost: a tenure of this

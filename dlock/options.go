@@ -155,8 +155,8 @@ func WithLocalHandOff(max time.Duration) Option {
 // the key asks Redis nothing, so it returns nil for a holding whose key was removed behind its
 // back before it: until a goroutine takes the key, the release that lets it go, or a renewal,
 // finds that loss, logs it at Warn and tells the Observer, as a retried release does (once one
-// took it, the loss is that goroutine's; a ForceRelease this process sends after the Unlock is
-// no loss of that holding).
+// took it, the loss is that goroutine's; a removal after a renewal sent after the Unlock
+// renewed the key is no loss of that holding).
 func WithHoldOver(on bool) Option {
 	return optionFunc(func(o *options) error { o.holdOver = on; return nil })
 }

@@ -886,9 +886,6 @@ func (st *lockState) heardOwn(from string) {
 		st.signalLocked(HowRetry) // the key was let go: ask again (the attempt is settled)
 	}
 	if t := st.ten; t != nil && t.entity.Locker == from && (st.phase == held || st.phase == free || st.phase == renewing) {
-		if t.kept != nil && t.forcing > 0 {
-			return // (a force of this process, sent after the Unlock that kept the tenure: its answer tells)
-		}
 		st.loseLocked(t, errForced)
 	}
 }

@@ -37,11 +37,9 @@ type tenure struct {
 	// kept is the holding whose final Unlock kept the tenure (WithHoldOver), at keptAt, while
 	// no goroutine took it since: that Unlock asked Redis nothing, so a loss of the tenure
 	// found meanwhile (by its release, or a renewal: loseLocked) is that holding's (keptLost),
-	// unless a request sent after keptAt found the key still the tenure's. forcing counts
-	// this process's ForceRelease calls of the kept tenure on their way (forceRelease).
-	kept    *holding
-	keptAt  time.Time
-	forcing int
+	// unless a renewal sent after keptAt found the key still the tenure's (renewed).
+	kept   *holding
+	keptAt time.Time
 }
 
 // keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
