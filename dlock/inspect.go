@@ -188,7 +188,8 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 //
 // A holder in this Generator learns of its loss at once (when the force's outcome is unknown —
 // Redis failed, ctx ended — it asks Redis at once, after any answer of its own on its way, and
-// so does a holding an answer on its way begins with holder); one elsewhere learns of it at its
+// so does a holding an answer on its way begins with holder), and while the force is on its
+// way no goroutine here is passed the holding's tenure; one elsewhere learns of it at its
 // next renewal (within three quarters of its lease) or release, as of any loss, so until then
 // two processes may act as owners — use fencing tokens downstream. It returns ErrInvalidConfig
 // for an empty holder, a *RedisProcessError when Redis failed, ctx's error when ctx ended
@@ -205,42 +206,59 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	if holder == "" {
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
+	var forcing *tenure // a tenure of this Generator under holder (tenure.forcing)
+	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
+		st.mu.Lock()
+		if t := st.ten; t != nil && t.entity.Locker == holder {
+			forcing = t
+			t.forcing++
+		}
+		st.mu.Unlock()
+	}
 	res, err := call(l.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
 	removed := err == nil && res.Outcome == processor.Released
-	if !removed {
-		// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
-		// removed by an earlier copy of this request whose reply was lost: a tenure of this
-		// Generator under holder renews at once, and learns whether it still holds — also one
-		// whose take's (or grant's) answer is on its way, once it begins (unsure). Only a locker
-		// that may still begin a tenure here is recorded (the open attempt's, or the ask's in
-		// flight): a force of another (a stale holder, another process's) must not replace it.
-		if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
-			st.mu.Lock()
-			if a := st.line.attempt; a != nil && a.locker == holder || st.phase == asking && st.asking == holder {
-				st.unsure = holder
-			}
-			st.mu.Unlock()
+	st := l.g.lookup(l.cfg.UniqueKey())
+	if forcing != nil && forcing.st != st { // (its state was dropped: the tenure ended)
+		forcing.st.mu.Lock()
+		forcing.forcing--
+		forcing.st.mu.Unlock()
+		forcing = nil
+	}
+	if st != nil {
+		st.mu.Lock()
+		if forcing != nil {
+			forcing.forcing--
 		}
+		if removed {
+			// A tenure of this Generator is told at once, or, if it is being taken just now,
+			// as soon as its reply comes (ask checks forced).
+			st.forced = holder
+			if g := st.line.granted; g != nil && g.locker == holder {
+				st.line.granted = nil // a grant not yet counted
+			}
+			if t := st.ten; t != nil && t.entity.Locker == holder {
+				st.loseLocked(t, errForced)
+			}
+		} else if a := st.line.attempt; a != nil && a.locker == holder || st.phase == asking && st.asking == holder {
+			// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
+			// removed by an earlier copy of this request whose reply was lost: a tenure of this
+			// Generator under holder renews at once (below), and learns whether it still holds
+			// — also one whose take's (or grant's) answer is on its way, once it begins
+			// (unsure). Only a locker that may still begin a tenure here is recorded (the open
+			// attempt's, or the ask's in flight): a force of another (a stale holder, another
+			// process's) must not replace it.
+			st.unsure = holder
+		}
+		st.signalLocked(HowRetry)
+		st.mu.Unlock()
+	}
+	if !removed {
 		l.g.checkTenure(l.cfg.UniqueKey(), holder)
 	}
 	if err != nil {
 		return false, unlate(err)
-	}
-	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil && removed {
-		// A tenure of this Generator is told at once, or, if it is being taken just now, as
-		// soon as its reply comes (ask checks forced).
-		st.mu.Lock()
-		st.forced = holder
-		if g := st.line.granted; g != nil && g.locker == holder {
-			st.line.granted = nil // a grant not yet counted
-		}
-		if t := st.ten; t != nil && t.entity.Locker == holder {
-			st.loseLocked(t, errForced)
-		}
-		st.signalLocked(HowRetry)
-		st.mu.Unlock()
 	}
 	return removed, nil
 }

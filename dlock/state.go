@@ -175,6 +175,9 @@ const (
 func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried bool, triedAt uint64, wait bool) (step, *holding, uint64) {
 	switch st.phase {
 	case free:
+		if st.ten.forcing > 0 {
+			break // (a ForceRelease of this process on its way: tenure.forcing)
+		}
 		if !st.ten.mustRenew(cfg) {
 			return stepTaken, st.take(ctx, cfg), st.epoch
 		}
@@ -726,7 +729,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 				st.line.queued = false
 			}
 		}
-		if t.mustRenew(cfg) { // the reply came late: renew again
+		if t.mustRenew(cfg) || t.forcing > 0 { // the reply came late (renew again), or a force of this process is on its way
 			st.phase = free
 			st.signalLocked(HowRetry)
 			return nil, nil

@@ -40,6 +40,10 @@ type tenure struct {
 	// unless a renewal sent after keptAt found the key still the tenure's (renewed).
 	kept   *holding
 	keptAt time.Time
+	// forcing counts this process's ForceRelease calls of the tenure's locker on their way:
+	// meanwhile no goroutine takes the tenure (the force may have removed the key and granted
+	// it elsewhere before its answer or its release message tells); its answer signals.
+	forcing int
 }
 
 // keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
