@@ -86,66 +86,83 @@ func TestForceReleaseWakesWaitersAndTellsTheHolder(t *testing.T) {
 	}
 }
 
-// While a ForceRelease of a process's own tenure is on its way, no goroutine of that process
-// takes the tenure: the force may have removed the key and granted it to another process
-// before its answer (or its release message) tells this one. Here the process hears no
-// messages and the force's answer is slow; the holder's Unlock comes after the other process
-// got the key from the force, and the goroutine that waited here must not take it (the
-// tenure has tokens left for a pass with no renewal).
+// While a ForceRelease of a process's own tenure is on its way, and after it until a renewal
+// shows the key still the tenure's if its answer did not say it removed it, no goroutine of
+// that process takes the tenure: the force may have removed the key and granted it to another
+// process before this one learns of it. Here the process hears no messages; the holder's
+// Unlock comes after the other process got the key from the force, and the goroutine that
+// waited here must not take it (the tenure has tokens left for a pass with no renewal):
+// whether the force's answer is slow, or comes after its context ended (an unknown outcome,
+// with the renewal that checks slow to answer too).
 func TestForceReleaseOnItsWayPassesTheTenureToNoGoroutine(t *testing.T) {
-	var slow atomic.Bool
-	ga, cla := newGen(t, dlock.WithNotifications(false), dlock.WithLocalHandOff(time.Minute))
-	gb, _ := newGen(t)
-	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		err := next(ctx, cmd)
-		if scriptIs("force")(cmd.Args()) && slow.Load() {
-			time.Sleep(1500 * time.Millisecond) // (the answer is slow to come back)
-		}
-		return err
-	}})
-	la := mustGen(t, ga, "FORCE", target(t), 5*time.Second)
-	lb := mustGen(t, gb, "FORCE", target(t), 5*time.Second)
-	ctx := ctxT(t, 30*time.Second)
-	a1 := mustLock(t, la, ctx)
-	lockHere := func() <-chan error { // a goroutine of a's process that waits for the lock
-		got := make(chan error, 1)
-		actx, cancel := context.WithTimeout(ctx, 4*time.Second)
-		go func() {
-			defer cancel()
-			o, err := la.Lock(actx)
-			if err == nil {
-				_ = o.Unlock()
+	for _, how := range []string{"a slow answer", "an answer after its context ended"} {
+		t.Run(how, func(t *testing.T) {
+			var slow atomic.Bool
+			forceFor := time.Minute
+			ga, cla := newGen(t, dlock.WithNotifications(false), dlock.WithLocalHandOff(time.Minute))
+			gb, _ := newGen(t)
+			cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				switch {
+				case !slow.Load() || err != nil:
+				case scriptIs("force")(cmd.Args()) && how == "a slow answer":
+					time.Sleep(1500 * time.Millisecond)
+				case scriptIs("force")(cmd.Args()):
+					time.Sleep(800 * time.Millisecond) // (past the force's context: the caller hears no answer)
+				case scriptIs("renew")(cmd.Args()) && how != "a slow answer":
+					time.Sleep(600 * time.Millisecond)
+				}
+				return err
+			}})
+			if how != "a slow answer" {
+				forceFor = 200 * time.Millisecond
 			}
-			got <- err
-		}()
-		waitFor(t, func() bool { return ga.Waiters(key(la)) })
-		return got
-	}
-	passed := lockAsync(t, la, ctx)
-	waitFor(t, func() bool { return ga.Waiters(key(la)) })
-	if err := a1.Unlock(); err != nil { // (passed on: the renewal before the pass brings a block of tokens)
-		t.Fatal(err)
-	}
-	a2 := recv(t, passed, "the pass")
-	a3 := lockHere()
-	bOwner := lockAsync(t, lb, ctx)
-	inLine(t, ctx, la, 1)
-	holder := rawClient(t).Get(ctx, key(la)).Val()
-	slow.Store(true)
-	forced := make(chan error, 1)
-	go func() { _, err := la.ForceRelease(ctx, holder); forced <- err }()
-	b := recv(t, bOwner, "b's Lock") // (granted by the force)
-	if err := a2.Unlock(); err != nil {
-		t.Logf("a2's Unlock: %v", err)
-	}
-	if err := recv(t, a3, "a3's Lock"); err == nil {
-		t.Fatal("a goroutine of the forcing process took the lock while the force's grantee held it")
-	}
-	if err := b.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	if err := recv(t, forced, "the force"); err != nil {
-		t.Fatal(err)
+			la := mustGen(t, ga, "FORCE", target(t), 5*time.Second)
+			lb := mustGen(t, gb, "FORCE", target(t), 5*time.Second)
+			ctx := ctxT(t, 30*time.Second)
+			a1 := mustLock(t, la, ctx)
+			passed := lockAsync(t, la, ctx)
+			waitFor(t, func() bool { return ga.Waiters(key(la)) })
+			if err := a1.Unlock(); err != nil { // (passed on: the renewal before the pass brings a block of tokens)
+				t.Fatal(err)
+			}
+			a2 := recv(t, passed, "the pass")
+			a3 := make(chan error, 1) // a goroutine of a's process that waits for the lock
+			actx, cancel := context.WithTimeout(ctx, 4*time.Second)
+			defer cancel()
+			go func() {
+				o, err := la.Lock(actx)
+				if err == nil {
+					_ = o.Unlock()
+				}
+				a3 <- err
+			}()
+			waitFor(t, func() bool { return ga.Waiters(key(la)) })
+			bOwner := lockAsync(t, lb, ctx)
+			inLine(t, ctx, la, 1)
+			holder := rawClient(t).Get(ctx, key(la)).Val()
+			slow.Store(true)
+			forced := make(chan error, 1)
+			go func() {
+				fctx, cancel := context.WithTimeout(ctx, forceFor)
+				defer cancel()
+				_, err := la.ForceRelease(fctx, holder)
+				forced <- err
+			}()
+			b := recv(t, bOwner, "b's Lock") // (granted by the force)
+			if err := a2.Unlock(); err != nil {
+				t.Logf("a2's Unlock: %v", err)
+			}
+			if err := recv(t, a3, "a3's Lock"); err == nil {
+				t.Fatal("a goroutine of the forcing process took the lock while the force's grantee held it")
+			}
+			if err := b.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if err := recv(t, forced, "the force"); (err != nil) != (how != "a slow answer") {
+				t.Fatalf("ForceRelease = %v", err)
+			}
+		})
 	}
 }
 

@@ -188,12 +188,14 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 //
 // A holder in this Generator learns of its loss at once (when the force's outcome is unknown —
 // Redis failed, ctx ended — it asks Redis at once, after any answer of its own on its way, and
-// so does a holding an answer on its way begins with holder), and while the force is on its
-// way no goroutine here is passed the holding's tenure; one elsewhere learns of it at its
-// next renewal (within three quarters of its lease) or release, as of any loss, so until then
-// two processes may act as owners — use fencing tokens downstream. It returns ErrInvalidConfig
-// for an empty holder, a *RedisProcessError when Redis failed, ctx's error when ctx ended
-// first, and ErrClosed after Close. Safe for concurrent use.
+// so does a holding an answer on its way begins with holder), and no goroutine here is passed
+// the holding's tenure while the force is on its way, nor, after an answer that does not say it
+// removed the holder, until a renewal finds the key still the tenure's (a force that Redis runs
+// only after its answer was given up for lost is as one from elsewhere). A holder elsewhere
+// learns of its loss at its next renewal (within three quarters of its lease) or release, as of
+// any loss, so until then two processes may act as owners — use fencing tokens downstream. It
+// returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed, ctx's
+// error when ctx ended first, and ErrClosed after Close. Safe for concurrent use.
 func (l *DistributedReentrantLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
 	removed, err := l.forceRelease(ctx, holder)
 	return removed, l.named(err)
@@ -221,15 +223,14 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	removed := err == nil && res.Outcome == processor.Released
 	st := l.g.lookup(l.cfg.UniqueKey())
 	if forcing != nil && forcing.st != st { // (its state was dropped: the tenure ended)
-		forcing.st.mu.Lock()
-		forcing.forcing--
-		forcing.st.mu.Unlock()
 		forcing = nil
 	}
 	if st != nil {
 		st.mu.Lock()
-		if forcing != nil {
+		if forcing != nil && removed {
 			forcing.forcing--
+		} else if forcing != nil {
+			forcing.owed++ // (its passes wait for the check renewal below: tenure.Renew)
 		}
 		if removed {
 			// A tenure of this Generator is told at once, or, if it is being taken just now,
@@ -251,7 +252,9 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 			// process's) must not replace it.
 			st.unsure = holder
 		}
-		st.signalLocked(HowRetry)
+		if removed {
+			st.signalLocked(HowRetry)
+		}
 		st.mu.Unlock()
 	}
 	if !removed {

@@ -40,10 +40,13 @@ type tenure struct {
 	// unless a renewal sent after keptAt found the key still the tenure's (renewed).
 	kept   *holding
 	keptAt time.Time
-	// forcing counts this process's ForceRelease calls of the tenure's locker on their way:
+	// forcing counts this process's ForceRelease calls of the tenure's locker on their way,
+	// and those that did not answer that they removed it (owed of them), until a renewal of
+	// the expander sent after their answer renews the key (they ask for one at once):
 	// meanwhile no goroutine takes the tenure (the force may have removed the key and granted
-	// it elsewhere before its answer or its release message tells); its answer signals.
-	forcing int
+	// it elsewhere before its answer, its release message or a renewal tells). A force that
+	// answers removed ends the tenure.
+	forcing, owed int
 }
 
 // keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
@@ -148,7 +151,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 		st.mu.Unlock()
 		return nil
 	}
-	cfg, order, check := t.cfg, t.order(), t.checkNow
+	cfg, order, check, owed := t.cfg, t.order(), t.checkNow, t.owed // (forces answered before it: tenure.forcing)
 	t.checkNow = false
 	req := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin, Unreleased: st.unreleasedLocked(t.entity.Locker)}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
@@ -184,6 +187,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 	defer st.mu.Unlock()
 	if !t.over {
 		t.renewed(sent, cfg, order, false, res.Token, req.Tokens) // (keeps the lease as set since)
+		t.forcing, t.owed = t.forcing-owed, t.owed-owed
 		if st.phase == free && st.q.HasWaiters() {
 			st.signalLocked(HowRetry) // a taker that failed to renew may take it now
 		}
