@@ -2531,18 +2531,30 @@ func TestHoldOverLetsTheKeyGoWhenNobodyComesBack(t *testing.T) {
 // or the renewal of a goroutine that comes back for it, and that is the loss of the holding
 // the Unlock let go, as a retried release's is: logged at Warn and told to the Observer after
 // the holding's ReleaseEvent — whether the linger's end, Close or a goroutine's renewal (one
-// of another lease) finds it.
+// of another lease) finds it, or the give-back of the kept tenure after a goroutine that came
+// back past the hand-off limit got no answer to its yield check (given back as that holding's
+// release is retried).
 func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
-	for _, how := range []string{"the linger ends", "Close", "a goroutine renews"} {
+	for _, how := range []string{"the linger ends", "Close", "a goroutine renews", "a yield check gets no answer"} {
 		t.Run(how, func(t *testing.T) {
-			linger := 100 * time.Millisecond
+			linger, opts := 100*time.Millisecond, []dlock.Option{dlock.WithHoldOver(true)}
 			if how != "the linger ends" {
 				linger = time.Minute
 			}
+			if how == "a yield check gets no answer" {
+				opts = append(opts, dlock.WithLocalHandOff(200*time.Millisecond))
+			}
 			rec := &recorder{}
 			core, logs := observer.New(zap.WarnLevel)
-			la, _, ga, _, a := relockPair(t, linger, dlock.WithHoldOver(true), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+			var mute atomic.Bool
+			ga, cla := newGen(t, append(opts, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))...)
+			gb, _ := newGen(t)
+			cla.AddHook(unanswered("renew", &mute))
+			ga.Relock(linger)
+			la := mustGen(t, ga, "RELOCK", target(t), 5*time.Second)
+			lb := mustGen(t, gb, "RELOCK", target(t), 5*time.Second)
 			ctx := ctxT(t, 30*time.Second)
+			a := takeAfterWaiting(t, ctx, la, lb)
 			tok, _ := la.FencingToken(a)
 			rawClient(t).Del(ctx, key(la)) // (no message: nothing tells the process)
 			if err := a.Unlock(); err != nil {
@@ -2561,6 +2573,15 @@ func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
 				if err := o.Unlock(); err != nil {
 					t.Fatal(err)
 				}
+			case "a yield check gets no answer":
+				time.Sleep(250 * time.Millisecond) // past the hand-off limit: the goroutine that comes back renews with a yield check
+				mute.Store(true)
+				lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				_, err := la.Lock(lctx)
+				cancel()
+				if err == nil || mute.Load() {
+					t.Fatalf("setup: Lock = %v, renewal sent %v; want the yield check sent and unanswered", err, !mute.Load())
+				}
 			}
 			if err := ga.Close(ctx); err != nil { // (it waits for the release's background work)
 				t.Fatalf("Close = %v", err)
@@ -2578,53 +2599,6 @@ func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
 				t.Fatalf("ReleaseEvents %+v; want the holding's, without error (its Unlock returned nil)", released)
 			}
 		})
-	}
-}
-
-// The loss of a key an Unlock kept (WithHoldOver) is told too when a goroutine comes back
-// past the hand-off limit and its yield check gets no answer: the kept tenure is then given
-// back as the holding's release is retried, which finds the key gone and tells that holding's
-// loss (the key was removed before the Unlock that kept it).
-func TestHoldOverTellsTheLossTheGiveBackOfAnUnansweredYieldFinds(t *testing.T) {
-	rec := &recorder{}
-	core, logs := observer.New(zap.WarnLevel)
-	var mute atomic.Bool
-	ga, cla := newGen(t, dlock.WithHoldOver(true), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)),
-		dlock.WithLocalHandOff(200*time.Millisecond))
-	gb, _ := newGen(t)
-	cla.AddHook(unanswered("renew", &mute))
-	ga.Relock(time.Minute)
-	la := mustGen(t, ga, "RELOCK", target(t), 5*time.Second)
-	lb := mustGen(t, gb, "RELOCK", target(t), 5*time.Second)
-	ctx := ctxT(t, 30*time.Second)
-	a := takeAfterWaiting(t, ctx, la, lb)
-	tok, _ := la.FencingToken(a)
-	rawClient(t).Del(ctx, key(la)) // (no message: nothing tells the process)
-	if err := a.Unlock(); err != nil {
-		t.Fatalf("Unlock = %v; want nil (the key kept, nothing asked)", err)
-	}
-	if !ga.Lingering(key(la)) {
-		t.Fatal("setup: the Unlock kept nothing")
-	}
-	time.Sleep(250 * time.Millisecond) // past the hand-off limit: the goroutine that comes back renews with a yield check
-	mute.Store(true)
-	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := la.Lock(lctx)
-	cancel()
-	if err == nil || mute.Load() {
-		t.Fatalf("setup: Lock = %v, renewal sent %v; want the yield check sent and unanswered", err, !mute.Load())
-	}
-	if err := ga.Close(ctx); err != nil { // (it waits for the give-back)
-		t.Fatalf("Close = %v", err)
-	}
-	if n := logs.FilterMessage("dlock: lock lost before release").Len(); n != 1 {
-		t.Fatalf("%d warnings of the loss; want 1", n)
-	}
-	rec.mu.Lock()
-	lost := slices.Clone(rec.lost)
-	rec.mu.Unlock()
-	if len(lost) != 1 || lost[0].Token != tok || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
-		t.Fatalf("the Observer was told of losses %+v; want one, of the holding the Unlock let go (token %d)", lost, tok)
 	}
 }
 
