@@ -166,6 +166,144 @@ func TestForceReleaseOnItsWayPassesTheTenureToNoGoroutine(t *testing.T) {
 	}
 }
 
+// A ForceRelease of this process sent while the take that begins the holder's tenure is on its
+// way (the key holds the locker in Redis already, so State names it) holds the tenure's passes
+// back as one sent after it began does: no goroutine here is passed the tenure while the
+// force is on its way, also after the force ran in Redis and granted the key to another
+// process.
+func TestForceReleaseSentAsTheTenureBeginsPassesItToNoGoroutine(t *testing.T) {
+	var slowLock, slowForce, preForce, bHolds, violated atomic.Bool
+	ga, cla := newGen(t, dlock.WithNotifications(false), dlock.WithLocalHandOff(time.Minute))
+	gb, _ := newGen(t)
+	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("force")(cmd.Args()) && slowForce.Load() {
+			if preForce.CompareAndSwap(false, true) {
+				time.Sleep(1500 * time.Millisecond) // runs in Redis after a2's renewal
+			}
+			err := next(ctx, cmd)
+			if err == nil {
+				time.Sleep(2500 * time.Millisecond) // and its answer is slow
+			}
+			return err
+		}
+		err := next(ctx, cmd)
+		if scriptIs("lock")(cmd.Args()) && err == nil && slowLock.CompareAndSwap(true, false) {
+			time.Sleep(800 * time.Millisecond) // the take's answer is slow
+		}
+		return err
+	}})
+	la := mustGen(t, ga, "FORCE", target(t), 5*time.Second)
+	lb := mustGen(t, gb, "FORCE", target(t), 5*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	raw := rawClient(t)
+	start := time.Now()
+	slowLock.Store(true)
+	a1c := lockAsync(t, la, ctx)
+	waitFor(t, func() bool { return raw.Get(ctx, key(la)).Val() != "" })
+	holder := raw.Get(ctx, key(la)).Val()
+	bDone := make(chan struct{})
+	go func() { // b: granted the key by the force
+		defer close(bDone)
+		o, err := lb.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		t.Logf("b took at %v", time.Since(start))
+		bHolds.Store(true)
+		time.Sleep(1500 * time.Millisecond)
+		bHolds.Store(false)
+		_ = o.Unlock()
+	}()
+	inLine(t, ctx, la, 1)
+	slowForce.Store(true)
+	forced := make(chan error, 1)
+	go func() { _, err := la.ForceRelease(ctx, holder); forced <- err }()
+	a1 := recv(t, a1c, "a1's Lock") // the tenure begins after the force was sent
+	t.Logf("a1 took at %v", time.Since(start))
+	here := func(name string, hold time.Duration) <-chan error { // a goroutine of a's process
+		got := make(chan error, 1)
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+			defer cancel()
+			o, err := la.Lock(actx)
+			if err == nil {
+				t.Logf("%s took at %v (b holds: %v)", name, time.Since(start), bHolds.Load())
+				if bHolds.Load() {
+					violated.Store(true)
+				}
+				time.Sleep(hold)
+				_ = o.Unlock()
+			}
+			got <- err
+		}()
+		return got
+	}
+	a2 := here("a2", time.Second) // (passed with a renewal, before the force ran in Redis)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	a3 := here("a3", 0)
+	time.Sleep(50 * time.Millisecond)
+	if err := a1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a2: %v, a3: %v", recv(t, a2, "a2"), recv(t, a3, "a3"))
+	<-bDone
+	if err := recv(t, forced, "the force"); err != nil {
+		t.Fatal(err)
+	}
+	if violated.Load() {
+		t.Error("a goroutine of the forcing process was passed the tenure while the force's grantee held the key")
+	}
+}
+
+// A ForceRelease of the process's own tenure that gets no answer holds passes back only until
+// the renewal it asks for renews the key: a waiter parked meanwhile is woken and passed the
+// tenure then, not at the lease's next renewal.
+func TestForceReleaseOfUnknownOutcomeHoldsPassesBackOnlyUntilARenewal(t *testing.T) {
+	var slowRenew atomic.Bool
+	ga, cla := newGen(t, dlock.WithNotifications(false), dlock.WithLocalHandOff(time.Minute))
+	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if scriptIs("force")(cmd.Args()) && slowRenew.Load() {
+			return context.DeadlineExceeded // (as if sent and its answer lost: runs nothing)
+		}
+		err := next(ctx, cmd)
+		if scriptIs("renew")(cmd.Args()) && slowRenew.Load() {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return err
+	}})
+	la := mustGen(t, ga, "FORCE", target(t), 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	a1 := mustLock(t, la, ctx)
+	a2c := lockAsync(t, la, ctx)
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	if err := a1.Unlock(); err != nil { // (the pass's renewal brings a block of tokens)
+		t.Fatal(err)
+	}
+	a2 := recv(t, a2c, "a2")
+	holder := rawClient(t).Get(ctx, key(la)).Val()
+	done := make(chan error, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		o, err := la.Lock(actx)
+		if err == nil {
+			_ = o.Unlock()
+		}
+		done <- err
+	}()
+	waitFor(t, func() bool { return ga.Waiters(key(la)) })
+	slowRenew.Store(true)
+	_, ferr := la.ForceRelease(ctx, holder)
+	t.Logf("ForceRelease: %v", ferr)
+	start := time.Now()
+	_ = a2.Unlock() // a3 parks: the force's check renewal is on its way (300 ms)
+	if err := recv(t, done, "a3"); err != nil {
+		t.Fatalf("a3 was not passed the tenure after the check renewal: %v", err)
+	}
+	t.Logf("a3 took %v after the Unlock", time.Since(start))
+}
+
 // A ForceRelease elsewhere of a key that one of a process's final Unlocks kept (WithHoldOver),
 // after a renewal sent after that Unlock renewed the key, removes a key no goroutine holds:
 // the holding whose Unlock returned nil was not lost, and no loss of it is told. (A removal

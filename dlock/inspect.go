@@ -209,11 +209,19 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
 	var forcing *tenure // a tenure of this Generator under holder (tenure.forcing)
+	var pre *lockState  // counted in pre.preForce: no tenure under holder yet
 	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
 		st.mu.Lock()
 		if t := st.ten; t != nil && t.entity.Locker == holder {
 			forcing = t
 			t.forcing++
+		} else if a := st.line.attempt; a != nil && a.locker == holder || st.phase == asking && st.asking == holder {
+			// (a tenure under holder may begin before the answer: startTenure counts it)
+			if st.preForce == nil {
+				st.preForce = map[string]int{}
+			}
+			st.preForce[holder]++
+			pre = st
 		}
 		st.mu.Unlock()
 	}
@@ -225,8 +233,19 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	if forcing != nil && forcing.st != st { // (its state was dropped: the tenure ended)
 		forcing = nil
 	}
+	if pre != nil && pre != st {
+		pre = nil
+	}
 	if st != nil {
 		st.mu.Lock()
+		if pre != nil {
+			if st.preForce[holder]--; st.preForce[holder] == 0 {
+				delete(st.preForce, holder)
+			}
+			if t := st.ten; t != nil && t.entity.Locker == holder && forcing == nil {
+				forcing = t // (began since: startTenure counted this force)
+			}
+		}
 		if forcing != nil && removed {
 			forcing.forcing--
 		} else if forcing != nil {

@@ -111,6 +111,9 @@ type lockState struct {
 	asking   string // the locker of the lock.lua in flight (phase asking)
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)
+	// preForce counts, by locker, ForceRelease calls here on their way of an attempt's (or
+	// an ask's) locker that had no tenure yet as they were sent (tenure.forcing).
+	preForce map[string]int
 	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
 	// first try is on its way: the line is left after it, not beside it (settleLocked).
 	unreleased int

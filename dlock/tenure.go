@@ -40,12 +40,13 @@ type tenure struct {
 	// unless a renewal sent after keptAt found the key still the tenure's (renewed).
 	kept   *holding
 	keptAt time.Time
-	// forcing counts this process's ForceRelease calls of the tenure's locker on their way,
-	// and those that did not answer that they removed it (owed of them), until a renewal of
-	// the expander sent after their answer renews the key (they ask for one at once):
-	// meanwhile no goroutine takes the tenure (the force may have removed the key and granted
-	// it elsewhere before its answer, its release message or a renewal tells). A force that
-	// answers removed ends the tenure.
+	// forcing counts this process's ForceRelease calls of the tenure's locker on their way
+	// (sent before it began too: lockState.preForce), and, as owed of them, those that did
+	// not answer that they removed it (one whose answer came before the tenure began too:
+	// startTenure's unsure), until a renewal of the expander sent after their answer renews
+	// the key (they ask for one at once): meanwhile no goroutine takes the tenure (the force
+	// may have removed the key and granted it elsewhere before its answer, its release
+	// message or a renewal tells). A force that answers removed ends the tenure.
 	forcing, owed int
 }
 
@@ -67,6 +68,7 @@ func (t *tenure) keptLost() func(cause error) {
 func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig, tokens int) *tenure {
 	t := &tenure{st: st, entity: ent, cfg: cfg, until: domain.HeldUntil(ent.LockTime, ent.Lease),
 		next: ent.Token, end: ent.Token + uint64(tokens), last: ent.Token - 1, since: time.Now()}
+	t.forcing = st.preForce[ent.Locker] // (forces of its locker sent before it began)
 	st.ten, st.phase = t, free
 	// the attempt took the key: a failure before it is over (a goroutine that gives up names none)
 	st.fault = nil
@@ -74,8 +76,10 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 	t.exp = threads.StartExpanderAt(st.g.clean, t, &st.g.group, t.until.Add(-cfg.Lease()/4)) // (Schedule's RenewAt)
 	if st.unsure == ent.Locker {
 		// taken (or granted) as a ForceRelease here of its locker ran, whose outcome is
-		// unknown: its answer says nothing of the force, so it asks Redis at once
+		// unknown: its answer says nothing of the force, so it asks Redis at once, and passes
+		// wait for that renewal (tenure.forcing)
 		st.unsure, t.checkNow = "", true
+		t.forcing, t.owed = t.forcing+1, t.owed+1
 		t.exp.Poke()
 	}
 	return t
