@@ -208,20 +208,12 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	if holder == "" {
 		return false, fmt.Errorf("%w: ForceRelease needs the holder to remove (State's Holder)", ErrInvalidConfig)
 	}
-	var forcing *tenure // a tenure of this Generator under holder (tenure.forcing)
-	var pre *lockState  // counted in pre.preForce: no tenure under holder yet
+	var counted *lockState // where this force is counted (forces)
 	if st := l.g.lookup(l.cfg.UniqueKey()); st != nil {
 		st.mu.Lock()
-		if t := st.ten; t != nil && t.entity.Locker == holder {
-			forcing = t
-			t.forcing++
-		} else if a := st.line.attempt; a != nil && a.locker == holder || st.phase == asking && st.asking == holder {
-			// (a tenure under holder may begin before the answer: startTenure counts it)
-			if st.preForce == nil {
-				st.preForce = map[string]int{}
-			}
-			st.preForce[holder]++
-			pre = st
+		if t := st.ten; t != nil && t.entity.Locker == holder || st.mayBegin(holder) {
+			st.forces.sent(holder)
+			counted = st
 		}
 		st.mu.Unlock()
 	}
@@ -230,26 +222,10 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	})
 	removed := err == nil && res.Outcome == processor.Released
 	st := l.g.lookup(l.cfg.UniqueKey())
-	if forcing != nil && forcing.st != st { // (its state was dropped: the tenure ended)
-		forcing = nil
-	}
-	if pre != nil && pre != st {
-		pre = nil
-	}
 	if st != nil {
 		st.mu.Lock()
-		if pre != nil {
-			if st.preForce[holder]--; st.preForce[holder] == 0 {
-				delete(st.preForce, holder)
-			}
-			if t := st.ten; t != nil && t.entity.Locker == holder && forcing == nil {
-				forcing = t // (began since: startTenure counted this force)
-			}
-		}
-		if forcing != nil && removed {
-			forcing.forcing--
-		} else if forcing != nil {
-			forcing.owed++ // (its passes wait for the check renewal below: tenure.Renew)
+		if counted == st {
+			st.forces.answered(holder, removed)
 		}
 		if removed {
 			// A tenure of this Generator is told at once, or, if it is being taken just now,
@@ -261,7 +237,8 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 			if t := st.ten; t != nil && t.entity.Locker == holder {
 				st.loseLocked(t, errForced)
 			}
-		} else if a := st.line.attempt; a != nil && a.locker == holder || st.phase == asking && st.asking == holder {
+			st.signalLocked(HowRetry)
+		} else if st.mayBegin(holder) {
 			// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
 			// removed by an earlier copy of this request whose reply was lost: a tenure of this
 			// Generator under holder renews at once (below), and learns whether it still holds
@@ -270,9 +247,6 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 			// attempt's, or the ask's in flight): a force of another (a stale holder, another
 			// process's) must not replace it.
 			st.unsure = holder
-		}
-		if removed {
-			st.signalLocked(HowRetry)
 		}
 		st.mu.Unlock()
 	}
@@ -283,6 +257,71 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 		return false, unlate(err)
 	}
 	return removed, nil
+}
+
+// forces counts, by locker of this process (its tenure's, or an attempt's or an ask's that
+// may begin one), the ForceRelease calls here of that locker on their way, and, as owed of
+// them, those whose answer did not say they removed it, until a renewal of the tenure sent
+// after that answer renews the key (checked: the force asks for one at once). Meanwhile no
+// goroutine takes a tenure under that locker (hold): the force may have removed the key and
+// granted it elsewhere before its answer, its release message or a renewal tells. A force
+// that answers removed ends the tenure. Guarded by the state's mutex.
+type forces map[string]*forceCount
+
+type forceCount struct{ on, owed int }
+
+// sent counts a force of locker about to be sent.
+func (f *forces) sent(locker string) {
+	if *f == nil {
+		*f = forces{}
+	}
+	c := (*f)[locker]
+	if c == nil {
+		c = &forceCount{}
+		(*f)[locker] = c
+	}
+	c.on++
+}
+
+// answered ends the count of a force of locker that sent counted: at once if it removed the
+// locker, else once a renewal checks it.
+func (f forces) answered(locker string, removed bool) {
+	if !removed {
+		f[locker].owed++
+		return
+	}
+	if f[locker].on--; f[locker].on == 0 {
+		delete(f, locker)
+	}
+}
+
+// checked ends the count of n owed forces of locker (owedNow as a renewal was sent, which
+// renewed the key).
+func (f forces) checked(locker string, n int) {
+	if c := f[locker]; c != nil && n > 0 {
+		c.on, c.owed = c.on-n, c.owed-n
+		if c.on == 0 {
+			delete(f, locker)
+		}
+	}
+}
+
+// hold reports whether a tenure under locker must not be passed on.
+func (f forces) hold(locker string) bool { return f[locker] != nil }
+
+// owedNow returns how many forces a renewal sent now checks.
+func (c *forceCount) owedNow() int {
+	if c == nil {
+		return 0
+	}
+	return c.owed
+}
+
+// mayBegin reports whether locker is the open attempt's, or the ask's on its way: a tenure
+// may begin under it. The caller holds mu.
+func (st *lockState) mayBegin(locker string) bool {
+	a := st.line.attempt
+	return a != nil && a.locker == locker || st.phase == asking && st.asking == locker
 }
 
 // checkTenure has the tenure of key under locker, if this Generator holds one, renew at once.

@@ -111,9 +111,7 @@ type lockState struct {
 	asking   string // the locker of the lock.lua in flight (phase asking)
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)
-	// preForce counts, by locker, ForceRelease calls here on their way of an attempt's (or
-	// an ask's) locker that had no tenure yet as they were sent (tenure.forcing).
-	preForce map[string]int
+	forces   forces // ForceRelease calls here of this process's lockers: no pass meanwhile
 	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
 	// first try is on its way: the line is left after it, not beside it (settleLocked).
 	unreleased int
@@ -178,8 +176,8 @@ const (
 func (st *lockState) next(ctx context.Context, cfg domain.DLockConfig, tried bool, triedAt uint64, wait bool) (step, *holding, uint64) {
 	switch st.phase {
 	case free:
-		if st.ten.forcing > 0 {
-			break // (a ForceRelease of this process on its way: tenure.forcing)
+		if st.forces.hold(st.ten.entity.Locker) {
+			break // (a ForceRelease of this process may have removed it: forces)
 		}
 		if !st.ten.mustRenew(cfg) {
 			return stepTaken, st.take(ctx, cfg), st.epoch
@@ -732,7 +730,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 				st.line.queued = false
 			}
 		}
-		if t.mustRenew(cfg) || t.forcing > 0 { // the reply came late (renew again), or a force of this process is on its way
+		if t.mustRenew(cfg) || st.forces.hold(t.entity.Locker) { // the reply came late (renew again), or a force of this process may have removed it
 			st.phase = free
 			st.signalLocked(HowRetry)
 			return nil, nil

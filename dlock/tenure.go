@@ -40,14 +40,6 @@ type tenure struct {
 	// unless a renewal sent after keptAt found the key still the tenure's (renewed).
 	kept   *holding
 	keptAt time.Time
-	// forcing counts this process's ForceRelease calls of the tenure's locker on their way
-	// (sent before it began too: lockState.preForce), and, as owed of them, those that did
-	// not answer that they removed it (one whose answer came before the tenure began too:
-	// startTenure's unsure), until a renewal of the expander sent after their answer renews
-	// the key (they ask for one at once): meanwhile no goroutine takes the tenure (the force
-	// may have removed the key and granted it elsewhere before its answer, its release
-	// message or a renewal tells). A force that answers removed ends the tenure.
-	forcing, owed int
 }
 
 // keptLost returns what tells the Observer of the loss of t.kept, after its ReleaseEvent, or
@@ -68,7 +60,6 @@ func (t *tenure) keptLost() func(cause error) {
 func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig, tokens int) *tenure {
 	t := &tenure{st: st, entity: ent, cfg: cfg, until: domain.HeldUntil(ent.LockTime, ent.Lease),
 		next: ent.Token, end: ent.Token + uint64(tokens), last: ent.Token - 1, since: time.Now()}
-	t.forcing = st.preForce[ent.Locker] // (forces of its locker sent before it began)
 	st.ten, st.phase = t, free
 	// the attempt took the key: a failure before it is over (a goroutine that gives up names none)
 	st.fault = nil
@@ -76,10 +67,8 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 	t.exp = threads.StartExpanderAt(st.g.clean, t, &st.g.group, t.until.Add(-cfg.Lease()/4)) // (Schedule's RenewAt)
 	if st.unsure == ent.Locker {
 		// taken (or granted) as a ForceRelease here of its locker ran, whose outcome is
-		// unknown: its answer says nothing of the force, so it asks Redis at once, and passes
-		// wait for that renewal (tenure.forcing)
+		// unknown: its answer says nothing of the force, so it asks Redis at once
 		st.unsure, t.checkNow = "", true
-		t.forcing, t.owed = t.forcing+1, t.owed+1
 		t.exp.Poke()
 	}
 	return t
@@ -155,7 +144,8 @@ func (t *tenure) Renew(ctx context.Context) error {
 		st.mu.Unlock()
 		return nil
 	}
-	cfg, order, check, owed := t.cfg, t.order(), t.checkNow, t.owed // (forces answered before it: tenure.forcing)
+	cfg, order, check := t.cfg, t.order(), t.checkNow
+	owed := st.forces[t.entity.Locker].owedNow() // (forces answered before it: lockState.forces)
 	t.checkNow = false
 	req := processor.RenewRequest{Locker: t.entity.Locker, Origin: t.origin, Unreleased: st.unreleasedLocked(t.entity.Locker)}
 	if st.q.HasWaiters() && t.next+blockSize/4 >= t.end {
@@ -191,7 +181,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 	defer st.mu.Unlock()
 	if !t.over {
 		t.renewed(sent, cfg, order, false, res.Token, req.Tokens) // (keeps the lease as set since)
-		t.forcing, t.owed = t.forcing-owed, t.owed-owed
+		st.forces.checked(t.entity.Locker, owed)
 		if st.phase == free && st.q.HasWaiters() {
 			st.signalLocked(HowRetry) // a taker that failed to renew may take it now
 		}
