@@ -127,16 +127,7 @@ func TestForceReleaseOnItsWayPassesTheTenureToNoGoroutine(t *testing.T) {
 				t.Fatal(err)
 			}
 			a2 := recv(t, passed, "the pass")
-			a3 := make(chan error, 1) // a goroutine of a's process that waits for the lock
-			actx, cancel := context.WithTimeout(ctx, 4*time.Second)
-			defer cancel()
-			go func() {
-				o, err := la.Lock(actx)
-				if err == nil {
-					_ = o.Unlock()
-				}
-				a3 <- err
-			}()
+			a3 := lockBriefly(la, ctx, 4*time.Second) // a goroutine of a's process that waits for the lock
 			waitFor(t, func() bool { return ga.Waiters(key(la)) })
 			bOwner := lockAsync(t, lb, ctx)
 			inLine(t, ctx, la, 1)
@@ -289,16 +280,7 @@ func TestForceReleaseOfUnknownOutcomeHoldsPassesBackOnlyUntilARenewal(t *testing
 	}
 	a2 := recv(t, a2c, "a2")
 	holder := rawClient(t).Get(ctx, key(la)).Val()
-	done := make(chan error, 1)
-	go func() {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		o, err := la.Lock(actx)
-		if err == nil {
-			_ = o.Unlock()
-		}
-		done <- err
-	}()
+	done := lockBriefly(la, ctx, 2*time.Second)
 	waitFor(t, func() bool { return ga.Waiters(key(la)) })
 	slowRenew.Store(true)
 	_, ferr := la.ForceRelease(ctx, holder)

@@ -625,6 +625,22 @@ func lockAsync(t testing.TB, l *dlock.DistributedReentrantLock, ctx context.Cont
 	return got
 }
 
+// lockBriefly runs l.Lock with a deadline of d in a goroutine, unlocks at once what it got,
+// and sends the Lock's error.
+func lockBriefly(l *dlock.DistributedReentrantLock, ctx context.Context, d time.Duration) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		o, err := l.Lock(lctx)
+		if err == nil {
+			_ = o.Unlock()
+		}
+		got <- err
+	}()
+	return got
+}
+
 type rgLockResult struct {
 	owned context.Context
 	err   error
