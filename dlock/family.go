@@ -321,7 +321,10 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // holding whose take's answer is on its way is dropped as the answer comes (its waiters ask
 // again). When ForceRelease's own answer is lost, the holding asks Redis whether it still
 // holds: at once, or at its downgrade's next try (a moment later) — also one whose take, renewal
-// or downgrade was answered after, which says nothing of the force. A holder elsewhere learns
+// or downgrade was answered after, which says nothing of the force. While the force is on its
+// way, and after an answer that does not say it removed the holding until Redis says it still
+// holds, the holding lends to no goroutine new: the force may have removed it and served
+// another process before its answer comes. A holder elsewhere learns
 // of it at its next renewal (within three quarters of its lease), its downgrade's next try,
 // or its release, so until then it may act as if it held — use fencing tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
@@ -354,24 +357,29 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 	case g.isClosed():
 		return false, ErrClosed
 	}
+	key := sharedKey(cfg.UniqueKey(), spec.Kind)
+	st := g.lookupShared(key)
+	counted := st != nil && st.forceSent(holder)
 	res, err := call(g, ctx, func(ctx context.Context) (processor.SharedResult, error) {
 		return g.redis.SharedForce(ctx, cfg, spec, holder)
 	})
 	removed := err == nil && res.Outcome == processor.Released
-	if st := g.lookupShared(sharedKey(cfg.UniqueKey(), spec.Kind)); st != nil {
+	if !counted {
+		st = g.lookupShared(key)
+	}
+	if st != nil {
 		// A holding of this Generator under holder (or whose downgrade's take, its answer on
 		// its way or lost, is holder's) ends at once if it was removed; if the
 		// outcome is unknown (a reply lost), or the holding was gone already — perhaps removed
 		// by an earlier copy of this request whose reply was lost — it renews at once, and
-		// learns whether it still holds.
+		// learns whether it still holds (a holding its take makes meanwhile does too: took).
 		st.mu.Lock()
 		now := time.Now()
-		if st.attempt != nil && st.attempt.locker == holder {
-			if removed {
-				st.forced = holder // taken, its answer on its way: took drops it
-			} else {
-				st.unsure = holder // perhaps taken, its answer on its way: the holding checks at once
-			}
+		if counted {
+			st.forces.answered(holder, removed)
+		}
+		if removed && st.attempt != nil && st.attempt.locker == holder {
+			st.forced = holder // taken, its answer on its way: took drops it
 		}
 		for _, h := range st.holds {
 			switch {

@@ -164,6 +164,138 @@ func TestForceReleaseOnItsWayPassesTheTenureToNoGoroutine(t *testing.T) {
 	}
 }
 
+// A ForceRelease of this process on its way holds back what the read-write lock's or the
+// semaphore's holding it names would lend, as it holds back the mutex's passes: the force may
+// have removed the holding in Redis and served another process before its answer comes. No
+// goroutine of the forcing process is lent the holding meanwhile — not a reader that comes
+// after the force, not a writer or a permit passed on at an Unlock — while the process the
+// force served holds.
+func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
+	type take func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
+	rlock := func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+		return rwOf(t, g, tg).RLock(ctx)
+	}
+	wlock := func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+		return rwOf(t, g, tg).Lock(ctx)
+	}
+	permit := func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
+		return semOf(t, g, tg, 1).Acquire(ctx, 1)
+	}
+	for _, k := range []struct {
+		name        string
+		first, more take // a's goroutines: the holding's first borrower, and the one it would lend to next
+		other       take // b's, in line as the force serves it
+		atUnlock    bool // the holding would be passed on at the first's Unlock (else lent at once)
+		sem         bool
+	}{
+		{name: "a reader that comes after the force", first: rlock, more: rlock, other: wlock},
+		{name: "a writer passed on at an Unlock", first: wlock, more: wlock, other: wlock, atUnlock: true},
+		{name: "a permit passed on at an Unlock", first: permit, more: permit, other: permit, atUnlock: true, sem: true},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			var slow atomic.Bool
+			// a's lease is long: no renewal tells it of b in line, or of the removal, in the test
+			ga, cla := newGen(t, dlock.WithNotifications(false), dlock.WithDefaultLease(20*time.Second))
+			gb, _ := newGen(t)
+			cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if err == nil && slow.Load() && scriptIs("shared")(cmd.Args()) && slices.Contains(cmd.Args(), any("force")) {
+					time.Sleep(2 * time.Second) // ran in Redis; the answer is slow
+				}
+				return err
+			}})
+			tg := uniqueTarget(t)
+			key := rwOf(t, ga, tg).Config().UniqueKey()
+			if k.sem {
+				key = semOf(t, ga, tg, 1).Config().UniqueKey()
+			}
+			state := func(ctx context.Context) (dlock.SharedState, error) {
+				if k.sem {
+					return semOf(t, ga, tg, 1).State(ctx)
+				}
+				return rwOf(t, ga, tg).State(ctx)
+			}
+			force := func(ctx context.Context, holder string) (bool, error) {
+				if k.sem {
+					return semOf(t, ga, tg, 1).ForceRelease(ctx, holder)
+				}
+				return rwOf(t, ga, tg).ForceRelease(ctx, holder)
+			}
+			ctx := ctxT(t, 30*time.Second)
+			a1, err := k.first(ctx, ga, tg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			briefly := func() <-chan error { // a goroutine of a that wants the lock for a while
+				got := make(chan error, 1)
+				go func() {
+					lctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+					defer cancel()
+					o, err := k.more(lctx, ga, tg)
+					if err == nil {
+						_ = o.Unlock()
+					}
+					got <- err
+				}()
+				return got
+			}
+			var a2 <-chan error
+			if k.atUnlock {
+				a2 = briefly()
+				waitFor(t, func() bool { return ga.SharedWaiters(key) > 0 })
+			}
+			bOwner := make(chan *dlock.Owner, 1)
+			go func() {
+				o, err := k.other(ctx, gb, tg)
+				if err != nil {
+					t.Error(err)
+				}
+				bOwner <- o
+			}()
+			waitFor(t, func() bool { s, _ := state(ctx); return len(s.Waiting) > 0 })
+			if ga.SharedWanted(key) {
+				t.Fatal("a heard that b waits: it would lend no more anyway")
+			}
+			s, err := state(ctx)
+			if err != nil || len(s.Holds) != 1 {
+				t.Fatalf("state before the force: %+v, %v", s, err)
+			}
+			slow.Store(true)
+			forced := make(chan error, 1)
+			go func() {
+				removed, err := force(ctx, s.Holds[0].Locker)
+				if err == nil && !removed {
+					err = errors.New("removed nothing")
+				}
+				forced <- err
+			}()
+			b := recv(t, bOwner, "b's take (served by the force)")
+			if b == nil {
+				t.FailNow()
+			}
+			if k.atUnlock {
+				if err := a1.Unlock(); err != nil {
+					t.Logf("a1's Unlock: %v", err) // (it may have heard the removal)
+				}
+			} else {
+				a2 = briefly()
+			}
+			if err := recv(t, a2, "a's other goroutine"); err == nil {
+				t.Fatal("a goroutine of the forcing process was lent the holding while the process the force served held")
+			}
+			if err := b.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if err := recv(t, forced, "the force"); err != nil {
+				t.Fatalf("ForceRelease: %v", err)
+			}
+			if !k.atUnlock {
+				_ = a1.Unlock()
+			}
+		})
+	}
+}
+
 // A ForceRelease of this process sent while the take that begins the holder's tenure is on its
 // way (the key holds the locker in Redis already, so State names it) holds the tenure's passes
 // back as one sent after it began does: no goroutine here is passed the tenure while the

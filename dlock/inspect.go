@@ -265,7 +265,9 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 // after that answer renews the key (checked: the force asks for one at once). Meanwhile no
 // goroutine takes a tenure under that locker (hold): the force may have removed the key and
 // granted it elsewhere before its answer, its release message or a renewal tells. A force
-// that answers removed ends the tenure. Guarded by the state's mutex.
+// that answers removed ends the tenure. The read-write lock's and the semaphore's state keep
+// one as well, for a holding (or its downgrade's locker): it lends to no goroutine new while
+// held (sharedState.held). Guarded by the state's mutex.
 type forces map[string]*forceCount
 
 type forceCount struct{ on, owed int }

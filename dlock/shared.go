@@ -51,7 +51,7 @@ type sharedState struct {
 	subAt    time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
 	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
-	unsure   string         // the attempt's locker a ForceRelease here may have removed (its outcome unknown) while its take's answer was on its way: the holding it makes checks at once; guarded by mu
+	forces   forces         // the ForceRelease calls here of this process's lockers, on their way or owed a check: their holdings lend to nobody new (held); guarded by mu
 	growAt   time.Time      // sem: when a process holding permits may ask for more again; guarded by mu
 	growN    int64          // sem: the permits the ask refused that set growAt: a front waiter asking fewer may ask before it; guarded by mu
 	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry; guarded by mu
@@ -427,11 +427,11 @@ func (st *sharedState) lendLocked() {
 
 // holdFor returns a holding that can serve w at now, or nil. A holding with less than half its
 // lease left at now serves nobody new, as a mutex's Lock never returns with less (the driver
-// renews it first: stale); with now zero, holdFor tells the holding that would serve w if it
-// were renewed.
+// renews it first: stale), nor does one a ForceRelease here may have removed (held); with now
+// zero, holdFor tells the holding that would serve w if it were renewed.
 func (st *sharedState) holdFor(w *shareWaiter, now time.Time) *shareHold {
 	for _, h := range st.holds {
-		if h.ctx.Err() != nil || (st.wanted && !h.fresh) || (!now.IsZero() && st.stale(h, now)) {
+		if h.ctx.Err() != nil || (st.wanted && !h.fresh) || (!now.IsZero() && (st.stale(h, now) || st.held(h))) {
 			continue
 		}
 		switch {
@@ -701,6 +701,25 @@ func (st *sharedState) planOther(now time.Time) action {
 // serves another borrower. The caller holds mu.
 func (st *sharedState) stale(h *shareHold, now time.Time) bool {
 	return h.valid.Sub(now) < st.cfg.Lease()/2
+}
+
+// held reports whether a ForceRelease here may have removed h (see forces): it lends to
+// nobody new until the force's answer or a renewal tells. The caller holds mu.
+func (st *sharedState) held(h *shareHold) bool {
+	return st.forces.hold(h.locker) || h.downTo != "" && st.forces.hold(h.downTo)
+}
+
+// forceSent counts a ForceRelease of locker about to be sent, if locker is this process's
+// (its attempt's, a holding's or a downgrade's), and reports whether it did.
+func (st *sharedState) forceSent(locker string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.attempt != nil && st.attempt.locker == locker ||
+		slices.ContainsFunc(st.holds, func(h *shareHold) bool { return h.locker == locker || h.downTo == locker }) {
+		st.forces.sent(locker)
+		return true
+	}
+	return false
 }
 
 // lapse ends h as lost if its lease ran out by this process's clock and its expiry timer,
@@ -1384,8 +1403,8 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		}
 		h := st.newHold(a.locker, a.n, r.Token, sent)
 		h.how = how
-		if a.locker == st.unsure { // (a ForceRelease here whose outcome is unknown: ask Redis at once)
-			h.check, h.renewAt, st.unsure = true, time.Now(), ""
+		if st.forces.hold(a.locker) { // (a ForceRelease here on its way, or whose answer did not say it removed it: ask Redis at once)
+			h.check, h.renewAt = true, time.Now()
 		}
 		st.holds = append(st.holds, h)
 		st.lendLocked()
@@ -1510,8 +1529,9 @@ func (st *sharedState) mustRefill(h *shareHold, now time.Time) bool {
 // refill returns the request that renews the write-hold h with a new block of tokens.
 func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 	locker, origin := h.locker, h.origin
-	h.check = false // (the caller holds mu)
-	w := st.heardW  // (the caller holds mu)
+	h.check = false                     // (the caller holds mu)
+	owed := st.forces[locker].owedNow() // (the forces answered before it is sent: checked if it renews)
+	w := st.heardW                      // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "renew", func(ctx context.Context) (processor.SharedResult, error) {
@@ -1528,6 +1548,7 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 			if h.spare = r.Token; r.Token == 0 { // (a script that reserves none: no refill for a lease)
 				h.refillAt = time.Now().Add(st.cfg.Lease())
 			}
+			st.forces.checked(locker, owed)
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 			st.lendLocked()
@@ -1541,8 +1562,9 @@ func (st *sharedState) refill(h *shareHold) func(ctx context.Context) {
 // renew returns the request that renews h.
 func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 	locker, origin := h.locker, h.origin
-	h.check = false // (the caller holds mu)
-	w := st.heardW  // (the caller holds mu)
+	h.check = false                     // (the caller holds mu)
+	owed := st.forces[locker].owedNow() // (as refill's)
+	w := st.heardW                      // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		h.renewing.Store(sent.UnixNano())
@@ -1573,6 +1595,7 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 		case h.ctx.Err() != nil || h.locker != locker:
 		case r.Outcome == processor.Renewed:
 			st.faultLocked(nil, nil)
+			st.forces.checked(locker, owed)
 			st.renewed(h, sent)
 			st.wanted = r.Waiting || st.heardW != w
 		default:
