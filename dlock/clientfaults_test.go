@@ -11,7 +11,8 @@ package dlock_test
 // local hand-off, two tokens a write block). It checks, all along:
 //   - never a writer (or a mutex owner) beside another holding of its key, never more permits
 //     out than the semaphore's count ever was (the holdings of a process whose holding a
-//     force may have removed aside, while it may not know);
+//     force may have removed aside, while it may not know — of a force of its own, only
+//     those whose call began before the force was sent);
 //   - every holding counted held by its process (its Owner live before and after the read)
 //     is held in Redis by that process, and its FencingToken(s) says it is held;
 //   - each fresh writer's and mutex owner's fencing token above every token of the key handed
@@ -213,8 +214,9 @@ type ffEntry struct {
 	n      int
 	o      *dlock.Owner
 	p      *ffProc
-	at     time.Time
-	parent int // a downgrade's read: the write entry it came from
+	at     time.Time // when its call returned
+	began  time.Time // when its call began (a downgrade's read: its write's)
+	parent int       // a downgrade's read: the write entry it came from
 	tok    uint64
 	what   string
 }
@@ -269,7 +271,9 @@ type ffFuzz struct {
 	maxTok  map[string]uint64
 	maxWho  map[string]string
 	taint   map[string]time.Time // by key|prefix: that process's entries acquired before it are exempt (a force may have removed them); only ever put later (exempt)
-	pending map[string]int       // by key|prefix: forces and restarts under way, each exempting all that process's entries until it ends
+	pending map[string]int       // by key|prefix: forces and restarts under way (taintedNow)
+	unknown map[string]int       // by key|prefix: those of them that the process may not know of (a force from elsewhere, a restart), each exempting all its entries until it ends
+	sentAt  map[string]time.Time // by key|prefix: the last send of a force of the process's own: its entries whose call began before it are exempt (no holding lends to a call after it while the force may have removed it)
 	kCeil   int
 	keys    [4]string
 	op      *ffProc // the operator's: no faults
@@ -409,7 +413,7 @@ func (f *ffFuzz) check(when string) {
 // tainted reports whether a force may have removed e's holding (under f.mu).
 func (f *ffFuzz) tainted(e *ffEntry) bool {
 	tk := e.key + "|" + e.p.g.LockerPrefix()
-	return f.pending[tk] > 0 || e.at.Before(f.taint[tk])
+	return f.unknown[tk] > 0 || e.at.Before(f.taint[tk]) || e.began.Before(f.sentAt[tk])
 }
 
 // exempt makes the entries of tk acquired before until exempt (under f.mu). It never shortens
@@ -568,6 +572,7 @@ func (f *ffFuzz) single(p *ffProc, rng *rand.Rand) {
 	var o *dlock.Owner
 	var ok bool
 	var err error
+	began := time.Now()
 	f.timed(what, d+5*time.Second, func() {
 		if try {
 			o, ok, err = tk.part.TryLock(ctx)
@@ -593,7 +598,7 @@ func (f *ffFuzz) single(p *ffProc, rng *rand.Rand) {
 	if held && (tk.kind == ffMutex || tk.kind == ffWrite) && tok <= floor && o.Err() == nil && !f.taintedNow(tk.key, p) {
 		f.fail("%s: token %d not above %d, the largest of an acquisition that returned before it began (now %s)", what, tok, floor, f.whoOf(tk.key))
 	}
-	e := &ffEntry{key: tk.key, kind: tk.kind, n: tk.n, o: o, p: p, at: at, what: what, tok: tok}
+	e := &ffEntry{key: tk.key, kind: tk.kind, n: tk.n, o: o, p: p, at: at, began: began, what: what, tok: tok}
 	id := f.register(e)
 	if held {
 		f.sawTok(tk.key, tok, what)
@@ -653,7 +658,7 @@ func (f *ffFuzz) hold(p *ffProc, rng *rand.Rand, tk ffTake, o *dlock.Owner, e *f
 				continue
 			}
 			f.stats[4].Add(1)
-			re := &ffEntry{key: tk.key, kind: ffRead, o: ro, p: p, at: time.Now(), parent: id, what: e.what + " downgraded"}
+			re := &ffEntry{key: tk.key, kind: ffRead, o: ro, p: p, at: time.Now(), began: e.began, parent: id, what: e.what + " downgraded"}
 			re.tok, _ = p.rw.FencingToken(ro)
 			rid := f.register(re)
 			if rt, ok := p.rw.FencingToken(ro); ok {
@@ -737,6 +742,7 @@ func (f *ffFuzz) multi(p *ffProc, rng *rand.Rand) {
 	defer cancel()
 	var o *dlock.Owner
 	ok := false
+	began := time.Now()
 	f.timed(what, d+5*time.Second, func() {
 		if try {
 			o, ok, err = m.TryLock(ctx)
@@ -761,7 +767,7 @@ func (f *ffFuzz) multi(p *ffProc, rng *rand.Rand) {
 		if held && (tk.kind == ffMutex || tk.kind == ffWrite) && toks[tk.key] <= floors[tk.key] && o.Err() == nil && !f.taintedNow(tk.key, p) {
 			f.fail("%s: token %d of %s not above %d (now %s)", what, toks[tk.key], tk.key, floors[tk.key], f.whoOf(tk.key))
 		}
-		ids = append(ids, f.register(&ffEntry{key: tk.key, kind: tk.kind, n: tk.n, o: o, p: p, at: at, what: what, tok: toks[tk.key]}))
+		ids = append(ids, f.register(&ffEntry{key: tk.key, kind: tk.kind, n: tk.n, o: o, p: p, at: at, began: began, what: what, tok: toks[tk.key]}))
 		if held {
 			f.sawTok(tk.key, toks[tk.key], what)
 		}
@@ -831,6 +837,11 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	mine := owner == p.g.LockerPrefix()
 	f.mu.Lock()
 	f.pending[tk]++
+	if now := time.Now(); mine && now.After(f.sentAt[tk]) {
+		f.sentAt[tk] = now
+	} else if !mine {
+		f.unknown[tk]++
+	}
 	f.mu.Unlock()
 	var err error
 	var removed bool
@@ -852,9 +863,10 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	// on its way or lost). A force of its own whose reply was lost has them ask Redis at once,
 	// after any answer on its way: told within a round trip or two, not at once.
 	f.pending[tk]--
-	if mine && err == nil {
-		f.exempt(tk, time.Now())
-	} else {
+	if !mine {
+		f.unknown[tk]--
+	}
+	if !mine || err != nil { // (a force of its own that answered: its holders were told, or a renewal tells them before a goroutine is lent the holding)
 		f.exempt(tk, time.Now().Add(3*f.lease+time.Second)) // (copies run up to a lease and a half later; the holder learns within 3/4 of its lease)
 	}
 	f.mu.Unlock()
@@ -924,6 +936,7 @@ func (f *ffFuzz) restart(d time.Duration) {
 		for _, k := range f.keys {
 			down = append(down, k+"|"+p.g.LockerPrefix())
 			f.pending[down[len(down)-1]]++
+			f.unknown[down[len(down)-1]]++
 		}
 	}
 	f.mu.Unlock()
@@ -938,6 +951,7 @@ func (f *ffFuzz) restart(d time.Duration) {
 	f.restarted = time.Now()
 	for _, tk := range down {
 		f.pending[tk]--
+		f.unknown[tk]--
 	}
 	for _, p := range f.all { // (processes made while it was down too)
 		for _, k := range f.keys {
@@ -1165,7 +1179,7 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	f := &ffFuzz{t: t, seed: seed, lease: lease, pct: []int{3, 10, 25}[rng.IntN(3)], tg: "ff-" + strconv.FormatUint(seed, 36),
-		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, pending: map[string]int{}, kCeil: 3,
+		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, pending: map[string]int{}, unknown: map[string]int{}, sentAt: map[string]time.Time{}, kCeil: 3,
 		shape: shape, srv: s}
 	if shape.pct > 0 {
 		f.pct = shape.pct

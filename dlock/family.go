@@ -324,7 +324,8 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // or downgrade was answered after, which says nothing of the force. While the force is on its
 // way, and after an answer that does not say it removed the holding until Redis says it still
 // holds, the holding lends to no goroutine new: the force may have removed it and served
-// another process before its answer comes. A holder elsewhere learns
+// another process before its answer comes. One that Redis runs only after this process gave
+// its answer up for lost (ctx ended first) is as a force from elsewhere. A holder elsewhere learns
 // of it at its next renewal (within three quarters of its lease), its downgrade's next try,
 // or its release, so until then it may act as if it held — use fencing tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
@@ -807,21 +808,31 @@ func (g *Generator) acquireShared1(ctx context.Context, cfg domain.DLockConfig, 
 
 // downgrade1 lends the read side of down's write-hold to a new owner (it does not queue: the
 // writer's own read must not wait behind the writers it holds off), once the holding has half
-// its lease left, as every new borrower has: it renews it first when it has less (freshen). It
-// returns nil when down or its holding ended, and an error when ctx ended or the renewal failed
-// or came late first (nothing is lent then).
+// its lease left, as every new borrower has: it renews it first when it has less (freshen),
+// and waits while a ForceRelease here may have removed it (held). It returns nil when down or
+// its holding ended, and an error when ctx ended or the renewal failed or came late first
+// (nothing is lent then).
 func (st *sharedState) downgrade1(ctx context.Context, down *shareOwner) (*Owner, error) {
-	for renewed := false; ; renewed = true {
+	for renewed := false; ; {
 		st.mu.Lock()
 		if down.done || down.hold.ctx.Err() != nil {
 			st.mu.Unlock()
 			return nil, nil
+		}
+		if st.held(down.hold) {
+			st.mu.Unlock()
+			// the force's answer ends the holding or has it renewed: wait for that renewal
+			if err := st.nextAnswer(ctx, down.hold, false); err != nil && down.hold.ctx.Err() == nil {
+				return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)
+			}
+			continue
 		}
 		if !renewed && st.stale(down.hold, time.Now()) {
 			st.mu.Unlock()
 			if err := st.freshen(ctx, down.hold); err != nil && down.hold.ctx.Err() == nil {
 				return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)
 			}
+			renewed = true
 			continue
 		}
 		down.hold.readers++

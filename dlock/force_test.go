@@ -168,8 +168,8 @@ func TestForceReleaseOnItsWayPassesTheTenureToNoGoroutine(t *testing.T) {
 // semaphore's holding it names would lend, as it holds back the mutex's passes: the force may
 // have removed the holding in Redis and served another process before its answer comes. No
 // goroutine of the forcing process is lent the holding meanwhile — not a reader that comes
-// after the force, not a writer or a permit passed on at an Unlock — while the process the
-// force served holds.
+// after the force, not the writer's own read (a downgrade), not a writer or a permit passed on
+// at an Unlock — while the process the force served holds.
 func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
 	type take func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
 	rlock := func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
@@ -186,9 +186,11 @@ func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
 		first, more take // a's goroutines: the holding's first borrower, and the one it would lend to next
 		other       take // b's, in line as the force serves it
 		atUnlock    bool // the holding would be passed on at the first's Unlock (else lent at once)
+		own         bool // more is the first's own (its context the first's Owner)
 		sem         bool
 	}{
 		{name: "a reader that comes after the force", first: rlock, more: rlock, other: wlock},
+		{name: "the writer's own read", first: wlock, more: rlock, other: wlock, own: true},
 		{name: "a writer passed on at an Unlock", first: wlock, more: wlock, other: wlock, atUnlock: true},
 		{name: "a permit passed on at an Unlock", first: permit, more: permit, other: permit, atUnlock: true, sem: true},
 	} {
@@ -228,8 +230,12 @@ func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
 			}
 			briefly := func() <-chan error { // a goroutine of a that wants the lock for a while
 				got := make(chan error, 1)
+				parent := ctx
+				if k.own {
+					parent = a1
+				}
 				go func() {
-					lctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+					lctx, cancel := context.WithTimeout(parent, 4*time.Second)
 					defer cancel()
 					o, err := k.more(lctx, ga, tg)
 					if err == nil {
@@ -293,6 +299,70 @@ func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
 				_ = a1.Unlock()
 			}
 		})
+	}
+}
+
+// A holding taken for the front waiters while a ForceRelease of this process may have removed
+// its locker (here a force of the process's waiting attempt, which removes nothing) keeps its
+// place at the front: once Redis says it holds, it serves those waiters, although another
+// process waits behind it, and the process does not go back to the end of the line.
+func TestForceReleaseOfAWaitingAttemptLeavesItsTurn(t *testing.T) {
+	ga, cla := newGen(t)
+	gb, _ := newGen(t)
+	gc, _ := newGen(t)
+	var mu sync.Mutex
+	var takes []string // the lockers of a's takes, in order
+	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if i := slices.Index(args, any("take")); scriptIs("shared")(args) && i >= 0 && i+1 < len(args) {
+			if l, ok := args[i+1].(string); ok {
+				mu.Lock()
+				if !slices.Contains(takes, l) {
+					takes = append(takes, l)
+				}
+				mu.Unlock()
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	b, err := rwOf(t, gb, tg).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var omu sync.Mutex
+	var order []string
+	done := make(chan struct{}, 2)
+	get := func(g *dlock.Generator, who string) {
+		defer func() { done <- struct{}{} }()
+		o, err := rwOf(t, g, tg).Lock(ctx)
+		if err != nil {
+			t.Error(who, err)
+			return
+		}
+		omu.Lock()
+		order = append(order, who)
+		omu.Unlock()
+		_ = o.Unlock()
+	}
+	go get(ga, "a")
+	waitFor(t, func() bool { s, _ := rwOf(t, ga, tg).State(ctx); return len(s.Waiting) == 1 })
+	go get(gc, "c")
+	waitFor(t, func() bool { s, _ := rwOf(t, ga, tg).State(ctx); return len(s.Waiting) == 2 })
+	mu.Lock()
+	attempt := takes[len(takes)-1]
+	mu.Unlock()
+	if removed, err := rwOf(t, ga, tg).ForceRelease(ctx, attempt); err != nil || removed {
+		t.Fatalf("ForceRelease of a's waiting attempt = %v, %v", removed, err)
+	}
+	if err := b.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, done, "the first waiter")
+	recv(t, done, "the second waiter")
+	if len(order) != 2 || order[0] != "a" {
+		t.Fatalf("served in the order %v: a, first in line, lost its turn", order)
 	}
 }
 

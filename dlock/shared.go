@@ -421,7 +421,9 @@ func (st *sharedState) lendLocked() {
 		close(w.done)
 	}
 	for _, h := range st.holds {
-		h.fresh = false
+		if !st.held(h) { // (one held back stays fresh: it serves the front waiters once its check is done)
+			h.fresh = false
+		}
 	}
 }
 
@@ -1259,6 +1261,20 @@ func (h *shareHold) answer() {
 // and a write-hold before a downgrade lends its read side. It returns nil when h has half its
 // lease left after the renewal, else why not.
 func (st *sharedState) freshen(ctx context.Context, h *shareHold) error {
+	if err := st.nextAnswer(ctx, h, true); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.stale(h, time.Now()) {
+		return fmt.Errorf("%w: %s", errLateReply, st.cfg.UniqueKey()) // (the renewal failed, or its reply came late)
+	}
+	return nil
+}
+
+// nextAnswer waits for the answer of h's next renewal or downgrade — asked for at once when
+// now is set — or for h to end, or ctx. It returns why h ended, ctx's error, or nil.
+func (st *sharedState) nextAnswer(ctx context.Context, h *shareHold, now bool) error {
 	st.mu.Lock()
 	if h.ctx.Err() != nil {
 		st.mu.Unlock()
@@ -1266,8 +1282,8 @@ func (st *sharedState) freshen(ctx context.Context, h *shareHold) error {
 	}
 	answered := make(chan struct{})
 	h.answered = append(h.answered, answered)
-	if now := time.Now(); h.renewAt.After(now) {
-		h.renewAt = now
+	if t := time.Now(); now && h.renewAt.After(t) {
+		h.renewAt = t
 	}
 	st.mu.Unlock()
 	st.poke()
@@ -1279,11 +1295,8 @@ func (st *sharedState) freshen(ctx context.Context, h *shareHold) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case h.ctx.Err() != nil:
+	if h.ctx.Err() != nil {
 		return context.Cause(h.ctx)
-	case st.stale(h, time.Now()):
-		return fmt.Errorf("%w: %s", errLateReply, st.cfg.UniqueKey()) // (the renewal failed, or its reply came late)
 	}
 	return nil
 }
