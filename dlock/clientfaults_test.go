@@ -12,7 +12,7 @@ package dlock_test
 //   - never a writer (or a mutex owner) beside another holding of its key, never more permits
 //     out than the semaphore's count ever was (the holdings of a process whose holding a
 //     force may have removed aside, while it may not know — of a force of its own, only
-//     those whose call began before the force was sent);
+//     those whose call began before the library counted the force: ffOwnForces);
 //   - every holding counted held by its process (its Owner live before and after the read)
 //     is held in Redis by that process, and its FencingToken(s) says it is held;
 //   - each fresh writer's and mutex owner's fencing token above every token of the key handed
@@ -273,7 +273,8 @@ type ffFuzz struct {
 	taint   map[string]time.Time // by key|prefix: that process's entries acquired before it are exempt (a force may have removed them); only ever put later (exempt)
 	pending map[string]int       // by key|prefix: forces and restarts under way (taintedNow)
 	unknown map[string]int       // by key|prefix: those of them that the process may not know of (a force from elsewhere, a restart), each exempting all its entries until it ends
-	sentAt  map[string]time.Time // by key|prefix: the last send of a force of the process's own: its entries whose call began before it are exempt (no holding lends to a call after it while the force may have removed it)
+	ownMu   sync.Mutex              // guards own (taken under f.mu, and under the library's state mutex: nothing under it)
+	own     map[string]*ffOwnForces // by key|prefix: the process's forces of its own holdings
 	kCeil   int
 	keys    [4]string
 	op      *ffProc // the operator's: no faults
@@ -301,7 +302,12 @@ func (f *ffFuzz) newProc(slot int) *ffProc {
 	h := &ffHook{lease: f.lease, pct: f.pct, rng: rand.New(rand.NewPCG(f.seed, uint64(n)+77))}
 	c := f.srv.Client()
 	c.AddHook(h)
-	opts := []dlock.Option{dlock.WithDefaultLease(f.lease)}
+	opts := []dlock.Option{dlock.WithDefaultLease(f.lease), dlock.WithForceCounted(func(key, locker string) {
+		owner, _ := processor.SplitLocker(locker)
+		f.ownMu.Lock()
+		f.ownForce(key + "|" + owner).counted = time.Now()
+		f.ownMu.Unlock()
+	})}
 	if f.shape.nonotify {
 		opts = append(opts, dlock.WithNotifications(false))
 	}
@@ -413,7 +419,34 @@ func (f *ffFuzz) check(when string) {
 // tainted reports whether a force may have removed e's holding (under f.mu).
 func (f *ffFuzz) tainted(e *ffEntry) bool {
 	tk := e.key + "|" + e.p.g.LockerPrefix()
-	return f.unknown[tk] > 0 || e.at.Before(f.taint[tk]) || e.began.Before(f.sentAt[tk])
+	if f.unknown[tk] > 0 || e.at.Before(f.taint[tk]) {
+		return true
+	}
+	f.ownMu.Lock()
+	defer f.ownMu.Unlock()
+	o := f.own[tk]
+	return o != nil && e.began.Before(o.counted) && (o.flying > 0 || e.at.Before(o.doneAt))
+}
+
+// ffOwnForces is what the fuzz knows of a process's forces of its own holdings of a key. The
+// library holds back what a force's locker holds from the moment it counts the force (before
+// it sends it) until the force's answer or a renewal tells: the entries whose call began before
+// the last such count are exempt while a force is on its way and, of the others, those acquired
+// before the last one returned.
+type ffOwnForces struct {
+	counted time.Time // when the library last counted one (dlock.WithForceCounted)
+	flying  int       // the fuzz's calls under way
+	doneAt  time.Time // when the last call returned
+}
+
+// ownForce returns tk's ffOwnForces, made if need be (under f.ownMu).
+func (f *ffFuzz) ownForce(tk string) *ffOwnForces {
+	o := f.own[tk]
+	if o == nil {
+		o = &ffOwnForces{}
+		f.own[tk] = o
+	}
+	return o
 }
 
 // exempt makes the entries of tk acquired before until exempt (under f.mu). It never shortens
@@ -837,9 +870,11 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	mine := owner == p.g.LockerPrefix()
 	f.mu.Lock()
 	f.pending[tk]++
-	if now := time.Now(); mine && now.After(f.sentAt[tk]) {
-		f.sentAt[tk] = now
-	} else if !mine {
+	if mine {
+		f.ownMu.Lock()
+		f.ownForce(tk).flying++
+		f.ownMu.Unlock()
+	} else {
 		f.unknown[tk]++
 	}
 	f.mu.Unlock()
@@ -863,7 +898,13 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	// on its way or lost). A force of its own whose reply was lost has them ask Redis at once,
 	// after any answer on its way: told within a round trip or two, not at once.
 	f.pending[tk]--
-	if !mine {
+	if mine {
+		f.ownMu.Lock()
+		o := f.ownForce(tk)
+		o.flying--
+		o.doneAt = time.Now()
+		f.ownMu.Unlock()
+	} else {
 		f.unknown[tk]--
 	}
 	if !mine || err != nil { // (a force of its own that answered: its holders were told, or a renewal tells them before a goroutine is lent the holding)
@@ -1179,7 +1220,7 @@ func TestLockFamilyAndMutexUnderLostAndRepeatedReplies(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	f := &ffFuzz{t: t, seed: seed, lease: lease, pct: []int{3, 10, 25}[rng.IntN(3)], tg: "ff-" + strconv.FormatUint(seed, 36),
-		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, pending: map[string]int{}, unknown: map[string]int{}, sentAt: map[string]time.Time{}, kCeil: 3,
+		live: map[int]*ffEntry{}, maxTok: map[string]uint64{}, maxWho: map[string]string{}, taint: map[string]time.Time{}, pending: map[string]int{}, unknown: map[string]int{}, own: map[string]*ffOwnForces{}, kCeil: 3,
 		shape: shape, srv: s}
 	if shape.pct > 0 {
 		f.pct = shape.pct

@@ -174,6 +174,16 @@ func WithLent(f func()) Option {
 	})
 }
 
+// WithForceCounted runs f as a ForceRelease of one of this process's lockers is counted
+// (from then on no goroutine is passed or lent what the locker holds), with the lock's unique
+// key and the locker. It runs under the lock's state mutex: f must not call the library.
+func WithForceCounted(f func(key, locker string)) Option {
+	return optionFunc(func(o *options) error {
+		o.forceCounted = f
+		return nil
+	})
+}
+
 // Belief reports what this generator believes of key while a goroutine owns the lock through
 // a tenure: the tenure's locker and until when it counts the key held; ok is false when no
 // goroutine owns it (nobody acts on the key then).

@@ -214,6 +214,9 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 		if t := st.ten; t != nil && t.entity.Locker == holder || st.mayBegin(holder) {
 			st.forces.sent(holder)
 			counted = st
+			if f := l.g.opts.forceCounted; f != nil {
+				f(l.cfg.UniqueKey(), holder)
+			}
 		}
 		st.mu.Unlock()
 	}

@@ -31,9 +31,10 @@ type options struct {
 	replicaWait  time.Duration
 	gapEvery     time.Duration // default 0: a release always grants the key to the first live process in line
 	gapWindow    time.Duration
-	writeBlock   uint64 // fencing tokens a read-write lock's write-hold reserves at a time: writeBlock (tests set fewer)
-	reentering   func() // default nil; tests set it: run as a read-write lock's or semaphore's re-entry begins
-	lent         func() // default nil; tests set it: run as an acquisition got the lock, before its Owner is made
+	writeBlock   uint64                   // fencing tokens a read-write lock's write-hold reserves at a time: writeBlock (tests set fewer)
+	reentering   func()                   // default nil; tests set it: run as a read-write lock's or semaphore's re-entry begins
+	lent         func()                   // default nil; tests set it: run as an acquisition got the lock, before its Owner is made
+	forceCounted func(key, locker string) // default nil; tests set it: run as a ForceRelease of this process's locker is counted (forces), under the state's mutex
 }
 
 // WithObserver reports what the locks do to o (see Observer). The default reports nothing.

@@ -616,7 +616,7 @@ func (st *sharedState) planOther(now time.Time) action {
 		if st.mustRefill(h, now) {
 			return action{do: st.refill(h), renews: h}
 		}
-		if h.idle() && h.ctx.Err() == nil {
+		if h.idle() && h.ctx.Err() == nil && !(h.fresh && st.held(h)) { // (one taken for the front waiters serves them once a force's check is done)
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
 		}
 		if n := st.shrinkTo(h, now); n > 0 {
@@ -719,6 +719,9 @@ func (st *sharedState) forceSent(locker string) bool {
 	if st.attempt != nil && st.attempt.locker == locker ||
 		slices.ContainsFunc(st.holds, func(h *shareHold) bool { return h.locker == locker || h.downTo == locker }) {
 		st.forces.sent(locker)
+		if f := st.g.opts.forceCounted; f != nil {
+			f(st.cfg.UniqueKey(), locker)
+		}
 		return true
 	}
 	return false
