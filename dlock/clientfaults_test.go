@@ -270,9 +270,9 @@ type ffFuzz struct {
 	nextID  int
 	maxTok  map[string]uint64
 	maxWho  map[string]string
-	taint   map[string]time.Time // by key|prefix: that process's entries acquired before it are exempt (a force may have removed them); only ever put later (exempt)
-	pending map[string]int       // by key|prefix: forces and restarts under way (taintedNow)
-	unknown map[string]int       // by key|prefix: those of them that the process may not know of (a force from elsewhere, a restart), each exempting all its entries until it ends
+	taint   map[string]time.Time    // by key|prefix: that process's entries acquired before it are exempt (a force may have removed them); only ever put later (exempt)
+	pending map[string]int          // by key|prefix: forces and restarts under way (taintedNow)
+	unknown map[string]int          // by key|prefix: those of them that the process may not know of (a force from elsewhere, a restart), each exempting all its entries until it ends
 	ownMu   sync.Mutex              // guards own (taken under f.mu, and under the library's state mutex: nothing under it)
 	own     map[string]*ffOwnForces // by key|prefix: the process's forces of its own holdings
 	kCeil   int
