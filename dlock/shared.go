@@ -616,7 +616,7 @@ func (st *sharedState) planOther(now time.Time) action {
 		if st.mustRefill(h, now) {
 			return action{do: st.refill(h), renews: h}
 		}
-		if h.idle() && h.ctx.Err() == nil && !(h.fresh && st.held(h)) { // (one taken for the front waiters serves them once a force's check is done)
+		if h.idle() && h.ctx.Err() == nil {
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
 		}
 		if n := st.shrinkTo(h, now); n > 0 {

@@ -617,14 +617,8 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 
 // takeNew makes the caller the first owner of t, a tenure that just began (phase free): at
 // once, or after renewing it when its lease is not the caller's or less than half of it is
-// left; or not, while a ForceRelease of this process may have removed it. The caller holds
-// mu, which takeNew may release and take again.
+// left. The caller holds mu, which takeNew may release and take again.
 func (st *lockState) takeNew(ctx context.Context, cfg domain.DLockConfig, t *tenure) (*holding, error) {
-	if st.forces.hold(t.entity.Locker) {
-		// A ForceRelease of this process may have removed it (forces): it stays free, and the
-		// caller waits with the others for the force's answer or the renewal that checks it.
-		return nil, nil
-	}
 	if t.mustRenew(cfg) {
 		st.phase = renewing
 		st.mu.Unlock()
