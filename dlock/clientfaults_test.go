@@ -867,14 +867,10 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	}
 	owner, _ := processor.SplitLocker(holder)
 	tk := key + "|" + owner
-	mine := owner == p.g.LockerPrefix()
-	// A force of its own holds back what its locker holds (ffOwnForces) — but a mutex tenure
-	// that begins while it is on its way is given to its asker: the process's mutex entries
-	// are exempt as for a force from elsewhere.
-	heldBack := mine && i != 0 && i != 3
+	mine := owner == p.g.LockerPrefix() // (a force of its own holds back what its locker holds: ffOwnForces)
 	f.mu.Lock()
 	f.pending[tk]++
-	if heldBack {
+	if mine {
 		f.ownMu.Lock()
 		f.ownForce(tk).flying++
 		f.ownMu.Unlock()
@@ -902,7 +898,7 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	// on its way or lost). A force of its own whose reply was lost has them ask Redis at once,
 	// after any answer on its way: told within a round trip or two, not at once.
 	f.pending[tk]--
-	if heldBack {
+	if mine {
 		f.ownMu.Lock()
 		o := f.ownForce(tk)
 		o.flying--
@@ -911,7 +907,7 @@ func (f *ffFuzz) force(p *ffProc, rng *rand.Rand) {
 	} else {
 		f.unknown[tk]--
 	}
-	if !heldBack || err != nil { // (a force of its own that answered: its holders were told, or a renewal tells them before a goroutine is lent the holding)
+	if !mine || err != nil { // (a force of its own that answered: its holders were told, or a renewal tells them before a goroutine is lent the holding)
 		f.exempt(tk, time.Now().Add(3*f.lease+time.Second)) // (copies run up to a lease and a half later; the holder learns within 3/4 of its lease)
 	}
 	f.mu.Unlock()

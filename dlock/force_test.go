@@ -305,64 +305,205 @@ func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
 // A holding taken for the front waiters while a ForceRelease of this process may have removed
 // its locker (here a force of the process's waiting attempt, which removes nothing) keeps its
 // place at the front: once Redis says it holds, it serves those waiters, although another
-// process waits behind it, and the process does not go back to the end of the line.
+// process waits behind it, and the process does not go back to the end of the line — also
+// when the force's answer comes only after the take and the renewal that checks it.
 func TestForceReleaseOfAWaitingAttemptLeavesItsTurn(t *testing.T) {
-	ga, cla := newGen(t)
+	for _, answer := range []time.Duration{0, 1500 * time.Millisecond} {
+		t.Run(fmt.Sprintf("the force answered after %v", answer), func(t *testing.T) {
+			ga, cla := newGen(t)
+			gb, _ := newGen(t)
+			gc, _ := newGen(t)
+			var mu sync.Mutex
+			var takes []string // the lockers of a's takes, in order
+			cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				args := cmd.Args()
+				if i := slices.Index(args, any("take")); scriptIs("shared")(args) && i >= 0 && i+1 < len(args) {
+					if l, ok := args[i+1].(string); ok {
+						mu.Lock()
+						if !slices.Contains(takes, l) {
+							takes = append(takes, l)
+						}
+						mu.Unlock()
+					}
+				}
+				err := next(ctx, cmd)
+				if scriptIs("shared")(args) && slices.Contains(args, any("force")) {
+					time.Sleep(answer)
+				}
+				return err
+			}})
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 30*time.Second)
+			b, err := rwOf(t, gb, tg).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var omu sync.Mutex
+			var order []string
+			done := make(chan struct{}, 2)
+			get := func(g *dlock.Generator, who string) {
+				defer func() { done <- struct{}{} }()
+				o, err := rwOf(t, g, tg).Lock(ctx)
+				if err != nil {
+					t.Error(who, err)
+					return
+				}
+				omu.Lock()
+				order = append(order, who)
+				omu.Unlock()
+				_ = o.Unlock()
+			}
+			go get(ga, "a")
+			waitFor(t, func() bool { s, _ := rwOf(t, ga, tg).State(ctx); return len(s.Waiting) == 1 })
+			go get(gc, "c")
+			waitFor(t, func() bool { s, _ := rwOf(t, ga, tg).State(ctx); return len(s.Waiting) == 2 })
+			mu.Lock()
+			attempt := takes[len(takes)-1]
+			mu.Unlock()
+			forced := make(chan error, 1)
+			go func() {
+				removed, err := rwOf(t, ga, tg).ForceRelease(ctx, attempt)
+				if err == nil && removed {
+					err = errors.New("it removed the waiting attempt")
+				}
+				forced <- err
+			}()
+			if answer > 0 {
+				time.Sleep(100 * time.Millisecond) // (it ran in Redis; its answer is on its way)
+			} else if err := recv(t, forced, "the force"); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			recv(t, done, "the first waiter")
+			recv(t, done, "the second waiter")
+			if answer > 0 {
+				if err := recv(t, forced, "the force"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(order) != 2 || order[0] != "a" {
+				t.Fatalf("served in the order %v: a, first in line, lost its turn", order)
+			}
+		})
+	}
+}
+
+// A goroutine that a holding held back by a ForceRelease of this process would serve waits
+// for it: the process asks Redis for nothing more meanwhile — here a semaphore's holding of
+// one permit, taken for its one waiter while the force of that holding is on its way, and no
+// second take for the same waiter until the force's answer comes.
+func TestForceReleaseOnItsWayAsksForNothingMoreForTheWaiterItHoldsBack(t *testing.T) {
+	gp, cp := newGen(t, dlock.WithNotifications(false), dlock.WithDefaultLease(10*time.Second)) // (the slow take's answer is waited for)
+	tg := uniqueTarget(t)
+	sp := semOf(t, gp, tg, 3)
+	ctx := ctxT(t, 30*time.Second)
+	var slowTake, slowForce atomic.Bool
+	var takes, takesBeforeAnswer atomic.Int64
+	ran := make(chan struct{}, 1)
+	cp.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if sharedArg(cmd.Args(), "op") == "force" && slowForce.Load() {
+			time.Sleep(2 * time.Second) // sent late
+			err := next(ctx, cmd)
+			takesBeforeAnswer.Store(takes.Load()) // (before this process reads the answer)
+			return err
+		}
+		err := next(ctx, cmd)
+		if err == nil && sharedArg(cmd.Args(), "op") == "take" {
+			takes.Add(1)
+			if slowTake.CompareAndSwap(true, false) {
+				ran <- struct{}{}
+				time.Sleep(500 * time.Millisecond) // the take's answer is slow: the force is sent meanwhile
+			}
+		}
+		return err
+	}})
+	slowTake.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		o, err := sp.Acquire(ctx, 1)
+		if err == nil {
+			_ = o.Unlock()
+		}
+		got <- err
+	}()
+	recv(t, ran, "the take")
+	s, err := sp.State(ctx)
+	if err != nil || len(s.Holds) != 1 {
+		t.Fatalf("state after the take: %+v, %v", s, err)
+	}
+	slowForce.Store(true)
+	if removed, err := sp.ForceRelease(ctx, s.Holds[0].Locker); err != nil || !removed {
+		t.Fatalf("ForceRelease = %v, %v", removed, err)
+	}
+	if n := takesBeforeAnswer.Load(); n != 1 {
+		t.Fatalf("%d takes before the force's answer came: the waiter the held-back holding serves asked for more", n)
+	}
+	if err := recv(t, got, "the waiter"); err != nil {
+		t.Fatal(err) // (it asks again once the force removed the holding)
+	}
+}
+
+// A tenure that begins while a ForceRelease of this process naming its locker is on its way
+// is given to no goroutine, not even the one whose ask began it: the force may remove the key
+// and serve another process before its answer comes. Here the key was granted to a's waiting
+// attempt unheard (no notifications), a's force of it is on its way, and a goroutine that
+// began after the force was sent asks with that attempt and is answered that it holds.
+func TestForceReleaseOnItsWayGivesATenureBegunMeanwhileToNoGoroutine(t *testing.T) {
+	var slow atomic.Bool
+	ga, cla := newGen(t, dlock.WithNotifications(false))
 	gb, _ := newGen(t)
 	gc, _ := newGen(t)
-	var mu sync.Mutex
-	var takes []string // the lockers of a's takes, in order
 	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		args := cmd.Args()
-		if i := slices.Index(args, any("take")); scriptIs("shared")(args) && i >= 0 && i+1 < len(args) {
-			if l, ok := args[i+1].(string); ok {
-				mu.Lock()
-				if !slices.Contains(takes, l) {
-					takes = append(takes, l)
-				}
-				mu.Unlock()
-			}
+		if slow.Load() && scriptIs("force")(cmd.Args()) {
+			time.Sleep(1500 * time.Millisecond) // sent late: a's goroutine asks meanwhile
+			err := next(ctx, cmd)
+			time.Sleep(1500 * time.Millisecond) // and its answer is slow: c takes the key meanwhile
+			return err
 		}
 		return next(ctx, cmd)
 	}})
-	tg := uniqueTarget(t)
+	la := mustGen(t, ga, "FORCE", target(t), 5*time.Second)
+	lb := mustGen(t, gb, "FORCE", target(t), 5*time.Second)
+	lc := mustGen(t, gc, "FORCE", target(t), 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
-	b, err := rwOf(t, gb, tg).Lock(ctx)
-	if err != nil {
+	_, _ = la.ForceRelease(ctx, "nobody") // (loads the script: the slow force below is sent once)
+	b := mustLock(t, lb, ctx)
+	ctx1, cancel1 := context.WithCancel(ctx)
+	a1 := lockBriefly(la, ctx1, 20*time.Second) // a's first waiter: its attempt stands in line
+	inLine(t, ctx, la, 1)
+	cOwner := lockAsync(t, lc, ctx)
+	inLine(t, ctx, la, 2)
+	if err := b.Unlock(); err != nil { // granted to a's attempt; a does not hear it
 		t.Fatal(err)
 	}
-	var omu sync.Mutex
-	var order []string
-	done := make(chan struct{}, 2)
-	get := func(g *dlock.Generator, who string) {
-		defer func() { done <- struct{}{} }()
-		o, err := rwOf(t, g, tg).Lock(ctx)
-		if err != nil {
-			t.Error(who, err)
-			return
+	holder := rawClient(t).Get(ctx, key(la)).Val()
+	slow.Store(true)
+	forced := make(chan error, 1)
+	go func() {
+		removed, err := la.ForceRelease(ctx, holder)
+		if err == nil && !removed {
+			err = errors.New("removed nothing")
 		}
-		omu.Lock()
-		order = append(order, who)
-		omu.Unlock()
-		_ = o.Unlock()
+		forced <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // (the force is counted, on its way)
+	a2 := lockBriefly(la, ctx, 4*time.Second)
+	time.Sleep(100 * time.Millisecond)
+	cancel1() // a's first waiter leaves: a2 asks with the attempt
+	if err := recv(t, a1, "a1's Lock"); err == nil {
+		t.Fatal("a1 took the lock after it left")
 	}
-	go get(ga, "a")
-	waitFor(t, func() bool { s, _ := rwOf(t, ga, tg).State(ctx); return len(s.Waiting) == 1 })
-	go get(gc, "c")
-	waitFor(t, func() bool { s, _ := rwOf(t, ga, tg).State(ctx); return len(s.Waiting) == 2 })
-	mu.Lock()
-	attempt := takes[len(takes)-1]
-	mu.Unlock()
-	if removed, err := rwOf(t, ga, tg).ForceRelease(ctx, attempt); err != nil || removed {
-		t.Fatalf("ForceRelease of a's waiting attempt = %v, %v", removed, err)
+	c := recv(t, cOwner, "c's Lock (served by the force)")
+	if err := recv(t, a2, "a2's Lock"); err == nil {
+		t.Fatal("a goroutine that began after the force was sent took the lock while the process the force served held it")
 	}
-	if err := b.Unlock(); err != nil {
+	if err := c.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, done, "the first waiter")
-	recv(t, done, "the second waiter")
-	if len(order) != 2 || order[0] != "a" {
-		t.Fatalf("served in the order %v: a, first in line, lost its turn", order)
+	if err := recv(t, forced, "the force"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -188,8 +188,9 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 //
 // A holder in this Generator learns of its loss at once (when the force's outcome is unknown —
 // Redis failed, ctx ended — it asks Redis at once, after any answer of its own on its way, and
-// so does a holding an answer on its way begins with holder), and no goroutine here is passed
-// the holding's tenure while the force is on its way, nor, after an answer that does not say it
+// so does a holding an answer on its way begins with holder), and no goroutine here is given
+// the holding's tenure (passed it, or as its first owner when it begins meanwhile) while the
+// force is on its way, nor, after an answer that does not say it
 // removed the holder, until a renewal finds the key still the tenure's (a force that Redis runs
 // only after its answer was given up for lost is as one from elsewhere). A holder elsewhere
 // learns of its loss at its next renewal (within three quarters of its lease) or release, as of

@@ -254,7 +254,8 @@ func (l *DistributedReentrantLock) named(err error) error {
 // re-entered it), and false with a nil error if the lock is held, by another process or by
 // another goroutine of this one, or if goroutines of this process queue for it and may not be
 // passed (WithFIFO, or the first has waited over 1 ms, as for Lock) — then without asking
-// Redis — or if the lock it got was lost before it could return it (Lock then waits on: neither
+// Redis — or if the lock it got was lost before it could return it, or may be: a ForceRelease
+// in this Generator naming the acquisition it got is on its way (Lock then waits on: neither
 // returns an Owner whose holding was lost as it was taken). It leaves no trace for other
 // processes to see (a place in line that the process held already, after a release that
 // expected a goroutine back, is kept for that release's short linger). A Redis failure is returned as a *RedisProcessError (an attempt whose

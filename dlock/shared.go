@@ -616,7 +616,7 @@ func (st *sharedState) planOther(now time.Time) action {
 		if st.mustRefill(h, now) {
 			return action{do: st.refill(h), renews: h}
 		}
-		if h.idle() && h.ctx.Err() == nil {
+		if h.idle() && h.ctx.Err() == nil && !(h.fresh && st.held(h)) { // (one taken for the front waiters serves them once a force's check is done)
 			return st.releaseAction(h) // (with downTo too: the release of old settles it)
 		}
 		if n := st.shrinkTo(h, now); n > 0 {
@@ -632,7 +632,7 @@ func (st *sharedState) planOther(now time.Time) action {
 		if !now.Before(a.pollAt) {
 			return action{do: st.take(a)}
 		}
-	} else if front := st.front(); front != nil && st.mayAsk(front) {
+	} else if front := st.front(); front != nil && st.mayAsk(front) && !st.heldServes(front) {
 		a := &shareAttempt{locker: g.newLocker(), n: front.n, wait: !front.try, try: front.try}
 		if front.try {
 			a.w = front
@@ -709,6 +709,14 @@ func (st *sharedState) stale(h *shareHold, now time.Time) bool {
 // nobody new until the force's answer or a renewal tells. The caller holds mu.
 func (st *sharedState) held(h *shareHold) bool {
 	return st.forces.hold(h.locker) || h.downTo != "" && st.forces.hold(h.downTo)
+}
+
+// heldServes reports whether a holding held back (held) would serve w once checked: w waits
+// for it, rather than this process asking Redis for more (and holding twice what it needs, or
+// standing in line behind others again). The caller holds mu.
+func (st *sharedState) heldServes(w *shareWaiter) bool {
+	h := st.holdFor(w, time.Time{})
+	return h != nil && st.held(h)
 }
 
 // forceSent counts a ForceRelease of locker about to be sent, if locker is this process's

@@ -531,7 +531,11 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 				return nil, errors.Join(err, ctx.Err())
 			}
 			if t := st.beginGrantLocked(a, *g); t != nil {
-				return st.takeNew(ctx, cfg, t)
+				if h, err := st.takeNew(ctx, cfg, t); h != nil || err != nil {
+					return h, err
+				}
+				// (held back by a ForceRelease of this process: the caller waits, or a
+				// TryLock reports it not obtained, with this request's failure)
 			}
 		}
 		if st.line.attempt == a && err != nil && !answered(err) && a.abandoned(sent, errors.Is(err, errNotSent)) {
@@ -617,8 +621,14 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 
 // takeNew makes the caller the first owner of t, a tenure that just began (phase free): at
 // once, or after renewing it when its lease is not the caller's or less than half of it is
-// left. The caller holds mu, which takeNew may release and take again.
+// left; or not, while a ForceRelease of this process may have removed it. The caller holds
+// mu, which takeNew may release and take again.
 func (st *lockState) takeNew(ctx context.Context, cfg domain.DLockConfig, t *tenure) (*holding, error) {
+	if st.forces.hold(t.entity.Locker) {
+		// A ForceRelease of this process may have removed it (forces): it stays free, and the
+		// caller waits with the others for the force's answer or the renewal that checks it.
+		return nil, nil
+	}
 	if t.mustRenew(cfg) {
 		st.phase = renewing
 		st.mu.Unlock()
