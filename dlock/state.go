@@ -627,6 +627,9 @@ func (st *lockState) takeNew(ctx context.Context, cfg domain.DLockConfig, t *ten
 	if st.forces.hold(t.entity.Locker) {
 		// A ForceRelease of this process may have removed it (forces): it stays free, and the
 		// caller waits with the others for the force's answer or the renewal that checks it.
+		// (News: a caller that barged and queues only now, after that renewal signalled
+		// nobody, asks or renews again rather than park until the next one.)
+		st.signalLocked(HowRetry)
 		return nil, nil
 	}
 	if t.mustRenew(cfg) {
