@@ -324,10 +324,11 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // or downgrade was answered after, which says nothing of the force. While the force is on its
 // way, and after an answer that does not say it removed the holding until Redis says it still
 // holds, the holding lends to no goroutine new (a try it would serve reports not obtained):
-// the force may have removed it and served another process before its answer comes. One that Redis runs only after this process gave
-// its answer up for lost (ctx ended first) is as a force from elsewhere. A holder elsewhere learns
-// of it at its next renewal (within three quarters of its lease), its downgrade's next try,
-// or its release, so until then it may act as if it held — use fencing tokens downstream.
+// the force may have removed it and served another process before its answer comes. One that
+// Redis runs only after this process gave its answer up for lost (ctx ended first) is as a
+// force from elsewhere. A holder elsewhere learns of it at its next renewal (within three
+// quarters of its lease), its downgrade's next try, or its release, so until then it may act
+// as if it held — use fencing tokens downstream.
 // It returns ErrInvalidConfig for an empty holder, a *RedisProcessError when Redis failed,
 // ctx's error when ctx ended first, and ErrClosed after Close.
 func (l *RWLock) ForceRelease(ctx context.Context, holder string) (bool, error) {
