@@ -242,19 +242,14 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 				st.loseLocked(t, errForced)
 			}
 			st.signalLocked(HowRetry)
-		} else if st.mayBegin(holder) {
-			// The outcome is unknown (a reply lost), or the holder was gone already — perhaps
-			// removed by an earlier copy of this request whose reply was lost: a tenure of this
-			// Generator under holder renews at once (below), and learns whether it still holds
-			// — also one whose take's (or grant's) answer is on its way, once it begins
-			// (unsure). Only a locker that may still begin a tenure here is recorded (the open
-			// attempt's, or the ask's in flight): a force of another (a stale holder, another
-			// process's) must not replace it.
-			st.unsure = holder
 		}
 		st.mu.Unlock()
 	}
 	if !removed {
+		// The outcome is unknown (a reply lost), or the holder was gone already, perhaps
+		// removed by an earlier copy of this request whose reply was lost: a tenure here under
+		// holder renews at once and learns whether it still holds (one that begins later does
+		// so as it begins: startTenure asks forces).
 		l.g.checkTenure(l.cfg.UniqueKey(), holder)
 	}
 	if err != nil {

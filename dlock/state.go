@@ -107,7 +107,6 @@ type lockState struct {
 	wokenBy  How    // what sent the latest signal
 	line     line   // this process's place in the Redis line
 	forced   string // the locker ForceRelease in this Generator last removed, or that a message said was let go as it was being taken
-	unsure   string // the open attempt's (or the ask's) locker a ForceRelease in this Generator may have removed (its outcome unknown, or it found nothing): a tenure it begins renews at once
 	asking   string // the locker of the lock.lua in flight (phase asking)
 	barging  int    // goroutines in Lock or TryLock that have not queued (yet): they may take a grant
 	retrying bool   // a retry after a Redis failure is due (retryLaterLocked)

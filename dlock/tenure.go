@@ -65,10 +65,11 @@ func (st *lockState) startTenure(ent domain.DLockEntity, cfg domain.DLockConfig,
 	st.fault = nil
 	st.g.hold(st)                                                                            // the tenure keeps the state alive until it ends
 	t.exp = threads.StartExpanderAt(st.g.clean, t, &st.g.group, t.until.Add(-cfg.Lease()/4)) // (Schedule's RenewAt)
-	if st.unsure == ent.Locker {
-		// taken (or granted) as a ForceRelease here of its locker ran, whose outcome is
-		// unknown: its answer says nothing of the force, so it asks Redis at once
-		st.unsure, t.checkNow = "", true
+	if st.forces.hold(ent.Locker) {
+		// taken (or granted) as a ForceRelease here of its locker is on its way, or answered
+		// without saying it removed it: its answer says nothing of the force, so it asks Redis
+		// at once
+		t.checkNow = true
 		t.exp.Poke()
 	}
 	return t
