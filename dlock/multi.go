@@ -244,7 +244,7 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 		}
 	}
 	for {
-		owners, values, err := m.takeParts(ctx, take)
+		owners, values, err := m.takeParts(ctx, retry, take)
 		if err != nil {
 			return nil, err
 		}
@@ -262,8 +262,8 @@ func (m *MultiLock) acquire(ctx context.Context, retry bool, take func(Part, con
 // failed through a failover; the Generator's Close is returned as the error): then it has let
 // go of them all, and Lock, which returns only once it holds every part, takes them again (a
 // lost part re-entered through the caller's Owner then returns its loss), while TryLock
-// reports the parts not obtained.
-func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Context) (*Owner, bool, error)) ([]*Owner, context.Context, error) {
+// reports the parts not obtained (or returns the Redis failure of a renewal, retry unset).
+func (m *MultiLock) takeParts(ctx context.Context, retry bool, take func(Part, context.Context) (*Owner, bool, error)) ([]*Owner, context.Context, error) {
 	owners := make([]*Owner, 0, len(m.parts))
 	values := context.Context(ctx) // carries the parts taken so far
 	letGo := func() {
@@ -274,10 +274,12 @@ func (m *MultiLock) takeParts(ctx context.Context, take func(Part, context.Conte
 		}
 	}
 	// startOver lets go of every part taken, because of cause (a part lost, or closed, or a
-	// renewal that failed): Lock takes them all again, but after Close (returned).
+	// renewal that failed): Lock takes them all again, but after Close (returned); TryLock
+	// returns a renewal's Redis failure, as a part's TryLock does.
 	startOver := func(cause error) error {
 		letGo()
-		if errors.Is(cause, ErrClosed) {
+		var failed *RedisProcessError
+		if errors.Is(cause, ErrClosed) || !retry && errors.As(cause, &failed) {
 			return cause
 		}
 		return nil

@@ -2335,3 +2335,55 @@ func TestMultiLockThatGivesUpWaitsForItsReleasesPastItsContextsEnd(t *testing.T)
 			ok, err, took.Round(time.Millisecond), v, gerr)
 	}
 }
+
+// A TryLock of a MultiLock whose first part must be renewed before it returns (taking the
+// second used up more than half its lease) returns the renewal's Redis failure, as a part's own
+// TryLock returns one, and holds none of the parts: it does not report them held elsewhere.
+func TestMultiLockTryLockReturnsTheRedisFailureOfItsRenewal(t *testing.T) {
+	const lease = 2 * time.Second
+	c := srv.Client()
+	preload(t, c) // (a NOSCRIPT reply would double the slow take)
+	var armed atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch processor.ScriptName(cmd.Args()) {
+		case "lock":
+			if !armed.Load() {
+				break
+			}
+			// The first part's reply and the second part's take are each slow by 30 % of the
+			// lease: each part's own TryLock returns it with 70 % left, but the first has 40 %
+			// left once the second is taken.
+			if strings.HasSuffix(fmt.Sprint(cmd.Args()[3]), "-b") {
+				time.Sleep(lease * 3 / 10)
+				break
+			}
+			err := next(ctx, cmd)
+			if err == nil {
+				time.Sleep(lease * 3 / 10)
+			}
+			return err
+		case "renew":
+			if armed.CompareAndSwap(true, false) {
+				err := errors.New("connection refused (injected)")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
+	tg := target(t)
+	m, parts := multiOf(t, g, "TRYRENEW", lease, tg+"-a", tg+"-b")
+	ctx := ctxT(t, 10*time.Second)
+	armed.Store(true)
+	o, ok, err := m.TryLock(ctx)
+	var pe *dlock.RedisProcessError
+	if ok || o != nil || !errors.As(err, &pe) {
+		t.Fatalf("TryLock = %v, %v, %v; want the renewal's *RedisProcessError", o, ok, err)
+	}
+	for _, l := range parts {
+		if st, err := l.State(ctx); err != nil || st.Held() {
+			t.Errorf("%s after the TryLock: %+v, %v; want free", key(l), st, err)
+		}
+	}
+}
