@@ -2339,51 +2339,97 @@ func TestMultiLockThatGivesUpWaitsForItsReleasesPastItsContextsEnd(t *testing.T)
 // A TryLock of a MultiLock whose first part must be renewed before it returns (taking the
 // second used up more than half its lease) returns the renewal's Redis failure, as a part's own
 // TryLock returns one, and holds none of the parts: it does not report them held elsewhere.
+// The first part is of each kind.
 func TestMultiLockTryLockReturnsTheRedisFailureOfItsRenewal(t *testing.T) {
 	const lease = 2 * time.Second
-	c := srv.Client()
-	preload(t, c) // (a NOSCRIPT reply would double the slow take)
-	var armed atomic.Bool
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		switch processor.ScriptName(cmd.Args()) {
-		case "lock":
-			if !armed.Load() {
-				break
+	for _, kind := range []string{"mutex", "semaphore", "write side"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			preload(t, c) // (a NOSCRIPT reply would double the slow take)
+			tg := uniqueTarget(t)
+			var armed atomic.Bool
+			var failed atomic.Int32
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				args := cmd.Args()
+				name, op := processor.ScriptName(args), sharedArg(args, "op")
+				switch {
+				case !armed.Load():
+				case name == "lock" && strings.Contains(fmt.Sprint(args[3]), tg+"-b"):
+					// The first part's reply and the second part's take are each slow by 30 %
+					// of the lease: each part's own TryLock returns it with 70 % left, but the
+					// first has 40 % left once the second is taken.
+					time.Sleep(lease * 3 / 10)
+				case name == "lock" || op == "take":
+					err := next(ctx, cmd)
+					if err == nil {
+						time.Sleep(lease * 3 / 10)
+					}
+					return err
+				case name == "renew" || op == "renew": // (every one, while armed)
+					failed.Add(1)
+					err := errors.New("connection refused (injected)")
+					cmd.SetErr(err)
+					return err
+				}
+				return next(ctx, cmd)
+			}})
+			g := genOn(t, c, dlock.WithDefaultLease(lease))
+			var first dlock.Part
+			var free func(ctx context.Context) bool
+			switch kind {
+			case "mutex":
+				l := mustGen(t, g, "ATRY", tg+"-a", lease)
+				first = l
+				free = func(ctx context.Context) bool { st, err := l.State(ctx); return err == nil && !st.Held() }
+			case "semaphore":
+				sem, err := g.GenSemaphore("ATRY", tg+"-a", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first = sem.Permits(1)
+				free = func(ctx context.Context) bool {
+					o, ok, err := sem.TryAcquire(ctx, 1)
+					if ok {
+						_ = o.Unlock()
+					}
+					return ok && err == nil
+				}
+			default:
+				rw, err := g.GenRW("ATRY", tg+"-a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				first = rw.WriteSide()
+				free = func(ctx context.Context) bool {
+					o, ok, err := rw.TryLock(ctx)
+					if ok {
+						_ = o.Unlock()
+					}
+					return ok && err == nil
+				}
 			}
-			// The first part's reply and the second part's take are each slow by 30 % of the
-			// lease: each part's own TryLock returns it with 70 % left, but the first has 40 %
-			// left once the second is taken.
-			if strings.HasSuffix(fmt.Sprint(cmd.Args()[3]), "-b") {
-				time.Sleep(lease * 3 / 10)
-				break
+			second := mustGen(t, g, "ZTRY", tg+"-b", lease)
+			m, err := g.MultiOf(first, second)
+			if err != nil {
+				t.Fatal(err)
 			}
-			err := next(ctx, cmd)
-			if err == nil {
-				time.Sleep(lease * 3 / 10)
+			ctx := ctxT(t, 10*time.Second)
+			armed.Store(true)
+			o, ok, err := m.TryLock(ctx)
+			armed.Store(false)
+			var pe *dlock.RedisProcessError
+			if ok || o != nil || !errors.As(err, &pe) {
+				t.Fatalf("TryLock = %v, %v, %v; want the renewal's *RedisProcessError", o, ok, err)
 			}
-			return err
-		case "renew":
-			if armed.CompareAndSwap(true, false) {
-				err := errors.New("connection refused (injected)")
-				cmd.SetErr(err)
-				return err
+			if failed.Load() == 0 {
+				t.Fatal("no renewal was sent")
 			}
-		}
-		return next(ctx, cmd)
-	}})
-	g := genOn(t, c, dlock.WithDefaultLease(lease))
-	tg := target(t)
-	m, parts := multiOf(t, g, "TRYRENEW", lease, tg+"-a", tg+"-b")
-	ctx := ctxT(t, 10*time.Second)
-	armed.Store(true)
-	o, ok, err := m.TryLock(ctx)
-	var pe *dlock.RedisProcessError
-	if ok || o != nil || !errors.As(err, &pe) {
-		t.Fatalf("TryLock = %v, %v, %v; want the renewal's *RedisProcessError", o, ok, err)
-	}
-	for _, l := range parts {
-		if st, err := l.State(ctx); err != nil || st.Held() {
-			t.Errorf("%s after the TryLock: %+v, %v; want free", key(l), st, err)
-		}
+			if !free(ctx) {
+				t.Errorf("the first part is held after the TryLock")
+			}
+			if st, err := second.State(ctx); err != nil || st.Held() {
+				t.Errorf("the second part after the TryLock: %+v, %v; want free", st, err)
+			}
+		})
 	}
 }

@@ -1278,7 +1278,11 @@ func (st *sharedState) freshen(ctx context.Context, h *shareHold) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.stale(h, time.Now()) {
-		return fmt.Errorf("%w: %s", errLateReply, st.cfg.UniqueKey()) // (the renewal failed, or its reply came late)
+		var failed *RedisProcessError
+		if p := h.lapse.Load(); p != nil && errors.As(*p, &failed) { // (the renewal failed: why)
+			return fmt.Errorf("%w: %s: %w", errLateReply, st.cfg.UniqueKey(), failed)
+		}
+		return fmt.Errorf("%w: %s", errLateReply, st.cfg.UniqueKey()) // (its reply came late)
 	}
 	return nil
 }
