@@ -79,7 +79,9 @@ const (
 	// HowPolled: a waiter woken by the retry poller, which found the key free.
 	HowPolled
 	// HowRetry: a waiter woken otherwise: a release of this process that let the key go, a
-	// give-back, a fresh subscription.
+	// give-back, a fresh subscription; or one that took the key its process got for a
+	// goroutine that did not take it (held back while a ForceRelease of the process's own was
+	// on its way).
 	HowRetry
 )
 

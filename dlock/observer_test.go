@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -844,5 +845,40 @@ func TestObserverHearsALossBeforeCloseOnce(t *testing.T) {
 				t.Fatalf("lost %d, released %d; want one loss and no release", len(rec.lost), len(rec.released))
 			}
 		})
+	}
+}
+
+// A waiter that takes a tenure its process held back for a ForceRelease of its own (the
+// force found the key another's, and the tenure began under the same locker before a renewal
+// checked it) is told HowRetry: no goroutine passed it the lock (not HowHandOver).
+func TestObserverToldHowAWaiterTookATenureHeldBackForAForce(t *testing.T) {
+	rec := &howRecorder{}
+	ga, _ := newGen(t, dlock.WithObserver(rec), dlock.WithNotifications(false))
+	gb, _ := newGen(t)
+	la := mustGen(t, ga, "HOWHELD", target(t), 1200*time.Millisecond) // (polls every 200 ms)
+	lb := mustGen(t, gb, "HOWHELD", target(t), 5*time.Second)
+	ctx := ctxT(t, 20*time.Second)
+	b := mustLock(t, lb, ctx)
+	got := lockAsync(t, la, ctx)
+	inLine(t, ctx, la, 1)
+	want := rawClient(t).HVals(ctx, "{"+key(la)+"}:want").Val()
+	if len(want) != 1 {
+		t.Fatalf("the line's entries: %q", want)
+	}
+	locker, _, _ := strings.Cut(want[0], "|")
+	if removed, err := la.ForceRelease(ctx, locker); err != nil || removed {
+		t.Fatalf("ForceRelease of the waiting attempt = %v, %v; want false (the key is b's)", removed, err)
+	}
+	if err := b.Unlock(); err != nil { // grants the key to a's attempt: a's poll finds it
+		t.Fatal(err)
+	}
+	o := recv(t, got, "a's Lock")
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !slices.Equal(rec.how, []dlock.How{dlock.HowRetry}) {
+		t.Fatalf("acquisitions told %v; want [retry]", rec.how)
 	}
 }

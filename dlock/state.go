@@ -285,9 +285,8 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 				bind()
 				h, err := st.act(wctx, s, cfg, wait, e, t, &lastErr)
 				if h != nil {
-					h.how = how
-					if s == stepRenew {
-						h.how = HowHandOver
+					if s != stepRenew { // (a renewal's take says how it came)
+						h.how = how
 					}
 					return st.won(n, h), false, nil
 				}
@@ -645,11 +644,16 @@ func (st *lockState) takeNew(ctx context.Context, cfg domain.DLockConfig, t *ten
 // holds mu and checked that the tenure need not be renewed first.
 func (st *lockState) take(ctx context.Context, cfg domain.DLockConfig) *holding {
 	t := st.ten
+	first := !t.taken()
 	h := newHolding(st, t, cfg, ctx, t.nextToken())
 	t.kept = nil // (a loss found from now on is this holding's)
-	h.how = HowHandOver
-	if t.granted {
+	switch {
+	case t.granted:
 		h.how, t.granted = HowNotified, false // the first acquisition of a tenure granted by a message
+	case first:
+		h.how = HowRetry // the first, of a tenure that no goroutine passed on: its asker gave up, or was held back (takeNew)
+	default:
+		h.how = HowHandOver
 	}
 	st.phase, st.owner = held, h
 	return h
