@@ -52,7 +52,9 @@ type DLockConfig struct {
 // holds white space or control characters, when the trimmed target is empty or holds control
 // characters, when the type or target is longer than MaxTypeLen or MaxTargetLen bytes, when
 // braces in the key would put the keys kept beside it (fencing counter, release channel) in
-// another Redis Cluster slot (such as a target "a}b"), or when the lease is outside
+// another Redis Cluster slot (such as a target "a}b"), when the key, with a hash tag of its
+// own, would be a key kept beside another lock's (such as a target "{acct}a:fence", the
+// fencing counter of target "{acct}a": see sideKeyOf), or when the lease is outside
 // [MinLease, MaxLease] or not a whole number of milliseconds (Redis keeps leases in
 // milliseconds).
 func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) (DLockConfig, error) {
@@ -75,6 +77,9 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 	key := UniqueKey(lockType, target)
 	if HashTag(SideKey(key, "x")) != HashTag(key) {
 		return DLockConfig{}, fmt.Errorf("%w: braces in key %q would put the keys beside it in another Redis Cluster slot (refused on every deployment): hash the target, or leave out braces that do not enclose a hash tag such as {acct}", dlerrors.ErrInvalidConfig, key)
+	}
+	if other, ok := sideKeyOf(key); ok {
+		return DLockConfig{}, fmt.Errorf("%w: key %q is a key kept beside lock %q (with a hash tag of its own, a key beside it is the lock key, a colon and a name): a target with a hash tag must not end in :fence, :released, :line, :want, :gap or :first, nor hold :done:, :check:, :forced: or :shared:", dlerrors.ErrInvalidConfig, key, other)
 	}
 	return DLockConfig{
 		lockType:   lockType,
@@ -167,6 +172,36 @@ func SideKey(key, suffix string) string {
 		return key + ":" + suffix
 	}
 	return "{" + key + "}:" + suffix
+}
+
+// sideKeyOf reports whether key, one with a hash tag of its own, is a key kept beside another
+// such lock key (SideKey), and that lock key: it ends in a colon and the name of one kept for
+// the lock (the processor's fencing counter, release channel, line, want, gap and first
+// keys), or holds a colon and the name of one kept per process or for the read-write lock and
+// the semaphore, then a colon (done:<owner>, check:<owner>, forced:<owner>, shared:<name>).
+// An untagged key's keys beside it begin with a brace, which no lock key does.
+func sideKeyOf(key string) (string, bool) {
+	if HashTag(key) == key {
+		return "", false
+	}
+	for _, name := range [...]string{"fence", "released", "line", "want", "gap", "first"} {
+		if lock, ok := strings.CutSuffix(key, ":"+name); ok && HashTag(lock) != lock {
+			return lock, true
+		}
+	}
+	for _, name := range [...]string{"done", "check", "forced", "shared"} {
+		sep := ":" + name + ":"
+		for at, from := 0, 0; ; from = at + 1 {
+			i := strings.Index(key[from:], sep)
+			if i < 0 {
+				break
+			}
+			if at = from + i; HashTag(key[:at]) != key[:at] {
+				return key[:at], true
+			}
+		}
+	}
+	return "", false
 }
 
 // HashTag returns the part of key that Redis Cluster hashes: the text between the first '{'

@@ -2607,6 +2607,33 @@ func TestSideKeysShareTheSlot(t *testing.T) {
 	}
 }
 
+// No lock's key is a key kept beside another lock's: a target with a hash tag of its own that
+// would name one (the lock key, a colon and a name) is refused, for every key the scripts
+// keep, the mutex's and the lock family's, and a target beside them that names none is not.
+func TestSideKeysAreNoLocksKey(t *testing.T) {
+	lc, err := domain.NewDLockConfig("T", "{acct}a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := append([]string{processor.FenceKey(lc), processor.LineKey(lc), processor.DoneKey(lc, "p-"),
+		processor.CheckKey(lc, "p-"), processor.ForcedKey(lc, "p-"), processor.WantKey(lc), processor.FirstKey(lc),
+		processor.GapKey(lc), processor.ReleaseChannel(lc)}, processor.SharedKeys(lc)...)
+	for _, k := range keys {
+		target, ok := strings.CutPrefix(k, "DLOCK_T_")
+		if !ok {
+			t.Fatalf("side key %q", k)
+		}
+		if _, err := domain.NewDLockConfig("T", target, time.Second); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Errorf("target %q, naming lock %q's key %q: %v; want ErrInvalidConfig", target, lc.UniqueKey(), k, err)
+		}
+	}
+	for _, target := range []string{"{acct}a:fenced", "{acct}a:line:7", "{acct}:cart", "a:fence", "a:done:p-", "{acct}a:doner:p-"} {
+		if _, err := domain.NewDLockConfig("T", target, time.Second); err != nil {
+			t.Errorf("target %q: %v; want it valid (no lock's key beside)", target, err)
+		}
+	}
+}
+
 func TestSplitLocker(t *testing.T) {
 	for _, tc := range []struct{ in, owner, seq string }{
 		{"10.0.0.1-42-abcdef-17", "10.0.0.1-42-abcdef-", "17"},
