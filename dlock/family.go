@@ -202,8 +202,9 @@ func (p sharedPart) holdCount(ctx context.Context) int {
 }
 
 // State reads what Redis holds for the lock, in one round trip that changes nothing. It returns
-// ErrClosed after Close, a *RedisProcessError when Redis fails, and ctx's error when ctx ends
-// first.
+// ErrInvalidConfig when Redis keeps the name as a semaphore (as the lock's requests do; the
+// semaphore's State, for a read-write lock), ErrClosed after Close, a *RedisProcessError when
+// Redis fails, and ctx's error when ctx ends first.
 func (l *RWLock) State(ctx context.Context) (SharedState, error) {
 	if l == nil || l.g == nil {
 		return SharedState{}, errZeroShared
@@ -570,6 +571,9 @@ func (g *Generator) sharedState(ctx context.Context, cfg domain.DLockConfig, spe
 	})
 	if err != nil {
 		return SharedState{}, unlate(err)
+	}
+	if in.Kind != spec.Kind { // (kept so in Redis: its requests are refused too)
+		return SharedState{}, processor.KindMismatch(cfg, in.Kind, spec.Kind)
 	}
 	st := SharedState{Kind: string(in.Kind), Fence: in.Fence}
 	rw := in.Kind == processor.KindRW

@@ -645,6 +645,19 @@ func TestSemaphoreZeroValuesAndBadInput(t *testing.T) {
 	if _, err := l.RLock(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("a read-write lock over a semaphore in use: %v", err)
 	}
+	if st, err := l.State(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("a read-write lock's State over a semaphore in use: %+v, %v", st, err)
+	}
+	rw, _ := g.GenRW("SEM", tg+"-rw")
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Unlock() }()
+	over, _ := g.GenSemaphore("SEM", tg+"-rw", 1)
+	if st, err := over.State(ctx); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Fatalf("a semaphore's State over a read-write lock in use: %+v, %v", st, err)
+	}
 }
 
 // A permit count Redis's scripts cannot keep exactly, or cannot bound (2^53 and above, where a

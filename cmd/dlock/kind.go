@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
-	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
 )
 
@@ -109,7 +108,6 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 	}
 	if g.shared != nil {
 		c.keys = sharedKeys(g.Config())
-		g.shared = sameKind(g.Config(), g.Kind(), g.shared)
 		state := g.shared
 		g.holders = func(ctx context.Context) string {
 			st, err := state(ctx)
@@ -120,25 +118,6 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 		}
 	}
 	return c, g, nil
-}
-
-// sameKind returns state refusing a lock that Redis keeps as another kind than the part's (a
-// read-write lock asked for as a semaphore, or the other way round) with the error exec's and
-// release's requests get from Redis (processor.KindMismatch), so that status and release
-// --any, which only read, refuse it as those requests do. Redis reports the asked kind while
-// it keeps none.
-func sameKind(cfg domain.DLockConfig, part dlock.LockKind, state func(context.Context) (dlock.SharedState, error)) func(context.Context) (dlock.SharedState, error) {
-	asked := processor.KindRW
-	if part == dlock.KindPermits {
-		asked = processor.KindSem
-	}
-	return func(ctx context.Context) (dlock.SharedState, error) {
-		st, err := state(ctx)
-		if err == nil && processor.Kind(st.Kind) != asked {
-			return dlock.SharedState{}, processor.KindMismatch(cfg, processor.Kind(st.Kind), asked)
-		}
-		return st, err
-	}
 }
 
 // mutexLock is the mutex as exec holds it.
