@@ -105,13 +105,13 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 	var said []string // what it did, written at the end
 	say := func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) }
 	defer func() { err = tell(out.stdout, said, err) }()
-	ctx, cancel := c.ctx()
-	defer cancel()
 	cfg := l.Config()
 	name := fmt.Sprintf("%s/%s (key %s)", cfg.LockType(), cfg.LockTarget(), cfg.UniqueKey())
 	victim := holder
 	if holder == "" { // --any
+		ctx, cancel := c.ctx() // (--timeout bounds each call)
 		st, err := l.State(ctx)
+		cancel()
 		if err != nil {
 			return c.classify(err)
 		}
@@ -121,7 +121,9 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 		}
 		victim = st.Holder
 	}
+	ctx, cancel := c.ctx()
 	removed, err := l.ForceRelease(ctx, victim)
+	cancel()
 	if err != nil {
 		return c.classify(err)
 	}
@@ -130,6 +132,8 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 		return nil
 	}
 	// Say what is there instead; a failure to look is no failure of the release.
+	ctx, cancel = c.ctx()
+	defer cancel()
 	st, err := l.State(ctx)
 	switch {
 	case err != nil:
@@ -154,13 +158,13 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 	var said []string // what it did, written at the end
 	say := func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) }
 	defer func() { err = tell(out.stdout, said, err) }()
-	ctx, cancel := c.ctx()
-	defer cancel()
 	cfg := g.Config()
 	name := fmt.Sprintf("%s/%s (keys %s)", cfg.LockType(), cfg.LockTarget(), sharedKeys(cfg))
 	victims := []string{holder}
 	if holder == "" { // --any
+		ctx, cancel := c.ctx() // (--timeout bounds each call)
 		st, err := g.shared(ctx)
+		cancel()
 		if err != nil {
 			return c.classify(err)
 		}
@@ -174,7 +178,9 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 		}
 	}
 	for _, v := range victims {
+		ctx, cancel := c.ctx()
 		removed, err := g.force(ctx, v)
+		cancel()
 		if err != nil {
 			return c.classify(err)
 		}
