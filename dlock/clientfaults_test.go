@@ -314,16 +314,20 @@ func (f *ffFuzz) newProc(slot int) *ffProc {
 	var kinds []string
 	r := rand.New(rand.NewPCG(f.seed, uint64(n)+1000))
 	if slot >= 0 { // (the operator's is plain)
-		for i, o := range []dlock.Option{dlock.WithFIFO(), dlock.WithNotifications(false), dlock.WithLocalHandOff(0), dlock.WithWriteBlock(2)} {
+		for i, o := range []dlock.Option{dlock.WithFIFO(), dlock.WithNotifications(false), dlock.WithLocalHandOff(0), dlock.WithWriteBlock(2), dlock.WithHoldOver(true)} {
 			if r.IntN(4) == 0 {
 				opts = append(opts, o)
-				kinds = append(kinds, []string{"fifo", "no notifications", "no local hand-off", "write block 2"}[i])
+				kinds = append(kinds, []string{"fifo", "no notifications", "no local hand-off", "write block 2", "hold-over"}[i])
 			}
 		}
 	}
 	g, err := dlock.NewGenerator(c, opts...)
 	if err != nil {
 		f.t.Fatal(err)
+	}
+	if slot >= 0 && r.IntN(4) == 0 {
+		g.Relock(2 * time.Millisecond) // every release stands in line again (relock), and a hold-over keeps the key
+		kinds = append(kinds, "relock")
 	}
 	p := &ffProc{slot: slot, g: g, c: c, h: h}
 	if len(kinds) > 0 {
