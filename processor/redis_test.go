@@ -720,10 +720,10 @@ func TestLineEntriesOfTheVersionBefore(t *testing.T) {
 }
 
 // A process that listened on its channel when it renewed its entry, and does not listen any
-// more (its connection closed: it died), is passed over however fresh its entry — even when
-// requests of its run after Redis dropped its subscription (on its way as the process died,
-// and a client's copies of them): its entry counts again only once Redis hears it ask, which
-// a dead process never does (a live one's notifier subscribes again).
+// more (its connection closed: it died), is passed over however fresh its entry — even when a
+// request of its runs after Redis dropped its subscription (on its way as the process died,
+// or a client's copy): that renewal counts only once the process asks again, which a dead
+// one never does.
 func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -750,57 +750,14 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 		if r := a.release(t, lc, la); r.Next != "" {
 			t.Fatalf("release = %+v, want pd- passed over: it listened, and does not now (its late ask does not count)", r)
 		}
+		// A live process asks again: from then on its entry counts as renewed (without
+		// listening), and the next release grants it the key.
 		la, _ = a.lock(t, lc, true, 1)
-		if r := d.lockWith(t, lc, ld, true, 1); r.Outcome != processor.Held || r.Seen.Heard {
-			t.Fatalf("pd-'s ask sent again = %+v, want held, not heard", r)
-		}
-		if r := a.release(t, lc, la); r.Next != "" {
-			t.Fatalf("release = %+v, want pd- passed over: another copy of its ask does not count either", r)
-		}
-		// A live process listens again and asks: the next release grants it the key.
-		ps = c.Subscribe(ctx, processor.ProcessChannel(lc, "pd-"))
-		defer ps.Close()
-		if _, err := ps.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		la, _ = a.lock(t, lc, true, 1)
-		if r := d.lockWith(t, lc, ld, true, 1); r.Outcome != processor.Held || !r.Seen.Heard {
-			t.Fatalf("pd- asks again, listening = %+v, want held, heard", r)
+		if r := d.lockWith(t, lc, ld, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("pd- asks again = %+v, want held", r)
 		}
 		if r := a.release(t, lc, la); r.Next != ld {
-			t.Fatalf("release = %+v, want granted to %s: it asked again, heard", r, ld)
-		}
-	})
-}
-
-// A process that takes the key again at once (relock) listens on its channel, and sends its
-// release with the acquisition it waits with next: killed with that release on its way (Redis
-// dropped its subscription first), it is stood in line by the release as a process that
-// listened and is not heard, so the next release passes it over rather than grant it the key
-// for a lease.
-func TestGrantPassesOverARelockingProcessThatDiedWithItsRelease(t *testing.T) {
-	backends(t, func(t *testing.T, c *redis.Client) {
-		ctx := context.Background()
-		p, b := newProc(t, c, "pp-"), newProc(t, c, "pb-")
-		lc, _ := domain.NewDLockConfig("PROC", fresh("deadrelock-"+t.Name()), 10*time.Second)
-		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pp-"))
-		if _, err := ps.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		lp, _ := p.lock(t, lc, true, 1)
-		lb, r := b.lock(t, lc, true, 1)
-		if r.Outcome != processor.Held {
-			t.Fatalf("pb- = %+v, want held", r)
-		}
-		next := p.locker()
-		ps.Close()
-		waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pp-"))
-		rel, err := p.Unlock(ctx, lc, processor.ReleaseRequest{Locker: lp, Next: next, NextLease: lc.Lease(), NextTokens: 1})
-		if err != nil || rel.Next != lb || !rel.Queued || rel.Seen.Heard {
-			t.Fatalf("pp-'s release = %+v, %v; want granted to %s, pp- in line, not heard", rel, err, lb)
-		}
-		if r := b.release(t, lc, lb); r.Next == next {
-			t.Fatalf("pb-'s release granted the key to %s, of a relocking process that died with its release on its way", next)
+			t.Fatalf("release = %+v, want granted to %s: it asked again after it stopped listening", r, ld)
 		}
 	})
 }
@@ -1188,11 +1145,6 @@ func TestReleaseStandsInLineOnlyWithAWaitingNext(t *testing.T) {
 		ctx := context.Background()
 		a, b, d := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-")
 		lc := cfg(t, "standnext")
-		sub := c.Subscribe(ctx, processor.ProcessChannel(lc, "pa-")) // (a relocking process listens)
-		defer sub.Close()
-		if _, err := sub.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
 		la, _ := a.lock(t, lc, true, 1)
 		lb, _ := b.lock(t, lc, true, 1)
 		next := a.locker()
@@ -3510,11 +3462,6 @@ func TestRelockCopiesAfterAnEmptyRestartNeverRegrantASettledNext(t *testing.T) {
 	ctx := context.Background()
 	a, b, x := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "px-")
 	lc := cfg(t, "relockrestart")
-	sub := c.Subscribe(ctx, processor.ProcessChannel(lc, "pa-")) // (a relocking process listens)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
 	take := processor.LockRequest{Locker: a.locker(), Wait: true, Tokens: 1}
 	r, err := a.Lock(ctx, lc, take)
 	if err != nil || r.Outcome != processor.Taken {

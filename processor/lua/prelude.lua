@@ -306,23 +306,18 @@ end
 
 -- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
 -- locker (its lease and tokens): the acquisition a release grants the key to. The entry notes
--- whether the process listens on its channel now; enqueue returns that. The entry of a
--- process that Redis does not hear is renewed as of long ago (0) when the process listened
--- (its entry said so, or listening: the request comes only from a process that listens), or
--- when its entry was renewed so already: the process may have died with this request on its
--- way (Redis dropped its subscription first), and each further copy of it (a client's retry)
--- finds it so. No grant goes to it (isLive) until it asks heard again, which only a live
--- process does (the notifier replaces a subscription that stops hearing).
-local function enqueue(mark, locker, lease, n, listening)
+-- whether the process listens on its channel now; enqueue returns that. An entry that said
+-- the process listened, of a process that listens no more, is renewed as of long ago (0): the
+-- process may have died with this request on its way (Redis dropped its subscription first,
+-- or a client sent a copy), and no grant goes to it (isLive) until it asks again, which only
+-- a live process does.
+local function enqueue(mark, locker, lease, n)
     local heard = hears(mark)
     local listens, renewed = '0', NOW_MS
     if heard then
         listens = '1'
-    else
-        local _, _, _, was, _, listened = waiting(mark)
-        if listened or was == 0 or listening and A.channel ~= '' then
-            renewed = 0
-        end
+    elseif select(6, waiting(mark)) then
+        renewed = 0
     end
     redis.call('zadd', LINE, 'NX', NOW_US, mark)
     redis.call('hset', WANT, mark, locker .. '|' .. lease .. '|' .. n .. '|' .. renewed .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. listens)
@@ -336,9 +331,8 @@ end
 -- a release of a process that takes the key again at once), when mayStand allows: reply, the
 -- script's, then also carries the key's life (ms: the grant's lease, when its holder would let
 -- it expire), the process's place in line and 1 if it listens on its channel (else 0).
--- listening says that only a process that listens sends the request (enqueue).
-local function standAgain(reply, listening)
-    local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens, listening)
+local function standAgain(reply)
+    local heard = enqueue(A.mark, A.next, A.next_lease, A.next_tokens)
     local rank = redis.pcall('zrank', LINE, A.mark) -- (a user not allowed it: the place is unknown)
     reply[6] = redis.call('pttl', K)
     reply[7] = type(rank) == 'number' and rank or -1

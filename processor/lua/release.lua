@@ -42,6 +42,6 @@ unreserve(locker, A.last)
 local done, had = settle(seq)
 local reply = passed(1, locker, '')
 if A.next ~= '' and A.mark ~= '' and reply[2] ~= '' and not grantedOwn(reply) and mayStand(done, had) then
-    return standAgain(reply, true) -- (sent only by a process that watches its channel)
+    return standAgain(reply)
 end
 return reply

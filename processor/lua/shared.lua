@@ -492,12 +492,11 @@ local function serve()
         local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
         redis.call('hset', WANT, A.owner, want)
         if HEARD then
-            -- (An entry that said its process listened, or that was renewed so already, of
-            -- a process Redis does not hear, counts as renewed long ago: as the mutex's
-            -- enqueue, prelude.lua.)
+            -- (An entry that said its process listened, of a process that listens no more,
+            -- counts from its next ask: as the mutex's enqueue, prelude.lua.)
             local heard = hears(A.owner)
             local renewed = NOW_MS
-            if heard == false and e and (e.listened or e.renewed == 0) then
+            if heard == false and e and e.listened then
                 renewed = 0
             end
             redis.call('hset', HEARD, A.owner, renewed .. '|' .. (heard and '1' or '0') .. '|' .. A.lease .. '|' .. want)
