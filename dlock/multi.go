@@ -274,12 +274,10 @@ func (m *MultiLock) takeParts(ctx context.Context, retry bool, take func(Part, c
 		}
 	}
 	// startOver lets go of every part taken, because of cause (a part lost, or closed, or a
-	// renewal that failed): Lock takes them all again, but after Close (returned); TryLock
-	// returns a renewal's Redis failure, as a part's TryLock does.
+	// renewal that failed): Lock takes them all again, but after Close (returned).
 	startOver := func(cause error) error {
 		letGo()
-		var failed *RedisProcessError
-		if errors.Is(cause, ErrClosed) || !retry && errors.As(cause, &failed) {
+		if errors.Is(cause, ErrClosed) {
 			return cause
 		}
 		return nil
@@ -319,6 +317,11 @@ func (m *MultiLock) takeParts(ctx context.Context, retry bool, take func(Part, c
 		if ctx.Err() != nil { // (the caller's deadline bounds the wait, the renewal included)
 			letGo()
 			return nil, nil, notObtained(ctx.Err(), nil)
+		}
+		var failed *RedisProcessError
+		if !retry && errors.As(err, &failed) && !errors.Is(err, ErrLockLost) {
+			letGo()
+			return nil, nil, err // (TryLock: the renewal failed in Redis, as a part's TryLock returns it)
 		}
 		return nil, nil, startOver(err)
 	}

@@ -2433,3 +2433,46 @@ func TestMultiLockTryLockReturnsTheRedisFailureOfItsRenewal(t *testing.T) {
 		})
 	}
 }
+
+// A TryLock of a MultiLock whose first part is lost while the second is taken (its renewals
+// failed in Redis and its lease ran out: the loss wraps the renewal's *RedisProcessError)
+// reports the parts not obtained, false with a nil error, as its doc says: it returns a Redis
+// failure only of the renewal it sends itself.
+func TestMultiLockTryLockOfAPartLostAsItTakesTheNextReportsNotObtained(t *testing.T) {
+	const lease = time.Second
+	c := srv.Client()
+	preload(t, c)
+	var armed atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !armed.Load() || len(cmd.Args()) < 4 {
+			return next(ctx, cmd)
+		}
+		k := fmt.Sprint(cmd.Args()[3])
+		switch processor.ScriptName(cmd.Args()) {
+		case "lock":
+			if strings.HasSuffix(k, "-b") {
+				time.Sleep(900 * time.Millisecond) // the first part's lease (600 ms) runs out meanwhile
+			}
+		case "renew":
+			if strings.HasSuffix(k, "-a") {
+				err := errors.New("connection refused (injected)")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
+	tg := target(t)
+	m, err := g.Multi(mustGen(t, g, "TRYLOST", tg+"-a", 600*time.Millisecond), mustGen(t, g, "TRYLOST", tg+"-b", 3*lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	armed.Store(true)
+	o, ok, err := m.TryLock(ctx)
+	armed.Store(false)
+	if ok || o != nil || err != nil {
+		t.Fatalf("TryLock = %v, %v, %v; want false, nil (its doc: a part it took was lost before it had the rest)", o, ok, err)
+	}
+}
