@@ -79,7 +79,7 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 		return DLockConfig{}, fmt.Errorf("%w: braces in key %q would put the keys beside it in another Redis Cluster slot (refused on every deployment): hash the target, or leave out braces that do not enclose a hash tag such as {acct}", dlerrors.ErrInvalidConfig, key)
 	}
 	if other, ok := sideKeyOf(key); ok {
-		return DLockConfig{}, fmt.Errorf("%w: key %q is a key kept beside lock %q (with a hash tag of its own, a key beside it is the lock key, a colon and a name): a target with a hash tag must not end in :fence, :released, :line, :want, :gap or :first, nor hold :done:, :check:, :forced: or :shared:", dlerrors.ErrInvalidConfig, key, other)
+		return DLockConfig{}, fmt.Errorf("%w: key %q, or a key beside it, is a key kept beside lock %q (with a hash tag of its own, a key beside it is the lock key, a colon and a name): a target with a hash tag must not end in :fence, :released, :line, :want, :gap, :first, :shared, :shared:<name>, :done, :check or :forced, nor hold :done:, :check: or :forced:", dlerrors.ErrInvalidConfig, key, other)
 	}
 	return DLockConfig{
 		lockType:   lockType,
@@ -175,28 +175,34 @@ func SideKey(key, suffix string) string {
 }
 
 // sideKeyOf reports whether key, one with a hash tag of its own, is a key kept beside another
-// such lock key (SideKey), and that lock key: it ends in a colon and the name of one kept for
-// the lock (the processor's fencing counter, release channel, line, want, gap and first
-// keys), or holds a colon and the name of one kept per process or for the read-write lock and
-// the semaphore, then a colon (done:<owner>, check:<owner>, forced:<owner>, shared:<name>).
-// An untagged key's keys beside it begin with a brace, which no lock key does.
+// such lock key (SideKey), or has keys beside it that are, and that lock key. Such a lock's
+// keys beside it are the lock key, a colon and a name: the processor's fencing counter,
+// release channel, line, want, gap and first keys, one per process (done:<owner>,
+// check:<owner>, forced:<owner>), and the read-write lock's and semaphore's (shared:<name>).
+// So key may not end in a colon and one of those names, nor hold a per-process one followed
+// by a colon, nor end in a colon and the first part of a two-part name (shared, done, check,
+// forced: its own keys would then be another's). An untagged key's keys beside it begin
+// with a brace, which no lock key does.
 func sideKeyOf(key string) (string, bool) {
 	if HashTag(key) == key {
 		return "", false
 	}
-	for _, name := range [...]string{"fence", "released", "line", "want", "gap", "first"} {
-		if lock, ok := strings.CutSuffix(key, ":"+name); ok && HashTag(lock) != lock {
+	tagged := func(lock string) bool { return HashTag(lock) != lock }
+	for _, name := range [...]string{"fence", "released", "line", "want", "gap", "first",
+		"shared:held", "shared:exp", "shared:line", "shared:want", "shared:gone", "shared:fence", "shared:kind", "shared:heard",
+		"shared", "done", "check", "forced"} {
+		if lock, ok := strings.CutSuffix(key, ":"+name); ok && tagged(lock) {
 			return lock, true
 		}
 	}
-	for _, name := range [...]string{"done", "check", "forced", "shared"} {
+	for _, name := range [...]string{"done", "check", "forced"} {
 		sep := ":" + name + ":"
 		for at, from := 0, 0; ; from = at + 1 {
 			i := strings.Index(key[from:], sep)
 			if i < 0 {
 				break
 			}
-			if at = from + i; HashTag(key[:at]) != key[:at] {
+			if at = from + i; tagged(key[:at]) {
 				return key[:at], true
 			}
 		}

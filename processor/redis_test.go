@@ -2579,7 +2579,14 @@ func TestSideKeysAreNoLocksKey(t *testing.T) {
 			t.Errorf("target %q, naming lock %q's key %q: %v; want ErrInvalidConfig", target, lc.UniqueKey(), k, err)
 		}
 	}
-	for _, target := range []string{"{acct}a:fenced", "{acct}a:line:7", "{acct}:cart", "a:fence", "a:done:p-", "{acct}a:doner:p-"} {
+	// (and a lock whose own keys beside it would be one's: {acct}a:shared's fencing counter
+	// is {acct}a's read-write lock's)
+	for _, target := range []string{"{acct}a:shared", "{acct}a:done", "{acct}a:check", "{acct}a:forced"} {
+		if _, err := domain.NewDLockConfig("T", target, time.Second); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Errorf("target %q, whose keys beside it are lock %q's: %v; want ErrInvalidConfig", target, lc.UniqueKey(), err)
+		}
+	}
+	for _, target := range []string{"{acct}a:fenced", "{acct}a:line:7", "{acct}:cart", "a:fence", "a:done:p-", "{acct}a:doner:p-", "{acct}:shared:doc7"} {
 		if _, err := domain.NewDLockConfig("T", target, time.Second); err != nil {
 			t.Errorf("target %q: %v; want it valid (no lock's key beside)", target, err)
 		}
