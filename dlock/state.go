@@ -651,7 +651,7 @@ func (st *lockState) take(ctx context.Context, cfg domain.DLockConfig) *holding 
 	case t.granted:
 		h.how, t.granted = HowNotified, false // the first acquisition of a tenure granted by a message
 	case first:
-		h.how = HowRetry // the first, of a tenure that no goroutine passed on: its asker gave up, or was held back (takeNew)
+		h.how = HowRetry // the first, of a tenure no goroutine passed on: its asker did not take it (held back: takeNew)
 	default:
 		h.how = HowHandOver
 	}
