@@ -2451,7 +2451,7 @@ func TestMultiLockTryLockOfAPartLostAsItTakesTheNextReportsNotObtained(t *testin
 		switch processor.ScriptName(cmd.Args()) {
 		case "lock":
 			if strings.HasSuffix(k, "-b") {
-				time.Sleep(900 * time.Millisecond) // the first part's lease (600 ms) runs out meanwhile
+				time.Sleep(1500 * time.Millisecond) // the first part's lease (600 ms) runs out meanwhile
 			}
 		case "renew":
 			if strings.HasSuffix(k, "-a") {
