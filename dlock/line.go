@@ -50,6 +50,12 @@ type line struct {
 	// gapUntil is the end of a window in which the key is left free for processes not in line.
 	gapUntil time.Time
 	watching bool // the release channel is watched for this state
+	// listens says that the process counts itself heard on its channel of the key: the
+	// subscription was confirmed, or the newest answer that told said Redis heard it, and
+	// nothing since said otherwise (a failed subscription, an answer that Redis did not). Every
+	// request that stands it in line says so (processor.LockRequest.Listening): a request that
+	// says so, run by Redis after the process died, does not make its entry live again.
+	listens bool
 	// quiet is the state's epoch + 1 when the last answer about the open attempt was a
 	// release that stood in line again with it (relock), and no signal came since: a goroutine
 	// that wants the key then waits for the grant without asking Redis. 0 otherwise.
@@ -223,7 +229,7 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
 	l.waited, l.seen = sent, seen
 	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
 	if s != nil {
-		l.rank, l.heard = s.Rank, s.Heard
+		l.rank, l.heard, l.listens = s.Rank, s.Heard, s.Heard
 		if s.Rank > 0 && sent.Before(l.firstAt) {
 			l.rank = 0 // (it ran before the grant or leave that made this process first)
 		}

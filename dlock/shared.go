@@ -49,6 +49,7 @@ type sharedState struct {
 	heardW   uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
 	heardF   uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
 	subAt    time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
+	listens  bool           // the process counts itself heard on its channel, as the mutex's line.listens; guarded by mu
 	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	forces   forces         // the ForceRelease calls here of this process's lockers, on their way or owed a check: their holdings lend to nobody new (held); guarded by mu
@@ -165,6 +166,7 @@ type shareWaiter struct {
 // gives up names it, unless Redis answered since (a take, a renewal, the subscription again).
 func (st *sharedState) subscriptionFailed(f error) {
 	st.mu.Lock()
+	st.listens = false
 	if st.attempt != nil { // (the process waits in Redis)
 		st.faultLocked(f, nil)
 	}
@@ -318,7 +320,7 @@ func (st *sharedState) subscribed() {
 	}
 	now := time.Now()
 	st.heardF++
-	st.subAt = now
+	st.subAt, st.listens = now, true
 	if st.attempt != nil {
 		st.attempt.pollAt = time.Time{}
 		st.attempt.woken(HowRetry)
@@ -1328,11 +1330,11 @@ func (st *sharedState) left(h *shareHold) (time.Duration, error) {
 
 // take returns the request that asks for a's permits.
 func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
-	w, f, how := st.heardW, st.heardF, a.wake // (the caller holds mu)
+	w, f, how, listens := st.heardW, st.heardF, a.wake, st.listens // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Tokens: st.tokens(a.n)})
+			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Listening: listens, Tokens: st.tokens(a.n)})
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -1352,6 +1354,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	}
 	if err == nil {
 		st.faultLocked(nil, nil) // Redis answered: a failure before is over
+	}
+	if err == nil && r.Outcome == processor.Held && r.Rank >= 0 {
+		st.listens = r.Heard // (it stands in line: the answer tells whether Redis hears it)
 	}
 	lease := st.cfg.Lease()
 	switch {
@@ -1477,13 +1482,13 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 // release that ran and a take that then failed (its permits above a lowered k): o's Unlocks
 // are told the release's outcome, and only the take's failure is the take's.
 func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx context.Context) {
-	w, f, how := st.heardW, st.heardF, a.wake // (the caller holds mu)
+	w, f, how, listens := st.heardW, st.heardF, a.wake, st.listens // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		o.tries++
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
 			return st.g.redis.SharedReleaseThenTake(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end,
-				processor.TakeRequest{Locker: a.locker, N: a.n, Tokens: st.tokens(a.n)})
+				processor.TakeRequest{Locker: a.locker, N: a.n, Listening: listens, Tokens: st.tokens(a.n)})
 		})
 		var fate error
 		switch {

@@ -456,7 +456,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
 	st.asking = a.locker
-	unreleased := st.retried // (see processor.Unreleased)
+	unreleased, listens := st.retried, st.line.listens // (see processor.Unreleased)
 	sent := time.Now()
 	if a.firstSent.IsZero() {
 		a.firstSent = sent
@@ -474,7 +474,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		defer cancel()
 	}
 	res, err := call(st.g, actx, func(ctx context.Context) (processor.Result, error) {
-		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Tokens: a.tokens, Unreleased: unreleased})
+		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Listening: listens, Tokens: a.tokens, Unreleased: unreleased})
 	})
 	if errors.Is(err, errLate) && ctx.Err() == nil { // (the bound above, not the caller)
 		cause := errNoAnswer
@@ -678,7 +678,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
 		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize, sent: true, firstSent: time.Now()} // (renew.lua may put it in line)
 		req.Yield, req.Check = true, st.g.newLocker()
-		req.Next, req.NextLease, req.NextTokens = next.locker, cfg.Lease(), next.tokens
+		req.Next, req.NextLease, req.NextTokens, req.Listening = next.locker, cfg.Lease(), next.tokens, st.line.listens
 		// A yield may put this process back in line with next, whatever becomes of its reply.
 		st.line.attempt, st.line.queued = next, true
 		st.line.forget()
@@ -828,6 +828,7 @@ func (st *lockState) signal(how How) {
 // ForceRelease went by): its owner learns of a loss then, not at its next renewal.
 func (st *lockState) subscribed() {
 	st.mu.Lock()
+	st.line.listens = true
 	if subscriptionFault(st.fault) { // (Redis answered since)
 		st.fault = nil
 	}
@@ -841,6 +842,7 @@ func (st *lockState) subscribed() {
 // one that gives up names it, unless Redis answered since (an ask, the subscription again).
 func (st *lockState) subscriptionFailed(f error) {
 	st.mu.Lock()
+	st.line.listens = false
 	if st.ten == nil && st.q.HasWaiters() {
 		st.fault, st.faultAt = f, time.Now()
 	}

@@ -347,7 +347,7 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 			tokens = blockSize
 		}
 		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: tokens, sent: true, firstSent: time.Now()} // (release.lua may put it in line)
-		req.Next, req.NextLease, req.NextTokens = next.locker, stay.Lease(), next.tokens
+		req.Next, req.NextLease, req.NextTokens, req.Listening = next.locker, stay.Lease(), next.tokens, st.line.listens
 		// The release may put this process back in line with next, whatever becomes of its
 		// reply (an answer other than released counts it in line: release).
 		st.line.attempt = next

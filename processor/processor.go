@@ -148,8 +148,18 @@ const MaxTokens = 1 << 30
 
 // LockRequest is an attempt to take the key.
 type LockRequest struct {
-	Locker     string     // <owner><sequence number>: unique to this acquisition
-	Wait       bool       // stand in line (or renew the entry) when the key is held
+	Locker string // <owner><sequence number>: unique to this acquisition
+	Wait   bool   // stand in line (or renew the entry) when the key is held
+	// Listening, with Wait, says that the process counts itself heard on its channel of the
+	// key: its subscription confirmed, and no answer since said that Redis does not hear it
+	// (Sighting.Heard). When Redis does not hear a process that says so, the process may have
+	// died with the request on its way (Redis drops the subscription with the connection, and
+	// a client may send a request again after its process died): its entry counts as renewed
+	// long ago, and no release grants it the key until it asks again saying otherwise. A live
+	// process told so asks again saying otherwise, and is judged as one without notifications.
+	// RenewRequest (with Yield) and ReleaseRequest (with Next) say it of the attempt they stand
+	// in line with.
+	Listening  bool
 	Tokens     int        // fencing tokens to reserve (1 to MaxTokens): more than one for passes within this process
 	Unreleased Unreleased // the release of the same owner retried meanwhile, if any
 }
@@ -177,6 +187,7 @@ type RenewRequest struct {
 	Next       string
 	NextLease  time.Duration
 	NextTokens int
+	Listening  bool   // with Yield: the process counts itself heard on its channel (LockRequest's)
 	Last       uint64 // the last token handed out (for Yield; 0 if unknown)
 	// Origin is the first token of the holding the tenure began with (Result.Origin, or a
 	// grant's token; 0 if unknown): a key that holds the locker in another holding (taken
@@ -200,6 +211,7 @@ type ReleaseRequest struct {
 	Next       string
 	NextLease  time.Duration
 	NextTokens int
+	Listening  bool       // with Next: the process counts itself heard on its channel (LockRequest's)
 	Unreleased Unreleased // another release of the same owner retried meanwhile, if any
 }
 

@@ -885,7 +885,7 @@ type args struct {
 	locker, seq         string
 	lease               time.Duration
 	mark                string
-	wait                bool
+	wait, listening     bool
 	tokens              int
 	last                uint64
 	fenceTTL, entryTTL  time.Duration
@@ -905,7 +905,7 @@ type args struct {
 }
 
 // argNames is the order of the prelude's table A, which list follows.
-var argNames = []string{"locker", "seq", "lease", "mark", "wait", "tokens", "last", "fence_ttl",
+var argNames = []string{"locker", "seq", "lease", "mark", "wait", "listening", "tokens", "last", "fence_ttl",
 	"entry_ttl", "done_ttl", "channel", "publish", "gap_every", "gap_window", "yield", "check",
 	"next", "next_lease", "next_tokens", "upto", "max_listed", "origin", "unreleased", "unreleased_origin"}
 
@@ -933,7 +933,7 @@ func (a args) all() []any {
 // they are its own, the rest boxed here.
 func (a args) appendAll(l []any) []any {
 	b := a.boxes
-	return append(l, b.str(a.locker), b.str(a.seq), b.ms(a.lease), b.str(a.mark), flag(a.wait), a.tokens,
+	return append(l, b.str(a.locker), b.str(a.seq), b.ms(a.lease), b.str(a.mark), flag(a.wait), flagOrNone(a.listening), a.tokens,
 		last(a.last), b.ms(a.fenceTTL), b.ms(a.entryTTL), b.ms(a.doneTTL), b.str(a.channel), b.str(a.publish),
 		b.ms(a.gapEvery), b.ms(a.gapWindow), flagOrNone(a.yield), b.str(a.check), b.str(a.next),
 		b.ms(a.nextLease), countOrNone(a.nextTokens), b.str(a.upto), countOrNone(a.maxListed), last(a.origin),
@@ -1182,6 +1182,7 @@ func (p *RedisLockProcessor) Lock(ctx context.Context, cfg domain.DLockConfig, r
 		return Result{}, processErr("lock", cfg.UniqueKey(), err)
 	}
 	a.locker, a.seq, a.lease, a.wait, a.tokens = req.Locker, seq, cfg.Lease(), req.Wait && p.opts.Mark != "", max(req.Tokens, 1)
+	a.listening = a.wait && req.Listening
 	if a.unreleased, err = unreleased(req.Unreleased, owner); err != nil {
 		return Result{}, err
 	}
@@ -1296,6 +1297,7 @@ func (p *RedisLockProcessor) ExpandLease(ctx context.Context, cfg domain.DLockCo
 			return Result{}, fmt.Errorf("%w: yield check %q and next attempt %q are not fresh lockers of %q, this process's mark %q", dlerrors.ErrInvalidConfig, req.Check, req.Next, owner, p.opts.Mark)
 		}
 		a.yield, a.check, a.next, a.nextLease, a.nextTokens = true, check, req.Next, req.NextLease, max(req.NextTokens, 1)
+		a.listening = req.Listening
 	}
 	if a.unreleased, err = unreleased(req.Unreleased, owner); err != nil {
 		return Result{}, err
@@ -1356,6 +1358,7 @@ func (p *RedisLockProcessor) Unlock(ctx context.Context, cfg domain.DLockConfig,
 			return Result{}, fmt.Errorf("%w: next attempt %q is not a fresh locker of %q, this process's mark %q", dlerrors.ErrInvalidConfig, req.Next, owner, p.opts.Mark)
 		}
 		a.next, a.nextLease, a.nextTokens = req.Next, req.NextLease, max(req.NextTokens, 1)
+		a.listening = req.Listening
 	}
 	if a.unreleased, err = unreleased(req.Unreleased, owner); err != nil {
 		return Result{}, err

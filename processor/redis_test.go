@@ -762,6 +762,111 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 	})
 }
 
+// A process that says it counts itself heard (LockRequest.Listening, and ReleaseRequest's and
+// RenewRequest's with Next), and that Redis does not hear, may have died with the request on
+// its way: Redis dropped its subscription with its connection, and then ran the request — or
+// a client's copy of it, any number of times. Its entry counts as renewed long ago, and no
+// release grants it the key, however it stood in line: an ask, a relocking release, a yield
+// check. The same request saying otherwise counts from when it ran (a live process told that
+// Redis does not hear it, judged as one without notifications).
+func TestGrantPassesOverAProcessThatSaysItListensAndIsNotHeard(t *testing.T) {
+	ctx := context.Background()
+	// stand has the dying process pd- stand in line with a fresh locker, saying listening
+	// (or not), after Redis dropped its subscription: the other process pa- holds the key
+	// when stand returns. It returns pd-'s locker in line and pa-'s holding.
+	stands := map[string]func(t *testing.T, c *redis.Client, lc domain.DLockConfig, a, d *proc, listening bool) (string, string){
+		"ask and its copies": func(t *testing.T, c *redis.Client, lc domain.DLockConfig, a, d *proc, listening bool) (string, string) {
+			la, _ := a.lock(t, lc, true, 1)
+			ld := d.locker()
+			dies := subscribe(t, c, processor.ProcessChannel(lc, "pd-"))
+			if r, err := d.Lock(ctx, lc, processor.LockRequest{Locker: ld, Wait: true, Listening: true, Tokens: 1}); err != nil || !r.Seen.Heard {
+				t.Fatalf("pd- (it listens) asks: %+v, %v; want heard", r, err)
+			}
+			dies()
+			for range 2 { // (the ask that ran as it died, and a client's copy of it)
+				if r, err := d.Lock(ctx, lc, processor.LockRequest{Locker: ld, Wait: true, Listening: listening, Tokens: 1}); err != nil || r.Outcome != processor.Held || r.Seen.Heard {
+					t.Fatalf("pd-'s late ask: %+v, %v; want held, not heard", r, err)
+				}
+			}
+			return ld, la
+		},
+		"relocking release": func(t *testing.T, c *redis.Client, lc domain.DLockConfig, a, d *proc, listening bool) (string, string) {
+			dies := subscribe(t, c, processor.ProcessChannel(lc, "pd-"))
+			ld, _ := d.lock(t, lc, true, 1)
+			la, _ := a.lock(t, lc, true, 1)
+			dies()
+			next := d.locker()
+			r, err := d.Unlock(ctx, lc, processor.ReleaseRequest{Locker: ld, Next: next, NextLease: lc.Lease(), NextTokens: 1, Listening: listening})
+			if err != nil || r.Next != la || !r.Queued || r.Seen.Heard {
+				t.Fatalf("pd-'s release as it died: %+v, %v; want granted to %s and pd- in line again, not heard", r, err, la)
+			}
+			return next, la
+		},
+		"yield check": func(t *testing.T, c *redis.Client, lc domain.DLockConfig, a, d *proc, listening bool) (string, string) {
+			dies := subscribe(t, c, processor.ProcessChannel(lc, "pd-"))
+			ld, _ := d.lock(t, lc, true, 1)
+			la, _ := a.lock(t, lc, true, 1)
+			dies()
+			next := d.locker()
+			r, err := d.ExpandLease(ctx, lc, processor.RenewRequest{Locker: ld, Yield: true, Check: d.locker(), Next: next, NextLease: lc.Lease(), NextTokens: 1, Listening: listening})
+			if err != nil || r.Outcome != processor.Yielded || r.Next != la || r.Seen.Heard {
+				t.Fatalf("pd-'s yield check as it died: %+v, %v; want yielded to %s, not heard", r, err, la)
+			}
+			return next, la
+		},
+	}
+	for name, stand := range stands {
+		t.Run(name, func(t *testing.T) {
+			backends(t, func(t *testing.T, c *redis.Client) {
+				for _, listening := range []bool{true, false} {
+					if !listening && name == "ask and its copies" {
+						continue // (its copies find its entry saying it listened: TestGrantPassesOverAProcessThatStoppedListening)
+					}
+					a, d := newProc(t, c, "pa-"), newProc(t, c, "pd-")
+					lc, _ := domain.NewDLockConfig("PROC", fresh("claim-"+t.Name()), 10*time.Second)
+					ld, la := stand(t, c, lc, a, d, listening)
+					r := a.release(t, lc, la)
+					switch {
+					case listening && r.Next != "":
+						t.Fatalf("release = %+v, want pd- passed over: its request said it listens, and Redis does not hear it", r)
+					case !listening && r.Next != ld:
+						t.Fatalf("release = %+v, want granted to %s: its request said it does not listen, and it ran just now", r, ld)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A user not allowed PUBSUB NUMSUB: Redis cannot tell whether a process listens, and judges
+// every entry as one without notifications — also one whose request says the process counts
+// itself heard (LockRequest.Listening): it is granted the key, not passed over for good.
+func TestGrantToAProcessRedisCannotCountHeedsNoClaim(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	c := srv.Client()
+	defer c.Close()
+	user := "nonumsub" + strconv.FormatInt(runs.Add(1), 10)
+	if err := c.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "&*", "+@all", "-pubsub|numsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Do(ctx, "acl", "deluser", user)
+	uc := redis.NewClient(&redis.Options{Addr: c.Options().Addr, Username: user, Password: "pw"})
+	defer uc.Close()
+	a, d := newProc(t, c, "pa-"), newProc(t, uc, "pd-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("nonumsub-"+t.Name()), 10*time.Second)
+	la, _ := a.lock(t, lc, true, 1)
+	ld := d.locker()
+	for range 2 { // (the second as the poller's next ask)
+		if r, err := d.Lock(ctx, lc, processor.LockRequest{Locker: ld, Wait: true, Listening: true, Tokens: 1}); err != nil || r.Outcome != processor.Held || r.Seen.Heard {
+			t.Fatalf("pd- asks: %+v, %v; want held, not heard (Redis cannot tell)", r, err)
+		}
+	}
+	if r := a.release(t, lc, la); r.Next != ld {
+		t.Fatalf("release = %+v, want granted to %s: Redis cannot tell whether it listens, and it asked just now", r, ld)
+	}
+}
+
 // A line entry that no script of dlock's writes (another client's: a lease under a
 // millisecond or over domain.MaxLease, a block of more than processor.MaxTokens tokens) counts
 // as expired: a release passes it over to the next live process and drops it, rather than

@@ -69,6 +69,10 @@ type TakeRequest struct {
 	N        int64  // permits asked, 1 ≤ N ≤ k
 	Wait     bool   // stand in line (or renew the entry) when they do not fit
 	Replaces string // a holding of the same process that this one replaces when taken ("" for none)
+	// Listening, with Wait, says that the process counts itself heard on its channel of the
+	// lock: its subscription confirmed, and no answer since said Redis does not hear it (as
+	// LockRequest.Listening says for the mutex).
+	Listening bool
 	// Tokens is how many fencing tokens to reserve (0 for one): the holding's token is the
 	// first, and no later holding's is at or below the last. A write-hold hands them to the
 	// writers it serves in turn.
@@ -91,7 +95,10 @@ type SharedResult struct {
 	Rank    int     // Held: the process's place in line (0 for first), -1 when not in line
 	Life    time.Duration
 	// Life (Held) is how long until the first holding expires, -1 when none is held.
-	Let Outcome // SharedReleaseThenTake: what became of the holding let go (Released, Settled or Gone)
+	// Heard (Held, with Wait) reports that Redis saw the process listen on its channel of the
+	// lock as it ran the take (as Sighting.Heard says for the mutex).
+	Heard bool
+	Let   Outcome // SharedReleaseThenTake: what became of the holding let go (Released, Settled or Gone)
 }
 
 // SharedInspection is what Redis holds for a shared lock.
@@ -129,6 +136,7 @@ type sharedOp struct {
 	from       int64        // permits: the count the change applies to (0 for whatever it is)
 	origin     uint64       // renew, and a take that replaces: the token the holding (replaced) was taken with (0 if unknown)
 	next       *TakeRequest // release: the take that stands in line as it lets go (nil for none)
+	listening  bool         // with wait or next: the process counts itself heard (TakeRequest.Listening)
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
@@ -158,8 +166,16 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 	ack := o.op == "take" || o.op == "renew" || o.next != nil
 	args := []any{o.op, o.locker, owner, o.n, ms(cfg.Lease()), flag(o.wait), o.replaces, string(s.Kind), s.Permits,
 		ms(EntryTTL(cfg)), ms(p.MarkLife(cfg)), ms(FenceTTL(cfg)), channel, pub, o.tokens, last, end, from, origin}
+	listening := o.wait
 	if o.next != nil {
 		args = append(args, o.next.Locker, o.next.N, o.next.Tokens)
+		listening = true
+	}
+	if listening && o.listening {
+		if o.next == nil {
+			args = append(args, "", "", "")
+		}
+		args = append(args, "1")
 	}
 	script, keys := p.scripts.run["shared"], SharedKeys(cfg)
 	res, acked, err := p.run(ctx, script, ack, keys, append(command(script, keys, nil, len(args)), args...))
@@ -265,7 +281,7 @@ func (p *RedisLockProcessor) SharedTake(ctx context.Context, cfg domain.DLockCon
 		return SharedResult{}, fmt.Errorf("%w: %d permits asked", dlerrors.ErrInvalidConfig, req.N)
 	}
 	p.raise(cfg)
-	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "take", locker: req.Locker, n: req.N, wait: req.Wait, replaces: req.Replaces, tokens: req.Tokens, last: req.Last, end: req.BlockEnd, origin: req.Origin})
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "take", locker: req.Locker, n: req.N, wait: req.Wait, replaces: req.Replaces, tokens: req.Tokens, last: req.Last, end: req.BlockEnd, origin: req.Origin, listening: req.Listening})
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -283,7 +299,7 @@ func (p *RedisLockProcessor) taken(cfg domain.DLockConfig, code int64, vals []an
 	case code == -1:
 		return SharedResult{Outcome: Settled}, nil
 	case code == 0 && len(vals) >= 3:
-		r := SharedResult{Outcome: Held, Rank: -1, Life: -1, Waiting: len(vals) > 3 && vals[3] == int64(1)}
+		r := SharedResult{Outcome: Held, Rank: -1, Life: -1, Waiting: len(vals) > 3 && vals[3] == int64(1), Heard: len(vals) > 4 && vals[4] == int64(1)}
 		if rank, ok := vals[1].(int64); ok {
 			r.Rank = int(rank)
 		}
@@ -391,7 +407,7 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 	}
 	p.raise(cfg)
 	next.Wait = true
-	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, origin: origin, last: last, end: end, next: &next})
+	code, vals, acked, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, origin: origin, last: last, end: end, next: &next, listening: next.Listening})
 	if err != nil {
 		return SharedResult{}, err
 	}

@@ -1851,9 +1851,10 @@ func TestSharedRefillWaitsForReplicas(t *testing.T) {
 // the holder lets go, the process behind it is told and takes, rather than waiting for the
 // dead entry to expire (a minute here). A read-write lock's dead writer before a reader, a
 // semaphore's dead waiter for every permit before a waiter for one; on a Cluster client too,
-// where processes listen by sharded pub/sub (SSUBSCRIBE). So too when a request of the dead
-// process runs after Redis dropped its subscription (on its way as it died, or a client's
-// copy): that ask counts only once the process asks again, which a dead one never does.
+// where processes listen by sharded pub/sub (SSUBSCRIBE). So too when requests of the dead
+// process run after Redis dropped its subscription (on its way as it died, and a client's
+// copies of it): each says the process counts itself heard (TakeRequest.Listening), and the
+// entry counts only once the process asks again saying otherwise, which a dead one never does.
 func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 	for _, s := range []struct {
 		name string
@@ -1864,8 +1865,8 @@ func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 		{"sem", sem3, 3},
 	} {
 		t.Run(s.name, func(t *testing.T) {
-			for _, late := range []bool{false, true} {
-				t.Run(fmt.Sprint("late ask ", late), func(t *testing.T) {
+			for late := range 3 {
+				t.Run(fmt.Sprint("late asks ", late), func(t *testing.T) {
 					backends(t, func(t *testing.T, c *redis.Client) { passesTheDead(t, c, s.spec, s.all, late) })
 				})
 			}
@@ -1873,17 +1874,18 @@ func TestSharedLinePassesAProcessThatStoppedListening(t *testing.T) {
 				srv.NeedReal(t)
 				cc := shardedClient()
 				defer cc.Close()
-				passesTheDead(t, cc, s.spec, s.all, true)
+				passesTheDead(t, cc, s.spec, s.all, 2)
 			})
 		})
 	}
 }
 
-func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared, all int64, late bool) {
+func passesTheDead(t *testing.T, c redis.UniversalClient, spec processor.Shared, all int64, late int) {
 	x := deadAhead(t, c, spec, all, all)
-	if late {
-		if r := x.d.take(t, x.lc, spec, x.ld, all, true); r.Outcome != processor.Held {
-			t.Fatalf("the dead D-'s late ask: %+v, want held", r)
+	for range late {
+		r, err := x.d.SharedTake(context.Background(), x.lc, spec, processor.TakeRequest{Locker: x.ld, N: all, Wait: true, Listening: true})
+		if err != nil || r.Outcome != processor.Held || r.Heard {
+			t.Fatalf("the dead D-'s late ask: %+v, %v; want held, not heard", r, err)
 		}
 	}
 	if o := x.a.letGo(t, x.lc, spec, x.la); o != processor.Released {
@@ -1923,8 +1925,9 @@ func deadAhead(t *testing.T, c redis.UniversalClient, spec processor.Shared, hel
 		t.Fatalf("A- takes %d: %+v", held, r)
 	}
 	dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
-	if r := x.d.take(t, lc, spec, x.ld, asked, true); r.Outcome != processor.Held || r.Rank != 0 {
-		t.Fatalf("D- (it listens) asks %d: %+v", asked, r)
+	r, err := x.d.SharedTake(context.Background(), lc, spec, processor.TakeRequest{Locker: x.ld, N: asked, Wait: true, Listening: true})
+	if err != nil || r.Outcome != processor.Held || r.Rank != 0 || !r.Heard {
+		t.Fatalf("D- (it listens) asks %d: %+v, %v; want held first in line, heard", asked, r, err)
 	}
 	x.h = listen(t, c, lc, "B-")
 	if r := x.b.take(t, lc, spec, x.lb, 1, true); r.Outcome != processor.Held || r.Rank != 1 {

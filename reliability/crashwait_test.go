@@ -2,9 +2,11 @@ package reliability_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,4 +272,188 @@ func TestCrashedHolderCostsAWaiterWithoutNotificationsTheHoldersLease(t *testing
 		t.Fatalf("the waiter without notifications did not get the key within 10 s of the holder's death (holder's lease %v)", lease)
 	}
 	t.Logf("FIGURE crashed_holder_quiet_waiter: the waiter got the key %v after the holder was killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
+}
+
+// relockerHelper takes the key again as soon as it lets it go (a worker loop: its releases
+// relock), holding it HOLD each time; it says "unlocking" before each Unlock.
+func relockerHelper(g *dlock.Generator) int {
+	l, err := g.Gen("HOLD", env("TARGET"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 2
+	}
+	hold := envDuration("HOLD")
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		o, err := l.Lock(ctx)
+		cancel()
+		if err != nil {
+			fmt.Println("error", err)
+			return 2
+		}
+		st, _ := l.State(context.Background())
+		fmt.Println("held", st.Holder)
+		time.Sleep(hold)
+		fmt.Println("unlocking")
+		_ = l.Unlock(o)
+	}
+}
+
+// A process whose goroutine takes the key again at once (relock: its release stands it in line
+// again with a fresh acquisition) is killed (kill -9) while its release is on its way to Redis
+// (here held up 200 ms by the network). Redis drops its subscription as its connection closes;
+// then the release runs, grants the key to B, and stands the dead process in line. The release
+// says that the process counts itself heard (processor.ReleaseRequest.Listening), and Redis does
+// not hear it: its entry counts as renewed long ago, and B's next release passes it over rather
+// than grant it the key for a lease.
+func TestCrashedRelockerWithItsReleaseOnItsWayIsPassedOver(t *testing.T) {
+	const lease = 3 * time.Second
+	s := realServer(t)
+	px := netProxy(t, s.Addr)
+	px.SetLatencies(200*time.Millisecond, 0)
+	gb, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	lb, _ := gb.Gen("HOLD", "huntrelock")
+	raw := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer raw.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	cmd, out := helper(t, "relocker", map[string]string{"ADDR": px.Addr(), "LEASE": lease.String(), "TARGET": "huntrelock", "HOLD": "50ms"})
+	holder := expectLine(t, out, "held")
+	mark := strings.TrimRight(holder, "0123456789")
+
+	// B takes the key in a loop, so that every release of the relocker grants it to B.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			o, err := lb.Lock(ctx)
+			if err != nil {
+				mu.Lock()
+				bErr = err
+				mu.Unlock()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			_ = lb.Unlock(o)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	// Let a few turns pass (the relocker relocks from its second release on), then kill it
+	// while one of its releases is on its way.
+	for range 4 {
+		expectLine(t, out, "held")
+	}
+	expectLine(t, out, "unlocking")
+	time.Sleep(30 * time.Millisecond)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+	channel := processor.ProcessChannel(lb.Config(), mark)
+	key := lb.Config().UniqueKey()
+	want := processor.WantKey(lb.Config())
+	leftDead := false
+	for time.Since(killed) < 2*lease {
+		h := raw.Get(ctx, key).Val()
+		if !strings.HasPrefix(h, mark) {
+			leftDead = true // the dead process's release ran (or its key expired)
+		} else if leftDead {
+			t.Fatalf("%v after the relocker %s was killed (Redis saw its subscription gone: %d subscribers), the key was granted to it again: %q (PTTL %v); its entry was %q",
+				time.Since(killed).Round(time.Millisecond), mark, raw.PubSubNumSub(ctx, channel).Val()[channel], h, raw.PTTL(ctx, key).Val(), raw.HGet(ctx, want, mark).Val())
+		}
+		if e := raw.HGet(ctx, want, mark).Val(); e != "" {
+			t.Logf("%v after the kill: the dead process stands in line: %q", time.Since(killed).Round(time.Millisecond), e)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if bErr != nil {
+		t.Fatal(bErr)
+	}
+}
+
+// A waiting process that listens on its channel asks again (its poll); Redis is slow to get the
+// request (held up 400 ms on the way), so its client gives up reading after its ReadTimeout
+// and sends the script again (go-redis retries a read timeout). The process is killed with
+// both copies on their way: Redis drops its subscription first, then runs the two copies. Each
+// says that the process counts itself heard (processor.LockRequest.Listening), and Redis does
+// not hear it: its entry stays renewed as of long ago, and the holder's release passes the dead
+// process over.
+func TestCrashedWaiterWithItsAskAndItsClientsCopyOnTheirWayIsPassedOver(t *testing.T) {
+	const lease = 3 * time.Second
+	s := realServer(t)
+	px := netProxy(t, s.Addr)
+	var mu sync.Mutex
+	evals := 0
+	both := make(chan struct{})
+	px.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+		if !toTarget || !strings.Contains(strings.ToLower(string(chunk)), "evalsha") {
+			return 0
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		evals++
+		switch {
+		case evals < 3: // its first ask, and the one once subscribed (its entry then says it listens)
+			return 0
+		case evals == 4: // the client's copy of the third
+			close(both)
+		}
+		return 400 * time.Millisecond
+	})
+	ga, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	la, _ := ga.Gen("HOLD", "huntcopy")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	owned, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer raw.Close()
+	cmd, out := helper(t, "waiter", map[string]string{"ADDR": px.Addr(), "LEASE": lease.String(), "TARGET": "huntcopy", "READTIMEOUT": "100ms"})
+	expectLine(t, out, "waiting")
+	want := processor.WantKey(la.Config())
+	var dead string
+	waitUntil(t, func() bool {
+		st, err := la.State(ctx)
+		if err == nil && len(st.Waiting) == 1 {
+			dead = st.Waiting[0]
+		}
+		return dead != "" && strings.HasSuffix(raw.HGet(ctx, want, dead).Val(), "|1")
+	})
+	select {
+	case <-both:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter's third ask and its copy never came")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	channel := processor.ProcessChannel(la.Config(), dead)
+	waitUntil(t, func() bool { return raw.PubSubNumSub(ctx, channel).Val()[channel] == 0 })
+	time.Sleep(time.Second) // both copies have run by now
+	entry := raw.HGet(ctx, want, dead).Val()
+	if err := la.Unlock(owned); err != nil {
+		t.Fatal(err)
+	}
+	if h := raw.Get(ctx, la.Config().UniqueKey()).Val(); strings.HasPrefix(h, dead) {
+		t.Fatalf("the release granted the key to %q, a waiter killed (Redis dropped its subscription) with its ask and its client's copy on their way; its entry then: %q (PTTL %v)",
+			h, entry, raw.PTTL(ctx, la.Config().UniqueKey()).Val())
+	}
+	t.Logf("passed over; its entry was %q", entry)
 }

@@ -37,7 +37,11 @@ func envDuration(name string) time.Duration {
 }
 
 func runHelper(mode string) int {
-	c := redis.NewClient(&redis.Options{Addr: env("ADDR")})
+	ropts := &redis.Options{Addr: env("ADDR")}
+	if env("READTIMEOUT") != "" {
+		ropts.ReadTimeout = envDuration("READTIMEOUT")
+	}
+	c := redis.NewClient(ropts)
 	defer c.Close()
 	opts := []dlock.Option{dlock.WithDefaultLease(envDuration("LEASE"))}
 	if env("NOTIFY") == "off" {
@@ -71,6 +75,8 @@ func runHelper(mode string) int {
 		return familyWaiterHelper(g)
 	case "churner":
 		return churnerHelper(g, c)
+	case "relocker":
+		return relockerHelper(g)
 	}
 	fmt.Println("unknown mode", mode)
 	return 2

@@ -60,7 +60,10 @@ type proc struct {
 	dead        bool // crashed (kill -9)
 	closed      bool // Generator.Close ran
 	// listening says the process is subscribed to its channel of the key (Redis counts it:
-	// a release may grant it the key however old its entry); unlisten ends that.
+	// a release may grant it the key however old its entry); unlisten ends that. Its requests
+	// that stand it in line say so (processor.LockRequest.Listening): Redis hears a live
+	// process that listens here, so no answer tells it otherwise (dlock's line.listens).
+	// A request that said so, run after its process died, finds it unheard.
 	listening bool
 	// originOnRelease says its releases name the origin of the holding they let go, as dlock's
 	// do; without it (by a bit of the seed), none, as when a take's reply carried no origin (an
@@ -194,9 +197,9 @@ func (p *proc) until(sent time.Time, lease time.Duration) time.Time {
 
 func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bool, tokens int) {
 	cfg := p.cfg(lease)
-	req := processor.LockRequest{Locker: locker, Wait: wait, Tokens: tokens, Unreleased: p.unreleasedOf(nil)}
+	req := processor.LockRequest{Locker: locker, Wait: wait, Listening: wait && p.listening, Tokens: tokens, Unreleased: p.unreleasedOf(nil)}
 	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v%s)", locker, lease, wait, naming(req.Unreleased)))
-	r.locker, r.lease, r.tokens, r.wait, r.unrel = locker, lease, tokens, wait, req.Unreleased.Locker
+	r.locker, r.lease, r.tokens, r.wait, r.unrel, r.listening = locker, lease, tokens, wait, req.Unreleased.Locker, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Lock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -218,13 +221,13 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 		req.Yield = true
 		req.Check, _ = p.newLocker()
 		next, _ := p.newLocker()
-		req.Next, req.NextLease, req.NextTokens = next, lease, block
+		req.Next, req.NextLease, req.NextTokens, req.Listening = next, lease, block, p.listening
 		what += ", yield check " + req.Check + ", next " + next
 		p.attempt, p.waited, p.seen, p.granted = &attempt{locker: next, lease: lease, tokens: block}, time.Time{}, 0, nil
 	}
 	cfg := p.cfg(lease)
 	r := p.request(pur, what+")")
-	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel = t, t.locker, lease, tokens, yield, req.Next, req.Unreleased.Locker
+	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel, r.listening = t, t.locker, lease, tokens, yield, req.Next, req.Unreleased.Locker, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.ExpandLease(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -241,11 +244,11 @@ func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last
 	}
 	what := "release.lua(" + locker
 	if next != "" {
-		req.Next, req.NextLease, req.NextTokens = next, lease, 1
+		req.Next, req.NextLease, req.NextTokens, req.Listening = next, lease, 1, p.listening
 		what += ", next " + next
 	}
 	r := p.request(pur, what+naming(req.Unreleased)+")")
-	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare = t, locker, lease, next, req.Unreleased.Locker, req.Origin == 0
+	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare, r.listening = t, locker, lease, next, req.Unreleased.Locker, req.Origin == 0, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}

@@ -182,10 +182,13 @@ type sproc struct {
 	gaveUp  map[string]bool    // lockers it sent a release for: a late reply for them is ignored
 	downs   map[string]down    // downgrades whose reply went unheard, by their locker: sent again
 	// listening says the process is subscribed to its channel of the lock (Redis counts it);
-	// unlisten ends that.
-	listening bool
-	unlisten  func()
-	cfg       domain.DLockConfig // its handle's (lease)
+	// unlisten ends that. listens says the process counts itself heard, as the library's
+	// does: from its subscription until an answer says Redis does not hear it (a subscription
+	// that drops, or a death, goes unnoticed till then). Its takes that stand in line say so
+	// (processor.TakeRequest.Listening).
+	listening, listens bool
+	unlisten           func()
+	cfg                domain.DLockConfig // its handle's (lease)
 	// waitsWith is the locker of the last take with wait it sent (alone, or after a release):
 	// the attempt it waits with, as the library's process waits with one attempt at a time.
 	waitsWith string
@@ -228,6 +231,9 @@ type sreq struct {
 	sent   time.Time
 	gen    int     // the empty restarts before it was sent
 	hold   *belief // renew, refill, release, down: the belief of the holding it names (origin its token)
+	// listening: a take with wait, or a release with next, says its process counts itself
+	// heard (sproc.listens as it was sent)
+	listening bool
 }
 
 func (r *sreq) String() string {
@@ -455,7 +461,7 @@ func (w *sworld) restart() {
 // listen subscribes p to its channel of the lock.
 func (w *sworld) listen(p *sproc) {
 	stop, _ := w.be.listen(processor.SharedChannel(w.cfg, p.name))
-	p.unlisten, p.listening = stop, true
+	p.unlisten, p.listening, p.listens = stop, true, true
 	w.note("%s listens", p.name)
 }
 
@@ -468,9 +474,9 @@ func (w *sworld) send(r *sreq) {
 	r.sent, r.gen = w.now(), w.restarts
 	switch {
 	case r.op == "take" && r.wait:
-		r.p.waitsWith = r.locker
+		r.p.waitsWith, r.listening = r.locker, r.p.listens
 	case r.op == "release" && r.next != "":
-		r.p.waitsWith = r.next
+		r.p.waitsWith, r.listening = r.next, r.p.listens
 	}
 	if r.op == "release" {
 		r.p.letting[r.locker] = true
@@ -515,7 +521,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 	case "take", "down":
 		before, _ := w.held()
 		line := w.line()
-		res, err := p.p.SharedTake(ctx, p.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Replaces: r.old, Origin: r.origin, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
+		res, err := p.p.SharedTake(ctx, p.cfg, w.spec, processor.TakeRequest{Locker: r.locker, N: r.n, Wait: r.wait, Listening: r.listening, Replaces: r.old, Origin: r.origin, Tokens: w.block(r.n), Last: r.last, BlockEnd: r.end})
 		if w.tooMany(r, r.locker, err) {
 			return
 		}
@@ -588,7 +594,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		if r.next != "" {
 			before, _ := w.held()
 			line := w.line()
-			res, err := p.p.SharedReleaseThenTake(ctx, p.cfg, w.spec, r.locker, r.origin, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Tokens: w.block(r.n)})
+			res, err := p.p.SharedReleaseThenTake(ctx, p.cfg, w.spec, r.locker, r.origin, r.last, r.end, processor.TakeRequest{Locker: r.next, N: r.n, Listening: r.listening, Tokens: w.block(r.n)})
 			if w.tooMany(r, r.next, err) { // (the release ran)
 				w.ran[r.locker], w.ended[r.locker] = true, true
 				delete(p.letting, r.locker)
@@ -603,7 +609,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.ran[r.locker], w.ended[r.locker] = true, true
 			delete(p.letting, r.locker)
 			delete(before, r.locker) // (let go before the take ran)
-			take := &sreq{p: p, op: "take", locker: r.next, n: r.n, wait: true, sent: r.sent, gen: r.gen}
+			take := &sreq{p: p, op: "take", locker: r.next, n: r.n, wait: true, sent: r.sent, gen: r.gen, listening: r.listening}
 			w.leak(take, r.next)
 			w.took(take, res, heard, before, line)
 			return
@@ -663,10 +669,13 @@ func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before ma
 			w.ran[e.locker] = true // the attempt this one took the place of in line
 		}
 		h := heardOf{w.now(), p.listening}
-		if prev, ok := w.heard[p.name]; ok && inLine && prev.listened && !p.listening {
-			h.at = time.Time{} // (it may have died with this take on its way: it counts from its next)
+		if prev, ok := w.heard[p.name]; !p.listening && (r.listening || ok && inLine && prev.listened) {
+			h.at = time.Time{} // (it may have died with this take on its way: it counts from its next that says it is not heard)
 		}
 		w.heard[p.name] = h
+		if heard {
+			p.listens = res.Heard // (the library's: the answer tells whether Redis hears it)
+		}
 		if r.old == "" {
 			// served when there is room: put in line only when what is held and what every
 			// live entry ahead of its process asks leave too little
@@ -1133,7 +1142,9 @@ var SharedMutants = []Mutant{
 	{"a dead process's entry stays in line", "shared",
 		"        elseif (owner ~= A.owner or A.op == 'force') and died(e) then", "        elseif false then"},
 	{"a dead process's late take counts it ahead (its entry renewed as of now)", "shared",
-		"            if heard == false and e and e.listened then", "            if false then"},
+		"            if heard == false and (A.listening == '1' or (e and e.listened)) then", "            if false then"},
+	{"a dead process's late take that says it counts itself heard counts it ahead (the claim ignored)", "shared",
+		"(A.listening == '1' or (e and e.listened))", "(e and e.listened)"},
 	{"a take that fits exactly is put in line", "shared",
 		"        local fits = shrinks or sum + ahead(A.owner) + n <= k", "        local fits = shrinks or sum + ahead(A.owner) + n < k"},
 	{"a copy of a take that ran is refused under a lowered count (its holding settled)", "shared",

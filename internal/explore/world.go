@@ -76,8 +76,11 @@ type request struct {
 	wait   bool     // lock: stand in line
 	seq    int      // leave: the newest number it settles
 	next   string   // yield, or a release that stands in line again (relock): the attempt the process waits with next
-	back   giveBack // a give-back, or a try of a release retried
-	unrel  string   // the release retried it names (processor.Unreleased)
+	// listening: with wait or next, the request says its process counts itself heard on its
+	// channel (processor.LockRequest.Listening)
+	listening bool
+	back      giveBack // a give-back, or a try of a release retried
+	unrel     string   // the release retried it names (processor.Unreleased)
 	// rerun says a release of the tenure it releases (the first or a try) ran before Redis ran it
 	rerun bool
 	bare  bool // a release that names no origin (proc.originOnRelease)
@@ -529,7 +532,7 @@ func (w *world) granted(r *request, locker string) {
 	case e.listened && !w.listens(locker):
 		w.fail(ruleGrant, "%s granted the key to %s, whose process listened when it renewed its entry and does not now (it died)", r.id, locker)
 	case !e.listened && e.at.IsZero():
-		w.fail(ruleGrant, "%s granted the key to %s, whose process stopped listening since it renewed its entry, and has not asked since (it may have died with that ask on its way)", r.id, locker)
+		w.fail(ruleGrant, "%s granted the key to %s, whose process does not listen, and has not asked since saying it is not heard (it may have died with its requests on their way)", r.id, locker)
 	case !e.listened && w.now().Sub(e.at).Milliseconds() > e.lease.Milliseconds()/3:
 		w.fail(ruleGrant, "%s granted the key to %s, whose entry was last renewed %v ago (lease %v) and whose process did not listen", r.id, locker, w.now().Sub(e.at), e.lease)
 	}
@@ -582,10 +585,11 @@ type entry struct {
 
 // renewedEntry records that r, run by Redis with outcome out, made or renewed an entry in the
 // line: a waiting attempt that found the key held, or a yield or a release (relock) with the
-// attempt it waits with next. prior is the process's entry as r found it (entryBefore): one
-// that is alive and says its process listened, of a process that does not listen now, is
-// renewed as of long ago — the process may have died with r on its way — and no grant may go
-// to it until it asks again.
+// attempt it waits with next. prior is the process's entry as r found it (entryBefore). The
+// entry of a process that does not listen now is renewed as of long ago when r says the
+// process counts itself heard (r.listening), or prior is alive and says the process listened:
+// the process may have died with r on its way, and no grant may go to it until it asks again
+// saying otherwise.
 func (w *world) renewedEntry(r *request, out outcome, prior string) {
 	var locker string
 	switch {
@@ -600,7 +604,7 @@ func (w *world) renewedEntry(r *request, out outcome, prior string) {
 		return
 	}
 	e := entry{w.now(), r.lease, w.listens(locker)}
-	if !e.listened && strings.HasSuffix(prior, "|1") && entryExpires(prior) > w.now().UnixMilli() {
+	if !e.listened && (r.listening || strings.HasSuffix(prior, "|1") && entryExpires(prior) > w.now().UnixMilli()) {
 		e.at = time.Time{}
 	}
 	w.entries[locker] = e

@@ -38,25 +38,26 @@ local A = {
     lease = ARGV[3] or '',          -- its lease, ms
     mark = ARGV[4] or '',           -- this process's name in the line ('' for none: it never waits in line)
     wait = ARGV[5] or '',           -- '1': stand in line (or renew the entry) when the key is held
-    tokens = ARGV[6] or '',         -- fencing tokens to reserve ('0' for none)
-    last = ARGV[7] or '',           -- the last fencing token the holder handed out ('' if unknown)
-    fence_ttl = ARGV[8] or '',      -- how long the fencing counter is kept, ms
-    entry_ttl = ARGV[9] or '',      -- how long a line entry lives unless renewed, ms
-    done_ttl = ARGV[10] or '',      -- how long a settled mark lasts, ms
-    channel = ARGV[11] or '',       -- the release channels' prefix: a process hears on <channel>:<mark> ('' to publish nothing)
-    publish = ARGV[12] or '',       -- the command that publishes: 'publish', or 'spublish' for sharded channels
-    gap_every = ARGV[13] or '',     -- the period between windows left free for processes not in line ('': none), ms
-    gap_window = ARGV[14] or '',    -- each window's length, ms
-    yield = ARGV[15] or '',         -- '1': give the key to the first live process in line, if there is one
-    check = ARGV[16] or '',         -- with yield: a fresh number of the owner that this check marks
-    next = ARGV[17] or '',          -- with yield: the locker the process waits with next, its lease and tokens
-    next_lease = ARGV[18] or '',
-    next_tokens = ARGV[19] or '',
-    upto = ARGV[20] or '',          -- leave: the newest number the process gave a locker
-    max_listed = ARGV[21] or '',    -- inspect: how many entries of the line to list at most
-    origin = ARGV[22] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
-    unreleased = ARGV[23] or '',    -- a locker of the owner that held the key and whose release is unanswered (retried): see the end
-    unreleased_origin = ARGV[24] or '', -- the first token of its holding ('' if unknown)
+    listening = ARGV[6] or '',      -- with wait or next: '1' when the process counts itself heard on its channel (enqueue)
+    tokens = ARGV[7] or '',         -- fencing tokens to reserve ('0' for none)
+    last = ARGV[8] or '',           -- the last fencing token the holder handed out ('' if unknown)
+    fence_ttl = ARGV[9] or '',      -- how long the fencing counter is kept, ms
+    entry_ttl = ARGV[10] or '',     -- how long a line entry lives unless renewed, ms
+    done_ttl = ARGV[11] or '',      -- how long a settled mark lasts, ms
+    channel = ARGV[12] or '',       -- the release channels' prefix: a process hears on <channel>:<mark> ('' to publish nothing)
+    publish = ARGV[13] or '',       -- the command that publishes: 'publish', or 'spublish' for sharded channels
+    gap_every = ARGV[14] or '',     -- the period between windows left free for processes not in line ('': none), ms
+    gap_window = ARGV[15] or '',    -- each window's length, ms
+    yield = ARGV[16] or '',         -- '1': give the key to the first live process in line, if there is one
+    check = ARGV[17] or '',         -- with yield: a fresh number of the owner that this check marks
+    next = ARGV[18] or '',          -- with yield: the locker the process waits with next, its lease and tokens
+    next_lease = ARGV[19] or '',
+    next_tokens = ARGV[20] or '',
+    upto = ARGV[21] or '',          -- leave: the newest number the process gave a locker
+    max_listed = ARGV[22] or '',    -- inspect: how many entries of the line to list at most
+    origin = ARGV[23] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
+    unreleased = ARGV[24] or '',    -- a locker of the owner that held the key and whose release is unanswered (retried): see the end
+    unreleased_origin = ARGV[25] or '', -- the first token of its holding ('' if unknown)
 }
 
 -- MAX_LEASE_MS and MAX_TOKENS bound what a line entry may ask for (domain.MaxLease, and
@@ -254,17 +255,21 @@ end
 
 -- hears reports whether the process named m listens on its channel of the key: it is alive
 -- and hears a grant at once (Redis drops a subscription as its connection closes, which a
--- process's death does).
+-- process's death does). It returns nil when Redis cannot tell (no channel, or a user not
+-- allowed to count subscribers), which counts as not heard.
 local function hears(m)
     if A.channel == '' then
-        return false
+        return nil
     end
     local count = 'numsub'
     if A.publish == 'spublish' then
         count = 'shardnumsub'
     end
     local r = redis.pcall('pubsub', count, A.channel .. ':' .. m)
-    return type(r) == 'table' and tonumber(r[2] or 0) > 0 -- (a user not allowed it: nobody is heard)
+    if type(r) ~= 'table' or r.err then -- (a user not allowed it: Redis cannot tell)
+        return nil
+    end
+    return tonumber(r[2] or 0) > 0
 end
 
 -- entry returns mark's entry: the locker it waits with, its lease, tokens, when it renewed the
@@ -306,17 +311,24 @@ end
 
 -- enqueue puts mark at the end of the line, or renews its entry where it stands, waiting with
 -- locker (its lease and tokens): the acquisition a release grants the key to. The entry notes
--- whether the process listens on its channel now; enqueue returns that. An entry that said
--- the process listened, of a process that listens no more, is renewed as of long ago (0): the
--- process may have died with this request on its way (Redis dropped its subscription first,
--- or a client sent a copy), and no grant goes to it (isLive) until it asks again, which only
--- a live process does.
+-- whether the process listens on its channel now; enqueue returns that.
+--
+-- A request of a process that Redis does not hear renews the entry as of long ago (0), so that
+-- no grant goes to it (isLive), when the request says the process counts itself heard
+-- (A.listening: its subscription confirmed, and no answer since said otherwise) or the entry
+-- said it listened: the process may have died with the request on its way, Redis dropping its
+-- subscription first — and every copy of the request (a client's retry), and a relocking
+-- release or yield check on its way, says so as the first did. A live process is told that
+-- Redis does not hear it (the reply), and its next ask, which says so, counts from its send:
+-- it is judged as one without notifications (a subscription Redis drops, or one Redis does not
+-- count: plain pub/sub on a Cluster after a failover). When Redis cannot tell (hears: nil),
+-- every entry is judged so.
 local function enqueue(mark, locker, lease, n)
     local heard = hears(mark)
     local listens, renewed = '0', NOW_MS
     if heard then
         listens = '1'
-    elseif select(6, waiting(mark)) then
+    elseif heard == false and (A.listening == '1' or select(6, waiting(mark))) then
         renewed = 0
     end
     redis.call('zadd', LINE, 'NX', NOW_US, mark)

@@ -38,9 +38,10 @@
 --     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
--- {1} released (or forced); {0, rank, life, waiting}
+-- {1} released (or forced); {0, rank, life, waiting[, heard]}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
--- expires, -1 for none); {0} gone (a release of a locker an operator forced answers it too);
+-- expires, -1 for none; heard, for a take that stands in line: 1 when Redis hears its process
+-- on its channel, else 0); {0} gone (a release of a locker an operator forced answers it too);
 -- {-1} settled already, or a stale take (older than its process's entry in line); {-2, kind} the lock is another kind; {-3, k} more permits than k
 -- asked; {release's code, take's reply} for a release that stands in line again (next).
 -- waiting is 1 when another process stands in line whose permits do not fit, or more than k
@@ -70,6 +71,7 @@ local A = {
     next = ARGV[20] or '',             -- release: the locker of the take that stands in line as it lets go ('' for none) ...
     next_n = ARGV[21] or '',           -- ... the permits it asks ...
     next_tokens = ARGV[22] or '',      -- ... and the fencing tokens it reserves
+    listening = ARGV[23] or '',        -- take with wait, or next: '1' when the process counts itself heard on its channel (serve)
 }
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call('time')
@@ -172,7 +174,7 @@ local function hears(owner)
         count = 'shardnumsub'
     end
     local r = redis.pcall('pubsub', count, A.channel .. owner)
-    if type(r) ~= 'table' then
+    if type(r) ~= 'table' or r.err then -- (a user not allowed it: Redis cannot tell)
         return nil
     end
     return tonumber(r[2] or 0) > 0
@@ -491,12 +493,13 @@ local function serve()
         local new = redis.call('zadd', LINE, 'NX', NOW_US, A.owner) == 1
         local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
         redis.call('hset', WANT, A.owner, want)
+        local heard = HEARD and hears(A.owner)
         if HEARD then
-            -- (An entry that said its process listened, of a process that listens no more,
-            -- counts from its next ask: as the mutex's enqueue, prelude.lua.)
-            local heard = hears(A.owner)
+            -- (A process Redis does not hear, whose take says it counts itself heard or whose
+            -- entry said it listened, may have died with the take on its way: its entry counts
+            -- as renewed long ago, as the mutex's enqueue says, prelude.lua.)
             local renewed = NOW_MS
-            if heard == false and e and e.listened then
+            if heard == false and (A.listening == '1' or (e and e.listened)) then
                 renewed = 0
             end
             redis.call('hset', HEARD, A.owner, renewed .. '|' .. (heard and '1' or '0') .. '|' .. A.lease .. '|' .. want)
@@ -510,7 +513,7 @@ local function serve()
         end
         if freed then wake(k) end
         keep(k, kd)
-        return {0, redis.call('zrank', LINE, A.owner), life(), waiting(A.owner, k)}
+        return {0, redis.call('zrank', LINE, A.owner), life(), waiting(A.owner, k), heard and 1 or 0}
     elseif A.op == 'renew' then
         local mine = holding(A.locker)
         if mine and A.origin ~= '' and mine.token ~= A.origin then
