@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -260,7 +261,7 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, toTarget bool) {
 		}
 	}()
 	for c := range chunks {
-		if toTarget && bytes.Contains(bytes.ToLower(c.data), []byte("subscribe")) {
+		if toTarget && subscribes(c.data) {
 			p.mu.Lock()
 			l.sub = true
 			p.mu.Unlock()
@@ -355,4 +356,16 @@ func (p *Proxy) closeLink(l *link, abort bool) {
 		}
 		_ = c.Close()
 	}
+}
+
+// subscribes reports whether data, sent to the server, holds a (P|S)SUBSCRIBE or UNSUBSCRIBE
+// command: the name as a whole RESP bulk string, not the word inside a script's text (EVAL).
+func subscribes(data []byte) bool {
+	lower := bytes.ToLower(data)
+	for _, name := range [...]string{"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe"} {
+		if bytes.Contains(lower, []byte("$"+strconv.Itoa(len(name))+"\r\n"+name+"\r\n")) {
+			return true
+		}
+	}
+	return false
 }

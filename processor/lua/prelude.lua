@@ -256,7 +256,7 @@ end
 -- hears reports whether the process named m listens on its channel of the key: it is alive
 -- and hears a grant at once (Redis drops a subscription as its connection closes, which a
 -- process's death does). It returns nil when Redis cannot tell (no channel, or a user not
--- allowed to count subscribers), which counts as not heard.
+-- allowed PUBSUB NUMSUB), which counts as not heard.
 local function hears(m)
     if A.channel == '' then
         return nil
