@@ -174,6 +174,41 @@ func SideKey(key, suffix string) string {
 	return "{" + key + "}:" + suffix
 }
 
+// The names of the keys kept beside a lock key (SideKey): processor's scripts keep them, and
+// processor names them by these constants. DoneSuffix, CheckSuffix and ForcedSuffix are
+// followed by a colon and a process's name; the read-write lock's and semaphore's begin with
+// SharedPrefix and a colon.
+const (
+	FenceSuffix   = "fence"    // the fencing counter
+	ReleaseSuffix = "released" // the prefix of the processes' release channels
+	LineSuffix    = "line"     // the waiting line
+	DoneSuffix    = "done"     // a process's settled mark
+	CheckSuffix   = "check"    // a process's checked mark
+	ForcedSuffix  = "forced"   // a process's lockers removed last
+	WantSuffix    = "want"     // what each process in line waits with
+	GapSuffix     = "gap"      // the window left free for processes not in line
+	FirstSuffix   = "first"    // the first token of the holding
+
+	SharedPrefix      = "shared"
+	SharedHeldSuffix  = SharedPrefix + ":held"
+	SharedExpSuffix   = SharedPrefix + ":exp"
+	SharedLineSuffix  = SharedPrefix + ":line"
+	SharedWantSuffix  = SharedPrefix + ":want"
+	SharedGoneSuffix  = SharedPrefix + ":gone"
+	SharedFenceSuffix = SharedPrefix + ":fence"
+	SharedKindSuffix  = SharedPrefix + ":kind"
+	SharedHeardSuffix = SharedPrefix + ":heard"
+)
+
+// sideNames are the names a key kept beside a lock key ends in; perProcess, those followed by
+// a colon and a process's name (and SharedPrefix, by a colon and a name).
+var (
+	sideNames = [...]string{FenceSuffix, ReleaseSuffix, LineSuffix, WantSuffix, GapSuffix, FirstSuffix,
+		SharedHeldSuffix, SharedExpSuffix, SharedLineSuffix, SharedWantSuffix, SharedGoneSuffix, SharedFenceSuffix,
+		SharedKindSuffix, SharedHeardSuffix, SharedPrefix, DoneSuffix, CheckSuffix, ForcedSuffix}
+	perProcess = [...]string{DoneSuffix, CheckSuffix, ForcedSuffix}
+)
+
 // sideKeyOf reports whether key, one with a hash tag of its own, is a key kept beside another
 // such lock key (SideKey), or has keys beside it that are, and that lock key. Such a lock's
 // keys beside it are the lock key, a colon and a name: the processor's fencing counter,
@@ -188,14 +223,12 @@ func sideKeyOf(key string) (string, bool) {
 		return "", false
 	}
 	tagged := func(lock string) bool { return HashTag(lock) != lock }
-	for _, name := range [...]string{"fence", "released", "line", "want", "gap", "first",
-		"shared:held", "shared:exp", "shared:line", "shared:want", "shared:gone", "shared:fence", "shared:kind", "shared:heard",
-		"shared", "done", "check", "forced"} {
+	for _, name := range sideNames {
 		if lock, ok := strings.CutSuffix(key, ":"+name); ok && tagged(lock) {
 			return lock, true
 		}
 	}
-	for _, name := range [...]string{"done", "check", "forced"} {
+	for _, name := range perProcess {
 		sep := ":" + name + ":"
 		for at, from := 0, 0; ; from = at + 1 {
 			i := strings.Index(key[from:], sep)

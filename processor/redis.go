@@ -126,18 +126,18 @@ func ScriptName(args []any) string {
 }
 
 // FenceSuffix, ReleaseSuffix, LineSuffix, DoneSuffix, CheckSuffix, ForcedSuffix,
-// WantSuffix, GapSuffix and FirstSuffix name what is kept beside a lock key; see
-// domain.SideKey.
+// WantSuffix, GapSuffix and FirstSuffix name what is kept beside a lock key: domain's, where
+// they are defined (a lock key may not name one of them: domain.NewDLockConfig).
 const (
-	FenceSuffix   = "fence"
-	ReleaseSuffix = "released"
-	LineSuffix    = "line"
-	DoneSuffix    = "done"
-	CheckSuffix   = "check"
-	ForcedSuffix  = "forced"
-	WantSuffix    = "want"
-	GapSuffix     = "gap"
-	FirstSuffix   = "first"
+	FenceSuffix   = domain.FenceSuffix
+	ReleaseSuffix = domain.ReleaseSuffix
+	LineSuffix    = domain.LineSuffix
+	DoneSuffix    = domain.DoneSuffix
+	CheckSuffix   = domain.CheckSuffix
+	ForcedSuffix  = domain.ForcedSuffix
+	WantSuffix    = domain.WantSuffix
+	GapSuffix     = domain.GapSuffix
+	FirstSuffix   = domain.FirstSuffix
 )
 
 // RedisLockProcessor keeps locks in Redis through go-redis: Lua scripts (processor/lua) that

@@ -26,20 +26,21 @@ const (
 // read-hold for one, so a writer excludes everyone and readers exclude only writers.
 const RWPermits int64 = 1 << 40
 
-// Suffixes of the keys of a shared lock, beside its unique key.
+// Suffixes of the keys of a shared lock, beside its unique key: domain's, where they are
+// defined.
 const (
-	SharedHeldSuffix  = "shared:held"
-	SharedExpSuffix   = "shared:exp"
-	SharedLineSuffix  = "shared:line"
-	SharedWantSuffix  = "shared:want"
-	SharedGoneSuffix  = "shared:gone"
-	SharedFenceSuffix = "shared:fence"
-	SharedKindSuffix  = "shared:kind"
+	SharedHeldSuffix  = domain.SharedHeldSuffix
+	SharedExpSuffix   = domain.SharedExpSuffix
+	SharedLineSuffix  = domain.SharedLineSuffix
+	SharedWantSuffix  = domain.SharedWantSuffix
+	SharedGoneSuffix  = domain.SharedGoneSuffix
+	SharedFenceSuffix = domain.SharedFenceSuffix
+	SharedKindSuffix  = domain.SharedKindSuffix
 	// SharedHeardSuffix names what Redis heard of each waiting process as it last renewed its
 	// line entry (when, whether it listened on its channel, its lease): a process that
 	// listened then and does not now died, and the line passes it. A version before it does
 	// not pass this key, and never touches it.
-	SharedHeardSuffix = "shared:heard"
+	SharedHeardSuffix = domain.SharedHeardSuffix
 )
 
 // SharedKeys returns the keys of cfg's shared lock, in shared.lua's order.
@@ -52,7 +53,7 @@ func SharedKeys(cfg domain.DLockConfig) []string {
 // SharedChannel is the channel on which the process owner hears of cfg's shared lock: "F"
 // when the permits it waits for in line fit, "W" when another process began to wait.
 func SharedChannel(cfg domain.DLockConfig, owner string) string {
-	return ReleaseChannel(cfg) + ":shared:" + owner
+	return ReleaseChannel(cfg) + ":" + domain.SharedPrefix + ":" + owner
 }
 
 // Shared names a shared lock's kind and, for a semaphore, its permits. A Shared of another
