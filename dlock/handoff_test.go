@@ -2312,6 +2312,81 @@ func TestDeafFirstInLineIsServedOnceItListensAgain(t *testing.T) {
 	}
 }
 
+// A waiting process that Redis does not count as listening, though its subscription is
+// confirmed and hears what is published (plain pub/sub on a Cluster after a failover: PUBSUB
+// NUMSUB on the key's new master counts none of it), says in its first ask that it counts
+// itself heard; the answer says Redis does not hear it, and its next ask says otherwise, so
+// its entry counts as renewed as it asks: the line serves it while two other processes take
+// the key in turn, each holding it longer than a third of the lease (what an entry of a
+// process that does not listen counts for), not passes it over for good.
+func TestLineServesAProcessRedisDoesNotCount(t *testing.T) {
+	const lease = 2 * time.Second // (it asks a sixth of it after an answer that it is not heard)
+	gx, cx := newGen(t)
+	gy, _ := newGen(t)
+	gz, _ := newGen(t)
+	lx, ly, lz := mustGen(t, gx, "UNCOUNTED", target(t), lease), mustGen(t, gy, "UNCOUNTED", target(t), lease), mustGen(t, gz, "UNCOUNTED", target(t), lease)
+	channel := processor.ReleaseChannel(lx.Config())
+	var mu sync.Mutex
+	var claims []string // what X's asks said (processor.LockRequest.Listening)
+	cx.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if processor.ScriptName(args) == "lock" {
+			mu.Lock()
+			claims = append(claims, sentCmd{args: args}.arg(t, "listening"))
+			mu.Unlock()
+			for i, a := range args {
+				if a == any(channel) { // (Redis counts the subscribers of another channel)
+					args[i] = channel + "-elsewhere"
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	ctx := ctxT(t, time.Minute)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var others atomic.Int64
+	for _, l := range []*dlock.DistributedReentrantLock{ly, lz} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				others.Add(1)
+				time.Sleep(lease / 2)
+				_ = o.Unlock()
+			}
+		}()
+	}
+	waitFor(t, func() bool { return others.Load() > 0 })
+	xctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	o, err := lx.Lock(xctx)
+	if err == nil {
+		_ = o.Unlock()
+	}
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		t.Fatalf("X, which Redis does not count as listening, got no turn while the others took the key %d times: %v (its asks said %q)", others.Load(), err, claims)
+	}
+	if i := slices.Index(claims, "1"); i < 0 || !slices.Contains(claims[i:], "") {
+		t.Fatalf("X's asks said %q: want one that said it counts itself heard (its subscription confirmed), then one that said otherwise (told it is not heard)", claims)
+	}
+	t.Logf("X got the key after %d turns of the others; its asks said %q", others.Load(), claims)
+}
+
 // waitPastTheLimit starts a second goroutine of A (ga's la, whose first goroutine holds the
 // lock) and one of B (gb's lb), each taking the lock once, holding it for hold and letting it
 // go, and returns once B stands in line and A's hand-off limit (1 ms) has passed: their

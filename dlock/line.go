@@ -221,15 +221,21 @@ func (l *line) forget() {
 
 // waiting records the answer to a request of the open attempt, sent at sent, that showed it
 // waiting, with what it saw of fencing tokens; s, when known, is what the answer said of the
-// key and the line.
-func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting) {
+// key and the line. claimed is what the request said of the process (listens as it was
+// sent): an answer that Redis does not hear the process ends listens only if the request
+// said it listens — an older request, sent before the subscription was confirmed, says
+// nothing of the subscription since.
+func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting, claimed bool) {
 	if !sent.After(l.waited) {
 		return
 	}
 	l.waited, l.seen = sent, seen
 	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
 	if s != nil {
-		l.rank, l.heard, l.listens = s.Rank, s.Heard, s.Heard
+		l.rank, l.heard = s.Rank, s.Heard
+		if s.Heard || claimed {
+			l.listens = s.Heard
+		}
 		if s.Rank > 0 && sent.Before(l.firstAt) {
 			l.rank = 0 // (it ran before the grant or leave that made this process first)
 		}

@@ -1338,13 +1338,14 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		st.took(a, r, err, sent, w, f, how)
+		st.took(a, r, err, sent, w, f, how, listens)
 	}
 }
 
 // took applies the answer to a's take, sent at sent when the W and F counts were w and f,
-// for the reason how. The caller holds mu.
-func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How) {
+// for the reason how, saying claimed of the process (listens as it was sent: see the mutex's
+// line.waiting). The caller holds mu.
+func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How, claimed bool) {
 	a.sent = a.sent || !processor.Unsent(err) // (one that failed before it was sent: nothing to give back)
 	if st.attempt != a {
 		return
@@ -1355,7 +1356,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	if err == nil {
 		st.faultLocked(nil, nil) // Redis answered: a failure before is over
 	}
-	if err == nil && r.Outcome == processor.Held && r.Rank >= 0 {
+	if err == nil && r.Outcome == processor.Held && r.Rank >= 0 && (r.Heard || claimed) {
 		st.listens = r.Heard // (it stands in line: the answer tells whether Redis hears it)
 	}
 	lease := st.cfg.Lease()
@@ -1505,7 +1506,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 		if owed {
 			st.reowe(o, err)
 		}
-		st.took(a, r, err, sent, w, f, how)
+		st.took(a, r, err, sent, w, f, how, listens)
 		st.mu.Unlock()
 		if !owed {
 			tell(o.fate, fate)

@@ -585,7 +585,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		}
 		if st.line.attempt == a {
 			st.line.queued = true
-			st.line.waiting(sent, res.Seen.Fence, &res.Seen)
+			st.line.waiting(sent, res.Seen.Fence, &res.Seen, listens)
 			paced = true // the next ask is due by the answer's pace (the key it found held may expire)
 
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
@@ -755,7 +755,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	case processor.Yielded:
 		st.g.log.Debug("dlock: yielded to the next process in line", zap.String("key", cfg.UniqueKey()))
 		if st.line.attempt == next {
-			st.line.waiting(sent, res.Token, &res.Seen) // it ran before any grant to next could (whose token is above the one it granted)
+			st.line.waiting(sent, res.Token, &res.Seen, req.Listening) // it ran before any grant to next could (whose token is above the one it granted)
 		}
 		st.endTenureLocked(t)
 		if res.Gap > 0 { // it opened a window for processes not in line

@@ -420,7 +420,7 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 		if res.Queued {
 			// It ran before any grant to next could (whose token is above the one it granted).
 			st.line.queued = true
-			st.line.waiting(sent, res.Token, &res.Seen)
+			st.line.waiting(sent, res.Token, &res.Seen, req.Listening)
 			// Redis heard the process listen: it hears its grant, and may wait for it without
 			// asking (else it asks, or leaves if nobody waits).
 			if queued = res.Seen.Heard; queued {
