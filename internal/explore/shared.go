@@ -673,7 +673,7 @@ func (w *sworld) took(r *sreq, res processor.SharedResult, heard bool, before ma
 			h.at = time.Time{} // (it may have died with this take on its way: it counts from its next that says it is not heard)
 		}
 		w.heard[p.name] = h
-		if heard {
+		if heard && (res.Heard || r.listening) {
 			p.listens = res.Heard // (the library's: the answer tells whether Redis hears it)
 		}
 		if r.old == "" {
