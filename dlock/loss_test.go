@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1286,11 +1285,7 @@ func TestRelockReleaseRetryThatFindsTheKeyGoneReportsTheLoss(t *testing.T) {
 			}
 			switch releases.Add(1) {
 			case 1: // the Unlock's: the key is removed behind its back, then the release fails unsent
-				a := cmd.Args()
-				keys, _ := strconv.Atoi(fmt.Sprint(a[2]))
-				if j := 3 + keys + 17 - 1; j < len(a) { // (ARGV[17]: next)
-					next.Store(fmt.Sprint(a[j]))
-				}
+				next.Store(sentCmd{args: cmd.Args()}.arg(t, "next"))
 				admin.Del(ctx, k)
 				cmd.SetErr(errInjected)
 				return errInjected
