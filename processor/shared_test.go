@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -2336,4 +2337,40 @@ func stoppedClock(t *testing.T) (c *redis.Client, tick func(d time.Duration)) {
 	c = redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return c, func(d time.Duration) { now = now.Add(d); m.SetTime(now); m.FastForward(d) }
+}
+
+// The lock family's counterpart of TestGrantToAProcessRedisCannotCountHeedsNoClaim: a user
+// not allowed PUBSUB NUMSUB, whose takes say the process counts itself heard, stands in line
+// as a process without notifications (live: it asked just now), not as one that died.
+func TestSharedLineRedisCannotCountHeedsNoClaim(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	c := srv.Client()
+	defer c.Close()
+	user := "nonumsubsh" + strconv.FormatInt(runs.Add(1), 10)
+	if err := c.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "&*", "+@all", "-pubsub|numsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Do(ctx, "acl", "deluser", user)
+	uc := redis.NewClient(&redis.Options{Addr: c.Options().Addr, Username: user, Password: "pw"})
+	defer uc.Close()
+	a, d, b := newProc(t, c, "A-"), newProc(t, uc, "D-"), newProc(t, c, "B-")
+	lc, _ := domain.NewDLockConfig("PROC", fresh("nonumsubsh-"+t.Name()), time.Minute)
+	la, ld, lb := a.locker(), d.locker(), b.locker()
+	if r := a.take(t, lc, sem3, la, 3, true); r.Outcome != processor.Taken {
+		t.Fatalf("A- takes 3: %+v", r)
+	}
+	for range 2 {
+		r, err := d.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: ld, N: 3, Wait: true, Listening: true})
+		if err != nil || r.Outcome != processor.Held || r.Rank != 0 || r.Heard {
+			t.Fatalf("D- asks 3: %+v, %v; want held first in line, not heard (Redis cannot tell)", r, err)
+		}
+	}
+	if o := a.letGo(t, lc, sem3, la); o != processor.Released {
+		t.Fatalf("release: %v", o)
+	}
+	// D- is live (it asked just now) and asks every permit: B- does not go before it.
+	if r := b.take(t, lc, sem3, lb, 1, true); r.Outcome != processor.Held {
+		t.Fatalf("B- took a permit past D-, which asked just now: %+v (D-'s entry counts as renewed long ago: its claim was not ignored)", r)
+	}
 }
