@@ -2325,18 +2325,44 @@ func TestLineServesAProcessRedisDoesNotCount(t *testing.T) {
 	gy, _ := newGen(t)
 	gz, _ := newGen(t)
 	lx, ly, lz := mustGen(t, gx, "UNCOUNTED", target(t), lease), mustGen(t, gy, "UNCOUNTED", target(t), lease), mustGen(t, gz, "UNCOUNTED", target(t), lease)
-	channel := processor.ReleaseChannel(lx.Config())
+	servedUncounted(t, cx, lease, "lock", "listening", processor.ReleaseChannel(lx.Config()),
+		func(ctx context.Context) (func(), error) {
+			o, err := lx.Lock(ctx)
+			return func() { _ = o.Unlock() }, err
+		},
+		func(ctx context.Context) (func(), error) {
+			o, err := ly.Lock(ctx)
+			return func() { _ = o.Unlock() }, err
+		},
+		func(ctx context.Context) (func(), error) {
+			o, err := lz.Lock(ctx)
+			return func() { _ = o.Unlock() }, err
+		})
+}
+
+// servedUncounted has X, whose requests of script that stand it in line (they carry a claim of
+// its, the argument named claim) go through cx and name channel (the prefix of the processes'
+// channels) as another, so that Redis counts none of X's subscription, acquire once (x) while two other processes
+// (others) take turns, each holding for half the lease. It fails unless X acquires within
+// 20 s, and its requests said it listens (once its subscription was confirmed), then not
+// (once told Redis does not hear it). Each acquisition returns its release.
+func servedUncounted(t *testing.T, cx *redis.Client, lease time.Duration, script, claim, channel string, x func(context.Context) (func(), error), others ...func(context.Context) (func(), error)) {
+	t.Helper()
 	var mu sync.Mutex
-	var claims []string // what X's asks said (processor.LockRequest.Listening)
+	var claims []string // what X's requests said
 	cx.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		args := cmd.Args()
-		if processor.ScriptName(args) == "lock" {
+		if processor.ScriptName(args) == script && (script != "shared" || sharedArg(args, "wait") == "1") {
+			said := sharedArg(args, claim) // (a take that stands in line, or an ask)
+			if script != "shared" {
+				said = sentCmd{args: args}.arg(t, claim)
+			}
 			mu.Lock()
-			claims = append(claims, sentCmd{args: args}.arg(t, "listening"))
+			claims = append(claims, said)
 			mu.Unlock()
 			for i, a := range args {
-				if a == any(channel) { // (Redis counts the subscribers of another channel)
-					args[i] = channel + "-elsewhere"
+				if a == any(channel) { // (Redis counts the subscribers of other channels)
+					args[i] = channel + "-elsewhere-"
 				}
 			}
 		}
@@ -2345,8 +2371,8 @@ func TestLineServesAProcessRedisDoesNotCount(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var others atomic.Int64
-	for _, l := range []*dlock.DistributedReentrantLock{ly, lz} {
+	var turns atomic.Int64
+	for _, take := range others {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -2356,35 +2382,35 @@ func TestLineServesAProcessRedisDoesNotCount(t *testing.T) {
 					return
 				default:
 				}
-				o, err := l.Lock(ctx)
+				release, err := take(ctx)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				others.Add(1)
+				turns.Add(1)
 				time.Sleep(lease / 2)
-				_ = o.Unlock()
+				release()
 			}
 		}()
 	}
-	waitFor(t, func() bool { return others.Load() > 0 })
+	waitFor(t, func() bool { return turns.Load() > 0 })
 	xctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	o, err := lx.Lock(xctx)
+	release, err := x(xctx)
 	if err == nil {
-		_ = o.Unlock()
+		release()
 	}
 	close(stop)
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
-		t.Fatalf("X, which Redis does not count as listening, got no turn while the others took the key %d times: %v (its asks said %q)", others.Load(), err, claims)
+		t.Fatalf("X, which Redis does not count as listening, got no turn while the others took %d: %v (its requests said %q)", turns.Load(), err, claims)
 	}
 	if i := slices.Index(claims, "1"); i < 0 || !slices.Contains(claims[i:], "") {
-		t.Fatalf("X's asks said %q: want one that said it counts itself heard (its subscription confirmed), then one that said otherwise (told it is not heard)", claims)
+		t.Fatalf("X's requests said %q: want one that said it counts itself heard (its subscription confirmed), then one that said otherwise (told it is not heard)", claims)
 	}
-	t.Logf("X got the key after %d turns of the others; its asks said %q", others.Load(), claims)
+	t.Logf("X acquired after %d turns of the others; its requests said %q", turns.Load(), claims)
 }
 
 // waitPastTheLimit starts a second goroutine of A (ga's la, whose first goroutine holds the

@@ -3195,64 +3195,11 @@ func TestSemaphoreLineServesAProcessRedisDoesNotCount(t *testing.T) {
 		}
 		sems[i] = s
 	}
-	channel := processor.SharedChannel(sems[0].Config(), "")
-	var mu sync.Mutex
-	var claims []string // what X's takes that stand in line said (processor.TakeRequest.Listening)
-	cx.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		args := cmd.Args()
-		if sharedArg(args, "op") == "take" && sharedArg(args, "wait") == "1" {
-			mu.Lock()
-			claims = append(claims, sharedArg(args, "listening"))
-			mu.Unlock()
-			for i, a := range args {
-				if a == any(channel) { // (Redis counts the subscribers of other channels)
-					args[i] = channel + "elsewhere-"
-				}
-			}
+	take := func(s *dlock.Semaphore) func(context.Context) (func(), error) {
+		return func(ctx context.Context) (func(), error) {
+			o, err := s.Acquire(ctx, 1)
+			return func() { _ = o.Unlock() }, err
 		}
-		return next(ctx, cmd)
-	}})
-	ctx := ctxT(t, time.Minute)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var others atomic.Int64
-	for _, s := range sems[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				o, err := s.Acquire(ctx, 1)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				others.Add(1)
-				time.Sleep(lease / 2)
-				_ = o.Unlock()
-			}
-		}()
 	}
-	waitFor(t, func() bool { return others.Load() > 0 })
-	xctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	o, err := sems[0].Acquire(xctx, 1)
-	if err == nil {
-		_ = o.Unlock()
-	}
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if err != nil {
-		t.Fatalf("X, which Redis does not count as listening, got no permit while the others took it %d times: %v (its takes said %q)", others.Load(), err, claims)
-	}
-	if i := slices.Index(claims, "1"); i < 0 || !slices.Contains(claims[i:], "") {
-		t.Fatalf("X's takes said %q: want one that said it counts itself heard (its subscription confirmed), then one that said otherwise (told it is not heard)", claims)
-	}
-	t.Logf("X got the permit after %d turns of the others; its takes said %q", others.Load(), claims)
+	servedUncounted(t, cx, lease, "shared", "listening", processor.SharedChannel(sems[0].Config(), ""), take(sems[0]), take(sems[1]), take(sems[2]))
 }
