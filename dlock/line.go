@@ -51,8 +51,8 @@ type line struct {
 	gapUntil time.Time
 	watching bool // the release channel is watched for this state
 	// listens says that the process counts itself heard on its channel of the key: the
-	// subscription was confirmed, or the newest answer that told said Redis heard it, and
-	// nothing since said otherwise (a failed subscription, an answer that Redis did not). Every
+	// subscription was confirmed, or an answer said Redis heard it, and nothing since said
+	// otherwise (a failed subscription, an answer to a request that said so: waiting). Every
 	// request that stands it in line says so (processor.LockRequest.Listening): a request that
 	// says so, run by Redis after the process died, does not make its entry live again.
 	listens bool
