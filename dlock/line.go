@@ -49,13 +49,8 @@ type line struct {
 	granted *grant
 	// gapUntil is the end of a window in which the key is left free for processes not in line.
 	gapUntil time.Time
-	watching bool // the release channel is watched for this state
-	// listens says that the process counts itself heard on its channel of the key: the
-	// subscription was confirmed, or an answer said Redis heard it, and nothing since said
-	// otherwise (a failed subscription, an answer to a request that said so: waiting). Every
-	// request that stands it in line says so (processor.LockRequest.Listening): a request that
-	// says so, run by Redis after the process died, does not make its entry live again.
-	listens bool
+	watching bool    // the release channel is watched for this state
+	hearing  hearing // whether the process counts itself heard on its channel of the key
 	// quiet is the state's epoch + 1 when the last answer about the open attempt was a
 	// release that stood in line again with it (relock), and no signal came since: a goroutine
 	// that wants the key then waits for the grant without asking Redis. 0 otherwise.
@@ -221,11 +216,8 @@ func (l *line) forget() {
 
 // waiting records the answer to a request of the open attempt, sent at sent, that showed it
 // waiting, with what it saw of fencing tokens; s, when known, is what the answer said of the
-// key and the line. claimed is what the request said of the process (listens as it was
-// sent): an answer that Redis does not hear the process ends listens only if the request
-// said it listens — an older request, sent before the subscription was confirmed, says
-// nothing of the subscription since.
-func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting, claimed bool) {
+// key and the line; claimed is what the request said of the process (hearing.answered).
+func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting, claimed hearing) {
 	if !sent.After(l.waited) {
 		return
 	}
@@ -233,9 +225,7 @@ func (l *line) waiting(sent time.Time, seen uint64, s *processor.Sighting, claim
 	l.rank, l.heard, l.holderUntil = -1, false, time.Time{}
 	if s != nil {
 		l.rank, l.heard = s.Rank, s.Heard
-		if s.Heard || claimed {
-			l.listens = s.Heard
-		}
+		l.hearing.answered(claimed, s.Heard)
 		if s.Rank > 0 && sent.Before(l.firstAt) {
 			l.rank = 0 // (it ran before the grant or leave that made this process first)
 		}
@@ -558,4 +548,35 @@ func (st *lockState) askInLocked() (time.Duration, bool) {
 		entryTTL = processor.EntryTTL(a.cfg)
 	}
 	return max(time.Until(st.line.askBy(st.waitLeaseLocked(), entryTTL, st.g.opts.gapEvery > 0)), 0), true
+}
+
+// hearing is whether a process counts itself heard on its channel of a key (a mutex's or a
+// family's), which every request that stands it in line says (processor.LockRequest.Listening,
+// processor.TakeRequest.Listening): a request that says so, run by Redis after the process
+// died, does not make its entry live again. It is on from the subscription's confirmation, or
+// an answer that Redis heard the process, until the subscription fails or an answer to a
+// request that said so says Redis does not hear it.
+//
+// Each confirmation and failure of the subscription starts a new generation: an answer to a
+// request sent in an older one tells nothing of the subscription now (Redis may have run the
+// request before the subscription dropped, or before it was made again), and changes nothing.
+// A value of hearing is also what a request said as it was sent (its claim).
+type hearing struct {
+	on  bool
+	gen uint64
+}
+
+// subscribed records the subscription's confirmation.
+func (h *hearing) subscribed() { h.on, h.gen = true, h.gen+1 }
+
+// failed records the subscription's failure.
+func (h *hearing) failed() { h.on, h.gen = false, h.gen+1 }
+
+// answered records an answer, to a request that claimed c, saying whether Redis heard the
+// process: "not heard" ends the claim only if the request made it (an older request, sent
+// before the subscription was confirmed, says nothing of the subscription since).
+func (h *hearing) answered(c hearing, heard bool) {
+	if c.gen == h.gen && (heard || c.on) {
+		h.on = heard
+	}
 }

@@ -72,12 +72,12 @@ func TestAskPaceFollowsTheHoldersExpiry(t *testing.T) {
 	sent := time.Now().Add(-50 * time.Millisecond) // the request went out 50 ms ago
 	var l line
 	l.forget()
-	l.waiting(sent, 1, &processor.Sighting{Holder: "h1", Life: 0, Rank: 0, Heard: true}, true)
+	l.waiting(sent, 1, &processor.Sighting{Holder: "h1", Life: 0, Rank: 0, Heard: true}, hearing{on: true})
 	if by := l.askBy(lease, entryTTL, false); !by.Before(sent.Add(lease / 2)) {
 		t.Fatalf("a key expiring now: asks at +%v after the send, want before half the lease", by.Sub(sent))
 	}
 	arrived := time.Now()
-	l.waiting(sent.Add(time.Millisecond), 1, &processor.Sighting{Holder: "h1", Life: 100 * time.Millisecond, Rank: 0, Heard: true}, true)
+	l.waiting(sent.Add(time.Millisecond), 1, &processor.Sighting{Holder: "h1", Life: 100 * time.Millisecond, Rank: 0, Heard: true}, hearing{on: true})
 	if by := l.askBy(lease, entryTTL, false); by.Before(arrived.Add(100 * time.Millisecond)) {
 		t.Fatalf("asks %v after the answer came, before the key it saw could have expired (100 ms)", by.Sub(arrived))
 	}
@@ -127,7 +127,7 @@ func TestGrantCountsRedisTimeFromTheRequest(t *testing.T) {
 	l.forget()
 	sent := time.Now().Add(-600 * time.Millisecond)
 	const seen = 1_700_000_000_000_000 // µs: what the answer carried
-	l.waiting(sent, seen, &processor.Sighting{Holder: "h-1", Rank: 0, Heard: true}, true)
+	l.waiting(sent, seen, &processor.Sighting{Holder: "h-1", Rank: 0, Heard: true}, hearing{on: true})
 	heard := time.Now()
 	after := 550 * time.Millisecond // Redis's clock from the request to the grant
 	at := seen + uint64(after.Microseconds())
@@ -153,30 +153,54 @@ func TestGrantCountsRedisTimeFromTheRequest(t *testing.T) {
 	}
 }
 
-// What the process says in its requests that stand it in line (line.listens): it counts itself
-// heard from its subscription's confirmation, or an answer that Redis heard it, until an
-// answer to a request that said so tells it that Redis does not; an answer to a request that
-// did not say so (sent before the confirmation) tells nothing of the subscription since.
-func TestLineListensUntilAnAnswerToItsClaimSaysNotHeard(t *testing.T) {
+// What the process says in its requests that stand it in line (hearing): it counts itself
+// heard from its subscription's confirmation, or an answer that Redis heard it, until the
+// subscription fails or an answer to a request that said so tells it that Redis does not. An
+// answer to a request that did not say so (sent before the confirmation), or that was sent
+// before the subscription last failed or was confirmed, tells nothing of the subscription now.
+func TestLineHearingFollowsItsSubscriptionAndTheAnswersToItsClaims(t *testing.T) {
 	var l line
 	l.forget()
-	l.listens = true // (the subscription confirmed: lockState.subscribed)
 	sent := time.Now()
-	unheard := &processor.Sighting{Holder: "h1", Rank: 0}
-	l.waiting(sent, 1, unheard, false)
-	if !l.listens {
-		t.Fatal("an answer to a request sent before the confirmation ended listens")
+	answer := func(claim hearing, heard bool) {
+		sent = sent.Add(time.Millisecond)
+		l.waiting(sent, 1, &processor.Sighting{Holder: "h1", Rank: 0, Heard: heard}, claim)
 	}
-	l.waiting(sent.Add(time.Millisecond), 1, unheard, true)
-	if l.listens {
-		t.Fatal("an answer that Redis does not hear the process, to a request that said it listens, left listens on")
+	early := l.hearing // sent before the subscription was confirmed: claims nothing
+	l.hearing.subscribed()
+	answer(early, false)
+	if !l.hearing.on {
+		t.Fatal("an answer to a request sent before the confirmation ended the claim")
 	}
-	l.waiting(sent.Add(2*time.Millisecond), 1, &processor.Sighting{Holder: "h1", Rank: 0, Heard: true}, false)
-	if !l.listens {
-		t.Fatal("an answer that Redis heard the process did not turn listens on")
+	answer(l.hearing, false)
+	if l.hearing.on {
+		t.Fatal("an answer that Redis does not hear the process, to a request that claimed, left the claim on")
 	}
+	answer(l.hearing, true)
+	if !l.hearing.on {
+		t.Fatal("an answer that Redis heard the process did not turn the claim on")
+	}
+
+	// A claimed request runs after the subscription dropped, and its answer comes after the
+	// subscription was confirmed again.
+	dropped := l.hearing
+	l.hearing.failed()
+	l.hearing.subscribed()
+	answer(dropped, false)
+	if !l.hearing.on {
+		t.Fatal("an answer to a request sent before the subscription failed and was confirmed again ended the claim")
+	}
+	// A request ran before the subscription dropped, and its answer comes after the failure.
+	before := l.hearing
+	l.hearing.failed()
+	answer(before, true)
+	if l.hearing.on {
+		t.Fatal("an answer to a request sent before the subscription failed turned the claim on again")
+	}
+
+	l.hearing.subscribed()
 	l.forget()
-	if !l.listens {
+	if !l.hearing.on {
 		t.Fatal("a new attempt forgot that the process listens (the subscription is the key's, not the attempt's)")
 	}
 }

@@ -49,7 +49,7 @@ type sharedState struct {
 	heardW   uint64         // W messages heard: a reply to a request sent before the last does not clear wanted; guarded by mu
 	heardF   uint64         // F messages heard (and subscriptions confirmed): likewise for the attempt's pace; guarded by mu
 	subAt    time.Time      // when the channel was last subscribed: a holding renewed by a request sent before renews again at once; guarded by mu
-	listens  bool           // the process counts itself heard on its channel, as the mutex's line.listens; guarded by mu
+	hearing  hearing        // whether the process counts itself heard on its channel; guarded by mu
 	attempt  *shareAttempt  // this process's request for permits, if any; guarded by mu
 	forced   string         // the attempt's locker a ForceRelease here removed while its take's answer was on its way; guarded by mu
 	forces   forces         // the ForceRelease calls here of this process's lockers, on their way or owed a check: their holdings lend to nobody new (held); guarded by mu
@@ -166,7 +166,7 @@ type shareWaiter struct {
 // gives up names it, unless Redis answered since (a take, a renewal, the subscription again).
 func (st *sharedState) subscriptionFailed(f error) {
 	st.mu.Lock()
-	st.listens = false
+	st.hearing.failed()
 	if st.attempt != nil { // (the process waits in Redis)
 		st.faultLocked(f, nil)
 	}
@@ -320,7 +320,8 @@ func (st *sharedState) subscribed() {
 	}
 	now := time.Now()
 	st.heardF++
-	st.subAt, st.listens = now, true
+	st.subAt = now
+	st.hearing.subscribed()
 	if st.attempt != nil {
 		st.attempt.pollAt = time.Time{}
 		st.attempt.woken(HowRetry)
@@ -1330,22 +1331,21 @@ func (st *sharedState) left(h *shareHold) (time.Duration, error) {
 
 // take returns the request that asks for a's permits.
 func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
-	w, f, how, listens := st.heardW, st.heardF, a.wake, st.listens // (the caller holds mu)
+	w, f, how, claim := st.heardW, st.heardF, a.wake, st.hearing // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Listening: listens, Tokens: st.tokens(a.n)})
+			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Listening: claim.on, Tokens: st.tokens(a.n)})
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		st.took(a, r, err, sent, w, f, how, listens)
+		st.took(a, r, err, sent, w, f, how, claim)
 	}
 }
 
 // took applies the answer to a's take, sent at sent when the W and F counts were w and f,
-// for the reason how, saying claimed of the process (listens as it was sent: see the mutex's
-// line.waiting). The caller holds mu.
-func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How, claimed bool) {
+// for the reason how, saying claimed of the process (hearing.answered). The caller holds mu.
+func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How, claimed hearing) {
 	a.sent = a.sent || !processor.Unsent(err) // (one that failed before it was sent: nothing to give back)
 	if st.attempt != a {
 		return
@@ -1356,8 +1356,8 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 	if err == nil {
 		st.faultLocked(nil, nil) // Redis answered: a failure before is over
 	}
-	if err == nil && r.Outcome == processor.Held && r.Rank >= 0 && (r.Heard || claimed) {
-		st.listens = r.Heard // (it stands in line: the answer tells whether Redis hears it)
+	if err == nil && r.Outcome == processor.Held && r.Rank >= 0 { // (it stands in line: the answer tells whether Redis hears it)
+		st.hearing.answered(claimed, r.Heard)
 	}
 	lease := st.cfg.Lease()
 	switch {
@@ -1483,13 +1483,13 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 // release that ran and a take that then failed (its permits above a lowered k): o's Unlocks
 // are told the release's outcome, and only the take's failure is the take's.
 func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx context.Context) {
-	w, f, how, listens := st.heardW, st.heardF, a.wake, st.listens // (the caller holds mu)
+	w, f, how, claim := st.heardW, st.heardF, a.wake, st.hearing // (the caller holds mu)
 	return func(ctx context.Context) {
 		sent := time.Now()
 		o.tries++
 		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
 			return st.g.redis.SharedReleaseThenTake(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end,
-				processor.TakeRequest{Locker: a.locker, N: a.n, Listening: listens, Tokens: st.tokens(a.n)})
+				processor.TakeRequest{Locker: a.locker, N: a.n, Listening: claim.on, Tokens: st.tokens(a.n)})
 		})
 		var fate error
 		switch {
@@ -1506,7 +1506,7 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 		if owed {
 			st.reowe(o, err)
 		}
-		st.took(a, r, err, sent, w, f, how, listens)
+		st.took(a, r, err, sent, w, f, how, claim)
 		st.mu.Unlock()
 		if !owed {
 			tell(o.fate, fate)

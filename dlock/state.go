@@ -456,7 +456,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
 	st.asking = a.locker
-	unreleased, listens := st.retried, st.line.listens // (see processor.Unreleased)
+	unreleased, claim := st.retried, st.line.hearing // (see processor.Unreleased)
 	sent := time.Now()
 	if a.firstSent.IsZero() {
 		a.firstSent = sent
@@ -474,7 +474,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		defer cancel()
 	}
 	res, err := call(st.g, actx, func(ctx context.Context) (processor.Result, error) {
-		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Listening: listens, Tokens: a.tokens, Unreleased: unreleased})
+		return st.g.proc.Lock(ctx, a.cfg, processor.LockRequest{Locker: a.locker, Wait: wait, Listening: claim.on, Tokens: a.tokens, Unreleased: unreleased})
 	})
 	if errors.Is(err, errLate) && ctx.Err() == nil { // (the bound above, not the caller)
 		cause := errNoAnswer
@@ -585,7 +585,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		}
 		if st.line.attempt == a {
 			st.line.queued = true
-			st.line.waiting(sent, res.Seen.Fence, &res.Seen, listens)
+			st.line.waiting(sent, res.Seen.Fence, &res.Seen, claim)
 			paced = true // the next ask is due by the answer's pace (the key it found held may expire)
 
 			if res.Seen.Holder == "" && res.Seen.Life > 0 { // a window for processes not in line
@@ -675,10 +675,11 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 		req.Tokens = blockSize
 	}
 	var next *attempt
+	claim := st.line.hearing
 	if st.g.opts.handOff > 0 && time.Since(t.since) >= st.g.opts.handOff {
 		next = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: blockSize, sent: true, firstSent: time.Now()} // (renew.lua may put it in line)
 		req.Yield, req.Check = true, st.g.newLocker()
-		req.Next, req.NextLease, req.NextTokens, req.Listening = next.locker, cfg.Lease(), next.tokens, st.line.listens
+		req.Next, req.NextLease, req.NextTokens, req.Listening = next.locker, cfg.Lease(), next.tokens, claim.on
 		// A yield may put this process back in line with next, whatever becomes of its reply.
 		st.line.attempt, st.line.queued = next, true
 		st.line.forget()
@@ -755,7 +756,7 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	case processor.Yielded:
 		st.g.log.Debug("dlock: yielded to the next process in line", zap.String("key", cfg.UniqueKey()))
 		if st.line.attempt == next {
-			st.line.waiting(sent, res.Token, &res.Seen, req.Listening) // it ran before any grant to next could (whose token is above the one it granted)
+			st.line.waiting(sent, res.Token, &res.Seen, claim) // it ran before any grant to next could (whose token is above the one it granted)
 		}
 		st.endTenureLocked(t)
 		if res.Gap > 0 { // it opened a window for processes not in line
@@ -828,7 +829,7 @@ func (st *lockState) signal(how How) {
 // ForceRelease went by): its owner learns of a loss then, not at its next renewal.
 func (st *lockState) subscribed() {
 	st.mu.Lock()
-	st.line.listens = true
+	st.line.hearing.subscribed()
 	if subscriptionFault(st.fault) { // (Redis answered since)
 		st.fault = nil
 	}
@@ -842,7 +843,7 @@ func (st *lockState) subscribed() {
 // one that gives up names it, unless Redis answered since (an ask, the subscription again).
 func (st *lockState) subscriptionFailed(f error) {
 	st.mu.Lock()
-	st.line.listens = false
+	st.line.hearing.failed()
 	if st.ten == nil && st.q.HasWaiters() {
 		st.fault, st.faultAt = f, time.Now()
 	}

@@ -338,6 +338,7 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 	t.exp.Stop()
 	req := processor.ReleaseRequest{Locker: t.entity.Locker, Last: t.last, Origin: t.origin, Unreleased: st.unreleasedLocked(t.entity.Locker)}
 	var next *attempt
+	claim := st.line.hearing
 	if stay != nil {
 		// The grant brings a block of tokens when the tenure passed the lock among goroutines
 		// (several are expected back: no renewal for tokens at the first pass), else one (no
@@ -347,13 +348,13 @@ func (st *lockState) releaseLocked(stay *domain.DLockConfig) releaseJob {
 			tokens = blockSize
 		}
 		next = &attempt{locker: st.g.newLocker(), cfg: *stay, tokens: tokens, sent: true, firstSent: time.Now()} // (release.lua may put it in line)
-		req.Next, req.NextLease, req.NextTokens, req.Listening = next.locker, stay.Lease(), next.tokens, st.line.listens
+		req.Next, req.NextLease, req.NextTokens, req.Listening = next.locker, stay.Lease(), next.tokens, claim.on
 		// The release may put this process back in line with next, whatever becomes of its
 		// reply (an answer other than released counts it in line: release).
 		st.line.attempt = next
 		st.line.forget()
 	}
-	return releaseJob{st: st, t: t, cfg: t.cfg, req: req, until: t.until, next: next, epoch: st.epoch, lost: t.keptLost()}
+	return releaseJob{st: st, t: t, cfg: t.cfg, req: req, claim: claim, until: t.until, next: next, epoch: st.epoch, lost: t.keptLost()}
 }
 
 // releaseJob is the Redis part of a release (releaseLocked): st.release with what the
@@ -363,6 +364,7 @@ type releaseJob struct {
 	t     *tenure
 	cfg   domain.DLockConfig
 	req   processor.ReleaseRequest
+	claim hearing // what req says of the process (req.Listening), for the answer
 	until time.Time
 	next  *attempt
 	epoch uint64
@@ -420,7 +422,7 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 		if res.Queued {
 			// It ran before any grant to next could (whose token is above the one it granted).
 			st.line.queued = true
-			st.line.waiting(sent, res.Token, &res.Seen, req.Listening)
+			st.line.waiting(sent, res.Token, &res.Seen, r.claim)
 			// Redis heard the process listen: it hears its grant, and may wait for it without
 			// asking (else it asks, or leaves if nobody waits).
 			if queued = res.Seen.Heard; queued {
