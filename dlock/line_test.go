@@ -198,6 +198,26 @@ func TestLineHearingFollowsItsSubscriptionAndTheAnswersToItsClaims(t *testing.T)
 		t.Fatal("an answer to a request sent before the subscription failed turned the claim on again")
 	}
 
+	// A claimed request runs after Redis dropped the subscription unnoticed, and its answer
+	// comes after the subscription was made again with no failure seen (the probe found it
+	// deaf, or its slot moved).
+	l.hearing.subscribed()
+	replaced := l.hearing
+	l.hearing.subscribed()
+	answer(replaced, false)
+	if !l.hearing.on {
+		t.Fatal("an answer to a request sent before the subscription was made again (no failure seen) ended the claim")
+	}
+	// An answer that Redis does not hear the process, to a request that claimed nothing, ends
+	// no claim made since in the same generation.
+	l.hearing.failed()
+	unclaimed := l.hearing
+	answer(unclaimed, true)
+	answer(unclaimed, false)
+	if !l.hearing.on {
+		t.Fatal("an answer to a request that claimed nothing ended the claim")
+	}
+
 	l.hearing.subscribed()
 	l.forget()
 	if !l.hearing.on {

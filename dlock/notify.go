@@ -514,7 +514,7 @@ func (n *notifier) probe(c *psConn, ps *redis.PubSub) {
 		} else {
 			err = n.g.client.Publish(ctx, channel, payload).Err()
 		}
-		if err != nil {
+		if err != nil && n.current(c, ps) { // (a connection replaced since has news of its own)
 			n.report(c, "probe", channel, err)
 		}
 	})

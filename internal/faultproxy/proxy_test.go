@@ -366,8 +366,8 @@ func TestProxySubscribersOnly(t *testing.T) {
 	if err := roundTrip(sub, []byte("*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nx\r\n"), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// A script whose text names the command is no subscription.
-	if err := roundTrip(cmd, []byte("*3\r\n$4\r\nEVAL\r\n$27\r\n-- subscribe\r\nreturn 'PING'\r\n$1\r\n0\r\n"), time.Second); err != nil {
+	// A script whose text names the command, even on a line of its own, is no subscription.
+	if err := roundTrip(cmd, []byte("*3\r\n$4\r\nEVAL\r\n$33\r\n--[[\r\nsubscribe\r\n]] return 'PING'\r\n$1\r\n0\r\n"), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p.HoldSubscribers(true)
