@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,9 +58,9 @@ func (g *subscribeGate) shaper(toTarget bool, chunk []byte) time.Duration {
 }
 
 // askHook records the listening argument of every request that stands the process in line
-// (lock.lua, a relocking release.lua, a shared.lua take that waits), with how many
-// subscriptions the generator had confirmed as it was sent. The first ask for which hold
-// returns true is run by before (which runs it in Redis and returns its reply), then its reply
+// (an ask: lock.lua, or a shared.lua take that waits; a relock: release.lua or shared.lua's
+// release with next; a yield check: renew.lua with yield), with how many subscriptions the
+// generator had confirmed as it was sent. The first request for which hold returns true is run by before (which runs it in Redis and returns its reply), then its reply
 // is handed back only after the next confirmation: a reply that comes after the SUBSCRIBE's
 // confirmation, from a request Redis ran before it.
 type askHook struct {
@@ -74,7 +75,7 @@ type askHook struct {
 }
 
 type askSeen struct {
-	script    string
+	what      string // ask, relock, yield
 	listening string
 	confirmed int
 }
@@ -86,25 +87,36 @@ func (h *askHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func (h *askHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		var said string
+		c := sentCmd{args: args}
+		var what string
 		switch processor.ScriptName(args) {
 		case "lock":
-			said = sentCmd{args: args}.arg(h.t, "listening")
+			what = "ask"
 		case "release":
-			if (sentCmd{args: args}).arg(h.t, "next") == "" { // (a release that stands in line again: relock)
-				return next(ctx, cmd)
+			if c.arg(h.t, "next") != "" {
+				what = "relock" // (a release that stands in line again)
 			}
-			said = sentCmd{args: args}.arg(h.t, "listening")
+		case "renew":
+			if c.arg(h.t, "yield") == "1" {
+				what = "yield"
+			}
 		case "shared":
-			if sharedArg(args, "wait") != "1" { // (a take that stands in line)
-				return next(ctx, cmd)
+			switch {
+			case sharedArg(args, "wait") == "1":
+				what = "ask" // (a take that stands in line)
+			case sharedArg(args, "op") == "release" && sharedArg(args, "next") != "":
+				what = "relock" // (a release that stands in line again: SharedReleaseThenTake)
 			}
-			said = sharedArg(args, "listening")
-		default:
+		}
+		if what == "" {
 			return next(ctx, cmd)
 		}
+		said := c.arg(h.t, "listening")
+		if processor.ScriptName(args) == "shared" {
+			said = sharedArg(args, "listening")
+		}
 		g := h.g()
-		a := askSeen{processor.ScriptName(args), said, g.Confirmed()}
+		a := askSeen{what, said, g.Confirmed()}
 		h.mu.Lock()
 		h.asks = append(h.asks, a)
 		hold := !h.held && h.hold(len(h.asks), a)
@@ -114,11 +126,18 @@ func (h *askHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		err := h.before(func() error { return next(ctx, cmd) })
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// The script ran nothing: go-redis sends it again by EVAL, which is held instead.
+			h.mu.Lock()
+			h.held = false
+			h.mu.Unlock()
+			return err
+		}
 		for deadline := time.Now().Add(20 * time.Second); g.Confirmed() == a.confirmed && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(50 * time.Millisecond) // the confirmation handled, then this reply
-		h.t.Logf("held a %s request (listening %q): confirmations %d -> %d", a.script, a.listening, a.confirmed, g.Confirmed())
+		h.t.Logf("held the %s request (listening %q): confirmations %d -> %d", a.what, a.listening, a.confirmed, g.Confirmed())
 		return err
 	}
 }
@@ -133,53 +152,40 @@ func TestAskAfterTheSubscriptionsConfirmationSaysItListens(t *testing.T) {
 	srv.NeedReal(t)
 	for _, c := range []struct {
 		name string
-		// first says whether the gate is shut from the start (the first subscription is held).
+		// first says whether the gate is shut from the start (the first subscription is held):
+		// the held ask is then run, and the gate opened.
 		first bool
 		hold  func(n int, a askSeen) bool
-		// before runs the held ask in Redis while Redis does not hear the process.
-		before func(t *testing.T, p *faultproxy.Proxy, gate *subscribeGate, channel func() string, raw *redis.Client) func(run func() error) error
+		// minLast is the least number of confirmations the asks checked follow.
+		minLast int
 	}{{
 		// The ask, which claims nothing, runs before the first SUBSCRIBE.
-		name:  "sent before the first confirmation",
-		first: true,
-		hold:  func(n int, a askSeen) bool { return n >= 2 && a.confirmed == 0 },
-		before: func(_ *testing.T, _ *faultproxy.Proxy, gate *subscribeGate, _ func() string, _ *redis.Client) func(run func() error) error {
-			return func(run func() error) error {
-				err := run()
-				gate.open()
-				return err
-			}
-		},
+		name:    "sent before the first confirmation",
+		first:   true,
+		hold:    func(n int, a askSeen) bool { return n >= 2 && a.confirmed == 0 },
+		minLast: 1,
 	}, {
 		// The ask claims, and runs after Redis dropped the subscription and before the
-		// resubscription: its answer is "not heard", to a claim.
-		name:   "run between a dropped subscription and its resubscription",
-		hold:   func(_ int, a askSeen) bool { return a.confirmed >= 1 && a.listening == "1" },
-		before: runUnheard,
+		// resubscription (runUnheard): its answer is "not heard", to a claim.
+		name:    "run between a dropped subscription and its resubscription",
+		hold:    func(_ int, a askSeen) bool { return a.what == "ask" && a.confirmed >= 1 && a.listening == "1" },
+		minLast: 2,
 	}} {
 		for _, kind := range []string{"mutex", "semaphore"} {
 			t.Run(kind+"/"+c.name, func(t *testing.T) {
-				p, err := faultproxy.New(srv.Addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer p.Close()
-				gate := &subscribeGate{}
-				defer gate.open()
-				if c.first {
-					gate.close()
-				}
-				p.SetShaper(gate.shaper)
 				const lease = 3 * time.Second
-				raw := srv.Client()
-				defer raw.Close()
-				cl := redis.NewClient(&redis.Options{Addr: p.Addr()})
-				var ga *dlock.Generator
+				var r *listenRig
 				var channel func() string
-				h := &askHook{t: t, g: func() *dlock.Generator { return ga }, hold: c.hold, before: c.before(t, p, gate, func() string { return channel() }, raw)}
-				cl.AddHook(h)
-				ga = genOn(t, cl, dlock.WithDefaultLease(lease))
-				gb, _ := newGen(t, dlock.WithDefaultLease(lease))
+				r = newListenRig(t, c.hold, func() string { return channel() }, dlock.WithDefaultLease(lease))
+				if c.first {
+					r.gate.close()
+					r.h.before = func(run func() error) error {
+						err := run()
+						r.gate.open()
+						return err
+					}
+				}
+				ga, gb := r.ga, r.gb
 				ctx := ctxT(t, 40*time.Second)
 				var hold, wait func() (func() error, error) // gb's, then ga's
 				if kind == "mutex" {
@@ -219,37 +225,12 @@ func TestAskAfterTheSubscriptionsConfirmationSaysItListens(t *testing.T) {
 					}
 					done <- err
 				}()
-				// Wait for two asks sent after the held one's reply came.
-				waitFor(t, func() bool {
-					h.mu.Lock()
-					defer h.mu.Unlock()
-					if !h.held {
-						return false
-					}
-					last, n := 0, 0
-					for _, a := range h.asks {
-						last = max(last, a.confirmed)
-					}
-					for _, a := range h.asks {
-						if a.confirmed == last {
-							n++
-						}
-					}
-					return n >= 2 && last > 0 && (c.first || last >= 2)
-				})
+				waitFor(t, func() bool { return r.h.asked(c.minLast) })
 				_ = unlockB()
 				if err := <-done; err != nil {
 					t.Fatal(err)
 				}
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				t.Logf("asks (listening, confirmed subscriptions as sent): %+v", h.asks)
-				last := h.asks[len(h.asks)-1].confirmed
-				for _, a := range h.asks {
-					if a.confirmed == last && a.listening != "1" {
-						t.Fatalf("an ask sent after the subscription was last confirmed (and no failure since) says the process does not count itself heard: %+v", h.asks)
-					}
-				}
+				r.h.claimed(t)
 			})
 		}
 	}
@@ -278,118 +259,292 @@ func runUnheard(t *testing.T, p *faultproxy.Proxy, gate *subscribeGate, channel 
 	}
 }
 
-// What a process says of itself in the asks after a relocking release (one that grants the key
-// to the next process and stands this one in line again) ran between a dropped subscription
-// and its resubscription, its answer "not heard" coming back after the resubscription's
-// confirmation: every ask sent after that confirmation says it counts itself heard.
-func TestAskAfterARelockAnsweredAcrossAResubscriptionSaysItListens(t *testing.T) {
-	srv.NeedReal(t)
+// listenRig is a process A whose requests stand it in line through an askHook and a proxy
+// whose SUBSCRIBEs a gate holds while shut, beside a process B on Redis directly; its hook
+// holds the first request hold accepts and runs it unheard (runUnheard) on channel.
+type listenRig struct {
+	h      *askHook
+	gate   *subscribeGate
+	ga, gb *dlock.Generator
+}
+
+func newListenRig(t *testing.T, hold func(int, askSeen) bool, channel func() string, opts ...dlock.Option) *listenRig {
+	t.Helper()
 	p, err := faultproxy.New(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	gate := &subscribeGate{}
-	defer gate.open()
 	p.SetShaper(gate.shaper)
-	const lease = 3 * time.Second
 	raw := srv.Client()
-	defer raw.Close()
+	t.Cleanup(func() { raw.Close() })
+	r := &listenRig{gate: gate}
+	r.h = &askHook{t: t, g: func() *dlock.Generator { return r.ga }, hold: hold, before: runUnheard(t, p, gate, channel, raw)}
 	cl := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	var ga *dlock.Generator
-	var la *dlock.DistributedReentrantLock
-	channel := func() string { return processor.ProcessChannel(la.Config(), ga.LockerPrefix()) }
-	h := &askHook{t: t, g: func() *dlock.Generator { return ga },
-		hold:   func(_ int, a askSeen) bool { return a.script == "release" && a.listening == "1" },
-		before: runUnheard(t, p, gate, channel, raw)}
-	cl.AddHook(h)
-	ga = genOn(t, cl, dlock.WithDefaultLease(lease))
-	ga.Relock(time.Minute) // (every Unlock of ga's stands it in line again, if another process waits)
-	gb, _ := newGen(t, dlock.WithDefaultLease(lease))
-	ctx := ctxT(t, 40*time.Second)
-	lb, _ := gb.Gen("HOLD", target(t))
-	la, _ = ga.Gen("HOLD", target(t))
+	cl.AddHook(r.h)
+	r.ga = genOn(t, cl, opts...)
+	r.gb, _ = newGen(t, opts...)
+	t.Cleanup(gate.open) // (first: the Generators' Close may subscribe)
+	return r
+}
 
-	ob, err := lb.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := la.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		first <- o
-	}()
-	waitFor(t, func() bool { // A stands in line, heard
-		st, err := lb.State(ctx)
-		return err == nil && len(st.Waiting) == 1 && strings.HasPrefix(st.Waiting[0], ga.LockerPrefix())
-	})
-	if err := ob.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	oa := recv(t, first, "A's first holding")
-	if oa == nil {
-		t.FailNow()
-	}
-	second := make(chan error, 1)
-	go func() { // B waits for the key; A's relocking release grants it
-		o, err := lb.Lock(ctx)
-		if err == nil {
-			ob = o
-		}
-		second <- err
-	}()
-	waitFor(t, func() bool {
-		st, err := la.State(ctx)
-		return err == nil && len(st.Waiting) == 1 && strings.HasPrefix(st.Waiting[0], gb.LockerPrefix())
-	})
-	if err := oa.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	if err := recv(t, second, "B's holding"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { // A wants the key again: it waits in the place the relock kept
-		o, err := la.Lock(ctx)
-		if err == nil {
-			err = o.Unlock()
-		}
-		done <- err
-	}()
-	// Two asks of A sent after the held release's reply came.
-	waitFor(t, func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if !h.held {
-			return false
-		}
-		last, n := 0, 0
-		for _, a := range h.asks {
-			last = max(last, a.confirmed)
-		}
-		for _, a := range h.asks {
-			if a.confirmed == last && a.script == "lock" {
-				n++
-			}
-		}
-		return n >= 2 && last >= 2
-	})
-	if err := ob.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	if err := recv(t, done, "A's second holding"); err != nil {
-		t.Fatal(err)
-	}
+// asked reports whether the held request's reply came, and A then sent two asks after the
+// subscription's last confirmation, which is at least the minLast-th.
+func (h *askHook) asked(minLast int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t.Logf("requests (script, listening, confirmed subscriptions as sent): %+v", h.asks)
+	if !h.held {
+		return false
+	}
+	last, n := 0, 0
+	for _, a := range h.asks {
+		last = max(last, a.confirmed)
+	}
+	for _, a := range h.asks {
+		if a.confirmed == last && a.what == "ask" {
+			n++
+		}
+	}
+	return n >= 2 && last >= minLast
+}
+
+// claimed fails t unless every request sent after the subscription's last confirmation says
+// the process counts itself heard.
+func (h *askHook) claimed(t *testing.T) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t.Logf("requests (what, listening, confirmed subscriptions as sent): %+v", h.asks)
 	last := h.asks[len(h.asks)-1].confirmed
 	for _, a := range h.asks {
 		if a.confirmed == last && a.listening != "1" {
 			t.Fatalf("a request sent after the subscription was last confirmed (and no failure since) says the process does not count itself heard: %+v", h.asks)
 		}
 	}
+}
+
+// What a process says of itself in its asks after a request that stood it in line again ran
+// between a dropped subscription and its resubscription, its answer "not heard" coming back
+// after the resubscription's confirmation: every request sent after that confirmation says it
+// counts itself heard. The request is a relocking release (it grants the key to the next
+// process and stands this one in line again), a semaphore's release that stands it in line
+// again (SharedReleaseThenTake: its other goroutine still wants the permit while another
+// process waits), or a yield check at the hand-off limit.
+func TestAskAfterARequestThatStoodItInLineAgainAnsweredAcrossAResubscriptionSaysItListens(t *testing.T) {
+	srv.NeedReal(t)
+	const lease = 3 * time.Second
+	t.Run("mutex/relock", func(t *testing.T) {
+		var r *listenRig
+		var la *dlock.DistributedReentrantLock
+		r = newListenRig(t, func(_ int, a askSeen) bool { return a.what == "relock" && a.listening == "1" },
+			func() string { return processor.ProcessChannel(la.Config(), r.ga.LockerPrefix()) }, dlock.WithDefaultLease(lease))
+		r.ga.Relock(time.Minute) // (every Unlock of A's stands it in line again, if another process waits)
+		unheard := r.h.before
+		r.h.before = func(run func() error) error {
+			err := unheard(run)
+			// The reply comes once A's next Lock waits: else the process leaves the line, and
+			// its next Lock begins anew, claiming nothing until an answer says Redis heard it.
+			for deadline := time.Now().Add(15 * time.Second); !r.ga.Waiters(la.Config().UniqueKey()) && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			return err
+		}
+		ctx := ctxT(t, 40*time.Second)
+		lb, _ := r.gb.Gen("HOLD", target(t))
+		la, _ = r.ga.Gen("HOLD", target(t))
+
+		ob, err := lb.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan *dlock.Owner, 1)
+		go func() {
+			o, err := la.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			first <- o
+		}()
+		inLine(t, ctx, lb, 1) // (A)
+		if err := ob.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		oa := recv(t, first, "A's first holding")
+		if oa == nil {
+			t.FailNow()
+		}
+		second := make(chan error, 1)
+		go func() { // B waits for the key; A's relocking release grants it
+			o, err := lb.Lock(ctx)
+			if err == nil {
+				ob = o
+			}
+			second <- err
+		}()
+		inLine(t, ctx, la, 1) // (B)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- oa.Unlock() }() // (it returns with the release's reply, which the hook holds)
+		if err := recv(t, second, "B's holding"); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { // A wants the key again
+			o, err := la.Lock(ctx)
+			if err == nil {
+				err = o.Unlock()
+			}
+			done <- err
+		}()
+		if err := recv(t, unlocked, "A's Unlock"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return r.h.asked(2) })
+		if err := ob.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, done, "A's second holding"); err != nil {
+			t.Fatal(err)
+		}
+		r.h.claimed(t)
+	})
+
+	t.Run("semaphore/release then take", func(t *testing.T) {
+		var r *listenRig
+		var sa *dlock.Semaphore
+		r = newListenRig(t, func(_ int, a askSeen) bool { return a.what == "relock" && a.listening == "1" },
+			func() string { return processor.SharedChannel(sa.Config(), r.ga.LockerPrefix()) }, dlock.WithDefaultLease(lease))
+		ctx := ctxT(t, 40*time.Second)
+		sb, err := r.gb.GenSemaphore("HOLD", target(t), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa, err = r.ga.GenSemaphore("HOLD", target(t), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits := func(s *dlock.Semaphore, g *dlock.Generator) func() bool {
+			return func() bool {
+				st, err := s.State(ctx)
+				return err == nil && len(st.Waiting) == 1 && strings.HasPrefix(st.Waiting[0].Process, g.LockerPrefix())
+			}
+		}
+
+		ob, err := sb.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *dlock.Owner, 2)
+		for range 2 { // A's two goroutines: the first served holds, the other waits on
+			go func() {
+				o, err := sa.Acquire(ctx, 1)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- o
+			}()
+		}
+		waitFor(t, waits(sb, r.ga))
+		if err := ob.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		oa := recv(t, got, "A's first holding")
+		if oa == nil {
+			t.FailNow()
+		}
+		second := make(chan error, 1)
+		go func() { // B waits for the permit; A's release gives it to B and stands A in line again
+			o, err := sb.Acquire(ctx, 1)
+			if err == nil {
+				ob = o
+			}
+			second <- err
+		}()
+		waitFor(t, waits(sa, r.gb))
+		waitFor(t, func() bool { return r.ga.SharedWanted(sa.Config().UniqueKey()) }) // (A heard that B waits: it lends no more)
+		if err := oa.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, second, "B's holding"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return r.h.asked(2) })
+		if err := ob.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if o := recv(t, got, "A's second holding"); o == nil || o.Unlock() != nil {
+			t.Fatal("A's second holding failed")
+		}
+		r.h.claimed(t)
+	})
+
+	t.Run("mutex/yield", func(t *testing.T) {
+		var r *listenRig
+		var la, lb *dlock.DistributedReentrantLock
+		ctx := ctxT(t, 40*time.Second)
+		// Only a yield check that finds B in line (a check before finds nobody: the tenure
+		// goes on); B stays in line until the key is its.
+		bInLine := func() bool { st, err := lb.State(ctx); return err == nil && len(st.Waiting) == 1 }
+		r = newListenRig(t, func(_ int, a askSeen) bool { return a.what == "yield" && a.listening == "1" && bInLine() },
+			func() string { return processor.ProcessChannel(la.Config(), r.ga.LockerPrefix()) },
+			dlock.WithDefaultLease(lease), dlock.WithLocalHandOff(20*time.Millisecond))
+		lb, _ = r.gb.Gen("HOLD", target(t))
+		la, _ = r.ga.Gen("HOLD", target(t))
+
+		ob, err := lb.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stop atomic.Bool
+		turns := make(chan struct{}, 1)
+		done := make(chan error, 2)
+		for range 2 { // A's goroutines take turns with the key, passing it between them
+			go func() {
+				for !stop.Load() {
+					o, err := la.Lock(ctx)
+					if err != nil {
+						done <- err
+						return
+					}
+					select {
+					case turns <- struct{}{}:
+					default:
+					}
+					time.Sleep(time.Millisecond)
+					if err := o.Unlock(); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+		}
+		inLine(t, ctx, lb, 1) // (A)
+		if err := ob.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, turns, "A's first holding")
+		second := make(chan error, 1)
+		go func() { // B waits for the key; A's yield check gives it to B
+			o, err := lb.Lock(ctx)
+			if err == nil {
+				ob = o
+			}
+			second <- err
+		}()
+		if err := recv(t, second, "B's holding"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return r.h.asked(2) })
+		stop.Store(true)
+		if err := ob.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := recv(t, done, "A's goroutines"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.h.claimed(t)
+	})
 }
