@@ -64,6 +64,9 @@ func (g *Generator) Heard() int {
 	return g.notes.heard
 }
 
+// ConfirmedNow reports whether the generator counts channel's subscription confirmed.
+func (g *Generator) ConfirmedNow(channel string) bool { return g.notes.confirmedNow(channel) }
+
 // SetLinger sets how long the generator's channels stay subscribed after their last watcher.
 func (g *Generator) SetLinger(d time.Duration) {
 	g.notes.mu.Lock()

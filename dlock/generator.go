@@ -208,6 +208,9 @@ func (g *Generator) ref(cfg domain.DLockConfig) (*lockState, error) {
 	st := g.states[cfg.UniqueKey()]
 	if st == nil {
 		st = newLockState(g, cfg)
+		if g.notes != nil && g.notes.confirmedNow(st.channel) {
+			st.line.hearing.subscribed() // (nobody else has st yet)
+		}
 		g.states[cfg.UniqueKey()] = st
 		if m, ok := g.relockBy[cfg.UniqueKey()]; ok {
 			delete(g.relockBy, cfg.UniqueKey())

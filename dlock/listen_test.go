@@ -185,34 +185,9 @@ func TestAskAfterTheSubscriptionsConfirmationSaysItListens(t *testing.T) {
 						return err
 					}
 				}
-				ga, gb := r.ga, r.gb
 				ctx := ctxT(t, 40*time.Second)
-				var hold, wait func() (func() error, error) // gb's, then ga's
-				if kind == "mutex" {
-					lb, _ := gb.Gen("HOLD", target(t))
-					la, _ := ga.Gen("HOLD", target(t))
-					channel = func() string { return processor.ProcessChannel(la.Config(), ga.LockerPrefix()) }
-					hold = func() (func() error, error) { o, err := lb.Lock(ctx); return func() error { return o.Unlock() }, err }
-					wait = func() (func() error, error) { o, err := la.Lock(ctx); return func() error { return o.Unlock() }, err }
-				} else {
-					sb, err := gb.GenSemaphore("HOLD", target(t), 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					sa, err := ga.GenSemaphore("HOLD", target(t), 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					channel = func() string { return processor.SharedChannel(sa.Config(), ga.LockerPrefix()) }
-					hold = func() (func() error, error) {
-						o, err := sb.Acquire(ctx, 1)
-						return func() error { return o.Unlock() }, err
-					}
-					wait = func() (func() error, error) {
-						o, err := sa.Acquire(ctx, 1)
-						return func() error { return o.Unlock() }, err
-					}
-				}
+				hold, wait, ch := r.contenders(t, ctx, kind)
+				channel = func() string { return ch }
 				unlockB, err := hold()
 				if err != nil {
 					t.Fatal(err)
@@ -265,6 +240,7 @@ func runUnheard(t *testing.T, p *faultproxy.Proxy, gate *subscribeGate, channel 
 type listenRig struct {
 	h      *askHook
 	gate   *subscribeGate
+	p      *faultproxy.Proxy
 	ga, gb *dlock.Generator
 }
 
@@ -279,7 +255,7 @@ func newListenRig(t *testing.T, hold func(int, askSeen) bool, channel func() str
 	p.SetShaper(gate.shaper)
 	raw := srv.Client()
 	t.Cleanup(func() { raw.Close() })
-	r := &listenRig{gate: gate}
+	r := &listenRig{gate: gate, p: p}
 	r.h = &askHook{t: t, g: func() *dlock.Generator { return r.ga }, hold: hold, before: runUnheard(t, p, gate, channel, raw)}
 	cl := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	cl.AddHook(r.h)
@@ -287,6 +263,36 @@ func newListenRig(t *testing.T, hold func(int, askSeen) bool, channel func() str
 	r.gb, _ = newGen(t, opts...)
 	t.Cleanup(gate.open) // (first: the Generators' Close may subscribe)
 	return r
+}
+
+// contenders returns B's hold of a key of kind (a mutex, or a semaphore of one permit), A's
+// wait for it (each returns its unlock), and A's channel of the key.
+func (r *listenRig) contenders(t *testing.T, ctx context.Context, kind string) (hold, wait func() (func() error, error), channel string) {
+	t.Helper()
+	if kind == "mutex" {
+		lb, _ := r.gb.Gen("HOLD", target(t))
+		la, _ := r.ga.Gen("HOLD", target(t))
+		hold = func() (func() error, error) { o, err := lb.Lock(ctx); return func() error { return o.Unlock() }, err }
+		wait = func() (func() error, error) { o, err := la.Lock(ctx); return func() error { return o.Unlock() }, err }
+		return hold, wait, processor.ProcessChannel(la.Config(), r.ga.LockerPrefix())
+	}
+	sb, err := r.gb.GenSemaphore("HOLD", target(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := r.ga.GenSemaphore("HOLD", target(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold = func() (func() error, error) {
+		o, err := sb.Acquire(ctx, 1)
+		return func() error { return o.Unlock() }, err
+	}
+	wait = func() (func() error, error) {
+		o, err := sa.Acquire(ctx, 1)
+		return func() error { return o.Unlock() }, err
+	}
+	return hold, wait, processor.SharedChannel(sa.Config(), r.ga.LockerPrefix())
 }
 
 // asked reports whether the held request's reply came, and A then sent two asks after the
@@ -547,4 +553,94 @@ func TestAskAfterARequestThatStoodItInLineAgainAnsweredAcrossAResubscriptionSays
 		}
 		r.h.claimed(t)
 	})
+}
+
+// What a process says of itself in its first request for a key whose state it made anew while
+// the key's channel was still subscribed (the channel lingers after the last state watching it
+// was dropped, and the new state watches it again without a new confirmation): that it counts
+// itself heard, from the first request (the barge) on, as the dropped state would have. (Were
+// it to claim nothing until an answer said Redis heard it, a process that died with that
+// request on its way could be granted the key for a lease.) Once the lingering subscription
+// dropped, a state made anew claims nothing until it is confirmed again.
+func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
+	srv.NeedReal(t)
+	const lease = 3 * time.Second
+	for _, kind := range []string{"mutex", "semaphore"} {
+		t.Run(kind, func(t *testing.T) {
+			r := newListenRig(t, func(int, askSeen) bool { return false }, nil, dlock.WithDefaultLease(lease))
+			r.ga.SetLinger(time.Minute)
+			ctx := ctxT(t, 40*time.Second)
+			hold, wait, channel := r.contenders(t, ctx, kind)
+			inUse := r.ga.InUse
+			if kind == "semaphore" {
+				inUse = r.ga.SharedInUse
+			}
+			asks := func() []askSeen {
+				r.h.mu.Lock()
+				defer r.h.mu.Unlock()
+				return append([]askSeen(nil), r.h.asks...)
+			}
+			// A waits behind B, listening (its subscription confirmed), and takes the key; its
+			// state is dropped once it let go. asked runs once A's first request was sent.
+			round := func(asked func()) {
+				unlockB, err := hold()
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				n := len(asks())
+				go func() {
+					unlock, err := wait()
+					if err == nil {
+						err = unlock()
+					}
+					done <- err
+				}()
+				waitFor(t, func() bool { return len(asks()) > n })
+				asked()
+				waitFor(t, func() bool { return r.ga.Confirmed() >= 1 })
+				if err := unlockB(); err != nil {
+					t.Fatal(err)
+				}
+				if err := recv(t, done, "A's holding"); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, func() bool { return inUse() == 0 })
+			}
+			round(func() {})
+			if r.ga.Subscribed() == 0 {
+				t.Fatal("A's channel is no longer subscribed: it should linger for a minute")
+			}
+			before, confirmed := len(asks()), r.ga.Confirmed()
+			round(func() {}) // with a state made anew, on the lingering subscription
+			all := asks()
+			t.Logf("requests (what, listening, confirmed subscriptions as sent): %+v", all)
+			if len(all) == before {
+				t.Fatal("A's second holding stood it in line with no request")
+			}
+			if r.ga.Confirmed() != confirmed {
+				t.Logf("the subscription was confirmed again meanwhile (%d -> %d): the claim may come from that", confirmed, r.ga.Confirmed())
+			}
+			for _, a := range all[before:] {
+				if a.listening != "1" {
+					t.Fatalf("a request of a state made while its channel lingered, subscribed, says the process does not count itself heard: %+v", all[before:])
+				}
+			}
+
+			// The lingering subscription drops (its SUBSCRIBE again held), and A's state made
+			// anew asks: unclaimed.
+			r.gate.close()
+			r.p.ResetSubscribers()
+			for deadline := time.Now().Add(15 * time.Second); r.ga.ConfirmedNow(channel); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("A counts its channel's subscription confirmed 15 s after its connection dropped")
+				}
+			}
+			before = len(asks())
+			round(r.gate.open)
+			if a := asks()[before]; a.listening == "1" {
+				t.Fatalf("the first request of a state made while its channel's subscription was down says the process counts itself heard: %+v", asks()[before:])
+			}
+		})
+	}
 }

@@ -93,6 +93,9 @@ type subscription struct {
 	users   int         // states that watch it; guarded by the notifier's mu
 	idle    *time.Timer // while nobody watches: unsubscribes after linger; guarded by mu
 	leaving bool        // guarded by the notifier's mu
+	// confirmed: Redis confirmed it on its connection as that is now, and no failure came
+	// since (confirmedNow); guarded by the notifier's mu.
+	confirmed bool
 }
 
 // linger is how long a channel stays subscribed after the last state watching it stopped.
@@ -155,6 +158,20 @@ func (n *notifier) watch(channel, key string) {
 	n.byChannel[channel] = sub
 	c.subs++
 	n.queue(c, op{channel: channel, subscribe: true})
+}
+
+// confirmedNow reports whether channel's subscription is confirmed and did not fail since. A
+// state made while the channel lingers (its key's last state dropped less than linger ago)
+// starts with it as its claim (hearing), so that its first request, the barge, claims as the
+// dropped state's would have. The state reads it before the notifier can find the state (a
+// mutex's: under the generator's mu, as it is put in g.states) or hear of it (a family's: under
+// its own mu): the flag is changed before the states are told (handle, failed), so a state
+// that read the old value is told the new one.
+func (n *notifier) confirmedNow(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sub := n.byChannel[channel]
+	return sub != nil && sub.confirmed
 }
 
 // unwatch says a state stopped watching channel; once nobody has for linger, it is
@@ -330,6 +347,7 @@ func (n *notifier) failed(c *psConn, err error) {
 	var channels []string
 	for ch, sub := range n.byChannel {
 		if sub.conn == c && !sub.leaving { // (a lingering one too: its key's waiters may listen on it)
+			sub.confirmed = false
 			channels = append(channels, ch)
 		}
 	}
@@ -539,6 +557,7 @@ func (n *notifier) reset(c *psConn, ps *redis.PubSub) {
 			c.subs--
 			continue
 		}
+		sub.confirmed = false
 		n.queue(c, op{channel: ch, subscribe: true})
 	}
 	closing := n.dropIfIdle(c)
@@ -578,6 +597,14 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 	case *redis.Subscription:
 		switch m.Kind {
 		case "subscribe", "ssubscribe":
+			n.mu.Lock()
+			if sub := n.byChannel[m.Channel]; sub != nil && sub.conn == c && c.ps == ps && !sub.leaving && c.unsubs[m.Channel] == 0 {
+				// (Before the states hear it: a state made meanwhile reads it. With an
+				// UNSUBSCRIBE of the channel on its way, this is an older SUBSCRIBE's: the
+				// confirmation of the one sent after comes after the UNSUBSCRIBE's.)
+				sub.confirmed = true
+			}
+			n.mu.Unlock()
 			if st := n.lookup(m.Channel); st != nil {
 				st.subscribed()
 			}
@@ -592,6 +619,11 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 		case "unsubscribe", "sunsubscribe":
 			if !n.left(c, m.Channel) && m.Kind == "sunsubscribe" {
 				// Redis dropped a channel we still want: its slot moved to another shard
+				n.mu.Lock()
+				if sub := n.byChannel[m.Channel]; sub != nil && sub.conn == c {
+					sub.confirmed = false
+				}
+				n.mu.Unlock()
 				n.g.log.Debug("dlock: sharded subscription dropped by the server; subscribing again", zap.String("channel", m.Channel))
 				channel := m.Channel
 				n.g.group.Go(func() { n.moved(c, ps, channel) })

@@ -254,6 +254,9 @@ func (g *Generator) shared(cfg domain.DLockConfig, spec processor.Shared) (*shar
 		st.phase = sharedRunning
 		if g.notes != nil {
 			g.notes.watch(st.channel, sharedPrefix+cfg.UniqueKey()) // (of either kind: lookupShared)
+			if st.hearing == (hearing{}) && g.notes.confirmedNow(st.channel) {
+				st.hearing.subscribed() // a new state, on a channel that lingered
+			}
 		}
 		if !g.group.Go(st.drive) {
 			st.phase = sharedDropped
