@@ -17,14 +17,24 @@ import (
 	"github.com/dlockgo/dlock/processor"
 )
 
-// subscribeGate holds every SUBSCRIBE sent through a proxy while it is shut (its shaper waits,
-// and the chunks behind it on that connection wait with it).
-type subscribeGate struct {
+// chunkGate holds every chunk through a proxy that goes one way (toTarget: to Redis) and
+// carries word, while it is shut (its shaper waits, and the chunks behind it on that
+// connection wait with it).
+type chunkGate struct {
+	toTarget bool
+	word     string
+
 	mu   sync.Mutex
 	shut chan struct{} // nil while open
 }
 
-func (g *subscribeGate) close() {
+// subscribeGate holds every SUBSCRIBE sent; unsubscribedGate every reply to an UNSUBSCRIBE.
+func subscribeGate() *chunkGate { return &chunkGate{toTarget: true, word: "\r\nsubscribe\r\n"} }
+func unsubscribedGate() *chunkGate {
+	return &chunkGate{toTarget: false, word: "\r\nunsubscribe\r\n"}
+}
+
+func (g *chunkGate) close() {
 	g.mu.Lock()
 	if g.shut == nil {
 		g.shut = make(chan struct{})
@@ -32,7 +42,7 @@ func (g *subscribeGate) close() {
 	g.mu.Unlock()
 }
 
-func (g *subscribeGate) open() {
+func (g *chunkGate) open() {
 	g.mu.Lock()
 	if g.shut != nil {
 		close(g.shut)
@@ -41,8 +51,8 @@ func (g *subscribeGate) open() {
 	g.mu.Unlock()
 }
 
-func (g *subscribeGate) shaper(toTarget bool, chunk []byte) time.Duration {
-	if !toTarget || !bytes.Contains(bytes.ToLower(chunk), []byte("\r\nsubscribe\r\n")) {
+func (g *chunkGate) shaper(toTarget bool, chunk []byte) time.Duration {
+	if toTarget != g.toTarget || !bytes.Contains(bytes.ToLower(chunk), []byte(g.word)) {
 		return 0
 	}
 	g.mu.Lock()
@@ -214,7 +224,7 @@ func TestAskAfterTheSubscriptionsConfirmationSaysItListens(t *testing.T) {
 // runUnheard runs a held request in Redis between a dropped subscription and its
 // resubscription: it shuts the gate, resets the subscription's connection, and runs the request
 // once Redis no longer counts the process on channel.
-func runUnheard(t *testing.T, p *faultproxy.Proxy, gate *subscribeGate, channel func() string, raw *redis.Client) func(run func() error) error {
+func runUnheard(t *testing.T, p *faultproxy.Proxy, gate *chunkGate, channel func() string, raw *redis.Client) func(run func() error) error {
 	return func(run func() error) error {
 		gate.close()
 		defer gate.open()
@@ -235,13 +245,15 @@ func runUnheard(t *testing.T, p *faultproxy.Proxy, gate *subscribeGate, channel 
 }
 
 // listenRig is a process A whose requests stand it in line through an askHook and a proxy
-// whose SUBSCRIBEs a gate holds while shut, beside a process B on Redis directly; its hook
-// holds the first request hold accepts and runs it unheard (runUnheard) on channel.
+// whose SUBSCRIBEs a gate holds while shut (and the replies to its UNSUBSCRIBEs another),
+// beside a process B on Redis directly; its hook holds the first request hold accepts and
+// runs it unheard (runUnheard) on channel.
 type listenRig struct {
-	h      *askHook
-	gate   *subscribeGate
-	p      *faultproxy.Proxy
-	ga, gb *dlock.Generator
+	h            *askHook
+	gate, unsubd *chunkGate
+	p            *faultproxy.Proxy
+	raw          *redis.Client
+	ga, gb       *dlock.Generator
 }
 
 func newListenRig(t *testing.T, hold func(int, askSeen) bool, channel func() string, opts ...dlock.Option) *listenRig {
@@ -251,17 +263,20 @@ func newListenRig(t *testing.T, hold func(int, askSeen) bool, channel func() str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	gate := &subscribeGate{}
-	p.SetShaper(gate.shaper)
+	gate, unsubd := subscribeGate(), unsubscribedGate()
+	p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+		return gate.shaper(toTarget, chunk) + unsubd.shaper(toTarget, chunk)
+	})
 	raw := srv.Client()
 	t.Cleanup(func() { raw.Close() })
-	r := &listenRig{gate: gate, p: p}
+	r := &listenRig{gate: gate, unsubd: unsubd, p: p, raw: raw}
 	r.h = &askHook{t: t, g: func() *dlock.Generator { return r.ga }, hold: hold, before: runUnheard(t, p, gate, channel, raw)}
 	cl := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	cl.AddHook(r.h)
 	r.ga = genOn(t, cl, opts...)
 	r.gb, _ = newGen(t, opts...)
 	t.Cleanup(gate.open) // (first: the Generators' Close may subscribe)
+	t.Cleanup(unsubd.open)
 	return r
 }
 
@@ -561,7 +576,8 @@ func TestAskAfterARequestThatStoodItInLineAgainAnsweredAcrossAResubscriptionSays
 // itself heard, from the first request (the barge) on, as the dropped state would have. (Were
 // it to claim nothing until an answer said Redis heard it, a process that died with that
 // request on its way could be granted the key for a lease.) Once the lingering subscription
-// dropped, a state made anew claims nothing until it is confirmed again.
+// dropped, or once its linger ended (its UNSUBSCRIBE run, its reply not yet heard), a state
+// made anew claims nothing until it is confirmed again.
 func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
 	srv.NeedReal(t)
 	const lease = 3 * time.Second
@@ -640,6 +656,26 @@ func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
 			round(r.gate.open)
 			if a := asks()[before]; a.listening == "1" {
 				t.Fatalf("the first request of a state made while its channel's subscription was down says the process counts itself heard: %+v", asks()[before:])
+			}
+
+			// The linger ends: Redis runs the UNSUBSCRIBE, whose reply is held, and A's state
+			// made anew asks: unclaimed.
+			r.ga.SetLinger(time.Millisecond)
+			r.unsubd.close()
+			round(func() {}) // (its state's unwatch sets the short linger)
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(time.Millisecond) {
+				n, err := r.raw.PubSubNumSub(ctx, channel).Result()
+				if err == nil && n[channel] == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("Redis still counts A on its channel 15 s after its linger")
+				}
+			}
+			before = len(asks())
+			round(r.unsubd.open)
+			if a := asks()[before]; a.listening == "1" {
+				t.Fatalf("the first request of a state made after its channel's linger ended says the process counts itself heard: %+v", asks()[before:])
 			}
 		})
 	}

@@ -93,8 +93,8 @@ type subscription struct {
 	users   int         // states that watch it; guarded by the notifier's mu
 	idle    *time.Timer // while nobody watches: unsubscribes after linger; guarded by mu
 	leaving bool        // guarded by the notifier's mu
-	// confirmed: Redis confirmed it on its connection as that is now, and no failure came
-	// since (confirmedNow); guarded by the notifier's mu.
+	// confirmed: Redis confirmed it on its connection as that is now, and since then no
+	// failure came and it did not start leaving (confirmedNow); guarded by the notifier's mu.
 	confirmed bool
 }
 
@@ -160,13 +160,13 @@ func (n *notifier) watch(channel, key string) {
 	n.queue(c, op{channel: channel, subscribe: true})
 }
 
-// confirmedNow reports whether channel's subscription is confirmed and did not fail since. A
-// state made while the channel lingers (its key's last state dropped less than linger ago)
-// starts with it as its claim (hearing), so that its first request, the barge, claims as the
-// dropped state's would have. The state reads it before the notifier can find the state (a
-// mutex's: under the generator's mu, as it is put in g.states) or hear of it (a family's: under
-// its own mu): the flag is changed before the states are told (handle, failed), so a state
-// that read the old value is told the new one.
+// confirmedNow reports whether channel's subscription is confirmed (subscription.confirmed).
+// A state made while the channel lingers (less than linger after the key's last state stopped
+// watching it) starts with it as its claim (hearing), so that its first request, the barge,
+// already claims. The state reads it before the notifier can find the state (a mutex's: under
+// the generator's mu, as it is put in g.states) or hear of it (a family's: under its own mu),
+// and the flag changes before the states are told (handle, failed): a state that read the old
+// value is told the new one.
 func (n *notifier) confirmedNow(channel string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -196,7 +196,7 @@ func (n *notifier) expire(sub *subscription) {
 		return
 	}
 	sub.idle = nil
-	sub.leaving = true
+	sub.leaving, sub.confirmed = true, false
 	sub.conn.unsubs[sub.channel]++
 	n.queue(sub.conn, op{channel: sub.channel})
 }
@@ -620,7 +620,7 @@ func (n *notifier) handle(c *psConn, ps *redis.PubSub, m any) {
 			if !n.left(c, m.Channel) && m.Kind == "sunsubscribe" {
 				// Redis dropped a channel we still want: its slot moved to another shard
 				n.mu.Lock()
-				if sub := n.byChannel[m.Channel]; sub != nil && sub.conn == c {
+				if sub := n.byChannel[m.Channel]; sub != nil && sub.conn == c && c.ps == ps {
 					sub.confirmed = false
 				}
 				n.mu.Unlock()
