@@ -385,3 +385,30 @@ func TestZeroValueClient(t *testing.T) {
 		})
 	}
 }
+
+// TestWrappedNilClient: a user's type that wraps a nil client (an embedded nil interface or
+// pointer) is bad input like a nil one: NewGenerator refuses it with ErrInvalidConfig, and
+// nothing panics.
+func TestWrappedNilClient(t *testing.T) {
+	type wrapsAny struct{ redis.UniversalClient }
+	type wrapsClient struct{ *redis.Client }
+	type wrapsCluster struct{ *redis.ClusterClient }
+	for _, c := range []redis.UniversalClient{wrapsAny{}, wrapsClient{}, wrapsCluster{}, &wrapsAny{}} {
+		t.Run(fmt.Sprintf("%T", c), func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("a %T wrapping nil panics: %v", c, r)
+				}
+			}()
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
+			if !errors.Is(err, dlock.ErrInvalidConfig) {
+				if g != nil {
+					l, _ := g.Gen("R2NIL", target(t))
+					_, _, _ = l.TryLock(context.Background())
+					_ = g.Close(context.Background())
+				}
+				t.Fatalf("NewGenerator(%T wrapping nil) = %v, want ErrInvalidConfig", c, err)
+			}
+		})
+	}
+}

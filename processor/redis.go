@@ -372,7 +372,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
 	}
 	if !constructed(client) {
-		return nil, fmt.Errorf("%w: redis client not made by go-redis's constructor (%T with no options: use redis.NewClient, NewClusterClient, NewFailoverClient or NewRing)", dlerrors.ErrInvalidConfig, client)
+		return nil, fmt.Errorf("%w: redis client not made by go-redis's constructor (%T with no options, or wrapping a nil client: use redis.NewClient, NewClusterClient, NewFailoverClient or NewRing)", dlerrors.ErrInvalidConfig, client)
 	}
 	if opts.GapEvery != 0 || opts.GapWindow != 0 {
 		if err := CheckWindow(opts.GapEvery, opts.GapWindow); err != nil {
@@ -400,7 +400,9 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 
 // constructed reports whether client, of go-redis's own client types, was made by its
 // constructor: a zero value (&redis.Client{}) has no options (a *redis.Client's Options
-// itself panics then, on its nil embedded base), and panics on its first command.
+// itself panics then, on its nil embedded base), and panics on its first command. A type of
+// the user's that wraps a nil client (a nil interface or pointer it embeds or calls) panics
+// likewise: every client answers PoolStats without a command, so that is asked.
 func constructed(client redis.UniversalClient) (ok bool) {
 	defer func() {
 		if recover() != nil {
@@ -415,6 +417,7 @@ func constructed(client redis.UniversalClient) (ok bool) {
 	case interface{ Options() *redis.RingOptions }:
 		return c.Options() != nil
 	}
+	_ = client.PoolStats() // (a type of the user's that wraps nil panics here, not in a Lock)
 	return true
 }
 
