@@ -368,3 +368,13 @@ func (g *Generator) SharedDispatch(payload string) (hear func(), channels int) {
 		}
 	}, len(conns)
 }
+
+// Watchers reports how many states watch channel's subscription.
+func (g *Generator) Watchers(channel string) int {
+	g.notes.mu.Lock()
+	defer g.notes.mu.Unlock()
+	if sub := g.notes.byChannel[channel]; sub != nil {
+		return sub.users
+	}
+	return 0
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,10 @@ type askHook struct {
 	mu   sync.Mutex
 	asks []askSeen
 	held bool
+
+	// deaf makes every ask's answer say that Redis does not hear the process on its channel
+	// (as a Redis that does not count its subscription would).
+	deaf atomic.Bool
 }
 
 type askSeen struct {
@@ -133,7 +138,16 @@ func (h *askHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.held = h.held || hold
 		h.mu.Unlock()
 		if !hold {
-			return next(ctx, cmd)
+			err := next(ctx, cmd)
+			if vals, ok := cmd.(*redis.Cmd).Val().([]any); ok && what == "ask" && h.deaf.Load() {
+				switch i := len(vals) - 1; {
+				case processor.ScriptName(args) == "shared" && len(vals) > 4:
+					vals[4] = int64(0) // (processor.SharedResult.Heard)
+				case processor.ScriptName(args) == "lock" && len(vals) >= 6:
+					vals[i] = int64(0) // (processor.Sighting.Heard)
+				}
+			}
+			return err
 		}
 		err := h.before(func() error { return next(ctx, cmd) })
 		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
@@ -576,7 +590,8 @@ func TestAskAfterARequestThatStoodItInLineAgainAnsweredAcrossAResubscriptionSays
 // itself heard, from the first request (the barge) on, as the dropped state would have. (Were
 // it to claim nothing until an answer said Redis heard it, a process that died with that
 // request on its way could be granted the key for a lease.) Once the lingering subscription
-// dropped, or once its linger ended (its UNSUBSCRIBE run, its reply not yet heard), a state
+// dropped, or once its linger ended (its UNSUBSCRIBE run, its reply not yet heard), or once an
+// answer said Redis did not hear the process on it (a Redis that does not count it), a state
 // made anew claims nothing until it is confirmed again.
 func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
 	srv.NeedReal(t)
@@ -614,7 +629,9 @@ func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
 				}()
 				waitFor(t, func() bool { return len(asks()) > n })
 				asked()
-				waitFor(t, func() bool { return r.ga.Confirmed() >= 1 })
+				// (B lets go once A watches its channel: A then stops watching as it lets go,
+				// rather than taking the key with its first request, never watching.)
+				waitFor(t, func() bool { return r.ga.Confirmed() >= 1 && r.ga.Watchers(channel) > 0 })
 				if err := unlockB(); err != nil {
 					t.Fatal(err)
 				}
@@ -676,6 +693,25 @@ func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
 			round(r.unsubd.open)
 			if a := asks()[before]; a.listening == "1" {
 				t.Fatalf("the first request of a state made after its channel's linger ended says the process counts itself heard: %+v", asks()[before:])
+			}
+
+			// The answers say Redis does not hear A, subscribed: its claim ends, and the key's
+			// next state, made while the channel lingers, claims nothing.
+			r.ga.SetLinger(time.Minute)
+			r.h.deaf.Store(true)
+			before = len(asks())
+			round(func() {
+				waitFor(t, func() bool { // a claim, then an ask that no longer claims
+					all := asks()[before:]
+					i := slices.IndexFunc(all, func(a askSeen) bool { return a.listening == "1" })
+					return i >= 0 && slices.ContainsFunc(all[i:], func(a askSeen) bool { return a.listening != "1" })
+				})
+			})
+			r.h.deaf.Store(false)
+			before = len(asks())
+			round(func() {})
+			if a := asks()[before]; a.listening == "1" {
+				t.Fatalf("the first request of a state made after Redis said it did not hear the process on its lingering channel says the process counts itself heard: %+v", asks()[before:])
 			}
 		})
 	}

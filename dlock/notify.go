@@ -175,13 +175,19 @@ func (n *notifier) confirmedNow(channel string) bool {
 }
 
 // unwatch says a state stopped watching channel; once nobody has for linger, it is
-// unsubscribed.
-func (n *notifier) unwatch(channel string) {
+// unsubscribed. heard is the state's claim (hearing.on): one that an answer or a failure
+// ended leaves the subscription unconfirmed (confirmedNow), so that the key's next state does
+// not claim what Redis said it does not hear (a Redis that does not count the subscription:
+// plain pub/sub on a Cluster after a failover).
+func (n *notifier) unwatch(channel string, heard bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	sub := n.byChannel[channel]
 	if sub == nil || sub.leaving || sub.users == 0 {
 		return
+	}
+	if !heard {
+		sub.confirmed = false
 	}
 	if sub.users--; sub.users == 0 && n.g.done.Err() == nil {
 		sub.idle = time.AfterFunc(n.linger, func() { n.expire(sub) })

@@ -826,7 +826,7 @@ func (st *sharedState) drop() action {
 		}
 	}
 	if st.g.notes != nil {
-		st.g.notes.unwatch(st.channel)
+		st.g.notes.unwatch(st.channel, st.hearing.on)
 	}
 	return action{exit: true}
 }

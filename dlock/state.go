@@ -810,7 +810,7 @@ func (st *lockState) settleLocked() {
 		if st.line.watching {
 			st.line.watching = false
 			if st.g.notes != nil {
-				st.g.notes.unwatch(st.channel)
+				st.g.notes.unwatch(st.channel, st.line.hearing.on)
 			}
 		}
 	}
