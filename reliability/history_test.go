@@ -136,8 +136,9 @@ import (
 //	(4) slow-call: a Lock or TryLock with deadline d that returned after d + callSlack; a
 //	    re-entry after callSlack; an Unlock after lease + callSlack (its Redis call is bounded
 //	    by the lease); calls of a process SIGSTOPped during the call are excused, and so is a
-//	    call whose process logged stalls (it ran nothing: an overloaded machine) during the
-//	    call that add up to at least the time it took beyond the bound.
+//	    call whose process logged stalls (it ran nothing: an overloaded machine) after the
+//	    call's deadline (its start, for a re-entry) that add up to at least the time it took
+//	    beyond the bound: a stall before the deadline excuses nothing.
 //	    lock-error, trylock-error, reenter-error, unlock-error: an outcome the API does not
 //	    allow (Lock: only success, or ErrNotObtained + DeadlineExceeded; TryLock: success,
 //	    busy, the deadline or a *RedisProcessError; re-entry: success or ErrLockLost; Unlock:
@@ -927,8 +928,8 @@ func (r *histRun) checkCalls(p *histProc, rec *histRecord, pausedDuring func(str
 		if over > st.maxOverrun[c.Kind] {
 			st.maxOverrun[c.Kind] = over
 		}
-		if took > bound && took-r.stalledFor(p.id, c.Start, c.End) <= bound {
-			st.slowStalled++ // (its process ran nothing for as long as it overran: the machine's, not the library's)
+		if took > bound && took-r.stalledFor(p.id, c.Start+int64(bound-histCallSlack), c.End) <= bound {
+			st.slowStalled++ // (after its deadline its process ran nothing for as long as it overran: the machine's, not the library's)
 			continue
 		}
 		if took > bound {
@@ -1663,8 +1664,10 @@ func TestHistoryRules(t *testing.T) {
 			nil, nil, []string{"owner-ended-early"}},
 		{"slow Lock", []*histRecord{hold("a", "k", 1, 0, 3100, 3110)}, nil, nil, []string{"slow-call"}},
 		{"slow Lock, paused", []*histRecord{hold("a", "k", 1, 0, 3100, 3110)}, []histFault{pause("a", 10, 2900)}, nil, nil},
-		{"slow Lock, its process stalled as long as it overran", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 500, 650)}, nil, nil, nil},
-		{"slow Lock, its process stalled for less", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 500, 550)}, nil, nil, []string{"slow-call"}},
+		{"slow Lock, its process stalled after the deadline as long as it overran", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 1500, 1650)}, nil, nil, nil},
+		{"slow Lock, its process stalled as long before the deadline", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 500, 650)}, nil, nil, []string{"slow-call"}},
+		{"slow Lock, its process stalled across the deadline, less after it than it overran", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 850, 1090)}, nil, nil, []string{"slow-call"}},
+		{"slow Lock, its process stalled for less", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 1500, 1550)}, nil, nil, []string{"slow-call"}},
 		{"slow Lock, another process stalled", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("b", 500, 700)}, nil, nil, []string{"slow-call"}},
 		{"Lock error", []*histRecord{{T: "op", Proc: "a", G: 1, Key: "k", Calls: []histCall{{Kind: "lock_short", D: 10 * ms, Start: 0, End: 10 * ms, Outcome: "error", Err: "boom"}}}},
 			nil, nil, []string{"lock-error"}},
