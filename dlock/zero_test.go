@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,7 +394,8 @@ func TestWrappedNilClient(t *testing.T) {
 	type wrapsAny struct{ redis.UniversalClient }
 	type wrapsClient struct{ *redis.Client }
 	type wrapsCluster struct{ *redis.ClusterClient }
-	for _, c := range []redis.UniversalClient{wrapsAny{}, wrapsClient{}, wrapsCluster{}, &wrapsAny{}} {
+	for _, c := range []redis.UniversalClient{wrapsAny{}, wrapsClient{}, wrapsCluster{}, &wrapsAny{},
+		wrapsAny{wrapsAny{}}, &wrapsAny{&wrapsAny{wrapsClient{}}}} {
 		t.Run(fmt.Sprintf("%T", c), func(t *testing.T) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -411,4 +413,31 @@ func TestWrappedNilClient(t *testing.T) {
 			}
 		})
 	}
+	t.Run("set", func(t *testing.T) { // (a wrapper of a wrapper, set: taken, and none of its methods is called to find out)
+		c := srv.Client()
+		defer c.Close()
+		w := &strictWrapper{UniversalClient: wrapsAny{c}}
+		g, err := dlock.NewGenerator(w, dlock.WithDefaultLease(time.Second))
+		if err != nil {
+			t.Fatalf("NewGenerator(a wrapper of a set client) = %v", err)
+		}
+		if err := g.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if w.poolStats.Load() != 0 {
+			t.Fatalf("NewGenerator called the wrapper's PoolStats %d times", w.poolStats.Load())
+		}
+	})
+}
+
+// strictWrapper is a client of the user's that counts the calls of one method a check made
+// at construction might call.
+type strictWrapper struct {
+	redis.UniversalClient
+	poolStats atomic.Int32
+}
+
+func (w *strictWrapper) PoolStats() *redis.PoolStats {
+	w.poolStats.Add(1)
+	return w.UniversalClient.PoolStats()
 }

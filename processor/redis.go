@@ -372,7 +372,10 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 		return nil, fmt.Errorf("%w: nil redis client (%T)", dlerrors.ErrInvalidConfig, client)
 	}
 	if !constructed(client) {
-		return nil, fmt.Errorf("%w: redis client not made by go-redis's constructor (%T with no options, or wrapping a nil client: use redis.NewClient, NewClusterClient, NewFailoverClient or NewRing)", dlerrors.ErrInvalidConfig, client)
+		return nil, fmt.Errorf("%w: redis client not made by go-redis's constructor (%T with no options: use redis.NewClient, NewClusterClient, NewFailoverClient or NewRing)", dlerrors.ErrInvalidConfig, client)
+	}
+	if e := nilEmbedded(client); e != "" {
+		return nil, fmt.Errorf("%w: redis client %T wraps a nil client (its embedded %s is nil): set it to a client made by redis.NewClient, NewClusterClient, NewFailoverClient or NewRing", dlerrors.ErrInvalidConfig, client, e)
 	}
 	if opts.GapEvery != 0 || opts.GapWindow != 0 {
 		if err := CheckWindow(opts.GapEvery, opts.GapWindow); err != nil {
@@ -400,9 +403,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 
 // constructed reports whether client, of go-redis's own client types, was made by its
 // constructor: a zero value (&redis.Client{}) has no options (a *redis.Client's Options
-// itself panics then, on its nil embedded base), and panics on its first command. A type of
-// the user's that wraps a nil client (a nil interface or pointer it embeds or calls) panics
-// likewise: every client answers PoolStats without a command, so that is asked.
+// itself panics then, on its nil embedded base), and panics on its first command.
 func constructed(client redis.UniversalClient) (ok bool) {
 	defer func() {
 		if recover() != nil {
@@ -417,9 +418,50 @@ func constructed(client redis.UniversalClient) (ok bool) {
 	case interface{ Options() *redis.RingOptions }:
 		return c.Options() != nil
 	}
-	_ = client.PoolStats() // (a type of the user's that wraps nil panics here, not in a Lock)
 	return true
 }
+
+// nilEmbedded returns the type of a nil interface or client pointer that client embeds,
+// directly or through the clients it embeds (a wrapper of the user's around a client it never
+// set), or "": every method such a wrapper promotes panics, at the first Lock and on a
+// goroutine of dlock's. It looks at the value only and calls none of its methods (a mock's
+// would count the call; a Cluster client's PoolStats may ask the servers for their slots). A
+// wrapper that keeps its client in a named field is not seen.
+func nilEmbedded(client redis.UniversalClient) string {
+	v := reflect.ValueOf(client)
+	for range 8 { // (a wrapper of a wrapper: a few levels at most)
+		for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+			if v.IsNil() {
+				return ""
+			}
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			return ""
+		}
+		var next reflect.Value
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if !f.Anonymous {
+				continue
+			}
+			fv, client := v.Field(i), f.Type.Implements(universalClient)
+			if (f.Type.Kind() == reflect.Interface || f.Type.Kind() == reflect.Pointer && client) && fv.IsNil() {
+				return f.Type.String()
+			}
+			if !next.IsValid() && client && (f.Type.Kind() == reflect.Interface || f.Type.Kind() == reflect.Pointer) {
+				next = fv
+			}
+		}
+		if !next.IsValid() {
+			return ""
+		}
+		v = next
+	}
+	return ""
+}
+
+var universalClient = reflect.TypeFor[redis.UniversalClient]()
 
 // ReadTimeout returns how long client waits for a reply (0 for no bound, or a client whose
 // options it cannot read): a client's and a Cluster client's options hold go-redis's default
