@@ -708,6 +708,9 @@ func TestAskOfAStateMadeWhileItsChannelLingersSaysItListens(t *testing.T) {
 				})
 			})
 			r.h.deaf.Store(false)
+			if r.ga.Subscribed() == 0 || r.ga.ConfirmedNow(channel) {
+				t.Fatalf("after the answers that said Redis did not hear A, A is subscribed to %d channels, its confirmed %v: want it lingering, unconfirmed", r.ga.Subscribed(), r.ga.ConfirmedNow(channel))
+			}
 			before = len(asks())
 			round(func() {})
 			if a := asks()[before]; a.listening == "1" {
