@@ -416,7 +416,7 @@ func TestWrappedNilClient(t *testing.T) {
 	t.Run("set", func(t *testing.T) { // (a wrapper of a wrapper, set: taken, and none of its methods is called to find out)
 		c := srv.Client()
 		defer c.Close()
-		w := &strictWrapper{UniversalClient: wrapsAny{c}}
+		w := &strictWrapper{UniversalClient: wrapsAny{c}} // (its nil fmt.Stringer is no client)
 		g, err := dlock.NewGenerator(w, dlock.WithDefaultLease(time.Second))
 		if err != nil {
 			t.Fatalf("NewGenerator(a wrapper of a set client) = %v", err)
@@ -431,10 +431,11 @@ func TestWrappedNilClient(t *testing.T) {
 }
 
 // strictWrapper is a client of the user's that counts the calls of one method a check made
-// at construction might call.
+// at construction might call, and embeds an interface it leaves nil that is not a client's.
 type strictWrapper struct {
 	redis.UniversalClient
-	poolStats atomic.Int32
+	fmt.Stringer // (left nil: an embedded interface that is not a client's)
+	poolStats    atomic.Int32
 }
 
 func (w *strictWrapper) PoolStats() *redis.PoolStats {

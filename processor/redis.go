@@ -421,12 +421,13 @@ func constructed(client redis.UniversalClient) (ok bool) {
 	return true
 }
 
-// nilEmbedded returns the type of a nil interface or client pointer that client embeds,
-// directly or through the clients it embeds (a wrapper of the user's around a client it never
-// set), or "": every method such a wrapper promotes panics, at the first Lock and on a
-// goroutine of dlock's. It looks at the value only and calls none of its methods (a mock's
-// would count the call; a Cluster client's PoolStats may ask the servers for their slots). A
-// wrapper that keeps its client in a named field is not seen.
+// nilEmbedded returns the type of a nil client interface (one go-redis's clients implement:
+// a tracer or logger left nil is not one) or client pointer that client embeds, directly or
+// through the clients it embeds (a wrapper of the user's around a client it never set), or
+// "": every method such a wrapper promotes panics, at the first Lock and on a goroutine of
+// dlock's. It looks at the value only and calls none of its methods (a mock's would count the
+// call; a Cluster client's PoolStats may ask the servers for their slots). A wrapper that
+// keeps its client in a named field is not seen.
 func nilEmbedded(client redis.UniversalClient) string {
 	v := reflect.ValueOf(client)
 	for range 8 { // (a wrapper of a wrapper: a few levels at most)
@@ -446,7 +447,8 @@ func nilEmbedded(client redis.UniversalClient) string {
 				continue
 			}
 			fv, client := v.Field(i), f.Type.Implements(universalClient)
-			if (f.Type.Kind() == reflect.Interface || f.Type.Kind() == reflect.Pointer && client) && fv.IsNil() {
+			clientPart := f.Type.Kind() == reflect.Interface && commands(f.Type) && goRedisClient.Implements(f.Type) // (redis.Cmdable, Scripter, UniversalClient...)
+			if (clientPart || f.Type.Kind() == reflect.Pointer && client) && fv.IsNil() {
 				return f.Type.String()
 			}
 			if !next.IsValid() && client && (f.Type.Kind() == reflect.Interface || f.Type.Kind() == reflect.Pointer) {
@@ -461,7 +463,23 @@ func nilEmbedded(client redis.UniversalClient) string {
 	return ""
 }
 
-var universalClient = reflect.TypeFor[redis.UniversalClient]()
+// commands reports whether interface t has a method of a client's other than Close and String
+// (which an io.Closer or fmt.Stringer embedded beside the client has too).
+func commands(t reflect.Type) bool {
+	for i := range t.NumMethod() {
+		if name := t.Method(i).Name; name != "Close" && name != "String" {
+			if _, ok := universalClient.MethodByName(name); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+var (
+	universalClient = reflect.TypeFor[redis.UniversalClient]()
+	goRedisClient   = reflect.TypeFor[*redis.Client]()
+)
 
 // ReadTimeout returns how long client waits for a reply (0 for no bound, or a client whose
 // options it cannot read): a client's and a Cluster client's options hold go-redis's default
