@@ -73,7 +73,9 @@ type Generator struct {
 }
 
 // NewGenerator returns a Generator over client. A nil client or an invalid option is an error
-// wrapping ErrInvalidConfig. Defaults: no logging, barging allowed (with a starvation guard),
+// wrapping ErrInvalidConfig; so is a client of the user's that embeds a nil client, even one
+// that overrides the commands dlock sends (wrap a client made by go-redis's constructor instead,
+// or keep it in a named field). Defaults: no logging, barging allowed (with a starvation guard),
 // release notifications on, no lease configured for any type.
 func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, error) {
 	o := options{logger: zap.NewNop(), notify: true, handOff: DefaultHandOff, leases: map[domain.DLockType]time.Duration{}, observer: NopObserver{}, writeBlock: writeBlock}

@@ -394,8 +394,16 @@ func TestWrappedNilClient(t *testing.T) {
 	type wrapsAny struct{ redis.UniversalClient }
 	type wrapsClient struct{ *redis.Client }
 	type wrapsCluster struct{ *redis.ClusterClient }
+	type byValue struct{ wrapsAny }
+	type ext interface {
+		redis.UniversalClient
+		Unwrap() redis.UniversalClient
+	}
+	type wrapsExt struct{ ext }
 	for _, c := range []redis.UniversalClient{wrapsAny{}, wrapsClient{}, wrapsCluster{}, &wrapsAny{},
-		wrapsAny{wrapsAny{}}, &wrapsAny{&wrapsAny{wrapsClient{}}}} {
+		wrapsAny{wrapsAny{}}, &wrapsAny{&wrapsAny{wrapsClient{}}}, byValue{}, &byValue{}, wrapsExt{},
+		wrapsAny{(*redis.Client)(nil)}, wrapsAny{(*wrapsAny)(nil)}, wrapsAny{&redis.Client{}},
+		wrapsAny{&redis.ClusterClient{}}, wrapsAny{&redis.Ring{}}} {
 		t.Run(fmt.Sprintf("%T", c), func(t *testing.T) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -426,6 +434,19 @@ func TestWrappedNilClient(t *testing.T) {
 		}
 		if w.poolStats.Load() != 0 {
 			t.Fatalf("NewGenerator called the wrapper's PoolStats %d times", w.poolStats.Load())
+		}
+		type pinger interface {
+			Ping(context.Context) *redis.StatusCmd
+		}
+		p := struct { // (its nil pinger carries no command dlock sends)
+			*redis.Client
+			pinger
+		}{Client: c}
+		if g, err = dlock.NewGenerator(byValue{wrapsAny{p}}, dlock.WithDefaultLease(time.Second)); err != nil {
+			t.Fatalf("NewGenerator(a wrapper of a set client beside a nil Ping) = %v", err)
+		}
+		if err := g.Close(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

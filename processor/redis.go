@@ -375,7 +375,7 @@ func NewRedisLockProcessor(client redis.UniversalClient, opts Options) (*RedisLo
 		return nil, fmt.Errorf("%w: redis client not made by go-redis's constructor (%T with no options: use redis.NewClient, NewClusterClient, NewFailoverClient or NewRing)", dlerrors.ErrInvalidConfig, client)
 	}
 	if e := nilEmbedded(client); e != "" {
-		return nil, fmt.Errorf("%w: redis client %T wraps a nil client (its embedded %s is nil): set it to a client made by redis.NewClient, NewClusterClient, NewFailoverClient or NewRing", dlerrors.ErrInvalidConfig, client, e)
+		return nil, fmt.Errorf("%w: redis client %T wraps a nil client (%s): set it to a client made by redis.NewClient, NewClusterClient, NewFailoverClient or NewRing", dlerrors.ErrInvalidConfig, client, e)
 	}
 	if opts.GapEvery != 0 || opts.GapWindow != 0 {
 		if err := CheckWindow(opts.GapEvery, opts.GapWindow); err != nil {
@@ -421,23 +421,32 @@ func constructed(client redis.UniversalClient) (ok bool) {
 	return true
 }
 
-// nilEmbedded returns the type of a nil client interface (one go-redis's clients implement:
-// a tracer or logger left nil is not one) or client pointer that client embeds, directly or
-// through the clients it embeds (a wrapper of the user's around a client it never set), or
-// "": every method such a wrapper promotes panics, at the first Lock and on a goroutine of
-// dlock's. It looks at the value only and calls none of its methods (a mock's would count the
-// call; a Cluster client's PoolStats may ask the servers for their slots). A wrapper that
-// keeps its client in a named field is not seen.
+// nilEmbedded says which nil client client embeds, directly or through the
+// clients it embeds (a wrapper of the user's around a client it never set), or "": every
+// command such a wrapper promotes panics, at the first Lock and on a goroutine of dlock's. A
+// nil client is an embedded client interface or pointer left nil, a client interface holding a
+// nil pointer, or one of go-redis's clients below the top not made by its constructor; an
+// embedded interface that only shares a few methods with a client (a tracer, a Stringer) counts
+// only if it carries a command dlock sends. It looks at the value only and calls none of its
+// methods but go-redis's own Options (a mock's would count the call; a Cluster client's
+// PoolStats may ask the servers for their slots). A wrapper that keeps its client in a named
+// field is not seen.
 func nilEmbedded(client redis.UniversalClient) string {
 	v := reflect.ValueOf(client)
 	for range 8 { // (a wrapper of a wrapper: a few levels at most)
 		for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
-			if v.IsNil() {
-				return ""
+			if v.IsNil() { // (only below the top: NewRedisLockProcessor refused a nil client)
+				return "its " + v.Type().String() + " is nil"
 			}
 			v = v.Elem()
 		}
 		if v.Kind() != reflect.Struct {
+			return ""
+		}
+		if goRedisClients[v.Type()] {
+			if v.CanAddr() && !constructed(reflect.NewAt(v.Type(), v.Addr().UnsafePointer()).Interface().(redis.UniversalClient)) {
+				return "its *" + v.Type().String() + " was not made by go-redis's constructor"
+			}
 			return ""
 		}
 		var next reflect.Value
@@ -446,12 +455,12 @@ func nilEmbedded(client redis.UniversalClient) string {
 			if !f.Anonymous {
 				continue
 			}
-			fv, client := v.Field(i), f.Type.Implements(universalClient)
-			clientPart := f.Type.Kind() == reflect.Interface && commands(f.Type) && goRedisClient.Implements(f.Type) // (redis.Cmdable, Scripter, UniversalClient...)
-			if (clientPart || f.Type.Kind() == reflect.Pointer && client) && fv.IsNil() {
-				return f.Type.String()
+			fv, k := v.Field(i), f.Type.Kind()
+			client := f.Type.Implements(universalClient) || k == reflect.Struct && reflect.PointerTo(f.Type).Implements(universalClient)
+			if (k == reflect.Interface && (client || sends(f.Type)) || k == reflect.Pointer && client) && fv.IsNil() {
+				return "its embedded " + f.Type.String() + " is nil"
 			}
-			if !next.IsValid() && client && (f.Type.Kind() == reflect.Interface || f.Type.Kind() == reflect.Pointer) {
+			if client && !next.IsValid() {
 				next = fv
 			}
 		}
@@ -463,14 +472,15 @@ func nilEmbedded(client redis.UniversalClient) string {
 	return ""
 }
 
-// commands reports whether interface t has a method of a client's other than Close and String
-// (which an io.Closer or fmt.Stringer embedded beside the client has too).
-func commands(t reflect.Type) bool {
-	for i := range t.NumMethod() {
-		if name := t.Method(i).Name; name != "Close" && name != "String" {
-			if _, ok := universalClient.MethodByName(name); ok {
-				return true
-			}
+// sends reports whether interface t, which a *redis.Client implements, has a command dlock
+// sends (a Ping-only or Close-only interface embedded beside the client does not).
+func sends(t reflect.Type) bool {
+	if !goRedisClient.Implements(t) {
+		return false
+	}
+	for _, name := range []string{"Process", "Pipelined", "Eval", "EvalSha", "ScriptLoad", "Get", "Subscribe", "SSubscribe", "Publish", "SPublish"} {
+		if _, ok := t.MethodByName(name); ok {
+			return true
 		}
 	}
 	return false
@@ -479,6 +489,7 @@ func commands(t reflect.Type) bool {
 var (
 	universalClient = reflect.TypeFor[redis.UniversalClient]()
 	goRedisClient   = reflect.TypeFor[*redis.Client]()
+	goRedisClients  = map[reflect.Type]bool{reflect.TypeFor[redis.Client](): true, reflect.TypeFor[redis.ClusterClient](): true, reflect.TypeFor[redis.Ring](): true}
 )
 
 // ReadTimeout returns how long client waits for a reply (0 for no bound, or a client whose
