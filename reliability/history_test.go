@@ -137,8 +137,9 @@ import (
 //	    re-entry after callSlack; an Unlock after lease + callSlack (its Redis call is bounded
 //	    by the lease); calls of a process SIGSTOPped during the call are excused, and so is a
 //	    call whose process logged stalls (it ran nothing: an overloaded machine) after the
-//	    call's deadline (its start, for a re-entry) that add up to at least the time it took
-//	    beyond the bound: a stall before the deadline excuses nothing.
+//	    call's deadline (its start plus the lease for an Unlock, its start for a re-entry or an
+//	    inner Unlock) that add up to at least the time it took beyond the bound: a stall
+//	    before the deadline excuses nothing.
 //	    lock-error, trylock-error, reenter-error, unlock-error: an outcome the API does not
 //	    allow (Lock: only success, or ErrNotObtained + DeadlineExceeded; TryLock: success,
 //	    busy, the deadline or a *RedisProcessError; re-entry: success or ErrLockLost; Unlock:
@@ -1558,6 +1559,7 @@ func TestHistoryRules(t *testing.T) {
 		return &histRecord{T: "force", Proc: proc, G: 1, Key: key, Forced: true, Holder: "192.0.2.1-1-abcdef-7",
 			Calls: []histCall{{Kind: "force", D: int64(2 * time.Second), Start: at * ms, End: (at + 1) * ms, Outcome: "ok"}}}
 	}
+	slowUnlock := func(r *histRecord) { r.Calls[1].End, r.TEnd = 2510*ms, 2510*ms } // (lease 400 ms + callSlack 2 s + 100 ms)
 	restart := histFault{Kind: "restart", Start: 100 * ms, End: 150 * ms}
 	stall := func(proc string, from, to int64) *histRecord {
 		return &histRecord{T: "stall", Proc: proc, From: from * ms, To: to * ms}
@@ -1667,6 +1669,10 @@ func TestHistoryRules(t *testing.T) {
 		{"slow Lock, its process stalled after the deadline as long as it overran", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 1500, 1650)}, nil, nil, nil},
 		{"slow Lock, its process stalled as long before the deadline", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 500, 650)}, nil, nil, []string{"slow-call"}},
 		{"slow Lock, its process stalled across the deadline, less after it than it overran", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 850, 1090)}, nil, nil, []string{"slow-call"}},
+		{"slow Lock, its process stalled across the deadline, as long after it as it overran", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 850, 1150)}, nil, nil, nil},
+		// an Unlock's deadline is its start plus the lease (410 ms here): it overran its bound by 100 ms
+		{"slow Unlock, its process stalled after the deadline as long as it overran", []*histRecord{hold("a", "k", 1, 0, 1, 10, slowUnlock), stall("a", 1000, 1150)}, nil, nil, nil},
+		{"slow Unlock, its process stalled as long before the deadline", []*histRecord{hold("a", "k", 1, 0, 1, 10, slowUnlock), stall("a", 100, 250)}, nil, nil, []string{"slow-call"}},
 		{"slow Lock, its process stalled for less", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("a", 1500, 1550)}, nil, nil, []string{"slow-call"}},
 		{"slow Lock, another process stalled", []*histRecord{hold("a", "k", 1, 0, 3100, 3110), stall("b", 500, 700)}, nil, nil, []string{"slow-call"}},
 		{"Lock error", []*histRecord{{T: "op", Proc: "a", G: 1, Key: "k", Calls: []histCall{{Kind: "lock_short", D: 10 * ms, Start: 0, End: 10 * ms, Outcome: "error", Err: "boom"}}}},
