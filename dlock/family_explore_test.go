@@ -171,7 +171,7 @@ type semRead struct {
 	seq     int
 	permits int64
 	out     int64
-	lockers []string
+	held    map[string]int64 // permits by locker
 }
 
 func (x *famExplorer) logf(format string, args ...any) {
@@ -1526,13 +1526,14 @@ func (x *famExplorer) check(when string) {
 // its count. While the count stands (no change on its way from the last read to this one),
 // no more than it are out, but for permits out beyond a lowered count, which stay out until
 // released while none is granted: so more are out than the count only if they were at the
-// last read too, and every holding now was there then.
+// last read too, and every holding now was there then or replaced one of its process's that
+// was, for no more permits (a downgrade: shared.lua takes none for it).
 func (x *famExplorer) checkCount(when string, st dlock.SharedState, s1, s2 kSnap) {
 	var out int64
-	var lockers []string
+	held := map[string]int64{}
 	for _, h := range st.Holds {
 		out += h.Permits
-		lockers = append(lockers, h.Locker)
+		held[h.Locker] = h.Permits
 	}
 	if out > st.Permits {
 		x.stats.overK.Add(1)
@@ -1543,7 +1544,7 @@ func (x *famExplorer) checkCount(when string, st dlock.SharedState, s1, s2 kSnap
 	x.prev = nil
 	if still {
 		x.kKnown = int(st.Permits)
-		x.prev = &semRead{seq: s2.seq, permits: st.Permits, out: out, lockers: lockers}
+		x.prev = &semRead{seq: s2.seq, permits: st.Permits, out: out, held: held}
 	}
 	x.mu.Unlock()
 	// with no change on its way, the count is the last one set (a copy of a change that
@@ -1560,12 +1561,36 @@ func (x *famExplorer) checkCount(when string, st dlock.SharedState, s1, s2 kSnap
 	case prev.out <= st.Permits:
 		x.fail("%s: Redis has %d permits out of %d, with the count standing since the last read, which had %d out: %+v", when, out, st.Permits, prev.out, st.Holds)
 	default:
-		for _, l := range lockers {
-			if !slices.Contains(prev.lockers, l) {
-				x.fail("%s: Redis granted %s with %d permits out of %d (standing since the last read): %+v", when, l, out, st.Permits, st.Holds)
+		// (a downgrade replaces a holding by one of its process for no more permits: it takes
+		// none, and may leave more out than a lowered count, fewer than before)
+		gone := map[string]bool{}
+		for l := range prev.held {
+			if _, ok := held[l]; !ok {
+				gone[l] = true
 			}
 		}
+	next:
+		for l, n := range held {
+			if _, ok := prev.held[l]; ok {
+				continue
+			}
+			for m := range gone {
+				if prev.held[m] >= n && processOf(m) == processOf(l) {
+					delete(gone, m)
+					continue next
+				}
+			}
+			x.fail("%s: Redis granted %s with %d permits out of %d (standing since the last read, with no holding of its process it replaces): %+v", when, l, out, st.Permits, st.Holds)
+		}
 	}
+}
+
+// processOf returns the process part of a locker (all but its last "-N").
+func processOf(locker string) string {
+	if i := strings.LastIndexByte(locker, '-'); i >= 0 {
+		return locker[:i]
+	}
+	return locker
 }
 
 // conflict describes holdings held together that conflict, or returns "".
