@@ -1995,15 +1995,15 @@ func TestAttemptNeverSentSendsNothing(t *testing.T) {
 	hook := fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		args := cmd.Args()
 		if name := processor.ScriptName(args); name != "" && len(args) > 3 {
-			switch k := fmt.Sprint(args[3]); k {
-			case rgLockKey(typ, stuck):
+			switch k := fmt.Sprint(args[3]); {
+			case k == rgLockKey(typ, stuck):
 				if name == "lock" {
 					once.Do(func() {
 						close(entered)
 						<-unstick // holds the Generator's one turn, as a slow request does
 					})
 				}
-			case rgLockKey(typ, tgt):
+			case strings.Contains(k, tgt): // (the mutex's key, or a read-write lock's or semaphore's)
 				mu.Lock()
 				mine = append(mine, name)
 				mu.Unlock()
@@ -2030,21 +2030,34 @@ func TestAttemptNeverSentSendsNothing(t *testing.T) {
 	}()
 	recv(t, entered, "the stuck request")
 
-	for _, try := range []bool{true, false} {
+	rw, err := g.GenRW(typ, tgt+".rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := g.GenSemaphore(typ, tgt+".sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		try  func(context.Context) (bool, error)
+	}{
+		{"mutex TryLock", func(ctx context.Context) (bool, error) { _, ok, err := l.TryLock(ctx); return ok, err }},
+		{"mutex Lock", func(ctx context.Context) (bool, error) { _, err := l.Lock(ctx); return false, err }},
+		{"write TryLock", func(ctx context.Context) (bool, error) { _, ok, err := rw.TryLock(ctx); return ok, err }},
+		{"write Lock", func(ctx context.Context) (bool, error) { _, err := rw.Lock(ctx); return false, err }},
+		{"read Lock", func(ctx context.Context) (bool, error) { _, err := rw.RLock(ctx); return false, err }},
+		{"TryAcquire", func(ctx context.Context) (bool, error) { _, ok, err := sem.TryAcquire(ctx, 1); return ok, err }},
+		{"Acquire", func(ctx context.Context) (bool, error) { _, err := sem.Acquire(ctx, 1); return false, err }},
+	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		var err error
-		if try {
-			var ok bool
-			_, ok, err = l.TryLock(ctx)
-			if ok {
-				t.Fatal("TryLock took the lock: its attempt went past the Generator's full gate")
-			}
-		} else {
-			_, err = l.Lock(ctx)
-		}
+		ok, err := c.try(ctx)
 		cancel()
-		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("try=%v: err = %v; want ErrNotObtained and DeadlineExceeded", try, err)
+		if ok {
+			t.Fatalf("%s took the lock: its attempt went past the Generator's full gate", c.name)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(c.name, "TryAcquire") && !strings.Contains(c.name, "TryLock") && !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("%s: err = %v; want DeadlineExceeded (and ErrNotObtained from a blocking call)", c.name, err)
 		}
 	}
 	release()

@@ -367,6 +367,17 @@ var errNotSent = errors.New("the request was not sent: every connection of the c
 // have been sent: if ctx ends there, f never runs, and the error matches errNotSent as well (a
 // caller that cannot use that knowledge treats it as any answer that came late).
 func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	return callUnless(g, ctx, nil, f)
+}
+
+// errUnwanted says that a request was dropped at the Generator's gate, unsent, because what
+// it asked for was no longer wanted (callUnless's drop).
+var errUnwanted = errors.New("dlock: request dropped unsent: no longer wanted")
+
+// callUnless is call whose request, while it waits for the gate, is also dropped unsent when
+// drop is closed (an error matching errNotSent and errUnwanted); past the gate drop changes
+// nothing, so that no answer is made unknown by it.
+func callUnless[T any](g *Generator, ctx context.Context, drop <-chan struct{}, f func(context.Context) (T, error)) (T, error) {
 	r := &request[T]{g: g, ctx: ctx, f: f}
 	if g.gate != nil {
 		if err := ctx.Err(); err != nil {
@@ -378,6 +389,9 @@ func call[T any](g *Generator, ctx context.Context, f func(context.Context) (T, 
 		case <-ctx.Done():
 			var zero T
 			return zero, fmt.Errorf("%w: %w: %w", errLate, errNotSent, ctx.Err())
+		case <-drop:
+			var zero T
+			return zero, fmt.Errorf("%w: %w", errNotSent, errUnwanted)
 		}
 		r.gated = true
 	}

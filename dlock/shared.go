@@ -220,6 +220,21 @@ type shareAttempt struct {
 	// it is given back, and the waiters ask with a new attempt (as the mutex's, attempt.abandoned).
 	unanswered time.Time
 	abandoned  bool
+	// drop, closed by unwantedLocked when the waiters it served left, drops its take on its
+	// way if that still waits for the Generator's gate (callUnless): never sent. nil when no
+	// take is on its way; guarded by mu.
+	drop chan struct{}
+}
+
+// unwantedLocked drops the attempt's take on its way, if it still waits for the Generator's
+// gate, when the attempt serves no waiter any more: never sent, and an attempt never sent has
+// nothing to give back (under overload such give-backs crowded out new work, as the mutex's
+// did). The caller holds mu.
+func (st *sharedState) unwantedLocked() {
+	if a := st.attempt; a != nil && a.drop != nil && !a.serves(st.front()) {
+		close(a.drop)
+		a.drop = nil
+	}
 }
 
 // serves reports whether a asks for what w waits for, so that its answer is w's: the same
@@ -382,6 +397,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 		w.hold = nil
 	default:
 		st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
+		st.unwantedLocked()
 	}
 	st.lendLocked() // the next may be served now
 	fault := w.fault
@@ -1186,12 +1202,21 @@ func requestTimeout(cfg domain.DLockConfig) time.Duration {
 // A request that the driver cut short so that a renewal due goes first (errMakeWay) is no
 // failure of Redis's: it matches errMakeWay, and its request is sent again after the renewal.
 func (st *sharedState) request(ctx context.Context, op string, f func(context.Context) (processor.SharedResult, error)) (processor.SharedResult, error) {
-	r, err := call(st.g, ctx, f)
+	return st.requestUnless(ctx, nil, op, f)
+}
+
+// requestUnless is request dropped unsent at the gate when drop is closed (callUnless).
+func (st *sharedState) requestUnless(ctx context.Context, drop <-chan struct{}, op string, f func(context.Context) (processor.SharedResult, error)) (processor.SharedResult, error) {
+	r, err := callUnless(st.g, ctx, drop, f)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && unanswered(err) {
 		if errors.Is(context.Cause(ctx), errMakeWay) {
 			return r, errMakeWay
 		}
-		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: errUnanswered}
+		cause := errUnanswered
+		if errors.Is(err, errNotSent) {
+			cause = fmt.Errorf("%w: %w", errUnanswered, errNotSent)
+		}
+		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: cause}
 	}
 	return r, err
 }
@@ -1336,12 +1361,18 @@ func (st *sharedState) left(h *shareHold) (time.Duration, error) {
 func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 	w, f, how, claim := st.heardW, st.heardF, a.wake, st.hearing // (the caller holds mu)
 	return func(ctx context.Context) {
+		drop := make(chan struct{})
+		st.mu.Lock()
+		a.drop = drop
+		st.unwantedLocked() // (its waiter may have left since the plan)
+		st.mu.Unlock()
 		sent := time.Now()
-		r, err := st.request(ctx, "take", func(ctx context.Context) (processor.SharedResult, error) {
+		r, err := st.requestUnless(ctx, drop, "take", func(ctx context.Context) (processor.SharedResult, error) {
 			return st.g.redis.SharedTake(ctx, st.cfg, st.spec, processor.TakeRequest{Locker: a.locker, N: a.n, Wait: a.wait, Listening: claim.on, Tokens: st.tokens(a.n)})
 		})
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		a.drop = nil
 		st.took(a, r, err, sent, w, f, how, claim)
 	}
 }
@@ -1349,7 +1380,7 @@ func (st *sharedState) take(a *shareAttempt) func(ctx context.Context) {
 // took applies the answer to a's take, sent at sent when the W and F counts were w and f,
 // for the reason how, saying claimed of the process (hearing.answered). The caller holds mu.
 func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error, sent time.Time, w, f uint64, how How, claimed hearing) {
-	a.sent = a.sent || !processor.Unsent(err) // (one that failed before it was sent: nothing to give back)
+	a.sent = a.sent || !processor.Unsent(err) && !errors.Is(err, errNotSent) // (one that failed before it was sent: nothing to give back)
 	if st.attempt != a {
 		return
 	}
@@ -1371,6 +1402,9 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		}
 	case errors.Is(err, errMakeWay):
 		a.pollAt = time.Time{} // sent again once the renewal is done (a copy that ran answers the same)
+	case errors.Is(err, errUnwanted):
+		// dropped at the gate, as its waiters left (unwantedLocked): no failure of Redis's;
+		// the next plan gives the attempt up (sent before, it is given back)
 	case err != nil:
 		st.redisError("take", err)
 		if !answered(err) {
