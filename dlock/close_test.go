@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"strconv"
@@ -1414,6 +1415,95 @@ func TestCloseAfterAttemptsNeverSent(t *testing.T) {
 	defer cancel()
 	if err := g.Close(cctx); err != nil {
 		t.Fatalf("Close: %v, want nil: no request of the Generator was sent", err)
+	}
+}
+
+// So it does when the attempt's first request outlived its caller — a Lock's context ended, or
+// Close came, while the client still dialled — and failed the same way afterwards: the
+// Generator waits for it to end, then finds that nothing of it was sent. (It gave the attempt
+// back until its lease ran out: a minute here.)
+func TestCloseAfterLateAttemptsNeverSent(t *testing.T) {
+	if !srv.Real {
+		t.Skip(srv.Why)
+	}
+	const lease = time.Minute
+	const cause = "cluster support disabled"
+	// open makes a Generator whose client holds every dial until dial is closed, telling of
+	// its first on dialing.
+	open := func(t *testing.T) (g *dlock.Generator, dialing <-chan struct{}, dial chan struct{}) {
+		first, dial := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		var d net.Dialer
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr},
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				once.Do(func() { close(first) })
+				<-dial
+				return d.DialContext(ctx, network, addr)
+			}})
+		t.Cleanup(func() { c.Close() })
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, first, dial
+	}
+	closeNil := func(t *testing.T, g *dlock.Generator) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			return fmt.Errorf("Close: %w, want nil: no request of the Generator was sent", err)
+		}
+		return nil
+	}
+	t.Run("lock's context ends", func(t *testing.T) {
+		g, dialing, dial := open(t)
+		m := mustGen(t, g, "LATENEVERSENT", target(t), lease)
+		ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+		got := make(chan error, 1)
+		go func() { _, err := m.Lock(ctx); got <- err }()
+		<-dialing
+		cancel()
+		if err := recv(t, got, "Lock"); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("Lock: %v, want ErrNotObtained", err)
+		}
+		close(dial) // the request, left running, fails now, unsent
+		if _, ok, err := m.TryLock(ctxT(t, 30*time.Second)); ok || !strings.Contains(fmt.Sprint(err), cause) {
+			t.Fatalf("TryLock: %v, %v, want an error naming %q", ok, err, cause)
+		}
+		if err := closeNil(t, g); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, kind := range []string{"read-write lock", "semaphore"} {
+		t.Run("close during a take of a "+kind, func(t *testing.T) {
+			g, dialing, dial := open(t)
+			var take func(context.Context) error
+			if kind == "semaphore" {
+				sem, err := g.GenSemaphore("LATENEVERSENT", target(t), 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				take = func(ctx context.Context) error { _, err := sem.Acquire(ctx, 1); return err }
+			} else {
+				rw, err := g.GenRW("LATENEVERSENT", target(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				take = func(ctx context.Context) error { _, err := rw.Lock(ctx); return err }
+			}
+			got := make(chan error, 1)
+			go func() { got <- take(ctxT(t, 30*time.Second)) }()
+			<-dialing
+			closed := make(chan error, 1)
+			go func() { closed <- closeNil(t, g) }()
+			if err := recv(t, got, "the take"); !errors.Is(err, dlock.ErrClosed) {
+				t.Errorf("take: %v, want ErrClosed", err)
+			}
+			close(dial) // the take, left running by Close, fails now, unsent
+			if err := recv(t, closed, "Close"); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -56,6 +56,7 @@ type Generator struct {
 	cancelClean context.CancelFunc
 	group       threads.Group // every background goroutine
 	send        senders       // the goroutines that run requests (call)
+	late        lateRequests  // requests run on senders whose callers left them (call's errLate)
 	notes       *notifier     // nil when notifications are off
 
 	mu     sync.Mutex

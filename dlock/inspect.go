@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -408,10 +409,8 @@ func callUnless[T any](g *Generator, ctx context.Context, drop <-chan struct{}, 
 	case <-r.done:
 		return r.v, r.err
 	case <-ctx.Done():
-		select {
-		case <-r.done: // (an answer that came as the context ended is an answer)
+		if !r.leave() { // (an answer that came as the context ended is an answer)
 			return r.v, r.err
-		default:
 		}
 		var zero T
 		return zero, fmt.Errorf("%w: %w", errLate, ctx.Err())
@@ -428,6 +427,27 @@ type request[T any] struct {
 	v     T
 	err   error
 	done  chan struct{}
+	left  atomic.Int32 // running, then left (by its caller, before its answer: counted late) or answered
+}
+
+// The phases of a request run on a sender (request.left).
+const (
+	reqRunning int32 = iota
+	reqLeft
+	reqAnswered
+)
+
+// leave has r's caller stop waiting for its answer: r counts among the Generator's late
+// requests until f returns. It returns false, and r is not left, when the answer is in (done
+// is closed).
+func (r *request[T]) leave() bool {
+	r.g.late.add()
+	if r.left.CompareAndSwap(reqRunning, reqLeft) {
+		return true
+	}
+	r.g.late.done()
+	<-r.done
+	return false
 }
 
 // send runs f, then gives the gate's token back if it holds one.
@@ -447,7 +467,64 @@ func (r *request[T]) send() (T, error) {
 func (r *request[T]) run() {
 	r.v, r.err = r.send()
 	r.g.noteFault(r.err)
+	if !r.left.CompareAndSwap(reqRunning, reqAnswered) {
+		r.g.late.done()
+	}
 	close(r.done)
+}
+
+// lateRequests counts the requests whose callers left them running (request.leave): their
+// outcome is nobody's to see.
+type lateRequests struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed once n is 0 again; guarded by mu
+}
+
+func (l *lateRequests) add() {
+	l.mu.Lock()
+	if l.n == 0 {
+		l.none = make(chan struct{})
+	}
+	l.n++
+	l.mu.Unlock()
+}
+
+func (l *lateRequests) done() {
+	l.mu.Lock()
+	if l.n--; l.n == 0 {
+		close(l.none)
+	}
+	l.mu.Unlock()
+}
+
+// ended returns a channel closed once no late request runs, and nil when none runs now.
+func (l *lateRequests) ended() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == 0 {
+		return nil
+	}
+	return l.none
+}
+
+// nothingSent reports whether err, the failure of a request that gives back what an attempt
+// may hold or leaves the line, shows that there is nothing to give back: it failed before it
+// was sent (processor.Unsent), no script of the Generator's was ever handed to the client, and
+// no request its caller left runs still (one that may yet send one). So a Close of a
+// Generator whose Cluster client never reached a server does not wait a lease for give-backs
+// that can only fail.
+func (g *Generator) nothingSent(err error) bool {
+	return processor.Unsent(err) && g.late.ended() == nil && !g.redis.Sent()
+}
+
+// lateEnd returns, for err a failure before sending while requests left by their callers run
+// (nothingSent waits for them), a channel closed once they have ended; nil otherwise.
+func (g *Generator) lateEnd(err error) <-chan struct{} {
+	if !processor.Unsent(err) || g.redis.Sent() {
+		return nil
+	}
+	return g.late.ended()
 }
 
 // fault is a failure of a request (Generator.fault) and when it came.

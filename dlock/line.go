@@ -439,9 +439,10 @@ func (st *lockState) gapLocked(gap time.Duration) {
 // hold the key for a lease (a late leave is harmless: it settles only what it numbered) — and
 // during Close, which waits for it (a closed process no longer asks, and its entry may still be
 // granted the key), but not once Close gives up, nor on a closed client or a refusal (ACL, a
-// key of another kind), which no second try mends. Should goroutines wait again, the process
-// counts itself in line and leaves again when they are gone. unreleased is a release of the
-// process's retried in the background meanwhile (none: zero), which the leave names.
+// key of another kind), which no second try mends, nor when nothing of the Generator's was
+// ever sent (nothingSent). Should goroutines wait again, the process counts itself in line and
+// leaves again when they are gone. unreleased is a release of the process's retried in the
+// background meanwhile (none: zero), which the leave names.
 func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased processor.Unreleased) {
 	lease := cfg.Lease()
 	until := time.Now().Add(processor.EntryTTL(cfg))
@@ -452,7 +453,7 @@ func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased proce
 			return st.g.proc.Leave(ctx, cfg, req)
 		})
 		cancel()
-		if err == nil || processor.ClientClosed(err) || processor.Refused(err) {
+		if err == nil || processor.ClientClosed(err) || processor.Refused(err) || st.g.nothingSent(err) {
 			return
 		}
 		st.g.log.Debug("dlock: leaving the line failed", zap.String("key", cfg.UniqueKey()), zap.Error(err))
@@ -460,6 +461,7 @@ func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased proce
 		case <-st.g.clean.Done():
 			return
 		case <-time.After(lease / 10):
+		case <-st.g.lateEnd(err):
 		}
 		st.mu.Lock()
 		if st.q.HasWaiters() {

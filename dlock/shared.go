@@ -1062,11 +1062,11 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 // oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
 // while its lease lasts, or whenever it was cut short before its bound and so perhaps never
 // sent — by the driver for a renewal due, or by Close (whose clean-up sends it again) — unless
-// no second try changes the answer (it ran and found nothing: errGone) or the Generator's
-// clean-up is over.
+// no second try changes the answer (it ran and found nothing: errGone), nothing of the
+// Generator's was ever sent (nothingSent), or the Generator's clean-up is over.
 func (st *sharedState) oweAgain(o owedRelease, err error) bool {
 	cut := errors.Is(err, errMakeWay) || (errors.Is(err, context.Canceled) && st.g.done.Err() != nil)
-	return err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && (time.Now().Before(o.until) || cut) && st.g.clean.Err() == nil
+	return err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && !st.g.nothingSent(err) && (time.Now().Before(o.until) || cut) && st.g.clean.Err() == nil
 }
 
 // refusedForGood reports whether a request failed in a way no second try changes: the client

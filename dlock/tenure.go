@@ -590,7 +590,7 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 			}
 			return nil
 		}
-		if time.Now().After(until) || processor.ClientClosed(err) || processor.Refused(err) {
+		if time.Now().After(until) || processor.ClientClosed(err) || processor.Refused(err) || st.g.nothingSent(err) {
 			st.g.log.Debug("dlock: give-back failed; the key expires with its lease", zap.String("key", cfg.UniqueKey()),
 				zap.String("locker", locker), zap.Error(err))
 			return err
@@ -599,6 +599,7 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 		case <-st.g.clean.Done():
 			return err
 		case <-time.After(lease / 10):
+		case <-st.g.lateEnd(err):
 		}
 	}
 }

@@ -166,6 +166,7 @@ type RedisLockProcessor struct {
 	opts    Options
 	scripts *scriptSet
 	shard   atomic.Int32 // shardUnknown, shardPlain or shardSharded: how releases are published
+	sent    atomic.Bool  // a script was handed to the client (Sent)
 	asked   atomic.Int64 // when a Cluster client was last asked for a reload (Reload): time since epoch, 0 never
 	longest sync.Map     // lock type → the longest lease (time.Duration) of a lock.lua on a key of it
 
@@ -636,6 +637,7 @@ func (p *RedisLockProcessor) Reload() {
 // before the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
+	p.sent.Store(true)
 	cc, ok := p.client.(*redis.ClusterClient)
 	if !ok {
 		return p.send(ctx, s, ack, nil, keys, cmd)
@@ -1150,6 +1152,9 @@ const opCommandInfo = "command-info"
 // needs answered first, whether the servers have sharded pub/sub (Sharded), failed (a Cluster
 // client on a server without Cluster, a Cluster it cannot reach). Nothing of the request
 // reached Redis: no attempt stands in line, nor holds, to be given back.
+//
+// Every script waits for that question, and its answer is kept once it came: while it fails,
+// no script of the processor's has reached Redis (Sent).
 func Unsent(err error) bool {
 	var pe *dlerrors.RedisProcessError
 	for errors.As(err, &pe) {
@@ -1160,6 +1165,10 @@ func Unsent(err error) bool {
 	}
 	return false
 }
+
+// Sent reports whether a script of p's was ever handed to the client (whether it reached Redis
+// or not): until then nothing of p's stands in a line or holds a key in Redis.
+func (p *RedisLockProcessor) Sent() bool { return p != nil && p.sent.Load() }
 
 // ClientClosed reports whether err says the Redis client was closed: no later request on it
 // can succeed, so a caller that retries (a give-back, a leave) stops.
