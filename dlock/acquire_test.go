@@ -2637,3 +2637,78 @@ func TestReadTimeoutIsToldApartFromOtherFailures(t *testing.T) {
 		_ = tc.client.Close()
 	}
 }
+
+// A read-write lock's take that waited at the Generator's gate until the driver cut it short
+// for a renewal due (a read-hold of the process's own) was never sent: nothing is given back
+// for it once its writer gave up.
+func TestTakeCutAtTheGateForARenewalIsNotGivenBack(t *testing.T) {
+	srv.NeedReal(t)
+	const typ = "CUTFORRENEWAL"
+	tgt := target(t)
+	var mu sync.Mutex
+	var log [][2]string // (op, locker) of every shared request sent
+	block := make(chan struct{})
+	var blocking atomic.Bool
+	entered := make(chan struct{}, 1)
+	hook := fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		args := cmd.Args()
+		if processor.ScriptName(args) == "lock" && len(args) > 3 && strings.Contains(fmt.Sprint(args[3]), ".stuck") && blocking.Load() {
+			entered <- struct{}{}
+			<-block
+		}
+		if op := sharedArg(args, "op"); op != "" {
+			mu.Lock()
+			log = append(log, [2]string{op, sharedArg(args, "locker")})
+			mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1}) // a gate of one
+	defer c.Close()
+	c.AddHook(hook)
+	g := genOn(t, c)
+	rw, err := g.GenRW(typ, tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctxT(t, 10*time.Second)) // its renewal is due at 75 % of the lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	time.Sleep(450 * time.Millisecond)
+	blocking.Store(true)
+	ls, _ := g.Gen(typ, tgt+".stuck")
+	go func() {
+		if o, ok, _ := ls.TryLock(context.Background()); ok {
+			_ = ls.Unlock(o)
+		}
+	}()
+	recv(t, entered, "the request that holds the gate")
+	blocking.Store(false)
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(820*time.Millisecond))
+	defer cancel()
+	if _, err := rw.Lock(ctx); err == nil { // behind its own read-hold: its take waits at the gate
+		t.Fatal("the writer took the lock its own process holds to read")
+	}
+	time.Sleep(40 * time.Millisecond)
+	close(block)
+	time.Sleep(300 * time.Millisecond)
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.SharedInUse() == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	took := map[string]bool{}
+	for _, l := range log {
+		if l[0] == "take" {
+			took[l[1]] = true
+		}
+	}
+	for _, l := range log {
+		if l[0] == "release" && !took[l[1]] {
+			t.Errorf("a release of %s, whose take was never sent: %v", l[1], log)
+		}
+	}
+}

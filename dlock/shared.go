@@ -1210,6 +1210,9 @@ func (st *sharedState) requestUnless(ctx context.Context, drop <-chan struct{}, 
 	r, err := callUnless(st.g, ctx, drop, f)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && unanswered(err) {
 		if errors.Is(context.Cause(ctx), errMakeWay) {
+			if errors.Is(err, errNotSent) { // (cut at the gate: nothing to give back)
+				return r, fmt.Errorf("%w: %w", errMakeWay, errNotSent)
+			}
 			return r, errMakeWay
 		}
 		cause := errUnanswered
