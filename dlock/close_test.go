@@ -1419,9 +1419,11 @@ func TestCloseAfterAttemptsNeverSent(t *testing.T) {
 }
 
 // So it does when the attempt's first request outlived its caller — a Lock's context ended, or
-// Close came, while the client still dialled — and failed the same way afterwards: the
-// Generator waits for it to end, then finds that nothing of it was sent. (It gave the attempt
-// back until its lease ran out: a minute here.)
+// Close came, while the client still dialled, or while the failure's reply was on its way —
+// and failed the same way: nothing of it was sent. (It gave the attempt back until its lease
+// ran out: a minute here.) A request whose reply is still on its way runs on after its caller
+// left (go-redis gives up waiting for a dial with the context, not for a reply): the Generator
+// waits for it to end before it finds that nothing was sent.
 func TestCloseAfterLateAttemptsNeverSent(t *testing.T) {
 	if !srv.Real {
 		t.Skip(srv.Why)
@@ -1466,9 +1468,39 @@ func TestCloseAfterLateAttemptsNeverSent(t *testing.T) {
 		if err := recv(t, got, "Lock"); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("Lock: %v, want ErrNotObtained", err)
 		}
-		close(dial) // the request, left running, fails now, unsent
+		close(dial) // (the request failed unsent as its context ended)
 		if _, ok, err := m.TryLock(ctxT(t, 30*time.Second)); ok || !strings.Contains(fmt.Sprint(err), cause) {
 			t.Fatalf("TryLock: %v, %v, want an error naming %q", ok, err, cause)
+		}
+		if err := closeNil(t, g); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("lock's reply on its way", func(t *testing.T) {
+		p, err := faultproxy.New(srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		var held atomic.Bool
+		p.SetShaper(func(toTarget bool, chunk []byte) time.Duration {
+			if !toTarget && strings.Contains(string(chunk), cause) && held.CompareAndSwap(false, true) {
+				return 2 * time.Second // the first failure's reply comes after the Lock gave up
+			}
+			return 0
+		})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{p.Addr()}})
+		t.Cleanup(func() { c.Close() })
+		const lease = 2 * time.Minute // (a retry's pause, a tenth, past Close's bound)
+		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := mustGen(t, g, "LATENEVERSENT", target(t), lease)
+		ctx, cancel := context.WithTimeout(ctxT(t, 30*time.Second), 300*time.Millisecond)
+		defer cancel()
+		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("Lock: %v, want ErrNotObtained", err)
 		}
 		if err := closeNil(t, g); err != nil {
 			t.Fatal(err)
@@ -1499,7 +1531,7 @@ func TestCloseAfterLateAttemptsNeverSent(t *testing.T) {
 			if err := recv(t, got, "the take"); !errors.Is(err, dlock.ErrClosed) {
 				t.Errorf("take: %v, want ErrClosed", err)
 			}
-			close(dial) // the take, left running by Close, fails now, unsent
+			close(dial) // (the take failed unsent as Close ended its context)
 			if err := recv(t, closed, "Close"); err != nil {
 				t.Fatal(err)
 			}

@@ -478,7 +478,7 @@ func (r *request[T]) run() {
 type lateRequests struct {
 	mu   sync.Mutex
 	n    int
-	none chan struct{} // closed once n is 0 again; guarded by mu
+	none chan struct{} // closed while n is 0 (made so at first use); guarded by mu
 }
 
 func (l *lateRequests) add() {
@@ -498,12 +498,13 @@ func (l *lateRequests) done() {
 	l.mu.Unlock()
 }
 
-// ended returns a channel closed once no late request runs, and nil when none runs now.
+// ended returns a channel closed once no late request runs: closed already when none runs now.
 func (l *lateRequests) ended() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.n == 0 {
-		return nil
+	if l.none == nil {
+		l.none = make(chan struct{})
+		close(l.none)
 	}
 	return l.none
 }
@@ -515,16 +516,27 @@ func (l *lateRequests) ended() <-chan struct{} {
 // Generator whose Cluster client never reached a server does not wait a lease for give-backs
 // that can only fail.
 func (g *Generator) nothingSent(err error) bool {
-	return processor.Unsent(err) && g.late.ended() == nil && !g.redis.Sent()
+	return processor.Unsent(err) && isClosed(g.late.ended()) && !g.redis.Sent()
 }
 
-// lateEnd returns, for err a failure before sending while requests left by their callers run
-// (nothingSent waits for them), a channel closed once they have ended; nil otherwise.
+// lateEnd returns, for err a failure before sending while nothing was sent, a channel closed
+// once no request left by its caller runs (closed already if none does: the next try, failing
+// so, finds nothingSent), so that a retry waits for them rather than a pause; nil otherwise.
 func (g *Generator) lateEnd(err error) <-chan struct{} {
 	if !processor.Unsent(err) || g.redis.Sent() {
 		return nil
 	}
 	return g.late.ended()
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // fault is a failure of a request (Generator.fault) and when it came.

@@ -224,3 +224,29 @@ func TestLineHearingFollowsItsSubscriptionAndTheAnswersToItsClaims(t *testing.T)
 		t.Fatal("a new attempt forgot that the process listens (the subscription is the key's, not the attempt's)")
 	}
 }
+
+// A leave or give-back that failed before it was sent waits for the requests whose callers
+// left them running (lateRequests.ended) before it tries again: the channel it waits on is
+// closed once none runs — already when none runs as it looks, so that a request that ended
+// between its check (nothingSent) and its wait wakes it, rather than a tenth of the lease.
+func TestLateRequestsEnded(t *testing.T) {
+	var l lateRequests
+	if !isClosed(l.ended()) {
+		t.Fatal("with no late request, ended is not closed")
+	}
+	l.add()
+	l.add()
+	ch := l.ended()
+	l.done()
+	if isClosed(ch) || isClosed(l.ended()) {
+		t.Fatal("ended is closed while a late request runs")
+	}
+	l.done()
+	if !isClosed(ch) || !isClosed(l.ended()) {
+		t.Fatal("ended is not closed once the last late request ended")
+	}
+	l.add()
+	if isClosed(l.ended()) {
+		t.Fatal("ended is closed while a new late request runs")
+	}
+}
