@@ -13,7 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,20 +26,15 @@ import (
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeCerts(t, dir)
-	port := freePort(t)
-	launchRedis(t, "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no", "--requirepass", authPassword)
-	pool := x509.NewCertPool()
-	ca, err := os.ReadFile(caFile)
-	if err != nil || !pool.AppendCertsFromPEM(ca) {
-		t.Fatalf("CA: %v", err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("localhost", strconv.Itoa(port)), Password: authPassword, MaxRetries: -1,
-		TLSConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}})
-	defer c.Close()
-	waitFor(t, "the TLS redis-server to answer", func() bool { return c.Ping(context.Background()).Err() == nil })
+	cfg := tlsClientConfig(t, caFile)
+	port := launchRedis(t, 1, func(ports []string) []string {
+		return []string{"--port", "0", "--tls-port", ports[0], "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+			"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no", "--requirepass", authPassword}
+	}, func(ports []string) *redis.Client {
+		return redis.NewClient(&redis.Options{Addr: "localhost:" + ports[0], Password: authPassword, MaxRetries: -1, TLSConfig: cfg})
+	})[0]
 
-	url := "rediss://:" + authPassword + "@localhost:" + strconv.Itoa(port) + "/0"
+	url := "rediss://:" + authPassword + "@localhost:" + port + "/0"
 	tg := target(t)
 	if r := runBin(t, []string{"SSL_CERT_FILE=" + caFile}, "exec", "-n", "--redis", url, "CLI", tg, "true"); r.code != 0 {
 		t.Fatal(r)
@@ -58,12 +53,24 @@ func TestTLS(t *testing.T) {
 	}
 	// The scheme that does not match the port — rediss:// to a plain server, whose silence
 	// the TLS handshake waits on, or redis:// to a TLS port — is named as the likely cause.
-	for _, url := range []string{"rediss://" + srv.Addr, "redis://:" + authPassword + "@localhost:" + strconv.Itoa(port)} {
+	for _, url := range []string{"rediss://" + srv.Addr, "redis://:" + authPassword + "@localhost:" + port} {
 		r := runBin(t, []string{"SSL_CERT_FILE=" + caFile}, "status", "--timeout", "2s", "--redis", url, "CLI", tg)
 		if r.code != exitUnavailable || !strings.Contains(r.stderr, "TLS") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%s: want exit 69 and one line naming TLS, got %v", url, r)
 		}
 	}
+}
+
+// tlsClientConfig returns a client's TLS configuration that trusts the CA in caFile and
+// expects the name localhost.
+func tlsClientConfig(t *testing.T, caFile string) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(caFile)
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("CA: %v", err)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
 }
 
 // writeCerts writes a CA and a server certificate it signed for localhost and 127.0.0.1, as
@@ -122,25 +129,25 @@ func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 func TestTLSReachesSentinelsAndClusterNodes(t *testing.T) {
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeCerts(t, dir)
-	tlsArgs := []string{"--port", "0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}
-	master, node := strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))
-	launchRedis(t, append(tlsArgs, "--tls-port", master)...)
-	launchRedis(t, append(tlsArgs, "--tls-port", node, "--tls-cluster", "yes", "--cluster-enabled", "yes",
-		"--cluster-port", strconv.Itoa(freePort(t)), "--cluster-config-file", filepath.Join(dir, "nodes.conf"))...)
-	sentinel := strconv.Itoa(freePort(t))
-	launchSentinel(t, "port 0", "tls-port "+sentinel, "tls-cert-file "+certFile, "tls-key-file "+keyFile, "tls-ca-cert-file "+caFile,
-		"tls-auth-clients no", "tls-replication yes", "sentinel monitor m 127.0.0.1 "+master+" 1")
-
-	pool := x509.NewCertPool()
-	ca, err := os.ReadFile(caFile)
-	if err != nil || !pool.AppendCertsFromPEM(ca) {
-		t.Fatalf("CA: %v", err)
+	cfg := tlsClientConfig(t, caFile)
+	tlsClient := func(port string) *redis.Client {
+		return redis.NewClient(&redis.Options{Addr: "localhost:" + port, TLSConfig: cfg, MaxRetries: -1})
 	}
-	cfg := &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	tlsArgs := []string{"--port", "0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}
+	master := launchRedis(t, 1, func(ports []string) []string { return slices.Concat(tlsArgs, []string{"--tls-port", ports[0]}) },
+		func(ports []string) *redis.Client { return tlsClient(ports[0]) })[0]
+	node := launchRedis(t, 2, func(ports []string) []string {
+		return slices.Concat(tlsArgs, []string{"--tls-port", ports[0], "--tls-cluster", "yes", "--cluster-enabled", "yes",
+			"--cluster-port", ports[1], "--cluster-config-file", filepath.Join(dir, "nodes.conf")})
+	}, func(ports []string) *redis.Client { return tlsClient(ports[0]) })[0]
+	sentinel := launchSentinel(t, func(port string) []string {
+		return []string{"port 0", "tls-port " + port, "tls-cert-file " + certFile, "tls-key-file " + keyFile, "tls-ca-cert-file " + caFile,
+			"tls-auth-clients no", "tls-replication yes", "sentinel monitor m 127.0.0.1 " + master + " 1"}
+	}, tlsClient)
+
 	ctx := context.Background()
-	nc := redis.NewClient(&redis.Options{Addr: "localhost:" + node, TLSConfig: cfg, MaxRetries: -1})
+	nc := tlsClient(node)
 	defer nc.Close()
-	waitFor(t, "the TLS Cluster node to answer", func() bool { return nc.Ping(ctx).Err() == nil })
 	if err := nc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
 		t.Fatal(err)
 	}
