@@ -260,7 +260,7 @@ func (n *notifier) send(c *psConn) {
 				n.left(c, o.channel)
 				continue
 			}
-			ps, err := ringSubscribe(n.g.done, n.g.client, o.channel)
+			ps, err := openSubscription(n.g.done, n.g.client, false, o.channel)
 			if err != nil { // every shard is down: the op waits for one, the poller covers
 				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
 				n.report(c, "subscribe", o.channel, err)
@@ -282,12 +282,15 @@ func (n *notifier) send(c *psConn) {
 			continue
 		}
 		if fresh {
-			if sharded {
-				c.ps = n.g.client.SSubscribe(n.g.done) // no channel yet: nothing is sent
-			} else {
-				c.ps = n.g.client.Subscribe(n.g.done)
+			ps, err := openSubscription(n.g.done, n.g.client, sharded) // no channel yet: nothing is sent
+			if err != nil {
+				c.ops = append([]op{o}, c.ops...)
+				n.mu.Unlock()
+				n.report(c, "subscribe", o.channel, err)
+				pause()
+				continue
 			}
-			c.sharded = sharded
+			c.ps, c.sharded = ps, sharded
 		}
 		ps, sharded = c.ps, c.sharded
 		n.mu.Unlock()
@@ -446,15 +449,23 @@ func receiveOne(ctx context.Context, ps *redis.PubSub) (m any, err error) {
 	return ps.ReceiveTimeout(ctx, probeEvery)
 }
 
-// ringSubscribe makes a Ring's subscription connection with its first channel. go-redis
-// panics when no shard is up to take it (and with no channel); that is an error here.
-func ringSubscribe(ctx context.Context, client redis.UniversalClient, channel string) (ps *redis.PubSub, err error) {
+// openSubscription makes a subscription connection of client's, sharded or not, with channels
+// (a Ring's needs its first channel, which picks the shard). A panic is an error here:
+// go-redis's, when no Ring shard is up to take it, or a user's client's (processor.Panicked).
+func openSubscription(ctx context.Context, client redis.UniversalClient, sharded bool, channels ...string) (ps *redis.PubSub, err error) {
 	defer func() {
-		if p := recover(); p != nil {
-			ps, err = nil, fmt.Errorf("no Ring shard to subscribe on: %v", p)
+		if r := recover(); r != nil {
+			if _, ring := client.(*redis.Ring); ring {
+				ps, err = nil, fmt.Errorf("no Ring shard to subscribe on: %v", r)
+			} else {
+				ps, err = nil, processor.Panicked(r)
+			}
 		}
 	}()
-	return client.Subscribe(ctx, channel), nil
+	if sharded {
+		return client.SSubscribe(ctx, channels...), nil
+	}
+	return client.Subscribe(ctx, channels...), nil
 }
 
 // forgetLeaving forgets the channels leaving c after its connection ps failed: go-redis
@@ -532,12 +543,12 @@ func (n *notifier) probe(c *psConn, ps *redis.PubSub) {
 	n.g.group.Go(func() {
 		ctx, cancel := context.WithTimeout(n.g.done, probeEvery)
 		defer cancel()
-		var err error
-		if sharded {
-			err = n.g.client.SPublish(ctx, channel, payload).Err()
-		} else {
-			err = n.g.client.Publish(ctx, channel, payload).Err()
-		}
+		err := processor.Guard(func() error {
+			if sharded {
+				return n.g.client.SPublish(ctx, channel, payload).Err()
+			}
+			return n.g.client.Publish(ctx, channel, payload).Err()
+		})
 		if err != nil && n.current(c, ps) { // (a connection replaced since has news of its own)
 			n.report(c, "probe", channel, err)
 		}

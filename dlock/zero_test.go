@@ -463,3 +463,95 @@ func (w *strictWrapper) PoolStats() *redis.PoolStats {
 	w.poolStats.Add(1)
 	return w.UniversalClient.PoolStats()
 }
+
+// TestPanickingClient: a user's client whose methods panic (a wrapper around a nil field of its
+// own, say) makes the calls that reach it fail with an error — in the caller's goroutine as in
+// dlock's own, for scripts, subscriptions and notices — and nothing panics; once it stops, the
+// lock works again and Close returns.
+func TestPanickingClient(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	w := &panickingClient{UniversalClient: c}
+	w.panics.Store(true)
+	g, err := dlock.NewGenerator(w, dlock.WithDefaultLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := target(t)
+	l, _ := g.Gen("PANIC", tg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if o, err := l.Lock(ctx); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Lock through a client that panics = %v, %v; want an error naming the panic", o, err)
+	}
+	if _, ok, err := l.TryLock(context.Background()); ok || err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("TryLock through a client that panics = %v, %v; want an error naming the panic", ok, err)
+	}
+	w.panics.Store(false)
+	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer lcancel()
+	o, err := l.Lock(lctx)
+	if err != nil {
+		t.Fatalf("Lock once the client stopped panicking: %v", err)
+	}
+	// A waiter of another Generator subscribes, and the release notifies it, through the
+	// client while it panics again; the waiter still gets the lock (the poller finds it).
+	g2, _ := newGen(t, dlock.WithDefaultLease(2*time.Second))
+	l2, _ := g2.Gen("PANIC", tg)
+	got := make(chan error, 1)
+	go func() {
+		o2, err := l2.Lock(lctx)
+		if err == nil {
+			err = o2.Unlock()
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return len(stateOf(t, l2).Waiting) > 0 })
+	w.panics.Store(true)
+	if err := o.Unlock(); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Unlock through a client that panics = %v; want an error naming the panic", err)
+	}
+	w.panics.Store(false)
+	if err := <-got; err != nil {
+		t.Fatalf("the other Generator's waiter: %v", err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	if err := g.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if w.panicked.Load() == 0 {
+		t.Fatal("the client never panicked")
+	}
+}
+
+// panickingClient is a user's client whose Process, Subscribe and Publish panic while panics
+// is set, counting the panics.
+type panickingClient struct {
+	redis.UniversalClient
+	panics   atomic.Bool
+	panicked atomic.Int32
+}
+
+func (p *panickingClient) check() {
+	if p.panics.Load() {
+		p.panicked.Add(1)
+		var m map[string]int
+		m["nil"]++ // a nil field of the user's
+	}
+}
+
+func (p *panickingClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	p.check()
+	return p.UniversalClient.Process(ctx, cmd)
+}
+
+func (p *panickingClient) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	p.check()
+	return p.UniversalClient.Subscribe(ctx, channels...)
+}
+
+func (p *panickingClient) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
+	p.check()
+	return p.UniversalClient.Publish(ctx, channel, message)
+}

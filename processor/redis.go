@@ -637,6 +637,11 @@ func (p *RedisLockProcessor) Reload() {
 // before the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
+	defer func() {
+		if r := recover(); r != nil {
+			res, acked, err = nil, 0, Panicked(r)
+		}
+	}()
 	p.sent.Store(true)
 	cc, ok := p.client.(*redis.ClusterClient)
 	if !ok {
@@ -1228,12 +1233,33 @@ func pair(res *redis.Cmd) (int64, any, error) {
 	return code, vals[1], nil
 }
 
+// Panicked is the error for a panic r of the Redis client's: a user's client (a wrapper whose
+// field is nil, say) may panic in any of dlock's goroutines, and the request then fails like one
+// whose reply was lost, as it may have been sent.
+func Panicked(r any) error {
+	return fmt.Errorf("the Redis client panicked: %v", r)
+}
+
+// Guard runs f, which calls the Redis client, and returns its error, or Panicked for a panic.
+func Guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = Panicked(r)
+		}
+	}()
+	return f()
+}
+
 // Load implements DLockProcessor with GET.
 func (p *RedisLockProcessor) Load(ctx context.Context, cfg domain.DLockConfig) (*domain.DLockEntity, error) {
 	if err := p.check(ctx, cfg); err != nil {
 		return nil, err
 	}
-	locker, err := p.client.Get(ctx, cfg.UniqueKey()).Result()
+	var locker string
+	err := Guard(func() (err error) {
+		locker, err = p.client.Get(ctx, cfg.UniqueKey()).Result()
+		return err
+	})
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
