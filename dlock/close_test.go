@@ -1753,8 +1753,8 @@ func TestCloseThatFindsTheHoldingGoneReportsTheLoss(t *testing.T) {
 				if kind != "mutex" {
 					warning = "dlock: shared holding lost"
 				}
-				if n := logs.FilterMessage(warning).Len(); n != 1 {
-					t.Fatalf("%d warnings %q; want 1", n, warning)
+				if n := namingLocker(logs.FilterMessage(warning)).Len(); n != 1 {
+					t.Fatalf("%d warnings %q naming the locker; want 1", n, warning)
 				}
 			})
 		}

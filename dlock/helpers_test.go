@@ -1833,13 +1833,21 @@ func noLossTold(t testing.TB, rec *recorder, logs *zapobserver.ObservedLogs, why
 }
 
 // lossesBeforeRelease returns the losses the Observer rec was told of, and how often "dlock:
-// lock lost before release" was logged at Warn (logs) for key k: what a release that found
-// the key gone or another's reports.
+// lock lost before release" was logged at Warn (logs) for key k, naming the locker: what a
+// release that found the key gone or another's reports.
 func lossesBeforeRelease(rec *recorder, logs *zapobserver.ObservedLogs, k string) ([]dlock.LossEvent, int) {
 	rec.mu.Lock()
 	lost := slices.Clone(rec.lost)
 	rec.mu.Unlock()
-	return lost, logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k)).Len()
+	return lost, namingLocker(logs.FilterMessage("dlock: lock lost before release").FilterField(zap.String("key", k))).Len()
+}
+
+// namingLocker keeps the entries of logs that name a locker.
+func namingLocker(logs *zapobserver.ObservedLogs) *zapobserver.ObservedLogs {
+	return logs.Filter(func(e zapobserver.LoggedEntry) bool {
+		l, ok := e.ContextMap()["locker"].(string)
+		return ok && l != ""
+	})
 }
 
 // wipeScriptKeys deletes, through admin, the keys a script command (EVALSHA sha numkeys

@@ -180,7 +180,7 @@ func (h *holding) release(ctx context.Context, cause error) error {
 	h.cancel(cause)
 	err := st.unlock(ctx, h)
 	if errors.Is(err, ErrLockLost) {
-		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.Error(err))
+		st.g.log.Warn("dlock: lock lost before release", zap.String("key", h.cfg.UniqueKey()), zap.String("locker", h.ten.entity.Locker), zap.Error(err))
 		h.foundLost(err)
 		st.g.observer.Lost(h.loss(err))
 	}

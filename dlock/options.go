@@ -84,8 +84,11 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 }
 
 // WithLogger logs through l: an Owner the garbage collector released (dropped without its
-// final Unlock) at Error; lost locks, and requests failed by the client's read timeout (at
-// most once a minute), at Warn; failed polls and releases at Debug. The default logs nothing.
+// final Unlock) at Error; lost locks, a renewal before a take slower than half the lease (once
+// per lock), and requests failed by the client's read timeout and releases Redis failed (each
+// at most once a minute), at Warn; the decisions that matter (a Lock that gave up, a
+// give-back, a yield to another process) and the other failures at Debug. The default logs
+// nothing. docs/observability.md lists every line.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(o *options) error {
 		if l == nil {

@@ -287,13 +287,14 @@ func TestNoResidue(t *testing.T) {
 	})
 }
 
-// A release that finds the key gone reports the loss, also after a hand-off limit's check
-// renewed the tenure (the check's number is marked apart from the tenure's locker, so the
-// release still tells "let go before" from "gone").
+// A release that finds the key gone reports the loss (and logs it, naming the locker), also
+// after a hand-off limit's check renewed the tenure (the check's number is marked apart from
+// the tenure's locker, so the release still tells "let go before" from "gone").
 func TestReleaseReportsALossAfterAYieldCheck(t *testing.T) {
 	for _, pause := range []time.Duration{0, 2 * dlock.DefaultHandOff} {
 		t.Run(pause.String(), func(t *testing.T) {
-			g, c := newGen(t, dlock.WithNotifications(false))
+			core, logs := observer.New(zap.WarnLevel)
+			g, c := newGen(t, dlock.WithNotifications(false), dlock.WithLogger(zap.New(core)))
 			l, _ := g.GenWithLease("YLOSS", target(t), 5*time.Second)
 			ctx := ctxT(t, 30*time.Second)
 			a, err := l.Lock(ctx)
@@ -315,6 +316,9 @@ func TestReleaseReportsALossAfterAYieldCheck(t *testing.T) {
 			}
 			if err := b.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
 				t.Fatalf("Unlock = %v after the key was deleted, want ErrLockLost", err)
+			}
+			if n := namingLocker(logs.FilterMessage("dlock: lock lost before release")).Len(); n != 1 {
+				t.Fatalf("%d warnings of the loss naming the locker; want 1: %v", n, logs.All())
 			}
 		})
 	}
