@@ -109,6 +109,7 @@ type Violation struct {
 	Steps  []string // the shrunk schedule's choices
 }
 
+// String gives the rule broken, its detail and the shrunk schedule's trace, one step a line.
 func (v *Violation) String() string {
 	return fmt.Sprintf("%s: %s\nschedule (seed %d, shrunk to %d steps):\n%s", v.Rule, v.Detail, v.Seed, len(v.Steps), strings.Join(v.Trace, "\n"))
 }

@@ -630,9 +630,11 @@ func (c *Cluster) BeginMigration(key string) (*Migration, error) {
 	return &Migration{c: c, slot: slot, from: from, to: to}, nil
 }
 
-// From and To are the addresses of the slot's source and target masters.
+// From is the address of the slot's source master.
 func (m *Migration) From() string { return m.from.addr }
-func (m *Migration) To() string   { return m.to.addr }
+
+// To is the address of the slot's target master.
+func (m *Migration) To() string { return m.to.addr }
 
 // MoveKeys migrates the keys the source still has in the slot to the target (MIGRATE).
 func (m *Migration) MoveKeys() error {
