@@ -258,6 +258,7 @@ func TestAuthRefused(t *testing.T) {
 		{nil, []string{"status", "--redis", s.url(aclUser + ":" + wrong), "CLI", "x"}, "refused the user or password (WRONGPASS"},
 		{nil, []string{"status", "--redis", s.url("nobody:" + wrong), "CLI", "x"}, "refused the user or password (WRONGPASS"},
 		{nil, []string{"status", "--redis", s.addr, "CLI", "x"}, "needs a password (NOAUTH"},
+		{nil, []string{"status", "--redis", s.url(wrong), "CLI", "x"}, "a user name alone"}, // (redis-cli's way to give a password)
 		{[]string{"REDIS_URL=" + s.url(":"+wrong)}, []string{"status", "CLI", "x"}, "refused the user or password"},
 		{[]string{"DLOCK_REDIS=" + s.url(":"+wrong)}, []string{"exec", "CLI", "x", "touch", ran}, "refused the user or password"},
 		{[]string{"REDIS_URL=" + s.url(":"+wrong)}, []string{"lock", "CLI", "x"}, "refused the user or password"},

@@ -333,7 +333,11 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return withStatus(exitUnavailable, fmt.Errorf("%v did not answer within %v (--timeout)", ep, timeout))
 	case redis.IsAuthError(err) && strings.HasPrefix(reply, "NOAUTH"):
-		return withStatus(exitNoPerm, fmt.Errorf("%v needs a password (%s): give it in a URL, redis://[USER]:PASSWORD@HOST:PORT", ep, reply))
+		hint := "give it in a URL, redis://[USER]:PASSWORD@HOST:PORT"
+		if ep.userOnly() {
+			hint = "the URL gives a user name alone (what comes before \"@\" without a \":\"); a password alone is written redis://:PASSWORD@HOST:PORT"
+		}
+		return withStatus(exitNoPerm, fmt.Errorf("%v needs a password (%s): %s", ep, reply, hint))
 	case redis.IsAuthError(err):
 		return withStatus(exitNoPerm, fmt.Errorf("%v refused the user or password (%s)", ep, reply))
 	case redis.IsPermissionError(err), strings.Contains(reply, "The user executing the script can't"):

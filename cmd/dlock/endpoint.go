@@ -95,6 +95,17 @@ func (e *endpoint) String() string {
 	return "Redis at " + e.shown
 }
 
+// userOnly reports whether e's URL names a user with no password (redis://NAME@HOST), which
+// redis-cli would read as a password.
+func (e *endpoint) userOnly() bool {
+	u, err := url.Parse(e.spec.value)
+	if err != nil || u.User == nil {
+		return false
+	}
+	_, set := u.User.Password()
+	return !set && u.User.Username() != ""
+}
+
 // client returns a new client for e whose requests honour their contexts' deadlines, so that
 // --timeout bounds every call, dialling included. Unless the URL sets them, it dials within
 // timeout and twice, not go-redis's five times, per attempt: a command-line tool should say
@@ -363,13 +374,15 @@ func goRedisReason(err error) error {
 	return errors.New(msg)
 }
 
-// passwordParam is a password given as a URL parameter.
-var passwordParam = regexp.MustCompile(`(?i)([?&](?:sentinel_)?password=)[^&#]*`)
+// urlParam is a URL parameter: its separator, name and value.
+var urlParam = regexp.MustCompile(`([?&])([^=&#]*)=([^&#]*)`)
 
 // redact returns s with every password masked: what follows the first ":" of a URL's user
 // information (up to the last "@", so that an unencoded "@" or "/" in a password is masked
-// too), the same in a mistyped USER:PASSWORD@HOST:PORT, and password= parameters. It works on
-// text no parser accepts, and masks too much rather than too little.
+// too), the same in a mistyped USER:PASSWORD@HOST:PORT, user information without a ":" whole
+// (redis-cli reads redis://PASSWORD@HOST as a password, go-redis as a user name), and the
+// password and sentinel_password parameters, their names percent-encoded or not (go-redis
+// decodes them). It works on text no parser accepts, and masks too much rather than too little.
 func redact(s string) string {
 	if at := strings.LastIndex(s, "@"); at >= 0 {
 		start := 0
@@ -378,7 +391,19 @@ func redact(s string) string {
 		}
 		if c := strings.Index(s[start:at], ":"); c >= 0 {
 			s = s[:start+c+1] + "xxxxx" + s[at:]
+		} else if at > start {
+			s = s[:start] + "xxxxx" + s[at:]
 		}
 	}
-	return passwordParam.ReplaceAllString(s, "${1}xxxxx")
+	return urlParam.ReplaceAllStringFunc(s, func(p string) string {
+		m := urlParam.FindStringSubmatch(p)
+		name, err := url.QueryUnescape(m[2])
+		if err != nil {
+			name = m[2]
+		}
+		if n := strings.ToLower(name); n == "password" || n == "sentinel_password" {
+			return m[1] + m[2] + "=xxxxx"
+		}
+		return p
+	})
 }

@@ -17,7 +17,8 @@ func TestRedact(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"localhost:6379", "localhost:6379"},
 		{"redis://localhost:6379/0", "redis://localhost:6379/0"},
-		{"redis://user@localhost:6379", "redis://user@localhost:6379"},
+		{"redis://s3cret@localhost:6379", "redis://xxxxx@localhost:6379"}, // (a user name to go-redis, a password to redis-cli)
+		{"s3cret@localhost:6379", "xxxxx@localhost:6379"},
 		{"redis://:s3cret@localhost:6379/0", "redis://:xxxxx@localhost:6379/0"},
 		{"rediss://user:s3cret@h:6380/2?dial_timeout=3", "rediss://user:xxxxx@h:6380/2?dial_timeout=3"},
 		{"redis://user:pa:ss@h:1", "redis://user:xxxxx@h:1"},
@@ -25,6 +26,8 @@ func TestRedact(t *testing.T) {
 		{"user:s3cret@h:1", "user:xxxxx@h:1"},
 		{"redis://s:1?master_name=m&password=s3cret&addr=s:2", "redis://s:1?master_name=m&password=xxxxx&addr=s:2"},
 		{"redis://s:1?PASSWORD=s3cret", "redis://s:1?PASSWORD=xxxxx"},
+		{"redis://s:1?master_name=m&pass%77ord=s3cret&sentinel_pass%77ord=s3cret2", "redis://s:1?master_name=m&pass%77ord=xxxxx&sentinel_pass%77ord=xxxxx"},
+		{"redis://s:1?passwords=x&dial_timeout=3", "redis://s:1?passwords=x&dial_timeout=3"},
 	} {
 		if got := redact(tc.in); got != tc.want {
 			t.Errorf("redact(%q) = %q, want %q", tc.in, got, tc.want)
