@@ -194,20 +194,32 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 		return withStatus(exitLost, fmt.Errorf("lock %s lost before the command started: %s", lockName(l), c.lossCause(owned)))
 	}
 	cfg := l.Config()
-	cmd := exec.Command(path, argv[1:]...)
-	cmd.Args[0] = argv[0]
-	cmd.Env = append(os.Environ(),
-		"DLOCK_KEY="+cfg.UniqueKey(),
-		"DLOCK_FENCING_TOKEN="+strconv.FormatUint(token, 10),
-		"DLOCK_TYPE="+string(cfg.LockType()),
-		"DLOCK_TARGET="+cfg.LockTarget(),
-	)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out.stdout, out.stderr
 	term := foregroundTerminal()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: term, Ctty: 0}
-	if err := cmd.Start(); err != nil {
+	command := func(path string, argv ...string) *exec.Cmd {
+		cmd := exec.Command(path, argv[1:]...)
+		cmd.Args[0] = argv[0]
+		cmd.Env = append(os.Environ(),
+			"DLOCK_KEY="+cfg.UniqueKey(),
+			"DLOCK_FENCING_TOKEN="+strconv.FormatUint(token, 10),
+			"DLOCK_TYPE="+string(cfg.LockType()),
+			"DLOCK_TARGET="+cfg.LockTarget(),
+		)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out.stdout, out.stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: term, Ctty: 0}
+		return cmd
+	}
+	cmd := command(path, argv...)
+	err = cmd.Start()
+	if errors.Is(err, syscall.ENOEXEC) { // a script without "#!": the shell runs it, as execvp(3) (and so flock(1)) does
+		cmd = command("/bin/sh", append([]string{"sh", path}, argv[1:]...)...)
+		err = cmd.Start()
+	}
+	if err != nil {
 		if err := unlock(c, l, owned); err != nil && !errors.Is(err, dlock.ErrLockLost) {
 			fmt.Fprintf(out.stderr, "dlock exec: %v\n", err)
+		}
+		if errors.Is(err, syscall.ENOENT) { // (LookPath found the file: what is missing is the interpreter its "#!" line names)
+			err = fmt.Errorf("cannot run %q: the interpreter its first line (#!) names was not found", argv[0])
 		}
 		return withStatus(exitCannotExec, err)
 	}

@@ -79,21 +79,36 @@ func TestExecHoldsLock(t *testing.T) {
 }
 
 // TestExecStatus: dlock exits with the command's status, 128+signal for a killed command, 127
-// for a missing one; the lock is released after each.
+// for a missing one, 126 for one that cannot run (a script whose interpreter is missing, named
+// so); a script without "#!" is run by the shell, as execvp(3) and flock(1) do; the lock is
+// released after each.
 func TestExecStatus(t *testing.T) {
 	needReal(t)
+	dir := t.TempDir()
+	script := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noShebang := script("no-shebang", "test -n \"$DLOCK_KEY\" && exit \"$1\"\n")
+	badInterpreter := script("bad-interpreter", "#!/no/such/interpreter\nexit 0\n")
 	for _, tc := range []struct {
 		name string
 		argv []string
 		code int
+		says string
 	}{
-		{"success", []string{"true"}, 0},
-		{"exit 3", []string{"sh", "-c", "exit 3"}, 3},
-		{"SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM)},
-		{"SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, 128 + int(syscall.SIGKILL)},
-		{"leading dash", []string{"--", "-no-such-command"}, exitNotFound},
-		{"not found", []string{"/no/such/command"}, exitNotFound},
-		{"not executable", []string{"/dev/null"}, exitCannotExec},
+		{"script without #!", []string{noShebang, "5"}, 5, ""},
+		{"missing interpreter", []string{badInterpreter}, exitCannotExec, "interpreter"},
+		{"success", []string{"true"}, 0, ""},
+		{"exit 3", []string{"sh", "-c", "exit 3"}, 3, ""},
+		{"SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM), ""},
+		{"SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, 128 + int(syscall.SIGKILL), ""},
+		{"leading dash", []string{"--", "-no-such-command"}, exitNotFound, ""},
+		{"not found", []string{"/no/such/command"}, exitNotFound, ""},
+		{"not executable", []string{"/dev/null"}, exitCannotExec, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := target(t)
@@ -102,8 +117,8 @@ func TestExecStatus(t *testing.T) {
 				args = append(args, "--")
 			}
 			r := runBin(t, nil, append(args, tc.argv...)...)
-			if r.code != tc.code {
-				t.Fatalf("want exit status %d; %v", tc.code, r)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.says) {
+				t.Fatalf("want exit status %d and a message saying %q; %v", tc.code, tc.says, r)
 			}
 			checkFreed(t, tg)
 		})
