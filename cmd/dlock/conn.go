@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 )
 
 // defaultTimeout is the default of --timeout.
@@ -262,6 +263,32 @@ func open(r redisFlags, typ, target string, lease time.Duration) (*conn, *dlock.
 		return nil, nil, err
 	}
 	return c, l, nil
+}
+
+// otherKind names the lock of the other kind that Redis keeps under cfg's name, for an operator
+// who asked for the wrong one and found it free: a read-write lock or a semaphore when shared
+// is false (their kind is kept beside their state), a lock (a mutex) when it is true; "" for
+// none, or when Redis does not tell.
+func (c *conn) otherKind(cfg domain.DLockConfig, shared bool) string {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if shared {
+		if err := c.client.Get(ctx, cfg.UniqueKey()).Err(); err == nil {
+			return "a lock of that name (taken with neither --shared, --exclusive nor --semaphore) is held"
+		}
+		return ""
+	}
+	v, err := c.client.Get(ctx, cfg.SideKey(domain.SharedKindSuffix)).Result()
+	if err != nil {
+		return ""
+	}
+	switch kind, k, _ := strings.Cut(v, "|"); kind {
+	case "rw":
+		return "Redis keeps a read-write lock of that name (give --shared or --exclusive)"
+	case "sem":
+		return fmt.Sprintf("Redis keeps a semaphore of that name (give --semaphore %s)", k)
+	}
+	return ""
 }
 
 // close closes the Generator (releasing what is still held, bounded by --timeout) and the

@@ -56,6 +56,12 @@
 //	dlock status: DLOCK_DEPLOY_prod is a rw lock in Redis, not a sem
 //	run 'dlock status --help' for usage
 //
+// A lock and a read-write lock or semaphore of one name are two locks, kept apart. status and
+// release --force --any that find the one asked for free, while Redis keeps the other, say so
+// (status on standard error, release in its line) and which flags ask for it:
+//
+//	dlock status: DEPLOY/prod is free as asked; but Redis keeps a read-write lock of that name (give --shared or --exclusive)
+//
 // With KIND, status shows the holdings (a process's read-hold, write-hold or permits, each with
 // its locker, permits, fencing token and lease left) and the processes in line with what they
 // ask for;

@@ -183,6 +183,73 @@ func TestKindMismatchIsRefused(t *testing.T) {
 	}
 }
 
+// TestOtherKindIsNamed: status and release --force --any of a lock that is free as asked but
+// whose name Redis keeps as another kind (a read-write lock or semaphore asked for as a lock,
+// a lock asked for as a read-write lock) say which, and the flags that ask for it; they still
+// report it free (status 0) and remove nothing.
+func TestOtherKindIsNamed(t *testing.T) {
+	tg := target(t)
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+	ctx := context.Background()
+	rw, err := g.GenRW("CLI", tg+"-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := g.GenSemaphore("CLI", tg+"-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutex, err := g.Gen("CLI", tg+"-mutex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, take := range []func() (*dlock.Owner, error){
+		func() (*dlock.Owner, error) { return rw.RLock(ctx) },
+		func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+		func() (*dlock.Owner, error) { return mutex.Lock(ctx) },
+	} {
+		o, err := take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Unlock() })
+	}
+	for _, tc := range []struct {
+		target string
+		flags  []string
+		says   string
+	}{
+		{tg + "-rw", nil, "Redis keeps a read-write lock of that name (give --shared or --exclusive)"},
+		{tg + "-sem", nil, "Redis keeps a semaphore of that name (give --semaphore 2)"},
+		{tg + "-mutex", []string{"--shared"}, "a lock of that name (taken with neither --shared, --exclusive nor --semaphore) is held"},
+		{tg + "-none", nil, ""},
+	} {
+		for _, cmd := range [][]string{{"status"}, {"status", "--json"}, {"release", "--force", "--any"}} {
+			args := append(append(append([]string{}, cmd...), tc.flags...), "--redis", srv.Addr, "CLI", tc.target)
+			r := runIn(args...)
+			said := r.stderr
+			if cmd[0] == "release" {
+				said = r.stdout
+			}
+			free := map[string]string{"status": "state:       free", "status --json": `"held":false`, "release --force --any": "is not held: nothing removed"}[strings.Join(cmd, " ")]
+			if tc.flags != nil && len(cmd) == 2 && cmd[1] == "--json" {
+				free = `"holds":[]`
+			}
+			if r.code != 0 || !strings.Contains(said, tc.says) || (tc.says == "" && strings.Contains(r.stdout+r.stderr, "but ")) || !strings.Contains(r.stdout, free) {
+				t.Errorf("%v: %v; want status 0, the lock free and nothing removed, and %q said", args, r, tc.says)
+			}
+		}
+	}
+	if st, err := rw.State(ctx); err != nil || len(st.Holds) != 1 {
+		t.Fatalf("the read-write lock after: %+v, %v; want its read-hold kept", st, err)
+	}
+}
+
 // TestStatusSharedWriteCountsOne: status --json of a read-write lock gives a write-hold and a
 // writer in line 1 permit each, as a read-hold, not the library's internal weight of a write
 // (2^40), which a script summing permits would take for a count.

@@ -116,7 +116,7 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 			return c.classify(err)
 		}
 		if st.Holder == "" {
-			say("%s is not held: nothing removed", name)
+			say("%s is not held: nothing removed%s", name, besides(c.otherKind(cfg, false)))
 			return nil
 		}
 		victim = st.Holder
@@ -169,7 +169,7 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 			return c.classify(err)
 		}
 		if len(st.Holds) == 0 {
-			say("%s is not held: nothing removed", name)
+			say("%s is not held: nothing removed%s", name, besides(c.otherKind(cfg, true)))
 			return nil
 		}
 		victims = victims[:0]
@@ -191,6 +191,14 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 		}
 	}
 	return nil
+}
+
+// besides returns a note on a lock of another kind for the end of a line ("" for none).
+func besides(other string) string {
+	if other == "" {
+		return ""
+	}
+	return "; but " + other
 }
 
 // tell writes what release did, lines, at once, and returns err (the release's outcome). When

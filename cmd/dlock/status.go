@@ -124,6 +124,9 @@ func status(out cli, r redisFlags, asJSON bool, typ, target string) error {
 	if err != nil {
 		return c.classify(err)
 	}
+	if !st.Held() && len(st.Waiting) == 0 {
+		tellOtherKind(out.stderr, st.Config, c.otherKind(st.Config, false))
+	}
 	if asJSON {
 		cfg := st.Config
 		fields := []string{"type", string(cfg.LockType()), "target", cfg.LockTarget(), "key", cfg.UniqueKey(), "holder", st.Holder}
@@ -147,6 +150,14 @@ func shown(s string) string {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// tellOtherKind says on w that cfg's lock, free, has a namesake of another kind (other, from
+// conn.otherKind; nothing for "").
+func tellOtherKind(w io.Writer, cfg domain.DLockConfig, other string) {
+	if other != "" {
+		fmt.Fprintf(w, "dlock status: %s is free as asked; but %s\n", shown(string(cfg.LockType())+"/"+cfg.LockTarget()), other)
+	}
 }
 
 // tellNotUTF8 says on w which of the named strings (name, value, name, value, ...) are not
@@ -209,6 +220,9 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 		return c.classify(err)
 	}
 	cfg := g.Config()
+	if len(st.Holds) == 0 && len(st.Waiting) == 0 {
+		tellOtherKind(out.stderr, cfg, c.otherKind(cfg, true))
+	}
 	j := sharedJSON{Type: string(cfg.LockType()), Target: cfg.LockTarget(), Key: cfg.UniqueKey(), Kind: st.Kind,
 		Permits: st.Permits, Fence: st.Fence, Holds: []sharedHoldJSON{}, Waiting: []sharedWaitJSON{}}
 	// A read-write lock's holding or waiter counts 1, a write too: the library reports a
