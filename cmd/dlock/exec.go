@@ -326,7 +326,7 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		}
 		within := "within --wait " + wait.String()
 		if wait == 0 {
-			within = "in one attempt (-n)"
+			within = "in one attempt (-n, --wait 0)"
 		}
 		if conflict == exitOK {
 			return nil, withStatus(exitOK, nil) // -E 0: "held elsewhere" is a success, said by nothing (cron mails what is said)
@@ -470,6 +470,11 @@ func (c *conn) lostReason(err error) string {
 		return "the key is held by another process"
 	}
 	msg := strings.TrimPrefix(plain(err), "lock lost: ")
+	// The callers' messages say "found lost at release" already.
+	if msg = strings.TrimPrefix(msg, "found at release"); msg == "" {
+		msg = "the lock had been lost before"
+	}
+	msg = strings.TrimPrefix(msg, ": ")
 	// The library names the lock's key at the end; the message names the lock already.
 	if i := strings.LastIndex(msg, " (lock DLOCK_"); i >= 0 && strings.HasSuffix(msg, ")") {
 		msg = msg[:i]

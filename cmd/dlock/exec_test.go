@@ -469,7 +469,7 @@ func TestExecFoundLostAtRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := a.wait(t)
-	if r.code != exitLost || !strings.Contains(r.stderr, "lock CLI/"+tg+" was found lost at release") || strings.Contains(r.stderr, "DLOCK_CLI_"+tg) {
+	if r.code != exitLost || !strings.Contains(r.stderr, "lock CLI/"+tg+" was found lost at release") || strings.Contains(r.stderr, "DLOCK_CLI_"+tg) || strings.Count(r.stderr, "at release") != 1 {
 		t.Fatalf("exec whose key was removed: want status %d and the lock named once; %v", exitLost, r)
 	}
 }
