@@ -379,7 +379,8 @@ func TestQuitNeverDumps(t *testing.T) {
 // TestRedisErrorReply: a Redis that answers with an error is not reported unreachable. A key
 // of the lock's that holds another kind of value (WRONGTYPE) is an error no wait mends: every
 // command says what Redis answered, naming the lock's keys for the operator to look at, and
-// exits 1 at once, waiting or not, and exec runs nothing. A Redis out of memory (maxmemory reached) is not serving: 69, naming the reply.
+// exits 1 at once, waiting or not, and exec runs nothing. A Redis out of memory (maxmemory
+// reached) is not serving: 69 at once, naming the reply.
 func TestRedisErrorReply(t *testing.T) {
 	needReal(t)
 	admin := srv.Client()
@@ -429,9 +430,16 @@ func TestRedisErrorReply(t *testing.T) {
 		if err := oom.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		r := runBin(t, nil, "exec", "-n", "--redis", s.Addr, "CLI", tg, "touch", ran)
+		// The refused attempt wrote nothing (a script out of memory is refused at its first
+		// write): exec exits without giving it back, not once its lease (here a minute) or
+		// --timeout ran out.
+		start := time.Now()
+		r := runBin(t, nil, "exec", "-n", "--timeout", "1m", "--lease", "1m", "--redis", s.Addr, "CLI", tg, "touch", ran)
 		if r.code != exitUnavailable || !strings.Contains(r.stderr, "OOM") || strings.Contains(r.stderr, "cannot reach") || exists(ran) {
 			t.Fatal(r)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Fatalf("exec took %v: it waited to give back an attempt Redis refused", d)
 		}
 	})
 }

@@ -302,10 +302,13 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		return r.owned, nil
 	case refused(r.err):
 		return nil, c.classify(r.err)
-	case r.first && c.ep.kind == "" && readOnly(r.err):
-		// A replica named as the server: it refused every write, so nothing is held or in line
-		// there, and nothing need be given back before the exit (Close would try until
-		// --timeout).
+	case r.first && (c.ep.kind == "" && readOnly(r.err) || replyStarts(r.err, "OOM")):
+		// A replica named as the server: it refused every write; or a server out of memory,
+		// which refuses a script at its first write: nothing is held or in line there, and
+		// nothing need be given back before the exit (Close would try until --timeout). (A
+		// copy of the request that go-redis sent before, after a network error, may have
+		// written when memory was still free: the key is then held for a lease, as after a
+		// crash.)
 		c.quick = true
 		return nil, c.classify(r.err)
 	case r.held || wait != 0 && errors.Is(r.err, dlock.ErrNotObtained) && errors.Is(r.err, context.DeadlineExceeded):
@@ -337,9 +340,12 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 }
 
 // readOnly reports whether err carries Redis's READONLY reply: the server is a replica.
-func readOnly(err error) bool {
+func readOnly(err error) bool { return replyStarts(err, "READONLY") }
+
+// replyStarts reports whether err carries Redis's error reply with the given code.
+func replyStarts(err error, code string) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(strings.TrimSpace(re.Error()), "READONLY ")
+	return errors.As(err, &re) && strings.HasPrefix(strings.TrimSpace(re.Error()), code+" ")
 }
 
 // refused reports whether err carries a refusal that no wait mends: Redis refused the user or
