@@ -197,6 +197,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--redis", "rediss://:pw@h:0/0", "CLI", "x"}, `invalid --redis "rediss://:xxxxx@h:0/0": port "0" is not a number from 1 to 65535`},
 		{[]string{"status", "--redis", "http://localhost:6379", "CLI", "x"}, `invalid --redis "http://localhost:6379": the scheme must be redis://, rediss:// (TLS) or unix://, not http://`},
 		{[]string{"status", "--redis", "redis://localhost:6379/x", "CLI", "x"}, `invalid --redis "redis://localhost:6379/x": the path must be a database number, e.g. redis://localhost:6379/0`},
+		{[]string{"status", "--redis", "local\nhost:6379", "CLI", "x"}, `invalid --redis "local\nhost:6379": it holds a control character (a line break pasted with it?)`},
 		{[]string{"status", "--redis", "redis://localhost:6379?bogus=1", "CLI", "x"}, `invalid --redis "redis://localhost:6379?bogus=1": unknown URL parameter bogus (go-redis's ParseURL lists the known ones)`},
 		// a negative database, with which go-redis sends no SELECT (database 0 was used, without
 		// a word), and one past what SELECT takes, are refused as a bad database is

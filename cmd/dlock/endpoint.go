@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -68,6 +69,9 @@ func resolveRedis(value string, given, cluster bool, master string, fallback str
 		return nil, usageErrorf("--cluster and --sentinel-master exclude each other: a Sentinel watches one master, a Cluster has many")
 	}
 	o, err := s.parse()
+	if err == nil && strings.ContainsFunc(s.value, unicode.IsControl) {
+		err = errors.New("it holds a control character (a line break pasted with it?)")
+	}
 	if err != nil {
 		from := s.from
 		if from == "" {
