@@ -130,9 +130,10 @@
 //
 // When the lock is not obtained COMMAND does not run, and dlock says who holds it. Its status
 // is then 75 unless -E says otherwise (-E 0 makes "already running elsewhere" a success, for
-// cron jobs, and then dlock says nothing). -n with a --wait other than 0 is a usage error. A wait goes on through a Redis
-// outage, for as long as --wait allows (by default until Redis answers again); the first
-// failure is told on standard error, once.
+// cron jobs, and then dlock says nothing). -n with a --wait other than 0 is a usage error. A
+// Redis that does not answer at the start is an error (69) at once; a wait that began goes on
+// through a Redis outage, for as long as --wait allows (by default until Redis answers again);
+// the first failure is told on standard error, once.
 //
 // COMMAND runs in a process group of its own, and every signal dlock sends goes to that
 // whole group, so a shell script's children are reached too:

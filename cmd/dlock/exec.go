@@ -27,9 +27,9 @@ flock(1) does with a file: it waits for the lock (at most --wait; -n: not at all
 COMMAND, keeps the lease renewed while COMMAND runs, and releases the lock when COMMAND exits.
 Flags may come before or after TYPE TARGET; "--" ends them (needed when COMMAND starts with
 "-"). When the lock is not obtained COMMAND does not run and dlock exits 75, or the status
---conflict-exit-code gives (as flock -E). A wait goes on through a Redis outage, for as long
-as --wait allows (by default until Redis answers again); the first failure is told on
-standard error.
+--conflict-exit-code gives (as flock -E). A Redis that does not answer at the start is an
+error (69) at once; a wait that began goes on through a Redis outage, for as long as --wait
+allows (by default until Redis answers again); the first failure is told on standard error.
 
 With --shared (-s) COMMAND holds the read side of the read-write lock TYPE/TARGET, beside any
 number of other readers; with --exclusive (-x) its write side, alone (readers and writers of
