@@ -494,25 +494,22 @@ func TestPanickingClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lock once the client stopped panicking: %v", err)
 	}
-	// A waiter of another Generator subscribes, and the release notifies it, through the
-	// client while it panics again; the waiter still gets the lock (the poller finds it).
+	// The holder's release fails through the client while it panics again (it may have been
+	// sent: retried in the background); a waiter of another Generator still gets the lock.
 	g2, _ := newGen(t, dlock.WithDefaultLease(2*time.Second))
 	l2, _ := g2.Gen("PANIC", tg)
-	got := make(chan error, 1)
-	go func() {
-		o2, err := l2.Lock(lctx)
-		if err == nil {
-			err = o2.Unlock()
-		}
-		got <- err
-	}()
+	got := lockAsync(t, l2, lctx)
 	waitFor(t, func() bool { return len(stateOf(t, l2).Waiting) > 0 })
 	w.panics.Store(true)
 	if err := o.Unlock(); err == nil || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("Unlock through a client that panics = %v; want an error naming the panic", err)
 	}
 	w.panics.Store(false)
-	if err := <-got; err != nil {
+	o2 := recv(t, got, "the other Generator's waiter")
+	if o2 == nil {
+		t.FailNow()
+	}
+	if err := o2.Unlock(); err != nil {
 		t.Fatalf("the other Generator's waiter: %v", err)
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)

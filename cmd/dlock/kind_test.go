@@ -101,34 +101,11 @@ func TestKindFlagsContradict(t *testing.T) {
 // Redis still keeps what it is; nothing runs and nothing is removed.
 func TestKindMismatchIsRefused(t *testing.T) {
 	tg := target(t)
-	c := srv.Client()
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+	g, _, _ := heldReadWriteAndSemaphore(t, tg)
 	ctx := context.Background()
-	rw, err := g.GenRW("CLI", tg+"-rw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := g.GenSemaphore("CLI", tg+"-sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	idle, err := g.GenRW("CLI", tg+"-idle")
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, take := range []func() (*dlock.Owner, error){
-		func() (*dlock.Owner, error) { return rw.RLock(ctx) },
-		func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
-	} {
-		o, err := take()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = o.Unlock() })
 	}
 	o, err := idle.Lock(ctx) // let go at once: Redis keeps its kind
 	if err != nil {
@@ -189,36 +166,17 @@ func TestKindMismatchIsRefused(t *testing.T) {
 // report it free (status 0) and remove nothing.
 func TestOtherKindIsNamed(t *testing.T) {
 	tg := target(t)
-	c := srv.Client()
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+	g, rw, _ := heldReadWriteAndSemaphore(t, tg)
 	ctx := context.Background()
-	rw, err := g.GenRW("CLI", tg+"-rw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := g.GenSemaphore("CLI", tg+"-sem", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mutex, err := g.Gen("CLI", tg+"-mutex")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, take := range []func() (*dlock.Owner, error){
-		func() (*dlock.Owner, error) { return rw.RLock(ctx) },
-		func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
-		func() (*dlock.Owner, error) { return mutex.Lock(ctx) },
-	} {
-		o, err := take()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = o.Unlock() })
+	o, err := mutex.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = o.Unlock() })
 	for _, tc := range []struct {
 		target string
 		flags  []string
@@ -248,6 +206,39 @@ func TestOtherKindIsNamed(t *testing.T) {
 	if st, err := rw.State(ctx); err != nil || len(st.Holds) != 1 {
 		t.Fatalf("the read-write lock after: %+v, %v; want its read-hold kept", st, err)
 	}
+}
+
+// heldReadWriteAndSemaphore makes a Generator on srv, closed when t ends, and holds through it
+// a read-hold of the read-write lock CLI/tg-rw and one permit of the semaphore CLI/tg-sem of 2
+// permits, let go when t ends.
+func heldReadWriteAndSemaphore(t *testing.T, tg string) (*dlock.Generator, *dlock.RWLock, *dlock.Semaphore) {
+	t.Helper()
+	c := srv.Client()
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+	ctx := context.Background()
+	rw, err := g.GenRW("CLI", tg+"-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := g.GenSemaphore("CLI", tg+"-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, take := range []func() (*dlock.Owner, error){
+		func() (*dlock.Owner, error) { return rw.RLock(ctx) },
+		func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) },
+	} {
+		o, err := take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Unlock() })
+	}
+	return g, rw, sem
 }
 
 // TestStatusSharedWriteCountsOne: status --json of a read-write lock gives a write-hold and a
