@@ -1550,7 +1550,7 @@ func (p *RedisLockProcessor) Preload(ctx context.Context) error {
 		return err
 	}
 	for _, s := range p.scripts.run {
-		if err := s.Load(ctx, p.client).Err(); err != nil {
+		if err := Guard(func() error { return s.Load(ctx, p.client).Err() }); err != nil {
 			return processErr("script-load", "", err)
 		}
 	}

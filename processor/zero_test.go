@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +190,44 @@ func TestReplicaWaitBelowTheReadTimeout(t *testing.T) {
 			t.Errorf("%s, a replica wait of %v: %v", tc.name, tc.wait, err)
 		}
 	}
+}
+
+// A client of the user's that panics (a wrapper whose own field is nil) makes every request
+// that reaches it fail with an error naming the panic; none panics.
+func TestPanickingClientIsAnError(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	p, err := processor.NewRedisLockProcessor(panicking{c}, processor.Options{Publish: true, Mark: "zero-"}) // (the requests' locker's: Leave sends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range requests(p, context.Background(), cfg(t, "panics"), processor.Shared{Kind: processor.KindSem, Permits: 3}) {
+		if name == "Sharded" { // (asks nothing of a client that is not a Cluster's)
+			continue
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s panics: %v", name, r)
+				}
+			}()
+			if err := f(); err == nil || !strings.Contains(err.Error(), "the Redis client panicked") {
+				t.Errorf("%s: err = %v, want one naming the client's panic", name, err)
+			}
+		}()
+	}
+}
+
+// panicking is a client of the user's whose every command panics.
+type panicking struct{ redis.UniversalClient }
+
+func (panicking) Process(context.Context, redis.Cmder) error { panic("a nil field of the user's") }
+func (panicking) Get(context.Context, string) *redis.StringCmd {
+	panic("a nil field of the user's")
+}
+func (panicking) ScriptLoad(context.Context, string) *redis.StringCmd {
+	panic("a nil field of the user's")
+}
+func (panicking) Pipelined(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	panic("a nil field of the user's")
 }
