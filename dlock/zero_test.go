@@ -512,6 +512,25 @@ func TestPanickingClient(t *testing.T) {
 	if err := o2.Unlock(); err != nil {
 		t.Fatalf("the other Generator's waiter: %v", err)
 	}
+	// A waiter's subscription, silent for a while, publishes a probe (notify.go) through the
+	// client, which panics; the waiter still gets the lock when the other Generator lets go.
+	o3, err := l2.Lock(lctx)
+	if err != nil {
+		t.Fatalf("the other Generator's Lock: %v", err)
+	}
+	got = lockAsync(t, l, lctx)
+	waitFor(t, func() bool { return len(stateOf(t, l).Waiting) > 0 })
+	w.publishPanics.Store(true)
+	waitFor(t, func() bool { return w.publishPanicked.Load() > 0 })
+	if err := o3.Unlock(); err != nil {
+		t.Fatalf("the other Generator's Unlock: %v", err)
+	}
+	if o := recv(t, got, "the waiter whose probe panicked"); o == nil {
+		t.FailNow()
+	} else if err := o.Unlock(); err != nil {
+		t.Fatalf("the waiter whose probe panicked: %v", err)
+	}
+	w.publishPanics.Store(false)
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ccancel()
 	if err := g.Close(cctx); err != nil {
@@ -523,11 +542,11 @@ func TestPanickingClient(t *testing.T) {
 }
 
 // panickingClient is a user's client whose Process, Subscribe and Publish panic while panics
-// is set, counting the panics.
+// is set, and whose Publish alone panics while publishPanics is, counting the panics.
 type panickingClient struct {
 	redis.UniversalClient
-	panics   atomic.Bool
-	panicked atomic.Int32
+	panics, publishPanics     atomic.Bool
+	panicked, publishPanicked atomic.Int32
 }
 
 func (p *panickingClient) check() {
@@ -549,6 +568,10 @@ func (p *panickingClient) Subscribe(ctx context.Context, channels ...string) *re
 }
 
 func (p *panickingClient) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
+	if p.publishPanics.Load() {
+		p.publishPanicked.Add(1)
+		panic("publish: a nil field of the user's")
+	}
 	p.check()
 	return p.UniversalClient.Publish(ctx, channel, message)
 }
