@@ -4,14 +4,10 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -57,19 +53,20 @@ func startAuthRedis(t *testing.T) authServer {
 }
 
 // launchRedis starts redis-server on loopback with no persistence and the args that args gives
-// for n distinct free ports, as launch does, and returns those ports.
+// for n distinct free ports, as redistest.Launch does, and returns those ports.
 func launchRedis(t *testing.T, n int, args func(ports []string) []string, client func(ports []string) *redis.Client) []string {
 	t.Helper()
-	return launch(t, n, func(dir string, ports []string) []string {
+	return redistest.Launch(t, n, func(dir string, ports []string) []string {
 		return append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args(ports)...)
 	}, client)
 }
 
 // launchSentinel starts redis-server --sentinel with a config file, in a directory of its own,
-// holding the lines that lines gives for one free port, as launch does, and returns that port.
+// holding the lines that lines gives for one free port, as redistest.Launch does, and returns
+// that port.
 func launchSentinel(t *testing.T, lines func(port string) []string, client func(port string) *redis.Client) string {
 	t.Helper()
-	return launch(t, 1, func(dir string, ports []string) []string {
+	return redistest.Launch(t, 1, func(dir string, ports []string) []string {
 		conf := filepath.Join(dir, "sentinel.conf")
 		all := append([]string{"bind 127.0.0.1", "dir " + dir}, lines(ports[0])...)
 		if err := os.WriteFile(conf, []byte(strings.Join(all, "\n")+"\n"), 0o600); err != nil {
@@ -77,100 +74,6 @@ func launchSentinel(t *testing.T, lines func(port string) []string, client func(
 		}
 		return []string{conf, "--sentinel"}
 	}, func(ports []string) *redis.Client { return client(ports[0]) })[0]
-}
-
-// launch starts redis-server with the command line that args gives for a directory of its own
-// and n distinct loopback ports free a moment ago, waits until it answers the client that client
-// makes for those ports, and kills it when t ends. Another process may take a port between its
-// choice and the server's bind: a server that exits before it answers, having failed to bind, is
-// started again on new ports, and the answer must name the server's own process id, so a stranger
-// on the port never passes for it. Without redis-server it skips t (fails it with
-// DLOCK_REQUIRE_REDIS=1).
-func launch(t *testing.T, n int, args func(dir string, ports []string) []string, client func(ports []string) *redis.Client) []string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if redistest.Required() {
-			t.Fatal("DLOCK_REQUIRE_REDIS=1 but no redis-server on PATH")
-		}
-		t.Skip("needs redis-server on PATH")
-	}
-	for attempt := 1; ; attempt++ {
-		ports := freePorts(t, n)
-		dir := t.TempDir()
-		logFile := filepath.Join(dir, "log")
-		log, err := os.Create(logFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, args(dir, ports)...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() {
-			_ = cmd.Wait()
-			log.Close()
-			close(exited)
-		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
-		c := client(ports)
-		answered := answersAs(c, cmd.Process.Pid, exited)
-		c.Close()
-		if answered {
-			return ports
-		}
-		b, _ := os.ReadFile(logFile)
-		select {
-		case <-exited:
-			if attempt < 5 {
-				continue
-			}
-			t.Fatalf("redis-server exited at start %d times, last on ports %v: %s", attempt, ports, b)
-		default:
-			t.Fatalf("redis-server on ports %v did not answer within %v: %s", ports, patience, b)
-		}
-	}
-}
-
-// answersAs polls c until the server it reaches says it is process pid (true), the process has
-// exited, or patience has passed (false).
-func answersAs(c *redis.Client, pid int, exited <-chan struct{}) bool {
-	deadline := time.Now().Add(patience)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		info, err := c.Info(ctx, "server").Result()
-		cancel()
-		if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
-			return true
-		}
-		select {
-		case <-exited:
-			return false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return false
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	ports := make([]string, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports[i] = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -390,41 +293,5 @@ func TestDemoACLRefusal(t *testing.T) {
 	if r.code != exitNoPerm || !strings.Contains(r.stderr, "NOPERM") || !strings.Contains(r.stderr, s.addr) ||
 		strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || strings.Contains(r.stderr, aclPwd) {
 		t.Fatal(r)
-	}
-}
-
-// TestLaunchMovesOffATakenPort: a redis-server whose port another process took before it
-// bound it exits, and launch starts it again on new ports, which it returns.
-func TestLaunchMovesOffATakenPort(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	go func() { // a stranger that hangs up on everyone
-		for {
-			c, err := taken.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	takenPort := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
-	starts := 0
-	port := launchRedis(t, 1, func(ports []string) []string {
-		starts++
-		if starts == 1 {
-			return []string{"--port", takenPort}
-		}
-		return []string{"--port", ports[0]}
-	}, func(ports []string) *redis.Client {
-		if starts == 1 {
-			return redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + takenPort, MaxRetries: -1})
-		}
-		return redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + ports[0], MaxRetries: -1})
-	})[0]
-	if starts != 2 || port == takenPort {
-		t.Fatalf("started %d times, on port %s (taken %s); want a second start on a free port", starts, port, takenPort)
 	}
 }

@@ -59,15 +59,11 @@ func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
 func (c *Cluster) start() error {
 	total := c.masters * (1 + c.replicas)
 	for i := range total {
-		p, err := startProc(c.bin, "cluster"+strconv.Itoa(i), func(dir string, port int) ([]string, error) {
-			bus, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			return append(dataArgs(dir, port), "--cluster-enabled", "yes",
+		p, err := startProc(c.bin, "cluster"+strconv.Itoa(i), 2, func(dir string, ports []int) ([]string, error) {
+			return append(dataArgs(dir, ports[0]), "--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 				"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout/time.Millisecond)),
-				"--cluster-port", strconv.Itoa(bus),
+				"--cluster-port", strconv.Itoa(ports[1]),
 				// a replica fails over however long it was cut off from its master
 				"--cluster-replica-validity-factor", "0"), nil
 		})

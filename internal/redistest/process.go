@@ -25,7 +25,7 @@ var ErrNoRedisServer = errors.New("redistest: redis-server not on PATH")
 // Generous bounds for the launchers: they only turn a hang into an error, so they are set for a
 // loaded 2-core CI machine running several test binaries at once.
 const (
-	readyTimeout  = 20 * time.Second // a started process answers PING
+	readyTimeout  = 60 * time.Second // a started process answers
 	settleTimeout = 60 * time.Second // a deployment agrees on its topology
 	pollEvery     = 50 * time.Millisecond
 )
@@ -57,26 +57,27 @@ type proc struct {
 }
 
 // startProc makes a temporary directory and starts a redis-server in it. args builds the
-// command line for the process's directory and freshly chosen free ports; a process that dies
-// before it answers (a port taken meanwhile by someone else) is started again on new ports.
-func startProc(bin, name string, args func(dir string, port int) ([]string, error)) (*proc, error) {
+// command line for the process's directory and n distinct free ports, the first its client
+// port; a process that exits before it answers (a port taken meanwhile by someone else) is
+// started again on new ports.
+func startProc(bin, name string, n int, args func(dir string, ports []int) ([]string, error)) (*proc, error) {
 	dir, err := os.MkdirTemp("", "redistest-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
 	var last error
 	for range 5 {
-		port, err := freePort()
+		ports, err := freePorts(n)
 		if err != nil {
 			last = err
 			continue
 		}
-		a, err := args(dir, port)
+		a, err := args(dir, ports)
 		if err != nil {
 			last = err
 			continue
 		}
-		p := &proc{bin: bin, dir: dir, port: port, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		p := &proc{bin: bin, dir: dir, port: ports[0], addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 			args: a, log: filepath.Join(dir, "redis.log")}
 		if last = p.start(); last == nil {
 			return p, nil
@@ -86,48 +87,19 @@ func startProc(bin, name string, args func(dir string, port int) ([]string, erro
 	return nil, fmt.Errorf("redistest: start %s: %w", name, last)
 }
 
-// start runs the process (which must not be running) and waits until it answers PING.
+// start runs the process (which must not be running) and waits until it answers.
 func (p *proc) start(extra ...string) error {
-	cmd := exec.Command(p.bin, append(append([]string(nil), p.args...), extra...)...)
-	cmd.Dir = p.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 	admin := redis.NewClient(&redis.Options{Addr: p.addr, Protocol: 2, DisableIdentity: true,
 		MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, PoolSize: 2})
+	cmd, exited, err := spawn(p.bin, p.dir, append(append([]string(nil), p.args...), extra...), nil, admin)
+	if err != nil {
+		_ = admin.Close()
+		return fmt.Errorf("redis-server on %s: %w; %s", p.addr, err, p.logTail())
+	}
 	p.mu.Lock()
 	p.cmd, p.exited, p.admin = cmd, exited, admin
 	p.mu.Unlock()
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := admin.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			if err := answersAs(admin, cmd.Process.Pid); err != nil {
-				p.kill()
-				return err
-			}
-			return nil
-		}
-		select {
-		case <-exited:
-			p.kill()
-			return fmt.Errorf("redis-server on %s exited at start: %s", p.addr, p.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return fmt.Errorf("redis-server on %s did not answer within %v: %v; %s", p.addr, readyTimeout, err, p.logTail())
-		}
-		time.Sleep(pollEvery)
-	}
+	return nil
 }
 
 // running reports whether the process was started and not killed.

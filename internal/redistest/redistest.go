@@ -4,16 +4,13 @@
 package redistest
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -32,6 +29,7 @@ type Server struct {
 	port     int
 	dir      string // the server's own working directory, removed by Close
 	cmd      *exec.Cmd
+	exited   chan struct{} // closed once cmd has exited
 	mini     *miniredis.Miniredis
 }
 
@@ -65,8 +63,8 @@ func StartReal() (*Server, error) {
 		return nil, fmt.Errorf("redis-server not on PATH and REDIS_ADDR not set")
 	}
 	var last error
-	for range 5 { // (a port another test binary took meanwhile: again on a new one)
-		port, err := freePort()
+	for range 5 {
+		ports, err := freePorts(1)
 		if err != nil {
 			return nil, err
 		}
@@ -74,22 +72,13 @@ func StartReal() (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Real: true, port: port, dir: dir}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), Real: true, port: ports[0], dir: dir}
 		if last = s.launch(bin); last == nil {
 			return s, nil
 		}
 		s.Close()
 	}
 	return nil, last
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // launch starts redis-server in the server's own directory, with no data: a replica writes
@@ -99,43 +88,14 @@ func (s *Server) launch(bin string) error {
 	if err := os.Remove(filepath.Join(s.dir, "dump.rdb")); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--protected-mode", "no")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	s.cmd = cmd
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c.Ping(context.Background()).Err() == nil {
-			if err := answersAs(c, cmd.Process.Pid); err != nil {
-				s.Close()
-				return err
-			}
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	s.Close()
-	return fmt.Errorf("redis-server on %s did not answer within 10s", s.Addr)
-}
-
-// answersAs returns an error unless the server c reaches is process pid: another test
-// binary's server may have taken the port first (ours then exits, unable to bind), and two
-// packages sharing one server see each other's keys.
-func answersAs(c *redis.Client, pid int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	info, err := c.Info(ctx, "server").Result()
+	cmd, exited, err := spawn(bin, s.dir, []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--protected-mode", "no"}, nil, c)
 	if err != nil {
-		return err
+		return fmt.Errorf("redis-server on %s: %w", s.Addr, err)
 	}
-	if got := parseInfo(info)["process_id"]; got != strconv.Itoa(pid) {
-		return fmt.Errorf("redistest: another server (pid %s) answers on %s", got, c.Options().Addr)
-	}
+	s.cmd, s.exited = cmd, exited
 	return nil
 }
 
@@ -143,7 +103,7 @@ func answersAs(c *redis.Client, pid int) error {
 func (s *Server) Kill() {
 	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 		s.cmd = nil
 	}
 }

@@ -2,11 +2,14 @@ package redistest
 
 import (
 	"context"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // startReal starts a redis-server for the test, or skips without one (fails with
@@ -81,5 +84,42 @@ func TestStartOnATakenPortFails(t *testing.T) {
 	defer c.Close()
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("the first server after the attempts: %v", err)
+	}
+}
+
+// TestLaunchMovesOffATakenPort: a redis-server whose port another process took before it bound
+// it exits, and Launch starts it again on new ports, which it returns; the stranger on the
+// taken port never passes for it.
+func TestLaunchMovesOffATakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	go func() { // a stranger that hangs up on everyone
+		for {
+			c, err := taken.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	takenPort := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
+	starts := 0
+	port := Launch(t, 1, func(dir string, ports []string) []string {
+		starts++
+		if starts == 1 {
+			ports = []string{takenPort}
+		}
+		return []string{"--port", ports[0], "--bind", "127.0.0.1", "--save", "", "--dir", dir}
+	}, func(ports []string) *redis.Client {
+		if starts == 1 {
+			ports = []string{takenPort}
+		}
+		return redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + ports[0], MaxRetries: -1})
+	})[0]
+	if starts != 2 || port == takenPort {
+		t.Fatalf("started %d times, on port %s (taken %s); want a second start on a free port", starts, port, takenPort)
 	}
 }

@@ -69,8 +69,8 @@ func StartSentinel(sentinels int) (*Sentinel, error) {
 }
 
 func (s *Sentinel) start(sentinels int) error {
-	master, err := startProc(s.bin, "master", func(dir string, port int) ([]string, error) {
-		return dataArgs(dir, port), nil
+	master, err := startProc(s.bin, "master", 1, func(dir string, ports []int) ([]string, error) {
+		return dataArgs(dir, ports[0]), nil
 	})
 	if err != nil {
 		return err
@@ -78,8 +78,8 @@ func (s *Sentinel) start(sentinels int) error {
 	s.mu.Lock()
 	s.data = append(s.data, master)
 	s.mu.Unlock()
-	replica, err := startProc(s.bin, "replica", func(dir string, port int) ([]string, error) {
-		return append(dataArgs(dir, port), "--replicaof", "127.0.0.1", strconv.Itoa(master.port)), nil
+	replica, err := startProc(s.bin, "replica", 1, func(dir string, ports []int) ([]string, error) {
+		return append(dataArgs(dir, ports[0]), "--replicaof", "127.0.0.1", strconv.Itoa(master.port)), nil
 	})
 	if err != nil {
 		return err
@@ -94,7 +94,8 @@ func (s *Sentinel) start(sentinels int) error {
 	}
 	quorum := sentinels/2 + 1
 	for i := range sentinels {
-		p, err := startProc(s.bin, "sentinel"+strconv.Itoa(i), func(dir string, port int) ([]string, error) {
+		p, err := startProc(s.bin, "sentinel"+strconv.Itoa(i), 1, func(dir string, ports []int) ([]string, error) {
+			port := ports[0]
 			conf := filepath.Join(dir, "sentinel.conf")
 			text := strings.Join([]string{
 				"port " + strconv.Itoa(port),
