@@ -834,8 +834,8 @@ func TestSemaphoreSetPermitsChangesWhatMayBeAsked(t *testing.T) {
 	if err := sa.SetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(t, gotB, "the waiter for 2 of 1"); !errors.Is(err, dlock.ErrInvalidConfig) {
-		t.Fatalf("a waiter for 2 permits of 1: %v", err)
+	if err := recv(t, gotB, "the waiter for 2 of 1"); !errors.Is(err, dlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "count Redis keeps") {
+		t.Fatalf("a waiter for 2 permits of 1: %v; want ErrInvalidConfig naming Redis's count", err)
 	}
 	if st, err := sa.State(ctx); err != nil || len(st.Waiting) != 0 {
 		t.Fatalf("the refused waiter's entry: %+v %v", st.Waiting, err)

@@ -228,9 +228,11 @@ func (p *RedisLockProcessor) call(ctx context.Context, cfg domain.DLockConfig, s
 	return code, vals, acked, nil
 }
 
-// tooManyPermits is the refusal of a take of more permits than k, which the script said.
+// tooManyPermits is the refusal of a take of more permits than k, which the script said: the
+// k that Redis keeps, which may not be the one this process made the semaphore with.
 func tooManyPermits(cfg domain.DLockConfig, k any) error {
-	return fmt.Errorf("%w: more permits asked of %s than its %v", dlerrors.ErrInvalidConfig, cfg.UniqueKey(), k)
+	return fmt.Errorf("%w: more permits asked of %s than its %v, the count Redis keeps while the semaphore is in use (the first user's, or the last SetPermits's)",
+		dlerrors.ErrInvalidConfig, cfg.UniqueKey(), k)
 }
 
 // checkShared is check that also refuses a Shared that names no kind or no permits.
