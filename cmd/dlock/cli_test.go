@@ -199,6 +199,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--redis", "redis://localhost:6379/x", "CLI", "x"}, `invalid --redis "redis://localhost:6379/x": the path must be a database number, e.g. redis://localhost:6379/0`},
 		{[]string{"status", "--redis", "local\nhost:6379", "CLI", "x"}, `invalid --redis "local\nhost:6379": it holds a control character (a line break pasted with it?)`},
 		{[]string{"status", "--redis", "redis://localhost:6379?bogus=1", "CLI", "x"}, `invalid --redis "redis://localhost:6379?bogus=1": unknown URL parameter bogus (go-redis's ParseURL lists the known ones)`},
+		// more nodes or Sentinels in one addr= (as --redis takes them) are not go-redis's form
+		{[]string{"status", "--redis", "redis://h:1?master_name=m&addr=h:2,h:3", "CLI", "x"}, `invalid --redis "redis://h:1?master_name=m&addr=h:2,h:3": addr=h:2,h:3: one HOST:PORT per addr= parameter; repeat it for more: addr=HOST:PORT&addr=HOST:PORT`},
+		{[]string{"status", "--redis", "redis://h:1?addr=h:2,h:3", "CLI", "x"}, `invalid --redis "redis://h:1?addr=h:2,h:3": addr=h:2,h:3: one HOST:PORT per addr= parameter; repeat it for more: addr=HOST:PORT&addr=HOST:PORT`},
 		// a negative database, with which go-redis sends no SELECT (database 0 was used, without
 		// a word), and one past what SELECT takes, are refused as a bad database is
 		{[]string{"status", "--redis", "redis://h:1/-1", "CLI", "x"}, `invalid --redis "redis://h:1/-1": database -1 is negative: a database is a number from 0, e.g. redis://localhost:6379/0`},

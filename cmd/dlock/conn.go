@@ -470,12 +470,14 @@ Redis is --redis ADDR, else $DLOCK_REDIS, else $REDIS_URL, else ` + def + `; ADD
                                         SSL_CERT_FILE=ca.pem); unix:///path/redis.sock?db=N
   HOST:PORT,HOST:PORT,...               Redis Cluster nodes; one node with --cluster; as a
                                         URL: redis://:PASSWORD@HOST:PORT?addr=HOST2:PORT2
+                                        &addr=HOST3:PORT3 (one node per addr=)
   HOST:PORT,... --sentinel-master NAME  Sentinels, and the master NAME they watch (--redis
                                         names the Sentinels: --sentinel-master NAME --redis
                                         HOST:PORT,HOST:PORT); as a URL:
                                         redis://SENTINEL:PORT/DB?master_name=NAME&addr=...
-                                        &password=PASSWORD (a USER:PASSWORD@ before the host
-                                        is the Sentinels' own, as go-redis reads it)
+                                        &password=PASSWORD (one more Sentinel per addr=; a
+                                        USER:PASSWORD@ before the host is the Sentinels'
+                                        own, as go-redis reads it)
 URL parameters are go-redis's (dial_timeout=3s, client_name=..., skip_verify=true, ...). A
 password on the command line can be read by other users of the machine (ps): prefer
 $DLOCK_REDIS or $REDIS_URL for it. Messages show a password as xxxxx.

@@ -86,6 +86,7 @@
 //	                                        the master NAME that these Sentinels watch
 //	redis://SENTINEL:PORT/DB?master_name=NAME&addr=SENTINEL2:PORT&password=PASSWORD
 //
+// In a URL, each further Cluster node or Sentinel has an addr= of its own (addr=H2:P&addr=H3:P).
 // URLs are parsed by go-redis (redis.ParseURL, ParseClusterURL, ParseFailoverURL), so their
 // parameters are go-redis's: dial_timeout=3s, read_timeout, client_name, protocol, pool_size,
 // skip_verify=true (TLS without checking the certificate), and so on; an unknown parameter is

@@ -374,6 +374,8 @@ func goRedisReason(err error) error {
 		return fmt.Errorf("unknown URL parameter %s (go-redis's ParseURL lists the known ones)", strings.TrimPrefix(msg, "unexpected option: "))
 	case strings.HasPrefix(msg, "invalid URL path"), strings.HasPrefix(msg, "invalid database number"):
 		return errors.New("the path must be a database number, e.g. redis://localhost:6379/0")
+	case strings.HasPrefix(msg, "unable to parse addr param: ") && strings.Contains(msg, ","):
+		return fmt.Errorf("addr=%s: one HOST:PORT per addr= parameter; repeat it for more: addr=HOST:PORT&addr=HOST:PORT", strings.TrimPrefix(msg, "unable to parse addr param: "))
 	}
 	return errors.New(msg)
 }
