@@ -98,7 +98,9 @@ func (g *Generator) Multi(locks ...*DistributedReentrantLock) (*MultiLock, error
 // kinds of lock over one key, or one semaphore with two counts of permits, are refused
 // (ErrInvalidConfig): the second would wait for the first, or one count would be dropped; so
 // are fewer than one permit of a semaphore, which no Lock could take, and a Part not made by
-// this package's handles (a type that embeds Part). After Close it returns ErrClosed.
+// this package's handles (a type that embeds Part). More permits than the semaphore's count
+// are refused by Lock and TryLock, against the count Redis keeps then (SetPermits may change
+// it), with what was taken given back. After Close it returns ErrClosed.
 func (g *Generator) MultiOf(parts ...Part) (*MultiLock, error) {
 	if g == nil || g.proc == nil {
 		return nil, errZeroGenerator
