@@ -17,11 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Every redis-server the tests start goes through spawn, on ports from freePorts. A port is
-// free only a moment: another process (another test binary's server, a Cluster node's bus) may
-// take it before the server binds it. The server then exits at start, and its launcher starts
-// it again on new ports; and a server counts as up only once it answers with its own process
-// id, so a stranger on the port never passes for it.
+// Every redis-server the tests start runs on ports from freePorts. A port is free only a
+// moment: another process (another test binary's server, a Cluster node's bus) may take it
+// before the server binds it. The server then exits at start, and its launcher starts it again
+// on new ports; and a server counts as up only once it answers with its own process id
+// (answersAs), so a stranger on the port never passes for it.
 
 // errExited: the server exited before it answered, most often because a port was taken.
 var errExited = errors.New("exited at start")

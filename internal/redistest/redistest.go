@@ -4,13 +4,16 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -29,7 +32,6 @@ type Server struct {
 	port     int
 	dir      string // the server's own working directory, removed by Close
 	cmd      *exec.Cmd
-	exited   chan struct{} // closed once cmd has exited
 	mini     *miniredis.Miniredis
 }
 
@@ -83,27 +85,42 @@ func StartReal() (*Server, error) {
 
 // launch starts redis-server in the server's own directory, with no data: a replica writes
 // the data it receives from its master to dump.rdb there, which a redis-server started in that
-// directory would load (in a shared one, such as /tmp, any server's start or Restart).
+// directory would load (in a shared one, such as /tmp, any server's start or Restart). Unlike
+// spawn, it leaves no goroutine waiting for the process, which lives as long as the test binary
+// or until Kill: tests that check for leaked goroutines run while it restarts.
 func (s *Server) launch(bin string) error {
 	if err := os.Remove(filepath.Join(s.dir, "dump.rdb")); err != nil && !os.IsNotExist(err) {
 		return err
 	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--protected-mode", "no")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.cmd = cmd
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
-	cmd, exited, err := spawn(bin, s.dir, []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--protected-mode", "no"}, nil, c)
-	if err != nil {
-		return fmt.Errorf("redis-server on %s: %w", s.Addr, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c.Ping(context.Background()).Err() == nil {
+			if err := answersAs(c, cmd.Process.Pid); err != nil {
+				s.Close()
+				return err
+			}
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	s.cmd, s.exited = cmd, exited
-	return nil
+	s.Close()
+	return fmt.Errorf("redis-server on %s did not answer within 10s", s.Addr)
 }
 
 // Kill ends a started redis-server with SIGKILL (it keeps nothing).
 func (s *Server) Kill() {
 	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
-		<-s.exited
+		_ = s.cmd.Wait()
 		s.cmd = nil
 	}
 }
