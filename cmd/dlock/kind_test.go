@@ -213,12 +213,7 @@ func TestOtherKindIsNamed(t *testing.T) {
 // permits, let go when t ends.
 func heldReadWriteAndSemaphore(t *testing.T, tg string) (*dlock.Generator, *dlock.RWLock, *dlock.Semaphore) {
 	t.Helper()
-	c := srv.Client()
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
+	g := testGenerator(t, 5*time.Second)
 	ctx := context.Background()
 	rw, err := g.GenRW("CLI", tg+"-rw")
 	if err != nil {
@@ -249,13 +244,7 @@ func TestStatusSharedWriteCountsOne(t *testing.T) {
 	tg := target(t)
 	gens := make([]*dlock.Generator, 2)
 	for i := range gens {
-		c := srv.Client()
-		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
-		gens[i] = g
+		gens[i] = testGenerator(t, 5*time.Second)
 	}
 	ctx := context.Background()
 	rw, err := gens[0].GenRW("CLI", tg)
@@ -318,13 +307,7 @@ func TestReleaseForceShared(t *testing.T) {
 	tg := target(t)
 	gens := make([]*dlock.Generator, 3)
 	for i := range gens {
-		c := srv.Client()
-		g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = g.Close(context.Background()); _ = c.Close() })
-		gens[i] = g
+		gens[i] = testGenerator(t, time.Second)
 	}
 	ctx := context.Background()
 	rw, err := gens[0].GenRW("CLI", tg)

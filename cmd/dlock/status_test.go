@@ -14,9 +14,9 @@ import (
 	"github.com/dlockgo/dlock/internal/redistest"
 )
 
-// holdLock takes CLI/target with lease, with a Generator of its own (another "process"),
-// until t ends.
-func holdLock(t *testing.T, target string, lease time.Duration) (*dlock.DistributedReentrantLock, *dlock.Owner, uint64) {
+// testGenerator returns a Generator of its own (another "process") on srv with lease as its
+// default, closed with its client when t ends.
+func testGenerator(t *testing.T, lease time.Duration) *dlock.Generator {
 	t.Helper()
 	c := srv.Client()
 	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
@@ -27,7 +27,14 @@ func holdLock(t *testing.T, target string, lease time.Duration) (*dlock.Distribu
 		_ = g.Close(context.Background())
 		_ = c.Close()
 	})
-	l, err := g.Gen("CLI", target)
+	return g
+}
+
+// holdLock takes CLI/target with lease, with a Generator of its own (another "process"),
+// until t ends.
+func holdLock(t *testing.T, target string, lease time.Duration) (*dlock.DistributedReentrantLock, *dlock.Owner, uint64) {
+	t.Helper()
+	l, err := testGenerator(t, lease).Gen("CLI", target)
 	if err != nil {
 		t.Fatal(err)
 	}
