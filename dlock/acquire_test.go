@@ -18,6 +18,7 @@ import (
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/internal/faultproxy"
+	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -2710,5 +2711,162 @@ func TestTakeCutAtTheGateForARenewalIsNotGivenBack(t *testing.T) {
 		if l[0] == "release" && !took[l[1]] {
 			t.Errorf("a release of %s, whose take was never sent: %v", l[1], log)
 		}
+	}
+}
+
+// An attempt left while its first request still asks a Cluster's servers whether they have
+// sharded pub/sub (COMMAND INFO), before any script of the Generator's was sent, may yet send
+// its take once the answer comes, on a client that sends under an ended context (a hook that
+// detaches it, here: call does not count on the client to honour it). The leave or give-back
+// that fails meanwhile at the same question waits for that request (lateRequests) before it
+// finds that nothing was sent: it is sent once the take ran and lets the key go, rather than
+// leave it held for a lease.
+func TestAttemptLeftWhileAskingIsGivenBackOnceItSends(t *testing.T) {
+	cl := redistest.NeedCluster(t, 3, 0)
+	const lease = 3 * time.Second // (a shared take's request is left after a third of it)
+	sharedOp := func(op string) func(args []any) bool {
+		return func(args []any) bool {
+			n, _ := args[2].(int) // (EVALSHA sha numkeys keys... op ...)
+			return processor.ScriptName(args) == "shared" && len(args) > 3+n && args[3+n] == op
+		}
+	}
+	script := func(name string) func(args []any) bool {
+		return func(args []any) bool { return processor.ScriptName(args) == name }
+	}
+	for _, c := range []struct {
+		name          string
+		tries         int                   // the clean-up's failures before it decides (a leave: one; a shared release: three)
+		take, cleanUp func(args []any) bool // their scripts
+		lock          func(g *dlock.Generator, tg string) func(context.Context) error
+		try           func(g *dlock.Generator, tg string) func(context.Context) (*dlock.Owner, bool, error)
+	}{
+		{"mutex", 1, script("lock"), script("leave"),
+			func(g *dlock.Generator, tg string) func(context.Context) error {
+				l := mustGen(t, g, "LEFTASKING", tg, lease)
+				return func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
+			},
+			func(g *dlock.Generator, tg string) func(context.Context) (*dlock.Owner, bool, error) {
+				return mustGen(t, g, "LEFTASKING", tg, lease).TryLock
+			}},
+		{"write side", 3, sharedOp("take"), sharedOp("release"),
+			func(g *dlock.Generator, tg string) func(context.Context) error {
+				l := rwOf(t, g, tg)
+				return func(ctx context.Context) error { _, err := l.Lock(ctx); return err }
+			},
+			func(g *dlock.Generator, tg string) func(context.Context) (*dlock.Owner, bool, error) {
+				return rwOf(t, g, tg).TryLock
+			}},
+		{"semaphore", 3, sharedOp("take"), sharedOp("release"),
+			func(g *dlock.Generator, tg string) func(context.Context) error {
+				s := semOf(t, g, tg, 1)
+				return func(ctx context.Context) error { _, err := s.Acquire(ctx, 1); return err }
+			},
+			func(g *dlock.Generator, tg string) func(context.Context) (*dlock.Owner, bool, error) {
+				s := semOf(t, g, tg, 1)
+				return func(ctx context.Context) (*dlock.Owner, bool, error) { return s.TryAcquire(ctx, 1) }
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			asking, answer, took, cleaned := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+			failed := make(chan struct{}, 16)
+			var first, tookOnce, cleanedOnce sync.Once
+			var answered, taken atomic.Bool // answer is closed; took is
+			stop := make(chan struct{})     // the test is over
+			client, clientT := cl.Client(), cl.Client()
+			// Until the clean-up decided, every question fails but the first that bears a
+			// deadline, the take's, held until then (the notifier's bears none: its failures are
+			// retried, and the poller covers meanwhile); then the take goes first.
+			client.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				_, bounded := ctx.Deadline()
+				ctx = context.WithoutCancel(ctx)
+				args := cmd.Args()
+				question := len(args) >= 2 && strings.EqualFold(fmt.Sprint(args[0]), "command")
+				if answered.Load() && !taken.Load() && !c.take(args) && (question || processor.ScriptName(args) != "") {
+					select { // (the clean-up retried at once goes after the take)
+					case <-took:
+					case <-stop:
+					}
+				}
+				if question && !answered.Load() {
+					held := false
+					if bounded {
+						first.Do(func() { held = true })
+					}
+					if !held {
+						err := errors.New("dial tcp: connect: connection refused (injected)")
+						cmd.SetErr(err)
+						if bounded {
+							select {
+							case failed <- struct{}{}:
+							default:
+							}
+						}
+						return err
+					}
+					close(asking)
+					select {
+					case <-answer:
+					case <-stop:
+					}
+				}
+				err := next(ctx, cmd)
+				switch {
+				case err != nil || !answered.Load():
+				case c.take(args):
+					taken.Store(true)
+					tookOnce.Do(func() { close(took) })
+				case c.cleanUp(args):
+					cleanedOnce.Do(func() { close(cleaned) })
+				}
+				return err
+			}})
+			g, err := dlock.NewGenerator(client, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gt, err := dlock.NewGenerator(clientT, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				close(stop)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				for _, g := range []*dlock.Generator{g, gt} {
+					if err := g.Close(ctx); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				}
+				client.Close()
+				clientT.Close()
+			})
+			tg := uniqueTarget(t)
+			ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+			got := make(chan error, 1)
+			go func() { got <- c.lock(g, tg)(ctx) }()
+			recv(t, asking, "the take's question")
+			cancel()
+			if err := recv(t, got, "the take"); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatalf("the take left: %v, want ErrNotObtained", err)
+			}
+			for range c.tries {
+				recv(t, failed, "the clean-up's failure")
+			}
+			answered.Store(true)
+			close(answer)
+			recv(t, took, "the take, sent once its question was answered")
+			recv(t, cleaned, "the clean-up, sent once the take ran")
+			other, octx := c.try(gt, tg), ctxT(t, 30*time.Second)
+			waitFor(t, func() bool {
+				o, ok, err := other(octx)
+				if ok {
+					err = o.Unlock()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			})
+		})
 	}
 }
