@@ -78,6 +78,33 @@ func TestFailedReleaseOfALongHoldIsRetried(t *testing.T) {
 	}
 }
 
+// A release that Redis keeps failing is sent again at most once a tenth of the lease (at most
+// 50 ms apart), for the mutex, the write side and the semaphore: the family's, retried within
+// one send and then owed, pauses as long after its last try before it is sent again while
+// nothing else is due, not at once. Once Redis answers, the Unlock ends: the release went
+// through, or (the mutex's) it said the failure and the retry goes on in the background.
+func TestLastingReleaseFailureIsNoBusyLoop(t *testing.T) {
+	const lease = 5 * time.Second // (a release is owed for its lease: longer than the count)
+	heldOfEachKind(t, lease, isRelease, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
+		failing.Store(1)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- owned.Unlock() }()
+		start := time.Now()
+		time.Sleep(2 * time.Second)
+		n, elapsed := int64(failing.Swap(0)-1), time.Since(start)
+		if bound := 2 + int64(elapsed/(50*time.Millisecond)); n > bound || n < 3 {
+			t.Fatalf("%d releases in %v while Redis failed them, want 3 to %d", n, elapsed, bound)
+		}
+		t.Logf("%d releases in %v while Redis failed them", n, elapsed)
+		if err := recv(t, unlocked, "the Unlock once Redis answers"); err != nil && !errors.Is(err, errInjected) {
+			t.Fatalf("Unlock = %v, want nil or the injected failure", err)
+		}
+		if err := g.Close(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatalf("Close once Redis answers = %v, want nil: the release went through", err)
+		}
+	})
+}
+
 // An Unlock whose release gets no answer within the lease returns a *RedisProcessError that
 // says so on one line (a log line stays one line), matching the deadline.
 func TestUnlockUnansweredWithinTheLease(t *testing.T) {

@@ -683,15 +683,18 @@ func (st *sharedState) planOther(now time.Time) action {
 		close(front.done)
 		return action{again: true}
 	}
-	if len(st.owed) > 0 {
+	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !now.Before(o.retryAt) }); i >= 0 {
 		// releases that Redis failed go again once nothing else is due: a take is never
 		// held up by them (it goes, and fails or not on its own, as the mutex's does while
 		// its give-back is retried in the background)
-		return st.payOwed(0)
+		return st.payOwed(i)
 	}
 	next := time.Time{}
+	for _, o := range st.owed {
+		next = earliest(next, o.retryAt)
+	}
 	if st.attempt == nil && len(st.waiters) > 0 && st.growAt.After(now) {
-		next = st.growAt
+		next = earliest(next, st.growAt)
 	}
 	if st.attempt == nil && st.spec.Kind == processor.KindSem && len(st.waiters) > 0 {
 		next = earliest(next, st.waiters[0].since.Add(growPatience(st.cfg)))
@@ -712,7 +715,7 @@ func (st *sharedState) planOther(now time.Time) action {
 	if st.attempt != nil {
 		next = earliest(next, st.attempt.pollAt)
 	}
-	if len(st.holds) == 0 && len(st.waiters) == 0 && st.attempt == nil {
+	if len(st.holds) == 0 && len(st.waiters) == 0 && st.attempt == nil && len(st.owed) == 0 {
 		return st.drop()
 	}
 	if next.IsZero() && len(st.waiters) > 0 {
@@ -920,7 +923,11 @@ func (st *sharedState) planClose() action {
 	if len(st.owed) > 0 {
 		o := st.owed[0]
 		st.owed = st.owed[1:]
-		return action{closing: true, do: st.pay(o)}
+		pay := st.pay(o)
+		return action{closing: true, do: func(ctx context.Context) {
+			sleep(ctx, time.Until(o.retryAt)) // (its pause, as plan keeps it; an ended ctx sends nothing)
+			pay(ctx)
+		}}
 	}
 	if len(st.holds) > 0 {
 		h := st.holds[0]
@@ -969,6 +976,7 @@ type owedRelease struct {
 	last, end uint64        // the tokens it gives back (unused)
 	until     time.Time     // its lease's end: a release that failed is owed again until then
 	failed    bool          // Redis failed it: it goes after any take due (reowe)
+	retryAt   time.Time     // with failed: not sent again before then (reowe)
 	byClose   bool          // Close lets go of a holding this process held to the end: a failure is Close's to report
 	closed    []*shareOwner // with byClose: the owners Close ended, told of a loss the release finds
 	fate      []chan error  // told what became of it
@@ -1121,10 +1129,16 @@ func (st *sharedState) payOwed(i int) action {
 // reowe owes o again, whose release failed with err (oweAgain). One cut short for a renewal
 // due goes first again; one that Redis failed goes after any take due, so that a release
 // that keeps failing never holds up the takes (a TryLock is one request: it would wait for
-// the release's whole lease, and a Lock would give up naming no failure of its own). The
+// the release's whole lease, and a Lock would give up naming no failure of its own), and
+// after the pause that parts its own tries (release): a release that Redis keeps failing is
+// sent at most once a retryPause, not at once again and again while nothing else is due. The
 // caller holds mu.
 func (st *sharedState) reowe(o owedRelease, err error) {
 	o.failed = !errors.Is(err, errMakeWay)
+	o.retryAt = time.Time{}
+	if o.failed {
+		o.retryAt = time.Now().Add(retryPause(st.cfg))
+	}
 	st.owed = append(st.owed, o)
 }
 
