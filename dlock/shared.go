@@ -89,7 +89,6 @@ type shareHold struct {
 	downing  bool      // a downgrade is on its way or unresolved: nobody may borrow what it gives back (a writer, permits)
 	downTo   string    // the locker of a downgrade whose outcome is unknown, sent again until known ...
 	downN    int64     // ... and the permits it keeps (see shrinkTo)
-	passes   int       // rw: writers lent in a row past a queued reader
 	renewAt  time.Time
 	check    bool            // a ForceRelease here may have removed it unheard: renew at once, also after the answer of a renewal (or downgrade) sent before
 	soonest  time.Time       // a renewal to lend it (stale) may be sent from then
@@ -127,9 +126,6 @@ func tell(cs []chan error, err error) {
 	}
 }
 func (h *shareHold) idle() bool { return h.readers == 0 && h.writers == 0 }
-
-// writeBatch bounds the writers a write-hold serves in a row past a reader queued before them.
-const writeBatch = 16
 
 // writeBlock is how many fencing tokens a write-hold reserves at a time, each writer it serves
 // having one of its own. Once half are used while writers wait, a refill (a renewal) reserves
@@ -416,29 +412,13 @@ var errStateDropped = errors.New("dlock: shared state dropped")
 func (st *sharedState) lendLocked() {
 	now := time.Now()
 	for len(st.waiters) > 0 {
-		i, w := 0, st.waiters[0]
+		w := st.waiters[0]
 		h := st.holdFor(w, now)
-		if h == nil && st.spec.Kind == processor.KindRW {
-			// the writers queued behind readers pass them onto an idle write-hold: one
-			// hold serves a batch of writes (at most writeBatch in a row)
-			i = slices.IndexFunc(st.waiters, func(x *shareWaiter) bool { return x.write })
-			if i > 0 {
-				w = st.waiters[i]
-				if h = st.holdFor(w, now); h != nil && h.passes >= writeBatch {
-					h = nil
-				}
-			}
-		}
 		if h == nil {
 			break
 		}
-		if i > 0 {
-			h.passes++
-		} else {
-			h.passes = 0
-		}
 		st.lend(h, w)
-		st.waiters = slices.Delete(st.waiters, i, i+1)
+		st.waiters = st.waiters[1:]
 		w.hold, w.token, w.passed = h, h.token, !h.fresh
 		close(w.done)
 	}
