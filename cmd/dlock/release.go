@@ -139,7 +139,7 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 	case err != nil:
 		say("%s: holder %s was already gone: nothing removed", name, shown(victim))
 	case st.Holder == "":
-		say("%s: holder %s was already gone, the lock is not held: nothing removed", name, shown(victim))
+		say("%s: holder %s was already gone, the lock is not held: nothing removed%s", name, shown(victim), besides(c.otherKind(cfg, false)))
 	default:
 		say("%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed",
 			name, shown(victim), shown(st.Holder))
@@ -187,7 +187,7 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 		if removed {
 			say("released %s: removed holder %s", name, shown(v))
 		} else {
-			say("%s: holder %s was already gone: nothing removed", name, shown(v))
+			say("%s: holder %s was already gone: nothing removed%s", name, shown(v), besides(c.otherKind(cfg, true)))
 		}
 	}
 	return nil
