@@ -194,15 +194,18 @@
 //	./step1 && ./step2
 //	kill "$COPROC_PID"; wait "$COPROC_PID"       # releases; 76 if the lock had been lost
 //
-// If the lock is lost while held, lock says so in one line on standard error and exits 76 at
-// once. A signal while it still waits ends the wait with 128+signal, nothing held.
+// If the lock is lost while held, lock says so in one line on standard error and exits 76 as
+// soon as it learns of it (a key deleted by another: at the next renewal, within three
+// quarters of the lease). A signal while it still waits ends the wait with 128+signal, nothing held.
 //
 // # status
 //
 // status reads the lock's state in one round trip that changes nothing (lock.State) and prints
 // it for a person, or with --json as one JSON object on one line whose field names are stable:
 // type, target, key, held, holder, mine, reserved_for, lease_left_ms, fence, waiting,
-// local_waiters. Durations are whole milliseconds. waiting lists every process waiting in line
+// local_waiters. On an error nothing is written to standard output, --json or not: the error
+// is one line on standard error, and the exit status says what failed. Durations are whole
+// milliseconds. waiting lists every process waiting in line
 // that a release would grant the lock to (their locker prefixes; not one that died or stopped
 // renewing its place), first in line first: always a list, [] when none. mine and
 // local_waiters are always false: the tool holds and waits for nothing itself. JSON strings

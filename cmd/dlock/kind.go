@@ -141,8 +141,16 @@ func describeHolds(st dlock.SharedState) string {
 		case st.Kind == "rw":
 			parts = append(parts, shown(h.Locker)+" (read)")
 		default:
-			parts = append(parts, fmt.Sprintf("%s (%d permits)", shown(h.Locker), h.Permits))
+			parts = append(parts, fmt.Sprintf("%s (%s)", shown(h.Locker), nPermits(h.Permits)))
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// nPermits says n permits: "1 permit", "2 permits".
+func nPermits(n int64) string {
+	if n == 1 {
+		return "1 permit"
+	}
+	return fmt.Sprintf("%d permits", n)
 }

@@ -35,8 +35,10 @@ that started it: the trap releases it when the script exits early):
   kill "$COPROC_PID"; wait "$COPROC_PID"     # releases the lock; 76 if it had been lost
 
 If the lock is lost while held (its key deleted or taken, or renewals failing until the lease
-ran out), dlock says so on standard error and exits 76 at once: whoever acts under the lock
-must watch for that (a script: wait on dlock's process). If dlock is killed with SIGKILL, the
+ran out), dlock says so on standard error and exits 76 as soon as it learns of it: at once
+when the lease runs out, and at the next renewal (within three quarters of the lease) when
+another deleted the key. Whoever acts under the lock must watch for that (a script: wait on
+dlock's process). If dlock is killed with SIGKILL, the
 lock expires when its lease runs out.
 ` + redisHelp + `
 exit status:

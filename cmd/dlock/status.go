@@ -49,7 +49,8 @@ the processes waiting in line with what they wait for. --json then prints:
   waiting               [{process, permits, write}], first in line first
                         (a holding's or waiter's permits: a semaphore's; 1 for "rw", read
                         or write)
-  fence                 the last fencing token handed out
+  fence                 the last fencing token reserved: a write-hold reserves a block of
+                        them, so it may be above every token a writer has had
 A read-write lock asked for with --semaphore, or a semaphore with --shared or --exclusive, is
 refused as exec and release refuse it (status 2), while Redis keeps what the lock is.
 
@@ -58,6 +59,10 @@ hand) --json writes each invalid byte as U+FFFD, and says on standard error whic
 could not give byte for byte; the text form shows them as they are. A holder or waiting
 process there with control characters or bytes that are not UTF-8 (a key set by hand) is
 shown quoted as a Go string, "\x1b...".
+
+When the state cannot be read (Redis unreachable, a refusal), nothing is written to standard
+output, --json or not: the error is one line of text on standard error, and the exit status
+says what failed.
 ` + redisHelp + `
 exit status:
   0        the state was read (whether held or not)
@@ -256,28 +261,28 @@ func sharedStatus(out cli, r redisFlags, kind *kindFlags, asJSON bool, typ, targ
 	w := new(strings.Builder) // written at once, so that a failed write is told (as --json's)
 	name := "read-write lock"
 	if st.Kind == "sem" {
-		name = fmt.Sprintf("semaphore of %d permits", st.Permits)
+		name = "semaphore of " + nPermits(st.Permits)
 	}
 	fmt.Fprintf(w, "lock:        %s/%s (%s, keys %s)\n", cfg.LockType(), cfg.LockTarget(), name, sharedKeys(cfg))
 	if len(st.Holds) == 0 {
 		fmt.Fprintf(w, "state:       free\n")
 	}
 	for _, h := range j.Holds {
-		what := fmt.Sprintf("%d permits", h.Permits)
+		what := nPermits(h.Permits)
 		if st.Kind == "rw" {
 			what = map[bool]string{true: "write", false: "read"}[h.Write]
 		}
 		fmt.Fprintf(w, "holding:     %s (%s), token %d, lease left %v\n", shown(h.Locker), what, h.Token, time.Duration(h.LeaseLeftMS)*time.Millisecond)
 	}
 	for i, q := range j.Waiting {
-		what := fmt.Sprintf("%d permits", q.Permits)
+		what := nPermits(q.Permits)
 		if st.Kind == "rw" {
 			what = map[bool]string{true: "write", false: "read"}[q.Write]
 		}
 		fmt.Fprintf(w, "waiting:     %d. %s (%s)\n", i+1, shown(q.Process), what)
 	}
 	if st.Fence > 0 {
-		fmt.Fprintf(w, "fence:       %d (the last fencing token handed out)\n", st.Fence)
+		fmt.Fprintf(w, "fence:       %d (the last fencing token reserved)\n", st.Fence)
 	}
 	_, err = io.WriteString(out.stdout, w.String())
 	return err
