@@ -603,7 +603,7 @@ func (st *sharedState) plan() action {
 func (st *sharedState) planOther(now time.Time) action {
 	g := st.g
 	lease := st.cfg.Lease()
-	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !o.failed }); i >= 0 {
+	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return o.retryAt.IsZero() }); i >= 0 { // (none that Redis failed)
 		return st.payOwed(i)
 	}
 	// a holding nobody borrows goes back, unless it serves the front waiter; one that lends
@@ -955,8 +955,7 @@ type owedRelease struct {
 	origin    uint64        // the token the holding was taken with, as its renewals name it (0 if unknown)
 	last, end uint64        // the tokens it gives back (unused)
 	until     time.Time     // its lease's end: a release that failed is owed again until then
-	failed    bool          // Redis failed it: it goes after any take due (reowe)
-	retryAt   time.Time     // with failed: not sent again before then (reowe)
+	retryAt   time.Time     // set when Redis failed it: it goes after any take due, and not before then (reowe)
 	byClose   bool          // Close lets go of a holding this process held to the end: a failure is Close's to report
 	closed    []*shareOwner // with byClose: the owners Close ended, told of a loss the release finds
 	fate      []chan error  // told what became of it
@@ -1114,9 +1113,8 @@ func (st *sharedState) payOwed(i int) action {
 // sent at most once a retryPause, not at once again and again while nothing else is due. The
 // caller holds mu.
 func (st *sharedState) reowe(o owedRelease, err error) {
-	o.failed = !errors.Is(err, errMakeWay)
 	o.retryAt = time.Time{}
-	if o.failed {
+	if !errors.Is(err, errMakeWay) {
 		o.retryAt = time.Now().Add(retryPause(st.cfg))
 	}
 	st.owed = append(st.owed, o)
