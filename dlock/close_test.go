@@ -181,14 +181,22 @@ func TestCloseAfterTheClientClosed(t *testing.T) {
 // A Close whose release of a held lock Redis fails says so: for the mutex, the read-write lock
 // and the semaphore alike, its error is a *RedisProcessError wrapping the failure (the key
 // stays held in Redis until its lease runs out). The family's driver sends the release again
-// until the lease ends, then reports it. (The lease is long enough that a stalled process
-// neither loses the holding before Close nor sees a request's bound, a third of the lease,
-// pass before its injected failure is read: either would make Close report something else.)
+// until the lease ends, at most once a tenth of the lease (50 ms at most) as an Unlock's
+// release (TestLastingReleaseFailureIsNoBusyLoop), then reports it. (The lease is long enough
+// that a stalled process neither loses the holding before Close nor sees a request's bound, a
+// third of the lease, pass before its injected failure is read: either would make Close
+// report something else.)
 func TestCloseReportsAReleaseRedisFailed(t *testing.T) {
 	t.Parallel() // (its own keys and clients; it waits for the leases of the retried releases)
 	heldOfEachKind(t, 2*time.Second, isRelease, func(t *testing.T, g *dlock.Generator, owned *dlock.Owner, failing *atomic.Int32) {
 		failing.Store(1)
+		start := time.Now()
 		err := g.Close(ctxT(t, 20*time.Second))
+		n, elapsed := int64(failing.Load()-1), time.Since(start)
+		if bound := 2 + int64(elapsed/(50*time.Millisecond)); n > bound {
+			t.Fatalf("Close sent %d releases in %v while Redis failed them, want at most %d", n, elapsed, bound)
+		}
+		t.Logf("Close sent %d releases in %v while Redis failed them", n, elapsed)
 		var pe *dlock.RedisProcessError
 		if !errors.As(err, &pe) || !errors.Is(err, errInjected) {
 			t.Fatalf("Close with its release failed by Redis = %v, want a *RedisProcessError wrapping the failure", err)
