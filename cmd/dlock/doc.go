@@ -196,7 +196,8 @@
 //
 // If the lock is lost while held, lock says so in one line on standard error and exits 76 as
 // soon as it learns of it (a key deleted by another: at the next renewal, within three
-// quarters of the lease). A signal while it still waits ends the wait with 128+signal, nothing held.
+// quarters of the lease). A signal while it still waits ends the wait with 128+signal,
+// nothing held.
 //
 // # status
 //
@@ -205,9 +206,9 @@
 // type, target, key, held, holder, mine, reserved_for, lease_left_ms, fence, waiting,
 // local_waiters. On an error nothing is written to standard output, --json or not: the error
 // is one line on standard error, and the exit status says what failed. Durations are whole
-// milliseconds. waiting lists every process waiting in line
-// that a release would grant the lock to (their locker prefixes; not one that died or stopped
-// renewing its place), first in line first: always a list, [] when none. mine and
+// milliseconds. waiting lists every process waiting in line that a release would grant the
+// lock to (their locker prefixes; not one that died or stopped renewing its place), first in
+// line first: always a list, [] when none. mine and
 // local_waiters are always false: the tool holds and waits for nothing itself. JSON strings
 // are Unicode: in a field that is not valid UTF-8 (a target so named, a key set by hand)
 // --json writes each invalid byte as U+FFFD, and says on standard error which fields it could

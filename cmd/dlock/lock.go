@@ -38,8 +38,7 @@ If the lock is lost while held (its key deleted or taken, or renewals failing un
 ran out), dlock says so on standard error and exits 76 as soon as it learns of it: at once
 when the lease runs out, and at the next renewal (within three quarters of the lease) when
 another deleted the key. Whoever acts under the lock must watch for that (a script: wait on
-dlock's process). If dlock is killed with SIGKILL, the
-lock expires when its lease runs out.
+dlock's process). If dlock is killed with SIGKILL, the lock expires when its lease runs out.
 ` + redisHelp + `
 exit status:
   0        the lock was held, and released after SIGINT, SIGTERM, SIGHUP or SIGQUIT
