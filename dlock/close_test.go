@@ -2354,7 +2354,7 @@ func TestCloseReportsAnOwnerUnlockedAsCloseReturns(t *testing.T) {
 // Close removed, about one round in six hung.)
 func TestCloseRacingAnUnlockThatWouldKeepTheKey(t *testing.T) {
 	for round := range 60 {
-		la, _, ga, _, a := relockPair(t, time.Minute, dlock.WithHoldOver(true))
+		la, _, ga, _, a := relockPair(t, time.Minute, dlock.WithHoldOver(true), dlock.WithLocalHandOff(time.Hour))
 		ctx := ctxT(t, 30*time.Second)
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- a.Unlock() }()

@@ -645,7 +645,7 @@ func TestForceReleaseOfAKeptKeyAfterARenewalTellsNoLossOfTheHoldingThatLetGo(t *
 	rec := &recorder{}
 	core, logs := observer.New(zap.WarnLevel)
 	ca := &counter{}
-	ga, cla := newGen(t, dlock.WithHoldOver(true), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+	ga, cla := newGen(t, dlock.WithHoldOver(true), dlock.WithLocalHandOff(time.Hour), dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
 	gb, _ := newGen(t)
 	cla.AddHook(ca)
 	ga.Relock(time.Minute)

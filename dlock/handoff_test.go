@@ -2595,7 +2595,7 @@ func TestHoldOverLetsTheKeyGoWhenNobodyComesBack(t *testing.T) {
 			if how == "Close" {
 				linger = time.Minute
 			}
-			la, lb, ga, _, a := relockPair(t, linger, dlock.WithHoldOver(true))
+			la, lb, ga, _, a := relockPair(t, linger, dlock.WithHoldOver(true), dlock.WithLocalHandOff(time.Hour))
 			ctx := ctxT(t, 30*time.Second)
 			admin := rawClient(t)
 			if err := a.Unlock(); err != nil {
@@ -2638,13 +2638,17 @@ func TestHoldOverLetsTheKeyGoWhenNobodyComesBack(t *testing.T) {
 func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
 	for _, how := range []string{"the linger ends", "Close", "a goroutine renews", "a yield check gets no answer"} {
 		t.Run(how, func(t *testing.T) {
-			linger, opts := 100*time.Millisecond, []dlock.Option{dlock.WithHoldOver(true)}
+			// (The Unlock below keeps the key only within the hand-off limit of the take: a
+			// limit of an hour, or of a second where the test goes past it, leaves room for a
+			// busy machine between the two.)
+			linger, limit := 100*time.Millisecond, time.Hour
 			if how != "the linger ends" {
 				linger = time.Minute
 			}
 			if how == "a yield check gets no answer" {
-				opts = append(opts, dlock.WithLocalHandOff(200*time.Millisecond))
+				limit = time.Second
 			}
+			opts := []dlock.Option{dlock.WithHoldOver(true), dlock.WithLocalHandOff(limit)}
 			rec := &recorder{}
 			core, logs := observer.New(zap.WarnLevel)
 			var mute atomic.Bool
@@ -2675,7 +2679,7 @@ func TestHoldOverTellsTheLossItsReleaseFinds(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "a yield check gets no answer":
-				time.Sleep(250 * time.Millisecond) // past the hand-off limit: the goroutine that comes back renews with a yield check
+				time.Sleep(limit + 100*time.Millisecond) // past the hand-off limit: the goroutine that comes back renews with a yield check
 				mute.Store(true)
 				lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 				_, err := la.Lock(lctx)
