@@ -1247,15 +1247,16 @@ func (st *sharedState) newHold(locker string, n int64, token uint64, sent time.T
 }
 
 // renewed counts h's lease from sent, the send time of a request that found it held, less the
-// drift allowance. The next renewal is due at three quarters of the lease, or at once when the
-// channel was subscribed again after sent (a W may have gone unheard after the request ran).
-// The caller holds mu.
+// drift allowance. The next renewal is due a quarter of the lease before that end, as the
+// mutex's (three quarters of the lease less the allowance: at 30 ms, 7.5 ms before the lease
+// runs out by this process's clock, not 5.2), or at once when the channel was subscribed
+// again after sent (a W may have gone unheard after the request ran). The caller holds mu.
 func (st *sharedState) renewed(h *shareHold, sent time.Time) {
 	h.answer()
 	h.lapse.Store(nil)
 	lease := st.cfg.Lease()
 	h.valid = domain.HeldUntil(sent, lease) // (the drift allowance, as the mutex's tenure)
-	h.renewAt = sent.Add(lease * 3 / 4)
+	h.renewAt = h.valid.Add(-lease / 4)
 	if st.subAt.After(sent) || h.check {
 		h.renewAt = time.Now()
 	}
