@@ -1052,8 +1052,13 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 // no second try changes the answer (it ran and found nothing: errGone), nothing of the
 // Generator's was ever sent (nothingSent), or the Generator's clean-up is over.
 func (st *sharedState) oweAgain(o owedRelease, err error) bool {
-	cut := errors.Is(err, errMakeWay) || (errors.Is(err, context.Canceled) && st.g.done.Err() != nil)
-	return err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && !st.g.nothingSent(err) && (time.Now().Before(o.until) || cut) && st.g.clean.Err() == nil
+	return err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && !st.g.nothingSent(err) && (time.Now().Before(o.until) || st.cut(err)) && st.g.clean.Err() == nil
+}
+
+// cut reports whether err says that a request was cut short before its bound, not failed by
+// Redis: by the driver for a renewal due (errMakeWay), or by Close.
+func (st *sharedState) cut(err error) bool {
+	return errors.Is(err, errMakeWay) || (errors.Is(err, context.Canceled) && st.g.done.Err() != nil)
 }
 
 // refusedForGood reports whether a request failed in a way no second try changes: the client
@@ -1105,16 +1110,16 @@ func (st *sharedState) payOwed(i int) action {
 	return action{do: st.pay(o)}
 }
 
-// reowe owes o again, whose release failed with err (oweAgain). One cut short for a renewal
-// due goes first again; one that Redis failed goes after any take due, so that a release
-// that keeps failing never holds up the takes (a TryLock is one request: it would wait for
-// the release's whole lease, and a Lock would give up naming no failure of its own), and
-// after the pause that parts its own tries (release): a release that Redis keeps failing is
-// sent at most once a retryPause, not at once again and again while nothing else is due. The
-// caller holds mu.
+// reowe owes o again, whose release failed with err (oweAgain). One cut short (for a renewal
+// due, or by Close) goes first again, at once; one that Redis failed goes after any take due,
+// so that a release that keeps failing never holds up the takes (a TryLock is one request: it
+// would wait for the release's whole lease, and a Lock would give up naming no failure of its
+// own), and after the pause that parts its own tries (release): a release that Redis keeps
+// failing is sent at most once a retryPause, not at once again and again while nothing else
+// is due. The caller holds mu.
 func (st *sharedState) reowe(o owedRelease, err error) {
 	o.retryAt = time.Time{}
-	if !errors.Is(err, errMakeWay) {
+	if !st.cut(err) {
 		o.retryAt = time.Now().Add(retryPause(st.cfg))
 	}
 	st.owed = append(st.owed, o)
