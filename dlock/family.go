@@ -920,9 +920,10 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 	}
 	so.count++
 	o := so.public.Value()
-	if o == nil { // (collected, its clean-up not run yet: this Owner takes its place)
+	if o == nil { // (collected, its clean-up not run yet: this Owner takes its place, and its clean-up the other's, which finds it and does nothing)
 		o = &Owner{ctx: so.ctx, sh: so}
 		so.public = weak.Make(o)
+		runtime.AddCleanup(o, func(so *shareOwner) { so.dropped() }, so)
 		return o
 	}
 	if ctx == context.Context(o) {
