@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/processor"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -79,9 +80,8 @@ func TestFailedReleaseOfALongHoldIsRetried(t *testing.T) {
 }
 
 // A release that Redis keeps failing is sent again at most once a tenth of the lease (at most
-// 50 ms apart), for the mutex, the write side and the semaphore: the family's, retried within
-// one send and then owed, pauses as long after its last try before it is sent again while
-// nothing else is due, not at once. Once Redis answers, the Unlock ends: the release went
+// 50 ms apart), for the mutex, the write side and the semaphore: the family's, owed again after
+// each try, pauses as long before it is sent again while nothing else is due, not at once. Once Redis answers, the Unlock ends: the release went
 // through, or (the mutex's) it said the failure and the retry goes on in the background.
 func TestLastingReleaseFailureIsNoBusyLoop(t *testing.T) {
 	const lease = 5 * time.Second // (a release is owed for its lease: longer than the count)
@@ -103,6 +103,75 @@ func TestLastingReleaseFailureIsNoBusyLoop(t *testing.T) {
 			t.Fatalf("Close once Redis answers = %v, want nil: the release went through", err)
 		}
 	})
+}
+
+// While Redis fails them, the give-backs of a key go again one a pause between them all, for
+// the mutex, the read-write lock and the semaphore, not each one a pause: a TryLock in a loop
+// on a failing Redis gives back an attempt each time (its outcome is unknown), and each
+// give-back is retried for a lease — one a pause each, they were thousands a second after the
+// loop stopped.
+func TestGiveBacksRedisFailsGoAgainOneAPauseBetweenThemAll(t *testing.T) {
+	const lease = 5 * time.Second // (a give-back is retried for a lease: longer than the count)
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			var failing atomic.Bool
+			var releases atomic.Int64
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !failing.Load() || processor.ScriptName(cmd.Args()) == "" {
+					return next(ctx, cmd)
+				}
+				if isRelease(cmd.Args()) {
+					releases.Add(1)
+				}
+				cmd.SetErr(errInjected)
+				return errInjected
+			}})
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg := uniqueTarget(t)
+			try := func(ctx context.Context) (*dlock.Owner, error) {
+				var o *dlock.Owner
+				var err error
+				switch kind {
+				case "mutex":
+					o, _, err = mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx)
+				case "rw":
+					o, _, err = rwOf(t, g, tg).TryLock(ctx)
+				default:
+					o, _, err = semOf(t, g, tg, 2).TryAcquire(ctx, 1)
+				}
+				return o, err
+			}
+			pause := lease / 10 // the mutex's
+			if kind != "mutex" {
+				pause = 50 * time.Millisecond // the family's: at most 50 ms
+			}
+			ctx := ctxT(t, 20*time.Second)
+			failing.Store(true)
+			const tries = 50
+			for i := range tries {
+				if o, err := try(ctx); o != nil || !errors.Is(err, errInjected) {
+					t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
+				}
+			}
+			waitFor(t, func() bool { return releases.Load() >= tries }) // (each gives back its attempt once at once, perhaps after it returned)
+			before, start := releases.Load(), time.Now()
+			time.Sleep(time.Second)
+			n, elapsed := releases.Load()-before, time.Since(start)
+			failing.Store(false)
+			if bound := 2 + int64(elapsed/pause); n > bound || n < 1 {
+				t.Fatalf("%d releases in %v after %d TryLocks that Redis failed, want 1 to %d: one a pause (%v) between them all", n, elapsed, tries, bound, pause)
+			}
+			t.Logf("%d releases in %v after %d TryLocks that Redis failed", n, elapsed, tries)
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("Close once Redis answers = %v", err)
+			}
+		})
+	}
 }
 
 // An Unlock whose release gets no answer within the lease returns a *RedisProcessError that
@@ -642,13 +711,13 @@ func TestReleaseRetryRefusedByRedisStopsAndSaysSo(t *testing.T) {
 	}
 }
 
-// A release of the lock family that Redis fails again and again, retried within one send and
-// then owed and sent again, logs each failed try with its number over all of them: 1, 2, 3,
-// 4, ... — not a count that starts again at 1 with every send.
+// A release of the lock family that Redis fails again and again, owed and sent again, logs
+// each failed try with its number over all of them: 1, 2, 3, 4, ... — not a count that starts
+// again at 1 with every time it is owed.
 func TestFamilyReleaseRetriesLogTheirTryNumber(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel) // (at Warn once a minute, else at Debug)
 	g, c := newGen(t, dlock.WithLogger(zap.New(core)), dlock.WithDefaultLease(5*time.Second))
-	const failures = 5 // more than one send's tries
+	const failures = 5 // (owed again after each)
 	var fails atomic.Int32
 	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		if scriptIs("shared")(cmd.Args()) && slices.Contains(cmd.Args(), any("release")) && fails.Add(-1) >= 0 {
@@ -727,5 +796,101 @@ func TestFailedReleasesWarnOnceAMinute(t *testing.T) {
 		if f := e.ContextMap(); f["key"] == nil || f["error"] == nil {
 			t.Fatalf("the line %q does not name the key and the error: %v", e.Message, f)
 		}
+	}
+}
+
+// A release of the lock family that Redis fails goes again after the take of a TryLock that
+// came meanwhile: the try waits for one request of the release, not for its tries and the
+// pauses between them (a release of the read-write lock or the semaphore retried within one
+// driver step held a TryLock up by two pauses with fast failures, by a third of the lease
+// with failures that come late).
+func TestFamilyReleaseThatRedisFailsHoldsUpATryByOneRequest(t *testing.T) {
+	for _, kind := range []string{"rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			var failing atomic.Bool
+			var mu sync.Mutex
+			var ops []string
+			firstFailed, goOn := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				op := sharedArg(cmd.Args(), "op")
+				if op == "" {
+					return next(ctx, cmd)
+				}
+				mu.Lock()
+				ops = append(ops, op)
+				mu.Unlock()
+				if op != "release" || !failing.Load() {
+					return next(ctx, cmd)
+				}
+				once.Do(func() {
+					close(firstFailed)
+					<-goOn // (Redis's failure comes once the TryLock waits)
+				})
+				cmd.SetErr(errInjected)
+				return errInjected
+			}})
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close(context.Background())
+			ctx := ctxT(t, 20*time.Second)
+			tg := uniqueTarget(t)
+			rw, sem := rwOf(t, g, tg), semOf(t, g, tg, 2)
+			var owned *dlock.Owner
+			var unique string
+			if kind == "rw" {
+				owned, err = rw.Lock(ctx)
+				unique = rw.Config().UniqueKey()
+			} else {
+				owned, err = sem.Acquire(ctx, 1)
+				unique = sem.Config().UniqueKey()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			failing.Store(true)
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- owned.Unlock() }()
+			recv(t, firstFailed, "the release")
+			type try struct {
+				o   *dlock.Owner
+				err error
+			}
+			tried := make(chan try, 1)
+			go func() {
+				var r try
+				if kind == "rw" {
+					r.o, _, r.err = rw.TryLock(ctx)
+				} else {
+					r.o, _, r.err = sem.TryAcquire(ctx, 1)
+				}
+				tried <- r
+			}()
+			waitFor(t, func() bool { return g.SharedWaiters(unique) == 1 })
+			close(goOn)
+			r := recv(t, tried, "the TryLock")
+			failing.Store(false)
+			if r.err != nil {
+				t.Fatalf("TryLock while a release failed = %v, want an answer of its own take", r.err)
+			}
+			if r.o != nil {
+				if err := r.o.Unlock(); err != nil {
+					t.Fatalf("Unlock of what the TryLock took = %v", err)
+				}
+			}
+			if err := recv(t, unlocked, "the Unlock once Redis answers"); err != nil {
+				t.Fatalf("Unlock once Redis answers = %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			at := slices.Index(ops, "release")
+			if at < 0 || at+1 >= len(ops) || ops[at+1] != "take" {
+				t.Fatalf("the shared requests were %v: after the first release Redis failed, want the TryLock's take, not the release again", ops)
+			}
+		})
 	}
 }

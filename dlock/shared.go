@@ -57,6 +57,7 @@ type sharedState struct {
 	growN    int64          // sem: the permits the ask refused that set growAt: a front waiter asking fewer may ask before it; guarded by mu
 	growWake How            // what lets the next attempt after growAt be sent (Observer): polled, notified, or retry; guarded by mu
 	owed     []owedRelease  // releases to send: of holdings let go, and of lockers that may hold in Redis unknown to this process; guarded by mu
+	failing  time.Time      // after a release Redis failed: no release it failed goes again before then (sent, due); guarded by mu
 	lapsed   []error        // Close's releases of holdings given up (Redis failed them till their lease ran out, or refused them): Close reports them; guarded by mu
 	exited   chan struct{}  // closed when the driver ended
 }
@@ -663,7 +664,14 @@ func (st *sharedState) planOther(now time.Time) action {
 		close(front.done)
 		return action{again: true}
 	}
-	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !now.Before(o.retryAt) }); i >= 0 {
+	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool {
+		return o.failed != nil && !o.retryAt.IsZero() && now.After(o.until) && st.failing.After(now)
+	}); i >= 0 {
+		o := st.owed[i]
+		st.owed = slices.Delete(st.owed, i, i+1)
+		return action{do: func(context.Context) { st.settle(o, false, o.failed) }} // (reowe)
+	}
+	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !now.Before(st.due(o)) }); i >= 0 {
 		// releases that Redis failed go again once nothing else is due: a take is never
 		// held up by them (it goes, and fails or not on its own, as the mutex's does while
 		// its give-back is retried in the background)
@@ -671,13 +679,17 @@ func (st *sharedState) planOther(now time.Time) action {
 	}
 	next := time.Time{}
 	for _, o := range st.owed {
-		next = earliest(next, o.retryAt)
+		next = earliest(next, st.due(o))
 	}
 	if st.attempt == nil && len(st.waiters) > 0 && st.growAt.After(now) {
 		next = earliest(next, st.growAt)
 	}
 	if st.attempt == nil && st.spec.Kind == processor.KindSem && len(st.waiters) > 0 {
-		next = earliest(next, st.waiters[0].since.Add(growPatience(st.cfg)))
+		// (past it, the front asked above unless a holding held back by a force serves it:
+		// the force's answer pokes the driver, which must not spin meanwhile)
+		if at := st.waiters[0].since.Add(growPatience(st.cfg)); at.After(now) {
+			next = earliest(next, at)
+		}
 	}
 	for _, h := range st.holds {
 		if h.ctx.Err() != nil {
@@ -903,9 +915,9 @@ func (st *sharedState) planClose() action {
 	if len(st.owed) > 0 {
 		o := st.owed[0]
 		st.owed = st.owed[1:]
-		pay := st.pay(o)
+		pay, due := st.pay(o), st.due(o)
 		return action{closing: true, do: func(ctx context.Context) {
-			sleep(ctx, time.Until(o.retryAt)) // (its pause, as plan keeps it; an ended ctx sends nothing)
+			sleep(ctx, time.Until(due)) // (its pause, as plan keeps it; an ended ctx sends nothing)
 			pay(ctx)
 		}}
 	}
@@ -968,6 +980,9 @@ type owedRelease struct {
 	// tries counts its sends (a release-then-take's too), of which each but the last failed or
 	// went unanswered: a copy of one may have settled the locker
 	tries int
+	// failed is the last failure Redis made of it: what its Unlock is told when Close gives up
+	// on it before a later try is answered
+	failed error
 }
 
 // letGo returns the release of h, which left the holdings. The caller holds mu.
@@ -1002,48 +1017,64 @@ func (st *sharedState) pay(o owedRelease) func(ctx context.Context) {
 			st.mu.Unlock()
 			return
 		}
-		if o.downTo != "" {
-			d := st.mayHold(o.downTo)
-			if replaced {
-				d.byClose, d.closed, d.heldUntil = o.byClose, o.closed, o.until
-			}
-			st.mu.Lock()
-			st.owed = append(st.owed, d)
-			st.mu.Unlock()
-		}
-		if err != nil && o.byClose && len(o.fate) == 0 && !errors.Is(err, errGone) {
-			// (one an Unlock waits for is that Unlock's to report, as the mutex's)
-			var pe *RedisProcessError
-			if !errors.As(err, &pe) {
-				err = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: err}
-			}
-			st.mu.Lock()
-			st.lapsed = append(st.lapsed, err)
-			st.mu.Unlock()
-		}
-		lostBy := o.until
-		if !o.heldUntil.IsZero() {
-			lostBy = o.heldUntil
-		}
-		if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(lostBy) {
-			// A loss, as one an Unlock's release finds (an answer after the lease ran out
-			// finds the holding expired: no loss): told after the owners' release (ErrClosed).
-			st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", o.locker), zap.Error(err))
-			st.mu.Lock()
-			for _, so := range o.closed {
-				st.lost = append(st.lost, so.loss(err))
-			}
-			st.mu.Unlock()
-		}
-		if err == nil || errors.Is(err, errGone) {
-			// permits of this process are free in Redis: a goroutine of it waiting for more
-			// than its holdings serve asks now (no release tells it, but it knows of its own)
-			st.mu.Lock()
-			st.growAt, st.growWake = time.Time{}, HowRetry
-			st.mu.Unlock()
-		}
-		tell(o.fate, err)
+		st.settle(o, replaced, err)
 	}
+}
+
+// settle ends o, owed no more, with err, the outcome of its last send (replaced: it found the
+// holding let go otherwise, by its downgrade): its downgrade's locker is let go next, and its
+// Unlocks, Close and the Observer are told.
+func (st *sharedState) settle(o owedRelease, replaced bool, err error) {
+	if st.cut(err) && st.g.clean.Err() != nil {
+		// Close gave up before Redis answered it (perhaps before it was sent again after
+		// a failure): said so, as the Unlock that waits for it says it, with the failure
+		// Redis made of it before if any — not as the cut request's error
+		err = o.failed
+		if err == nil {
+			err = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: errCloseGaveUp}
+		}
+	}
+	if o.downTo != "" {
+		d := st.mayHold(o.downTo)
+		if replaced {
+			d.byClose, d.closed, d.heldUntil = o.byClose, o.closed, o.until
+		}
+		st.mu.Lock()
+		st.owed = append(st.owed, d)
+		st.mu.Unlock()
+	}
+	if err != nil && o.byClose && len(o.fate) == 0 && !errors.Is(err, errGone) {
+		// (one an Unlock waits for is that Unlock's to report, as the mutex's)
+		var pe *RedisProcessError
+		if !errors.As(err, &pe) {
+			err = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: err}
+		}
+		st.mu.Lock()
+		st.lapsed = append(st.lapsed, err)
+		st.mu.Unlock()
+	}
+	lostBy := o.until
+	if !o.heldUntil.IsZero() {
+		lostBy = o.heldUntil
+	}
+	if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(lostBy) {
+		// A loss, as one an Unlock's release finds (an answer after the lease ran out
+		// finds the holding expired: no loss): told after the owners' release (ErrClosed).
+		st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", o.locker), zap.Error(err))
+		st.mu.Lock()
+		for _, so := range o.closed {
+			st.lost = append(st.lost, so.loss(err))
+		}
+		st.mu.Unlock()
+	}
+	if err == nil || errors.Is(err, errGone) {
+		// permits of this process are free in Redis: a goroutine of it waiting for more
+		// than its holdings serve asks now (no release tells it, but it knows of its own)
+		st.mu.Lock()
+		st.growAt, st.growWake = time.Time{}, HowRetry
+		st.mu.Unlock()
+	}
+	tell(o.fate, err)
 }
 
 // oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
@@ -1114,9 +1145,16 @@ func (st *sharedState) payOwed(i int) action {
 // due, or by Close) goes first again, at once; one that Redis failed goes after any take due,
 // so that a release that keeps failing never holds up the takes (a TryLock is one request: it
 // would wait for the release's whole lease, and a Lock would give up naming no failure of its
-// own), and after the pause that parts its own tries (release): a release that Redis keeps
-// failing is sent at most once a retryPause, not at once again and again while nothing else
-// is due. The caller holds mu.
+// own), and after a pause: a release that Redis keeps failing is sent at most once a
+// retryPause, not at once again and again while nothing else is due. The caller holds mu.
+//
+// While Redis fails them, the releases it failed go again one a pause between them all, not
+// each one a pause (failing, due): a TryLock in a loop on a failing Redis gives back an
+// attempt each time, and each give-back is owed for a line entry's life — sent again each on
+// its own pause, they were tens of thousands a second after the loop stopped. One that Redis
+// answers lets the others go at once (sent). One whose lease ran out meanwhile is settled
+// unsent (planOther): what it lets go has expired, and sent each once more, they would go
+// all at once, to a Redis that still fails.
 func (st *sharedState) reowe(o owedRelease, err error) {
 	o.retryAt = time.Time{}
 	if !st.cut(err) {
@@ -1125,34 +1163,54 @@ func (st *sharedState) reowe(o owedRelease, err error) {
 	st.owed = append(st.owed, o)
 }
 
-// release lets o's locker go in Redis, trying a few times while ctx allows, and counts its
-// sends in o.tries. A holding that reserved a block of tokens up to o.end, of which it handed
-// out up to o.last, gives back the rest; one taken with the token o.origin is let go only as
-// that holding (processor.SharedReleaseOf). It returns errGone when Redis held nothing of the
-// locker (removed by force, lost by Redis, or taken anew by a late copy of its take after
-// Redis lost it), nil when it let go — also when a copy of this release ran before and its
-// reply was lost, or the holding was let go otherwise (Settled: then settled is set, at the
-// first send only) — else the last failure.
+// due returns when o, owed, may be sent (reowe). The caller holds mu.
+func (st *sharedState) due(o owedRelease) time.Time {
+	if o.retryAt.IsZero() || o.retryAt.After(st.failing) {
+		return o.retryAt // (one cut short goes at once)
+	}
+	return st.failing
+}
+
+// sent records what Redis made of a send of o's release (err: nil if it answered): one it
+// failed holds back the others it failed (failing) and is what o's Unlocks are told if Close
+// gives up on it (failed); one it answered lets them go. The caller holds mu.
+func (st *sharedState) sent(o *owedRelease, err error) {
+	switch {
+	case err == nil:
+		st.failing = time.Time{}
+	case redisFault(err):
+		o.failed, st.failing = err, time.Now().Add(retryPause(st.cfg))
+	}
+}
+
+// release sends the release of o's locker to Redis once, and counts the send in o.tries: a
+// release that Redis failed is owed again (reowe) and goes after any take due, so that a take
+// that comes meanwhile (a TryLock is one request) waits for one request of it, not for its
+// tries and their pauses. A holding that reserved a block of tokens up to o.end, of which it
+// handed out up to o.last, gives back the rest; one taken with the token o.origin is let go
+// only as that holding (processor.SharedReleaseOf). It returns errGone when Redis held nothing
+// of the locker (removed by force, lost by Redis, or taken anew by a late copy of its take
+// after Redis lost it), nil when it let go — also when a copy of this release ran before and
+// its reply was lost, or the holding was let go otherwise (Settled: then settled is set, at
+// the first send only) — else the failure.
 func (st *sharedState) release(ctx context.Context, o *owedRelease) (settled bool, err error) {
-	for i := 0; ; i++ {
-		o.tries++
-		r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
-			return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end)
-		})
-		switch {
-		case err == nil && r.Outcome == processor.Gone:
-			return false, errGone
-		case err == nil:
-			return r.Outcome == processor.Settled && o.tries == 1, nil // (after a failed try, settled may be that try's doing)
-		case !redisFault(err):
-			return false, err // Close ended ctx, or the driver cut it short for a renewal (owed again): no failure of Redis's
-		}
+	o.tries++
+	r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
+		return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end)
+	})
+	st.mu.Lock()
+	st.sent(o, err)
+	st.mu.Unlock()
+	switch {
+	case err == nil && r.Outcome == processor.Gone:
+		return false, errGone
+	case err == nil:
+		return r.Outcome == processor.Settled && o.tries == 1, nil // (after a failed try, settled may be that try's doing)
+	case redisFault(err):
 		st.g.releaseFailed("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", o.tries), zap.Error(err))
 		st.redisError("release", err)
-		if i == 2 || processor.ClientClosed(err) || !sleep(ctx, retryPause(st.cfg)) { // (a closed client sends nothing more)
-			return false, err
-		}
 	}
+	return false, err // (else Close ended ctx, or the driver cut it short for a renewal: no failure of Redis's)
 }
 
 var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, or lost by Redis)", ErrLockLost)
@@ -1540,6 +1598,11 @@ func (st *sharedState) payThenTake(o owedRelease, a *shareAttempt) func(ctx cont
 			}
 		}
 		st.mu.Lock()
+		if r.Let != 0 { // (the release ran)
+			st.sent(&o, nil)
+		} else {
+			st.sent(&o, err)
+		}
 		owed := r.Let == 0 && st.oweAgain(o, err)
 		if owed {
 			st.reowe(o, err)

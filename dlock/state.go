@@ -119,6 +119,10 @@ type lockState struct {
 	// hide a removal of the key that a later try of the retry would have found (answered
 	// settled).
 	retried processor.Unreleased
+	// failing is when the last try of a give-back that Redis failed went or failed (zero once
+	// Redis answers one), and answered is closed when Redis answers one (retryWait).
+	failing  time.Time
+	answered chan struct{}
 	// relock says that goroutines of this process take the key again at once after it lets
 	// it go (a Lock came within relockWindow of the last release, relockBy): an Unlock that
 	// grants the key to another process then stands in line again in the same script, so

@@ -583,6 +583,13 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 			tried = nil
 		}
 		if err == nil {
+			st.mu.Lock()
+			st.failing = time.Time{} // (Redis answers: the others waiting go: retryWait)
+			if st.answered != nil {
+				close(st.answered)
+				st.answered = nil
+			}
+			st.mu.Unlock()
 			// (Judged by the answer's arrival, not the request's send: a request sent in time
 			// may have run after the key expired with its lease, held up on its way.)
 			if res.Outcome == processor.Gone && time.Now().Before(held) {
@@ -595,11 +602,56 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 				zap.String("locker", locker), zap.Error(err))
 			return err
 		}
+		if !st.retryWait(err, lease/10, until) {
+			return err
+		}
+	}
+}
+
+// retryWait waits after a give-back's try that Redis failed with err, for its next: pause on
+// (lease/10: its own), and while Redis fails them, pause after the key's last try of any
+// give-back (failing), not pause after its own only: a TryLock in a loop on a failing Redis
+// leaves a give-back per try, each retried for a lease, and they were thousands a second
+// after the loop stopped. A give-back that Redis answers lets every other go at once
+// (answered); one whose until passed goes then, its last try (giveBack). A failure before
+// sending while nothing was sent waits for the requests still running instead (lateEnd). It
+// returns false when Close ended the wait.
+func (st *lockState) retryWait(err error, pause time.Duration, until time.Time) bool {
+	st.mu.Lock()
+	if now := time.Now(); now.After(st.failing) {
+		st.failing = now
+	}
+	st.mu.Unlock()
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-st.g.clean.Done():
+		return false
+	case <-st.g.lateEnd(err):
+		return true
+	case <-t.C:
+	}
+	for {
+		now := time.Now()
+		st.mu.Lock()
+		if st.failing.IsZero() || !now.Before(st.failing.Add(pause)) || now.After(until) {
+			st.failing = now // (this try's: the others wait a pause after it)
+			st.mu.Unlock()
+			return true
+		}
+		d := min(st.failing.Add(pause).Sub(now), until.Sub(now)+time.Millisecond)
+		if st.answered == nil {
+			st.answered = make(chan struct{})
+		}
+		answered := st.answered
+		st.mu.Unlock()
+		t.Reset(d)
 		select {
 		case <-st.g.clean.Done():
-			return err
-		case <-time.After(lease / 10):
-		case <-st.g.lateEnd(err):
+			return false
+		case <-answered:
+			return true
+		case <-t.C:
 		}
 	}
 }
