@@ -174,6 +174,62 @@ func TestGiveBacksRedisFailsGoAgainOneAPauseBetweenThemAll(t *testing.T) {
 	}
 }
 
+// The give-backs of the lock family that Redis failed until their line entries' life ran out
+// do not go all at once, each a last time, to a Redis that still fails: the key's releases
+// keep going one a pause between them all.
+func TestExpiredFamilyGiveBacksAreNotSentAgainAtAFailingRedis(t *testing.T) {
+	const lease = time.Second // (a give-back lives processor.MinEntryTTL, 2 s: within the count)
+	for _, kind := range []string{"rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			var failing atomic.Bool
+			var releases atomic.Int64
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !failing.Load() || processor.ScriptName(cmd.Args()) == "" {
+					return next(ctx, cmd)
+				}
+				if isRelease(cmd.Args()) {
+					releases.Add(1)
+				}
+				cmd.SetErr(errInjected)
+				return errInjected
+			}})
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			failing.Store(true)
+			const tries = 50
+			for i := range tries {
+				var o *dlock.Owner
+				if kind == "rw" {
+					o, _, err = rwOf(t, g, tg).TryLock(ctx)
+				} else {
+					o, _, err = semOf(t, g, tg, 2).TryAcquire(ctx, 1)
+				}
+				if o != nil || !errors.Is(err, errInjected) {
+					t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
+				}
+			}
+			waitFor(t, func() bool { return releases.Load() >= tries })
+			before, start := releases.Load(), time.Now()
+			time.Sleep(processor.MinEntryTTL + time.Second)
+			n, elapsed := releases.Load()-before, time.Since(start)
+			failing.Store(false)
+			if bound := 2 + int64(elapsed/(50*time.Millisecond)); n > bound {
+				t.Fatalf("%d releases in %v, past the give-backs' life, want at most %d: one a pause between them all", n, elapsed, bound)
+			}
+			t.Logf("%d releases in %v after %d TryLocks that Redis failed", n, elapsed, tries)
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("Close once Redis answers = %v", err)
+			}
+		})
+	}
+}
+
 // An Unlock whose release gets no answer within the lease returns a *RedisProcessError that
 // says so on one line (a log line stays one line), matching the deadline.
 func TestUnlockUnansweredWithinTheLease(t *testing.T) {
