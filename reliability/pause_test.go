@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
+	"github.com/dlockgo/dlock/processor"
+	"github.com/redis/go-redis/v9"
 )
 
 // A holder process stopped by SIGSTOP for longer than its lease: another process acquires. On
@@ -93,7 +96,7 @@ func TestStoppedGranteeDoesNotTakeAnExpiredGrant(t *testing.T) {
 	s := realServer(t)
 	const lease = time.Second
 	cmd, out := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "grantee"})
-	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
+	gA, cA := generator(t, s.Addr, dlock.WithDefaultLease(lease))
 	// The third process's lease is long: its holding must outlast the checks below.
 	gC, _ := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
 	lA, _ := gA.Gen("HOLD", "grantee")
@@ -129,15 +132,37 @@ func TestStoppedGranteeDoesNotTakeAnExpiredGrant(t *testing.T) {
 	go func() { o, err := lC.Lock(ctx); cGot <- result{o, err, monoNow()} }()
 	waitState("the third process in line behind the helper", func(st dlock.State) bool { return len(st.Waiting) == 2 })
 
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
+	// The helper is stopped only once the release below grants it the key however long it
+	// stays stopped: its entry says it listens (Redis then counts it live by its subscription,
+	// which a stopped process keeps; an entry that does not say so counts only a third of a
+	// lease after its renewal), and lives on past the release. A busy machine may have kept
+	// the helper from asking again: it is resumed, and stopped again once it has.
+	stopped := false
 	defer func() {
 		if stopped {
 			_ = cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
+	for try := 1; ; try++ {
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped = true
+		left, listens := entryLeft(ctx, t, cA, lA.Config(), pid)
+		if listens && left >= lease {
+			t.Logf("stopped at try %d: %v left", try, left)
+			break
+		}
+		t.Logf("try %d: %v left, listens %v", try, left, listens)
+		if try == 20 {
+			t.Fatalf("the helper's entry never said it listens with %v of its life left: %v left, listens %v", lease, left, listens)
+		}
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		stopped = false
+		time.Sleep(lease / 4)
+	}
 	if err := a.Unlock(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +207,44 @@ func TestStoppedGranteeDoesNotTakeAnExpiredGrant(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// entryLeft reads the entry in line of the process whose mark contains pid (cfg's lock): how
+// long it lives unless renewed, by Redis's clock, and whether the process counts as live
+// however long it stays stopped — the entry says it listened on its channel when it renewed
+// it, and Redis counts its subscription. It fails t when there is no entry.
+func entryLeft(ctx context.Context, t *testing.T, c *redis.Client, cfg domain.DLockConfig, pid string) (time.Duration, bool) {
+	t.Helper()
+	entries, err := c.HGetAll(ctx, processor.WantKey(cfg)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mark, e := range entries {
+		if !strings.Contains(mark, pid) {
+			continue
+		}
+		// <locker>|<lease ms>|<tokens>|<renewed ms>|<expires ms>|<listens>
+		f := strings.Split(e, "|")
+		if len(f) < 6 {
+			t.Fatalf("entry %s = %q", mark, e)
+		}
+		expires, err := strconv.ParseInt(f[len(f)-2], 10, 64)
+		if err != nil {
+			t.Fatalf("entry %s = %q: %v", mark, e, err)
+		}
+		channel := processor.ProcessChannel(cfg, mark)
+		subs, err := c.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.UnixMilli(expires).Sub(now), f[len(f)-1] == "1" && subs[channel] > 0
+	}
+	t.Fatalf("no entry of the process %s in line: %v", pid, entries)
+	return 0, false
 }
 
 // A process stopped by SIGSTOP past its lease while one goroutine holds and another of its
