@@ -174,6 +174,91 @@ func TestGiveBacksRedisFailsGoAgainOneAPauseBetweenThemAll(t *testing.T) {
 	}
 }
 
+// Once Redis answers one of a key's give-backs that it failed, the others go at once, for the
+// mutex, the read-write lock and the semaphore, not one a pause: a TryLock whose take Redis ran
+// but whose answer was lost holds the key until its give-back goes, and behind two hundred
+// failed ones, one a pause, it would go after the lease (the key blocked until it expired);
+// Close, which waits for them, would return after the lease.
+func TestGiveBacksRedisFailedGoAtOnceWhenItAnswersOne(t *testing.T) {
+	const lease = 10 * time.Second // (the mutex's pause is a second)
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			const (
+				pass    = iota
+				fail    // every script fails before it runs
+				runTake // the next take (the TryLock's) runs and its answer is lost; the rest fail
+			)
+			var mode atomic.Int32
+			var releases atomic.Int64
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				m := mode.Load()
+				if m == pass || processor.ScriptName(cmd.Args()) == "" {
+					return next(ctx, cmd)
+				}
+				if isRelease(cmd.Args()) {
+					releases.Add(1)
+				} else if m == runTake && (scriptIs("lock")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "take") {
+					if err := next(ctx, cmd); err != nil {
+						return err // (NOSCRIPT: go-redis sends the script itself next)
+					}
+					mode.Store(fail)
+				}
+				cmd.SetErr(errInjected)
+				return errInjected
+			}})
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g2, _ := newGen(t, dlock.WithDefaultLease(lease))
+			tg := uniqueTarget(t)
+			try := func(ctx context.Context, g *dlock.Generator) (*dlock.Owner, bool, error) {
+				switch kind {
+				case "mutex":
+					return mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx)
+				case "rw":
+					return rwOf(t, g, tg).TryLock(ctx)
+				}
+				return semOf(t, g, tg, 1).TryAcquire(ctx, 1)
+			}
+			ctx := ctxT(t, 30*time.Second)
+			mode.Store(fail)
+			const tries = 200 // (the family's pause is 50 ms: one a pause, these outlast half the lease)
+			for i := range tries + 1 {
+				if i == tries {
+					mode.Store(runTake) // the last: Redis takes the key for it
+				}
+				if o, _, err := try(ctx, g); o != nil || !errors.Is(err, errInjected) {
+					t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
+				}
+			}
+			waitFor(t, func() bool { return releases.Load() >= tries+1 }) // (each gives back its attempt once at once)
+			if o, ok, err := try(ctx, g2); o != nil || ok || err != nil {
+				t.Fatalf("another process's TryLock while the lost take holds the key = %v, %v, %v; want it held", o, ok, err)
+			}
+			recovered := time.Now()
+			mode.Store(pass)
+			waitFor(t, func() bool { o, _, _ := try(ctx, g2); return o != nil })
+			if took := time.Since(recovered); took >= lease/2 {
+				t.Fatalf("the key came free %v after Redis answered again, want well within the lease (%v): the give-backs went one a pause", took, lease)
+			} else {
+				t.Logf("the key came free %v after Redis answered again", took)
+			}
+			// Close waits for the give-backs on their way: all of them go at once too.
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("Close once Redis answers = %v", err)
+			}
+			if took := time.Since(recovered); took >= lease/2 {
+				t.Fatalf("Close returned %v after Redis answered again, want well within the lease (%v): the give-backs went one a pause", took, lease)
+			} else {
+				t.Logf("Close returned %v after Redis answered again", took)
+			}
+		})
+	}
+}
+
 // The give-backs of the lock family that Redis failed until their line entries' life ran out
 // do not go all at once, each a last time, to a Redis that still fails: the key's releases
 // keep going one a pause between them all. Nor are they kept, to go once Redis answers: what
