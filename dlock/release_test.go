@@ -114,55 +114,16 @@ func TestGiveBacksRedisFailsGoAgainOneAPauseBetweenThemAll(t *testing.T) {
 	const lease = 5 * time.Second // (a give-back is retried for a lease: longer than the count)
 	for _, kind := range []string{"mutex", "rw", "sem"} {
 		t.Run(kind, func(t *testing.T) {
-			c := srv.Client()
-			defer c.Close()
-			var failing atomic.Bool
-			var releases atomic.Int64
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				if !failing.Load() || processor.ScriptName(cmd.Args()) == "" {
-					return next(ctx, cmd)
-				}
-				if isRelease(cmd.Args()) {
-					releases.Add(1)
-				}
-				cmd.SetErr(errInjected)
-				return errInjected
-			}})
-			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, f := failingGen(t, lease)
 			tg := uniqueTarget(t)
-			try := func(ctx context.Context) (*dlock.Owner, error) {
-				var o *dlock.Owner
-				var err error
-				switch kind {
-				case "mutex":
-					o, _, err = mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx)
-				case "rw":
-					o, _, err = rwOf(t, g, tg).TryLock(ctx)
-				default:
-					o, _, err = semOf(t, g, tg, 2).TryAcquire(ctx, 1)
-				}
-				return o, err
-			}
-			pause := lease / 10 // the mutex's
-			if kind != "mutex" {
-				pause = 50 * time.Millisecond // the family's: at most 50 ms
-			}
+			pause := giveBackPause(kind, lease)
 			ctx := ctxT(t, 20*time.Second)
-			failing.Store(true)
 			const tries = 50
-			for i := range tries {
-				if o, err := try(ctx); o != nil || !errors.Is(err, errInjected) {
-					t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
-				}
-			}
-			waitFor(t, func() bool { return releases.Load() >= tries }) // (each gives back its attempt once at once, perhaps after it returned)
-			before, start := releases.Load(), time.Now()
+			failedTries(ctx, t, g, f, kind, tg, lease, tries)
+			before, start := f.releases.Load(), time.Now()
 			time.Sleep(time.Second)
-			n, elapsed := releases.Load()-before, time.Since(start)
-			failing.Store(false)
+			n, elapsed := f.releases.Load()-before, time.Since(start)
+			f.failing.Store(false)
 			if bound := 2 + int64(elapsed/pause); n > bound || n < 1 {
 				t.Fatalf("%d releases in %v after %d TryLocks that Redis failed, want 1 to %d: one a pause (%v) between them all", n, elapsed, tries, bound, pause)
 			}
@@ -183,64 +144,27 @@ func TestGiveBacksRedisFailedGoAtOnceWhenItAnswersOne(t *testing.T) {
 	const lease = 10 * time.Second // (the mutex's pause is a second)
 	for _, kind := range []string{"mutex", "rw", "sem"} {
 		t.Run(kind, func(t *testing.T) {
-			c := srv.Client()
-			defer c.Close()
-			const (
-				pass    = iota
-				fail    // every script fails before it runs
-				runTake // the next take (the TryLock's) runs and its answer is lost; the rest fail
-			)
-			var mode atomic.Int32
-			var releases atomic.Int64
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				m := mode.Load()
-				if m == pass || processor.ScriptName(cmd.Args()) == "" {
-					return next(ctx, cmd)
-				}
-				if isRelease(cmd.Args()) {
-					releases.Add(1)
-				} else if m == runTake && (scriptIs("lock")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "take") {
-					if err := next(ctx, cmd); err != nil {
-						return err // (NOSCRIPT: go-redis sends the script itself next)
-					}
-					mode.Store(fail)
-				}
-				cmd.SetErr(errInjected)
-				return errInjected
-			}})
-			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, mode, releases := modeGen(t, lease)
 			g2, _ := newGen(t, dlock.WithDefaultLease(lease))
 			tg := uniqueTarget(t)
-			try := func(ctx context.Context, g *dlock.Generator) (*dlock.Owner, bool, error) {
-				switch kind {
-				case "mutex":
-					return mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx)
-				case "rw":
-					return rwOf(t, g, tg).TryLock(ctx)
-				}
-				return semOf(t, g, tg, 1).TryAcquire(ctx, 1)
-			}
 			ctx := ctxT(t, 30*time.Second)
-			mode.Store(fail)
+			mode.Store(hookFail)
 			const tries = 200 // (the family's pause is 50 ms: one a pause, these outlast half the lease)
 			for i := range tries + 1 {
 				if i == tries {
-					mode.Store(runTake) // the last: Redis takes the key for it
+					mode.Store(hookRunTake) // the last: Redis takes the key for it
 				}
-				if o, _, err := try(ctx, g); o != nil || !errors.Is(err, errInjected) {
+				if o, _, err := tryKind(ctx, t, g, kind, tg, lease); o != nil || !errors.Is(err, errInjected) {
 					t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
 				}
 			}
 			waitFor(t, func() bool { return releases.Load() >= tries+1 }) // (each gives back its attempt once at once)
-			if o, ok, err := try(ctx, g2); o != nil || ok || err != nil {
+			if o, ok, err := tryKind(ctx, t, g2, kind, tg, lease); o != nil || ok || err != nil {
 				t.Fatalf("another process's TryLock while the lost take holds the key = %v, %v, %v; want it held", o, ok, err)
 			}
 			recovered := time.Now()
-			mode.Store(pass)
-			waitFor(t, func() bool { o, _, _ := try(ctx, g2); return o != nil })
+			mode.Store(hookPass)
+			waitFor(t, func() bool { o, _, _ := tryKind(ctx, t, g2, kind, tg, lease); return o != nil })
 			if took := time.Since(recovered); took >= lease/2 {
 				t.Fatalf("the key came free %v after Redis answered again, want well within the lease (%v): the give-backs went one a pause", took, lease)
 			} else {
@@ -259,30 +183,75 @@ func TestGiveBacksRedisFailedGoAtOnceWhenItAnswersOne(t *testing.T) {
 	}
 }
 
-// The give-backs of the lock family that Redis failed until their line entries' life ran out
-// do not go all at once, each a last time, to a Redis that still fails: the key's releases
-// keep going one a pause between them all. Nor are they kept, to go once Redis answers: what
-// they let go has expired, and Close, once Redis answers, has none left to send.
-func TestExpiredFamilyGiveBacksAreNotSentAgainAtAFailingRedis(t *testing.T) {
-	const lease = time.Second // (a give-back lives processor.MinEntryTTL, 2 s: within the count)
-	for _, kind := range []string{"rw", "sem"} {
+// A mutex give-back that Redis failed goes again as soon as Redis answers another give-back of
+// the key, in its own pause too, not when that pause ends: here the give-back of a take whose
+// answer was lost (it holds the key) failed just before Redis answered again, and the key was
+// held a pause (lease/10) more.
+func TestGiveBackInItsPauseGoesWhenRedisAnswersAnother(t *testing.T) {
+	const lease = 40 * time.Second // (the mutex's pause: 4 s)
+	g, mode, releases := modeGen(t, lease)
+	g2, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	mode.Store(hookRunTake)
+	if o, _, err := mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx); o != nil || !errors.Is(err, errInjected) {
+		t.Fatalf("TryLock whose answer is lost = %v, %v; want the failure", o, err)
+	}
+	waitFor(t, func() bool { return releases.Load() >= 1 }) // its give-back's first try failed
+	if o, _, err := mustGen(t, g2, "GIVEBACKS", tg, lease).TryLock(ctx); o != nil || err != nil {
+		t.Fatalf("another process's TryLock while the lost take holds the key = %v, %v; want it held", o, err)
+	}
+	mode.Store(hookFailTake) // Redis answers releases again
+	if o, _, err := mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx); o != nil || !errors.Is(err, errInjected) {
+		t.Fatalf("second TryLock = %v, %v; want the failure", o, err)
+	}
+	waitFor(t, func() bool { return releases.Load() >= 2 }) // its give-back, answered
+	answered := time.Now()
+	mode.Store(hookPass)
+	waitFor(t, func() bool { o, _, _ := mustGen(t, g2, "GIVEBACKS", tg, lease).TryLock(ctx); return o != nil })
+	if took := time.Since(answered); took >= lease/20 {
+		t.Fatalf("the key came free %v after Redis answered a give-back of it, want at once, not after the pause (%v)", took, lease/10)
+	} else {
+		t.Logf("the key came free %v after Redis answered a give-back of it", took)
+	}
+	if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+}
+
+// The release of a holding that Redis fails goes again for a lease after the Unlock, for every
+// kind, not only until the holding's lease by this process's clock: a renewal that ran in Redis
+// but whose answer was lost keeps the holding there past that, up to the renewal's send and a
+// lease. Once Redis answers again, the release lets it go (the family's Unlock, which waits for
+// it, returns nil); the lock family gave it up at the holding's lease, and the key stayed held
+// with nobody holding it until the renewal's lease ran out.
+func TestReleaseOfAHoldingAnUnansweredRenewalKeptGoesAgainPastItsLease(t *testing.T) {
+	const lease = 2 * time.Second
+	for _, kind := range []string{"mutex", "rw", "sem"} {
 		t.Run(kind, func(t *testing.T) {
 			c := srv.Client()
 			defer c.Close()
-			var failing atomic.Bool
-			var releases, answered atomic.Int64
+			var failing, recovered atomic.Bool
+			var renewed, releasedAfter atomic.Int64
 			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				if processor.ScriptName(cmd.Args()) == "" {
+				a := cmd.Args()
+				if processor.ScriptName(a) == "" {
 					return next(ctx, cmd)
 				}
 				if !failing.Load() {
-					if isRelease(cmd.Args()) {
-						answered.Add(1)
+					if recovered.Load() && isRelease(a) {
+						releasedAfter.Add(1)
 					}
 					return next(ctx, cmd)
 				}
-				if isRelease(cmd.Args()) {
-					releases.Add(1)
+				switch {
+				case scriptIs("renew")(a) || sharedArg(a, "op") == "renew":
+					if err := next(ctx, cmd); err != nil {
+						return err
+					}
+					renewed.Add(1) // it ran in Redis; its answer is lost
+				case !isRelease(a):
+					return next(ctx, cmd)
 				}
 				cmd.SetErr(errInjected)
 				return errInjected
@@ -292,37 +261,220 @@ func TestExpiredFamilyGiveBacksAreNotSentAgainAtAFailingRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			tg := uniqueTarget(t)
-			ctx := ctxT(t, 20*time.Second)
+			ctx := ctxT(t, 30*time.Second)
+			var owned *dlock.Owner
+			switch kind {
+			case "mutex":
+				owned, err = mustGen(t, g, "GIVEBACKS", tg, lease).Lock(ctx)
+			case "rw":
+				owned, err = rwOf(t, g, tg).Lock(ctx)
+			default:
+				owned, err = semOf(t, g, tg, 1).Acquire(ctx, 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			locked := time.Now()
+			time.Sleep(lease / 2) // (past any renewal right after the take)
 			failing.Store(true)
-			const tries = 200 // (more than the pauses in the count: unsettled, some would be left)
-			for i := range tries {
-				var o *dlock.Owner
-				if kind == "rw" {
-					o, _, err = rwOf(t, g, tg).TryLock(ctx)
-				} else {
-					o, _, err = semOf(t, g, tg, 2).TryAcquire(ctx, 1)
-				}
-				if o != nil || !errors.Is(err, errInjected) {
-					t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
+			waitFor(t, func() bool { return renewed.Load() >= 1 })
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- owned.Unlock() }()
+			time.Sleep(time.Until(locked.Add(lease + 150*time.Millisecond))) // past the lease by this process's clock
+			recovered.Store(true)
+			failing.Store(false)
+			for deadline := time.Now().Add(lease); releasedAfter.Load() == 0; time.Sleep(2 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no release went within a lease once Redis answered again: given up while the renewal kept the holding")
 				}
 			}
-			waitFor(t, func() bool { return releases.Load() >= tries })
-			before, start := releases.Load(), time.Now()
+			// (The mutex's Unlock returns the first failure, its release going on in the
+			// background; the family's waits for what became of it.)
+			if err := recv(t, unlocked, "the Unlock"); err != nil && (kind != "mutex" || !errors.Is(err, errInjected)) {
+				t.Fatalf("Unlock = %v, want nil: its release went again once Redis answered, and let the holding go", err)
+			}
+			g2, _ := newGen(t, dlock.WithDefaultLease(lease))
+			waitFor(t, func() bool { o, _, err := tryKind(ctx, t, g2, kind, tg, lease); return o != nil && err == nil })
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("Close = %v", err)
+			}
+		})
+	}
+}
+
+// Give-backs that Redis failed until their life ran out (the mutex's lease, the lock family's
+// line entry's) do not go all at once, each a last time, to a Redis that still fails: the
+// key's releases keep going one a pause between them all. Nor are they kept, to go once Redis
+// answers: what they let go has expired, and Close, once Redis answers, has none left to send.
+func TestExpiredGiveBacksAreNotSentAgainAtAFailingRedis(t *testing.T) {
+	const lease = time.Second // (a family give-back lives processor.MinEntryTTL, 2 s: within the count)
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			g, f := failingGen(t, lease)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			const tries = 200 // (more than the pauses in the count: unsettled, some would be left)
+			failedTries(ctx, t, g, f, kind, tg, lease, tries)
+			before, start := f.releases.Load(), time.Now()
 			time.Sleep(processor.MinEntryTTL + time.Second)
-			n, elapsed := releases.Load()-before, time.Since(start)
-			failing.Store(false)
-			if bound := 2 + int64(elapsed/(50*time.Millisecond)); n > bound {
+			n, elapsed := f.releases.Load()-before, time.Since(start)
+			f.failing.Store(false)
+			if bound := 2 + int64(elapsed/giveBackPause(kind, lease)); n > bound {
 				t.Fatalf("%d releases in %v, past the give-backs' life, want at most %d: one a pause between them all", n, elapsed, bound)
 			}
 			t.Logf("%d releases in %v after %d TryLocks that Redis failed", n, elapsed, tries)
 			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
 				t.Fatalf("Close once Redis answers = %v", err)
 			}
-			if n := answered.Load(); n > 0 {
+			if n := f.answered.Load(); n > 0 {
 				t.Fatalf("Close, once Redis answers, sent %d releases of give-backs that had expired", n)
 			}
 		})
 	}
+}
+
+// A Close while Redis fails every request waits for the give-backs on their way no longer than
+// their life, and returns nil: nothing of its own was left. (Each family give-back that had
+// expired went once more, and Close waited a pause for each: 12 s for 200.)
+func TestCloseAtAFailingRedisWaitsForGiveBacksNoLongerThanTheirLife(t *testing.T) {
+	const lease = time.Second
+	for _, kind := range []string{"mutex", "rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			g, f := failingGen(t, lease)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			const tries = 200
+			failedTries(ctx, t, g, f, kind, tg, lease, tries)
+			start := time.Now()
+			bound := processor.MinEntryTTL + lease + time.Second // (every give-back has expired by then)
+			err := g.Close(ctxT(t, bound+5*time.Second))
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("Close at a failing Redis = %v after %v, want nil: nothing of its own was left", err, took)
+			}
+			if took > bound {
+				t.Fatalf("Close at a failing Redis took %v, want at most %v: every give-back had expired", took, bound)
+			}
+			t.Logf("Close at a failing Redis returned after %v", took)
+		})
+	}
+}
+
+// The modes of modeGen's client.
+const (
+	hookPass     = iota
+	hookFail     // every script fails before it runs
+	hookRunTake  // the next take (a TryLock's) runs and its answer is lost; then hookFail
+	hookFailTake // takes fail before they run; releases pass
+)
+
+// modeGen returns a Generator of lease on a client of its own that does as mode says (hookPass
+// first), and counts the releases sent in the other modes. The Generator is closed, and then
+// the client, when t ends.
+func modeGen(t *testing.T, lease time.Duration) (*dlock.Generator, *atomic.Int32, *atomic.Int64) {
+	t.Helper()
+	var mode atomic.Int32
+	var releases atomic.Int64
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		m := mode.Load()
+		if m == hookPass || processor.ScriptName(cmd.Args()) == "" {
+			return next(ctx, cmd)
+		}
+		if isRelease(cmd.Args()) {
+			releases.Add(1)
+			if m == hookFailTake {
+				return next(ctx, cmd)
+			}
+		} else if m == hookRunTake && (scriptIs("lock")(cmd.Args()) || sharedArg(cmd.Args(), "op") == "take") {
+			if err := next(ctx, cmd); err != nil {
+				return err // (NOSCRIPT: go-redis sends the script itself next)
+			}
+			mode.Store(hookFail)
+		}
+		cmd.SetErr(errInjected)
+		return errInjected
+	}})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mode.Store(hookPass); _ = g.Close(context.Background()) })
+	return g, &mode, &releases
+}
+
+// failSwitch is what failingGen's client does: while failing is set it fails every script
+// before it runs, counting the releases it fails (releases); otherwise it counts the releases
+// that pass (answered).
+type failSwitch struct {
+	failing            atomic.Bool
+	releases, answered atomic.Int64
+}
+
+// failingGen returns a Generator of lease on a client of its own that fails as f says. The
+// Generator is closed, and then the client, when t ends.
+func failingGen(t *testing.T, lease time.Duration) (*dlock.Generator, *failSwitch) {
+	t.Helper()
+	f := &failSwitch{}
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) == "" {
+			return next(ctx, cmd)
+		}
+		if !f.failing.Load() {
+			if isRelease(cmd.Args()) {
+				f.answered.Add(1)
+			}
+			return next(ctx, cmd)
+		}
+		if isRelease(cmd.Args()) {
+			f.releases.Add(1)
+		}
+		cmd.SetErr(errInjected)
+		return errInjected
+	}})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.failing.Store(false); _ = g.Close(context.Background()) })
+	return g, f
+}
+
+// failedTries sets f failing and makes tries TryLocks of kind on tg, each of which must fail
+// with it; it returns once each gave its attempt back once (its outcome was unknown).
+func failedTries(ctx context.Context, t *testing.T, g *dlock.Generator, f *failSwitch, kind, tg string, lease time.Duration, tries int) {
+	t.Helper()
+	f.failing.Store(true)
+	for i := range tries {
+		if o, _, err := tryKind(ctx, t, g, kind, tg, lease); o != nil || !errors.Is(err, errInjected) {
+			t.Fatalf("TryLock %d while Redis fails = %v, %v; want the failure", i+1, o, err)
+		}
+	}
+	waitFor(t, func() bool { return f.releases.Load() >= int64(tries) }) // (perhaps after it returned)
+}
+
+// tryKind is a TryLock of kind (mutex, rw: the write side, sem: the permit of a semaphore of
+// one) on tg.
+func tryKind(ctx context.Context, t testing.TB, g *dlock.Generator, kind, tg string, lease time.Duration) (*dlock.Owner, bool, error) {
+	switch kind {
+	case "mutex":
+		return mustGen(t, g, "GIVEBACKS", tg, lease).TryLock(ctx)
+	case "rw":
+		return rwOf(t, g, tg).TryLock(ctx)
+	}
+	return semOf(t, g, tg, 1).TryAcquire(ctx, 1)
+}
+
+// giveBackPause is the pause between a key's give-backs while Redis fails them: the mutex's
+// lease/10, the family's at most 50 ms.
+func giveBackPause(kind string, lease time.Duration) time.Duration {
+	if kind == "mutex" {
+		return lease / 10
+	}
+	return min(lease/10, 50*time.Millisecond)
 }
 
 // An Unlock whose release gets no answer within the lease returns a *RedisProcessError that

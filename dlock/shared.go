@@ -664,12 +664,8 @@ func (st *sharedState) planOther(now time.Time) action {
 		close(front.done)
 		return action{again: true}
 	}
-	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool {
-		return o.failed != nil && !o.retryAt.IsZero() && now.After(o.until) && st.failing.After(now)
-	}); i >= 0 {
-		o := st.owed[i]
-		st.owed = slices.Delete(st.owed, i, i+1)
-		return action{do: func(context.Context) { st.settle(o, false, o.failed) }} // (reowe)
+	if act, ok := st.settleLapsed(now); ok {
+		return act
 	}
 	if i := slices.IndexFunc(st.owed, func(o owedRelease) bool { return !now.Before(st.due(o)) }); i >= 0 {
 		// releases that Redis failed go again once nothing else is due: a take is never
@@ -912,6 +908,10 @@ func (st *sharedState) planClose() action {
 		}
 		h.owners = nil // (a holding lost before: its owners were told Lost)
 	}
+	if act, ok := st.settleLapsed(time.Now()); ok {
+		act.closing = true
+		return act
+	}
 	if len(st.owed) > 0 {
 		o := st.owed[0]
 		st.owed = st.owed[1:]
@@ -966,7 +966,7 @@ type owedRelease struct {
 	locker    string
 	origin    uint64        // the token the holding was taken with, as its renewals name it (0 if unknown)
 	last, end uint64        // the tokens it gives back (unused)
-	until     time.Time     // its lease's end: a release that failed is owed again until then
+	until     time.Time     // a release that failed is owed again until then: what it lets go may live in Redis that long
 	retryAt   time.Time     // set when Redis failed it: it goes after any take due, and not before then (reowe)
 	byClose   bool          // Close lets go of a holding this process held to the end: a failure is Close's to report
 	closed    []*shareOwner // with byClose: the owners Close ended, told of a loss the release finds
@@ -985,10 +985,22 @@ type owedRelease struct {
 	failed error
 }
 
+// heldBy returns when what o lets go stopped being held by this process's clock: a release
+// that finds it gone before then found a loss.
+func (o owedRelease) heldBy() time.Time {
+	if o.heldUntil.IsZero() {
+		return o.until
+	}
+	return o.heldUntil
+}
+
 // letGo returns the release of h, which left the holdings. The caller holds mu.
 func (st *sharedState) letGo(h *shareHold) owedRelease {
 	last, end := st.unused(h)
-	return owedRelease{locker: h.locker, origin: h.origin, last: last, end: end, until: h.valid, fate: h.takeFate()}
+	// (Retried for a lease from now, as the mutex's release: a renewal that ran in Redis
+	// unanswered keeps the holding there past h.valid, up to its own send and a lease.)
+	return owedRelease{locker: h.locker, origin: h.origin, last: last, end: end, until: time.Now().Add(st.cfg.Lease()),
+		heldUntil: h.valid, fate: h.takeFate()}
 }
 
 // owe adds a release of locker, which may hold in Redis unknown to this process. The caller
@@ -1037,7 +1049,7 @@ func (st *sharedState) settle(o owedRelease, replaced bool, err error) {
 	if o.downTo != "" {
 		d := st.mayHold(o.downTo)
 		if replaced {
-			d.byClose, d.closed, d.heldUntil = o.byClose, o.closed, o.until
+			d.byClose, d.closed, d.heldUntil = o.byClose, o.closed, o.heldBy()
 		}
 		st.mu.Lock()
 		st.owed = append(st.owed, d)
@@ -1053,11 +1065,7 @@ func (st *sharedState) settle(o owedRelease, replaced bool, err error) {
 		st.lapsed = append(st.lapsed, err)
 		st.mu.Unlock()
 	}
-	lostBy := o.until
-	if !o.heldUntil.IsZero() {
-		lostBy = o.heldUntil
-	}
-	if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(lostBy) {
+	if errors.Is(err, errGone) && len(o.closed) > 0 && time.Now().Before(o.heldBy()) {
 		// A loss, as one an Unlock's release finds (an answer after the lease ran out
 		// finds the holding expired: no loss): told after the owners' release (ErrClosed).
 		st.g.log.Warn("dlock: shared holding lost", zap.String("key", st.cfg.UniqueKey()), zap.String("locker", o.locker), zap.Error(err))
@@ -1078,7 +1086,7 @@ func (st *sharedState) settle(o owedRelease, replaced bool, err error) {
 }
 
 // oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
-// while its lease lasts, or whenever it was cut short before its bound and so perhaps never
+// until o.until (while what it lets go may live in Redis), or whenever it was cut short before its bound and so perhaps never
 // sent — by the driver for a renewal due, or by Close (whose clean-up sends it again) — unless
 // no second try changes the answer (it ran and found nothing: errGone), nothing of the
 // Generator's was ever sent (nothingSent), or the Generator's clean-up is over.
@@ -1153,7 +1161,7 @@ func (st *sharedState) payOwed(i int) action {
 // attempt each time, and each give-back is owed for a line entry's life — sent again each on
 // its own pause, they were tens of thousands a second after the loop stopped. One that Redis
 // answers lets the others go at once (sent). One whose lease ran out meanwhile is settled
-// unsent (planOther): what it lets go has expired, and sent each once more, they would go
+// unsent (settleLapsed): what it lets go has expired, and sent each once more, they would go
 // all at once, to a Redis that still fails.
 func (st *sharedState) reowe(o owedRelease, err error) {
 	o.retryAt = time.Time{}
@@ -1161,6 +1169,21 @@ func (st *sharedState) reowe(o owedRelease, err error) {
 		o.retryAt = time.Now().Add(retryPause(st.cfg))
 	}
 	st.owed = append(st.owed, o)
+}
+
+// settleLapsed settles, unsent, an owed release that Redis failed and whose life ran out while
+// Redis still fails them (reowe), if there is one, for plan and for Close alike: Close would
+// otherwise send each such once more, one a pause, and wait a pause for each. The caller holds mu.
+func (st *sharedState) settleLapsed(now time.Time) (action, bool) {
+	i := slices.IndexFunc(st.owed, func(o owedRelease) bool {
+		return o.failed != nil && !o.retryAt.IsZero() && now.After(o.until) && st.failing.After(now)
+	})
+	if i < 0 {
+		return action{}, false
+	}
+	o := st.owed[i]
+	st.owed = slices.Delete(st.owed, i, i+1)
+	return action{do: func(context.Context) { st.settle(o, false, o.failed) }}, true
 }
 
 // due returns when o, owed, may be sent (reowe). The caller holds mu.

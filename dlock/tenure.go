@@ -557,8 +557,8 @@ func (st *lockState) unreleasedLocked(own string) processor.Unreleased {
 var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: the key was gone or held by another before its lease ran out", ErrLockLost)
 
 // giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
-// then the key has expired, since every request of the locker was sent before), and not on a
-// closed client. Close waits for it, unless Close's own context ends first. It returns nil
+// then the key has expired, since every request of the locker was sent before; while Redis
+// fails them, paced with the key's other give-backs: retryWait), and not on a closed client. Close waits for it, unless Close's own context ends first. It returns nil
 // when Redis answered (the key let go, or not the locker's), the last failure when it gave up,
 // and errLostBeforeRelease when the locker held the key until held by this process's clock
 // (a tenure whose release failed; zero for none) and an answer that came before then found the
@@ -613,14 +613,17 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 // give-back (failing), not pause after its own only: a TryLock in a loop on a failing Redis
 // leaves a give-back per try, each retried for a lease, and they were thousands a second
 // after the loop stopped. A give-back that Redis answers lets every other go at once
-// (answered); one whose until passed goes then, its last try (giveBack). A failure before
-// sending while nothing was sent waits for the requests still running instead (lateEnd). It
-// returns false when Close ended the wait.
+// (answered), in its own pause too. One whose until passed makes its last try then (giveBack),
+// unless another give-back tried within the pause: Redis still fails them, and the give-backs
+// made together would all make their last try together. A failure before sending while
+// nothing was sent waits for the requests still running instead (lateEnd). It returns false
+// when Close ended the wait, or when the give-back is to make no more tries.
 func (st *lockState) retryWait(err error, pause time.Duration, until time.Time) bool {
 	st.mu.Lock()
 	if now := time.Now(); now.After(st.failing) {
 		st.failing = now
 	}
+	answered := st.answeredLocked()
 	st.mu.Unlock()
 	t := time.NewTimer(pause)
 	defer t.Stop()
@@ -629,21 +632,24 @@ func (st *lockState) retryWait(err error, pause time.Duration, until time.Time) 
 		return false
 	case <-st.g.lateEnd(err):
 		return true
+	case <-answered:
+		return true
 	case <-t.C:
 	}
 	for {
 		now := time.Now()
 		st.mu.Lock()
-		if st.failing.IsZero() || !now.Before(st.failing.Add(pause)) || now.After(until) {
+		if st.failing.IsZero() || !now.Before(st.failing.Add(pause)) {
 			st.failing = now // (this try's: the others wait a pause after it)
 			st.mu.Unlock()
 			return true
 		}
-		d := min(st.failing.Add(pause).Sub(now), until.Sub(now)+time.Millisecond)
-		if st.answered == nil {
-			st.answered = make(chan struct{})
+		if now.After(until) {
+			st.mu.Unlock()
+			return false
 		}
-		answered := st.answered
+		d := min(st.failing.Add(pause).Sub(now), until.Sub(now)+time.Millisecond)
+		answered := st.answeredLocked()
 		st.mu.Unlock()
 		t.Reset(d)
 		select {
@@ -654,6 +660,15 @@ func (st *lockState) retryWait(err error, pause time.Duration, until time.Time) 
 		case <-t.C:
 		}
 	}
+}
+
+// answeredLocked returns the channel closed when Redis next answers a give-back of the key
+// (retryWait). The caller holds mu.
+func (st *lockState) answeredLocked() <-chan struct{} {
+	if st.answered == nil {
+		st.answered = make(chan struct{})
+	}
+	return st.answered
 }
 
 // close ends what this process holds of the key as the Generator closes: the owner is told
