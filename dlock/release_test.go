@@ -219,6 +219,73 @@ func TestGiveBackInItsPauseGoesWhenRedisAnswersAnother(t *testing.T) {
 	}
 }
 
+// A mutex give-back whose try Redis fails goes again at once when Redis answered another
+// give-back of the key while that try was on its way, not after its pause: the wake-up is
+// taken before the try is sent. (Taken as the give-back began to wait, one that came in
+// between was missed, and the key, held by a lost take, stayed held for the pause.)
+func TestGiveBackOnItsWayGoesWhenRedisAnswersAnother(t *testing.T) {
+	const lease = 40 * time.Second // (the mutex's pause: 4 s)
+	c := srv.Client()
+	defer c.Close()
+	var mode atomic.Int32 // hookPass, hookRunTake (then hookFailTake), hookFailTake
+	var releases, answered atomic.Int64
+	onWay, gate := make(chan struct{}), make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		a := cmd.Args()
+		m := mode.Load()
+		switch {
+		case m == hookPass || processor.ScriptName(a) == "":
+			return next(ctx, cmd)
+		case isRelease(a):
+			if releases.Add(1) == 1 { // the lost take's give-back: on its way until the gate opens, then failed
+				close(onWay)
+				<-gate
+				break
+			}
+			err := next(ctx, cmd)
+			answered.Add(1)
+			return err
+		case m == hookRunTake && scriptIs("lock")(a):
+			if err := next(ctx, cmd); err != nil {
+				return err // (NOSCRIPT: go-redis sends the script itself next)
+			}
+			mode.Store(hookFailTake)
+		}
+		cmd.SetErr(errInjected)
+		return errInjected
+	}})
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	g2, _ := newGen(t, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	mode.Store(hookRunTake)
+	if o, _, err := tryKind(ctx, t, g, "mutex", tg, lease); o != nil || !errors.Is(err, errInjected) {
+		t.Fatalf("TryLock whose answer is lost = %v, %v; want the failure", o, err)
+	}
+	recv(t, onWay, "the give-back's try")
+	if o, _, err := tryKind(ctx, t, g2, "mutex", tg, lease); o != nil || err != nil {
+		t.Fatalf("another process's TryLock while the lost take holds the key = %v, %v; want it held", o, err)
+	}
+	if o, _, err := tryKind(ctx, t, g, "mutex", tg, lease); o != nil || !errors.Is(err, errInjected) {
+		t.Fatalf("second TryLock = %v, %v; want the failure", o, err)
+	}
+	waitFor(t, func() bool { return answered.Load() >= 1 }) // its give-back, answered
+	time.Sleep(100 * time.Millisecond)                      // (and heard, before the first one's failure comes)
+	mode.Store(hookPass)
+	failed := time.Now()
+	close(gate)
+	waitFor(t, func() bool { o, _, _ := tryKind(ctx, t, g2, "mutex", tg, lease); return o != nil })
+	if took := time.Since(failed); took >= lease/20 {
+		t.Fatalf("the key came free %v after its give-back's try failed, want at once: Redis had answered another meanwhile", took)
+	} else {
+		t.Logf("the key came free %v after its give-back's try failed", took)
+	}
+}
+
 // The release of a holding that Redis fails goes again for a lease after the Unlock, for every
 // kind, not only until the holding's lease by this process's clock: a renewal that ran in Redis
 // but whose answer was lost keeps the holding there past that, up to the renewal's send and a

@@ -558,7 +558,8 @@ var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: t
 
 // giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
 // then the key has expired, since every request of the locker was sent before; while Redis
-// fails them, paced with the key's other give-backs: retryWait), and not on a closed client. Close waits for it, unless Close's own context ends first. It returns nil
+// fails them, paced with the key's other give-backs: retryWait), and not on a closed client.
+// Close waits for it, unless Close's own context ends first. It returns nil
 // when Redis answered (the key let go, or not the locker's), the last failure when it gave up,
 // and errLostBeforeRelease when the locker held the key until held by this process's clock
 // (a tenure whose release failed; zero for none) and an answer that came before then found the
@@ -572,6 +573,7 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 	for {
 		st.mu.Lock()
 		req := processor.ReleaseRequest{Locker: locker, Origin: origin, Unreleased: st.unreleasedLocked(locker)}
+		answered := st.answeredLocked() // (before the try: an answer to another while it is on its way counts)
 		st.mu.Unlock()
 		rctx, cancel := context.WithTimeout(st.g.clean, lease)
 		res, err := call(st.g, rctx, func(ctx context.Context) (processor.Result, error) {
@@ -602,7 +604,7 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 				zap.String("locker", locker), zap.Error(err))
 			return err
 		}
-		if !st.retryWait(err, lease/10, until) {
+		if !st.retryWait(err, lease/10, until, answered) {
 			return err
 		}
 	}
@@ -613,17 +615,16 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 // give-back (failing), not pause after its own only: a TryLock in a loop on a failing Redis
 // leaves a give-back per try, each retried for a lease, and they were thousands a second
 // after the loop stopped. A give-back that Redis answers lets every other go at once
-// (answered), in its own pause too. One whose until passed makes its last try then (giveBack),
+// (answered, taken before its try), in its own pause too. One whose until passed makes its last try then (giveBack),
 // unless another give-back tried within the pause: Redis still fails them, and the give-backs
 // made together would all make their last try together. A failure before sending while
 // nothing was sent waits for the requests still running instead (lateEnd). It returns false
 // when Close ended the wait, or when the give-back is to make no more tries.
-func (st *lockState) retryWait(err error, pause time.Duration, until time.Time) bool {
+func (st *lockState) retryWait(err error, pause time.Duration, until time.Time, answered <-chan struct{}) bool {
 	st.mu.Lock()
 	if now := time.Now(); now.After(st.failing) {
 		st.failing = now
 	}
-	answered := st.answeredLocked()
 	st.mu.Unlock()
 	t := time.NewTimer(pause)
 	defer t.Stop()
