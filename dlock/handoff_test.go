@@ -610,6 +610,54 @@ func TestRenewedPassPastTheLimitIsTaken(t *testing.T) {
 	}
 }
 
+// The hand-off limit counts the time a tenure can be passed, not the wait for the renewal its
+// first pass needs (another lease here; elsewhere a grant of one token, or a grant counted from
+// an old request): a process far from Redis, whose renewal takes longer than the limit, passes
+// the key to its waiting goroutine, rather than yielding to the next process in line as the
+// renewal's reply comes, with no goroutine served by the renewal.
+func TestPassAfterARenewalSlowerThanTheLimitIsTakenFirst(t *testing.T) {
+	const handOff = time.Second
+	g, c := newGen(t, dlock.WithLocalHandOff(handOff))
+	other, _ := newGen(t)
+	tg := target(t)
+	la, _ := g.GenWithLease("SLOWPASS", tg, 20*time.Second)
+	lb, _ := g.GenWithLease("SLOWPASS", tg, 30*time.Second) // another lease: the pass renews first
+	lo, _ := other.GenWithLease("SLOWPASS", tg, 20*time.Second)
+	ctx := ctxT(t, time.Minute)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotOther := lockAsync(t, lo, ctx)
+	waitFor(t, func() bool { s, _ := la.State(ctx); return len(s.Waiting) == 1 })
+	gotB := lockAsync(t, lb, ctx)
+	waitFor(t, func() bool { return g.Waiters(key(la)) })
+	var seen atomic.Int32
+	c.AddHook(delayHook{match: scriptIs("renew"), delay: 2 * handOff, seen: &seen})
+	if err := a.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-gotB:
+		if b == nil {
+			return
+		}
+		if err := b.Unlock(); err != nil {
+			t.Error(err)
+		}
+		if o := recv(t, gotOther, "the other process"); o != nil {
+			_ = o.Unlock()
+		}
+	case o := <-gotOther:
+		if o != nil {
+			_ = o.Unlock()
+		}
+		t.Fatalf("the other process took the key before the pass its renewal was for (%d renewals)", seen.Load())
+	case <-time.After(30 * time.Second):
+		t.Fatal("neither took the key within 30 s")
+	}
+}
+
 // A TryLock that yields the tenure to another process (the hand-off limit passed, another
 // process in line) leaves no goroutine of its process stranded: those that queued while the
 // tenure was held get the lock in their turn.

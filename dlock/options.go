@@ -124,10 +124,12 @@ const DefaultHandOff = 50 * time.Millisecond
 // waits for it. While the process holds the key (a tenure) and its goroutines queue for the
 // lock, an Unlock passes the lock to the next of them with no Redis command, each pass a new
 // acquisition with its own fencing token. Once the tenure has lasted max (the default is
-// DefaultHandOff) since it began or last found nobody waiting, the next pass first checks
-// Redis (one command): if another process is in line, the key goes to the first of them and
-// this process joins the line again; else the tenure goes on for another max. With max = 0
-// there are no passes: every final Unlock lets the key go in Redis, as Java DLock does.
+// DefaultHandOff) since it began or last found nobody waiting, not counting the wait for its
+// first renewal (a process far from Redis passes the key as long as a near one), the next pass
+// first checks Redis (one command): if another process is in line, the key goes to the first
+// of them and this process joins the line again; else the tenure goes on for another max.
+// With max = 0 there are no passes: every final Unlock lets the key go in Redis, as Java
+// DLock does.
 func WithLocalHandOff(max time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if max < 0 {

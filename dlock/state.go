@@ -744,12 +744,20 @@ func (st *lockState) renewToTake(ctx context.Context, cfg domain.DLockConfig, t 
 	switch res.Outcome {
 	case processor.Renewed:
 		t.renewed(sent, cfg, order, true, res.Token, req.Tokens)
-		if req.Yield {
+		switch {
+		case req.Yield:
 			t.since = time.Now() // nobody else waits: the hand-off limit starts again
 			if st.line.attempt == next {
 				st.closeAttempt() // and this process is not in line
 				st.line.queued = false
 			}
+		case order == 1:
+			// The wait for the tenure's first renewal, which its first pass needed (a grant of
+			// one token, or counted from an old request; another lease), is no time of the
+			// turn: else a process whose round trip is longer than the hand-off limit would
+			// yield as the reply comes, its waiting goroutine unserved. (Once a tenure: its
+			// turn lasts the limit and a round trip at most.)
+			t.since = t.since.Add(time.Since(sent))
 		}
 		if t.mustRenew(cfg) || st.forces.hold(t.entity.Locker) { // the reply came late (renew again), or a force of this process may have removed it
 			st.phase = free

@@ -27,7 +27,7 @@ type tenure struct {
 	next  uint64             // the next fencing token to hand out ...
 	end   uint64             // ... of the block [next, end) reserved in Redis
 	last  uint64             // the last token handed out (the block's first less one: none yet)
-	since time.Time          // when the tenure began, or last found that no other process waits
+	since time.Time          // when the tenure began, or last found that no other process waits (less its first renewal's wait)
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
 
