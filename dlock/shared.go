@@ -1088,9 +1088,9 @@ func (st *sharedState) settle(o owedRelease, replaced bool, err error) {
 // oweAgain reports whether o, whose release failed with err (nil: it did not), is owed again:
 // until o.until (while what it lets go may live in Redis), or whenever it was cut short
 // before its bound and so perhaps never sent — by the driver for a renewal due, or by Close
-// (whose clean-up sends it again) — unless
-// no second try changes the answer (it ran and found nothing: errGone), nothing of the
-// Generator's was ever sent (nothingSent), or the Generator's clean-up is over.
+// (whose clean-up sends it again) — unless no second try changes the answer (it ran and found
+// nothing: errGone), nothing of the Generator's was ever sent (nothingSent), or the
+// Generator's clean-up is over.
 func (st *sharedState) oweAgain(o owedRelease, err error) bool {
 	return err != nil && !errors.Is(err, errGone) && !refusedForGood(err) && !st.g.nothingSent(err) && (time.Now().Before(o.until) || st.cut(err)) && st.g.clean.Err() == nil
 }

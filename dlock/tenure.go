@@ -27,7 +27,7 @@ type tenure struct {
 	next  uint64             // the next fencing token to hand out ...
 	end   uint64             // ... of the block [next, end) reserved in Redis
 	last  uint64             // the last token handed out (the block's first less one: none yet)
-	since time.Time          // when the tenure began, or last found that no other process waits (less its first renewal's wait)
+	since time.Time          // when the tenure began or last found no other process waiting, less its first renewal's wait
 	exp   *threads.Expander
 	over  bool // released, yielded or lost: renewals' results are ignored
 
@@ -559,10 +559,10 @@ var errLostBeforeRelease = fmt.Errorf("%w: found when its release was retried: t
 // giveBack runs release.lua for locker until Redis answers, every lease/10 for a lease (by
 // then the key has expired, since every request of the locker was sent before; while Redis
 // fails them, paced with the key's other give-backs: retryWait), and not on a closed client.
-// Close waits for it, unless Close's own context ends first. It returns nil
-// when Redis answered (the key let go, or not the locker's), the last failure when it gave up,
-// and errLostBeforeRelease when the locker held the key until held by this process's clock
-// (a tenure whose release failed; zero for none) and an answer that came before then found the
+// Close waits for it, unless Close's own context ends first. It returns nil when Redis
+// answered (the key let go, or not the locker's), the last failure when it gave up, and
+// errLostBeforeRelease when the locker held the key until held by this process's clock (a
+// tenure whose release failed; zero for none) and an answer that came before then found the
 // key gone or another's (Redis ran it while the lease lasted). tried, if set, runs once the
 // first try was answered or failed. origin is the first token of the holding that locker's
 // tenure began with (0 if unknown, for an acquisition given back): a key that holds locker in
@@ -615,9 +615,9 @@ func (st *lockState) giveBack(locker string, origin uint64, cfg domain.DLockConf
 // give-back (failing), not pause after its own only: a TryLock in a loop on a failing Redis
 // leaves a give-back per try, each retried for a lease, and they were thousands a second
 // after the loop stopped. A give-back that Redis answers lets every other go at once
-// (answered, taken before its try), in its own pause too. One whose until passed makes its last try then (giveBack),
-// unless another give-back tried within the pause: Redis still fails them, and the give-backs
-// made together would all make their last try together. A failure before sending while
+// (answered, taken before its try), in its own pause too. One whose until passed makes its
+// last try then (giveBack), unless another give-back tried within the pause: Redis still
+// fails them, and the give-backs made together would all make their last try together. A failure before sending while
 // nothing was sent waits for the requests still running instead (lateEnd). It returns false
 // when Close ended the wait, or when the give-back is to make no more tries.
 func (st *lockState) retryWait(err error, pause time.Duration, until time.Time, answered <-chan struct{}) bool {
