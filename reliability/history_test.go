@@ -122,7 +122,8 @@ import (
 //	    (Ordering by TAcq alone would be wrong: a holder
 //	    SIGSTOPped inside Lock returns after a later holder.) no-token: FencingToken said the
 //	    owner context of a successful Lock did not own the lock (unless the owner was told of
-//	    a loss as it was taken: an operator's removal that landed as the reply came).
+//	    a loss as it was taken: an operator's removal that landed as the reply came; or its
+//	    process was stopped as Lock returned, and told of the loss after).
 //	(3) fence-accepted-stale: the fence store accepted a token not above one it had accepted
 //	    in a write that ended before this one began (the script rules it out: this checks
 //	    the store and the log); stale-write-while-owner: a holding's write was refused (a
@@ -780,8 +781,11 @@ func (r *histRun) analyse() {
 		if h.ToldUnlock {
 			st.toldUnlock++
 		}
-		// (FencingToken runs as Lock returns: an owner told of a loss by then is not owned)
-		if h.NoToken && !(h.ToldCtx && h.EndedBefore && h.TEnd <= h.TAcq+int64(histNoticeSlack)) {
+		// (FencingToken runs as Lock returns: an owner told of a loss by then is not owned, and
+		// so is one whose process was stopped as Lock returned until its lease ran out)
+		toldAsTaken := h.ToldCtx && h.EndedBefore && h.TEnd <= h.TAcq+int64(histNoticeSlack)
+		stoppedAsTaken := h.ToldCtx && h.EndedBefore && pausedDuring(h.Proc, h.TAcq, h.TEnd, h.TAcq+int64(histNoticeSlack))
+		if h.NoToken && !toldAsTaken && !stoppedAsTaken {
 			r.violate("no-token", "FencingToken of a fresh owner context said not owned: %s", r.hold(h))
 		}
 		if h.EndedBefore && !h.ToldCtx {
@@ -1660,6 +1664,10 @@ func TestHistoryRules(t *testing.T) {
 		})}, nil, nil, nil},
 		{"no token", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.NoToken = true })}, nil, nil, []string{"no-token"}},
 		{"no token: lost as it was taken", []*histRecord{hold("a", "k", 1, 0, 1, 10, lostAt(1), func(r *histRecord) { r.NoToken = true })}, nil, nil, nil},
+		{"no token: stopped as it was taken", []*histRecord{hold("a", "k", 1, 0, 1, 1000, lostAt(700), func(r *histRecord) { r.NoToken = true })},
+			[]histFault{pause("a", 1, 650)}, nil, nil},
+		{"no token: stopped later", []*histRecord{hold("a", "k", 1, 0, 1, 1000, lostAt(700), func(r *histRecord) { r.NoToken = true })},
+			[]histFault{pause("a", 300, 650)}, nil, []string{"no-token"}},
 		{"fence accepted stale", []*histRecord{hold("a", "k", 5, 0, 1, 10, write(5, true, 0)), hold("b", "k", 3, 0, 20, 30, write(25, true, 5))},
 			nil, nil, []string{"fence-accepted-stale"}},
 		{"owner ended early", []*histRecord{hold("a", "k", 1, 0, 1, 10, func(r *histRecord) { r.EndedBefore, r.EndCause, r.TEnd = true, "deadline", 5*ms })},
