@@ -162,7 +162,7 @@ func (m *MultiLock) Parts() []Part {
 // one Owner for all of them: a context that carries every part's ownership (so each part's
 // FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
 // ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
-// fails, the parts taken so far are released in reverse order and the error returned (as a
+// fails, the parts taken so far are released (all at once) and the error returned (as a
 // part's Lock returns it); Lock waits for those releases up to a sixth of the shortest part's
 // lease past ctx's end, and leaves one Redis has not answered by then to go on in the
 // background (retried until that part's lease runs out). A part lost while Lock waits for a later one, or renews an earlier
@@ -271,9 +271,7 @@ func (m *MultiLock) takeParts(ctx context.Context, retry bool, take func(Part, c
 	letGo := func() {
 		bound, cancel := m.giveUpBound(ctx)
 		defer cancel()
-		for i := len(owners) - 1; i >= 0; i-- {
-			_ = owners[i].unlockWithin(bound)
-		}
+		atOnce(len(owners), func(i int) error { return owners[i].unlockWithin(bound) })
 	}
 	// startOver lets go of every part taken, because of cause (a part lost, or closed, or a
 	// renewal that failed): Lock takes them all again, but after Close (returned).
@@ -577,8 +575,8 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 	return o
 }
 
-// Unlock releases one hold of every part of owned, in reverse order, and returns their
-// errors joined (as each part's Unlock returns them). The Owner ends with context.Canceled
+// Unlock releases one hold of every part of owned, all at once, and returns their errors
+// joined, the last part's first (as each part's Unlock returns them). The Owner ends with context.Canceled
 // once the last hold is released. As a part's Unlock, it returns ErrNotHeld, releasing
 // nothing, when owned is not an Owner of this MultiLock (a nil Owner included) or holds
 // nothing any more (its last hold released: a part the caller held itself stays held), ErrClosed
@@ -608,17 +606,39 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 		}
 		owned.end(context.Canceled)
 	}
-	var errs []error
-	for i := len(m.parts) - 1; i >= 0; i-- {
-		p := m.parts[i]
-		if err := p.Unlock(owned); err != nil {
-			if key := p.Config().UniqueKey(); !strings.Contains(err.Error(), key) {
+	errs := atOnce(len(m.parts), func(i int) error { return m.parts[i].Unlock(owned) })
+	var out []error
+	for i := len(m.parts) - 1; i >= 0; i-- { // (reported last part first)
+		if err := errs[i]; err != nil {
+			if key := m.parts[i].Config().UniqueKey(); !strings.Contains(err.Error(), key) {
 				err = fmt.Errorf("%s: %w", key, err)
 			}
-			errs = append(errs, err)
+			out = append(out, err)
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(out...)
+}
+
+// atOnce runs release(0) … release(n-1) at once and returns their errors, by index, once all
+// have returned. A MultiLock lets go of its parts so: each release is bounded by its own
+// part's lease (and the caller's bound), and none waits for another's — one after the other,
+// a release Redis did not answer used up the leases of the parts after it, which then
+// reported their holdings lost, and a release cost a round trip per part.
+func atOnce(n int, release func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = release(i)
+		}()
+	}
+	if n > 0 {
+		errs[0] = release(0)
+	}
+	wg.Wait()
+	return errs
 }
 
 // FencingTokens returns the fencing token of every part owned holds, by unique key; ok is

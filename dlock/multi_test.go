@@ -2336,6 +2336,69 @@ func TestMultiLockThatGivesUpWaitsForItsReleasesPastItsContextsEnd(t *testing.T)
 	}
 }
 
+// An Unlock of a MultiLock while Redis does not answer releases every part at once: each
+// part's release is bounded by its own lease, and none waits for another's. Released one
+// after the other (the last part's release used up its lease), the parts released after the
+// first reported their holdings lost (ErrLockLost) rather than Redis's failure, and Unlock took
+// a lease per part. Every part's error names Redis's failure; once Redis answers again, every
+// part is free.
+func TestMultiLockUnlockInABlackHoleReleasesEveryPartAtOnce(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	g, p := farGen(t, lease)
+	tg := uniqueTarget(t)
+	parts := []dlock.Part{
+		mustGen(t, g, "MULTIUB", tg+"-a", lease),
+		rwOf(t, g, tg+"-b").WriteSide(),
+		semOf(t, g, tg+"-c", 2).Permits(1),
+		mustGen(t, g, "MULTIUB", tg+"-d", lease),
+	}
+	m, err := g.MultiOf(parts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := m.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(true)
+	got := make(chan error, 1)
+	go func() { got <- m.Unlock(o) }()
+	err = rgRecv(t, got, 20*lease, "the MultiLock's Unlock in a black hole")
+	p.Blackhole(false)
+	if err == nil {
+		t.Fatal("Unlock in a black hole returned no error")
+	}
+	if errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Unlock in a black hole = %v; a part reported its holding lost: its release waited for another's", err)
+	}
+	for _, part := range parts {
+		if key := part.Config().UniqueKey(); !strings.Contains(err.Error(), key) {
+			t.Errorf("Unlock in a black hole = %v; nothing about part %s", err, key)
+		}
+	}
+	var failed *dlock.RedisProcessError
+	if !errors.As(err, &failed) {
+		t.Errorf("Unlock in a black hole = %v; want Redis's failure", err)
+	}
+	if !errors.Is(context.Cause(o), context.Canceled) {
+		t.Errorf("the Owner after its Unlock: %v; want context.Canceled", context.Cause(o))
+	}
+	other, _ := newGen(t, dlock.WithDefaultLease(lease))
+	for i, part := range []dlock.Part{
+		mustGen(t, other, "MULTIUB", tg+"-a", lease),
+		rwOf(t, other, tg+"-b").WriteSide(),
+		semOf(t, other, tg+"-c", 2).Permits(2),
+		mustGen(t, other, "MULTIUB", tg+"-d", lease),
+	} {
+		o, err := part.Lock(ctxT(t, 3*lease))
+		if err != nil {
+			t.Fatalf("part %d after the Unlock and Redis's return: %v; want it free by its lease's end", i, err)
+		}
+		_ = o.Unlock()
+	}
+}
+
 // A TryLock of a MultiLock whose first part must be renewed before it returns (taking the
 // second used up more than half its lease) returns the renewal's Redis failure, as a part's own
 // TryLock returns one, and holds none of the parts: it does not report them held elsewhere.
