@@ -158,21 +158,20 @@ func (m *MultiLock) Parts() []Part {
 	return slices.Clone(m.parts)
 }
 
-// Lock takes every part, in the global order, waiting for each while ctx allows, and returns
-// one Owner for all of them: a context that carries every part's ownership (so each part's
-// FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding
-// ends — lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part
-// fails, the parts taken so far are released (all at once) and the error returned (as a
-// part's Lock returns it); Lock waits for those releases up to a sixth of the shortest part's
-// lease past ctx's end, and leaves one Redis has not answered by then to go on in the
-// background (retried until that part's lease runs out). A part lost while Lock waits for a later one, or renews an earlier
-// one (its renewals failed through a failover, or an operator removed it), is not returned as
-// held: Lock lets go of the parts it took and takes them all again, so the Owner it returns
-// holds every part. When a
-// part taken early has less than half its lease left (the wait for the later parts used it
-// up), every part is renewed, all at once, before Lock returns, so that no part is returned
-// nearly expired, as a part's own Lock never returns one. With an Owner of this MultiLock, Lock re-enters every
-// part. A Lock that Close overtakes returns
+// Lock takes every part, in the global order, waiting for each while ctx allows, and returns one
+// Owner for all of them: a context that carries every part's ownership (so each part's
+// FencingToken, HoldCount and Extend work with it) and ends as soon as any part's holding ends —
+// lost (its cause matches ErrLockLost), closed, or released. If ctx ends or a part fails, the parts
+// taken so far are released (all at once) and the error returned (as a part's Lock returns it);
+// Lock waits for those releases up to a sixth of the shortest part's lease past ctx's end, and
+// leaves one Redis has not answered by then to go on in the background (retried until that part's
+// lease runs out). A part this process knows lost while Lock waits for a later one, or renews an
+// earlier one (its renewals failed through a failover, or an operator removed it and the process
+// heard of it), is not returned as held: Lock lets go of the parts it took and takes them all
+// again, so the Owner it returns holds every part. When a part taken early has less than half its
+// lease left (the wait for the later parts used it up), every part is renewed, all at once, before
+// Lock returns, so that no part is returned nearly expired, as a part's own Lock never returns one.
+// With an Owner of this MultiLock, Lock re-enters every part. A Lock that Close overtakes returns
 // ErrClosed and holds none of the parts: never an Owner one of whose parts Close has let go.
 func (m *MultiLock) Lock(ctx context.Context) (*Owner, error) {
 	return m.acquire(ctx, true, func(l Part, ctx context.Context) (*Owner, bool, error) {
