@@ -574,14 +574,13 @@ func newMultiOwner(m *MultiLock, parts []*Owner, values context.Context) *Owner 
 	return o
 }
 
-// Unlock releases one hold of every part of owned, all at once, and returns their errors
-// joined, the last part's first (as each part's Unlock returns them). The Owner ends with context.Canceled
-// once the last hold is released. As a part's Unlock, it returns ErrNotHeld, releasing
-// nothing, when owned is not an Owner of this MultiLock (a nil Owner included) or holds
-// nothing any more (its last hold released: a part the caller held itself stays held), ErrClosed
-// then once the Generator closed, and ErrInvalidConfig on a MultiLock not made by
-// Generator.Multi. An Owner that ended lost (or closed) says so at every further Unlock, as
-// each part's does.
+// Unlock releases one hold of every part of owned, all at once, and returns their errors joined,
+// the last part's first (as each part's Unlock returns them). The Owner ends with context.Canceled
+// once the last hold is released. As a part's Unlock, it returns ErrNotHeld, releasing nothing,
+// when owned is not an Owner of this MultiLock (a nil Owner included) or holds nothing any more
+// (its last hold released: a part the caller held itself stays held), ErrClosed then once the
+// Generator closed, and ErrInvalidConfig on a MultiLock not made by Generator.Multi. An Owner that
+// ended lost (or closed) says so at every further Unlock, as each part's does.
 func (m *MultiLock) Unlock(owned *Owner) error {
 	if m == nil || len(m.parts) == 0 {
 		return fmt.Errorf("%w: MultiLock not made by Generator.Multi", ErrInvalidConfig)
