@@ -412,22 +412,11 @@ func freshen(ctx context.Context, parts []Part, owners []*Owner) error {
 	if !stale {
 		return nil
 	}
-	errs := make([]error, len(ps))
-	var wg sync.WaitGroup
-	for i, p := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = p.renew()
-		}()
-	}
-	renewed := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(renewed)
-	}()
+	renewed := make(chan []error, 1)
+	go func() { renewed <- atOnce(len(ps), func(i int) error { return ps[i].renew() }) }()
+	var errs []error
 	select {
-	case <-renewed:
+	case errs = <-renewed:
 	case <-ctx.Done(): // (a mutex's renewal is bounded by its lease only: it goes on, and ends)
 		return ctx.Err()
 	}
@@ -617,23 +606,23 @@ func (m *MultiLock) Unlock(owned *Owner) error {
 	return errors.Join(out...)
 }
 
-// atOnce runs release(0) … release(n-1) at once and returns their errors, by index, once all
-// have returned. A MultiLock lets go of its parts so: each release is bounded by its own
-// part's lease (and the caller's bound), and none waits for another's — one after the other,
-// a release Redis did not answer used up the leases of the parts after it, which then
-// reported their holdings lost, and a release cost a round trip per part.
-func atOnce(n int, release func(i int) error) []error {
+// atOnce runs f(0) … f(n-1) at once and returns their errors, by index, once all have
+// returned. A MultiLock renews its parts so (freshen), and lets go of them so: each release is
+// bounded by its own part's lease (and the caller's bound), and none waits for another's — one
+// after the other, a release Redis did not answer used up the leases of the parts after it,
+// which then reported their holdings lost, and a release cost a round trip per part.
+func atOnce(n int, f func(i int) error) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = release(i)
+			errs[i] = f(i)
 		}()
 	}
 	if n > 0 {
-		errs[0] = release(0)
+		errs[0] = f(0)
 	}
 	wg.Wait()
 	return errs
