@@ -139,3 +139,55 @@ func BenchmarkMultiLockCycle(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(commandsB(b, c)-before-1)/float64(b.N), "redis-calls/op")
 }
+
+// BenchmarkMultiLockContended is two Generators (processes), two goroutines each, locking and
+// unlocking MultiLocks of three mutexes out of four keys, a..c and b..d, so that every cycle
+// contends with the others on two keys. It reports Redis commands per cycle.
+func BenchmarkMultiLockContended(b *testing.B) {
+	ctx := context.Background()
+	var ms []*dlock.MultiLock
+	_, c := newGen(b) // (its client counts the server's commands)
+	for range 2 {
+		g, _ := newGen(b)
+		var locks []*dlock.DistributedReentrantLock
+		for _, tg := range []string{"a", "b", "c", "d"} {
+			l, err := g.Gen("BENCHMULTI", b.Name()+"-"+tg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			locks = append(locks, l)
+		}
+		for _, parts := range [][]*dlock.DistributedReentrantLock{locks[:3], locks[1:]} {
+			m, err := g.Multi(parts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms = append(ms, m)
+		}
+	}
+	before := commandsB(b, c)
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				o, err := m.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := m.Unlock(o); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(commandsB(b, c)-before-1)/float64(b.N), "redis-calls/op")
+}
