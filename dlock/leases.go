@@ -24,7 +24,7 @@ import (
 // comment excepted; \uXXXX, \t, \n, \r, \f and a backslash before any other character (\=,
 // \:, \#) are escapes; lines end at LF, CR or CRLF. It differs where Properties would take
 // what DLock then fails on or silently drops: the input is UTF-8 (Properties reads ISO-8859-1:
-// \uXXXX means the same in both), a type given twice is an error (not the last one kept),
+// \uXXXX means the same in both), a byte-order mark that starts it is skipped, a type given twice is an error (not the last one kept),
 // white space after a lease is ignored, and every type and lease is validated. An error names
 // the line its entry starts on and why; a line longer than 1 MiB is refused. Every error wraps
 // ErrInvalidConfig (and the reader's own, when reading failed); a nil reader is one.
@@ -44,7 +44,11 @@ func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
 	)
 	for sc.Scan() {
 		line++
-		text := strings.TrimLeft(sc.Text(), propertiesSpace)
+		text := sc.Text()
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // a byte-order mark, as editors on Windows write
+		}
+		text = strings.TrimLeft(text, propertiesSpace)
 		if !cont {
 			if text == "" || text[0] == '#' || text[0] == '!' {
 				continue

@@ -67,6 +67,15 @@ func TestParseLeasesReadsJavaProperties(t *testing.T) {
 	if fmt.Sprint(m) != fmt.Sprint(want) {
 		t.Fatalf("leases %v, want %v", m, want)
 	}
+	// A byte-order mark that starts the input is skipped (ORDER is ORDER); one inside a type
+	// is refused, as other invisible characters are.
+	m, err = dlock.ParseLeases(strings.NewReader("\ufeffORDER=30000\nPAY=5000"))
+	if err != nil || len(m) != 2 || m["ORDER"] != 30*time.Second || m["PAY"] != 5*time.Second {
+		t.Errorf("leases after a byte-order mark = %q, %v; want ORDER 30s and PAY 5s", m, err)
+	}
+	if _, err := dlock.ParseLeases(strings.NewReader("ORDER=30000\n\ufeffPAY=5000")); !errors.Is(err, dlock.ErrInvalidConfig) {
+		t.Errorf("a byte-order mark in a later type: err = %v, want ErrInvalidConfig", err)
+	}
 	// Errors name the line the entry starts on, and why.
 	for _, tc := range []struct{ in, want string }{
 		{"A=100\nB \\\n  x", "line 2: lease \"x\""},

@@ -90,7 +90,8 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 }
 
 // ValidateType reports whether t can name a lock type: not blank, no white space, no control
-// characters. The error wraps errors.ErrInvalidConfig.
+// characters, no invisible format characters (a byte-order mark, a zero-width space: a type
+// that looks like another and names other keys). The error wraps errors.ErrInvalidConfig.
 func ValidateType(t DLockType) error {
 	if t == "" {
 		return fmt.Errorf("%w: blank lock type", dlerrors.ErrInvalidConfig)
@@ -98,8 +99,8 @@ func ValidateType(t DLockType) error {
 	if len(t) > MaxTypeLen {
 		return fmt.Errorf("%w: lock type of %d bytes is longer than the maximum %d", dlerrors.ErrInvalidConfig, len(t), MaxTypeLen)
 	}
-	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-		return fmt.Errorf("%w: lock type %q holds white space or a control character", dlerrors.ErrInvalidConfig, string(t))
+	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) >= 0 {
+		return fmt.Errorf("%w: lock type %q holds white space, a control character or an invisible format character", dlerrors.ErrInvalidConfig, string(t))
 	}
 	return nil
 }

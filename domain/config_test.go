@@ -22,6 +22,9 @@ func TestNewDLockConfig(t *testing.T) {
 		{"T", "{tag}x", domain.MaxLease, "DLOCK_T_{tag}x"},
 		{"", "42", time.Second, ""},
 		{"OR DER", "42", time.Second, ""},
+		{"\ufeffORDER", "42", time.Second, ""}, // a byte-order mark
+		{"OR\u200bDER", "42", time.Second, ""}, // a zero-width space
+		{"\u8ba2\u5355", "42", time.Second, "DLOCK_\u8ba2\u5355_42"},
 		{"ORDER", "", time.Second, ""},
 		{"ORDER", " \t ", time.Second, ""},
 		{"ORDER", "4\x002", time.Second, ""},
