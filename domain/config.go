@@ -99,8 +99,11 @@ func ValidateType(t DLockType) error {
 	if len(t) > MaxTypeLen {
 		return fmt.Errorf("%w: lock type of %d bytes is longer than the maximum %d", dlerrors.ErrInvalidConfig, len(t), MaxTypeLen)
 	}
-	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) >= 0 {
-		return fmt.Errorf("%w: lock type %q holds white space, a control character or an invisible format character", dlerrors.ErrInvalidConfig, string(t))
+	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("%w: lock type %q holds white space or a control character", dlerrors.ErrInvalidConfig, string(t))
+	}
+	if strings.IndexFunc(string(t), func(r rune) bool { return unicode.Is(unicode.Cf, r) }) >= 0 {
+		return fmt.Errorf("%w: lock type %q holds an invisible format character", dlerrors.ErrInvalidConfig, string(t))
 	}
 	return nil
 }
