@@ -19,15 +19,16 @@ import (
 // ParseLeases reads lock-type leases in the format of Java DLock's config-dlock.properties,
 // which DLock reads with java.util.Properties: one entry TYPE=millis per line. As Properties
 // does, the separator may be '=', ':' or white space (TYPE 500), with white space around it;
-// lines blank or starting with '#' or '!' (after white space) are comments; a line ending in
-// an odd number of backslashes continues on the next (its leading white space dropped), a
-// comment excepted; \uXXXX, \t, \n, \r, \f and a backslash before any other character (\=,
-// \:, \#) are escapes; lines end at LF, CR or CRLF. It differs where Properties would take
-// what DLock then fails on or silently drops: the input is UTF-8 (Properties reads ISO-8859-1:
-// \uXXXX means the same in both), a byte-order mark that starts it is skipped, a type given twice is an error (not the last one kept),
-// white space after a lease is ignored, and every type and lease is validated. An error names
-// the line its entry starts on and why; a line longer than 1 MiB is refused. Every error wraps
-// ErrInvalidConfig (and the reader's own, when reading failed); a nil reader is one.
+// lines blank or starting with '#' or '!' (after white space) are comments; a line ending in an
+// odd number of backslashes continues on the next (its leading white space dropped), a comment
+// excepted; \uXXXX, \t, \n, \r, \f and a backslash before any other character (\=, \:, \#) are
+// escapes; lines end at LF, CR or CRLF. It differs where Properties would take what DLock then
+// fails on or silently drops: the input is UTF-8 (Properties reads ISO-8859-1: \uXXXX means the
+// same in both), a byte-order mark that starts it is skipped, a type given twice is an error
+// (not the last one kept), white space after a lease is ignored, and every type and lease is
+// validated. An error names the line its entry starts on and why; a line longer than 1 MiB is
+// refused. Every error wraps ErrInvalidConfig (and the reader's own, when reading failed); a nil
+// reader is one.
 func ParseLeases(r io.Reader) (map[string]time.Duration, error) {
 	if r == nil {
 		return nil, fmt.Errorf("%w: nil reader", ErrInvalidConfig)
