@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -196,17 +198,18 @@ func WithForeignWindow(every, window time.Duration) Option {
 }
 
 // WithLeases sets the lease of each lock type, as DLock's config-dlock.properties does (see
-// ParseLeases and LoadLeases). Each type and lease is validated.
+// ParseLeases and LoadLeases). Each type and lease is validated, in the types' order, so that
+// a map with several bad entries gets the same error every time.
 func WithLeases(leases map[string]time.Duration) Option {
 	return optionFunc(func(o *options) error {
-		for t, d := range leases {
+		for _, t := range slices.Sorted(maps.Keys(leases)) {
 			if err := domain.ValidateType(domain.DLockType(t)); err != nil {
 				return err
 			}
-			if err := domain.ValidateLease(d); err != nil {
-				return fmt.Errorf("type %s: %w", t, err)
+			if err := domain.ValidateLease(leases[t]); err != nil {
+				return fmt.Errorf("%w (type %s)", err, t)
 			}
-			o.leases[domain.DLockType(t)] = d
+			o.leases[domain.DLockType(t)] = leases[t]
 		}
 		return nil
 	})

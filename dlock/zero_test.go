@@ -36,6 +36,15 @@ func TestNewGeneratorRejectsBadInput(t *testing.T) {
 	if _, err := dlock.NewGenerator(nil); !errors.Is(err, dlock.ErrInvalidConfig) {
 		t.Fatalf("nil client: err = %v", err)
 	}
+	// Of several bad leases, the first type's is named, every time; the message says what is
+	// wrong first, as every ErrInvalidConfig does.
+	bad := map[string]time.Duration{"A": 0, "B": time.Millisecond, "C": time.Hour * 1000, "D": time.Second}
+	for range 20 {
+		_, err := dlock.NewGenerator(c, dlock.WithLeases(bad))
+		if want := "dlock: invalid configuration: lease 0s is shorter than the minimum 30ms (type A)"; err == nil || err.Error() != want {
+			t.Fatalf("err = %v, want %s", err, want)
+		}
+	}
 }
 
 func TestGenRejectsBadInput(t *testing.T) {
