@@ -286,11 +286,13 @@ func holdingLine(t *testing.T, line string) map[string]string {
 
 // TestDemoACLRefusal: demo run as an ACL user with dlock's least-privilege rules, which do not
 // cover the naive lock's key, is refused by Redis: that is 77 with one line naming Redis and
-// the refusal, as for the other commands, not 1.
+// the refusal, as for the other commands, not 1 — and the naive lock's key, which the README's
+// rules leave out.
 func TestDemoACLRefusal(t *testing.T) {
 	s := startAuthRedis(t)
 	r := runBin(t, nil, "demo", "--redis", s.url(aclUser+":"+aclPwd), "--duration", "200ms")
 	if r.code != exitNoPerm || !strings.Contains(r.stderr, "NOPERM") || !strings.Contains(r.stderr, s.addr) ||
+		!strings.Contains(r.stderr, "the key "+naiveKey) ||
 		strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || strings.Contains(r.stderr, aclPwd) {
 		t.Fatal(r)
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,11 +48,41 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// TestVersion: version (and --version) prints one line, the version and the Go toolchain,
+// without Redis; the line names the commit a build recorded, and the library's version when
+// dlock is built within another module.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		r := runBin(t, nil, args...)
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, " (go1.") ||
+			strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("dlock %s: %v", args[0], r)
+		}
+	}
+	for _, tc := range []struct {
+		info *debug.BuildInfo
+		want string
+	}{
+		{nil, "dlock (unknown version: built without module information)\n"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: libraryPath, Version: "v1.4.0"}}, "dlock v1.4.0 (go1.26.0)\n"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: libraryPath, Version: "(devel)"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "fe19759abcdef0123456789"}, {Key: "vcs.modified", Value: "true"}}},
+			"dlock (devel) fe19759abcde+modified (go1.26.0)\n"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "example.com/tools", Version: "v0.3.0"},
+			Deps: []*debug.Module{{Path: "github.com/redis/go-redis/v9", Version: "v9.23.0"}, {Path: libraryPath, Version: "v1.4.0"}}},
+			"dlock v0.3.0, library v1.4.0 (go1.26.0)\n"},
+	} {
+		if got := versionLine(tc.info); got != tc.want {
+			t.Errorf("versionLine = %q, want %q", got, tc.want)
+		}
+	}
+}
+
 // TestHelpUnwritten: a usage that cannot be written is not shown with status 0: on a full
 // disk, status 1 and one line on standard error; to a closed pipe, 141 and nothing said, as a
 // write to a closed pipe ends a program (and demo).
 func TestHelpUnwritten(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "exec"}, {"status", "--help"}, {"release", "-h"}} {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "exec"}, {"status", "--help"}, {"release", "-h"}, {"version"}} {
 		var stderr strings.Builder
 		code := run(args, cli{stdout: fullDisk{}, stderr: &stderr})
 		if code != exitError || !strings.HasPrefix(stderr.String(), "dlock") || !strings.Contains(stderr.String(), "no space left") ||
@@ -71,7 +102,7 @@ func TestHelpUnwritten(t *testing.T) {
 func TestHelpIsTheManual(t *testing.T) {
 	t.Setenv("REDIS_URL", "redis://:env-secret@127.0.0.1:1")
 	top := runIn("--help").stdout
-	for _, want := range []string{"exec", "lock", "status", "release", "demo", "DLOCK_REDIS", "REDIS_URL", "--sentinel-master",
+	for _, want := range []string{"exec", "lock", "status", "release", "demo", "version", "DLOCK_REDIS", "REDIS_URL", "--sentinel-master",
 		" 69 ", " 75 ", " 76 ", " 77 ", " 126 ", " 127 "} {
 		if !strings.Contains(top, want) {
 			t.Errorf("dlock --help lacks %q:\n%s", want, top)
@@ -135,6 +166,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "exec", "extra"}, `unexpected argument "extra"`},
 		// --help with arguments reads them as help does, rather than ignoring them
 		{[]string{"--help", "extra"}, `unknown command "extra"`},
+		// a flag before the command is named as such, not as a command
+		{[]string{"--redis", "h:1", "status", "CLI", "x"}, "flag --redis before the command: flags follow it (dlock COMMAND [flags] ARGS...)"},
+		{[]string{"-w", "5", "exec", "CLI", "x", "true"}, "flag -w before the command: flags follow it (dlock COMMAND [flags] ARGS...)"},
+		{[]string{"version", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-h", "exec", "extra"}, `unexpected argument "extra"`},
 		{[]string{"status", "--bogus", "CLI", "x"}, "unknown flag --bogus"},
 		{[]string{"status", "-bogus=1", "CLI", "x"}, "unknown flag -bogus"},

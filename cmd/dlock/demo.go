@@ -50,6 +50,9 @@ error. Output that cannot be written ends the demo: 141 when nobody reads it (dl
 head), 1, saying so, on another failure (a full disk).
 ` + redisSection("an embedded miniredis")
 
+// naiveKey is the key of the demo's naive lock, outside dlock's own keys.
+const naiveKey = "dlock-demo:naive:order-42"
+
 // demoCommand is "dlock demo".
 func demoCommand() *command {
 	return &command{
@@ -180,7 +183,12 @@ func demo(w io.Writer, o demoOpts) error {
 			}
 			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease, *o.holdOver)
 			if isRedisReply(err) {
-				return redisFailure(ep, timeout, err) // a refused key or command (ACL): 77
+				err = redisFailure(ep, timeout, err) // a refused key or command (ACL): 77
+				if impl == "naive" && exitCode(err) == exitNoPerm {
+					// (the README's ACL is dlock's; the naive lock's key is the demo's own)
+					return withStatus(exitNoPerm, fmt.Errorf("%w; the demo's naive lock uses the key %s besides (~dlock-demo:* in the ACL)", err, naiveKey))
+				}
+				return err
 			} else if err != nil {
 				return err
 			}
@@ -389,7 +397,7 @@ func newDemoLocker(impl string, c redis.UniversalClient, lease time.Duration, p 
 		}
 		return &dlockDemo{c: c, g: g, l: l}, nil
 	}
-	n := &naiveLock{c: c, key: "dlock-demo:naive:order-42", lease: lease,
+	n := &naiveLock{c: c, key: naiveKey, lease: lease,
 		prefix: fmt.Sprintf("%d-%d-%d-", os.Getpid(), time.Now().UnixNano(), p)}
 	// Load the release script now (EVALSHA fails, EVAL loads it) rather than in the run.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -8,6 +8,7 @@
 //	dlock status  [--json] [KIND] [REDIS] TYPE TARGET
 //	dlock release --force (--holder LOCKER | --any) [KIND] [REDIS] TYPE TARGET
 //	dlock demo    [--procs N] [--goroutines N] [--cross-procs N] [--duration D] [--hold D] [--lease D] [--hold-over] [REDIS]
+//	dlock version
 //	dlock help [COMMAND]
 //
 //	REDIS is [--redis ADDR] [--cluster] [--sentinel-master NAME] [--timeout D]
@@ -16,15 +17,15 @@
 // A lock is named by TYPE and TARGET, as in the library: its Redis key is
 // DLOCK_<TYPE>_<TARGET> (the target trimmed of surrounding white space), so a shell script
 // using "dlock exec DEPLOY prod" and a Go program using gen.Gen("DEPLOY", "prod") exclude each
-// other. Flags may stand before or after TYPE TARGET; "--" ends them. Flags are written
+// other. Flags follow the command, before or after TYPE TARGET; "--" ends them. Flags are written
 // --name VALUE or --name=VALUE (-name works too); the one-letter ones -n, -w and -E also
 // -w VALUE and -wVALUE. -h or --help on dlock or on any command prints its usage on standard
 // output and exits 0.
 //
-// Output that cannot be written is no success: status, release, the usage and demo's verdict
-// exit 1 when standard output fails (a full disk), saying so in one line on standard error
-// (release: with what it removed); the usage and demo exit 141 (128+SIGPIPE), saying nothing,
-// when its reader has gone (dlock demo | head).
+// Output that cannot be written is no success: status, release, version, the usage and demo's
+// verdict exit 1 when standard output fails (a full disk), saying so in one line on standard
+// error (release: with what it removed); the usage, version and demo exit 141 (128+SIGPIPE),
+// saying nothing, when its reader has gone (dlock demo | head).
 //
 // A usage error — an unknown command or flag, a bad value, a bad Redis address, an invalid
 // TYPE, TARGET or lease — prints two lines on standard error, what is wrong and where the
@@ -259,11 +260,17 @@
 // in any of its runs says so and exits 1 (it proved nothing), as does an overlap of two dlock
 // owners; a run of its own with no dlock acquisition (one too short: --duration 40ms) shows 0.
 //
+// # version
+//
+// version (or --version) prints one line: dlock's module version, "(devel)" for a build from a
+// checkout (with its commit when the build recorded one), the library's version when dlock is
+// built within another module, and the Go toolchain. It talks to no Redis.
+//
 // # Exit status
 //
 //	0        success; for exec, COMMAND exited 0; for lock, released after a signal
 //	1        any other error (demo: exclusion violated, or no acquisitions; status,
-//	         release, demo, help: standard output could not be written)
+//	         release, demo, version, help: standard output could not be written)
 //	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
 //	         TARGET or lease, release without --force or without --holder/--any, a
 //	         read-write lock asked for as a semaphore or the other way round
@@ -277,8 +284,8 @@
 //	126      exec: COMMAND was found but could not be run
 //	127      exec: COMMAND was not found
 //	128+S    exec, lock: signal S came while waiting for the lock; status, release, demo,
-//	         help: SIGQUIT (Ctrl-\) ends them with 131, with no stack dump; demo, help: 141
-//	         when standard output is a pipe nobody reads
+//	         version, help: SIGQUIT (Ctrl-\) ends them with 131, with no stack dump; demo,
+//	         version, help: 141 when standard output is a pipe nobody reads
 //	N        exec: COMMAND exited with N, or was killed by signal S and N is 128+S
 //
 // exec passes COMMAND's status through, so a command that itself exits 69, 75, 76 or 77 cannot

@@ -49,7 +49,7 @@ type cli struct {
 
 // commands lists the subcommands in the order the usage shows them.
 func commands() []*command {
-	return []*command{execCommand(), lockCommand(), statusCommand(), releaseCommand(), demoCommand()}
+	return []*command{execCommand(), lockCommand(), statusCommand(), releaseCommand(), demoCommand(), versionCommand()}
 }
 
 // main runs dlock and exits with the status run returns.
@@ -106,8 +106,14 @@ func run(args []string, out cli) int {
 		}
 		return usageShown(out, "dlock", topUsage(out.stdout))
 	}
+	if name == "--version" || name == "-version" {
+		name, args = "version", append([]string{"version"}, args[1:]...)
+	}
 	c := lookup(name)
-	if c == nil {
+	switch {
+	case c == nil && isFlag(name):
+		return usageError(out, "dlock", "", fmt.Errorf("flag %s before the command: flags follow it (dlock COMMAND [flags] ARGS...)", name))
+	case c == nil:
 		return usageError(out, "dlock", "", fmt.Errorf("unknown command %q", name))
 	}
 	fs := newFlagSet(c.name)
@@ -200,7 +206,8 @@ other users of the machine.
 
 exit status:
   0        success (exec: the command's own status, see below)
-  1        any other error (status, release, demo, help: output that could not be written)
+  1        any other error (status, release, demo, version, help: output that could not be
+           written)
   2        usage error: bad command, flags or Redis address, invalid TYPE, TARGET or lease
   69       Redis unreachable, not serving (out of memory, loading, read-only), not the
            kind the address names (Sentinels, Cluster, one server), or no answer within
@@ -212,7 +219,7 @@ exit status:
   126      exec: the command could not be started
   127      exec: the command was not found
   128+S    exec, lock: signal S came while waiting for the lock (nothing run or held);
-           demo, help: 141 when nobody reads their output (a closed pipe)
+           demo, version, help: 141 when nobody reads their output (a closed pipe)
   N        exec: the command exited with N (128+S when it was killed by signal S)
 `)
 	_, err := io.WriteString(w, b.String())
