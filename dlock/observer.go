@@ -12,8 +12,9 @@ import (
 // adapters for OpenTelemetry and Prometheus live in modules of their own). Its methods are called
 // synchronously, on the goroutine that did the thing (a MultiLock releases its parts on goroutines
 // of its own) and often while a lock's local state is busy, concurrently from many goroutines: they
-// must be safe for concurrent use, fast, and must not block or call back into the lock. Embed
-// NopObserver to implement only some of them.
+// must be safe for concurrent use, fast, and must not block, panic or call back into the lock (a
+// panic on a goroutine of dlock's — a renewal, a background release, a MultiLock's part — ends
+// the process, as any goroutine's does). Embed NopObserver to implement only some of them.
 type Observer interface {
 	// Acquired: a Lock or TryLock got the lock (not a re-entry).
 	Acquired(AcquireEvent)
