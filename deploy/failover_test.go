@@ -751,3 +751,50 @@ func sentinelFailoverShortLease(t *testing.T, name string, ack bool) {
 	led.leave(h)
 	_ = holder.Unlock(owned)
 }
+
+// Kill -9 of the master of a key that a holder holds and never waited for (so its Generator
+// listens on no channel there, and sends nothing between renewals): its next renewal must
+// reach the promoted replica in time. With go-redis's defaults a request to the dead master is
+// retried by the client for longer than the quarter of a lease the renewal has left (four tries
+// of five dials each, then the same again for the Cluster's redirections), and the holder
+// lost a 5 s lease in five of five trials of a newcomer's, the failover visible 2.1–2.7 s after
+// the kill.
+func TestClusterKillMasterOfAnIdleHolder(t *testing.T) {
+	t.Parallel() // on a deployment of its own; mostly waiting
+	c := redistest.NeedCluster(t, 3, 1)
+	const lease = 5 * time.Second
+	target := unique("idle")
+	key := lockKey("IDLE", target)
+	l, err := generatorOn(t, c.Client(), lease).Gen("IDLE", target) // go-redis's defaults
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SyncReplicas(key, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	old, err := c.KillMaster(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.WaitFailover(key, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("master %s -> %s, visible after %v", old, now, time.Since(t0).Round(time.Millisecond))
+	// Past two renewals after the failover (one at 75 % of the lease, the next 75 % after it).
+	select {
+	case <-owned.Done():
+		t.Fatalf("the holder lost a key that survived the failover: %v", context.Cause(owned))
+	case <-time.After(2 * lease):
+	}
+	if err := l.Unlock(owned); err != nil {
+		t.Fatalf("Unlock after the failover: %v", err)
+	}
+}

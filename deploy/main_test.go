@@ -19,6 +19,9 @@
 //     57 s). The library asks go-redis to reload the topology after every failed request or
 //     subscription error; TestClusterStateReloadInterval checks that default clients, and a
 //     UniversalClient (whose options have no reload interval), resume within seconds.
+//   - A request to a dead master is retried by go-redis for longer than a renewal of a 5 s
+//     lease has left (TestClusterKillMasterOfAnIdleHolder). The library sends its scripts on a
+//     Cluster client once and follows a failed connection itself.
 //   - A FailoverClient moves its command connections on +switch-master but not its PubSub
 //     connections, so after SENTINEL FAILOVER (old master still up) a subscription would stay
 //     on the old master and hear no release. The library's subscription probe (a message of

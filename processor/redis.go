@@ -632,9 +632,10 @@ func (p *RedisLockProcessor) Reload() {
 // the old master, a replica now, answers MOVED), is sent again to the master it should go to
 // once the reloaded map names it (see moved), as many times as the client's MaxRedirects (3 by
 // default): after a completed failover the client would otherwise send it to the dead master
-// again. Each copy is the same request (same locker, same arguments): the scripts are safe to
-// run twice, and the last answer says what became of all; the callers count a lease from
-// before the first send.
+// again. The client itself sends a script once (onceCmd), so that a dead master costs one
+// dial's tries, not the client's retries of it. Each copy is the same request (same locker,
+// same arguments): the scripts are safe to run twice, and the last answer says what became of
+// all; the callers count a lease from before the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
 	defer func() {
@@ -688,10 +689,25 @@ func noScript(err error) bool {
 // run): long enough for a few of go-redis's reloads, which run at most every 200 ms.
 const reloadWait = time.Second
 
+// onceCmd is a script's command that a Cluster client sends once: go-redis does not send it
+// again after a failed connection (it still follows MOVED and ASK). Its retries went to the
+// master its slot map named: after a master was killed, four tries of five dials each, and as
+// many again for each of the Cluster's redirections, to the dead address — longer than the
+// quarter of a 5 s lease a renewal has left, so that a holder whose key survived the failover
+// lost it. run follows such a failure itself (moved): to the promoted replica once the map
+// names it, or at once to the same master when the connection broke after it was made.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again after a failure.
+func (onceCmd) NoRetry() bool { return true }
+
 // moved returns the master to send a request again to, which failed with err at the master at
-// was: for a MOVED answer the master it names (the node that answered knows), for a request
-// that did not reach was another master for key — once cc's slot map names it. It asks for
-// reloads of the map until then, for at most reloadWait and while ctx lasts; nil if none.
+// was: for a MOVED answer the master it names (the node that answered knows); for a request
+// whose connection broke once made (reset, closed, timed out) the master the map names now, at
+// once (as go-redis's own retry did: a live master's connection may have gone stale); for a
+// request that could not connect to was, another master for key — once cc's slot map names
+// it. It asks for reloads of the map until then, for at most reloadWait and while ctx lasts;
+// nil if none.
 //
 // A reload may store a map older than the MOVED answer, or one without key's slot (a node that
 // heard the old master turn replica before it heard the new master's claim drops the slot for
@@ -703,6 +719,18 @@ func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient,
 	to, redirected := redis.IsMovedError(err)
 	if !redirected && !unreached(err) {
 		return nil
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	var op *net.OpError
+	if !redirected && !(errors.As(err, &op) && op.Op == "dial") {
+		p.Reload()
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil
+		}
+		return node
 	}
 	limit := time.NewTimer(reloadWait)
 	defer limit.Stop()
@@ -762,7 +790,11 @@ func (p *RedisLockProcessor) send(ctx context.Context, s *script, ack bool, node
 		if len(keys) > 0 {
 			res.SetFirstKeyPos(3)
 		}
-		_ = p.client.Process(ctx, res)
+		if node != nil {
+			_ = p.client.Process(ctx, onceCmd{res}) // (run follows a failure itself)
+		} else {
+			_ = p.client.Process(ctx, res)
+		}
 		if noScript(res.Err()) {
 			res = s.Eval(ctx, p.client, keys, args...)
 		}
