@@ -690,12 +690,15 @@ func noScript(err error) bool {
 const reloadWait = time.Second
 
 // onceCmd is a script's command that a Cluster client sends once: go-redis does not send it
-// again after a failed connection (it still follows MOVED and ASK). Its retries went to the
-// master its slot map named: after a master was killed, four tries of five dials each, and as
-// many again for each of the Cluster's redirections, to the dead address — longer than the
-// quarter of a 5 s lease a renewal has left, so that a holder whose key survived the failover
-// lost it. run follows such a failure itself (moved): to the promoted replica once the map
-// names it, or at once to the same master when the connection broke after it was made.
+// again after a failure (it still follows MOVED and ASK). Its tries (the first and
+// MaxRedirects more, each dialling five times) went to the master its slot map named, the dead
+// one after a kill -9 — longer than the quarter of a 5 s lease a renewal has left, so that a
+// holder whose key survived the failover lost it. run follows a failed connection itself
+// (moved): to the promoted replica once the map names it, or at once to the same master when
+// the connection broke after it was made. A reply go-redis would have tried again after a
+// pause (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN) comes back at once, and the caller's own
+// retry serves it (a waiter's next ask, the renewal's every lease/10, a release's in the
+// background); TryLock, State and ForceRelease return it.
 type onceCmd struct{ *redis.Cmd }
 
 // NoRetry tells go-redis not to send the command again after a failure.

@@ -3194,6 +3194,54 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 	}
 }
 
+// On a Cluster client go-redis sends a script once; a request whose connection to a live master
+// broke in the middle of the reply (a connection gone stale, a reset) is sent again at once to
+// that master by the processor, the same request: the attempt that ran is answered as taken, in
+// one call, and the key holds its locker. (A request that could not connect waits for the map
+// to name another master instead: TestClusterRequestFollowsAMovedSlot.)
+func TestClusterRequestWhoseConnectionBrokeIsSentAgain(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	direct := srv.Client()
+	defer direct.Close()
+	master, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	cc := shardedClient(func(o *redis.ClusterOptions) {
+		o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: master.Addr()}}}}, nil
+		}
+	})
+	defer cc.Close()
+	p := newProc(t, cc, "pa-")
+	lc, err := domain.NewDLockConfig("PROC", fresh("broke"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // a connection made, and the script loaded
+		t.Fatal(err)
+	}
+	if err := direct.Del(ctx, lc.UniqueKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var sent []string
+	cc.AddHook(nameHook{&sent})
+	locker := p.locker()
+	master.CutNextReply()
+	r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: locker})
+	if err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("lock whose reply was cut = %+v, %v; want taken", r, err)
+	}
+	if len(sent) != 2 {
+		t.Fatalf("sent %v, want the request twice (the copy after the broken connection)", sent)
+	}
+	if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != locker {
+		t.Fatalf("key = %q, want %q", got, locker)
+	}
+}
+
 // A Cluster client that cannot work is asked for few reloads of its topology, however many of
 // the processor's requests fail: go-redis ends a reload that fails at once, with no pause
 // before the next, so a reload asked for after every failed request, and every 10 ms while a
