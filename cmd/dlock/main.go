@@ -107,7 +107,7 @@ func run(args []string, out cli) int {
 		return usageShown(out, "dlock", topUsage(out.stdout))
 	}
 	if name == "--version" || name == "-version" {
-		name, args = "version", append([]string{"version"}, args[1:]...)
+		name = "version" // (its arguments are args[1:], as a command's)
 	}
 	c := lookup(name)
 	switch {
