@@ -394,6 +394,41 @@ func TestFamilyAfterTheClientClosedOrRedisDown(t *testing.T) {
 	}
 }
 
+// An acquisition that Redis refused (nothing listening: no try of any of its requests got a
+// connection), of any kind of lock, TryLock or Lock, leaves nothing to give back: Close returns
+// without waiting, where it used to retry give-backs for about a lease (here ten minutes; the
+// close's deadline comes long before).
+func TestCloseAfterAcquisitionsRedisRefused(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // go-redis's defaults: retries, five dials each
+	defer c.Close()
+	const lease = 10 * time.Minute
+	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := uniqueTarget(t)
+	l, rw, sem := mustGen(t, g, "REFUSED", tg, lease), rwOf(t, g, tg), semOf(t, g, tg, 2)
+	tries := map[string]func(context.Context) (*dlock.Owner, bool, error){
+		"TryLock": l.TryLock, "RWLock.TryLock": rw.TryLock, "TryRLock": rw.TryRLock,
+		"TryAcquire": func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
+		"Lock": func(ctx context.Context) (*dlock.Owner, bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			o, err := l.Lock(ctx)
+			return o, err == nil, err
+		},
+	}
+	for name, try := range tries {
+		if o, ok, err := try(ctxT(t, 30*time.Second)); err == nil || ok || o != nil {
+			t.Fatalf("%s with nothing listening = %v, %v, %v; want an error", name, o, ok, err)
+		}
+	}
+	if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+		t.Fatalf("close after acquisitions Redis refused: %v; want nil (nothing to give back)", err)
+	}
+}
+
 // Close at any moment of an acquisition (the tenure being started, the owner being made) is
 // safe: no panic, no race, no goroutine left.
 func TestCloseDuringAcquisition(t *testing.T) {

@@ -1267,7 +1267,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // the semaphore row ran at a fifth of its speed in most runs (docs/benchmarks.md).
 func growPatience(cfg domain.DLockConfig) time.Duration { return cfg.Lease() / 2 }
 
-// requestTimeout bounds each request of the driver: a reply lost (and sent again by go-redis)
+// requestTimeout bounds each request of the driver: a reply lost (and sent again)
 // must not hold up the renewals of the lock's other holdings.
 func requestTimeout(cfg domain.DLockConfig) time.Duration {
 	return max(cfg.Lease()/3, 10*time.Millisecond)

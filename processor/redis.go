@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,11 +63,12 @@ type scriptSet struct {
 type script struct {
 	*redis.Script
 	hash any
+	src  string
 }
 
 func newScript(src string) *script {
 	s := redis.NewScript(src)
-	return &script{Script: s, hash: s.Hash()}
+	return &script{Script: s, hash: s.Hash(), src: src}
 }
 
 // newScripts builds the scripts, the bodies of replace taking the place of the module's own.
@@ -626,16 +629,30 @@ func (p *RedisLockProcessor) Reload() {
 // set, it sends WAIT after the script on the same connection to the key's master, and
 // returns how many replicas acknowledged (acked is -1 when not asked).
 //
+// The client sends each script once (onceCmd), and run follows a failure itself, so that it
+// knows whether any copy was written: when none was (every try failed to get a connection: a
+// refused dial, the pool's timeout), its error says so (Unsent) and the caller has nothing to
+// give back. With go-redis's own retries a refused dial on the last try proved nothing: an
+// earlier try could have been written before Redis went down, and a TryLock that Redis refused
+// left a give-back that Close waited for, for about a lease.
+//
+// On a plain or Sentinel client a failed request is sent again as go-redis would have (again),
+// as many times as the client's MaxRetries, after its back-off; a Ring, or a request with WAIT
+// (a pipeline), keeps go-redis's own retries and never says Unsent.
+//
 // On a Cluster client, a request that could not reach the master its slot map named (a refused
 // dial, a dropped connection), or that the node answered with MOVED (with WithReplicaAck the
 // script and WAIT go to the node itself, which follows no redirection: after CLUSTER FAILOVER
-// the old master, a replica now, answers MOVED), is sent again to the master it should go to
-// once the reloaded map names it (see moved), as many times as the client's MaxRedirects (3 by
-// default): after a completed failover the client would otherwise send it to the dead master
-// again. The client itself sends a script once (onceCmd), so that a dead master costs one
-// dial's tries, not the client's retries of it. Each copy is the same request (same locker,
-// same arguments): the scripts are safe to run twice, and the last answer says what became of
-// all; the callers count a lease from before the first send.
+// the old master, a replica now, answers MOVED), or with a reply go-redis tries again
+// (CLUSTERDOWN, TRYAGAIN, LOADING, ...), is sent again to the master it should go to (see
+// moved), as many times as the client's MaxRedirects (3 by default): after a completed
+// failover the client would otherwise send it to the dead master again, its tries (the first
+// and MaxRedirects more, each dialling five times) longer than the quarter of a 5 s lease a
+// renewal has left.
+//
+// Each copy is the same request (same locker, same arguments): the scripts are safe to run
+// twice, and the last answer says what became of all; the callers count a lease from before
+// the first send.
 func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
 	defer func() { p.fail(err) }()
 	defer func() {
@@ -644,22 +661,104 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys 
 		}
 	}()
 	p.sent.Store(true)
-	cc, ok := p.client.(*redis.ClusterClient)
-	if !ok {
-		return p.send(ctx, s, ack, nil, keys, cmd)
-	}
-	node, err := cc.MasterForKey(ctx, keys[0])
-	if err != nil {
-		return nil, 0, err
-	}
-	res, acked, err = p.send(ctx, s, ack, node, keys, cmd)
-	for range cc.Options().MaxRedirects {
-		if node = p.moved(ctx, cc, keys[0], node.Options().Addr, err); node == nil {
-			break
+	written := false // a copy may have been written
+	defer func() {
+		if err != nil && !written && unwritten(err) {
+			err = unsentErr{err}
 		}
-		res, acked, err = p.send(ctx, s, ack, node, keys, cmd)
+	}()
+	try := func(node *redis.Client, once bool) {
+		res, acked, err = p.send(ctx, s, ack, node, once, keys, cmd)
+		written = written || !unwritten(err) || ack && p.opts.Replicas > 0
 	}
+	switch c := p.client.(type) {
+	case *redis.ClusterClient:
+		node, nerr := c.MasterForKey(ctx, keys[0])
+		if nerr != nil {
+			return nil, 0, nerr
+		}
+		try(node, true)
+		for n := range c.Options().MaxRedirects {
+			if node = p.moved(ctx, c, keys[0], node.Options().Addr, n+1, err); node == nil {
+				break
+			}
+			try(node, true)
+		}
+		return res, acked, err
+	case *redis.Client:
+		if !ack || p.opts.Replicas == 0 {
+			o := c.Options()
+			try(nil, true)
+			for n := range o.MaxRetries {
+				if !again(err) || sleep(ctx, backoff(n+1, o.MinRetryBackoff, o.MaxRetryBackoff)) != nil {
+					break
+				}
+				try(nil, true)
+			}
+			return res, acked, err
+		}
+	}
+	try(nil, false) // a Ring, or a request with WAIT on a plain client (a pipeline): go-redis's own retries
+	written = true
 	return res, acked, err
+}
+
+// unsentErr is the failure of a request of which run wrote no copy (Unsent).
+type unsentErr struct{ error }
+
+func (e unsentErr) Unwrap() error { return e.error }
+
+// unwritten reports whether err is a failure to get a connection for a request (a dial that
+// failed, the pool's timeout): nothing of it was written.
+func unwritten(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// again reports whether err is a failure go-redis sends a request again after: the connection
+// failed (unreached, or the pool's timeout), or the server answered that it cannot run it yet
+// (loading, a replica now, a master or cluster down, a slot migrating, too many clients).
+func again(err error) bool {
+	if unreached(err) || errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "ERR max number of clients reached"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// backoff is the pause before try n (the first is 0) as go-redis's: random, between lo and
+// lo plus lo times 2 to the power n, at most hi; none when lo or hi is 0 (or less).
+func backoff(n int, lo, hi time.Duration) time.Duration {
+	if lo <= 0 || hi <= 0 {
+		return 0
+	}
+	if hi <= lo {
+		return hi
+	}
+	d := lo << n
+	if d < lo || d > hi {
+		d = hi
+	}
+	return min(hi, lo+rand.N(d))
+}
+
+// sleep pauses for d, or until ctx ends (its error then).
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // command begins the EVALSHA of s with keys as go-redis sends it — "evalsha", the script's
@@ -689,28 +788,24 @@ func noScript(err error) bool {
 // run): long enough for a few of go-redis's reloads, which run at most every 200 ms.
 const reloadWait = time.Second
 
-// onceCmd is a script's command that a Cluster client sends once: go-redis does not send it
-// again after a failure (it still follows MOVED and ASK). Its tries (the first and
-// MaxRedirects more, each dialling five times) went to the master its slot map named, the dead
-// one after a kill -9 — longer than the quarter of a 5 s lease a renewal has left, so that a
-// holder whose key survived the failover lost it. run follows a failed connection itself
-// (moved): to the promoted replica once the map names it, or at once to the same master when
-// the connection broke after it was made. A reply go-redis would have tried again after a
-// pause (CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN) comes back at once, and the caller's own
-// retry serves it (a waiter's next ask, the renewal's every lease/10, a release's in the
-// background); TryLock, State and ForceRelease return it.
+// onceCmd is a script's command that the client sends once: go-redis does not send it again
+// after a failure (a Cluster client still follows MOVED and ASK); run does (see there), and so
+// knows whether any copy was written.
 type onceCmd struct{ *redis.Cmd }
 
 // NoRetry tells go-redis not to send the command again after a failure.
 func (onceCmd) NoRetry() bool { return true }
 
 // moved returns the master to send a request again to, which failed with err at the master at
-// was: for a MOVED answer the master it names (the node that answered knows); for a request
-// whose connection broke once made (reset, closed, timed out) the master the map names now, at
-// once (as go-redis's own retry did: a live master's connection may have gone stale); for a
-// request that could not connect to was, another master for key — once cc's slot map names
-// it. It asks for reloads of the map until then, for at most reloadWait and while ctx lasts;
-// nil if none.
+// was, for the nth time: for a MOVED answer the master it names (the node that answered knows);
+// for a reply go-redis tries again after a pause (again: CLUSTERDOWN while another master is
+// marked failed, TRYAGAIN during a slot migration, LOADING, READONLY from a master turned
+// replica) the master the map names after that pause (go-redis's back-off), asking for a
+// reload; for a request whose connection broke once made (reset, closed, timed out) the master
+// the map names now, at once (as go-redis's own retry did: a live master's connection may have
+// gone stale); for a request that could not connect to was, another master for key — once cc's
+// slot map names it. It asks for reloads of the map until then, for at most reloadWait and
+// while ctx lasts; nil if none.
 //
 // A reload may store a map older than the MOVED answer, or one without key's slot (a node that
 // heard the old master turn replica before it heard the new master's claim drops the slot for
@@ -718,17 +813,20 @@ func (onceCmd) NoRetry() bool { return true }
 // map is not enough; and go-redis drops a reload asked for while one is under way, which may
 // have asked a node before the failover reached it, so the reload is asked for again until the
 // map names the master.
-func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient, key, was string, err error) *redis.Client {
+func (p *RedisLockProcessor) moved(ctx context.Context, cc *redis.ClusterClient, key, was string, n int, err error) *redis.Client {
 	to, redirected := redis.IsMovedError(err)
-	if !redirected && !unreached(err) {
-		return nil
-	}
-	if ctx.Err() != nil {
+	if !redirected && !again(err) || ctx.Err() != nil {
 		return nil
 	}
 	var op *net.OpError
 	if !redirected && !(errors.As(err, &op) && op.Op == "dial") {
 		p.Reload()
+		if !unreached(err) {
+			o := cc.Options()
+			if sleep(ctx, backoff(n, o.MinRetryBackoff, o.MaxRetryBackoff)) != nil {
+				return nil
+			}
+		}
 		node, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return nil
@@ -784,22 +882,28 @@ func unreached(err error) bool {
 // send is run's request: the script, and WAIT after it when asked, on node (a Cluster
 // client's master for the key; nil for other clients). A request without WAIT goes through
 // the client, which routes it (and follows MOVED itself).
-func (p *RedisLockProcessor) send(ctx context.Context, s *script, ack bool, node *redis.Client, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
+func (p *RedisLockProcessor) send(ctx context.Context, s *script, ack bool, node *redis.Client, once bool, keys []string, cmd []any) (res *redis.Cmd, acked int64, err error) {
 	args := cmd[3+len(keys):]
 	if !ack || p.opts.Replicas == 0 {
 		// As s.Run, with the command built once: EVALSHA, then EVAL if the server does not
 		// have the script.
-		res = redis.NewCmd(ctx, cmd...)
-		if len(keys) > 0 {
-			res.SetFirstKeyPos(3)
+		process := func(cmd []any) *redis.Cmd {
+			res := redis.NewCmd(ctx, cmd...)
+			if len(keys) > 0 {
+				res.SetFirstKeyPos(3)
+			}
+			if once {
+				_ = p.client.Process(ctx, onceCmd{res}) // (run follows a failure itself)
+			} else {
+				_ = p.client.Process(ctx, res)
+			}
+			return res
 		}
-		if node != nil {
-			_ = p.client.Process(ctx, onceCmd{res}) // (run follows a failure itself)
-		} else {
-			_ = p.client.Process(ctx, res)
-		}
+		res = process(cmd)
 		if noScript(res.Err()) {
-			res = s.Eval(ctx, p.client, keys, args...)
+			eval := slices.Clone(cmd)
+			eval[0], eval[1] = "eval", s.src
+			res = process(eval)
 		}
 		return res, -1, res.Err()
 	}
@@ -1190,12 +1294,16 @@ const opCommandInfo = "command-info"
 
 // Unsent reports whether err is a request's failure before it was sent: the question it
 // needs answered first, whether the servers have sharded pub/sub (Sharded), failed (a Cluster
-// client on a server without Cluster, a Cluster it cannot reach). Nothing of the request
-// reached Redis: no attempt stands in line, nor holds, to be given back.
+// client on a server without Cluster, a Cluster it cannot reach), or no try of it got a
+// connection (see run: a refused dial, the pool's timeout). Nothing of the request reached
+// Redis: if it was an attempt's first, no attempt stands in line, nor holds, to be given back.
 //
 // Every script waits for that question, and its answer is kept once it came: while it fails,
 // no script of the processor's has reached Redis (Sent).
 func Unsent(err error) bool {
+	if errors.As(err, new(unsentErr)) {
+		return true
+	}
 	var pe *dlerrors.RedisProcessError
 	for errors.As(err, &pe) {
 		if pe.Op == opCommandInfo {

@@ -3119,7 +3119,8 @@ func TestRenewalsKeepTheCounter(t *testing.T) {
 // slot (a completed failover) sends a request there, finds it unreachable, and sends it once
 // more to the master its reloaded map names: an attempt takes the key, a renewal renews, a
 // release releases, each in one call. While the map names no other master the request fails
-// as before, and what it did not reach is left as it was. (The old master is a proxy to the
+// as before, saying it was not sent (Unsent: nothing to give back), and what it did not reach
+// is left as it was. (The old master is a proxy to the
 // server, closed as a kill -9 closes it; the new one is the server itself.)
 func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 	srv.NeedReal(t)
@@ -3175,8 +3176,8 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 				cc.AddHook(nameHook{&sent})
 				r, err = s.do(p, lc, held)
 				if !move {
-					if err == nil {
-						t.Fatalf("%s with the map on a dead master = %+v, want an error", s.name, r)
+					if err == nil || !processor.Unsent(err) {
+						t.Fatalf("%s with the map on a dead master = %+v, %v; want an error that says it was not sent (no connection)", s.name, r, err)
 					}
 					if len(sent) != 1 {
 						t.Fatalf("%s with the map on a dead master sent %v, want one request (no copy to the same dead master)", s.name, sent)
@@ -3653,5 +3654,163 @@ func TestRelockCopiesAfterAnEmptyRestartNeverRegrantASettledNext(t *testing.T) {
 	if e := entryOf(t, c, lc, "pa-"); e == next {
 		g := x.release(t, lc, lx)
 		t.Fatalf("pa- stands in line again with %s, which was granted, held and released before the restart; px-'s release then grants it: %+v", next, g)
+	}
+}
+
+// A plain or Sentinel client sends a script once too, and the processor sends it again as
+// go-redis would have: a request whose connection broke in the middle of the reply is sent
+// again, the same request, and answered as taken in one call.
+func TestRequestWhoseConnectionBrokeIsSentAgain(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	direct := srv.Client()
+	defer direct.Close()
+	px, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	c := redis.NewClient(&redis.Options{Addr: px.Addr()})
+	defer c.Close()
+	p := newProc(t, c, "pa-")
+	lc := cfg(t, "broke")
+	if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // the script loaded
+		t.Fatal(err)
+	}
+	if err := direct.Del(ctx, lc.UniqueKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var sent []string
+	c.AddHook(nameHook{&sent})
+	locker := p.locker()
+	px.CutNextReply()
+	r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: locker})
+	if err != nil || r.Outcome != processor.Taken {
+		t.Fatalf("lock whose reply was cut = %+v, %v; want taken", r, err)
+	}
+	if len(sent) != 2 {
+		t.Fatalf("sent %v, want the request twice (the copy after the broken connection)", sent)
+	}
+	if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != locker {
+		t.Fatalf("key = %q, want %q", got, locker)
+	}
+}
+
+// A request no copy of which was written to a connection (every try's dial refused) fails as
+// Unsent: its caller has nothing to give back. One whose first copy was written, and whose
+// next could not connect, does not: that copy may have run (here it did).
+func TestRequestNoCopyOfWhichWasWrittenIsUnsent(t *testing.T) {
+	srv.NeedReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // (a hang fails)
+	defer cancel()
+	lc, err := domain.NewDLockConfig("PROC", fresh("unsent"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+	}{
+		{"plain", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
+		{"no retries", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})},
+		{"Cluster", shardedClient(func(o *redis.ClusterOptions) {
+			o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "127.0.0.1:1"}}}}, nil
+			}
+		})},
+	} {
+		t.Run("nothing listening, "+tc.name, func(t *testing.T) {
+			defer tc.client.Close()
+			p, err := processor.NewRedisLockProcessor(tc.client, processor.Options{Publish: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: "pa-1"}); err == nil || !processor.Unsent(err) {
+				t.Fatalf("lock with nothing listening = %+v, %v; want an error that says it was not sent", r, err)
+			}
+		})
+	}
+	t.Run("written, then refused", func(t *testing.T) {
+		direct := srv.Client()
+		defer direct.Close()
+		px, err := faultproxy.New(srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer px.Close()
+		c := redis.NewClient(&redis.Options{Addr: px.Addr()})
+		defer c.Close()
+		p := newProc(t, c, "pa-")
+		if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // the script loaded
+			t.Fatal(err)
+		}
+		if err := direct.Del(ctx, lc.UniqueKey()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.AddHook(hookAfter(func(redis.Cmder, error) { px.Close() })) // (the next dial is refused)
+		locker := p.locker()
+		px.CutNextReply()
+		r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: locker})
+		if err == nil || processor.Unsent(err) {
+			t.Fatalf("lock whose first copy was written = %+v, %v; want an error that does not say it was not sent", r, err)
+		}
+		if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != locker {
+			t.Fatalf("key = %q, want %q (the first copy ran)", got, locker)
+		}
+	})
+}
+
+// hookAfter is a hook that calls f after each command the client processes.
+type hookAfter func(redis.Cmder, error)
+
+func (h hookAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h hookAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h hookAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h(cmd, err)
+		return err
+	}
+}
+
+// A reply that says the server cannot run the request yet (TRYAGAIN here; CLUSTERDOWN, LOADING,
+// READONLY, MASTERDOWN alike) is tried again after go-redis's back-off, on a plain client as on
+// a Cluster client, as go-redis itself did: the request is taken in one call, the script run
+// (and refused) twice before. (The lock script here refuses its first two runs.)
+func TestRequestTheServerCannotRunYetIsSentAgain(t *testing.T) {
+	srv.NeedReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // (a hang fails)
+	defer cancel()
+	direct := srv.Client()
+	defer direct.Close()
+	refuse := "if redis.call('incr', KEYS[1] .. ':runs') <= 2 then return redis.error_reply('TRYAGAIN not yet') end\n"
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+	}{
+		{"plain", srv.Client()},
+		{"Cluster", shardedClient()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer tc.client.Close()
+			p, err := processor.NewRedisLockProcessor(tc.client, processor.Options{Publish: true,
+				Scripts: map[string]string{"lock": refuse + processor.Sources()["lock"]}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lc, err := domain.NewDLockConfig("PROC", fresh("notyet"), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: "pa-1"})
+			if err != nil || r.Outcome != processor.Taken {
+				t.Fatalf("lock refused twice = %+v, %v; want taken", r, err)
+			}
+			if n, _ := direct.Get(ctx, lc.UniqueKey()+":runs").Int(); n != 3 {
+				t.Fatalf("the script ran %d times, want 3", n)
+			}
+		})
 	}
 }
