@@ -501,7 +501,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.phase = idle
-	if unsent := processor.Unsent(err); (unsent || errors.Is(err, errNotSent)) && (st.line.attempt != a || !a.sent) {
+	if unsent := processor.Unsent(err); (unsent || errors.Is(err, errNotSent)) && !a.sent {
 		// Nothing of the attempt reached Redis: nothing to give back and no line to leave (an
 		// open attempt never sent is closed without a leave, settleLocked).
 		switch {

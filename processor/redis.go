@@ -632,7 +632,8 @@ func (p *RedisLockProcessor) Reload() {
 // The client sends each script once (onceCmd), and run follows a failure itself, so that it
 // knows whether any copy was written: when none was (every try failed to get a connection: a
 // refused dial, the pool's timeout), its error says so (Unsent) and the caller has nothing to
-// give back. With go-redis's own retries a refused dial on the last try proved nothing: an
+// give back (a client's hook that sends a command again itself, or changes its error, defeats
+// this). With go-redis's own retries a refused dial on the last try proved nothing: an
 // earlier try could have been written before Redis went down, and a TryLock that Redis refused
 // left a give-back that Close waited for, for about a lease.
 //
@@ -715,9 +716,11 @@ func unwritten(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
 }
 
-// again reports whether err is a failure go-redis sends a request again after: the connection
-// failed (unreached, or the pool's timeout), or the server answered that it cannot run it yet
-// (loading, a replica now, a master or cluster down, a slot migrating, too many clients).
+// again reports whether err is a failure after which run sends a request again: the
+// connection failed (unreached — go-redis too sends again after a dial's failure, EOF or a
+// timeout, though not after a reset, whose outcome a copy learns as well — or the pool's
+// timeout), or the server answered that it cannot run it yet (loading, a replica now, a master
+// or cluster down, a slot migrating, too many clients), as go-redis does.
 func again(err error) bool {
 	if unreached(err) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
