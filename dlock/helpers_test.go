@@ -1859,3 +1859,20 @@ func wipeScriptKeys(ctx context.Context, admin *redis.Client, args []any) {
 		admin.Del(ctx, fmt.Sprint(k))
 	}
 }
+
+// reply returns the reply a command of the client's holds, for a script's command whatever
+// its type (the processor sends scripts as a type of its own that embeds *redis.Cmd).
+func reply(cmd redis.Cmder) (any, bool) {
+	c, ok := cmd.(interface{ Val() any })
+	if !ok {
+		return nil, false
+	}
+	return c.Val(), true
+}
+
+// replyList is reply as a list (a script's reply is one).
+func replyList(cmd redis.Cmder) ([]any, bool) {
+	v, _ := reply(cmd)
+	l, ok := v.([]any)
+	return l, ok
+}

@@ -139,7 +139,7 @@ func (h *askHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.mu.Unlock()
 		if !hold {
 			err := next(ctx, cmd)
-			if vals, ok := cmd.(*redis.Cmd).Val().([]any); ok && what == "ask" && h.deaf.Load() {
+			if vals, ok := replyList(cmd); ok && what == "ask" && h.deaf.Load() {
 				switch i := len(vals) - 1; {
 				case processor.ScriptName(args) == "shared" && len(vals) > 4:
 					vals[4] = int64(0) // (processor.SharedResult.Heard)
