@@ -22,6 +22,7 @@ import (
 
 	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/faultproxy"
+	"github.com/dlockgo/dlock/internal/redistest"
 )
 
 // Close ends the owner contexts with ErrClosed and releases their keys: another process's
@@ -394,33 +395,49 @@ func TestFamilyAfterTheClientClosedOrRedisDown(t *testing.T) {
 	}
 }
 
-// A try that Redis refused (nothing listening: no try of its request got a connection), of any
-// kind of lock, leaves nothing to give back: Close returns without waiting, where it used to
-// retry give-backs for about a lease (here ten minutes; the close's deadline comes long
-// before). (A Lock whose deadline comes while a request is on its way, as it does when Redis
-// refuses every try, still leaves a give-back: that request's outcome is not known then.)
-func TestCloseAfterAcquisitionsRedisRefused(t *testing.T) {
+// A try that Redis refused (nothing listening: no try of its request got a connection; a
+// replica: it declined to run the script, READONLY), of any kind of lock, leaves nothing to
+// give back: Close returns without waiting, where it used to retry give-backs for about a lease
+// (here ten minutes; the close's deadline comes long before). (A Lock whose deadline comes
+// while a request is on its way, as it does when Redis refuses every try, still leaves a
+// give-back: that request's outcome is not known then.)
+func TestCloseAfterTriesRedisRefused(t *testing.T) {
 	t.Parallel()
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // go-redis's defaults: retries, five dials each
-	defer c.Close()
-	const lease = 10 * time.Minute
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+	srv.NeedReal(t)
+	replica, err := redistest.StartReal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg := uniqueTarget(t)
-	l, rw, sem := mustGen(t, g, "REFUSED", tg, lease), rwOf(t, g, tg), semOf(t, g, tg, 2)
-	tries := map[string]func(context.Context) (*dlock.Owner, bool, error){
-		"TryLock": l.TryLock, "RWLock.TryLock": rw.TryLock, "TryRLock": rw.TryRLock,
-		"TryAcquire": func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
+	defer replica.Close()
+	rc := replica.Client()
+	defer rc.Close()
+	if err := rc.Do(ctxT(t, 10*time.Second), "replicaof", "127.0.0.1", "1").Err(); err != nil { // (a master that never answers)
+		t.Fatal(err)
 	}
-	for name, try := range tries {
-		if o, ok, err := try(ctxT(t, 30*time.Second)); err == nil || ok || o != nil {
-			t.Fatalf("%s with nothing listening = %v, %v, %v; want an error", name, o, ok, err)
-		}
-	}
-	if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
-		t.Fatalf("close after acquisitions Redis refused: %v; want nil (nothing to give back)", err)
+	for name, addr := range map[string]string{"nothing listening": "127.0.0.1:1", "a replica": replica.Addr} {
+		t.Run(name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults: retries, five dials each
+			defer c.Close()
+			const lease = 10 * time.Minute
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg := uniqueTarget(t)
+			l, rw, sem := mustGen(t, g, "REFUSED", tg, lease), rwOf(t, g, tg), semOf(t, g, tg, 2)
+			tries := map[string]func(context.Context) (*dlock.Owner, bool, error){
+				"TryLock": l.TryLock, "RWLock.TryLock": rw.TryLock, "TryRLock": rw.TryRLock,
+				"TryAcquire": func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
+			}
+			for name, try := range tries {
+				if o, ok, err := try(ctxT(t, 30*time.Second)); err == nil || ok || o != nil {
+					t.Fatalf("%s = %v, %v, %v; want an error", name, o, ok, err)
+				}
+			}
+			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("close after tries Redis refused: %v; want nil (nothing to give back)", err)
+			}
+		})
 	}
 }
 

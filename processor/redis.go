@@ -630,9 +630,10 @@ func (p *RedisLockProcessor) Reload() {
 // returns how many replicas acknowledged (acked is -1 when not asked).
 //
 // The client sends each script once (onceCmd), and run follows a failure itself, so that it
-// knows whether any copy was written: when none was (every try failed to get a connection: a
-// refused dial, the pool's timeout), its error says so (Unsent) and the caller has nothing to
-// give back (a client's hook that sends a command again itself, or changes its error, defeats
+// knows whether any copy may have run: when none can have (each try failed to get a
+// connection — a refused dial, the pool's timeout — or the server refused it before running
+// any of it, refused: a replica's READONLY, MOVED, LOADING), its error says so (Unsent) and
+// the caller has nothing to give back (a client's hook that sends a command again itself, or changes its error, defeats
 // this). With go-redis's own retries a refused dial on the last try proved nothing: an
 // earlier try could have been written before Redis went down, and a TryLock that Redis refused
 // left a give-back that Close waited for, for about a lease.
@@ -662,15 +663,15 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys 
 		}
 	}()
 	p.sent.Store(true)
-	written := false // a copy may have been written
+	ran := false // a copy may have run
 	defer func() {
-		if err != nil && !written && unwritten(err) {
+		if err != nil && !ran {
 			err = unsentErr{err}
 		}
 	}()
 	try := func(node *redis.Client, once bool) {
 		res, acked, err = p.send(ctx, s, ack, node, once, keys, cmd)
-		written = written || !unwritten(err) || ack && p.opts.Replicas > 0
+		ran = ran || !unwritten(err) && !declined(err) || ack && p.opts.Replicas > 0
 	}
 	switch c := p.client.(type) {
 	case *redis.ClusterClient:
@@ -700,20 +701,39 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys 
 		}
 	}
 	try(nil, false) // a Ring, or a request with WAIT on a plain client (a pipeline): go-redis's own retries
-	written = true
+	ran = true
 	return res, acked, err
 }
 
-// unsentErr is the failure of a request of which run wrote no copy (Unsent).
+// unsentErr is the failure of a request no copy of which ran (Unsent).
 type unsentErr struct{ error }
 
 func (e unsentErr) Unwrap() error { return e.error }
 
 // unwritten reports whether err is a failure to get a connection for a request (a dial that
-// failed, the pool's timeout): nothing of it was written.
+// failed, the pool's timeout, a Sentinel client's failure to learn the master's address, which
+// its dial asks first): nothing of it was written.
 func unwritten(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout) ||
+		err != nil && strings.HasPrefix(err.Error(), "redis: all sentinels specified in configuration are unreachable")
+}
+
+// declined reports whether err is the server's refusal to run a request at all, before any of
+// it ran: not yet (loading, a replica, a master or cluster down, a slot migrating), not here
+// (MOVED, ASK), an unknown script (NOSCRIPT), too many clients. (Not an ACL refusal: one of a
+// command the script calls comes after what the script did before it.)
+func declined(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "NOSCRIPT", "ERR max number of clients reached"} {
+		if redis.HasErrorPrefix(re, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // again reports whether err is a failure after which run sends a request again: the
@@ -793,7 +813,7 @@ const reloadWait = time.Second
 
 // onceCmd is a script's command that the client sends once: go-redis does not send it again
 // after a failure (a Cluster client still follows MOVED and ASK); run does (see there), and so
-// knows whether any copy was written.
+// knows whether any copy may have run.
 type onceCmd struct{ *redis.Cmd }
 
 // NoRetry tells go-redis not to send the command again after a failure.
@@ -1297,9 +1317,10 @@ const opCommandInfo = "command-info"
 
 // Unsent reports whether err is a request's failure before it was sent: the question it
 // needs answered first, whether the servers have sharded pub/sub (Sharded), failed (a Cluster
-// client on a server without Cluster, a Cluster it cannot reach), or no try of it got a
-// connection (see run: a refused dial, the pool's timeout). Nothing of the request reached
-// Redis: if it was an attempt's first, no attempt stands in line, nor holds, to be given back.
+// client on a server without Cluster, a Cluster it cannot reach), or no copy of it ran (see
+// run: each try failed to connect, or the server declined to run it, as a replica does). Nothing
+// of the request changed Redis: if it was an attempt's first, no attempt stands in line, nor
+// holds, to be given back.
 //
 // Every script waits for that question, and its answer is kept once it came: while it fails,
 // no script of the processor's has reached Redis (Sent).

@@ -3696,10 +3696,11 @@ func TestRequestWhoseConnectionBrokeIsSentAgain(t *testing.T) {
 	}
 }
 
-// A request no copy of which was written to a connection (every try's dial refused) fails as
-// Unsent: its caller has nothing to give back. One whose first copy was written, and whose
-// next could not connect, does not: that copy may have run (here it did).
-func TestRequestNoCopyOfWhichWasWrittenIsUnsent(t *testing.T) {
+// A request no copy of which ran (every try's dial refused, or the server declined to run it,
+// as a replica does) fails as Unsent: its caller has nothing to give back. One whose first copy
+// was written, and whose next could not connect, does not: that copy may have run (here it
+// did); nor does one the script failed after it wrote.
+func TestRequestNoCopyOfWhichRanIsUnsent(t *testing.T) {
 	srv.NeedReal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // (a hang fails)
 	defer cancel()
@@ -3713,20 +3714,42 @@ func TestRequestNoCopyOfWhichWasWrittenIsUnsent(t *testing.T) {
 	}{
 		{"plain", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
 		{"no retries", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})},
+		{"Sentinel naming no master", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "none", SentinelAddrs: []string{srv.Addr}})}, // (a server that is no Sentinel)
 		{"Cluster", shardedClient(func(o *redis.ClusterOptions) {
 			o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
 				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "127.0.0.1:1"}}}}, nil
 			}
 		})},
 	} {
-		t.Run("nothing listening, "+tc.name, func(t *testing.T) {
+		t.Run("no connection, "+tc.name, func(t *testing.T) {
 			defer tc.client.Close()
 			p, err := processor.NewRedisLockProcessor(tc.client, processor.Options{Publish: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: "pa-1"}); err == nil || !processor.Unsent(err) {
-				t.Fatalf("lock with nothing listening = %+v, %v; want an error that says it was not sent", r, err)
+				t.Fatalf("lock without a connection = %+v, %v; want an error that says it was not sent", r, err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, script string
+		unsent       bool
+	}{
+		{"declined", "if true then return redis.error_reply('READONLY You can\\'t write against a read only replica.') end\n", true},
+		{"failed after a write", "redis.call('set', KEYS[1] .. ':x', 1)\nif true then return redis.error_reply('ERR failed') end\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := srv.Client()
+			defer c.Close()
+			p, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: true,
+				Scripts: map[string]string{"lock": tc.script + processor.Sources()["lock"]}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: "pa-1"})
+			if err == nil || processor.Unsent(err) != tc.unsent {
+				t.Fatalf("lock = %+v, %v; want an error, Unsent %v", r, err, tc.unsent)
 			}
 		})
 	}
