@@ -38,11 +38,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,7 +58,8 @@ import (
 
 // ffHook faults pct percent of the library's scripts (the read-only inspection included): the
 // reply lost after Redis ran it, a copy run twice (at once or up to a lease after the original was sent), the
-// request delayed before it is sent, or failed before it is sent.
+// request delayed before it is sent, or failed before it is sent (as a timeout, or as a dial
+// that failed, which the processor counts as never sent).
 type ffHook struct {
 	lease time.Duration
 	pct   int
@@ -171,8 +174,12 @@ func (h *ffHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case 3: // late
 			time.Sleep(d / 6)
 			return next(ctx, cmd)
-		default: // failed before it is sent
-			cmd.SetErr(injectedTimeout{})
+		default: // failed before it is sent: as a timeout (the caller cannot tell), or as a dial that failed (it can)
+			if id%2 == 0 {
+				cmd.SetErr(injectedTimeout{})
+			} else {
+				cmd.SetErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+			}
 			return cmd.Err()
 		}
 	}
