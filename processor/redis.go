@@ -719,16 +719,19 @@ func unwritten(err error) bool {
 		err != nil && strings.HasPrefix(err.Error(), "redis: all sentinels specified in configuration are unreachable")
 }
 
-// declined reports whether err is the server's refusal to run a request at all, before any of
-// it ran: not yet (loading, a replica, a master or cluster down, a slot migrating), not here
-// (MOVED, ASK), an unknown script (NOSCRIPT), too many clients. (Not an ACL refusal: one of a
-// command the script calls comes after what the script did before it.)
+// declined reports whether err is the server's refusal of a request that changed nothing: not
+// yet (loading, a master or cluster down, a slot migrating), not here (MOVED, ASK), an unknown
+// script (NOSCRIPT), too many clients — each refused before the script starts — or a replica's
+// READONLY (Redis 7 runs a script without flags on a replica until its first write, which
+// fails: no key is written; a publish before it would go out, and the scripts publish only
+// after a write). Not an ACL refusal, nor any error a script's own call raised: what the
+// script did before it stays.
 func declined(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
 	}
-	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "NOSCRIPT", "ERR max number of clients reached"} {
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "NOSCRIPT", "max number of clients reached"} {
 		if redis.HasErrorPrefix(re, prefix) {
 			return true
 		}
@@ -745,7 +748,7 @@ func again(err error) bool {
 	if unreached(err) || errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}
-	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "ERR max number of clients reached"} {
+	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "max number of clients reached"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}

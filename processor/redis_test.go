@@ -3736,7 +3736,8 @@ func TestRequestNoCopyOfWhichRanIsUnsent(t *testing.T) {
 		name, script string
 		unsent       bool
 	}{
-		{"declined", "if true then return redis.error_reply('READONLY You can\\'t write against a read only replica.') end\n", true},
+		{"declined: a replica", "if true then return redis.error_reply('READONLY You can\\'t write against a read only replica.') end\n", true},
+		{"declined: too many clients", "if true then return redis.error_reply('ERR max number of clients reached') end\n", true},
 		{"failed after a write", "redis.call('set', KEYS[1] .. ':x', 1)\nif true then return redis.error_reply('ERR failed') end\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
