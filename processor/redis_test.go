@@ -3838,3 +3838,70 @@ func TestRequestTheServerCannotRunYetIsSentAgain(t *testing.T) {
 		})
 	}
 }
+
+// A replica runs a script without flags until its first write, which fails (READONLY), and
+// lets a publish before that write go out. The scripts publish only after a write: a release
+// that would grant the key to the process in line, sent to a replica that holds the same
+// state, tells nobody (a grant told without its key written would hand the key to a process
+// that does not have it), and fails as Unsent (declined: nothing of it changed Redis).
+func TestReleaseOnAReplicaTellsNobody(t *testing.T) {
+	srv.NeedReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // (a hang fails)
+	defer cancel()
+	replica, err := redistest.StartReal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	mc, rc := srv.Client(), replica.Client()
+	defer mc.Close()
+	defer rc.Close()
+	if err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil { // (no 5 s wait for more replicas)
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	if err := rc.Do(ctx, "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newProc(t, mc, "pa-"), newProc(t, mc, "pb-")
+	lc, err := domain.NewDLockConfig("PROC", fresh("replica"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, r := a.lock(t, lc, false, 1)
+	if r.Outcome != processor.Taken {
+		t.Fatalf("lock = %+v", r)
+	}
+	if _, r := b.lock(t, lc, true, 1); r.Outcome != processor.Held {
+		t.Fatalf("waiting lock = %+v, want held (in line)", r)
+	}
+	for {
+		if n, err := mc.Do(ctx, "wait", 1, 1000).Int(); err != nil {
+			t.Fatal(err)
+		} else if n == 1 {
+			break // (the replica has the state)
+		}
+	}
+	sub := rc.PSubscribe(ctx, "*")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	onReplica, err := processor.NewRedisLockProcessor(rc, processor.Options{Publish: true, Mark: "pa-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = onReplica.Unlock(ctx, lc, processor.ReleaseRequest{Locker: held})
+	if !strings.Contains(fmt.Sprint(err), "READONLY") || !processor.Unsent(err) {
+		t.Fatalf("release on a replica = %+v, %v; want READONLY, Unsent", r, err)
+	}
+	if err := rc.Publish(ctx, "end", "-").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.ReceiveMessage(ctx); err != nil || m.Channel != "end" {
+		t.Fatalf("the replica told %+v (%v) before the end: a script published before its first write", m, err)
+	}
+	if got, _ := mc.Get(ctx, lc.UniqueKey()).Result(); got != held {
+		t.Fatalf("key on the master = %q, want %q", got, held)
+	}
+}
