@@ -727,12 +727,17 @@ func unwritten(err error) bool {
 // after a write, TestReleaseOnAReplicaTellsNobody). Not an ACL refusal, nor any error a
 // script's own call raised: what the script did before it stays.
 func declined(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "NOSCRIPT", "max number of clients reached"} {
-		if redis.HasErrorPrefix(re, prefix) {
+	return replied(err, notYet...) || replied(err, "MOVED", "ASK") || noScript(err)
+}
+
+// notYet are the replies of a server that cannot run a request yet: loading, a replica now, a
+// master or cluster down, a slot migrating, too many clients.
+var notYet = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "max number of clients reached"}
+
+// replied reports whether err is a reply of the server's that begins with one of prefixes.
+func replied(err error, prefixes ...string) bool {
+	for _, prefix := range prefixes {
+		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
 	}
@@ -742,18 +747,10 @@ func declined(err error) bool {
 // again reports whether err is a failure after which run sends a request again: the
 // connection failed (unreached — go-redis too sends again after a dial's failure, EOF or a
 // timeout, though not after a reset, whose outcome a copy learns as well — or the pool's
-// timeout), or the server answered that it cannot run it yet (loading, a replica now, a master
-// or cluster down, a slot migrating, too many clients), as go-redis does.
+// timeout), or the server answered that it cannot run it yet (notYet, or too few replicas), as
+// go-redis does.
 func again(err error) bool {
-	if unreached(err) || errors.Is(err, redis.ErrPoolTimeout) {
-		return true
-	}
-	for _, prefix := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "max number of clients reached"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
-	}
-	return false
+	return unreached(err) || errors.Is(err, redis.ErrPoolTimeout) || replied(err, notYet...) || replied(err, "NOREPLICAS")
 }
 
 // backoff is the pause before try n (the first is 0) as go-redis's: random, between lo and

@@ -3195,54 +3195,6 @@ func TestClusterRequestFollowsAMovedSlot(t *testing.T) {
 	}
 }
 
-// On a Cluster client go-redis sends a script once; a request whose connection to a live master
-// broke in the middle of the reply (a connection gone stale, a reset) is sent again at once to
-// that master by the processor, the same request: the attempt that ran is answered as taken, in
-// one call, and the key holds its locker. (A request that could not connect waits for the map
-// to name another master instead: TestClusterRequestFollowsAMovedSlot.)
-func TestClusterRequestWhoseConnectionBrokeIsSentAgain(t *testing.T) {
-	srv.NeedReal(t)
-	ctx := context.Background()
-	direct := srv.Client()
-	defer direct.Close()
-	master, err := faultproxy.New(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	cc := shardedClient(func(o *redis.ClusterOptions) {
-		o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
-			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: master.Addr()}}}}, nil
-		}
-	})
-	defer cc.Close()
-	p := newProc(t, cc, "pa-")
-	lc, err := domain.NewDLockConfig("PROC", fresh("broke"), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // a connection made, and the script loaded
-		t.Fatal(err)
-	}
-	if err := direct.Del(ctx, lc.UniqueKey()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	var sent []string
-	cc.AddHook(nameHook{&sent})
-	locker := p.locker()
-	master.CutNextReply()
-	r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: locker})
-	if err != nil || r.Outcome != processor.Taken {
-		t.Fatalf("lock whose reply was cut = %+v, %v; want taken", r, err)
-	}
-	if len(sent) != 2 {
-		t.Fatalf("sent %v, want the request twice (the copy after the broken connection)", sent)
-	}
-	if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != locker {
-		t.Fatalf("key = %q, want %q", got, locker)
-	}
-}
-
 // A Cluster client that cannot work is asked for few reloads of its topology, however many of
 // the processor's requests fail: go-redis ends a reload that fails at once, with no pause
 // before the next, so a reload asked for after every failed request, and every 10 ms while a
@@ -3657,43 +3609,71 @@ func TestRelockCopiesAfterAnEmptyRestartNeverRegrantASettledNext(t *testing.T) {
 	}
 }
 
-// A plain or Sentinel client sends a script once too, and the processor sends it again as
-// go-redis would have: a request whose connection broke in the middle of the reply is sent
-// again, the same request, and answered as taken in one call.
+// Every client sends a script once; a request whose connection broke in the middle of the reply
+// (a connection gone stale, a reset) is sent again by the processor, the same request, as
+// go-redis would have — on a Cluster client at once, to the master the map names: the attempt
+// that ran is answered as taken, in one call, and the key holds its locker. (On a Cluster a
+// request that could not connect waits for the map to name another master instead:
+// TestClusterRequestFollowsAMovedSlot.)
 func TestRequestWhoseConnectionBrokeIsSentAgain(t *testing.T) {
 	srv.NeedReal(t)
 	ctx := context.Background()
+	for _, kind := range []string{"plain", "Cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			p, c, px, lc, direct := behindProxy(t, kind)
+			var sent []string
+			c.AddHook(nameHook{&sent})
+			locker := p.locker()
+			px.CutNextReply()
+			r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: locker})
+			if err != nil || r.Outcome != processor.Taken {
+				t.Fatalf("lock whose reply was cut = %+v, %v; want taken", r, err)
+			}
+			if len(sent) != 2 {
+				t.Fatalf("sent %v, want the request twice (the copy after the broken connection)", sent)
+			}
+			if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != locker {
+				t.Fatalf("key = %q, want %q", got, locker)
+			}
+		})
+	}
+}
+
+// behindProxy returns a processor (mark "pa-") on a client of kind ("plain" or "Cluster", whose
+// map names the proxy as the master of every slot) that reaches the server through a fault
+// proxy, with a connection made and the lock script loaded, and a lock config of a minute's
+// lease whose key is free; and a direct client of the server. All are closed with t.
+func behindProxy(t *testing.T, kind string) (*proc, redis.UniversalClient, *faultproxy.Proxy, domain.DLockConfig, *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
 	direct := srv.Client()
-	defer direct.Close()
+	t.Cleanup(func() { direct.Close() })
 	px, err := faultproxy.New(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer px.Close()
-	c := redis.NewClient(&redis.Options{Addr: px.Addr()})
-	defer c.Close()
+	t.Cleanup(func() { px.Close() })
+	var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: px.Addr()})
+	if kind == "Cluster" {
+		c = shardedClient(func(o *redis.ClusterOptions) {
+			o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) {
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: px.Addr()}}}}, nil
+			}
+		})
+	}
+	t.Cleanup(func() { c.Close() })
 	p := newProc(t, c, "pa-")
-	lc := cfg(t, "broke")
-	if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // the script loaded
+	lc, err := domain.NewDLockConfig("PROC", fresh("proxied"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // a connection made, and the script loaded
 		t.Fatal(err)
 	}
 	if err := direct.Del(ctx, lc.UniqueKey()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var sent []string
-	c.AddHook(nameHook{&sent})
-	locker := p.locker()
-	px.CutNextReply()
-	r, err := p.Lock(ctx, lc, processor.LockRequest{Locker: locker})
-	if err != nil || r.Outcome != processor.Taken {
-		t.Fatalf("lock whose reply was cut = %+v, %v; want taken", r, err)
-	}
-	if len(sent) != 2 {
-		t.Fatalf("sent %v, want the request twice (the copy after the broken connection)", sent)
-	}
-	if got, _ := direct.Get(ctx, lc.UniqueKey()).Result(); got != locker {
-		t.Fatalf("key = %q, want %q", got, locker)
-	}
+	return p, c, px, lc, direct
 }
 
 // A request no copy of which ran (every try's dial refused, or the server declined to run it,
@@ -3755,22 +3735,7 @@ func TestRequestNoCopyOfWhichRanIsUnsent(t *testing.T) {
 		})
 	}
 	t.Run("written, then refused", func(t *testing.T) {
-		direct := srv.Client()
-		defer direct.Close()
-		px, err := faultproxy.New(srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer px.Close()
-		c := redis.NewClient(&redis.Options{Addr: px.Addr()})
-		defer c.Close()
-		p := newProc(t, c, "pa-")
-		if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: p.locker()}); err != nil { // the script loaded
-			t.Fatal(err)
-		}
-		if err := direct.Del(ctx, lc.UniqueKey()).Err(); err != nil {
-			t.Fatal(err)
-		}
+		p, c, px, lc, direct := behindProxy(t, "plain")
 		c.AddHook(hookAfter(func(redis.Cmder, error) { px.Close() })) // (the next dial is refused)
 		locker := p.locker()
 		px.CutNextReply()
