@@ -724,7 +724,7 @@ func unwritten(err error) bool {
 // script (NOSCRIPT), too many clients — each refused before the script starts — or a replica's
 // READONLY (Redis 7 runs a script without flags on a replica until its first write, which
 // fails: no key is written; a publish before it would go out, and the scripts publish only
-// after a write, TestReleaseOnAReplicaTellsNobody). Not an ACL refusal, nor any error a
+// after a write, TestRequestsOnAReplicaTellNobody). Not an ACL refusal, nor any error a
 // script's own call raised: what the script did before it stays.
 func declined(err error) bool {
 	return replied(err, notYet...) || replied(err, "MOVED", "ASK") || noScript(err)

@@ -3805,13 +3805,14 @@ func TestRequestTheServerCannotRunYetIsSentAgain(t *testing.T) {
 }
 
 // A replica runs a script without flags until its first write, which fails (READONLY), and
-// lets a publish before that write go out. The scripts publish only after a write: a release
-// that would grant the key to the process in line, sent to a replica that holds the same
-// state, tells nobody (a grant told without its key written would hand the key to a process
-// that does not have it), and fails as Unsent (declined: nothing of it changed Redis).
-func TestReleaseOnAReplicaTellsNobody(t *testing.T) {
+// lets a publish before that write go out. The scripts publish only after a write: each request
+// that tells a process something (a grant, a wake-up, "someone waits"), sent to a replica that
+// holds the same state, tells nobody (a grant told without its key written would hand the key
+// to a process that does not have it), and fails as Unsent (declined: nothing of it changed
+// Redis). The same request sent to the master then tells someone: each case can fail.
+func TestRequestsOnAReplicaTellNobody(t *testing.T) {
 	srv.NeedReal(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // (a hang fails)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // (a hang fails)
 	defer cancel()
 	replica, err := redistest.StartReal()
 	if err != nil {
@@ -3828,45 +3829,131 @@ func TestReleaseOnAReplicaTellsNobody(t *testing.T) {
 	if err := rc.Do(ctx, "replicaof", host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	a, b := newProc(t, mc, "pa-"), newProc(t, mc, "pb-")
-	lc, err := domain.NewDLockConfig("PROC", fresh("replica"), time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	a, b, d := newProc(t, mc, "pa-"), newProc(t, mc, "pb-"), newProc(t, mc, "pc-")
+	type request func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error
+	cases := []struct {
+		name string
+		mark string                              // the process that sends the request
+		make func(lc domain.DLockConfig) request // builds the state on the master
+	}{
+		{"mutex release grants the first in line", "pa-", func(lc domain.DLockConfig) request {
+			held, _ := a.lock(t, lc, false, 1)
+			b.lock(t, lc, true, 1)
+			return func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error {
+				_, err := p.Unlock(ctx, lc, processor.ReleaseRequest{Locker: held})
+				return err
+			}
+		}},
+		{"mutex leave passes a grant on", "pb-", func(lc domain.DLockConfig) request {
+			held, _ := a.lock(t, lc, false, 1)
+			lb, _ := b.lock(t, lc, true, 1)
+			d.lock(t, lc, true, 1)
+			if r := a.release(t, lc, held); r.Next != lb {
+				t.Fatalf("release = %+v, want granted to %s", r, lb)
+			}
+			return func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error {
+				_, err := p.Leave(ctx, lc, processor.LeaveRequest{Last: lb})
+				return err
+			}
+		}},
+		{"semaphore release wakes who fits", "pa-", func(lc domain.DLockConfig) request {
+			la := a.locker()
+			a.take(t, lc, sem3, la, 3, true)
+			b.take(t, lc, sem3, b.locker(), 2, true)
+			return func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error {
+				_, err := p.SharedRelease(ctx, lc, sem3, la)
+				return err
+			}
+		}},
+		{"write release wakes a reader", "pa-", func(lc domain.DLockConfig) request {
+			la := a.locker()
+			a.take(t, lc, rw, la, processor.RWPermits, true)
+			b.take(t, lc, rw, b.locker(), 1, true)
+			return func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error {
+				_, err := p.SharedRelease(ctx, lc, rw, la)
+				return err
+			}
+		}},
+		{"a take in line tells the holders", "pb-", func(lc domain.DLockConfig) request {
+			a.take(t, lc, sem3, a.locker(), 2, true)
+			lb := b.locker()
+			return func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error {
+				_, err := p.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: lb, N: 2, Wait: true})
+				return err
+			}
+		}},
+		{"raised permits tell the holders", "pa-", func(lc domain.DLockConfig) request {
+			a.take(t, lc, sem3, a.locker(), 3, true)
+			b.take(t, lc, sem3, b.locker(), 1, true)
+			return func(p *processor.RedisLockProcessor, lc domain.DLockConfig) error {
+				return p.SetPermits(ctx, lc, 4)
+			}
+		}},
 	}
-	held, r := a.lock(t, lc, false, 1)
-	if r.Outcome != processor.Taken {
-		t.Fatalf("lock = %+v", r)
-	}
-	if _, r := b.lock(t, lc, true, 1); r.Outcome != processor.Held {
-		t.Fatalf("waiting lock = %+v, want held (in line)", r)
-	}
-	for {
-		if n, err := mc.Do(ctx, "wait", 1, 1000).Int(); err != nil {
+	// told returns the first message c's subscribers hear after send, or "" when the first is
+	// the test's own end mark.
+	told := func(c *redis.Client, send func()) string {
+		sub := c.PSubscribe(ctx, "*")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
 			t.Fatal(err)
-		} else if n == 1 {
-			break // (the replica has the state)
 		}
+		send()
+		if err := c.Publish(ctx, "end", "-").Err(); err != nil {
+			t.Fatal(err)
+		}
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Channel == "end" {
+			return ""
+		}
+		return m.Channel + " " + m.Payload
 	}
-	sub := rc.PSubscribe(ctx, "*")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	onReplica, err := processor.NewRedisLockProcessor(rc, processor.Options{Publish: true, Mark: "pa-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err = onReplica.Unlock(ctx, lc, processor.ReleaseRequest{Locker: held})
-	if !strings.Contains(fmt.Sprint(err), "READONLY") || !processor.Unsent(err) {
-		t.Fatalf("release on a replica = %+v, %v; want READONLY, Unsent", r, err)
-	}
-	if err := rc.Publish(ctx, "end", "-").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := sub.ReceiveMessage(ctx); err != nil || m.Channel != "end" {
-		t.Fatalf("the replica told %+v (%v) before the end: a script published before its first write", m, err)
-	}
-	if got, _ := mc.Get(ctx, lc.UniqueKey()).Result(); got != held {
-		t.Fatalf("key on the master = %q, want %q", got, held)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			lc, err := domain.NewDLockConfig("PROC", fresh("replica"), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := c.make(lc)
+			for {
+				if n, err := mc.Do(ctx, "wait", 1, 1000).Int(); err != nil {
+					t.Fatal(err)
+				} else if n == 1 {
+					break // (the replica has the state)
+				}
+			}
+			before, err := mc.Dump(ctx, lc.UniqueKey()).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			onReplica, err := processor.NewRedisLockProcessor(rc, processor.Options{Publish: true, Mark: c.mark})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := told(rc, func() {
+				if err := send(onReplica, lc); !strings.Contains(fmt.Sprint(err), "READONLY") || !processor.Unsent(err) {
+					t.Errorf("sent to a replica: %v; want READONLY, Unsent", err)
+				}
+			}); m != "" {
+				t.Fatalf("the replica told %q: a script published before its first write", m)
+			}
+			if after, _ := mc.Dump(ctx, lc.UniqueKey()).Result(); after != before {
+				t.Fatal("the master's key changed")
+			}
+			onMaster, err := processor.NewRedisLockProcessor(mc, processor.Options{Publish: true, Mark: c.mark})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := told(mc, func() {
+				if err := send(onMaster, lc); err != nil {
+					t.Errorf("sent to the master: %v", err)
+				}
+			}); m == "" {
+				t.Fatal("the master told nobody: the case tests nothing")
+			}
+		})
 	}
 }

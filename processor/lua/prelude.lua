@@ -447,7 +447,8 @@ end
 -- tell publishes message to each process named in marks once: every process hears the key's
 -- messages on a channel of its own (channel .. ':' .. its mark), so that a grant wakes only
 -- the process it goes to. (A user not allowed to publish there, as under an older version's
--- ACL, tells nobody: the processes learn by asking.)
+-- ACL, tells nobody: the processes learn by asking.) It runs only after the change it tells
+-- was written: on a replica the write fails first, READONLY, and nobody is told.
 local function tell(message, marks)
     if A.channel == '' then
         return

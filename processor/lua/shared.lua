@@ -393,6 +393,8 @@ local function serve()
     end
     local freed = false
     if A.op ~= 'inspect' then
+        -- (prune writes before anything is told: on a replica the script stops there, READONLY,
+        -- having told nobody of a change it could not make)
         freed = prune()
     end
 
