@@ -89,6 +89,18 @@ func (g *Generator) Place(key string) (rank int, heard, ok bool) {
 	return st.line.rank, st.line.heard, true
 }
 
+// Granted reports whether this generator heard a grant of key while a request of its open
+// attempt was on its way (kept for that request's answer to take).
+func (g *Generator) Granted(key string) bool {
+	st := g.lookup(key)
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.line.granted != nil
+}
+
 // SharedWaiters reports how many goroutines of this generator wait for the read-write lock
 // or semaphore of unique key key.
 func (g *Generator) SharedWaiters(key string) int {

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -3300,6 +3302,70 @@ func TestWaiterWhoseAnswersAreLostTakesItsGrant(t *testing.T) {
 	}
 	if o, ok, _ := la.TryLock(ctx); ok {
 		t.Fatalf("a took the lock b holds (%v)", o)
+	}
+	if err := lb.Unlock(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A process in line whose ask Redis then refuses (its dial refused on every try: the ask fails
+// Unsent, no copy of it ran) still takes the grant heard while that ask was on its way: its
+// attempt was sent before, stands in line, and is granted the key; the refused ask changes
+// none of that. Every later ask of it is refused too, so the grant is its only way in.
+func TestWaiterWhoseAskRedisRefusesTakesItsGrant(t *testing.T) {
+	const lease = 4 * time.Second
+	ga, c := newGen(t)
+	gb, cb := newGen(t)
+	la := mustGen(t, ga, "REFUSEDASK", target(t), lease)
+	lb := mustGen(t, gb, "REFUSEDASK", target(t), lease)
+	ctx := ctxT(t, 30*time.Second)
+	a, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool
+	asking := make(chan struct{}, 1)
+	heard := make(chan struct{})
+	cb.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) != "lock" || !refuse.Load() {
+			return next(ctx, cmd)
+		}
+		select {
+		case asking <- struct{}{}: // (the first refused ask waits for the grant's message)
+			<-heard
+		default:
+		}
+		cmd.SetErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		return cmd.Err()
+	}})
+	bctx, cancel := context.WithTimeout(ctx, 3*lease)
+	defer cancel()
+	bGot := make(chan error, 1)
+	var b *dlock.Owner
+	go func() {
+		var err error
+		b, err = lb.Lock(bctx)
+		bGot <- err
+	}()
+	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
+	waitFor(t, func() bool { // (in line, and listening: the grant's message is heard)
+		st, _ := la.State(ctx)
+		n, err := c.PubSubNumSub(ctx, channel).Result()
+		return slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
+	})
+	refuse.Store(true)
+	recv(t, asking, "b's next ask")
+	if err := la.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return gb.Granted(key(lb)) })
+	close(heard)
+	if err := recv(t, bGot, "b's Lock"); err != nil {
+		st, _ := la.State(ctx)
+		t.Fatalf("b's Lock = %v; the key granted to it (holder now %q, b's prefix %q) was not taken", err, st.Holder, gb.LockerPrefix())
+	}
+	if st, err := la.State(ctx); err != nil || !strings.HasPrefix(st.Holder, gb.LockerPrefix()) {
+		t.Fatalf("b took the lock, but Redis holds %q (err %v), not an acquisition of b's (%q)", st.Holder, err, gb.LockerPrefix())
 	}
 	if err := lb.Unlock(b); err != nil {
 		t.Fatal(err)
