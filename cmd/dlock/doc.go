@@ -234,8 +234,9 @@
 //     went; it is removed all the same and goes on as owner until its next renewal, so two
 //     processes may act as owners until then. Fencing tokens are the defence.
 //
-// release prints the holder it removed, or that the holder was already gone (the lock free,
-// reserved for a waiting process, or held by another locker, which is left alone); both exit
+// release prints the holder it removed, or that it found no such holder (already gone, or a
+// name that never held the lock; the lock free, or held by another locker, which is left
+// alone); both exit
 // 0 (1 when that cannot be written: it is said on standard error instead). Without --force, or
 // without one of --holder and --any, it refuses with a usage error.
 //

@@ -38,8 +38,8 @@ status" with the same flag lists it (a process's read-hold, its write-hold, or i
 copy of their process's requests takes them back. The processes in line are told, as on a
 release.
 
-It prints the holder it removed, or that the holder was already gone (the lock free, or held
-by another locker, which is left alone); both exit 0 (1 when that cannot be written: it is
+It prints the holder it removed, or that it found no such holder (already gone, or a name that
+never held the lock; the lock free, or held by another locker, which is left alone); both exit 0 (1 when that cannot be written: it is
 said on standard error instead). Without --force, or without one of --holder and --any,
 release refuses with a usage error (status 2).
 ` + redisHelp + `
@@ -137,11 +137,11 @@ func release(out cli, r redisFlags, holder, typ, target string) (err error) {
 	st, err := l.State(ctx)
 	switch {
 	case err != nil:
-		say("%s: holder %s was already gone: nothing removed", name, shown(victim))
+		say("%s: holder %s not found (already gone, or it never held the lock): nothing removed", name, shown(victim))
 	case st.Holder == "":
-		say("%s: holder %s was already gone, the lock is not held: nothing removed%s", name, shown(victim), besides(c.otherKind(cfg, false)))
+		say("%s: holder %s not found (already gone, or it never held the lock); the lock is not held: nothing removed%s", name, shown(victim), besides(c.otherKind(cfg, false)))
 	default:
-		say("%s: holder %s was already gone, the lock changed hands (held by %s now, left alone): nothing removed",
+		say("%s: holder %s not found (already gone, or it never held the lock); the lock is held by %s, left alone: nothing removed",
 			name, shown(victim), shown(st.Holder))
 	}
 	return nil
@@ -187,7 +187,7 @@ func releaseShared(out cli, r redisFlags, kind *kindFlags, holder, typ, target s
 		if removed {
 			say("released %s: removed holder %s", name, shown(v))
 		} else {
-			say("%s: holder %s was already gone: nothing removed%s", name, shown(v), besides(c.otherKind(cfg, true)))
+			say("%s: holder %s not found (already gone, or it never held the lock): nothing removed%s", name, shown(v), besides(c.otherKind(cfg, true)))
 		}
 	}
 	return nil

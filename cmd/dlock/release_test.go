@@ -38,7 +38,7 @@ func TestReleaseForceHolder(t *testing.T) {
 	}
 
 	r = runIn("release", "--force", "--holder", want.Holder, "--redis", srv.Addr, "CLI", tg)
-	if r.code != 0 || !strings.Contains(r.stdout, "holder "+want.Holder+" was already gone, the lock is not held: nothing removed") {
+	if r.code != 0 || !strings.Contains(r.stdout, "holder "+want.Holder+" not found (already gone, or it never held the lock); the lock is not held: nothing removed") {
 		t.Fatal(r)
 	}
 }
@@ -54,7 +54,7 @@ func TestReleaseForceHolderChangedHands(t *testing.T) {
 	}
 	old := st.Holder + "0" // a locker that is not the holder's
 	r := runIn("release", "--force", "--holder", old, "--redis", srv.Addr, "CLI", tg)
-	if r.code != 0 || !strings.Contains(r.stdout, "holder "+old+" was already gone, the lock changed hands (held by "+st.Holder+" now, left alone): nothing removed") {
+	if r.code != 0 || !strings.Contains(r.stdout, "holder "+old+" not found (already gone, or it never held the lock); the lock is held by "+st.Holder+", left alone: nothing removed") {
 		t.Fatal(r)
 	}
 	if now := lockStatusOf(t, tg); now.Holder != st.Holder {
@@ -115,9 +115,9 @@ func TestReleaseUnwritten(t *testing.T) {
 		{"holder", []string{"--force", "--holder", "HOLDER"}, true, fullDisk{}, "removed holder "},
 		{"any", []string{"--force", "--any"}, true, closedPipe{}, "removed holder "},
 		{"any of a free lock", []string{"--force", "--any"}, false, fullDisk{}, "is not held: nothing removed"},
-		{"holder gone", []string{"--force", "--holder", "HOLDER"}, false, closedPipe{}, "was already gone"},
+		{"holder gone", []string{"--force", "--holder", "HOLDER"}, false, closedPipe{}, "already gone"},
 		{"shared any of a free lock", []string{"--force", "--any", "--shared"}, false, fullDisk{}, "is not held: nothing removed"},
-		{"shared holder gone", []string{"--force", "--holder", "HOLDER", "--semaphore", "2"}, false, closedPipe{}, "was already gone"},
+		{"shared holder gone", []string{"--force", "--holder", "HOLDER", "--semaphore", "2"}, false, closedPipe{}, "already gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := target(t)
