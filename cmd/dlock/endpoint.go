@@ -113,7 +113,7 @@ func (e *endpoint) userOnly() bool {
 // client returns a new client for e whose requests honour their contexts' deadlines, so that
 // --timeout bounds every call, dialling included. Unless the URL sets them, it dials within
 // timeout and twice, not go-redis's five times, per attempt: a command-line tool should say
-// soon that Redis is down. It does not name its library to Redis (DisableIdentity: no CLIENT
+// soon that Redis is down; through Sentinels it reads within a quarter of timeout (below). It does not name its library to Redis (DisableIdentity: no CLIENT
 // SETINFO, a round trip of its own on each new connection, which Redis 7.0 refuses anyway):
 // far from Redis, a short run pays every round trip before its first answer.
 func (e *endpoint) client(timeout time.Duration) redis.UniversalClient {
@@ -133,6 +133,11 @@ func (e *endpoint) client(timeout time.Duration) redis.UniversalClient {
 	case o.failover != nil:
 		f := o.failover
 		f.DialTimeout = orDefault(f.DialTimeout, timeout)
+		// go-redis's first lookup of the master asks every Sentinel at once and waits for
+		// each to answer or fail, even after one named the master: a Sentinel that takes
+		// connections and never answers (stopped) holds it for the read timeout, which a
+		// context's end does not cut. A quarter of --timeout leaves the call time for the rest.
+		f.ReadTimeout = orDefault(f.ReadTimeout, timeout/4)
 		f.DialerRetries = orDefault(f.DialerRetries, 2)
 		f.ContextTimeoutEnabled = true
 		f.DisableIdentity = true

@@ -100,6 +100,26 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
+// TestSentinelOneMute: a Sentinel that takes connections and never answers (a stopped one,
+// here a socket nobody accepts on) beside one that answers does not stop a command within its
+// default --timeout, whichever comes first (go-redis's first lookup of the master waits for
+// every Sentinel, up to the client's read timeout).
+func TestSentinelOneMute(t *testing.T) {
+	s := redistest.NeedSentinel(t, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // (the kernel completes each dial; nothing reads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	mute, live := ln.Addr().String(), s.SentinelAddrs()[0]
+	for _, addrs := range []string{mute + "," + live, live + "," + mute} {
+		r := runBin(t, nil, "status", "--sentinel-master", s.MasterName(), "--redis", addrs, "CLI", target(t))
+		if r.code != 0 || !strings.Contains(r.stdout, "state:") {
+			t.Fatalf("status with Sentinels %s: %v", addrs, r)
+		}
+	}
+}
+
 // TestMisdirectedAddress: an address that reaches no usable master because it names another
 // kind of server than the flags say — Sentinels asked for a master they do not watch, a plain
 // server named as Sentinels or as a Cluster, a Sentinel named as the server — is told in one
