@@ -392,7 +392,10 @@ func TestWaiterGivingUpNamesTheRedisFailure(t *testing.T) {
 // last attempt got no answer in time, for the mutex, the read-write lock and the semaphore:
 // go-redis retries a dial for longer than an attempt's bound (here a dial hangs after the
 // first second), so the attempt in flight as the Lock gives up has no answer, and the error
-// said only that ("no answer in time" reads as a slow Redis, not a down one).
+// said only that ("no answer in time" reads as a slow Redis, not a down one). So does one that
+// gives up while its first request waits to be tried again, its first try refused (dlock makes
+// the client's tries; here the next is thirty seconds away, and no subscription fails: the
+// refused try is all there is to name).
 func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 	t.Parallel()
 	kinds := map[string]func(g *dlock.Generator, ctx context.Context) error{
@@ -437,6 +440,22 @@ func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Fatalf("Lock with Redis refusing connections = %v; want ErrNotObtained naming the refusal", err)
 			}
+		})
+		t.Run(name+" between tries", func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialerRetries: 1, // (nothing listens there)
+				MaxRetries: 3, MinRetryBackoff: 30 * time.Second, MaxRetryBackoff: 30 * time.Second})
+			defer c.Close()
+			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute), dlock.WithNotifications(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = lock(g, ctxT(t, 2*time.Second))
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(fmt.Sprint(err), "connection refused") {
+				t.Fatalf("Lock whose first try Redis refused = %v; want ErrNotObtained naming the refusal", err)
+			}
+			closing, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_ = g.Close(closing) // (its leave waits for the late request: not this test's concern)
 		})
 	}
 }

@@ -89,11 +89,13 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		}
 	}
 	prefix := lockerPrefix()
+	var g *Generator // (set before any request: the processor sends none until asked)
 	rp, err := processor.NewRedisLockProcessor(client, processor.Options{
 		// (Publish even without notifications: a release still grants the key to, and tells,
 		// the processes in line that listen, and checks that they do.)
 		Publish: true, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
 		GapEvery: o.gapEvery, GapWindow: o.gapWindow,
+		Failed: func(err error) { g.noteFault(err) }, // (a Lock that gives up before the request's last try names it)
 	})
 	if err != nil {
 		return nil, err
@@ -102,7 +104,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 	if _, nop := o.observer.(NopObserver); !nop {
 		proc = observed{rp, o.observer, boundsByContext(client)}
 	}
-	g := &Generator{
+	g = &Generator{
 		client:      client,
 		proc:        proc,
 		redis:       rp,

@@ -383,6 +383,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	// for this one)
 	live := ctx.Err() == nil
 	st.mu.Lock()
+	onItsWay := st.attempt != nil && st.attempt.drop != nil // (a take Redis has not answered yet)
 	select {
 	case <-w.done: // decided meanwhile
 		if w.hold == nil || live {
@@ -398,6 +399,9 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	}
 	st.lendLocked() // the next may be served now
 	fault := w.fault
+	if fault == nil && onItsWay {
+		fault = errNoAnswer // (as the mutex's: the error says so, and names a failure meanwhile)
+	}
 	st.mu.Unlock()
 	st.poke()
 	if st.g.done.Err() != nil {

@@ -227,6 +227,11 @@ type Options struct {
 	// catch mutants of the scripts; production code leaves it nil. Default nil: the
 	// module's own scripts.
 	Scripts map[string]string
+	// Failed, if set, is told the failure of each try of a request as it comes, before the
+	// request's later tries (its caller learns only the last, once they are over, and nothing
+	// when it stopped waiting before). It runs on the requesting goroutine and must not
+	// block. Default nil.
+	Failed func(error)
 }
 
 // Message is what a lock's channel carries.
@@ -671,6 +676,9 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys 
 	}()
 	try := func(node *redis.Client, once bool) {
 		res, acked, err = p.send(ctx, s, ack, node, once, keys, cmd)
+		if err != nil && p.opts.Failed != nil && !errors.Is(err, redis.Nil) {
+			p.opts.Failed(err)
+		}
 		ran = ran || !unwritten(err) && !declined(err) || ack && p.opts.Replicas > 0
 	}
 	switch c := p.client.(type) {
