@@ -113,9 +113,10 @@ func (e *endpoint) userOnly() bool {
 // client returns a new client for e whose requests honour their contexts' deadlines, so that
 // --timeout bounds every call, dialling included. Unless the URL sets them, it dials within
 // timeout and twice, not go-redis's five times, per attempt: a command-line tool should say
-// soon that Redis is down; through Sentinels it reads within a quarter of timeout (below). It does not name its library to Redis (DisableIdentity: no CLIENT
-// SETINFO, a round trip of its own on each new connection, which Redis 7.0 refuses anyway):
-// far from Redis, a short run pays every round trip before its first answer.
+// soon that Redis is down; through Sentinels it reads within a quarter of timeout, or a
+// second (below). It does not name its library to Redis (DisableIdentity: no CLIENT SETINFO, a
+// round trip of its own on each new connection, which Redis 7.0 refuses anyway): far from
+// Redis, a short run pays every round trip before its first answer.
 func (e *endpoint) client(timeout time.Duration) redis.UniversalClient {
 	o, err := e.spec.parse() // fresh options for each client: go-redis keeps and changes them
 	if err != nil {
@@ -136,8 +137,9 @@ func (e *endpoint) client(timeout time.Duration) redis.UniversalClient {
 		// go-redis's first lookup of the master asks every Sentinel at once and waits for
 		// each to answer or fail, even after one named the master: a Sentinel that takes
 		// connections and never answers (stopped) holds it for the read timeout, which a
-		// context's end does not cut. A quarter of --timeout leaves the call time for the rest.
-		f.ReadTimeout = orDefault(f.ReadTimeout, timeout/4)
+		// context's end does not cut. A quarter of --timeout leaves the call time for the rest
+		// (but no less than a second, or all of a shorter --timeout: a far Redis's reads).
+		f.ReadTimeout = orDefault(f.ReadTimeout, max(timeout/4, min(timeout, time.Second)))
 		f.DialerRetries = orDefault(f.DialerRetries, 2)
 		f.ContextTimeoutEnabled = true
 		f.DisableIdentity = true
