@@ -460,6 +460,45 @@ func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 	}
 }
 
+// A waiter that gives up behind another of its process, whose take Redis has not answered,
+// sent no request of its own: its error does not say that its attempt got no answer (the
+// front waiter's does).
+func TestWaiterGivingUpBehindAnUnansweredTakeSaysNoAnswerOfItsOwn(t *testing.T) {
+	tg := target(t)
+	ga, _ := newGen(t, dlock.WithDefaultLease(10*time.Second))
+	if _, err := semOf(t, ga, tg, 3).Acquire(ctxT(t, 5*time.Second), 1); err != nil { // (another process holds 1)
+		t.Fatal(err)
+	}
+	c := srv.Client()
+	var held atomic.Bool
+	release := make(chan struct{})
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) == "shared" && held.CompareAndSwap(false, true) {
+			select { // (the front waiter's take: no answer until the test is done)
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(30*time.Second)) // (a take's bound, a third of it, comes after the front's deadline)
+	defer close(release)
+	s := semOf(t, g, tg, 3)
+	front := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctxT(t, 3*time.Second), 3)
+		front <- err
+	}()
+	waitFor(t, func() bool { return held.Load() && g.SharedWaiters(s.Config().UniqueKey()) == 1 })
+	_, err := s.Acquire(ctxT(t, 500*time.Millisecond), 1) // behind it: the front asks for all 3
+	if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrUnanswered) || strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("a waiter behind another's unanswered take gave up with %v; want ErrNotObtained, no \"no answer\"", err)
+	}
+	if err := recv(t, front, "the front waiter's Acquire"); !strings.Contains(fmt.Sprint(err), "no answer") {
+		t.Fatalf("the front waiter gave up with %v; want it to say its attempt got no answer", err)
+	}
+}
+
 // A TryLock is one attempt, for the read-write lock and the semaphore as for the mutex: on a
 // read-only replica each TryLock returns the READONLY failure at once, also when an earlier
 // one's give-back (its outcome was unknown) keeps failing too.

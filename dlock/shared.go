@@ -383,7 +383,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 	// for this one)
 	live := ctx.Err() == nil
 	st.mu.Lock()
-	onItsWay := st.attempt != nil && st.attempt.drop != nil // (a take Redis has not answered yet)
+	onItsWay := false // w's own take, which Redis has not answered yet
 	select {
 	case <-w.done: // decided meanwhile
 		if w.hold == nil || live {
@@ -394,6 +394,7 @@ func (st *sharedState) wait(ctx context.Context, w *shareWaiter) error {
 		st.unlend(&shareOwner{hold: w.hold, n: w.n, write: w.write})
 		w.hold = nil
 	default:
+		onItsWay = st.attempt != nil && st.attempt.drop != nil && st.attempt.serves(w)
 		st.waiters = slices.DeleteFunc(st.waiters, func(x *shareWaiter) bool { return x == w })
 		st.unwantedLocked()
 	}

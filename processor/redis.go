@@ -229,8 +229,8 @@ type Options struct {
 	Scripts map[string]string
 	// Failed, if set, is told the failure of each try of a request as it comes, before the
 	// request's later tries (its caller learns only the last, once they are over, and nothing
-	// when it stopped waiting before). It runs on the requesting goroutine and must not
-	// block. Default nil.
+	// when it stopped waiting before), also of a try the next of which succeeds. It runs on
+	// the requesting goroutine and must not block. Default nil.
 	Failed func(error)
 }
 

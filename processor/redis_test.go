@@ -3890,23 +3890,24 @@ func TestRequestsOnAReplicaTellNobody(t *testing.T) {
 			}
 		}},
 	}
-	// told returns the first message c's subscribers hear after send, or "" when the first is
-	// the test's own end mark.
-	told := func(c *redis.Client, send func()) string {
-		sub := c.PSubscribe(ctx, "*")
+	// told returns the first message on lc's channels that c's subscribers hear after send, or
+	// "" when the first is the test's own end mark.
+	told := func(c *redis.Client, lc domain.DLockConfig, send func()) string {
+		sub := c.PSubscribe(ctx, processor.ReleaseChannel(lc)+"*")
 		defer sub.Close()
 		if _, err := sub.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
 		send()
-		if err := c.Publish(ctx, "end", "-").Err(); err != nil {
+		end := processor.ReleaseChannel(lc) + ":end"
+		if err := c.Publish(ctx, end, "-").Err(); err != nil {
 			t.Fatal(err)
 		}
 		m, err := sub.ReceiveMessage(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Channel == "end" {
+		if m.Channel == end {
 			return ""
 		}
 		return m.Channel + " " + m.Payload
@@ -3933,7 +3934,7 @@ func TestRequestsOnAReplicaTellNobody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := told(rc, func() {
+			if m := told(rc, lc, func() {
 				if err := send(onReplica, lc); !strings.Contains(fmt.Sprint(err), "READONLY") || !processor.Unsent(err) {
 					t.Errorf("sent to a replica: %v; want READONLY, Unsent", err)
 				}
@@ -3947,7 +3948,7 @@ func TestRequestsOnAReplicaTellNobody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := told(mc, func() {
+			if m := told(mc, lc, func() {
 				if err := send(onMaster, lc); err != nil {
 					t.Errorf("sent to the master: %v", err)
 				}
