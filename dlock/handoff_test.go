@@ -3256,6 +3256,18 @@ func TestProcessesWithoutNotificationsBackInLineAskSeldomBehindAShortLease(t *te
 	}
 }
 
+// inLineAndListening waits until lb's process (of Generator gb) stands in la's key's line and
+// listens on its channel (counted through c): a grant's message will be heard.
+func inLineAndListening(t *testing.T, ctx context.Context, c *redis.Client, la, lb *dlock.DistributedReentrantLock, gb *dlock.Generator) {
+	t.Helper()
+	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
+	waitFor(t, func() bool {
+		st, _ := la.State(ctx)
+		n, err := c.PubSubNumSub(ctx, channel).Result()
+		return slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
+	})
+}
+
 // A process whose every lock.lua reply is lost (a client far from Redis whose read timeout
 // cuts them: the requests run, the answers never come) stands in line all the same, and the
 // grant its turn brings, whose message it hears, is its own: it takes the key with no answer
@@ -3283,12 +3295,7 @@ func TestWaiterWhoseAnswersAreLostTakesItsGrant(t *testing.T) {
 		b, err = lb.Lock(bctx)
 		bGot <- err
 	}()
-	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
-	waitFor(t, func() bool { // (in line, and listening: the grant's message is heard)
-		st, _ := la.State(ctx)
-		n, err := cb.PubSubNumSub(ctx, channel).Result()
-		return slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
-	})
+	inLineAndListening(t, ctx, cb, la, lb, gb)
 	if err := la.Unlock(a); err != nil {
 		t.Fatal(err)
 	}
@@ -3350,12 +3357,7 @@ func TestWaiterWhoseAskRedisRefusesTakesItsGrant(t *testing.T) {
 		b, err = lb.Lock(bctx)
 		bGot <- err
 	}()
-	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
-	waitFor(t, func() bool { // (in line, and listening: the grant's message is heard)
-		st, _ := la.State(ctx)
-		n, err := c.PubSubNumSub(ctx, channel).Result()
-		return slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
-	})
+	inLineAndListening(t, ctx, c, la, lb, gb)
 	refuse.Store(true)
 	recv(t, asking, "b's next ask")
 	if err := la.Unlock(a); err != nil {
@@ -3428,12 +3430,8 @@ func TestGrantHeardWithEveryAnswerLostCountsFromTheFirstRequest(t *testing.T) {
 		b, err = lb.Lock(ctx)
 		bGot <- err
 	}()
-	channel := processor.ProcessChannel(lb.Config(), gb.LockerPrefix())
-	waitFor(t, func() bool { // (in line, and listening: the grant's message is heard)
-		st, _ := la.State(ctx)
-		n, err := c.PubSubNumSub(ctx, channel).Result()
-		return ran.Load() && slices.Contains(st.Waiting, gb.LockerPrefix()) && err == nil && n[channel] > 0
-	})
+	waitFor(t, ran.Load) // (its first lock.lua ran)
+	inLineAndListening(t, ctx, c, la, lb, gb)
 	p.HoldSubscribers(true) // the grant's message waits
 	renewals.Store(true)
 	granted := time.Now()
