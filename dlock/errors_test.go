@@ -612,10 +612,11 @@ func TestWaiterGivingUpUnansweredNamesNoRefusalOfAnotherRequest(t *testing.T) {
 }
 
 // A Lock that gives up names a Redis failure of its process's attempt only if Redis answered
-// no later request of that attempt: once a later one was answered (the key held elsewhere),
-// Redis was reachable again, and a waiter that gives up after that names nothing, as a wait
-// with no failure at all — the goroutine the failed request was for, and one queued behind
-// it alike, of a mutex and of a semaphore.
+// no later request: once a later one was answered (the key held elsewhere), Redis was
+// reachable again, and a waiter that gives up after that names nothing, as a wait with no
+// failure at all — the goroutine the failed request was for, and one queued behind it alike,
+// of a mutex and of a semaphore; here with the attempt's next request on its way (it says it
+// got no answer, and no more).
 func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T) {
 	for _, kind := range []string{"mutex", "permits"} {
 		t.Run(kind, func(t *testing.T) {
@@ -624,9 +625,10 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 			gq, _ := newGen(t)
 			tg := uniqueTarget(t)
 			injected := errors.New("connection reset by peer (injected)")
-			var armed atomic.Bool
+			var armed, hold atomic.Bool
 			var after atomic.Int32 // the process's requests of its attempt answered after the failure
-			fired := make(chan struct{})
+			fired, held, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			defer close(release)
 			ours := func(args []any) bool {
 				if kind == "mutex" {
 					return processor.ScriptName(args) == "lock"
@@ -641,6 +643,13 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 					cmd.SetErr(injected)
 					close(fired)
 					return injected
+				}
+				if hold.CompareAndSwap(true, false) { // on its way as the waiters give up
+					close(held)
+					select {
+					case <-ctx.Done():
+					case <-release:
+					}
 				}
 				err := next(ctx, cmd)
 				select {
@@ -694,6 +703,8 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 			// ... and a later one is answered: the second answered is sent once the first's
 			// answer was taken in (one request of the attempt at a time)
 			waitFor(t, func() bool { return after.Load() > 1 })
+			hold.Store(true)
+			recv(t, held, "the next request")
 			for _, cancel := range cancels {
 				cancel()
 			}

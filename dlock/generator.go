@@ -95,7 +95,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		// the processes in line that listen, and checks that they do.)
 		Publish: true, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
 		GapEvery: o.gapEvery, GapWindow: o.gapWindow,
-		Failed: func(err error) { g.noteFault(err) }, // (a Lock that gives up before the request's last try names it)
+		Tried: func(err error) { g.noteTry(err) }, // (a Lock that gives up before the request's last try names its failure)
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/dlockgo/dlock/domain"
@@ -558,6 +559,19 @@ func (g *Generator) noteFault(err error) {
 		err = pe.Err
 	}
 	g.fault.Store(&fault{err: err, at: time.Now()})
+}
+
+// noteTry keeps the outcome of a try of a request of the Generator's: a failure as its last
+// fault (noteFault); an answer of Redis drops the last fault, which is then no longer Redis's
+// state (faultSince names none).
+func (g *Generator) noteTry(err error) {
+	if err == nil || errors.Is(err, redis.Nil) || answered(err) {
+		if f := g.fault.Load(); f != nil {
+			g.fault.CompareAndSwap(f, nil)
+		}
+		return
+	}
+	g.noteFault(err)
 }
 
 // warnEvery is how often at most a Generator logs a Warn that a condition which repeats with

@@ -227,11 +227,12 @@ type Options struct {
 	// catch mutants of the scripts; production code leaves it nil. Default nil: the
 	// module's own scripts.
 	Scripts map[string]string
-	// Failed, if set, is told the failure of each try of a request as it comes, before the
+	// Tried, if set, is told the outcome of each try of a request as it comes, before the
 	// request's later tries (its caller learns only the last, once they are over, and nothing
-	// when it stopped waiting before), also of a try the next of which succeeds. It runs on
-	// the requesting goroutine and must not block. Default nil.
-	Failed func(error)
+	// when it stopped waiting before): nil, or Redis's answer as an error (redis.Nil, a
+	// redis.Error), when Redis answered; else the failure, also of a try the next of which
+	// succeeds. It runs on the requesting goroutine and must not block. Default nil.
+	Tried func(error)
 }
 
 // Message is what a lock's channel carries.
@@ -676,8 +677,8 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys 
 	}()
 	try := func(node *redis.Client, once bool) {
 		res, acked, err = p.send(ctx, s, ack, node, once, keys, cmd)
-		if err != nil && p.opts.Failed != nil && !errors.Is(err, redis.Nil) {
-			p.opts.Failed(err)
+		if p.opts.Tried != nil {
+			p.opts.Tried(err)
 		}
 		ran = ran || !unwritten(err) && !declined(err) || ack && p.opts.Replicas > 0
 	}
