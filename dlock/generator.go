@@ -95,7 +95,7 @@ func NewGenerator(client redis.UniversalClient, opts ...Option) (*Generator, err
 		// the processes in line that listen, and checks that they do.)
 		Publish: true, Mark: prefix, Replicas: o.replicas, ReplicaTimeout: o.replicaWait,
 		GapEvery: o.gapEvery, GapWindow: o.gapWindow,
-		Tried: func(err error) { g.noteTry(err) }, // (a Lock that gives up before the request's last try names its failure)
+		Tried: func(err error, began time.Time) { g.noteTry(err, began) }, // (a Lock that gives up before the last try names its failure)
 	})
 	if err != nil {
 		return nil, err

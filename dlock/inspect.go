@@ -561,12 +561,12 @@ func (g *Generator) noteFault(err error) {
 	g.fault.Store(&fault{err: err, at: time.Now()})
 }
 
-// noteTry keeps the outcome of a try of a request of the Generator's: a failure as its last
-// fault (noteFault); an answer of Redis drops the last fault, which is then no longer Redis's
-// state (faultSince names none).
-func (g *Generator) noteTry(err error) {
+// noteTry keeps the outcome of a try of a request of the Generator's, which began then: a
+// failure as its last fault (noteFault); an answer of Redis drops a last fault that came
+// before the try began, which is then no longer Redis's state (faultSince names none).
+func (g *Generator) noteTry(err error, began time.Time) {
 	if err == nil || errors.Is(err, redis.Nil) || answered(err) {
-		if f := g.fault.Load(); f != nil {
+		if f := g.fault.Load(); f != nil && f.at.Before(began) {
 			g.fault.CompareAndSwap(f, nil)
 		}
 		return

@@ -229,10 +229,11 @@ type Options struct {
 	Scripts map[string]string
 	// Tried, if set, is told the outcome of each try of a request as it comes, before the
 	// request's later tries (its caller learns only the last, once they are over, and nothing
-	// when it stopped waiting before): nil, or Redis's answer as an error (redis.Nil, a
-	// redis.Error), when Redis answered; else the failure, also of a try the next of which
-	// succeeds. It runs on the requesting goroutine and must not block. Default nil.
-	Tried func(error)
+	// when it stopped waiting before), with when the try began: nil, or Redis's answer as an
+	// error (redis.Nil, a redis.Error), when Redis answered; else the failure, also of a try
+	// the next of which succeeds. It runs on the requesting goroutine and must not block.
+	// Default nil.
+	Tried func(err error, began time.Time)
 }
 
 // Message is what a lock's channel carries.
@@ -676,9 +677,10 @@ func (p *RedisLockProcessor) run(ctx context.Context, s *script, ack bool, keys 
 		}
 	}()
 	try := func(node *redis.Client, once bool) {
+		began := time.Now()
 		res, acked, err = p.send(ctx, s, ack, node, once, keys, cmd)
 		if p.opts.Tried != nil {
-			p.opts.Tried(err)
+			p.opts.Tried(err, began)
 		}
 		ran = ran || !unwritten(err) && !declined(err) || ack && p.opts.Replicas > 0
 	}
