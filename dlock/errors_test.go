@@ -485,8 +485,10 @@ func TestWaiterGivingUpBehindAnUnansweredTakeSaysNoAnswerOfItsOwn(t *testing.T) 
 	defer close(release)
 	s := semOf(t, g, tg, 3)
 	front := make(chan error, 1)
+	fctx, giveUp := context.WithCancel(ctxT(t, 9*time.Second)) // (it gives up once the one behind it did)
+	defer giveUp()
 	go func() {
-		_, err := s.Acquire(ctxT(t, 3*time.Second), 3)
+		_, err := s.Acquire(fctx, 3)
 		front <- err
 	}()
 	waitFor(t, func() bool { return held.Load() && g.SharedWaiters(s.Config().UniqueKey()) == 1 })
@@ -494,6 +496,7 @@ func TestWaiterGivingUpBehindAnUnansweredTakeSaysNoAnswerOfItsOwn(t *testing.T) 
 	if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrUnanswered) || strings.Contains(err.Error(), "no answer") {
 		t.Fatalf("a waiter behind another's unanswered take gave up with %v; want ErrNotObtained, no \"no answer\"", err)
 	}
+	giveUp()
 	if err := recv(t, front, "the front waiter's Acquire"); !strings.Contains(fmt.Sprint(err), "no answer") {
 		t.Fatalf("the front waiter gave up with %v; want it to say its attempt got no answer", err)
 	}
