@@ -721,6 +721,70 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 	}
 }
 
+// An answer read while another request failed drops no failure noted after it was sent: a
+// waiter that gives up with its next take on its way names the failure that came while its
+// process's last answered take was out (Redis answered that one, but not since the failure).
+func TestWaiterGivingUpNamesAFailureThatCameWhileAnAnsweredTakeWasOut(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	g, c := newGen(t)
+	gq, _ := newGen(t)
+	tg := uniqueTarget(t)
+	other := mustGen(t, g, "ERR", tg+"-other", time.Second)
+	injected := errors.New("connection reset by peer (injected)")
+	var holdAnswer, holdNext, failOther atomic.Bool
+	answerHeld, faulted, nextHeld, release := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer close(release)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch {
+		case failOther.Load() && strings.Contains(fmt.Sprint(cmd.Args()), other.Config().UniqueKey()): // (every request of other's, not sent)
+			cmd.SetErr(injected)
+			return injected
+		case !isSharedTake(cmd.Args()):
+			return next(ctx, cmd)
+		case holdNext.CompareAndSwap(true, false): // on its way as the waiter gives up
+			close(nextHeld)
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		if holdAnswer.CompareAndSwap(true, false) { // answered; the process learns it after the failure
+			close(answerHeld)
+			select {
+			case <-faulted:
+			case <-release:
+			}
+		}
+		return err
+	}})
+	q, err := semOf(t, gq, tg, 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Unlock() //nolint:errcheck
+	s := semOf(t, g, tg, 2)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { _, err := s.Acquire(wctx, 1); got <- err }()
+	waitFor(t, func() bool { return g.SharedWaiters(s.Config().UniqueKey()) == 1 })
+	holdAnswer.Store(true)
+	recv(t, answerHeld, "an answered take")
+	failOther.Store(true)
+	if _, _, err := other.TryLock(ctx); !errors.Is(err, injected) {
+		t.Fatalf("the other lock's TryLock: %v; want the injected failure", err)
+	}
+	holdNext.Store(true)
+	close(faulted)
+	recv(t, nextHeld, "the next take")
+	cancel()
+	if err := recv(t, got, "the waiter's Acquire"); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, injected) {
+		t.Fatalf("a waiter that gave up after a failure newer than its last answered take's sending: %v; want ErrNotObtained naming the failure", err)
+	}
+}
+
 // A goroutine queued behind its process's failing asks, which the key is then granted to
 // (heard on its channel: no ask answered), waits from then on behind a goroutine of its own
 // process that holds the key: if it gives up, it names no failure — the attempt that failed
