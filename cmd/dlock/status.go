@@ -325,7 +325,7 @@ func printStatus(out io.Writer, st dlock.State) error {
 	if st.Fence > 0 {
 		fmt.Fprintf(w, "fence:       %d (the last fencing token handed out)\n", st.Fence)
 	} else {
-		fmt.Fprintf(w, "fence:       none kept\n")
+		fmt.Fprintf(w, "fence:       none kept (it expires two leases after its last use; the next token still exceeds every earlier one, as it starts from the server's clock)\n")
 	}
 	switch len(st.Waiting) {
 	case 0:

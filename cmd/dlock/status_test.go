@@ -56,6 +56,10 @@ func TestStatusFree(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "state:       free") || !strings.Contains(r.stdout, "key DLOCK_CLI_"+tg) {
 		t.Fatal(r)
 	}
+	// A key never used keeps no fencing counter: the text says why that loses nothing.
+	if !strings.Contains(r.stdout, "fence:       none kept (it expires two leases after its last use;") {
+		t.Fatalf("a free key's fence line: %v", r)
+	}
 	st := lockStatusOf(t, tg)
 	if st.Held || st.Holder != "" || st.LeaseLeftMS != 0 || st.Key != "DLOCK_CLI_"+tg || st.Type != "CLI" || st.Target != tg {
 		t.Fatalf("%+v", st)
