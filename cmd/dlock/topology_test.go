@@ -146,6 +146,7 @@ func TestMisdirectedAddress(t *testing.T) {
 				}
 				r := runBin(t, nil, args...)
 				if r.code != exitUnavailable || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "unreachable") ||
+					strings.Contains(r.stderr, "with args") || // (not the script's arguments)
 					strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 					t.Fatal(r)
 				}
