@@ -30,7 +30,9 @@ and once with dlock (DLOCK_DEMO_order-42), in two shapes:
   cross   --cross-procs processes with one goroutine each: every acquisition goes from
           process to process
 
-Every holder stays --hold inside the critical section. The four runs share --duration.
+Every holder stays --hold inside the critical section. The four runs share --duration; a run
+in which nothing was acquired in its share (a machine far too busy) goes on until its first
+acquisition, at most 30s more, and its acquisitions/s count the time it took.
 With --hold-over, dlock runs with WithHoldOver(true): a process whose goroutine locks again
 at once keeps the key for it, and passes it to the next process at the hand-off limit (50ms),
 not at every acquisition (the cross shape's throughput, at the cost of a longer wait tail).
@@ -317,6 +319,8 @@ func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, h
 
 	var (
 		inside, errs, overlaps atomic.Int64
+		acquired               atomic.Int64 // in all processes
+		overdue                atomic.Bool  // d has passed
 		firstErr               error
 		errOnce                sync.Once
 		wg                     sync.WaitGroup
@@ -349,6 +353,9 @@ func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, h
 					holdFor(hold)
 					inside.Add(-1)
 					perProc[p].Add(1)
+					if acquired.Add(1) == 1 && overdue.Load() {
+						cancel() // (the run's first acquisition came after its time)
+					}
 					if err := unlock(); err != nil {
 						fail(err)
 					}
@@ -358,7 +365,15 @@ func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, h
 	}
 	began := time.Now()
 	close(start)
-	time.AfterFunc(d, cancel)
+	// A run lasts d, or, on a machine so slow that nothing was acquired in d, until its first
+	// acquisition, at most demoOvertime more: a row of none would show nothing.
+	time.AfterFunc(d, func() {
+		if overdue.Store(true); acquired.Load() > 0 {
+			cancel()
+		}
+	})
+	overtime := time.AfterFunc(d+demoOvertime, cancel)
+	defer overtime.Stop()
 	wg.Wait()
 	r.elapsed = time.Since(began)
 	for p := range perProc {
@@ -369,6 +384,9 @@ func demoRun(ep *endpoint, timeout time.Duration, s demoShape, impl string, d, h
 	r.errs, r.overlaps, r.firstErr = errs.Load(), overlaps.Load(), firstErr
 	return r, nil
 }
+
+// demoOvertime bounds how long a run waits for its first acquisition after its time is up.
+const demoOvertime = 30 * time.Second
 
 // holdFor stays d in the critical section. A plain Sleep of less than a millisecond would
 // often last a millisecond or more.

@@ -30,6 +30,17 @@ func TestDemo(t *testing.T) {
 	checkDemoRows(t, out.String(), "2 × 4", "3 × 1")
 }
 
+// TestDemoRunsUntilItsFirstAcquisition: a run in which nothing was acquired in its share of
+// --duration (1ms each here; a machine far too busy for a longer one) goes on until its first
+// acquisition, so that no row shows nothing.
+func TestDemoRunsUntilItsFirstAcquisition(t *testing.T) {
+	var out strings.Builder
+	if err := runDemo([]string{"--procs", "2", "--goroutines", "2", "--cross-procs", "2", "--duration", "4ms"}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	checkDemoRows(t, out.String(), "2 × 2", "2 × 1")
+}
+
 // TestDemoWithHoldOver: with --hold-over, dlock's runs use WithHoldOver and say so, and
 // exclusion still holds.
 func TestDemoWithHoldOver(t *testing.T) {

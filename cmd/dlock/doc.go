@@ -247,7 +247,10 @@
 // release) and once with dlock, in two shapes: "hot", --procs simulated processes (each its own
 // Redis client and Generator) of --goroutines goroutines each, and "cross", --cross-procs
 // processes of one goroutine each, so that every acquisition goes from process to process.
-// Every holder stays --hold in the critical section; the four runs share --duration (10s).
+// Every holder stays --hold in the critical section; the four runs share --duration (10s), and
+// a run in which nothing was acquired in its share (a machine far too busy, or --duration
+// 40ms) goes on until its first acquisition, at most 30s more, its rate counted over the
+// time it took.
 // With --hold-over, dlock runs with WithHoldOver(true): a process whose goroutine locks again
 // at once keeps the key for it, and passes it on at the hand-off limit (50ms). --procs and --cross-procs are 1 to 1000, --procs × --goroutines at most 10000, --duration
 // 4ms to 24h and --hold at most a quarter of it (one run); other values are usage errors. For
@@ -259,7 +262,7 @@
 // verdict, and so is a key or command the ACL user may not use (77; the naive lock uses the
 // key dlock-demo:naive:order-42, outside dlock's own keys). A demo in which dlock acquired nothing
 // in any of its runs says so and exits 1 (it proved nothing), as does an overlap of two dlock
-// owners; a run of its own with no dlock acquisition (one too short: --duration 40ms) shows 0.
+// owners; a run with no dlock acquisition in its 30s more shows 0.
 //
 // # version
 //
