@@ -194,7 +194,7 @@ func TestTryLockHeldElsewhere(t *testing.T) {
 // TestObtain_retry_failure and TestObtain_retry_context_deadline, and Redisson's
 // testTryLockWait.
 func TestWaiterDeadline(t *testing.T) {
-	g1, _ := newGen(t)
+	g1, _ := newGen(t, dlock.WithDefaultLease(stallProofLease)) // (a stall must not lose what they wait for)
 	g2, _ := newGen(t)
 	l1, _ := g1.Gen("DEADLINE", target(t))
 	l2, _ := g2.Gen("DEADLINE", target(t))
@@ -850,7 +850,7 @@ func testTryLockContended(t *testing.T) {
 	key := rgLockKey(typ, target)
 	a := rgGen(t, nil, nil)
 	others := []*dlock.Generator{rgGen(t, nil, nil), rgGen(t, nil, nil)}
-	lA := mustGen(t, a, typ, target, time.Second)
+	lA := mustGen(t, a, typ, target, stallProofLease) // (A holds through phase 1: a stall must not end it)
 	gd := newRgGuard(t)
 
 	contenders := func(stop <-chan struct{}, wg *sync.WaitGroup) {
@@ -2667,17 +2667,19 @@ func TestTakeCutAtTheGateForARenewalIsNotGivenBack(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1}) // a gate of one
 	defer c.Close()
 	c.AddHook(hook)
-	g := genOn(t, c)
+	const lease = 3 * time.Second // (the gate is closed past its renewal's time, with room for a stall of the machine)
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
 	rw, err := g.GenRW(typ, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stalls := watchStalls(t)
 	r, err := rw.RLock(ctxT(t, 10*time.Second)) // its renewal is due at 75 % of the lease
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	time.Sleep(450 * time.Millisecond)
+	time.Sleep(lease * 45 / 100)
 	blocking.Store(true)
 	ls, _ := g.Gen(typ, tgt+".stuck")
 	go func() {
@@ -2687,7 +2689,7 @@ func TestTakeCutAtTheGateForARenewalIsNotGivenBack(t *testing.T) {
 	}()
 	recv(t, entered, "the request that holds the gate")
 	blocking.Store(false)
-	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(820*time.Millisecond))
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(lease * 82 / 100))
 	defer cancel()
 	if _, err := rw.Lock(ctx); err == nil { // behind its own read-hold: its take waits at the gate
 		t.Fatal("the writer took the lock its own process holds to read")
@@ -2695,7 +2697,8 @@ func TestTakeCutAtTheGateForARenewalIsNotGivenBack(t *testing.T) {
 	time.Sleep(40 * time.Millisecond)
 	close(block)
 	time.Sleep(300 * time.Millisecond)
-	if err := r.Unlock(); err != nil {
+	// (what is checked is which requests were sent, whether the read-hold outlived a stall or not)
+	if err := r.Unlock(); err != nil && !stalls.excused(t, err, t0, lease, "the read-hold's Unlock") {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return g.SharedInUse() == 0 })

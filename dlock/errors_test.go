@@ -625,7 +625,7 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 		t.Run(kind, func(t *testing.T) {
 			ctx := ctxT(t, 30*time.Second)
 			g, c := newGen(t)
-			gq, _ := newGen(t)
+			gq, _ := newGen(t, dlock.WithDefaultLease(stallProofLease)) // (a stall must not lose what the waiters wait for)
 			tg := uniqueTarget(t)
 			injected := errors.New("connection reset by peer (injected)")
 			var armed, hold atomic.Bool
@@ -727,7 +727,7 @@ func TestWaiterGivingUpAfterRedisAnsweredAgainNamesNoEarlierFailure(t *testing.T
 func TestWaiterGivingUpNamesAFailureThatCameWhileAnAnsweredTakeWasOut(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	g, c := newGen(t)
-	gq, _ := newGen(t)
+	gq, _ := newGen(t, dlock.WithDefaultLease(stallProofLease)) // (a stall must not lose what the waiters wait for)
 	tg := uniqueTarget(t)
 	other := mustGen(t, g, "ERR", tg+"-other", time.Second)
 	injected := errors.New("connection reset by peer (injected)")
@@ -792,7 +792,7 @@ func TestWaiterGivingUpNamesAFailureThatCameWhileAnAnsweredTakeWasOut(t *testing
 func TestWaiterGivingUpAfterItsProcessWasGrantedTheKeyNamesNoEarlierFailure(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	g, c := newGen(t)
-	gq, _ := newGen(t)
+	gq, _ := newGen(t, dlock.WithDefaultLease(stallProofLease)) // (a stall must not lose what the waiters wait for)
 	tg := uniqueTarget(t)
 	injected := errors.New("connection reset by peer (injected)")
 	var failing atomic.Int32 // 1: the next ask runs and its reply is lost; 2: asks fail unsent

@@ -1879,6 +1879,9 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 		t.Run(first, func(t *testing.T) {
 			g, _ := newGen(t, dlock.WithDefaultLease(lease))
 			l := rwOf(t, g, target(t))
+			// The first holding is let go past half its lease: a stall of the machine longer than
+			// its renewal's spare time loses it, and the test then checks the rest only.
+			stalls, since := watchStalls(t), time.Now()
 			var o1 *dlock.Owner
 			var err error
 			if first == "reader" {
@@ -1907,7 +1910,7 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 			case "reader":
 				go rlock()
 			case "writer":
-				if err := l.Unlock(o1); err != nil {
+				if err := l.Unlock(o1); err != nil && !stalls.excused(t, err, since, lease, "the writer's Unlock") {
 					t.Fatal(err)
 				}
 			case "downgrade":
@@ -1925,7 +1928,7 @@ func TestRWLendsNoHoldingWithLessThanHalfItsLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			if first != "writer" {
-				if err := l.Unlock(o1); err != nil {
+				if err := l.Unlock(o1); err != nil && !stalls.excused(t, err, since, lease, "the first holding's Unlock") {
 					t.Fatal(err)
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestLockHoldsUntilSignal: dlock lock prints its holding, holds the lock (renewed past its
@@ -20,18 +19,25 @@ func TestLockHoldsUntilSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			tg := target(t)
-			p := start(t, nil, "lock", "--redis", srv.Addr, "--lease", "1s", "CLI", tg)
+			p := start(t, nil, "lock", "--redis", srv.Addr, "--lease", "4s", "CLI", tg)
 			f := holdingLine(t, waitLine(t, p))
 			st := lockStatusOf(t, tg)
 			token, err := strconv.ParseUint(f["DLOCK_FENCING_TOKEN"], 10, 64)
 			if err != nil || !st.Held || st.Holder != f["DLOCK_HOLDER"] || st.Fence != token || f["DLOCK_KEY"] != "DLOCK_CLI_"+tg {
 				t.Fatalf("line %v; status %+v", f, st)
 			}
-			// Renewed: still held by it after several leases.
-			time.Sleep(2 * time.Second)
-			if st := lockStatusOf(t, tg); st.Holder != f["DLOCK_HOLDER"] {
-				t.Fatalf("not renewed: %+v", st)
-			}
+			// Renewed: its lease left grows again (which nothing but a renewal does) while it
+			// still holds. (A lease of seconds: a stall of the loaded machine does not lose it.)
+			last := st.LeaseLeftMS
+			waitFor(t, "a renewal", func() bool {
+				st := lockStatusOf(t, tg)
+				if st.Holder != f["DLOCK_HOLDER"] {
+					t.Fatalf("not renewed: %+v", st)
+				}
+				renewed := st.LeaseLeftMS > last
+				last = st.LeaseLeftMS
+				return renewed
+			})
 			if err := p.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
