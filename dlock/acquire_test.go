@@ -2689,7 +2689,7 @@ func TestTakeCutAtTheGateForARenewalIsNotGivenBack(t *testing.T) {
 	}()
 	recv(t, entered, "the request that holds the gate")
 	blocking.Store(false)
-	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(lease * 82 / 100))
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(lease*82/100))
 	defer cancel()
 	if _, err := rw.Lock(ctx); err == nil { // behind its own read-hold: its take waits at the gate
 		t.Fatal("the writer took the lock its own process holds to read")
