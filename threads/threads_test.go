@@ -373,7 +373,9 @@ func TestExpanderReportsLoss(t *testing.T) {
 			if tc.name == "unreachable" {
 				errs = []error{tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err, tc.err}
 			}
-			l := newLease(200*time.Millisecond, errs...)
+			// (a lease of seconds: its renewal at three quarters, and the retries a tenth of it
+			// apart, have half a second to run before it ends, on a loaded machine too)
+			l := newLease(2*time.Second, errs...)
 			threads.StartExpander(context.Background(), l, &wg)
 			awaitLoss(t, l, tc.err)
 			waitFor(t, &wg)
