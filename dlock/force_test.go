@@ -198,7 +198,7 @@ func TestForceReleaseOnItsWayLendsTheFamilyHoldingToNoGoroutine(t *testing.T) {
 			var slow atomic.Bool
 			// a's lease is long: no renewal tells it of b in line, or of the removal, in the test
 			ga, cla := newGen(t, dlock.WithNotifications(false), dlock.WithDefaultLease(20*time.Second))
-			gb, _ := newGen(t)
+			gb, _ := newGen(t, dlock.WithDefaultLease(stallProofLease)) // (b's holding lost in a stall would let a's goroutine take a permit afresh)
 			cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 				err := next(ctx, cmd)
 				if err == nil && slow.Load() && scriptIs("shared")(cmd.Args()) && slices.Contains(cmd.Args(), any("force")) {
@@ -669,7 +669,14 @@ func TestForceReleaseOfAKeptKeyAfterARenewalTellsNoLossOfTheHoldingThatLetGo(t *
 	if removed, err := lb.ForceRelease(ctx, st.Holder); err != nil || !removed {
 		t.Fatalf("ForceRelease = %v, %v; want the kept key removed", removed, err)
 	}
-	waitFor(t, func() bool { return logs.FilterMessage("dlock: lock lost").Len() > 0 }) // (the process found the removal)
+	for deadline := time.Now().Add(15 * time.Second); logs.FilterMessage("dlock: lock lost").Len() == 0; time.Sleep(2 * time.Millisecond) { // (the process found the removal)
+		if time.Now().After(deadline) {
+			for _, e := range logs.All() {
+				t.Logf("log: %s %v", e.Message, e.ContextMap())
+			}
+			t.Fatal("the process did not find the removal within 15s")
+		}
+	}
 	if err := ga.Close(ctx); err != nil {
 		t.Fatalf("Close = %v", err)
 	}
