@@ -415,10 +415,12 @@ func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 	}
 	for name, lock := range kinds {
 		t.Run(name, func(t *testing.T) {
-			refusing, hung := time.Now().Add(time.Second), make(chan struct{})
+			// Dials are refused until a request failed by a refusal; from then on they hang.
+			var refused atomic.Bool
+			hung := make(chan struct{})
 			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, // (nothing listens there)
 				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					if time.Now().Before(refusing) {
+					if !refused.Load() {
 						var d net.Dialer
 						return d.DialContext(ctx, network, addr)
 					}
@@ -431,6 +433,13 @@ func TestWaiterGivingUpNamesARefusedConnection(t *testing.T) {
 				}})
 			defer c.Close()
 			defer close(hung)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				err := next(ctx, cmd)
+				if errors.Is(err, syscall.ECONNREFUSED) {
+					refused.Store(true)
+				}
+				return err
+			}})
 			g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
