@@ -2954,31 +2954,57 @@ func TestShardedFallsBackToPlainWithoutCommandInfo(t *testing.T) {
 }
 
 // A settle of an acquisition older than the owner's settled mark still makes the mark live a
-// mark's life more: a late copy came, and others may follow it.
+// mark's life more: a late copy came, and others may follow it. (The mark's expiry is read
+// as the server's absolute time and held against the client's clock before each request was
+// sent, so no time a loaded machine takes between the script and the read counts; the lease
+// is long enough that the mark outlives any pause here.)
 func TestEverySettleLengthensTheMark(t *testing.T) {
 	c := srv.Client() // real time
 	defer c.Close()
 	ctx := context.Background()
 	a := newProc(t, c, "pa-")
-	lc := cfg(t, "oldsettle")
+	lc, err := cfg(t, "oldsettle").WithLease(10 * time.Second) // a mark's life of 20 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := processor.DoneKey(lc, "pa-")
 	la1, _ := a.lock(t, lc, false, 1)
 	a.release(t, lc, la1)
 	la2, _ := a.lock(t, lc, false, 1)
 	a.release(t, lc, la2)
+	// Each late request below comes 300 ms at least after the mark was last lengthened: a
+	// settle that leaves the mark alone leaves it ending 300 ms at least before a mark's life
+	// from the request.
 	time.Sleep(300 * time.Millisecond)
+	sent := time.Now()
 	if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: la1}); err != nil { // a late leave
 		t.Fatal(err)
 	}
-	if ttl := c.PTTL(ctx, processor.DoneKey(lc, "pa-")).Val(); ttl < a.MarkLife(lc)-100*time.Millisecond {
-		t.Fatalf("the settled mark lives %v after a late settle, want a mark's life (%v)", ttl, a.MarkLife(lc))
+	if ends, want := expiresAt(t, c, done), sent.Add(a.MarkLife(lc)).Truncate(time.Millisecond); ends.Before(want) {
+		t.Fatalf("the settled mark ends at %v after a late settle sent at %v, want a mark's life (%v) from then at least (%v)", ends, sent, a.MarkLife(lc), want)
 	}
 	time.Sleep(300 * time.Millisecond)
+	sent = time.Now()
 	if r := a.lockWith(t, lc, la1, false, 1); r.Outcome != processor.Settled { // a late attempt
 		t.Fatalf("a late copy of a settled attempt = %+v", r)
 	}
-	if ttl := c.PTTL(ctx, processor.DoneKey(lc, "pa-")).Val(); ttl < a.MarkLife(lc)-100*time.Millisecond {
-		t.Fatalf("the settled mark lives %v after a late attempt, want a mark's life (%v)", ttl, a.MarkLife(lc))
+	if ends, want := expiresAt(t, c, done), sent.Add(a.MarkLife(lc)).Truncate(time.Millisecond); ends.Before(want) {
+		t.Fatalf("the settled mark ends at %v after a late attempt sent at %v, want a mark's life (%v) from then at least (%v)", ends, sent, a.MarkLife(lc), want)
 	}
+}
+
+// expiresAt returns when key expires by the server's clock (PEXPIRETIME), which a
+// redis-server started here shares with the test; it fails t if key is gone or never expires.
+func expiresAt(t *testing.T, c *redis.Client, key string) time.Time {
+	t.Helper()
+	ms, err := c.PExpireTime(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("PEXPIRETIME %s: %v", key, err)
+	}
+	if ms < 0 {
+		t.Fatalf("PEXPIRETIME %s = %d: the key is gone (-2) or never expires (-1)", key, ms)
+	}
+	return time.UnixMilli(ms.Milliseconds())
 }
 
 // A waiting process that finds the key free and takes it leaves the line.

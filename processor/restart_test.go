@@ -147,20 +147,25 @@ func TestTakeOfAnUnheardGrantKeepsItsOrigin(t *testing.T) {
 // key: a grantee whose first such ask had its reply lost (go-redis sends it again after a read
 // timeout, or the attempt asks again at its next poll) asks again after the first {K}:first
 // would have expired, while the key, lengthened by the first ask, still holds its locker — and
-// is still told the holding's origin, so that its tenure's restart check stays on.
+// is still told the holding's origin, so that its tenure's restart check stays on. (The grant's
+// lease is 4 s: the first ask comes 2 s before the grant runs out, the second just after the
+// grant's {K}:first would have, by the server's clock, 2 s before the key the first ask
+// lengthened does.)
 func TestAskAfterAnUnansweredAskKeepsTheGrantsOrigin(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
-	u := grantUnheard(t, c, time.Second)
-	time.Sleep(500 * time.Millisecond) // pa- did not hear the grant; it asks at its poll
+	const lease = 4 * time.Second
+	u := grantUnheard(t, c, lease)
+	firstEnds := expiresAt(t, c, processor.FirstKey(u.long)) // the grant's {K}:first (and key) run out then
+	time.Sleep(time.Until(firstEnds.Add(-lease / 2)))        // pa- did not hear the grant; it asks at its poll
 	first, err := u.a.Lock(ctx, u.long, u.take)
 	if err != nil || first.Outcome != processor.Taken || first.Origin != u.grant.Token {
 		t.Fatalf("pa-'s first ask = %+v, %v; want taken with origin %d", first, err, u.grant.Token)
 	}
 	// That reply is lost; the request is sent again after {K}:first's life (the grantee's
 	// lease from the grant) but within the key's, which the first ask lengthened.
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(time.Until(firstEnds.Add(10 * time.Millisecond)))
 	r, err := u.a.Lock(ctx, u.long, u.take)
 	if err != nil || r.Outcome != processor.Taken {
 		t.Fatalf("pa-'s ask again = %+v, %v; want the key its own", r, err)

@@ -2220,15 +2220,19 @@ func TestSharedForcedHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
 	}
 }
 
-// The same on the real server, with real time: A's holding (2 s lease, 4 s mark life) is
-// forced 1.95 s after its take (50 ms of its lease left) by an operator whose lease is 200 ms;
-// a copy of A's take 2.9 s after it was sent (within A's mark life) is refused.
+// The same on the real server, with real time: A's holding (10 s lease, 20 s mark life) is
+// made to run out 1 s from now by the server's clock (A paused 9 s, as if) and forced at once by
+// an operator whose lease is 200 ms (mark life 400 ms), which settles it for eight times the
+// second at most left of its lease, not for A's mark life; a copy of A's take that comes a
+// second after those 8 s (about 9 s after the take was sent, within A's mark life) is refused.
+// (The force has the second left to come while the holding lives, the copy a second after what
+// the operator's force settles on its own and some 10 s before A's mark life ends.)
 func TestSharedForcedHoldingStaysSettledForItsOwnMarkLifeOnTheServer(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
 	base := cfg(t, "forcekeptsrv")
-	long, _ := base.WithLease(2 * time.Second)
+	long, _ := base.WithLease(10 * time.Second)
 	short, _ := base.WithLease(200 * time.Millisecond)
 	sem1 := processor.Shared{Kind: processor.KindSem, Permits: 1}
 	a, op := newProc(t, c, "A-"), newProc(t, c, "OP-")
@@ -2238,11 +2242,16 @@ func TestSharedForcedHoldingStaysSettledForItsOwnMarkLifeOnTheServer(t *testing.
 	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Taken {
 		t.Fatalf("A's take: %+v, %v", r, err)
 	}
-	time.Sleep(time.Until(sent.Add(1950 * time.Millisecond)))
+	const left = time.Second // of A's lease, as the force comes
+	if changed, err := c.Eval(ctx, `local now = redis.call('time')
+return redis.call('zadd', KEYS[1], 'XX', 'CH', string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[2])), ARGV[1])`,
+		[]string{processor.SharedKeys(long)[1]}, la, left.Milliseconds()).Int(); err != nil || changed != 1 {
+		t.Fatalf("moving A's expiry: %v, %v; want 1 (its holding's expiry changed)", changed, err)
+	}
 	if r, err := op.SharedForce(ctx, short, sem1, la); err != nil || r.Outcome != processor.Released {
 		t.Fatalf("force = %+v, %v", r, err)
 	}
-	time.Sleep(time.Until(sent.Add(2900 * time.Millisecond)))
+	time.Sleep(8*left + time.Second) // past the 8 s at most the force settles A's holding for on its own
 	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Settled {
 		t.Fatalf("a copy of A's forced take, %v after it was sent (A's mark life %v) = %+v, %v; want settled", time.Since(sent).Round(time.Millisecond), a.MarkLife(long), r, err)
 	}
