@@ -786,14 +786,12 @@ func testLateReplyAndNewAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A's attempt on the held key reaches Redis after A gave up.
-	hA.arm(holdOnWire, key)
-	ctx, cancel := context.WithTimeout(rgBG(), 20*time.Millisecond)
-	if o, err := lA.Lock(ctx); err == nil {
-		_ = lA.Unlock(o)
-		t.Fatal("A got a key X holds")
-	}
-	cancel()
-	hA.mustHaveFired(t)
+	hA.cutShort(t, holdOnWire, key, func(ctx context.Context) {
+		if o, err := lA.Lock(ctx); err == nil {
+			_ = lA.Unlock(o)
+			t.Fatal("A got a key X holds")
+		}
+	})
 	hA.awaitLateRun(t)
 	if err := lX.Unlock(oX); err != nil {
 		t.Fatal(err)
@@ -801,15 +799,12 @@ func testLateReplyAndNewAttempt(t *testing.T) {
 
 	// A tries again; the reply comes after this Lock gave up too.
 	hA.setLate(200 * time.Millisecond)
-	hA.arm(slowReply, key)
-	ctx, cancel = context.WithTimeout(rgBG(), 20*time.Millisecond)
-	o, err := lA.Lock(ctx)
-	cancel()
-	hA.mustHaveFired(t)
-	if err == nil {
-		t.Logf("the slow Lock succeeded")
-		_ = lA.Unlock(o)
-	}
+	hA.cutShort(t, slowReply, key, func(ctx context.Context) {
+		if o, err := lA.Lock(ctx); err == nil {
+			t.Logf("the slow Lock succeeded")
+			_ = lA.Unlock(o)
+		}
+	})
 	// Meanwhile A locks again, and gets the key.
 	owned, err := lA.Lock(rgCtx(t, 10*time.Second))
 	if err != nil {
@@ -1141,28 +1136,19 @@ func TestAmbiguousReplyLeavesNothingHeld(t *testing.T) {
 				}
 			}
 
-			hB.arm(tc.mode, key)
-			var ctx context.Context = rgBG()
-			if tc.mode == holdOnWire {
-				ctx = rgCtx(t, 20*time.Millisecond)
-			} else if !tc.try {
-				ctx = rgCtx(t, 1500*time.Millisecond)
-			}
-			if tc.try {
-				o, ok, err := lB.TryLock(ctx)
-				hB.disarm()
-				hB.mustHaveFired(t)
-				switch {
-				case ok:
-					t.Errorf("TryLock succeeded though the reply was lost")
-					_ = lB.Unlock(o)
-				case err == nil && tc.mode == loseReply:
-					t.Errorf("TryLock returned (false, nil) though the reply was lost; want an error")
+			call := func(ctx context.Context) {
+				if tc.try {
+					o, ok, err := lB.TryLock(ctx)
+					switch {
+					case ok:
+						t.Errorf("TryLock succeeded though the reply was lost")
+						_ = lB.Unlock(o)
+					case err == nil && tc.mode == loseReply:
+						t.Errorf("TryLock returned (false, nil) though the reply was lost; want an error")
+					}
+					return
 				}
-			} else {
 				o, err := lB.Lock(ctx)
-				hB.disarm()
-				hB.mustHaveFired(t)
 				if err == nil {
 					t.Logf("Lock succeeded despite the lost reply")
 					if err := lB.Unlock(o); err != nil {
@@ -1172,8 +1158,18 @@ func TestAmbiguousReplyLeavesNothingHeld(t *testing.T) {
 					t.Logf("Lock: %v", err)
 				}
 			}
-			if tc.mode == holdOnWire {
+			if tc.mode == holdOnWire { // B gives up with its request on its way, which runs later
+				hB.cutShort(t, holdOnWire, key, call)
 				hB.awaitLateRun(t)
+			} else {
+				hB.arm(tc.mode, key)
+				ctx := rgBG()
+				if !tc.try {
+					ctx = rgCtx(t, 1500*time.Millisecond)
+				}
+				call(ctx)
+				hB.disarm()
+				hB.mustHaveFired(t)
 			}
 			if tc.aHolds {
 				if err := lA.Unlock(owned); err != nil {

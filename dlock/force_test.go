@@ -452,11 +452,13 @@ func TestForceReleaseOnItsWayAsksForNothingMoreForTheWaiterItHoldsBack(t *testin
 // began after the force was sent asks with that attempt and is answered that it holds.
 func TestForceReleaseOnItsWayGivesATenureBegunMeanwhileToNoGoroutine(t *testing.T) {
 	var slow atomic.Bool
+	sending, once := make(chan struct{}), sync.Once{} // closed as the slow force reaches the client (counted by then)
 	ga, cla := newGen(t, dlock.WithNotifications(false))
 	gb, _ := newGen(t)
 	gc, _ := newGen(t)
 	cla.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		if slow.Load() && scriptIs("force")(cmd.Args()) {
+			once.Do(func() { close(sending) })
 			time.Sleep(1500 * time.Millisecond) // sent late: a's goroutine asks meanwhile
 			err := next(ctx, cmd)
 			time.Sleep(1500 * time.Millisecond) // and its answer is slow: c takes the key meanwhile
@@ -488,7 +490,7 @@ func TestForceReleaseOnItsWayGivesATenureBegunMeanwhileToNoGoroutine(t *testing.
 		}
 		forced <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // (the force is counted, on its way)
+	recv(t, sending, "the force on its way")
 	a2 := lockBriefly(la, ctx, 4*time.Second)
 	time.Sleep(100 * time.Millisecond)
 	cancel1() // a's first waiter leaves: a2 asks with the attempt

@@ -828,6 +828,33 @@ func awaitTry(t testing.TB, h *faultHook, since int64) {
 	}
 }
 
+// cutShort arms mode on key and runs call under a context of 20 ms, so that its attempt gives
+// up with the faulted request on its way; it returns once the fault was hit. A call sends
+// nothing once its context has ended: on a loaded machine 20 ms may pass before the first
+// request, and the call is made again with a longer context (200 ms, then a second).
+func (h *faultHook) cutShort(t testing.TB, mode faultMode, key string, call func(ctx context.Context)) {
+	t.Helper()
+	for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
+		h.arm(mode, key)
+		ctx, cancel := context.WithTimeout(rgBG(), d)
+		call(ctx)
+		cancel()
+		select {
+		case <-h.fired:
+			return
+		case <-time.After(time.Second): // (a request handed to the client as the call returned)
+		}
+		h.disarm()
+		select {
+		case <-h.fired: // (disarmed just after it was hit)
+			return
+		default:
+		}
+		t.Logf("the call sent nothing within %v: again with a longer context", d)
+	}
+	t.Fatal("setup: the fault hook was never hit (no lock script call on the key)")
+}
+
 func (h *faultHook) mustHaveFired(t testing.TB) {
 	t.Helper()
 	select {

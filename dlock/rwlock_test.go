@@ -2701,7 +2701,7 @@ func TestRWWriterThatGivesUpLetsGoWhenItsGiveBackFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	mode.Store(loseTake)
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second) // (room for a loaded machine to send the take first)
 	defer cancel()
 	if _, err := la.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("the writer whose take's reply was lost, its link down: %v", err)
