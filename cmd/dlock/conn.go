@@ -349,6 +349,7 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		cause = pe.Err
 	}
 	reply := strings.TrimSpace(plain(cause))
+	reply, _, _ = strings.Cut(reply, ", with args") // (an unknown command's reply quotes its arguments: a script's, here)
 	var oe *net.OpError
 	if f := ep.failure(timeout); f != nil && unconnected(err) {
 		return withStatus(exitUnavailable, f)
@@ -374,12 +375,10 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 		// ... are unreachable: redis: nil"; the Sentinels answered, and know no such master.
 		return withStatus(exitUnavailable, fmt.Errorf("%v: the Sentinels there watch no master named %q (SENTINEL MASTERS on a Sentinel lists the names)", ep, ep.master))
 	case ep.master != "" && strings.Contains(reply, "unknown command 'sentinel'"):
-		reply, _, _ = strings.Cut(reply[strings.Index(reply, "ERR unknown command"):], ", with args")
-		return withStatus(exitUnavailable, fmt.Errorf("%v: not a Sentinel (%s): with --sentinel-master, --redis names the Sentinels, not the master", ep, reply))
+		return withStatus(exitUnavailable, fmt.Errorf("%v: not a Sentinel (%s): with --sentinel-master, --redis names the Sentinels, not the master", ep, reply[strings.Index(reply, "ERR unknown command"):]))
 	case ep.kind == "Cluster" && strings.Contains(reply, "cluster support disabled"):
 		return withStatus(exitUnavailable, fmt.Errorf("%v: not a Cluster node (%s): a single server is named without --cluster, by one HOST:PORT", ep, reply))
 	case strings.HasPrefix(reply, "ERR unknown command"):
-		reply, _, _ = strings.Cut(reply, ", with args") // (the command's arguments follow)
 		return withStatus(exitUnavailable, fmt.Errorf("%v is not a Redis server that runs dlock's commands: a Sentinel is named with --sentinel-master (%s)", ep, reply))
 	}
 	if _, moved := redis.IsMovedError(err); moved {

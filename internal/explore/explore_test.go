@@ -85,7 +85,10 @@ func atLeast(t *testing.T, opt explore.Options, rep explore.Report, n int) explo
 	}
 	t.Logf("the budget explored %d schedules; %d more explored after it", rep.Schedules, rest.Schedules)
 	rep.Schedules, rep.Steps, rep.Violation = rep.Schedules+rest.Schedules, rep.Steps+rest.Steps, rest.Violation
-	return rep
+	rep.Reached.StaleOwnTakes += rest.Reached.StaleOwnTakes
+	rep.Reached.RenewalsOfRetaken += rest.Reached.RenewalsOfRetaken
+	rep.Reached.UnreleasedLost += rest.Reached.UnreleasedLost
+	return rep // (its States are the first explorer's: the second's are counted apart)
 }
 
 // The scripts as they are: no schedule breaks an invariant. CI explores for 20 s from the
