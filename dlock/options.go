@@ -74,7 +74,10 @@ func nilValueReceiver(o Observer) bool {
 // at most the number of replicas the master has (else nothing is ever acknowledged); timeout
 // must be at least a millisecond (WAIT counts whole milliseconds, and takes 0 as no bound)
 // and below the client's ReadTimeout — well below: the client reads the script's reply and
-// WAIT's under one deadline, which must also cover the round trip and the script.
+// WAIT's under one deadline, which must also cover the round trip and the script. Keep it
+// below the deadlines callers give Lock and TryLock as well: a call whose context ends while
+// WAIT waits fails as a request that got no answer (its attempt settled like any such), not
+// with ErrNotReplicated.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if n < 1 || timeout < time.Millisecond {

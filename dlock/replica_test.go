@@ -82,6 +82,23 @@ func TestReplicaAck(t *testing.T) {
 	if _, err := l.Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotReplicated) {
 		t.Fatalf("Lock without the replica: %v", err)
 	}
+	// a deadline shorter than the replicas' timeout ends the call while WAIT waits, after the
+	// script took the key on the master: the call fails, and the attempt is given back (within
+	// waitFor's bound, well before its lease could end)
+	l, _ = g.GenWithLease("ACK", target(t), time.Minute)
+	for _, try := range []bool{false, true} {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		if try {
+			_, ok, err := l.TryLock(sctx)
+			if ok || !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("TryLock with a deadline below the replicas' timeout: ok %v err %v", ok, err)
+			}
+		} else if _, err := l.Lock(sctx); !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with a deadline below the replicas' timeout: %v", err)
+		}
+		cancel()
+		waitFor(t, func() bool { s, err := l.State(ctx); return err == nil && !s.Held() })
+	}
 }
 
 // masterAndReplica starts a master and its replica, and returns a client of the master and
