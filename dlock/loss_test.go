@@ -899,6 +899,44 @@ func TestEveryKindHeldAgainAfterARestartLostIt(t *testing.T) {
 	}
 }
 
+// An Unlock of a holding Redis lost (an empty restart, unnoticed yet: no renewal was due)
+// whose release's reply is lost to a broken connection says lost, of every kind: the client
+// sends the release again, and that copy answers gone as the first did, not "let go already".
+func TestUnlockOfAHoldingRedisLostWhoseReplyIsLostSaysLost(t *testing.T) {
+	const lease = 20 * time.Second // (no renewal before the Unlock)
+	for _, kind := range []string{"mutex", "read side", "write side", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			g, c, p := proxiedGen(t, func(addr string) *redis.Options {
+				return &redis.Options{Addr: addr, ReadTimeout: 5 * time.Second}
+			}, dlock.WithDefaultLease(lease), dlock.WithNotifications(false))
+			tg := uniqueTarget(t)
+			_, sem, rw := everyKind(t, g, tg, 1)
+			part := map[string]dlock.Part{"mutex": mustGen(t, g, "PMA", tg, lease), "read side": rw.ReadSide(),
+				"write side": rw.WriteSide(), "permits": sem.Permits(1)}[kind]
+			ctx := ctxT(t, 30*time.Second)
+			held, err := part.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := rawClient(t)
+			keys, err := raw.Keys(ctx, "*"+tg+"*").Result()
+			if err != nil || len(keys) == 0 {
+				t.Fatalf("the holding's keys: %v, %v", keys, err)
+			}
+			raw.Del(ctx, keys...) // (Redis restarts empty)
+			sent := &counter{}
+			c.AddHook(sent)
+			p.CutNextReply()
+			if err := held.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Unlock of a holding Redis lost, its release's reply cut = %v; want ErrLockLost", err)
+			}
+			if n := sent.script("release") + sent.script("shared"); n < 2 {
+				t.Fatalf("%d releases sent; the cut reply's release was not sent again", n)
+			}
+		})
+	}
+}
+
 // A holding taken right after a re-entered one was let go, of every kind, is renewed past
 // two leases: the re-entries left nothing that stops or confuses its renewals. The next holding
 // is a goroutine's that queued behind the re-entered one, so that it comes by a pass within

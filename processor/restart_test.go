@@ -61,7 +61,8 @@ func TestReleaseAfterARenewalFoundTheKeyTakenAnewAnswersGone(t *testing.T) {
 // it (go-redis sends a script again after a read timeout; dlock retries a release whose answer
 // was lost) answers gone too, not settled, which reads as a release that ran. A give-back (no
 // origin: an acquisition whose outcome is unknown) leaves no such mark: its copies answer
-// settled, and the few removed lockers kept are left for the holdings.
+// settled, and the few removed lockers kept are left for the holdings. The same for the
+// read-write lock's and the semaphore's release.
 func TestRepeatedReleaseOfAHoldingRedisLostAnswersGone(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -83,6 +84,27 @@ func TestRepeatedReleaseOfAHoldingRedisLostAnswersGone(t *testing.T) {
 			}
 			if rel, err := a.Unlock(ctx, lc, req); err != nil || rel.Outcome != want {
 				t.Fatalf("a copy of %s = %+v, %v; want %v", how, rel, err, want)
+			}
+		}
+		for _, s := range []processor.Shared{sem3, rw} { // (shared.lua)
+			for _, how := range []string{"a shared holding's release", "a shared give-back"} {
+				lc := cfg(t, "lostrepeat")
+				la := a.locker()
+				r := a.take(t, lc, s, la, 1, false)
+				if r.Outcome != processor.Taken {
+					t.Fatalf("%s take = %+v", s.Kind, r)
+				}
+				wipeKeys(t, c, lc)
+				origin, want := r.Token, processor.Gone
+				if how == "a shared give-back" {
+					origin, want = 0, processor.Settled
+				}
+				if rel, err := a.SharedReleaseOf(ctx, lc, s, la, origin, 0, 0); err != nil || rel.Outcome != processor.Gone {
+					t.Fatalf("%s of %s = %+v, %v; want gone", how, s.Kind, rel, err)
+				}
+				if rel, err := a.SharedReleaseOf(ctx, lc, s, la, origin, 0, 0); err != nil || rel.Outcome != want {
+					t.Fatalf("a copy of %s of %s = %+v, %v; want %v", how, s.Kind, rel, err, want)
+				}
 			}
 		}
 	})

@@ -375,7 +375,9 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 // SharedReleaseOf is SharedReleaseBlock of the holding of locker that was taken with the
 // fencing token origin (0 if unknown): a holding under locker with another token — taken anew
 // by a late copy of its take after an empty restart — is let go and answers Gone, as
-// SharedRenewOf finds it.
+// SharedRenewOf finds it; and one that finds no holding of locker, no release of it run,
+// answers Gone and has its copies answer Gone too (not Settled, which reads as let go by an
+// earlier copy): a loss Redis made is told even when the first answer is lost.
 func (p *RedisLockProcessor) SharedReleaseOf(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, origin, last, end uint64) (SharedResult, error) {
 	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end, origin: origin})
 	if err != nil {

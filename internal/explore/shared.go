@@ -55,7 +55,9 @@ type SharedOptions struct {
 //     wiped, run after it, answers that the holding is still there (renewed, released, or
 //     replaced by the downgrade): a late copy of its take may have taken it anew, under the
 //     same locker, while others held the permits in between; the request names the token the
-//     holding was taken with (origin), as the library's do, and learns of the loss;
+//     holding was taken with (origin), as the library's do, and learns of the loss; nor does
+//     a copy of a release that answered gone answer settled (let go by that copy), which
+//     would hide the loss when the gone answer was the one lost;
 //   - permits once: a copy of a count change that ran changes the count no more — but one
 //     that runs after an empty restart, which forgets that the change ran, sets its count
 //     again: the known gap of SetPermits, exempt here (and noted in the schedule);
@@ -140,6 +142,7 @@ type sworld struct {
 	op        *sproc // an operator: it forces holdings go
 	flight    []*sreq
 	ran       map[string]bool   // lockers settled by a request that ran
+	gone      map[string]bool   // lockers a release of which answered gone, since the last restart
 	forced    map[string]bool   // lockers an operator's force removed: their processes may believe on until told
 	tokens    map[string]uint64 // each holding's token, as first seen
 	handed    map[string]uint64 // the last token a holding handed out, as its release (or downgrade) declared it
@@ -259,7 +262,7 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		return nil, err
 	}
 	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
-		ran: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed,
+		ran: map[string]bool{}, gone: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed,
 		heard: map[string]heardOf{}, ended: map[string]bool{}, leaked: map[string]bool{}, changes: map[string]int{}}
 	for i := range opt.Procs + 1 {
 		name := string(rune('A'+i)) + "-"
@@ -455,7 +458,7 @@ func (w *sworld) restart() {
 			b.wiped = true
 		}
 	}
-	w.ran, w.tokens, w.heard, w.lastLine = map[string]bool{}, map[string]uint64{}, map[string]heardOf{}, nil
+	w.ran, w.gone, w.tokens, w.heard, w.lastLine = map[string]bool{}, map[string]bool{}, map[string]uint64{}, map[string]heardOf{}, nil
 }
 
 // listen subscribes p to its channel of the lock.
@@ -605,7 +608,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 				return
 			}
 			w.note("ran: %v -> %v then %v (heard %v)", r, res.Let, res.Outcome, heard)
-			w.told(r, res.Let == processor.Released, "let go")
+			w.toldLet(r, res.Let)
 			w.ran[r.locker], w.ended[r.locker] = true, true
 			delete(p.letting, r.locker)
 			delete(before, r.locker) // (let go before the take ran)
@@ -620,7 +623,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			return
 		}
 		w.note("ran: %v -> %v", r, res.Outcome)
-		w.told(r, res.Outcome == processor.Released, "let go")
+		w.toldLet(r, res.Outcome)
 		w.noDeadEntry(p)
 		w.ran[r.locker], w.ended[r.locker] = true, true
 		delete(p.letting, r.locker)
@@ -636,6 +639,16 @@ func (w *sworld) told(r *sreq, kept bool, what string) {
 	if kept && r.hold != nil && r.hold.wiped && r.origin != 0 {
 		w.fail("restart told", "%v %s %s, though Redis restarted empty after it was taken (token %d): its process is not told of the loss",
 			r, what, cmp.Or(r.old, r.locker), r.origin)
+	}
+}
+
+// toldLet checks told for r, a release that Redis ran with the outcome let: it found the
+// holding (released), or, after a copy of it answered gone, settled — which reads as let go by
+// that copy and would hide the loss the copy found, when its reply was the one lost.
+func (w *sworld) toldLet(r *sreq, let processor.Outcome) {
+	w.told(r, let == processor.Released || let == processor.Settled && w.gone[r.locker], "let go")
+	if let == processor.Gone {
+		w.gone[r.locker] = true
 	}
 }
 
@@ -1157,6 +1170,8 @@ var SharedMutants = []Mutant{
 		"        if h and A.origin ~= '' and h.token ~= A.origin then", "        if false then"},
 	{"a copy of a count change that ran changes the count again (permits ignores its settled locker)", "shared",
 		"        if A.locker ~= '' and settled(A.locker) then", "        if false then"},
+	{"a copy of a release that found its holding lost by an empty restart answers settled (let go), hiding the loss", "shared",
+		"        if not h and not was and A.origin ~= '' then", "        if false then"},
 }
 
 // leaseOf is the lease of the process named owner's handle.

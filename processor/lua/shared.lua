@@ -564,6 +564,11 @@ local function serve()
             drop(A.owner)
             freed = true
         end
+        if not h and not was and A.origin ~= '' then
+            -- (a holding Redis lost before any release of it ran: a copy of this release, sent
+            -- again after its reply was lost, answers gone too, as release.lua's does)
+            settle(A.locker .. '|forced')
+        end
         settle(A.locker)
         if h then
             redis.call('hdel', HELD, A.locker)
