@@ -314,7 +314,8 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // the processes in line whose permits now fit, as a release does: the mutex's ForceRelease,
 // for one holding of the read-write lock (a process's read-hold or its write-hold). It
 // reports whether holder held; when it did not, nothing is changed. Naming the holder makes
-// it safe to repeat, and no copy of the holder's own requests takes the holding back.
+// it safe to repeat, and no copy of the holder's own requests takes the holding back. (As
+// the mutex's, false may follow a first copy that removed holder and whose reply was lost.)
 //
 // The holding's borrowers in this Generator lose it at once (their contexts end with
 // ErrLockLost), also when holder is the locker of the holding's downgrade (a write-hold

@@ -186,7 +186,9 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 // whether the key held holder (false when the key is free or held by another acquisition:
 // nothing is changed then). Naming the holder makes it safe to repeat: a second copy of the
 // request, sent again by the client after a lost reply, finds the holder gone and cannot
-// remove the key of whoever acquired after it.
+// remove the key of whoever acquired after it. (So false may also follow a first copy that
+// removed holder and whose reply was lost to a broken connection: then State shows holder
+// gone, as after a true.)
 //
 // A holder in this Generator learns of its loss at once (when the force's outcome is unknown —
 // Redis failed, ctx ended — it asks Redis at once, after any answer of its own on its way, and

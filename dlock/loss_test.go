@@ -937,6 +937,51 @@ func TestUnlockOfAHoldingRedisLostWhoseReplyIsLostSaysLost(t *testing.T) {
 	}
 }
 
+// An Unlock of a holding Redis ran out before the holder's own count of its lease (a failover
+// to a replica that missed the last renewal's write; a clock stepped forward) says lost, of
+// every kind, as no renewal found it yet: the read-write lock's and the semaphore's release
+// finds the holding settled as it prunes it, and must not read that as let go.
+func TestUnlockOfAHoldingRedisRanOutEarlySaysLost(t *testing.T) {
+	const lease = 20 * time.Second // (no renewal before the Unlock)
+	for _, kind := range []string{"mutex", "read side", "write side", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			g, _ := newGen(t, dlock.WithDefaultLease(lease), dlock.WithNotifications(false))
+			tg := uniqueTarget(t)
+			_, sem, rw := everyKind(t, g, tg, 1)
+			part := map[string]dlock.Part{"mutex": mustGen(t, g, "PMA", tg, lease), "read side": rw.ReadSide(),
+				"write side": rw.WriteSide(), "permits": sem.Permits(1)}[kind]
+			ctx := ctxT(t, 30*time.Second)
+			held, err := part.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := rawClient(t)
+			now, err := raw.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, _ := raw.Keys(ctx, "*"+tg+"*").Result()
+			ran := 0
+			for _, k := range keys { // the holding's expiry moved to a millisecond ago
+				switch {
+				case kind == "mutex" && !strings.Contains(k, "}:") && !strings.Contains(k, ":"):
+					ran += int(raw.Del(ctx, k).Val()) // (an expired key is gone)
+				case kind != "mutex" && strings.HasSuffix(k, ":shared:exp"):
+					for _, m := range raw.ZRange(ctx, k, 0, -1).Val() {
+						ran += int(raw.ZAddXX(ctx, k, redis.Z{Score: float64(now.UnixMilli() - 1), Member: m}).Val()) + 1
+					}
+				}
+			}
+			if ran == 0 {
+				t.Fatalf("no holding's expiry found among %v", keys)
+			}
+			if err := held.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Unlock of a holding Redis ran out early = %v; want ErrLockLost", err)
+			}
+		})
+	}
+}
+
 // A holding taken right after a re-entered one was let go, of every kind, is renewed past
 // two leases: the re-entries left nothing that stops or confuses its renewals. The next holding
 // is a goroutine's that queued behind the re-entered one, so that it comes by a pass within

@@ -314,7 +314,9 @@ func TestSharedHoldingCountsThroughItsExpiryMillisecond(t *testing.T) {
 // A holding that ran out stays settled as long as a copy of its own process's take may come
 // (that process's mark life), whoever's request finds it run out: processes may give the lock
 // type different leases, and a process with a short one, pruning the holding, must not settle
-// it for its own short mark life only. (On miniredis, whose clock the test moves.)
+// it for its own short mark life only. Its release answers gone, every copy of it: a loss,
+// to a holder that counted its lease longer than Redis kept it. (On miniredis, whose clock the
+// test moves.)
 func TestSharedExpiredHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
 	c, tick := stoppedClock(t)
 	ctx := context.Background()
@@ -325,8 +327,9 @@ func TestSharedExpiredHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
 	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
 	la := a.locker()
 	take := processor.TakeRequest{Locker: la, N: 1}
-	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Taken {
-		t.Fatalf("A's take: %+v, %v", r, err)
+	first, err := a.SharedTake(ctx, long, sem1, take)
+	if err != nil || first.Outcome != processor.Taken {
+		t.Fatalf("A's take: %+v, %v", first, err)
 	}
 	tick(long.Lease() + time.Millisecond) // A crashed: its holding ran out
 	lb := b.locker()
@@ -340,6 +343,13 @@ func TestSharedExpiredHoldingStaysSettledForItsOwnMarkLife(t *testing.T) {
 	}
 	if r, err := a.SharedTake(ctx, long, sem1, take); err != nil || r.Outcome != processor.Settled {
 		t.Fatalf("a copy of A's take, within A's mark life of its send, after its holding ran out = %+v, %v; want settled", r, err)
+	}
+	// A's release (had A counted its lease from later than Redis did: a failover that lost a
+	// renewal's write) answers gone, and so does a copy of it: settled would read as let go
+	for i := range 2 {
+		if r, err := a.SharedReleaseOf(ctx, long, sem1, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("A's release (copy %d) of its holding that ran out = %+v, %v; want gone", i, r, err)
+		}
 	}
 }
 

@@ -41,7 +41,8 @@
 -- {1} released (or forced); {0, rank, life, waiting[, heard]}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none; heard, for a take that stands in line: 1 when Redis hears its process
--- on its channel, else 0); {0} gone (a release of a locker an operator forced answers it too);
+-- on its channel, else 0); {0} gone (a release of a locker an operator forced, or of a holding
+-- Redis lost or ran out, answers it too, every copy: its holder is told of the loss);
 -- {-1} settled already, or a stale take (older than its process's entry in line); {-2, kind} the lock is another kind; {-3, k} more permits than k
 -- asked; {release's code, take's reply} for a release that stands in line again (next).
 -- waiting is 1 when another process stands in line whose permits do not fit, or more than k
@@ -202,8 +203,12 @@ end
 -- that fit now are to be told.
 local function prune()
     local dead = redis.call('zrangebyscore', EXP, '-inf', '(' .. NOW_MS)
+    local kept = tonumber(redis.call('zscore', GONE, KEPT))
     for _, locker in ipairs(dead) do
-        unhold(locker, tonumber(redis.call('zscore', GONE, KEPT)))
+        unhold(locker, kept)
+        -- (its release answers gone, not settled: a holder that still counts its lease, Redis
+        -- having run it out first — a failover that lost a renewal's write — is told the loss)
+        settle(locker .. '|forced', kept)
     end
     redis.call('zremrangebyscore', GONE, '-inf', '(' .. NOW_MS)
     local moved = false
