@@ -909,15 +909,8 @@ func TestUnlockOfAHoldingRedisLostWhoseReplyIsLostSaysLost(t *testing.T) {
 			g, c, p := proxiedGen(t, func(addr string) *redis.Options {
 				return &redis.Options{Addr: addr, ReadTimeout: 5 * time.Second}
 			}, dlock.WithDefaultLease(lease), dlock.WithNotifications(false))
-			tg := uniqueTarget(t)
-			_, sem, rw := everyKind(t, g, tg, 1)
-			part := map[string]dlock.Part{"mutex": mustGen(t, g, "PMA", tg, lease), "read side": rw.ReadSide(),
-				"write side": rw.WriteSide(), "permits": sem.Permits(1)}[kind]
 			ctx := ctxT(t, 30*time.Second)
-			held, err := part.Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			held, tg := holdOfKind(t, ctx, g, kind, lease)
 			raw := rawClient(t)
 			keys, err := raw.Keys(ctx, "*"+tg+"*").Result()
 			if err != nil || len(keys) == 0 {
@@ -937,6 +930,21 @@ func TestUnlockOfAHoldingRedisLostWhoseReplyIsLostSaysLost(t *testing.T) {
 	}
 }
 
+// holdOfKind takes, through g, a holding of kind ("mutex", "read side", "write side" or
+// "permits") with lease on a target of its own, which it returns.
+func holdOfKind(t *testing.T, ctx context.Context, g *dlock.Generator, kind string, lease time.Duration) (*dlock.Owner, string) {
+	t.Helper()
+	tg := uniqueTarget(t)
+	_, sem, rw := everyKind(t, g, tg, 1)
+	part := map[string]dlock.Part{"mutex": mustGen(t, g, "PMA", tg, lease), "read side": rw.ReadSide(),
+		"write side": rw.WriteSide(), "permits": sem.Permits(1)}[kind]
+	held, err := part.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, tg
+}
+
 // An Unlock of a holding Redis ran out before the holder's own count of its lease (a failover
 // to a replica that missed the last renewal's write; a clock stepped forward) says lost, of
 // every kind, as no renewal found it yet: the read-write lock's and the semaphore's release
@@ -946,15 +954,8 @@ func TestUnlockOfAHoldingRedisRanOutEarlySaysLost(t *testing.T) {
 	for _, kind := range []string{"mutex", "read side", "write side", "permits"} {
 		t.Run(kind, func(t *testing.T) {
 			g, _ := newGen(t, dlock.WithDefaultLease(lease), dlock.WithNotifications(false))
-			tg := uniqueTarget(t)
-			_, sem, rw := everyKind(t, g, tg, 1)
-			part := map[string]dlock.Part{"mutex": mustGen(t, g, "PMA", tg, lease), "read side": rw.ReadSide(),
-				"write side": rw.WriteSide(), "permits": sem.Permits(1)}[kind]
 			ctx := ctxT(t, 30*time.Second)
-			held, err := part.Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			held, tg := holdOfKind(t, ctx, g, kind, lease)
 			raw := rawClient(t)
 			now, err := raw.Time(ctx).Result()
 			if err != nil {
