@@ -983,7 +983,7 @@ type owedRelease struct {
 	downTo    string
 	heldUntil time.Time // a release found gone is a loss only before then (zero: until)
 	// tries counts its sends (a release-then-take's too), of which each but the last failed or
-	// went unanswered: a copy of one may have settled the locker
+	// went unanswered (the warning of a failed one names it)
 	tries int
 	// failed is the last failure Redis made of it: what its Unlock is told when Close gives up
 	// on it before a later try is answered
@@ -1220,9 +1220,9 @@ func (st *sharedState) sent(o *owedRelease, err error) {
 // only as that holding (processor.SharedReleaseOf). It returns errGone when Redis held nothing
 // of the locker (removed by force, lost by Redis, or taken anew by a late copy of its take
 // after Redis lost it), nil when it let go — also when a copy of this release ran before and
-// its reply was lost, or the holding was let go otherwise (Settled: then settled is set, at
-// the first send only) — else the failure.
-func (st *sharedState) release(ctx context.Context, o *owedRelease) (settled bool, err error) {
+// its reply was lost, or the holding was let go otherwise (Settled), with replaced set when a
+// take that replaced the holding (a downgrade) let it go — else the failure.
+func (st *sharedState) release(ctx context.Context, o *owedRelease) (replaced bool, err error) {
 	o.tries++
 	r, err := st.request(ctx, "release", func(ctx context.Context) (processor.SharedResult, error) {
 		return st.g.redis.SharedReleaseOf(ctx, st.cfg, st.spec, o.locker, o.origin, o.last, o.end)
@@ -1234,7 +1234,7 @@ func (st *sharedState) release(ctx context.Context, o *owedRelease) (settled boo
 	case err == nil && r.Outcome == processor.Gone:
 		return false, errGone
 	case err == nil:
-		return r.Outcome == processor.Settled && o.tries == 1, nil // (after a failed try, settled may be that try's doing)
+		return r.Outcome == processor.Settled && r.Replaced, nil // (the script tells: a copy's settled, the processor's own try after a broken connection included, is not a downgrade's)
 	case redisFault(err):
 		st.g.releaseFailed("dlock: shared release failed", zap.String("key", st.cfg.UniqueKey()), zap.Int("try", o.tries), zap.Error(err))
 		st.redisError("release", err)

@@ -100,6 +100,9 @@ type SharedResult struct {
 	// lock as it ran the take (as Sighting.Heard says for the mutex).
 	Heard bool
 	Let   Outcome // SharedReleaseThenTake: what became of the holding let go (Released, Settled or Gone)
+	// Replaced (SharedReleaseOf, Settled) reports that the holding was let go by a take that
+	// replaced it (a downgrade), not by an earlier copy of the release
+	Replaced bool
 }
 
 // SharedInspection is what Redis holds for a shared lock.
@@ -379,7 +382,7 @@ func (p *RedisLockProcessor) SharedReleaseBlock(ctx context.Context, cfg domain.
 // answers Gone and has its copies answer Gone too (not Settled, which reads as let go by an
 // earlier copy): a loss Redis made is told even when the first answer is lost.
 func (p *RedisLockProcessor) SharedReleaseOf(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string, origin, last, end uint64) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end, origin: origin})
+	code, vals, _, err := p.call(ctx, cfg, s, sharedOp{op: "release", locker: locker, last: last, end: end, origin: origin})
 	if err != nil {
 		return SharedResult{}, err
 	}
@@ -387,7 +390,7 @@ func (p *RedisLockProcessor) SharedReleaseOf(ctx context.Context, cfg domain.DLo
 	case 1:
 		return SharedResult{Outcome: Released}, nil
 	case -1:
-		return SharedResult{Outcome: Settled}, nil
+		return SharedResult{Outcome: Settled, Replaced: len(vals) > 1 && vals[1] == int64(1)}, nil
 	case 0:
 		return SharedResult{Outcome: Gone}, nil
 	}

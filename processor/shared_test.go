@@ -250,6 +250,33 @@ func TestSharedDowngradeIsAtomic(t *testing.T) {
 	})
 }
 
+// A release of a holding a downgrade replaced says so (Replaced); a copy of a release that let
+// its holding go does not, though both answer Settled: a processor that sends a request again
+// within one call (a broken connection) must not make the copy's Settled read as a downgrade's.
+func TestSharedReleaseOfAReplacedHoldingSaysReplaced(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "replaced")
+		a := newProc(t, c, "A-")
+		wl := a.locker()
+		w := a.take(t, lc, rw, wl, processor.RWPermits, true)
+		rl := a.locker()
+		if r, err := a.SharedTake(context.Background(), lc, rw, processor.TakeRequest{Locker: rl, N: 1, Replaces: wl, Origin: w.Token}); err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("downgrade: %+v %v", r, err)
+		}
+		for range 2 { // (and a copy of it)
+			if r, err := a.SharedReleaseOf(context.Background(), lc, rw, wl, w.Token, 0, 0); err != nil || r.Outcome != processor.Settled || !r.Replaced {
+				t.Fatalf("release of the holding the downgrade replaced: %+v %v; want Settled, Replaced", r, err)
+			}
+		}
+		if r, err := a.SharedReleaseOf(context.Background(), lc, rw, rl, 0, 0, 0); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("release of the read-hold: %+v %v", r, err)
+		}
+		if r, err := a.SharedReleaseOf(context.Background(), lc, rw, rl, 0, 0, 0); err != nil || r.Outcome != processor.Settled || r.Replaced {
+			t.Fatalf("a copy of the read-hold's release: %+v %v; want Settled, not Replaced", r, err)
+		}
+	})
+}
+
 func TestSharedHoldingsExpire(t *testing.T) {
 	c := srv.Client()
 	defer c.Close()

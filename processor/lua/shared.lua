@@ -38,7 +38,7 @@
 --     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
--- {1} released (or forced); {0, rank, life, waiting[, heard]}
+-- {1} released (or forced); {-1, 1} for a release of a locker a downgrade replaced; {0, rank, life, waiting[, heard]}
 -- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
 -- expires, -1 for none; heard, for a take that stands in line: 1 when Redis hears its process
 -- on its channel, else 0); {0} gone (a release of a locker an operator forced, or of a holding
@@ -480,6 +480,8 @@ local function serve()
             end
             if old then
                 unhold(old.locker)
+                -- (its release answers so: settled by this take, not by a copy of that release)
+                atLeast(GONE, old.locker .. '|replaced', tonumber(redis.call('zscore', GONE, old.locker)))
             end
             if freed or (old and old.n > n) then
                 wake(k)
@@ -586,6 +588,9 @@ local function serve()
         if h then
             return {1}
         elseif was and not settled(A.locker .. '|forced') then
+            if settled(A.locker .. '|replaced') then
+                return {-1, 1} -- (let go by a take that replaced it: a downgrade)
+            end
             return {-1}
         end
         return {0}
