@@ -625,7 +625,7 @@ func (st *sharedState) planOther(now time.Time) action {
 			return action{do: st.refill(h), renews: h}
 		}
 		if h.idle() && h.ctx.Err() == nil && !(h.fresh && st.held(h)) { // (one taken for the front waiters serves them once a force's check is done)
-			return st.releaseAction(h) // (with downTo too: the release of old settles it)
+			return st.releaseAction(h) // (never with downTo: a downgrade of unknown outcome is resolved first, above)
 		}
 		if n := st.shrinkTo(h, now); n > 0 {
 			h.downTo, h.downN = st.g.newLocker(), n
@@ -950,9 +950,6 @@ func (h *shareHold) stop(cause error) {
 func (st *sharedState) releaseAction(h *shareHold) action {
 	st.holds = slices.DeleteFunc(st.holds, func(x *shareHold) bool { return x == h })
 	h.stop(context.Canceled)
-	if h.downTo != "" {
-		st.owe(h.downTo)
-	}
 	o := st.letGo(h)
 	if front := st.front(); front != nil && !front.try && len(st.holds) == 0 && st.attempt == nil && st.g.done.Err() == nil {
 		// its goroutines still want permits (another process waits, or the holding cannot
