@@ -38,12 +38,13 @@
 --     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
--- {1} released (or forced); {-1, 1} for a release of a locker a downgrade replaced; {0, rank, life, waiting[, heard]}
--- not taken (rank: place in line, -1 when not in it; life: ms until the first holding
--- expires, -1 for none; heard, for a take that stands in line: 1 when Redis hears its process
--- on its channel, else 0); {0} gone (a release of a locker an operator forced, or of a holding
--- Redis lost or ran out, answers it too, every copy: its holder is told of the loss);
--- {-1} settled already, or a stale take (older than its process's entry in line); {-2, kind} the lock is another kind; {-3, k} more permits than k
+-- {1} released (or forced); {-1, 1} for a release of a locker a downgrade replaced;
+-- {0, rank, life, waiting[, heard]} not taken (rank: place in line, -1 when not in it; life:
+-- ms until the first holding expires, -1 for none; heard, for a take that stands in line: 1
+-- when Redis hears its process on its channel, else 0); {0} gone (a release of a locker an
+-- operator forced, or of a holding Redis lost or ran out, answers it too, every copy: its
+-- holder is told of the loss); {-1} settled already, or a stale take (older than its
+-- process's entry in line); {-2, kind} the lock is another kind; {-3, k} more permits than k
 -- asked; {release's code, take's reply} for a release that stands in line again (next).
 -- waiting is 1 when another process stands in line whose permits do not fit, or more than k
 -- permits are held (waiting): the holders lend no more and give back what comes free.
