@@ -447,6 +447,26 @@ func loseThenHoldTakes(c *redis.Client) (armed *atomic.Int32, open func()) {
 	return armed, func() { close(gate) }
 }
 
+// readerOfADowngrade takes l's write side, then a read of its owner's, and lets the write go:
+// the holding shrinks to the read by a downgrade, sent once armed is set to 1 (the hooks that
+// lose its reply watch it). It returns the read's owner.
+func readerOfADowngrade(t *testing.T, ctx context.Context, l *dlock.RWLock, armed *atomic.Int32) *dlock.Owner {
+	t.Helper()
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RLock(w) // a read of the write owner's: no request yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(1)
+	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
+		t.Fatal(err)
+	}
+	return r
+}
+
 type lostReplyHook struct{ match func(args []any) bool }
 
 func (h lostReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -946,77 +946,6 @@ func holdOfKind(t *testing.T, ctx context.Context, g *dlock.Generator, kind stri
 	return held, tg
 }
 
-// A reader whose holding's downgrade ran unanswered (its reply lost, each try since failing
-// unsent), and whose read-hold (the downgrade's, which State shows) an operator in another
-// process removes, is told the loss by its Unlock, which comes before the downgrade is
-// answered: the holding it lets go is the downgrade's, found gone.
-func TestUnlockOfAHoldingWhoseUnansweredDowngradeWasRemovedSaysLost(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	c := srv.Client()
-	defer c.Close()
-	var armed, unsent atomic.Int32
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if !isSharedTake(cmd.Args()) || sharedArg(cmd.Args(), "replaces") == "" {
-			return next(ctx, cmd)
-		}
-		switch armed.Load() {
-		case 1: // the downgrade runs; its reply is lost
-			err := next(ctx, cmd)
-			if err == nil {
-				armed.Store(2)
-				err = errors.New("i/o timeout (reply lost)")
-				cmd.SetErr(err)
-			}
-			return err
-		case 2: // sent again: it fails unsent, its outcome stays unknown
-			unsent.Add(1)
-			cmd.SetErr(errInjected)
-			return errInjected
-		}
-		return next(ctx, cmd)
-	}})
-	g, err := dlock.NewGenerator(c, dlock.WithDefaultLease(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(ctxT(t, 10*time.Second))
-	operator, _ := newGen(t)
-	tg := uniqueTarget(t)
-	l := rwOf(t, g, tg)
-	w, err := l.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := l.RLock(w) // a read of the write owner's: no request yet
-	if err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(1)
-	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
-		t.Fatal(err)
-	}
-	var downTo string
-	waitFor(t, func() bool {
-		_, downTo, _, _, _ = dlock.SharedOwned(r)
-		return downTo != "" && armed.Load() == 2
-	})
-	st, err := rwOf(t, operator, tg).State(ctx)
-	if err != nil || len(st.Holds) != 1 || st.Holds[0].Locker != downTo {
-		t.Fatalf("setup: State = %+v, %v; want the downgrade's read-hold %q alone", st, err, downTo)
-	}
-	if ok, err := rwOf(t, operator, tg).ForceRelease(ctx, downTo); !ok || err != nil {
-		t.Fatalf("setup: ForceRelease(%q) = %v, %v", downTo, ok, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.Unlock(r) }()
-	tries := unsent.Load()
-	waitFor(t, func() bool { return unsent.Load() > tries }) // (the downgrade still unanswered after the Unlock began)
-	armed.Store(3)
-	if err := recv(t, done, "the Unlock"); !errors.Is(err, dlock.ErrLockLost) {
-		t.Fatalf("Unlock = %v, want ErrLockLost: the downgrade's holding was removed", err)
-	}
-}
-
 // An Unlock of a holding Redis ran out before the holder's own count of its lease (a failover
 // to a replica that missed the last renewal's write; a clock stepped forward) says lost, of
 // every kind, as no renewal found it yet: the read-write lock's and the semaphore's release
@@ -1687,18 +1616,7 @@ func TestCloseThatFindsADowngradedHoldingGoneAfterItsLeaseReportsNoLoss(t *testi
 		t.Fatal(err)
 	}
 	l := rwOf(t, g, uniqueTarget(t))
-	w, err := l.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := l.RLock(w) // a read of the write owner's: no request yet
-	if err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(1)
-	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
-		t.Fatal(err)
-	}
+	r := readerOfADowngrade(t, ctx, l, &armed)
 	var valid time.Time
 	waitFor(t, func() bool {
 		_, d, until, _, _ := dlock.SharedOwned(r)

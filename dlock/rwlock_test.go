@@ -2074,49 +2074,60 @@ func TestRWLossStaysLostForTheOtherSide(t *testing.T) {
 }
 
 // A ForceRelease of the read-hold a downgrade made, while the downgrade's answer is lost (its
-// outcome unknown to the process, sent again until known), ends the downgraded reader at once,
-// as it ends any holding it names: the holding's pending locker is the one removed.
+// outcome unknown to the process, sent again until known), ends the downgraded reader: at
+// once when this process forces it, as it ends any holding it names (the holding's pending
+// locker is the one removed); when another process does, as the downgrade, sent again, finds
+// its locker settled. Either way the reader's Unlock says ErrLockLost, also one that comes
+// before the downgrade is answered (the holding it lets go is the downgrade's, found gone).
 func TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader(t *testing.T) {
-	ctx := ctxT(t, 60*time.Second)
-	c := srv.Client()
-	armed, open := loseThenHoldTakes(c) // the downgrade's reply lost, its re-sends held back
-	defer open()
-	g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart: the test's 15 s see none
-	l := rwOf(t, g, uniqueTarget(t))
-	w, err := l.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := l.RLock(w) // a read of the write owner's: no request yet
-	if err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(1)
-	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
-		t.Fatal(err)
-	}
-	var downTo string
-	waitFor(t, func() bool {
-		_, downTo, _, _, _ = dlock.SharedOwned(r)
-		return downTo != "" && armed.Load() == 2
-	})
-	st, err := l.State(ctx)
-	if err != nil || len(st.Holds) != 1 || st.Holds[0].Locker != downTo {
-		t.Fatalf("State %+v, %v: want the downgrade's read-hold under %q", st, err, downTo)
-	}
-	if ok, err := l.ForceRelease(ctx, downTo); !ok || err != nil {
-		t.Fatalf("ForceRelease(%q) = %v, %v", downTo, ok, err)
-	}
-	select {
-	case <-r.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("the downgraded reader was not told its holding was removed")
-	}
-	if cause := context.Cause(r); !errors.Is(cause, dlock.ErrLockLost) {
-		t.Fatalf("the reader's context ended with %v, want ErrLockLost", cause)
-	}
-	if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
-		t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+	for _, elsewhere := range []bool{false, true} {
+		t.Run(fmt.Sprint("elsewhere=", elsewhere), func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			c := srv.Client()
+			armed, open := loseThenHoldTakes(c) // the downgrade's reply lost, its re-sends held back
+			var opened sync.Once
+			defer opened.Do(open)
+			g := genOn(t, c, dlock.WithDefaultLease(time.Minute)) // renewals 45 s apart: the test's 15 s see none
+			tg := uniqueTarget(t)
+			l, op := rwOf(t, g, tg), rwOf(t, g, tg)
+			if elsewhere {
+				other, _ := newGen(t)
+				op = rwOf(t, other, tg)
+			}
+			r := readerOfADowngrade(t, ctx, l, armed)
+			var downTo string
+			waitFor(t, func() bool {
+				_, downTo, _, _, _ = dlock.SharedOwned(r)
+				return downTo != "" && armed.Load() == 2
+			})
+			st, err := op.State(ctx)
+			if err != nil || len(st.Holds) != 1 || st.Holds[0].Locker != downTo {
+				t.Fatalf("State %+v, %v: want the downgrade's read-hold under %q", st, err, downTo)
+			}
+			if ok, err := op.ForceRelease(ctx, downTo); !ok || err != nil {
+				t.Fatalf("ForceRelease(%q) = %v, %v", downTo, ok, err)
+			}
+			if elsewhere {
+				done := make(chan error, 1)
+				go func() { done <- l.Unlock(r) }()
+				opened.Do(open) // (the downgrade's re-sends go: its answer comes, before or after the Unlock)
+				if err := recv(t, done, "the Unlock"); !errors.Is(err, dlock.ErrLockLost) {
+					t.Fatalf("Unlock of the reader whose downgrade's holding was removed elsewhere: %v, want ErrLockLost", err)
+				}
+				return
+			}
+			select {
+			case <-r.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatal("the downgraded reader was not told its holding was removed")
+			}
+			if cause := context.Cause(r); !errors.Is(cause, dlock.ErrLockLost) {
+				t.Fatalf("the reader's context ended with %v, want ErrLockLost", cause)
+			}
+			if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+			}
+		})
 	}
 }
 
