@@ -204,7 +204,7 @@ end
 -- that fit now are to be told.
 local function prune()
     local dead = redis.call('zrangebyscore', EXP, '-inf', '(' .. NOW_MS)
-    local kept = tonumber(redis.call('zscore', GONE, KEPT))
+    local kept = #dead > 0 and tonumber(redis.call('zscore', GONE, KEPT)) -- (read only when one ran out)
     for _, locker in ipairs(dead) do
         unhold(locker, kept)
         -- (its release answers gone, not settled: a holder that still counts its lease, Redis
