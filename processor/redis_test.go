@@ -2026,6 +2026,38 @@ func TestForcedRemembersTheNewestFourLockersOfItsOwner(t *testing.T) {
 	})
 }
 
+// A removed locker whose release its process retries (every request of the process names it:
+// Unreleased) stays among the remembered ones however many newer holdings of the process are
+// removed meanwhile: each newer holding began with a request that named it, which makes it the
+// newest again; its release then answers gone, not settled.
+func TestForcedKeepsTheRetriedLockerPastNewerRemovals(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
+		lc := cfg(t, "forcedretried")
+		first, r := a.lock(t, lc, true, 1)
+		if r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v", r)
+		}
+		if f, err := op.ForceRelease(ctx, lc, first); err != nil || f.Outcome != processor.Released {
+			t.Fatalf("ForceRelease of %s = %+v, %v", first, f, err)
+		}
+		u := processor.Unreleased{Locker: first, Origin: r.Origin}
+		for i := range 6 {
+			l := a.locker()
+			if r, err := a.Lock(ctx, lc, processor.LockRequest{Locker: l, Tokens: 1, Unreleased: u}); err != nil || r.Outcome != processor.Taken {
+				t.Fatalf("newer take %d = %+v, %v", i, r, err)
+			}
+			if f, err := op.ForceRelease(ctx, lc, l); err != nil || f.Outcome != processor.Released {
+				t.Fatalf("ForceRelease of %s = %+v, %v", l, f, err)
+			}
+		}
+		if r := a.release(t, lc, first); r.Outcome != processor.Gone {
+			t.Fatalf("the retried release of the first removed holding = %+v; want gone", r)
+		}
+	})
+}
+
 // ForceRelease names the holder it removes: a second copy finds it gone.
 func TestForceReleaseNamesTheHolder(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {

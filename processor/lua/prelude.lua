@@ -108,6 +108,12 @@ end
 
 -- FORCED_KEPT is how many of the owner's removed lockers FORCED remembers (the newest):
 -- besides the holding its process releases, only the release it retries can be unanswered.
+-- That one may wait, between tries, while newer holdings of its process are removed, any
+-- number of them; but each of those began with a request of the process, which names the
+-- retried one (A.unreleased), and the end of this prelude makes it the newest again then.
+-- (A process names only its newest retried release: an older one still retried beside it
+-- can fall out after four more removals, and answer settled. Two releases of one key lost
+-- in a row, and four forces, while the first is retried: left.)
 local FORCED_KEPT = 4
 
 -- forced reports whether locker is one of the owner's removed ones FORCED remembers (its
@@ -580,5 +586,7 @@ if A.unreleased ~= '' then
     if u and u > tonumber(redis.call('get', DONE) or '-1') and
         (redis.call('get', K) ~= A.unreleased or takenAnew(A.unreleased, A.unreleased_origin)) then
         removed(A.unreleased)
+    elseif u and forced(A.unreleased) then
+        removed(A.unreleased) -- (kept among the newest while its release is retried: see FORCED_KEPT)
     end
 end
