@@ -426,7 +426,9 @@ func TestPassRenewalReplyAfterTheLease(t *testing.T) {
 // copy finds the check settled, the tenure ends as after a yield, and every goroutine of both
 // processes gets the lock in turn, none told of a loss.
 func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
-	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Millisecond))
+	rec := &recorder{}
+	core, logs := observer.New(zap.WarnLevel)
+	ga, ca := newGen(t, dlock.WithLocalHandOff(time.Millisecond), dlock.WithLogger(zap.New(core)), dlock.WithObserver(rec))
 	gb, _ := newGen(t)
 	lease := time.Second
 	la, _ := ga.GenWithLease("YTWICE", target(t), lease)
@@ -457,6 +459,14 @@ func TestYieldCheckRunTwiceIsNoLoss(t *testing.T) {
 	}
 	if twice.Load() == 0 {
 		t.Fatal("no check was run twice")
+	}
+	if lost := logs.FilterMessage("dlock: lock lost").All(); len(lost) > 0 {
+		t.Fatalf("a loss was logged: %v", lost)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.lost) != 0 {
+		t.Fatalf("the Observer was told of losses: %+v", rec.lost)
 	}
 }
 
