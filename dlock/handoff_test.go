@@ -119,6 +119,55 @@ func TestPassWithAnotherLeaseRenewsFirst(t *testing.T) {
 	}
 }
 
+// A pass whose renewal fails (Redis refused it: it did not run) keeps the tenure: the waiter
+// is told after a pause, renews again, and holds the key under the same locker, which no
+// take asked for anew.
+func TestPassWhoseRenewalFailsKeepsTheTenure(t *testing.T) {
+	g, c := newGen(t)
+	preload(t, c)
+	cnt := &counter{}
+	c.AddHook(cnt)
+	var armed, refused atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) == "renew" && armed.CompareAndSwap(true, false) {
+			refused.Store(true)
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}})
+	tg := target(t)
+	short, _ := g.GenWithLease("PASSFAIL", tg, 2*time.Second)
+	long, _ := g.GenWithLease("PASSFAIL", tg, 20*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	owned, err := short.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locker := c.Get(ctx, key(short)).Val()
+	got := lockAsync(t, long, ctx)
+	waitFor(t, func() bool { return g.Waiters(key(short)) })
+	takes := cnt.script("lock")
+	armed.Store(true)
+	if err := owned.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, got, "the long-lease waiter")
+	if o == nil {
+		return
+	}
+	defer o.Unlock() //nolint:errcheck
+	if !refused.Load() {
+		t.Fatal("setup: no renewal of the pass was refused")
+	}
+	if now := c.Get(ctx, key(short)).Val(); now != locker {
+		t.Fatalf("the key holds %q after the pass, want the tenure's %q", now, locker)
+	}
+	if n := cnt.script("lock") - takes; n != 0 {
+		t.Fatalf("%d takes after the refused renewal, want 0 (the tenure kept)", n)
+	}
+}
+
 // A pass never starts with less than half the new owner's lease left: a holder that kept the
 // lock past half its lease passes it on only after a renewal.
 func TestPassNeverStartsWithLessThanHalfTheLease(t *testing.T) {
