@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1737,70 +1736,103 @@ func TestRelockReleaseRetryWhoseFirstTryFailedReportsTheLossALaterTryFinds(t *te
 
 // An Unlock whose release fails, its outcome unknown, of a holding Redis lost (an empty restart
 // wiped the key), reports the loss that its retry finds — also when, while the retry waits to
-// try again, a goroutine of the same process takes the key with a newer acquisition and
-// releases it: that release settles every older acquisition of the process, the lost one
-// included, and the retry, finding it settled, would answer as after a release that ran. The
-// newer requests name the retried release, so the loss stays known: a LossEvent of the first
-// holding after its ReleaseEvent, and "lock lost before release" at Warn.
-func TestReleaseRetryReportsTheLossPastANewerReleaseOfItsProcess(t *testing.T) {
-	rec := &recorder{}
-	core, logs := zapobserver.New(zap.WarnLevel)
-	admin := rawClient(t)
-	g, c := newGen(t, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
-	l := mustGen(t, g, "RETRYPAST", target(t), 5*time.Second)
-	k := key(l)
-	var first atomic.Value // the lost holding's locker
-	var tries atomic.Int32
-	var setupErr atomic.Value
-	newer := make(chan struct{}) // closed once the newer holding was released
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
-		locker, _ := first.Load().(string)
-		if processor.ScriptName(cmd.Args()) != "release" || locker == "" || (sentCmd{args: cmd.Args()}).arg(t, "locker") != locker {
-			return nextHook(ctx, cmd)
-		}
-		switch tries.Add(1) {
-		case 1, 2: // the Unlock's, and the retry's first try: they fail unsent
-			cmd.SetErr(errInjected)
-			return errInjected
-		default: // a later try of the retry: after the newer holding's release
-			select {
-			case <-newer:
-			case <-time.After(10 * time.Second):
-				setupErr.Store("the newer holding was not released before the retry's later try")
+// try again, goroutines of the same process take the key with newer acquisitions and release
+// them, or an operator removes them: each settles every older acquisition of the process, the
+// lost one included, and the retry, finding it settled, would answer as after a release that
+// ran. The newer requests name the retried release, so the loss stays known however many newer
+// holdings were removed (the process's removed lockers, {K}:forced:<owner>, keep the newest
+// FORCED_KEPT: the retried one is made the newest again by each request that names it): one
+// LossEvent of the first holding, matching ErrLockLost.
+func TestReleaseRetryReportsTheLossPastNewerHoldingsOfItsProcess(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		newer        int
+		removedByOps bool // the newer holdings removed by an operator, else released
+	}{
+		{"a newer release", 1, false},
+		{"3 newer removals", 3, true},
+		{"4 newer removals", 4, true},
+		{"6 newer removals", 6, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := &recorder{}
+			core, logs := zapobserver.New(zap.WarnLevel)
+			admin := rawClient(t)
+			g, cl := newGen(t, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
+			op, _ := newGen(t) // the operator's process
+			tg := target(t)
+			l := mustGen(t, g, "RETRYPAST", tg, 5*time.Second)
+			lo := mustGen(t, op, "RETRYPAST", tg, 5*time.Second)
+			k := key(l)
+			var first atomic.Value // the lost holding's locker
+			var tries atomic.Int32
+			var setupErr atomic.Value
+			newer := make(chan struct{}) // closed once the newer holdings ended
+			cl.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
+				locker, _ := first.Load().(string)
+				if processor.ScriptName(cmd.Args()) != "release" || locker == "" || (sentCmd{args: cmd.Args()}).arg(t, "locker") != locker {
+					return nextHook(ctx, cmd)
+				}
+				switch tries.Add(1) {
+				case 1, 2: // the Unlock's, and the retry's first try: they fail unsent
+					cmd.SetErr(errInjected)
+					return errInjected
+				default: // a later try of the retry: after the newer holdings ended
+					select {
+					case <-newer:
+					case <-time.After(10 * time.Second):
+						setupErr.Store("the newer holdings did not end before the retry's later try")
+					}
+				}
+				return nextHook(ctx, cmd)
+			}})
+			ctx := ctxT(t, 30*time.Second)
+			a := mustLock(t, l, ctx)
+			token, _ := l.FencingToken(a)
+			first.Store(admin.Get(ctx, k).Val())
+			admin.Del(ctx, k) // Redis restarts empty
+			var pe *dlock.RedisProcessError
+			if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+				t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
 			}
-		}
-		return nextHook(ctx, cmd)
-	}})
-	ctx := ctxT(t, 30*time.Second)
-	a := mustLock(t, l, ctx)
-	token, _ := l.FencingToken(a)
-	first.Store(admin.Get(ctx, k).Val())
-	admin.Del(ctx, k) // Redis restarts empty
-	var pe *dlock.RedisProcessError
-	if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
-		t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
-	}
-	waitFor(t, func() bool { return tries.Load() >= 2 })
-	b := mustLock(t, l, ctx) // a newer acquisition of the same process, while the retry waits
-	if err := b.Unlock(); err != nil {
-		t.Fatalf("the newer holding's Unlock: %v", err)
-	}
-	close(newer)
-	waitFor(t, func() bool { return tries.Load() >= 3 && g.InUse() == 0 })
-	if e, _ := setupErr.Load().(string); e != "" {
-		t.Fatal("setup: " + e)
-	}
-	waitFor(t, func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return len(rec.lost) > 0
-	})
-	lost, warned := lossesBeforeRelease(rec, logs, k)
-	if len(lost) != 1 || lost[0].Token != token || !errors.Is(lost[0].Cause, dlock.ErrLockLost) {
-		t.Fatalf("losses reported: %+v; want one of the first holding (token %d), matching ErrLockLost", lost, token)
-	}
-	if warned != 1 {
-		t.Fatalf("%d warnings %q of the key; want 1", warned, "dlock: lock lost before release")
+			waitFor(t, func() bool { return tries.Load() >= 2 })
+			for i := range c.newer { // newer acquisitions of the same process, while the retry waits
+				b := mustLock(t, l, ctx)
+				if c.removedByOps {
+					holder := admin.Get(ctx, k).Val()
+					if ok, err := lo.ForceRelease(ctx, holder); err != nil || !ok {
+						t.Fatalf("ForceRelease of newer holding %d (%q) = %v, %v", i, holder, ok, err)
+					}
+				}
+				if err := b.Unlock(); err != nil && !(c.removedByOps && errors.Is(err, dlock.ErrLockLost)) {
+					t.Fatalf("the newer holding %d's Unlock: %v", i, err)
+				}
+			}
+			close(newer) // (a later try waits in the hook, unsent, until now)
+			waitFor(t, func() bool { return tries.Load() >= 3 && g.InUse() == 0 })
+			if e, _ := setupErr.Load().(string); e != "" {
+				t.Fatal("setup: " + e)
+			}
+			found := func() int {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				n := 0
+				for _, e := range rec.lost {
+					if e.Token == token && errors.Is(e.Cause, dlock.ErrLockLost) {
+						n++
+					}
+				}
+				return n
+			}
+			rgWaitUntil(2*time.Second, func() bool { return found() > 0 })
+			lost, warned := lossesBeforeRelease(rec, logs, k)
+			if n := found(); n != 1 {
+				t.Fatalf("losses of the first holding (token %d) reported: %d; want 1 (all: %+v, %d warnings)", token, n, lost, warned)
+			}
+			if !c.removedByOps && (len(lost) != 1 || warned != 1) {
+				t.Fatalf("losses %+v and %d warnings %q of the key; want one of each", lost, warned, "dlock: lock lost before release")
+			}
+		})
 	}
 }
 
@@ -1886,91 +1918,5 @@ func TestLossFoundAsTheTenurePassesIsWarned(t *testing.T) {
 	recv(t, b, "b's Lock") // (it took the key anew, or gave up)
 	if w := ended().FilterMessage("dlock: lock lost").FilterLevelExact(zap.WarnLevel); w.Len() != 1 {
 		t.Fatalf("%d warnings %q of the key; want 1 (logged: %v)", w.Len(), "dlock: lock lost", ended().All())
-	}
-}
-
-// A release retried in the background reports the loss its holding suffered (Redis lost the
-// key before any release of it ran) however many newer holdings of the same process on the
-// key an operator removed while the retry waited between tries: each newer removal is
-// remembered among the process's removed lockers ({K}:forced:<owner>, the newest FORCED_KEPT
-// of them), and the first holding's must not fall out of that list while its release is still
-// retried, or the retry answers "settled" (read as "a copy of this release ran before") and
-// the loss goes unreported.
-func TestReleaseRetryReportsTheLossPastNewerRemovalsOfItsProcess(t *testing.T) {
-	for _, newer := range []int{3, 4, 6} {
-		t.Run(strconv.Itoa(newer), func(t *testing.T) {
-			rec := &recorder{}
-			core, logs := zapobserver.New(zap.WarnLevel)
-			admin := rawClient(t)
-			g, c := newGen(t, dlock.WithObserver(rec), dlock.WithLogger(zap.New(core)))
-			op, _ := newGen(t) // the operator's process
-			tg := target(t)
-			l := mustGen(t, g, "RETRYFORCED", tg, 5*time.Second)
-			lo := mustGen(t, op, "RETRYFORCED", tg, 5*time.Second)
-			k := key(l)
-			var first atomic.Value // the lost holding's locker
-			var tries atomic.Int32
-			var setupErr atomic.Value
-			removed := make(chan struct{}) // closed once the newer holdings were removed
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
-				locker, _ := first.Load().(string)
-				if processor.ScriptName(cmd.Args()) != "release" || locker == "" || (sentCmd{args: cmd.Args()}).arg(t, "locker") != locker {
-					return nextHook(ctx, cmd)
-				}
-				switch tries.Add(1) {
-				case 1, 2: // the Unlock's, and the retry's first try: they fail unsent
-					cmd.SetErr(errInjected)
-					return errInjected
-				default: // a later try of the retry: after the newer holdings' removals
-					select {
-					case <-removed:
-					case <-time.After(10 * time.Second):
-						setupErr.Store("the newer holdings were not removed before the retry's later try")
-					}
-				}
-				return nextHook(ctx, cmd)
-			}})
-			ctx := ctxT(t, 30*time.Second)
-			a := mustLock(t, l, ctx)
-			token, _ := l.FencingToken(a)
-			first.Store(admin.Get(ctx, k).Val())
-			admin.Del(ctx, k) // Redis restarts empty
-			var pe *dlock.RedisProcessError
-			if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
-				t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
-			}
-			waitFor(t, func() bool { return tries.Load() >= 2 })
-			for i := range newer { // newer holdings of the same process, each removed by the operator
-				b := mustLock(t, l, ctx)
-				holder := admin.Get(ctx, k).Val()
-				if ok, err := lo.ForceRelease(ctx, holder); err != nil || !ok {
-					t.Fatalf("ForceRelease of newer holding %d (%q) = %v, %v", i, holder, ok, err)
-				}
-				if err := b.Unlock(); err != nil && !errors.Is(err, dlock.ErrLockLost) {
-					t.Fatalf("the removed newer holding %d's Unlock: %v", i, err)
-				}
-			}
-			close(removed) // (a later try waits in the hook, unsent, until now)
-			waitFor(t, func() bool { return tries.Load() >= 3 && g.InUse() == 0 })
-			if e, _ := setupErr.Load().(string); e != "" {
-				t.Fatal("setup: " + e)
-			}
-			found := func() int {
-				rec.mu.Lock()
-				defer rec.mu.Unlock()
-				n := 0
-				for _, e := range rec.lost {
-					if e.Token == token && errors.Is(e.Cause, dlock.ErrLockLost) {
-						n++
-					}
-				}
-				return n
-			}
-			rgWaitUntil(2*time.Second, func() bool { return found() > 0 })
-			if n := found(); n != 1 {
-				lost, warned := lossesBeforeRelease(rec, logs, k)
-				t.Fatalf("losses of the first holding (token %d) reported: %d; want 1 (all: %+v, %d warnings)", token, n, lost, warned)
-			}
-		})
 	}
 }
