@@ -441,9 +441,9 @@ func (st *lockState) gapLocked(gap time.Duration) {
 // granted the key), but not once Close gives up, nor on a closed client or a refusal (ACL, a
 // key of another kind), which no second try mends, nor when nothing of the Generator's was
 // ever sent (nothingSent). Should goroutines wait again, the process counts itself in line and
-// leaves again when they are gone. unreleased is a release of the process's retried in the
-// background meanwhile (none: zero), which the leave names.
-func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased processor.Unreleased) {
+// leaves again when they are gone. unreleased are the releases of the process's retried in the
+// background meanwhile, which the leave names.
+func (st *lockState) leave(last string, cfg domain.DLockConfig, unreleased []processor.Unreleased) {
 	lease := cfg.Lease()
 	until := time.Now().Add(processor.EntryTTL(cfg))
 	req := processor.LeaveRequest{Last: last, Unreleased: unreleased}

@@ -1739,20 +1739,23 @@ func TestRelockReleaseRetryWhoseFirstTryFailedReportsTheLossALaterTryFinds(t *te
 // try again, goroutines of the same process take the key with newer acquisitions and release
 // them, or an operator removes them: each settles every older acquisition of the process, the
 // lost one included, and the retry, finding it settled, would answer as after a release that
-// ran. The newer requests name the retried release, so the loss stays known however many newer
-// holdings were removed (the process's removed lockers, {K}:forced:<owner>, keep the newest
-// FORCED_KEPT: the retried one is made the newest again by each request that names it): one
-// LossEvent of the first holding, matching ErrLockLost.
+// ran. The newer requests name every retried release, so the loss stays known however many
+// newer holdings were removed (the process's removed lockers, {K}:forced:<owner>, keep the
+// newest FORCED_KEPT: the retried ones are made the newest again by each request that names
+// them), and when two such holdings' releases are retried at once: one LossEvent of each lost
+// holding, matching ErrLockLost.
 func TestReleaseRetryReportsTheLossPastNewerHoldingsOfItsProcess(t *testing.T) {
 	for _, c := range []struct {
 		name         string
+		lost         int // holdings lost, one after another, whose releases are retried at once
 		newer        int
 		removedByOps bool // the newer holdings removed by an operator, else released
 	}{
-		{"a newer release", 1, false},
-		{"3 newer removals", 3, true},
-		{"4 newer removals", 4, true},
-		{"6 newer removals", 6, true},
+		{"a newer release", 1, 1, false},
+		{"3 newer removals", 1, 3, true},
+		{"4 newer removals", 1, 4, true},
+		{"6 newer removals", 1, 6, true},
+		{"two lost in a row, 4 newer removals", 2, 4, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &recorder{}
@@ -1764,16 +1767,18 @@ func TestReleaseRetryReportsTheLossPastNewerHoldingsOfItsProcess(t *testing.T) {
 			l := mustGen(t, g, "RETRYPAST", tg, 5*time.Second)
 			lo := mustGen(t, op, "RETRYPAST", tg, 5*time.Second)
 			k := key(l)
-			var first atomic.Value // the lost holding's locker
-			var tries atomic.Int32
+			var tries sync.Map // the lost holdings' lockers: the tries of their releases (*atomic.Int32)
 			var setupErr atomic.Value
 			newer := make(chan struct{}) // closed once the newer holdings ended
 			cl.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, nextHook redis.ProcessHook) error {
-				locker, _ := first.Load().(string)
-				if processor.ScriptName(cmd.Args()) != "release" || locker == "" || (sentCmd{args: cmd.Args()}).arg(t, "locker") != locker {
+				if processor.ScriptName(cmd.Args()) != "release" {
 					return nextHook(ctx, cmd)
 				}
-				switch tries.Add(1) {
+				n, ok := tries.Load((sentCmd{args: cmd.Args()}).arg(t, "locker"))
+				if !ok {
+					return nextHook(ctx, cmd)
+				}
+				switch n.(*atomic.Int32).Add(1) {
 				case 1, 2: // the Unlock's, and the retry's first try: they fail unsent
 					cmd.SetErr(errInjected)
 					return errInjected
@@ -1786,17 +1791,29 @@ func TestReleaseRetryReportsTheLossPastNewerHoldingsOfItsProcess(t *testing.T) {
 				}
 				return nextHook(ctx, cmd)
 			}})
-			ctx := ctxT(t, 30*time.Second)
-			a := mustLock(t, l, ctx)
-			token, _ := l.FencingToken(a)
-			first.Store(admin.Get(ctx, k).Val())
-			admin.Del(ctx, k) // Redis restarts empty
-			var pe *dlock.RedisProcessError
-			if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
-				t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+			triedAtLeast := func(n int32) bool {
+				all := true
+				tries.Range(func(_, v any) bool {
+					all = v.(*atomic.Int32).Load() >= n
+					return all
+				})
+				return all
 			}
-			waitFor(t, func() bool { return tries.Load() >= 2 })
-			for i := range c.newer { // newer acquisitions of the same process, while the retry waits
+			ctx := ctxT(t, 30*time.Second)
+			tokens := make(map[uint64]bool)
+			for range c.lost {
+				a := mustLock(t, l, ctx)
+				token, _ := l.FencingToken(a)
+				tokens[token] = true
+				tries.Store(admin.Get(ctx, k).Val(), new(atomic.Int32))
+				admin.Del(ctx, k) // Redis restarts empty
+				var pe *dlock.RedisProcessError
+				if err := a.Unlock(); !errors.As(err, &pe) || !errors.Is(err, errInjected) {
+					t.Fatalf("Unlock with its release failed = %v, want a *RedisProcessError wrapping the failure", err)
+				}
+				waitFor(t, func() bool { return triedAtLeast(2) })
+			}
+			for i := range c.newer { // newer acquisitions of the same process, while the retries wait
 				b := mustLock(t, l, ctx)
 				if c.removedByOps {
 					holder := admin.Get(ctx, k).Val()
@@ -1809,25 +1826,27 @@ func TestReleaseRetryReportsTheLossPastNewerHoldingsOfItsProcess(t *testing.T) {
 				}
 			}
 			close(newer) // (a later try waits in the hook, unsent, until now)
-			waitFor(t, func() bool { return tries.Load() >= 3 && g.InUse() == 0 })
+			waitFor(t, func() bool { return triedAtLeast(3) && g.InUse() == 0 })
 			if e, _ := setupErr.Load().(string); e != "" {
 				t.Fatal("setup: " + e)
 			}
-			found := func() int {
+			found := func() map[uint64]int {
 				rec.mu.Lock()
 				defer rec.mu.Unlock()
-				n := 0
+				n := make(map[uint64]int)
 				for _, e := range rec.lost {
-					if e.Token == token && errors.Is(e.Cause, dlock.ErrLockLost) {
-						n++
+					if tokens[e.Token] && errors.Is(e.Cause, dlock.ErrLockLost) {
+						n[e.Token]++
 					}
 				}
 				return n
 			}
-			rgWaitUntil(2*time.Second, func() bool { return found() > 0 })
+			rgWaitUntil(2*time.Second, func() bool { return len(found()) == len(tokens) })
 			lost, warned := lossesBeforeRelease(rec, logs, k)
-			if n := found(); n != 1 {
-				t.Fatalf("losses of the first holding (token %d) reported: %d; want 1 (all: %+v, %d warnings)", token, n, lost, warned)
+			for token := range tokens {
+				if n := found()[token]; n != 1 {
+					t.Fatalf("losses of the lost holding with token %d reported: %d; want 1 (all: %+v, %d warnings)", token, n, lost, warned)
+				}
 			}
 			if !c.removedByOps && (len(lost) != 1 || warned != 1) {
 				t.Fatalf("losses %+v and %d warnings %q of the key; want one of each", lost, warned, "dlock: lock lost before release")

@@ -114,11 +114,11 @@ type lockState struct {
 	// unreleased counts the releases retried in the background (retryReleaseLocked) whose
 	// first try is on its way: the line is left after it, not beside it (settleLocked).
 	unreleased int
-	// retried is the holding of the last such retry while it goes on: every request of the
-	// process meanwhile names it (processor.Unreleased), so that one that settles it does not
-	// hide a removal of the key that a later try of the retry would have found (answered
-	// settled).
-	retried processor.Unreleased
+	// retried holds the holdings of such retries while they go on, oldest first: every request
+	// of the process meanwhile names them (processor.Unreleased), so that one that settles one
+	// does not hide a removal of the key that a later try of its retry would have found
+	// (answered settled). A request carries a copy (unreleasedLocked).
+	retried []processor.Unreleased
 	// failing is when the last try of a give-back that Redis failed went or failed (zero once
 	// Redis answers one), and answered is closed when Redis answers one (retryWait).
 	failing  time.Time
@@ -460,7 +460,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		a = &attempt{locker: st.g.newLocker(), cfg: cfg, tokens: 1}
 	}
 	st.asking = a.locker
-	unreleased, claim := st.retried, st.line.hearing // (see processor.Unreleased)
+	unreleased, claim := st.unreleasedLocked(a.locker), st.line.hearing // (see processor.Unreleased)
 	sent := time.Now()
 	if a.firstSent.IsZero() {
 		a.firstSent = sent
@@ -816,7 +816,7 @@ func (st *lockState) settleLocked() {
 			}
 			st.line.queued = false
 			st.closeAttempt()
-			unreleased := st.retried
+			unreleased := st.unreleasedLocked("")
 			st.background(func() { st.leave(last, cfg, unreleased) })
 		}
 		if st.line.watching {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -498,7 +499,7 @@ func (st *lockState) giveBackLocked(locker string, cfg domain.DLockConfig) {
 func (st *lockState) retryReleaseLocked(r releaseJob) {
 	locker, cfg, until := r.req.Locker, r.cfg, r.until
 	st.unreleased++
-	st.retried = processor.Unreleased{Locker: locker, Origin: r.req.Origin} // (every request that settles while it goes on names it)
+	st.retried = append(st.retried, processor.Unreleased{Locker: locker, Origin: r.req.Origin}) // (every request that settles while it goes on names it)
 	tried := func() {
 		st.mu.Lock()
 		st.unreleased--
@@ -519,9 +520,7 @@ func (st *lockState) retryReleaseLocked(r releaseJob) {
 			r.retried <- err
 		}
 		st.mu.Lock()
-		if st.retried.Locker == locker {
-			st.retried = processor.Unreleased{}
-		}
+		st.retried = slices.DeleteFunc(st.retried, func(u processor.Unreleased) bool { return u.Locker == locker })
 		st.line.queued = true // (as giveBackLocked: a copy of a request of the tenure may have put the process in line)
 		st.settleLocked()
 		st.signalLocked(HowRetry)
@@ -543,13 +542,10 @@ func (st *lockState) foundLostLater(r releaseJob, err error) {
 	}
 }
 
-// unreleasedLocked names the release retried meanwhile (st.retried) for a request of another
-// locker than own, which may settle it. The caller holds mu.
-func (st *lockState) unreleasedLocked(own string) processor.Unreleased {
-	if st.retried.Locker == own {
-		return processor.Unreleased{}
-	}
-	return st.retried
+// unreleasedLocked names the releases retried meanwhile (st.retried) for a request of a
+// locker other than theirs (own), which may settle them. The caller holds mu.
+func (st *lockState) unreleasedLocked(own string) []processor.Unreleased {
+	return slices.DeleteFunc(slices.Clone(st.retried), func(u processor.Unreleased) bool { return u.Locker == own })
 }
 
 // errLostBeforeRelease is what a retried release that found the key gone while its lease

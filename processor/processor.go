@@ -160,17 +160,17 @@ type LockRequest struct {
 	// RenewRequest (with Yield) and ReleaseRequest (with Next) say it of the attempt they stand
 	// in line with.
 	Listening  bool
-	Tokens     int        // fencing tokens to reserve (1 to MaxTokens): more than one for passes within this process
-	Unreleased Unreleased // the release of the same owner retried meanwhile, if any
+	Tokens     int          // fencing tokens to reserve (1 to MaxTokens): more than one for passes within this process
+	Unreleased []Unreleased // the releases of the same owner retried meanwhile, oldest first
 }
 
 // Unreleased names a holding of the request's owner whose release went unanswered and is
-// retried, in every request of that owner while the retry goes on. If no release of it ran
-// and the key no longer holds it (or holds it anew) when Redis runs the request, Redis lost it
-// from its holder; it is remembered as removed, as a ForceRelease does, so that the retried
-// release answers Gone even after a newer acquisition's release, yield or leave, or an
-// operator's removal of a newer holding, settled it: its holder learns of the loss. The zero
-// value names none.
+// retried, in every request of that owner on the key while the retry goes on (each one
+// retried, oldest first). If no release of it ran and the key no longer holds it (or holds it
+// anew) when Redis runs the request, Redis lost it from its holder; it is remembered as
+// removed, as a ForceRelease does, so that the retried release answers Gone even after a
+// newer acquisition's release, yield or leave, or an operator's removal of a newer holding,
+// settled it: its holder learns of the loss.
 type Unreleased struct {
 	Locker string // the holding's locker ("" for none)
 	Origin uint64 // the first token it was taken with (0 if unknown)
@@ -193,7 +193,7 @@ type RenewRequest struct {
 	// grant's token; 0 if unknown): a key that holds the locker in another holding (taken
 	// anew by a late copy of its take after an empty restart) is let go and answers Gone.
 	Origin     uint64
-	Unreleased Unreleased // the release of the same owner retried meanwhile, if any
+	Unreleased []Unreleased // the releases of the same owner retried meanwhile, oldest first
 }
 
 // ReleaseRequest lets a held key go.
@@ -211,14 +211,14 @@ type ReleaseRequest struct {
 	Next       string
 	NextLease  time.Duration
 	NextTokens int
-	Listening  bool       // with Next: the process counts itself heard on its channel (LockRequest's)
-	Unreleased Unreleased // another release of the same owner retried meanwhile, if any
+	Listening  bool         // with Next: the process counts itself heard on its channel (LockRequest's)
+	Unreleased []Unreleased // the other releases of the same owner retried meanwhile, oldest first
 }
 
 // LeaveRequest takes a process out of the line.
 type LeaveRequest struct {
-	Last       string     // the newest locker this process made (its acquisitions up to it are settled); "" for none
-	Unreleased Unreleased // the release of this process retried meanwhile, if any
+	Last       string       // the newest locker this process made (its acquisitions up to it are settled); "" for none
+	Unreleased []Unreleased // the releases of this process retried meanwhile, oldest first
 }
 
 // Inspection is what Redis holds for a lock, read in one round trip by Inspect.

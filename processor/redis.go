@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
@@ -1153,7 +1154,7 @@ type args struct {
 	upto                string
 	maxListed           int
 	origin              uint64
-	unreleased          Unreleased
+	unreleased          []Unreleased
 
 	boxes *baseArgs // the settings' arguments boxed (base), nil for none
 }
@@ -1187,11 +1188,25 @@ func (a args) all() []any {
 // they are its own, the rest boxed here.
 func (a args) appendAll(l []any) []any {
 	b := a.boxes
+	lockers, origins := unreleasedArgs(a.unreleased)
 	return append(l, b.str(a.locker), b.str(a.seq), b.ms(a.lease), b.str(a.mark), flag(a.wait), flagOrNone(a.listening), a.tokens,
 		last(a.last), b.ms(a.fenceTTL), b.ms(a.entryTTL), b.ms(a.doneTTL), b.str(a.channel), b.str(a.publish),
 		b.ms(a.gapEvery), b.ms(a.gapWindow), flagOrNone(a.yield), b.str(a.check), b.str(a.next),
 		b.ms(a.nextLease), countOrNone(a.nextTokens), b.str(a.upto), countOrNone(a.maxListed), last(a.origin),
-		a.unreleased.Locker, last(a.unreleased.Origin))
+		lockers, origins)
+}
+
+// unreleasedArgs writes the retried releases u as the scripts read them: their lockers, then
+// their holdings' first tokens ("0" if unknown), each separated by spaces, oldest first.
+func unreleasedArgs(u []Unreleased) (lockers, origins string) {
+	if len(u) == 0 {
+		return "", ""
+	}
+	l, o := make([]string, len(u)), make([]string, len(u))
+	for i, r := range u {
+		l[i], o[i] = r.Locker, strconv.FormatUint(r.Origin, 10)
+	}
+	return strings.Join(l, " "), strings.Join(o, " ")
 }
 
 // flagOrNone writes a flag the scripts read only when it is set: '1', or empty for none.
@@ -1252,14 +1267,13 @@ func (p *RedisLockProcessor) script(ctx context.Context, name string, ack bool, 
 	return p.run(ctx, s, ack, ks.keys, a.appendTo(command(s, ks.keys, ks.boxed, len(argNames))))
 }
 
-// unreleased checks that u names a locker of owner (the request's, whose settled mark its
-// script raises) with a sequence number, or none.
-func unreleased(u Unreleased, owner string) (Unreleased, error) {
-	if u.Locker == "" {
-		return Unreleased{}, nil
-	}
-	if o, seq := SplitLocker(u.Locker); o != owner || seq == "" {
-		return Unreleased{}, fmt.Errorf("%w: unreleased locker %q is not one of %q, the request's owner", dlerrors.ErrInvalidConfig, u.Locker, owner)
+// unreleased checks that each of u names a locker of owner (the request's, whose settled
+// mark its script raises) with a sequence number.
+func unreleased(u []Unreleased, owner string) ([]Unreleased, error) {
+	for _, r := range u {
+		if o, seq := SplitLocker(r.Locker); o != owner || seq == "" || strings.ContainsFunc(r.Locker, unicode.IsSpace) {
+			return nil, fmt.Errorf("%w: unreleased locker %q is not one of %q (the request's owner) with a number and no spaces", dlerrors.ErrInvalidConfig, r.Locker, owner)
+		}
 	}
 	return u, nil
 }

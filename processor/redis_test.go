@@ -2026,34 +2026,40 @@ func TestForcedRemembersTheNewestFourLockersOfItsOwner(t *testing.T) {
 	})
 }
 
-// A removed locker whose release its process retries (every request of the process names it:
-// Unreleased) stays among the remembered ones however many newer holdings of the process are
-// removed meanwhile: each newer holding began with a request that named it, which makes it the
-// newest again; its release then answers gone, not settled.
-func TestForcedKeepsTheRetriedLockerPastNewerRemovals(t *testing.T) {
+// Removed lockers whose releases their process retries (every request of the process names
+// each of them: Unreleased) stay among the remembered ones however many newer holdings of the
+// process are removed meanwhile: each newer holding began with a request that named them, which
+// makes them the newest again; their releases then answer gone, not settled. Two such releases
+// at once are both kept.
+func TestForcedKeepsTheRetriedLockersPastNewerRemovals(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
 		lc := cfg(t, "forcedretried")
-		first, r := a.lock(t, lc, true, 1)
-		if r.Outcome != processor.Taken {
-			t.Fatalf("take = %+v", r)
-		}
-		if f, err := op.ForceRelease(ctx, lc, first); err != nil || f.Outcome != processor.Released {
-			t.Fatalf("ForceRelease of %s = %+v, %v", first, f, err)
-		}
-		u := processor.Unreleased{Locker: first, Origin: r.Origin}
-		for i := range 6 {
+		var u []processor.Unreleased
+		take := func(what string) (string, uint64) {
+			t.Helper()
 			l := a.locker()
-			if r, err := a.Lock(ctx, lc, processor.LockRequest{Locker: l, Tokens: 1, Unreleased: u}); err != nil || r.Outcome != processor.Taken {
-				t.Fatalf("newer take %d = %+v, %v", i, r, err)
+			r, err := a.Lock(ctx, lc, processor.LockRequest{Locker: l, Tokens: 1, Unreleased: u})
+			if err != nil || r.Outcome != processor.Taken {
+				t.Fatalf("%s = %+v, %v", what, r, err)
 			}
 			if f, err := op.ForceRelease(ctx, lc, l); err != nil || f.Outcome != processor.Released {
 				t.Fatalf("ForceRelease of %s = %+v, %v", l, f, err)
 			}
+			return l, r.Origin
 		}
-		if r := a.release(t, lc, first); r.Outcome != processor.Gone {
-			t.Fatalf("the retried release of the first removed holding = %+v; want gone", r)
+		for _, what := range []string{"the first retried holding's take", "the second retried holding's take"} {
+			l, origin := take(what)
+			u = append(u, processor.Unreleased{Locker: l, Origin: origin})
+		}
+		for i := range 6 {
+			take(fmt.Sprintf("newer take %d", i))
+		}
+		for i, r := range u {
+			if rel := a.release(t, lc, r.Locker); rel.Outcome != processor.Gone {
+				t.Fatalf("the retried release of removed holding %d (%s) = %+v; want gone", i, r.Locker, rel)
+			}
 		}
 	})
 }
@@ -2250,7 +2256,7 @@ func TestLeaveNamingAnUnansweredReleaseKeepsItsLossKnown(t *testing.T) {
 					t.Fatalf("%s: release = %+v, want released", how, r)
 				}
 			}
-			if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: processor.Unreleased{Locker: la, Origin: r.Origin}}); err != nil {
+			if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: []processor.Unreleased{{Locker: la, Origin: r.Origin}}}); err != nil {
 				t.Fatal(err)
 			}
 			want := processor.Settled
@@ -2275,8 +2281,8 @@ func TestLeaveNamingAnUnansweredReleaseKeepsItsLossKnown(t *testing.T) {
 func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		settlers := map[string]func(t *testing.T, a, b *proc, lc domain.DLockConfig, u processor.Unreleased){
-			"a newer holding's release": func(t *testing.T, a, _ *proc, lc domain.DLockConfig, u processor.Unreleased) {
+		settlers := map[string]func(t *testing.T, a, b *proc, lc domain.DLockConfig, u []processor.Unreleased){
+			"a newer holding's release": func(t *testing.T, a, _ *proc, lc domain.DLockConfig, u []processor.Unreleased) {
 				l, r := a.lock(t, lc, false, 1)
 				if r.Outcome != processor.Taken {
 					t.Fatalf("the newer take = %+v", r)
@@ -2285,7 +2291,7 @@ func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T)
 					t.Fatalf("the newer release = %+v, %v", rel, err)
 				}
 			},
-			"a take that does not wait": func(t *testing.T, a, b *proc, lc domain.DLockConfig, u processor.Unreleased) {
+			"a take that does not wait": func(t *testing.T, a, b *proc, lc domain.DLockConfig, u []processor.Unreleased) {
 				if in := inspect(t, a, lc); in.Holder == "" {
 					if _, r := b.lock(t, lc, false, 1); r.Outcome != processor.Taken {
 						t.Fatalf("pb-'s take = %+v", r)
@@ -2295,7 +2301,7 @@ func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T)
 					t.Fatalf("the take = %+v, %v; want held", r, err)
 				}
 			},
-			"a yield": func(t *testing.T, a, b *proc, lc domain.DLockConfig, u processor.Unreleased) {
+			"a yield": func(t *testing.T, a, b *proc, lc domain.DLockConfig, u []processor.Unreleased) {
 				l, r := a.lock(t, lc, false, 1)
 				if r.Outcome != processor.Taken {
 					t.Fatalf("the newer take = %+v", r)
@@ -2330,7 +2336,7 @@ func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T)
 						}
 						want = processor.Settled
 					}
-					settle(t, a, b, lc, processor.Unreleased{Locker: la, Origin: r.Origin})
+					settle(t, a, b, lc, []processor.Unreleased{{Locker: la, Origin: r.Origin}})
 					if rel, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Origin: r.Origin}); err != nil || rel.Outcome != want {
 						t.Fatalf("the retried release = %+v, %v; want %v", rel, err, want)
 					}
@@ -2345,7 +2351,7 @@ func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T)
 			lc := cfg(t, "settler-forced")
 			la, r := a.lock(t, lc, false, 1)
 			c.Del(ctx, lc.UniqueKey())
-			u := processor.Unreleased{Locker: la, Origin: r.Origin}
+			u := []processor.Unreleased{{Locker: la, Origin: r.Origin}}
 			later := a.locker()
 			rl, err := a.Lock(ctx, lc, processor.LockRequest{Locker: later, Tokens: 1, Unreleased: u})
 			if err != nil || rl.Outcome != processor.Taken {
@@ -2366,9 +2372,17 @@ func TestSettlingRequestsNamingAnUnansweredReleaseKeepItsLossKnown(t *testing.T)
 		t.Run("not the request's owner", func(t *testing.T) {
 			a := newProc(t, c, "pa-")
 			lc := cfg(t, "settler-other")
-			u := processor.Unreleased{Locker: "pb-1"}
+			u := []processor.Unreleased{{Locker: "pb-1"}}
 			if _, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: a.locker(), Unreleased: u}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 				t.Fatalf("a release naming another process's locker: err = %v, want ErrInvalidConfig", err)
+			}
+		})
+		t.Run("a locker with a space", func(t *testing.T) { // (the scripts read the lockers named separated by spaces)
+			a := newProc(t, c, "p a-")
+			lc := cfg(t, "settler-space")
+			u := []processor.Unreleased{{Locker: "p a-1"}}
+			if _, err := a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: a.locker(), Unreleased: u}); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("a release naming a locker with a space: err = %v, want ErrInvalidConfig", err)
 			}
 		})
 	})
@@ -2399,7 +2413,7 @@ func TestLeaveNamingAnUnansweredReleaseOfAHoldingTakenAnewKeepsItsLossKnown(t *t
 		if again, err := a.Lock(ctx, lc, req); err != nil || again.Outcome != processor.Taken || again.Origin == r.Origin {
 			t.Fatalf("the late copy = %+v, %v; want taken anew", again, err)
 		}
-		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: processor.Unreleased{Locker: req.Locker, Origin: r.Origin}}); err != nil {
+		if _, err := a.Leave(ctx, lc, processor.LeaveRequest{Last: a.last(), Unreleased: []processor.Unreleased{{Locker: req.Locker, Origin: r.Origin}}}); err != nil {
 			t.Fatal(err)
 		}
 		if in := inspect(t, a, lc); in.Holder != "" {
@@ -2422,7 +2436,7 @@ func TestLateLeaveNamingAnUnansweredReleaseReportsNoFalseLoss(t *testing.T) {
 		leave := func(p *proc, lc domain.DLockConfig, last, unreleased string, origin uint64) {
 			t.Helper()
 			for range 2 { // (go-redis sends a script again whose reply a read timeout cut)
-				if _, err := p.Leave(ctx, lc, processor.LeaveRequest{Last: last, Unreleased: processor.Unreleased{Locker: unreleased, Origin: origin}}); err != nil {
+				if _, err := p.Leave(ctx, lc, processor.LeaveRequest{Last: last, Unreleased: []processor.Unreleased{{Locker: unreleased, Origin: origin}}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -3418,16 +3432,16 @@ func corruptCounterRefuses(t *testing.T, v string) {
 		// (each naming a release of its process retried, whose holding the key does not hold:
 		// the mark of it as removed is a write too)
 		{"renew naming a release retried", func() (processor.Result, error) {
-			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Unreleased: processor.Unreleased{Locker: "pa-0"}})
+			return a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la, Unreleased: []processor.Unreleased{{Locker: "pa-0"}}})
 		}},
 		{"release naming a release retried", func() (processor.Result, error) {
-			return a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Unreleased: processor.Unreleased{Locker: "pa-0"}})
+			return a.Unlock(ctx, lc, processor.ReleaseRequest{Locker: la, Unreleased: []processor.Unreleased{{Locker: "pa-0"}}})
 		}},
 		{"lock naming a release retried", func() (processor.Result, error) {
-			return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 1, Unreleased: processor.Unreleased{Locker: "pb-0"}})
+			return b.Lock(ctx, lc, processor.LockRequest{Locker: lb, Wait: true, Tokens: 1, Unreleased: []processor.Unreleased{{Locker: "pb-0"}}})
 		}},
 		{"leave naming a release retried", func() (processor.Result, error) {
-			return b.Leave(ctx, lc, processor.LeaveRequest{Last: lb, Unreleased: processor.Unreleased{Locker: "pb-0"}})
+			return b.Leave(ctx, lc, processor.LeaveRequest{Last: lb, Unreleased: []processor.Unreleased{{Locker: "pb-0"}}})
 		}},
 		{"inspect", func() (processor.Result, error) { _, err := b.Inspect(ctx, lc); return processor.Result{}, err }},
 	} {

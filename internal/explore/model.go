@@ -199,7 +199,7 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 	cfg := p.cfg(lease)
 	req := processor.LockRequest{Locker: locker, Wait: wait, Listening: wait && p.listening, Tokens: tokens, Unreleased: p.unreleasedOf(nil)}
 	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v%s)", locker, lease, wait, naming(req.Unreleased)))
-	r.locker, r.lease, r.tokens, r.wait, r.unrel, r.listening = locker, lease, tokens, wait, req.Unreleased.Locker, req.Listening
+	r.locker, r.lease, r.tokens, r.wait, r.unrel, r.listening = locker, lease, tokens, wait, unreleasedLocker(req.Unreleased), req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Lock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -227,7 +227,7 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	}
 	cfg := p.cfg(lease)
 	r := p.request(pur, what+")")
-	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel, r.listening = t, t.locker, lease, tokens, yield, req.Next, req.Unreleased.Locker, req.Listening
+	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel, r.listening = t, t.locker, lease, tokens, yield, req.Next, unreleasedLocker(req.Unreleased), req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.ExpandLease(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -248,7 +248,7 @@ func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last
 		what += ", next " + next
 	}
 	r := p.request(pur, what+naming(req.Unreleased)+")")
-	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare, r.listening = t, locker, lease, next, req.Unreleased.Locker, req.Origin == 0, req.Listening
+	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare, r.listening = t, locker, lease, next, unreleasedLocker(req.Unreleased), req.Origin == 0, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -262,7 +262,7 @@ func (p *proc) sendLeave() {
 	p.leaveSent = true
 	req := processor.LeaveRequest{Last: last, Unreleased: p.unreleasedOf(nil)}
 	r := p.request(pLeave, "leave.lua(up to "+last+naming(req.Unreleased)+")")
-	r.seq, r.unrel = p.seq, req.Unreleased.Locker
+	r.seq, r.unrel = p.seq, unreleasedLocker(req.Unreleased)
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Leave(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -587,20 +587,29 @@ func (p *proc) tellOwner() {
 }
 
 // unreleasedOf names the release retried meanwhile (p.retried) for a request of another
-// tenure than t (dlock names it in every request that settles while the retry goes on).
-func (p *proc) unreleasedOf(t *tenure) processor.Unreleased {
+// tenure than t (dlock names each one in every request that settles while its retry goes
+// on; the model retries one at a time).
+func (p *proc) unreleasedOf(t *tenure) []processor.Unreleased {
 	if p.retried == nil || p.retried == t {
-		return processor.Unreleased{}
+		return nil
 	}
-	return processor.Unreleased{Locker: p.retried.locker, Origin: p.retried.origin}
+	return []processor.Unreleased{{Locker: p.retried.locker, Origin: p.retried.origin}}
+}
+
+// unreleasedLocker is the locker of the release retried that u names ("" for none).
+func unreleasedLocker(u []processor.Unreleased) string {
+	if len(u) == 0 {
+		return ""
+	}
+	return u[0].Locker
 }
 
 // naming is how a request's description names the release retried that it carries.
-func naming(u processor.Unreleased) string {
-	if u.Locker == "" {
+func naming(u []processor.Unreleased) string {
+	if len(u) == 0 {
 		return ""
 	}
-	return ", unreleased " + u.Locker
+	return ", unreleased " + unreleasedLocker(u)
 }
 
 // retryGiveBack sends a give-back again after it got no answer.
@@ -617,7 +626,7 @@ func (p *proc) sendGiveBack(g giveBack) {
 	}
 	r := p.request(pGiveBack, fmt.Sprintf(what, g.locker, naming(req.Unreleased)))
 	cfg := p.cfg(g.lease)
-	r.locker, r.lease, r.back, r.unrel = g.locker, g.lease, g, req.Unreleased.Locker
+	r.locker, r.lease, r.back, r.unrel = g.locker, g.lease, g, unreleasedLocker(req.Unreleased)
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}

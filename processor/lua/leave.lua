@@ -3,8 +3,8 @@
 -- take the key, nor be granted it; one that holds the key already (a grant it no longer
 -- wants, or a late copy of an attempt it gave up) is let go to the next in line at once. An
 -- entry made since, by a later attempt, stays.
--- With unreleased (and unreleased_origin), a release of the process that went unanswered
--- and is retried: settling it does not hide its holding's loss (the end of the prelude).
+-- With unreleased (and unreleased_origin), the releases of the process that went unanswered
+-- and are retried: settling them does not hide their holdings' loss (the end of the prelude).
 -- Arguments: mark, upto, done_ttl, fence_ttl, gap_every, gap_window, channel, publish, and
 -- unreleased, unreleased_origin.
 -- Returns {2, the locker granted or '', its first token or 0, the window or 0, the server µs of

@@ -56,8 +56,8 @@ local A = {
     upto = ARGV[21] or '',          -- leave: the newest number the process gave a locker
     max_listed = ARGV[22] or '',    -- inspect: how many entries of the line to list at most
     origin = ARGV[23] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
-    unreleased = ARGV[24] or '',    -- a locker of the owner that held the key and whose release is unanswered (retried): see the end
-    unreleased_origin = ARGV[25] or '', -- the first token of its holding ('' if unknown)
+    unreleased = ARGV[24] or '',    -- lockers of the owner that held the key and whose releases are unanswered (retried), oldest first, separated by spaces: see the end
+    unreleased_origin = ARGV[25] or '', -- the first token of each one's holding, in the same order ('0' or none if unknown)
 }
 
 -- MAX_LEASE_MS and MAX_TOKENS bound what a line entry may ask for (domain.MaxLease, and
@@ -107,13 +107,12 @@ local function numberOf(locker, owner)
 end
 
 -- FORCED_KEPT is how many of the owner's removed lockers FORCED remembers (the newest):
--- besides the holding its process releases, only the release it retries can be unanswered.
--- That one may wait, between tries, while newer holdings of its process are removed, any
--- number of them; but each of those began with a request of the process, which names the
--- retried one (A.unreleased), and the end of this prelude makes it the newest again then.
--- (A process names only its newest retried release: an older one still retried beside it
--- can fall out after four more removals, and answer settled. Two releases of one key lost
--- in a row, and four forces, while the first is retried: left.)
+-- besides the holding its process releases, only the releases it retries can be unanswered.
+-- Those may wait, between tries, while newer holdings of its process are removed, any
+-- number of them; but each of those began with a request of the process, which names every
+-- retried one (A.unreleased), and the end of this prelude makes them the newest again then.
+-- (A process retrying more than FORCED_KEPT releases of one key at once, all of them found
+-- removed, keeps only the newest FORCED_KEPT: the oldest can answer settled.)
 local FORCED_KEPT = 4
 
 -- forced reports whether locker is one of the owner's removed ones FORCED remembers (its
@@ -572,21 +571,28 @@ local function passed(code, from, fromMark, skip)
     return {code, locker, first, gap, at}
 end
 
--- A request of a process whose release of a holding went unanswered (it is retried) names
--- that holding (A.unreleased) while the retry goes on. If it is not settled (no release of
--- it ran) and the key no longer holds it, or holds it anew (takenAnew), it was taken from its
--- holder before any release (lost by Redis: a failover, an empty restart). It is remembered
--- as removed (FORCED), as an operator's removal is, before this request settles anything:
--- its retried release, which may find it settled by a newer acquisition's release, yield or
--- leave, or by an operator's removal of a newer holding, answers gone, not settled, and its
--- holder learns of the loss.
+-- A request of a process whose releases of holdings went unanswered (they are retried) names
+-- those holdings (A.unreleased, oldest first) while the retries go on. One that is not
+-- settled (no release of it ran) and that the key no longer holds, or holds anew
+-- (takenAnew), was taken from its holder before any release (lost by Redis: a failover, an
+-- empty restart). It is remembered as removed (FORCED), as an operator's removal is, before
+-- this request settles anything: its retried release, which may find it settled by a newer
+-- acquisition's release, yield or leave, or by an operator's removal of a newer holding,
+-- answers gone, not settled, and its holder learns of the loss.
 if A.unreleased ~= '' then
     counter() -- (a counter dlock never wrote stops the script before it writes)
-    local u = numberOf(A.unreleased, OWNER)
-    if u and u > tonumber(redis.call('get', DONE) or '-1') and
-        (redis.call('get', K) ~= A.unreleased or takenAnew(A.unreleased, A.unreleased_origin)) then
-        removed(A.unreleased)
-    elseif u and forced(A.unreleased) then
-        removed(A.unreleased) -- (kept among the newest while its release is retried: see FORCED_KEPT)
+    local origins, i = {}, 0
+    for o in string.gmatch(A.unreleased_origin, '%S+') do
+        origins[#origins + 1] = o ~= '0' and o or '' -- ('0': unknown)
+    end
+    local done = tonumber(redis.call('get', DONE) or '-1')
+    for l in string.gmatch(A.unreleased, '%S+') do
+        i = i + 1
+        local u = numberOf(l, OWNER)
+        if u and u > done and (redis.call('get', K) ~= l or takenAnew(l, origins[i] or '')) then
+            removed(l)
+        elseif u and forced(l) then
+            removed(l) -- (kept among the newest while its release is retried: see FORCED_KEPT)
+        end
     end
 end
