@@ -2539,3 +2539,58 @@ func TestMultiLockTryLockOfAPartLostAsItTakesTheNextReportsNotObtained(t *testin
 		t.Fatalf("TryLock = %v, %v, %v; want false, nil (its doc: a part it took was lost before it had the rest)", o, ok, err)
 	}
 }
+
+// A TryLock of a MultiLock whose first part lapses during the renewal TryLock sends itself
+// (taking the second used up more than half the first's lease, and the renewal got no answer
+// before the lease ran out: Extend reports the loss joined with the renewal's
+// *RedisProcessError) reports the parts not obtained, false with a nil error: the part was lost
+// before TryLock had the rest, which outweighs the failure of its renewal.
+func TestMultiLockTryLockOfAPartLapsingInItsRenewalReportsNotObtained(t *testing.T) {
+	const lease = 2 * time.Second
+	c := srv.Client()
+	preload(t, c)
+	var armed atomic.Bool
+	var renewals atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !armed.Load() || len(cmd.Args()) < 4 {
+			return next(ctx, cmd)
+		}
+		k := fmt.Sprint(cmd.Args()[3])
+		switch processor.ScriptName(cmd.Args()) {
+		case "lock":
+			if strings.HasSuffix(k, "-b") {
+				time.Sleep(lease * 6 / 10) // the first part has less than half its lease left
+			}
+		case "renew":
+			if strings.HasSuffix(k, "-a") {
+				// No answer until the renewal is given up (its bound is the lease's end), then
+				// a Redis failure: the renewal fails only after the holding has lapsed.
+				renewals.Add(1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * lease):
+				}
+				err := errors.New("connection refused (injected)")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(lease))
+	tg := uniqueTarget(t)
+	m, err := g.Multi(mustGen(t, g, "TRYLAPSE", tg+"-a", lease), mustGen(t, g, "TRYLAPSE", tg+"-b", 3*lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*lease)
+	armed.Store(true)
+	o, ok, err := m.TryLock(ctx)
+	armed.Store(false)
+	if ok || o != nil || err != nil {
+		t.Fatalf("TryLock = %v, %v, %v; want false, nil (its doc: a part it took was lost before it had the rest)", o, ok, err)
+	}
+	if renewals.Load() == 0 {
+		t.Fatal("no renewal of the first part was sent")
+	}
+}
