@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -52,10 +53,10 @@ type proc struct {
 	leaveLife   time.Duration // how long the settled mark it set lives
 	giveBacks   []giveBack
 	// unreleased counts the releases retried (retryRelease) whose first try is unanswered: the
-	// line is left after it, not beside it; retried is the tenure of the last such retry
-	// while it goes on: a leave meanwhile names its release (LeaveRequest.Unreleased).
+	// line is left after it, not beside it; retried are the tenures of such retries while
+	// they go on, oldest first: a request meanwhile names their releases (Unreleased).
 	unreleased  int
-	retried     *tenure
+	retried     []*tenure
 	restartLeak bool // a request it sent before an empty restart ran after it (the documented window)
 	dead        bool // crashed (kill -9)
 	closed      bool // Generator.Close ran
@@ -199,7 +200,7 @@ func (p *proc) sendLock(pur purpose, locker string, lease time.Duration, wait bo
 	cfg := p.cfg(lease)
 	req := processor.LockRequest{Locker: locker, Wait: wait, Listening: wait && p.listening, Tokens: tokens, Unreleased: p.unreleasedOf(nil)}
 	r := p.request(pur, fmt.Sprintf("lock.lua(%s, lease %v, wait %v%s)", locker, lease, wait, naming(req.Unreleased)))
-	r.locker, r.lease, r.tokens, r.wait, r.unrel, r.listening = locker, lease, tokens, wait, unreleasedLocker(req.Unreleased), req.Listening
+	r.locker, r.lease, r.tokens, r.wait, r.unrel, r.listening = locker, lease, tokens, wait, req.Unreleased, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Lock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -227,7 +228,7 @@ func (p *proc) sendRenew(pur purpose, t *tenure, lease time.Duration, tokens int
 	}
 	cfg := p.cfg(lease)
 	r := p.request(pur, what+")")
-	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel, r.listening = t, t.locker, lease, tokens, yield, req.Next, unreleasedLocker(req.Unreleased), req.Listening
+	r.ten, r.locker, r.lease, r.tokens, r.yield, r.next, r.unrel, r.listening = t, t.locker, lease, tokens, yield, req.Next, req.Unreleased, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.ExpandLease(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -248,7 +249,7 @@ func (p *proc) sendRelease(pur purpose, locker string, lease time.Duration, last
 		what += ", next " + next
 	}
 	r := p.request(pur, what+naming(req.Unreleased)+")")
-	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare, r.listening = t, locker, lease, next, unreleasedLocker(req.Unreleased), req.Origin == 0, req.Listening
+	r.ten, r.locker, r.lease, r.next, r.unrel, r.bare, r.listening = t, locker, lease, next, req.Unreleased, req.Origin == 0, req.Listening
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -262,7 +263,7 @@ func (p *proc) sendLeave() {
 	p.leaveSent = true
 	req := processor.LeaveRequest{Last: last, Unreleased: p.unreleasedOf(nil)}
 	r := p.request(pLeave, "leave.lua(up to "+last+naming(req.Unreleased)+")")
-	r.seq, r.unrel = p.seq, unreleasedLocker(req.Unreleased)
+	r.seq, r.unrel = p.seq, req.Unreleased
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Leave(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -586,30 +587,25 @@ func (p *proc) tellOwner() {
 	p.left()
 }
 
-// unreleasedOf names the release retried meanwhile (p.retried) for a request of another
-// tenure than t (dlock names each one in every request that settles while its retry goes
-// on; the model retries one at a time).
+// unreleasedOf names the releases retried meanwhile (p.retried) for a request of another
+// tenure than t (dlock names each one in every request that settles while its retry goes on).
 func (p *proc) unreleasedOf(t *tenure) []processor.Unreleased {
-	if p.retried == nil || p.retried == t {
-		return nil
+	var u []processor.Unreleased
+	for _, r := range p.retried {
+		if r != t {
+			u = append(u, processor.Unreleased{Locker: r.locker, Origin: r.origin})
+		}
 	}
-	return []processor.Unreleased{{Locker: p.retried.locker, Origin: p.retried.origin}}
+	return u
 }
 
-// unreleasedLocker is the locker of the release retried that u names ("" for none).
-func unreleasedLocker(u []processor.Unreleased) string {
-	if len(u) == 0 {
-		return ""
-	}
-	return u[0].Locker
-}
-
-// naming is how a request's description names the release retried that it carries.
+// naming is how a request's description names the releases retried that it carries.
 func naming(u []processor.Unreleased) string {
-	if len(u) == 0 {
-		return ""
+	s := ""
+	for _, r := range u {
+		s += ", unreleased " + r.Locker
 	}
-	return ", unreleased " + unreleasedLocker(u)
+	return s
 }
 
 // retryGiveBack sends a give-back again after it got no answer.
@@ -626,7 +622,7 @@ func (p *proc) sendGiveBack(g giveBack) {
 	}
 	r := p.request(pGiveBack, fmt.Sprintf(what, g.locker, naming(req.Unreleased)))
 	cfg := p.cfg(g.lease)
-	r.locker, r.lease, r.back, r.unrel = g.locker, g.lease, g, unreleasedLocker(req.Unreleased)
+	r.locker, r.lease, r.back, r.unrel = g.locker, g.lease, g, req.Unreleased
 	r.run = func(ctx context.Context) outcome {
 		res, err := p.pr.Unlock(ctx, cfg, req)
 		return outcome{res: res, err: err}
@@ -639,7 +635,7 @@ func (p *proc) sendGiveBack(g giveBack) {
 // try, naming it while it goes on.
 func (p *proc) retryRelease(t *tenure) {
 	p.unreleased++
-	p.retried = t
+	p.retried = append(p.retried, t)
 	p.sendGiveBack(giveBack{locker: t.locker, lease: t.lease, until: p.w.now().Add(t.lease), release: t})
 }
 
@@ -663,9 +659,7 @@ func (p *proc) onGiveBack(r *request, out outcome) {
 		return
 	}
 	p.w.checkRetryTold(p, r, out)
-	if p.retried == t {
-		p.retried = nil
-	}
+	p.retried = slices.DeleteFunc(p.retried, func(r *tenure) bool { return r == t })
 	p.queued = true
 	p.left()
 }
@@ -947,7 +941,7 @@ func (p *proc) onTake(r *request, out outcome) {
 func (p *proc) canonical() string {
 	now := p.w.now()
 	s := fmt.Sprintf("%s/%v/%v/%d/%v/%v/%v/%v/%v/%d/%v;", p.name, p.phase, p.queued, len(p.waiters), p.owner != nil, p.dead, p.closed, p.tryer, p.attempt != nil,
-		p.unreleased, p.retried != nil)
+		p.unreleased, len(p.retried))
 	if t := p.ten; t != nil {
 		s += fmt.Sprintf("t%v/%v/%d/%v;", t.until.Sub(now).Milliseconds(), t.lease, t.end-t.next, t.over)
 	}

@@ -79,8 +79,8 @@ type request struct {
 	// listening: with wait or next, the request says its process counts itself heard on its
 	// channel (processor.LockRequest.Listening)
 	listening bool
-	back      giveBack // a give-back, or a try of a release retried
-	unrel     string   // the release retried it names (processor.Unreleased)
+	back      giveBack               // a give-back, or a try of a release retried
+	unrel     []processor.Unreleased // the releases retried it names
 	// rerun says a release of the tenure it releases (the first or a try) ran before Redis ran it
 	rerun bool
 	bare  bool // a release that names no origin (proc.originOnRelease)
@@ -252,8 +252,10 @@ func (w *world) reached(r *request, prior string) {
 		return
 	}
 	holder, _ := w.be.client().Get(context.Background(), w.cfg.UniqueKey()).Result()
-	if _, ended := w.ended[r.unrel]; r.unrel != "" && holder != r.unrel && !ended {
-		w.reach.UnreleasedLost++
+	for _, u := range r.unrel {
+		if _, ended := w.ended[u.Locker]; holder != u.Locker && !ended {
+			w.reach.UnreleasedLost++
+		}
 	}
 	switch r.purpose {
 	case pAsk, pTry, pExpand, pExtend, pTake:
