@@ -2497,100 +2497,70 @@ func TestMultiLockTryLockReturnsTheRedisFailureOfItsRenewal(t *testing.T) {
 	}
 }
 
-// A TryLock of a MultiLock whose first part is lost while the second is taken (its renewals
-// failed in Redis and its lease ran out: the loss wraps the renewal's *RedisProcessError)
-// reports the parts not obtained, false with a nil error, as its doc says: it returns a Redis
-// failure only of the renewal it sends itself.
-func TestMultiLockTryLockOfAPartLostAsItTakesTheNextReportsNotObtained(t *testing.T) {
-	const lease = time.Second
-	c := srv.Client()
-	preload(t, c)
-	var armed atomic.Bool
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if !armed.Load() || len(cmd.Args()) < 4 {
-			return next(ctx, cmd)
-		}
-		k := fmt.Sprint(cmd.Args()[3])
-		switch processor.ScriptName(cmd.Args()) {
-		case "lock":
-			if strings.HasSuffix(k, "-b") {
-				time.Sleep(1500 * time.Millisecond) // the first part's lease (600 ms) runs out meanwhile
-			}
-		case "renew":
-			if strings.HasSuffix(k, "-a") {
-				err := errors.New("connection refused (injected)")
-				cmd.SetErr(err)
-				return err
-			}
-		}
-		return next(ctx, cmd)
-	}})
-	g := genOn(t, c, dlock.WithDefaultLease(lease))
-	tg := target(t)
-	m, err := g.Multi(mustGen(t, g, "TRYLOST", tg+"-a", 600*time.Millisecond), mustGen(t, g, "TRYLOST", tg+"-b", 3*lease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t, 10*time.Second)
-	armed.Store(true)
-	o, ok, err := m.TryLock(ctx)
-	armed.Store(false)
-	if ok || o != nil || err != nil {
-		t.Fatalf("TryLock = %v, %v, %v; want false, nil (its doc: a part it took was lost before it had the rest)", o, ok, err)
-	}
-}
-
-// A TryLock of a MultiLock whose first part lapses during the renewal TryLock sends itself
-// (taking the second used up more than half the first's lease, and the renewal got no answer
-// before the lease ran out: Extend reports the loss joined with the renewal's
-// *RedisProcessError) reports the parts not obtained, false with a nil error: the part was lost
-// before TryLock had the rest, which outweighs the failure of its renewal.
-func TestMultiLockTryLockOfAPartLapsingInItsRenewalReportsNotObtained(t *testing.T) {
-	const lease = 2 * time.Second
-	c := srv.Client()
-	preload(t, c)
-	var armed atomic.Bool
-	var renewals atomic.Int32
-	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if !armed.Load() || len(cmd.Args()) < 4 {
-			return next(ctx, cmd)
-		}
-		k := fmt.Sprint(cmd.Args()[3])
-		switch processor.ScriptName(cmd.Args()) {
-		case "lock":
-			if strings.HasSuffix(k, "-b") {
-				time.Sleep(lease * 6 / 10) // the first part has less than half its lease left
-			}
-		case "renew":
-			if strings.HasSuffix(k, "-a") {
-				// No answer until the renewal is given up (its bound is the lease's end), then
-				// a Redis failure: the renewal fails only after the holding has lapsed.
-				renewals.Add(1)
-				select {
-				case <-ctx.Done():
-				case <-time.After(5 * lease):
+// A TryLock of a MultiLock whose first part is lost before it has the second reports the parts
+// not obtained, false with a nil error, as its doc says: it returns a Redis failure only of the
+// renewal it sends itself, and a loss outweighs that failure. The part is lost while the second
+// is taken (its renewals failed in Redis and its lease ran out: the loss wraps a renewal's
+// *RedisProcessError), or lapses during the renewal TryLock sends itself (taking the second used
+// up more than half the first's lease, and the renewal got no answer before the lease ran out:
+// Extend reports the loss joined with the renewal's *RedisProcessError).
+func TestMultiLockTryLockOfAPartLostBeforeItHasTheRestReportsNotObtained(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		leaseA     time.Duration // the first part's lease
+		takeB      time.Duration // how long the second part's take is held up
+		unanswered bool          // the first part's renewals get no answer until given up, else fail at once
+	}{
+		{"lost as it takes the next", 600 * time.Millisecond, 1500 * time.Millisecond, false},
+		{"lapsing in its own renewal", 2 * time.Second, 1200 * time.Millisecond, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := srv.Client()
+			preload(t, cl)
+			var armed atomic.Bool
+			var renewals atomic.Int32
+			cl.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !armed.Load() || len(cmd.Args()) < 4 {
+					return next(ctx, cmd)
 				}
-				err := errors.New("connection refused (injected)")
-				cmd.SetErr(err)
-				return err
+				k := fmt.Sprint(cmd.Args()[3])
+				switch processor.ScriptName(cmd.Args()) {
+				case "lock":
+					if strings.HasSuffix(k, "-b") {
+						time.Sleep(c.takeB)
+					}
+				case "renew":
+					if strings.HasSuffix(k, "-a") {
+						renewals.Add(1)
+						if c.unanswered { // (its bound is the lease's end: it fails after the holding lapsed)
+							select {
+							case <-ctx.Done():
+							case <-time.After(5 * c.leaseA):
+							}
+						}
+						err := errors.New("connection refused (injected)")
+						cmd.SetErr(err)
+						return err
+					}
+				}
+				return next(ctx, cmd)
+			}})
+			g := genOn(t, cl, dlock.WithDefaultLease(c.leaseA))
+			tg := uniqueTarget(t)
+			m, err := g.Multi(mustGen(t, g, "TRYLOST", tg+"-a", c.leaseA), mustGen(t, g, "TRYLOST", tg+"-b", 6*time.Second))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return next(ctx, cmd)
-	}})
-	g := genOn(t, c, dlock.WithDefaultLease(lease))
-	tg := uniqueTarget(t)
-	m, err := g.Multi(mustGen(t, g, "TRYLAPSE", tg+"-a", lease), mustGen(t, g, "TRYLAPSE", tg+"-b", 3*lease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t, 10*lease)
-	armed.Store(true)
-	o, ok, err := m.TryLock(ctx)
-	armed.Store(false)
-	if ok || o != nil || err != nil {
-		t.Fatalf("TryLock = %v, %v, %v; want false, nil (its doc: a part it took was lost before it had the rest)", o, ok, err)
-	}
-	if renewals.Load() == 0 {
-		t.Fatal("no renewal of the first part was sent")
+			ctx := ctxT(t, 20*time.Second)
+			armed.Store(true)
+			o, ok, err := m.TryLock(ctx)
+			armed.Store(false)
+			if ok || o != nil || err != nil {
+				t.Fatalf("TryLock = %v, %v, %v; want false, nil (its doc: a part it took was lost before it had the rest)", o, ok, err)
+			}
+			if c.unanswered && renewals.Load() == 0 {
+				t.Fatal("no renewal of the first part was sent")
+			}
+		})
 	}
 }
