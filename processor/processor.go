@@ -172,7 +172,7 @@ type LockRequest struct {
 // newer acquisition's release, yield or leave, or an operator's removal of a newer holding,
 // settled it: its holder learns of the loss.
 type Unreleased struct {
-	Locker string // the holding's locker ("" for none)
+	Locker string // the holding's locker (one of the request's owner, with its number: "" is refused, ErrInvalidConfig)
 	Origin uint64 // the first token it was taken with (0 if unknown)
 }
 

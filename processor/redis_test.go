@@ -2029,8 +2029,8 @@ func TestForcedRemembersTheNewestFourLockersOfItsOwner(t *testing.T) {
 // Removed lockers whose releases their process retries (every request of the process names
 // each of them: Unreleased) stay among the remembered ones however many newer holdings of the
 // process are removed meanwhile: each newer holding began with a request that named them, which
-// makes them the newest again; their releases then answer gone, not settled. Two such releases
-// at once are both kept.
+// makes them the newest again; their releases then answer gone, not settled. Three such
+// releases at once (FORCED_KEPT - 1: each newer removal takes a place too) are all kept.
 func TestForcedKeepsTheRetriedLockersPastNewerRemovals(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
@@ -2049,8 +2049,8 @@ func TestForcedKeepsTheRetriedLockersPastNewerRemovals(t *testing.T) {
 			}
 			return l, r.Origin
 		}
-		for _, what := range []string{"the first retried holding's take", "the second retried holding's take"} {
-			l, origin := take(what)
+		for i := range 3 {
+			l, origin := take(fmt.Sprintf("retried holding %d's take", i))
 			u = append(u, processor.Unreleased{Locker: l, Origin: origin})
 		}
 		for i := range 6 {
