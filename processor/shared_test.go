@@ -1430,7 +1430,7 @@ func TestSharedReplacingTakeOfAsManyPermitsTellsNobody(t *testing.T) {
 // Permits that came free when a holding's lease ran out are told to the line by whatever
 // request notices it first, of any kind.
 func TestSharedFreedPermitsAreToldByAnyRequest(t *testing.T) {
-	short, err := domain.NewDLockConfig("PROC", "x", 150*time.Millisecond)
+	short, err := domain.NewDLockConfig("PROC", "x", 500*time.Millisecond) // (long enough that B- stands in line before it runs out, on a loaded machine too)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1557,9 +1557,12 @@ func keysOutlive(t *testing.T, c *redis.Client, lc domain.DLockConfig, step stri
 	t.Helper()
 	ctx := context.Background()
 	keys := processor.SharedKeys(lc)
-	// One snapshot, taken by Redis at one instant: its clock (ms), then each key's remaining
-	// life (-2 when absent). Read one by one, a busy machine could spend the slack between the
-	// reads and fail a key that was right.
+	// One snapshot, taken by Redis in one script: each key's remaining life (-2 when absent) and
+	// its clock (ms) read after them. Read one by one, a busy machine could spend the slack
+	// between the reads and fail a key that was right. Within the script, too, Redis 7.0 counts
+	// PTTL from the moment it runs: a server descheduled between a TIME read first and the PTTLs
+	// (for 130 ms, once, on a loaded machine) would shorten every life against the marks' need.
+	// With the clock read last, a life is never counted from an instant later than the clock's.
 	snap, err := keysLives.Run(ctx, c, keys).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -1588,12 +1591,16 @@ func keysOutlive(t *testing.T, c *redis.Client, lc domain.DLockConfig, step stri
 	}
 }
 
-// keysLives returns the server clock in ms, then the remaining life of each of KEYS in ms.
-var keysLives = redis.NewScript(`local t = redis.call('time')
-local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+// keysLives returns the server clock in ms, then the remaining life of each of KEYS in ms: the
+// clock read after the lives (Redis 7.2 counts PTTL from the script's start, 7.0 from each
+// call; either way no later than the clock), so that a stall between the reads can only
+// lengthen a life against the clock, never fail a key that was right.
+var keysLives = redis.NewScript(`local out = {0}
 for i, k in ipairs(KEYS) do
     out[i + 1] = redis.call('pttl', k)
 end
+local t = redis.call('time')
+out[1] = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return out`)
 
 // A copy of a take that was answered renews the holding it finds.
