@@ -64,6 +64,9 @@ type Flaws struct {
 	// GrantFromArrival counts a granted lease from the grant message's arrival, not from the
 	// process's last request that showed it waiting plus Redis's time from it to the grant.
 	GrantFromArrival bool
+	// NewestRetriedOnly names only the newest release retried in a request, as one slot did
+	// before processor.Unreleased was a list: an older retry of another holding is not named.
+	NewestRetriedOnly bool
 }
 
 // Report is what a run found.

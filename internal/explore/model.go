@@ -596,6 +596,9 @@ func (p *proc) unreleasedOf(t *tenure) []processor.Unreleased {
 			u = append(u, processor.Unreleased{Locker: r.locker, Origin: r.origin})
 		}
 	}
+	if p.w.opt.Flaws.NewestRetriedOnly && len(u) > 1 {
+		u = u[len(u)-1:]
+	}
 	return u
 }
 
