@@ -311,7 +311,9 @@ func TestForceReleaseOfAWaitingAttemptLeavesItsTurn(t *testing.T) {
 	for _, answer := range []time.Duration{0, 1500 * time.Millisecond} {
 		t.Run(fmt.Sprintf("the force answered after %v", answer), func(t *testing.T) {
 			ga, cla := newGen(t)
-			gb, _ := newGen(t)
+			// (b's holding must not run out: a loaded machine may renew a lease of a second
+			// late, and the key left free would go to whichever waiter asks first, c perhaps)
+			gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
 			gc, _ := newGen(t)
 			var mu sync.Mutex
 			var takes []string // the lockers of a's takes, in order

@@ -1476,6 +1476,11 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	lh := mustGen(t, gh, "BACKLINE", tg, lease)
 	ctx := ctxT(t, 60*time.Second)
 	unlockH := holderProcess(t, "BACKLINE", tg, lease)
+	held := stateOf(t, lh).Holder
+	// A stall of the whole machine may still let the holder's lease run out: the key is then
+	// free, and whichever waiter asks first takes it, out of the line's order. Nothing is
+	// judged then (the test is skipped at its end).
+	lost := func() bool { st, err := lh.State(ctx); return err == nil && st.Holder != held }
 	// what each process in line is told on its channel: the grants to check below
 	sub := rawClient(t).PSubscribe(ctx, "{"+key(lh)+"}:released:*")
 	defer sub.Close()
@@ -1509,13 +1514,16 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		got[i] = lockAsync(t, locks[i], ctx)
 		waitFor(t, func() bool {
 			st, _ := lh.State(ctx)
+			if st.Holder != held {
+				return true // (lost: see above)
+			}
 			if len(st.Waiting) != i+1 {
 				return false
 			}
 			names[i] = st.Waiting[i]
 			return true
 		})
-		waitFor(t, func() bool { return g.Subscribed() == 1 && g.Confirmed() >= 1 })
+		waitFor(t, func() bool { return g.Subscribed() == 1 && g.Confirmed() >= 1 || lost() })
 	}
 	time.Sleep(lease / 2) // each has asked since its subscription was confirmed: Redis hears it
 	var before [waiters]int64
@@ -1526,7 +1534,7 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 	time.Sleep(3 * lease)
 	elapsed := time.Since(start)
 	entryPace := 2 * time.Second / 3 // a third of the entry's life (processor.EntryTTL: 2 s)
-	for i := 1; i < waiters; i++ {
+	for i := 1; i < waiters && !lost(); i++ {
 		pace := entryPace // (further back than second: backPace at the most, the same)
 		if i == 1 {
 			pace = lease * 3 / 4 // the holder's renewals
@@ -1538,7 +1546,7 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		}
 	}
 	t.Logf("asks in %v: first %d, then %d and %d", elapsed, asks[0].Load()-before[0], asks[1].Load()-before[1], asks[2].Load()-before[2])
-	for i := 1; i < waiters; i++ {
+	for i := 1; i < waiters && !lost(); i++ {
 		// and between its asks its poller sleeps: it polls next when its next ask is due, a
 		// third of its entry's life after its last answer (the second: as the holder's key it
 		// saw could expire, if sooner), not every sixth of the lease. (Looked at until seen so,
@@ -1557,7 +1565,10 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 			t.Errorf("process %d in line polls next %v after its last answer (%v), want between %v and %v", i+1, after, ok, lo, hi)
 		}
 	}
-	if err := unlockH(); err != nil {
+	wasLost := lost()
+	if err := unlockH(); errors.Is(err, dlock.ErrLockLost) {
+		wasLost = true
+	} else if err != nil {
 		t.Fatalf("the holder process: %v", err)
 	}
 	for range waiters {
@@ -1577,6 +1588,9 @@ func TestProcessesBackInLineAskSeldom(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the waiters were not all served")
 		}
+	}
+	if wasLost {
+		t.Skip("the holder process's 600 ms lease ran out on a loaded machine: the waiters were served, in no order to judge")
 	}
 	for want := range waiters {
 		if i := <-order; i != want {
@@ -3290,17 +3304,26 @@ func TestProcessesWithoutNotificationsBackInLineAskSeldomBehindAShortLease(t *te
 		asks[i] = countScript(c, "lock")
 		ls[i] = mustGen(t, g, "BACKNONOTE", tg, 6*time.Second) // (a sixth: 1 s)
 		got[i] = lockAsync(t, ls[i], ctx)
-		waitFor(t, func() bool { st, _ := lh.State(ctx); return len(st.Waiting) == i+1 })
+		// (A holding of the short lease lost under load leaves the key to a waiter: the line
+		// is then shorter than the test needs, and the count below would be of no short lease.)
+		waitFor(t, func() bool { st, _ := lh.State(ctx); return len(st.Waiting) == i+1 || h.Err() != nil })
 	}
-	before := asks[waiters-1].Load()
-	start := time.Now()
-	time.Sleep(3 * time.Second)
-	elapsed := time.Since(start)
-	n := asks[waiters-1].Load() - before
-	t.Logf("the third in line asked %d times in %v (first %d, second %d in all)", n, elapsed, asks[0].Load(), asks[1].Load())
-	// (one a backPace, and three more for the edges and a renewal run late under load)
-	if bound := 3 + int64(elapsed/(2*time.Second/3)); n > bound {
-		t.Errorf("the third process in line, without notifications, asked %d times in %v behind a 300 ms lease, want at most %d", n, elapsed, bound)
+	// (Err counts the holding lost once its lease ran out by this process's clock.)
+	skip := h.Err() != nil
+	if !skip {
+		before := asks[waiters-1].Load()
+		start := time.Now()
+		time.Sleep(3 * time.Second)
+		elapsed := time.Since(start)
+		n := asks[waiters-1].Load() - before
+		t.Logf("the third in line asked %d times in %v (first %d, second %d in all)", n, elapsed, asks[0].Load(), asks[1].Load())
+		// (one a backPace, and three more for the edges and a renewal run late under load;
+		// a count that the holder's loss may have raised, the third moving up, is not judged)
+		if bound := 3 + int64(elapsed/(2*time.Second/3)); n > bound {
+			if skip = h.Err() != nil; !skip {
+				t.Errorf("the third process in line, without notifications, asked %d times in %v behind a 300 ms lease, want at most %d", n, elapsed, bound)
+			}
+		}
 	}
 	if err := lh.Unlock(h); err != nil && !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatal(err)
@@ -3320,6 +3343,9 @@ func TestProcessesWithoutNotificationsBackInLineAskSeldomBehindAShortLease(t *te
 			st, err := lh.State(context.Background())
 			t.Fatalf("a waiter was not served, or its Unlock failed (holder %q, waiting %q, %v)", st.Holder, st.Waiting, err)
 		}
+	}
+	if skip {
+		t.Skipf("the holder's 300 ms lease ran out on a loaded machine (%v): nothing was counted behind it", context.Cause(h))
 	}
 }
 

@@ -57,8 +57,15 @@ func TestFailedReleaseOfALongHoldIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2*lease + 100*time.Millisecond) // held (and renewed) for more than two leases
-	var fails atomic.Int32
+	var fails, answered atomic.Int32
 	fails.Store(2) // the release and the first give-back fail; Redis is fine afterwards
+	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !scriptIs("release")(cmd.Args()) || fails.Load() > 0 {
+			return next(ctx, cmd)
+		}
+		defer answered.Add(1) // (a release that Redis ran)
+		return next(ctx, cmd)
+	}})
 	ca.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		if scriptIs("release")(cmd.Args()) && fails.Add(-1) >= 0 {
 			err := errors.New("dial tcp: connection refused (injected)")
@@ -69,13 +76,18 @@ func TestFailedReleaseOfALongHoldIsRetried(t *testing.T) {
 	}})
 	err = la.Unlock(o)
 	t.Logf("Unlock: %v", err)
-	time.Sleep(lease / 3) // several retry intervals (lease/10)
+	if errors.Is(err, dlock.ErrLockLost) {
+		t.Skipf("the 300 ms lease ran out on a loaded machine before the release: nothing to retry")
+	}
+	// The retry comes within a few retry intervals (lease/10); a loaded machine may send it
+	// later, and the key expiring meanwhile must not pass for it: wait for it to have run.
+	waitFor(t, func() bool { return answered.Load() > 0 })
 	admin := srv.Client()
 	defer admin.Close()
 	n, _ := admin.Exists(ctx, la.Config().UniqueKey()).Result()
 	pttl, _ := admin.PTTL(ctx, la.Config().UniqueKey()).Result()
 	if n != 0 {
-		t.Fatalf("the key is still held %v after a release that failed once; it expires in %v (no retry)", lease/3, pttl)
+		t.Fatalf("the key is still held after a retried release; it expires in %v", pttl)
 	}
 }
 
