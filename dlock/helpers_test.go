@@ -1923,3 +1923,43 @@ func replyList(cmd redis.Cmder) ([]any, bool) {
 	l, ok := v.([]any)
 	return l, ok
 }
+
+// redisView describes, for a failure's message, what Redis holds for the lock key lk (every key
+// named after it: value, or type, and PTTL) and Redis's clock against token, the fencing token
+// of a holding taken at took (by this process's clock): a token taken from the server's clock
+// (no counter ahead of it) is that clock in µs as it ran the take.
+func redisView(c *redis.Client, lk string, token uint64, took time.Time) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	since := time.Since(took)
+	var b strings.Builder
+	if now, err := c.Time(ctx).Result(); err != nil {
+		fmt.Fprintf(&b, "TIME: %v\n", err)
+	} else {
+		us := uint64(now.UnixMicro())
+		fmt.Fprintf(&b, "server TIME %d µs; token %d; server clock since the token %v; this process's clock since the Lock returned %v\n",
+			us, token, time.Duration(int64(us)-int64(token))*time.Microsecond, since)
+	}
+	keys, err := c.Keys(ctx, "*"+lk+"*").Result()
+	if err != nil {
+		fmt.Fprintf(&b, "KEYS: %v\n", err)
+	}
+	if len(keys) == 0 {
+		b.WriteString("no key named after the lock\n")
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		typ := c.Type(ctx, k).Val()
+		v := "<" + typ + ">"
+		switch typ {
+		case "string":
+			v = c.Get(ctx, k).Val()
+		case "hash":
+			v = fmt.Sprint(c.HGetAll(ctx, k).Val())
+		case "zset":
+			v = fmt.Sprint(c.ZRangeWithScores(ctx, k, 0, -1).Val())
+		}
+		fmt.Fprintf(&b, "%s = %q (PTTL %v)\n", k, v, c.PTTL(ctx, k).Val())
+	}
+	return b.String()
+}
