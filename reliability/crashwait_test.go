@@ -24,7 +24,7 @@ import (
 // (A release that runs before Redis sees the connection close grants it the key, which then
 // waits out its lease: what a crashed holder costs.)
 func TestCrashedWaiterCostsAtMostALease(t *testing.T) {
-	const lease = time.Second // (the holder renews with 250 ms to spare on a loaded machine; the dead entry lives 2 s)
+	const lease = time.Second // the waiting processes' (the dead entry lives 2 s)
 	for _, tc := range []struct {
 		name  string
 		pause time.Duration // between the kill and the release
@@ -33,7 +33,10 @@ func TestCrashedWaiterCostsAtMostALease(t *testing.T) {
 			s := realServer(t)
 			ga, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
 			gb, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
-			la, _ := ga.Gen("HOLD", "crashwait")
+			// The holder's lease is long: its holding must outlast the helper's start and the
+			// waits below on a loaded machine, where a renewal of a short lease may come after
+			// the lease ran out and leave the key free to whichever process asks first.
+			la, _ := ga.GenWithLease("HOLD", "crashwait", 30*time.Second)
 			lb, _ := gb.Gen("HOLD", "crashwait")
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -117,7 +120,9 @@ func waitUntil(t *testing.T, cond func() bool) {
 // entry's life later (here 40 s: its lease is 2 minutes), which is what a process further back
 // behind a dead first one waited before.
 func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
-	const lease = time.Second // (the holder renews with 250 ms to spare on a loaded machine; the dead entry lives 2 s)
+	// The holder's renewals have 750 ms to spare: a loaded machine may run them late, and a
+	// holding that ran out before the kill left the key to a waiter, whichever asked first.
+	const lease, waiterLease = 3 * time.Second, time.Second // (the dead entry lives 2 s)
 	s := realServer(t)
 	gb, _ := generator(t, s.Addr)
 	lb, _ := gb.GenWithLease("HOLD", "crashboth", 2*time.Minute)
@@ -131,7 +136,7 @@ func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
 		for hout.Scan() {
 		}
 	}()
-	waiter, wout := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashboth"})
+	waiter, wout := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": waiterLease.String(), "TARGET": "crashboth"})
 	expectLine(t, wout, "waiting")
 	var first string
 	waitUntil(t, func() bool {
@@ -165,7 +170,7 @@ func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("the process second in line did not get the key within 20 s of the holder's death (lease %v)", lease)
+		t.Fatalf("the process second in line did not get the key within 20 s of the holder's death (holder's lease %v)", lease)
 	}
 	t.Logf("FIGURE crashed_first_and_holder: the second in line got the key %v after both were killed (holder's lease %v)", time.Since(killed).Round(time.Millisecond), lease)
 }
@@ -175,7 +180,8 @@ func TestCrashedFirstWaiterAndHolderCostTheHoldersLease(t *testing.T) {
 // It takes the key once the holder's lease runs out, as the second in line does behind one dead
 // waiter — not a third of its own entry's life later (here 40 s: its lease is 2 minutes).
 func TestCrashedHolderAndFirstTwoWaitersCostTheHoldersLease(t *testing.T) {
-	const lease = time.Second // (the holder renews with 250 ms to spare on a loaded machine)
+	// (the holder renews with 750 ms to spare on a loaded machine: see above)
+	const lease, waiterLease = 3 * time.Second, time.Second
 	s := realServer(t)
 	gb, _ := generator(t, s.Addr)
 	lb, _ := gb.GenWithLease("HOLD", "crashthree", 2*time.Minute)
@@ -192,7 +198,7 @@ func TestCrashedHolderAndFirstTwoWaitersCostTheHoldersLease(t *testing.T) {
 	want := processor.WantKey(lb.Config())
 	killed := []*exec.Cmd{holder}
 	for n := 1; n <= 2; n++ {
-		waiter, wout := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "crashthree"})
+		waiter, wout := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": waiterLease.String(), "TARGET": "crashthree"})
 		expectLine(t, wout, "waiting")
 		killed = append(killed, waiter)
 		var waiting []string
@@ -237,7 +243,7 @@ func TestCrashedHolderAndFirstTwoWaitersCostTheHoldersLease(t *testing.T) {
 // takes the key once the holder's lease runs out, as a listening one does — not a sixth of its
 // own lease later (here 20 s: its lease is 2 minutes).
 func TestCrashedHolderCostsAWaiterWithoutNotificationsTheHoldersLease(t *testing.T) {
-	const lease = time.Second // (the holder renews with 250 ms to spare on a loaded machine)
+	const lease = 3 * time.Second // (the holder renews with 750 ms to spare on a loaded machine: see above)
 	s := realServer(t)
 	gb, _ := generator(t, s.Addr, dlock.WithNotifications(false))
 	lb, _ := gb.GenWithLease("HOLD", "crashquiet", 2*time.Minute)

@@ -20,7 +20,9 @@ import (
 // waiting for all the permits, one reader), and nothing of it is left in line.
 func TestKilledHolderOfTheLockFamily(t *testing.T) {
 	s := realServer(t)
-	const lease = 500 * time.Millisecond
+	// (A loaded machine may run the helper's renewals late or not at all for a while: its
+	// lease leaves it 750 ms to spare, so that the key is still held at the check below.)
+	const lease = 3 * time.Second
 	target := "killed-" + time.Now().Format("150405.000000")
 	cmd, out := helper(t, "family", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
 	expectLine(t, out, "held")
@@ -67,7 +69,10 @@ func TestKilledWaiterOfTheLockFamily(t *testing.T) {
 	s := realServer(t)
 	const lease = time.Minute // the killed process's: its entries live that long
 	target := "killedwaiter-" + time.Now().Format("150405.000000")
-	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(600*time.Millisecond))
+	// The holder's lease is long: its holdings must outlast the helper's start and the waits
+	// below on a loaded machine (a short one's renewal may come after it ran out, and the
+	// permit and the read side go to whichever process asks first).
+	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
 	sem, rw, err := familyOf(g, target)
 	if err != nil {
 		t.Fatal(err)
@@ -152,11 +157,14 @@ func TestKilledWaiterOfTheLockFamily(t *testing.T) {
 // lease later (here 20 s: its lease is 2 minutes).
 func TestKilledHolderAndFirstWaiterOfTheLockFamilyCostTheHoldersLease(t *testing.T) {
 	s := realServer(t)
-	const lease = time.Second
+	// The holder's renewals have 750 ms to spare: a loaded machine may run them late, and
+	// holdings that ran out before the kill left the permits and the write side to the first
+	// waiter, alive then. (The waiter's lease is a second: its entries live 2 s.)
+	const lease, waiterLease = 3 * time.Second, time.Second
 	target := "killedboth-" + time.Now().Format("150405.000000")
 	holder, hout := helper(t, "family", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
 	expectLine(t, hout, "held")
-	waiter, wout := helper(t, "familywaiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": target})
+	waiter, wout := helper(t, "familywaiter", map[string]string{"ADDR": s.Addr, "LEASE": waiterLease.String(), "TARGET": target})
 	expectLine(t, wout, "waiting")
 	g, _ := generator(t, s.Addr, dlock.WithDefaultLease(2*time.Minute))
 	sem, rw, err := familyOf(g, target)

@@ -96,8 +96,10 @@ func TestStoppedGranteeDoesNotTakeAnExpiredGrant(t *testing.T) {
 	s := realServer(t)
 	const lease = time.Second
 	cmd, out := helper(t, "waiter", map[string]string{"ADDR": s.Addr, "LEASE": lease.String(), "TARGET": "grantee"})
-	gA, cA := generator(t, s.Addr, dlock.WithDefaultLease(lease))
-	// The third process's lease is long: its holding must outlast the checks below.
+	// The first holder's lease is long: its holding must outlast the helper's start and the
+	// stops below on a loaded machine (the grant's lease is the helper's, not its). So is the
+	// third process's: its holding must outlast the checks below.
+	gA, cA := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
 	gC, _ := generator(t, s.Addr, dlock.WithDefaultLease(30*time.Second))
 	lA, _ := gA.Gen("HOLD", "grantee")
 	lC, _ := gC.Gen("HOLD", "grantee")

@@ -113,8 +113,10 @@ func TestAuthEndToEnd(t *testing.T) {
 				tg := target(t)
 				dir := t.TempDir()
 
-				// lock holds it and names its holder; status shows that holder.
-				p := start(t, env, append(append([]string{"lock"}, flags...), "--lease", "2s", "CLI", tg)...)
+				// lock holds it and names its holder; status shows that holder. (A lease of
+				// seconds: a stall of the loaded machine does not lose it before the release
+				// --force below, which would let exec -n have it.)
+				p := start(t, env, append(append([]string{"lock"}, flags...), "--lease", "4s", "CLI", tg)...)
 				line := waitLine(t, p)
 				f := holdingLine(t, line)
 				if f["DLOCK_KEY"] != "DLOCK_CLI_"+tg || f["DLOCK_HOLDER"] == "" {

@@ -249,7 +249,9 @@ func TestExecWaitThroughAnOutageIsTold(t *testing.T) {
 	dir, tg := t.TempDir(), target(t)
 	killLater(t, filepath.Join(dir, "pids"))
 	script := fmt.Sprintf("echo $$ > %[1]s/pids; touch %[1]s/ready; while :; do sleep 0.02; done", dir)
-	a := start(t, nil, "exec", "--redis", s.Addr, "--lease", "1s", "CLI", tg, "--", "sh", "-c", script)
+	// (A lease of seconds: a stall of the loaded machine does not lose it before the outage,
+	// which would leave the key to the second exec.)
+	a := start(t, nil, "exec", "--redis", s.Addr, "--lease", "4s", "CLI", tg, "--", "sh", "-c", script)
 	waitFile(t, filepath.Join(dir, "ready"))
 	ran := filepath.Join(dir, "b-ran")
 	b := start(t, nil, "exec", "--redis", s.Addr, "--timeout", "1s", "CLI", tg, "--", "touch", ran)
@@ -326,8 +328,9 @@ func TestExecLostTerm(t *testing.T) {
 echo $$ > %[1]s/pids
 touch %[1]s/ready
 while :; do sleep 0.02; done`, dir)
-	// A long grace: dlock ending proves the command heeded SIGTERM.
-	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "1s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
+	// A long grace: dlock ending proves the command heeded SIGTERM. (A lease of seconds: a
+	// stall of the loaded machine does not lose it before the release --force below.)
+	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "4s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
 	waitFile(t, filepath.Join(dir, "ready"))
 	holder := lockStatusOf(t, tg).Holder
 
@@ -362,7 +365,9 @@ while :; do sleep 0.02; done`, dir)
 		t.Fatal(err)
 	}
 	r.Close() // nobody reads dlock's standard error
-	cmd := exec.Command(bin, "exec", "--redis", srv.Addr, "--lease", "1s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
+	// (A lease of seconds: a stall of the loaded machine does not lose it before the release
+	// --force below.)
+	cmd := exec.Command(bin, "exec", "--redis", srv.Addr, "--lease", "4s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
 	cmd.Stderr = w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -405,7 +410,8 @@ sleep 60 &
 echo $! >> %[1]s/pids
 touch %[1]s/ready
 wait`, dir)
-	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "1s", "--grace", "300ms", "CLI", tg, "--", "sh", "-c", script)
+	// (A lease of seconds: a stall of the loaded machine does not lose it before the DEL below.)
+	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "4s", "--grace", "300ms", "CLI", tg, "--", "sh", "-c", script)
 	waitFile(t, filepath.Join(dir, "ready"))
 	pids := readPIDs(t, filepath.Join(dir, "pids"))
 	if len(pids) != 2 {

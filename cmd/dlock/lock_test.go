@@ -120,7 +120,9 @@ func TestLockScriptThatExitsEarlyReleases(t *testing.T) {
 func TestLockLost(t *testing.T) {
 	needReal(t)
 	tg := target(t)
-	p := start(t, nil, "lock", "--redis", srv.Addr, "--lease", "1s", "CLI", tg)
+	// (A lease of seconds: a stall of the loaded machine does not lose it before the release
+	// --force below.)
+	p := start(t, nil, "lock", "--redis", srv.Addr, "--lease", "4s", "CLI", tg)
 	f := holdingLine(t, waitLine(t, p))
 	r := runBin(t, nil, "release", "--force", "--holder", f["DLOCK_HOLDER"], "--redis", srv.Addr, "CLI", tg)
 	if r.code != 0 || !strings.Contains(r.stdout, "removed holder "+f["DLOCK_HOLDER"]) {
