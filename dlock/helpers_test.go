@@ -1963,3 +1963,30 @@ func redisView(c *redis.Client, lk string, token uint64, took time.Time) string 
 	}
 	return b.String()
 }
+
+// thirdAsksSeldom counts the asks of the last of the processes in line (asks, each one's
+// count) for three seconds behind h, a holding of a short lease (300 ms), and fails t when
+// they came at the holder's pace: one a backPace (667 ms), and three more for the edges and a
+// renewal run late under load. It returns true when h ran out (Err counts it lost once its
+// lease ran out by this process's clock) before the count, or during it with a count over the
+// bound: the last in line may have moved up, and nothing was counted behind a short lease.
+func thirdAsksSeldom(t *testing.T, asks []*atomic.Int64, h *dlock.Owner) (lost bool) {
+	t.Helper()
+	if h.Err() != nil {
+		return true
+	}
+	last := asks[len(asks)-1]
+	before := last.Load()
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	elapsed := time.Since(start)
+	n := last.Load() - before
+	t.Logf("the last in line asked %d times in %v (the others %d and %d in all)", n, elapsed, asks[0].Load(), asks[1].Load())
+	if bound := 3 + int64(elapsed/(2*time.Second/3)); n > bound {
+		if h.Err() != nil {
+			return true
+		}
+		t.Errorf("the last process in line asked %d times in %v behind a 300 ms lease, want at most %d", n, elapsed, bound)
+	}
+	return false
+}
