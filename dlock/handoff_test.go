@@ -3308,7 +3308,7 @@ func TestProcessesWithoutNotificationsBackInLineAskSeldomBehindAShortLease(t *te
 		// is then shorter than the test needs, and the count below would be of no short lease.)
 		waitFor(t, func() bool { st, _ := lh.State(ctx); return len(st.Waiting) == i+1 || h.Err() != nil })
 	}
-	skip := thirdAsksSeldom(t, asks[:], h)
+	skip := lastInLineAsksSeldom(t, asks[:], h)
 	if err := lh.Unlock(h); err != nil && !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatal(err)
 	}

@@ -1964,13 +1964,13 @@ func redisView(c *redis.Client, lk string, token uint64, took time.Time) string 
 	return b.String()
 }
 
-// thirdAsksSeldom counts the asks of the last of the processes in line (asks, each one's
+// lastInLineAsksSeldom counts the asks of the last of the processes in line (asks, each one's
 // count) for three seconds behind h, a holding of a short lease (300 ms), and fails t when
 // they came at the holder's pace: one a backPace (667 ms), and three more for the edges and a
 // renewal run late under load. It returns true when h ran out (Err counts it lost once its
 // lease ran out by this process's clock) before the count, or during it with a count over the
 // bound: the last in line may have moved up, and nothing was counted behind a short lease.
-func thirdAsksSeldom(t *testing.T, asks []*atomic.Int64, h *dlock.Owner) (lost bool) {
+func lastInLineAsksSeldom(t *testing.T, asks []*atomic.Int64, h *dlock.Owner) (lost bool) {
 	t.Helper()
 	if h.Err() != nil {
 		return true
