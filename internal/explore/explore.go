@@ -97,6 +97,9 @@ type Reach struct {
 	// hold it: the script must mark it removed as it settles it, so that the retry tells the
 	// loss.
 	UnreleasedLost int
+	// UnreleasedLostTogether counts those requests that named two or more such releases: the
+	// script must mark each removed, not only the newest.
+	UnreleasedLostTogether int
 	// CountsSetAgain counts copies of a semaphore's count change (RunShared) that an empty
 	// restart let set their count again: the known gap of SetPermits, exempt from the rule
 	// permits once.
@@ -159,8 +162,9 @@ func (e *Explorer) Close() { e.be.close() }
 //
 // The search is guided by the states it reaches, as a coverage-guided fuzzer is by the code
 // it covers: a schedule that reached states never seen before joins a corpus, and most new
-// schedules replay a prefix of one from the corpus and walk on at random from there. Schedule
-// i draws its choices from seed Seed+i, so a run is the same every time.
+// schedules replay a prefix of one from the corpus and walk on at random from there. One in
+// ten replays a seed situation (seedCorpus) whole, since a prefix cut short of one seldom
+// gets there. Schedule i draws its choices from seed Seed+i, so a run is the same every time.
 func (e *Explorer) Run(ctx context.Context, budget time.Duration, maxSchedules int) (Report, error) {
 	var rep Report
 	type entry struct {
@@ -178,7 +182,10 @@ func (e *Explorer) Run(ctx context.Context, budget time.Duration, maxSchedules i
 	for i := 0; (maxSchedules == 0 || i < maxSchedules) && time.Now().Before(until) && ctx.Err() == nil; i++ {
 		walk := rand.New(rand.NewPCG(e.opt.Seed+uint64(i), 0x9e3779b97f4a7c15))
 		seed, prefix := e.opt.Seed+uint64(i), []string(nil)
-		if len(corpus) > 0 && walk.IntN(10) < 6 {
+		switch x := walk.IntN(10); {
+		case x == 0: // a seed situation whole: a walk from a prefix cut short of it seldom gets there
+			prefix = seedCorpus[walk.IntN(len(seedCorpus))]
+		case x < 6 && len(corpus) > 0:
 			c := corpus[walk.IntN(len(corpus))]
 			prefix = c.keys[:walk.IntN(len(c.keys)+1)]
 			if c.seed != 0 {
@@ -195,6 +202,7 @@ func (e *Explorer) Run(ctx context.Context, budget time.Duration, maxSchedules i
 		rep.Reached.StaleOwnTakes += w.reach.StaleOwnTakes
 		rep.Reached.RenewalsOfRetaken += w.reach.RenewalsOfRetaken
 		rep.Reached.UnreleasedLost += w.reach.UnreleasedLost
+		rep.Reached.UnreleasedLostTogether += w.reach.UnreleasedLostTogether
 		if w.violation != nil {
 			rep.Violation = e.shrink(seed, w)
 			break
@@ -220,8 +228,9 @@ const maxCorpus = 2000
 // the take of a tenure its process counted lost, arriving as the process waits again; a copy
 // of a take arriving after an empty restart, and a renewal of its tenure after it; a release
 // lost, with its retry's first try, under a tenure an empty restart wiped, the process leaving
-// meanwhile (naming the release) and the retry trying again. Random
-// walks go on from their prefixes, each time in the swarm of the schedule that replays it.
+// meanwhile (naming the release) and the retry trying again; two such releases of one key
+// retried at once, as a newer take of the process runs. Random walks go on from their
+// prefixes, each time in the swarm of the schedule that replays it.
 var seedCorpus = func() [][]string {
 	hold := []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1", "the reply to A1 arrives"}
 	local := append([]string{"A: a goroutine calls Lock"}, hold...)
@@ -251,8 +260,16 @@ var seedCorpus = func() [][]string {
 	unreleased := cat(hold, []string{"Redis restarts empty"}, other, []string{"A: the owner unlocks, expecting to lock again (relock)",
 		"A2 is lost on the way", "the reply to A2 arrives", "A3 is lost on the way", "the reply to A3 arrives", "Redis runs A4",
 		"A: gives back pa-1 again", "Redis runs A5"})
+	// Two empty restarts each wipe a holding of A whose release goes unanswered, the older
+	// retry's first try lost too; A gives its first attempt back again and takes the key with a
+	// third, naming both retried releases.
+	twice := cat(hold, []string{"Redis restarts empty", "A: the owner unlocks", "A stops waiting for A2", "A2 is lost on the way",
+		"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A4", "the reply to A4 arrives",
+		"Redis restarts empty", "A: the owner unlocks", "A stops waiting for A5", "A5 is lost on the way",
+		"A stops waiting for A3", "A3 is lost on the way", "A: gives back pa-1 again",
+		"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A8"})
 	return [][]string{hold, local, cat(hold, other), cat(local, other), cat(local, limit), cat(local, other, limit),
-		cat(local, limit, check), lost, wiped, unreleased}
+		cat(local, limit, check), lost, wiped, unreleased, twice}
 }()
 
 // Replay plays one schedule again: the swarm of seed, and the choices keys.

@@ -1,7 +1,6 @@
 package explore_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/dlockgo/dlock/internal/explore"
@@ -45,55 +44,5 @@ func TestFoundDefectsStayMended(t *testing.T) {
 		if v != nil {
 			t.Errorf("%s:\n%v", s.Name, v)
 		}
-	}
-}
-
-// flawSchedules are schedules written by hand that show a flaw of the Go side put back, where
-// the random search seldom goes (none of 5 767 schedules in a minute found this one): each
-// breaks its rule with the flaw and keeps every invariant without it.
-var flawSchedules = []struct {
-	explore.Schedule
-	flaws explore.Flaws
-	rule  string
-}{{
-	// Two empty restarts wipe A's holdings pa-1 and pa-2, and neither release is answered:
-	// both are retried, pa-1's try sent again after the second restart. A takes the key with
-	// pa-3 and releases it, which settles every acquisition of A up to 3. Named in those two
-	// requests, pa-1 is marked removed and its retry answers gone; with only the newest retry
-	// named (pa-2), pa-1's retry answers settled, and its loss is never told.
-	Schedule: explore.Schedule{
-		Name: "two releases of one key retried at once, the older not named",
-		Seed: 1,
-		Steps: []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1", "the reply to A1 arrives",
-			"Redis restarts empty", "A: the owner unlocks", "A stops waiting for A2", "A2 is lost on the way",
-			"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A4", "the reply to A4 arrives",
-			"Redis restarts empty", "A: the owner unlocks", "A stops waiting for A5", "A5 is lost on the way",
-			"A stops waiting for A3", "A3 is lost on the way", "A: gives back pa-1 again",
-			"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A8", "the reply to A8 arrives",
-			"A: the owner unlocks", "Redis runs A9", "Redis runs A7", "the reply to A7 arrives"},
-	},
-	flaws: explore.Flaws{NewestRetriedOnly: true},
-	rule:  "loss told",
-}}
-
-// The rules catch each flaw on its schedule, which keeps every invariant without the flaw.
-func TestFlawsBreakTheirRuleOnTheirSchedule(t *testing.T) {
-	for _, s := range flawSchedules {
-		t.Run(s.Name, func(t *testing.T) {
-			v, _, err := explorer(t, explore.Options{}).Replay(s.Seed, s.Steps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v != nil {
-				t.Fatalf("without the flaw:\n%v", v)
-			}
-			v, trace, err := explorer(t, explore.Options{Flaws: s.flaws}).Replay(s.Seed, s.Steps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v == nil || v.Rule != s.rule {
-				t.Fatalf("with the flaw: violation %v, want one of rule %q; the schedule:\n%s", v, s.rule, strings.Join(trace, "\n"))
-			}
-		})
 	}
 }

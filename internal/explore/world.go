@@ -252,10 +252,15 @@ func (w *world) reached(r *request, prior string) {
 		return
 	}
 	holder, _ := w.be.client().Get(context.Background(), w.cfg.UniqueKey()).Result()
+	lost := 0
 	for _, u := range r.unrel {
 		if _, ended := w.ended[u.Locker]; holder != u.Locker && !ended {
-			w.reach.UnreleasedLost++
+			lost++
 		}
+	}
+	w.reach.UnreleasedLost += lost
+	if lost > 1 {
+		w.reach.UnreleasedLostTogether++
 	}
 	switch r.purpose {
 	case pAsk, pTry, pExpand, pExtend, pTake:
