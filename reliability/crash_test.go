@@ -16,13 +16,16 @@ import (
 // panics and no goroutine is left (TestMain runs goleak).
 func TestRedisCrashAndRestart(t *testing.T) {
 	s := realServer(t)
-	const lease = 300 * time.Millisecond
+	const lease = 300 * time.Millisecond // the waiters'
 	g1, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
 	g2, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	holder, _ := g1.Gen("CRASH", "held")
+	// The holder's lease is long: it must hold until the kill on a loaded machine too, where a
+	// renewal of a short one may come after it ran out, and a waiter then hold at the kill (whose
+	// Unlock, late in a stall, says lost). Its loss is told when it runs out with Redis down.
+	holder, _ := g1.GenWithLease("CRASH", "held", 3*time.Second)
 	owned, err := holder.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -80,7 +80,7 @@ type netCounts struct {
 	unlockErrs   atomic.Int64           // Unlock failed otherwise (Redis unreachable: the key expires)
 	maxWait      atomic.Int64           // longest Lock call, ns
 	byGen        [2]atomic.Int64        // acquisitions by generator A (the proxied one) and B
-	firstErr     atomic.Pointer[string] // the first of the other Lock or Unlock errors, for the report
+	firstErr     atomic.Pointer[string] // the first loss, or other Lock or Unlock error, for the report
 }
 
 // otherErr counts err in c and keeps it if it is the first.
@@ -100,7 +100,7 @@ func (n *netCounts) String() string {
 
 func (n *netCounts) firstError() string {
 	if e := n.firstErr.Load(); e != nil {
-		return "; the first other error: " + *e
+		return "; the first loss or other error: " + *e
 	}
 	return ""
 }
@@ -189,8 +189,10 @@ func (c contention) once(n *netCounts, gi int, l *dlock.DistributedReentrantLock
 	case <-owned.Done():
 		t.Stop()
 	}
-	if errors.Is(context.Cause(owned), dlock.ErrLockLost) {
+	if cause := context.Cause(owned); errors.Is(cause, dlock.ErrLockLost) {
 		n.lost.Add(1)
+		s := "lost while held: " + cause.Error() // (its cause, for the report)
+		n.firstErr.CompareAndSwap(nil, &s)
 	}
 	n.inside.Add(-1)
 	switch err := l.Unlock(owned); {
@@ -214,7 +216,10 @@ func TestLatencyContention(t *testing.T) {
 			s := realServer(t)
 			p := netProxy(t, s.Addr)
 			p.SetLatency(3 * time.Millisecond)
-			const lease = time.Second // (a release or renewal has 250 ms to spare on a loaded machine)
+			// (a renewal or release has 500 ms to spare: a stall of this process, or a renewal
+			// run late on a loaded machine, must not lose a long hold nor fail its Unlock, as
+			// 250 ms did; what is checked is that renewals through the slow link keep them)
+			const lease = 2 * time.Second
 			opts := append([]dlock.Option{dlock.WithDefaultLease(lease)}, tc.opts...)
 			// (no fault here to feel soon: timeouts that a stall of the process does not
 			// outrun, where 150 ms made a release read in a stall fail its Unlock)
@@ -227,7 +232,8 @@ func TestLatencyContention(t *testing.T) {
 			dur := soak(t, 3*time.Second)
 			contention{
 				gens: [2]*dlock.Generator{gp, gd}, typ: "NETLAT", target: "k", goroutines: 4,
-				until: time.Now().Add(dur), lockTimeout: 10 * time.Second,
+				// (up to 8 long holds, one after another, before a Lock call's turn)
+				until: time.Now().Add(dur), lockTimeout: 10 * lease,
 				longEvery: 50, longHold: lease * 9 / 10,
 				admin: admin, fenceKey: "fence:netlat",
 			}.run(t, &n)
@@ -818,9 +824,10 @@ func deafGrantRounds(t *testing.T, held, deafBefore time.Duration, localWaiter b
 	const lease = time.Second
 	p := netProxy(t, s.Addr)
 	t.Cleanup(func() { p.HoldSubscribers(false) })
-	// (the holder's lease is two: renewed with 500 ms to spare, it is not lost to a stall of
-	// the process over its holds of up to 3 s, which would leave the key free for C)
-	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(2*lease))
+	// (the holder's lease is three: renewed with 750 ms to spare, it is not lost to a late
+	// renewal over its holds of up to 3 s, which would leave the key free for C; two, with
+	// 500 ms to spare, lost it to a renewal 600 ms late)
+	gA, _ := generator(t, s.Addr, dlock.WithDefaultLease(3*lease))
 	gB, _ := netGenerator(t, &redis.Options{Addr: p.Addr()}, dlock.WithDefaultLease(lease))
 	gC, _ := generator(t, s.Addr, dlock.WithDefaultLease(lease))
 	lA, _ := gA.Gen("DEAF", "grant")
