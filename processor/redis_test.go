@@ -1367,7 +1367,12 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 		t.Fatal(err)
 	}
 	long, _ := short.WithLease(5 * time.Second)
-	la, _ := a.lock(t, short, true, 1) // marks of pa- live 600 ms
+	// pa- takes the key for 5 s by a second handle of its process (the tenure holds however late
+	// the check comes on a loaded machine); a's own marks live 600 ms (two of its leases, 300 ms)
+	la := a.locker()
+	if r := newProc(t, c, "pa-").lockWith(t, long, la, true, 1); r.Outcome != processor.Taken {
+		t.Fatalf("pa-'s take = %+v", r)
+	}
 	check := processor.RenewRequest{Locker: la, Yield: true, Check: a.locker(), Next: a.locker(), NextLease: short.Lease(), NextTokens: 1}
 	if r, err := a.ExpandLease(ctx, short, check); err != nil || r.Outcome != processor.Renewed {
 		t.Fatalf("check with nobody in line = %+v, %v", r, err)
@@ -1379,6 +1384,7 @@ func TestYieldCheckMarkLivesWithTheTenure(t *testing.T) {
 			t.Fatalf("after %s the check's mark lives %v, the key %v", what, mark, key)
 		}
 	}
+	c.PExpire(ctx, processor.CheckKey(short, "pa-"), 600*time.Millisecond) // the mark's own life
 	if r, err := a.ExpandLease(ctx, long, processor.RenewRequest{Locker: la}); err != nil || r.Outcome != processor.Renewed {
 		t.Fatalf("renewal to %v = %+v, %v", long.Lease(), r, err)
 	}
@@ -1763,8 +1769,10 @@ func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc, _ := domain.NewDLockConfig("PROC", fresh("inspect-"+t.Name()), 3*time.Second) // entries live 3 s; fresh for 1 s
-	short, _ := lc.WithLease(100 * time.Millisecond)                                  // an entry of 2 s
+	// entries live 6 s (the listener's outlives the sleep past the short entries' 2 s and a
+	// loaded machine's stalls after it); fresh for 2 s, less than that sleep
+	lc, _ := domain.NewDLockConfig("PROC", fresh("inspect-"+t.Name()), 6*time.Second)
+	short, _ := lc.WithLease(100 * time.Millisecond) // an entry of 2 s
 	slow, _ := lc.WithLease(10 * time.Second)
 	a.lock(t, slow, true, 1)
 	listen := func(mark string) *redis.PubSub {
@@ -2928,7 +2936,7 @@ func TestGrantSkipsAStaleEntryWithoutNotifications(t *testing.T) {
 	la, _ := a.lock(t, slow, true, 1)
 	b.lock(t, lc, true, 1)
 	time.Sleep(processor.GrantFresh(lc) + 50*time.Millisecond)
-	ld, _ := d.lock(t, lc, true, 1)
+	ld, _ := d.lock(t, slow, true, 1) // (fresh for seconds: a stall before the release does not make it stale too)
 	if r := a.release(t, slow, la); r.Next != ld {
 		t.Fatalf("release = %+v, want granted to %s (pb- stopped renewing its entry)", r, ld)
 	}
@@ -3167,10 +3175,11 @@ func TestRenewalsKeepTheCounter(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	a := newProc(t, c, "pa-")
-	// (a lease long enough that a loaded machine's stall between two renewals does not end it)
-	lc, _ := domain.NewDLockConfig("PROC", fresh("renewfence-"+t.Name()), 600*time.Millisecond)
+	// (a lease long enough that a loaded machine's stall between two renewals, up to 1.1 s, does
+	// not end it; the renewals go on past the fencing keys' own life, two leases, by a lease)
+	lc, _ := domain.NewDLockConfig("PROC", fresh("renewfence-"+t.Name()), 1500*time.Millisecond)
 	la, r := a.lock(t, lc, false, 1)
-	for end := time.Now().Add(3 * processor.FenceTTL(lc)); time.Now().Before(end); {
+	for end := time.Now().Add(processor.FenceTTL(lc) + lc.Lease()); time.Now().Before(end); {
 		time.Sleep(lc.Lease() / 4)
 		rr, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: la})
 		if err != nil || rr.Outcome != processor.Renewed || rr.Token != 0 {

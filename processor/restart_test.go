@@ -198,8 +198,8 @@ func TestAskAfterAnUnansweredAskKeepsTheGrantsOrigin(t *testing.T) {
 	u.restartIsTold(t, c, r.Origin)
 }
 
-// unheardGrant is a grant to pa-, waiting in line with lease long, by pb-'s release of a 50 ms
-// holding: pa- has not heard it, and finds the key its own by asking again (take).
+// unheardGrant is a grant to pa-, waiting in line with lease long, by pb-'s release with a
+// 50 ms lease: pa- has not heard it, and finds the key its own by asking again (take).
 type unheardGrant struct {
 	a, x  *proc
 	long  domain.DLockConfig
@@ -219,13 +219,23 @@ func grantUnheard(t *testing.T, c *redis.Client, lease time.Duration) unheardGra
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb, rb := b.lock(t, short, false, 1)
+	// pb- holds for seconds (a loaded machine's stall before pa- stands in line does not free
+	// the key); its fencing counter lives as a 50 ms holding's would, and it releases with that
+	// lease: the releaser's short lease is the point
+	held, err := short.WithLease(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, rb := b.lock(t, held, false, 1)
 	if rb.Outcome != processor.Taken {
 		t.Fatalf("pb- = %+v", rb)
 	}
 	la := a.locker()
 	if r := a.lockWith(t, long, la, true, 1); r.Outcome != processor.Held {
 		t.Fatalf("pa- = %+v, want in line", r)
+	}
+	if err := c.PExpire(context.Background(), processor.FenceKey(short), processor.FenceTTL(short)).Err(); err != nil {
+		t.Fatal(err)
 	}
 	g := b.release(t, short, lb)
 	if g.Next != la {

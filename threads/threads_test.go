@@ -258,6 +258,7 @@ type fakeLease struct {
 	until time.Time
 	errs  []error     // what the next renewals return, in order; nil afterwards
 	times []time.Time // when each renewal was sent
+	ended []time.Time // when each renewal that did not hang returned
 	hang  bool        // renewals wait for their context to end
 	down  error       // when set, what every renewal returns after errs, with no pause asked (Retry 0)
 	lost  chan error
@@ -296,6 +297,9 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	if err == nil {
 		l.extend(sent, l.lease)
 	}
+	l.mu.Lock()
+	l.ended = append(l.ended, time.Now())
+	l.mu.Unlock()
 	return err
 }
 
@@ -342,16 +346,16 @@ func awaitLoss(t *testing.T, l *fakeLease, wrapped error) {
 // until stopped; nothing is reported after Stop.
 func TestExpanderRenewsAndStops(t *testing.T) {
 	var wg threads.Group
-	// (a lease long enough that a loaded machine's late wake-up, up to a quarter of it, does
-	// not let it run out)
-	l := newLease(1200 * time.Millisecond)
+	// (a lease long enough that a loaded machine's late wake-up, up to a quarter of it, 750 ms,
+	// does not let it run out)
+	l := newLease(3 * time.Second)
 	start := time.Now()
 	e := threads.StartExpander(context.Background(), l, &wg)
 	eventually(t, "three renewals", func() bool { return l.count() >= 3 })
 	e.Stop()
 	e.Stop()
 	waitFor(t, &wg)
-	if first := l.times[0].Sub(start); first < 900*time.Millisecond {
+	if first := l.times[0].Sub(start); first < l.lease*3/4 {
 		t.Fatalf("first renewal after %v, want three quarters of the lease", first)
 	}
 	noLoss(t, l)
@@ -376,10 +380,20 @@ func TestExpanderReportsLoss(t *testing.T) {
 			// (a lease of seconds: its renewal at three quarters, and the retries a tenth of it
 			// apart, have half a second to run before it ends, on a loaded machine too)
 			l := newLease(2*time.Second, errs...)
+			until := l.Schedule().Until // (failed renewals leave it)
 			threads.StartExpander(context.Background(), l, &wg)
 			awaitLoss(t, l, tc.err)
 			waitFor(t, &wg)
 			if tc.name == "unreachable" && l.count() < 2 {
+				// judged only when the retry was due, a tenth of the lease after the first
+				// failure's answer, before the lease's end (a stall may make that answer late)
+				answered := until
+				if len(l.ended) > 0 {
+					answered = l.ended[0]
+				}
+				if retry := l.lease / 10; !answered.Add(retry).Before(until) {
+					t.Skipf("the failure was answered %v before the lease's end, within the %v pause before a retry (a stall of the machine)", until.Sub(answered).Round(time.Millisecond), retry)
+				}
 				t.Fatalf("%d renewals: a failed renewal was not retried before the lease ran out", l.count())
 			}
 		})
@@ -402,11 +416,25 @@ func TestExpanderPausesBetweenFailedRenewals(t *testing.T) {
 
 func TestExpanderRecoversFromOneError(t *testing.T) {
 	var wg threads.Group
-	// (A lease long enough that a loaded machine's stall between the error and its retry, a
-	// tenth of the lease later, does not outlast what is left of it.)
+	// (A lease of seconds: the error, at three quarters of it, leaves 500 ms for its retry a
+	// tenth of it later; a loss that a longer stall explains is told apart below.)
 	l := newLease(2*time.Second, errors.New("blip"))
+	until := l.Schedule().Until // (the failed renewal leaves it)
 	e := threads.StartExpander(context.Background(), l, &wg)
-	eventually(t, "renewals after the error", func() bool { return l.count() >= 3 })
+	eventually(t, "renewals after the error, or a loss", func() bool { return l.count() >= 3 || len(l.lost) > 0 })
+	if len(l.lost) > 0 {
+		// A loss is right when the retry was due, a tenth of the lease after the error's
+		// answer, only once the lease had ended: a stall made the renewal or its answer late.
+		answered := until // (none answered: the first renewal, due at three quarters, came late)
+		l.mu.Lock()
+		if len(l.ended) > 0 {
+			answered = l.ended[0]
+		}
+		l.mu.Unlock()
+		if retry := l.lease / 10; !answered.Add(retry).Before(until) {
+			t.Skipf("the error was answered %v before the lease's end, within the %v pause before a retry (a stall of the machine): the loss is right", until.Sub(answered).Round(time.Millisecond), retry)
+		}
+	}
 	e.Stop()
 	waitFor(t, &wg)
 	noLoss(t, l)
