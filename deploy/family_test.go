@@ -20,7 +20,8 @@ import (
 func TestLockFamily(t *testing.T) {
 	for _, d := range deployments(t) {
 		t.Run(d.name, func(t *testing.T) {
-			const lease = time.Second
+			// (1 s: an acquisition and its release each some 700 ms late outlived it)
+			const lease = 3 * time.Second
 			targets := targetsOn(t, sharedCluster(t), "FAMILY", unique(d.name), 3)
 			var readers, writers, permits atomic.Int64
 			var bad atomic.Int64
@@ -124,7 +125,8 @@ func TestLockFamily(t *testing.T) {
 func TestSentinelKillMasterFamily(t *testing.T) {
 	t.Parallel() // on a deployment of its own; mostly waiting
 	s := redistest.NeedSentinel(t, 3)
-	const typ, lease = "FAMKILL", 2 * time.Second
+	// (2 s: a waiter's acquisition and release each some 700 ms late outlived it)
+	const typ, lease = "FAMKILL", 5 * time.Second
 	tg := unique("famkill")
 	holder, waiter := generatorOn(t, s.Client(), lease), generatorOn(t, s.Client(), lease)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*bound)
