@@ -319,6 +319,23 @@ func (l *fakeLease) count() int {
 	return len(l.times)
 }
 
+// skipIfRetryDueAfter skips t when the retry of l's first failed renewal was due, a tenth of
+// the lease after its answer, only once the lease (until) had ended: a stall of the machine
+// made the renewal or its answer late, and a loss is then right. With no renewal answered,
+// the first one, due at three quarters of the lease, came late.
+func skipIfRetryDueAfter(t *testing.T, l *fakeLease, until time.Time) {
+	t.Helper()
+	answered := until
+	l.mu.Lock()
+	if len(l.ended) > 0 {
+		answered = l.ended[0]
+	}
+	l.mu.Unlock()
+	if retry := l.lease / 10; !answered.Add(retry).Before(until) {
+		t.Skipf("the failed renewal was answered %v before the lease's end, within the %v pause before a retry (a stall of the machine)", until.Sub(answered).Round(time.Millisecond), retry)
+	}
+}
+
 // noLoss fails t if a loss was reported.
 func noLoss(t *testing.T, l *fakeLease) {
 	t.Helper()
@@ -385,15 +402,7 @@ func TestExpanderReportsLoss(t *testing.T) {
 			awaitLoss(t, l, tc.err)
 			waitFor(t, &wg)
 			if tc.name == "unreachable" && l.count() < 2 {
-				// judged only when the retry was due, a tenth of the lease after the first
-				// failure's answer, before the lease's end (a stall may make that answer late)
-				answered := until
-				if len(l.ended) > 0 {
-					answered = l.ended[0]
-				}
-				if retry := l.lease / 10; !answered.Add(retry).Before(until) {
-					t.Skipf("the failure was answered %v before the lease's end, within the %v pause before a retry (a stall of the machine)", until.Sub(answered).Round(time.Millisecond), retry)
-				}
+				skipIfRetryDueAfter(t, l, until)
 				t.Fatalf("%d renewals: a failed renewal was not retried before the lease ran out", l.count())
 			}
 		})
@@ -423,17 +432,7 @@ func TestExpanderRecoversFromOneError(t *testing.T) {
 	e := threads.StartExpander(context.Background(), l, &wg)
 	eventually(t, "renewals after the error, or a loss", func() bool { return l.count() >= 3 || len(l.lost) > 0 })
 	if len(l.lost) > 0 {
-		// A loss is right when the retry was due, a tenth of the lease after the error's
-		// answer, only once the lease had ended: a stall made the renewal or its answer late.
-		answered := until // (none answered: the first renewal, due at three quarters, came late)
-		l.mu.Lock()
-		if len(l.ended) > 0 {
-			answered = l.ended[0]
-		}
-		l.mu.Unlock()
-		if retry := l.lease / 10; !answered.Add(retry).Before(until) {
-			t.Skipf("the error was answered %v before the lease's end, within the %v pause before a retry (a stall of the machine): the loss is right", until.Sub(answered).Round(time.Millisecond), retry)
-		}
+		skipIfRetryDueAfter(t, l, until)
 	}
 	e.Stop()
 	waitFor(t, &wg)

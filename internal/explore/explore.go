@@ -199,10 +199,7 @@ func (e *Explorer) Run(ctx context.Context, budget time.Duration, maxSchedules i
 		}
 		rep.Schedules++
 		rep.Steps += w.step
-		rep.Reached.StaleOwnTakes += w.reach.StaleOwnTakes
-		rep.Reached.RenewalsOfRetaken += w.reach.RenewalsOfRetaken
-		rep.Reached.UnreleasedLost += w.reach.UnreleasedLost
-		rep.Reached.UnreleasedLostTogether += w.reach.UnreleasedLostTogether
+		rep.Reached.Add(w.reach)
 		if w.violation != nil {
 			rep.Violation = e.shrink(seed, w)
 			break
@@ -271,6 +268,15 @@ var seedCorpus = func() [][]string {
 	return [][]string{hold, local, cat(hold, other), cat(local, other), cat(local, limit), cat(local, other, limit),
 		cat(local, limit, check), lost, wiped, unreleased, twice}
 }()
+
+// Add adds o's counts to r's.
+func (r *Reach) Add(o Reach) {
+	r.StaleOwnTakes += o.StaleOwnTakes
+	r.RenewalsOfRetaken += o.RenewalsOfRetaken
+	r.UnreleasedLost += o.UnreleasedLost
+	r.UnreleasedLostTogether += o.UnreleasedLostTogether
+	r.CountsSetAgain += o.CountsSetAgain
+}
 
 // Replay plays one schedule again: the swarm of seed, and the choices keys.
 func (e *Explorer) Replay(seed uint64, keys []string) (*Violation, []string, error) {

@@ -85,10 +85,7 @@ func atLeast(t *testing.T, opt explore.Options, rep explore.Report, n int) explo
 	}
 	t.Logf("the budget explored %d schedules; %d more explored after it", rep.Schedules, rest.Schedules)
 	rep.Schedules, rep.Steps, rep.Violation = rep.Schedules+rest.Schedules, rep.Steps+rest.Steps, rest.Violation
-	rep.Reached.StaleOwnTakes += rest.Reached.StaleOwnTakes
-	rep.Reached.RenewalsOfRetaken += rest.Reached.RenewalsOfRetaken
-	rep.Reached.UnreleasedLost += rest.Reached.UnreleasedLost
-	rep.Reached.UnreleasedLostTogether += rest.Reached.UnreleasedLostTogether
+	rep.Reached.Add(rest.Reached)
 	return rep // (its States are the first explorer's: the second's are counted apart)
 }
 

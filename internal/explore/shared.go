@@ -97,8 +97,7 @@ func RunShared(ctx context.Context, opt SharedOptions, budget time.Duration, max
 		}
 		rep.Schedules++
 		rep.Steps += sw.steps
-		rep.Reached.RenewalsOfRetaken += sw.reach.RenewalsOfRetaken
-		rep.Reached.CountsSetAgain += sw.reach.CountsSetAgain
+		rep.Reached.Add(sw.reach)
 		if sw.violation != nil {
 			rep.Violation = sw.violation
 			return rep, nil

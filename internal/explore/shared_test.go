@@ -36,8 +36,7 @@ func TestSharedScriptKeepsTheInvariants(t *testing.T) {
 					t.Fatal(err)
 				}
 				rep.Schedules, rep.Steps, rep.Violation = n+rest.Schedules, rep.Steps+rest.Steps, rest.Violation
-				rep.Reached.RenewalsOfRetaken += rest.Reached.RenewalsOfRetaken
-				rep.Reached.CountsSetAgain += rest.Reached.CountsSetAgain
+				rep.Reached.Add(rest.Reached)
 			}
 			t.Logf("FIGURE shared %s explored schedules=%d steps=%d; reached: renewals, releases and downgrades of a holding taken anew after an empty restart=%d, count changes set again after one=%d",
 				opt.Kind, rep.Schedules, rep.Steps, rep.Reached.RenewalsOfRetaken, rep.Reached.CountsSetAgain)
