@@ -361,7 +361,9 @@ func (p *RedisLockProcessor) SharedRenewOf(ctx context.Context, cfg domain.DLock
 // SharedRelease lets the holding of locker go, or takes its attempt out of line, and settles
 // it either way (it also gives back a take whose outcome is unknown): Released when it let a
 // holding go, Settled when the locker was settled already (a copy of this release ran), else
-// Gone — also when an operator forced the holding away (SharedForce). The processes at the
+// Gone — also when an operator forced the holding away (SharedForce), and when a take of the
+// locker was refused before anything settled it (a late copy of the take of a holding an
+// empty restart wiped; or a give-back of an attempt that never took). The processes at the
 // front of the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedRelease(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
 	return p.SharedReleaseBlock(ctx, cfg, s, locker, 0, 0)

@@ -2353,6 +2353,74 @@ func TestSharedReleaseOfAHoldingTakenAnewIsALoss(t *testing.T) {
 	})
 }
 
+// A holding that an empty restart wiped, whose take's late copy is then refused (it does not
+// fit, it is older than the attempt its process waits with, its count was lowered, or it stood
+// in line and a newer attempt took its place), is a loss its release must tell: the refusal
+// settles the locker, and a settled release reads as let go by an earlier copy of itself — the
+// holder's Unlock would say nil though others held the permit meanwhile. Found by the family
+// explorer's rule restart told (seed 754 of the read-write lock's shape, 278 of the
+// semaphore's), once a release's first settled answer counted too.
+func TestSharedReleaseOfAHoldingWhoseLateTakeWasRefusedIsALoss(t *testing.T) {
+	for _, way := range []string{"try that does not fit", "stale copy", "downgrade of a holding gone", "more than the count", "replaced in line"} {
+		t.Run(way, func(t *testing.T) {
+			backends(t, func(t *testing.T, c *redis.Client) {
+				ctx := context.Background()
+				lc := cfg(t, "shrefused")
+				sem := processor.Shared{Kind: processor.KindSem, Permits: 2}
+				a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+				la := a.locker()
+				take := processor.TakeRequest{Locker: la, N: 2, Wait: way != "try that does not fit"}
+				if way == "downgrade of a holding gone" { // (the holding the release names is the downgrade's)
+					held := a.take(t, lc, sem, la, 2, false)
+					take = processor.TakeRequest{Locker: a.locker(), N: 1, Replaces: la, Origin: held.Token}
+					la = take.Locker
+				}
+				first, err := a.SharedTake(ctx, lc, sem, take)
+				if err != nil || first.Outcome != processor.Taken {
+					t.Fatalf("A's take: %+v, %v", first, err)
+				}
+				wipeKeys(t, c, lc) // Redis restarts empty
+				if r := b.take(t, lc, sem, b.locker(), 1, false); r.Outcome != processor.Taken {
+					t.Fatalf("B after the restart: %+v", r)
+				}
+				switch way {
+				case "stale copy":
+					if r := a.take(t, lc, sem, a.locker(), 2, true); r.Outcome != processor.Held {
+						t.Fatalf("A's newer attempt: %+v, want in line", r)
+					}
+				case "more than the count":
+					if changed, _, err := b.ChangePermits(ctx, lc, "", 2, 1); err != nil || !changed {
+						t.Fatalf("the count lowered to 1: %v, %v", changed, err)
+					}
+				}
+				late, err := a.SharedTake(ctx, lc, sem, take)
+				switch {
+				case way == "more than the count":
+					if err == nil {
+						t.Fatalf("the late copy of A's take of 2 under a count of 1: %+v, want refused", late)
+					}
+				case err != nil:
+					t.Fatal(err)
+				case way == "replaced in line":
+					if late.Outcome != processor.Held {
+						t.Fatalf("the late copy of A's take: %+v, want in line (B holds a permit)", late)
+					}
+					if r := a.take(t, lc, sem, a.locker(), 2, true); r.Outcome != processor.Held {
+						t.Fatalf("A's newer attempt: %+v, want in line in the late copy's place", r)
+					}
+				case late.Outcome == processor.Taken:
+					t.Fatalf("the late copy of A's take: %+v, want refused", late)
+				}
+				for _, copy := range []string{"A's release (naming its take's token)", "a copy of it"} {
+					if r, err := a.SharedReleaseOf(ctx, lc, sem, la, first.Token, 0, 0); err != nil || r.Outcome != processor.Gone {
+						t.Fatalf("%s of a holding an empty restart wiped, its take's late copy refused since = %+v, %v; want gone (settled reads as let go)", copy, r, err)
+					}
+				}
+			})
+		})
+	}
+}
+
 // A late copy of a waiting take of an attempt its process gave up — the process waits in line
 // with a newer attempt, the give-back of the old one not run yet (a release that failed goes
 // after any take due) — is refused, as lock.lua refuses a copy older than its process's entry:

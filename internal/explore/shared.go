@@ -56,8 +56,10 @@ type SharedOptions struct {
 //     replaced by the downgrade): a late copy of its take may have taken it anew, under the
 //     same locker, while others held the permits in between; the request names the token the
 //     holding was taken with (origin), as the library's do, and learns of the loss; nor does
-//     a copy of a release that answered gone answer settled (let go by that copy), which
-//     would hide the loss when the gone answer was the one lost;
+//     such a release answer settled (let go by a copy of it) when no copy of it ran before
+//     (a late copy of the holding's take, refused after the restart, settled its locker), or
+//     after a copy of it answered gone, which would hide the loss when the gone answer was
+//     the one lost;
 //   - permits once: a copy of a count change that ran changes the count no more — but one
 //     that runs after an empty restart, which forgets that the change ran, sets its count
 //     again: the known gap of SetPermits, exempt here (and noted in the schedule);
@@ -642,10 +644,14 @@ func (w *sworld) told(r *sreq, kept bool, what string) {
 }
 
 // toldLet checks told for r, a release that Redis ran with the outcome let: it found the
-// holding (released), or, after a copy of it answered gone, settled — which reads as let go by
-// that copy and would hide the loss the copy found, when its reply was the one lost.
+// holding (released), or settled — which reads as let go by a copy of it that ran before, and
+// would hide the loss when none had (a late copy of the holding's take, refused after the
+// restart, settled its locker), or when the copy that ran answered gone and its reply was the
+// one lost. (A release sent after the holding's lease ran out by its process's clock is not
+// checked: its process counts the holding lost already.)
 func (w *sworld) toldLet(r *sreq, let processor.Outcome) {
-	w.told(r, let == processor.Released || let == processor.Settled && w.gone[r.locker], "let go")
+	unlet := !w.ended[r.locker] && r.hold != nil && r.sent.Before(r.hold.valid)
+	w.told(r, let == processor.Released || let == processor.Settled && (w.gone[r.locker] || unlet), "let go")
 	if let == processor.Gone {
 		w.gone[r.locker] = true
 	}
@@ -1132,11 +1138,11 @@ var SharedMutants = []Mutant{
 	{"a holding let go (expired, replaced or forced) is not settled", "shared",
 		"    redis.call('zrem', EXP, locker)\n    settle(locker, until_ms)", "    redis.call('zrem', EXP, locker)"},
 	{"a failed try is not settled", "shared",
-		"        if A.wait ~= '1' then\n            settle(A.locker)", "        if A.wait ~= '1' then"},
+		"        if A.wait ~= '1' then\n            refuse(A.locker)", "        if A.wait ~= '1' then"},
 	{"a take passes the line (the permits asked ahead are not counted)", "shared",
 		"        local fits = shrinks or sum + ahead(A.owner) + n <= k", "        local fits = shrinks or sum + n <= k"},
 	{"the attempt a waiting take replaces in line is not settled", "shared",
-		"        settle(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
+		"        refuse(e.locker) -- the attempt this one takes the place of", "        -- (not settled)"},
 	{"a forced holding is not settled (its late take takes it back)", "shared",
 		"        unhold(A.locker, kept)\n        wake(k)", "        redis.call('hdel', HELD, A.locker)\n        redis.call('zrem', EXP, A.locker)\n        wake(k)"},
 	{"tokens repeat (the counter is not raised)", "shared",
@@ -1171,6 +1177,8 @@ var SharedMutants = []Mutant{
 		"        if A.locker ~= '' and settled(A.locker) then", "        if false then"},
 	{"a copy of a release that found its holding lost by an empty restart answers settled (let go), hiding the loss", "shared",
 		"        if not h and not was and A.origin ~= '' then", "        if false then"},
+	{"a refused take's locker is not remembered as lost (the release of a holding an empty restart wiped answers settled, hiding the loss)", "shared",
+		"    if not settled(locker) then\n        settle(locker .. '|forced')\n    end\n", ""},
 }
 
 // leaseOf is the lease of the process named owner's handle.

@@ -42,10 +42,11 @@
 -- {0, rank, life, waiting[, heard]} not taken (rank: place in line, -1 when not in it; life:
 -- ms until the first holding expires, -1 for none; heard, for a take that stands in line: 1
 -- when Redis hears its process on its channel, else 0); {0} gone (a release of a locker an
--- operator forced, or of a holding Redis lost or ran out, answers it too, every copy: its
--- holder is told of the loss); {-1} settled already, or a stale take (older than its
--- process's entry in line); {-2, kind} the lock is another kind; {-3, k} more permits than k
--- asked; {release's code, take's reply} for a release that stands in line again (next).
+-- operator forced, or of a holding Redis lost or ran out, or whose take was refused before it
+-- was settled, answers it too, every copy: its holder is told of the loss); {-1} settled
+-- already, or a stale take (older than its process's entry in line); {-2, kind} the lock is
+-- another kind; {-3, k} more permits than k asked; {release's code, take's reply} for a
+-- release that stands in line again (next).
 -- waiting is 1 when another process stands in line whose permits do not fit, or more than k
 -- permits are held (waiting): the holders lend no more and give back what comes free.
 local A = {
@@ -118,6 +119,18 @@ end
 
 local function settled(locker)
     return redis.call('zscore', GONE, locker) ~= false
+end
+
+-- refuse settles locker, whose take did not take (or whose attempt left the line unserved).
+-- Every way a holding is let go settles its locker, so one not settled yet that its process
+-- heard taken was lost by Redis since (an empty restart; a late copy of its take is refused
+-- now): it is remembered as forced too, so that its release answers gone, not settled, and its
+-- holder learns of the loss (a give-back of an attempt never heard taken answers gone too).
+local function refuse(locker)
+    if not settled(locker) then
+        settle(locker .. '|forced')
+    end
+    settle(locker)
 end
 
 local function holding(locker)
@@ -431,7 +444,7 @@ local function serve()
                 drop(A.owner)
                 freed = true
             end
-            settle(A.locker)
+            refuse(A.locker)
             if freed then wake(k) end
             keep(k, kd)
             return {-3, string.format('%.0f', k)}
@@ -461,7 +474,7 @@ local function serve()
             stale = e and e.locker ~= A.locker and older(A.locker, e.locker)
         end
         if stale then
-            settle(A.locker)
+            refuse(A.locker)
             if freed then wake(k) end
             keep(k, kd)
             return {-1}
@@ -491,14 +504,14 @@ local function serve()
             return {1, tok, waiting(A.owner, k)}
         end
         if A.wait ~= '1' then
-            settle(A.locker)
+            refuse(A.locker)
             if freed then wake(k) end
             keep(k, kd)
             return {0, -1, life(), waiting(A.owner, k)}
         end
         local e = entry(A.owner)
         if e and e.locker ~= A.locker then
-            settle(e.locker) -- the attempt this one takes the place of
+            refuse(e.locker) -- the attempt this one takes the place of
         end
         local new = redis.call('zadd', LINE, 'NX', NOW_US, A.owner) == 1
         local want = A.n .. '|' .. (NOW_MS + tonumber(A.entry_ttl)) .. '|' .. A.locker
