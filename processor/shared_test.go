@@ -2421,6 +2421,124 @@ func TestSharedReleaseOfAHoldingWhoseLateTakeWasRefusedIsALoss(t *testing.T) {
 	}
 }
 
+// Close lets go of a holding whose downgrade's answer was lost: the holding's release finds it
+// replaced, and the downgrade's locker is let go next without its token (dlock's settle, its
+// downTo). When an empty restart wiped the downgrade's holding between the two, that release
+// answers gone, and so must a copy of it (its reply lost, sent again): settled would read as
+// let go by the first copy, and Close would hide the loss. (Found by a review, 2026-12-06.)
+func TestSharedReleaseWithoutOriginOfAHoldingAnEmptyRestartWipedAnswersGoneEveryCopy(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "shdownlost")
+		sem := processor.Shared{Kind: processor.KindSem, Permits: 2}
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		la := a.locker()
+		held := a.take(t, lc, sem, la, 2, false)
+		d := a.locker()
+		down, err := a.SharedTake(ctx, lc, sem, processor.TakeRequest{Locker: d, N: 1, Replaces: la, Origin: held.Token})
+		if err != nil || down.Outcome != processor.Taken {
+			t.Fatalf("the downgrade: %+v, %v", down, err)
+		} // (its answer lost: the process still counts la, to be replaced by d)
+		if r, err := a.SharedReleaseOf(ctx, lc, sem, la, held.Token, 0, 0); err != nil || r.Outcome != processor.Settled || !r.Replaced {
+			t.Fatalf("the release of the holding the downgrade replaced: %+v, %v; want settled, replaced", r, err)
+		}
+		wipeKeys(t, c, lc) // Redis restarts empty
+		if r := b.take(t, lc, sem, b.locker(), 2, false); r.Outcome != processor.Taken {
+			t.Fatalf("B after the restart: %+v", r)
+		}
+		for _, copy := range []string{"the release of the downgrade's locker (its token unknown)", "a copy of it"} {
+			if r, err := a.SharedReleaseOf(ctx, lc, sem, d, 0, 0, 0); err != nil || r.Outcome != processor.Gone {
+				t.Fatalf("%s = %+v, %v; want gone", copy, r, err)
+			}
+		}
+	})
+}
+
+// No refusal makes a holding that Redis kept until its release look lost: its release
+// answers released and a copy of it settled, whatever takes were refused around it — copies of
+// its own take before and after the release, a try that does not fit, a stale copy, an attempt
+// replaced in line, a take of more than a lowered count — for a downgrade's holding, a holding
+// under a lowered count, and a release that stands in line again (a refused take marks its
+// locker forced only when nothing settled it: it never held, or Redis lost it).
+func TestSharedRefusalsNeverMakeAKeptHoldingsReleaseAnswerGone(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		sem := processor.Shared{Kind: processor.KindSem, Permits: 3}
+		take := func(t *testing.T, p *proc, lc domain.DLockConfig, req processor.TakeRequest) processor.SharedResult {
+			t.Helper()
+			r, err := p.SharedTake(ctx, lc, sem, req)
+			if err != nil {
+				t.Fatalf("%+v: %v", req, err)
+			}
+			return r
+		}
+		release := func(t *testing.T, p *proc, lc domain.DLockConfig, l string, tok uint64) {
+			t.Helper()
+			for i, want := range []processor.Outcome{processor.Released, processor.Settled} {
+				if r, err := p.SharedReleaseOf(ctx, lc, sem, l, tok, 0, 0); err != nil || r.Outcome != want {
+					t.Fatalf("release %d of %s: %+v, %v; want %v", i+1, l, r, err, want)
+				}
+			}
+		}
+		t.Run("a downgrade's holding", func(t *testing.T) {
+			lc := cfg(t, "shkeptdown")
+			a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+			la := a.locker()
+			h := a.take(t, lc, sem, la, 2, false)
+			req := processor.TakeRequest{Locker: a.locker(), N: 1, Replaces: la, Origin: h.Token}
+			first, again := take(t, a, lc, req), take(t, a, lc, req)
+			if first.Outcome != processor.Taken || again.Token != first.Token {
+				t.Fatalf("the downgrade and its copy: %+v, %+v", first, again)
+			}
+			b.take(t, lc, sem, b.locker(), 2, false)
+			if r := a.take(t, lc, sem, a.locker(), 3, true); r.Outcome != processor.Held {
+				t.Fatalf("A's newer attempt: %+v, want in line", r)
+			}
+			a.take(t, lc, sem, la, 2, true)  // a stale copy of the replaced holding's take
+			a.take(t, lc, sem, la, 2, false) // and a try's
+			take(t, a, lc, req)              // a copy of the downgrade
+			release(t, a, lc, req.Locker, first.Token)
+			take(t, a, lc, req) // a copy of the downgrade after its release
+			if r, err := a.SharedReleaseOf(ctx, lc, sem, req.Locker, first.Token, 0, 0); err != nil || r.Outcome != processor.Settled {
+				t.Fatalf("a late copy of the release: %+v, %v; want settled", r, err)
+			}
+		})
+		t.Run("a holding under a lowered count", func(t *testing.T) {
+			lc := cfg(t, "shkeptcount")
+			a := newProc(t, c, "A-")
+			la := a.locker()
+			h := a.take(t, lc, sem, la, 2, true)
+			if changed, _, err := a.ChangePermits(ctx, lc, "", 3, 1); err != nil || !changed {
+				t.Fatalf("the count lowered to 1: %v, %v", changed, err)
+			}
+			if r := a.take(t, lc, sem, la, 2, true); r.Outcome != processor.Taken || r.Token != h.Token {
+				t.Fatalf("a copy of the take under the lowered count: %+v, want its holding", r)
+			}
+			if r, err := a.SharedTake(ctx, lc, sem, processor.TakeRequest{Locker: a.locker(), N: 2, Wait: true}); err == nil {
+				t.Fatalf("a take of more than the count: %+v, want refused", r)
+			}
+			release(t, a, lc, la, h.Token)
+		})
+		t.Run("a release that stands in line again", func(t *testing.T) {
+			lc := cfg(t, "shkeptrelock")
+			a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+			la := a.locker()
+			h := a.take(t, lc, sem, la, 2, false)
+			b.take(t, lc, sem, b.locker(), 1, false)
+			next := processor.TakeRequest{Locker: a.locker(), N: 3}
+			r, err := a.SharedReleaseThenTake(ctx, lc, sem, la, h.Token, 0, 0, next)
+			if err != nil || r.Let != processor.Released || r.Outcome != processor.Held {
+				t.Fatalf("the release, then the take in line: %+v, %v", r, err)
+			}
+			a.take(t, lc, sem, a.locker(), 3, true) // takes the next attempt's place in line
+			r, err = a.SharedReleaseThenTake(ctx, lc, sem, la, h.Token, 0, 0, next)
+			if err != nil || r.Let != processor.Settled {
+				t.Fatalf("a copy of the pair: %+v, %v; want the release settled", r, err)
+			}
+		})
+	})
+}
+
 // A late copy of a waiting take of an attempt its process gave up — the process waits in line
 // with a newer attempt, the give-back of the old one not run yet (a release that failed goes
 // after any take due) — is refused, as lock.lua refuses a copy older than its process's entry:

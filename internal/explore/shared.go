@@ -1176,7 +1176,7 @@ var SharedMutants = []Mutant{
 	{"a copy of a count change that ran changes the count again (permits ignores its settled locker)", "shared",
 		"        if A.locker ~= '' and settled(A.locker) then", "        if false then"},
 	{"a copy of a release that found its holding lost by an empty restart answers settled (let go), hiding the loss", "shared",
-		"        if not h and not was and A.origin ~= '' then", "        if false then"},
+		"        if not h and not was then", "        if false then"},
 	{"a refused take's locker is not remembered as lost (the release of a holding an empty restart wiped answers settled, hiding the loss)", "shared",
 		"    if not settled(locker) then\n        settle(locker .. '|forced')\n    end\n", ""},
 }

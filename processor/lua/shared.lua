@@ -585,9 +585,11 @@ local function serve()
             drop(A.owner)
             freed = true
         end
-        if not h and not was and A.origin ~= '' then
+        if not h and not was then
             -- (a holding Redis lost before any release of it ran: a copy of this release, sent
-            -- again after its reply was lost, answers gone too, as release.lua's does)
+            -- again after its reply was lost, answers gone too, as release.lua's does — also
+            -- one that names no origin: Close lets go of a downgrade's locker whose answer was
+            -- lost without it; a give-back of an attempt that never took answers gone as well)
             settle(A.locker .. '|forced')
         end
         settle(A.locker)
