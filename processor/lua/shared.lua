@@ -575,8 +575,8 @@ local function serve()
         if h and A.origin ~= '' and h.token ~= A.origin then
             -- taken anew under this locker (a late copy of its take after an empty restart
             -- wiped the holding): its holder did not hold it in between; let go, and answered
-            -- gone, as a renewal finds it — and so does a copy of this release, as after a force
-            settle(A.locker .. '|forced')
+            -- gone, as a renewal finds it — and so does a copy of this release, as after a
+            -- force (the locker is marked below, as one neither held nor settled)
             unhold(A.locker)
             h, was, freed = nil, false, true
         end
