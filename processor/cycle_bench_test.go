@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/processor"
 )
@@ -75,29 +77,8 @@ func grantCycle(b *testing.B, relock bool) {
 	if holder < 0 {
 		b.Fatal("nobody took the key")
 	}
-	usec := func() (script, cpu float64) {
-		info, err := c.Info(ctx, "commandstats", "cpu").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, l := range strings.Split(info, "\n") {
-			name, v, _ := strings.Cut(strings.TrimSpace(l), ":")
-			switch name {
-			case "cmdstat_evalsha":
-				for _, f := range strings.Split(v, ",") {
-					if u, ok := strings.CutPrefix(f, "usec="); ok {
-						script, _ = strconv.ParseFloat(u, 64)
-					}
-				}
-			case "used_cpu_sys", "used_cpu_user":
-				f, _ := strconv.ParseFloat(v, 64)
-				cpu += f * 1e6
-			}
-		}
-		return script, cpu
-	}
 	b.ResetTimer()
-	script0, cpu0 := usec()
+	script0, cpu0 := redisUsec(b, c)
 	for range b.N {
 		req := processor.ReleaseRequest{Locker: open[holder]}
 		if relock {
@@ -123,8 +104,91 @@ func grantCycle(b *testing.B, relock bool) {
 		}
 		holder = next
 	}
-	script1, cpu1 := usec()
+	script1, cpu1 := redisUsec(b, c)
 	b.StopTimer()
 	b.ReportMetric((script1-script0)/float64(b.N), "script-us/turn")
 	b.ReportMetric((cpu1-cpu0)/float64(b.N), "redis-cpu-us/turn")
+}
+
+// redisUsec returns the time Redis has spent running scripts (EVALSHA, from INFO
+// commandstats) and its CPU time (from INFO cpu), in µs.
+func redisUsec(b *testing.B, c *redis.Client) (script, cpu float64) {
+	info, err := c.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+		switch name {
+		case "cmdstat_evalsha":
+			for _, f := range strings.Split(v, ",") {
+				if u, ok := strings.CutPrefix(f, "usec="); ok {
+					script, _ = strconv.ParseFloat(u, 64)
+				}
+			}
+		case "used_cpu_sys", "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f * 1e6
+		}
+	}
+	return script, cpu
+}
+
+// BenchmarkTryLockMiss runs a TryLock that misses, again and again: one process holds the key,
+// and another asks for it without waiting, each time with a fresh acquisition — the mutex's
+// lock.lua, and a one-permit semaphore's shared.lua. Each refusal settles its acquisition and
+// remembers it as removed (so that a holding an earlier copy of the request took, which Redis
+// then lost, is told at its release: lock.lua's and shared.lua's refuse). It reports what
+// Redis spends per try, as BenchmarkGrantCycle does per turn.
+func BenchmarkTryLockMiss(b *testing.B) {
+	ctx := context.Background()
+	c := srv.Client()
+	defer c.Close()
+	for _, kind := range []string{"mutex", "semaphore"} {
+		b.Run(kind, func(b *testing.B) {
+			cfg, err := domain.NewDLockConfig("TRYMISS", fresh(kind+strconv.FormatInt(time.Now().UnixNano(), 36)), time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var procs [2]*processor.RedisLockProcessor
+			for i := range procs {
+				if procs[i], err = processor.NewRedisLockProcessor(c, processor.Options{Mark: "trymiss" + strconv.Itoa(i) + "-"}); err != nil {
+					b.Fatal(err)
+				}
+				if err := procs[i].Preload(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			sem := processor.Shared{Kind: processor.KindSem, Permits: 1}
+			try := func(i, n int) processor.Outcome {
+				locker := "trymiss" + strconv.Itoa(i) + "-" + strconv.Itoa(n)
+				if kind == "mutex" {
+					r, err := procs[i].Lock(ctx, cfg, processor.LockRequest{Locker: locker, Tokens: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					return r.Outcome
+				}
+				r, err := procs[i].SharedTake(ctx, cfg, sem, processor.TakeRequest{Locker: locker, N: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return r.Outcome
+			}
+			if got := try(0, 0); got != processor.Taken {
+				b.Fatalf("the holder's take: %v", got)
+			}
+			b.ResetTimer()
+			script0, cpu0 := redisUsec(b, c)
+			for n := range b.N {
+				if got := try(1, n); got != processor.Held {
+					b.Fatalf("a try of the held key: %v, want held", got)
+				}
+			}
+			script1, cpu1 := redisUsec(b, c)
+			b.StopTimer()
+			b.ReportMetric((script1-script0)/float64(b.N), "script-us/try")
+			b.ReportMetric((cpu1-cpu0)/float64(b.N), "redis-cpu-us/try")
+		})
+	}
 }

@@ -112,6 +112,48 @@ func TestRepeatedReleaseOfAHoldingRedisLostAnswersGone(t *testing.T) {
 	})
 }
 
+// A mutex holding's take may have a late copy (go-redis sends a script again after a read
+// timeout) that reaches Redis after an empty restart wiped the holding and another process took
+// the key: refused, as a try that finds the key held or as a stale copy behind the process's
+// newer attempt, it is the first request to settle the acquisition. The holder's release, and
+// a copy of it, must answer gone, not settled, which Unlock reads as let go by an earlier copy:
+// it would return nil for a lock another process held meanwhile. The read-write lock's and the
+// semaphore's: TestSharedReleaseOfAHoldingWhoseLateTakeWasRefusedIsALoss.
+func TestReleaseOfAHoldingWhoseLateTakeWasRefusedIsALoss(t *testing.T) {
+	for _, way := range []string{"try that finds the key held", "stale copy"} {
+		t.Run(way, func(t *testing.T) {
+			backends(t, func(t *testing.T, c *redis.Client) {
+				ctx := context.Background()
+				lc := cfg(t, "refusedlate")
+				a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+				take := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+				r, err := a.Lock(ctx, lc, take)
+				if err != nil || r.Outcome != processor.Taken {
+					t.Fatalf("pa-'s take = %+v, %v", r, err)
+				}
+				wipeKeys(t, c, lc) // Redis restarts empty
+				if _, rb := b.lock(t, lc, false, 1); rb.Outcome != processor.Taken {
+					t.Fatalf("pb- after the restart = %+v", rb)
+				}
+				if way == "stale copy" {
+					if _, rn := a.lock(t, lc, true, 1); rn.Outcome != processor.Held {
+						t.Fatalf("pa-'s newer attempt = %+v, want in line", rn)
+					}
+				}
+				if late, err := a.Lock(ctx, lc, take); err != nil || late.Outcome == processor.Taken {
+					t.Fatalf("the late copy of pa-'s take = %+v, %v; want refused", late, err)
+				}
+				rel := processor.ReleaseRequest{Locker: take.Locker, Last: r.Token, Origin: r.Origin}
+				for _, copy := range []string{"pa-'s release (naming its origin)", "a copy of it"} {
+					if got, err := a.Unlock(ctx, lc, rel); err != nil || got.Outcome != processor.Gone {
+						t.Fatalf("%s of a holding an empty restart wiped, its take's late copy refused since = %+v, %v; want gone (settled reads as let go)", copy, got, err)
+					}
+				}
+			})
+		})
+	}
+}
+
 // The same for the read-write lock's and semaphore's script: shared.lua's renew that finds the
 // holding taken anew under its locker settles it with its '|forced' mark, so that the holder's
 // release, after that renewal's reply was lost, answers gone, not settled.

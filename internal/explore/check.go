@@ -74,9 +74,7 @@ func (w *world) checkToldFirst(r *request) {
 // marking it removed only when the key no longer holds it; a release that names its holding's
 // origin and finds it gone marks it removed too, so that a copy of it answers gone. A settled
 // answer is excused when a release of the tenure that named no origin ran before this try (its
-// answer was lost: a release that cannot tell its holding lost from one released), or a
-// request of its locker sent before the empty restart ran after it (a late copy of its take
-// settled it: the documented window of requests from before an empty restart); a gone one
+// answer was lost: a release that cannot tell its holding lost from one released); a gone one
 // after any empty restart or an operator's removal of it.
 func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
 	t := r.back.release
@@ -85,7 +83,7 @@ func (w *world) checkRetryTold(p *proc, r *request, out outcome) {
 	}
 	_, forced := w.forced[t.locker]
 	switch {
-	case out.res.Outcome == processor.Settled && !(r.rerun && t.releasedBare) && t.removed == "an empty restart" && !w.leaked[t.locker]:
+	case out.res.Outcome == processor.Settled && !r.afterBare && t.removed == "an empty restart":
 		w.fail(ruleLossTold, "%s's retried release of %s, whose holding an empty restart lost before any release of it ran, answered settled: the loss is not told", p.name, t.locker)
 	case out.res.Outcome == processor.Gone && t.removed == "" && !forced && w.restarted == 0:
 		w.fail(ruleLossTold, "%s's retried release of %s answered gone, though Redis held it until it was let go: a loss told that did not happen", p.name, t.locker)

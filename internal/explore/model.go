@@ -112,8 +112,7 @@ type tenure struct {
 	granted         bool   // begun by a grant
 	origin          uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 	wiped           int    // the step of an empty restart that wiped that holding (0: none): no renewal run after it may renew
-	releasedAt      int    // the step Redis first ran a release of it (0: none yet)
-	releasedBare    bool   // that release named no origin (its process's releases name none: originOnRelease)
+	releasedBare    bool   // a release of it that named no origin ran (its process's releases name none: originOnRelease)
 }
 
 // heard is a grant heard: the locker and the first of its tokens.

@@ -51,7 +51,7 @@ var Mutants = []Mutant{
 	{"the fencing counter is not kept (tokens repeat)", "prelude",
 		"    redis.call('set', FENCE, string.format('%.0f', fence), 'PX', keep)\n", ""},
 	{"a failed attempt is not settled (a copy of it takes the key later)", "lock",
-		"else\n    settle(seq)\nend", "end"},
+		"else\n    refuse()\nend", "end"},
 	{"an attempt given up blocks the key (leave.lua does not let go of a key a late copy of it took)", "leave",
 		"if n and upto ~= '' and n <= tonumber(upto) then", "if false then"},
 	{"a renewal of a locker that lost the key renews another's (renew.lua does not compare the holder)", "renew",
@@ -100,7 +100,7 @@ var Mutants = []Mutant{
 const (
 	staleCopyCheck = `local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
 if own and own > tonumber(seq) then
-    settle(seq)
+    refuse()
     return {-1, 0}
 end
 `

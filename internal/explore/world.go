@@ -42,7 +42,6 @@ type world struct {
 	entries      map[string]entry    // when each attempt's entry in the line was last renewed
 	restarted    int                 // the last step Redis restarted empty (0: never)
 	restartOrder int                 // how many requests had been sent then
-	leaked       map[string]bool     // lockers a request of which, sent before an empty restart, ran after it
 	lastWant     map[string]string   // the line's entries after the step before (checkKept)
 	reach        Reach               // the rare situations this schedule reached
 	tokens       map[uint64]string   // who got each token
@@ -81,9 +80,10 @@ type request struct {
 	listening bool
 	back      giveBack               // a give-back, or a try of a release retried
 	unrel     []processor.Unreleased // the releases retried it names
-	// rerun says a release of the tenure it releases (the first or a try) ran before Redis ran it
-	rerun bool
-	bare  bool // a release that names no origin (proc.originOnRelease)
+	// afterBare says a release of the tenure it releases that named no origin (the first or
+	// a try) ran before Redis ran it
+	afterBare bool
+	bare      bool // a release that names no origin (proc.originOnRelease)
 
 	// its plan, in a random walk
 	fate      fate
@@ -188,14 +188,11 @@ func (w *world) deliver(i int, keep bool) {
 	out := r.run(context.Background())
 	if r.p != nil && r.order <= w.restartOrder {
 		r.p.restartLeak = true // a request from before an empty restart ran after it: its marks are gone
-		w.leaked[r.locker] = true
 	}
 	r.ranAt, r.ranTime = w.step, w.now()
 	if t := released(r); t != nil {
-		r.rerun = t.releasedAt != 0
-		if !r.rerun {
-			t.releasedAt, t.releasedBare = w.step, r.bare
-		}
+		r.afterBare = t.releasedBare
+		t.releasedBare = t.releasedBare || r.bare
 	}
 	copyNote := ""
 	if r.copy {

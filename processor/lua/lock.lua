@@ -21,6 +21,21 @@
 exhausted(A.tokens) -- (first: a counter dlock never wrote, or one with no room left for this
 -- take's block, stops the script before it writes)
 local locker, seq, mark = A.locker, A.seq, A.mark
+
+-- refuse settles this attempt, refused, and remembers its locker as removed (FORCED). Every way
+-- a holding is let go settles its locker, so the refusal is the first to settle it (a settled
+-- one is answered above); yet an earlier copy of this request may have taken the key (its reply
+-- lost) before Redis lost that holding (an empty restart, a failover), and the holder's release
+-- would find the acquisition settled and answer settled, which reads as let go. Marked, it
+-- answers gone. (A give-back of an attempt never heard taken answers gone too; its process
+-- ignores that. Each refusal takes a place in FORCED as a removal does: see FORCED_KEPT.)
+local function refuse()
+    if seq ~= '' then
+        removed(locker)
+    end
+    settle(seq)
+end
+
 if settled(seq) then
     lengthen(DONE, A.done_ttl) -- a copy came: others may follow; the mark outlives the last by its life
     return {-1, 0}
@@ -32,7 +47,7 @@ local waits = mark ~= '' and waiting(mark)
 -- given it up and waits with a newer attempt: its give-back lets the key go)
 local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
 if own and own > tonumber(seq) then
-    settle(seq)
+    refuse()
     return {-1, 0}
 end
 if holder == locker then
@@ -65,7 +80,7 @@ if A.wait == '1' and mark ~= '' then
         rank = r
     end
 else
-    settle(seq)
+    refuse()
 end
 local life = redis.call('pttl', K)
 if not holder then
