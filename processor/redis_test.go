@@ -2037,12 +2037,14 @@ func TestForcedRemembersTheNewestFourLockersOfItsOwner(t *testing.T) {
 // Removed lockers whose releases their process retries (every request of the process names
 // each of them: Unreleased) stay among the remembered ones however many newer holdings of the
 // process are removed meanwhile: each newer holding began with a request that named them, which
-// makes them the newest again; their releases then answer gone, not settled. Three such
-// releases at once (FORCED_KEPT - 1: each newer removal takes a place too) are all kept.
+// makes them the newest again; their releases then answer gone, not settled. So do the
+// process's tries refused meanwhile, each of which takes a place too (lock.lua's refuse).
+// Three such releases at once (FORCED_KEPT - 1: each newer removal or refusal takes a place
+// too) are all kept.
 func TestForcedKeepsTheRetriedLockersPastNewerRemovals(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
-		a, op := newProc(t, c, "pa-"), newProc(t, c, "op-")
+		a, b, op := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "op-")
 		lc := cfg(t, "forcedretried")
 		var u []processor.Unreleased
 		take := func(what string) (string, uint64) {
@@ -2063,6 +2065,15 @@ func TestForcedKeepsTheRetriedLockersPastNewerRemovals(t *testing.T) {
 		}
 		for i := range 6 {
 			take(fmt.Sprintf("newer take %d", i))
+		}
+		if _, r := b.lock(t, lc, false, 1); r.Outcome != processor.Taken {
+			t.Fatalf("pb-'s take = %+v", r)
+		}
+		for i := range 6 {
+			r, err := a.Lock(ctx, lc, processor.LockRequest{Locker: a.locker(), Tokens: 1, Unreleased: u})
+			if err != nil || r.Outcome != processor.Held {
+				t.Fatalf("pa-'s try %d of the key pb- holds = %+v, %v; want held", i, r, err)
+			}
 		}
 		for i, r := range u {
 			if rel := a.release(t, lc, r.Locker); rel.Outcome != processor.Gone {

@@ -111,7 +111,9 @@ end
 -- Those may wait, between tries, while newer holdings of its process are removed, any
 -- number of them; but each of those began with a request of the process, which names every
 -- retried one (A.unreleased), and the end of this prelude makes them the newest again then.
--- Every removal of a newer holding takes a place too, so FORCED_KEPT - 1 retried releases
+-- Every removal of a newer holding takes a place too, and so does every attempt refused
+-- (lock.lua's refuse: a process sends none while its tenure's release is on its way the first
+-- time, and names every retried one in each), so FORCED_KEPT - 1 retried releases
 -- are kept past it. (A process retrying FORCED_KEPT releases of one key at once, all of them
 -- found removed, loses the oldest to one removal of a newer holding: it answers settled; more
 -- than FORCED_KEPT keep only the newest FORCED_KEPT even without one.)
