@@ -616,8 +616,10 @@ local function serve()
         -- short the operator's own lease: no copy of its process's requests takes it back.
         local left = tonumber(redis.call('zscore', EXP, A.locker) or '')
         if not left or not holding(A.locker) then
-            if freed then wake(k) end
-            if freed or redis.call('exists', KIND) == 1 then keep(k, kd) end
+            if freed then -- (an expired holding was settled: its mark must live its time)
+                wake(k)
+                keep(k, kd)
+            end
             return {0}
         end
         A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
