@@ -226,7 +226,8 @@ const maxCorpus = 2000
 // of a take arriving after an empty restart, and a renewal of its tenure after it; a release
 // lost, with its retry's first try, under a tenure an empty restart wiped, the process leaving
 // meanwhile (naming the release) and the retry trying again; two such releases of one key
-// retried at once, as a newer take of the process runs. Random walks go on from their
+// retried at once, as a newer take of the process runs; a copy of a TryLock's take refused
+// after an empty restart, before its holder unlocks. Random walks go on from their
 // prefixes, each time in the swarm of the schedule that replays it.
 var seedCorpus = func() [][]string {
 	hold := []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1", "the reply to A1 arrives"}
@@ -265,8 +266,13 @@ var seedCorpus = func() [][]string {
 		"Redis restarts empty", "A: the owner unlocks", "A stops waiting for A5", "A5 is lost on the way",
 		"A stops waiting for A3", "A3 is lost on the way", "A: gives back pa-1 again",
 		"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A8"})
+	// A's TryLock takes the key, a copy of it on the wire; Redis restarts empty and B takes
+	// the key; the copy is refused; A unlocks.
+	refused := []string{"A: a goroutine calls TryLock", "Redis runs A1 and a copy stays on the wire", "the reply to A1 arrives",
+		"Redis restarts empty", "B: a goroutine calls Lock", "B: the first waiter asks Redis", "Redis runs B1", "the reply to B1 arrives",
+		"Redis runs A1'", "A: the owner unlocks", "Redis runs A2", "the reply to A2 arrives"}
 	return [][]string{hold, local, cat(hold, other), cat(local, other), cat(local, limit), cat(local, other, limit),
-		cat(local, limit, check), lost, wiped, unreleased, twice}
+		cat(local, limit, check), lost, wiped, unreleased, twice, refused}
 }()
 
 // Add adds o's counts to r's.

@@ -805,6 +805,11 @@ func (p *proc) onReply(r *request, out outcome) {
 			r.ranTime.Sub(p.w.forcedAt[t.locker]) < p.w.lifeOf(p.w.op) && p.w.forced[t.locker] > p.w.restarted {
 			p.w.fail(ruleLossTold, "%s's release of %s, which an operator removed, answered settled: its Unlock does not report the loss", p.name, t.locker)
 		}
+		// (nothing of the tenure settles its acquisition after an empty restart wiped its
+		// holding, but a refused late copy of its take, which remembers it as removed too)
+		if out.err == nil && out.res.Outcome == processor.Settled && t.removed == "an empty restart" && !r.afterBare && r.sent.Before(t.until) {
+			p.w.fail(ruleLossTold, "%s's release of %s, whose holding an empty restart wiped before any release of it ran, answered settled: its Unlock does not report the loss", p.name, t.locker)
+		}
 		if p.ten == t {
 			p.ten, p.owner, p.phase = nil, nil, idle
 		}

@@ -78,6 +78,8 @@ var Mutants = []Mutant{
 		"return n ~= nil and done ~= nil and n > done and (had == nil or had <= n)", "return n ~= nil and done ~= nil and (had == nil or had <= n)"},
 	{"a copy of the take of a tenure its process counted lost takes it out of line (lock.lua's stale-copy check after the holder compare)", "lock",
 		staleCopyCheck + heldAgain, heldAgain + staleCopyCheck},
+	{"a refused take's locker is not remembered as removed (a holding an empty restart wiped, whose take's late copy was refused, answers settled at its release)", "lock",
+		"    if seq ~= '' then\n        removed(locker)\n    end\n", ""},
 	{"a stale copy of a take is not refused (lock.lua's stale-copy check gone)", "lock",
 		"if own and own > tonumber(seq) then", "if false then"},
 	{"a renewal after an empty restart renews a holding its tenure did not begin with (renew.lua ignores origin)", "renew",
