@@ -154,6 +154,45 @@ func TestReleaseOfAHoldingWhoseLateTakeWasRefusedIsALoss(t *testing.T) {
 	}
 }
 
+// A holding Redis kept until its own release ran: its process's release of it went unanswered
+// (retried: Unreleased), and the process asks again, in line behind its own holding (attempt
+// N). A late copy of the holding's take arrives: stale (the process waits with N), it is
+// refused and settled — but not remembered as removed (FORCED): the key still holds it. The
+// release then runs (released, its reply lost); its retry must answer settled, not gone
+// (tenure.go's giveBack reads gone as errLostBeforeRelease: a loss that did not happen).
+func TestRefusedStaleCopyOfTheHoldersOwnTakeIsNoLoss(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "staleheld")
+		a := newProc(t, c, "pa-")
+		take := processor.LockRequest{Locker: a.locker(), Tokens: 1}
+		r, err := a.Lock(ctx, lc, take)
+		if err != nil || r.Outcome != processor.Taken {
+			t.Fatalf("take = %+v, %v", r, err)
+		}
+		u := []processor.Unreleased{{Locker: take.Locker, Origin: r.Origin}}
+		// the release R1 is on its way (it timed out; the library retries it), and a goroutine asks again
+		n, err := a.Lock(ctx, lc, processor.LockRequest{Locker: a.locker(), Wait: true, Tokens: 1, Unreleased: u})
+		if err != nil || n.Outcome != processor.Held {
+			t.Fatalf("newer attempt = %+v, %v; want held (in line behind its own holding)", n, err)
+		}
+		// the late copy of the holding's take
+		if late, err := a.Lock(ctx, lc, take); err != nil || late.Outcome != processor.Settled {
+			t.Fatalf("the late copy of the take = %+v, %v; want refused as stale (settled)", late, err)
+		}
+		rel := processor.ReleaseRequest{Locker: take.Locker, Last: r.Token, Origin: r.Origin}
+		first, err := a.Unlock(ctx, lc, rel) // R1 runs: the key held the locker until now
+		if err != nil || first.Outcome != processor.Released {
+			t.Fatalf("R1 = %+v, %v; want released", first, err)
+		}
+		rel.Unreleased = nil
+		again, err := a.Unlock(ctx, lc, rel) // the retry, or go-redis's copy
+		if err != nil || again.Outcome == processor.Gone {
+			t.Fatalf("the retried release of a holding Redis kept until R1 = %+v, %v; want settled (Gone: ErrLockLost, a false loss)", again, err)
+		}
+	})
+}
+
 // The same for the read-write lock's and semaphore's script: shared.lua's renew that finds the
 // holding taken anew under its locker settles it with its '|forced' mark, so that the holder's
 // release, after that renewal's reply was lost, answers gone, not settled.

@@ -227,7 +227,8 @@ const maxCorpus = 2000
 // lost, with its retry's first try, under a tenure an empty restart wiped, the process leaving
 // meanwhile (naming the release) and the retry trying again; two such releases of one key
 // retried at once, as a newer take of the process runs; a copy of a TryLock's take refused
-// after an empty restart, before its holder unlocks. Random walks go on from their
+// after an empty restart, before its holder unlocks; a copy of a take refused as stale while
+// its holding's release is retried. Random walks go on from their
 // prefixes, each time in the swarm of the schedule that replays it.
 var seedCorpus = func() [][]string {
 	hold := []string{"A: a goroutine calls Lock", "A: the first waiter asks Redis", "Redis runs A1", "the reply to A1 arrives"}
@@ -271,8 +272,12 @@ var seedCorpus = func() [][]string {
 	refused := []string{"A: a goroutine calls TryLock", "Redis runs A1 and a copy stays on the wire", "the reply to A1 arrives",
 		"Redis restarts empty", "B: a goroutine calls Lock", "B: the first waiter asks Redis", "Redis runs B1", "the reply to B1 arrives",
 		"Redis runs A1'", "A: the owner unlocks", "Redis runs A2", "the reply to A2 arrives"}
+	// A's release goes unanswered (retried) and A asks again, in line behind its own holding;
+	// the copy of the holding's take is refused as stale; the release runs, and its retry.
+	stale := cat(copied, []string{"A: the owner unlocks", "A stops waiting for A2", "A: a goroutine calls Lock",
+		"A: the first waiter asks Redis", "Redis runs A4", "Redis runs A1'", "Redis runs A2", "Redis runs A3", "the reply to A3 arrives"})
 	return [][]string{hold, local, cat(hold, other), cat(local, other), cat(local, limit), cat(local, other, limit),
-		cat(local, limit, check), lost, wiped, unreleased, twice, refused}
+		cat(local, limit, check), lost, wiped, unreleased, twice, refused, stale}
 }()
 
 // Add adds o's counts to r's.

@@ -51,7 +51,7 @@ var Mutants = []Mutant{
 	{"the fencing counter is not kept (tokens repeat)", "prelude",
 		"    redis.call('set', FENCE, string.format('%.0f', fence), 'PX', keep)\n", ""},
 	{"a failed attempt is not settled (a copy of it takes the key later)", "lock",
-		"else\n    refuse()\nend", "end"},
+		"else\n    refuse(holder)\nend", "end"},
 	{"an attempt given up blocks the key (leave.lua does not let go of a key a late copy of it took)", "leave",
 		"if n and upto ~= '' and n <= tonumber(upto) then", "if false then"},
 	{"a renewal of a locker that lost the key renews another's (renew.lua does not compare the holder)", "renew",
@@ -79,7 +79,9 @@ var Mutants = []Mutant{
 	{"a copy of the take of a tenure its process counted lost takes it out of line (lock.lua's stale-copy check after the holder compare)", "lock",
 		staleCopyCheck + heldAgain, heldAgain + staleCopyCheck},
 	{"a refused take's locker is not remembered as removed (a holding an empty restart wiped, whose take's late copy was refused, answers settled at its release)", "lock",
-		"    if seq ~= '' then\n        removed(locker)\n    end\n", ""},
+		"    if seq ~= '' and holder ~= locker then\n        removed(locker)\n    end\n", ""},
+	{"a stale copy of the holder's own take marks it removed (a copy of its release answers gone: a loss that did not happen)", "lock",
+		"    if seq ~= '' and holder ~= locker then\n        removed(locker)", "    if seq ~= '' then\n        removed(locker)"},
 	{"a stale copy of a take is not refused (lock.lua's stale-copy check gone)", "lock",
 		"if own and own > tonumber(seq) then", "if false then"},
 	{"a renewal after an empty restart renews a holding its tenure did not begin with (renew.lua ignores origin)", "renew",
@@ -102,7 +104,7 @@ var Mutants = []Mutant{
 const (
 	staleCopyCheck = `local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
 if own and own > tonumber(seq) then
-    refuse()
+    refuse(holder)
     return {-1, 0}
 end
 `

@@ -28,9 +28,13 @@ local locker, seq, mark = A.locker, A.seq, A.mark
 -- lost) before Redis lost that holding (an empty restart, a failover), and the holder's release
 -- would find the acquisition settled and answer settled, which reads as let go. Marked, it
 -- answers gone. (A give-back of an attempt never heard taken answers gone too; its process
--- ignores that. Each refusal takes a place in FORCED as a removal does: see FORCED_KEPT.)
-local function refuse()
-    if seq ~= '' then
+-- ignores that. Each refusal takes a place in FORCED as a removal does: see FORCED_KEPT.) A
+-- stale copy of the take of the very acquisition that holds the key (holder: its process has
+-- given it up, and waits with a newer attempt) is settled but not marked: Redis holds it, and
+-- its release, which may be on its way already, lets it go: a copy of that release must
+-- answer settled, not gone. (One the late copy took anew is told by its origin: takenAnew.)
+local function refuse(holder)
+    if seq ~= '' and holder ~= locker then
         removed(locker)
     end
     settle(seq)
@@ -47,7 +51,7 @@ local waits = mark ~= '' and waiting(mark)
 -- given it up and waits with a newer attempt: its give-back lets the key go)
 local own = seq ~= '' and math.max(numberOf(holder, owner) or -1, waits and numberOf(waits, owner) or -1)
 if own and own > tonumber(seq) then
-    refuse()
+    refuse(holder)
     return {-1, 0}
 end
 if holder == locker then
@@ -80,7 +84,7 @@ if A.wait == '1' and mark ~= '' then
         rank = r
     end
 else
-    refuse()
+    refuse(holder)
 end
 local life = redis.call('pttl', K)
 if not holder then
