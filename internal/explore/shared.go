@@ -60,6 +60,9 @@ type SharedOptions struct {
 //     (a late copy of the holding's take, refused after the restart, settled its locker), or
 //     after a copy of it answered gone, which would hide the loss when the gone answer was
 //     the one lost;
+//   - false loss: no release or renewal answers gone while Redis keeps the holding it names
+//     (held as it runs, with the token it names): its process would count a loss that did not
+//     happen;
 //   - permits once: a copy of a count change that ran changes the count no more — but one
 //     that runs after an empty restart, which forgets that the change ran, sets its count
 //     again: the known gap of SetPermits, exempt here (and noted in the schedule);
@@ -542,6 +545,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		if r.op == "refill" {
 			tokens = w.block(processor.RWPermits)
 		}
+		before, _ := w.held()
 		res, err := p.p.SharedRenewOf(ctx, p.cfg, w.spec, r.locker, r.origin, tokens)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
@@ -549,6 +553,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		}
 		w.note("ran: %v -> %v %d (heard %v)", r, res.Outcome, res.Token, heard)
 		w.told(r, res.Outcome == processor.Renewed, "renewed")
+		w.noFalseLoss(r, res.Outcome, before)
 		w.noDeadEntry(p)
 		if b := p.holds[r.locker]; heard && b != nil {
 			if res.Outcome == processor.Renewed {
@@ -610,6 +615,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			}
 			w.note("ran: %v -> %v then %v (heard %v)", r, res.Let, res.Outcome, heard)
 			w.toldLet(r, res.Let)
+			w.noFalseLoss(r, res.Let, before)
 			w.ran[r.locker], w.ended[r.locker] = true, true
 			delete(p.letting, r.locker)
 			delete(before, r.locker) // (let go before the take ran)
@@ -618,6 +624,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.took(take, res, heard, before, line)
 			return
 		}
+		before, _ := w.held()
 		res, err := p.p.SharedReleaseOf(ctx, p.cfg, w.spec, r.locker, r.origin, r.last, r.end)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
@@ -625,6 +632,7 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		}
 		w.note("ran: %v -> %v", r, res.Outcome)
 		w.toldLet(r, res.Outcome)
+		w.noFalseLoss(r, res.Outcome, before)
 		w.noDeadEntry(p)
 		w.ran[r.locker], w.ended[r.locker] = true, true
 		delete(p.letting, r.locker)
@@ -654,6 +662,16 @@ func (w *sworld) toldLet(r *sreq, let processor.Outcome) {
 	w.told(r, let == processor.Released || let == processor.Settled && (w.gone[r.locker] || unlet), "let go")
 	if let == processor.Gone {
 		w.gone[r.locker] = true
+	}
+}
+
+// noFalseLoss checks, as Redis answers r, a release or renewal, with let, that it did not answer gone
+// while Redis still kept the holding it names (held before it ran, with the token it names, or
+// under its locker when it names none): its process would count a loss that did not happen
+// (false loss).
+func (w *sworld) noFalseLoss(r *sreq, let processor.Outcome, before map[string][2]uint64) {
+	if h, ok := before[r.locker]; ok && let == processor.Gone && (r.origin == 0 || h[1] == r.origin) {
+		w.fail("false loss", "%v answered gone, though Redis kept %s's holding (token %d) until it ran", r, r.locker, h[1])
 	}
 }
 
@@ -1126,6 +1144,8 @@ func (w *sworld) finish() {
 
 // SharedMutants are shared.lua with one guard broken; RunShared must find each.
 var SharedMutants = []Mutant{
+	{"a release of a holding Redis kept answers gone (its process counts a loss that did not happen)", "shared",
+		"        if h then\n            return {1}", "        if h then\n            return {0}"},
 	{"a downgrade naming its holding's token is refused as one taken anew (the tokens not compared)", "shared",
 		"            if old and A.origin ~= '' and old.token ~= A.origin and old.owner == A.owner then",
 		"            if old and A.origin ~= '' and old.owner == A.owner then"},
