@@ -23,7 +23,10 @@ func TestLockHoldsUntilSignal(t *testing.T) {
 			f := holdingLine(t, waitLine(t, p))
 			st := lockStatusOf(t, tg)
 			token, err := strconv.ParseUint(f["DLOCK_FENCING_TOKEN"], 10, 64)
-			if err != nil || !st.Held || st.Holder != f["DLOCK_HOLDER"] || st.Fence != token || f["DLOCK_KEY"] != "DLOCK_CLI_"+tg {
+			// The counter holds the last token of the holding's block: its own token, or the end
+			// of a block for passes within the process (1 024 tokens), which an ask reserves when
+			// a goroutine queues for the key as it asks (seen on a machine loaded past its CPUs).
+			if err != nil || !st.Held || st.Holder != f["DLOCK_HOLDER"] || st.Fence < token || st.Fence-token >= 1024 || f["DLOCK_KEY"] != "DLOCK_CLI_"+tg {
 				t.Fatalf("line %v; status %+v", f, st)
 			}
 			// Renewed: its lease left grows again (which nothing but a renewal does) while it
