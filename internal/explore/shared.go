@@ -61,8 +61,10 @@ type SharedOptions struct {
 //     after a copy of it answered gone, which would hide the loss when the gone answer was
 //     the one lost;
 //   - false loss: no release or renewal answers gone while Redis keeps the holding it names
-//     (held as it runs, with the token it names): its process would count a loss that did not
-//     happen;
+//     (held as it runs, with the token it names), nor a copy of a release sent before one of
+//     its locker let the holding go, within the settled mark's life and no empty restart
+//     since (the released answer may be the one lost): its process would count a loss that
+//     did not happen;
 //   - permits once: a copy of a count change that ran changes the count no more — but one
 //     that runs after an empty restart, which forgets that the change ran, sets its count
 //     again: the known gap of SetPermits, exempt here (and noted in the schedule);
@@ -145,11 +147,12 @@ type sworld struct {
 	procs     []*sproc
 	op        *sproc // an operator: it forces holdings go
 	flight    []*sreq
-	ran       map[string]bool   // lockers settled by a request that ran
-	gone      map[string]bool   // lockers a release of which answered gone, since the last restart
-	forced    map[string]bool   // lockers an operator's force removed: their processes may believe on until told
-	tokens    map[string]uint64 // each holding's token, as first seen
-	handed    map[string]uint64 // the last token a holding handed out, as its release (or downgrade) declared it
+	ran       map[string]bool      // lockers settled by a request that ran
+	gone      map[string]bool      // lockers a release of which answered gone, since the last restart
+	letGo     map[string]time.Time // when a release of each locker answered released (let its holding go), since the last restart
+	forced    map[string]bool      // lockers an operator's force removed: their processes may believe on until told
+	tokens    map[string]uint64    // each holding's token, as first seen
+	handed    map[string]uint64    // the last token a holding handed out, as its release (or downgrade) declared it
 	trace     []string
 	steps     int
 	violation *Violation
@@ -266,7 +269,7 @@ func playShared(be *mini, opt SharedOptions, seed uint64) (*sworld, error) {
 		return nil, err
 	}
 	w := &sworld{be: be, opt: opt, cfg: cfg, spec: processor.Shared{Kind: opt.Kind, Permits: opt.Permits},
-		ran: map[string]bool{}, gone: map[string]bool{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed,
+		ran: map[string]bool{}, gone: map[string]bool{}, letGo: map[string]time.Time{}, forced: map[string]bool{}, tokens: map[string]uint64{}, handed: map[string]uint64{}, seed: seed,
 		heard: map[string]heardOf{}, ended: map[string]bool{}, leaked: map[string]bool{}, changes: map[string]int{}}
 	for i := range opt.Procs + 1 {
 		name := string(rune('A'+i)) + "-"
@@ -462,7 +465,7 @@ func (w *sworld) restart() {
 			b.wiped = true
 		}
 	}
-	w.ran, w.gone, w.tokens, w.heard, w.lastLine = map[string]bool{}, map[string]bool{}, map[string]uint64{}, map[string]heardOf{}, nil
+	w.ran, w.gone, w.letGo, w.tokens, w.heard, w.lastLine = map[string]bool{}, map[string]bool{}, map[string]time.Time{}, map[string]uint64{}, map[string]heardOf{}, nil
 }
 
 // listen subscribes p to its channel of the lock.
@@ -672,6 +675,17 @@ func (w *sworld) toldLet(r *sreq, let processor.Outcome) {
 func (w *sworld) noFalseLoss(r *sreq, let processor.Outcome, before map[string][2]uint64) {
 	if h, ok := before[r.locker]; ok && let == processor.Gone && (r.origin == 0 || h[1] == r.origin) {
 		w.fail("false loss", "%v answered gone, though Redis kept %s's holding (token %d) until it ran", r, r.locker, h[1])
+	}
+	// (and a copy of a release, sent before one of its locker let the holding go and run within
+	// the settled mark's life, no empty restart since, answers settled: gone would tell its
+	// process a loss that did not happen when the released answer was the one lost. A release
+	// sent later — a give-back of a holding a downgrade found gone — is not checked: its
+	// process counts it lost already, and the mark may have run out.)
+	if at, ok := w.letGo[r.locker]; ok && r.op == "release" && let == processor.Gone && !r.sent.After(at) && w.now().Sub(at) < r.p.p.MarkLife(r.p.cfg) {
+		w.fail("false loss", "%v answered gone, though a release of %s let its holding go before it was sent (no empty restart since)", r, r.locker)
+	}
+	if r.op == "release" && let == processor.Released {
+		w.letGo[r.locker] = w.now()
 	}
 }
 
@@ -1144,6 +1158,9 @@ func (w *sworld) finish() {
 
 // SharedMutants are shared.lua with one guard broken; RunShared must find each.
 var SharedMutants = []Mutant{
+	{"a copy of a held locker's take marks it forced (a copy of its release that ran answers gone: a false loss)", "shared",
+		"        if mine then -- a copy of a take that was answered: the same holding, renewed\n",
+		"        if mine then -- a copy of a take that was answered: the same holding, renewed\n            settle(A.locker .. '|forced')\n"},
 	{"a release of a holding Redis kept answers gone (its process counts a loss that did not happen)", "shared",
 		"        if h then\n            return {1}", "        if h then\n            return {0}"},
 	{"a downgrade naming its holding's token is refused as one taken anew (the tokens not compared)", "shared",

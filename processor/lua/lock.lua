@@ -32,7 +32,10 @@ local locker, seq, mark = A.locker, A.seq, A.mark
 -- stale copy of the take of the very acquisition that holds the key (holder: its process has
 -- given it up, and waits with a newer attempt) is settled but not marked: Redis holds it, and
 -- its release, which may be on its way already, lets it go: a copy of that release must
--- answer settled, not gone. (One the late copy took anew is told by its origin: takenAnew.)
+-- answer settled, not gone. (One the late copy took anew is told by its origin while the key
+-- holds it, takenAnew, and after it ran out by the prelude: a process waits with a newer
+-- attempt beside its holding only once that holding's release went unanswered, and every
+-- request of it names that release then, A.unreleased.)
 local function refuse(holder)
     if seq ~= '' and holder ~= locker then
         removed(locker)
