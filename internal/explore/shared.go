@@ -668,10 +668,10 @@ func (w *sworld) toldLet(r *sreq, let processor.Outcome) {
 	}
 }
 
-// noFalseLoss checks, as Redis answers r, a release or renewal, with let, that it did not answer gone
-// while Redis still kept the holding it names (held before it ran, with the token it names, or
-// under its locker when it names none): its process would count a loss that did not happen
-// (false loss).
+// noFalseLoss checks, as Redis answers r, a release or renewal, with let, that it did not
+// answer gone while Redis still kept the holding it names (held before it ran, with the token
+// it names, or under its locker when it names none): its process would count a loss that did
+// not happen (false loss).
 func (w *sworld) noFalseLoss(r *sreq, let processor.Outcome, before map[string][2]uint64) {
 	if h, ok := before[r.locker]; ok && let == processor.Gone && (r.origin == 0 || h[1] == r.origin) {
 		w.fail("false loss", "%v answered gone, though Redis kept %s's holding (token %d) until it ran", r, r.locker, h[1])
