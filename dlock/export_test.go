@@ -216,6 +216,24 @@ func (g *Generator) Belief(key string) (locker string, until time.Time, ok bool)
 	return t.entity.Locker, t.until, true
 }
 
+// RenewDue reports the schedule of the lease thread of key's tenure while a goroutine owns the
+// lock: when it renews next, and until when it counts the key held; ok is false otherwise.
+func (g *Generator) RenewDue(key string) (renewAt, until time.Time, ok bool) {
+	st := g.lookup(key)
+	if st == nil {
+		return time.Time{}, time.Time{}, false
+	}
+	st.mu.Lock()
+	t := st.ten
+	owned := st.phase == held && st.owner != nil && t != nil && !t.over
+	st.mu.Unlock()
+	if !owned {
+		return time.Time{}, time.Time{}, false
+	}
+	s := t.Schedule()
+	return s.RenewAt, s.Until, true
+}
+
 // SharedBelief reports, for the read-write lock or semaphore of unique key key, the live
 // holdings this generator lends to at least one goroutine: locker → until when it counts it
 // held, and the locker of a downgrade on its way (which replaces it in Redis) or "".
@@ -233,7 +251,7 @@ func (g *Generator) SharedBelief(key string) map[string]SharedHeld {
 		st.mu.Lock()
 		for _, h := range st.holds {
 			if h.ctx.Err() == nil && !h.idle() {
-				out[h.locker] = SharedHeld{Until: h.valid, DownTo: h.downTo, N: h.n, DownN: h.downN}
+				out[h.locker] = SharedHeld{Until: h.valid, RenewAt: h.renewAt, DownTo: h.downTo, N: h.n, DownN: h.downN}
 			}
 		}
 		st.mu.Unlock()
@@ -243,10 +261,11 @@ func (g *Generator) SharedBelief(key string) map[string]SharedHeld {
 
 // SharedHeld is what SharedBelief reports of a holding.
 type SharedHeld struct {
-	Until  time.Time
-	DownTo string
-	N      int64 // permits it holds in Redis (processor.RWPermits: a write-hold)
-	DownN  int64 // with DownTo: the permits of the downgrade on its way (what the holding lends at most meanwhile)
+	Until   time.Time
+	RenewAt time.Time // when its next renewal is due
+	DownTo  string
+	N       int64 // permits it holds in Redis (processor.RWPermits: a write-hold)
+	DownN   int64 // with DownTo: the permits of the downgrade on its way (what the holding lends at most meanwhile)
 }
 
 // SharedOwned reports, for an Owner of a read-write lock or a semaphore, the holding it borrows:

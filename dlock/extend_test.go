@@ -420,3 +420,92 @@ func TestExtendThroughATransientRedisFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A holding is counted held from the send of the request that took it, for its lease less the
+// drift allowance, and its renewal is due when a quarter of the lease is left (at 75 % of it:
+// the lease thread's schedule) — the mutex's tenure as a read-write lock's and a semaphore's
+// holdings. (A lease of a minute keeps any renewal from running meanwhile.)
+func TestRenewalIsDueAtThreeQuartersOfTheLease(t *testing.T) {
+	const lease = time.Minute
+	g, _ := newGen(t, dlock.WithDefaultLease(lease))
+	ctx := ctxT(t, 10*time.Second)
+	check := func(what string, before, after, renewAt, until time.Time) {
+		t.Helper()
+		if lo, hi := domain.HeldUntil(before, lease), domain.HeldUntil(after, lease); until.Before(lo) || until.After(hi) {
+			t.Errorf("%s: counted held until %v, outside its lease from the take's send (%v to %v)", what, until, lo, hi)
+		}
+		if left := until.Sub(renewAt); left != lease/4 {
+			t.Errorf("%s: its renewal is due %v before its lease ends, want a quarter of the lease (%v)", what, left, lease/4)
+		}
+	}
+
+	l, err := g.Gen("RENEW", target(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	owned, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	renewAt, until, ok := g.RenewDue(l.Config().UniqueKey())
+	if !ok {
+		t.Fatal("the mutex: no tenure owned after Lock")
+	}
+	check("the mutex", before, after, renewAt, until)
+	if err := owned.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+
+	rw, err := g.GenRW("RENEW", target(t)+".rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := g.GenSemaphore("RENEW", target(t)+".sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		cfg  domain.DLockConfig
+		take func() (*dlock.Owner, error)
+	}{
+		{"a write-hold", rw.Config(), func() (*dlock.Owner, error) { return rw.Lock(ctx) }},
+		{"a read-hold", rw.Config(), func() (*dlock.Owner, error) { return rw.RLock(ctx) }},
+		{"a semaphore's holding", sem.Config(), func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+	} {
+		// (the first take subscribes the process to the lock's channel, and a holding taken
+		// by a request sent before Redis confirmed that renews at once: a message may have
+		// gone unheard)
+		owned, err := c.take()
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		channel := processor.SharedChannel(c.cfg, g.LockerPrefix())
+		for !g.ConfirmedNow(channel) {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: the channel's subscription never confirmed", c.what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := owned.Unlock(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		before := time.Now()
+		owned, err = c.take()
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		after := time.Now()
+		locker, _, _, _, _ := dlock.SharedOwned(owned)
+		h, ok := g.SharedBelief(c.cfg.UniqueKey())[locker]
+		if !ok {
+			t.Fatalf("%s: %q not lent after its take", c.what, locker)
+		}
+		check(c.what, before, after, h.RenewAt, h.Until)
+		if err := owned.Unlock(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+	}
+}
