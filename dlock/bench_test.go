@@ -3,10 +3,14 @@ package dlock_test
 import (
 	"context"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
 )
@@ -190,4 +194,82 @@ func BenchmarkMultiLockContended(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(commandsB(b, c)-before-1)/float64(b.N), "redis-calls/op")
+}
+
+// BenchmarkAcquisitionNowAndThen is a lock taken now and then by one goroutine: Lock, Unlock,
+// then a pause longer than the channels' linger, so that each acquisition begins with no
+// subscription left — a key a process locks once in a while. It reports what an acquisition
+// sends Redis: scripts (EVALSHA, EVAL) and channel subscriptions (SUBSCRIBE, UNSUBSCRIBE),
+// counted by the server (INFO commandstats).
+func BenchmarkAcquisitionNowAndThen(b *testing.B) {
+	const pause = 20 * time.Millisecond
+	for _, c := range []struct {
+		name string
+		take func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error)
+	}{
+		{"mutex", func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error) {
+			l, _ := g.Gen("BENCHSPARSE", "mutex")
+			return l.Lock(ctx)
+		}},
+		{"read", func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error) {
+			l, _ := g.GenRW("BENCHSPARSE", "rw")
+			return l.RLock(ctx)
+		}},
+		{"write", func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error) {
+			l, _ := g.GenRW("BENCHSPARSE", "rw")
+			return l.Lock(ctx)
+		}},
+		{"semaphore", func(g *dlock.Generator, ctx context.Context) (*dlock.Owner, error) {
+			s, _ := g.GenSemaphore("BENCHSPARSE", "sem", 2)
+			return s.Acquire(ctx, 1)
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			g, rc := newGen(b)
+			g.SetLinger(pause / 4)
+			ctx := context.Background()
+			before := commandCalls(b, rc)
+			b.ResetTimer()
+			for range b.N {
+				o, err := c.take(g, ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := o.Unlock(); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(pause)
+			}
+			b.StopTimer()
+			after := commandCalls(b, rc)
+			per := func(names ...string) float64 {
+				var n int64
+				for _, name := range names {
+					n += after[name] - before[name]
+				}
+				return float64(n) / float64(b.N)
+			}
+			b.ReportMetric(per("evalsha", "eval"), "scripts/op")
+			b.ReportMetric(per("subscribe", "unsubscribe", "ssubscribe", "sunsubscribe"), "subscriptions/op")
+		})
+	}
+}
+
+// commandCalls returns the calls of each command the server has run (INFO commandstats).
+func commandCalls(t testing.TB, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		calls[name] = n
+	}
+	return calls
 }
