@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 	"weak"
 
@@ -551,6 +552,7 @@ type SharedHold struct {
 	Write   bool   // a write-hold
 	Token   uint64 // the holding's: a write-hold's first (its writers have the next ones of its block)
 	TTL     time.Duration
+	Mine    bool // a holding of this Generator (as State.Mine says of the mutex)
 }
 
 // SharedWaits is a process in line.
@@ -582,7 +584,8 @@ func (g *Generator) sharedState(ctx context.Context, cfg domain.DLockConfig, spe
 		st.Permits = in.Permits
 	}
 	for _, h := range in.Holdings {
-		st.Holds = append(st.Holds, SharedHold{Locker: h.Locker, Permits: h.Permits, Write: rw && h.Permits == processor.RWPermits, Token: h.Token, TTL: h.TTL})
+		st.Holds = append(st.Holds, SharedHold{Locker: h.Locker, Permits: h.Permits, Write: rw && h.Permits == processor.RWPermits, Token: h.Token, TTL: h.TTL,
+			Mine: strings.HasPrefix(h.Locker, g.prefix)})
 	}
 	for _, w := range in.Waiting {
 		st.Waiting = append(st.Waiting, SharedWaits{Process: w.Owner, Permits: w.Permits, Write: rw && w.Permits == processor.RWPermits})

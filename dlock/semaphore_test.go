@@ -2308,14 +2308,32 @@ func TestSemaphoreFencingTokensIncreaseAcrossProcesses(t *testing.T) {
 // one it does not know; dlock's k is set where the semaphore is made). Ports Redisson's
 // RedissonPermitExpirableSemaphoreTest.testNotExistent, testAvailablePermits,
 // testAcquiredPermits, testGetPermits, testRelease and testAcquireAsyncMany, and Curator's
-// TestInterProcessSemaphore.testSimple, testSimple2 and testGetParticipantNodes.
+// TestInterProcessSemaphore.testSimple, testSimple2 and testGetParticipantNodes. Each process's
+// State marks its own holdings (Mine), and only those.
 func TestSemaphoreStateCountsThePermitsOut(t *testing.T) {
 	ctx, sa, sb := semPair(t, 10, dlock.WithDefaultLease(stallProofLease))
 	check := func(what string, wantOut int64) {
 		t.Helper()
+		mine := map[string]int{}
 		for _, s := range []*dlock.Semaphore{sa, sb} {
 			if k, out := permitsOut(t, ctx, s); k != 10 || out != wantOut {
 				t.Fatalf("%s: State says k = %d with %d out, want 10 with %d", what, k, out, wantOut)
+			}
+			st, err := s.State(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range st.Holds {
+				n := mine[h.Locker] // (every holding is counted, Mine or not)
+				if h.Mine {
+					n++
+				}
+				mine[h.Locker] = n
+			}
+		}
+		for locker, n := range mine {
+			if n != 1 {
+				t.Fatalf("%s: holding %s is Mine in the State of %d of its two processes, want 1", what, locker, n)
 			}
 		}
 	}

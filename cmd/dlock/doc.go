@@ -127,7 +127,8 @@
 //	-n, --nonblock             one attempt: fail at once if the lock is held
 //	-w, --wait SECONDS         wait at most this long: seconds (10, 0.5; 0 is one attempt),
 //	                           a Go duration (1m30s), or "forever" (the default); a wait
-//	                           other than 0 is at least 1ms (it bounds the first attempt too)
+//	                           other than 0 is at least 1ms (it bounds the first attempt too:
+//	                           a wait shorter than an attempt's round trip obtains nothing)
 //	-E, --conflict-exit-code N the exit status when the lock is not obtained (default 75)
 //
 // When the lock is not obtained COMMAND does not run, and dlock says who holds it. Its status

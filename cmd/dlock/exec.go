@@ -99,7 +99,7 @@ func addWaitFlags(fs *flagSet) *waitFlags {
 	w := &waitFlags{wait: waitValue{forever}, conflict: intValue{n: exitNotObtained, max: 255}}
 	w.nonblock = fs.Bool("nonblock", "n", "fail at once if the lock is held (one attempt, as flock -n)")
 	w.waitDef = fs.Var(&w.wait, "wait", "w", "SECONDS",
-		`how long to wait for the lock: seconds (as flock -w; 0 tries once, else at least 1ms), a duration such as 1m, or "forever"; then, if the wait ran out, up to --timeout more to tell a busy lock from a Redis that fails, and, if Redis failed, up to --timeout more to give back what the last attempt may have taken`)
+		`how long to wait for the lock: seconds (as flock -w; 0 tries once, else at least 1ms, and it bounds the first attempt too: a wait shorter than an attempt's round trip to Redis obtains nothing), a duration such as 1m, or "forever"; then, if the wait ran out, up to --timeout more to tell a busy lock from a Redis that fails, and, if Redis failed, up to --timeout more to give back what the last attempt may have taken`)
 	fs.Var(&w.conflict, "conflict-exit-code", "E", "N", "exit status when the lock is not obtained (as flock -E)")
 	return w
 }

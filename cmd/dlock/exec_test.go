@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockgo/dlock/dlock"
 	"github.com/dlockgo/dlock/internal/redistest"
 )
 
@@ -156,6 +157,71 @@ func TestExecNotObtained(t *testing.T) {
 	}
 	if r := a.wait(t); r.code != 7 {
 		t.Fatal(r)
+	}
+}
+
+// TestNotObtainedNamesOnlyOthers: the holders a "not obtained" message names are other
+// processes': a wait of a few milliseconds on a free lock may run out as exec's own attempt
+// takes the key, which exec then gives back, and an operator would take that attempt for
+// another process's. For every kind of lock, a process's own holding is left out, another's
+// named.
+func TestNotObtainedNamesOnlyOthers(t *testing.T) {
+	needReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mine, other := testGenerator(t, time.Minute), testGenerator(t, time.Minute)
+	for i, kind := range []struct {
+		name string
+		of   func(g *dlock.Generator, tg string) (guarded, error)
+	}{
+		{"mutex", func(g *dlock.Generator, tg string) (guarded, error) {
+			l, err := g.Gen("CLI", tg)
+			return mutexLock(l), err
+		}},
+		{"write", func(g *dlock.Generator, tg string) (guarded, error) {
+			rw, err := g.GenRW("CLI", tg)
+			return guarded{Part: rw.WriteSide(), holders: func(ctx context.Context) string {
+				st, _ := rw.State(ctx)
+				return describeHolds(st)
+			}}, err
+		}},
+		{"read", func(g *dlock.Generator, tg string) (guarded, error) {
+			rw, err := g.GenRW("CLI", tg)
+			return guarded{Part: rw.ReadSide(), holders: func(ctx context.Context) string {
+				st, _ := rw.State(ctx)
+				return describeHolds(st)
+			}}, err
+		}},
+		{"semaphore", func(g *dlock.Generator, tg string) (guarded, error) {
+			s, err := g.GenSemaphore("CLI", tg, 2)
+			return guarded{Part: s.Permits(1), holders: func(ctx context.Context) string {
+				st, _ := s.State(ctx)
+				return describeHolds(st)
+			}}, err
+		}},
+	} {
+		tg := fmt.Sprintf("%s.%d", target(t), i) // (a read-write lock and a semaphore are two locks)
+		a, err := kind.of(mine, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := kind.of(other, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := a.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := a.holders(ctx); h != "" {
+			t.Errorf("%s: the holder's own process names %q in its way, want nobody", kind.name, h)
+		}
+		if h := b.holders(ctx); h == "" {
+			t.Errorf("%s: another process names nobody in its way while the lock is held", kind.name)
+		}
+		if err := o.Unlock(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 type guarded struct {
 	dlock.Part
 	// holders says who stands in the way, for the "not obtained" message; "" if nobody or
-	// unknown.
+	// unknown. Never this process: an attempt of its own that took the key as the wait ran
+	// out is being given back.
 	holders func(ctx context.Context) string
 	// shared reads a read-write lock's or semaphore's state (nil for the mutex).
 	shared func(ctx context.Context) (dlock.SharedState, error)
@@ -124,18 +125,19 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 func mutexLock(l *dlock.DistributedReentrantLock) guarded {
 	return guarded{Part: l, holders: func(ctx context.Context) string {
 		st, err := l.State(ctx)
-		if err != nil || !st.Held() {
+		if err != nil || !st.Held() || st.Mine {
 			return ""
 		}
 		return shown(st.Holder)
 	}}
 }
 
-// describeHolds names the holdings of a read-write lock or semaphore.
+// describeHolds names the holdings of a read-write lock or semaphore, but this process's.
 func describeHolds(st dlock.SharedState) string {
 	var parts []string
 	for _, h := range st.Holds {
 		switch {
+		case h.Mine:
 		case st.Kind == "rw" && h.Write:
 			parts = append(parts, shown(h.Locker)+" (write)")
 		case st.Kind == "rw":
