@@ -196,7 +196,11 @@ func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint
 		return redisFailure(ep, timeout, err)
 	}
 	if ep.kind == "" {
-		if info, err := client.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+		info, err := client.Info(ctx, "cluster").Result()
+		if refusedCause(err) {
+			return probeServer(ctx, client, ep)
+		}
+		if err == nil && strings.Contains(info, "cluster_enabled:1") {
 			return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (cluster_enabled:1): add --cluster, or name several nodes", ep))
 		}
 		// A replica answers status's reads from its own copy, which may be behind its master
@@ -205,6 +209,25 @@ func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint
 		if info, err := client.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:slave") {
 			return withStatus(exitUnavailable, fmt.Errorf("%v is a read-only replica (%s): name its master, or the Sentinels with --sentinel-master", ep, replicaOf(info)))
 		}
+	}
+	return nil
+}
+
+// probeKey is a key in the lock keys' pattern (README, Least privilege) that no lock has: a
+// lock's type is never empty.
+const probeKey = "DLOCK__dlock-cli-probe"
+
+// probeServer tells a replica or a Cluster node without INFO, which a least-privilege user may
+// not send: a write that changes nothing (PEXPIRE of a key that no lock has), which a replica
+// refuses (READONLY) and a Cluster node may send elsewhere (MOVED). Anything else, a refusal
+// of the write too included, lets the command go on as before.
+func probeServer(ctx context.Context, client redis.UniversalClient, ep *endpoint) error {
+	err := client.PExpire(ctx, probeKey, time.Millisecond).Err()
+	if _, moved := redis.IsMovedError(err); moved || replyStarts(err, "CLUSTERDOWN") {
+		return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (%v): add --cluster, or name several nodes", ep, err))
+	}
+	if readOnly(err) {
+		return withStatus(exitUnavailable, fmt.Errorf("%v is a read-only replica (it refused a write; this user may not read INFO for more): name its master, or the Sentinels with --sentinel-master", ep))
 	}
 	return nil
 }

@@ -279,7 +279,8 @@ func TestStatusShowsWaiter(t *testing.T) {
 // master, as before its first sync or after a split, whose copy says the lock is free while
 // the master holds it — is refused by status (every kind) and release --force, 69, saying it
 // is a read-only replica: a replica's reads may be behind, and a forced release that finds
-// nothing to remove there writes nothing, so no READONLY would tell of it.
+// nothing to remove there writes nothing, so no READONLY would tell of it. So too under the
+// README's least-privilege user, who may not read INFO.
 func TestStatusAndReleaseOnAReplica(t *testing.T) {
 	needReal(t)
 	rep, err := redistest.StartReal()
@@ -289,20 +290,25 @@ func TestStatusAndReleaseOnAReplica(t *testing.T) {
 	defer rep.Close()
 	rc := rep.Client()
 	defer rc.Close()
+	if err := rc.ACLSetUser(context.Background(), aclUser, aclRules...).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := rc.Do(context.Background(), "replicaof", "127.0.0.1", "1").Err(); err != nil { // a master that is not there
 		t.Fatal(err)
 	}
 	tg := target(t)
 	p := start(t, nil, "lock", "--redis", srv.Addr, "CLI", tg)
 	holder := holdingLine(t, waitLine(t, p))["DLOCK_HOLDER"]
-	for _, args := range [][]string{
-		{"status", "--redis", rep.Addr, "CLI", tg},
-		{"status", "--semaphore", "2", "--redis", rep.Addr, "CLI", tg},
-		{"status", "-s", "--redis", rep.Addr, "CLI", tg},
-		{"release", "--force", "--holder", holder, "--redis", rep.Addr, "CLI", tg},
-	} {
-		if r := runBin(t, nil, args...); r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") {
-			t.Errorf("%v: %+v, want 69 naming a read-only replica (the master holds the lock: %s)", args, r, holder)
+	for _, server := range []string{rep.Addr, "redis://" + aclUser + ":" + aclPwd + "@" + rep.Addr + "/0"} {
+		for _, args := range [][]string{
+			{"status", "--redis", server, "CLI", tg},
+			{"status", "--semaphore", "2", "--redis", server, "CLI", tg},
+			{"status", "-s", "--redis", server, "CLI", tg},
+			{"release", "--force", "--holder", holder, "--redis", server, "CLI", tg},
+		} {
+			if r := runBin(t, nil, args...); r.code != exitUnavailable || !strings.Contains(r.stderr, "read-only replica") {
+				t.Errorf("%v: %+v, want 69 naming a read-only replica (the master holds the lock: %s)", args, r, holder)
+			}
 		}
 	}
 	if r := runBin(t, nil, "status", "--redis", srv.Addr, "CLI", tg); r.code != 0 || !strings.Contains(r.stdout, holder) {
