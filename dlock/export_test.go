@@ -189,6 +189,14 @@ func WithLent(f func()) Option {
 	})
 }
 
+// WithUnlocking runs f as an Unlock found its holding, before it takes the holding's mutex.
+func WithUnlocking(f func()) Option {
+	return optionFunc(func(o *options) error {
+		o.unlocking = f
+		return nil
+	})
+}
+
 // WithForceCounted runs f as a ForceRelease of one of this process's lockers is counted
 // (from then on no goroutine is passed or lent what the locker holds), with the lock's unique
 // key and the locker. It runs under the lock's state mutex: f must not call the library.

@@ -950,9 +950,14 @@ func (so *shareOwner) reenter(ctx context.Context) *Owner {
 // unlock releases one hold of so, through ctx: an Owner of one hold (oneHold) releases only
 // the holds it counts.
 func (so *shareOwner) unlock(ctx context.Context) error {
+	defer runtime.KeepAlive(ctx) // (an Owner: see unlockAlive)
 	bound, stop := deadlineOf(ctx)
 	defer stop()
-	return named(so.unlock1(oneHoldOf(ctx, so), bound), so.st.cfg.UniqueKey())
+	one := oneHoldOf(ctx, so)
+	if f := so.st.g.opts.unlocking; f != nil {
+		f()
+	}
+	return named(so.unlock1(one, bound), so.st.cfg.UniqueKey())
 }
 
 // unlock1 releases one hold; the final one waits until what it let go is free in Redis, or

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -406,6 +407,7 @@ func (l *DistributedReentrantLock) unlock(ctx, bound context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	}
+	defer runtime.KeepAlive(ctx) // (an Owner: see unlockAlive)
 	if l == nil || l.g == nil || l.g.proc == nil {
 		return errZeroLock
 	}
@@ -417,6 +419,9 @@ func (l *DistributedReentrantLock) unlock(ctx, bound context.Context) error {
 		return ErrNotHeld
 	}
 	one := oneHoldOf(ctx, h)
+	if f := l.g.opts.unlocking; f != nil {
+		f()
+	}
 	h.mu.Lock()
 	switch h.state {
 	case holdLost:

@@ -36,6 +36,7 @@ type options struct {
 	writeBlock   uint64                   // fencing tokens a read-write lock's write-hold reserves at a time: writeBlock (tests set fewer)
 	reentering   func()                   // default nil; tests set it: run as a read-write lock's or semaphore's re-entry begins
 	lent         func()                   // default nil; tests set it: run as an acquisition got the lock, before its Owner is made
+	unlocking    func()                   // default nil; tests set it: run as an Unlock found its holding, before it takes the holding's mutex
 	forceCounted func(key, locker string) // default nil; tests set it: run as a ForceRelease of this process's locker is counted (forces), under the state's mutex
 }
 

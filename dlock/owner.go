@@ -117,6 +117,12 @@ func (oh *oneHold) spend() bool {
 // newOwner returns the Owner of a fresh acquisition h, made through l, and arranges for h
 // to be released if the program drops it without Unlock. Nothing the library keeps refers
 // to the Owner, so it becomes unreachable exactly when the program lets go of it.
+//
+// unlockAlive: a program that unlocks an Owner often lets go of it as it calls Unlock, and the
+// collector may find it unreachable once Unlock has read what it needs from it, before Unlock
+// took the holding's mutex: the clean-up then released the holding first, logged it dropped
+// without Unlock, and Unlock said ErrNotHeld. Every Unlock keeps the Owner (or the context it
+// was given) reachable until it returns (runtime.KeepAlive).
 func newOwner(l *DistributedReentrantLock, h *holding) *Owner {
 	o := &Owner{ctx: h.ctx, l: l}
 	runtime.AddCleanup(o, func(h *holding) { h.st.dropped(h) }, h)
@@ -195,6 +201,7 @@ func (o *Owner) Unlock() error {
 	if o == nil || (o.ctx == nil && o.multi == nil && o.sh == nil) {
 		return ErrNotHeld
 	}
+	defer runtime.KeepAlive(o) // (see unlockAlive)
 	if o.multi != nil {
 		return o.multi.Unlock(o)
 	}
@@ -208,6 +215,7 @@ func (o *Owner) Unlock() error {
 // the release goes on in the background (retried until its lease runs out), and the error
 // says so. A MultiLock that gives up lets go of its parts so, within the caller's deadline.
 func (o *Owner) unlockWithin(bound context.Context) error {
+	defer runtime.KeepAlive(o) // (see unlockAlive)
 	switch {
 	case o == nil || (o.ctx == nil && o.multi == nil && o.sh == nil):
 		return ErrNotHeld

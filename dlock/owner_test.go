@@ -88,6 +88,48 @@ func TestDroppedOwnerIsReleased(t *testing.T) {
 	}
 }
 
+// A program often lets go of an Owner as it calls Unlock (its last use), and the collector may
+// find the Owner unreachable while Unlock runs. Unlock still releases the holding itself: nil,
+// not ErrNotHeld, and the clean-up of an Owner dropped without Unlock neither runs nor logs —
+// for every kind of lock. (Here a collection runs inside Unlock, after it found the holding.)
+func TestUnlockOfAnOwnerLetGoMeanwhileReleasesIt(t *testing.T) {
+	collect := func() {
+		runtime.GC()
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond) // (clean-ups run on a goroutine of their own)
+	}
+	core, logs := observer.New(zap.ErrorLevel)
+	g, _ := newGen(t, dlock.WithUnlocking(collect), dlock.WithLogger(zap.New(core)))
+	ctx := ctxT(t, 30*time.Second)
+	tg := target(t)
+	l, _ := g.Gen("LETGO", tg)
+	rw := rwOf(t, g, tg+".rw")
+	sem := semOf(t, g, tg+".sem", 2)
+	for _, c := range []struct {
+		name string
+		take func() (*dlock.Owner, error)
+	}{
+		{"mutex", func() (*dlock.Owner, error) { return l.Lock(ctx) }},
+		{"read", func() (*dlock.Owner, error) { return rw.RLock(ctx) }},
+		{"write", func() (*dlock.Owner, error) { return rw.Lock(ctx) }},
+		{"semaphore", func() (*dlock.Owner, error) { return sem.Acquire(ctx, 1) }},
+	} {
+		unlock := func() func() error { // (nothing but the method value keeps the Owner)
+			o, err := c.take()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o.Unlock
+		}()
+		if err := unlock(); err != nil {
+			t.Errorf("%s: Unlock of an Owner let go of as it ran = %v, want nil", c.name, err)
+		}
+	}
+	if n := logs.FilterMessageSnippet("without Unlock").Len(); n != 0 {
+		t.Errorf("%d holdings released by the garbage collector, behind their Unlock: %v", n, logs.All())
+	}
+}
+
 // A lock re-entered through the Owner of another lock that carries its holding (b taken with
 // a's Owner, then a.Lock(ownerB)) returns an Owner whose Unlock releases that hold of a, not
 // b's Owner, whose Unlock would let go of b.
