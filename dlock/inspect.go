@@ -633,11 +633,11 @@ func (g *Generator) cutByReadTimeout(err error, waited time.Duration) bool {
 }
 
 // faultSince returns err naming the Generator's last fault, when one came after since and err
-// says only that an attempt got no answer in time (errNoAnswer, errUnanswered): a Redis that
-// refuses connections is not then taken for a slow one. The fault is the client's, of any
-// key (only failures of the way to Redis are kept, not its answers).
+// says only that an attempt got no answer in time (errNoAnswer, errUnanswered, errLate): a
+// Redis that refuses connections is not then taken for a slow one. The fault is the client's,
+// of any key (only failures of the way to Redis are kept, not its answers).
 func (g *Generator) faultSince(err error, since time.Time) error {
-	if f := g.fault.Load(); f != nil && f.at.After(since) && (errors.Is(err, errNoAnswer) || errors.Is(err, errUnanswered)) {
+	if f := g.fault.Load(); f != nil && f.at.After(since) && (errors.Is(err, errNoAnswer) || errors.Is(err, errUnanswered) || errors.Is(err, errLate)) {
 		return fmt.Errorf("%w (meanwhile a request of this process to Redis, perhaps of another key, failed %v before: %w)", err, time.Since(f.at).Round(time.Millisecond), f.err)
 	}
 	return err

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -631,9 +633,9 @@ func TestFamilyLossWithARenewalUnansweredSaysSo(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer o.Unlock() //nolint:errcheck
-			// Past the renewal sent as the channel is subscribed, just after the take: the one
-			// due at three quarters of the 1 s lease is on its way as the lease runs out. (On a
-			// machine so slow that the first falls after this, its failure is named instead.)
+			// The renewal due at three quarters of the 1 s lease is on its way as the lease runs
+			// out; any sent before half the lease is answered. (On a machine so slow that the
+			// take's own answer comes after this, that renewal's failure is named instead.)
 			time.AfterFunc(500*time.Millisecond, func() { on.Store(true) })
 			select {
 			case <-o.Done():
@@ -643,6 +645,74 @@ func TestFamilyLossWithARenewalUnansweredSaysSo(t *testing.T) {
 			cause := context.Cause(o)
 			if !errors.Is(cause, dlock.ErrLockLost) || !strings.Contains(cause.Error(), "no answer") {
 				t.Fatalf("cause = %v, want ErrLockLost saying the renewal got no answer", cause)
+			}
+		})
+	}
+}
+
+// A holding lost because its renewal got no answer before its lease ran out names, besides,
+// the failure of this process's way to Redis meanwhile (here: another request's connection
+// refused, as when a Cluster master dies), for the mutex as for the family: "no answer" alone
+// reads as a slow Redis.
+func TestLossWithARenewalUnansweredNamesTheFailureMeanwhile(t *testing.T) {
+	for _, kind := range []string{"mutex", "read", "permits"} {
+		t.Run(kind, func(t *testing.T) {
+			g, c := newGen(t)
+			tg := uniqueTarget(t)
+			ctx := ctxT(t, 20*time.Second)
+			var on atomic.Bool
+			defer on.Store(false)
+			renewing := make(chan struct{}, 1)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !on.Load() {
+					return next(ctx, cmd)
+				}
+				if sharedArg(cmd.Args(), "op") == "renew" || processor.ScriptName(cmd.Args()) == "renew" {
+					select {
+					case renewing <- struct{}{}:
+					default:
+					}
+					<-ctx.Done() // (no answer)
+					cmd.SetErr(ctx.Err())
+					return ctx.Err()
+				}
+				err := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+				cmd.SetErr(err)
+				return err
+			}})
+			var o *dlock.Owner
+			var err error
+			var state func() error
+			switch kind {
+			case "mutex":
+				l, _ := g.Gen("LOSS", tg)
+				o, err = l.Lock(ctx)
+				state = func() error { _, err := l.State(ctx); return err }
+			case "read":
+				rw := rwOf(t, g, tg)
+				o, err = rw.RLock(ctx)
+				state = func() error { _, err := rw.State(ctx); return err }
+			default:
+				s := semOf(t, g, tg, 2)
+				o, err = s.Acquire(ctx, 1)
+				state = func() error { _, err := s.State(ctx); return err }
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Unlock() //nolint:errcheck
+			on.Store(true)
+			recv(t, renewing, "a renewal")
+			if err := state(); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("State with connections refused = %v", err)
+			}
+			select {
+			case <-o.Done():
+			case <-ctx.Done():
+				t.Fatal("the holding outlived its lease without a renewal answered")
+			}
+			if cause := context.Cause(o); !errors.Is(cause, dlock.ErrLockLost) || !strings.Contains(cause.Error(), "connection refused") {
+				t.Fatalf("cause = %v, want ErrLockLost naming the connection refused meanwhile", cause)
 			}
 		})
 	}
