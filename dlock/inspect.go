@@ -637,10 +637,27 @@ func (g *Generator) cutByReadTimeout(err error, waited time.Duration) bool {
 // Redis that refuses connections is not then taken for a slow one. The fault is the client's,
 // of any key (only failures of the way to Redis are kept, not its answers).
 func (g *Generator) faultSince(err error, since time.Time) error {
-	if f := g.fault.Load(); f != nil && f.at.After(since) && (errors.Is(err, errNoAnswer) || errors.Is(err, errUnanswered) || errors.Is(err, errLate)) {
+	if errors.Is(err, errNoAnswer) || errors.Is(err, errUnanswered) || errors.Is(err, errLate) {
+		return g.nameFault(err, since)
+	}
+	return err
+}
+
+// nameFault returns err naming the Generator's last fault, when one came after since.
+func (g *Generator) nameFault(err error, since time.Time) error {
+	if f := g.fault.Load(); f != nil && f.at.After(since) {
 		return fmt.Errorf("%w (meanwhile a request of this process to Redis, perhaps of another key, failed %v before: %w)", err, time.Since(f.at).Round(time.Millisecond), f.err)
 	}
 	return err
+}
+
+// renewalFault is faultSince for a renewal sent at sent that failed with err: one that ran
+// out of its own deadline (Redis did not answer in time) is a request that got no answer too.
+func (g *Generator) renewalFault(err error, sent time.Time) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return g.nameFault(err, sent)
+	}
+	return g.faultSince(err, sent)
 }
 
 // unlate returns what a caller of the API sees of an error of call: the context's error alone

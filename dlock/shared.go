@@ -1746,7 +1746,7 @@ func (st *sharedState) renew(h *shareHold) func(ctx context.Context) {
 				h.renewAt = time.Now().Add(retryPause(st.cfg))
 			}
 			if st.redisError("renew", err) {
-				cause := fmt.Errorf("%w: %w", errHoldingLapsed, st.g.faultSince(err, sent)) // (a lease that runs out now says why, as the mutex's)
+				cause := fmt.Errorf("%w: %w", errHoldingLapsed, st.g.renewalFault(err, sent)) // (a lease that runs out now says why, as the mutex's)
 				h.lapse.Store(&cause)
 				st.g.observer.RenewalFailed(RenewalEvent{Config: st.cfg, Err: err})
 				// the waiters it would serve once renewed (stale) wait on it: its failure

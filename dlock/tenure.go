@@ -169,7 +169,7 @@ func (t *tenure) Renew(ctx context.Context) error {
 			t.checkNow = true // the check is still owed: again after the expander's retry pause, not at 75 %
 			st.mu.Unlock()
 		}
-		return st.g.faultSince(err, sent) // (a loss names it: the lease ran out without a successful renewal: ...)
+		return st.g.renewalFault(err, sent) // (a loss names it: the lease ran out without a successful renewal: ...)
 	}
 	if res.Outcome == processor.Settled && t.yielding() {
 		// A yield check of the tenure ran first and may have handed the key on, on purpose: its
