@@ -201,7 +201,6 @@ func (o *Owner) Unlock() error {
 	if o == nil || (o.ctx == nil && o.multi == nil && o.sh == nil) {
 		return ErrNotHeld
 	}
-	defer runtime.KeepAlive(o) // (see unlockAlive)
 	if o.multi != nil {
 		return o.multi.Unlock(o)
 	}

@@ -180,24 +180,15 @@ func TestNotObtainedNamesOnlyOthers(t *testing.T) {
 		}},
 		{"write", func(g *dlock.Generator, tg string) (guarded, error) {
 			rw, err := g.GenRW("CLI", tg)
-			return guarded{Part: rw.WriteSide(), holders: func(ctx context.Context) string {
-				st, _ := rw.State(ctx)
-				return describeHolds(st)
-			}}, err
+			return sharedLock(rw.WriteSide(), rw.State, rw.ForceRelease), err
 		}},
 		{"read", func(g *dlock.Generator, tg string) (guarded, error) {
 			rw, err := g.GenRW("CLI", tg)
-			return guarded{Part: rw.ReadSide(), holders: func(ctx context.Context) string {
-				st, _ := rw.State(ctx)
-				return describeHolds(st)
-			}}, err
+			return sharedLock(rw.ReadSide(), rw.State, rw.ForceRelease), err
 		}},
 		{"semaphore", func(g *dlock.Generator, tg string) (guarded, error) {
 			s, err := g.GenSemaphore("CLI", tg, 2)
-			return guarded{Part: s.Permits(1), holders: func(ctx context.Context) string {
-				st, _ := s.State(ctx)
-				return describeHolds(st)
-			}}, err
+			return sharedLock(s.Permits(1), s.State, s.ForceRelease), err
 		}},
 	} {
 		tg := fmt.Sprintf("%s.%d", target(t), i) // (a read-write lock and a semaphore are two locks)

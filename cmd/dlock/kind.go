@@ -91,10 +91,11 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 			c.close()
 			return nil, guarded{}, c.classify(err)
 		}
-		g = guarded{Part: rw.ReadSide(), shared: rw.State, force: rw.ForceRelease}
+		side := rw.ReadSide()
 		if *k.exclusive {
-			g.Part = rw.WriteSide()
+			side = rw.WriteSide()
 		}
+		g = sharedLock(side, rw.State, rw.ForceRelease)
 	case *k.semaphore > 0:
 		s, err := c.gen.GenSemaphore(typ, target, *k.semaphore)
 		if err != nil {
@@ -105,20 +106,24 @@ func (k *kindFlags) open(r redisFlags, typ, target string, lease time.Duration) 
 		if k.permits != nil {
 			n = *k.permits
 		}
-		g = guarded{Part: s.Permits(n), shared: s.State, force: s.ForceRelease}
+		g = sharedLock(s.Permits(n), s.State, s.ForceRelease)
 	}
 	if g.shared != nil {
 		c.keys = sharedKeys(g.Config())
-		state := g.shared
-		g.holders = func(ctx context.Context) string {
-			st, err := state(ctx)
-			if err != nil {
-				return ""
-			}
-			return describeHolds(st)
-		}
 	}
 	return c, g, nil
+}
+
+// sharedLock is a side of a read-write lock, or permits of a semaphore, as exec holds them:
+// state reads the lock's state, force removes one holding.
+func sharedLock(p dlock.Part, state func(ctx context.Context) (dlock.SharedState, error), force func(ctx context.Context, holder string) (bool, error)) guarded {
+	return guarded{Part: p, shared: state, force: force, holders: func(ctx context.Context) string {
+		st, err := state(ctx)
+		if err != nil {
+			return ""
+		}
+		return describeHolds(st)
+	}}
 }
 
 // mutexLock is the mutex as exec holds it.
