@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -78,9 +79,13 @@ func TestForceReleaseWakesWaitersAndTellsTheHolder(t *testing.T) {
 			if err := l2.Unlock(o2); err != nil {
 				t.Fatal(err)
 			}
-			// a second copy of the same request finds that holder gone
-			if removed, err := op.ForceRelease(ctx, before.Holder); err != nil || removed {
-				t.Fatalf("ForceRelease of a holder already removed: %v, %v", removed, err)
+			// a second copy of the same request finds that holder gone, changes nothing, and
+			// answers as the first did
+			if removed, err := op.ForceRelease(ctx, before.Holder); err != nil || !removed {
+				t.Fatalf("ForceRelease of a holder already removed: %v, %v; want true, as the first", removed, err)
+			}
+			if s := stateOf(t, op); s.Held() || len(s.Waiting) != 0 {
+				t.Fatalf("a second ForceRelease changed the lock: %+v", s)
 			}
 		})
 	}
@@ -1033,8 +1038,11 @@ func TestForceReleaseOfTheLockFamily(t *testing.T) {
 				if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
 					t.Fatalf("the removed holder's Unlock: %v", err)
 				}
-				if removed, err := k.force(ctx, op, tg, holder); err != nil || removed {
-					t.Fatalf("ForceRelease again = %v, %v", removed, err)
+				if removed, err := k.force(ctx, op, tg, holder); err != nil || !removed {
+					t.Fatalf("ForceRelease again = %v, %v; want true, as the first", removed, err)
+				}
+				if err := o2.Err(); err != nil {
+					t.Fatalf("a second ForceRelease of the removed holder ended the next: %v", err)
 				}
 				if err := o2.Unlock(); err != nil {
 					t.Fatal(err)
@@ -1058,7 +1066,8 @@ func TestForceReleaseOfTheLockFamily(t *testing.T) {
 // ForceRelease removes the one holding it names and nothing else: on a free read-write lock
 // or semaphore it reports false; of two processes' read-holds, the one named goes (its holder
 // in this Generator is told at once) and the other stays, still keeping writers out; a locker
-// that holds nothing now (the removed one) removes nothing, and a write-hold taken since stays. Ports Redisson's RedissonReadWriteLockTest.testForceUnlock (a
+// that holds nothing now removes nothing — the removed one answers true again, one let go by
+// its release false — and a write-hold taken since stays. Ports Redisson's RedissonReadWriteLockTest.testForceUnlock (a
 // forced unlock of the side not held leaves the held side locked) and testMultiRead (a forced
 // unlock of a free lock reports false).
 func TestForceReleaseRemovesOnlyTheHoldingItNames(t *testing.T) {
@@ -1089,10 +1098,12 @@ func TestForceReleaseRemovesOnlyTheHoldingItNames(t *testing.T) {
 	if err != nil || len(st.Readers()) != 2 {
 		t.Fatalf("State with two processes reading = %+v %v", st, err)
 	}
-	var lockerA string
+	var lockerA, lockerB string
 	for _, h := range st.Holds {
 		if _, mine := ga.SharedBelief(la.Config().UniqueKey())[h.Locker]; mine {
 			lockerA = h.Locker
+		} else {
+			lockerB = h.Locker
 		}
 	}
 	if lockerA == "" {
@@ -1108,8 +1119,11 @@ func TestForceReleaseRemovesOnlyTheHoldingItNames(t *testing.T) {
 	if o, ok, err := lc.TryLock(ctx); ok || err != nil {
 		t.Fatalf("a writer got in beside the read-hold left = %v %v %v", o, ok, err)
 	}
-	if removed, err := la.ForceRelease(ctx, lockerA); removed || err != nil {
-		t.Fatalf("ForceRelease of the removed holding again = %v %v, want false", removed, err)
+	if removed, err := la.ForceRelease(ctx, lockerA); !removed || err != nil {
+		t.Fatalf("ForceRelease of the removed holding again = %v %v, want true (removed), as the first", removed, err)
+	}
+	if o, ok, err := lc.TryLock(ctx); ok || err != nil || rb.Err() != nil {
+		t.Fatalf("after the second ForceRelease: a writer got in (%v %v %v) or the other reader ended (%v)", o, ok, err, rb.Err())
 	}
 	if err := ra.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("the removed reader's Unlock = %v, want ErrLockLost", err)
@@ -1121,8 +1135,11 @@ func TestForceReleaseRemovesOnlyTheHoldingItNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if removed, err := lc.ForceRelease(ctx, lockerA); removed || err != nil {
-		t.Fatalf("ForceRelease of a reader gone, beside a writer = %v %v, want false", removed, err)
+	if removed, err := lc.ForceRelease(ctx, lockerB); removed || err != nil {
+		t.Fatalf("ForceRelease of a reader that let go, beside a writer = %v %v, want false", removed, err)
+	}
+	if removed, err := lc.ForceRelease(ctx, lockerA); !removed || err != nil {
+		t.Fatalf("ForceRelease of a reader removed before, beside a writer = %v %v, want true", removed, err)
 	}
 	if o, ok, err := la.TryRLock(ctx); ok || err != nil || w.Err() != nil {
 		t.Fatalf("after a ForceRelease that named no holding: a reader got in (%v %v %v) or the writer ended (%v)", o, ok, err, w.Err())
@@ -1132,10 +1149,11 @@ func TestForceReleaseRemovesOnlyTheHoldingItNames(t *testing.T) {
 	}
 }
 
-// An operator's ForceRelease whose reply is lost (the script ran; the caller sees a timeout)
-// and which is then repeated — the second copy finds the holder gone — still tells a holder of
-// the same Generator at once, as a ForceRelease that was answered does: not at its next
-// renewal (45 s on, with a minute's lease), while another process may hold the lock.
+// An operator's ForceRelease whose reply is lost (the script ran) answers true when its
+// request is sent again — by the processor after a broken connection, or by its caller after
+// a timeout: the second copy finds the holder gone and answers as the first did — and tells
+// a holder of the same Generator at once, as a ForceRelease that was answered does: not at
+// its next renewal (45 s on, with a minute's lease), while another process may hold the lock.
 func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
 	isForce := func(args []any) bool {
 		switch processor.ScriptName(args) {
@@ -1147,13 +1165,7 @@ func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
 		}
 		return false
 	}
-	type kind struct {
-		name  string
-		hold  func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
-		who   func(ctx context.Context, g *dlock.Generator, tg string) (string, error)
-		force func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error)
-	}
-	kinds := []kind{{
+	kinds := []lostForceKind{{
 		name: "mutex",
 		hold: func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error) {
 			return mustGen(t, g, "FORCE", tg, time.Minute).Lock(ctx)
@@ -1196,47 +1208,77 @@ func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
 			return semOf(t, g, tg, 2).ForceRelease(ctx, holder)
 		},
 	}}
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			c := srv.Client()
-			var lose atomic.Int32
-			lose.Store(1)
-			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-				err := next(ctx, cmd)
-				if err == nil && isForce(cmd.Args()) && lose.Add(-1) == 0 {
-					cmd.SetErr(injectedTimeout{}) // the script ran; its reply is lost
-					return cmd.Err()
-				}
-				return err
-			}})
-			g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
-			tg := uniqueTarget(t)
-			ctx := ctxT(t, 30*time.Second)
-			owned, err := k.hold(ctx, g, tg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			holder, err := k.who(ctx, g, tg)
-			if err != nil || holder == "" {
-				t.Fatalf("holder %q, %v", holder, err)
-			}
-			removed, err := k.force(ctx, g, tg, holder)
-			if err == nil {
-				t.Fatalf("setup: the ForceRelease whose reply was lost returned %v, nil", removed)
-			}
-			if !documentedErr(err) {
-				t.Fatalf("ForceRelease whose reply was lost: %v", err)
-			}
-			if removed, err := k.force(ctx, g, tg, holder); err != nil || removed {
-				t.Fatalf("ForceRelease repeated = %v, %v; want false (the first copy removed it)", removed, err)
-			}
-			if !rgWaitUntil(5*time.Second, func() bool { return errors.Is(context.Cause(owned), dlock.ErrLockLost) }) {
-				t.Fatalf("the holder in the Generator that forced it was not told within 5 s (cause %v)", context.Cause(owned))
-			}
-			if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
-				t.Fatalf("the removed holder's Unlock: %v", err)
-			}
-		})
+	// The reply is lost to an error the library does not send again after (the caller calls
+	// again), or to a broken connection, after which the processor sends the same request
+	// again itself: either way the second copy answers true, as the first would have.
+	for _, lost := range []struct {
+		name   string
+		err    error
+		resent bool
+	}{{"answered by a timeout", injectedTimeout{}, false}, {"answered by a broken connection", io.EOF, true}} {
+		for _, k := range kinds {
+			t.Run(lost.name+"/"+k.name, func(t *testing.T) {
+				forceWhoseReplyIsLost(t, k, isForce, lost.err, lost.resent)
+			})
+		}
+	}
+}
+
+// lostForceKind is a kind of lock TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce
+// runs on: how it is held, who holds it, and how it is forced.
+type lostForceKind struct {
+	name  string
+	hold  func(ctx context.Context, g *dlock.Generator, tg string) (*dlock.Owner, error)
+	who   func(ctx context.Context, g *dlock.Generator, tg string) (string, error)
+	force func(ctx context.Context, g *dlock.Generator, tg, holder string) (bool, error)
+}
+
+// forceWhoseReplyIsLost runs TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce for one
+// kind and one loss.
+func forceWhoseReplyIsLost(t *testing.T, k lostForceKind, isForce func([]any) bool, lostTo error, resent bool) {
+	c := srv.Client()
+	var lose atomic.Int32
+	lose.Store(1)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if err == nil && isForce(cmd.Args()) && lose.Add(-1) == 0 {
+			cmd.SetErr(lostTo) // the script ran; its reply is lost
+			return cmd.Err()
+		}
+		return err
+	}})
+	g := genOn(t, c, dlock.WithDefaultLease(time.Minute))
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 30*time.Second)
+	owned, err := k.hold(ctx, g, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := k.who(ctx, g, tg)
+	if err != nil || holder == "" {
+		t.Fatalf("holder %q, %v", holder, err)
+	}
+	removed, err := k.force(ctx, g, tg, holder)
+	switch {
+	case resent && (err != nil || !removed):
+		t.Fatalf("ForceRelease whose reply was lost to a broken connection (sent again) = %v, %v; want true", removed, err)
+	case resent:
+	case err == nil:
+		t.Fatalf("setup: the ForceRelease whose reply was lost returned %v, nil", removed)
+	case !documentedErr(err):
+		t.Fatalf("ForceRelease whose reply was lost: %v", err)
+	}
+	if lose.Load() > 0 {
+		t.Fatal("setup: no reply was lost")
+	}
+	if removed, err := k.force(ctx, g, tg, holder); err != nil || !removed {
+		t.Fatalf("ForceRelease repeated = %v, %v; want true (the first copy removed it)", removed, err)
+	}
+	if !rgWaitUntil(5*time.Second, func() bool { return errors.Is(context.Cause(owned), dlock.ErrLockLost) }) {
+		t.Fatalf("the holder in the Generator that forced it was not told within 5 s (cause %v)", context.Cause(owned))
+	}
+	if err := owned.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the removed holder's Unlock: %v", err)
 	}
 }
 

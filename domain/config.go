@@ -180,8 +180,8 @@ func SideKey(key, suffix string) string {
 
 // The names of the keys kept beside a lock key (SideKey): processor's scripts keep them, and
 // processor names them by these constants. DoneSuffix, CheckSuffix and ForcedSuffix are
-// followed by a colon and a process's name; the read-write lock's and semaphore's begin with
-// SharedPrefix and a colon.
+// followed by a colon and a process's name, RemovedSuffix by a colon and a locker; the
+// read-write lock's and semaphore's begin with SharedPrefix and a colon.
 const (
 	FenceSuffix   = "fence"    // the fencing counter
 	ReleaseSuffix = "released" // the prefix of the processes' release channels
@@ -189,6 +189,7 @@ const (
 	DoneSuffix    = "done"     // a process's settled mark
 	CheckSuffix   = "check"    // a process's checked mark
 	ForcedSuffix  = "forced"   // a process's lockers removed last
+	RemovedSuffix = "removed"  // what an operator's removal of a locker answered
 	WantSuffix    = "want"     // what each process in line waits with
 	GapSuffix     = "gap"      // the window left free for processes not in line
 	FirstSuffix   = "first"    // the first token of the holding
@@ -205,22 +206,23 @@ const (
 )
 
 // sideNames are the names a key kept beside a lock key ends in; perProcess, those followed by
-// a colon and a process's name (and SharedPrefix, by a colon and a name).
+// a colon and a process's name or a locker (and SharedPrefix, by a colon and a name).
 var (
 	sideNames = [...]string{FenceSuffix, ReleaseSuffix, LineSuffix, WantSuffix, GapSuffix, FirstSuffix,
 		SharedHeldSuffix, SharedExpSuffix, SharedLineSuffix, SharedWantSuffix, SharedGoneSuffix, SharedFenceSuffix,
-		SharedKindSuffix, SharedHeardSuffix, SharedPrefix, DoneSuffix, CheckSuffix, ForcedSuffix}
-	perProcess = [...]string{DoneSuffix, CheckSuffix, ForcedSuffix}
+		SharedKindSuffix, SharedHeardSuffix, SharedPrefix, DoneSuffix, CheckSuffix, ForcedSuffix, RemovedSuffix}
+	perProcess = [...]string{DoneSuffix, CheckSuffix, ForcedSuffix, RemovedSuffix}
 )
 
 // sideKeyOf reports whether key, one with a hash tag of its own, is a key kept beside another
 // such lock key (SideKey), or has keys beside it that are, and that lock key. Such a lock's
 // keys beside it are the lock key, a colon and a name: the processor's fencing counter,
 // release channel, line, want, gap and first keys, one per process (done:<owner>,
-// check:<owner>, forced:<owner>), and the read-write lock's and semaphore's (shared:<name>).
-// So key may not end in a colon and one of those names, nor hold a per-process one followed
-// by a colon, nor end in a colon and the first part of a two-part name (shared, done, check,
-// forced: its own keys would then be another's). An untagged key's keys beside it begin
+// check:<owner>, forced:<owner>), one per locker an operator removed (removed:<locker>), and
+// the read-write lock's and semaphore's (shared:<name>). So key may not end in a colon and
+// one of those names, nor hold a per-process one followed by a colon, nor end in a colon and
+// the first part of a two-part name (shared, done, check, forced, removed: its own keys would
+// then be another's). An untagged key's keys beside it begin
 // with a brace, which no lock key does.
 func sideKeyOf(key string) (string, bool) {
 	if HashTag(key) == key {

@@ -51,7 +51,8 @@ type DLockProcessor interface {
 	// Inspect reads what the store holds for the lock, changing nothing.
 	Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error)
 	// ForceRelease lets the key go, as a release does, if it still holds holder (Released,
-	// with whom it was granted to), else Gone.
+	// with whom it was granted to), else Gone — or Settled when a force removed holder before
+	// (a repeated copy, or another operator's).
 	ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error)
 }
 

@@ -130,7 +130,7 @@ func ScriptName(args []any) string {
 }
 
 // FenceSuffix, ReleaseSuffix, LineSuffix, DoneSuffix, CheckSuffix, ForcedSuffix,
-// WantSuffix, GapSuffix and FirstSuffix name what is kept beside a lock key: domain's, where
+// RemovedSuffix, WantSuffix, GapSuffix and FirstSuffix name what is kept beside a lock key: domain's, where
 // they are defined (a lock key may not name one of them: domain.NewDLockConfig).
 const (
 	FenceSuffix   = domain.FenceSuffix
@@ -139,6 +139,7 @@ const (
 	DoneSuffix    = domain.DoneSuffix
 	CheckSuffix   = domain.CheckSuffix
 	ForcedSuffix  = domain.ForcedSuffix
+	RemovedSuffix = domain.RemovedSuffix
 	WantSuffix    = domain.WantSuffix
 	GapSuffix     = domain.GapSuffix
 	FirstSuffix   = domain.FirstSuffix
@@ -1010,6 +1011,13 @@ func ForcedKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(ForcedSuffix + ":" + owner)
 }
 
+// RemovedKey is the key that keeps, while the marks of locker live, that an operator removed
+// it (ForceRelease) and whom the key went to then: a repeated copy of that request answers so
+// (Settled).
+func RemovedKey(cfg domain.DLockConfig, locker string) string {
+	return cfg.SideKey(RemovedSuffix + ":" + locker)
+}
+
 // WantKey is the key of what each process in cfg's line waits with (the locker a release
 // grants the key to).
 func WantKey(cfg domain.DLockConfig) string { return cfg.SideKey(WantSuffix) }
@@ -1800,8 +1808,10 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 
 // ForceRelease implements DLockProcessor with force.lua (one EVALSHA): it lets the key go, as
 // a release does, if it still holds holder (Released, and whom it was granted to), else Gone.
-// Safe to run twice or late: a second copy finds holder gone. The holder is not told; it learns
-// of the loss at its next renewal or release.
+// Safe to run twice or late: a second copy finds holder gone and changes nothing, and answers
+// Settled (removed before, and whom it was granted to then, with no token) while the removed
+// locker's marks live (RemovedKey) — so does a later force of the same holder. The holder is
+// not told; it learns of the loss at its next renewal or release.
 func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error) {
 	if err := p.check(ctx, cfg); err != nil {
 		return Result{}, err
@@ -1816,7 +1826,9 @@ func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockC
 		return Result{}, processErr("force-release", cfg.UniqueKey(), err)
 	}
 	a.locker, a.seq = holder, seq
-	res, _, err := p.script(ctx, "force", false, ks, a)
+	s := p.scripts.run["force"]
+	keys := append(slices.Clip(ks.keys), RemovedKey(cfg, holder))
+	res, _, err := p.run(ctx, s, false, keys, a.appendTo(command(s, keys, nil, len(argNames))))
 	var vals []any
 	if err == nil {
 		vals, err = res.Slice()
@@ -1824,9 +1836,14 @@ func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockC
 	if err != nil || len(vals) == 0 {
 		return Result{}, processErr("force-release", cfg.UniqueKey(), cmp.Or(err, errors.New("force.lua returned nothing")))
 	}
-	if code, _ := vals[0].(int64); code == 1 {
+	switch code, _ := vals[0].(int64); code {
+	case 1:
 		r := Result{Outcome: Released}
 		grantOf(vals, &r)
+		return r, nil
+	case -1:
+		r := Result{Outcome: Settled}
+		r.Next, _ = vals[1].(string)
 		return r, nil
 	}
 	return Result{Outcome: Gone}, nil

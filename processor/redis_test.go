@@ -350,6 +350,11 @@ func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 		if m := got["pd-"]; !m.Granted || m.From != lb || m.Locker != ld {
 			t.Fatalf("pd- was told %+v, want the grant", got)
 		}
+		if r, err := a.ForceRelease(ctx, lc, lb); err != nil || r.Outcome != processor.Settled || r.Next != ld {
+			t.Fatalf("a copy of the force = %+v, %v; want settled (removed before), granted to %s as the first said", r, err, ld)
+		} else if in := inspect(t, a, lc); in.Holder != ld {
+			t.Fatalf("a copy of the force changed the holder: %+v", in)
+		}
 		if m, want := got["pb-"], got["pd-"]; m.At != 0 || m.Granted != want.Granted || m.From != want.From || m.Locker != want.Locker || m.Token != want.Token {
 			t.Fatalf("pb- was told %+v, want the grant that removed its holding (without the time)", got)
 		}
@@ -2093,18 +2098,25 @@ func TestForceReleaseNamesTheHolder(t *testing.T) {
 		if r, err := op.ForceRelease(ctx, lc, "nobody-1"); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("ForceRelease of another holder = %v, %v", r, err)
 		}
-		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Released {
-			t.Fatalf("ForceRelease = %v, %v", r, err)
+		first, err := op.ForceRelease(ctx, lc, la)
+		if err != nil || first.Outcome != processor.Released {
+			t.Fatalf("ForceRelease = %v, %v", first, err)
 		}
 		lb, _ := b.lock(t, lc, true, 1)
-		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Gone {
-			t.Fatalf("ForceRelease again = %v, %v", r, err)
+		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Settled || r.Next != first.Next {
+			t.Fatalf("ForceRelease again = %v, %v; want settled (removed before), granted as the first said (%q)", r, err, first.Next)
 		}
 		if in := inspect(t, a, lc); in.Holder != lb {
 			t.Fatalf("holder %q, want %q", in.Holder, lb)
 		}
 		if r := a.release(t, lc, la); r.Outcome != processor.Gone {
 			t.Fatalf("the removed holder's release = %+v, want gone (it learns of the loss)", r)
+		}
+		if r := b.release(t, lc, lb); r.Outcome != processor.Released {
+			t.Fatalf("the next holder's release = %+v", r)
+		}
+		if r, err := op.ForceRelease(ctx, lc, lb); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("ForceRelease of a holder that released = %v, %v; want gone", r, err)
 		}
 	})
 }

@@ -446,8 +446,9 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 }
 
 // SharedForce lets the holding of locker go on an operator's word (ForceRelease): Released
-// when it did, Gone when locker held nothing, and then nothing is changed (a line entry of
-// locker stays). The locker stays settled for at least eight times what was left of its
+// when it did, Settled when a force removed it before (a repeated copy of the request, or
+// another operator's, while the locker stays settled), Gone when locker held nothing; when
+// it answers other than Released nothing is changed (a line entry of locker stays). The locker stays settled for at least eight times what was left of its
 // lease, so no copy of its process's requests takes it back; the processes at the front of
 // the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
@@ -455,8 +456,11 @@ func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockCo
 	if err != nil {
 		return SharedResult{}, err
 	}
-	if code == 1 {
+	switch code {
+	case 1:
 		return SharedResult{Outcome: Released}, nil
+	case -1:
+		return SharedResult{Outcome: Settled}, nil
 	}
 	return SharedResult{Outcome: Gone}, nil
 }

@@ -983,8 +983,8 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if m, err := sub.ReceiveMessage(hear); err != nil || m.Payload != "F" {
 			t.Fatalf("the first in line heard %v, %v; want F", m, err)
 		}
-		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Gone {
-			t.Fatalf("force again = %+v, %v", r, err)
+		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Settled {
+			t.Fatalf("force again = %+v, %v; want settled (removed before)", r, err)
 		}
 		if exp := c.ZRange(ctx, processor.SharedKeys(long)[1], 0, -1).Val(); len(exp) != 0 {
 			t.Fatalf("leases kept after the force: %v", exp)
@@ -1008,6 +1008,23 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		}
 		if r := b.take(t, long, sem3, lb, 2, true); r.Outcome != processor.Taken {
 			t.Fatalf("the waiter after the force: %+v", r)
+		}
+		// a copy of the force that comes now answers as the first and leaves the new holding;
+		// a force of a holding let go by its release answers gone
+		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Settled {
+			t.Fatalf("a late copy of the force = %+v, %v; want settled", r, err)
+		}
+		if in, _ := op.SharedInspect(ctx, long, sem3); len(in.Holdings) != 1 || in.Holdings[0].Locker != lb {
+			t.Fatalf("a late copy of the force changed the lock: %+v", in)
+		}
+		if o := b.letGo(t, long, sem3, lb); o != processor.Released {
+			t.Fatalf("the new holder's release: %v", o)
+		}
+		if r, err := op.SharedForce(ctx, short, sem3, lb); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("a force of a holding its holder released = %+v, %v; want gone", r, err)
+		}
+		if r := b.take(t, long, sem3, b.locker(), 2, true); r.Outcome != processor.Taken {
+			t.Fatalf("a take after the forces: %+v", r)
 		}
 		if _, err := op.SharedForce(ctx, short, rw, lb); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Fatalf("a read-write lock's force on a semaphore: %v", err)

@@ -36,6 +36,8 @@ var Mutants = []Mutant{
 		"if holder == locker then\n    lengthen(K, A.lease)", "if holder == locker then\n    redis.call('pexpire', K, A.lease)"},
 	{"a repeated ForceRelease removes the next holder (force.lua does not check its holder)", "force",
 		"if redis.call('get', K) ~= A.locker then", "if not redis.call('get', K) then"},
+	{"a copy of a ForceRelease that removed its holder answers gone (force.lua keeps no record of the removal)", "force",
+		"redis.call('set', REMOVED, reply[2], 'PX', A.done_ttl)\n", ""},
 	{"a late copy of an acquisition revives a holder an operator removed (force.lua does not settle)", "force",
 		"settle(A.seq)\nremoved(A.locker, A.done_ttl)", "removed(A.locker, A.done_ttl)"},
 	{"a waiter that gave up stays in the line (leave.lua does not settle)", "leave",

@@ -68,6 +68,8 @@ type SharedOptions struct {
 //   - permits once: a copy of a count change that ran changes the count no more — but one
 //     that runs after an empty restart, which forgets that the change ran, sets its count
 //     again: the known gap of SetPermits, exempt here (and noted in the schedule);
+//   - force answered: a copy of an operator's force that removed its holding answers settled
+//     (removed before), not gone, unless Redis restarted empty since it was sent;
 //   - tokens: every new holding's fencing token is above every earlier one's;
 //   - line-order: a take that succeeds fits, under the count Redis keeps, with what every live
 //     entry ahead of its process asks, and only a take of more than the count is refused for
@@ -601,6 +603,10 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 		w.noDeadEntry(p)
 		if res.Outcome == processor.Released {
 			w.ran[r.locker], w.forced[r.locker] = true, true
+		} else if res.Outcome == processor.Gone && w.forced[r.locker] && r.gen == w.restarts {
+			// (no restart since it was sent, so none since an earlier copy removed it; and it
+			// runs within its mark life of its sending, as every request here does)
+			w.fail("force answered", "%v, a copy of a force that removed %s, answered %v: its caller would be told nothing was removed", r, r.locker, res.Outcome)
 		}
 	case "release":
 		if r.next != "" {
@@ -1158,6 +1164,8 @@ func (w *sworld) finish() {
 
 // SharedMutants are shared.lua with one guard broken; RunShared must find each.
 var SharedMutants = []Mutant{
+	{"a copy of a force that removed its holding answers gone (shared.lua does not mark the removal)", "shared",
+		"        settle(A.locker .. '|removed', kept)\n", ""},
 	{"a copy of a held locker's take marks it forced (a copy of its release that ran answers gone: a false loss)", "shared",
 		"        if mine then -- a copy of a take that was answered: the same holding, renewed\n",
 		"        if mine then -- a copy of a take that was answered: the same holding, renewed\n            settle(A.locker .. '|forced')\n"},

@@ -199,6 +199,11 @@ func (w *world) deliver(i int, keep bool) {
 		copyNote = " (a copy)"
 	}
 	w.note("Redis runs %s %s%s: %v", r.id, r.what, copyNote, out)
+	if r.purpose == pForce && out.err == nil && out.res.Outcome == processor.Gone {
+		if at, ok := w.forcedAt[r.locker]; ok && w.forced[r.locker] > w.restarted && w.now().Sub(at) < w.lifeOf(w.op) {
+			w.fail(ruleForce, "%s, a copy of a force that removed %s, answered %v: its caller would be told nothing was removed", r.id, r.locker, out.res.Outcome)
+		}
+	}
 	if r.purpose == pForce && out.res.Outcome == processor.Released {
 		w.forcedRemoved(r.locker)
 	}

@@ -1,6 +1,7 @@
 -- prelude.lua: what every script of this directory shares; it is put in front of each one.
 --
--- Every script takes the same nine keys, which share the lock key's Redis Cluster slot:
+-- Every script takes the same nine keys (force.lua a tenth: see there), which share the lock
+-- key's Redis Cluster slot:
 --   KEYS[1]  K, the lock key DLOCK_<type>_<target>: the locker of the acquisition that holds it
 --            (<owner><sequence number>); absent when free
 --   KEYS[2]  {K}:fence, the fencing counter: the largest token handed out or reserved

@@ -38,7 +38,7 @@
 --     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
--- {1} released (or forced); {-1, 1} for a release of a locker a downgrade replaced;
+-- {1} released (or forced); {-1} for a force of a locker a force removed before; {-1, 1} for a release of a locker a downgrade replaced;
 -- {0, rank, life, waiting[, heard]} not taken (rank: place in line, -1 when not in it; life:
 -- ms until the first holding expires, -1 for none; heard, for a take that stands in line: 1
 -- when Redis hears its process on its channel, else 0); {0} gone (a release of a locker an
@@ -620,6 +620,9 @@ local function serve()
                 wake(k)
                 keep(k, kd)
             end
+            if settled(A.locker .. '|removed') then
+                return {-1} -- a force removed it: a repeated copy (or another operator's) says so
+            end
             return {0}
         end
         A.gone_ttl = string.format('%.0f', math.max(tonumber(A.gone_ttl), 8 * (left - NOW_MS)))
@@ -628,6 +631,7 @@ local function serve()
         -- does not know)
         local kept = tonumber(redis.call('zscore', GONE, KEPT))
         settle(A.locker .. '|forced', kept) -- its release answers gone: its owners are told of the loss
+        settle(A.locker .. '|removed', kept)
         unhold(A.locker, kept)
         wake(k)
         keep(k, kd)
