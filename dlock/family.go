@@ -314,10 +314,11 @@ func (s *Semaphore) State(ctx context.Context) (SharedState, error) {
 // ForceRelease lets the holding of holder go — a locker State reports in Holds — and tells
 // the processes in line whose permits now fit, as a release does: the mutex's ForceRelease,
 // for one holding of the read-write lock (a process's read-hold or its write-hold). It
-// reports whether holder held, or was removed by a force before (as the mutex's: a copy of
-// the request sent again after a lost reply answers true); otherwise nothing is changed.
-// Naming the holder makes it safe to repeat, and no copy of the holder's own requests takes
-// the holding back.
+// reports whether this call removed holder (a copy of its request sent again after a lost
+// reply answers as the first did); when it did not, nothing is changed. Naming the holder
+// makes it safe to repeat, and no copy of the holder's own requests takes the holding back.
+// (As the mutex's, a call of the caller's after an error answers false when the first
+// removed holder.)
 //
 // The holding's borrowers in this Generator lose it at once (their contexts end with
 // ErrLockLost), also when holder is the locker of the holding's downgrade (a write-hold
@@ -369,7 +370,7 @@ func (p sharedPart) forceRelease(ctx context.Context, holder string) (bool, erro
 	res, err := call(g, ctx, func(ctx context.Context) (processor.SharedResult, error) {
 		return g.redis.SharedForce(ctx, cfg, spec, holder)
 	})
-	removed := err == nil && (res.Outcome == processor.Released || res.Outcome == processor.Settled) // (Settled: by a force before)
+	removed := err == nil && (res.Outcome == processor.Released || res.Outcome == processor.Settled) // (Settled: by a copy of this request)
 	if !counted {
 		st = g.lookupShared(key)
 	}

@@ -183,12 +183,13 @@ func (l *DistributedReentrantLock) extend(owned context.Context, lease time.Dura
 // reports in Holder — as a release does: to the first live process in line, which is told, or
 // free. It is an
 // operator's last resort for a lock stuck in an incident: the holder is not asked. It reports
-// whether the key held holder, or a force removed holder before (false when the key is free
-// or held by another acquisition, and holder was not removed by a force: nothing is changed
-// then). Naming the holder makes it safe to repeat: a second copy of the request, sent again
-// by the client after a lost reply, finds the holder gone and cannot remove the key of
-// whoever acquired after it, and answers true as the first copy did — for as long as Redis
-// keeps the removed acquisition settled (at least eight times what was left of its lease).
+// whether this call removed holder (false when the key is free or held by another
+// acquisition: nothing is changed then). Naming the holder makes it safe to repeat: a copy
+// of the request, sent again after a lost reply (by go-redis, or by the library after a
+// broken connection), finds the holder gone, cannot remove the key of whoever acquired after
+// it, and answers true when the first copy removed holder. (A call of the caller's after an
+// error is another request: it answers false when the first removed holder; State then shows
+// holder gone, as after a true.)
 //
 // A holder in this Generator learns of its loss at once (when the force's outcome is unknown —
 // Redis failed, ctx ended — it asks Redis at once, after any answer of its own on its way, and
@@ -228,7 +229,7 @@ func (l *DistributedReentrantLock) forceRelease(ctx context.Context, holder stri
 	res, err := call(l.g, byCaller(ctx), func(ctx context.Context) (processor.Result, error) {
 		return l.g.proc.ForceRelease(ctx, l.cfg, holder)
 	})
-	removed := err == nil && (res.Outcome == processor.Released || res.Outcome == processor.Settled) // (Settled: by a force before)
+	removed := err == nil && (res.Outcome == processor.Released || res.Outcome == processor.Settled) // (Settled: by a copy of this request)
 	st := l.g.lookup(l.cfg.UniqueKey())
 	if st != nil {
 		st.mu.Lock()

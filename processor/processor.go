@@ -51,8 +51,8 @@ type DLockProcessor interface {
 	// Inspect reads what the store holds for the lock, changing nothing.
 	Inspect(ctx context.Context, cfg domain.DLockConfig) (Inspection, error)
 	// ForceRelease lets the key go, as a release does, if it still holds holder (Released,
-	// with whom it was granted to), else Gone — or Settled when a force removed holder before
-	// (a repeated copy, or another operator's).
+	// with whom it was granted to), else Gone — or Settled when a copy of this request (sent
+	// again after a lost reply) removed holder.
 	ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error)
 }
 

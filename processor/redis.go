@@ -3,7 +3,9 @@ package processor
 import (
 	"cmp"
 	"context"
+	cryptorand "crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -1011,11 +1013,18 @@ func ForcedKey(cfg domain.DLockConfig, owner string) string {
 	return cfg.SideKey(ForcedSuffix + ":" + owner)
 }
 
-// RemovedKey is the key that keeps, while the marks of locker live, that an operator removed
-// it (ForceRelease) and whom the key went to then: a repeated copy of that request answers so
-// (Settled).
+// RemovedKey is the key that keeps, while the marks of locker live, which request of an
+// operator's removed it (ForceRelease) and whom the key went to then: a copy of that request
+// answers so (Settled).
 func RemovedKey(cfg domain.DLockConfig, locker string) string {
 	return cfg.SideKey(RemovedSuffix + ":" + locker)
+}
+
+// requestName returns a fresh name for a request: 16 random hex digits.
+func requestName() string {
+	var b [8]byte
+	_, _ = cryptorand.Read(b[:]) // (never fails: crypto/rand panics rather than return an error)
+	return hex.EncodeToString(b[:])
 }
 
 // WantKey is the key of what each process in cfg's line waits with (the locker a release
@@ -1163,6 +1172,7 @@ type args struct {
 	maxListed           int
 	origin              uint64
 	unreleased          []Unreleased
+	request             string
 
 	boxes *baseArgs // the settings' arguments boxed (base), nil for none
 }
@@ -1170,7 +1180,7 @@ type args struct {
 // argNames is the order of the prelude's table A, which list follows.
 var argNames = []string{"locker", "seq", "lease", "mark", "wait", "listening", "tokens", "last", "fence_ttl",
 	"entry_ttl", "done_ttl", "channel", "publish", "gap_every", "gap_window", "yield", "check",
-	"next", "next_lease", "next_tokens", "upto", "max_listed", "origin", "unreleased", "unreleased_origin"}
+	"next", "next_lease", "next_tokens", "upto", "max_listed", "origin", "unreleased", "unreleased_origin", "request"}
 
 // list writes the arguments in argNames's order, without the empty ones at the end.
 func (a args) list() []any {
@@ -1201,7 +1211,7 @@ func (a args) appendAll(l []any) []any {
 		last(a.last), b.ms(a.fenceTTL), b.ms(a.entryTTL), b.ms(a.doneTTL), b.str(a.channel), b.str(a.publish),
 		b.ms(a.gapEvery), b.ms(a.gapWindow), flagOrNone(a.yield), b.str(a.check), b.str(a.next),
 		b.ms(a.nextLease), countOrNone(a.nextTokens), b.str(a.upto), countOrNone(a.maxListed), last(a.origin),
-		lockers, origins)
+		lockers, origins, a.request)
 }
 
 // unreleasedArgs writes the retried releases u as the scripts read them: their lockers, then
@@ -1808,16 +1818,27 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 
 // ForceRelease implements DLockProcessor with force.lua (one EVALSHA): it lets the key go, as
 // a release does, if it still holds holder (Released, and whom it was granted to), else Gone.
-// Safe to run twice or late: a second copy finds holder gone and changes nothing, and answers
-// Settled (removed before, and whom it was granted to then, with no token) while the removed
-// locker's marks live (RemovedKey) — so does a later force of the same holder. The holder is
-// not told; it learns of the loss at its next renewal or release.
+// Safe to run twice or late: a second copy — the same request sent again after a lost reply,
+// by go-redis or by the processor itself — finds holder gone and changes nothing, and answers
+// Settled (removed by this request, and whom it was granted to then, with no token) while the
+// removed locker's marks live (RemovedKey). Another call finds holder gone (Gone). The holder
+// is not told; it learns of the loss at its next renewal or release.
 func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockConfig, holder string) (Result, error) {
+	return p.ForceReleaseAs(ctx, cfg, holder, requestName())
+}
+
+// ForceReleaseAs is ForceRelease under request, the caller's name for this removal (a fresh
+// one for every call, without '|'): a call under the name of one that removed holder is taken
+// for a copy of it, and answers Settled.
+func (p *RedisLockProcessor) ForceReleaseAs(ctx context.Context, cfg domain.DLockConfig, holder, request string) (Result, error) {
 	if err := p.check(ctx, cfg); err != nil {
 		return Result{}, err
 	}
 	if holder == "" {
 		return Result{}, fmt.Errorf("%w: ForceRelease needs the holder to remove", dlerrors.ErrInvalidConfig)
+	}
+	if request == "" || strings.Contains(request, "|") {
+		return Result{}, fmt.Errorf("%w: ForceRelease's request name %q is empty or holds a '|'", dlerrors.ErrInvalidConfig, request)
 	}
 	owner, seq := SplitLocker(holder)
 	ks := p.keys(cfg, owner)
@@ -1825,7 +1846,7 @@ func (p *RedisLockProcessor) ForceRelease(ctx context.Context, cfg domain.DLockC
 	if err != nil {
 		return Result{}, processErr("force-release", cfg.UniqueKey(), err)
 	}
-	a.locker, a.seq = holder, seq
+	a.locker, a.seq, a.request = holder, seq, request
 	s := p.scripts.run["force"]
 	keys := append(slices.Clip(ks.keys), RemovedKey(cfg, holder))
 	res, _, err := p.run(ctx, s, false, keys, a.appendTo(command(s, keys, nil, len(argNames))))

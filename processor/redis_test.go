@@ -339,7 +339,7 @@ func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 		} else if in := inspect(t, a, lc); in.Holder != lb || in.Fence != m.Token+3 {
 			t.Fatalf("after the grant: %+v (token %d)", in, m.Token)
 		}
-		if r, err := a.ForceRelease(ctx, lc, lb); err != nil || r.Next != ld {
+		if r, err := a.ForceReleaseAs(ctx, lc, lb, "force-1"); err != nil || r.Next != ld {
 			t.Fatalf("force = %+v, %v; want granted to %s", r, err, ld)
 		}
 		got := map[string]processor.Message{}
@@ -350,8 +350,8 @@ func TestMessagesGoToTheProcessesConcerned(t *testing.T) {
 		if m := got["pd-"]; !m.Granted || m.From != lb || m.Locker != ld {
 			t.Fatalf("pd- was told %+v, want the grant", got)
 		}
-		if r, err := a.ForceRelease(ctx, lc, lb); err != nil || r.Outcome != processor.Settled || r.Next != ld {
-			t.Fatalf("a copy of the force = %+v, %v; want settled (removed before), granted to %s as the first said", r, err, ld)
+		if r, err := a.ForceReleaseAs(ctx, lc, lb, "force-1"); err != nil || r.Outcome != processor.Settled || r.Next != ld {
+			t.Fatalf("a copy of the force = %+v, %v; want settled (removed by it), granted to %s as the first said", r, err, ld)
 		} else if in := inspect(t, a, lc); in.Holder != ld {
 			t.Fatalf("a copy of the force changed the holder: %+v", in)
 		}
@@ -2098,13 +2098,24 @@ func TestForceReleaseNamesTheHolder(t *testing.T) {
 		if r, err := op.ForceRelease(ctx, lc, "nobody-1"); err != nil || r.Outcome != processor.Gone {
 			t.Fatalf("ForceRelease of another holder = %v, %v", r, err)
 		}
-		first, err := op.ForceRelease(ctx, lc, la)
+		first, err := op.ForceReleaseAs(ctx, lc, la, "op-force")
 		if err != nil || first.Outcome != processor.Released {
 			t.Fatalf("ForceRelease = %v, %v", first, err)
 		}
 		lb, _ := b.lock(t, lc, true, 1)
-		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Settled || r.Next != first.Next {
-			t.Fatalf("ForceRelease again = %v, %v; want settled (removed before), granted as the first said (%q)", r, err, first.Next)
+		if r, err := op.ForceRelease(ctx, lc, la); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("ForceRelease again = %v, %v; want gone (another request)", r, err)
+		}
+		if r, err := op.ForceReleaseAs(ctx, lc, la, "op-forc"); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("ForceRelease again, under a name the first's begins with = %v, %v; want gone", r, err)
+		}
+		if r, err := op.ForceReleaseAs(ctx, lc, la, "op-force"); err != nil || r.Outcome != processor.Settled || r.Next != first.Next {
+			t.Fatalf("a copy of the first ForceRelease = %v, %v; want settled (removed by it), granted as the first said (%q)", r, err, first.Next)
+		}
+		for _, bad := range []string{"", "a|b"} {
+			if _, err := op.ForceReleaseAs(ctx, lc, lb, bad); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("ForceReleaseAs named %q: %v", bad, err)
+			}
 		}
 		if in := inspect(t, a, lc); in.Holder != lb {
 			t.Fatalf("holder %q, want %q", in.Holder, lb)

@@ -141,6 +141,7 @@ type sharedOp struct {
 	origin     uint64       // renew, and a take that replaces: the token the holding (replaced) was taken with (0 if unknown)
 	next       *TakeRequest // release: the take that stands in line as it lets go (nil for none)
 	listening  bool         // with wait or next: the process counts itself heard (TakeRequest.Listening)
+	request    string       // force: the request's name
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
@@ -175,11 +176,14 @@ func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig,
 		args = append(args, o.next.Locker, o.next.N, o.next.Tokens)
 		listening = true
 	}
-	if listening && o.listening {
+	if listening && o.listening || o.request != "" {
 		if o.next == nil {
 			args = append(args, "", "", "")
 		}
-		args = append(args, "1")
+		args = append(args, flagOrNone(listening && o.listening))
+	}
+	if o.request != "" {
+		args = append(args, o.request)
 	}
 	script, keys := p.scripts.run["shared"], SharedKeys(cfg)
 	res, acked, err := p.run(ctx, script, ack, keys, append(command(script, keys, nil, len(args)), args...))
@@ -446,13 +450,23 @@ func (p *RedisLockProcessor) SharedReleaseThenTake(ctx context.Context, cfg doma
 }
 
 // SharedForce lets the holding of locker go on an operator's word (ForceRelease): Released
-// when it did, Settled when a force removed it before (a repeated copy of the request, or
-// another operator's, while the locker stays settled), Gone when locker held nothing; when
-// it answers other than Released nothing is changed (a line entry of locker stays). The locker stays settled for at least eight times what was left of its
+// when it did, Settled when a copy of this request did (sent again after a lost reply, by
+// go-redis or the processor; while the locker stays settled), Gone when locker held nothing;
+// when it answers other than Released nothing is changed (a line entry of locker stays). The locker stays settled for at least eight times what was left of its
 // lease, so no copy of its process's requests takes it back; the processes at the front of
 // the line whose permits now fit are told.
 func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockConfig, s Shared, locker string) (SharedResult, error) {
-	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "force", locker: locker})
+	return p.SharedForceAs(ctx, cfg, s, locker, requestName())
+}
+
+// SharedForceAs is SharedForce under request, the caller's name for this removal (a fresh one
+// for every call): a call under the name of one that removed locker is taken for a copy of
+// it, and answers Settled.
+func (p *RedisLockProcessor) SharedForceAs(ctx context.Context, cfg domain.DLockConfig, s Shared, locker, request string) (SharedResult, error) {
+	if request == "" {
+		return SharedResult{}, fmt.Errorf("%w: SharedForce's request name is empty", dlerrors.ErrInvalidConfig)
+	}
+	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "force", locker: locker, request: request})
 	if err != nil {
 		return SharedResult{}, err
 	}

@@ -975,7 +975,7 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if in, _ := op.SharedInspect(ctx, long, sem3); len(in.Waiting) != 1 || len(in.Holdings) != 1 {
 			t.Fatalf("a force of no holding changed the lock: %+v", in)
 		}
-		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Released {
+		if r, err := op.SharedForceAs(ctx, short, sem3, la, "op-force"); err != nil || r.Outcome != processor.Released {
 			t.Fatalf("force = %+v, %v", r, err)
 		}
 		hear, cancel := context.WithTimeout(ctx, 10*time.Second) // (a hang made a failure)
@@ -983,8 +983,14 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if m, err := sub.ReceiveMessage(hear); err != nil || m.Payload != "F" {
 			t.Fatalf("the first in line heard %v, %v; want F", m, err)
 		}
-		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Settled {
-			t.Fatalf("force again = %+v, %v; want settled (removed before)", r, err)
+		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Gone {
+			t.Fatalf("force again = %+v, %v; want gone (another request)", r, err)
+		}
+		if r, err := op.SharedForceAs(ctx, short, sem3, la, "op-force"); err != nil || r.Outcome != processor.Settled {
+			t.Fatalf("a copy of the force = %+v, %v; want settled (removed by it)", r, err)
+		}
+		if _, err := op.SharedForceAs(ctx, short, sem3, la, ""); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+			t.Fatalf("SharedForceAs with no name: %v", err)
 		}
 		if exp := c.ZRange(ctx, processor.SharedKeys(long)[1], 0, -1).Val(); len(exp) != 0 {
 			t.Fatalf("leases kept after the force: %v", exp)
@@ -1009,9 +1015,9 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if r := b.take(t, long, sem3, lb, 2, true); r.Outcome != processor.Taken {
 			t.Fatalf("the waiter after the force: %+v", r)
 		}
-		// a copy of the force that comes now answers as the first and leaves the new holding;
-		// a force of a holding let go by its release answers gone
-		if r, err := op.SharedForce(ctx, short, sem3, la); err != nil || r.Outcome != processor.Settled {
+		// a copy of the force that comes now says it removed its holding and leaves the new
+		// one; a force of a holding let go by its release answers gone
+		if r, err := op.SharedForceAs(ctx, short, sem3, la, "op-force"); err != nil || r.Outcome != processor.Settled {
 			t.Fatalf("a late copy of the force = %+v, %v; want settled", r, err)
 		}
 		if in, _ := op.SharedInspect(ctx, long, sem3); len(in.Holdings) != 1 || in.Holdings[0].Locker != lb {

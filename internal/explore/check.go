@@ -27,7 +27,7 @@ const (
 	ruleServe     = "served"            // the key let go free while a live process waits in line
 	ruleKept      = "kept in line"      // the entry of the attempt a process waits with left the line, or went back to an older one, unserved and unended
 	ruleRestart   = "restart told"      // a renewal that ran after an empty restart wiped its tenure's holding renewed it
-	ruleForce     = "force answered"    // a copy of a ForceRelease that removed its holder answers gone (not settled), while the marks live
+	ruleForce     = "force answered"    // a copy of a ForceRelease that removed its holder answers gone (not settled) while the marks live, or one that did not, settled
 )
 
 // fail records the first violation of a schedule.

@@ -69,7 +69,8 @@ type SharedOptions struct {
 //     that runs after an empty restart, which forgets that the change ran, sets its count
 //     again: the known gap of SetPermits, exempt here (and noted in the schedule);
 //   - force answered: a copy of an operator's force that removed its holding answers settled
-//     (removed before), not gone, unless Redis restarted empty since it was sent;
+//     (removed by it), not gone, unless Redis restarted empty since it was sent; and no force
+//     answers settled unless a copy of it removed its holding;
 //   - tokens: every new holding's fencing token is above every earlier one's;
 //   - line-order: a take that succeeds fits, under the count Redis keeps, with what every live
 //     entry ahead of its process asks, and only a take of more than the count is refused for
@@ -173,6 +174,7 @@ type sworld struct {
 	// (the documented window: held for its lease, unrenewed); changes are the count changes
 	// that ran, by their locker: how many restarts came before the first ran.
 	restarts int
+	forces   int // the operator's forces sent so far (each one's name counts them)
 	leaked   map[string]bool
 	changes  map[string]int
 	reach    Reach
@@ -246,6 +248,10 @@ type sreq struct {
 	// listening: a take with wait, or a release with next, says its process counts itself
 	// heard (sproc.listens as it was sent)
 	listening bool
+	// request is a force's name, the same in every copy of it; removed says a copy of it
+	// removed its holding
+	request string
+	removed bool
 }
 
 func (r *sreq) String() string {
@@ -429,7 +435,8 @@ func (w *sworld) step(rng *rand.Rand) {
 	case c < 89:
 		// an operator removes a holding it read (the reading may be stale by the time it runs)
 		if held, _ := w.held(); len(held) > 0 {
-			w.send(&sreq{p: w.op, op: "force", locker: pickKey(rng, held)})
+			w.forces++
+			w.send(&sreq{p: w.op, op: "force", locker: pickKey(rng, held), request: "op" + strconv.Itoa(w.forces)})
 		}
 	case c < 91 && w.opt.Kind == processor.KindSem:
 		// an operator changes the count from the one it read (a copy that runs late, or after
@@ -594,19 +601,23 @@ func (w *sworld) deliver(r *sreq, heard bool) {
 			w.fail("permits once", "a copy of %v, which ran before, changed the count from %d to %d", r, was, k)
 		}
 	case "force":
-		res, err := p.p.SharedForce(ctx, p.cfg, w.spec, r.locker)
+		res, err := p.p.SharedForceAs(ctx, p.cfg, w.spec, r.locker, r.request)
 		if err != nil {
 			w.fail("error", "%v: %v", r, err)
 			return
 		}
 		w.note("ran: %v -> %v", r, res.Outcome)
 		w.noDeadEntry(p)
-		if res.Outcome == processor.Released {
+		switch {
+		case res.Outcome == processor.Released:
 			w.ran[r.locker], w.forced[r.locker] = true, true
-		} else if res.Outcome == processor.Gone && w.forced[r.locker] && r.gen == w.restarts {
-			// (no restart since it was sent, so none since an earlier copy removed it; and it
-			// runs within its mark life of its sending, as every request here does)
-			w.fail("force answered", "%v, a copy of a force that removed %s, answered %v: its caller would be told nothing was removed", r, r.locker, res.Outcome)
+			r.removed = true
+		case res.Outcome == processor.Settled && !r.removed:
+			w.fail("force answered", "%v answered settled (removed by a copy of it) though no copy of it removed %s", r, r.locker)
+		case res.Outcome == processor.Gone && r.removed && r.gen == w.restarts:
+			// (no restart since it was sent, so none since a copy of it removed the holding;
+			// and it runs within its mark life of its sending, as every request here does)
+			w.fail("force answered", "%v, a copy of a force that removed %s, answered gone: its caller would be told nothing was removed", r, r.locker)
 		}
 	case "release":
 		if r.next != "" {
@@ -1165,7 +1176,9 @@ func (w *sworld) finish() {
 // SharedMutants are shared.lua with one guard broken; RunShared must find each.
 var SharedMutants = []Mutant{
 	{"a copy of a force that removed its holding answers gone (shared.lua does not mark the removal)", "shared",
-		"        settle(A.locker .. '|removed', kept)\n", ""},
+		"        settle(A.locker .. '|removed|' .. A.request, kept)\n", ""},
+	{"a force answers that a copy of it removed its holding when another request did (shared.lua does not name the request)", "shared",
+		"            if A.request ~= '' and settled(A.locker .. '|removed|' .. A.request) then", "            if settled(A.locker .. '|forced') then"},
 	{"a copy of a held locker's take marks it forced (a copy of its release that ran answers gone: a false loss)", "shared",
 		"        if mine then -- a copy of a take that was answered: the same holding, renewed\n",
 		"        if mine then -- a copy of a take that was answered: the same holding, renewed\n            settle(A.locker .. '|forced')\n"},

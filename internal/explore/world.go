@@ -38,16 +38,17 @@ type world struct {
 	ended        map[string]end  // acquisitions over by a request Redis ran
 	gone         map[string]bool // ended ones seen not holding the key since
 	forcedAt     map[string]time.Time
-	revivals     map[string]bool     // lockers that took the key again after they ended: excused or not
-	entries      map[string]entry    // when each attempt's entry in the line was last renewed
-	restarted    int                 // the last step Redis restarted empty (0: never)
-	restartOrder int                 // how many requests had been sent then
-	lastWant     map[string]string   // the line's entries after the step before (checkKept)
-	reach        Reach               // the rare situations this schedule reached
-	tokens       map[uint64]string   // who got each token
-	states       map[uint64]struct{} // distinct states seen (shared across schedules)
-	chosen       []string            // the keys of the actions taken
-	rng          *rand.Rand          // the walk's, once the schedule walks at random: it plans the network
+	forcedBy     map[string]time.Time // when each force request (by its id) removed its holder
+	revivals     map[string]bool      // lockers that took the key again after they ended: excused or not
+	entries      map[string]entry     // when each attempt's entry in the line was last renewed
+	restarted    int                  // the last step Redis restarted empty (0: never)
+	restartOrder int                  // how many requests had been sent then
+	lastWant     map[string]string    // the line's entries after the step before (checkKept)
+	reach        Reach                // the rare situations this schedule reached
+	tokens       map[uint64]string    // who got each token
+	states       map[uint64]struct{}  // distinct states seen (shared across schedules)
+	chosen       []string             // the keys of the actions taken
+	rng          *rand.Rand           // the walk's, once the schedule walks at random: it plans the network
 	violation    *Violation
 }
 
@@ -199,13 +200,17 @@ func (w *world) deliver(i int, keep bool) {
 		copyNote = " (a copy)"
 	}
 	w.note("Redis runs %s %s%s: %v", r.id, r.what, copyNote, out)
-	if r.purpose == pForce && out.err == nil && out.res.Outcome == processor.Gone {
-		if at, ok := w.forcedAt[r.locker]; ok && w.forced[r.locker] > w.restarted && w.now().Sub(at) < w.lifeOf(w.op) {
-			w.fail(ruleForce, "%s, a copy of a force that removed %s, answered %v: its caller would be told nothing was removed", r.id, r.locker, out.res.Outcome)
+	if r.purpose == pForce && out.err == nil {
+		at, removed := w.forcedBy[r.id]
+		switch {
+		case out.res.Outcome == processor.Settled && !removed:
+			w.fail(ruleForce, "%s answered settled (removed by a copy of it) though no copy of it removed %s", r.id, r.locker)
+		case out.res.Outcome == processor.Gone && removed && w.forced[r.locker] > w.restarted && w.now().Sub(at) < w.lifeOf(w.op):
+			w.fail(ruleForce, "%s, a copy of a force that removed %s, answered gone: its caller would be told nothing was removed", r.id, r.locker)
+		case out.res.Outcome == processor.Released:
+			w.forcedBy[r.id] = w.now()
+			w.forcedRemoved(r.locker)
 		}
-	}
-	if r.purpose == pForce && out.res.Outcome == processor.Released {
-		w.forcedRemoved(r.locker)
 	}
 	w.renewedEntry(r, out, prior)
 	w.checkRenewal(r, out)
@@ -366,7 +371,7 @@ func (w *world) force() {
 	id := fmt.Sprintf("op%d", w.order+1)
 	r := &request{id: id, purpose: pForce, locker: holder, what: "force.lua(" + holder + ")"}
 	r.run = func(ctx context.Context) outcome {
-		res, err := w.op.ForceRelease(ctx, w.cfg, holder)
+		res, err := w.op.ForceReleaseAs(ctx, w.cfg, holder, id) // (every copy under the same name)
 		return outcome{res: res, err: err}
 	}
 	w.send(r)

@@ -4,21 +4,22 @@
 -- take the key back, and named among the removed ones in {K}:forced:<owner>, so that its
 -- holder's next renewal or release answers "gone" (its holder is not told here: it learns of
 -- the loss then). A second copy of this request finds the locker gone and changes nothing, so
--- it can never remove a later holder's key; it answers as the first did, from KEYS[10],
--- {K}:removed:<locker>, which keeps whom the key went to for as long as the locker's marks
--- live (so does another operator's force of the same locker: it is removed). The keys of the
--- owner (KEYS[4] to KEYS[6]) are the removed locker's.
+-- it can never remove a later holder's key; it answers that it removed the locker, from
+-- KEYS[10], {K}:removed:<locker>, which keeps the removing request's name and whom the key
+-- went to for as long as the locker's marks live (another request, another operator's or a
+-- retry of the caller's, finds the locker gone). The keys of the owner (KEYS[4] to KEYS[6])
+-- are the removed locker's.
 -- Arguments: locker (the one to remove), seq, fence_ttl, done_ttl, gap_every, gap_window,
--- channel, publish.
+-- channel, publish, request.
 -- Returns {1, the locker granted or '', its first token or 0, the window or 0, the server µs of
 -- the grant or 0} when the key held the locker and was let go, {-1, the locker granted or ''}
--- when a force removed it before, {0} otherwise.
+-- when a copy of this request did, {0} otherwise.
 counter() -- (first: a counter dlock never wrote stops the script before it writes)
 local REMOVED = KEYS[10]
 if redis.call('get', K) ~= A.locker then
-    local to = redis.call('get', REMOVED)
-    if to then
-        return {-1, to} -- removed already: settled (the grant's token is not kept)
+    local by = redis.call('get', REMOVED) or ''
+    if A.request ~= '' and string.sub(by, 1, #A.request + 1) == A.request .. '|' then
+        return {-1, string.sub(by, #A.request + 2)} -- a copy of this request removed it (the grant's token is not kept)
     end
     return {0}
 end
@@ -33,5 +34,5 @@ if A.seq ~= '' then
     owner = OWNER -- its holder learns of the loss at once
 end
 local reply = passed(1, A.locker, owner)
-redis.call('set', REMOVED, reply[2], 'PX', A.done_ttl)
+redis.call('set', REMOVED, A.request .. '|' .. reply[2], 'PX', A.done_ttl)
 return reply

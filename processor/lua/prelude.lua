@@ -59,6 +59,7 @@ local A = {
     origin = ARGV[23] or '',        -- renew: the first token of the holding the tenure began with ('' if unknown)
     unreleased = ARGV[24] or '',    -- lockers of the owner that held the key and whose releases are unanswered (retried), oldest first, separated by spaces: see the end
     unreleased_origin = ARGV[25] or '', -- the first token of each one's holding, in the same order ('0' or none if unknown)
+    request = ARGV[26] or '',       -- force: a fresh name of this request (no '|'), the same in every copy of it
 }
 
 -- MAX_LEASE_MS and MAX_TOKENS bound what a line entry may ask for (domain.MaxLease, and

@@ -38,7 +38,7 @@
 --     passed over while it stays so, and keeps its place.
 --
 -- Replies: {1, token, waiting} taken; {1, waiting, first token of a new block or 0} renewed;
--- {1} released (or forced); {-1} for a force of a locker a force removed before; {-1, 1} for a release of a locker a downgrade replaced;
+-- {1} released (or forced); {-1} for a force a copy of which removed its locker; {-1, 1} for a release of a locker a downgrade replaced;
 -- {0, rank, life, waiting[, heard]} not taken (rank: place in line, -1 when not in it; life:
 -- ms until the first holding expires, -1 for none; heard, for a take that stands in line: 1
 -- when Redis hears its process on its channel, else 0); {0} gone (a release of a locker an
@@ -75,6 +75,7 @@ local A = {
     next_n = ARGV[21] or '',           -- ... the permits it asks ...
     next_tokens = ARGV[22] or '',      -- ... and the fencing tokens it reserves
     listening = ARGV[23] or '',        -- take with wait, or next: '1' when the process counts itself heard on its channel (serve)
+    request = ARGV[24] or '',          -- force: a fresh name of this request, the same in every copy of it
 }
 local HELD, EXP, LINE, WANT, GONE, FENCE, KIND, HEARD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call('time')
@@ -620,8 +621,8 @@ local function serve()
                 wake(k)
                 keep(k, kd)
             end
-            if settled(A.locker .. '|removed') then
-                return {-1} -- a force removed it: a repeated copy (or another operator's) says so
+            if A.request ~= '' and settled(A.locker .. '|removed|' .. A.request) then
+                return {-1} -- a copy of this request removed it
             end
             return {0}
         end
@@ -631,7 +632,7 @@ local function serve()
         -- does not know)
         local kept = tonumber(redis.call('zscore', GONE, KEPT))
         settle(A.locker .. '|forced', kept) -- its release answers gone: its owners are told of the loss
-        settle(A.locker .. '|removed', kept)
+        settle(A.locker .. '|removed|' .. A.request, kept)
         unhold(A.locker, kept)
         wake(k)
         keep(k, kd)
