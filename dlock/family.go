@@ -164,7 +164,8 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 // Redis (or lent again), as the mutex's Unlock does: a *RedisProcessError when Redis could not let
 // it go while its lease lasted (the local hold is released all the same; the holding expires in
 // Redis with its lease), or before owned's deadline, if it has one (the release then goes on in
-// the background).
+// the background), or before a Close meanwhile gave up waiting for it (its ctx ended: the
+// error says so).
 func (l *RWLock) Unlock(owned context.Context) error {
 	return l.WriteSide().Unlock(owned) // (either side's: the innermost owner of this lock)
 }

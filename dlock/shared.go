@@ -1239,7 +1239,7 @@ func (st *sharedState) release(ctx context.Context, o *owedRelease) (replaced bo
 	return false, err // (else Close ended ctx, or the driver cut it short for a renewal: no failure of Redis's)
 }
 
-var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, or lost by Redis)", ErrLockLost)
+var errGone = fmt.Errorf("%w: the holding was gone from Redis when let go (removed by ForceRelease, lost by Redis, or expired before the release ran: its renewals got no answer in time, or the process stalled past its lease)", ErrLockLost)
 
 // The causes a holding ends with when it is lost, as the mutex's say them.
 var (
