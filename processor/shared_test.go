@@ -1378,6 +1378,25 @@ func TestSharedInspectShowsOnlyTheLive(t *testing.T) {
 	}
 }
 
+// An inspection fails when a key of the lock's holds another kind of value (as the requests
+// that use the key do): State does not show a lock free that no one can take.
+func TestSharedInspectFailsOnAKeyOfAnotherKind(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p := newProc(t, c, "A-")
+		for i, key := range processor.SharedKeys(cfg(t, "x")) {
+			lc := cfg(t, "kind"+strconv.Itoa(i))
+			key = processor.SharedKeys(lc)[i]
+			if err := c.RPush(ctx, key, "not dlock's").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.SharedInspect(ctx, lc, sem3); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("%s holding a list: inspection %v; want WRONGTYPE", key, err)
+			}
+		}
+	})
+}
+
 // A take asking more than k (lowered while it waited) is refused and settled, leaves the line,
 // and the process behind it is told.
 func TestSharedRefusedTakeLeavesTheLine(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -429,8 +430,15 @@ func TestRedisErrorReply(t *testing.T) {
 	if err := admin.RPush(ctx, "DLOCK_CLI_"+tg, "not a lock").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// a semaphore's: its holdings' key holds another kind of value
+	sem := tg + "sem"
+	if err := admin.RPush(ctx, "{DLOCK_CLI_"+sem+"}:shared:held", "not a lock").Err(); err != nil {
+		t.Fatal(err)
+	}
 	ran := filepath.Join(t.TempDir(), "ran")
 	for _, args := range [][]string{
+		{"status", "--semaphore", "2", "CLI", sem},
+		{"exec", "-n", "--semaphore", "2", "CLI", sem, "touch", ran},
 		{"status", "CLI", tg},
 		{"status", "--json", "CLI", tg},
 		{"release", "--force", "--any", "CLI", tg},
@@ -443,7 +451,11 @@ func TestRedisErrorReply(t *testing.T) {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			start := time.Now()
 			r := runBin(t, []string{"DLOCK_REDIS=" + srv.Addr}, args...)
-			if r.code != exitError || !strings.Contains(r.stderr, "WRONGTYPE") || !strings.Contains(r.stderr, "DLOCK_CLI_"+tg) || strings.Contains(r.stderr, "cannot reach") ||
+			key := "DLOCK_CLI_" + tg
+			if slices.Contains(args, sem) {
+				key = "DLOCK_CLI_" + sem
+			}
+			if r.code != exitError || !strings.Contains(r.stderr, "WRONGTYPE") || !strings.Contains(r.stderr, key) || strings.Contains(r.stderr, "cannot reach") ||
 				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stdout != "" {
 				t.Fatal(r)
 			}
