@@ -2761,8 +2761,8 @@ func TestSideKeysAreNoLocksKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := append([]string{processor.FenceKey(lc), processor.LineKey(lc), processor.DoneKey(lc, "p-"),
-		processor.CheckKey(lc, "p-"), processor.ForcedKey(lc, "p-"), processor.WantKey(lc), processor.FirstKey(lc),
-		processor.GapKey(lc), processor.ReleaseChannel(lc)}, processor.SharedKeys(lc)...)
+		processor.CheckKey(lc, "p-"), processor.ForcedKey(lc, "p-"), processor.RemovedKey(lc, "p-1"), processor.WantKey(lc),
+		processor.FirstKey(lc), processor.GapKey(lc), processor.ReleaseChannel(lc)}, processor.SharedKeys(lc)...)
 	for _, k := range keys {
 		target, ok := strings.CutPrefix(k, "DLOCK_T_")
 		if !ok {
@@ -2774,7 +2774,7 @@ func TestSideKeysAreNoLocksKey(t *testing.T) {
 	}
 	// (and a lock whose own keys beside it would be one's: {acct}a:shared's fencing counter
 	// is {acct}a's read-write lock's)
-	for _, target := range []string{"{acct}a:shared", "{acct}a:done", "{acct}a:check", "{acct}a:forced"} {
+	for _, target := range []string{"{acct}a:shared", "{acct}a:done", "{acct}a:check", "{acct}a:forced", "{acct}a:removed"} {
 		if _, err := domain.NewDLockConfig("T", target, time.Second); !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Errorf("target %q, whose keys beside it are lock %q's: %v; want ErrInvalidConfig", target, lc.UniqueKey(), err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/domain"
@@ -460,11 +461,11 @@ func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockCo
 }
 
 // SharedForceAs is SharedForce under request, the caller's name for this removal (a fresh one
-// for every call): a call under the name of one that removed locker is taken for a copy of
-// it, and answers Settled.
+// for every call, without '|'): a call under the name of one that removed locker is taken for
+// a copy of it, and answers Settled.
 func (p *RedisLockProcessor) SharedForceAs(ctx context.Context, cfg domain.DLockConfig, s Shared, locker, request string) (SharedResult, error) {
-	if request == "" {
-		return SharedResult{}, fmt.Errorf("%w: SharedForce's request name is empty", dlerrors.ErrInvalidConfig)
+	if request == "" || strings.Contains(request, "|") {
+		return SharedResult{}, fmt.Errorf("%w: SharedForce's request name %q is empty or holds a '|'", dlerrors.ErrInvalidConfig, request)
 	}
 	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "force", locker: locker, request: request})
 	if err != nil {

@@ -989,8 +989,10 @@ func TestSharedForceRemovesOnlyTheNamedHolding(t *testing.T) {
 		if r, err := op.SharedForceAs(ctx, short, sem3, la, "op-force"); err != nil || r.Outcome != processor.Settled {
 			t.Fatalf("a copy of the force = %+v, %v; want settled (removed by it)", r, err)
 		}
-		if _, err := op.SharedForceAs(ctx, short, sem3, la, ""); !errors.Is(err, dlerrors.ErrInvalidConfig) {
-			t.Fatalf("SharedForceAs with no name: %v", err)
+		for _, bad := range []string{"", "z|removed|q"} { // (a '|' would make one removal's mark another's)
+			if _, err := op.SharedForceAs(ctx, short, sem3, la, bad); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+				t.Fatalf("SharedForceAs named %q: %v", bad, err)
+			}
 		}
 		if exp := c.ZRange(ctx, processor.SharedKeys(long)[1], 0, -1).Val(); len(exp) != 0 {
 			t.Fatalf("leases kept after the force: %v", exp)

@@ -414,7 +414,17 @@ func familyTurns(ctx context.Context, g1, g2 *dlock.Generator, lease time.Durati
 	if err := p.Unlock(); err != nil {
 		return fmt.Errorf("Release: %w", err)
 	}
-	return <-took
+	if err := <-took; err != nil {
+		return err
+	}
+	// State of each, as an operator's tool reads it
+	if _, err := rw1.State(ctx); err != nil {
+		return fmt.Errorf("the read-write lock's State: %w", err)
+	}
+	if _, err := s1.State(ctx); err != nil {
+		return fmt.Errorf("the semaphore's State: %w", err)
+	}
+	return nil
 }
 
 // The read-write lock and the semaphore work under the user allowed the mutex's commands and
