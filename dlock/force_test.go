@@ -1212,7 +1212,7 @@ func TestForceReleaseWhoseReplyIsLostStillTellsTheHolderAtOnce(t *testing.T) {
 		name   string
 		err    error
 		resent bool
-	}{{"answered by a timeout", injectedTimeout{}, false}, {"answered by a broken connection", io.EOF, true}} {
+	}{{"lost to a timeout", injectedTimeout{}, false}, {"lost to a broken connection", io.EOF, true}} {
 		for _, k := range kinds {
 			t.Run(lost.name+"/"+k.name, func(t *testing.T) {
 				forceWhoseReplyIsLost(t, k, isForce, lost.err, lost.resent)
