@@ -1381,8 +1381,27 @@ func TestSharedInspectShowsOnlyTheLive(t *testing.T) {
 }
 
 // An inspection fails when a key of the lock's holds another kind of value (as the requests
-// that use the key do): State does not show a lock free that no one can take.
-func TestSharedInspectFailsOnAKeyOfAnotherKind(t *testing.T) {
+// that use the key do): State does not show a lock free that no one can take. For the mutex,
+// the keys an acquisition reads too (not the first token's, which a take sets whatever it
+// held, nor a process's marks, which the inspection does not name); for the family, all.
+func TestInspectionFailsOnAKeyOfAnotherKind(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		p := newProc(t, c, "pa-")
+		for i := range 5 {
+			lc := cfg(t, "mutexkind"+strconv.Itoa(i))
+			key := []string{lc.UniqueKey(), processor.FenceKey(lc), processor.LineKey(lc), processor.WantKey(lc), processor.GapKey(lc)}[i]
+			if err := c.RPush(ctx, key, "not dlock's").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Inspect(ctx, lc); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("%s holding a list: the mutex's inspection %v; want WRONGTYPE", key, err)
+			}
+			if _, err := p.Lock(ctx, lc, processor.LockRequest{Locker: "pa-1", Tokens: 1}); err == nil {
+				t.Fatalf("%s holding a list: an acquisition did not fail", key)
+			}
+		}
+	})
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		p := newProc(t, c, "A-")

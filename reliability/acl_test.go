@@ -191,6 +191,9 @@ func TestACLLeastPrivilege(t *testing.T) {
 	if o, ok, err := try.TryLock(ctx); ok || err != nil || o != nil {
 		t.Fatalf("TryLock while held elsewhere = %v, %v, %v; want nil, false, nil", o, ok, err)
 	}
+	if st, err := try.State(ctx); err != nil || !st.Held() { // (as an operator's tool reads it)
+		t.Fatalf("State while held = %+v, %v", st, err)
+	}
 	if err := held.Unlock(hctx); err != nil {
 		t.Fatal(err)
 	}

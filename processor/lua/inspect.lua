@@ -5,8 +5,11 @@
 -- (isLive: the ones a release would grant the key to; not those whose time ran out, nor those
 -- whose process stopped listening or, without listening, stopped renewing), first in line
 -- first}. A counter no script writes is refused here as by every other script (counter), not
--- shown as absent.
+-- shown as absent; and a key beside the lock that holds another kind of value fails here as it
+-- fails an acquisition (the line, the waiting attempts, the window: GET and HGET, O(1)).
 counter()
+redis.call('hget', WANT, '')
+redis.call('get', GAP)
 local waitingList = {}
 for _, m in ipairs(redis.call('zrange', LINE, 0, tonumber(A.max_listed) - 1)) do
     local locker, lease, _, renewed, _, listened = waiting(m)
