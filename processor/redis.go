@@ -1020,6 +1020,15 @@ func RemovedKey(cfg domain.DLockConfig, locker string) string {
 	return cfg.SideKey(RemovedSuffix + ":" + locker)
 }
 
+// checkRequestName refuses a force's request name that is empty or holds a '|', which
+// separates it from what the scripts keep beside it.
+func checkRequestName(request string) error {
+	if request == "" || strings.Contains(request, "|") {
+		return fmt.Errorf("%w: a force's request name %q is empty or holds a '|'", dlerrors.ErrInvalidConfig, request)
+	}
+	return nil
+}
+
 // requestName returns a fresh name for a request: 16 random hex digits.
 func requestName() string {
 	var b [8]byte
@@ -1837,8 +1846,8 @@ func (p *RedisLockProcessor) ForceReleaseAs(ctx context.Context, cfg domain.DLoc
 	if holder == "" {
 		return Result{}, fmt.Errorf("%w: ForceRelease needs the holder to remove", dlerrors.ErrInvalidConfig)
 	}
-	if request == "" || strings.Contains(request, "|") {
-		return Result{}, fmt.Errorf("%w: ForceRelease's request name %q is empty or holds a '|'", dlerrors.ErrInvalidConfig, request)
+	if err := checkRequestName(request); err != nil {
+		return Result{}, err
 	}
 	owner, seq := SplitLocker(holder)
 	ks := p.keys(cfg, owner)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/domain"
@@ -464,8 +463,8 @@ func (p *RedisLockProcessor) SharedForce(ctx context.Context, cfg domain.DLockCo
 // for every call, without '|'): a call under the name of one that removed locker is taken for
 // a copy of it, and answers Settled.
 func (p *RedisLockProcessor) SharedForceAs(ctx context.Context, cfg domain.DLockConfig, s Shared, locker, request string) (SharedResult, error) {
-	if request == "" || strings.Contains(request, "|") {
-		return SharedResult{}, fmt.Errorf("%w: SharedForce's request name %q is empty or holds a '|'", dlerrors.ErrInvalidConfig, request)
+	if err := checkRequestName(request); err != nil {
+		return SharedResult{}, err
 	}
 	code, _, _, err := p.call(ctx, cfg, s, sharedOp{op: "force", locker: locker, request: request})
 	if err != nil {

@@ -570,7 +570,7 @@ func (e *Explorer) play(seed uint64, keys []string, walk *rand.Rand) (*world, er
 	if err != nil {
 		return nil, err
 	}
-	w := &world{opt: e.opt, be: e.be, cfg: cfg, forced: map[string]int{}, forcedBy: map[string]time.Time{}, ended: map[string]end{},
+	w := &world{opt: e.opt, be: e.be, cfg: cfg, forced: map[string]int{}, forcedBy: map[string]bool{}, ended: map[string]end{},
 		gone: map[string]bool{}, forcedAt: map[string]time.Time{}, revivals: map[string]bool{}, entries: map[string]entry{},
 		tokens: map[uint64]string{}, states: e.states}
 	w.sw = newSwarm(rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), e.be.owned(), e.opt.Lease)

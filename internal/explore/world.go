@@ -38,17 +38,17 @@ type world struct {
 	ended        map[string]end  // acquisitions over by a request Redis ran
 	gone         map[string]bool // ended ones seen not holding the key since
 	forcedAt     map[string]time.Time
-	forcedBy     map[string]time.Time // when each force request (by its id) removed its holder
-	revivals     map[string]bool      // lockers that took the key again after they ended: excused or not
-	entries      map[string]entry     // when each attempt's entry in the line was last renewed
-	restarted    int                  // the last step Redis restarted empty (0: never)
-	restartOrder int                  // how many requests had been sent then
-	lastWant     map[string]string    // the line's entries after the step before (checkKept)
-	reach        Reach                // the rare situations this schedule reached
-	tokens       map[uint64]string    // who got each token
-	states       map[uint64]struct{}  // distinct states seen (shared across schedules)
-	chosen       []string             // the keys of the actions taken
-	rng          *rand.Rand           // the walk's, once the schedule walks at random: it plans the network
+	forcedBy     map[string]bool     // the force requests (by their id) that removed their holder
+	revivals     map[string]bool     // lockers that took the key again after they ended: excused or not
+	entries      map[string]entry    // when each attempt's entry in the line was last renewed
+	restarted    int                 // the last step Redis restarted empty (0: never)
+	restartOrder int                 // how many requests had been sent then
+	lastWant     map[string]string   // the line's entries after the step before (checkKept)
+	reach        Reach               // the rare situations this schedule reached
+	tokens       map[uint64]string   // who got each token
+	states       map[uint64]struct{} // distinct states seen (shared across schedules)
+	chosen       []string            // the keys of the actions taken
+	rng          *rand.Rand          // the walk's, once the schedule walks at random: it plans the network
 	violation    *Violation
 }
 
@@ -201,14 +201,14 @@ func (w *world) deliver(i int, keep bool) {
 	}
 	w.note("Redis runs %s %s%s: %v", r.id, r.what, copyNote, out)
 	if r.purpose == pForce && out.err == nil {
-		at, removed := w.forcedBy[r.id]
+		removed := w.forcedBy[r.id]
 		switch {
 		case out.res.Outcome == processor.Settled && !removed:
 			w.fail(ruleForce, "%s answered settled (removed by a copy of it) though no copy of it removed %s", r.id, r.locker)
-		case out.res.Outcome == processor.Gone && removed && w.forced[r.locker] > w.restarted && w.now().Sub(at) < w.lifeOf(w.op):
+		case out.res.Outcome == processor.Gone && removed && w.forced[r.locker] > w.restarted && w.now().Sub(w.forcedAt[r.locker]) < w.lifeOf(w.op):
 			w.fail(ruleForce, "%s, a copy of a force that removed %s, answered gone: its caller would be told nothing was removed", r.id, r.locker)
 		case out.res.Outcome == processor.Released:
-			w.forcedBy[r.id] = w.now()
+			w.forcedBy[r.id] = true
 			w.forcedRemoved(r.locker)
 		}
 	}
