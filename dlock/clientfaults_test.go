@@ -1044,12 +1044,13 @@ func (f *ffFuzz) closeProc(p *ffProc) {
 	}
 }
 
-// marksOnly reports whether every key of left is a settled or forced mark with a time to live
-// (a ForceRelease makes them live eight times what the forced key had left: force.lua).
+// marksOnly reports whether every key of left is a settled or forced mark, or a force's answer
+// ({K}:removed:<locker>), with a time to live (a ForceRelease makes them live eight times what
+// the forced key had left: force.lua).
 func marksOnly(c *redis.Client, left []string) bool {
 	for _, l := range left {
 		k, _, _ := strings.Cut(l, " ")
-		if !strings.Contains(k, ":done:") && !strings.Contains(k, ":forced:") {
+		if !strings.Contains(k, ":done:") && !strings.Contains(k, ":forced:") && !strings.Contains(k, ":removed:") {
 			return false
 		}
 		if ttl := c.PTTL(context.Background(), k).Val(); ttl < 0 || ttl > 16*time.Second {

@@ -543,11 +543,11 @@ func (r *histRun) checkLeftovers() {
 // allowedLater reports whether key k, found with time to live ttl 3 leases after the helpers
 // exited, may be there: a fencing counter with a TTL (kept for two leases after its key's last
 // acquisition or renewal, of the longest lease an Extend set, and the first token of the
-// holding beside it), or a settled mark ({…}:done:…), yield-check mark ({…}:check:…) or
-// forced mark ({…}:forced:…) that expires within 24 more leases (they last 2 × the longest
-// lease, and an operator's ForceRelease sets them for 8 × the removed key's remaining life,
-// which an Extend makes up to 3 leases), or a read-write lock's or semaphore's key
-// ({…}:shared:…), all of which live as long as its settled lockers.
+// holding beside it), or a settled mark ({…}:done:…), yield-check mark ({…}:check:…), forced
+// mark ({…}:forced:…) or force's answer ({…}:removed:…) that expires within 24 more leases
+// (they last 2 × the longest lease, and an operator's ForceRelease sets them for 8 × the
+// removed key's remaining life, which an Extend makes up to 3 leases), or a read-write lock's
+// or semaphore's key ({…}:shared:…), all of which live as long as its settled lockers.
 func allowedLater(k string, ttl, lease time.Duration) bool {
 	switch {
 	case ttl == -2: // (go-redis's PTTL of a key that is gone: it expired between SCAN and PTTL)
@@ -556,7 +556,7 @@ func allowedLater(k string, ttl, lease time.Duration) bool {
 		return false // no TTL (-1; a PTTL of 0 is a key that expires within this millisecond)
 	case strings.HasSuffix(k, "}:fence"), strings.HasSuffix(k, "}:first"):
 		return true
-	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"):
+	case strings.Contains(k, "}:done:"), strings.Contains(k, "}:check:"), strings.Contains(k, "}:forced:"), strings.Contains(k, "}:removed:"):
 		return ttl <= 24*lease
 	case strings.Contains(k, "}:shared:"):
 		// a read-write lock's or semaphore's keys all live as long as its settled lockers
@@ -1750,6 +1750,8 @@ func TestHistoryLeftoverRule(t *testing.T) {
 		{"{DLOCK_HIST_r3}:shared:kind", 30 * lease, false}, // longer than any of them
 		{"{DLOCK_HIST_k0}:fence", time.Hour, true},
 		{"{DLOCK_HIST_k0}:done:p-", 30 * lease, false},
+		{"{DLOCK_HIST_k0}:removed:p-7", 8 * lease, true}, // a force's answer, as long as the marks
+		{"{DLOCK_HIST_k0}:removed:p-7", -1, false},
 		{"DLOCK_HIST_k0", time.Second, false}, // a lock key still held
 	} {
 		if got := allowedLater(c.key, c.ttl, lease); got != c.want {
