@@ -2768,8 +2768,14 @@ func TestSideKeysAreNoLocksKey(t *testing.T) {
 		if !ok {
 			t.Fatalf("side key %q", k)
 		}
-		if _, err := domain.NewDLockConfig("T", target, time.Second); !errors.Is(err, dlerrors.ErrInvalidConfig) {
+		_, err := domain.NewDLockConfig("T", target, time.Second)
+		if !errors.Is(err, dlerrors.ErrInvalidConfig) {
 			t.Errorf("target %q, naming lock %q's key %q: %v; want ErrInvalidConfig", target, lc.UniqueKey(), k, err)
+			continue
+		}
+		// (the refusal names what it refuses)
+		if name, _, _ := strings.Cut(strings.TrimPrefix(k, lc.UniqueKey()+":"), ":"); !strings.Contains(err.Error(), " "+name+",") {
+			t.Errorf("target %q: %v; want it to name %q among the refused", target, err, name)
 		}
 	}
 	// (and a lock whose own keys beside it would be one's: {acct}a:shared's fencing counter
