@@ -331,6 +331,15 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		if wait == 0 {
 			within = "in one attempt (-n, --wait 0)"
 		}
+		switch {
+		case held != "":
+		case r.held: // (held at the attempt, let go before the look)
+			held = ": no holder found when looked again (let go since)"
+		case pe != nil:
+			held = fmt.Sprintf(": no other holder found (the last attempt failed: %v)", pe.Err)
+		default:
+			held = ": no other holder found (let go as the wait ran out, or the wait was shorter than an attempt's round trip to Redis)"
+		}
 		if conflict == exitOK {
 			return nil, withStatus(exitOK, nil) // -E 0: "held elsewhere" is a success, said by nothing (cron mails what is said)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/faultproxy"
 	"github.com/dlockgo/dlock/internal/redistest"
 )
 
@@ -158,6 +159,29 @@ func TestExecNotObtained(t *testing.T) {
 	if r := a.wait(t); r.code != 7 {
 		t.Fatal(r)
 	}
+}
+
+// TestExecWaitShorterThanARoundTrip: a wait shorter than an attempt's round trip obtains
+// nothing, even of a free lock (documented with --wait), and the message says so rather than
+// leave the operator to look for a holder; the attempt that took the key is given back.
+func TestExecWaitShorterThanARoundTrip(t *testing.T) {
+	needReal(t)
+	p, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetLatency(25 * time.Millisecond)
+	dir, tg := t.TempDir(), target(t)
+	ran := filepath.Join(dir, "ran")
+	r := runBin(t, nil, "exec", "--redis", p.Addr(), "--wait", "0.005", "CLI", tg, "--", "touch", ran)
+	if r.code != exitNotObtained || !strings.Contains(r.stderr, "no other holder found (let go as the wait ran out, or the wait was shorter than an attempt's round trip to Redis)") {
+		t.Fatalf("a 5 ms wait, 50 ms from Redis: %v", r)
+	}
+	if exists(ran) {
+		t.Fatal("the command ran without the lock")
+	}
+	checkFreed(t, tg)
 }
 
 // TestNotObtainedNamesOnlyOthers: the holders a "not obtained" message names are other

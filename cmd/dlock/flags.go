@@ -42,6 +42,10 @@ type flagSet struct {
 	// checkPos, if set, checks the positional arguments once they are read (before any
 	// other usage error about the arguments).
 	checkPos func(pos []string) error
+
+	// elsewhere, by a flag's name without its dashes: what to say of a flag this command
+	// does not take but another does
+	elsewhere map[string]string
 }
 
 // newFlagSet returns an empty flagSet for the command name.
@@ -175,7 +179,11 @@ func (f *flagSet) parseFlag(args []string) (int, error) {
 	}
 	d, shown, v, hasV := f.lookup(arg)
 	if d == nil {
-		return 0, usageErrorf("unknown flag %s", strings.SplitN(arg, "=", 2)[0])
+		name := strings.SplitN(arg, "=", 2)[0]
+		if why, ok := f.elsewhere[strings.TrimLeft(name, "-")]; ok {
+			return 0, usageErrorf("unknown flag %s: %s", name, why)
+		}
+		return 0, usageErrorf("unknown flag %s", name)
 	}
 	used := 1
 	if d.arg == "" { // boolean
@@ -368,7 +376,10 @@ func (w *waitValue) Set(s string) error {
 		return nil
 	}
 	if secs, err := strconv.ParseFloat(s, 64); err == nil {
-		if secs < 0 || math.IsNaN(secs) {
+		if math.IsNaN(secs) {
+			return errors.New("seconds must be a number, 0 or more")
+		}
+		if secs < 0 {
 			return errors.New("seconds must be 0 or more")
 		}
 		if secs > float64(math.MaxInt64/int64(time.Second)) {

@@ -14,8 +14,9 @@ import (
 var lockUsage = `
 usage: dlock lock [flags] TYPE TARGET
 
-Takes the lock TYPE/TARGET and holds it, its lease renewed, until dlock gets SIGINT, SIGTERM,
-SIGHUP or SIGQUIT; then it releases the lock and exits 0 (as "etcdctl lock" without a command). It
+Takes the lock (the mutex) TYPE/TARGET and holds it, its lease renewed, until dlock gets SIGINT,
+SIGTERM, SIGHUP or SIGQUIT; then it releases the lock and exits 0 (as "etcdctl lock" without a
+command; the read-write lock and the semaphore are held by "dlock exec" around a command). It
 waits for the lock as exec does (--wait, -n, --conflict-exit-code). Once the lock is held it
 prints one line on standard output, for a script to read:
 
@@ -75,6 +76,10 @@ func lockCommand() *command {
 			o.wait = addWaitFlags(fs)
 			o.lease = fs.Lease("lease", defaultLease, "lease of the lock, renewed at 3/4 of it while held")
 			o.redis = addRedisFlags(fs, redisDefaultDoc)
+			fs.elsewhere = map[string]string{}
+			for _, name := range []string{"s", "shared", "x", "exclusive", "semaphore", "permits"} {
+				fs.elsewhere[name] = "lock holds the mutex only; for the read-write lock or the semaphore, run the command under it with dlock exec"
+			}
 			return func(out cli, args []string) error {
 				pos, _, err := fs.parse(args, 2, false)
 				if err != nil {

@@ -61,7 +61,7 @@ func releaseCommand() *command {
 		define: func(fs *flagSet) runner {
 			force := fs.Bool("force", "", "really delete the lock (required)")
 			holder := new(string)
-			holderDef := fs.Var((*stringValue)(holder), "holder", "", "LOCKER", `remove the holding of LOCKER only (as "dlock status" shows it); safe to repeat`)
+			holderDef := fs.Var((*stringValue)(holder), "holder", "", "LOCKER", `remove the holding of LOCKER only (as "dlock status" shows it); safe to repeat (a repeat removes nothing, and says the holder was not found)`)
 			anyHolder := fs.Bool("any", "", "remove whoever holds the lock now (see the risk above)")
 			kind := addKindFlags(fs, false)
 			r := addRedisFlags(fs, redisDefaultDoc)
@@ -74,7 +74,7 @@ func releaseCommand() *command {
 				case !*force:
 					return usageErrorf("refusing without --force: deleting a lock that someone holds is an operator's last resort " +
 						"(the holder goes on until its next renewal, so two may act as owners); look with \"dlock status\" first")
-				case holderDef.seen && *holder == "": // ("$HOLDER" unset in a script: not "no --holder")
+				case holderDef.seen && strings.TrimSpace(*holder) == "": // ("$HOLDER" unset in a script: not "no --holder")
 					return usageErrorf("--holder is empty: give the LOCKER to remove (as \"dlock status\" shows it)")
 				case *holder != "" && *anyHolder:
 					return usageErrorf("give --holder LOCKER or --any, not both")
