@@ -213,17 +213,18 @@ func checkServer(ctx context.Context, client redis.UniversalClient, ep *endpoint
 	return nil
 }
 
-// probeKey is a key in the lock keys' pattern (README, Least privilege) that no lock has: a
-// lock's type is never empty.
-const probeKey = "DLOCK__dlock-cli-probe"
+// probeKeys are two keys in the lock keys' pattern (README, Least privilege) that no lock has
+// (a lock's type is never empty), in two slots of a Cluster (520 and 9866).
+var probeKeys = []string{"DLOCK__dlock-cli-probe", "DLOCK__dlock-cli-probe:1"}
 
 // probeServer tells a replica or a Cluster node without INFO, which a least-privilege user may
-// not send: a write that changes nothing (PEXPIRE of a key that no lock has), which a replica
-// refuses (READONLY) and a Cluster node may send elsewhere (MOVED). Anything else, a refusal
-// of the write too included, lets the command go on as before.
+// not send: a write that changes nothing (DEL of keys that no lock has), which a replica
+// refuses (READONLY) and a Cluster node refuses too, whichever slots it serves, for its keys
+// lie in two slots (CROSSSLOT; MOVED, CLUSTERDOWN). Anything else, a refusal of the write too
+// included, lets the command go on as before.
 func probeServer(ctx context.Context, client redis.UniversalClient, ep *endpoint) error {
-	err := client.PExpire(ctx, probeKey, time.Millisecond).Err()
-	if _, moved := redis.IsMovedError(err); moved || replyStarts(err, "CLUSTERDOWN") {
+	err := client.Del(ctx, probeKeys...).Err()
+	if _, moved := redis.IsMovedError(err); moved || replyStarts(err, "CROSSSLOT") || replyStarts(err, "CLUSTERDOWN") {
 		return withStatus(exitUnavailable, fmt.Errorf("%v is part of a Redis Cluster (%v): add --cluster, or name several nodes", ep, err))
 	}
 	if readOnly(err) {

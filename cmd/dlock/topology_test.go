@@ -236,3 +236,39 @@ func silentAddrAt(t *testing.T, port int) string {
 	}
 	return addr
 }
+
+// TestClusterNodeRefusedUnderLeastPrivilege: under the README's least-privilege user with its
+// Cluster rules (no INFO), a Cluster node named as a single server is refused as it is without
+// the ACL, whichever node it is — also the one that holds the slot of the probe's key.
+func TestClusterNodeRefusedUnderLeastPrivilege(t *testing.T) {
+	c := redistest.NeedCluster(t, 3, 0)
+	rules := append(append([]string{}, aclRules...), "+command", "+spublish", "+ssubscribe", "+sunsubscribe", "+pubsub|shardnumsub", "+cluster|slots")
+	for _, addr := range c.Addrs() {
+		admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		err := admin.ACLSetUser(context.Background(), aclUser, rules...).Err()
+		admin.Close()
+		if err != nil {
+			t.Fatalf("ACL SETUSER on %s: %v", addr, err)
+		}
+	}
+	// (a lock whose key lives on each node in turn: a status that reads the key of another
+	// node's slot is refused MOVED whatever the probe found)
+	for _, addr := range c.Addrs() {
+		var tg string
+		for i := 0; ; i++ {
+			if tg = target(t) + strconv.Itoa(i); c.MasterFor("DLOCK_CLI_"+tg) == addr {
+				break
+			}
+		}
+		url := "redis://" + aclUser + ":" + aclPwd + "@" + addr + "/0"
+		r := runBin(t, nil, "status", "--redis", url, "CLI", tg)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "is part of a Redis Cluster") || !strings.Contains(r.stderr, "--cluster") {
+			t.Errorf("status on node %s, without --cluster: %+v", addr, r)
+		}
+	}
+	// and with --cluster the same user locks
+	url := "redis://" + aclUser + ":" + aclPwd + "@" + c.Addrs()[0] + "/0"
+	if r := runBin(t, nil, "exec", "-n", "--cluster", "--redis", url, "CLI", target(t), "true"); r.code != 0 {
+		t.Fatalf("exec --cluster under the least-privilege user: %+v", r)
+	}
+}
