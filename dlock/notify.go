@@ -59,6 +59,7 @@ type notifier struct {
 	confirmed int                      // subscriptions confirmed by Redis (for tests); guarded by mu
 	heard     int                      // release messages handled (for tests); guarded by mu
 	linger    time.Duration            // linger, or what a test sets; guarded by mu
+	warned    bool                     // a refusal of the subscription (an ACL) was logged at Warn, once; guarded by mu
 }
 
 // psConn is one subscription connection and the ops waiting to be sent on it. All its fields
@@ -398,7 +399,11 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 				n.moved(c, ps, ch)
 				return
 			}
-			n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
+			if processor.Refused(err) && n.warnOnce() {
+				n.g.log.Warn("dlock: Redis refused the subscription to releases (an ACL without a pub/sub command or channel that README's Least privilege names): processes learn of releases by their polls only, every sixth of the lease", zap.Error(err))
+			} else {
+				n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
+			}
 			n.failed(c, err)
 			n.forgetLeaving(c, ps)
 			n.g.redis.Reload() // a Cluster client then dials the slot's new master
@@ -413,6 +418,16 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 		backoff = 10 * time.Millisecond
 		n.handle(c, ps, m)
 	}
+}
+
+// warnOnce reports whether a refusal of the subscription is the notifier's first: logged at
+// Warn, the later ones (retried every second or so) at Debug.
+func (n *notifier) warnOnce() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	first := !n.warned
+	n.warned = true
+	return first
 }
 
 // slotElsewhere reports whether err is a Cluster node's MOVED or ASK reply: the slot is

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dlockgo/dlock/dlock"
 )
@@ -499,5 +501,57 @@ func TestACLRefusalInsideAScriptEndsTheWait(t *testing.T) {
 	}
 	if d := aclDenials(t, admin); len(d) == 0 {
 		t.Fatal("nothing was refused")
+	}
+}
+
+// TestACLRefusedSubscriptionIsWarnedOnce: a user that may not subscribe still gets the lock
+// (by its polls), and the Generator says why its waiters are slow, once at Warn: the refusal
+// names what the README's rules would add, where it used to be logged at Debug only.
+func TestACLRefusedSubscriptionIsWarnedOnce(t *testing.T) {
+	var commands []string
+	for _, c := range aclCommands {
+		if c != "subscribe" {
+			commands = append(commands, c)
+		}
+	}
+	_, opt := aclSetup(t, commands)
+	const lease = 300 * time.Millisecond
+	core, logs := observer.New(zap.WarnLevel)
+	g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+	g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease), dlock.WithLogger(zap.New(core)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l1, _ := g1.Gen("ACLSUB", "k")
+	l2, _ := g2.Gen("ACLSUB", "k")
+	o1, err := l1.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		o2, err := l2.Lock(ctx)
+		if err == nil {
+			err = o2.Unlock()
+		}
+		got <- err
+	}()
+	warned := func() int { return logs.FilterMessageSnippet("refused the subscription").Len() }
+	for warned() == 0 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if warned() == 0 {
+		t.Fatalf("no Warn of the refused subscription; logged: %v", logs.All())
+	}
+	if err := o1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter that may not subscribe: %v; want the lock by its polls", err)
+	}
+	if n := warned(); n != 1 {
+		t.Errorf("the refusal was logged at Warn %d times; want once per Generator", n)
+	}
+	if e := logs.FilterMessageSnippet("refused the subscription").All()[0]; !strings.Contains(e.ContextMap()["error"].(string), "NOPERM") {
+		t.Errorf("the Warn does not carry Redis's refusal: %v", e.ContextMap())
 	}
 }
