@@ -76,7 +76,7 @@ func NewDLockConfig(lockType DLockType, lockTarget string, lease time.Duration) 
 	}
 	key := UniqueKey(lockType, target)
 	if HashTag(SideKey(key, "x")) != HashTag(key) {
-		return DLockConfig{}, fmt.Errorf("%w: braces in key %q would put the keys beside it in another Redis Cluster slot (refused on every deployment): hash the target, or leave out braces that do not enclose a hash tag such as {acct}", dlerrors.ErrInvalidConfig, key)
+		return DLockConfig{}, fmt.Errorf("%w: braces in key %q (type %q, target %q) would put the keys beside it in another Redis Cluster slot (refused on every deployment): hash the target, or leave out braces that do not enclose a hash tag such as {acct}", dlerrors.ErrInvalidConfig, key, lockType, target)
 	}
 	if other, ok := sideKeyOf(key); ok {
 		return DLockConfig{}, fmt.Errorf("%w: key %q, or a key beside it, is a key kept beside lock %q (with a hash tag of its own, a key beside it is the lock key, a colon and a name): with a hash tag in the type or the target, the key must not end in a colon and one of %s, nor hold %s", dlerrors.ErrInvalidConfig, key, other, strings.Join(sideNames[:], ", "), ":"+strings.Join(perProcess[:], ":, :")+":")

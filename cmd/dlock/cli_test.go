@@ -233,6 +233,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--cross-procs", "-99999999999999999999"}, `invalid --cross-procs "-99999999999999999999": too small (at least 1)`},
 		{[]string{"status", "--redis", "", "CLI", "x"}, "--redis is empty"},
 		{[]string{"status", "--redis", "redis://localhost:6379:bad", "CLI", "x"}, `invalid --redis "redis://localhost:6379:bad": not a valid URL: invalid port ":bad" after host`},
+		{[]string{"status", "--redis", "redis://u:pw@127.0.0.1:6379,127.0.0.1:6380", "CLI", "x"}, `invalid --redis "redis://u:xxxxx@127.0.0.1:6379,127.0.0.1:6380": a URL names one host: more nodes go in addr= parameters (redis://USER:PASSWORD@HOST:PORT?addr=HOST2:PORT2&addr=HOST3:PORT3)`},
 		{[]string{"status", "--redis", "redis://127.0.0.1:6379:0", "CLI", "x"}, `invalid --redis "redis://127.0.0.1:6379:0": the host "127.0.0.1:6379" holds a colon: one :PORT only (an IPv6 address goes in brackets)`},
 		{[]string{"status", "--redis", "rediss://:pw@h:0/0", "CLI", "x"}, `invalid --redis "rediss://:xxxxx@h:0/0": port "0" is not a number from 1 to 65535`},
 		{[]string{"status", "--redis", "http://localhost:6379", "CLI", "x"}, `invalid --redis "http://localhost:6379": the scheme must be redis://, rediss:// (TLS) or unix://, not http://`},

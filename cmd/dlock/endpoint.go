@@ -316,6 +316,9 @@ func (s redisSpec) parseURL() (redisOptions, error) {
 // checkHostPort checks what go-redis does not: that a URL's host holds no stray colon and its
 // port, if any, is a port number.
 func checkHostPort(u *url.URL) error {
+	if strings.Contains(u.Host, ",") {
+		return errors.New("a URL names one host: more nodes go in addr= parameters (redis://USER:PASSWORD@HOST:PORT?addr=HOST2:PORT2&addr=HOST3:PORT3)")
+	}
 	if strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "[") {
 		return fmt.Errorf("the host %q holds a colon: one :PORT only (an IPv6 address goes in brackets)", u.Hostname())
 	}
