@@ -205,7 +205,8 @@ func TestAuthRefusedBySentinel(t *testing.T) {
 		"redis://:" + wrong + "@127.0.0.1:" + port + "?master_name=m&addr=" + unreachableAddr,
 	} {
 		r := runBin(t, nil, "status", "--redis", url, "CLI", "x")
-		if r.code != exitNoPerm || !strings.Contains(r.stderr, "refused the user or password (") || !strings.Contains(r.stderr, "WRONGPASS") ||
+		if r.code != exitNoPerm || !strings.Contains(r.stderr, "the Sentinels refused the user or password (") || !strings.Contains(r.stderr, "WRONGPASS") ||
+			!strings.Contains(r.stderr, "the master's goes in the username= and password= parameters") ||
 			strings.Contains(r.stderr, wrong) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%s: want exit 77 naming the refused password, got %v", redact(url), r)
 		}

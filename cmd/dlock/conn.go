@@ -390,6 +390,8 @@ func redisFailure(ep *endpoint, timeout time.Duration, err error) error {
 			hint = "the URL gives a user name alone (what comes before \"@\" without a \":\"); a password alone is written redis://:PASSWORD@HOST:PORT"
 		}
 		return withStatus(exitNoPerm, fmt.Errorf("%v needs a password (%s): %s", ep, reply, hint))
+	case redis.IsAuthError(err) && ep.master != "" && strings.Contains(reply, "sentinel"):
+		return withStatus(exitNoPerm, fmt.Errorf("%v: the Sentinels refused the user or password (%s): in a Sentinel URL a USER:PASSWORD@ before the host is the Sentinels' own, and the master's goes in the username= and password= parameters", ep, reply))
 	case redis.IsAuthError(err):
 		return withStatus(exitNoPerm, fmt.Errorf("%v refused the user or password (%s)", ep, reply))
 	case redis.IsPermissionError(err), strings.Contains(reply, "The user executing the script can't"):
