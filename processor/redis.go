@@ -967,8 +967,8 @@ func (p *RedisLockProcessor) send(ctx context.Context, s *script, ack bool, node
 		return res, 0, err
 	}
 	n, err := wait.Int64()
-	if err != nil {
-		return res, 0, fmt.Errorf("%w: %w", dlerrors.ErrNotReplicated, err)
+	if err != nil { // (its write stays: given back or retried as for too few replicas, and a refusal of WAIT by an ACL is told as such)
+		return res, 0, fmt.Errorf("%w: WAIT failed: %w", dlerrors.ErrNotReplicated, err)
 	}
 	return res, n, nil
 }
