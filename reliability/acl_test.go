@@ -555,3 +555,32 @@ func TestACLRefusedSubscriptionIsWarnedOnce(t *testing.T) {
 		t.Errorf("the Warn does not carry Redis's refusal: %v", e.ContextMap())
 	}
 }
+
+// TestACLWithoutWaitGivesTheWriteBack: with WithReplicaAck, a user without +wait gets an error
+// at once that matches ErrNotReplicated and carries Redis's NOPERM, as README says, and the
+// acquisition Redis ran is given back: the key is free again well before its lease runs out.
+func TestACLWithoutWaitGivesTheWriteBack(t *testing.T) {
+	_, opt := aclSetup(t, aclCommands)
+	const lease = time.Minute
+	g, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease), dlock.WithReplicaAck(1, 50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, _ := g.Gen("ACLWAIT", "k")
+	_, ok, err := l.TryLock(ctx)
+	if ok || !errors.Is(err, dlock.ErrNotReplicated) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("TryLock without +wait = %v, %v; want an error matching ErrNotReplicated that carries NOPERM", ok, err)
+	}
+	if _, err := l.Lock(ctx); !errors.Is(err, dlock.ErrNotReplicated) || ctx.Err() != nil {
+		t.Fatalf("Lock without +wait = %v (context %v); want ErrNotReplicated at once", err, ctx.Err())
+	}
+	for {
+		st, err := l.State(ctx)
+		if err == nil && !st.Held() {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the key stays held after the refused WAIT (%+v, %v): its write was not given back", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
