@@ -296,7 +296,7 @@ func TestDemoACLRefusal(t *testing.T) {
 	r := runBin(t, nil, "demo", "--redis", s.url(aclUser+":"+aclPwd), "--duration", "200ms")
 	if r.code != exitNoPerm || !strings.Contains(r.stderr, "NOPERM") || !strings.Contains(r.stderr, s.addr) ||
 		!strings.Contains(r.stderr, "the key "+naiveKey) ||
-		strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || strings.Contains(r.stderr, aclPwd) {
+		strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || strings.Contains(r.stderr, aclPwd) || r.stdout != "" {
 		t.Fatal(r)
 	}
 }

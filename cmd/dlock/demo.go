@@ -160,6 +160,13 @@ func demo(w io.Writer, o demoOpts) error {
 		c := ep.client(timeout)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := checkServer(ctx, c, ep, timeout)
+		if err == nil {
+			// (and the naive lock's key, which the README's ACL for dlock leaves out: refused
+			// before the table begins, not after its header)
+			if gerr := c.Get(ctx, naiveKey).Err(); gerr != redis.Nil && isRedisReply(gerr) {
+				err = naiveRefused(redisFailure(ep, timeout, gerr))
+			}
+		}
 		cancel()
 		c.Close()
 		if err != nil {
@@ -186,9 +193,8 @@ func demo(w io.Writer, o demoOpts) error {
 			r, err := demoRun(ep, timeout, s, impl, each, *o.hold, *o.lease, *o.holdOver)
 			if isRedisReply(err) {
 				err = redisFailure(ep, timeout, err) // a refused key or command (ACL): 77
-				if impl == "naive" && exitCode(err) == exitNoPerm {
-					// (the README's ACL is dlock's; the naive lock's key is the demo's own)
-					return withStatus(exitNoPerm, fmt.Errorf("%w; the demo's naive lock uses the key %s besides (~dlock-demo:* in the ACL)", err, naiveKey))
+				if impl == "naive" {
+					return naiveRefused(err)
 				}
 				return err
 			} else if err != nil {
@@ -532,4 +538,13 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	n, err := s.w.Write(p)
 	s.err = err
 	return n, err
+}
+
+// naiveRefused names the naive lock's key in a refusal of it (77): the README's ACL is
+// dlock's, and the naive lock's key is the demo's own.
+func naiveRefused(err error) error {
+	if exitCode(err) != exitNoPerm {
+		return err
+	}
+	return withStatus(exitNoPerm, fmt.Errorf("%w; the demo's naive lock uses the key %s besides (~dlock-demo:* in the ACL)", err, naiveKey))
 }
