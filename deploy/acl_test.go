@@ -11,12 +11,6 @@ import (
 	"github.com/dlockgo/dlock/internal/redistest"
 )
 
-// clusterACL is README's least-privilege user (Least privilege) with its Cluster additions.
-var clusterACL = []any{"on", ">pw", "-@all", "+evalsha", "+eval", "+set", "+get", "+del", "+pexpire", "+pttl", "+publish", "+time",
-	"+zadd", "+zrem", "+zrange", "+zrank", "+hset", "+hget", "+hdel", "+pubsub|numsub", "+subscribe", "+unsubscribe", "+ping",
-	"+command", "+spublish", "+ssubscribe", "+sunsubscribe", "+pubsub|shardnumsub", "+cluster|slots", "+asking",
-	"~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released:*", "&DLOCK_*:released:*"}
-
 // A lock whose slot migrates is taken under README's least-privilege user as under the
 // default one: go-redis follows the slot's ASK to its new node with ASKING (which the user's
 // Cluster rules allow), the attempt is retried through TRYAGAIN, and Lock gets the lock once
@@ -27,7 +21,7 @@ func TestClusterLockWhileItsSlotMigratesUnderLeastPrivilege(t *testing.T) {
 	defer cancel()
 	for _, a := range c.Addrs() {
 		rc := redis.NewClient(&redis.Options{Addr: a})
-		err := rc.Do(ctx, append([]any{"ACL", "SETUSER", "dlock"}, clusterACL...)...).Err()
+		err := rc.ACLSetUser(ctx, "dlock", redistest.ACLRules("pw", redistest.ACLCommands, redistest.ACLClusterCommands)...).Err()
 		rc.Close()
 		if err != nil {
 			t.Fatal(err)

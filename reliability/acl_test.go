@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/internal/redistest"
 )
 
 // Least privilege: dlock works as a Redis ACL user allowed only the commands it sends, on its
@@ -39,30 +40,12 @@ import (
 // channels are {DLOCK_<type>_<target>}:released:<mark>, one per process, or
 // DLOCK_<type>_<target>:released:<mark> likewise.
 //
-// The two tests below fail when the code drifts from this set: TestACLLeastPrivilege when dlock
-// is refused a command or does not use one it is allowed, TestACLEveryCommandNeeded when a
-// command could be dropped.
+// The set is redistest.ACLCommands (and ACLFamilyCommands for the read-write lock and the
+// semaphore), which TestACLListsAreTheREADMEs holds README to. The two tests below fail when
+// the code drifts from it: TestACLLeastPrivilege when dlock is refused a command or does not use
+// one it is allowed, TestACLEveryCommandNeeded when a command could be dropped.
 
 const aclUser, aclPassword = "dlock", "dlock-acl-test-password"
-
-// aclCommands is what dlock needs.
-var aclCommands = []string{
-	"evalsha", "eval", "set", "get", "del", "pexpire", "pttl", "publish", "time",
-	"zadd", "zrem", "zrange", "zrank", "hset", "hget", "hdel", "pubsub|numsub",
-	"subscribe", "unsubscribe", "ping",
-}
-
-// aclFamilyCommands is what the read-write lock and the semaphore need besides (shared.lua).
-var aclFamilyCommands = []string{"exists", "hgetall", "zcard", "zrangebyscore", "zremrangebyscore", "zscore"}
-
-// aclRules returns the ACL SETUSER rules for the dlock user, with the given commands.
-func aclRules(commands []string) []string {
-	rules := []string{"reset", "on", ">" + aclPassword, "-@all"}
-	for _, c := range commands {
-		rules = append(rules, "+"+c)
-	}
-	return append(rules, "~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released:*", "&DLOCK_*:released:*")
-}
 
 // aclSetup starts a server with the dlock user allowed commands; it returns an admin client
 // (default user) and the options of a dlock-user client.
@@ -72,7 +55,7 @@ func aclSetup(t *testing.T, commands []string) (*redis.Client, *redis.Options) {
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx := context.Background()
-	if err := admin.ACLSetUser(ctx, aclUser, aclRules(commands)...).Err(); err != nil {
+	if err := admin.ACLSetUser(ctx, aclUser, redistest.ACLRules(aclPassword, commands)...).Err(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
 	if err := admin.ACLLogReset(ctx).Err(); err != nil {
@@ -127,7 +110,7 @@ func refused(err error) bool {
 // on a plain key and on one with a hash tag; a renewal; a TryLock; a lost lease) without a
 // single refusal, and is refused everything else.
 func TestACLLeastPrivilege(t *testing.T) {
-	admin, opt := aclSetup(t, aclCommands)
+	admin, opt := aclSetup(t, redistest.ACLCommands)
 	dur := soak(t, 2*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), dur+time.Minute) // turns a hang into a failure
 	defer cancel()
@@ -243,13 +226,13 @@ func TestACLLeastPrivilege(t *testing.T) {
 	if d := aclDenials(t, admin); len(d) != 0 {
 		t.Errorf("ACL refusals for %s: %v", aclUser, d)
 	}
-	for _, c := range aclCommands {
+	for _, c := range redistest.ACLCommands {
 		if stats[c] == "" && c != "ping" {
 			t.Errorf("%s was allowed but not used", c)
 		}
 	}
 	t.Logf("commandstats (calls): %v", stats)
-	t.Logf("ACL SETUSER %s %s", aclUser, strings.Join(aclRules(aclCommands), " "))
+	t.Logf("ACL SETUSER %s %s", aclUser, strings.Join(redistest.ACLRules(aclPassword, redistest.ACLCommands), " "))
 
 	// The restriction is real.
 	for _, cmd := range [][]any{
@@ -282,13 +265,13 @@ func TestACLLeastPrivilege(t *testing.T) {
 // yet loaded) is refused it. (The ACL log entry is what is checked: dlock itself may carry on,
 // the poller covering a refused SUBSCRIBE, for instance.)
 func TestACLEveryCommandNeeded(t *testing.T) {
-	for _, missing := range aclCommands {
+	for _, missing := range redistest.ACLCommands {
 		if missing == "ping" {
 			continue // sent only after 5 s of silence on the subscription; see TestACLLeastPrivilege
 		}
 		t.Run(missing, func(t *testing.T) {
 			var commands []string
-			for _, c := range aclCommands {
+			for _, c := range redistest.ACLCommands {
 				if c != missing {
 					commands = append(commands, c)
 				}
@@ -433,13 +416,13 @@ func familyTurns(ctx context.Context, g1, g2 *dlock.Generator, lease time.Durati
 }
 
 // The read-write lock and the semaphore work under the user allowed the mutex's commands and
-// the family's (aclFamilyCommands), without a refusal, and each of the family's commands is
-// needed: without it the same turns are refused it. (The turns that must all succeed hold with
+// the family's (redistest.ACLFamilyCommands), without a refusal, and each of the family's
+// commands is needed: without it the same turns are refused it. (The turns that must all succeed hold with
 // a 2 s lease, renewed with a quarter of it left: a stall of this process must not lose the
 // reader; those that look for a refusal only, with 300 ms.)
 func TestACLFamilyCommands(t *testing.T) {
 	const lease, short = 2 * time.Second, 300 * time.Millisecond
-	all := append(slices.Clone(aclCommands), aclFamilyCommands...)
+	all := append(slices.Clone(redistest.ACLCommands), redistest.ACLFamilyCommands...)
 	admin, opt := aclSetup(t, all)
 	g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
 	g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
@@ -452,12 +435,12 @@ func TestACLFamilyCommands(t *testing.T) {
 		t.Errorf("ACL refusals for %s: %v", aclUser, d)
 	}
 	stats := commandStats(t, admin)
-	for _, c := range aclFamilyCommands {
+	for _, c := range redistest.ACLFamilyCommands {
 		if stats[c] == "" {
 			t.Errorf("%s was allowed but not used", c)
 		}
 	}
-	for _, missing := range aclFamilyCommands {
+	for _, missing := range redistest.ACLFamilyCommands {
 		t.Run("without "+missing, func(t *testing.T) {
 			admin, opt := aclSetup(t, slices.DeleteFunc(slices.Clone(all), func(c string) bool { return c == missing }))
 			g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(short))
@@ -479,7 +462,7 @@ func TestACLFamilyCommands(t *testing.T) {
 // the refusal: here a command that lock.lua calls (HGET) is not allowed to the user, so every
 // attempt fails inside the script, and no wait mends that.
 func TestACLRefusalInsideAScriptEndsTheWait(t *testing.T) {
-	admin, opt := aclSetup(t, slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "hget" }))
+	admin, opt := aclSetup(t, slices.DeleteFunc(slices.Clone(redistest.ACLCommands), func(c string) bool { return c == "hget" }))
 	g, _ := netGenerator(t, opt, dlock.WithDefaultLease(time.Second))
 	l, err := g.Gen("ACLREFUSED", "k")
 	if err != nil {
@@ -509,7 +492,7 @@ func TestACLRefusalInsideAScriptEndsTheWait(t *testing.T) {
 // names what the README's rules would add, where it used to be logged at Debug only.
 func TestACLRefusedSubscriptionIsWarnedOnce(t *testing.T) {
 	var commands []string
-	for _, c := range aclCommands {
+	for _, c := range redistest.ACLCommands {
 		if c != "subscribe" {
 			commands = append(commands, c)
 		}
@@ -571,7 +554,7 @@ func TestACLRefusedSubscriptionIsWarnedOnce(t *testing.T) {
 // at once that matches ErrNotReplicated and carries Redis's NOPERM, as README says, and the
 // acquisition Redis ran is given back: the key is free again well before its lease runs out.
 func TestACLWithoutWaitGivesTheWriteBack(t *testing.T) {
-	_, opt := aclSetup(t, aclCommands)
+	_, opt := aclSetup(t, redistest.ACLCommands)
 	const lease = time.Minute
 	g, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease), dlock.WithReplicaAck(1, 50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

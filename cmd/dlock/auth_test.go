@@ -22,8 +22,7 @@ const (
 )
 
 // aclRules are the README's least-privilege rules for the ACL user.
-var aclRules = []string{"on", ">" + aclPwd, "-@all", "+evalsha", "+eval", "+set", "+get", "+del", "+pexpire", "+pttl",
-	"+publish", "+time", "+zadd", "+zrem", "+zrange", "+zrank", "+hset", "+hget", "+hdel", "+pubsub|numsub", "+subscribe", "+unsubscribe", "+ping", "~DLOCK_*", "~{DLOCK_*}:*", "&{DLOCK_*}:released:*", "&DLOCK_*:released:*"}
+var aclRules = redistest.ACLRules(aclPwd, redistest.ACLCommands)
 
 // authServer is a password-protected redis-server started by a test.
 type authServer struct {

@@ -242,7 +242,7 @@ func silentAddrAt(t *testing.T, port int) string {
 // the ACL, whichever node it is — also the one that holds the slot of the probe's key.
 func TestClusterNodeRefusedUnderLeastPrivilege(t *testing.T) {
 	c := redistest.NeedCluster(t, 3, 0)
-	rules := append(append([]string{}, aclRules...), "+command", "+spublish", "+ssubscribe", "+sunsubscribe", "+pubsub|shardnumsub", "+cluster|slots")
+	rules := redistest.ACLRules(aclPwd, redistest.ACLCommands, redistest.ACLClusterCommands)
 	for _, addr := range c.Addrs() {
 		admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 		err := admin.ACLSetUser(context.Background(), aclUser, rules...).Err()
