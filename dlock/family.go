@@ -161,7 +161,10 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Owner, bool, error) {
 // (ErrLockLost, ErrClosed) if the holding ended — every Unlock of a lost holding says so, also
 // when its lease ran out by this process's clock before its timer said so, as the mutex's. When
 // the hold it gives up is the last of its holding's, it returns once the holding is let go in
-// Redis (or lent again), as the mutex's Unlock does: a *RedisProcessError when Redis could not let
+// Redis (or lent again), as the mutex's Unlock does — and a writer's, once the readers of its
+// downgrade hold only the read side in Redis, unless a writer of this process waits for the
+// write side and none elsewhere: a TryRLock elsewhere then gets in, as after the write side's
+// Unlock of any other read-write lock. It returns a *RedisProcessError when Redis could not let
 // it go while its lease lasted (the local hold is released all the same; the holding expires in
 // Redis with its lease), or before owned's deadline, if it has one (the release then goes on in
 // the background), or before a Close meanwhile gave up waiting for it (its ctx ended: the
@@ -999,6 +1002,7 @@ func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 		return cause
 	}
 	cause := error(nil)
+	downgraded := so.write && so.hold.readers > 0 // (readers borrow beside a writer only by its downgrade)
 	so.end(context.Canceled)
 	var fate chan error
 	if h := so.hold; h.idle() && h.ctx.Err() == nil {
@@ -1027,6 +1031,9 @@ func (so *shareOwner) unlock1(one *oneHold, bound context.Context) error {
 				cause = &RedisProcessError{Op: "release", Key: st.cfg.UniqueKey(), Err: errCloseGaveUp}
 			}
 		}
+	}
+	if downgraded && fate == nil {
+		st.writeLetGo(so.hold, gaveUp)
 	}
 	if errors.Is(cause, ErrLockLost) { // found by the release: a loss, then the release, as the mutex's
 		st.g.observer.Lost(so.loss(cause))

@@ -447,10 +447,19 @@ func loseThenHoldTakes(c *redis.Client) (armed *atomic.Int32, open func()) {
 	return armed, func() { close(gate) }
 }
 
-// readerOfADowngrade takes l's write side, then a read of its owner's, and lets the write go:
-// the holding shrinks to the read by a downgrade, sent once armed is set to 1 (the hooks that
-// lose its reply watch it). It returns the read's owner.
-func readerOfADowngrade(t *testing.T, ctx context.Context, l *dlock.RWLock, armed *atomic.Int32) *dlock.Owner {
+// unlockInBackground unlocks owner on a goroutine of its own — a writer's Unlock waits for its
+// downgrade's answer, which the test may hold back — and returns the channel of its error.
+func unlockInBackground(l *dlock.RWLock, owner *dlock.Owner) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- l.Unlock(owner) }()
+	return done
+}
+
+// readerOfADowngrade takes l's write side, then a read of its owner's, and lets the write go
+// (unlockInBackground): the holding shrinks to the read by a downgrade, sent once armed is set
+// to 1 (the hooks that lose its reply watch it). It returns the read's owner and the write's
+// Unlock's error channel.
+func readerOfADowngrade(t *testing.T, ctx context.Context, l *dlock.RWLock, armed *atomic.Int32) (*dlock.Owner, <-chan error) {
 	t.Helper()
 	w, err := l.Lock(ctx)
 	if err != nil {
@@ -461,10 +470,7 @@ func readerOfADowngrade(t *testing.T, ctx context.Context, l *dlock.RWLock, arme
 		t.Fatal(err)
 	}
 	armed.Store(1)
-	if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
-		t.Fatal(err)
-	}
-	return r
+	return r, unlockInBackground(l, w) // the holding shrinks to the read: the downgrade is sent
 }
 
 type lostReplyHook struct{ match func(args []any) bool }

@@ -1589,9 +1589,7 @@ func TestCloseThatFindsADowngradeWhoseAnswerWasLostRemovedReportsTheLoss(t *test
 			}
 			tok, _ := l.FencingToken(r)
 			armed.Store(1)
-			if err := l.Unlock(w); err != nil { // the holding shrinks to the read: the downgrade is sent
-				t.Fatal(err)
-			}
+			unlocked := unlockInBackground(l, w) // the holding shrinks to the read: the downgrade is sent
 			var downTo string
 			waitFor(t, func() bool {
 				_, downTo, _, _, _ = dlock.SharedOwned(r)
@@ -1610,6 +1608,9 @@ func TestCloseThatFindsADowngradeWhoseAnswerWasLostRemovedReportsTheLoss(t *test
 			}
 			if err := g.Close(ctxT(t, 20*time.Second)); err != nil {
 				t.Fatalf("Close = %v, want nil: nothing of the holding stays held", err)
+			}
+			if err := recv(t, unlocked, "the writer's Unlock"); err != nil {
+				t.Fatal(err)
 			}
 			if cause := context.Cause(r); !errors.Is(cause, dlock.ErrClosed) {
 				t.Fatalf("setup: the reader's context ended with %v, want ErrClosed (Close, not a loss found before)", cause)
@@ -1693,7 +1694,7 @@ func TestCloseThatFindsADowngradedHoldingGoneAfterItsLeaseReportsNoLoss(t *testi
 		t.Fatal(err)
 	}
 	l := rwOf(t, g, uniqueTarget(t))
-	r := readerOfADowngrade(t, ctx, l, &armed)
+	r, unlocked := readerOfADowngrade(t, ctx, l, &armed)
 	var valid time.Time
 	waitFor(t, func() bool {
 		_, d, until, _, _ := dlock.SharedOwned(r)
@@ -1708,6 +1709,9 @@ func TestCloseThatFindsADowngradedHoldingGoneAfterItsLeaseReportsNoLoss(t *testi
 	releasedAfter.Store(ranOut.Add(100 * time.Millisecond).UnixNano())
 	time.Sleep(time.Until(valid.Add(-time.Second))) // Close with less than a third of the lease left (a request's bound)
 	_ = g.Close(ctxT(t, 20*time.Second))
+	if err := recv(t, unlocked, "the writer's Unlock"); err != nil {
+		t.Fatal(err)
+	}
 	if cause := context.Cause(r); !errors.Is(cause, dlock.ErrClosed) {
 		t.Fatalf("setup: the reader's context ended with %v, want ErrClosed (Close, not a loss found before)", cause)
 	}

@@ -1211,6 +1211,37 @@ func TestRWDowngradeLetsInAReaderThatWaitedElsewhere(t *testing.T) {
 	}
 }
 
+// Once the write side of a downgrade is unlocked, Redis holds only the read side: another
+// process's TryRLock, which stands in no line, gets in at once and State shows no writer, as
+// after the write side's Unlock of Redisson's or the JDK's read-write lock (Redisson's
+// testWriteReadReentrancy, with the reader in another process).
+func TestRWDowngradeUnlockedLetsInATryElsewhere(t *testing.T) {
+	ctx, la, lb := rwPair(t)
+	for i := 0; i < 5; i++ {
+		w, err := la.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := la.RLock(w)
+		if err != nil {
+			t.Fatalf("downgrade: %v", err)
+		}
+		if err := w.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := lb.State(ctx); err != nil || len(st.Writers()) != 0 || len(st.Readers()) != 1 {
+			t.Fatalf("turn %d: after the write side's Unlock Redis holds writers %v, readers %v (%v); want the downgraded reader alone", i, st.Writers(), st.Readers(), err)
+		}
+		o, ok, err := lb.TryRLock(ctx)
+		if err != nil || !ok {
+			t.Fatalf("turn %d: another process's TryRLock beside a downgraded reader: %v %v", i, ok, err)
+		}
+		if err := errors.Join(o.Unlock(), r.Unlock()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A writer that reads on under its write (a downgrade) keeps both past two leases, renewed;
 // once it lets the write side go its read goes on, renewed past two more leases, keeping other
 // processes' writers out but not their readers, and its Unlock then frees the lock. Ports
@@ -2096,7 +2127,7 @@ func TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader(t *testing.T) {
 				other, _ := newGen(t)
 				op = rwOf(t, other, tg)
 			}
-			r := readerOfADowngrade(t, ctx, l, armed)
+			r, unlocked := readerOfADowngrade(t, ctx, l, armed)
 			var downTo string
 			waitFor(t, func() bool {
 				_, downTo, _, _, _ = dlock.SharedOwned(r)
@@ -2116,6 +2147,9 @@ func TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader(t *testing.T) {
 				if err := recv(t, done, "the Unlock"); !errors.Is(err, dlock.ErrLockLost) {
 					t.Fatalf("Unlock of the reader whose downgrade's holding was removed elsewhere: %v, want ErrLockLost", err)
 				}
+				if err := recv(t, unlocked, "the writer's Unlock"); err != nil {
+					t.Fatal(err)
+				}
 				return
 			}
 			select {
@@ -2128,6 +2162,9 @@ func TestRWForceOfADowngradeWhoseAnswerWasLostEndsItsReader(t *testing.T) {
 			}
 			if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
 				t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+			}
+			if err := recv(t, unlocked, "the writer's Unlock"); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
@@ -2880,9 +2917,7 @@ func TestRWForceOfADowngradeWhoseAnswerIsOnItsWayEndsItsReaderAndLeavesNothingHe
 		t.Fatal(err)
 	}
 	armed.Store(1)
-	if err := l.Unlock(w); err != nil {
-		t.Fatal(err)
-	}
+	unlocked := unlockInBackground(l, w) // (it waits for the downgrade's answer)
 	var downTo string
 	waitFor(t, func() bool {
 		_, downTo, _, _, _ = dlock.SharedOwned(r)
@@ -2903,6 +2938,9 @@ func TestRWForceOfADowngradeWhoseAnswerIsOnItsWayEndsItsReaderAndLeavesNothingHe
 	open() // the downgrade's answer (taken) comes after the force
 	if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+	}
+	if err := recv(t, unlocked, "the writer's Unlock"); err != nil {
+		t.Fatal(err)
 	}
 	w2, err := l2.Lock(ctx) // nothing of the first process is left in Redis
 	if err != nil {
@@ -2962,9 +3000,7 @@ func TestRWForceWhoseReplyIsLostOfADowngradeWhoseAnswerIsOnItsWayEndsItsReader(t
 		t.Fatal(err)
 	}
 	armed.Store(1)
-	if err := l.Unlock(w); err != nil {
-		t.Fatal(err)
-	}
+	unlocked := unlockInBackground(l, w) // (it waits for the downgrade's answer)
 	var downTo string
 	waitFor(t, func() bool {
 		_, downTo, _, _, _ = dlock.SharedOwned(r)
@@ -2988,5 +3024,8 @@ func TestRWForceWhoseReplyIsLostOfADowngradeWhoseAnswerIsOnItsWayEndsItsReader(t
 	}
 	if err := l.Unlock(r); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Unlock of the removed reader: %v, want ErrLockLost", err)
+	}
+	if err := recv(t, unlocked, "the writer's Unlock"); err != nil {
+		t.Fatal(err)
 	}
 }

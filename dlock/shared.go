@@ -1788,6 +1788,32 @@ func (st *sharedState) shrinkTo(h *shareHold, now time.Time) int64 {
 	return 0
 }
 
+// writeLetGo waits, after a writer's final Unlock left h lent to the readers of its downgrade,
+// until h holds only the read side in Redis (its downgrade was answered: shrinkTo), or shrinkTo
+// keeps the write side for a writer of this process, or h ended, or gaveUp or the Generator's
+// clean-up did. It asks nothing itself: the driver sends the downgrade.
+func (st *sharedState) writeLetGo(h *shareHold, gaveUp <-chan struct{}) {
+	for {
+		st.mu.Lock()
+		if h.ctx.Err() != nil || !h.write() || h.writers > 0 || h.idle() || (h.downTo == "" && st.shrinkTo(h, time.Now()) == 0) {
+			st.mu.Unlock()
+			return
+		}
+		answered := make(chan struct{})
+		h.answered = append(h.answered, answered)
+		st.mu.Unlock()
+		st.poke()
+		select {
+		case <-answered:
+		case <-h.ctx.Done():
+		case <-gaveUp:
+			return
+		case <-st.g.clean.Done():
+			return
+		}
+	}
+}
+
 // starved reports whether this process's front waiter (one that waits: not a try) is served
 // by none of its holdings, however fresh: what a holding keeps beyond what it lends may be
 // just what that waiter needs from Redis. The caller holds mu.
