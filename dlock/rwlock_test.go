@@ -1242,6 +1242,49 @@ func TestRWDowngradeUnlockedLetsInATryElsewhere(t *testing.T) {
 	}
 }
 
+// A writer of the same process waiting for the write side keeps it for that writer: the write
+// side's Unlock returns at once, with the downgraded read still held on the same goroutine (an
+// Unlock that waited for a downgrade that is not sent would wait for that read: for ever), and
+// the waiting writer gets in once the read goes.
+func TestRWDowngradeUnlockedKeepsTheWriteSideForAWriterOfItsOwn(t *testing.T) {
+	g, _ := newGen(t)
+	l := rwOf(t, g, uniqueTarget(t))
+	ctx := ctxT(t, 30*time.Second)
+	w, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.RLock(w)
+	if err != nil {
+		t.Fatalf("downgrade: %v", err)
+	}
+	var reading atomic.Bool
+	reading.Store(true)
+	own := make(chan error, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err == nil {
+			if reading.Load() {
+				err = errors.New("the waiting writer got in beside the downgraded read")
+			}
+			err = errors.Join(err, o.Unlock())
+		}
+		own <- err
+	}()
+	waitFor(t, func() bool { return g.SharedWaiters(l.Config().UniqueKey()) == 1 })
+	if err := recv(t, unlockInBackground(l, w), "the write side's Unlock, with a writer of its own waiting"); err != nil {
+		t.Fatal(err)
+	}
+	notYet(t, own, "the waiting writer got in while the downgraded read lasts")
+	reading.Store(false)
+	if err := r.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, own, "the waiting writer"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A writer that reads on under its write (a downgrade) keeps both past two leases, renewed;
 // once it lets the write side go its read goes on, renewed past two more leases, keeping other
 // processes' writers out but not their readers, and its Unlock then frees the lock. Ports

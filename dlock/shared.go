@@ -1802,8 +1802,7 @@ func (st *sharedState) writeLetGo(h *shareHold, gaveUp <-chan struct{}) {
 		answered := make(chan struct{})
 		h.answered = append(h.answered, answered)
 		st.mu.Unlock()
-		st.poke()
-		select {
+		select { // (the Unlock poked the driver; it wakes itself for a downgrade's retry: downAt)
 		case <-answered:
 		case <-h.ctx.Done():
 		case <-gaveUp:

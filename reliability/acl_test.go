@@ -417,9 +417,9 @@ func familyTurns(ctx context.Context, g1, g2 *dlock.Generator, lease time.Durati
 
 // The read-write lock and the semaphore work under the user allowed the mutex's commands and
 // the family's (redistest.ACLFamilyCommands), without a refusal, and each of the family's
-// commands is needed: without it the same turns are refused it. (The turns that must all succeed hold with
-// a 2 s lease, renewed with a quarter of it left: a stall of this process must not lose the
-// reader; those that look for a refusal only, with 300 ms.)
+// commands is needed: without it the same turns are refused it. (The turns that must all
+// succeed hold with a 2 s lease, renewed with a quarter of it left: a stall of this process
+// must not lose the reader; those that look for a refusal only, with 300 ms.)
 func TestACLFamilyCommands(t *testing.T) {
 	const lease, short = 2 * time.Second, 300 * time.Millisecond
 	all := append(slices.Clone(redistest.ACLCommands), redistest.ACLFamilyCommands...)
