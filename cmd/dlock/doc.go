@@ -140,16 +140,17 @@
 //
 // COMMAND runs in a process group of its own, and every signal dlock sends goes to that
 // whole group, so a shell script's children are reached too:
-//   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND, and dlock
-//     exits with COMMAND's status. Sent while dlock still waits for the lock, they end the
+//   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND, followed by
+//     SIGCONT (so that a stopped COMMAND acts on them, as kill(1) does for a stopped job), and
+//     dlock exits with COMMAND's status. Sent while dlock still waits for the lock, they end the
 //     wait: nothing runs, and dlock exits 128+signal.
 //   - When the lock is lost while COMMAND runs — its key deleted or taken (dlock release
 //     --force, a DEL), or renewals failing until the lease ran out (Redis down) — the owner
-//     context ends with a cause matching dlock.ErrLockLost; dlock then sends SIGTERM, and
-//     SIGKILL after --grace (default 10s) if COMMAND has not exited; once COMMAND has exited it
-//     kills what is left of the group, and exits 76 whatever COMMAND's status. A loss found only
-//     at the final release (the command may have run unguarded for part of its run) also
-//     exits 76.
+//     context ends with a cause matching dlock.ErrLockLost; dlock then sends SIGTERM (and
+//     SIGCONT), and SIGKILL after --grace (default 10s) if COMMAND has not exited; once COMMAND
+//     has exited it kills what is left of the group, and exits 76 whatever COMMAND's status.
+//     A loss found only at the final release (the command may have run unguarded for part of
+//     its run) also exits 76.
 //   - When dlock's standard input is a terminal whose foreground process group is dlock's, the
 //     command's group is made the foreground group while it runs (as a shell does for a job),
 //     so the command can read the terminal and Ctrl-C reaches it directly. Ctrl-Z stops the

@@ -38,13 +38,14 @@ one resource use these two, not the plain lock, which is another lock). With --s
 K permits are out across all processes.
 
 COMMAND runs in a process group of its own, and signals go to the whole group:
-  - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND. While dlock
-    is still waiting for the lock they end the wait instead: nothing runs, exit status
+  - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are passed on to COMMAND, followed by
+    SIGCONT, so that a stopped COMMAND acts on them (as kill(1) does for a stopped job). While
+    dlock is still waiting for the lock they end the wait instead: nothing runs, exit status
     128+signal.
   - If the lock is lost while COMMAND runs (its key deleted or taken, say by "dlock release
-    --force", or renewals failing until the lease ran out), dlock sends SIGTERM, then SIGKILL
-    after --grace, kills what is left of the group once COMMAND has exited, and exits 76
-    whatever COMMAND's own status.
+    --force", or renewals failing until the lease ran out), dlock sends SIGTERM (and
+    SIGCONT), then SIGKILL after --grace, kills what is left of the group once COMMAND has
+    exited, and exits 76 whatever COMMAND's own status.
 When dlock runs in the foreground of a terminal (its standard input), COMMAND's group is made
 the terminal's foreground group, so it can read the terminal and Ctrl-C reaches it directly.
 Ctrl-Z stops COMMAND and dlock both, giving the shell its terminal back; fg or bg goes on with
@@ -401,6 +402,7 @@ func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, s
 		select {
 		case s := <-sigs:
 			signalGroup(pgid, s.(syscall.Signal))
+			continueGroup(pgid)
 		case s := <-stops:
 			switch {
 			case s == syscall.SIGTSTP:
@@ -411,6 +413,7 @@ func supervise(out cli, c *conn, l guarded, owned *dlock.Owner, cmd *exec.Cmd, s
 		case <-loss:
 			loss, lost = nil, true
 			signalGroup(pgid, syscall.SIGTERM) // first: nothing may delay it
+			continueGroup(pgid)
 			fmt.Fprintf(out.stderr, "dlock exec: lock %s lost while the command ran: %s; SIGTERM sent, SIGKILL after %v\n",
 				lockName(l), c.lossCause(owned), grace)
 			stopped = "SIGTERM sent"
@@ -510,6 +513,12 @@ func (c *conn) lostReason(err error) string {
 func signalGroup(pgid int, sig syscall.Signal) {
 	_ = syscall.Kill(-pgid, sig)
 }
+
+// continueGroup continues the group pgid after a signal that should end it: a command stopped
+// (kill -STOP, or a background job that read the terminal and got SIGTTIN) acts on a signal
+// only once continued, and would otherwise keep the lock for as long as it stays stopped. So
+// kill(1) does for a stopped job, and timeout(1) for the command it signals.
+func continueGroup(pgid int) { signalGroup(pgid, syscall.SIGCONT) }
 
 // signum returns the number of s, a syscall.Signal.
 func signum(s os.Signal) int {

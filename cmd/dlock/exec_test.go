@@ -127,13 +127,22 @@ func TestExecStatus(t *testing.T) {
 	}
 }
 
-// TestExecFlock: as with flock, the command may follow TYPE TARGET without "--".
+// TestExecFlock: as with flock, the command may follow TYPE TARGET without "--"; and with it
+// ("[--] COMMAND"), also when a "--" before TYPE TARGET ended the flags (a type that starts
+// with "-").
 func TestExecFlock(t *testing.T) {
 	needReal(t)
-	out := filepath.Join(t.TempDir(), "out")
-	r := runBin(t, nil, "exec", "CLI", target(t), "--redis", srv.Addr, "sh", "-c", `echo "$DLOCK_KEY" > `+out)
-	if r.code != 0 || !exists(out) {
-		t.Fatal(r)
+	tg := target(t)
+	for _, args := range [][]string{
+		{"exec", "CLI", tg, "--redis", srv.Addr},
+		{"exec", "--redis", srv.Addr, "--", "CLI", tg, "--"},
+		{"exec", "--redis", srv.Addr, "--", "-CLI", tg, "--"},
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runBin(t, nil, append(args, "sh", "-c", `echo "$DLOCK_KEY" > `+out)...)
+		if r.code != 0 || !exists(out) {
+			t.Fatalf("%q: %v", args, r)
+		}
 	}
 }
 
@@ -359,30 +368,41 @@ func TestExecWaitThroughAnOutageIsTold(t *testing.T) {
 	checkGone(t, readPIDs(t, filepath.Join(dir, "pids")))
 }
 
-// TestExecForwardsSignals: SIGINT and SIGTERM sent to dlock reach the command; dlock exits with
-// the command's status and releases the lock.
+// TestExecForwardsSignals: SIGINT and SIGTERM sent to dlock reach the command, a stopped one
+// too (it is continued, as kill(1) continues a stopped job); dlock exits with the command's
+// status and releases the lock.
 func TestExecForwardsSignals(t *testing.T) {
 	needReal(t)
 	for _, tc := range []struct {
-		sig  syscall.Signal
-		name string // as trap knows it
-		trap string // the command's trap for sig, "" for none
-		code int
+		sig     syscall.Signal
+		name    string // as trap knows it
+		trap    string // the command's trap for sig, "" for none
+		stopped bool   // the command has stopped itself (SIGSTOP) when the signal comes
+		code    int
 	}{
-		{syscall.SIGINT, "INT", `echo INT > %[1]s/got; exit 5`, 5},
-		{syscall.SIGTERM, "TERM", ``, 128 + int(syscall.SIGTERM)},
+		{syscall.SIGINT, "INT", `echo INT > %[1]s/got; exit 5`, false, 5},
+		{syscall.SIGTERM, "TERM", ``, false, 128 + int(syscall.SIGTERM)},
+		{syscall.SIGTERM, "TERM", `echo TERM > %[1]s/got; exit 6`, true, 6},
 	} {
-		t.Run(tc.sig.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/stopped=%v", tc.sig, tc.stopped), func(t *testing.T) {
 			dir, tg := t.TempDir(), target(t)
+			stop := ""
+			if tc.stopped {
+				stop = "kill -STOP $$\n"
+			}
 			script := fmt.Sprintf(`echo $$ > %[1]s/pids
 touch %[1]s/ready
-while :; do sleep 0.02; done`, dir)
+`+stop+`while :; do sleep 0.02; done`, dir)
 			if tc.trap != "" {
 				script = fmt.Sprintf(`trap '`+tc.trap+`' `+tc.name+"\n", dir) + script
 			}
 			killLater(t, filepath.Join(dir, "pids"))
 			p := start(t, nil, "exec", "--redis", srv.Addr, "CLI", tg, "--", "sh", "-c", script)
 			waitFile(t, filepath.Join(dir, "ready"))
+			if tc.stopped {
+				pid := readPIDs(t, filepath.Join(dir, "pids"))[0]
+				waitFor(t, "the command to stop", func() bool { return state(pid) == "T" })
+			}
 			if err := p.cmd.Process.Signal(tc.sig); err != nil {
 				t.Fatal(err)
 			}
@@ -400,19 +420,35 @@ while :; do sleep 0.02; done`, dir)
 }
 
 // TestExecLostTerm: "dlock release --force" takes the lock away; the holder's command gets
-// SIGTERM and dlock exits 76.
+// SIGTERM, a stopped one too (it is continued), and dlock exits 76.
 func TestExecLostTerm(t *testing.T) {
 	needReal(t)
+	for _, stopped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stopped=%v", stopped), func(t *testing.T) { lostTerm(t, stopped) })
+	}
+}
+
+// lostTerm is TestExecLostTerm with a command that has stopped itself (SIGSTOP), or not, when
+// the lock is lost.
+func lostTerm(t *testing.T, stopped bool) {
 	dir, tg := t.TempDir(), target(t)
 	killLater(t, filepath.Join(dir, "pids"))
+	stop := ""
+	if stopped {
+		stop = "kill -STOP $$\n"
+	}
 	script := fmt.Sprintf(`trap 'echo TERM > %[1]s/got; exit 9' TERM
 echo $$ > %[1]s/pids
 touch %[1]s/ready
-while :; do sleep 0.02; done`, dir)
+`+stop+`while :; do sleep 0.02; done`, dir)
 	// A long grace: dlock ending proves the command heeded SIGTERM. (A lease of seconds: a
 	// stall of the loaded machine does not lose it before the release --force below.)
 	p := start(t, nil, "exec", "--redis", srv.Addr, "--lease", "4s", "--grace", "1m", "CLI", tg, "--", "sh", "-c", script)
 	waitFile(t, filepath.Join(dir, "ready"))
+	if stopped {
+		pid := readPIDs(t, filepath.Join(dir, "pids"))[0]
+		waitFor(t, "the command to stop", func() bool { return state(pid) == "T" })
+	}
 	holder := lockStatusOf(t, tg).Holder
 
 	r := runIn("release", "--force", "--holder", holder, "--redis", srv.Addr, "CLI", tg)

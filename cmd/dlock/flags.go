@@ -210,17 +210,19 @@ func (f *flagSet) parseFlag(args []string) (int, error) {
 // parse parses args: flags anywhere before "--" or before the command, npos positional
 // arguments, and, if withCommand, a command made of everything after them. The command
 // starts after a "--", or at the first argument after the positional ones that is not a flag
-// (so "exec T X ls -l" runs ls -l, as flock does). Without withCommand, arguments beyond npos
-// are a usage error, as are fewer than npos. -h, -help and --help anywhere a flag may stand
-// return errHelp.
+// (so "exec T X ls -l" runs ls -l, as flock does), or after a "--" right after the
+// positional ones when a "--" before them ended the flags ("exec -- -T X -- ls"). Without
+// withCommand, arguments beyond npos are a usage error, as are fewer than npos. -h, -help and
+// --help anywhere a flag may stand return errHelp.
 func (f *flagSet) parse(args []string, npos int, withCommand bool) (pos, cmd []string, err error) {
 	rest := args
-	flags := true // still reading flags: no "--" seen yet
+	flags := true  // still reading flags: no "--" seen yet
+	early := false // a "--" ended the flags before the positional arguments were all read
 	for len(rest) > 0 {
 		arg := rest[0]
 		switch {
 		case flags && arg == "--":
-			flags, rest = false, rest[1:]
+			flags, early, rest = false, len(pos) < npos, rest[1:]
 			continue
 		case flags && isFlag(arg):
 			n, err := f.parseFlag(rest)
@@ -231,6 +233,9 @@ func (f *flagSet) parse(args []string, npos int, withCommand bool) (pos, cmd []s
 			continue
 		}
 		if len(pos) == npos {
+			if withCommand && early && arg == "--" { // (the usage's "[--] COMMAND")
+				rest = rest[1:]
+			}
 			break
 		}
 		pos, rest = append(pos, arg), rest[1:]
