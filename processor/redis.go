@@ -1402,8 +1402,9 @@ func ClientClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }
 // ACL refusal of the user, of a key or channel, or of a command a script calls, a command
 // the server does not know (a Sentinel's port given as a server's), or a key of the lock's
 // that holds another kind of value (WRONGTYPE: some other program's key of that name, which
-// stays until somebody deletes it), or a fencing counter that holds what no script of dlock's
-// writes (the scripts' checkCounter: tokens would be guessed).
+// stays until somebody deletes it), or a fencing counter or a shared lock's kind key that
+// holds what no script of dlock's writes (the scripts' checkCounter and kind: tokens or
+// permits would be guessed).
 func Refused(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -1412,7 +1413,7 @@ func Refused(err error) bool {
 	msg := re.Error()
 	return redis.IsPermissionError(re) || redis.IsAuthError(re) ||
 		strings.Contains(msg, "The user executing the script can't") || strings.HasPrefix(msg, "ERR unknown command") ||
-		strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "dlock: fencing counter ")
+		strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "dlock: fencing counter ") || strings.Contains(msg, "dlock: kind key ")
 }
 
 // EntryTTL is how long an entry in the line of waiting processes lives unless its process

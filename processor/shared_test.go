@@ -1755,14 +1755,25 @@ func TestSharedFencingCounterWithNoRoomLeft(t *testing.T) {
 }
 
 // A fencing counter that holds what no script writes (a word, or 2^53 - 2^30 itself: a whole
-// number, but past the last token a script hands out) is refused by every request of the
-// family, before it writes, the refusal naming the counter and saying it holds no fencing
-// token: a renewal and a release that reserve nothing, an operator's force, a change of the
-// count and an inspection too, not only what reserves tokens. Every key is left as it was.
-func TestSharedCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
+// number, but past the last token a script hands out), or a kind key that holds no kind and
+// permits (a word, a semaphore of 0 permits), is refused by every request of the family,
+// before it writes, the refusal naming the key and what it should hold: a renewal and a
+// release that reserve nothing, an operator's force, a change of the count and an inspection
+// too, not only what reserves tokens. Every key is left as it was.
+func TestSharedCorruptKeyRefusesBeforeAnyWrite(t *testing.T) {
 	srv.NeedReal(t)
-	for _, v := range []string{"abc", "9007198180999168"} {
-		t.Run(v, func(t *testing.T) {
+	for _, tc := range []struct {
+		key  int // in SharedKeys
+		v    string
+		says string
+	}{
+		{5, "abc", "not a fencing token"},
+		{5, "9007198180999168", "not a fencing token"},
+		{6, "weird", "not a lock kind and its permits"},
+		{6, "sem|0", "not a lock kind and its permits"},
+		{6, "rw|", "not a lock kind and its permits"},
+	} {
+		t.Run(tc.v, func(t *testing.T) {
 			c := srv.Client()
 			defer c.Close()
 			ctx := context.Background()
@@ -1775,8 +1786,8 @@ func TestSharedCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 			if r := b.take(t, lc, sem3, lb, 2, true); r.Outcome != processor.Held {
 				t.Fatalf("B's take: %+v", r)
 			}
-			fence := processor.SharedKeys(lc)[5]
-			if err := c.Set(ctx, fence, v, redis.KeepTTL).Err(); err != nil {
+			key := processor.SharedKeys(lc)[tc.key]
+			if err := c.Set(ctx, key, tc.v, redis.KeepTTL).Err(); err != nil {
 				t.Fatal(err)
 			}
 			type state struct {
@@ -1806,8 +1817,8 @@ func TestSharedCorruptCounterRefusesBeforeAnyWrite(t *testing.T) {
 				{"inspect", func() error { _, err := b.SharedInspect(ctx, lc, sem3); return err }},
 			} {
 				err := op.do()
-				if !processor.Refused(err) || !strings.Contains(err.Error(), "fencing counter "+fence) || !strings.Contains(err.Error(), "not a fencing token") {
-					t.Fatalf("%s with a counter of %s: %v; want the refusal naming the counter, which holds no fencing token", op.name, v, err)
+				if !processor.Refused(err) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("%s with %s holding %q: %v; want the refusal naming the key, %q", op.name, key, tc.v, err, tc.says)
 				}
 				for k, s := range before {
 					if got := snapshot()[k]; got.dump != s.dump || got.pttl > s.pttl {

@@ -305,13 +305,20 @@ local function life()
     return math.max(tonumber(first[2]) - NOW_MS, 0)
 end
 
--- kind returns the lock's kind and k, recording the request's when none is recorded.
+-- kind returns the lock's kind and k, the request's when none is recorded. A value that no
+-- script writes (set by hand, or a key of that name that is not dlock's) stops every request,
+-- before it writes, by name — as a corrupt counter does (checkCounter) — rather than be read
+-- as a kind without a name or a semaphore of no permits.
 local function kind()
     local v = redis.call('get', KIND)
     if not v then
         return A.kind, tonumber(A.k)
     end
     local kd, k = string.match(v, '^(%a+)|(%d+)$')
+    if not kd or tonumber(k) < 1 then
+        error('dlock: kind key ' .. KIND .. ' holds ' .. string.format('%q', string.sub(v, 1, 40)) ..
+            ', not a lock kind and its permits (rw|<k> or sem|<k>, k at least 1)', 0)
+    end
     return kd, tonumber(k)
 end
 
