@@ -101,6 +101,14 @@ func TestDocumentedErrors(t *testing.T) {
 			_, err := g.Gen("NOLEASE", "x")
 			return err
 		}, []error{dlock.ErrInvalidConfig}, "no lease configured"},
+		{"Gen of an unconfigured type with a blank target", func() error { // (the target is named, not the lease)
+			c := srv.Client()
+			defer c.Close()
+			g, _ := dlock.NewGenerator(c)
+			defer g.Close(context.Background())
+			_, err := g.Gen("NOLEASE", " ")
+			return err
+		}, []error{dlock.ErrInvalidConfig}, "target"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -148,8 +148,8 @@ func (g *Generator) Gen(lockType, lockTarget string) (*DistributedReentrantLock,
 		lease = g.opts.defaultLease
 	}
 	if lease == 0 {
-		if err := domain.ValidateType(domain.DLockType(lockType)); err != nil {
-			return nil, err
+		if _, err := domain.NewDLockConfig(domain.DLockType(lockType), lockTarget, domain.MinLease); err != nil {
+			return nil, err // (a bad type or target is named first, as with a lease)
 		}
 		return nil, fmt.Errorf("%w: no lease configured for lock type %s", ErrInvalidConfig, lockType)
 	}
