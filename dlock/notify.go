@@ -59,7 +59,7 @@ type notifier struct {
 	confirmed int                      // subscriptions confirmed by Redis (for tests); guarded by mu
 	heard     int                      // release messages handled (for tests); guarded by mu
 	linger    time.Duration            // linger, or what a test sets; guarded by mu
-	warned    bool                     // a refusal of the subscription (an ACL) was logged at Warn, once; guarded by mu
+	warned    map[string]bool          // refusals (an ACL) logged at Warn, once each: "subscribe", "publish"; guarded by mu
 }
 
 // psConn is one subscription connection and the ops waiting to be sent on it. All its fields
@@ -399,7 +399,7 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 				n.moved(c, ps, ch)
 				return
 			}
-			if processor.Refused(err) && n.warnOnce() {
+			if processor.Refused(err) && n.warnOnce("subscribe") {
 				n.g.log.Warn("dlock: Redis refused the subscription to releases (an ACL without a pub/sub command or channel that README's Least privilege names): processes learn of releases by their polls only, every sixth of the lease", zap.Error(err))
 			} else {
 				n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
@@ -420,14 +420,19 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 	}
 }
 
-// warnOnce reports whether a refusal of the subscription is the notifier's first: logged at
-// Warn, the later ones (retried every second or so) at Debug.
-func (n *notifier) warnOnce() bool {
+// warnOnce reports whether a refusal of what (a subscription, a publish) is the notifier's
+// first: logged at Warn, the later ones (retried every second or so) at Debug, or not at all.
+func (n *notifier) warnOnce(what string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	first := !n.warned
-	n.warned = true
-	return first
+	if n.warned[what] {
+		return false
+	}
+	if n.warned == nil {
+		n.warned = map[string]bool{}
+	}
+	n.warned[what] = true
+	return true
 }
 
 // slotElsewhere reports whether err is a Cluster node's MOVED or ASK reply: the slot is
@@ -565,6 +570,10 @@ func (n *notifier) probe(c *psConn, ps *redis.PubSub) {
 			return n.g.client.Publish(ctx, channel, payload).Err()
 		})
 		if err != nil && n.current(c, ps) { // (a connection replaced since has news of its own)
+			if processor.Refused(err) && n.warnOnce("publish") {
+				// (the scripts' messages are refused alike, unseen: they publish by pcall)
+				n.g.log.Warn("dlock: Redis refused the publish of a probe (an ACL without a pub/sub command or channel that README's Least privilege names): releases are told to nobody, and waiting processes learn of them by their polls only", zap.Error(err))
+			}
 			n.report(c, "probe", channel, err)
 		}
 	})

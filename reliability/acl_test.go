@@ -487,66 +487,64 @@ func TestACLRefusalInsideAScriptEndsTheWait(t *testing.T) {
 	}
 }
 
-// TestACLRefusedSubscriptionIsWarnedOnce: a user that may not subscribe still gets the lock
-// (by its polls), and the Generator says why its waiters are slow, once at Warn: the refusal
-// names what the README's rules would add, where it used to be logged at Debug only.
-func TestACLRefusedSubscriptionIsWarnedOnce(t *testing.T) {
-	var commands []string
-	for _, c := range redistest.ACLCommands {
-		if c != "subscribe" {
-			commands = append(commands, c)
-		}
-	}
-	_, opt := aclSetup(t, commands)
-	const lease = 300 * time.Millisecond
-	core, logs := observer.New(zap.DebugLevel)
-	g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
-	g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease), dlock.WithLogger(zap.New(core)))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l1, _ := g1.Gen("ACLSUB", "k")
-	l2, _ := g2.Gen("ACLSUB", "k")
-	o1, err := l1.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		o2, err := l2.Lock(ctx)
-		if err == nil {
-			err = o2.Unlock()
-		}
-		got <- err
-	}()
-	warned := func() int {
-		return logs.FilterLevelExact(zap.WarnLevel).FilterMessageSnippet("refused the subscription").Len()
-	}
-	refusals := func() int { // (at any level: the first, and the retries after it)
-		n := 0
-		for _, e := range logs.All() {
-			if err, _ := e.ContextMap()["error"].(string); strings.Contains(err, "NOPERM") {
-				n++
+// TestACLRefusedNotificationIsWarnedOnce: a user that may not subscribe, or may not publish
+// (so that nobody is told a release), still gets the lock (by its polls), and the Generator
+// says why its waiters are slow, once at Warn, with Redis's refusal: where it used to be
+// logged at Debug only (the subscription), or not at all (the publish: the scripts' are
+// refused unseen, and the notifier's probe found its connection deaf every two seconds).
+func TestACLRefusedNotificationIsWarnedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		drop, says string
+		again      string // logged at Debug each time the refusal recurs
+	}{
+		{"subscribe", "refused the subscription", "subscription connection failed"},
+		{"publish", "refused the publish of a probe", "deaf to its probe"},
+	} {
+		t.Run(tc.drop, func(t *testing.T) {
+			commands := slices.DeleteFunc(slices.Clone(redistest.ACLCommands), func(c string) bool { return c == tc.drop })
+			_, opt := aclSetup(t, commands)
+			const lease = 300 * time.Millisecond
+			core, logs := observer.New(zap.DebugLevel)
+			g1, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease))
+			g2, _ := netGenerator(t, opt, dlock.WithDefaultLease(lease), dlock.WithLogger(zap.New(core)))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l1, _ := g1.Gen("ACLSUB", "k")
+			l2, _ := g2.Gen("ACLSUB", "k")
+			o1, err := l1.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return n
-	}
-	for refusals() < 2 && ctx.Err() == nil { // (g1 holds on: the waiter's subscription is retried)
-		time.Sleep(10 * time.Millisecond)
-	}
-	if warned() == 0 {
-		t.Fatalf("no Warn of the refused subscription; logged: %v", logs.All())
-	}
-	if err := o1.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("the waiter that may not subscribe: %v; want the lock by its polls", err)
-	}
-	if n := warned(); n != 1 {
-		t.Errorf("the refusal was logged at Warn %d times; want once per Generator", n)
-	}
-	if e := logs.FilterLevelExact(zap.WarnLevel).FilterMessageSnippet("refused the subscription").All()[0]; !strings.Contains(e.ContextMap()["error"].(string), "NOPERM") {
-		t.Errorf("the Warn does not carry Redis's refusal: %v", e.ContextMap())
+			got := make(chan error, 1)
+			go func() {
+				o2, err := l2.Lock(ctx)
+				if err == nil {
+					err = o2.Unlock()
+				}
+				got <- err
+			}()
+			warned := func() *observer.ObservedLogs {
+				return logs.FilterLevelExact(zap.WarnLevel).FilterMessageSnippet(tc.says)
+			}
+			for logs.FilterLevelExact(zap.DebugLevel).FilterMessageSnippet(tc.again).Len() < 2 && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // (g1 holds on: the refusal recurs)
+			}
+			if warned().Len() == 0 {
+				t.Fatalf("no Warn of the refused %s; logged: %v", tc.drop, logs.All())
+			}
+			if err := o1.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the waiter refused %s: %v; want the lock by its polls", tc.drop, err)
+			}
+			if n := warned().Len(); n != 1 {
+				t.Errorf("the refusal was logged at Warn %d times; want once per Generator", n)
+			}
+			if e := warned().All()[0]; !strings.Contains(e.ContextMap()["error"].(string), "NOPERM") {
+				t.Errorf("the Warn does not carry Redis's refusal: %v", e.ContextMap())
+			}
+		})
 	}
 }
 
