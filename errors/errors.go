@@ -5,6 +5,7 @@ package errors
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -39,15 +40,23 @@ type RedisProcessError struct {
 	Err error
 }
 
-// Error describes the failure; a nil *RedisProcessError says "<nil>".
+// Error describes the failure; a nil *RedisProcessError says "<nil>". An ACL's refusal (a
+// NOPERM, or a command a script calls: a Redis before 7.2 does not name it) is followed by
+// where the rules dlock needs are listed.
 func (e *RedisProcessError) Error() string {
 	if e == nil {
 		return "<nil>"
 	}
-	if e.Key == "" { // (a request of no one key: the servers' COMMAND INFO)
-		return fmt.Sprintf("dlock: redis %s: %v", e.Op, e.Err)
+	hint := ""
+	if e.Err != nil {
+		if msg := e.Err.Error(); strings.Contains(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't") {
+			hint = " (an ACL refusal: README's \"Least privilege\" lists the commands, keys and channels dlock needs)"
+		}
 	}
-	return fmt.Sprintf("dlock: redis %s %q: %v", e.Op, e.Key, e.Err)
+	if e.Key == "" { // (a request of no one key: the servers' COMMAND INFO)
+		return fmt.Sprintf("dlock: redis %s: %v%s", e.Op, e.Err, hint)
+	}
+	return fmt.Sprintf("dlock: redis %s %q: %v%s", e.Op, e.Key, e.Err, hint)
 }
 
 // Unwrap returns the cause (nil for a nil *RedisProcessError).
