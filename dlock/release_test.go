@@ -575,6 +575,34 @@ func TestUnlockUnansweredWithinTheLease(t *testing.T) {
 	}
 }
 
+// A semaphore's Release that never gets an answer (each try bounded by a third of the
+// lease, tried again until the lease ran out) returns a *RedisProcessError that names the
+// bound and the lease it comes from: a lease too short for a slow Redis reads as such.
+func TestFamilyReleaseUnansweredNamesTheBound(t *testing.T) {
+	g, c := newGen(t, dlock.WithDefaultLease(300*time.Millisecond))
+	s := semOf(t, g, uniqueTarget(t), 1)
+	o, err := s.Acquire(ctxT(t, 10*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if !on.Load() || sharedArg(cmd.Args(), "op") != "release" {
+			return next(ctx, cmd)
+		}
+		<-ctx.Done() // (never answered)
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}})
+	on.Store(true)
+	err = s.Release(o)
+	var pe *dlock.RedisProcessError
+	if !errors.As(err, &pe) || !errors.Is(err, dlock.ErrUnanswered) || !strings.Contains(err.Error(), "(100ms, a third of the 300ms lease)") {
+		t.Fatalf("Release without an answer = %v; want a *RedisProcessError naming the request's bound and the lease", err)
+	}
+	t.Log(err)
+}
+
 // An Unlock given a context of the owner's with a deadline waits for Redis no longer than
 // that deadline, for every kind: it then says the release was not waited for, and the
 // release goes on — the key is let go once Redis answers, long before the lease of a minute

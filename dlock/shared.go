@@ -1296,9 +1296,9 @@ func (st *sharedState) requestUnless(ctx context.Context, drop <-chan struct{}, 
 			}
 			return r, errMakeWay
 		}
-		cause := errUnanswered
+		cause := fmt.Errorf("%w (%v, a third of the %v lease)", errUnanswered, requestTimeout(st.cfg), st.cfg.Lease())
 		if errors.Is(err, errNotSent) {
-			cause = fmt.Errorf("%w: %w", errUnanswered, errNotSent)
+			cause = fmt.Errorf("%w: %w", cause, errNotSent)
 		}
 		err = &RedisProcessError{Op: op, Key: st.cfg.UniqueKey(), Err: cause}
 	}
