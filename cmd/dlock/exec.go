@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -166,6 +167,9 @@ func execute(out cli, o execOpts, typ, target string, argv []string) error {
 		return err
 	}
 	path, err := exec.LookPath(argv[0])
+	if errors.Is(err, exec.ErrDot) { // (found by a PATH entry that is not absolute, "." say: a shell, and flock(1), run it)
+		path, err = filepath.Abs(path)
+	}
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return withStatus(exitNotFound, fmt.Errorf("command %q not found", argv[0]))

@@ -96,6 +96,15 @@ func TestExecStatus(t *testing.T) {
 	}
 	noShebang := script("no-shebang", "test -n \"$DLOCK_KEY\" && exit \"$1\"\n")
 	badInterpreter := script("bad-interpreter", "#!/no/such/interpreter\nexit 0\n")
+	script("relative", "#!/bin/sh\nexit 4\n")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, dir) // (a PATH entry that is not absolute, as "." is)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		argv []string
@@ -124,6 +133,11 @@ func TestExecStatus(t *testing.T) {
 			}
 			checkFreed(t, tg)
 		})
+	}
+	// a command found by a PATH entry that is not absolute ("."), run as a shell runs it
+	r := runBin(t, []string{"PATH=" + rel + ":" + os.Getenv("PATH")}, "exec", "--redis", srv.Addr, "--wait", "0", "CLI", target(t), "relative")
+	if r.code != 4 {
+		t.Fatalf("a command found by a relative PATH entry: want exit status 4; %v", r)
 	}
 }
 
