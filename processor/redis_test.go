@@ -1024,6 +1024,27 @@ func TestRenewalsNeverShorten(t *testing.T) {
 	})
 }
 
+// A take never shortens the fencing counter's life: it is kept for twice the longest lease
+// that took it lately. Were a take of a shorter lease to cut it, it could expire while ahead of
+// the server's clock (by the tokens its holders reserved), and a later take's first token, the
+// clock's, could repeat one handed out.
+func TestFencingCounterLifeIsNeverShortened(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "fence-life") // 1 s
+		long, _ := lc.WithLease(time.Minute)
+		la, _ := a.lock(t, long, true, 1)
+		a.release(t, long, la)
+		if _, r := b.lock(t, lc, true, 1); r.Outcome != processor.Taken {
+			t.Fatalf("a take with a lease of a second = %+v", r)
+		}
+		if ttl := c.PTTL(ctx, processor.FenceKey(lc)).Val(); ttl < time.Minute {
+			t.Fatalf("the counter's PTTL %v after a take with a lease of a second; want what the minute's take kept (%v)", ttl, processor.FenceTTL(long))
+		}
+	})
+}
+
 // A tenure's renewals name the holding it began with (Origin): a key that holds the tenure's
 // locker in another holding — taken anew by a late copy of the tenure's own take after an
 // empty restart wiped the key, while others may have held it in between — answers Gone and is

@@ -538,6 +538,29 @@ func TestSharedWaitingCountsOtherProcesses(t *testing.T) {
 	})
 }
 
+// Holdings above a count lowered under them (SetPermits) are told to give back, with nobody in
+// line: a renewal and a take answer waiting until what is held fits the new count.
+func TestSharedWaitingWhileMoreThanTheCountIsHeld(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "over")
+		a := newProc(t, c, "A-")
+		held := a.locker()
+		if r := a.take(t, lc, sem3, held, 3, true); r.Outcome != processor.Taken || r.Waiting {
+			t.Fatalf("3 of 3: %+v", r)
+		}
+		if err := a.SetPermits(ctx, lc, 1); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := a.SharedRenew(ctx, lc, sem3, held); r.Outcome != processor.Renewed || !r.Waiting {
+			t.Fatalf("renewal of 3 permits held of 1: %+v; want told to give back", r)
+		}
+		if r := a.take(t, lc, sem3, a.locker(), 1, false); r.Outcome != processor.Held || !r.Waiting {
+			t.Fatalf("a try beside 3 permits held of 1: %+v; want held, and told to give back", r)
+		}
+	})
+}
+
 // A process in line whose permits fit (what is held, and what is asked ahead of it, counted)
 // takes them as it asks: the holders are not told to give back for it. (Told so, processes
 // that each keep one holding busy gave it back and took it again for ever, each seeing the
