@@ -1971,8 +1971,10 @@ func TestMarkOutlivesTheLongestLease(t *testing.T) {
 }
 
 // An operator's ForceRelease, made with a shorter lease than the removed acquisition's, sets
-// the removed owner's marks for at least two of the removed acquisition's leases: a late copy
-// of its lock.lua cannot take the key back, and its renewals answer gone, that long. The
+// the removed owner's marks, and its own record, for at least two of the removed
+// acquisition's leases: a late copy of its lock.lua cannot take the key back (nor cut the mark
+// short), its renewals answer gone, and a copy of the force answers that it removed the
+// holder, that long. The
 // operator does not know that lease, only the key's remaining life, which is a quarter of the
 // lease as its holder renews: the force finds it so here.
 func TestForceMarksOutliveTheRemovedLease(t *testing.T) {
@@ -1986,11 +1988,23 @@ func TestForceMarksOutliveTheRemovedLease(t *testing.T) {
 		if r, err := op.ForceRelease(ctx, short, la); err != nil || r.Outcome != processor.Released {
 			t.Fatalf("ForceRelease = %+v, %v", r, err)
 		}
-		for _, k := range []string{processor.DoneKey(long, "pa-"), processor.ForcedKey(long, "pa-")} {
+		// (the force's own record too: a copy of the force after the operator's lease answers
+		// that it removed the holder, not that it found it gone)
+		for _, k := range []string{processor.DoneKey(long, "pa-"), processor.ForcedKey(long, "pa-"), processor.RemovedKey(long, la)} {
 			// (slack: the time from the PEXPIRE to the force counts eight times)
 			if ttl := c.PTTL(ctx, k).Val(); ttl < processor.DoneTTL(long)-4*time.Second {
 				t.Errorf("%s lives %v after the force, want two of the removed acquisition's lease (%v)", k, ttl, long.Lease())
 			}
+		}
+		// a late copy of the removed acquisition's take, sent with a shorter mark life (before
+		// its process's grew: here a processor that has not seen the long lease), finds it
+		// settled and does not cut its mark short (after which a later copy could take the key)
+		early := newProc(t, c, "pa-")
+		if r, err := early.Lock(ctx, short, processor.LockRequest{Locker: la, Wait: true, Tokens: 1}); err != nil || r.Outcome == processor.Taken {
+			t.Fatalf("a late copy of the removed take = %+v, %v", r, err)
+		}
+		if ttl := c.PTTL(ctx, processor.DoneKey(long, "pa-")).Val(); ttl < processor.DoneTTL(long)-4*time.Second {
+			t.Errorf("the settled mark lives %v after a late copy with a lease of %v, want what the force kept", ttl, short.Lease())
 		}
 	})
 }
