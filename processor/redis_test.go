@@ -767,6 +767,36 @@ func TestGrantPassesOverAProcessThatStoppedListening(t *testing.T) {
 	})
 }
 
+// A release that cannot tell whether a process listens (its processor publishes nothing, so it
+// names no channel; or its user may not run PUBSUB NUMSUB) counts one that listened as it last
+// renewed its entry as not heard, and passes it over: it may have died since, Redis dropping
+// its subscription, and a grant to it would hold the key for its lease.
+func TestGrantThatCannotTellPassesOverAListener(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		d := newProc(t, c, "pd-")
+		quiet, err := processor.NewRedisLockProcessor(c, processor.Options{Publish: false, Mark: "pa-"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &proc{RedisLockProcessor: quiet, mark: "pa-"}
+		lc, _ := domain.NewDLockConfig("PROC", fresh("cannot-tell-"+t.Name()), 10*time.Second)
+		la, _ := a.lock(t, lc, true, 1)
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pd-"))
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, r := d.lock(t, lc, true, 1); !r.Seen.Heard {
+			t.Fatalf("pd- waits with %+v, want heard", r.Seen)
+		}
+		ps.Close() // (it died)
+		waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+		if r := a.release(t, lc, la); r.Next != "" {
+			t.Fatalf("release that cannot tell = %+v, want pd- passed over (it listened: Redis cannot tell whether it still does)", r)
+		}
+	})
+}
+
 // A process that says it counts itself heard (LockRequest.Listening, and ReleaseRequest's and
 // RenewRequest's with Next), and that Redis does not hear, may have died with the request on
 // its way: Redis dropped its subscription with its connection, and then ran the request — or
