@@ -3249,6 +3249,29 @@ func TestHeldAnswerIsNotBelowTheServersClock(t *testing.T) {
 	})
 }
 
+// A held answer's sighting is no higher than the holding's first token less one, when the
+// counter runs ahead of the clock (set so here): a grant after a release that lowered the
+// counter that far carries the holding's first token, and must read as one that came after.
+func TestHeldAnswerIsBelowTheHoldingsFirstToken(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "seen-first")
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set(ctx, processor.FenceKey(lc), strconv.FormatInt(now.UnixMicro()+1_000_000_000, 10), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		la, r := a.lock(t, lc, true, 1)
+		defer a.release(t, lc, la)
+		if _, rb := b.lock(t, lc, true, 1); rb.Outcome != processor.Held || rb.Seen.Fence != r.Token-1 {
+			t.Fatalf("the waiter's answer = %+v, want held, its sighting the holding's first token less one (%d)", rb, r.Token-1)
+		}
+	})
+}
+
 // A yield gives back the tokens its holder did not use before it reserves the grantee's, and
 // says whether Redis hears the yielding process (here it does not listen).
 func TestYieldGivesUnusedTokensBack(t *testing.T) {
