@@ -2065,6 +2065,41 @@ type deadLine struct {
 	h       *hearer
 }
 
+// A force of a holding whose process died while it waited in line for more drops that
+// process's entry too (Redis no longer hears it), before it tells the front of the line: the
+// waiter behind it, whose permits the freed ones fit, is told at once, not passed over for the
+// dead one (which asked for every permit).
+func TestSharedForceDropsTheDeadOwnersEntry(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc, err := domain.NewDLockConfig("PROC", fresh("force-dead-"+t.Name()), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, b, op := newProc(t, c, "D-"), newProc(t, c, "B-"), newProc(t, c, "op-")
+		held := d.locker()
+		if r := d.take(t, lc, sem3, held, 3, true); r.Outcome != processor.Taken {
+			t.Fatalf("D- takes 3: %+v", r)
+		}
+		dies := subscribe(t, c, processor.SharedChannel(lc, "D-"))
+		if r, err := d.SharedTake(ctx, lc, sem3, processor.TakeRequest{Locker: d.locker(), N: 3, Wait: true, Listening: true}); err != nil || r.Outcome != processor.Held || r.Rank != 0 || !r.Heard {
+			t.Fatalf("D- (it listens) asks 3 more: %+v, %v; want held first in line, heard", r, err)
+		}
+		h := listen(t, c, lc, "B-")
+		if r := b.take(t, lc, sem3, b.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("B- behind D-: %+v", r)
+		}
+		dies()
+		if r, err := op.SharedForce(ctx, lc, sem3, held); err != nil || r.Outcome != processor.Released {
+			t.Fatalf("force of D-'s holding: %+v, %v", r, err)
+		}
+		h.next("B-", "F")
+		if in, _ := op.SharedInspect(ctx, lc, sem3); len(in.Waiting) != 1 || in.Waiting[0].Owner != "B-" {
+			t.Fatalf("line after the force: %+v; want B- alone", in.Waiting)
+		}
+	})
+}
+
 // deadAhead makes a deadLine on a fresh lock of spec with a minute's lease: A- holds held
 // permits, D- asks asked.
 func deadAhead(t *testing.T, c redis.UniversalClient, spec processor.Shared, held, asked int64) deadLine {
