@@ -1829,6 +1829,7 @@ func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 	// loaded machine's stalls after it); fresh for 2 s, less than that sleep
 	lc, _ := domain.NewDLockConfig("PROC", fresh("inspect-"+t.Name()), 6*time.Second)
 	short, _ := lc.WithLease(100 * time.Millisecond) // an entry of 2 s
+	brief, _ := lc.WithLease(2 * time.Second)        // an entry of 2 s too, fresh for 667 ms (a loaded machine takes longer than 33 ms to the first Inspect)
 	slow, _ := lc.WithLease(10 * time.Second)
 	a.lock(t, slow, true, 1)
 	listen := func(mark string) *redis.PubSub {
@@ -1842,7 +1843,7 @@ func TestInspectListsOnlyLiveWaiters(t *testing.T) {
 	listen("pl-")
 	dead := listen("pd-")
 	listen("pm-")
-	e.lock(t, short, true, 1) // its entry expires
+	e.lock(t, brief, true, 1) // its entry expires
 	m.lock(t, short, true, 1) // its entry expires, though it listens
 	q.lock(t, lc, true, 1)    // does not listen, and stops renewing its entry
 	for _, p := range []*proc{l, d} {
