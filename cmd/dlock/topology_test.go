@@ -181,7 +181,9 @@ func TestSentinelMasterUnreachable(t *testing.T) {
 	}{
 		{[]string{"--sentinel-master", "refusing", "--redis", sentinel}, []string{"master", unreachableAddr, "connection refused"}},
 		{[]string{"--sentinel-master", "refusing", "--redis", sentinel, "--timeout", "300ms"}, []string{"master", unreachableAddr, "connection refused"}},
-		{[]string{"--redis", "redis://" + sentinel + "?master_name=silent&dial_timeout=300ms", "--timeout", "3s"}, []string{"master", silent, "dial_timeout 300ms"}},
+		// (--timeout well past go-redis's tries: each of its retries dials twice, 300 ms each,
+		// and with 3s a loaded machine spent --timeout first)
+		{[]string{"--redis", "redis://" + sentinel + "?master_name=silent&dial_timeout=300ms", "--timeout", "15s"}, []string{"master", silent, "dial_timeout 300ms"}},
 		{[]string{"--sentinel-master", "silent", "--redis", sentinel, "--timeout", "1s"}, []string{"master", silent, "no connection", "1s (--timeout)"}},
 		{[]string{"--sentinel-master", "m", "--redis", unreachableAddr + ",127.0.0.1:2", "--timeout", "300ms"}, []string{"Sentinel", unreachableAddr, "127.0.0.1:2", "connection refused"}},
 	} {
