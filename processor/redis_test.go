@@ -3257,7 +3257,7 @@ func TestHeldAnswerIsBelowTheHoldingsFirstToken(t *testing.T) {
 	backends(t, func(t *testing.T, c *redis.Client) {
 		ctx := context.Background()
 		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
-		lc := cfg(t, "seen-first")
+		lc, _ := cfg(t, "seen-first").WithLease(10 * time.Second) // (a stall must not free the key before the waiter asks)
 		now, err := c.Time(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
