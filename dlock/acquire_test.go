@@ -1825,6 +1825,54 @@ func TestTryLockCancelledOnItsWay(t *testing.T) {
 	settled(t, g)
 }
 
+// A TryLock right after one whose outcome was unknown (its reply lost after Redis ran it)
+// finds the key held by that attempt, whose give-back is still on its way: it waits for a
+// give-back of its own and asks once more, and gets the lock, rather than answer held for a
+// key nobody who wants it holds. The first give-back, when it comes, leaves the new holding
+// alone.
+func TestTryLockRightAfterAnUnknownOutcomeGetsTheKey(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("TRYBACK", target(t), 10*time.Second)
+	ctx := ctxT(t, 15*time.Second)
+	preload(t, c) // (each request one EVALSHA: the stalls below catch the ones that matter)
+	var lose atomic.Bool
+	var released, left atomic.Int32 // release.lua and leave.lua requests answered (or failed)
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		switch processor.ScriptName(cmd.Args()) {
+		case "release":
+			released.Add(1)
+		case "leave":
+			left.Add(1)
+		case "lock":
+			if err == nil && lose.CompareAndSwap(true, false) {
+				err = errors.New("i/o timeout (reply lost)") // the script ran; the reply is lost
+				cmd.SetErr(err)
+			}
+		}
+		return err
+	}})
+	w := newWire(t, c)
+	t.Cleanup(w.unstall)
+	lose.Store(true)
+	w.stall("release", 1) // the first give-back stays on its way ...
+	w.stall("leave", 1)   // ... and so does the leave that settles the attempt
+	if _, ok, err := l.TryLock(ctx); ok || err == nil {
+		t.Fatalf("TryLock whose reply was lost = %v, %v; want an error", ok, err)
+	}
+	waitFor(t, func() bool { return w.stalledCount() == 2 })
+	o, ok, err := l.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock right after = %v, %v; want the lock", ok, err)
+	}
+	w.unstall()
+	waitFor(t, func() bool { return released.Load() == 2 && left.Load() == 1 })
+	if err := o.Unlock(); err != nil {
+		t.Fatalf("Unlock after the first give-back and the leave came: %v", err)
+	}
+	settled(t, g)
+}
+
 // Goroutines of three processes increment a counter kept in Redis, a read and a write under
 // the lock (Do): no increment is lost. Ports Redisson's testConcurrency_SingleInstance,
 // testConcurrency_MultiInstance, testConcurrencyLoop_MultiInstance and RedissonFairLockTest's

@@ -259,9 +259,11 @@ func (l *DistributedReentrantLock) named(err error) error {
 // in this Generator naming the acquisition it got is on its way (Lock then waits on: neither
 // returns an Owner whose holding was lost as it was taken). It leaves no trace for other
 // processes to see (a place in line that the process held already, after a release that
-// expected a goroutine back, is kept for that release's short linger). A Redis failure is returned as a *RedisProcessError (an attempt whose
-// reply was lost is given back in the background); re-entry on a lost holding returns an
-// error matching ErrLockLost. When ctx ends before the attempt's answer (or had ended before
+// expected a goroutine back, is kept for that release's short linger). A Redis failure is
+// returned as a *RedisProcessError (an attempt whose reply was lost is given back in the
+// background, and a TryLock that finds the key held by such an attempt of this process waits
+// for a give-back and asks once more); re-entry on a lost holding returns an error matching
+// ErrLockLost. When ctx ends before the attempt's answer (or had ended before
 // the call), the error matches both ErrNotObtained and the context's error, as Lock's does.
 // After Close it returns ErrClosed.
 func (l *DistributedReentrantLock) TryLock(ctx context.Context) (*Owner, bool, error) {

@@ -75,6 +75,11 @@ func TestReplicaAck(t *testing.T) {
 	if ok || !errors.Is(err, dlock.ErrNotReplicated) || !errors.As(err, &pe) {
 		t.Fatalf("TryLock without the replica: ok %v err %v", ok, err)
 	}
+	// one right after it, with that attempt's give-back maybe still on its way, is refused
+	// the same way, not answered held by the attempt given back
+	if _, ok, err := l.TryLock(ctx); ok || !errors.Is(err, dlock.ErrNotReplicated) {
+		t.Fatalf("TryLock right after one refused for the replicas: ok %v err %v", ok, err)
+	}
 	waitFor(t, func() bool { s, err := l.State(ctx); return err == nil && !s.Held() })
 	// Lock keeps trying until its deadline, and says why
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -241,6 +246,17 @@ func TestReplicaAckFamily(t *testing.T) {
 		}
 		if err := o.Unlock(); !errors.Is(err, dlock.ErrLockLost) {
 			t.Fatalf("holding %d: Unlock after the loss: %v", i, err)
+		}
+	}
+	// with the replica gone every try is refused for it, one right after another too (the
+	// attempt of the first given back, maybe still on its way)
+	for i, try := range []func(context.Context) (*dlock.Owner, bool, error){
+		rwR.TryRLock, rwW.TryLock, func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 2) },
+	} {
+		for n := range 2 {
+			if _, ok, err := try(ctx); ok || !errors.Is(err, dlock.ErrNotReplicated) {
+				t.Fatalf("kind %d, try %d without the replica: ok %v err %v", i, n, ok, err)
+			}
 		}
 	}
 }

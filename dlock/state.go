@@ -212,6 +212,7 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 		tried   bool        // this goroutine failed in Redis ...
 		triedAt uint64      // ... at this epoch
 		lastErr error       // the last Redis failure
+		again   bool        // a TryLock asked again after a give-back of this process (ownHeld)
 		woken   bool        // a wake-up was taken from the permit and not yet acted on
 		wctx    = ctx       // the wait and its requests, which a Close ends too ...
 		unbind  func()      // ... once made (a pass within the process makes none)
@@ -295,6 +296,17 @@ func (st *lockState) acquire(ctx context.Context, cfg domain.DLockConfig, wait b
 					return st.won(n, h), false, nil
 				}
 				if !wait {
+					if back := (*ownHeld)(nil); errors.As(err, &back) {
+						if !again { // the key is given back: ask once more after it
+							again = true
+							select {
+							case <-back.done:
+							case <-wctx.Done():
+							}
+							continue
+						}
+						err = nil
+					}
 					if err != nil && st.g.done.Err() != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
 						return nil, false, ErrClosed // Close, not the caller's context, cut it short
 					}
@@ -380,9 +392,13 @@ func (st *lockState) won(n *queue.Node, h *holding) *holding {
 func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wait bool, epoch uint64, t *tenure, lastErr *error) (*holding, error) {
 	var h *holding
 	var err error
+	var back *ownHeld // a TryLock's ask found the key held by a give-back of this process
 	switch s {
 	case stepAsk:
 		h, err = st.ask(ctx, cfg, wait, epoch)
+		if errors.As(err, &back) {
+			err = nil // (an answer: counted below as one)
+		}
 	case stepRenew:
 		h, err = st.renewToTake(ctx, cfg, t)
 	default:
@@ -402,6 +418,9 @@ func (st *lockState) act(ctx context.Context, s step, cfg domain.DLockConfig, wa
 		st.mu.Lock()
 		st.fault = nil
 		st.mu.Unlock()
+	}
+	if back != nil {
+		return nil, back
 	}
 	return h, err
 }
@@ -493,6 +512,7 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		err = &RedisProcessError{Op: "lock", Key: cfg.UniqueKey(), Err: errLateReply}
 	}
 	paced := false // the answer sets when the next ask is due: the poller polls then
+	var back error // a TryLock's own attempt found the key held by a give-back of this process: *ownHeld
 	defer func() {
 		if paced {
 			st.poller.Reset(st.askIn) // (after mu: the poller's lock comes first)
@@ -581,11 +601,18 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 	case processor.Held:
 		if h := res.Seen.Holder; h != "" && h != a.locker && strings.HasPrefix(h, st.g.prefix) {
 			// The key holds an acquisition this process gave up (granted to an attempt whose
-			// leave failed, or taken by a late copy): it is given back, not left for a lease.
+			// leave failed, taken by a late copy, or a TryLock's whose outcome was unknown and
+			// whose give-back is still on its way): it is given back, not left for a lease. A
+			// TryLock of its own attempt waits for that give-back and asks once more
+			// (ownHeld): nobody who wants the key holds it.
+			done := make(chan struct{})
 			st.background(func() {
-				_ = st.giveBack(h, 0, st.cfg, time.Time{}, nil)
+				_ = st.giveBack(h, 0, st.cfg, time.Time{}, func() { close(done) })
 				st.signal(HowRetry)
 			})
+			if st.line.attempt != a {
+				back = &ownHeld{done}
+			}
 		}
 		if st.line.attempt == a {
 			st.line.queued = true
@@ -618,7 +645,16 @@ func (st *lockState) ask(ctx context.Context, cfg domain.DLockConfig, wait bool,
 		// (A TryLock that asked with the open attempt asked for them too: wait was set.)
 		st.q.Wake()
 	}
-	return nil, nil
+	return nil, back
+}
+
+// ownHeld is what ask returns, instead of a nil error, when a TryLock's own attempt found the
+// key held by an acquisition this process gave up: done is closed once Redis answered (or
+// failed) the give-back ask began.
+type ownHeld struct{ done <-chan struct{} }
+
+func (*ownHeld) Error() string {
+	return "the key holds an acquisition of this process that is given back"
 }
 
 // takeNew makes the caller the first owner of t, a tenure that just began (phase free): at
