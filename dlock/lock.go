@@ -262,7 +262,8 @@ func (l *DistributedReentrantLock) named(err error) error {
 // expected a goroutine back, is kept for that release's short linger). A Redis failure is
 // returned as a *RedisProcessError (an attempt whose reply was lost is given back in the
 // background, and a TryLock that finds the key held by such an attempt of this process waits
-// for a give-back and asks once more); re-entry on a lost holding returns an error matching
+// for a give-back — until its first try is answered or fails, or ctx ends — and asks once
+// more: two attempts then); re-entry on a lost holding returns an error matching
 // ErrLockLost. When ctx ends before the attempt's answer (or had ended before
 // the call), the error matches both ErrNotObtained and the context's error, as Lock's does.
 // After Close it returns ErrClosed.
