@@ -1211,6 +1211,69 @@ func TestRWDowngradeLetsInAReaderThatWaitedElsewhere(t *testing.T) {
 	}
 }
 
+// A try of a read-write lock or a semaphore right after one whose outcome was unknown (its
+// take's reply lost after Redis ran it), whose give-back Redis failed (a release the process
+// owes, paused before it is sent again), finds the key held by that attempt: the owed release
+// goes at once and the try asks once more, and gets the lock, rather than answer held for a
+// key nobody who wants it holds (as the mutex's TryLock, TestTryLockRightAfterAnUnknownOutcomeGetsTheKey).
+func TestFamilyTryRightAfterAnUnknownOutcomeGetsTheKey(t *testing.T) {
+	for _, kind := range []string{"rw", "sem"} {
+		t.Run(kind, func(t *testing.T) {
+			c := srv.Client()
+			preload(t, c) // (each request one EVALSHA that runs: the hook counts takes)
+			var takes, failed atomic.Int32
+			var failing atomic.Bool
+			failing.Store(true)
+			c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				switch sharedArg(cmd.Args(), "op") {
+				case "release":
+					if failing.Load() { // Redis fails it, as it would a script it refused
+						failed.Add(1)
+						err := next(ctx, redis.NewCmd(ctx, "eval", "return redis.error_reply('ERR injected: the release fails')", 0))
+						cmd.SetErr(err)
+						return err
+					}
+				case "take":
+					n := takes.Add(1)
+					if n == 2 {
+						failing.Store(false) // (the second try's: the owed release goes through from now on)
+					}
+					err := next(ctx, cmd)
+					if n == 1 && err == nil {
+						err = errors.New("i/o timeout (reply lost)") // the script ran; the reply is lost
+						cmd.SetErr(err)
+					}
+					return err
+				}
+				return next(ctx, cmd)
+			}})
+			g := genOn(t, c, dlock.WithDefaultLease(10*time.Second))
+			ctx := ctxT(t, 15*time.Second)
+			var try func(context.Context) (*dlock.Owner, bool, error)
+			if kind == "rw" {
+				try = rwOf(t, g, uniqueTarget(t)).TryLock
+			} else {
+				sem, err := g.GenSemaphore("SEM", uniqueTarget(t), 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				try = func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) }
+			}
+			if _, ok, err := try(ctx); ok || err == nil {
+				t.Fatalf("try whose reply was lost = %v, %v; want an error", ok, err)
+			}
+			waitFor(t, func() bool { return failed.Load() > 0 })
+			o, ok, err := try(ctx)
+			if !ok || err != nil {
+				t.Fatalf("try right after = %v, %v; want the lock (takes %d, failed releases %d)", ok, err, takes.Load(), failed.Load())
+			}
+			if err := o.Unlock(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // Once the write side of a downgrade is unlocked, Redis holds only the read side: another
 // process's TryRLock, which stands in no line, gets in at once and State shows no writer, as
 // after the write side's Unlock of Redisson's or the JDK's read-write lock (Redisson's

@@ -153,6 +153,7 @@ type shareWaiter struct {
 	queued bool      // it was not served at once
 	passed bool      // lent a holding that had been lent before (a hand-over within the process), not one taken for it
 	asked  bool      // an attempt was made for it before (a new one is not its first ask)
+	again  bool      // a try that found the key held asks once more, after a release of its process that Redis failed
 	since  time.Time // when it began to wait
 	err    error
 	fault  error // the last Redis failure of a take of its process's attempt (or of a renewal it waits on) as it waited, unless Redis answered one since, which its error names if it gives up; guarded by st.mu
@@ -1189,6 +1190,17 @@ func (st *sharedState) settleLapsed(now time.Time) (action, bool) {
 	return action{do: func(context.Context) { st.settle(o, false, o.failed) }}, true
 }
 
+// newestFailedRelease returns the index in owed of the newest release that Redis failed (a
+// pause set by reowe), -1 if none. The caller holds mu.
+func (st *sharedState) newestFailedRelease() int {
+	for i := len(st.owed) - 1; i >= 0; i-- {
+		if !st.owed[i].retryAt.IsZero() {
+			return i
+		}
+	}
+	return -1
+}
+
 // due returns when o, owed, may be sent (reowe). The caller holds mu.
 func (st *sharedState) due(o owedRelease) time.Time {
 	if o.retryAt.IsZero() || o.retryAt.After(st.failing) {
@@ -1570,6 +1582,14 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		if !a.try && st.heardF == f {
 			st.growAt, st.growWake, st.growN = time.Now().Add(lease/6), HowPolled, a.n // no room to grow: ask again later
 		} else if front := st.front(); front != nil && front.try && a.serves(front) {
+			if i := st.newestFailedRelease(); i >= 0 && !front.again {
+				// The key may be held by what this process gives back (an earlier try's attempt
+				// whose release Redis failed, paused by reowe): the newest such release goes now,
+				// and the try asks once more after it, as a mutex's TryLock does (ownHeld).
+				st.owed[i].retryAt = time.Time{}
+				front.again = true
+				break
+			}
 			st.waiters = st.waiters[1:]
 			close(front.done)
 		}
