@@ -33,5 +33,33 @@ func TestLateYieldCheckKeepsItsProcessInLine(t *testing.T) {
 		if e := entryOf(t, c, lc, "pa-"); e != next {
 			t.Fatalf("after the late yield check (%+v) the entry is %q, want %s: its process waits with it, told it is in line", r, e, next)
 		}
+		// nobody else is in line: the check renews, and the key stays the holder's
+		if h := c.Get(ctx, lc.UniqueKey()).Val(); r.Outcome != processor.Renewed || h != held {
+			t.Fatalf("late yield check with nobody else in line = %+v, key holds %q; want renewed, %s", r, h, held)
+		}
+	})
+}
+
+// A yield check whose number its owner has settled since (an attempt of the process numbered
+// above it was refused) is refused, even while the tenure's locker still holds the key: a
+// copy of it that comes late does not hand the key to the next process.
+func TestSettledYieldCheckIsRefused(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		a, b := newProc(t, c, "pa-"), newProc(t, c, "pb-")
+		lc := cfg(t, "settledcheck")
+		held, _ := a.lock(t, lc, true, 1)
+		check := a.locker()
+		if _, r := a.lock(t, lc, false, 1); r.Outcome != processor.Held { // (settles a number above check)
+			t.Fatalf("a try while the process holds = %+v, want held", r)
+		}
+		b.lock(t, lc, true, 1)
+		r, err := a.ExpandLease(ctx, lc, processor.RenewRequest{Locker: held, Yield: true, Check: check, Next: a.locker(), NextLease: lc.Lease(), NextTokens: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := c.Get(ctx, lc.UniqueKey()).Val(); h != held {
+			t.Fatalf("settled yield check = %+v, key holds %q; want it refused, %s still holding", r, h, held)
+		}
 	})
 }

@@ -619,6 +619,44 @@ func TestFirstInLineIsToldPastAnExpiredEntry(t *testing.T) {
 	})
 }
 
+// The process told it is first is the first in line that listens and that Redis hears: one
+// that listened and stopped (its subscription gone, its entry still fresh) is passed over, so
+// that the live one behind it is told, not a dead channel.
+func TestFirstInLineIsToldPastAProcessThatStoppedListening(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "first-deaf")
+		a, b, d, e := newProc(t, c, "pa-"), newProc(t, c, "pb-"), newProc(t, c, "pd-"), newProc(t, c, "pe-")
+		psd := c.Subscribe(ctx, processor.ProcessChannel(lc, "pd-"))
+		if _, err := psd.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ps := c.Subscribe(ctx, processor.ProcessChannel(lc, "pe-"))
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a.lock(t, lc, true, 1)
+		b.lock(t, lc, true, 1) // (first in line, not listening)
+		d.lock(t, lc, true, 1)
+		e.lock(t, lc, true, 1)
+		psd.Close()
+		waitForNoSubscriber(t, c, processor.ProcessChannel(lc, "pd-"))
+		if _, err := b.Leave(ctx, lc, processor.LeaveRequest{Last: b.last()}); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatalf("pe- told nothing after pb- left (pd- before it stopped listening): %v", err)
+		}
+		if m, _ := processor.ParseMessage(msg.Payload); !m.First || strings.TrimPrefix(msg.Channel, processor.ReleaseChannel(lc)+":") != "pe-" {
+			t.Fatalf("told %s %+v, want pe- told it is first", msg.Channel, m)
+		}
+	})
+}
+
 // After a grant, the next process in line that listens is not told it is first when its pace
 // further back is the first's already: its entry lives no longer than its lease (a lease of
 // 2 s or more: it asks every third of its lease either way) and the key was granted for more
@@ -2338,6 +2376,19 @@ func TestLeaveSettlesTheAttemptsBeforeIt(t *testing.T) {
 		if in := inspect(t, a, lc); !slices.Equal(in.Waiting, []string{"pa-"}) {
 			t.Fatalf("line %v: a late leave removed the entry of %s", in.Waiting, la2)
 		}
+		// The leave of a process that holds the key and waits in line with a later attempt
+		// settles both: the key is let go, not granted to that later attempt.
+		e, lo := newProc(t, c, "pe-"), cfg(t, "leave-own")
+		e.lock(t, lo, true, 1)
+		if _, r := e.lock(t, lo, true, 1); r.Outcome != processor.Held {
+			t.Fatalf("a second attempt of the holder's process = %+v, want held (in line)", r)
+		}
+		if _, err := e.Leave(ctx, lo, processor.LeaveRequest{Last: e.last()}); err != nil {
+			t.Fatal(err)
+		}
+		if h := c.Get(ctx, lo.UniqueKey()).Val(); h != "" {
+			t.Fatalf("after the leave the key holds %q, want it free (every acquisition of pe- settled)", h)
+		}
 	})
 }
 
@@ -3063,8 +3114,9 @@ func shardedClient(tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 }
 
 // On a Cluster client (sharded pub/sub: SPUBLISH, SSUBSCRIBE) a process that listens on its
-// channel is heard. (A Cluster client over the one server: Redis 7 serves sharded pub/sub
-// outside a cluster too.)
+// channel is heard, and a grant to it reaches it there (published by SPUBLISH: a PUBLISH goes
+// to no sharded subscriber). (A Cluster client over the one server: Redis 7 serves sharded
+// pub/sub outside a cluster too.)
 func TestShardedChannelsAreHeard(t *testing.T) {
 	srv.NeedReal(t)
 	ctx := context.Background()
@@ -3075,14 +3127,27 @@ func TestShardedChannelsAreHeard(t *testing.T) {
 		t.Fatalf("Sharded = %v, %v; want sharded pub/sub on Redis 7", sharded, err)
 	}
 	lc := cfg(t, "sharded")
-	a.lock(t, lc, true, 1)
+	la, _ := a.lock(t, lc, true, 1)
 	ps := cc.SSubscribe(ctx, processor.ProcessChannel(lc, "pb-"))
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, r := b.lock(t, lc, true, 1); r.Outcome != processor.Held || !r.Seen.Heard {
+	lb, r := b.lock(t, lc, true, 1)
+	if r.Outcome != processor.Held || !r.Seen.Heard {
 		t.Fatalf("a process listening with SSUBSCRIBE waits with %+v, want heard", r)
+	}
+	if r := a.release(t, lc, la); r.Next != lb {
+		t.Fatalf("release = %+v, want granted to %s", r, lb)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := ps.ReceiveMessage(rctx)
+	if err != nil {
+		t.Fatalf("the grant to %s was not heard on its sharded channel: %v", lb, err)
+	}
+	if m, _ := processor.ParseMessage(msg.Payload); !m.Granted || m.Locker != lb {
+		t.Fatalf("heard %+v, want the grant to %s", m, lb)
 	}
 }
 
