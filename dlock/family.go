@@ -134,7 +134,9 @@ func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 }
 
 // TryLock takes the write side if it can at once (one Redis round trip at most, two when this
-// process's write-hold has handed out all its fencing tokens and goes back first): false with
+// process's write-hold has handed out all its fencing tokens and goes back first, or when it
+// finds the key held while the process owes a release Redis failed — an earlier try's attempt
+// given back, perhaps the holding in its way — which goes first, and it asks once more): false with
 // a nil error when another holds either side or a process waits in line before it. Its errors
 // are DistributedReentrantLock.TryLock's, and ErrUpgrade for an owner of only the read side.
 func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {

@@ -146,7 +146,7 @@ func (st *sharedState) tokens(n int64) int {
 type shareWaiter struct {
 	n      int64 // permits: 1 to read, processor.RWPermits to write, or a semaphore's n
 	write  bool
-	try    bool          // TryLock: one request, no line
+	try    bool          // TryLock: one request (two with again), no line
 	done   chan struct{} // closed when decided: hold set (lent), or err, or neither (not obtained)
 	hold   *shareHold
 	token  uint64    // the holding's token when lent
