@@ -2762,3 +2762,133 @@ func TestSharedLineRedisCannotCountHeedsNoClaim(t *testing.T) {
 		t.Fatalf("B- took a permit past D-, which asked just now: %+v (D-'s entry counts as renewed long ago: its claim was not ignored)", r)
 	}
 }
+
+// lineOf returns the owners in a shared lock's line, first first.
+func lineOf(t *testing.T, p *proc, lc domain.DLockConfig, s processor.Shared) []string {
+	t.Helper()
+	in, err := p.SharedInspect(context.Background(), lc, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, w := range in.Waiting {
+		out = append(out, w.Owner)
+	}
+	return out
+}
+
+// A take of a process that fits (a try of another of its goroutines) leaves the attempt the
+// process waits with in line, in its place: only the take's own entry is dropped.
+func TestSharedTakeThatFitsKeepsItsProcesssOtherAttemptInLine(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "keepother")
+		a, b, cp := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "C-")
+		b.take(t, lc, sem3, b.locker(), 2, true)
+		a2 := a.locker()
+		if r := a.take(t, lc, sem3, a2, 2, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("A's attempt of 2: %+v", r)
+		}
+		if r := cp.take(t, lc, sem3, cp.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 1 {
+			t.Fatalf("C behind A: %+v", r)
+		}
+		if r := a.take(t, lc, sem3, a.locker(), 1, false); r.Outcome != processor.Taken {
+			t.Fatalf("A's try of the one permit left: %+v", r)
+		}
+		if got := lineOf(t, a, lc, sem3); len(got) != 2 || got[0] != "A-" || got[1] != "C-" {
+			t.Fatalf("line after A's try: %v, want [A- C-] (A's attempt keeps its place)", got)
+		}
+	})
+}
+
+// A take that asks for more than a lowered count (refused, -3) leaves the attempt its process
+// waits with (another locker) in line.
+func TestSharedTakeOverALoweredCountKeepsItsProcesssOtherAttemptInLine(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		lc := cfg(t, "overother")
+		a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+		b.take(t, lc, sem3, b.locker(), 2, true)
+		if err := b.SetPermits(context.Background(), lc, 2); err != nil {
+			t.Fatal(err)
+		}
+		if r := a.take(t, lc, sem3, a.locker(), 1, true); r.Outcome != processor.Held || r.Rank != 0 {
+			t.Fatalf("A's attempt of 1: %+v", r)
+		}
+		if _, err := a.SharedTake(context.Background(), lc, sem3, processor.TakeRequest{Locker: a.locker(), N: 3}); err == nil {
+			t.Fatal("3 permits of 2 taken")
+		}
+		if got := lineOf(t, a, lc, sem3); len(got) != 1 || got[0] != "A-" {
+			t.Fatalf("line after A's refused take: %v, want [A-]", got)
+		}
+	})
+}
+
+// A take that does not fit says how long until the first holding expires (the soonest), not
+// the last: a waiter paces its asks by it, and a holder that dies frees its permits then.
+func TestSharedLifeIsTheFirstHoldingsToExpire(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		base := cfg(t, "life")
+		short, _ := base.WithLease(time.Second)
+		long, _ := base.WithLease(20 * time.Second)
+		a, b, w := newProc(t, c, "A-"), newProc(t, c, "B-"), newProc(t, c, "W-")
+		b.take(t, long, sem3, b.locker(), 2, true)
+		a.take(t, short, sem3, a.locker(), 1, true)
+		r := w.take(t, short, sem3, w.locker(), 1, true)
+		if r.Outcome != processor.Held || r.Life <= 0 || r.Life > time.Second {
+			t.Fatalf("a fourth permit: %+v, want life within the short lease", r)
+		}
+	})
+}
+
+// A process that stands in line for more permits beside its own holdings is not told to give
+// back (W): the line's only other process is itself.
+func TestSharedStandingInLineTellsOnlyOtherHolders(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc := cfg(t, "selfw")
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	h := listen(t, c, lc, "A-", "B-")
+	a.take(t, lc, sem3, a.locker(), 1, true)
+	b.take(t, lc, sem3, b.locker(), 1, true)
+	if r := a.take(t, lc, sem3, a.locker(), 2, true); r.Outcome != processor.Held {
+		t.Fatalf("A's attempt of 2 more: %+v", r)
+	}
+	h.next("B-", "W")
+	h.quiet("A-")
+}
+
+// A change that names the count it changes applies to a lock that keeps no count (nobody used
+// it, or its keys ran out): Redis keeps none, so from is not compared.
+func TestSharedPermitsChangeAppliesToALockThatKeepsNoCount(t *testing.T) {
+	backends(t, func(t *testing.T, c *redis.Client) {
+		ctx := context.Background()
+		lc := cfg(t, "nocount")
+		a := newProc(t, c, "A-")
+		if changed, now, err := a.ChangePermits(ctx, lc, "", 3, 5); err != nil || !changed {
+			t.Fatalf("3 -> 5 on a lock that keeps no count: changed %v, Redis keeps %d, %v", changed, now, err)
+		}
+		in, err := a.SharedInspect(ctx, lc, sem3)
+		if err != nil || in.Permits != 5 || !in.Stored {
+			t.Fatalf("after 3 -> 5: %+v, %v", in, err)
+		}
+	})
+}
+
+// A process that asks again from its place in line tells the holders nothing again: they were
+// told (W) as it joined the line.
+func TestSharedAskingAgainInLineTellsTheHoldersOnce(t *testing.T) {
+	c := srv.Client()
+	defer c.Close()
+	lc := cfg(t, "wonce")
+	a, b := newProc(t, c, "A-"), newProc(t, c, "B-")
+	h := listen(t, c, lc, "A-")
+	a.take(t, lc, sem3, a.locker(), 3, true)
+	bl := b.locker()
+	if r := b.take(t, lc, sem3, bl, 1, true); r.Outcome != processor.Held {
+		t.Fatalf("B's attempt: %+v", r)
+	}
+	h.next("A-", "W")
+	if r := b.take(t, lc, sem3, bl, 1, true); r.Outcome != processor.Held || r.Rank != 0 {
+		t.Fatalf("B's attempt asked again: %+v", r)
+	}
+	h.quiet("A-")
+}
