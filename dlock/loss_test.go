@@ -963,16 +963,16 @@ func TestEveryKindHeldAgainAfterARestartLostIt(t *testing.T) {
 				continue
 			}
 			if x, ok, err := c.shut.TryLock(ctx); ok || err != nil {
-				if ok && o.Err() != nil {
+				if ok && o.Err() != nil && strings.Contains(fmt.Sprint(context.Cause(o)), "the lease ran out") {
 					// (the holding's lease ran out, seen by its holder, in a stall of the process
-					// after keptThrough: no second owner)
-					t.Logf("%s, round %d: the holding was lost before the try: %v", c.name, round, context.Cause(o))
+					// after keptThrough: Redis's expiry is never before the holder's, so no
+					// second owner; any other end of it is no excuse)
+					t.Logf("%s, round %d: the holding lapsed before the try: %v", c.name, round, context.Cause(o))
 					_, _ = x.Unlock(), o.Unlock()
 					continue
 				}
-				dl, _ := o.Deadline()
-				t.Fatalf("%s, round %d: another process's try beside the holding = %v %v %v (the holding: err %v, cause %v, deadline in %v)",
-					c.name, round, x, ok, err, o.Err(), context.Cause(o), time.Until(dl))
+				t.Fatalf("%s, round %d: another process's try beside the holding = %v %v %v (the holding: err %v, cause %v)",
+					c.name, round, x, ok, err, o.Err(), context.Cause(o))
 			}
 			if err := o.Unlock(); err != nil {
 				t.Fatalf("%s, round %d: Unlock: %v", c.name, round, err)
