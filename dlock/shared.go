@@ -1588,10 +1588,10 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 				// and the try asks once more after it, as a mutex's TryLock does (ownHeld).
 				st.owed[i].retryAt = time.Time{}
 				front.again = true
-				break
+			} else {
+				st.waiters = st.waiters[1:]
+				close(front.done)
 			}
-			st.waiters = st.waiters[1:]
-			close(front.done)
 		}
 	case r.Outcome == processor.Held:
 		st.heldAnswer(r, w)
