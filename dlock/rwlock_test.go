@@ -1211,14 +1211,39 @@ func TestRWDowngradeLetsInAReaderThatWaitedElsewhere(t *testing.T) {
 	}
 }
 
-// A try of a read-write lock or a semaphore right after one whose outcome was unknown (its
-// take's reply lost after Redis ran it), whose give-back Redis failed (a release the process
-// owes, paused before it is sent again), finds the key held by that attempt: the owed release
-// goes at once and the try asks once more, and gets the lock, rather than answer held for a
-// key nobody who wants it holds (as the mutex's TryLock, TestTryLockRightAfterAnUnknownOutcomeGetsTheKey).
+// A try of a read-write lock or a semaphore right after tries whose outcome was unknown (their
+// takes' replies lost after Redis ran them), whose give-backs Redis failed (releases the process
+// owes, paused before they are sent again), finds the key held by those attempts: the owed
+// releases go at once, all of them, and the try asks once more, and gets the lock, rather than
+// answer held for a key nobody who wants it holds (as the mutex's TryLock,
+// TestTryLockRightAfterAnUnknownOutcomeGetsTheKey).
 func TestFamilyTryRightAfterAnUnknownOutcomeGetsTheKey(t *testing.T) {
-	for _, kind := range []string{"rw", "sem"} {
-		t.Run(kind, func(t *testing.T) {
+	type try = func(context.Context) (*dlock.Owner, bool, error)
+	for _, tc := range []struct {
+		name  string
+		lost  int                                       // tries whose replies are lost first
+		tries func(*dlock.Generator, string) (try, try) // the lost ones', the last one's
+	}{
+		{"rw write after a write", 1, func(g *dlock.Generator, tg string) (try, try) {
+			l := rwOf(t, g, tg)
+			return l.TryLock, l.TryLock
+		}},
+		{"rw write after two reads", 2, func(g *dlock.Generator, tg string) (try, try) {
+			l := rwOf(t, g, tg)
+			return l.TryRLock, l.TryLock
+		}},
+		{"sem one of one after one", 1, func(g *dlock.Generator, tg string) (try, try) {
+			sem := semOf(t, g, tg, 1)
+			return func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
+				func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) }
+		}},
+		{"sem two of two after two ones", 2, func(g *dlock.Generator, tg string) (try, try) {
+			sem := semOf(t, g, tg, 2)
+			return func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) },
+				func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 2) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			c := srv.Client()
 			preload(t, c) // (each request one EVALSHA that runs: the hook counts takes)
 			var takes, failed atomic.Int32
@@ -1235,11 +1260,11 @@ func TestFamilyTryRightAfterAnUnknownOutcomeGetsTheKey(t *testing.T) {
 					}
 				case "take":
 					n := takes.Add(1)
-					if n == 2 {
-						failing.Store(false) // (the second try's: the owed release goes through from now on)
+					if n == int32(tc.lost)+1 {
+						failing.Store(false) // (the last try's: the owed releases go through from now on)
 					}
 					err := next(ctx, cmd)
-					if n == 1 && err == nil {
+					if n <= int32(tc.lost) && err == nil {
 						err = errors.New("i/o timeout (reply lost)") // the script ran; the reply is lost
 						cmd.SetErr(err)
 					}
@@ -1249,21 +1274,14 @@ func TestFamilyTryRightAfterAnUnknownOutcomeGetsTheKey(t *testing.T) {
 			}})
 			g := genOn(t, c, dlock.WithDefaultLease(10*time.Second))
 			ctx := ctxT(t, 15*time.Second)
-			var try func(context.Context) (*dlock.Owner, bool, error)
-			if kind == "rw" {
-				try = rwOf(t, g, uniqueTarget(t)).TryLock
-			} else {
-				sem, err := g.GenSemaphore("SEM", uniqueTarget(t), 1)
-				if err != nil {
-					t.Fatal(err)
+			lostTry, lastTry := tc.tries(g, uniqueTarget(t))
+			for i := range tc.lost {
+				if _, ok, err := lostTry(ctx); ok || err == nil {
+					t.Fatalf("try %d, whose reply was lost = %v, %v; want an error", i, ok, err)
 				}
-				try = func(ctx context.Context) (*dlock.Owner, bool, error) { return sem.TryAcquire(ctx, 1) }
+				waitFor(t, func() bool { return failed.Load() > int32(i) })
 			}
-			if _, ok, err := try(ctx); ok || err == nil {
-				t.Fatalf("try whose reply was lost = %v, %v; want an error", ok, err)
-			}
-			waitFor(t, func() bool { return failed.Load() > 0 })
-			o, ok, err := try(ctx)
+			o, ok, err := lastTry(ctx)
 			if !ok || err != nil {
 				t.Fatalf("try right after = %v, %v; want the lock (takes %d, failed releases %d)", ok, err, takes.Load(), failed.Load())
 			}

@@ -153,7 +153,7 @@ type shareWaiter struct {
 	queued bool      // it was not served at once
 	passed bool      // lent a holding that had been lent before (a hand-over within the process), not one taken for it
 	asked  bool      // an attempt was made for it before (a new one is not its first ask)
-	again  bool      // a try that found the key held asks once more, after a release of its process that Redis failed
+	again  bool      // a try that found the key held asks once more, after the releases of its process that Redis failed
 	since  time.Time // when it began to wait
 	err    error
 	fault  error // the last Redis failure of a take of its process's attempt (or of a renewal it waits on) as it waited, unless Redis answered one since, which its error names if it gives up; guarded by st.mu
@@ -1190,15 +1190,16 @@ func (st *sharedState) settleLapsed(now time.Time) (action, bool) {
 	return action{do: func(context.Context) { st.settle(o, false, o.failed) }}, true
 }
 
-// newestFailedRelease returns the index in owed of the newest release that Redis failed (a
-// pause set by reowe), -1 if none. The caller holds mu.
-func (st *sharedState) newestFailedRelease() int {
-	for i := len(st.owed) - 1; i >= 0; i-- {
+// payFailedNow has every owed release that Redis failed (paused by reowe) go at once, and
+// reports whether there was one. The caller holds mu.
+func (st *sharedState) payFailedNow() bool {
+	paid := false
+	for i := range st.owed {
 		if !st.owed[i].retryAt.IsZero() {
-			return i
+			st.owed[i].retryAt, paid = time.Time{}, true
 		}
 	}
-	return -1
+	return paid
 }
 
 // due returns when o, owed, may be sent (reowe). The caller holds mu.
@@ -1582,11 +1583,11 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		if !a.try && st.heardF == f {
 			st.growAt, st.growWake, st.growN = time.Now().Add(lease/6), HowPolled, a.n // no room to grow: ask again later
 		} else if front := st.front(); front != nil && front.try && a.serves(front) {
-			if i := st.newestFailedRelease(); i >= 0 && !front.again {
-				// The key may be held by what this process gives back (an earlier try's attempt
-				// whose release Redis failed, paused by reowe): the newest such release goes now,
-				// and the try asks once more after it, as a mutex's TryLock does (ownHeld).
-				st.owed[i].retryAt = time.Time{}
+			if !front.again && st.payFailedNow() {
+				// The key may be held by what this process gives back (earlier tries' attempts
+				// whose releases Redis failed, paused by reowe): those releases go now, before
+				// any take (planOther), and the try asks once more after them, as a mutex's
+				// TryLock does (ownHeld).
 				front.again = true
 			} else {
 				st.waiters = st.waiters[1:]
