@@ -234,11 +234,11 @@ func (n *notifier) send(c *psConn) {
 			n.mu.Unlock()
 			return
 		}
-		ps, sharded := c.ps, c.sharded
+		ps, sharded, channel := c.ps, c.sharded, c.ops[0].channel
 		n.mu.Unlock()
 		if ps == nil {
 			var err error
-			if sharded, err = n.g.redis.Sharded(n.g.done); err != nil {
+			if sharded, err = n.g.redis.ShardedFor(n.g.done, channel); err != nil { // (a channel shares its lock key's slot)
 				n.g.log.Debug("dlock: subscription deferred; the poller covers", zap.Error(err))
 				n.report(c, "subscribe", "", err)
 				pause()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/dlock"
+	"github.com/dlockgo/dlock/domain"
 	"github.com/dlockgo/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -276,6 +277,79 @@ func TestProbeGoesOnAWatchedChannel(t *testing.T) {
 		if !strings.Contains(ch, tg+"y") {
 			t.Fatalf("a probe went on %s, a channel nobody watches (y's is the one watched)", ch)
 		}
+	}
+}
+
+// A lock on a Cluster shard whose master is well works beside other shards' dead master, as
+// the Cluster serves it (cluster-require-full-coverage no): a process's first TryLock gets the
+// key, and a waiter in another process is woken by the release's message on its sharded
+// channel, not by its poll a sixth of its minute's lease later. Whether pub/sub is sharded is
+// asked of the key's own master; asked of any master, it failed with the dead one's error.
+func TestClusterLockBesideADeadMaster(t *testing.T) {
+	if !srv.Real {
+		t.Skip(srv.Why)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // (refused from now on)
+	const lease = time.Minute
+	var slotMap atomic.Pointer[[]redis.ClusterSlot] // (set once the lock's key is known, before any request)
+	cluster := func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{
+			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+				if m := slotMap.Load(); m != nil {
+					return *m, nil
+				}
+				return nil, errors.New("no slot map yet")
+			},
+			MaxRetries: -1,
+		})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ctx := ctxT(t, 30*time.Second) // (the waiter's poll would come after 10 s)
+	rec := &howRecorder{}
+	gh, err := dlock.NewGenerator(cluster(), dlock.WithDefaultLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gh.Close(ctx) //nolint:errcheck
+	gw, err := dlock.NewGenerator(cluster(), dlock.WithDefaultLease(lease), dlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close(ctx) //nolint:errcheck
+	tg := target(t)
+	lh, lw := mustGen(t, gh, "BESIDEDEAD", tg, lease), mustGen(t, gw, "BESIDEDEAD", tg, lease)
+	slot := domain.Slot(key(lh))
+	node := func(addr string) []redis.ClusterNode { return []redis.ClusterNode{{Addr: addr}} }
+	var slots []redis.ClusterSlot
+	if slot > 0 {
+		slots = append(slots, redis.ClusterSlot{Start: 0, End: slot - 1, Nodes: node(dead)})
+	}
+	if slot < 16383 {
+		slots = append(slots, redis.ClusterSlot{Start: slot + 1, End: 16383, Nodes: node(dead)})
+	}
+	slots = append(slots, redis.ClusterSlot{Start: slot, End: slot, Nodes: node(srv.Addr)})
+	slotMap.Store(&slots)
+	oh, ok, err := lh.TryLock(ctx)
+	if err != nil || !ok {
+		t.Fatalf("a process's first TryLock on the live shard = %v, %v; want the key", ok, err)
+	}
+	got := lockAsync(t, lw, ctx)
+	waitFor(t, func() bool { r, heard, ok := gw.Place(key(lw)); return ok && heard && r == 0 })
+	if err := lh.Unlock(oh); err != nil {
+		t.Fatal(err)
+	}
+	ow := recv(t, got, "the waiter's Lock")
+	defer lw.Unlock(ow) //nolint:errcheck
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.how) != 1 || rec.how[0] != dlock.HowNotified {
+		t.Fatalf("the waiter acquired by %v, want by the release's message", rec.how)
 	}
 }
 

@@ -529,9 +529,17 @@ func ReadTimeout(client redis.UniversalClient) time.Duration {
 // Sharded reports whether release messages go by sharded pub/sub (SPUBLISH, to be received
 // with SSUBSCRIBE): on a Cluster client whose servers have it (Redis 7), so that a message
 // goes only to the shard that owns the key instead of every node. Plain pub/sub otherwise.
-// The answer is asked of the server once (COMMAND INFO) and then kept; an error is not kept,
-// but a user not allowed COMMAND INFO gets plain pub/sub.
+// The answer is asked of a server once (COMMAND INFO, sent to any master) and then kept; an
+// error is not kept, but a user not allowed COMMAND INFO gets plain pub/sub. ShardedFor asks
+// the master of a given key instead.
 func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
+	return p.ShardedFor(ctx, "")
+}
+
+// ShardedFor is Sharded asked of the master that serves key (any master for ""), the one a
+// request for that key needs anyway: with another shard's master down or hung, a key on a
+// healthy shard gets its answer at once.
+func (p *RedisLockProcessor) ShardedFor(ctx context.Context, key string) (bool, error) {
 	if err := p.ready(ctx); err != nil {
 		return false, err
 	}
@@ -546,7 +554,16 @@ func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
 		p.shard.Store(shardPlain)
 		return false, nil
 	}
-	info, err := cc.Do(ctx, "command", "info", "spublish").Slice()
+	ask := cc.Do
+	if key != "" {
+		node, err := cc.MasterForKey(ctx, key) // (no slot map: what loading it failed with)
+		if err != nil {
+			p.fail(err)
+			return false, processErr(opCommandInfo, "", err)
+		}
+		ask = node.Do
+	}
+	info, err := ask(ctx, "command", "info", "spublish").Slice()
 	if redis.IsPermissionError(err) {
 		// A user not allowed COMMAND INFO: plain pub/sub, which a Cluster serves too (the
 		// scripts publish with pcall: a refused PUBLISH tells nobody, and waiters poll).
@@ -565,12 +582,12 @@ func (p *RedisLockProcessor) Sharded(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// publishCommand is the command the scripts publish release messages with.
-func (p *RedisLockProcessor) publishCommand(ctx context.Context) (string, error) {
+// publishCommand is the command the scripts publish cfg's release messages with.
+func (p *RedisLockProcessor) publishCommand(ctx context.Context, cfg domain.DLockConfig) (string, error) {
 	if !p.opts.Publish {
 		return "publish", nil
 	}
-	sharded, err := p.Sharded(ctx)
+	sharded, err := p.ShardedFor(ctx, cfg.UniqueKey())
 	if err != nil {
 		return "", err
 	}
@@ -1274,7 +1291,7 @@ func msOrNone(d time.Duration) string {
 // beside the key, the window for processes not in line, and how it publishes.
 // ks is the key's set (keys), which keeps them boxed.
 func (p *RedisLockProcessor) base(ctx context.Context, cfg domain.DLockConfig, ks *keySet) (args, error) {
-	pub, err := p.publishCommand(ctx)
+	pub, err := p.publishCommand(ctx, cfg)
 	if err != nil {
 		return args{}, err
 	}
@@ -1790,7 +1807,7 @@ func (p *RedisLockProcessor) Inspect(ctx context.Context, cfg domain.DLockConfig
 	if err := p.check(ctx, cfg); err != nil {
 		return Inspection{}, err
 	}
-	sharded, err := p.Sharded(ctx)
+	sharded, err := p.ShardedFor(ctx, cfg.UniqueKey())
 	if err != nil {
 		return Inspection{}, processErr("inspect", cfg.UniqueKey(), err)
 	}

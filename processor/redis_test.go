@@ -3151,6 +3151,63 @@ func TestShardedChannelsAreHeard(t *testing.T) {
 	}
 }
 
+// On a Cluster client, whether release messages go by sharded pub/sub is asked of the master
+// that serves the lock's key: with every other slot's master down, a lock on the live shard is
+// taken, and the question asked of any master fails (as it did for every lock's first request
+// when it went to any master: the first TryLock of a process failed with the dead master's
+// error while the key's own shard was well).
+func TestShardedIsAskedOfTheKeysMaster(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // (refused from now on)
+	lc := cfg(t, "keysmaster")
+	slot := domain.Slot(lc.UniqueKey())
+	node := func(addr string) []redis.ClusterNode { return []redis.ClusterNode{{Addr: addr}} }
+	var slots []redis.ClusterSlot // (the dead master first: the first of the client's masters)
+	if slot > 0 {
+		slots = append(slots, redis.ClusterSlot{Start: 0, End: slot - 1, Nodes: node(dead)})
+	}
+	if slot < 16383 {
+		slots = append(slots, redis.ClusterSlot{Start: slot + 1, End: 16383, Nodes: node(dead)})
+	}
+	slots = append(slots, redis.ClusterSlot{Start: slot, End: slot, Nodes: node(srv.Addr)})
+	cc := shardedClient(func(o *redis.ClusterOptions) {
+		o.ClusterSlots = func(context.Context) ([]redis.ClusterSlot, error) { return slots, nil }
+		o.ShardPicker = firstShard{} // a command naming no key goes to the dead master
+		o.MaxRetries = -1
+	})
+	defer cc.Close()
+	p, err := processor.NewRedisLockProcessor(cc, processor.Options{Publish: true, Mark: "pa-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &proc{RedisLockProcessor: p, mark: "pa-"}
+	if _, r := a.lock(t, lc, true, 1); r.Outcome != processor.Taken {
+		t.Fatalf("a lock on the live shard beside a dead master: %+v", r)
+	}
+	if sharded, err := p.ShardedFor(ctx, lc.UniqueKey()); err != nil || !sharded {
+		t.Fatalf("ShardedFor the key = %v, %v; want sharded pub/sub from the key's live master", sharded, err)
+	}
+	p2, err := processor.NewRedisLockProcessor(cc, processor.Options{Publish: true, Mark: "pb-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(dead)
+	if _, err := p2.Sharded(ctx); err == nil || !strings.Contains(err.Error(), ":"+port) {
+		t.Fatalf("Sharded of any master = %v; want the dead master's refusal (%s serves all slots but the key's)", err, dead)
+	}
+}
+
+// firstShard sends a Cluster client's commands that name no key to its first master.
+type firstShard struct{}
+
+func (firstShard) Next(int) int { return 0 }
+
 // On a Cluster client whose user may not run COMMAND INFO, release messages go by plain
 // pub/sub (which a Cluster serves too) rather than every request failing on the question.
 func TestShardedFallsBackToPlainWithoutCommandInfo(t *testing.T) {

@@ -145,7 +145,7 @@ type sharedOp struct {
 }
 
 func (p *RedisLockProcessor) shared(ctx context.Context, cfg domain.DLockConfig, s Shared, o sharedOp) ([]any, int64, error) {
-	pub, err := p.publishCommand(ctx)
+	pub, err := p.publishCommand(ctx, cfg)
 	if err != nil {
 		return nil, 0, err
 	}
