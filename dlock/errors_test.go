@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -881,12 +882,15 @@ func TestWaiterGivingUpAfterItsProcessWasGrantedTheKeyNamesNoEarlierFailure(t *t
 // A waiter that gives up while Redis is down names the failure also when it sent no request
 // during the outage: it stood in line, listening for its grant (its next ask a while off),
 // when the server went away, and only its subscription's reconnection failed. (Its error
-// said only "context deadline exceeded": nothing told that Redis was unreachable.)
+// said only "context deadline exceeded": nothing told that Redis was unreachable.) The
+// Observer is told of the failed connection as it happens (op "subscribe"), not only at the
+// waiter's next ask (the CLI's "failed while waiting" notice came half a lease late).
 func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T) {
 	for name, k := range subscriberKinds() {
 		t.Run(name, func(t *testing.T) {
 			s := ownServer(t)
-			gaveUp := standInLine(t, s, k)
+			rec := &recorder{}
+			gaveUp := standInLine(t, s, k, dlock.WithObserver(rec))
 			s.Kill()
 			defer func() { // (A's holding is gone with the server: its Close then finds nothing to release)
 				if err := s.Restart(); err != nil {
@@ -901,6 +905,11 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 			}
 			if errors.Is(err, dlock.ErrInvalidConfig) {
 				t.Fatalf("wait that gave up while Redis was down = %v; names ErrInvalidConfig", err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if !slices.ContainsFunc(rec.redisErrs, func(e dlock.RedisErrorEvent) bool { return e.Op == "subscribe" }) {
+				t.Fatalf("the Observer was told of %v; want the subscription's failure (op subscribe)", rec.redisErrs)
 			}
 		})
 	}
@@ -1016,7 +1025,7 @@ func subscriberKinds() map[string]subscriberKind {
 // standInLine has process B wait, with k, for the key that process A holds on s, and returns
 // once B stands in line, listening for its grant, and waits for no answer from Redis (its next
 // ask after its give-up, 5 s later): the channel of the wait's outcome.
-func standInLine(t *testing.T, s *redistest.Server, k subscriberKind) <-chan error {
+func standInLine(t *testing.T, s *redistest.Server, k subscriberKind, opts ...dlock.Option) <-chan error {
 	t.Helper()
 	var sent, answered atomic.Int64 // B's scripts
 	cb := s.Client()
@@ -1034,7 +1043,7 @@ func standInLine(t *testing.T, s *redistest.Server, k subscriberKind) <-chan err
 	// A holds for long; B waits with a long lease, so that its next ask (a while after the
 	// answer that stood it in line) comes after it gives up.
 	ga := genOn(t, s.Client(), dlock.WithDefaultLease(60*time.Second))
-	gb := genOn(t, cb, dlock.WithDefaultLease(60*time.Second))
+	gb := genOn(t, cb, append([]dlock.Option{dlock.WithDefaultLease(60 * time.Second)}, opts...)...)
 	gb.SetLinger(time.Hour)
 	held, err := k.hold(ga)
 	if err != nil {

@@ -404,7 +404,7 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 			} else {
 				n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
 			}
-			n.failed(c, err)
+			n.report(c, "subscribe", n.channelOn(c), err) // (once a backoff while it cannot reconnect)
 			n.forgetLeaving(c, ps)
 			n.g.redis.Reload() // a Cluster client then dials the slot's new master
 			select {
