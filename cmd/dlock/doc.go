@@ -268,9 +268,10 @@
 //
 // # version
 //
-// version (or --version) prints one line: dlock's module version, "(devel)" for a build from a
-// checkout (with its commit when the build recorded one), the library's version when dlock is
-// built within another module, and the Go toolchain. It talks to no Redis.
+// version (or --version) prints one line: dlock's module version (for a build from a checkout,
+// "(devel)" or a pseudo-version naming the commit, with the commit when the build recorded
+// one), the library's version when dlock is built within another module, and the Go
+// toolchain. It talks to no Redis.
 //
 // # Exit status
 //
@@ -279,7 +280,8 @@
 //	         release, demo, version, help: standard output could not be written)
 //	2        usage error: unknown command, bad flags, values or Redis address, invalid TYPE,
 //	         TARGET or lease, release without --force or without --holder/--any, a
-//	         read-write lock asked for as a semaphore or the other way round
+//	         read-write lock asked for as a semaphore or the other way round, more
+//	         --permits than the count Redis keeps for the semaphore
 //	69       Redis unreachable, not serving (out of memory, loading, read-only), not the
 //	         kind the address names (Sentinels, Cluster, one server), or no answer within
 //	         --timeout (EX_UNAVAILABLE)
@@ -295,12 +297,15 @@
 //	N        exec: COMMAND exited with N, or was killed by signal S and N is 128+S
 //
 // exec passes COMMAND's status through, so a command that itself exits 69, 75, 76 or 77 cannot
-// be told from dlock's own outcome by the status alone; dlock's own outcomes come with a line
-// on standard error starting "dlock exec:".
+// be told from dlock's own outcome by the status alone (nor can -E's status, which may be any
+// of them); dlock's own outcomes come with a line on standard error starting "dlock exec:".
+// A release that fails after COMMAND ended (Redis gone) keeps COMMAND's status, and is told on
+// standard error: the lock stays held until its lease runs out, so the next run may get 75
+// meanwhile. lock, which has no command's status to keep, exits 69 then.
 //
 // # Environment
 //
-//	DLOCK_REDIS   the Redis address when --redis is not given
+//	DLOCK_REDIS   the Redis address when --redis is not given (empty counts as unset)
 //	REDIS_URL     the Redis address when neither --redis nor DLOCK_REDIS is given
 //	SSL_CERT_FILE a CA bundle for rediss:// (Go's standard variable)
 package main

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 )
 
 // versionCommand is "dlock version".
@@ -14,9 +15,9 @@ func versionCommand() *command {
 		usage: `
 usage: dlock version
 
-version prints one line: dlock's module version ("(devel)" for a build from a checkout, with
-its commit when the build recorded one), the library's when it is another module's, and the Go
-toolchain it was built with. It talks to no Redis.
+version prints one line: dlock's module version (for a build from a checkout, "(devel)" or
+a pseudo-version naming the commit, with the commit when the build recorded one), the library's
+when it is another module's, and the Go toolchain it was built with. It talks to no Redis.
 `,
 		define: func(fs *flagSet) runner {
 			return func(out cli, args []string) error {
@@ -55,8 +56,8 @@ func versionLine(info *debug.BuildInfo) string {
 			modified = s.Value
 		}
 	}
-	if rev != "" {
-		line += " " + rev[:min(len(rev), 12)]
+	if rev = rev[:min(len(rev), 12)]; rev != "" && !strings.Contains(info.Main.Version, rev) { // (a pseudo-version stamped from the checkout names it already)
+		line += " " + rev
 		if modified == "true" {
 			line += "+modified"
 		}
