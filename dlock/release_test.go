@@ -575,6 +575,42 @@ func TestUnlockUnansweredWithinTheLease(t *testing.T) {
 	}
 }
 
+// An Unlock whose release gets no answer before the lease runs out while the renewals failed
+// names the renewals' failure: what went wrong is Redis refusing them (a Cluster's CLUSTERDOWN,
+// say), not the release, which had only what was left of the lease. (A lease of 4 s: the
+// Unlock comes right after the first renewal failed, a second before the lease runs out.)
+func TestUnlockAsTheLeaseEndsNamesTheRenewalsFailure(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("UNANSWERED", target(t), 4*time.Second)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failedRenewals atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if processor.ScriptName(cmd.Args()) != "renew" {
+			return next(ctx, cmd)
+		}
+		failedRenewals.Add(1)
+		err := errors.New("CLUSTERDOWN injected: the renewal is refused")
+		cmd.SetErr(err)
+		return err
+	}})
+	var on atomic.Bool
+	c.AddHook(unanswered("release", &on))
+	waitFor(t, func() bool { return failedRenewals.Load() > 0 })
+	on.Store(true)
+	err = l.Unlock(o)
+	if errors.Is(err, dlock.ErrLockLost) {
+		t.Skipf("the lease ran out before the Unlock (a stall of the loaded machine): %v", err)
+	}
+	var pe *dlock.RedisProcessError
+	if !errors.As(err, &pe) || pe.Op != "unlock" || !errors.Is(err, dlock.ErrLateReply) || !strings.Contains(err.Error(), "CLUSTERDOWN injected") {
+		t.Fatalf("Unlock unanswered as the lease ends, its renewals refused = %v; want a *RedisProcessError of unlock naming the renewals' failure", err)
+	}
+	t.Log(err)
+}
+
 // A semaphore's Release that never gets an answer (each try bounded by a third of the
 // lease, tried again until the lease ran out) returns a *RedisProcessError that names the
 // bound and the lease it comes from: a lease too short for a slow Redis reads as such. (A

@@ -35,6 +35,7 @@ type tenure struct {
 	origin   uint64 // the first token of the holding in Redis it began with (0 if unknown): its renewals name it
 	granted  bool   // granted by a release, and no goroutine took it yet
 	checkNow bool   // renew at once: a ForceRelease of its locker may have removed it unheard
+	failed   error  // the last renewal's failure, if none succeeded since: a release the lease ends names it
 	// kept is the holding whose final Unlock kept the tenure (WithHoldOver), at keptAt, while
 	// no goroutine took it since: that Unlock asked Redis nothing, so a loss of the tenure
 	// found meanwhile (by its release, or a renewal: loseLocked) is that holding's (keptLost),
@@ -111,6 +112,7 @@ func (t *tenure) renewed(sent time.Time, cfg domain.DLockConfig, order uint64, s
 	if t.kept != nil && sent.After(t.keptAt) {
 		t.kept = nil // (the key was the tenure's after the Unlock that kept it: no loss of that holding)
 	}
+	t.failed = nil
 	if u := domain.HeldUntil(sent, cfg.Lease()); u.After(t.until) {
 		t.until = u
 	}
@@ -164,11 +166,12 @@ func (t *tenure) Renew(ctx context.Context) error {
 			// a Redis that stops answering made losses with no RenewalFailed before them)
 			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
 		}
+		st.mu.Lock()
+		t.failed = err
 		if check {
-			st.mu.Lock()
 			t.checkNow = true // the check is still owed: again after the expander's retry pause, not at 75 %
-			st.mu.Unlock()
 		}
+		st.mu.Unlock()
 		return st.g.renewalFault(err, sent) // (a loss names it: the lease ran out without a successful renewal: ...)
 	}
 	if res.Outcome == processor.Settled && t.yielding() {
@@ -446,6 +449,9 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 		case errors.Is(err, errLate) && callerEnded:
 			// The deadline of the Unlock's context passed first.
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w: %w", errReleaseInBackground, unlate(err))}
+		case errors.Is(err, errLate) && t.failed != nil:
+			// (the lease ran out as the renewals failed: their failure is what went wrong)
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w), and the renewals failed: %w", errLateReply, unlate(err), t.failed)}
 		case errors.Is(err, errLate):
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 		}
