@@ -917,12 +917,14 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 
 // A failure of a waiter's subscription is not named once Redis answered since: its
 // connection dropped (CLIENT KILL) and was subscribed again at once, and the waiter that gives
-// up later says only that its context ended.
+// up later says only that its context ended. Nor is the Observer told of a Redis error: a drop
+// that reconnects at once (a proxy's idle timeout) is no failure of the way to Redis.
 func TestWaiterGivingUpAfterItsSubscriptionWasConfirmedAgainNamesNoFailure(t *testing.T) {
 	for name, k := range subscriberKinds() {
 		t.Run(name, func(t *testing.T) {
 			s := ownServer(t)
-			gaveUp := standInLine(t, s, k)
+			rec := &recorder{}
+			gaveUp := standInLine(t, s, k, dlock.WithObserver(rec))
 			c := s.Client()
 			defer c.Close()
 			if err := c.Do(context.Background(), "client", "kill", "type", "pubsub").Err(); err != nil {
@@ -932,6 +934,11 @@ func TestWaiterGivingUpAfterItsSubscriptionWasConfirmedAgainNamesNoFailure(t *te
 			var pe *dlock.RedisProcessError
 			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pe) || errors.Is(err, io.EOF) {
 				t.Fatalf("wait that gave up after its subscription was confirmed again = %v; want ErrNotObtained naming no failure", err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if len(rec.redisErrs) != 0 {
+				t.Fatalf("the Observer was told of %v after one drop that reconnected; want no Redis error", rec.redisErrs)
 			}
 		})
 	}

@@ -404,7 +404,14 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 			} else {
 				n.g.log.Debug("dlock: subscription connection failed; reconnecting", zap.Error(err))
 			}
-			n.report(c, "subscribe", n.channelOn(c), err) // (once a backoff while it cannot reconnect)
+			if backoff > 10*time.Millisecond && !answered(err) {
+				// It could not reconnect (a failure again, right after the last): the Observer
+				// is told, once a backoff. A drop that reconnects at once, and a refusal (an
+				// answer: the Warn above), are no failure of the way to Redis to tell.
+				n.report(c, "subscribe", n.channelOn(c), err)
+			} else {
+				n.failed(c, err)
+			}
 			n.forgetLeaving(c, ps)
 			n.g.redis.Reload() // a Cluster client then dials the slot's new master
 			select {

@@ -611,6 +611,39 @@ func TestUnlockAsTheLeaseEndsNamesTheRenewalsFailure(t *testing.T) {
 	t.Log(err)
 }
 
+// An Unlock that comes while a renewal hangs (Redis stopped answering) stops that renewal; its
+// release, unanswered before the lease runs out, says so, and does not name the renewal it
+// cut short as the renewals' failure (it matched context.Canceled, which nobody caused).
+func TestUnlockWhileItsRenewalHangsNamesNoCancellation(t *testing.T) {
+	g, c := newGen(t)
+	l, _ := g.GenWithLease("UNANSWERED", target(t), 4*time.Second)
+	o, err := l.Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var renewing atomic.Int32
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch processor.ScriptName(cmd.Args()) {
+		case "renew", "release": // (never answered)
+			if processor.ScriptName(cmd.Args()) == "renew" {
+				renewing.Add(1)
+			}
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}})
+	waitFor(t, func() bool { return renewing.Load() > 0 })
+	err = l.Unlock(o)
+	if errors.Is(err, dlock.ErrLockLost) {
+		t.Skipf("the lease ran out before the Unlock (a stall of the loaded machine): %v", err)
+	}
+	if err == nil || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "renewals failed") {
+		t.Fatalf("Unlock while its renewal hung = %v; want an error naming no cancelled renewal", err)
+	}
+}
+
 // A semaphore's Release that never gets an answer (each try bounded by a third of the
 // lease, tried again until the lease ran out) returns a *RedisProcessError that names the
 // bound and the lease it comes from: a lease too short for a slow Redis reads as such. (A

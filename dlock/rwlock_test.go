@@ -1292,6 +1292,67 @@ func TestFamilyTryRightAfterAnUnknownOutcomeGetsTheKey(t *testing.T) {
 	}
 }
 
+// A process that owes many give-backs Redis keeps failing, and polls TryAcquire on a semaphore
+// another process holds, sends them no faster for its tries: each try that finds the key held
+// sends those that may be in its way at once, but the first that Redis fails again pauses the
+// others (they go one a pause, as before). (It sent every one of them at each try: 20 owed, 10
+// tries, 200 releases to a Redis failing them, each try waiting for all.)
+func TestFamilyTryLoopWhileRedisFailsTheReleasesSendsThemPaced(t *testing.T) {
+	const lost, loop, lease = 20, 10, 30 * time.Second
+	c := srv.Client()
+	preload(t, c)
+	var takes, releases atomic.Int32
+	var healed atomic.Bool
+	c.AddHook(fnHook{f: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch sharedArg(cmd.Args(), "op") {
+		case "release":
+			if healed.Load() {
+				break
+			}
+			releases.Add(1)
+			err := next(ctx, redis.NewCmd(ctx, "eval", "return redis.error_reply('ERR injected: the release fails')", 0))
+			cmd.SetErr(err)
+			return err
+		case "take":
+			n := takes.Add(1)
+			err := next(ctx, cmd)
+			if n <= lost && err == nil {
+				err = errors.New("i/o timeout (reply lost)") // the script ran; the reply is lost
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmd)
+	}})
+	tg := uniqueTarget(t)
+	ctx := ctxT(t, 60*time.Second)
+	other, ok, err := semOf(t, genOn(t, srv.Client(), dlock.WithDefaultLease(lease)), tg, 1).TryAcquire(ctx, 1)
+	if !ok || err != nil {
+		t.Fatalf("the other process's TryAcquire = %v, %v", ok, err)
+	}
+	defer other.Unlock() //nolint:errcheck
+	sem := semOf(t, genOn(t, c, dlock.WithDefaultLease(lease)), tg, 1)
+	for i := range lost {
+		if _, ok, err := sem.TryAcquire(ctx, 1); ok || err == nil {
+			t.Fatalf("try %d, whose reply was lost = %v, %v; want an error", i, ok, err)
+		}
+	}
+	waitFor(t, func() bool { return releases.Load() >= lost }) // (each give-back failed once)
+	before, began := releases.Load(), time.Now()
+	for i := range loop {
+		if _, ok, err := sem.TryAcquire(ctx, 1); ok || err != nil {
+			t.Fatalf("try %d beside the other's holding = %v, %v; want held", i, ok, err)
+		}
+	}
+	// one urged per try, and those the pause lets go while they ran (counted from how long
+	// they took, so that a loaded machine changes the bound, not the outcome)
+	most := int32(loop) + int32(time.Since(began)/giveBackPause("sem", lease)) + 2
+	if sent := releases.Load() - before; sent > most {
+		t.Fatalf("%d tries owing %d give-backs Redis fails sent %d releases in %v; want at most %d", loop, lost, sent, time.Since(began).Round(time.Millisecond), most)
+	}
+	healed.Store(true) // (the give-backs go through: Close does not wait a lease for them)
+}
+
 // Once the write side of a downgrade is unlocked, Redis holds only the read side: another
 // process's TryRLock, which stands in no line, gets in at once and State shows no writer, as
 // after the write side's Unlock of Redisson's or the JDK's read-write lock (Redisson's

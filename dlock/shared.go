@@ -971,6 +971,7 @@ type owedRelease struct {
 	last, end uint64        // the tokens it gives back (unused)
 	until     time.Time     // a release that failed is owed again until then: what it lets go may live in Redis that long
 	retryAt   time.Time     // set when Redis failed it: it goes after any take due, and not before then (reowe)
+	urged     bool          // failed before, sent at once for a try it may stand in the way of (payFailedNow)
 	byClose   bool          // Close lets go of a holding this process held to the end: a failure is Close's to report
 	closed    []*shareOwner // with byClose: the owners Close ended, told of a loss the release finds
 	fate      []chan error  // told what became of it
@@ -1168,7 +1169,7 @@ func (st *sharedState) payOwed(i int) action {
 // unsent (settleLapsed): what it lets go has expired, and sent each once more, they would go
 // all at once, to a Redis that still fails.
 func (st *sharedState) reowe(o owedRelease, err error) {
-	o.retryAt = time.Time{}
+	o.retryAt, o.urged = time.Time{}, false
 	if !st.cut(err) {
 		o.retryAt = time.Now().Add(retryPause(st.cfg))
 	}
@@ -1190,13 +1191,15 @@ func (st *sharedState) settleLapsed(now time.Time) (action, bool) {
 	return action{do: func(context.Context) { st.settle(o, false, o.failed) }}, true
 }
 
-// payFailedNow has every owed release that Redis failed (paused by reowe) go at once, and
-// reports whether there was one. The caller holds mu.
-func (st *sharedState) payFailedNow() bool {
+// payFailedNow has the owed releases that Redis failed (paused by reowe) and whose holdings
+// may still live go at once (urged), and reports whether there was one. One that Redis fails
+// again pauses the others again (sent): a Redis that still fails them gets one more, not all.
+// The caller holds mu.
+func (st *sharedState) payFailedNow(now time.Time) bool {
 	paid := false
-	for i := range st.owed {
-		if !st.owed[i].retryAt.IsZero() {
-			st.owed[i].retryAt, paid = time.Time{}, true
+	for i, o := range st.owed {
+		if !o.retryAt.IsZero() && now.Before(o.until) {
+			st.owed[i].retryAt, st.owed[i].urged, paid = time.Time{}, true, true
 		}
 	}
 	return paid
@@ -1219,6 +1222,11 @@ func (st *sharedState) sent(o *owedRelease, err error) {
 		st.failing = time.Time{}
 	case redisFault(err):
 		o.failed, st.failing = err, time.Now().Add(retryPause(st.cfg))
+		for i := range st.owed {
+			if st.owed[i].urged { // (payFailedNow's: paused again)
+				st.owed[i].retryAt, st.owed[i].urged = st.failing, false
+			}
+		}
 	}
 }
 
@@ -1583,7 +1591,7 @@ func (st *sharedState) took(a *shareAttempt, r processor.SharedResult, err error
 		if !a.try && st.heardF == f {
 			st.growAt, st.growWake, st.growN = time.Now().Add(lease/6), HowPolled, a.n // no room to grow: ask again later
 		} else if front := st.front(); front != nil && front.try && a.serves(front) {
-			if !front.again && st.payFailedNow() {
+			if !front.again && st.payFailedNow(time.Now()) {
 				// The key may be held by what this process gives back (earlier tries' attempts
 				// whose releases Redis failed, paused by reowe): those releases go now, before
 				// any take (planOther), and the try asks once more after them, as a mutex's

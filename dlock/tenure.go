@@ -167,7 +167,9 @@ func (t *tenure) Renew(ctx context.Context) error {
 			st.g.observer.RenewalFailed(RenewalEvent{Config: cfg, Err: err})
 		}
 		st.mu.Lock()
-		t.failed = err
+		if !errors.Is(ctx.Err(), context.Canceled) && !t.over {
+			t.failed = err // (not one cut short by the tenure's end: an Unlock stops the expander)
+		}
 		if check {
 			t.checkNow = true // the check is still owed: again after the expander's retry pause, not at 75 %
 		}
@@ -451,7 +453,7 @@ func (st *lockState) release(ctx context.Context, r releaseJob) error {
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w: %w", errReleaseInBackground, unlate(err))}
 		case errors.Is(err, errLate) && t.failed != nil:
 			// (the lease ran out as the renewals failed: their failure is what went wrong)
-			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w), and the renewals failed: %w", errLateReply, unlate(err), t.failed)}
+			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w), and the renewals failed: %v", errLateReply, unlate(err), t.failed)}
 		case errors.Is(err, errLate):
 			err = &RedisProcessError{Op: "unlock", Key: cfg.UniqueKey(), Err: fmt.Errorf("%w (%w)", errLateReply, unlate(err))}
 		}

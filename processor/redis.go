@@ -554,16 +554,16 @@ func (p *RedisLockProcessor) ShardedFor(ctx context.Context, key string) (bool, 
 		p.shard.Store(shardPlain)
 		return false, nil
 	}
-	ask := cc.Do
+	q := redis.NewSliceCmd(ctx, "command", "info", "spublish")
 	if key != "" {
-		node, err := cc.MasterForKey(ctx, key) // (no slot map: what loading it failed with)
-		if err != nil {
-			p.fail(err)
-			return false, processErr(opCommandInfo, "", err)
-		}
-		ask = node.Do
+		// Named as the command's key, it routes the question to its slot's master, through the
+		// Cluster client and its hooks as any request; COMMAND INFO answers nil for it (no
+		// command has that name).
+		q = redis.NewSliceCmd(ctx, "command", "info", "spublish", key)
+		q.SetFirstKeyPos(3)
 	}
-	info, err := ask(ctx, "command", "info", "spublish").Slice()
+	_ = cc.Process(ctx, q)
+	info, err := q.Result()
 	if redis.IsPermissionError(err) {
 		// A user not allowed COMMAND INFO: plain pub/sub, which a Cluster serves too (the
 		// scripts publish with pcall: a refused PUBLISH tells nobody, and waiters poll).
@@ -574,7 +574,7 @@ func (p *RedisLockProcessor) ShardedFor(ctx context.Context, key string) (bool, 
 		p.fail(err)
 		return false, processErr(opCommandInfo, "", err)
 	}
-	if len(info) == 1 && info[0] != nil {
+	if len(info) > 0 && info[0] != nil { // (spublish's entry; the key's, if named, is nil)
 		p.shard.Store(shardSharded)
 		return true, nil
 	}
