@@ -126,6 +126,11 @@ func (e *endpoint) client(timeout time.Duration) redis.UniversalClient {
 	case o.cluster != nil:
 		c := o.cluster
 		c.DialTimeout = orDefault(c.DialTimeout, timeout)
+		// go-redis asks a node at random for the slot map and the commands' key positions: a
+		// master that takes connections and never answers (stopped) held the first request
+		// for all of --timeout, whatever shard its key is on. A quarter of it, as for
+		// Sentinels, leaves the time to ask another node.
+		c.ReadTimeout = orDefault(c.ReadTimeout, max(timeout/4, min(timeout, time.Second)))
 		c.DialerRetries = orDefault(c.DialerRetries, 2)
 		c.ContextTimeoutEnabled = true
 		c.DisableIdentity = true

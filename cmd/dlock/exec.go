@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -330,6 +331,12 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		// is not a busy lock either, when the last attempt failed so and nobody holds it.
 		var pe *dlock.RedisProcessError
 		if held == "" && errors.As(r.err, &pe) && isRedisReply(pe.Err) && notServing(strings.TrimSpace(pe.Err.Error())) {
+			return nil, redisFailure(c.ep, c.timeout, pe)
+		}
+		// Nor is a key whose server could not be reached (a Cluster's shard down: the ping
+		// above may have gone to another shard's master, which answered).
+		var oe *net.OpError
+		if held == "" && pe != nil && errors.As(pe.Err, &oe) && oe.Op == "dial" {
 			return nil, redisFailure(c.ep, c.timeout, pe)
 		}
 		within := "within --wait " + wait.String()

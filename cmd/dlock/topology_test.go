@@ -73,6 +73,40 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// TestClusterShardDown: with one master of a Cluster down (cluster-require-full-coverage no,
+// so that the others serve their slots), a lock on another shard is taken, and a wait for one
+// on the dead shard ends as Redis unavailable (69), not as a lock held elsewhere (75): the
+// ping that tells an outage from a busy lock may go to a live master.
+func TestClusterShardDown(t *testing.T) {
+	c := redistest.NeedCluster(t, 3, 0)
+	addrs := c.Addrs()
+	for _, a := range addrs {
+		rc := redis.NewClient(&redis.Options{Addr: a})
+		err := rc.ConfigSet(context.Background(), "cluster-require-full-coverage", "no").Err()
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	down, live := target(t)+"down", ""
+	dead, err := c.KillMaster("DLOCK_CLI_" + down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if live = target(t) + strconv.Itoa(i); c.MasterFor("DLOCK_CLI_"+live) != dead {
+			break
+		}
+	}
+	nodes := strings.Join(addrs, ",")
+	if r := runBin(t, nil, "exec", "-n", "--redis", nodes, "CLI", live, "true"); r.code != 0 {
+		t.Fatalf("a lock on a live shard beside a dead master: %+v", r)
+	}
+	if r := runBin(t, nil, "exec", "-w", "1s", "--timeout", "2s", "--redis", nodes, "CLI", down, "true"); r.code != exitUnavailable {
+		t.Fatalf("a wait for a lock on the dead shard: %+v; want exit %d", r, exitUnavailable)
+	}
+}
+
 // TestSentinel: the master that Sentinels watch, named by --sentinel-master and their
 // addresses or by a URL with master_name=, holds the lock.
 func TestSentinel(t *testing.T) {
