@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -333,11 +332,12 @@ func acquire(c *conn, l guarded, wait time.Duration, conflict int, sigs <-chan o
 		if held == "" && errors.As(r.err, &pe) && isRedisReply(pe.Err) && notServing(strings.TrimSpace(pe.Err.Error())) {
 			return nil, redisFailure(c.ep, c.timeout, pe)
 		}
-		// Nor is a key whose server could not be reached (a Cluster's shard down: the ping
-		// above may have gone to another shard's master, which answered).
-		var oe *net.OpError
-		if held == "" && pe != nil && errors.As(pe.Err, &oe) && oe.Op == "dial" {
-			return nil, redisFailure(c.ep, c.timeout, pe)
+		// Nor is a key whose server cannot be reached: a Cluster's shard down, while the
+		// ping above went to another shard's master, which answered.
+		if held == "" {
+			if err := pingShard(dctx, c.client, l.Config().UniqueKey()); err != nil {
+				return nil, redisFailure(c.ep, c.timeout, err)
+			}
 		}
 		within := "within --wait " + wait.String()
 		if wait == 0 {
@@ -384,6 +384,19 @@ func refused(err error) bool {
 func refusedCause(err error) bool {
 	_, moved := redis.IsMovedError(err)
 	return moved || processor.Refused(err)
+}
+
+// pingShard pings the master that serves key, on a Cluster client (nil for other clients).
+func pingShard(ctx context.Context, client redis.UniversalClient, key string) error {
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	return node.Ping(ctx).Err()
 }
 
 // heldBy says who holds l, for the "not obtained" message; "" if that cannot be learnt.
