@@ -137,8 +137,9 @@ func (l *RWLock) Lock(ctx context.Context) (*Owner, error) {
 // process's write-hold has handed out all its fencing tokens and goes back first, or when it
 // finds the key held while the process owes releases Redis failed — earlier tries' attempts
 // given back, perhaps the holdings in its way — which go first, one request each until Redis
-// fails one, and it asks once more): false with a nil error when another holds either side or a process waits in line before it. Its errors
-// are DistributedReentrantLock.TryLock's, and ErrUpgrade for an owner of only the read side.
+// fails one, and it asks once more): false with a nil error when another holds either side or
+// a process waits in line before it. Its errors are DistributedReentrantLock.TryLock's, and
+// ErrUpgrade for an owner of only the read side.
 func (l *RWLock) TryLock(ctx context.Context) (*Owner, bool, error) {
 	return l.WriteSide().TryLock(ctx)
 }
