@@ -890,7 +890,7 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 		t.Run(name, func(t *testing.T) {
 			s := ownServer(t)
 			rec := &recorder{}
-			gaveUp := standInLine(t, s, k, dlock.WithObserver(rec))
+			gaveUp, _ := standInLine(t, s, k, dlock.WithObserver(rec))
 			s.Kill()
 			defer func() { // (A's holding is gone with the server: its Close then finds nothing to release)
 				if err := s.Restart(); err != nil {
@@ -915,6 +915,24 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 	}
 }
 
+// A wait whose Redis client is closed under it (not by the Generator's Close) ends at once,
+// with ErrNotObtained and the client's error, also when it stood in line listening for its
+// grant, its next ask a sixth of its lease off: the subscription's connection, closed with
+// the client, has it ask. (It ended at that ask, or with its context.)
+func TestWaitEndsWhenItsClientIsClosed(t *testing.T) {
+	for name, k := range subscriberKinds() {
+		t.Run(name, func(t *testing.T) {
+			s := ownServer(t)
+			gaveUp, cb := standInLine(t, s, k)
+			cb.Close()
+			err := recv(t, gaveUp, "B's wait")
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redis.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("wait whose client was closed = %v; want ErrNotObtained with the client's error, before its context ended", err)
+			}
+		})
+	}
+}
+
 // A failure of a waiter's subscription is not named once Redis answered since: its
 // connection dropped (CLIENT KILL) and was subscribed again at once, and the waiter that gives
 // up later says only that its context ended. Nor is the Observer told of a Redis error: a drop
@@ -924,7 +942,7 @@ func TestWaiterGivingUpAfterItsSubscriptionWasConfirmedAgainNamesNoFailure(t *te
 		t.Run(name, func(t *testing.T) {
 			s := ownServer(t)
 			rec := &recorder{}
-			gaveUp := standInLine(t, s, k, dlock.WithObserver(rec))
+			gaveUp, _ := standInLine(t, s, k, dlock.WithObserver(rec))
 			c := s.Client()
 			defer c.Close()
 			if err := c.Do(context.Background(), "client", "kill", "type", "pubsub").Err(); err != nil {
@@ -1032,7 +1050,7 @@ func subscriberKinds() map[string]subscriberKind {
 // standInLine has process B wait, with k, for the key that process A holds on s, and returns
 // once B stands in line, listening for its grant, and waits for no answer from Redis (its next
 // ask after its give-up, 5 s later): the channel of the wait's outcome.
-func standInLine(t *testing.T, s *redistest.Server, k subscriberKind, opts ...dlock.Option) <-chan error {
+func standInLine(t *testing.T, s *redistest.Server, k subscriberKind, opts ...dlock.Option) (<-chan error, *redis.Client) {
 	t.Helper()
 	var sent, answered atomic.Int64 // B's scripts
 	cb := s.Client()
@@ -1083,7 +1101,7 @@ func standInLine(t *testing.T, s *redistest.Server, k subscriberKind, opts ...dl
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- k.wait(gb, ctxT(t, 5*time.Second)) }()
 	waitFor(t, func() bool { return answered.Load() > before && sent.Load() == answered.Load() })
-	return gaveUp
+	return gaveUp, cb
 }
 
 // Every call given a context that has already ended returns its error (context.Canceled; and

@@ -353,16 +353,7 @@ func (n *notifier) failed(c *psConn, err error) {
 		return
 	}
 	n.g.noteFault(err)
-	n.mu.Lock()
-	var channels []string
-	for ch, sub := range n.byChannel {
-		if sub.conn == c && !sub.leaving { // (a lingering one too: its key's waiters may listen on it)
-			sub.confirmed = false
-			channels = append(channels, ch)
-		}
-	}
-	n.mu.Unlock()
-	for _, ch := range channels {
+	for _, ch := range n.listenedOn(c, true) {
 		for _, sh := range n.lookupShared(ch) {
 			if sh == nil {
 				continue
@@ -375,6 +366,38 @@ func (n *notifier) failed(c *psConn, err error) {
 	}
 }
 
+// askAll has the waiters of every key c listens for ask Redis at once: c's client was closed
+// under the Generator (not by Close), and nothing else would tell them before their next
+// ask, a sixth of a lease off. Their ask fails with the client's error, which ends their
+// wait (README: on a closed client a wait ends at once).
+func (n *notifier) askAll(c *psConn) {
+	for _, ch := range n.listenedOn(c, false) {
+		for _, sh := range n.lookupShared(ch) {
+			if sh != nil {
+				sh.askNow()
+			}
+		}
+		if st := n.lookup(ch); st != nil {
+			st.signal(HowRetry)
+		}
+	}
+}
+
+// listenedOn returns the channels c listens on (a lingering one too: its key's waiters may
+// listen on it), marked unconfirmed if unconfirm.
+func (n *notifier) listenedOn(c *psConn, unconfirm bool) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var channels []string
+	for ch, sub := range n.byChannel {
+		if sub.conn == c && !sub.leaving {
+			sub.confirmed = sub.confirmed && !unconfirm
+			channels = append(channels, ch)
+		}
+	}
+	return channels
+}
+
 // receive reads c's connection ps itself (rather than through go-redis's Channel, which adds
 // a goroutine hop to every message) until ps is closed. go-redis reconnects and subscribes
 // again after a connection error; a silent connection is probed.
@@ -383,7 +406,11 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 	for n.g.done.Err() == nil {
 		m, err := receiveOne(n.g.done, ps)
 		if err != nil {
-			if n.g.done.Err() != nil || errors.Is(err, redis.ErrClosed) || !n.current(c, ps) {
+			if n.g.done.Err() != nil || !n.current(c, ps) {
+				return
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				n.askAll(c) // the client was closed under the Generator
 				return
 			}
 			var ne net.Error

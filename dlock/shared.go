@@ -322,6 +322,19 @@ func (st *sharedState) hear(payload string) {
 	st.poke()
 }
 
+// askNow has the process's attempt, and a holder's waiter for more permits, ask at once
+// (notifier.askAll).
+func (st *sharedState) askNow() {
+	st.mu.Lock()
+	if st.attempt != nil {
+		st.attempt.pollAt = time.Time{}
+		st.attempt.woken(HowRetry)
+	}
+	st.growAt, st.growWake = time.Time{}, HowRetry
+	st.mu.Unlock()
+	st.poke()
+}
+
 // subscribed runs when this process's channel of the lock is (again) subscribed: a message
 // published before went unheard, so the attempt asks again at once (an F, counted as one: the
 // reply to a take on its way then does not put the next ask off) and the holdings renew at
