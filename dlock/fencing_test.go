@@ -241,3 +241,44 @@ func TestTokensIncreaseAcrossRestart(t *testing.T) {
 		}
 	}
 }
+
+// A pass within the process hands out only tokens that Redis reserved for it (the fencing
+// counter holds the largest token handed out or reserved): a holding taken alone reserved one
+// token, so the pass to a goroutine that queued after its ask renews for a block of tokens
+// first. (An unreserved token is larger than the counter: the next take elsewhere within the
+// same microsecond of the server's clock would be handed it too.)
+func TestPassAfterALoneHoldingHasATokenRedisReserved(t *testing.T) {
+	g, c := newGen(t, dlock.WithDefaultLease(time.Minute))
+	l, _ := g.Gen("FENCEPASS", target(t))
+	ctx := ctxT(t, 30*time.Second)
+	first, err := l.Lock(ctx) // alone: its ask reserves one token
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	waitFor(t, func() bool { return g.Waiters(key(l)) })
+	t1, _ := l.FencingToken(first)
+	if err := first.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	second := recv(t, got, "the pass")
+	if second == nil {
+		t.FailNow()
+	}
+	defer second.Unlock() //nolint:errcheck
+	t2, _ := l.FencingToken(second)
+	fence, err := c.Get(ctx, "{"+key(l)+"}:fence").Uint64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t1 >= t2 || t2 > fence {
+		t.Fatalf("tokens %d, then %d (passed), with the fencing counter at %d: want increasing, and none past the counter", t1, t2, fence)
+	}
+}

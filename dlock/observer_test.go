@@ -63,6 +63,57 @@ func TestObserverSeesAcquisitionsReleasesAndLosses(t *testing.T) {
 	}
 }
 
+// A holding passed on within the process is a hand-over also when the tenure it passes
+// began with another process's release granting it (a message): only the first acquisition
+// of such a tenure was notified.
+func TestObserverToldAPassAfterAGrantIsAHandOver(t *testing.T) {
+	rec := &recorder{}
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute), dlock.WithObserver(rec))
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	la, _ := ga.Gen("GRANTPASS", target(t))
+	lb, _ := gb.Gen("GRANTPASS", target(t))
+	ctx := ctxT(t, 30*time.Second)
+	held, err := lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Owner, 2)
+	for range 2 {
+		go func() {
+			o, err := la.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- o
+		}()
+	}
+	waitFor(t, func() bool {
+		rank, _, ok := ga.Place(key(la))
+		s, _ := la.State(ctx)
+		return ok && rank == 0 && s.LocalWaiters && ga.Confirmed() > 0
+	})
+	if err := held.Unlock(); err != nil { // grants the key to A's attempt
+		t.Fatal(err)
+	}
+	for range 2 {
+		if o := recv(t, got, "A's Lock"); o != nil {
+			if err := o.Unlock(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var hows []dlock.How
+	for _, e := range rec.acquired {
+		hows = append(hows, e.How)
+	}
+	if len(hows) != 2 || hows[1] != dlock.HowHandOver {
+		t.Fatalf("acquired how %v; want the second a hand-over", hows)
+	}
+	t.Logf("acquired how %v", hows)
+}
+
 func TestObserverSeesRedisErrors(t *testing.T) {
 	rec := &recorder{}
 	c := srv.Client()
