@@ -2921,3 +2921,76 @@ func TestAttemptLeftWhileAskingIsGivenBackOnceItSends(t *testing.T) {
 		})
 	}
 }
+
+// A waiting process one of whose asks got no reply (Redis ran it; the reply was lost) keeps
+// its place in line while its later asks are answered: a lease after the lost one it neither
+// gives its attempt back nor opens a new one at the back of the line (only an attempt none of
+// whose requests were answered for a lease is given back), and it is granted the key before a
+// process that came after it.
+func TestWaiterWhoseOneReplyWasLostKeepsItsPlace(t *testing.T) {
+	const lease = 1200 * time.Millisecond // (A asks every sixth of it as it waits first in line)
+	h := newFaultHook()
+	var mu sync.Mutex
+	var after []string // the scripts A sent on the key after the lost reply
+	lost := make(chan struct{})
+	ca := srv.Client()
+	ca.AddHook(h)
+	ca.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if name := processor.ScriptName(cmd.Args()); name != "" && h.scriptOnKey(cmd) {
+			select {
+			case <-lost:
+				mu.Lock()
+				after = append(after, name)
+				mu.Unlock()
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}})
+	ga := genOn(t, ca, dlock.WithDefaultLease(lease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gc, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	la, _ := ga.Gen("ONELOST", target(t))
+	lb, _ := gb.Gen("ONELOST", target(t))
+	lc, _ := gc.Gen("ONELOST", target(t))
+	ctx := ctxT(t, 60*time.Second)
+	held, err := lb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.arm(loseReply, key(la))
+	first := make(chan string, 2)
+	lockThen := func(l *dlock.DistributedReentrantLock, who string) {
+		o, err := l.Lock(ctx)
+		first <- who // (before the Unlock that lets the other have it)
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+		} else {
+			_ = l.Unlock(o)
+		}
+	}
+	go lockThen(la, "A")
+	recv(t, h.fired, "A's ask whose reply is lost")
+	close(lost)
+	waitFor(t, func() bool { rank, _, ok := ga.Place(key(la)); return ok && rank == 0 })
+	go lockThen(lc, "C")
+	waitFor(t, func() bool { rank, _, ok := gc.Place(key(lc)); return ok && rank == 1 })
+	since := time.Now()
+	asked := h.seen.Load()
+	waitFor(t, func() bool { return time.Since(since) > 2*lease && h.seen.Load() > asked+3 })
+	mu.Lock()
+	for _, name := range after {
+		if name != "lock" {
+			t.Errorf("A sent %v after its lost reply, as its later asks were answered; want asks only", after)
+			break
+		}
+	}
+	mu.Unlock()
+	if err := held.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if who := recv(t, first, "the first granted"); who != "A" {
+		t.Fatalf("%s was granted the key first; want A, first in line", who)
+	}
+	recv(t, first, "the second granted")
+}
