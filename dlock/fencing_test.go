@@ -255,14 +255,7 @@ func TestPassAfterALoneHoldingHasATokenRedisReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Owner, 1)
-	go func() {
-		o, err := l.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
+	got := lockAsync(t, l, ctx)
 	waitFor(t, func() bool { return g.Waiters(key(l)) })
 	t1, _ := l.FencingToken(first)
 	if err := first.Unlock(); err != nil {

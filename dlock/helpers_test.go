@@ -1151,6 +1151,17 @@ func (r *recorder) Acquired(e dlock.AcquireEvent) {
 	r.mu.Unlock()
 }
 
+// hows returns how each acquisition recorded was served, in order.
+func (r *recorder) hows() []dlock.How {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var hows []dlock.How
+	for _, e := range r.acquired {
+		hows = append(hows, e.How)
+	}
+	return hows
+}
+
 func (r *recorder) Released(e dlock.ReleaseEvent) {
 	r.mu.Lock()
 	r.released = append(r.released, e)

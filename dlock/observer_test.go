@@ -102,16 +102,9 @@ func TestObserverToldAPassAfterAGrantIsAHandOver(t *testing.T) {
 			}
 		}
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	var hows []dlock.How
-	for _, e := range rec.acquired {
-		hows = append(hows, e.How)
-	}
-	if len(hows) != 2 || hows[1] != dlock.HowHandOver {
+	if hows := rec.hows(); len(hows) != 2 || hows[1] != dlock.HowHandOver {
 		t.Fatalf("acquired how %v; want the second a hand-over", hows)
 	}
-	t.Logf("acquired how %v", hows)
 }
 
 func TestObserverSeesRedisErrors(t *testing.T) {
@@ -382,13 +375,7 @@ func TestObserverToldHowASemaphoreWaiterAskedAgain(t *testing.T) {
 			}
 			_ = mine.Unlock()
 			_ = other.Unlock()
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			var hows []dlock.How
-			for _, e := range rec.acquired {
-				hows = append(hows, e.How)
-			}
-			if len(hows) != 2 || hows[1] != tc.want {
+			if hows := rec.hows(); len(hows) != 2 || hows[1] != tc.want {
 				t.Fatalf("acquired how %v, want the waiter's %v", hows, tc.want)
 			}
 		})
