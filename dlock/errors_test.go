@@ -917,8 +917,9 @@ func TestWaiterGivingUpWhileOnlyItsSubscriptionFailsNamesTheFailure(t *testing.T
 
 // A wait whose Redis client is closed under it (not by the Generator's Close) ends at once,
 // with ErrNotObtained and the client's error, also when it stood in line listening for its
-// grant, its next ask a sixth of its lease off: the subscription's connection, closed with
-// the client, has it ask. (It ended at that ask, or with its context.)
+// grant, its next ask a sixth of its lease off, or held permits and waited for more: the
+// subscription's connection, closed with the client, has it ask. (It ended at that ask, or
+// with its context.)
 func TestWaitEndsWhenItsClientIsClosed(t *testing.T) {
 	for name, k := range subscriberKinds() {
 		t.Run(name, func(t *testing.T) {
@@ -931,6 +932,49 @@ func TestWaitEndsWhenItsClientIsClosed(t *testing.T) {
 			}
 		})
 	}
+	t.Run("semaphore, more for a holder", func(t *testing.T) {
+		var sent, answered atomic.Int64 // B's scripts
+		cb := srv.Client()
+		cb.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			counted := processor.ScriptName(cmd.Args()) != ""
+			if counted {
+				sent.Add(1)
+			}
+			err := next(ctx, cmd)
+			if counted {
+				answered.Add(1)
+			}
+			return err
+		}})
+		ctx := ctxT(t, 30*time.Second)
+		gb, err := dlock.NewGenerator(cb, dlock.WithDefaultLease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gb.Close(ctx) //nolint:errcheck // (its release of B's permit fails: the client is closed)
+		ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+		tg := uniqueTarget(t)
+		sb, sa := semOf(t, gb, tg, 3), semOf(t, ga, tg, 3)
+		held, err := sb.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer runtime.KeepAlive(held) // (an Owner dropped is let go)
+		other, err := sa.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Unlock() //nolint:errcheck
+		before := answered.Load()
+		gaveUp := make(chan error, 1)
+		go func() { _, err := sb.Acquire(ctxT(t, 5*time.Second), 2); gaveUp <- err }() // (one permit free)
+		waitFor(t, func() bool { return answered.Load() > before && sent.Load() == answered.Load() })
+		cb.Close()
+		err = recv(t, gaveUp, "B's wait for more")
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, redis.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait for more whose client was closed = %v; want ErrNotObtained with the client's error, before its context ended", err)
+		}
+	})
 }
 
 // A failure of a waiter's subscription is not named once Redis answered since: its

@@ -235,9 +235,10 @@ func (l *DistributedReentrantLock) holdingOf(ctx context.Context) *holding {
 // Redis refuses the request for good — an ACL refusal (of a key, a channel, or a command a
 // script calls), a command the server does not know, a key of the lock's that holds
 // another kind of value (WRONGTYPE), or a fencing counter that holds what dlock never writes
-// (docs/fencing.md) — it returns at once, with ErrNotObtained and that failure; a client
-// closed while Lock waits ends the wait as the subscription's connection closes with it (at
-// the next ask with WithNotifications(false)). After Close it returns ErrClosed.
+// (docs/fencing.md) — it returns at once, with ErrNotObtained and that failure. A client
+// closed while the process waits in line ends the wait as the subscription's connection
+// closes with it (at the next ask with WithNotifications(false)); a wait behind a holding of
+// this process ends once that holding is passed on or lost. After Close it returns ErrClosed.
 // Lock is safe for concurrent use.
 func (l *DistributedReentrantLock) Lock(ctx context.Context) (*Owner, error) {
 	owned, _, err := l.acquire(ctx, true)

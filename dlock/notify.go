@@ -369,7 +369,9 @@ func (n *notifier) failed(c *psConn, err error) {
 // askAll has the waiters of every key c listens for ask Redis at once: c's client was closed
 // under the Generator (not by Close), and nothing else would tell them before their next
 // ask, a sixth of a lease off. Their ask fails with the client's error, which ends their
-// wait (README: on a closed client a wait ends at once).
+// wait (README: on a closed client a wait ends at once). A goroutine that waits for a
+// holding of its own process to be passed on asks nothing: it waits until that holding is
+// passed on or lost (its renewals fail).
 func (n *notifier) askAll(c *psConn) {
 	for _, ch := range n.listenedOn(c, false) {
 		for _, sh := range n.lookupShared(ch) {
@@ -410,7 +412,15 @@ func (n *notifier) receive(c *psConn, ps *redis.PubSub) {
 				return
 			}
 			if errors.Is(err, redis.ErrClosed) {
-				n.askAll(c) // the client was closed under the Generator
+				// The connection's client was closed: the user's, under the Generator (every
+				// request fails now: the waiters ask, and so end their waits), or a Ring's shard
+				// client that SetAddrs replaced (subscribed again, through the shard that serves
+				// the channels now).
+				if processor.ClientClosed(n.g.client.Ping(n.g.done).Err()) {
+					n.askAll(c)
+				} else {
+					n.reset(c, ps)
+				}
 				return
 			}
 			var ne net.Error

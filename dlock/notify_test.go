@@ -462,6 +462,53 @@ func TestRingClientNotifies(t *testing.T) {
 	waitFor(t, func() bool { return gb.Heard() > heard })
 }
 
+// A Ring whose shard is replaced (SetAddrs gives it another address: go-redis closes the
+// shard's client, and with it the subscription's connection) keeps notifying: the channels
+// are subscribed again through the shard that serves them now. (The connection's client
+// being closed was taken for the Generator's client closed, and nothing subscribed again:
+// the waiter heard no release, only its polls.)
+func TestRingShardReplacedIsSubscribedAgain(t *testing.T) {
+	_, port, err := net.SplitHostPort(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
+	defer rb.Close()
+	ctx := ctxT(t, 30*time.Second)
+	ga, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gb, err := dlock.NewGenerator(rb, dlock.WithDefaultLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Close(context.Background()) //nolint:errcheck
+	la, _ := ga.Gen("RINGSHARD", target(t))
+	lb, _ := gb.Gen("RINGSHARD", target(t))
+	oa, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ob, err := lb.Lock(ctx)
+		if err == nil {
+			err = lb.Unlock(ob)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { _, heard, ok := gb.Place(key(lb)); return ok && heard && gb.Confirmed() > 0 })
+	confirmed := gb.Confirmed()
+	rb.SetAddrs(map[string]string{"a": "localhost:" + port}) // the same server, under another address
+	waitFor(t, func() bool { return gb.Confirmed() > confirmed })
+	heard := gb.Heard()
+	if err := la.Unlock(oa); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return gb.Heard() > heard }) // the release's grant reached the subscription
+	if err := recv(t, got, "the waiter on the Ring"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A Ring whose every shard is down (go-redis's Ring.Subscribe panics then) costs a waiter its
 // notifications, never the program: its Lock ends with its context, and nothing panics.
 func TestRingWithEveryShardDownDoesNotPanic(t *testing.T) {

@@ -323,9 +323,11 @@ func (st *sharedState) hear(payload string) {
 }
 
 // askNow has the process's attempt, and a holder's waiter for more permits, ask at once
-// (notifier.askAll).
+// (notifier.askAll): counted as an F, so that the reply to a take on its way does not put
+// the next ask off again.
 func (st *sharedState) askNow() {
 	st.mu.Lock()
+	st.heardF++
 	if st.attempt != nil {
 		st.attempt.pollAt = time.Time{}
 		st.attempt.woken(HowRetry)
