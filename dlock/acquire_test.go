@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -2993,4 +2994,80 @@ func TestWaiterWhoseOneReplyWasLostKeepsItsPlace(t *testing.T) {
 		t.Fatalf("%s was granted the key first; want A, first in line", who)
 	}
 	recv(t, first, "the second granted")
+}
+
+// A read-write lock's writer in line whose takes lost two replies more than a lease apart,
+// its takes between them answered, keeps its place as the mutex's waiter does (an attempt is
+// given back only when none of its takes was answered for a lease): no release of it is sent,
+// and it gets the key before a process that came after it.
+func TestFamilyWaiterWhoseRepliesWereLostALeaseApartKeepsItsPlace(t *testing.T) {
+	const lease = 1200 * time.Millisecond // (A asks every sixth of it as it waits first in line)
+	tg := uniqueTarget(t)
+	h := newFaultHook()
+	var mu sync.Mutex
+	var ops []string // the ops of A's scripts on the lock after the first lost reply
+	var lost atomic.Bool
+	ca := srv.Client()
+	ca.AddHook(h)
+	ca.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if op := sharedArg(cmd.Args(), "op"); op != "" && lost.Load() && h.scriptOnKey(cmd) {
+			mu.Lock()
+			ops = append(ops, op)
+			mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}})
+	var cAnswered atomic.Int64
+	cc := srv.Client()
+	cc.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if sharedArg(cmd.Args(), "op") == "take" {
+			cAnswered.Add(1)
+		}
+		return err
+	}})
+	ga := genOn(t, ca, dlock.WithDefaultLease(lease))
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	gc := genOn(t, cc, dlock.WithDefaultLease(time.Minute))
+	ra, rb, rc := rwOf(t, ga, tg), rwOf(t, gb, tg), rwOf(t, gc, tg)
+	held := "{" + ra.Config().UniqueKey() + "}:shared:held"
+	ctx := ctxT(t, 60*time.Second)
+	ob, err := rb.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 2)
+	lockThen := func(rw *dlock.RWLock, who string) {
+		o, err := rw.Lock(ctx)
+		first <- who // (before the Unlock that lets the other have it)
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+		} else {
+			_ = o.Unlock()
+		}
+	}
+	h.arm(loseReply, held)
+	go lockThen(ra, "A")
+	recv(t, h.fired, "A's take whose reply is lost")
+	lost.Store(true)
+	go lockThen(rc, "C")
+	waitFor(t, func() bool { return cAnswered.Load() > 0 }) // C stands in line behind A
+	since, asked := time.Now(), h.seen.Load()
+	waitFor(t, func() bool { return time.Since(since) > lease+lease/2 && h.seen.Load() > asked+3 })
+	h.arm(loseReply, held)
+	recv(t, h.fired, "A's take whose reply is lost, a lease after the first")
+	asked = h.seen.Load()
+	waitFor(t, func() bool { return h.seen.Load() > asked+2 })
+	mu.Lock()
+	if slices.ContainsFunc(ops, func(op string) bool { return op != "take" }) {
+		t.Errorf("A sent %v after its first lost reply, its takes between the two answered; want takes only", ops)
+	}
+	mu.Unlock()
+	if err := ob.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if who := recv(t, first, "the first served"); who != "A" {
+		t.Fatalf("%s got the key first; want A, first in line", who)
+	}
+	recv(t, first, "the second served")
 }
