@@ -3214,3 +3214,82 @@ func TestRWForceWhoseReplyIsLostOfADowngradeWhoseAnswerIsOnItsWayEndsItsReader(t
 		t.Fatal(err)
 	}
 }
+
+// A writer elsewhere that began to wait while a reader's take was on its way (the take ran
+// before it, so the reply says nobody waits) still stops the reader's process from lending
+// its read holding to more readers: the W heard meanwhile counts. A TryRLock of that process
+// then finds the writer first in line.
+func TestRWReaderTakeAnsweredAfterAWriterWaitsLendsNoMore(t *testing.T) {
+	tg := uniqueTarget(t)
+	ran, proceed := make(chan struct{}), make(chan struct{})
+	var gated atomic.Bool
+	ca := srv.Client()
+	ca.AddHook(fnHook{func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if sharedArg(cmd.Args(), "op") != "take" || !gated.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		close(ran)
+		select { // the reply comes once the writer waits
+		case <-proceed:
+		case <-time.After(20 * time.Second):
+		}
+		return err
+	}})
+	ga := genOn(t, ca, dlock.WithDefaultLease(time.Minute))
+	ga.SetLinger(time.Hour) // (its channel stays subscribed between its holdings)
+	gb, _ := newGen(t, dlock.WithDefaultLease(time.Minute))
+	ra, rb := rwOf(t, ga, tg), rwOf(t, gb, tg)
+	key := ra.Config().UniqueKey()
+	ctx := ctxT(t, 30*time.Second)
+	o, err := ra.RLock(ctx) // A subscribes to its channel
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return ga.Confirmed() > 0 && ga.SharedInUse() == 0 })
+	gated.Store(true)
+	read := make(chan *dlock.Owner, 1)
+	go func() {
+		o, err := ra.RLock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		read <- o
+	}()
+	recv(t, ran, "A's read take")
+	wrote := make(chan error, 1)
+	go func() {
+		o, err := rb.Lock(ctx)
+		if err == nil {
+			err = o.Unlock()
+		}
+		wrote <- err
+	}()
+	for deadline := time.Now().Add(15 * time.Second); !ga.SharedWanted(key) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // until A heard B's W
+	}
+	heard := ga.SharedWanted(key)
+	close(proceed)
+	if !heard {
+		t.Fatal("A did not hear that B waits")
+	}
+	o = recv(t, read, "A's RLock")
+	if o == nil {
+		t.FailNow()
+	}
+	if other, ok, err := ra.TryRLock(ctx); ok || err != nil {
+		t.Errorf("A's second reader = %v, %v; want refused: a writer waits elsewhere", ok, err)
+		if ok {
+			_ = other.Unlock()
+		}
+	}
+	if err := o.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, wrote, "B's write Lock"); err != nil {
+		t.Fatal(err)
+	}
+}
